@@ -1,0 +1,39 @@
+# Everything the tests, the demo and the benchmarks need is installed into .venv by `make install`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+ZARR2 := $(VENV)/extra-zarr2
+
+.PHONY: install demo test bench lint format clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	# zarr-python 2 lives in its own small venv: tests check that it reads what lmdata writes
+	test -x $(ZARR2)/bin/python || $(PY) -m venv $(ZARR2)
+	$(ZARR2)/bin/python -m pip install -q 'zarr>=2.18,<3' 'numcodecs<0.16'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/lmdata demo --out demo-output
+
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: install
+	$(BIN)/python bench/run.py
+
+lint: install
+	$(BIN)/ruff check lmdata tests bench
+	$(BIN)/ruff format --check lmdata tests bench
+
+format: install
+	$(BIN)/ruff format lmdata tests bench
+	$(BIN)/ruff check --fix lmdata tests bench
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache

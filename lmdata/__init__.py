@@ -1,0 +1,20 @@
+"""lmdata: read, write, validate and convert language-model training data formats.
+
+The public surface is small:
+
+- :func:`open` — detect the format at a path and return a reader;
+- :func:`writer` — a format's writer (a context manager with ``write``);
+- :func:`validate` and :func:`info`;
+- :class:`Loader` — packed or unpacked, shuffled, resumable training batches;
+- :mod:`lmdata.errors` — every exception lmdata raises, rooted at ``LmdataError``.
+"""
+
+from __future__ import annotations
+
+from lmdata import errors
+from lmdata._api import detect, info, open, validate, writer
+from lmdata.errors import LmdataError
+from lmdata.loader import Loader
+
+__all__ = ["Loader", "LmdataError", "detect", "errors", "info", "open", "validate", "writer"]
+__version__ = "0.1.0"

@@ -1,0 +1,92 @@
+"""Unpickling with an allow-list of plain data.
+
+Atlas blocks, Modalities indexes and MDS ``pkl`` columns are pickles. ``pickle.loads`` on a
+file from elsewhere runs whatever code the file names; :func:`safe_loads` instead refuses every
+global that is not plain data and raises :class:`~lmdata.errors.UnsafeDataError` naming it,
+before anything runs. ``allow_unsafe=True`` trusts the file and uses ``pickle.loads``.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any
+
+from lmdata.errors import CorruptDataError, UnsafeDataError
+
+# Globals a pickle of plain data refers to. Built-in containers and scalars need no global at
+# all (they have opcodes); these are the ones protocol 2-5 pickles of sets, complex numbers,
+# bytearrays, numpy arrays and numpy scalars name.
+_ALLOWED: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "complex"),
+        ("builtins", "bytearray"),
+        ("builtins", "slice"),
+        ("builtins", "range"),
+        ("__builtin__", "set"),
+        ("__builtin__", "frozenset"),
+        ("__builtin__", "complex"),
+        ("__builtin__", "bytearray"),
+        ("_codecs", "encode"),  # protocol < 3 spells bytes as _codecs.encode(str, 'latin1')
+        ("copy_reg", "_reconstructor"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+    }
+)
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, where: str) -> None:
+        super().__init__(io.BytesIO(data))
+        self._where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        raise UnsafeDataError(
+            f"pickle refers to {module}.{name}, which is not plain data; refusing to load it. "
+            "If you trust this file, pass allow_unsafe_pickle=True (--allow-unsafe-pickle)",
+            position=self._where or None,
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UnsafeDataError(
+            "pickle uses persistent ids, which plain data never needs", position=self._where
+        )
+
+
+def safe_loads(
+    data: bytes | bytearray | memoryview,
+    *,
+    where: str = "",
+    path: str | None = None,
+    allow_unsafe: bool = False,
+) -> Any:
+    """Unpickle ``data`` allowing only plain data (or anything when ``allow_unsafe``).
+
+    Any failure is a :class:`CorruptDataError` or :class:`UnsafeDataError` naming ``path`` and
+    ``where``; nothing else escapes.
+    """
+    try:
+        if allow_unsafe:
+            return pickle.loads(data)
+        return _SafeUnpickler(bytes(data), where).load()
+    except UnsafeDataError as e:
+        if path is not None and e.path is None:
+            raise UnsafeDataError(
+                str(e).removeprefix(f"{where}: "), path=path, position=where or None
+            ) from None
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            IndexError, KeyError, MemoryError, OverflowError, ImportError, UnicodeError) as e:
+        raise CorruptDataError(
+            f"cannot unpickle: {type(e).__name__}: {e}", path=path, position=where or None
+        ) from None

@@ -1,0 +1,41 @@
+"""``lmdata cat PATH``: records as JSON lines."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import numpy as np
+
+from lmdata._api import open as open_dataset
+from lmdata.cli._common import format_option, split_option, to_json_line, unsafe_pickle_option
+
+
+@click.command("cat")
+@click.argument("path", type=click.Path(exists=True))
+@format_option
+@split_option
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=None,
+              help="Print at most this many records.")
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many first.")
+@unsafe_pickle_option
+def command(path: str, fmt: str | None, split: str | None, limit: int | None, offset: int,
+            allow_unsafe_pickle: bool) -> None:
+    """Print records as one JSON object per line.
+
+    Token datasets print {"index": i, "tokens": [...]}; record datasets print each record
+    (numpy arrays as lists, bytes as {"$base64": ...}).
+    """
+    opts = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
+    reader = open_dataset(path, format=fmt, split=split, **opts)
+    n = len(reader)
+    stop = n if limit is None else min(n, offset + limit)
+    out = sys.stdout.buffer
+    block = 1024
+    for lo in range(offset, stop, block):
+        idx = np.arange(lo, min(lo + block, stop))
+        for i, rec in zip(idx.tolist(), reader.take(idx)):
+            if isinstance(rec, np.ndarray):
+                rec = {"index": i, "tokens": rec}
+            out.write(to_json_line(rec))
+    out.flush()

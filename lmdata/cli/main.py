@@ -1,0 +1,54 @@
+"""The ``lmdata`` command: a group whose verbs live in one module each, imported on use."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from lmdata.errors import LmdataError
+
+# verb -> module defining a click command named `command`
+COMMANDS: dict[str, str] = {
+    "info": "lmdata.cli.info",
+    "validate": "lmdata.cli.validate",
+    "cat": "lmdata.cli.cat",
+    "demo": "lmdata.cli.demo",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        mod = COMMANDS.get(name)
+        if mod is None:
+            return None
+        return importlib.import_module(mod).command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LmdataError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted; no partial output was left behind", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="lmdata")
+def cli() -> None:
+    """Read, write, validate and convert language-model training data.
+
+    Formats: flat-tokens (seqax), atlas, dolma, modalities (.pbin and raw JSONL),
+    mds / mds-csv / mds-tsv / mds-jsonl (MosaicML streaming). Run `lmdata VERB --help`.
+    """
+
+
+def main() -> None:
+    cli(prog_name="lmdata")

@@ -1,0 +1,33 @@
+"""``lmdata validate PATH``: check every invariant of a dataset's format."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from lmdata._api import detect, validate
+from lmdata.cli._common import format_option
+
+
+@click.command("validate")
+@click.argument("path", type=click.Path(exists=True))
+@format_option
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing; only the exit status tells.")
+def command(path: str, fmt: str | None, quiet: bool) -> None:
+    """Check a dataset against its format's rules.
+
+    Exit status 0 when valid, 1 when problems were found (each printed with its place),
+    2 when the dataset cannot be opened at all.
+    """
+    name = fmt or detect(path)
+    problems = validate(path, format=name)
+    if not problems:
+        if not quiet:
+            click.echo(f"{path}: valid {name} dataset")
+        return
+    if not quiet:
+        click.echo(f"{path}: {len(problems)} problem(s) in this {name} dataset:", err=True)
+        for p in problems:
+            click.echo(f"  - {p}", err=True)
+    sys.exit(1)

@@ -1,0 +1,582 @@
+"""A small, direct reader of 1-D zarr arrays (zarr format v2 and v3) for the hot path.
+
+zarr-python costs tens of microseconds per call and decodes whole chunks; here chunk files are
+read directly: uncompressed chunks are memory-mapped, compressed ones are decoded once into a
+bounded LRU cache. Only what flat-tokens needs is supported: 1-D integer arrays, regular chunks,
+the v2 compressors/filters of numcodecs, the v3 codecs ``bytes``, ``transpose``, ``zstd``,
+``gzip``, ``blosc``, ``crc32c``, ``numcodecs.*`` and ``sharding_indexed``.
+
+Declared sizes are checked before anything is allocated, and codecs that would run pickle or
+other object decoders are refused.
+"""
+
+from __future__ import annotations
+
+import bz2
+import json
+import lzma
+import mmap
+import os
+import struct
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import CorruptDataError, FormatError, UnsafeDataError
+
+# A declared chunk larger than this is refused rather than allocated (hostile metadata).
+MAX_CHUNK_BYTES = 1 << 31
+DEFAULT_CACHE_BYTES = 256 << 20
+_MISSING = 2**64 - 1
+
+# numcodecs ids whose decode is a pure function of bytes (no pickle, no object arrays).
+_SAFE_NUMCODECS = {
+    "blosc", "zstd", "gzip", "zlib", "lz4", "bz2", "lzma", "delta", "crc32", "crc32c",
+    "adler32", "fletcher32", "shuffle", "astype", "fixedscaleoffset", "bitround", "quantize",
+}
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 24)
+        obj = json.loads(data)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:
+        raise CorruptDataError(f"unreadable JSON metadata: {e}", path=path) from None
+    if not isinstance(obj, dict):
+        raise CorruptDataError("metadata is not a JSON object", path=path)
+    return obj
+
+
+def node_kind(path: Path) -> tuple[int, str] | None:
+    """(zarr_format, 'group'|'array') for a zarr node at ``path``, or None."""
+    if (path / "zarr.json").is_file():
+        meta = read_json(path / "zarr.json")
+        return 3, str(meta.get("node_type", ""))
+    if (path / ".zarray").is_file():
+        return 2, "array"
+    if (path / ".zgroup").is_file():
+        return 2, "group"
+    return None
+
+
+def node_attrs(path: Path) -> dict[str, Any]:
+    """The user attributes of a zarr group or array (v2 ``.zattrs`` or v3 ``attributes``)."""
+    if (path / "zarr.json").is_file():
+        attrs = read_json(path / "zarr.json").get("attributes", {})
+    elif (path / ".zattrs").is_file():
+        attrs = read_json(path / ".zattrs")
+    else:
+        attrs = {}
+    if not isinstance(attrs, dict):
+        raise CorruptDataError("attributes are not a JSON object", path=path)
+    return attrs
+
+
+# --------------------------------------------------------------------------------------------
+# decoders
+
+
+def _numcodec(config: dict[str, Any], where: Path) -> Any:
+    import numcodecs
+
+    cid = config.get("id")
+    if cid not in _SAFE_NUMCODECS:
+        raise UnsafeDataError(
+            f"codec {cid!r} is not supported (allowed: {', '.join(sorted(_SAFE_NUMCODECS))})",
+            path=where,
+        )
+    try:
+        return numcodecs.get_codec(dict(config))
+    except (ValueError, TypeError, KeyError) as e:
+        raise FormatError(f"bad codec configuration {config}: {e}", path=where) from None
+
+
+def _bounded_decompress(cid: str, codec: Any, buf: bytes, limit: int) -> bytes:
+    """Decompress ``buf`` refusing to produce more than ``limit`` bytes."""
+    if cid == "blosc":
+        if len(buf) < 16:
+            raise ValueError("blosc header cut short")
+        nbytes, _blocksize, cbytes = struct.unpack_from("<III", buf, 4)
+        if nbytes > limit:
+            raise ValueError(f"blosc frame declares {nbytes} bytes, more than the chunk's {limit}")
+        if cbytes != len(buf):
+            raise ValueError(f"blosc frame declares {cbytes} compressed bytes, file has {len(buf)}")
+        return bytes(codec.decode(buf))
+    if cid == "zstd":
+        import zstandard
+
+        size = zstandard.frame_content_size(buf)
+        if size > limit:
+            raise ValueError(f"zstd frame declares {size} bytes, more than the chunk's {limit}")
+        dobj = zstandard.ZstdDecompressor().decompressobj()
+        out = dobj.decompress(buf)
+        if len(out) > limit:
+            raise ValueError("zstd frame decodes to more bytes than the chunk holds")
+        return out
+    if cid in ("gzip", "zlib"):
+        d = zlib.decompressobj(wbits=47 if cid == "gzip" else 15)
+        out = d.decompress(buf, limit + 1)
+        if len(out) > limit:
+            raise ValueError("stream decodes to more bytes than the chunk holds")
+        return out
+    if cid == "bz2":
+        d2 = bz2.BZ2Decompressor()
+        out = d2.decompress(buf, limit + 1)
+        if len(out) > limit:
+            raise ValueError("stream decodes to more bytes than the chunk holds")
+        return out
+    if cid == "lzma":
+        d3 = lzma.LZMADecompressor()
+        out = d3.decompress(buf, limit + 1)
+        if len(out) > limit:
+            raise ValueError("stream decodes to more bytes than the chunk holds")
+        return out
+    if cid == "lz4":
+        if len(buf) < 4:
+            raise ValueError("lz4 header cut short")
+        (size,) = struct.unpack_from("<I", buf, 0)
+        if size > limit:
+            raise ValueError(f"lz4 frame declares {size} bytes, more than the chunk's {limit}")
+        return bytes(codec.decode(buf))
+    out = codec.decode(buf)
+    return bytes(out)
+
+
+def _crc32c_strip(buf: bytes) -> bytes:
+    import google_crc32c  # type: ignore[import-not-found]  # noqa: F401  (zarr's own dependency)
+
+    if len(buf) < 4:
+        raise ValueError("crc32c checksum cut short")
+    data, stored = buf[:-4], struct.unpack("<I", buf[-4:])[0]
+    from google_crc32c import value as crc
+
+    if crc(data) != stored:
+        raise ValueError("crc32c checksum mismatch")
+    return data
+
+
+Decoder = Callable[[bytes], np.ndarray]
+
+
+def _v2_decoder(meta: dict[str, Any], dtype: np.dtype, chunk_len: int, where: Path) -> tuple[
+    Decoder | None, str
+]:
+    """(decoder, description) for a v2 array; decoder None means raw bytes (mmap-able)."""
+    comp = meta.get("compressor")
+    filters = meta.get("filters") or []
+    if not isinstance(filters, list):
+        raise FormatError("'filters' must be a list or null", path=where / ".zarray")
+    if comp is not None and not isinstance(comp, dict):
+        raise FormatError("'compressor' must be an object or null", path=where / ".zarray")
+    comp_codec = _numcodec(comp, where) if comp else None
+    filter_codecs = [_numcodec(f, where) for f in filters]
+    limit = chunk_len * dtype.itemsize
+    desc = ", ".join([f["id"] for f in filters] + ([comp["id"]] if comp else [])) or "none"
+    if comp_codec is None and not filter_codecs:
+        return None, desc
+
+    def decode(buf: bytes) -> np.ndarray:
+        data: Any = buf
+        if comp_codec is not None:
+            data = _bounded_decompress(comp["id"], comp_codec, buf, limit)
+        for f in reversed(filter_codecs):
+            data = f.decode(data)
+        arr = np.frombuffer(bytes(data) if not isinstance(data, np.ndarray) else data, np.uint8)
+        return arr
+
+    return decode, desc
+
+
+def _v3_decoder(codecs: list[Any], dtype: np.dtype, chunk_len: int, where: Path) -> tuple[
+    Decoder | None, str, dict[str, Any] | None
+]:
+    """(decoder, description, sharding config) for a v3 codec chain."""
+    names: list[str] = []
+    array_codecs: list[Any] = []
+    bytes_codecs: list[tuple[str, Any]] = []
+    endian = "little"
+    sharding = None
+    seen_bytes = False
+    for c in codecs:
+        if isinstance(c, str):
+            c = {"name": c}
+        if not isinstance(c, dict) or "name" not in c:
+            raise FormatError(f"bad codec entry {c!r}", path=where / "zarr.json")
+        name, conf = c["name"], c.get("configuration") or {}
+        names.append(name)
+        if name == "bytes":
+            endian = conf.get("endian", "little") or "little"
+            seen_bytes = True
+        elif name == "sharding_indexed":
+            sharding = conf
+            seen_bytes = True
+        elif name == "transpose":
+            continue  # a 1-D transpose is the identity
+        elif name in ("zstd", "gzip", "blosc", "crc32c"):
+            if not seen_bytes:
+                raise FormatError(f"codec {name} before the bytes codec", path=where)
+            if name == "crc32c":
+                bytes_codecs.append(("crc32c", None))
+            elif name == "blosc":
+                shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}.get(
+                    conf.get("shuffle", "noshuffle"), 0
+                )
+                bytes_codecs.append(("blosc", _numcodec({"id": "blosc", "cname": conf.get(
+                    "cname", "lz4"), "clevel": conf.get("clevel", 5), "shuffle": shuffle}, where)))
+            else:
+                bytes_codecs.append((name, _numcodec({"id": name}, where)))
+        elif name.startswith("numcodecs."):
+            cid = name.split(".", 1)[1]
+            codec = _numcodec({"id": cid, **conf}, where)
+            if seen_bytes:
+                bytes_codecs.append((cid, codec))
+            else:
+                array_codecs.append(codec)
+        else:
+            raise FormatError(f"unsupported zarr v3 codec {name!r}", path=where / "zarr.json")
+    desc = ", ".join(n for n in names if n not in ("bytes", "transpose")) or "none"
+    if sharding is not None:
+        return None, desc, sharding
+    limit = chunk_len * dtype.itemsize
+    if not array_codecs and not bytes_codecs and endian == "little":
+        return None, desc, None
+    swap = endian == "big"
+
+    def decode(buf: bytes) -> np.ndarray:
+        data: Any = buf
+        for cid, codec in reversed(bytes_codecs):
+            data = _crc32c_strip(data) if cid == "crc32c" else _bounded_decompress(
+                cid, codec, data, limit
+            )
+        arr = np.frombuffer(bytes(data), dtype=dtype.newbyteorder(">") if swap else dtype)
+        if swap:
+            arr = arr.astype(dtype)
+        for codec in reversed(array_codecs):
+            arr = np.asarray(codec.decode(arr.tobytes())).view(dtype)
+        return arr.view(np.uint8)
+
+    return decode, desc, None
+
+
+# --------------------------------------------------------------------------------------------
+# the array
+
+
+@dataclass(frozen=True)
+class ArrayMeta:
+    """What the reader needs to know about one 1-D zarr array, parsed and checked once."""
+
+    path: Path
+    zarr_format: int
+    length: int
+    chunk_len: int
+    dtype: np.dtype
+    fill_value: int
+    codecs: str
+    key_prefix: str  # "" (v2, v3 "v2" encoding) or "c/" / "c." (v3 default)
+    shard_inner: int = 0  # inner chunk length when sharded, else 0
+
+
+def _parse_dtype(raw: Any, where: Path) -> np.dtype:
+    v3names = {"uint8": "u1", "uint16": "u2", "uint32": "u4", "uint64": "u8", "int8": "i1",
+               "int16": "i2", "int32": "i4", "int64": "i8"}
+    try:
+        dt = np.dtype(v3names.get(raw, raw) if isinstance(raw, str) else raw)
+    except TypeError:
+        raise FormatError(f"unsupported dtype {raw!r}", path=where) from None
+    if dt.kind not in "iu":
+        raise FormatError(f"dtype {raw!r} is not an integer type", path=where)
+    return dt
+
+
+def _positive_int(obj: Any, what: str, where: Path) -> int:
+    if isinstance(obj, list) and len(obj) == 1:
+        obj = obj[0]
+    elif isinstance(obj, list):
+        raise FormatError(f"{what} must be 1-dimensional, got {obj}", path=where)
+    if not isinstance(obj, int) or isinstance(obj, bool) or obj < 0:
+        raise FormatError(f"{what} must be a non-negative integer, got {obj!r}", path=where)
+    return obj
+
+
+class ZArray:
+    """Random reads of a 1-D zarr array straight from its chunk files."""
+
+    def __init__(self, path: Path, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.path = path
+        self._cache_bytes = cache_bytes
+        self._parse()
+        self._init_cache()
+
+    # pickling ships only the path: each process builds its own caches and maps
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "cache_bytes": self._cache_bytes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], state["cache_bytes"])  # type: ignore[misc]
+
+    def _init_cache(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cached = 0
+        self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def _parse(self) -> None:
+        p = self.path
+        kind = node_kind(p)
+        if kind is None or kind[1] != "array":
+            raise FormatError("not a zarr array (no .zarray or zarr.json)", path=p)
+        sharding = None
+        if kind[0] == 2:
+            meta = read_json(p / ".zarray")
+            where = p / ".zarray"
+            length = _positive_int(meta.get("shape"), "shape", where)
+            chunk_len = _positive_int(meta.get("chunks"), "chunks", where)
+            dtype = _parse_dtype(meta.get("dtype"), where)
+            order_ok = meta.get("order", "C") in ("C", "F")
+            if not order_ok:
+                raise FormatError(f"bad order {meta.get('order')!r}", path=where)
+            self._storage_dtype = dtype
+            decode, desc = _v2_decoder(meta, dtype, max(chunk_len, 1), p)
+            prefix = ""
+        else:
+            meta = read_json(p / "zarr.json")
+            where = p / "zarr.json"
+            length = _positive_int(meta.get("shape"), "shape", where)
+            grid = meta.get("chunk_grid") or {}
+            if grid.get("name") != "regular":
+                raise FormatError(f"unsupported chunk grid {grid.get('name')!r}", path=where)
+            chunk_len = _positive_int(
+                (grid.get("configuration") or {}).get("chunk_shape"), "chunk_shape", where
+            )
+            dtype = _parse_dtype(meta.get("data_type"), where)
+            self._storage_dtype = dtype
+            decode, desc, sharding = _v3_decoder(meta.get("codecs") or [], dtype,
+                                                 max(chunk_len, 1), p)
+            enc = meta.get("chunk_key_encoding") or {"name": "default"}
+            sep = (enc.get("configuration") or {}).get("separator", "/")
+            prefix = f"c{sep}" if enc.get("name") == "default" else ""
+        if chunk_len == 0 and length:
+            raise FormatError("chunk length 0 for a non-empty array", path=where)
+        if chunk_len * dtype.itemsize > MAX_CHUNK_BYTES and sharding is None:
+            raise UnsafeDataError(
+                f"declared chunk of {chunk_len} items is larger than {MAX_CHUNK_BYTES} bytes",
+                path=where,
+            )
+        fill = meta.get("fill_value")
+        if fill is None:
+            fill = 0
+        if not isinstance(fill, int) or isinstance(fill, bool):
+            raise FormatError(f"fill_value {fill!r} is not an integer", path=where)
+        shard_inner = 0
+        if sharding is not None:
+            shard_inner = _positive_int(sharding.get("chunk_shape"), "inner chunk_shape", where)
+            if shard_inner == 0 or chunk_len % shard_inner:
+                raise FormatError("shard shape is not a multiple of the inner chunk shape",
+                                  path=where)
+            if shard_inner * dtype.itemsize > MAX_CHUNK_BYTES:
+                raise UnsafeDataError("declared inner chunk is too large", path=where)
+            inner_decode, inner_desc, nested = _v3_decoder(
+                sharding.get("codecs") or [{"name": "bytes"}], dtype, shard_inner, p)
+            if nested is not None:
+                raise FormatError("nested sharding is not supported", path=where)
+            self._index_codecs = sharding.get("index_codecs") or []
+            self._index_end = sharding.get("index_location", "end") != "start"
+            decode = inner_decode
+            desc = f"sharding({inner_desc})"
+        self._decode = decode
+        self.meta = ArrayMeta(p, kind[0], length, chunk_len, dtype, int(fill), desc, prefix,
+                              shard_inner)
+        self.dtype = dtype.newbyteorder("=")
+        self._unit = shard_inner or chunk_len  # the decodable unit
+        self.raw = decode is None and dtype.byteorder in ("<", "=", "|") and (
+            np.little_endian or dtype.itemsize == 1)
+
+    # ----------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.meta.length
+
+    @property
+    def nchunks(self) -> int:
+        c = self.meta.chunk_len
+        return -(-self.meta.length // c) if c else 0
+
+    @property
+    def unit(self) -> int:
+        """Length of the unit read and cached at once (a chunk, or an inner chunk of a shard)."""
+        return self._unit
+
+    def chunk_file(self, k: int) -> Path:
+        return self.path / f"{self.meta.key_prefix}{k}"
+
+    def _needed(self, u: int) -> int:
+        """Items of unit ``u`` that lie inside the array."""
+        return min(self._unit, self.meta.length - u * self._unit)
+
+    def unit_array(self, u: int) -> np.ndarray:
+        """Unit ``u`` as an array of ``dtype`` (a memory map or a cached decoded copy).
+
+        The result may be longer than the part inside the array (zarr pads the last chunk).
+        """
+        with self._lock:
+            got = self._maps.get(u)
+            if got is None:
+                got = self._cache.get(u)
+                if got is not None:
+                    self._cache.move_to_end(u)
+            else:
+                self._maps.move_to_end(u)
+        if got is not None:
+            return got
+        arr, mapped = self._load_unit(u)
+        with self._lock:
+            if mapped:
+                self._maps[u] = arr
+                while len(self._maps) > 256:
+                    self._maps.popitem(last=False)
+            else:
+                self._cache[u] = arr
+                self._cached += arr.nbytes
+                while self._cached > self._cache_bytes and len(self._cache) > 1:
+                    _, old = self._cache.popitem(last=False)
+                    self._cached -= old.nbytes
+        return arr
+
+    def _fill(self, n: int) -> np.ndarray:
+        return np.full(n, self.meta.fill_value, dtype=self.dtype)
+
+    def _load_unit(self, u: int) -> tuple[np.ndarray, bool]:
+        need = self._needed(u)
+        if self.meta.shard_inner:
+            return self._load_inner(u, need), False
+        f = self.chunk_file(u)
+        try:
+            if self.raw:
+                size = os.path.getsize(f)
+                if size < need * self.dtype.itemsize:
+                    raise CorruptDataError(
+                        f"chunk file has {size} bytes, needs {need * self.dtype.itemsize}",
+                        path=f, position=f"chunk {u}")
+                if size == 0:
+                    return self._fill(0), False
+                with open(f, "rb") as fh:
+                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                n = min(size // self.dtype.itemsize, self._unit)
+                return np.frombuffer(mm, dtype=self.dtype, count=n), True
+            with open(f, "rb") as fh:
+                buf = fh.read(MAX_CHUNK_BYTES + 1)
+        except FileNotFoundError:
+            return self._fill(need), False
+        except OSError as e:
+            raise CorruptDataError(f"cannot read chunk: {e}", path=f, position=f"chunk {u}"
+                                   ) from None
+        return self._decode_buf(buf, need, f, f"chunk {u}"), False
+
+    def _decode_buf(self, buf: bytes, need: int, f: Path, pos: str) -> np.ndarray:
+        try:
+            if self._decode is None:
+                raw = np.frombuffer(buf, np.uint8)
+            else:
+                raw = self._decode(buf)
+        except CorruptDataError:
+            raise
+        except Exception as e:  # codec libraries raise anything from RuntimeError to ValueError
+            raise CorruptDataError(f"cannot decode chunk ({self.meta.codecs}): {e}", path=f,
+                                   position=pos) from None
+        nbytes = raw.nbytes
+        if nbytes % self._storage_dtype.itemsize or nbytes < need * self.dtype.itemsize:
+            raise CorruptDataError(
+                f"chunk decodes to {nbytes} bytes, needs {need * self.dtype.itemsize}",
+                path=f, position=pos)
+        arr = raw.view(self._storage_dtype)[: self._unit]
+        if arr.dtype != self.dtype:
+            arr = arr.astype(self.dtype)
+        return arr
+
+    def _load_inner(self, u: int, need: int) -> np.ndarray:
+        per = self.meta.chunk_len // self.meta.shard_inner
+        k, j = divmod(u, per)
+        f = self.chunk_file(k)
+        pos = f"shard {k}, inner chunk {j}"
+        try:
+            with open(f, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                crc = any((c if isinstance(c, str) else c.get("name")) == "crc32c"
+                          for c in self._index_codecs)
+                isize = per * 16 + (4 if crc else 0)
+                if size < isize:
+                    raise CorruptDataError(f"shard file of {size} bytes has no full index",
+                                           path=f, position=pos)
+                index_raw = os.pread(fh.fileno(), isize, size - isize if self._index_end else 0)
+                if crc:
+                    index_raw = _crc32c_strip(index_raw)
+                index = np.frombuffer(index_raw, "<u8").reshape(per, 2)
+                off, nb = int(index[j, 0]), int(index[j, 1])
+                if off == _MISSING and nb == _MISSING:
+                    return self._fill(need)
+                if off + nb > size or nb > MAX_CHUNK_BYTES:
+                    raise CorruptDataError(f"index points past the shard ({off}+{nb} > {size})",
+                                           path=f, position=pos)
+                buf = os.pread(fh.fileno(), nb, off)
+        except FileNotFoundError:
+            return self._fill(need)
+        except ValueError as e:
+            raise CorruptDataError(f"bad shard index: {e}", path=f, position=pos) from None
+        return self._decode_buf(buf, need, f, pos)
+
+    # ----------------------------------------------------------------------------------------
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Items ``start:stop`` (clipped to the array) as a new array."""
+        n = self.meta.length
+        start, stop = max(0, min(start, n)), max(0, min(stop, n))
+        if stop <= start:
+            return np.zeros(0, dtype=self.dtype)
+        unit = self._unit
+        first, last = start // unit, (stop - 1) // unit
+        if first == last:
+            a = self.unit_array(first)
+            return np.array(a[start - first * unit: stop - first * unit])
+        out = np.empty(stop - start, dtype=self.dtype)
+        pos = 0
+        for u in range(first, last + 1):
+            a = self.unit_array(u)
+            lo = max(start, u * unit) - u * unit
+            hi = min(stop, (u + 1) * unit) - u * unit
+            out[pos: pos + hi - lo] = a[lo:hi]
+            pos += hi - lo
+        return out
+
+    def gather(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """Rows ``out[i] = self[starts[i] : starts[i] + length]`` (all inside the array)."""
+        starts = np.asarray(starts, dtype=np.int64)
+        out = np.empty((len(starts), length), dtype=self.dtype)
+        if length == 0 or len(starts) == 0:
+            return out
+        unit = self._unit
+        u0 = starts // unit
+        inside = (starts + length - 1) // unit == u0
+        aligned = unit % length == 0
+        if aligned and inside.all():
+            # the common case: rows never straddle a unit, so each unit is one fancy gather
+            off = starts - u0 * unit
+            if np.all(off % length == 0):
+                for u in np.unique(u0):
+                    sel = np.nonzero(u0 == u)[0]
+                    a = self.unit_array(int(u))
+                    rows = a[: (len(a) // length) * length].reshape(-1, length)
+                    out[sel] = rows[off[sel] // length]
+                return out
+        for i, s in enumerate(starts.tolist()):
+            out[i] = self.read(s, s + length)
+        return out

@@ -1,0 +1,135 @@
+"""Every invariant of the flat-tokens spec, checked chunk by chunk, reported with its place."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind
+from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS, find_token_array
+
+MAX_REPORTED = 20  # per kind of problem and split; the rest are counted
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self._counts: dict[str, int] = {}
+
+    def add(self, kind: str, msg: str) -> None:
+        n = self._counts.get(kind, 0) + 1
+        self._counts[kind] = n
+        if n <= MAX_REPORTED:
+            self.problems.append(msg)
+
+    def finish(self) -> list[str]:
+        for kind, n in self._counts.items():
+            if n > MAX_REPORTED:
+                self.problems.append(f"{kind}: {n - MAX_REPORTED} more like the above")
+        return self.problems
+
+
+def validate(path: str | os.PathLike[str], **_: object) -> list[str]:
+    """All problems found in the dataset at ``path`` (empty when it is valid)."""
+    root = Path(path)
+    rep = _Report()
+    if not root.is_dir():
+        return [f"{root}: not a directory"]
+    try:
+        kind = node_kind(root)
+    except LmdataError as e:
+        return [str(e)]
+    if find_token_array(root) is not None:
+        _check_split(root, root.name, rep)
+        return rep.finish()
+    if kind is None or kind[1] != "group":
+        rep.add("root", f"{root}: not a zarr group (no .zgroup or zarr.json)")
+    for split in SPLITS:
+        if not (root / split).is_dir():
+            rep.add("split", f"{split}: missing (a flat-tokens dataset has train and validation)")
+            continue
+        _check_split(root / split, split, rep)
+    return rep.finish()
+
+
+def _check_split(d: Path, split: str, rep: _Report) -> None:
+    try:
+        attrs = node_attrs(d)
+    except LmdataError as e:
+        rep.add("attrs", f"{split}: {e}")
+        attrs = {}
+    max_id = attrs.get("max_token_id")
+    if max_id is None:
+        rep.add("attrs", f"{split}: attribute max_token_id is missing")
+    elif not isinstance(max_id, int) or isinstance(max_id, bool) or not 0 <= max_id <= MAX_TOKEN_ID:
+        rep.add("attrs", f"{split}: max_token_id {max_id!r} is not an integer in [0, 2^31-1]")
+        max_id = None
+    tok_dir = find_token_array(d)
+    if tok_dir is None:
+        rep.add("array", f"{split}/encoded_tokens: missing")
+        return
+    try:
+        tokens = ZArray(tok_dir)
+    except LmdataError as e:
+        rep.add("array", f"{split}/{tok_dir.name}: {e}")
+        return
+    try:
+        starts = ZArray(d / "seq_starts")
+    except LmdataError as e:
+        rep.add("array", f"{split}/seq_starts: {e}")
+        return
+    if tokens.meta.dtype != np.dtype("<u4"):
+        rep.add("dtype", f"{split}/{tok_dir.name}: dtype {tokens.meta.dtype} (the spec says uint32)")
+    if starts.meta.dtype != np.dtype("<u8"):
+        rep.add("dtype", f"{split}/seq_starts: dtype {starts.meta.dtype} (the spec says uint64)")
+    n_tok = len(tokens)
+    try:
+        ss = starts.read(0, len(starts)).astype(np.uint64)
+    except LmdataError as e:
+        rep.add("read", f"{split}/seq_starts: {e}")
+        return
+    sname = f"{split}/seq_starts"
+    if len(ss) == 0:
+        rep.add("starts", f"{sname}: empty (must start with 0 and end with {n_tok})")
+        return
+    if ss[0] != 0:
+        rep.add("starts", f"{sname}[0]: is {int(ss[0])}, must be 0")
+    if ss[-1] != n_tok:
+        rep.add("starts", f"{sname}[{len(ss) - 1}]: last entry is {int(ss[-1])}, must equal "
+                f"the token count {n_tok}")
+    dec = np.nonzero(ss[1:] < ss[:-1])[0]
+    for i in dec[:MAX_REPORTED]:
+        rep.add("order", f"{sname}[{i + 1}]: {int(ss[i + 1])} is less than the entry before "
+                f"it, {int(ss[i])} (seq_starts must never decrease)")
+    for _ in dec[MAX_REPORTED:]:
+        rep.add("order", "")
+    # the positions that must carry a start bit: starts of non-empty sequences
+    nonempty = ss[:-1][ss[1:] > ss[:-1]]
+    expected = np.unique(nonempty[nonempty < n_tok]).astype(np.int64)
+    tname = f"{split}/{tok_dir.name}"
+    unit = tokens.unit
+    for u in range(-(-n_tok // unit) if unit else 0):
+        lo, hi = u * unit, min((u + 1) * unit, n_tok)
+        try:
+            chunk = tokens.read(lo, hi)
+        except LmdataError as e:
+            rep.add("read", f"{tname}: {e}")
+            continue
+        bits = np.nonzero(chunk & 1)[0] + lo
+        want = expected[np.searchsorted(expected, lo): np.searchsorted(expected, hi)]
+        if not np.array_equal(bits, want):
+            extra = np.setdiff1d(bits, want)
+            missing = np.setdiff1d(want, bits)
+            for i in extra[:MAX_REPORTED]:
+                rep.add("bits", f"{tname}[{i}]: has a start bit but no sequence starts there")
+            for i in missing[:MAX_REPORTED]:
+                rep.add("bits", f"{tname}[{i}]: a sequence starts here but the start bit is 0")
+        if max_id is not None and len(chunk):
+            ids = chunk >> 1
+            over = np.nonzero(ids > max_id)[0]
+            for i in over[:MAX_REPORTED]:
+                rep.add("ids", f"{tname}[{lo + i}]: token id {int(ids[i])} is greater than "
+                        f"max_token_id {max_id}")

@@ -1,0 +1,61 @@
+"""Stateless shuffling: a seeded bijection of ``[0, n)`` evaluated on demand.
+
+No index array is built: ``Permutation(n, seed)(i)`` is computed from ``i`` alone by a
+4-round Feistel network over the smallest even-bit power-of-two domain that holds ``n``, with
+cycle walking back into ``[0, n)``. Resuming at any position costs nothing, and a permutation
+of a billion rows takes no memory. The values are fixed for a given (n, seed) across numpy
+versions and platforms (only integer arithmetic on uint64).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_M = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+class Permutation:
+    """A pseudo-random bijection of ``[0, n)`` chosen by ``seed``; call it on indices."""
+
+    ROUNDS = 4
+
+    def __init__(self, n: int, seed: int) -> None:
+        if n < 0:
+            raise ValueError(f"n must be non-negative, got {n}")
+        self.n = int(n)
+        self.seed = int(seed)
+        bits = max(2, int(self.n - 1).bit_length()) if self.n > 1 else 2
+        bits += bits & 1
+        self._half = bits // 2
+        self._mask = np.uint64((1 << self._half) - 1)
+        base = _mix(np.array([self.seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0]
+        self._keys = _mix(np.arange(1, self.ROUNDS + 1, dtype=np.uint64) * np.uint64(
+            0x9E3779B97F4A7C15) ^ base)
+
+    def _feistel(self, x: np.ndarray) -> np.ndarray:
+        h = np.uint64(self._half)
+        left, right = x >> h, x & self._mask
+        for k in self._keys:
+            left, right = right, left ^ (_mix(right ^ k) & self._mask)
+        return (left << h) | right
+
+    def __call__(self, indices: np.ndarray | int) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.uint64)
+        if self.n <= 1:
+            return idx.astype(np.int64)
+        out = self._feistel(idx.reshape(-1))
+        todo = out >= self.n
+        while todo.any():  # cycle walking: at most a few rounds, the domain is < 4n
+            out[todo] = self._feistel(out[todo])
+            todo = out >= self.n
+        return out.reshape(idx.shape).astype(np.int64)

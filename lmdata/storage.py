@@ -1,0 +1,144 @@
+"""Local paths, positional reads and atomic outputs.
+
+Writers never build their output in place: they write into a hidden temporary sibling of the
+destination and rename it into place when everything is written. A crash, an exception or a
+Ctrl-C leaves at most a ``.lmdata-tmp-*`` sibling, never something that opens as a dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from lmdata.errors import DatasetNotFoundError, OutputExistsError
+
+TMP_PREFIX = ".lmdata-tmp-"
+
+
+def _tmp_sibling(dest: Path) -> Path:
+    return dest.parent / f"{TMP_PREFIX}{dest.name}-{uuid.uuid4().hex[:12]}"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def check_output(dest: str | os.PathLike[str], overwrite: bool) -> Path:
+    """Refuse to replace an existing output unless asked; return the destination as a Path."""
+    dest = Path(dest)
+    if (dest.exists() or dest.is_symlink()) and not overwrite:
+        raise OutputExistsError(
+            "output already exists; remove it or pass overwrite=True (--overwrite)", path=dest
+        )
+    return dest
+
+
+def commit(tmp: Path, dest: Path) -> None:
+    """Move a finished temporary output into place in one rename (replacing ``dest``)."""
+    if dest.exists() or dest.is_symlink():
+        trash = _tmp_sibling(dest)
+        os.replace(dest, trash)
+        try:
+            os.replace(tmp, dest)
+        except BaseException:
+            os.replace(trash, dest)
+            raise
+        _remove(trash)
+    else:
+        os.replace(tmp, dest)
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory that becomes ``dest`` only if the block finishes."""
+    dest = check_output(dest, overwrite)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(dest)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        _remove(tmp)
+        raise
+    commit(tmp, dest)
+
+
+@contextlib.contextmanager
+def atomic_file(dest: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary file path that becomes ``dest`` only if the block finishes."""
+    dest = check_output(dest, overwrite)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(dest)
+    try:
+        yield tmp
+    except BaseException:
+        _remove(tmp)
+        raise
+    commit(tmp, dest)
+
+
+class AtomicOutput:
+    """The same as :func:`atomic_dir` / :func:`atomic_file`, for writer classes.
+
+    ``begin()`` creates the temporary path, ``finish()`` renames it into place and ``abort()``
+    removes it. Writers call ``abort()`` from ``__exit__`` when an exception is in flight.
+    """
+
+    def __init__(self, dest: str | os.PathLike[str], *, directory: bool, overwrite: bool) -> None:
+        self.dest = check_output(dest, overwrite)
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = _tmp_sibling(self.dest)
+        if directory:
+            self.tmp.mkdir()
+        self.done = False
+
+    def finish(self) -> None:
+        if not self.done:
+            commit(self.tmp, self.dest)
+            self.done = True
+
+    def abort(self) -> None:
+        if not self.done:
+            _remove(self.tmp)
+            self.done = True
+
+
+def require_exists(path: str | os.PathLike[str]) -> Path:
+    p = Path(path)
+    if not (p.exists() or p.is_symlink()):
+        raise DatasetNotFoundError("no such file or directory", path=p)
+    return p
+
+
+def disk_usage(path: str | os.PathLike[str]) -> int:
+    """Bytes allocated on disk below ``path`` (sparse padding counts as nothing)."""
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_blocks * 512
+    total = 0
+    for root, _dirs, files in os.walk(p):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+    return total
+
+
+def apparent_size(path: str | os.PathLike[str]) -> int:
+    """Sum of file sizes below ``path``."""
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_size
+    total = 0
+    for root, _dirs, files in os.walk(p):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, f)).st_size
+    return total

@@ -1,0 +1,107 @@
+"""Tokenizers: a built-in byte-level one (the default) and local tokenizer files.
+
+Nothing is ever fetched from a hub: a tokenizer is ``bytes`` or a path to a file on disk.
+Each tokenizer pickles as its spec (a name or a path), so sending one to worker processes costs
+a few bytes, not the vocabulary.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from lmdata.errors import InvalidInputError, MissingDependencyError
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the pipeline needs from a tokenizer."""
+
+    spec: str
+    vocab_size: int
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of each text (no special tokens added), as integer arrays."""
+        ...
+
+    def token_id(self, token: str) -> int | None:
+        """The id of a special token such as ``<|endoftext|>``, or None."""
+        ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes shifted by one: byte ``b`` is id ``b + 1``, so id 0 stays free.
+
+    That is seqax's ``bytes_utf8`` convention (flat-tokens reserves 0 for the input at each
+    sequence start). Vocabulary 257, needs no file.
+    """
+
+    spec = "bytes"
+    vocab_size = 257
+
+    def encode(self, text: str) -> np.ndarray:
+        b = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+        return b.astype(np.uint16) + 1
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        a = np.asarray(ids, dtype=np.int64)
+        return (a[a > 0] - 1).astype(np.uint8).tobytes().decode("utf-8", "replace")
+
+    def token_id(self, token: str) -> int | None:
+        return None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ByteTokenizer, ())
+
+
+class HFTokenizer:
+    """A Hugging Face ``tokenizer.json`` file, through the tokenizers library."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        try:
+            from tokenizers import Tokenizer as _T
+        except ImportError:
+            raise MissingDependencyError("tokenizer.json files need `pip install tokenizers`"
+                                         ) from None
+        self.spec = str(path)
+        try:
+            self._tok = _T.from_file(self.spec)
+        except Exception as e:  # the Rust side raises a plain Exception
+            raise InvalidInputError(f"cannot load tokenizer: {e}", path=path) from None
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.uint32) for e in encs]
+
+    def token_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (HFTokenizer, (self.spec,))
+
+
+def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer | None) -> Tokenizer:
+    """``None``/``"bytes"`` -> the byte tokenizer; a ``*.json`` path -> a HF tokenizer."""
+    if spec is None or spec == "bytes":
+        return ByteTokenizer()
+    if isinstance(spec, Tokenizer):
+        return spec
+    p = Path(spec)
+    if not p.exists():
+        raise InvalidInputError(
+            "tokenizer file not found (lmdata never downloads tokenizers; pass a local "
+            "tokenizer.json, or 'bytes')", path=p)
+    if p.is_dir() and (p / "tokenizer.json").is_file():
+        p = p / "tokenizer.json"
+    if p.suffix == ".json":
+        return HFTokenizer(p)
+    raise InvalidInputError(
+        "unrecognised tokenizer file; use 'bytes' or a tokenizer.json", path=p)
