@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from typing import Any
 
@@ -16,16 +17,23 @@ COMMANDS: dict[str, str] = {
     "validate": "lmdata.cli.validate",
     "cat": "lmdata.cli.cat",
     "demo": "lmdata.cli.demo",
+    "tokenize": "lmdata.cli.tokenize",
+    "convert": "lmdata.cli.convert",
+    "merge": "lmdata.cli.merge",
+    "index": "lmdata.cli.index",
+    "tag": "lmdata.cli.tag",
+    "dedupe": "lmdata.cli.dedupe",
+    "mix": "lmdata.cli.mix",
 }
 
 
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        return sorted(n for n, m in COMMANDS.items() if importlib.util.find_spec(m) is not None)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         mod = COMMANDS.get(name)
-        if mod is None:
+        if mod is None or importlib.util.find_spec(mod) is None:
             return None
         return importlib.import_module(mod).command
 
