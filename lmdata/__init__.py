@@ -16,5 +16,5 @@ from lmdata._api import detect, info, open, validate, writer
 from lmdata.errors import LmdataError
 from lmdata.loader import Loader
 
-__all__ = ["Loader", "LmdataError", "detect", "errors", "info", "open", "validate", "writer"]
+__all__ = ["LmdataError", "Loader", "detect", "errors", "info", "open", "validate", "writer"]
 __version__ = "0.1.0"

@@ -14,9 +14,9 @@ def detect(path: str | os.PathLike[str]) -> str:
     return formats.detect(require_exists(path))
 
 
-def open(  # noqa: A001 - mirrors the builtin on purpose, as lmdata.open
+def open(
     path: str | os.PathLike[str],
-    format: str | None = None,  # noqa: A002
+    format: str | None = None,
     split: str | None = None,
     **options: Any,
 ) -> Any:
@@ -36,7 +36,7 @@ def open(  # noqa: A001 - mirrors the builtin on purpose, as lmdata.open
     return mod.open(p, **options)
 
 
-def writer(path: str | os.PathLike[str], format: str, **options: Any) -> Any:  # noqa: A002
+def writer(path: str | os.PathLike[str], format: str, **options: Any) -> Any:
     """A new writer of ``format`` at ``path`` (a context manager: ``with lmdata.writer(...)``)."""
     name = formats.canonical(format)
     mod = formats.module(name)

@@ -22,13 +22,11 @@ _ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("builtins", "set"),
         ("builtins", "frozenset"),
         ("builtins", "complex"),
-        ("builtins", "bytearray"),
         ("builtins", "slice"),
         ("builtins", "range"),
         ("__builtin__", "set"),
         ("__builtin__", "frozenset"),
         ("__builtin__", "complex"),
-        ("__builtin__", "bytearray"),
         ("_codecs", "encode"),  # protocol < 3 spells bytes as _codecs.encode(str, 'latin1')
         ("copy_reg", "_reconstructor"),
         ("numpy", "ndarray"),
@@ -43,6 +41,25 @@ _ALLOWED: frozenset[tuple[str, str]] = frozenset(
 )
 
 
+def _no_int_size(factory: type) -> Any:
+    """bytes/bytearray as pickles use them; ``bytes(10**12)`` would allocate, so an int
+    argument (which no pickle of plain data contains) is refused."""
+
+    def make(*args: Any) -> Any:
+        if args and isinstance(args[0], int):
+            raise UnsafeDataError(f"pickle calls {factory.__name__}(int), an unbounded allocation")
+        return factory(*args)
+
+    return make
+
+
+_FACTORIES = {
+    (mod, t.__name__): _no_int_size(t)
+    for mod in ("builtins", "__builtin__")
+    for t in (bytes, bytearray)
+}
+
+
 class _SafeUnpickler(pickle.Unpickler):
     def __init__(self, data: bytes, where: str) -> None:
         super().__init__(io.BytesIO(data))
@@ -51,6 +68,8 @@ class _SafeUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
+        if (module, name) in _FACTORIES:
+            return _FACTORIES[(module, name)]
         raise UnsafeDataError(
             f"pickle refers to {module}.{name}, which is not plain data; refusing to load it. "
             "If you trust this file, pass allow_unsafe_pickle=True (--allow-unsafe-pickle)",
@@ -85,8 +104,19 @@ def safe_loads(
                 str(e).removeprefix(f"{where}: "), path=path, position=where or None
             ) from None
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            IndexError, KeyError, MemoryError, OverflowError, ImportError, UnicodeError) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        MemoryError,
+        OverflowError,
+        ImportError,
+        UnicodeError,
+    ) as e:
         raise CorruptDataError(
             f"cannot unpickle: {type(e).__name__}: {e}", path=path, position=where or None
         ) from None

@@ -34,8 +34,15 @@ def is_validation(doc_id: str, fraction: float) -> bool:
     return (zlib.crc32(doc_id.encode()) % 10_000) < fraction * 10_000
 
 
-def run(out: Path, *, limit: int | None = None, seq_len: int = 2048, batch_size: int = 32,
-        steps: int = 200, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run(
+    out: Path,
+    *,
+    limit: int | None = None,
+    seq_len: int = 2048,
+    batch_size: int = 32,
+    steps: int = 200,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     tok = ByteTokenizer()
     t0 = time.perf_counter()
     docs = nbytes = 0
@@ -48,8 +55,7 @@ def run(out: Path, *, limit: int | None = None, seq_len: int = 2048, batch_size:
             nbytes += len(text.encode("utf-8", "surrogateescape"))
         counts = w.counts()
     t_write = time.perf_counter() - t0
-    log(f"tokenized {docs:,} documents ({nbytes / 1e6:.1f} MB) in {t_write:.1f} s "
-        f"-> {dst}")
+    log(f"tokenized {docs:,} documents ({nbytes / 1e6:.1f} MB) in {t_write:.1f} s -> {dst}")
     for split, (n, t) in counts.items():
         log(f"  {split}: {n:,} sequences, {t:,} tokens")
     problems = validate(dst)
@@ -65,12 +71,20 @@ def run(out: Path, *, limit: int | None = None, seq_len: int = 2048, batch_size:
         tokens += b["targets"].size
     dt = time.perf_counter() - t0
     first = loader.batch(0)
-    log(f"read {steps} shuffled packed batches of {batch_size}x{seq_len}: "
-        f"{tokens / dt / 1e6:.0f} Mtok/s ({steps * batch_size / dt:,.0f} rows/s)")
+    log(
+        f"read {steps} shuffled packed batches of {batch_size}x{seq_len}: "
+        f"{tokens / dt / 1e6:.0f} Mtok/s ({steps * batch_size / dt:,.0f} rows/s)"
+    )
     sample = tok.decode(first["targets"][0][:60])
     log(f"first row of step 0 starts: {sample!r}")
-    summary = {"documents": docs, "tokens": sum(t for _, t in counts.values()),
-               "bytes_on_disk": disk_usage(dst), "read_mtok_s": tokens / dt / 1e6}
-    log(f"summary: {summary['documents']:,} documents, {summary['tokens']:,} tokens, "
-        f"{summary['bytes_on_disk'] / 1e6:.1f} MB on disk, {summary['read_mtok_s']:.0f} Mtok/s")
+    summary = {
+        "documents": docs,
+        "tokens": sum(t for _, t in counts.values()),
+        "bytes_on_disk": disk_usage(dst),
+        "read_mtok_s": tokens / dt / 1e6,
+    }
+    log(
+        f"summary: {summary['documents']:,} documents, {summary['tokens']:,} tokens, "
+        f"{summary['bytes_on_disk'] / 1e6:.1f} MB on disk, {summary['read_mtok_s']:.0f} Mtok/s"
+    )
     return summary

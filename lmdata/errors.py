@@ -10,15 +10,15 @@ from __future__ import annotations
 import os
 
 __all__ = [
-    "LmdataError",
-    "FormatError",
     "CorruptDataError",
+    "DatasetNotFoundError",
+    "FormatError",
+    "InvalidInputError",
+    "LmdataError",
+    "MissingDependencyError",
+    "OutputExistsError",
     "UnsafeDataError",
     "ValidationError",
-    "InvalidInputError",
-    "MissingDependencyError",
-    "DatasetNotFoundError",
-    "OutputExistsError",
 ]
 
 

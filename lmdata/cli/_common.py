@@ -10,14 +10,25 @@ import numpy as np
 import orjson
 
 format_option = click.option(
-    "--format", "-f", "fmt", default=None, metavar="NAME",
-    help="The dataset's format; detected from the path when omitted.")
+    "--format",
+    "-f",
+    "fmt",
+    default=None,
+    metavar="NAME",
+    help="The dataset's format; detected from the path when omitted.",
+)
 split_option = click.option(
-    "--split", default=None, metavar="NAME",
-    help="Split to read where the format has splits (flat-tokens: train, validation).")
+    "--split",
+    default=None,
+    metavar="NAME",
+    help="Split to read where the format has splits (flat-tokens: train, validation).",
+)
 unsafe_pickle_option = click.option(
-    "--allow-unsafe-pickle", is_flag=True, default=False,
-    help="Trust pickles in the dataset (runs code they name). Off by default.")
+    "--allow-unsafe-pickle",
+    is_flag=True,
+    default=False,
+    help="Trust pickles in the dataset (runs code they name). Off by default.",
+)
 
 
 def _default(obj: Any) -> Any:
@@ -36,8 +47,12 @@ def _default(obj: Any) -> Any:
 
 def to_json_line(obj: Any) -> bytes:
     """One JSON line for any record lmdata reads (numpy as lists, bytes as base64)."""
-    return orjson.dumps(obj, default=_default,
-                        option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n"
+    return (
+        orjson.dumps(
+            obj, default=_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+        )
+        + b"\n"
+    )
 
 
 def human_bytes(n: int) -> str:

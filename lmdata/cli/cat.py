@@ -15,12 +15,23 @@ from lmdata.cli._common import format_option, split_option, to_json_line, unsafe
 @click.argument("path", type=click.Path(exists=True))
 @format_option
 @split_option
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=None,
-              help="Print at most this many records.")
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Print at most this many records.",
+)
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many first.")
 @unsafe_pickle_option
-def command(path: str, fmt: str | None, split: str | None, limit: int | None, offset: int,
-            allow_unsafe_pickle: bool) -> None:
+def command(
+    path: str,
+    fmt: str | None,
+    split: str | None,
+    limit: int | None,
+    offset: int,
+    allow_unsafe_pickle: bool,
+) -> None:
     """Print records as one JSON object per line.
 
     Token datasets print {"index": i, "tokens": [...]}; record datasets print each record
@@ -34,7 +45,7 @@ def command(path: str, fmt: str | None, split: str | None, limit: int | None, of
     block = 1024
     for lo in range(offset, stop, block):
         idx = np.arange(lo, min(lo + block, stop))
-        for i, rec in zip(idx.tolist(), reader.take(idx)):
+        for i, rec in zip(idx.tolist(), reader.take(idx), strict=True):
             if isinstance(rec, np.ndarray):
                 rec = {"index": i, "tokens": rec}
             out.write(to_json_line(rec))

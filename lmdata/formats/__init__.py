@@ -36,7 +36,11 @@ FORMATS: dict[str, str] = {
     "dolma": "lmdata.formats.dolma",
 }
 
-ALIASES: dict[str, str] = {"flat_tokens": "flat-tokens", "zarr": "flat-tokens", "pbin": "modalities"}
+ALIASES: dict[str, str] = {
+    "flat_tokens": "flat-tokens",
+    "zarr": "flat-tokens",
+    "pbin": "modalities",
+}
 
 
 def canonical(name: str) -> str:

@@ -35,7 +35,8 @@ class LoaderConfig:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
         if not 0 <= self.rank < self.world_size:
             raise InvalidInputError(
-                f"rank must be in [0, world_size={self.world_size}), got {self.rank}")
+                f"rank must be in [0, world_size={self.world_size}), got {self.rank}"
+            )
         if not 0 <= self.seed < 2**63:
             raise InvalidInputError(f"seed must be in [0, 2^63), got {self.seed}")
 
@@ -56,10 +57,22 @@ class Loader:
     (two reads); ``mask`` marks real tokens.
     """
 
-    def __init__(self, source: Any, *, seq_len: int, batch_size: int, packed: bool = True,
-                 shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 pad_id: int = 0, truncate: bool = True, start_step: int = 0,
-                 split: str | None = None) -> None:
+    def __init__(
+        self,
+        source: Any,
+        *,
+        seq_len: int,
+        batch_size: int,
+        packed: bool = True,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        pad_id: int = 0,
+        truncate: bool = True,
+        start_step: int = 0,
+        split: str | None = None,
+    ) -> None:
         if isinstance(source, (str, os.PathLike)):
             from lmdata._api import open as open_dataset
 
@@ -68,18 +81,19 @@ class Loader:
             if not hasattr(source, attr):
                 raise InvalidInputError(
                     f"the Loader needs a token-sequence reader; {type(source).__name__} has no "
-                    f"{attr!r} (tokenize the dataset first: `lmdata tokenize`)")
+                    f"{attr!r} (tokenize the dataset first: `lmdata tokenize`)"
+                )
         self.source = source
-        self.config = LoaderConfig(seq_len, batch_size, packed, shuffle, seed, rank,
-                                   world_size, pad_id, truncate)
+        self.config = LoaderConfig(
+            seq_len, batch_size, packed, shuffle, seed, rank, world_size, pad_id, truncate
+        )
         if packed:
             self.num_rows = source.num_tokens // seq_len
         else:
             self.num_rows = len(source)
         if self.num_rows == 0:
-            raise InvalidInputError(
-                f"the dataset has no {'rows of ' + str(seq_len) + ' tokens' if packed else 'sequences'}"
-                f" ({source.num_tokens} tokens)")
+            what = f"rows of {seq_len} tokens" if packed else "sequences"
+            raise InvalidInputError(f"the dataset has no {what} ({source.num_tokens} tokens)")
         self.step = start_step
         self._perms: dict[int, Permutation] = {}
 
@@ -94,8 +108,9 @@ class Loader:
     def rows(self, step: int) -> np.ndarray:
         """The row indices this rank reads at ``step``."""
         c = self.config
-        g = np.arange(c.batch_size, dtype=np.int64) + (step * self.global_batch
-                                                        + c.rank * c.batch_size)
+        g = np.arange(c.batch_size, dtype=np.int64) + (
+            step * self.global_batch + c.rank * c.batch_size
+        )
         epoch, j = np.divmod(g, self.num_rows)
         if not c.shuffle:
             return j
@@ -119,8 +134,9 @@ class Loader:
         c = self.config
         src = self.source
         if not c.packed:
-            return pad_sequences(src.take(rows), c.seq_len, pad_id=c.pad_id,
-                                 truncate=c.truncate, where=rows.tolist())
+            return pad_sequences(
+                src.take(rows), c.seq_len, pad_id=c.pad_id, truncate=c.truncate, where=rows.tolist()
+            )
         if hasattr(src, "packed_rows"):
             return expand_encoded(src.packed_rows(rows, c.seq_len))
         starts = rows * c.seq_len
@@ -142,5 +158,6 @@ class Loader:
             if k in state and state[k] != mine[k]:
                 raise InvalidInputError(
                     f"cannot resume: the saved state has {k}={state[k]!r} but this loader has "
-                    f"{mine[k]!r}; the data order would differ")
+                    f"{mine[k]!r}; the data order would differ"
+                )
         self.step = int(state["step"])

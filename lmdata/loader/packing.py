@@ -16,8 +16,14 @@ from lmdata.errors import InvalidInputError
 
 def expand_encoded(enc: np.ndarray) -> dict[str, np.ndarray]:
     """inputs/targets of packed rows stored flat-tokens style (``id*2 + start bit``)."""
-    targets = (enc >> 1).astype(np.int32)
-    return shift_inputs(targets, (enc & 1).astype(bool))
+    enc = np.asarray(enc, dtype=np.uint32)
+    targets = (enc >> 1).view(np.int32)  # ids are < 2^31
+    keep = enc & np.uint32(1)
+    keep -= np.uint32(1)  # all ones where a sequence continues, 0 at its start
+    inputs = np.empty_like(targets)
+    inputs[:, 0] = 0
+    np.bitwise_and(targets[:, :-1], keep[:, 1:].view(np.int32), out=inputs[:, 1:])
+    return {"inputs": inputs, "targets": targets, "is_start": keep == 0}
 
 
 def shift_inputs(targets: np.ndarray, is_start: np.ndarray) -> dict[str, np.ndarray]:
@@ -40,7 +46,11 @@ def starts_in_rows(boundaries: np.ndarray, row_starts: np.ndarray, seq_len: int)
 
 
 def pad_sequences(
-    seqs: Sequence[np.ndarray], seq_len: int, *, pad_id: int = 0, truncate: bool = True,
+    seqs: Sequence[np.ndarray],
+    seq_len: int,
+    *,
+    pad_id: int = 0,
+    truncate: bool = True,
     where: Sequence[int] | None = None,
 ) -> dict[str, np.ndarray]:
     """One sequence per row, right-padded with ``pad_id``; ``mask`` marks real tokens."""

@@ -39,8 +39,9 @@ class Permutation:
         self._half = bits // 2
         self._mask = np.uint64((1 << self._half) - 1)
         base = _mix(np.array([self.seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0]
-        self._keys = _mix(np.arange(1, self.ROUNDS + 1, dtype=np.uint64) * np.uint64(
-            0x9E3779B97F4A7C15) ^ base)
+        self._keys = _mix(
+            np.arange(1, self.ROUNDS + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ base
+        )
 
     def _feistel(self, x: np.ndarray) -> np.ndarray:
         h = np.uint64(self._half)

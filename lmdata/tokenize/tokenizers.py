@@ -68,8 +68,9 @@ class HFTokenizer:
         try:
             from tokenizers import Tokenizer as _T
         except ImportError:
-            raise MissingDependencyError("tokenizer.json files need `pip install tokenizers`"
-                                         ) from None
+            raise MissingDependencyError(
+                "tokenizer.json files need `pip install tokenizers`"
+            ) from None
         self.spec = str(path)
         try:
             self._tok = _T.from_file(self.spec)
@@ -98,10 +99,11 @@ def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer | None) -> Tokenizer
     if not p.exists():
         raise InvalidInputError(
             "tokenizer file not found (lmdata never downloads tokenizers; pass a local "
-            "tokenizer.json, or 'bytes')", path=p)
+            "tokenizer.json, or 'bytes')",
+            path=p,
+        )
     if p.is_dir() and (p / "tokenizer.json").is_file():
         p = p / "tokenizer.json"
     if p.suffix == ".json":
         return HFTokenizer(p)
-    raise InvalidInputError(
-        "unrecognised tokenizer file; use 'bytes' or a tokenizer.json", path=p)
+    raise InvalidInputError("unrecognised tokenizer file; use 'bytes' or a tokenizer.json", path=p)

@@ -17,7 +17,7 @@ from lmdata.storage import apparent_size, disk_usage
 
 KIND = "tokens"
 
-__all__ = ["FlatTokens", "KIND", "Writer", "detect", "info", "open", "validate"]
+__all__ = ["KIND", "FlatTokens", "Writer", "detect", "info", "open", "validate"]
 
 
 def open(path: str | os.PathLike[str], split: str | None = None, **options: Any) -> FlatTokens:

@@ -12,16 +12,10 @@ other object decoders are refused.
 
 from __future__ import annotations
 
-import bz2
 import json
-import lzma
 import mmap
 import os
-import struct
 import threading
-import zlib
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,17 +23,12 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, FormatError, UnsafeDataError
+from lmdata.formats.flat_tokens._codecs import crc32c_strip, v2_decoder, v3_decoder
 
 # A declared chunk larger than this is refused rather than allocated (hostile metadata).
 MAX_CHUNK_BYTES = 1 << 31
 DEFAULT_CACHE_BYTES = 256 << 20
 _MISSING = 2**64 - 1
-
-# numcodecs ids whose decode is a pure function of bytes (no pickle, no object arrays).
-_SAFE_NUMCODECS = {
-    "blosc", "zstd", "gzip", "zlib", "lz4", "bz2", "lzma", "delta", "crc32", "crc32c",
-    "adler32", "fletcher32", "shuffle", "astype", "fixedscaleoffset", "bitround", "quantize",
-}
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -82,192 +71,6 @@ def node_attrs(path: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# decoders
-
-
-def _numcodec(config: dict[str, Any], where: Path) -> Any:
-    import numcodecs
-
-    cid = config.get("id")
-    if cid not in _SAFE_NUMCODECS:
-        raise UnsafeDataError(
-            f"codec {cid!r} is not supported (allowed: {', '.join(sorted(_SAFE_NUMCODECS))})",
-            path=where,
-        )
-    try:
-        return numcodecs.get_codec(dict(config))
-    except (ValueError, TypeError, KeyError) as e:
-        raise FormatError(f"bad codec configuration {config}: {e}", path=where) from None
-
-
-def _bounded_decompress(cid: str, codec: Any, buf: bytes, limit: int) -> bytes:
-    """Decompress ``buf`` refusing to produce more than ``limit`` bytes."""
-    if cid == "blosc":
-        if len(buf) < 16:
-            raise ValueError("blosc header cut short")
-        nbytes, _blocksize, cbytes = struct.unpack_from("<III", buf, 4)
-        if nbytes > limit:
-            raise ValueError(f"blosc frame declares {nbytes} bytes, more than the chunk's {limit}")
-        if cbytes != len(buf):
-            raise ValueError(f"blosc frame declares {cbytes} compressed bytes, file has {len(buf)}")
-        return bytes(codec.decode(buf))
-    if cid == "zstd":
-        import zstandard
-
-        size = zstandard.frame_content_size(buf)
-        if size > limit:
-            raise ValueError(f"zstd frame declares {size} bytes, more than the chunk's {limit}")
-        dobj = zstandard.ZstdDecompressor().decompressobj()
-        out = dobj.decompress(buf)
-        if len(out) > limit:
-            raise ValueError("zstd frame decodes to more bytes than the chunk holds")
-        return out
-    if cid in ("gzip", "zlib"):
-        d = zlib.decompressobj(wbits=47 if cid == "gzip" else 15)
-        out = d.decompress(buf, limit + 1)
-        if len(out) > limit:
-            raise ValueError("stream decodes to more bytes than the chunk holds")
-        return out
-    if cid == "bz2":
-        d2 = bz2.BZ2Decompressor()
-        out = d2.decompress(buf, limit + 1)
-        if len(out) > limit:
-            raise ValueError("stream decodes to more bytes than the chunk holds")
-        return out
-    if cid == "lzma":
-        d3 = lzma.LZMADecompressor()
-        out = d3.decompress(buf, limit + 1)
-        if len(out) > limit:
-            raise ValueError("stream decodes to more bytes than the chunk holds")
-        return out
-    if cid == "lz4":
-        if len(buf) < 4:
-            raise ValueError("lz4 header cut short")
-        (size,) = struct.unpack_from("<I", buf, 0)
-        if size > limit:
-            raise ValueError(f"lz4 frame declares {size} bytes, more than the chunk's {limit}")
-        return bytes(codec.decode(buf))
-    out = codec.decode(buf)
-    return bytes(out)
-
-
-def _crc32c_strip(buf: bytes) -> bytes:
-    import google_crc32c  # type: ignore[import-not-found]  # noqa: F401  (zarr's own dependency)
-
-    if len(buf) < 4:
-        raise ValueError("crc32c checksum cut short")
-    data, stored = buf[:-4], struct.unpack("<I", buf[-4:])[0]
-    from google_crc32c import value as crc
-
-    if crc(data) != stored:
-        raise ValueError("crc32c checksum mismatch")
-    return data
-
-
-Decoder = Callable[[bytes], np.ndarray]
-
-
-def _v2_decoder(meta: dict[str, Any], dtype: np.dtype, chunk_len: int, where: Path) -> tuple[
-    Decoder | None, str
-]:
-    """(decoder, description) for a v2 array; decoder None means raw bytes (mmap-able)."""
-    comp = meta.get("compressor")
-    filters = meta.get("filters") or []
-    if not isinstance(filters, list):
-        raise FormatError("'filters' must be a list or null", path=where / ".zarray")
-    if comp is not None and not isinstance(comp, dict):
-        raise FormatError("'compressor' must be an object or null", path=where / ".zarray")
-    comp_codec = _numcodec(comp, where) if comp else None
-    filter_codecs = [_numcodec(f, where) for f in filters]
-    limit = chunk_len * dtype.itemsize
-    desc = ", ".join([f["id"] for f in filters] + ([comp["id"]] if comp else [])) or "none"
-    if comp_codec is None and not filter_codecs:
-        return None, desc
-
-    def decode(buf: bytes) -> np.ndarray:
-        data: Any = buf
-        if comp_codec is not None:
-            data = _bounded_decompress(comp["id"], comp_codec, buf, limit)
-        for f in reversed(filter_codecs):
-            data = f.decode(data)
-        arr = np.frombuffer(bytes(data) if not isinstance(data, np.ndarray) else data, np.uint8)
-        return arr
-
-    return decode, desc
-
-
-def _v3_decoder(codecs: list[Any], dtype: np.dtype, chunk_len: int, where: Path) -> tuple[
-    Decoder | None, str, dict[str, Any] | None
-]:
-    """(decoder, description, sharding config) for a v3 codec chain."""
-    names: list[str] = []
-    array_codecs: list[Any] = []
-    bytes_codecs: list[tuple[str, Any]] = []
-    endian = "little"
-    sharding = None
-    seen_bytes = False
-    for c in codecs:
-        if isinstance(c, str):
-            c = {"name": c}
-        if not isinstance(c, dict) or "name" not in c:
-            raise FormatError(f"bad codec entry {c!r}", path=where / "zarr.json")
-        name, conf = c["name"], c.get("configuration") or {}
-        names.append(name)
-        if name == "bytes":
-            endian = conf.get("endian", "little") or "little"
-            seen_bytes = True
-        elif name == "sharding_indexed":
-            sharding = conf
-            seen_bytes = True
-        elif name == "transpose":
-            continue  # a 1-D transpose is the identity
-        elif name in ("zstd", "gzip", "blosc", "crc32c"):
-            if not seen_bytes:
-                raise FormatError(f"codec {name} before the bytes codec", path=where)
-            if name == "crc32c":
-                bytes_codecs.append(("crc32c", None))
-            elif name == "blosc":
-                shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}.get(
-                    conf.get("shuffle", "noshuffle"), 0
-                )
-                bytes_codecs.append(("blosc", _numcodec({"id": "blosc", "cname": conf.get(
-                    "cname", "lz4"), "clevel": conf.get("clevel", 5), "shuffle": shuffle}, where)))
-            else:
-                bytes_codecs.append((name, _numcodec({"id": name}, where)))
-        elif name.startswith("numcodecs."):
-            cid = name.split(".", 1)[1]
-            codec = _numcodec({"id": cid, **conf}, where)
-            if seen_bytes:
-                bytes_codecs.append((cid, codec))
-            else:
-                array_codecs.append(codec)
-        else:
-            raise FormatError(f"unsupported zarr v3 codec {name!r}", path=where / "zarr.json")
-    desc = ", ".join(n for n in names if n not in ("bytes", "transpose")) or "none"
-    if sharding is not None:
-        return None, desc, sharding
-    limit = chunk_len * dtype.itemsize
-    if not array_codecs and not bytes_codecs and endian == "little":
-        return None, desc, None
-    swap = endian == "big"
-
-    def decode(buf: bytes) -> np.ndarray:
-        data: Any = buf
-        for cid, codec in reversed(bytes_codecs):
-            data = _crc32c_strip(data) if cid == "crc32c" else _bounded_decompress(
-                cid, codec, data, limit
-            )
-        arr = np.frombuffer(bytes(data), dtype=dtype.newbyteorder(">") if swap else dtype)
-        if swap:
-            arr = arr.astype(dtype)
-        for codec in reversed(array_codecs):
-            arr = np.asarray(codec.decode(arr.tobytes())).view(dtype)
-        return arr.view(np.uint8)
-
-    return decode, desc, None
-
-
-# --------------------------------------------------------------------------------------------
 # the array
 
 
@@ -287,8 +90,16 @@ class ArrayMeta:
 
 
 def _parse_dtype(raw: Any, where: Path) -> np.dtype:
-    v3names = {"uint8": "u1", "uint16": "u2", "uint32": "u4", "uint64": "u8", "int8": "i1",
-               "int16": "i2", "int32": "i4", "int64": "i8"}
+    v3names = {
+        "uint8": "u1",
+        "uint16": "u2",
+        "uint32": "u4",
+        "uint64": "u8",
+        "int8": "i1",
+        "int16": "i2",
+        "int32": "i4",
+        "int64": "i8",
+    }
     try:
         dt = np.dtype(v3names.get(raw, raw) if isinstance(raw, str) else raw)
     except TypeError:
@@ -326,9 +137,11 @@ class ZArray:
 
     def _init_cache(self) -> None:
         self._lock = threading.Lock()
-        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        # insertion-ordered dicts used as FIFO caches: cheap lookups on the hot path
+        self._cache: dict[int, np.ndarray] = {}
         self._cached = 0
-        self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._maps: dict[int, np.ndarray] = {}
+        self._views: dict[tuple[int, int], np.ndarray] = {}
 
     def _parse(self) -> None:
         p = self.path
@@ -346,7 +159,7 @@ class ZArray:
             if not order_ok:
                 raise FormatError(f"bad order {meta.get('order')!r}", path=where)
             self._storage_dtype = dtype
-            decode, desc = _v2_decoder(meta, dtype, max(chunk_len, 1), p)
+            decode, desc = v2_decoder(meta, dtype, max(chunk_len, 1), p)
             prefix = ""
         else:
             meta = read_json(p / "zarr.json")
@@ -360,8 +173,9 @@ class ZArray:
             )
             dtype = _parse_dtype(meta.get("data_type"), where)
             self._storage_dtype = dtype
-            decode, desc, sharding = _v3_decoder(meta.get("codecs") or [], dtype,
-                                                 max(chunk_len, 1), p)
+            decode, desc, sharding = v3_decoder(
+                meta.get("codecs") or [], dtype, max(chunk_len, 1), p
+            )
             enc = meta.get("chunk_key_encoding") or {"name": "default"}
             sep = (enc.get("configuration") or {}).get("separator", "/")
             prefix = f"c{sep}" if enc.get("name") == "default" else ""
@@ -381,12 +195,14 @@ class ZArray:
         if sharding is not None:
             shard_inner = _positive_int(sharding.get("chunk_shape"), "inner chunk_shape", where)
             if shard_inner == 0 or chunk_len % shard_inner:
-                raise FormatError("shard shape is not a multiple of the inner chunk shape",
-                                  path=where)
+                raise FormatError(
+                    "shard shape is not a multiple of the inner chunk shape", path=where
+                )
             if shard_inner * dtype.itemsize > MAX_CHUNK_BYTES:
                 raise UnsafeDataError("declared inner chunk is too large", path=where)
-            inner_decode, inner_desc, nested = _v3_decoder(
-                sharding.get("codecs") or [{"name": "bytes"}], dtype, shard_inner, p)
+            inner_decode, inner_desc, nested = v3_decoder(
+                sharding.get("codecs") or [{"name": "bytes"}], dtype, shard_inner, p
+            )
             if nested is not None:
                 raise FormatError("nested sharding is not supported", path=where)
             self._index_codecs = sharding.get("index_codecs") or []
@@ -394,12 +210,16 @@ class ZArray:
             decode = inner_decode
             desc = f"sharding({inner_desc})"
         self._decode = decode
-        self.meta = ArrayMeta(p, kind[0], length, chunk_len, dtype, int(fill), desc, prefix,
-                              shard_inner)
+        self.meta = ArrayMeta(
+            p, kind[0], length, chunk_len, dtype, int(fill), desc, prefix, shard_inner
+        )
         self.dtype = dtype.newbyteorder("=")
         self._unit = shard_inner or chunk_len  # the decodable unit
-        self.raw = decode is None and dtype.byteorder in ("<", "=", "|") and (
-            np.little_endian or dtype.itemsize == 1)
+        self.raw = (
+            decode is None
+            and dtype.byteorder in ("<", "=", "|")
+            and (np.little_endian or dtype.itemsize == 1)
+        )
 
     # ----------------------------------------------------------------------------------------
 
@@ -427,15 +247,12 @@ class ZArray:
         """Unit ``u`` as an array of ``dtype`` (a memory map or a cached decoded copy).
 
         The result may be longer than the part inside the array (zarr pads the last chunk).
+        Lookups take no lock (dict reads are atomic); only inserts and evictions do.
         """
-        with self._lock:
-            got = self._maps.get(u)
-            if got is None:
-                got = self._cache.get(u)
-                if got is not None:
-                    self._cache.move_to_end(u)
-            else:
-                self._maps.move_to_end(u)
+        got = self._maps.get(u)
+        if got is not None:
+            return got
+        got = self._cache.get(u)
         if got is not None:
             return got
         arr, mapped = self._load_unit(u)
@@ -443,14 +260,25 @@ class ZArray:
             if mapped:
                 self._maps[u] = arr
                 while len(self._maps) > 256:
-                    self._maps.popitem(last=False)
+                    self._maps.pop(next(iter(self._maps)))
+                    self._views.clear()
             else:
                 self._cache[u] = arr
                 self._cached += arr.nbytes
                 while self._cached > self._cache_bytes and len(self._cache) > 1:
-                    _, old = self._cache.popitem(last=False)
+                    old = self._cache.pop(next(iter(self._cache)))
                     self._cached -= old.nbytes
+                    self._views.clear()
         return arr
+
+    def _rows_view(self, u: int, length: int) -> np.ndarray:
+        """Unit ``u`` seen as rows of ``length`` items (cached while the unit is)."""
+        v = self._views.get((u, length))
+        if v is None:
+            a = self.unit_array(u)
+            v = a[: (len(a) // length) * length].reshape(-1, length)
+            self._views[(u, length)] = v
+        return v
 
     def _fill(self, n: int) -> np.ndarray:
         return np.full(n, self.meta.fill_value, dtype=self.dtype)
@@ -466,7 +294,9 @@ class ZArray:
                 if size < need * self.dtype.itemsize:
                     raise CorruptDataError(
                         f"chunk file has {size} bytes, needs {need * self.dtype.itemsize}",
-                        path=f, position=f"chunk {u}")
+                        path=f,
+                        position=f"chunk {u}",
+                    )
                 if size == 0:
                     return self._fill(0), False
                 with open(f, "rb") as fh:
@@ -478,8 +308,9 @@ class ZArray:
         except FileNotFoundError:
             return self._fill(need), False
         except OSError as e:
-            raise CorruptDataError(f"cannot read chunk: {e}", path=f, position=f"chunk {u}"
-                                   ) from None
+            raise CorruptDataError(
+                f"cannot read chunk: {e}", path=f, position=f"chunk {u}"
+            ) from None
         return self._decode_buf(buf, need, f, f"chunk {u}"), False
 
     def _decode_buf(self, buf: bytes, need: int, f: Path, pos: str) -> np.ndarray:
@@ -491,13 +322,16 @@ class ZArray:
         except CorruptDataError:
             raise
         except Exception as e:  # codec libraries raise anything from RuntimeError to ValueError
-            raise CorruptDataError(f"cannot decode chunk ({self.meta.codecs}): {e}", path=f,
-                                   position=pos) from None
+            raise CorruptDataError(
+                f"cannot decode chunk ({self.meta.codecs}): {e}", path=f, position=pos
+            ) from None
         nbytes = raw.nbytes
         if nbytes % self._storage_dtype.itemsize or nbytes < need * self.dtype.itemsize:
             raise CorruptDataError(
                 f"chunk decodes to {nbytes} bytes, needs {need * self.dtype.itemsize}",
-                path=f, position=pos)
+                path=f,
+                position=pos,
+            )
         arr = raw.view(self._storage_dtype)[: self._unit]
         if arr.dtype != self.dtype:
             arr = arr.astype(self.dtype)
@@ -511,22 +345,26 @@ class ZArray:
         try:
             with open(f, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
-                crc = any((c if isinstance(c, str) else c.get("name")) == "crc32c"
-                          for c in self._index_codecs)
+                crc = any(
+                    (c if isinstance(c, str) else c.get("name")) == "crc32c"
+                    for c in self._index_codecs
+                )
                 isize = per * 16 + (4 if crc else 0)
                 if size < isize:
-                    raise CorruptDataError(f"shard file of {size} bytes has no full index",
-                                           path=f, position=pos)
+                    raise CorruptDataError(
+                        f"shard file of {size} bytes has no full index", path=f, position=pos
+                    )
                 index_raw = os.pread(fh.fileno(), isize, size - isize if self._index_end else 0)
                 if crc:
-                    index_raw = _crc32c_strip(index_raw)
+                    index_raw = crc32c_strip(index_raw)
                 index = np.frombuffer(index_raw, "<u8").reshape(per, 2)
                 off, nb = int(index[j, 0]), int(index[j, 1])
                 if off == _MISSING and nb == _MISSING:
                     return self._fill(need)
                 if off + nb > size or nb > MAX_CHUNK_BYTES:
-                    raise CorruptDataError(f"index points past the shard ({off}+{nb} > {size})",
-                                           path=f, position=pos)
+                    raise CorruptDataError(
+                        f"index points past the shard ({off}+{nb} > {size})", path=f, position=pos
+                    )
                 buf = os.pread(fh.fileno(), nb, off)
         except FileNotFoundError:
             return self._fill(need)
@@ -546,14 +384,14 @@ class ZArray:
         first, last = start // unit, (stop - 1) // unit
         if first == last:
             a = self.unit_array(first)
-            return np.array(a[start - first * unit: stop - first * unit])
+            return np.array(a[start - first * unit : stop - first * unit])
         out = np.empty(stop - start, dtype=self.dtype)
         pos = 0
         for u in range(first, last + 1):
             a = self.unit_array(u)
             lo = max(start, u * unit) - u * unit
             hi = min(stop, (u + 1) * unit) - u * unit
-            out[pos: pos + hi - lo] = a[lo:hi]
+            out[pos : pos + hi - lo] = a[lo:hi]
             pos += hi - lo
         return out
 
@@ -564,18 +402,17 @@ class ZArray:
         if length == 0 or len(starts) == 0:
             return out
         unit = self._unit
-        u0 = starts // unit
-        inside = (starts + length - 1) // unit == u0
-        aligned = unit % length == 0
-        if aligned and inside.all():
-            # the common case: rows never straddle a unit, so each unit is one fancy gather
-            off = starts - u0 * unit
-            if np.all(off % length == 0):
-                for u in np.unique(u0):
-                    sel = np.nonzero(u0 == u)[0]
-                    a = self.unit_array(int(u))
-                    rows = a[: (len(a) // length) * length].reshape(-1, length)
-                    out[sel] = rows[off[sel] // length]
+        if unit % length == 0:
+            u0, off = np.divmod(starts, unit)
+            k, rem = np.divmod(off, length)
+            if not rem.any():
+                # the common case: rows aligned to the row length never straddle a unit
+                views = self._views
+                for i, (u, kk) in enumerate(zip(u0.tolist(), k.tolist(), strict=True)):
+                    v = views.get((u, length))
+                    if v is None:
+                        v = self._rows_view(u, length)
+                    out[i] = v[kk]
                 return out
         for i, s in enumerate(starts.tolist()):
             out[i] = self.read(s, s + length)

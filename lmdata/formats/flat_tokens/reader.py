@@ -106,8 +106,9 @@ class FlatTokens:
         self.seq_starts = ZArray(self.dir / "seq_starts", max(cache_bytes // 8, 1 << 20))
         self._max_token_id = read_max_token_id(self.dir)
         if len(self.seq_starts) < 1:
-            raise CorruptDataError("seq_starts is empty; it must hold at least [0]",
-                                   path=self.seq_starts.path)
+            raise CorruptDataError(
+                "seq_starts is empty; it must hold at least [0]", path=self.seq_starts.path
+            )
         self._boundaries: np.ndarray | None = None
 
     def __repr__(self) -> str:
@@ -143,7 +144,8 @@ class FlatTokens:
             raise CorruptDataError(
                 f"seq_starts[{i}:{i + 2}] = [{a}, {b}] is not a range inside the "
                 f"{self.num_tokens} tokens; run `lmdata validate`",
-                path=self.seq_starts.path, position=f"index {i}",
+                path=self.seq_starts.path,
+                position=f"index {i}",
             )
         return a, b
 
@@ -168,7 +170,7 @@ class FlatTokens:
             flat = self.tokens.read(int(starts[0]), int(starts[-1])) >> 1
             rel = starts - starts[0]
             for j in range(hi - lo):
-                yield flat[rel[j]: rel[j + 1]]
+                yield flat[rel[j] : rel[j + 1]]
 
     def span(self, start: int, stop: int) -> np.ndarray:
         return self.tokens.read(start, stop) >> 1

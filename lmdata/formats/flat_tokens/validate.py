@@ -82,7 +82,9 @@ def _check_split(d: Path, split: str, rep: _Report) -> None:
         rep.add("array", f"{split}/seq_starts: {e}")
         return
     if tokens.meta.dtype != np.dtype("<u4"):
-        rep.add("dtype", f"{split}/{tok_dir.name}: dtype {tokens.meta.dtype} (the spec says uint32)")
+        rep.add(
+            "dtype", f"{split}/{tok_dir.name}: dtype {tokens.meta.dtype} (the spec says uint32)"
+        )
     if starts.meta.dtype != np.dtype("<u8"):
         rep.add("dtype", f"{split}/seq_starts: dtype {starts.meta.dtype} (the spec says uint64)")
     n_tok = len(tokens)
@@ -98,12 +100,18 @@ def _check_split(d: Path, split: str, rep: _Report) -> None:
     if ss[0] != 0:
         rep.add("starts", f"{sname}[0]: is {int(ss[0])}, must be 0")
     if ss[-1] != n_tok:
-        rep.add("starts", f"{sname}[{len(ss) - 1}]: last entry is {int(ss[-1])}, must equal "
-                f"the token count {n_tok}")
+        rep.add(
+            "starts",
+            f"{sname}[{len(ss) - 1}]: last entry is {int(ss[-1])}, must equal "
+            f"the token count {n_tok}",
+        )
     dec = np.nonzero(ss[1:] < ss[:-1])[0]
     for i in dec[:MAX_REPORTED]:
-        rep.add("order", f"{sname}[{i + 1}]: {int(ss[i + 1])} is less than the entry before "
-                f"it, {int(ss[i])} (seq_starts must never decrease)")
+        rep.add(
+            "order",
+            f"{sname}[{i + 1}]: {int(ss[i + 1])} is less than the entry before "
+            f"it, {int(ss[i])} (seq_starts must never decrease)",
+        )
     for _ in dec[MAX_REPORTED:]:
         rep.add("order", "")
     # the positions that must carry a start bit: starts of non-empty sequences
@@ -119,7 +127,7 @@ def _check_split(d: Path, split: str, rep: _Report) -> None:
             rep.add("read", f"{tname}: {e}")
             continue
         bits = np.nonzero(chunk & 1)[0] + lo
-        want = expected[np.searchsorted(expected, lo): np.searchsorted(expected, hi)]
+        want = expected[np.searchsorted(expected, lo) : np.searchsorted(expected, hi)]
         if not np.array_equal(bits, want):
             extra = np.setdiff1d(bits, want)
             missing = np.setdiff1d(want, bits)
@@ -131,5 +139,8 @@ def _check_split(d: Path, split: str, rep: _Report) -> None:
             ids = chunk >> 1
             over = np.nonzero(ids > max_id)[0]
             for i in over[:MAX_REPORTED]:
-                rep.add("ids", f"{tname}[{lo + i}]: token id {int(ids[i])} is greater than "
-                        f"max_token_id {max_id}")
+                rep.add(
+                    "ids",
+                    f"{tname}[{lo + i}]: token id {int(ids[i])} is greater than "
+                    f"max_token_id {max_id}",
+                )

@@ -34,8 +34,9 @@ _DELTA = {"id": "delta", "dtype": "<i8", "astype": "<i8"}
 
 def dump_json(obj: Any) -> bytes:
     """JSON exactly as zarr-python 2 writes metadata (4-space indent, sorted, no newline)."""
-    return json.dumps(obj, indent=4, sort_keys=True, ensure_ascii=True,
-                      separators=(",", ": ")).encode()
+    return json.dumps(
+        obj, indent=4, sort_keys=True, ensure_ascii=True, separators=(",", ": ")
+    ).encode()
 
 
 def parse_compression(compression: str | None) -> dict[str, Any] | None:
@@ -59,17 +60,32 @@ def parse_compression(compression: str | None) -> dict[str, Any] | None:
 class _ArrayWriter:
     """Appends to one 1-D zarr v2 array, writing each chunk when it is full."""
 
-    def __init__(self, path: Path, dtype: str, chunk_len: int, fill_value: int | None,
-                 compressor: dict[str, Any] | None, filters: list[dict[str, Any]] | None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        dtype: str,
+        chunk_len: int,
+        fill_value: int | None,
+        compressor: dict[str, Any] | None,
+        filters: list[dict[str, Any]] | None,
+    ) -> None:
         import numcodecs
 
         self.path = path
         path.mkdir(parents=True)
         self.dtype = np.dtype(dtype)
         self.chunk_len = chunk_len
-        self.meta = {"chunks": [chunk_len], "compressor": compressor,
-                     "dimension_separator": ".", "dtype": dtype, "fill_value": fill_value,
-                     "filters": filters, "order": "C", "shape": [0], "zarr_format": 2}
+        self.meta = {
+            "chunks": [chunk_len],
+            "compressor": compressor,
+            "dimension_separator": ".",
+            "dtype": dtype,
+            "fill_value": fill_value,
+            "filters": filters,
+            "order": "C",
+            "shape": [0],
+            "zarr_format": 2,
+        }
         self._comp = numcodecs.get_codec(dict(compressor)) if compressor else None
         self._filters = [numcodecs.get_codec(dict(f)) for f in filters or []]
         self.buf = np.zeros(chunk_len, dtype=self.dtype)
@@ -82,7 +98,7 @@ class _ArrayWriter:
         n = len(values)
         while pos < n:
             take = min(n - pos, self.chunk_len - self.fill)
-            self.buf[self.fill: self.fill + take] = values[pos: pos + take]
+            self.buf[self.fill : self.fill + take] = values[pos : pos + take]
             self.fill += take
             pos += take
             if self.fill == self.chunk_len:
@@ -93,7 +109,7 @@ class _ArrayWriter:
         if self.fill == 0:
             return
         if self.fill < self.chunk_len:
-            self.buf[self.fill:] = 0  # zarr v2 chunks are always full size
+            self.buf[self.fill :] = 0  # zarr v2 chunks are always full size
         f = self.path / str(self.chunk)
         if self._comp is None and not self._filters:
             with open(f, "wb") as fh:
@@ -117,15 +133,27 @@ class _ArrayWriter:
 
 
 class _SplitWriter:
-    def __init__(self, path: Path, chunk_tokens: int, seq_starts_chunk: int,
-                 compressor: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        chunk_tokens: int,
+        seq_starts_chunk: int,
+        compressor: dict[str, Any] | None,
+    ) -> None:
         path.mkdir()
         (path / ".zgroup").write_bytes(dump_json({"zarr_format": 2}))
         self.path = path
-        self.tokens = _ArrayWriter(path / "encoded_tokens", "<u4", chunk_tokens, None,
-                                   compressor, None)
-        self.starts = _ArrayWriter(path / "seq_starts", "<u8", seq_starts_chunk, 0,
-                                   compressor, [_DELTA] if compressor else None)
+        self.tokens = _ArrayWriter(
+            path / "encoded_tokens", "<u4", chunk_tokens, None, compressor, None
+        )
+        self.starts = _ArrayWriter(
+            path / "seq_starts",
+            "<u8",
+            seq_starts_chunk,
+            0,
+            compressor,
+            [_DELTA] if compressor else None,
+        )
         self.starts.append(np.zeros(1, dtype=np.uint64))
         self.max_id = 0
         self.sequences = 0

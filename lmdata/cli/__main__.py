@@ -1,0 +1,3 @@
+from lmdata.cli.main import main
+
+main()

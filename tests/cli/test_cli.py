@@ -1,0 +1,90 @@
+"""The CLI verbs that work for every format: info, validate, cat (and the demo)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from lmdata.cli.main import cli
+from lmdata.formats.flat_tokens import Writer
+
+SPEC = Path(__file__).parent.parent / "data" / "flat_tokens" / "spec_example.zarr"
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_every_verb_has_help():
+    res = run("--help")
+    assert res.exit_code == 0
+    verbs = [line.split()[0] for line in res.output.split("Commands:")[1].strip().splitlines()]
+    assert {"info", "validate", "cat"} <= set(verbs)
+    for v in verbs:
+        r = run(v, "--help")
+        assert r.exit_code == 0 and "Usage:" in r.output, v
+
+
+def test_info_text_and_json():
+    res = run("info", str(SPEC))
+    assert res.exit_code == 0
+    assert "format: flat-tokens" in res.output and "codecs: blosc" in res.output
+    data = json.loads(run("info", "--json", str(SPEC)).output)
+    assert data["splits"]["train"]["sequences"] == 3
+    assert data["splits"]["validation"]["max_token_id"] == 9
+    assert data["bytes_on_disk"] > 0
+
+
+def test_cat_prints_json_lines():
+    res = run("cat", str(SPEC), "--split", "validation")
+    lines = [orjson.loads(x) for x in res.output.splitlines()]
+    assert lines == [{"index": 0, "tokens": [5]}, {"index": 1, "tokens": [9, 9, 9, 9]}]
+    res = run("cat", str(SPEC), "--limit", "1", "--offset", "1")
+    assert [orjson.loads(x) for x in res.output.splitlines()] == [{"index": 1, "tokens": [3, 4, 5]}]
+
+
+def test_validate_exit_status(tmp_path):
+    assert run("validate", str(SPEC)).exit_code == 0
+    p = tmp_path / "d.zarr"
+    with Writer(p) as w:
+        w.write([1, 2, 3])
+    (p / "train" / ".zattrs").write_text('{"max_token_id": 1}')
+    res = CliRunner().invoke(cli, ["validate", str(p)])
+    assert res.exit_code == 1
+    assert "greater than max_token_id 1" in res.output
+
+
+def test_errors_are_one_line_not_tracebacks(tmp_path):
+    (tmp_path / "x").mkdir()
+    res = CliRunner().invoke(cli, ["info", str(tmp_path / "x")])
+    assert res.exit_code == 2
+    assert res.output.startswith("error: ") and "Traceback" not in res.output
+    assert "cannot tell the format" in res.output
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lmdata.cli",
+            "demo",
+            "--out",
+            str(tmp_path),
+            "--limit",
+            "40",
+            "--steps",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "validate: ok" in out.stdout and "40 documents" in out.stdout
