@@ -1,0 +1,31 @@
+"""``lmdata index FILE.jsonl``: the raw index modalities reads (``FILE.idx``)."""
+
+from __future__ import annotations
+
+import click
+
+from lmdata.formats.modalities_jsonl import build_index
+
+
+@click.command("index")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--index-path", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the index (default: FILE's stem + .idx beside it).")
+@click.option("--skip-invalid", is_flag=True,
+              help="Leave lines that are not JSON out of the index (counted) instead of failing.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing index.")
+def command(path: str, index_path: str | None, skip_invalid: bool, overwrite: bool) -> None:
+    """Index the lines of a JSONL file for O(1) random access.
+
+    Writes the pickled list of (byte offset, byte length) that modalities' create_raw_index
+    writes, byte for byte. Lines end at newline bytes only. A line that is not JSON stops the
+    run with its line number and byte offset, and no index is written, unless --skip-invalid.
+    """
+    result = build_index(path, index_path, skip_invalid=skip_invalid, overwrite=overwrite)
+    click.echo(f"indexed {result.documents:,} documents -> {result.index_path}")
+    if result.skipped:
+        click.echo(f"skipped {len(result.skipped):,} invalid lines:", err=True)
+        for s in result.skipped[:10]:
+            click.echo(f"  line {s.line} (byte {s.offset}): {s.reason}", err=True)
+        if len(result.skipped) > 10:
+            click.echo(f"  ... and {len(result.skipped) - 10:,} more", err=True)

@@ -1,0 +1,61 @@
+"""modalities: packed ``.pbin`` token files of the Modalities framework (0.4.0 and later).
+
+The verbs every format has (:func:`detect`, :func:`open`, :class:`Writer`, :func:`validate`,
+:func:`info`), plus :func:`merge` for ``lmdata merge`` and the origin's dataset views in
+:mod:`lmdata.formats.modalities.views`. The raw JSONL + ``.idx`` side is the format
+``modalities-jsonl`` (:mod:`lmdata.formats.modalities_jsonl`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lmdata.formats.modalities.layout import HEADER_SIZE, width_for_vocab
+from lmdata.formats.modalities.merge import merge
+from lmdata.formats.modalities.reader import PackedTokens, read_header, sniff
+from lmdata.formats.modalities.validate import validate
+from lmdata.formats.modalities.writer import EOD_POLICY, Writer, eod_policy
+from lmdata.storage import disk_usage
+
+KIND = "tokens"
+SUFFIX = ".pbin"
+
+__all__ = [
+    "EOD_POLICY",
+    "HEADER_SIZE",
+    "KIND",
+    "PackedTokens",
+    "Writer",
+    "detect",
+    "eod_policy",
+    "info",
+    "merge",
+    "open",
+    "read_header",
+    "validate",
+    "width_for_vocab",
+]
+
+
+def detect(path: str | os.PathLike[str]) -> bool:
+    """A file whose header matches its size and whose tail is a pickle (any suffix)."""
+    p = Path(path)
+    return p.is_file() and sniff(p)
+
+
+def open(path: str | os.PathLike[str], **options: Any) -> PackedTokens:
+    """The reader of a ``.pbin`` (options: allow_unsafe_pickle, repair_origin_merge)."""
+    options.pop("split", None)
+    return PackedTokens(path, **options)
+
+
+def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    options.pop("split", None)
+    with PackedTokens(path, **options) as r:
+        out: dict[str, Any] = {"format": "modalities", "path": str(r.path)}
+        out.update(r.info())
+    out["bytes_on_disk"] = disk_usage(path)
+    out["apparent_bytes"] = Path(path).stat().st_size
+    return out

@@ -1,0 +1,326 @@
+"""Reading ``.pbin`` files: the header and token data memory-mapped, the index checked."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import CorruptDataError
+from lmdata.formats.modalities.layout import (
+    HEADER_SIZE,
+    PbinHeader,
+    SpanIndex,
+    header_problems,
+    load_span_index,
+    parse_header,
+)
+from lmdata.protocols import normalize_index, normalize_indices
+from lmdata.storage import require_exists
+
+# modalities' merge_packed_data shifts the index of every later file by (data_len - 12) instead
+# of data_len, so each file boundary shows up as an overlap of 12 bytes (24 after an empty file).
+ORIGIN_MERGE_SHIFT = HEADER_SIZE
+
+
+def read_header(path: str | os.PathLike[str]) -> PbinHeader:
+    """The checked header of the ``.pbin`` at ``path`` (positional read, no mapping)."""
+    p = require_exists(path)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        raw = os.pread(fd, HEADER_SIZE, 0)
+    finally:
+        os.close(fd)
+    return parse_header(raw, size, p)
+
+
+def sniff(path: Path) -> bool:
+    """True when ``path`` holds a consistent header followed by a pickle (cheap)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        raw = os.pread(fd, HEADER_SIZE, 0)
+        if header_problems(raw, size):
+            return False
+        start = HEADER_SIZE + int.from_bytes(raw[:8], "little")
+        head = os.pread(fd, 1, start)
+        tail = os.pread(fd, 1, size - 1) if size else b""
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    # pickles of protocol 2+ start with PROTO (0x80) and end with STOP (".")
+    return head == b"\x80" and tail == b"."
+
+
+class PbinData:
+    """The header and the token data of a ``.pbin``, memory-mapped on first use.
+
+    Picklable: the mapping is dropped and re-created in the receiving process.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = require_exists(path)
+        self.header = read_header(self.path)
+        self._tokens: np.ndarray | None = None
+
+    @property
+    def token_width(self) -> int:
+        return self.header.token_width
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.header.dtype
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The whole data segment as a read-only array of the stored dtype (zero copy)."""
+        if self._tokens is None:
+            h = self.header
+            if h.data_len == 0:
+                self._tokens = np.zeros(0, dtype=h.dtype)
+            else:
+                with open(self.path, "rb") as f:
+                    mm = mmap.mmap(f.fileno(), h.index_start, access=mmap.ACCESS_READ)
+                self._tokens = np.frombuffer(mm, dtype=h.dtype, count=h.num_tokens,
+                                             offset=HEADER_SIZE)
+        return self._tokens
+
+    def read_index_bytes(self) -> bytes:
+        h = self.header
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return os.pread(fd, h.file_size - h.index_start, h.index_start)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        self._tokens = None  # the mapping closes when the last array viewing it goes
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_tokens"] = None
+        return state
+
+
+def undo_origin_merge_shift(index: SpanIndex, data_len: int) -> SpanIndex | None:
+    """The corrected index of a file written by modalities' merge, or None if it is not one.
+
+    Only the exact pattern the origin's bug produces is repaired: every discontinuity is an
+    overlap of a multiple of 12 bytes, and shifting by them ends the index at ``data_len``.
+    """
+    if len(index) == 0:
+        return None
+    offs, ends = index.offsets, index.ends
+    overlap = ends[:-1] - offs[1:]
+    breaks = overlap != 0
+    if not breaks.any() or offs[0] > 0 or (-offs[0]) % ORIGIN_MERGE_SHIFT:
+        return None
+    if (overlap[breaks] < 0).any() or (overlap[breaks] % ORIGIN_MERGE_SHIFT).any():
+        return None
+    shift = np.concatenate([[-offs[0]], -offs[0] + np.cumsum(overlap)])
+    fixed = SpanIndex(offs + shift, index.lengths.copy())
+    if fixed.offsets[0] != 0 or int(fixed.ends[-1]) != data_len:
+        return None
+    return fixed
+
+
+def check_spans(index: SpanIndex, header: PbinHeader, path: Path) -> None:
+    """Every span aligned to the token width and inside the data segment, or CorruptDataError."""
+    w = header.token_width
+    offs, lens = index.offsets, index.lengths
+    bad = np.flatnonzero((offs % w != 0) | (lens % w != 0))
+    if len(bad):
+        i = int(bad[0])
+        raise CorruptDataError(
+            f"document {i} has offset {offs[i]} and length {lens[i]} bytes, which are not "
+            f"multiples of the token width {w}; run `lmdata validate`",
+            path=path, position="index")
+    bad = np.flatnonzero((offs < 0) | (offs + lens > header.data_len))
+    if len(bad):
+        i = int(bad[0])
+        raise CorruptDataError(
+            f"document {i} spans bytes {offs[i]}..{offs[i] + lens[i]}, outside the "
+            f"{header.data_len} bytes of token data; run `lmdata validate`",
+            path=path, position="index")
+
+
+class PackedTokens:
+    """A ``.pbin`` file as a token-sequence reader.
+
+    Document ``i`` is its tokens as stored (end-of-document token included), in the stored
+    dtype (uint8, uint16 or uint32). Boundaries come from the index, never from EOD tokens.
+    Files written by modalities' buggy ``merge_packed_data`` are read with corrected offsets
+    (``repaired_origin_merge`` tells); ``repair_origin_merge=False`` refuses them instead.
+    """
+
+    format = "modalities"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        allow_unsafe_pickle: bool = False,
+        repair_origin_merge: bool = True,
+    ) -> None:
+        self.data = PbinData(path)
+        self.path = self.data.path
+        h = self.data.header
+        index = load_span_index(self.data.read_index_bytes(), path=self.path,
+                                where="index", allow_unsafe=allow_unsafe_pickle)
+        self.repaired_origin_merge = False
+        if repair_origin_merge:
+            fixed = undo_origin_merge_shift(index, h.data_len)
+            if fixed is not None:
+                index = fixed
+                self.repaired_origin_merge = True
+        check_spans(index, h, self.path)
+        w = h.token_width
+        self._starts = index.offsets // w
+        self._lens = index.lengths // w
+        n = len(index)
+        self.contiguous = bool(
+            n == 0 or (self._starts[0] == 0 and (self._starts[1:] == self._starts[:-1]
+                                                  + self._lens[:-1]).all()))
+        b = np.zeros(n + 1, dtype=np.uint64)
+        np.cumsum(self._lens, out=b[1:])
+        self._boundaries = b
+        self._max_token_id: int | None = None
+
+    def __repr__(self) -> str:
+        return f"PackedTokens({str(self.path)!r})"
+
+    @property
+    def header(self) -> PbinHeader:
+        return self.data.header
+
+    @property
+    def token_width(self) -> int:
+        return self.data.token_width
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The whole token data segment (zero copy), index or not."""
+        return self.data.tokens
+
+    @property
+    def doc_starts(self) -> np.ndarray:
+        """Where each document starts in the data segment, in tokens (int64)."""
+        return self._starts
+
+    @property
+    def doc_lengths(self) -> np.ndarray:
+        """Each document's length in tokens (int64)."""
+        return self._lens
+
+    # ---- the TokenSequences protocol -------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self._boundaries[-1])
+
+    @property
+    def boundaries(self) -> np.ndarray:
+        return self._boundaries
+
+    @property
+    def max_token_id(self) -> int:
+        """The largest id stored (scans the data once, then cached)."""
+        if self._max_token_id is None:
+            t = self.tokens
+            m = 0
+            step = 1 << 24
+            for lo in range(0, len(t), step):
+                m = max(m, int(t[lo: lo + step].max()))
+            self._max_token_id = m
+        return self._max_token_id
+
+    def doc_range(self, index: int) -> tuple[int, int]:
+        """(start, stop) of document ``index`` in token positions of the data segment."""
+        i = normalize_index(index, len(self))
+        a = int(self._starts[i])
+        return a, a + int(self._lens[i])
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        a, b = self.doc_range(index)
+        return np.array(self.tokens[a:b])
+
+    def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
+        idx = normalize_indices(indices, len(self))
+        t = self.tokens
+        starts = self._starts[idx].tolist()
+        stops = (self._starts[idx] + self._lens[idx]).tolist()
+        return [np.array(t[a:b]) for a, b in zip(starts, stops, strict=True)]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        block = 4096
+        for lo in range(0, len(self), block):
+            yield from self.take(np.arange(lo, min(lo + block, len(self))))
+
+    def span(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``start:stop`` of the concatenation of the documents in index order."""
+        n = self.num_tokens
+        if not 0 <= start <= stop <= n:
+            raise IndexError(f"span [{start}, {stop}) is outside the {n} tokens")
+        if self.contiguous:
+            return np.array(self.tokens[start:stop])
+        # the index is reordered or has gaps: gather the pieces document by document
+        b = self._boundaries.astype(np.int64)
+        first = int(np.searchsorted(b, start, side="right")) - 1
+        out = []
+        pos = start
+        d = first
+        while pos < stop:
+            lo, hi = int(b[d]), int(b[d + 1])
+            a = int(self._starts[d]) + (pos - lo)
+            take = min(stop, hi) - pos
+            out.append(self.tokens[a: a + take])
+            pos += take
+            d += 1
+        return np.concatenate(out) if out else np.zeros(0, dtype=self.dtype)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.data.close()
+
+    def __enter__(self) -> PackedTokens:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def info(self) -> dict[str, Any]:
+        h = self.header
+        lens = self._lens
+        return {
+            "documents": len(self),
+            "tokens": self.num_tokens,
+            "token_width": h.token_width,
+            "dtype": str(h.dtype),
+            "max_token_id": self.max_token_id,
+            "data_bytes": h.data_len,
+            "index_bytes": h.file_size - h.index_start,
+            "tokens_outside_documents": h.num_tokens - int(lens.sum()) if self.contiguous
+            else None,
+            "longest_document": int(lens.max()) if len(lens) else 0,
+            "empty_documents": int((lens == 0).sum()),
+            "contiguous_index": self.contiguous,
+            "repaired_origin_merge_offsets": self.repaired_origin_merge,
+        }
+

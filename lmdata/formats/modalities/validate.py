@@ -1,0 +1,96 @@
+"""Every rule of the ``.pbin`` layout checked, each problem reported with its place."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.formats.modalities.layout import HEADER_SIZE, header_problems, load_span_index
+from lmdata.formats.modalities.reader import PbinData, undo_origin_merge_shift
+
+MAX_REPORTED = 20
+
+
+def validate(
+    path: str | os.PathLike[str],
+    *,
+    eod_id: int | None = None,
+    allow_unsafe_pickle: bool = False,
+    **_: object,
+) -> list[str]:
+    """All problems in the ``.pbin`` at ``path`` (empty when valid).
+
+    With ``eod_id``, also every document that does not end with it.
+    """
+    p = Path(path)
+    size = p.stat().st_size
+    with p.open("rb") as f:
+        raw = f.read(HEADER_SIZE)
+        problems = [f"header: {m}" for m in header_problems(raw, size)]
+        if problems:
+            return problems
+        data_len = int.from_bytes(raw[:8], "little")
+        width = int.from_bytes(raw[8:12], "little")
+        f.seek(HEADER_SIZE + data_len)
+        index_bytes = f.read()
+    try:
+        index = load_span_index(index_bytes, path=p, where="index",
+                                allow_unsafe=allow_unsafe_pickle)
+    except LmdataError as e:
+        return [str(e)]
+    out: list[str] = []
+    counts: dict[str, int] = {}
+
+    def add(kind: str, msg: str) -> None:
+        counts[kind] = counts.get(kind, 0) + 1
+        if counts[kind] <= MAX_REPORTED:
+            out.append(msg)
+
+    fixed = undo_origin_merge_shift(index, data_len)
+    if fixed is not None:
+        files = int(np.count_nonzero(index.offsets[1:] != index.ends[:-1])) + 1
+        add("merge", f"index: offsets are 12 bytes too low per earlier input file ({files} "
+            "files), the bug of modalities' merge_packed_data; lmdata reads the file with "
+            "corrected offsets, and `lmdata merge` or a rewrite fixes it for other readers")
+        index = fixed
+    offs, lens, ends = index.offsets, index.lengths, index.ends
+    for i in np.flatnonzero((offs % width != 0) | (lens % width != 0))[:MAX_REPORTED]:
+        add("align", f"index entry {i}: offset {offs[i]} / length {lens[i]} is not a multiple "
+            f"of the token width {width}")
+    for i in np.flatnonzero((offs < 0) | (ends > data_len))[:MAX_REPORTED]:
+        add("range", f"index entry {i}: bytes {offs[i]}..{ends[i]} lie outside the "
+            f"{data_len} bytes of token data")
+    if fixed is None and len(index):
+        if offs[0] != 0:
+            add("order", f"index entry 0: starts at byte {offs[0]}, not 0")
+        for i in np.flatnonzero(offs[1:] != ends[:-1])[:MAX_REPORTED]:
+            kind = "a gap" if offs[i + 1] > ends[i] else "an overlap"
+            add("order", f"index entry {i + 1}: starts at byte {offs[i + 1]} but entry {i} "
+                f"ends at {ends[i]} ({kind}; documents must be contiguous)")
+        if ends[-1] < data_len:
+            add("order", f"index: the last document ends at byte {ends[-1]}, but the header "
+                f"says {data_len} bytes of data")
+    elif len(index) == 0 and data_len:
+        add("order", f"index: empty, but the header says {data_len} bytes of data")
+    if eod_id is not None and len(index) and not counts.get("align") and not counts.get("range"):
+        _check_eod(p, width, index.offsets, index.lengths, eod_id, add)
+    for kind, n in counts.items():
+        if n > MAX_REPORTED:
+            out.append(f"{n - MAX_REPORTED} more problems of this kind ({kind})")
+    return out
+
+
+def _check_eod(p: Path, width: int, offs: np.ndarray, lens: np.ndarray, eod_id: int,
+               add: Callable[[str, str], None]) -> None:
+    tokens = PbinData(p).tokens
+    last = (offs + lens) // width - 1
+    nonempty = lens > 0
+    ok = np.zeros(len(lens), dtype=bool)
+    ok[nonempty] = tokens[last[nonempty]] == eod_id
+    for i in np.flatnonzero(~ok)[:MAX_REPORTED]:
+        what = "is empty" if lens[i] == 0 else f"ends with {int(tokens[last[i]])}"
+        add("eod", f"document {i}: {what}, not the end-of-document token {eod_id}")

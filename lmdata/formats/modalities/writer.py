@@ -1,0 +1,200 @@
+"""Writing ``.pbin`` files byte-identical to modalities 0.5.0's ``pack_encoded_data``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from array import array
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import InvalidInputError
+from lmdata.formats.modalities.layout import (
+    DTYPES,
+    HEADER_SIZE,
+    TOKEN_WIDTHS,
+    PbinHeader,
+    dump_span_index,
+    width_for_max_id,
+    width_for_vocab,
+)
+from lmdata.storage import AtomicOutput
+
+# What the tokenize pipeline needs to know: the end-of-document token goes after every
+# document (the last one included) unless the tokenizer already ended the document with it,
+# and an empty document is stored as the EOD token alone. Pass ``eod_id`` to the Writer.
+EOD_POLICY = "append-unless-present"
+eod_policy = EOD_POLICY
+
+_SPOOL_WIDTH = 4  # tokens are spooled as uint32 when the width is decided at close
+_COPY_TOKENS = 1 << 22
+
+
+def as_token_array(tokens: Any) -> np.ndarray:
+    """A 1-D integer array of ``tokens``, or InvalidInputError saying why not."""
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise InvalidInputError(f"a document must be a 1-D sequence of token ids, got shape "
+                                f"{arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise InvalidInputError(f"token ids must be integers, got dtype {arr.dtype}")
+    return arr
+
+
+class Writer:
+    """Writes documents of token ids into a new ``.pbin`` file.
+
+    The token width comes from ``vocab_size`` exactly as modalities computes it (note that for
+    a Hugging Face tokenizer modalities uses ``tokenizer.vocab_size``, which excludes added
+    tokens), or from ``token_width`` (1, 2 or 4); with neither, the smallest width holding the
+    largest id written is chosen at close. ``eod_id`` is appended after each document unless
+    ``append_eod`` is False or the document already ends with it; an empty document is stored
+    as the EOD token alone. The file appears at ``path`` only when the writer closes cleanly.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        vocab_size: int | None = None,
+        token_width: int | None = None,
+        eod_id: int | None = None,
+        append_eod: bool = True,
+        overwrite: bool = False,
+    ) -> None:
+        width = self._pick_width(vocab_size, token_width)
+        if eod_id is not None:
+            if isinstance(eod_id, bool) or not isinstance(eod_id, (int, np.integer)) or eod_id < 0:
+                raise InvalidInputError(f"eod_id must be a non-negative integer, got {eod_id!r}")
+            eod_id = int(eod_id)
+            if width is not None and eod_id >= 1 << (8 * width):
+                raise InvalidInputError(
+                    f"eod_id {eod_id} does not fit in {width}-byte tokens; check vocab_size")
+        self.token_width = width
+        self.eod_id = eod_id
+        self.append_eod = append_eod
+        self._dtype = DTYPES[width or _SPOOL_WIDTH]
+        self._limit = 1 << (8 * (width or _SPOOL_WIDTH))
+        self._eod_bytes = (np.array([eod_id], dtype=self._dtype).tobytes()
+                           if eod_id is not None else b"")
+        self._out = AtomicOutput(path, directory=False, overwrite=overwrite)
+        self.path = self._out.dest
+        self._f = open(self._out.tmp, "wb", buffering=1 << 20)
+        self._f.write(bytes(HEADER_SIZE))  # patched at close, as the origin does
+        self._lengths = array("q")  # document lengths in tokens
+        self._max_id = -1
+        self.documents = 0
+        self.tokens = 0
+        self.empty_documents = 0
+
+    @staticmethod
+    def _pick_width(vocab_size: int | None, token_width: int | None) -> int | None:
+        from_vocab = width_for_vocab(vocab_size) if vocab_size is not None else None
+        if token_width is None:
+            return from_vocab
+        if token_width not in TOKEN_WIDTHS:
+            raise InvalidInputError(f"token_width must be 1, 2 or 4, got {token_width!r}")
+        if from_vocab is not None and from_vocab != token_width:
+            raise InvalidInputError(
+                f"token_width {token_width} contradicts vocab_size {vocab_size}, which gives "
+                f"{from_vocab}; pass only one of them")
+        return token_width
+
+    def write(self, tokens: Any) -> None:
+        """Append one document (a 1-D sequence of token ids)."""
+        arr = as_token_array(tokens)
+        n = arr.size
+        if n:
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < 0 or hi >= self._limit:
+                bad = lo if lo < 0 else hi
+                raise InvalidInputError(
+                    f"token id {bad} in document {self.documents} does not fit in "
+                    f"{self.token_width or _SPOOL_WIDTH}-byte tokens "
+                    f"(0..{self._limit - 1}); check vocab_size / token_width")
+            if hi > self._max_id:
+                self._max_id = hi
+            self._f.write(arr.astype(self._dtype, copy=False).tobytes())
+        else:
+            self.empty_documents += 1
+        eod = self.eod_id
+        if eod is not None and self.append_eod and (n == 0 or int(arr[-1]) != eod):
+            self._f.write(self._eod_bytes)
+            n += 1
+            if eod > self._max_id:
+                self._max_id = eod
+        self._lengths.append(n)
+        self.documents += 1
+        self.tokens += n
+
+    def write_batch(self, documents: Any) -> None:
+        """Append several documents, in order."""
+        for d in documents:
+            self.write(d)
+
+    def close(self) -> None:
+        """Write the index, patch the header and move the file into place."""
+        if self._out.done:
+            return
+        try:
+            self._finish()
+        except BaseException:
+            self.abort()
+            raise
+        self._out.finish()
+
+    def _finish(self) -> None:
+        self._f.flush()
+        width = self.token_width
+        if width is None:
+            width = width_for_max_id(max(self._max_id, 0))
+            self._f.close()
+            if width != _SPOOL_WIDTH:
+                self._narrow(width)
+            self._f = open(self._out.tmp, "r+b")
+            self._f.seek(0, os.SEEK_END)
+        lengths = np.frombuffer(self._lengths, dtype=np.int64) * width
+        offsets = np.zeros(len(lengths), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        data_len = int(lengths.sum())
+        self._f.write(dump_span_index(offsets, lengths))
+        self._f.seek(0)
+        self._f.write(PbinHeader(data_len, width, 0).pack())
+        self._f.close()
+        self.token_width = width
+
+    def _narrow(self, width: int) -> None:
+        """Rewrite the uint32 spool with ``width``-byte tokens (all ids are known to fit)."""
+        src = self._out.tmp
+        dst = src.with_name(src.name + ".narrow")
+        try:
+            with open(src, "rb") as fi, open(dst, "wb") as fo:
+                fo.write(fi.read(HEADER_SIZE))
+                while True:
+                    chunk = fi.read(_COPY_TOKENS * _SPOOL_WIDTH)
+                    if not chunk:
+                        break
+                    fo.write(np.frombuffer(chunk, dtype=DTYPES[_SPOOL_WIDTH])
+                             .astype(DTYPES[width]).tobytes())
+            os.replace(dst, src)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                dst.unlink()
+
+    def abort(self) -> None:
+        """Discard everything written; nothing appears at ``path``."""
+        with contextlib.suppress(Exception):
+            self._f.close()
+        self._out.abort()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

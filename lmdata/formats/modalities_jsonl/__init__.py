@@ -1,0 +1,130 @@
+"""modalities-jsonl: a JSONL file with the raw ``.idx`` index modalities builds for it.
+
+``lmdata index FILE.jsonl`` (:func:`build_index`) writes the index; :func:`open` returns a
+Records reader with O(1) access to each line's JSON value; :class:`Writer` writes both files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lmdata.errors import LmdataError
+from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
+from lmdata.formats.modalities_jsonl.lines import default_index_path, iter_lines, loads, map_file
+from lmdata.formats.modalities_jsonl.reader import JsonlDocuments, read_index
+from lmdata.formats.modalities_jsonl.writer import Writer
+from lmdata.storage import disk_usage
+
+KIND = "records"
+
+__all__ = [
+    "KIND",
+    "IndexResult",
+    "JsonlDocuments",
+    "SkippedLine",
+    "Writer",
+    "build_index",
+    "default_index_path",
+    "detect",
+    "info",
+    "open",
+    "scan",
+    "validate",
+]
+
+MAX_REPORTED = 20
+
+
+def detect(path: str | os.PathLike[str]) -> bool:
+    """A file with a pickled ``<stem>.idx`` beside it (``foo.jsonl`` + ``foo.idx``)."""
+    p = Path(path)
+    if not p.is_file() or p.suffix == ".idx":
+        return False
+    idx = default_index_path(p)
+    try:
+        with idx.open("rb") as f:
+            return f.read(1) == b"\x80"
+    except OSError:
+        return False
+
+
+def open(path: str | os.PathLike[str], **options: Any) -> JsonlDocuments:
+    """The Records reader of a JSONL file through its index (``index_path``, ...)."""
+    options.pop("split", None)
+    return JsonlDocuments(path, **options)
+
+
+def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    options.pop("split", None)
+    with JsonlDocuments(path, **options) as r:
+        return {
+            "format": "modalities-jsonl",
+            "path": str(r.path),
+            "index_path": str(r.index_path),
+            "documents": len(r),
+            "data_bytes": r.file_size,
+            "index_bytes": r.index_path.stat().st_size,
+            "bytes_on_disk": disk_usage(r.path) + disk_usage(r.index_path),
+        }
+
+
+def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
+    """Every disagreement between the file and its index, with line numbers.
+
+    Each entry must be exactly one line (from its start up to, not including, the newline)
+    that parses as JSON; a line that parses but is missing from the index means the index is
+    stale. Lines left out because they are not JSON (``--skip-invalid``) are fine.
+    """
+    p = Path(path)
+    idx_path = Path(options.get("index_path") or default_index_path(p))
+    try:
+        index = read_index(p, idx_path, allow_unsafe=bool(options.get("allow_unsafe_pickle")))
+    except LmdataError as e:
+        return [str(e)]
+    problems: list[str] = []
+    counts: dict[str, int] = {}
+
+    def add(kind: str, msg: str) -> None:
+        counts[kind] = counts.get(kind, 0) + 1
+        if counts[kind] <= MAX_REPORTED:
+            problems.append(msg)
+
+    buf = map_file(p)
+    try:
+        lines = {off: (lineno, ln) for lineno, off, ln in iter_lines(buf)}
+        indexed: set[int] = set()
+        entries = zip(index.offsets.tolist(), index.lengths.tolist(), strict=True)
+        for i, (off, ln) in enumerate(entries):
+            where = f"{idx_path.name} entry {i}"
+            line = lines.get(off)
+            if line is None:
+                add("start", f"{where}: offset {off} is not the start of a line")
+                continue
+            lineno, true_len = line
+            indexed.add(off)
+            if ln != true_len:
+                add("length", f"{where}: length {ln}, but line {lineno} has {true_len} bytes "
+                    "(without its newline)")
+                continue
+            try:
+                loads(buf[off: off + ln] if buf is not None else b"")
+            except ValueError as e:
+                add("json", f"{p.name} line {lineno} (byte {off}): indexed but not JSON ({e})")
+        for off, (lineno, ln) in lines.items():
+            if off in indexed:
+                continue
+            try:
+                loads(buf[off: off + ln] if buf is not None else b"")
+            except ValueError:
+                continue  # left out on purpose (--skip-invalid)
+            add("missing", f"{p.name} line {lineno} (byte {off}): valid JSON but missing from "
+                f"the index; rebuild it with `lmdata index --overwrite {p}`")
+    finally:
+        if buf is not None:
+            buf.close()
+    for kind, n in counts.items():
+        if n > MAX_REPORTED:
+            problems.append(f"{n - MAX_REPORTED} more problems of this kind ({kind})")
+    return problems

@@ -1,0 +1,102 @@
+"""Writing JSONL files together with their modalities raw index."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lmdata.errors import InvalidInputError
+from lmdata.formats.modalities.layout import dump_span_index
+from lmdata.formats.modalities_jsonl.lines import default_index_path
+from lmdata.storage import AtomicOutput
+
+_OPTS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def dumps_line(record: Any) -> bytes:
+    """One JSON line (no newline) for ``record``; numpy values as JSON numbers and lists."""
+    try:
+        return orjson.dumps(record, option=_OPTS)
+    except TypeError as e:
+        try:  # integers beyond 64 bits, NaN: the standard library writes what json reads back
+            return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"record cannot be written as JSON: {e}") from None
+
+
+class Writer:
+    """Writes records as JSON lines to ``path`` and their raw index beside it (``foo.idx``).
+
+    Both files appear only when the writer closes cleanly; the index matches what
+    ``lmdata index`` (and modalities' ``create_raw_index``) would build from the file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        index_path: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        dest = Path(path)
+        idx = Path(index_path) if index_path else default_index_path(dest)
+        if idx == dest:
+            raise InvalidInputError("the index path is the data file itself; name the JSONL "
+                                    "file with a suffix such as .jsonl", path=dest)
+        self._data = AtomicOutput(dest, directory=False, overwrite=overwrite)
+        try:
+            self._index = AtomicOutput(idx, directory=False, overwrite=overwrite)
+        except BaseException:
+            self._data.abort()
+            raise
+        self.path = self._data.dest
+        self.index_path = self._index.dest
+        self._f = open(self._data.tmp, "wb", buffering=1 << 20)
+        self._offsets: list[int] = []
+        self._lengths: list[int] = []
+        self._pos = 0
+
+    @property
+    def documents(self) -> int:
+        return len(self._offsets)
+
+    def write(self, record: Any) -> None:
+        """Append one record (any JSON-serialisable value, usually a dict)."""
+        line = dumps_line(record)
+        self._f.write(line)
+        self._f.write(b"\n")
+        self._offsets.append(self._pos)
+        self._lengths.append(len(line))
+        self._pos += len(line) + 1
+
+    def close(self) -> None:
+        if self._data.done:
+            return
+        try:
+            self._f.close()
+            self._index.tmp.write_bytes(dump_span_index(self._offsets, self._lengths))
+            self._data.finish()
+            self._index.finish()
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._f.close()
+        self._data.abort()
+        self._index.abort()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
