@@ -1,0 +1,166 @@
+"""Random access to the lines of a (compressed) JSONL file.
+
+gzip cannot seek, so one pass over the file records checkpoints: every ~1 MiB of compressed
+input, a copy of the zlib state (about 40 KB), the line number reached and the partial line
+carried over. Reading line ``n`` restarts from the checkpoint before it and decodes at most one
+segment. zstd decoders cannot be copied, so there a segment is found by decoding from the
+start of the file (documented as slow; gzip is what dolma writes). Reads are positional
+(``os.pread``), so forked workers share nothing mutable.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmdata.errors import CorruptDataError
+from lmdata.formats.dolma._files import DECODE_ERRORS, READ_CHUNK, codec_of, new_decoder
+
+CHECKPOINT_EVERY = 1 << 20  # compressed bytes between checkpoints
+SEGMENT_CACHE = 4  # decoded segments kept per file (a few MiB each)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    offset: int  # compressed bytes consumed before this segment
+    decoder: Any  # copy of the decoder state there; None = only reachable from the start
+    raw_offset: int  # decompressed bytes produced before this segment (incl. the carry)
+    line: int  # 0-based number of the first line starting in this segment
+    carry: bytes  # the start of that line, decoded before ``offset``
+
+
+class LineIndex:
+    """Line count and checkpoints of one file, built by one streaming pass."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.codec = codec_of(path)
+        self.checkpoints: list[Checkpoint] = []
+        self._starts: list[int] = []
+        self.num_lines = 0
+        self._cache: OrderedDict[int, list[bytes]] = OrderedDict()
+        self._build()
+
+    def _build(self) -> None:
+        dec = new_decoder(self.codec)
+        carry = b""
+        line = 0
+        off = 0
+        raw = 0
+        since = 0
+        cps = [Checkpoint(0, dec.copy(), 0, 0, b"")]
+        try:
+            with open(self.path, "rb") as f:
+                while True:
+                    chunk = f.read(READ_CHUNK)
+                    out = dec.decompress(chunk) if chunk else dec.flush()
+                    raw += len(out)
+                    data = carry + out if carry else out
+                    cut = data.rfind(b"\n")
+                    if cut >= 0:
+                        line += data.count(b"\n", 0, cut + 1)
+                        carry = data[cut + 1:]
+                    else:
+                        carry = data
+                    if not chunk:
+                        break
+                    off += len(chunk)
+                    since += len(chunk)
+                    if since >= CHECKPOINT_EVERY:
+                        since = 0
+                        cps.append(Checkpoint(off, dec.copy(), raw - len(carry), line, carry))
+        except DECODE_ERRORS as e:
+            raise CorruptDataError(
+                f"cannot decompress ({e}); the file is truncated or not {self.codec} data",
+                path=self.path, position=f"after line {line}") from None
+        if carry:
+            line += 1
+        self.num_lines = line
+        self.checkpoints = cps
+        self._starts = [c.line for c in cps]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # decoder copies cannot be pickled: keep the count, rebuild checkpoints on first read
+        return {"path": self.path, "codec": self.codec, "num_lines": self.num_lines}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.checkpoints = []
+        self._starts = []
+        self._cache = OrderedDict()
+
+    def _segment(self, k: int) -> list[bytes]:
+        hit = self._cache.get(k)
+        if hit is not None:
+            self._cache.move_to_end(k)
+            return hit
+        lines = self._decode_segment(k)
+        self._cache[k] = lines
+        if len(self._cache) > SEGMENT_CACHE:
+            self._cache.popitem(last=False)
+        return lines
+
+    def _decode_segment(self, k: int) -> list[bytes]:
+        cp = self.checkpoints[k]
+        last = k + 1 >= len(self.checkpoints)
+        want = (self.num_lines if last else self.checkpoints[k + 1].line) - cp.line
+        if cp.decoder is None and cp.offset > 0:
+            dec, off, skip = new_decoder(self.codec), 0, cp.raw_offset
+        else:
+            dec = (cp.decoder.copy() if cp.decoder is not None else new_decoder(self.codec))
+            off, skip = cp.offset, 0
+        parts = [b""] if skip else [cp.carry]  # decoding from the start reproduces the carry
+        have = 0
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            while have < want:
+                chunk = os.pread(fd, READ_CHUNK, off)
+                out = dec.decompress(chunk) if chunk else dec.flush()
+                off += len(chunk)
+                if skip:
+                    drop = min(skip, len(out))
+                    out, skip = out[drop:], skip - drop
+                parts.append(out)
+                have += out.count(b"\n")
+                if not chunk:
+                    break
+        except DECODE_ERRORS as e:
+            raise CorruptDataError(f"cannot decompress ({e})", path=self.path,
+                                   position=f"near line {cp.line + 1}") from None
+        finally:
+            os.close(fd)
+        lines = b"".join(parts).split(b"\n")
+        if len(lines) < want:
+            raise CorruptDataError(
+                "the file changed while it was being read (fewer lines than indexed); reopen it",
+                path=self.path, position=f"line {cp.line + len(lines)}")
+        return lines[:want]
+
+    def _ensure(self) -> None:
+        if not self.checkpoints:
+            n = self.num_lines
+            self._build()
+            if self.num_lines != n:
+                raise CorruptDataError(
+                    f"the file changed since it was opened ({n} lines then, {self.num_lines} "
+                    "now); reopen the dataset", path=self.path)
+
+    def line(self, n: int) -> bytes:
+        """Line ``n`` (0-based) without its newline."""
+        self._ensure()
+        k = bisect.bisect_right(self._starts, n) - 1
+        return self._segment(k)[n - self._starts[k]]
+
+    def lines(self, wanted: list[int]) -> dict[int, bytes]:
+        """Several lines, each segment decoded once (``wanted`` in any order)."""
+        self._ensure()
+        starts = self._starts
+        out: dict[int, bytes] = {}
+        for n in sorted(set(wanted)):
+            k = bisect.bisect_right(starts, n) - 1
+            out[n] = self._segment(k)[n - starts[k]]
+        return out

@@ -1,0 +1,236 @@
+"""Every rule of the Dolma data format, checked line by line, each failure with file:line.
+
+Documents: one JSON object per line; ``id``, ``text``, ``source`` present and strings;
+``added``, ``created``, ``version`` strings and ``metadata`` an object when present; ids unique
+within a source. Attributes (``attributes/<name>/`` mirroring ``documents/``): one row per
+document with the same id in the same order, an ``attributes`` object, and span lists of the
+form ``[start, end, score]`` with ``0 <= start <= end`` (other JSON values are accepted, as
+dolma's mixer merges any value).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import xxhash
+
+from lmdata.errors import LmdataError
+from lmdata.formats.dolma._files import attribute_path, documents_dir, is_doc_file, iter_raw_lines
+from lmdata.formats.dolma.reader import list_documents
+
+MAX_REPORTED = 50  # per kind of problem; the rest are counted
+REQUIRED = ("id", "text", "source")
+OPTIONAL_STR = ("added", "created", "version")
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self._counts: dict[str, int] = {}
+
+    def add(self, kind: str, msg: str) -> None:
+        n = self._counts[kind] = self._counts.get(kind, 0) + 1
+        if n <= MAX_REPORTED:
+            self.problems.append(msg)
+
+    def finish(self) -> list[str]:
+        for kind, n in self._counts.items():
+            if n > MAX_REPORTED:
+                self.problems.append(f"... and {n - MAX_REPORTED} more problems of kind '{kind}'")
+        return self.problems
+
+
+def _type(v: Any) -> str:
+    return "null" if v is None else {"str": "string", "int": "integer", "float": "number",
+                                     "bool": "boolean", "dict": "object",
+                                     "list": "array"}.get(type(v).__name__, type(v).__name__)
+
+
+def _lines(path: Path, rep: _Report) -> Iterator[tuple[int, Any]]:
+    """(line, parsed object or None when it is not a JSON object) — problems are reported."""
+    try:
+        for lineno, raw in iter_raw_lines(path):
+            where = f"{path}:{lineno}"
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                what = "empty line" if not raw.strip() else f"invalid JSON ({e})"
+                rep.add("json", f"{where}: {what}")
+                yield lineno, None
+                continue
+            if not isinstance(obj, dict):
+                rep.add("json", f"{where}: a JSON {_type(obj)} where an object was expected")
+                yield lineno, None
+                continue
+            yield lineno, obj
+    except LmdataError as e:
+        rep.add("file", str(e))
+
+
+def _check_doc(doc: dict[str, Any], where: str, rep: _Report) -> None:
+    for k in REQUIRED:
+        if k not in doc:
+            rep.add(f"missing-{k}", f"{where}: missing mandatory field '{k}' "
+                                    "(every document needs id, text and source)")
+        elif not isinstance(doc[k], str):
+            fix = " (dolma compares ids as strings: write it as \"...\")" if k == "id" else ""
+            rep.add(f"type-{k}", f"{where}: '{k}' must be a string, got {_type(doc[k])}{fix}")
+    for k in OPTIONAL_STR:
+        if k in doc and not isinstance(doc[k], str):
+            rep.add(f"type-{k}", f"{where}: '{k}' must be a string, got {_type(doc[k])}")
+    if "metadata" in doc and not isinstance(doc["metadata"], dict):
+        rep.add("type-metadata", f"{where}: 'metadata' must be an object, got "
+                                 f"{_type(doc['metadata'])}")
+    if "attributes" in doc and not isinstance(doc["attributes"], dict):
+        rep.add("type-attributes", f"{where}: 'attributes' must be an object, got "
+                                   f"{_type(doc['attributes'])}")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_value(key: str, value: Any) -> str | None:
+    """What is wrong with one attribute value, or None (span lists are checked in full)."""
+    if not isinstance(value, list):
+        return None
+    for i, span in enumerate(value):
+        if not isinstance(span, list) or len(span) != 3:
+            return f"attribute '{key}' span {i}: expected [start, end, score], got " \
+                   f"{orjson.dumps(span).decode()[:80]}"
+        s, e, score = span
+        if not (isinstance(s, int) and isinstance(e, int)) or isinstance(s, bool) \
+                or isinstance(e, bool):
+            return f"attribute '{key}' span {i}: start and end must be integers, got {s!r}, {e!r}"
+        if not 0 <= s <= e:
+            return f"attribute '{key}' span {i}: needs 0 <= start <= end, got [{s}, {e}]"
+        if not _is_num(score):
+            return f"attribute '{key}' span {i}: score must be a number, got {_type(score)}"
+    return None
+
+
+def _check_attr_row(row: dict[str, Any], doc_id: Any, where: str, rep: _Report) -> None:
+    if "id" not in row:
+        rep.add("attr-id", f"{where}: attribute row has no 'id'")
+    elif row["id"] != doc_id or type(row["id"]) is not type(doc_id):
+        rep.add("attr-id", f"{where}: attribute row id {row['id']!r} does not match the "
+                           f"document id {doc_id!r} on the same line (rows must line up)")
+    attrs = row.get("attributes")
+    if not isinstance(attrs, dict):
+        rep.add("attr-object", f"{where}: attribute row needs an 'attributes' object, got "
+                               f"{_type(attrs)}")
+        return
+    for k, v in attrs.items():
+        msg = check_value(k, v)
+        if msg:
+            rep.add("attr-span", f"{where}: {msg}")
+
+
+def attribute_sets(root: Path) -> list[str]:
+    adir = root / "attributes"
+    if not adir.is_dir():
+        return []
+    return sorted(d.name for d in adir.iterdir() if d.is_dir() and not d.name.startswith("."))
+
+
+def validate(path: str | os.PathLike[str], attributes: list[str] | None = None,
+             **_: object) -> list[str]:
+    """All problems found in the Dolma tree at ``path`` (empty when it is valid)."""
+    root = Path(path)
+    if root.name == "documents":
+        root = root.parent
+    rep = _Report()
+    try:
+        files = list_documents(root)
+    except LmdataError as e:
+        return [str(e)]
+    if not files:
+        return [f"{documents_dir(root)}: no document files (*.jsonl.gz, *.jsonl, *.jsonl.zst)"]
+    names = attribute_sets(root) if attributes is None else list(attributes)
+    hashes: list[np.ndarray] = []
+    where_of: list[np.ndarray] = []
+    for k, f in enumerate(files):
+        ids: list[Any] = []
+        h = []
+        for lineno, doc in _lines(f, rep):
+            if doc is None:
+                ids.append(None)
+                continue
+            _check_doc(doc, f"{f}:{lineno}", rep)
+            did = doc.get("id")
+            ids.append(did)
+            if isinstance(did, str) and isinstance(doc.get("source"), str):
+                h.append((xxhash.xxh3_64_intdigest(f"{doc['source']}\0{did}".encode()),
+                          k << 40 | lineno))
+        if h:
+            arr = np.array(h, dtype=np.uint64)
+            hashes.append(arr[:, 0])
+            where_of.append(arr[:, 1])
+        for name in names:
+            _check_attribute_file(f, name, ids, rep)
+    for name in names:
+        _orphans(root, name, set(files), rep)
+    if hashes:
+        _duplicates(np.concatenate(hashes), np.concatenate(where_of), files, rep)
+    return rep.finish()
+
+
+def _check_attribute_file(f: Path, name: str, ids: list[Any], rep: _Report) -> None:
+    ap = attribute_path(f, name)
+    if not ap.is_file():
+        rep.add("attr-missing", f"{ap}: missing: attribute set '{name}' has no file for {f}")
+        return
+    n = 0
+    for lineno, row in _lines(ap, rep):
+        n = lineno
+        if lineno > len(ids):
+            continue
+        if row is not None:
+            _check_attr_row(row, ids[lineno - 1], f"{ap}:{lineno}", rep)
+    if n != len(ids):
+        rep.add("attr-rows", f"{ap}: {n} rows for the {len(ids)} documents of {f} "
+                             "(one row per document, in the same order)")
+
+
+def _orphans(root: Path, name: str, docs: set[Path], rep: _Report) -> None:
+    adir = root / "attributes" / name
+    for dirpath, _dirs, fnames in os.walk(adir):
+        for fn in fnames:
+            if not is_doc_file(fn):
+                continue
+            rel = (Path(dirpath) / fn).relative_to(adir)
+            if documents_dir(root) / rel not in docs:
+                rep.add("attr-orphan", f"{Path(dirpath) / fn}: attribute file with no document "
+                                       f"file documents/{rel.as_posix()}")
+
+
+def _duplicates(h: np.ndarray, where: np.ndarray, files: list[Path], rep: _Report) -> None:
+    """Ids seen twice within a source: hash first, then confirm the candidates exactly."""
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    dup = np.nonzero(hs[1:] == hs[:-1])[0]
+    if dup.size == 0:
+        return
+    cand = np.unique(np.concatenate([order[dup], order[dup + 1]]))
+    wanted: dict[int, set[int]] = defaultdict(set)
+    for w in where[cand].tolist():
+        wanted[w >> 40].add(w & ((1 << 40) - 1))
+    first: dict[tuple[str, str], str] = {}
+    for k in sorted(wanted):
+        for lineno, raw in iter_raw_lines(files[k]):
+            if lineno in wanted[k]:
+                doc = orjson.loads(raw)
+                key = (doc["source"], doc["id"])
+                here = f"{files[k]}:{lineno}"
+                if key in first:
+                    rep.add("dup-id", f"{here}: id {key[1]!r} already used in source "
+                                      f"{key[0]!r} at {first[key]} (ids must be unique within "
+                                      "a source)")
+                else:
+                    first[key] = here

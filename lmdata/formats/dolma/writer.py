@@ -1,0 +1,119 @@
+"""Writing Dolma trees: ``<path>/documents/part-NNNNN.jsonl.gz``, gzip like dolma.
+
+Documents are JSON objects with string ``id``, ``text`` and ``source``. What other formats hand
+over is made to fit where that is unambiguous: an integer id becomes its decimal string (as
+dolma's fix_ids_type.py does), a missing id becomes the document's position, a missing source
+becomes ``source=`` (default: the dataset folder's name). A missing or non-string text is an
+error: there is nothing sensible to store.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lmdata.errors import InvalidInputError
+from lmdata.formats.dolma._files import open_write, suffix_for
+from lmdata.storage import AtomicOutput
+
+DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
+
+
+class Writer:
+    """Context manager writing documents into a new Dolma tree (atomically, as a whole)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False,
+                 compression: str = "gz", source: str | None = None,
+                 max_file_bytes: int = DEFAULT_FILE_BYTES, max_file_docs: int | None = None,
+                 prefix: str = "part", **_: Any) -> None:
+        if compression not in ("gz", "zst", "none"):
+            raise InvalidInputError(f"compression {compression!r}: use gz, zst or none")
+        self.path = Path(path)
+        self.compression = compression
+        self.source = source if source is not None else self.path.name
+        self.max_file_bytes = max_file_bytes
+        self.max_file_docs = max_file_docs
+        self.prefix = prefix
+        self._out = AtomicOutput(self.path, directory=True, overwrite=overwrite)
+        (self._out.tmp / "documents").mkdir()
+        self._file: Any = None
+        self._file_no = 0
+        self._file_bytes = 0
+        self._file_docs = 0
+        self.count = 0
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    def _next_file(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file_no += 1
+        name = f"{self.prefix}-{self._file_no:05d}{suffix_for(self.compression)}"
+        self._file = open_write(self._out.tmp / "documents" / name, self.compression)
+        self._file_bytes = 0
+        self._file_docs = 0
+
+    def normalize(self, doc: Any) -> dict[str, Any]:
+        """The document as it will be stored (see the module docstring for what is filled in)."""
+        if not isinstance(doc, dict):
+            raise InvalidInputError(
+                f"document {self.count}: a Dolma document is a dict with id, text and source, "
+                f"not {type(doc).__name__}")
+        text = doc.get("text")
+        if not isinstance(text, str):
+            raise InvalidInputError(
+                f"document {self.count}: 'text' must be a string, got "
+                f"{'nothing' if text is None else type(text).__name__}")
+        out = dict(doc)
+        did = doc.get("id")
+        if did is None:
+            out["id"] = str(self.count)
+        elif isinstance(did, int) and not isinstance(did, bool):
+            out["id"] = str(did)
+        elif not isinstance(did, str):
+            raise InvalidInputError(
+                f"document {self.count}: 'id' must be a string (or an integer to convert), got "
+                f"{type(did).__name__}")
+        if out.get("source") is None:
+            out["source"] = self.source
+        elif not isinstance(out["source"], str):
+            raise InvalidInputError(f"document {self.count}: 'source' must be a string")
+        return out
+
+    def write(self, doc: dict[str, Any]) -> None:
+        line = orjson.dumps(self.normalize(doc)) + b"\n"
+        if (self._file is None or self._file_bytes >= self.max_file_bytes
+                or (self.max_file_docs is not None and self._file_docs >= self.max_file_docs)):
+            self._next_file()
+        self._file.write(line)
+        self._file_bytes += len(line)
+        self._file_docs += 1
+        self.count += 1
+
+    def close(self) -> None:
+        if self._out.done:
+            return
+        if self._file is None:
+            self._next_file()  # an empty dataset still has one (empty) documents file
+        self._file.close()
+        self._file = None
+        self._out.finish()
+
+    def abort(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except Exception:  # discarding the output anyway
+                pass
+            self._file = None
+        self._out.abort()
