@@ -1,0 +1,194 @@
+"""Block codecs: bounded zstd decoding, dictionary training, and compression on several cores.
+
+A block is ``pickle.dumps(list_of_examples)``, optionally one zstd frame of it. The origin's
+one-shot ``decompress`` allocates whatever size the frame header declares, so we check the
+declared size against a bound before allocating.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import zstandard
+
+from lmdata._pickle import safe_loads
+from lmdata.errors import CorruptDataError, InvalidInputError
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+DICT_MAGIC = b"\x37\xa4\x30\xec"
+MAX_BLOCK_BYTES = 1 << 30  # default bound on one decompressed block
+MIN_DICT_BLOCKS = 7  # fastCover needs 5 training + 1 test samples at split 0.75 (see research)
+DICT_SAMPLE_BYTES = 1 << 30  # train on at most this much; fastCover fails at >= 4 GiB
+PICKLE_PROTOCOL = 4  # the origin's default pickle protocol on Python 3.8-3.13
+
+
+def dict_size_for(pickled_bytes: int, fraction: float) -> int:
+    """The origin's dictionary size: ``max(int(fraction * pickled bytes) + 1, 1024)``."""
+    return max(int(fraction * pickled_bytes) + 1, 1024)
+
+
+def choose_samples(lengths: Sequence[int],
+                   budget: int = DICT_SAMPLE_BYTES) -> list[tuple[int, int]]:
+    """(block, bytes to use) of the training samples: every block whole when they fit in
+    ``budget`` (so the dictionary is the origin's), else an evenly spaced subset, each cut to at
+    most ``budget // 8`` bytes so that there are always enough samples.
+
+    This is what lets a shard of more than 4 GiB train a dictionary, where the origin's trainer
+    fails on the total size.
+    """
+    total = sum(lengths)
+    if total <= budget:
+        return [(i, n) for i, n in enumerate(lengths)]
+    cap = max(budget // 8, 1)
+    capped = [min(n, cap) for n in lengths]
+    stride = max(1, -(-sum(capped) // budget))
+    out: list[tuple[int, int]] = []
+    used = 0
+    for offset in range(stride):  # later passes fill the budget left by a skewed first pass
+        for i in range(offset, len(capped), stride):
+            if used + capped[i] <= budget:
+                out.append((i, capped[i]))
+                used += capped[i]
+        if used >= budget - cap:
+            break
+    return sorted(out)
+
+
+def train_dictionary(samples: list[bytes], dict_size: int, level: int,
+                     threads: int = 1) -> bytes | None:
+    """A zstd dictionary trained the origin's way, or None when zstd cannot train one.
+
+    With ``threads > 1`` the parameter search runs in parallel with the same d=8/steps=4
+    search python-zstandard uses by default, which gives the same dictionary.
+    """
+    if len(samples) < MIN_DICT_BLOCKS:
+        return None
+    try:
+        if threads > 1:
+            d = zstandard.train_dictionary(dict_size, samples, level=level, threads=threads,
+                                           d=8, steps=4)
+        else:
+            d = zstandard.train_dictionary(dict_size, samples, level=level)
+    except zstandard.ZstdError:
+        return None
+    return d.as_bytes()
+
+
+def load_dict(data: bytes, where: str) -> zstandard.ZstdCompressionDict:
+    try:
+        return zstandard.ZstdCompressionDict(data)
+    except zstandard.ZstdError as e:
+        raise CorruptDataError(f"cannot load the zstd dictionary: {e}", position=where) from None
+
+
+class BlockCompressor:
+    """Compresses blocks with one zstd frame each (content size in the header, as the origin's
+    reader needs), on ``workers`` threads: python-zstandard releases the GIL while compressing.
+    """
+
+    def __init__(self, level: int, dict_data: bytes | None = None, workers: int = 1) -> None:
+        if not -(1 << 17) <= level <= zstandard.MAX_COMPRESSION_LEVEL:
+            raise InvalidInputError(
+                f"compression_level must be at most {zstandard.MAX_COMPRESSION_LEVEL}, got {level}")
+        self.level = level
+        self.dict = zstandard.ZstdCompressionDict(dict_data) if dict_data is not None else None
+        if self.dict is not None:
+            self.dict.precompute_compress(level=level)
+        self.workers = max(1, workers)
+        self._local = threading.local()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _compressor(self) -> zstandard.ZstdCompressor:
+        c = getattr(self._local, "c", None)
+        if c is None:
+            c = zstandard.ZstdCompressor(level=self.level, dict_data=self.dict)
+            self._local.c = c
+        return c
+
+    def _one(self, raw: bytes) -> bytes:
+        return self._compressor().compress(raw)
+
+    def compress_many(self, blocks: Sequence[bytes]) -> list[bytes]:
+        if self.workers == 1 or len(blocks) < 2:
+            return [self._one(b) for b in blocks]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="atlas-zstd")
+        return list(self._pool.map(self._one, blocks))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def decompress_block(raw: bytes, dctx: zstandard.ZstdDecompressor, max_bytes: int,
+                     where: str, path: str) -> bytes:
+    """The pickled bytes of one zstd block, refusing a declared size above ``max_bytes``."""
+    if raw[:4] != ZSTD_MAGIC:
+        raise CorruptDataError(
+            "block is not a zstd frame (bad magic); the shard's data.bin or index.npy is "
+            "damaged", path=path, position=where)
+    try:
+        declared = zstandard.frame_content_size(raw)
+    except zstandard.ZstdError as e:
+        raise CorruptDataError(f"bad zstd frame header: {e}", path=path, position=where) from None
+    if declared > max_bytes:
+        raise CorruptDataError(
+            f"zstd frame declares {declared} bytes of content, more than max_block_bytes="
+            f"{max_bytes}; if the dataset is genuine, open it with a larger max_block_bytes",
+            path=path, position=where)
+    try:
+        if declared < 0:  # no content size: the origin cannot read this; we bound the output
+            out = dctx.decompress(raw, max_output_size=max_bytes)
+        else:
+            out = dctx.decompress(raw)
+    except zstandard.ZstdError as e:
+        raise CorruptDataError(
+            f"cannot decompress block: {e} (a truncated block, or the wrong dictionary)",
+            path=path, position=where) from None
+    if declared >= 0 and len(out) != declared:
+        raise CorruptDataError(f"block decompressed to {len(out)} bytes, header says "
+                               f"{declared}", path=path, position=where)
+    return out
+
+
+def unpickle_block(data: bytes, expected: int, where: str, path: str,
+                   allow_unsafe: bool) -> list[Any]:
+    """The examples of one block: a pickled list of exactly ``expected`` items."""
+    block = safe_loads(data, where=where, path=path, allow_unsafe=allow_unsafe)
+    if not isinstance(block, list):
+        raise CorruptDataError(
+            f"block holds a pickled {type(block).__name__}, not the list of examples Atlas "
+            "stores", path=path, position=where)
+    if len(block) != expected:
+        raise CorruptDataError(
+            f"block holds {len(block)} examples, the shard's meta.json implies {expected}",
+            path=path, position=where)
+    return block
+
+
+def batched(items: Iterable[bytes], max_bytes: int, max_count: int) -> Iterable[list[bytes]]:
+    """Groups of consecutive items of at most ``max_bytes`` (or one item) and ``max_count``."""
+    batch: list[bytes] = []
+    size = 0
+    for it in items:
+        batch.append(it)
+        size += len(it)
+        if size >= max_bytes or len(batch) >= max_count:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+

@@ -1,0 +1,259 @@
+"""Atlas metadata: the root and shard ``meta.json`` files, parsed and checked in one place.
+
+The origin (torch-atlas-ds) builds ``NamedTuple``s from these files with ``Cls(**json)``, so it
+rejects any extra key; we read extra keys (and report them in ``validate``) but never write any.
+It writes them with ``json.dump(obj, f, indent=4)``: 4-space indents and no trailing newline.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import CorruptDataError, FormatError, InvalidInputError
+
+VERSION = 1
+META = "meta.json"
+DATA = "data.bin"
+INDEX = "index.npy"
+DICT = "zstd_dict.bin"
+MAX_META_BYTES = 64 << 20  # a root meta of a million shards is ~8 MB; refuse absurd files
+
+ROOT_KEYS = ("version", "shard_sizes", "compression_strategy")
+SHARD_KEYS = ("version", "block_size", "stored_examples", "compression_strategy",
+              "compression_level", "compression_dict_size")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+class Strategy(enum.IntEnum):
+    """The origin's ``CompressionStrategy``; stored in JSON as the plain int."""
+
+    NO_COMPRESSION = 0
+    STANDARD_COMPRESSION = 1
+    SHARED_DICTIONARY_COMPRESSION = 2
+    DICTIONARY_COMPRESSION = 3
+
+
+_STRATEGY_NAMES = {
+    "none": Strategy.NO_COMPRESSION, "no_compression": Strategy.NO_COMPRESSION,
+    "standard": Strategy.STANDARD_COMPRESSION, "zstd": Strategy.STANDARD_COMPRESSION,
+    "standard_compression": Strategy.STANDARD_COMPRESSION,
+    "shared": Strategy.SHARED_DICTIONARY_COMPRESSION,
+    "shared_dictionary": Strategy.SHARED_DICTIONARY_COMPRESSION,
+    "shared_dictionary_compression": Strategy.SHARED_DICTIONARY_COMPRESSION,
+    "dictionary": Strategy.DICTIONARY_COMPRESSION, "per_shard": Strategy.DICTIONARY_COMPRESSION,
+    "dictionary_compression": Strategy.DICTIONARY_COMPRESSION,
+}
+
+
+def parse_strategy(value: int | str | Strategy) -> Strategy:
+    """A strategy from its int (0-3), enum, or name (none, standard, shared, dictionary)."""
+    if isinstance(value, str):
+        key = value.strip().lower().replace("-", "_")
+        if key.isdigit():
+            value = int(key)
+        elif key in _STRATEGY_NAMES:
+            return _STRATEGY_NAMES[key]
+        else:
+            raise InvalidInputError(
+                f"unknown compression strategy {value!r}; use 0/none, 1/standard, "
+                "2/shared or 3/dictionary"
+            )
+    if isinstance(value, bool) or not isinstance(value, int) or value not in range(4):
+        raise InvalidInputError(
+            f"compression strategy must be 0, 1, 2 or 3 (none, standard, shared, dictionary), "
+            f"got {value!r}"
+        )
+    return Strategy(value)
+
+
+def _int(d: dict[str, Any], key: str, path: Path, minimum: int = 0) -> int:
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise CorruptDataError(
+            f"{key} must be an integer >= {minimum}, got {v!r}; the file is damaged or not "
+            "written by an Atlas writer", path=path)
+    return v
+
+
+def _version(d: dict[str, Any], path: Path) -> int:
+    v = d.get("version")
+    if v != VERSION or isinstance(v, bool):
+        raise FormatError(
+            f"Atlas version {v!r} is not supported (only version 1 exists); "
+            "was this written by a newer tool?", path=path)
+    return VERSION
+
+
+def _strategy(d: dict[str, Any], path: Path) -> Strategy:
+    v = d.get("compression_strategy")
+    if isinstance(v, bool) or not isinstance(v, int) or v not in range(4):
+        raise CorruptDataError(f"compression_strategy must be 0, 1, 2 or 3, got {v!r}", path=path)
+    return Strategy(v)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A ``meta.json`` as a dict, or FormatError/CorruptDataError saying what is wrong."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise FormatError("missing meta.json; this is not an Atlas dataset or shard",
+                          path=path) from None
+    if size > MAX_META_BYTES:
+        raise CorruptDataError(f"meta.json is {size} bytes, far more than any Atlas meta needs",
+                               path=path)
+    try:
+        obj = json.loads(path.read_bytes())
+    except (ValueError, UnicodeError) as e:
+        raise CorruptDataError(f"meta.json is not valid JSON: {e}", path=path) from None
+    if not isinstance(obj, dict):
+        raise CorruptDataError("meta.json must hold a JSON object", path=path)
+    return obj
+
+
+def dumps(obj: dict[str, Any]) -> bytes:
+    """JSON exactly as the origin writes its metas (``json.dump(..., indent=4)``)."""
+    return json.dumps(obj, indent=4).encode()
+
+
+@dataclass(frozen=True)
+class ShardMeta:
+    """``<shard>/meta.json``. Only version, block_size, stored_examples and strategy are read."""
+
+    block_size: int
+    stored_examples: int
+    compression_strategy: Strategy
+    compression_level: Any = 3
+    compression_dict_size: Any = 0.01
+    version: int = VERSION
+    extra_keys: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-self.stored_examples // self.block_size)
+
+    def block_len(self, block: int) -> int:
+        """Examples in ``block``: ``block_size`` except in the last block."""
+        return min(self.block_size, self.stored_examples - block * self.block_size)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], path: Path) -> ShardMeta:
+        return cls(
+            version=_version(d, path),
+            block_size=_int(d, "block_size", path, 1),
+            stored_examples=_int(d, "stored_examples", path),
+            compression_strategy=_strategy(d, path),
+            compression_level=d.get("compression_level"),
+            compression_dict_size=d.get("compression_dict_size"),
+            extra_keys=tuple(k for k in d if k not in SHARD_KEYS),
+        )
+
+    @classmethod
+    def read(cls, shard_dir: Path) -> ShardMeta:
+        p = shard_dir / META
+        return cls.from_dict(read_json(p), p)
+
+    def to_json(self) -> bytes:
+        return dumps({
+            "version": self.version,
+            "block_size": self.block_size,
+            "stored_examples": self.stored_examples,
+            "compression_strategy": int(self.compression_strategy),
+            "compression_level": self.compression_level,
+            "compression_dict_size": self.compression_dict_size,
+        })
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """The root ``meta.json``. The origin's reader ignores ``shard_sizes`` (its FORMAT.md says
+    so) and trusts each shard's ``stored_examples``; so do we, and ``validate`` compares them."""
+
+    shard_sizes: tuple[int, ...]
+    compression_strategy: Strategy
+    version: int = VERSION
+    extra_keys: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], path: Path) -> DatasetMeta:
+        sizes = d.get("shard_sizes")
+        if not isinstance(sizes, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes
+        ):
+            raise CorruptDataError("shard_sizes must be a list of non-negative integers",
+                                   path=path)
+        return cls(
+            version=_version(d, path),
+            shard_sizes=tuple(sizes),
+            compression_strategy=_strategy(d, path),
+            extra_keys=tuple(k for k in d if k not in ROOT_KEYS),
+        )
+
+    @classmethod
+    def read(cls, root: Path) -> DatasetMeta:
+        p = root / META
+        return cls.from_dict(read_json(p), p)
+
+    def to_json(self) -> bytes:
+        return dumps({
+            "version": self.version,
+            "shard_sizes": list(self.shard_sizes),
+            "compression_strategy": int(self.compression_strategy),
+        })
+
+
+def index_dtype(total: int) -> np.dtype:
+    """The smallest unsigned dtype whose maximum is >= ``total`` (the origin's rule)."""
+    for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
+        if total <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    raise InvalidInputError(f"a shard of {total} bytes does not fit a uint64 index")
+
+
+def is_shard_name(name: str) -> bool:
+    return _DIGITS.fullmatch(name) is not None
+
+
+def shard_dirs(root: Path) -> list[tuple[int, Path]]:
+    """(number, folder) of every all-digit subfolder, in numeric order.
+
+    The origin sorts every subfolder lexicographically, which is numeric order only once the
+    writer has zero-padded the names; other folders (``.ipynb_checkpoints``) break it. We skip
+    non-digit folders and sort by number; ``validate`` reports both situations.
+    """
+    found: dict[int, Path] = {}
+    try:
+        entries = list(os.scandir(root))
+    except OSError as e:
+        raise FormatError(f"cannot list the dataset folder: {e}", path=root) from None
+    for entry in entries:
+        if is_shard_name(entry.name) and entry.is_dir():
+            n = int(entry.name)
+            if n in found:
+                raise CorruptDataError(
+                    f"shard folders {found[n].name!r} and {entry.name!r} both number {n}; "
+                    "remove the stale one", path=root)
+            found[n] = Path(entry.path)
+    return sorted(found.items())
+
+
+def padded_name(number: int, num_shards: int) -> str:
+    """Folder name of shard ``number`` once the writer closes: zero-padded to the digits of
+    ``num_shards - 1`` (11 shards: 00..10; 101 shards: 000..100; 1 shard: 0)."""
+    width = len(str(max(num_shards - 1, 0)))
+    return str(number).rjust(width, "0")
+
+
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Write ``path`` as a new file (never in place: the old inode may be a hard link into an
+    existing dataset that an append is extending)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

@@ -1,0 +1,432 @@
+"""Reading Atlas datasets (torch-atlas-ds) as a records reader.
+
+Fixes over the origin's reader: positional reads (``os.pread``), so workers forked after the
+parent has read get correct examples; an allow-list unpickler unless the file is trusted; a
+bound on the decompressed size of a block; a bounded block cache that never hands the same
+object out twice; correct negative indices; ``take`` that decodes each needed block once.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from lmdata.errors import CorruptDataError, FormatError
+from lmdata.formats.atlas import codec
+from lmdata.formats.atlas.meta import (
+    DATA,
+    DICT,
+    INDEX,
+    DatasetMeta,
+    ShardMeta,
+    Strategy,
+    read_json,
+    shard_dirs,
+)
+from lmdata.protocols import normalize_index, normalize_indices
+from lmdata.storage import require_exists
+
+DEFAULT_CACHE_BYTES = 64 << 20  # decompressed bytes of blocks kept for later reads
+MAX_OPEN_FILES = 64
+_READ_AHEAD = 8 << 20  # sequential iteration reads this many bytes of blocks per pread
+_TAKEN = object()  # a cache slot whose example was already handed to a caller
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard folder as found at open: its number, folder and parsed meta."""
+
+    number: int
+    folder: Path
+    meta: ShardMeta
+
+
+class _Entry:
+    """A decoded block in the cache; each example is handed out once, then re-decoded."""
+
+    __slots__ = ("items", "nbytes", "remaining")
+
+    def __init__(self, items: list[Any], nbytes: int) -> None:
+        self.items = items
+        self.remaining = len(items)
+        self.nbytes = nbytes
+
+    def pop(self, j: int) -> Any:
+        item = self.items[j]
+        self.items[j] = _TAKEN
+        self.remaining -= 1
+        return item
+
+
+def find_shards(root: Path) -> tuple[DatasetMeta | None, list[ShardInfo], Path | None]:
+    """(root meta, shards, folder holding the shared dictionary) for a dataset root or for a
+    single shard folder (whose shared dictionary, if any, is its parent's)."""
+    d = read_json(root / "meta.json")
+    if "stored_examples" in d:  # a shard folder opened on its own
+        meta = ShardMeta.from_dict(d, root / "meta.json")
+        return None, [ShardInfo(0, root, meta)], root.parent
+    dmeta = DatasetMeta.from_dict(d, root / "meta.json")
+    shards = [ShardInfo(n, f, ShardMeta.read(f)) for n, f in shard_dirs(root)]
+    return dmeta, shards, root
+
+
+class Atlas:
+    """An Atlas dataset as records: ``len``, ``r[i]``, ``r.take(indices)``, iteration.
+
+    Each example is returned exactly as it was pickled (dicts for JSON-like data), and a fresh
+    object every time, so changing it never changes later reads. ``allow_unsafe_pickle=True``
+    trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
+    ``cache_bytes`` bounds the decoded blocks kept between reads.
+    """
+
+    format = "atlas"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        allow_unsafe_pickle: bool = False,
+        max_block_bytes: int = codec.MAX_BLOCK_BYTES,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        self.root = require_exists(path)
+        if not self.root.is_dir():
+            raise FormatError("an Atlas dataset is a folder with meta.json", path=self.root)
+        self.allow_unsafe_pickle = allow_unsafe_pickle
+        self.max_block_bytes = max_block_bytes
+        self.cache_bytes = cache_bytes
+        self.meta, self.shards, self._dict_dir = find_shards(self.root)
+        sizes = np.array([s.meta.stored_examples for s in self.shards], dtype=np.int64)
+        # The origin's rule: shard sizes come from each shard's meta, not the root's list.
+        self._ends = np.cumsum(sizes)
+        self._starts = self._ends - sizes
+        self._len = int(self._ends[-1]) if len(sizes) else 0
+        self._reset()
+
+    # ---- per-process state (dropped when pickled, rebuilt after fork) ----------------------
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._fds: OrderedDict[int, tuple[int, int]] = OrderedDict()  # shard -> (fd, size)
+        self._index: dict[int, np.ndarray] = {}
+        self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
+        self._cache: OrderedDict[tuple[int, int], _Entry] = OrderedDict()
+        self._cached_bytes = 0
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():
+            # Inherited descriptors stay valid (pread has no shared offset); locks held by
+            # another thread at fork time would not, so everything is rebuilt.
+            fds = self._fds
+            self._reset()
+            for fd, _ in fds.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("root", "allow_unsafe_pickle", "max_block_bytes", "cache_bytes", "meta",
+                "shards", "_dict_dir", "_ends", "_starts", "_len")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def close(self) -> None:
+        """Close open files and drop caches; the reader reopens them if used again."""
+        with self._lock:
+            for fd, _ in self._fds.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._fds.clear()
+            self._cache.clear()
+            self._cached_bytes = 0
+            self._index.clear()
+
+    def __enter__(self) -> Atlas:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if getattr(self, "_pid", None) == os.getpid():
+                for fd, _ in self._fds.values():
+                    os.close(fd)
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"Atlas({str(self.root)!r}, examples={self._len}, shards={len(self.shards)})"
+
+    # ---- low-level access ------------------------------------------------------------------
+
+    def _where(self, s: int, b: int | None = None) -> str:
+        name = self.shards[s].folder.name
+        return f"shard {name}" if b is None else f"shard {name} block {b}"
+
+    def _shard_index(self, s: int) -> np.ndarray:
+        idx = self._index.get(s)
+        if idx is not None:
+            return idx
+        sh = self.shards[s]
+        p = sh.folder / INDEX
+        try:
+            idx = np.load(p, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise CorruptDataError("missing index.npy", path=p, position=self._where(s)) from None
+        except (ValueError, OSError, EOFError) as e:
+            raise CorruptDataError(f"cannot load index.npy: {e}", path=p,
+                                   position=self._where(s)) from None
+        if idx.ndim != 1 or idx.dtype.kind not in "ui":
+            raise CorruptDataError(f"index.npy must be a 1-D integer array, got {idx.dtype} "
+                                   f"of shape {idx.shape}", path=p, position=self._where(s))
+        if len(idx) != sh.meta.num_blocks + 1:
+            raise CorruptDataError(
+                f"index.npy has {len(idx)} offsets; {sh.meta.stored_examples} examples in "
+                f"blocks of {sh.meta.block_size} need {sh.meta.num_blocks + 1}",
+                path=p, position=self._where(s))
+        self._index[s] = idx
+        return idx
+
+    def _fd(self, s: int) -> tuple[int, int]:
+        got = self._fds.get(s)
+        if got is not None:
+            self._fds.move_to_end(s)
+            return got
+        p = self.shards[s].folder / DATA
+        try:
+            fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise CorruptDataError("missing data.bin", path=p, position=self._where(s)) from None
+        got = (fd, os.fstat(fd).st_size)
+        self._fds[s] = got
+        while len(self._fds) > MAX_OPEN_FILES:
+            _, (old, _) = self._fds.popitem(last=False)
+            os.close(old)
+        return got
+
+    def _dict_for(self, s: int) -> zstandard.ZstdCompressionDict | None:
+        strategy = self.shards[s].meta.compression_strategy
+        if strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
+            key: Any = "shared"
+            p = (self._dict_dir or self.root) / DICT
+        elif strategy == Strategy.DICTIONARY_COMPRESSION:
+            key = s
+            p = self.shards[s].folder / DICT
+        else:
+            return None
+        d = self._dicts.get(key)
+        if d is None:
+            try:
+                data = p.read_bytes()
+            except FileNotFoundError:
+                raise CorruptDataError(
+                    f"missing zstd_dict.bin, which compression strategy {int(strategy)} needs",
+                    path=p, position=self._where(s)) from None
+            d = codec.load_dict(data, self._where(s))
+            self._dicts[key] = d
+        return d
+
+    def _decompressor(self, s: int) -> zstandard.ZstdDecompressor:
+        # One decompressor per thread and dictionary: instances are not thread-safe.
+        d = self._dict_for(s)
+        key = None if d is None else id(d)
+        per_thread = getattr(self._local, "dctx", None)
+        if per_thread is None:
+            per_thread = self._local.dctx = {}
+        dctx = per_thread.get(key)
+        if dctx is None:
+            dctx = per_thread[key] = zstandard.ZstdDecompressor(dict_data=d)
+        return dctx
+
+    def _block_range(self, s: int, b: int) -> tuple[int, int, int]:
+        """(fd, start, stop) of block ``b`` of shard ``s``, checked against data.bin."""
+        with self._lock:
+            idx = self._shard_index(s)
+            fd, size = self._fd(s)
+        start, stop = int(idx[b]), int(idx[b + 1])
+        if not 0 <= start <= stop:
+            raise CorruptDataError(f"index.npy offsets {start}..{stop} go backwards",
+                                   path=self.shards[s].folder / INDEX, position=self._where(s, b))
+        if stop > size:
+            raise CorruptDataError(
+                f"block ends at byte {stop} but data.bin has {size} bytes (cut short)",
+                path=self.shards[s].folder / DATA, position=self._where(s, b))
+        if stop - start > self.max_block_bytes:
+            raise CorruptDataError(
+                f"block is {stop - start} bytes, more than max_block_bytes="
+                f"{self.max_block_bytes}; open with a larger bound if it is genuine",
+                path=self.shards[s].folder / DATA, position=self._where(s, b))
+        return fd, start, stop
+
+    def _decode_raw(self, s: int, b: int, raw: bytes) -> list[Any]:
+        sh = self.shards[s]
+        where = self._where(s, b)
+        path = str(sh.folder / DATA)
+        if sh.meta.compression_strategy != Strategy.NO_COMPRESSION:
+            with self._lock:
+                dctx = self._decompressor(s)
+            raw = codec.decompress_block(raw, dctx, self.max_block_bytes, where, path)
+        return codec.unpickle_block(raw, sh.meta.block_len(b), where, path,
+                                    self.allow_unsafe_pickle)
+
+    def _read_block(self, s: int, b: int) -> tuple[list[Any], int]:
+        """The decoded examples of block ``b`` of shard ``s`` and their pickled size."""
+        fd, start, stop = self._block_range(s, b)
+        raw = os.pread(fd, stop - start, start)
+        if len(raw) != stop - start:
+            raise CorruptDataError(f"read {len(raw)} of the block's {stop - start} bytes",
+                                   path=self.shards[s].folder / DATA, position=self._where(s, b))
+        items = self._decode_raw(s, b, raw)
+        return items, stop - start
+
+    def _locate(self, i: int) -> tuple[int, int, int]:
+        s = int(np.searchsorted(self._ends, i, side="right"))
+        local = i - int(self._starts[s])
+        bs = self.shards[s].meta.block_size
+        return s, local // bs, local % bs
+
+    def _cache_put(self, key: tuple[int, int], entry: _Entry) -> None:
+        """Keep the untaken rest of a block (caller holds the lock); evict least recent."""
+        old = self._cache.pop(key, None)
+        if old is not None:
+            self._cached_bytes -= old.nbytes
+        if entry.remaining == 0 or entry.nbytes > self.cache_bytes:
+            return
+        self._cache[key] = entry
+        self._cached_bytes += entry.nbytes
+        while self._cached_bytes > self.cache_bytes:
+            _, ev = self._cache.popitem(last=False)
+            self._cached_bytes -= ev.nbytes
+
+    def _cache_pop(self, key: tuple[int, int], j: int) -> Any:
+        """Example ``j`` of a cached block, or _TAKEN (caller holds the lock)."""
+        entry = self._cache.get(key)
+        if entry is None or entry.items[j] is _TAKEN:
+            return _TAKEN
+        item = entry.pop(j)
+        if entry.remaining == 0:
+            del self._cache[key]
+            self._cached_bytes -= entry.nbytes
+        else:
+            self._cache.move_to_end(key)
+        return item
+
+    # ---- the Records protocol --------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index: int) -> Any:
+        self._check_pid()
+        i = normalize_index(index, self._len)
+        s, b, j = self._locate(i)
+        with self._lock:
+            item = self._cache_pop((s, b), j)
+        if item is not _TAKEN:
+            return item
+        items, nbytes = self._read_block(s, b)
+        entry = _Entry(items, nbytes)
+        item = entry.pop(j)
+        with self._lock:
+            self._cache_put((s, b), entry)
+        return item
+
+    def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
+        """The examples at ``indices`` in that order, decoding each needed block once."""
+        self._check_pid()
+        idx = normalize_indices(indices, self._len)
+        out: list[Any] = [None] * len(idx)
+        if not len(idx):
+            return out
+        shard = np.searchsorted(self._ends, idx, side="right")
+        local = idx - self._starts[shard]
+        bsz = np.array([sh.meta.block_size for sh in self.shards], dtype=np.int64)[shard]
+        block, pos = local // bsz, local % bsz
+        order = np.lexsort((block, shard))
+        keys = np.stack([shard[order], block[order]], axis=1)
+        cut = np.flatnonzero(np.any(np.diff(keys, axis=0) != 0, axis=1)) + 1
+        for group in np.split(order, cut):
+            s, b = int(shard[group[0]]), int(block[group[0]])
+            js = pos[group].tolist()
+            key = (s, b)
+            with self._lock:
+                entry = self._cache.get(key)
+                usable = entry is not None and all(entry.items[j] is not _TAKEN for j in
+                                                   set(js))
+                if usable:
+                    del self._cache[key]
+                    self._cached_bytes -= entry.nbytes
+            if not usable:
+                items, nbytes = self._read_block(s, b)
+                entry = _Entry(items, nbytes)
+            first: dict[int, int] = {}
+            for k, j in zip(group.tolist(), js, strict=True):
+                if j in first:  # the same example twice in one call: a separate copy
+                    out[k] = copy.deepcopy(out[first[j]])
+                else:
+                    first[j] = k
+                    out[k] = entry.pop(j)
+            with self._lock:
+                self._cache_put(key, entry)
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        """Every example in order, reading several blocks per system call."""
+        self._check_pid()
+        for s, sh in enumerate(self.shards):
+            n = sh.meta.num_blocks
+            if n == 0:
+                continue
+            with self._lock:
+                idx = np.asarray(self._shard_index(s), dtype=np.int64)
+                fd, size = self._fd(s)
+            b = 0
+            while b < n:
+                e = b + 1
+                while e < n and idx[e + 1] - idx[b] <= _READ_AHEAD:
+                    e += 1
+                start, stop = int(idx[b]), int(idx[e])
+                steps = np.diff(idx[b: e + 1])
+                buf = b""
+                if 0 <= start and stop <= size and steps.min() >= 0 and (
+                        steps.max() <= self.max_block_bytes):
+                    buf = os.pread(fd, stop - start, start)
+                if len(buf) != stop - start or stop < start:
+                    for k in range(b, e):  # slow path: raises the precise error
+                        yield from self._read_block(s, k)[0]
+                else:
+                    for k in range(b, e):
+                        raw = buf[int(idx[k]) - start: int(idx[k + 1]) - start]
+                        yield from self._decode_raw(s, k, raw)
+                b = e
+
+    # ---- extras ----------------------------------------------------------------------------
+
+    def shard_of(self, index: int) -> tuple[str, int]:
+        """(shard folder name, index within that shard) of example ``index``."""
+        i = normalize_index(index, self._len)
+        s = int(np.searchsorted(self._ends, i, side="right"))
+        return self.shards[s].folder.name, i - int(self._starts[s])
+
+    def block_bytes(self, s: int, b: int) -> bytes:
+        """The stored bytes of block ``b`` of the ``s``-th shard (for tools and validation)."""
+        fd, start, stop = self._block_range(s, b)
+        return os.pread(fd, stop - start, start)

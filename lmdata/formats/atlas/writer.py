@@ -1,0 +1,402 @@
+"""Writing Atlas datasets that torch-atlas-ds reads, byte for byte where the origin is
+deterministic (metas, index.npy, pickled blocks, frames given the same dictionary).
+
+Beyond the origin: the dataset appears at its path only when the writer closes without an
+exception; blocks are compressed on several threads; strategy-3 shards spill their pickled
+blocks to disk instead of RAM; dictionaries train on a sample of at most ``dict_sample_bytes``
+(so shards over 4 GiB work); and ``append=True`` adds shards to an existing dataset.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import InvalidInputError
+from lmdata.formats.atlas import codec
+from lmdata.formats.atlas.meta import (
+    DATA,
+    DICT,
+    INDEX,
+    META,
+    DatasetMeta,
+    ShardMeta,
+    Strategy,
+    index_dtype,
+    padded_name,
+    parse_strategy,
+    replace_bytes,
+    shard_dirs,
+)
+from lmdata.storage import AtomicOutput, require_exists
+
+DEFAULT_SHARD_SIZE = 100_000
+DEFAULT_BLOCK_SIZE = 32
+SPILL = ".pickled-blocks.tmp"  # strategy-3 shards keep raw blocks here until close
+_BATCH_BYTES = 8 << 20  # compress this much at a time across the worker threads
+
+
+class _ShardWriter:
+    """One shard folder. ``train`` says whether to train this shard's own dictionary at close
+    (strategy 3, and shard 0 of a new strategy-2 dataset); otherwise blocks stream to data.bin
+    compressed with ``compressor`` (None: stored raw)."""
+
+    def __init__(self, folder: Path, *, block_size: int, strategy: Strategy,
+                 level: int, dict_fraction: float, compressor: codec.BlockCompressor | None,
+                 train: bool, workers: int, dict_sample_bytes: int, protocol: int) -> None:
+        folder.mkdir()
+        self.folder = folder
+        self.block_size = block_size
+        self.strategy = strategy
+        self.level = level
+        self.dict_fraction = dict_fraction
+        self.compressor = compressor
+        self.train = train
+        self.workers = workers
+        self.dict_sample_bytes = dict_sample_bytes
+        self.protocol = protocol
+        self.count = 0
+        self.block: list[Any] = []
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+        self.offsets = [0]
+        self.raw_lengths: list[int] = []
+        self._data: Any = None  # data.bin (or the spill file when training), opened lazily
+
+    def add(self, example: Any) -> None:
+        self.block.append(example)
+        self.count += 1
+        if len(self.block) == self.block_size:
+            self._emit()
+
+    def _emit(self) -> None:
+        try:
+            raw = pickle.dumps(self.block, protocol=self.protocol)
+        except Exception as e:  # pickle raises many kinds; name the example
+            raise InvalidInputError(
+                f"cannot pickle example(s) {self.count - len(self.block)}..{self.count - 1} "
+                f"of shard {self.folder.name}: {type(e).__name__}: {e}") from e
+        self.block = []
+        self.raw_lengths.append(len(raw))
+        if self._data is None:
+            self._data = open(self.folder / (SPILL if self.train else DATA), "wb")
+        if self.train:
+            self._data.write(raw)
+            return
+        self.pending.append(raw)
+        self.pending_bytes += len(raw)
+        if self.pending_bytes >= _BATCH_BYTES:
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        if not self.pending:
+            return
+        blocks = self.pending
+        if self.compressor is not None:
+            blocks = self.compressor.compress_many(blocks)
+        for b in blocks:
+            self._data.write(b)
+            self.offsets.append(self.offsets[-1] + len(b))
+        self.pending, self.pending_bytes = [], 0
+
+    def _train_and_compress(self) -> tuple[Strategy, bytes | None]:
+        """Train on the spilled blocks and compress them into data.bin; fall back to plain
+        zstd (strategy 1) below 7 blocks or when zstd cannot train, as the origin does."""
+        spill = self.folder / SPILL
+        if self._data is not None:
+            self._data.close()
+            self._data = None
+        starts = np.concatenate([[0], np.cumsum(self.raw_lengths, dtype=np.int64)])
+        dict_bytes: bytes | None = None
+        if len(self.raw_lengths) >= codec.MIN_DICT_BLOCKS:
+            picks = codec.choose_samples(self.raw_lengths, self.dict_sample_bytes)
+            with open(spill, "rb") as f:
+                fd = f.fileno()
+                samples = [os.pread(fd, n, int(starts[i])) for i, n in picks]
+            size = codec.dict_size_for(int(starts[-1]), self.dict_fraction)
+            dict_bytes = codec.train_dictionary(samples, size, self.level, self.workers)
+            del samples
+        strategy = Strategy.DICTIONARY_COMPRESSION if dict_bytes else Strategy.STANDARD_COMPRESSION
+        self.compressor = codec.BlockCompressor(self.level, dict_bytes, self.workers)
+        self.train = False
+        if self.raw_lengths:
+            self._data = open(self.folder / DATA, "wb")
+            with open(spill, "rb") as f:
+                fd = f.fileno()
+                for i, n in enumerate(self.raw_lengths):
+                    self.pending.append(os.pread(fd, n, int(starts[i])))
+                    self.pending_bytes += n
+                    if self.pending_bytes >= _BATCH_BYTES:
+                        self._flush_pending()
+            self._flush_pending()
+            spill.unlink()
+        self.compressor.close()
+        if dict_bytes is not None:
+            (self.folder / DICT).write_bytes(dict_bytes)
+        return strategy, dict_bytes
+
+    def close(self) -> ShardMeta:
+        """Finish the shard: last partial block, dictionary, data.bin, index.npy, meta last."""
+        if self.block:
+            self._emit()
+        strategy = self.strategy
+        if self.train:
+            strategy, _ = self._train_and_compress()
+        else:
+            self._flush_pending()
+        if self._data is not None:
+            self._data.close()
+            self._data = None
+        # An empty shard has no data.bin and index [0] (uint8), like the origin's.
+        index = np.asarray(self.offsets, dtype=index_dtype(self.offsets[-1]))
+        np.save(self.folder / INDEX, index, allow_pickle=False)
+        meta = ShardMeta(block_size=self.block_size, stored_examples=self.count,
+                         compression_strategy=strategy, compression_level=self.level,
+                         compression_dict_size=self.dict_fraction)
+        replace_bytes(self.folder / META, meta.to_json())
+        return meta
+
+    def abort(self) -> None:
+        if self._data is not None:
+            self._data.close()
+            self._data = None
+        if self.compressor is not None:
+            self.compressor.close()
+
+
+class Writer:
+    """Writes examples (any picklable objects; dicts for JSON-like data) into an Atlas dataset.
+
+    ``shard_size`` examples per shard, ``block_size`` per block; ``compression_strategy`` is
+    0/"none", 1/"standard", 2/"shared" (the origin's default: a dictionary trained on shard 0,
+    used by all) or 3/"dictionary" (one per shard); ``compression_level`` (zstd, up to 22) and
+    ``compression_dict_size`` (dictionary bytes as a fraction of a shard's pickled bytes) have
+    the origin's meaning. ``compression_dict`` supplies the shared dictionary instead of training
+    one. ``workers`` threads compress blocks. ``append=True`` adds shards to the dataset at
+    ``path``, keeping its strategy, shared dictionary, level and block size unless given.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        block_size: int | None = None,
+        compression_strategy: int | str | None = None,
+        compression_level: int | None = None,
+        compression_dict_size: float | None = None,
+        compression_dict: bytes | None = None,
+        workers: int | None = None,
+        dict_sample_bytes: int = codec.DICT_SAMPLE_BYTES,
+        pickle_protocol: int = codec.PICKLE_PROTOCOL,
+        append: bool = False,
+        overwrite: bool = False,
+    ) -> None:
+        if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+            raise InvalidInputError(f"shard_size must be a positive integer, got {shard_size!r}")
+        if block_size is not None and (isinstance(block_size, bool) or
+                                       not isinstance(block_size, int) or block_size < 1):
+            raise InvalidInputError(f"block_size must be a positive integer, got {block_size!r}")
+        if compression_dict_size is not None and not 0.0 <= compression_dict_size <= 1.0:
+            raise InvalidInputError(
+                f"compression_dict_size is a fraction in [0, 1], got {compression_dict_size!r}")
+        if dict_sample_bytes < 1024:
+            raise InvalidInputError("dict_sample_bytes must be at least 1024")
+        self.shard_size = shard_size
+        self.workers = workers if workers is not None else codec.default_workers()
+        self.dict_sample_bytes = dict_sample_bytes
+        self.protocol = pickle_protocol
+        self.shard_sizes: list[int] = []
+        self._numbers: list[int] = []
+        self._shared: bytes | None = None
+        self._train_shard0 = False
+        self._shard: _ShardWriter | None = None
+        self._written = 0
+        if append:
+            self._init_append(path, block_size, compression_strategy, compression_level,
+                              compression_dict_size, compression_dict)
+        else:
+            self._init_new(path, block_size, compression_strategy, compression_level,
+                           compression_dict_size, compression_dict, overwrite)
+        self._open_shard()
+
+    # ---- setup ------------------------------------------------------------------------------
+
+    def _init_new(self, path: Any, block_size: int | None, strategy: Any, level: int | None,
+                  fraction: float | None, shared: bytes | None, overwrite: bool) -> None:
+        self.strategy = parse_strategy(
+            Strategy.SHARED_DICTIONARY_COMPRESSION if strategy is None else strategy)
+        self.block_size = block_size or DEFAULT_BLOCK_SIZE
+        self.level = 3 if level is None else level
+        self.dict_fraction = 0.01 if fraction is None else fraction
+        if shared is not None:
+            if self.strategy != Strategy.SHARED_DICTIONARY_COMPRESSION:
+                raise InvalidInputError("compression_dict is only used with strategy 2 (shared)")
+            self._shared = bytes(shared)
+        else:
+            # The origin writes shard 0 of a strategy-2 dataset as strategy 3 and moves its
+            # dictionary to the root afterwards.
+            self._train_shard0 = self.strategy == Strategy.SHARED_DICTIONARY_COMPRESSION
+        self._check_level()
+        self._out = AtomicOutput(path, directory=True, overwrite=overwrite)
+        self.path = self._out.dest
+        self._root = self._out.tmp
+        self._next_number = 0
+        if self._shared is not None:
+            codec.load_dict(self._shared, "compression_dict")
+            (self._root / DICT).write_bytes(self._shared)
+
+    def _init_append(self, path: Any, block_size: int | None, strategy: Any,
+                     level: int | None, fraction: float | None, shared: bytes | None) -> None:
+        root = require_exists(path)
+        meta = DatasetMeta.read(root)
+        shards = shard_dirs(root)
+        last = ShardMeta.read(shards[-1][1]) if shards else None
+        self.strategy = meta.compression_strategy
+        if strategy is not None and parse_strategy(strategy) != self.strategy:
+            raise InvalidInputError(
+                f"the dataset uses compression strategy {int(self.strategy)}; appended shards "
+                "must use the same (leave compression_strategy unset)", path=root)
+        if shared is not None:
+            raise InvalidInputError("compression_dict cannot change when appending", path=root)
+        self.block_size = block_size or (last.block_size if last else DEFAULT_BLOCK_SIZE)
+        last_level = last.compression_level if last else None
+        last_fraction = last.compression_dict_size if last else None
+        self.level = level if level is not None else (
+            last_level if isinstance(last_level, int) and not isinstance(last_level, bool) else 3)
+        self.dict_fraction = fraction if fraction is not None else (
+            last_fraction if isinstance(last_fraction, (int, float)) else 0.01)
+        self._check_level()
+        if self.strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
+            try:
+                self._shared = (root / DICT).read_bytes()
+            except FileNotFoundError:
+                raise InvalidInputError("the dataset says strategy 2 but has no zstd_dict.bin; "
+                                        "run `lmdata validate`", path=root) from None
+            codec.load_dict(self._shared, "zstd_dict.bin")
+        # Build the extended dataset in a temporary sibling holding hard links to the existing
+        # files, then swap it in: readers see the old dataset or the new one, never a mix.
+        self._out = AtomicOutput(root, directory=False, overwrite=True)
+        self.path = root
+        self._root = self._out.tmp
+        shutil.copytree(root, self._root, copy_function=_link_or_copy)
+        sizes = {n: ShardMeta.read(d).stored_examples for n, d in shards}
+        self._numbers = [n for n, _ in shards]
+        self.shard_sizes = [sizes[n] for n in self._numbers]
+        self._next_number = self._numbers[-1] + 1 if shards else 0
+
+    def _check_level(self) -> None:
+        if isinstance(self.level, bool) or not isinstance(self.level, int):
+            raise InvalidInputError(f"compression_level must be an integer, got {self.level!r}")
+        codec.BlockCompressor(self.level).close()  # validates the range
+
+    def _open_shard(self) -> None:
+        number = self._next_number
+        self._next_number += 1
+        train = self.strategy == Strategy.DICTIONARY_COMPRESSION or (
+            self._train_shard0 and number == 0)
+        compressor = None
+        if self.strategy != Strategy.NO_COMPRESSION and not train:
+            compressor = codec.BlockCompressor(self.level, self._shared, self.workers)
+        self._shard = _ShardWriter(
+            self._root / str(number), block_size=self.block_size, strategy=self.strategy,
+            level=self.level, dict_fraction=self.dict_fraction, compressor=compressor,
+            train=train, workers=self.workers, dict_sample_bytes=self.dict_sample_bytes,
+            protocol=self.protocol)
+        self._numbers.append(number)
+
+    def _close_shard(self) -> None:
+        assert self._shard is not None
+        shard, self._shard = self._shard, None
+        meta = shard.close()
+        if shard.compressor is not None:
+            shard.compressor.close()
+        self.shard_sizes.append(meta.stored_examples)
+        self._written += meta.stored_examples
+        if self._train_shard0 and self._numbers[-1] == 0:
+            self._train_shard0 = False
+            self._handle_shared_dict(shard.folder, meta)
+
+    def _handle_shared_dict(self, folder: Path, meta: ShardMeta) -> None:
+        """After shard 0 of a strategy-2 dataset: move its dictionary to the root, or make the
+        whole dataset strategy 1 when shard 0 could not train one (the origin's rules)."""
+        if meta.compression_strategy == Strategy.STANDARD_COMPRESSION:
+            self.strategy = Strategy.STANDARD_COMPRESSION
+            return
+        os.replace(folder / DICT, self._root / DICT)
+        self._shared = (self._root / DICT).read_bytes()
+        shared_meta = ShardMeta(
+            block_size=meta.block_size, stored_examples=meta.stored_examples,
+            compression_strategy=Strategy.SHARED_DICTIONARY_COMPRESSION,
+            compression_level=meta.compression_level,
+            compression_dict_size=meta.compression_dict_size)
+        replace_bytes(folder / META, shared_meta.to_json())
+
+    # ---- the writer protocol ----------------------------------------------------------------
+
+    def write(self, example: Any) -> None:
+        """Append one example. A new shard starts when one arrives and the current is full."""
+        if self._shard is None:
+            raise InvalidInputError("the writer is closed", path=self.path)
+        if self._shard.count >= self.shard_size:
+            self._close_shard()
+            self._open_shard()
+        self._shard.add(example)
+
+    def write_many(self, examples: Any) -> None:
+        for ex in examples:
+            self.write(ex)
+
+    @property
+    def count(self) -> int:
+        """Examples written by this writer so far (not counting an appended-to dataset's)."""
+        return self._written + (self._shard.count if self._shard else 0)
+
+    def close(self) -> None:
+        """Finish every shard, write the root meta, zero-pad the shard folders, publish."""
+        if self._out.done:
+            return
+        try:
+            if self._shard is not None:
+                self._close_shard()
+            current = dict(shard_dirs(self._root))
+            total = self._numbers[-1] + 1
+            for number in self._numbers:
+                dst = self._root / padded_name(number, total)
+                if current[number] != dst:
+                    os.replace(current[number], dst)
+            meta = DatasetMeta(shard_sizes=tuple(self.shard_sizes),
+                               compression_strategy=self.strategy)
+            replace_bytes(self._root / META, meta.to_json())
+        except BaseException:
+            self.abort()
+            raise
+        self._out.finish()
+
+    def abort(self) -> None:
+        """Drop everything written; the path is left as it was before the writer started."""
+        if self._shard is not None:
+            self._shard.abort()
+            self._shard = None
+        self._out.abort()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
