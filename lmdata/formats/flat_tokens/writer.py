@@ -232,6 +232,28 @@ class Writer:
         w.starts.append(np.array([w.tokens.length], dtype=np.uint64))
         w.sequences += 1
 
+    def write_many(self, flat: Any, lengths: Any, split: str = "train") -> None:
+        """Append many sequences at once: ``flat`` is their concatenation, ``lengths`` their
+        sizes (the vectorised form of :meth:`write`)."""
+        w = self._splits.get(split)
+        if w is None:
+            raise InvalidInputError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if (lengths < 0).any() or int(lengths.sum()) != len(flat):
+            raise InvalidInputError("lengths must be non-negative and sum to len(flat)")
+        enc, hi = encode_sequence(flat)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        nonempty = starts[lengths > 0]
+        if len(enc):
+            enc[0] &= ~np.uint32(1)  # encode_sequence marked position 0; mark the real starts
+            enc[nonempty] |= np.uint32(1)
+        w.max_id = max(w.max_id, hi)
+        base = w.tokens.length
+        w.tokens.append(enc)
+        w.starts.append((ends + base).astype(np.uint64))
+        w.sequences += len(lengths)
+
     def counts(self) -> dict[str, tuple[int, int]]:
         """(sequences, tokens) written so far per split."""
         return {s: (w.sequences, w.tokens.length) for s, w in self._splits.items()}

@@ -1,0 +1,179 @@
+"""``lmdata tokenize SRC... DST --to FORMAT``: documents to a token dataset."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
+from lmdata.tokenize.sinks import TOKEN_FORMATS
+
+
+@click.command("tokenize")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("dst", type=click.Path())
+@click.option("--to", "to", required=True, type=click.Choice(TOKEN_FORMATS), help="Output format.")
+@click.option(
+    "--tokenizer",
+    default="bytes",
+    show_default=True,
+    help="'bytes' (built-in, byte+1, no file), or a local tokenizer.json. Never downloaded.",
+)
+@click.option(
+    "--text-key",
+    default="text",
+    show_default=True,
+    help="Field holding the text in JSONL, Parquet and record datasets.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Worker processes (default: all cores; 0 runs in this process).",
+)
+@click.option(
+    "--batch-docs",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Documents per work unit.",
+)
+@click.option(
+    "--validation-fraction",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="flat-tokens: share of documents (chosen by a hash of "
+    "their id, or file and line) put in the validation split.",
+)
+@click.option(
+    "--validation",
+    "validation_sources",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="flat-tokens: a separate validation source (repeatable).",
+)
+@click.option("--eod", default=None, help="End-of-document token, e.g. '<|endoftext|>'.")
+@click.option("--eod-id", type=int, default=None, help="End-of-document token id.")
+@click.option(
+    "--append-eod/--no-eod",
+    "append_eod",
+    default=None,
+    help="Append the EOD token after each document (default: the format's "
+    "convention: modalities yes, others no).",
+)
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Skip malformed lines and documents without text, counting them, instead "
+    "of stopping with an error.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted job: input files already "
+    "done are not tokenized again; the output is the same.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace DST if it exists.")
+@click.option(
+    "--format",
+    "-f",
+    "source_format",
+    default=None,
+    help="Format of a SOURCE that is an lmdata dataset (detected by default).",
+)
+@click.option(
+    "--chunk-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="flat-tokens: tokens per chunk file.",
+)
+@click.option(
+    "--compression",
+    default=None,
+    help="flat-tokens: none, blosc, zstd, gzip (default none); mds: zstd, gz, ...",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def command(
+    sources: tuple[str, ...],
+    dst: str,
+    to: str,
+    tokenizer: str,
+    text_key: str,
+    workers: int | None,
+    batch_docs: int,
+    validation_fraction: float,
+    validation_sources: tuple[str, ...],
+    eod: str | None,
+    eod_id: int | None,
+    append_eod: bool | None,
+    skip_invalid: bool,
+    resume: bool,
+    overwrite: bool,
+    source_format: str | None,
+    chunk_tokens: int | None,
+    compression: str | None,
+    quiet: bool,
+) -> None:
+    """Tokenize the documents in SOURCES (JSONL[.gz|.zst] files or folders, Dolma trees,
+    Modalities raw JSONL, Parquet, text files, or lmdata record datasets) into DST.
+
+    The output is written atomically and is the same for any number of workers. Ctrl-C leaves
+    no output; run again with --resume to continue.
+    """
+    from tqdm import tqdm
+
+    opts: dict[str, object] = {}
+    if chunk_tokens is not None:
+        opts["chunk_tokens"] = chunk_tokens
+    if compression is not None:
+        opts["compression"] = None if compression == "none" else compression
+    job = TokenizeJob(
+        to=to,
+        tokenizer=tokenizer,
+        text_key=text_key,
+        batch_docs=batch_docs,
+        validation_fraction=validation_fraction,
+        skip_invalid=skip_invalid,
+        eod=eod,
+        eod_id=eod_id,
+        append_eod=append_eod,
+        source_format=source_format,
+        writer_options=opts,
+    )
+    bar = tqdm(
+        unit="B", unit_scale=True, disable=quiet or None, desc="tokenize", dynamic_ncols=True
+    )
+
+    def progress(stats: dict[str, float]) -> None:
+        bar.update(stats["bytes"] - bar.n)
+        el = bar.format_dict["elapsed"] or 1e-9
+        bar.set_postfix_str(
+            f"{stats['documents'] / el:,.0f} docs/s, {stats['tokens'] / el / 1e6:.2f} Mtok/s",
+            refresh=False,
+        )
+
+    try:
+        summary = tokenize(
+            list(sources),
+            dst,
+            job,
+            validation_sources=list(validation_sources),
+            workers=workers,
+            resume=resume,
+            overwrite=overwrite,
+            progress=progress,
+        )
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(
+            f"interrupted: no output written; `--resume` continues from "
+            f"{work_dir_for(__import__('pathlib').Path(dst))}",
+            err=True,
+        )
+        sys.exit(130)
+    bar.close()
+    for msg in summary.skipped:
+        click.echo(f"skipped: {msg}", err=True)
+    click.echo(summary.line())

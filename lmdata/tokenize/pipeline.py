@@ -1,0 +1,357 @@
+"""Documents -> tokens, in parallel, deterministically, resumably, losing nothing.
+
+The job runs in two phases:
+
+1. *Tokenize*: units (batches of documents of one input file) go to worker processes, which
+   parse, tokenize and return token arrays. Results arrive in input order and are staged in a
+   hidden work folder beside the output, one file per unit; when every unit of an input file is
+   staged, the file is marked done.
+2. *Assemble*: the staged units are written, in input order, through the target format's
+   writer, which produces the output atomically.
+
+The output bytes therefore depend only on the inputs and options, never on the number of
+workers; an interrupted job (Ctrl-C, a kill) leaves no output, keeps the work folder, and
+``resume=True`` skips the input files already done.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from lmdata.errors import InvalidInputError, LmdataError
+from lmdata.storage import check_output
+from lmdata.tokenize.sinks import make_sink
+from lmdata.tokenize.sources import InputFile, Unit, _Missing, iter_units, list_inputs
+from lmdata.tokenize.tokenizers import Tokenizer, load_tokenizer
+
+MAX_SKIP_MESSAGES = 20
+
+
+@dataclass(frozen=True)
+class TokenizeJob:
+    """Everything that decides the output bytes (also recorded for ``resume``)."""
+
+    to: str
+    tokenizer: str = "bytes"
+    text_key: str = "text"
+    batch_docs: int = 1000
+    validation_fraction: float = 0.0
+    skip_invalid: bool = False
+    eod: str | None = None
+    eod_id: int | None = None
+    append_eod: bool | None = None
+    source_format: str | None = None
+    writer_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise InvalidInputError(
+                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
+            )
+        if self.batch_docs < 1:
+            raise InvalidInputError(f"batch_docs must be positive, got {self.batch_docs}")
+
+
+@dataclass
+class Summary:
+    """What a job did; ``documents_read == documents_written + documents_skipped``."""
+
+    documents_read: int = 0
+    documents_written: int = 0
+    documents_skipped: int = 0
+    tokens: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)
+    output: str = ""
+
+    def line(self) -> str:
+        rate = self.tokens / self.seconds / 1e6 if self.seconds else 0.0
+        return (
+            f"documents read {self.documents_read:,}, written {self.documents_written:,}, "
+            f"skipped {self.documents_skipped:,}; {self.tokens:,} tokens in "
+            f"{self.seconds:.1f} s ({rate:.1f} Mtok/s) -> {self.output}"
+        )
+
+
+# ---- the worker side -------------------------------------------------------------------------
+
+_TOKENIZER: Tokenizer | None = None
+
+
+def _init_worker(spec: str) -> None:
+    global _TOKENIZER
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one core per worker process
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _TOKENIZER = load_tokenizer(spec)
+
+
+def _is_validation(key: str, fraction: float) -> bool:
+    return (
+        fraction > 0
+        and (zlib.crc32(key.encode("utf-8", "surrogatepass")) % 1_000_000) < fraction * 1_000_000
+    )
+
+
+def _process(task: tuple[Unit, str, str, bool, float, bool]) -> dict[str, Any]:
+    """Parse and tokenize one unit; raises InvalidInputError on bad input unless skipping."""
+    unit, path, text_key, skip_invalid, fraction, val_file = task
+    assert _TOKENIZER is not None
+    texts: list[str] = []
+    keys: list[str] = []
+    skipped: list[str] = []
+    name = os.path.basename(path)
+    for j, item in enumerate(unit.items):
+        line = unit.first_line + j
+        problem = None
+        text = None
+        key = f"{name}:{line}"
+        if unit.kind == "lines":
+            try:
+                obj = orjson.loads(item)
+            except orjson.JSONDecodeError as e:
+                problem = f"malformed JSON ({e})"
+            else:
+                if not isinstance(obj, dict):
+                    problem = "the line is not a JSON object"
+                elif text_key not in obj:
+                    problem = f"no {text_key!r} field (pass --text-key)"
+                else:
+                    text = obj[text_key]
+                    if isinstance(obj.get("id"), (str, int)):
+                        key = f"id:{obj['id']}"
+        else:
+            text = None if isinstance(item, _Missing) else item
+            if text is None:
+                problem = f"no {text_key!r} field (pass --text-key)"
+        if problem is None and not isinstance(text, str):
+            problem = f"field {text_key!r} is {type(text).__name__}, not a string"
+        if problem is not None:
+            where = f"line {line}" if unit.kind == "lines" else f"record {line}"
+            if not skip_invalid:
+                raise InvalidInputError(
+                    f"{problem}; fix it or pass --skip-invalid to skip such documents",
+                    path=path,
+                    position=where,
+                )
+            skipped.append(f"{path}: {where}: {problem}")
+            continue
+        texts.append(text)  # type: ignore[arg-type]
+        keys.append(key)
+    ids = _TOKENIZER.encode_batch(texts) if texts else []
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    flat = np.concatenate(ids).astype(np.uint32) if ids else np.zeros(0, np.uint32)
+    val = np.array([val_file or _is_validation(k, fraction) for k in keys], dtype=bool)
+    return {
+        "file": unit.file_index,
+        "part": unit.part,
+        "tokens": flat,
+        "lengths": lengths,
+        "validation": val,
+        "read": len(unit.items),
+        "skipped": skipped,
+        "bytes": sum(len(x) for x in unit.items if isinstance(x, (bytes, str))),
+    }
+
+
+# ---- the work folder -------------------------------------------------------------------------
+
+
+def work_dir_for(dst: Path) -> Path:
+    return dst.parent / f".{dst.name}.lmdata-work"
+
+
+def _manifest(job: TokenizeJob, inputs: list[InputFile]) -> bytes:
+    files = [{**asdict(i), "mtime": int(os.stat(i.path).st_mtime)} for i in inputs]
+    return orjson.dumps({"job": asdict(job), "inputs": files}, option=orjson.OPT_SORT_KEYS)
+
+
+def _prepare_work(work: Path, manifest: bytes, resume: bool) -> set[int]:
+    """Create (or, resuming, check and clean) the work folder; return the files already done."""
+    if work.exists() and resume:
+        if (work / "manifest.json").read_bytes() != manifest:
+            raise InvalidInputError(
+                "cannot resume: the inputs or options differ from the interrupted job's; run "
+                f"again without --resume (which discards {work})",
+                path=work,
+            )
+        done = {int(f.name) for f in (work / "done").iterdir()}
+        for f in (work / "parts").iterdir():  # partial files are redone from their start
+            if f.name.startswith(".") or int(f.name.split("-")[0]) not in done:
+                f.unlink()
+        return done
+    if work.exists():
+        shutil.rmtree(work)
+    (work / "parts").mkdir(parents=True)
+    (work / "done").mkdir()
+    (work / "manifest.json").write_bytes(manifest)
+    return set()
+
+
+def _stage(work: Path, res: dict[str, Any]) -> None:
+    name = f"{res['file']:06d}-{res['part']:06d}"
+    tmp = work / "parts" / f".{name}.tmp.npz"
+    with open(tmp, "wb") as fh:
+        np.savez(
+            fh,
+            tokens=res["tokens"],
+            lengths=res["lengths"],
+            validation=res["validation"],
+            meta=np.frombuffer(
+                orjson.dumps(
+                    {"read": res["read"], "skipped": res["skipped"], "bytes": res["bytes"]}
+                ),
+                dtype=np.uint8,
+            ),
+        )
+    os.replace(tmp, work / "parts" / f"{name}.npz")
+
+
+def _mark_done(work: Path, file_index: int) -> None:
+    (work / "done" / f"{file_index:06d}").touch()
+
+
+# ---- the job ---------------------------------------------------------------------------------
+
+
+def tokenize(
+    sources: list[str | os.PathLike[str]],
+    dst: str | os.PathLike[str],
+    job: TokenizeJob,
+    *,
+    validation_sources: list[str | os.PathLike[str]] | None = None,
+    workers: int | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: Callable[[dict[str, float]], None] | None = None,
+) -> Summary:
+    """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst``."""
+    t0 = time.perf_counter()
+    dst = check_output(dst, overwrite)
+    inputs = list_inputs(list(sources), job.source_format)
+    if validation_sources:
+        inputs += [
+            InputFile(i.path, i.kind, i.size, True)
+            for i in list_inputs(list(validation_sources), job.source_format)
+        ]
+    tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
+    sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
+    work = work_dir_for(dst)
+    done = _prepare_work(work, _manifest(job, inputs), resume)
+    summary = Summary(output=str(dst))
+    try:
+        _run_workers(inputs, job, work, done, workers, progress, summary)
+        _assemble(inputs, work, sink_factory, dst, overwrite, summary)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _run_workers(
+    inputs: list[InputFile],
+    job: TokenizeJob,
+    work: Path,
+    done: set[int],
+    workers: int | None,
+    progress: Callable[[dict[str, float]], None] | None,
+    summary: Summary,
+) -> None:
+    n_workers = (os.cpu_count() or 1) if workers is None else workers
+    units = iter_units(
+        inputs,
+        job.batch_docs,
+        text_key=job.text_key,
+        skip_files=frozenset(done),
+        fmt=job.source_format,
+    )
+    tasks = (
+        (
+            u,
+            inputs[u.file_index].path,
+            job.text_key,
+            job.skip_invalid,
+            job.validation_fraction,
+            inputs[u.file_index].validation,
+        )
+        for u in units
+    )
+    stats = {"documents": 0.0, "tokens": 0.0, "bytes": 0.0}
+    current = None
+
+    def handle(res: dict[str, Any]) -> None:
+        nonlocal current
+        if current is not None and res["file"] != current:
+            _mark_done(work, current)
+        current = res["file"]
+        _stage(work, res)
+        stats["documents"] += res["read"]
+        stats["tokens"] += len(res["tokens"])
+        stats["bytes"] += res["bytes"]
+        if progress is not None:
+            progress(stats)
+
+    if n_workers <= 0:  # in-process: for debugging and tiny jobs
+        _init_worker(job.tokenizer)
+        for t in tasks:
+            handle(_process(t))
+    else:
+        ctx = mp.get_context("spawn")  # fork would inherit a tokenizer's thread pool
+        with ctx.Pool(n_workers, initializer=_init_worker, initargs=(job.tokenizer,)) as pool:
+            try:
+                for res in pool.imap(_process, tasks, chunksize=1):
+                    handle(res)
+            except BaseException:
+                pool.terminate()
+                raise
+    if current is not None:
+        _mark_done(work, current)
+
+
+def _assemble(
+    inputs: list[InputFile],
+    work: Path,
+    sink_factory: Callable[..., Any],
+    dst: Path,
+    overwrite: bool,
+    summary: Summary,
+) -> None:
+    parts = sorted((work / "parts").glob("*.npz"))
+    sink = sink_factory(dst, overwrite=overwrite)
+    try:
+        for f in parts:
+            with np.load(f) as z:
+                tokens, lengths, val = z["tokens"], z["lengths"], z["validation"]
+                meta = orjson.loads(z["meta"].tobytes())
+            summary.documents_read += meta["read"]
+            summary.documents_skipped += len(meta["skipped"])
+            summary.bytes_read += meta["bytes"]
+            room = MAX_SKIP_MESSAGES - len(summary.skipped)
+            summary.skipped.extend(meta["skipped"][: max(room, 0)])
+            sink.write_many(tokens, lengths, val)
+            summary.documents_written += len(lengths)
+            summary.tokens += len(tokens)
+    except BaseException:
+        sink.abort()
+        raise
+    sink.close()
+    if summary.documents_read != summary.documents_written + summary.documents_skipped:
+        raise LmdataError(  # an internal invariant: never drop a document silently
+            f"internal error: read {summary.documents_read} documents but wrote "
+            f"{summary.documents_written} and skipped {summary.documents_skipped}"
+        )

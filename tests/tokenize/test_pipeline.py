@@ -1,0 +1,269 @@
+"""The documents -> tokens pipeline: determinism, no silent loss, resume, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lmdata
+from lmdata.errors import InvalidInputError, OutputExistsError
+from lmdata.tokenize import ByteTokenizer
+from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
+
+TRAPS = [
+    "",
+    " ",
+    "\n\n",
+    "a\u2028b",
+    "x\x85y",
+    "\ufeffbom",
+    "emoji 🙂 mixed é",
+    "\x00nul",
+    "tab\tsep",
+    '"quoted"',
+    "<|endoftext|>",
+]
+
+
+def tree_bytes(p: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    docs = [
+        {"id": f"d{i}", "text": TRAPS[i % len(TRAPS)] + " word" * int(rng.integers(0, 60))}
+        for i in range(1200)
+    ]
+    with open(d / "a.jsonl", "w") as f:
+        for doc in docs[:500]:
+            f.write(json.dumps(doc) + "\n")
+    with gzip.open(d / "b.jsonl.gz", "wt") as f:
+        for doc in docs[500:1000]:
+            f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    import zstandard
+
+    (d / "c.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(
+            "".join(json.dumps(x) + "\n" for x in docs[1000:]).encode()
+        )
+    )
+    return d
+
+
+def all_texts(corpus: Path) -> list[str]:
+    out = []
+    for name in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst"):
+        f = corpus / name
+        if name.endswith(".gz"):
+            lines = gzip.open(f, "rt").read().split("\n")[:-1]  # not splitlines: U+2028
+        elif name.endswith(".zst"):
+            import zstandard
+
+            lines = zstandard.ZstdDecompressor().decompress(f.read_bytes()).decode().split("\n")
+            lines = [x for x in lines if x]
+        else:
+            lines = f.read_text().split("\n")[:-1]
+        out += [json.loads(x)["text"] for x in lines]
+    return out
+
+
+def run(corpus: Path, dst: Path, workers: int, **kw) -> lmdata.tokenize.pipeline.Summary:
+    job = TokenizeJob(
+        to="flat-tokens",
+        batch_docs=kw.pop("batch_docs", 64),
+        validation_fraction=kw.pop("validation_fraction", 0.1),
+        **kw,
+    )
+    return tokenize([corpus], dst, job, workers=workers)
+
+
+def test_tokens_are_exact_and_nothing_is_lost(corpus, tmp_path):
+    s = run(corpus, tmp_path / "out", workers=0)
+    texts = all_texts(corpus)
+    assert s.documents_read == s.documents_written == len(texts) == 1200
+    assert s.documents_skipped == 0
+    tok = ByteTokenizer()
+    train = lmdata.open(tmp_path / "out")
+    val = lmdata.open(tmp_path / "out", split="validation")
+    assert len(train) + len(val) == 1200
+    assert 50 < len(val) < 200
+    got = sorted(tok.decode(x) for x in list(train) + list(val))
+    assert got == sorted(texts)  # every document, empty and unicode traps included, exactly
+    assert lmdata.validate(tmp_path / "out") == []
+    assert not work_dir_for(tmp_path / "out").exists()
+
+
+def test_identical_bytes_for_any_number_of_workers(corpus, tmp_path):
+    outs = []
+    for w in (0, 1, 2, 4):
+        run(corpus, tmp_path / f"w{w}", workers=w)
+        outs.append(tree_bytes(tmp_path / f"w{w}"))
+    assert all(o == outs[0] for o in outs[1:])
+
+
+def test_malformed_lines_are_errors_or_counted_skips(tmp_path):
+    src = tmp_path / "bad.jsonl"
+    src.write_text('{"text": "ok"}\n{broken\n{"id": 3}\n{"text": 5}\n[1]\n{"text": "fine"}\n')
+    with pytest.raises(InvalidInputError, match=r"bad.jsonl: line 2: malformed JSON"):
+        run(src, tmp_path / "o1", workers=0)
+    assert not (tmp_path / "o1").exists() and not work_dir_for(tmp_path / "o1").exists()
+    s = run(src, tmp_path / "o2", workers=0, skip_invalid=True, validation_fraction=0.0)
+    assert (s.documents_read, s.documents_written, s.documents_skipped) == (6, 2, 4)
+    assert [m.split(": ", 1)[1][:7] for m in s.skipped] == [
+        "line 2:",
+        "line 3:",
+        "line 4:",
+        "line 5:",
+    ]
+    assert [ByteTokenizer().decode(x) for x in lmdata.open(tmp_path / "o2")] == ["ok", "fine"]
+
+
+def test_error_in_worker_process_names_file_and_line(tmp_path):
+    src = tmp_path / "bad.jsonl"
+    src.write_text('{"text": "ok"}\n' * 10 + '{"txt": "no"}\n')
+    with pytest.raises(InvalidInputError, match=r"line 11: no 'text' field"):
+        run(src, tmp_path / "o", workers=2, batch_docs=4)
+
+
+def test_text_key_parquet_and_text_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"body": ["alpha", "", "gamma"]}), tmp_path / "p.parquet")
+    (tmp_path / "t.txt").write_text("whole file is one document\n")
+    job = TokenizeJob(to="flat-tokens", text_key="body")
+    s = tokenize([tmp_path / "p.parquet", tmp_path / "t.txt"], tmp_path / "o", job, workers=0)
+    assert s.documents_written == 4
+    tok = ByteTokenizer()
+    assert [tok.decode(x) for x in lmdata.open(tmp_path / "o")] == [
+        "alpha",
+        "",
+        "gamma",
+        "whole file is one document\n",
+    ]
+
+
+def test_huge_document(tmp_path):
+    big = "x" * (30 << 20)
+    (tmp_path / "big.jsonl").write_text(json.dumps({"text": big}) + "\n")
+    s = run(tmp_path / "big.jsonl", tmp_path / "o", workers=1, validation_fraction=0.0)
+    r = lmdata.open(tmp_path / "o")
+    assert s.tokens == len(big) and r[0].shape == (len(big),) and (r[0] == ord("x") + 1).all()
+
+
+def test_refuses_to_overwrite(corpus, tmp_path):
+    (tmp_path / "o").mkdir()
+    with pytest.raises(OutputExistsError):
+        run(corpus, tmp_path / "o", workers=0)
+
+
+def test_resume_after_interrupt_gives_the_same_bytes(corpus, tmp_path):
+    run(corpus, tmp_path / "ref", workers=0)
+    job = TokenizeJob(to="flat-tokens", batch_docs=64, validation_fraction=0.1)
+    calls = {"n": 0}
+
+    def stop_midway(stats):
+        calls["n"] += 1
+        if calls["n"] == 12:  # inside the second input file
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop_midway)
+    assert not (tmp_path / "out").exists()
+    work = work_dir_for(tmp_path / "out")
+    assert [f.name for f in (work / "done").iterdir()] == ["000000"]
+    seen = []
+    tokenize(
+        [corpus],
+        tmp_path / "out",
+        job,
+        workers=0,
+        resume=True,
+        progress=lambda s: seen.append(s["documents"]),
+    )
+    assert seen[-1] == 700  # only the two unfinished files were tokenized again
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+
+
+def test_resume_after_sigkill_at_a_random_point(corpus, tmp_path):
+    run(corpus, tmp_path / "ref", workers=0)
+    code = (
+        "import sys; from lmdata.tokenize.pipeline import TokenizeJob, tokenize\n"
+        "import time\n"
+        "job = TokenizeJob(to='flat-tokens', batch_docs=64, validation_fraction=0.1)\n"
+        "tokenize([sys.argv[1]], sys.argv[2], job, workers=0,"
+        " progress=lambda s: time.sleep(0.02))\n"
+    )
+    delay = float(np.random.default_rng().uniform(0.6, 1.4))
+    p = subprocess.Popen([sys.executable, "-c", code, str(corpus), str(tmp_path / "out")])
+    time.sleep(delay)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    job = TokenizeJob(to="flat-tokens", batch_docs=64, validation_fraction=0.1)
+    if not (tmp_path / "out").exists():
+        tokenize(
+            [corpus],
+            tmp_path / "out",
+            job,
+            workers=0,
+            resume=work_dir_for(tmp_path / "out").exists(),
+        )
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+
+
+def test_resume_refuses_changed_options(corpus, tmp_path):
+    job = TokenizeJob(to="flat-tokens", batch_docs=64)
+
+    def stop(stats):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop)
+    with pytest.raises(InvalidInputError, match="cannot resume"):
+        tokenize(
+            [corpus],
+            tmp_path / "out",
+            TokenizeJob(to="flat-tokens", batch_docs=32),
+            workers=0,
+            resume=True,
+        )
+
+
+def test_cli_tokenize_prints_counts(corpus, tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lmdata",
+            "tokenize",
+            str(corpus),
+            str(tmp_path / "o"),
+            "--to",
+            "flat-tokens",
+            "--workers",
+            "1",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "documents read 1,200, written 1,200, skipped 0" in out.stdout
+
+
+def test_missing_tokenizer_file_is_clear(tmp_path, corpus):
+    with pytest.raises(InvalidInputError, match="never downloads"):
+        run(corpus, tmp_path / "o", workers=0, tokenizer=str(tmp_path / "nope.json"))
