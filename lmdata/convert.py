@@ -112,6 +112,18 @@ def _token_writer(
     return w, lambda t, split: w.write(t)
 
 
+def _record_writer(
+    to: str, dst: Path, first: Any, tokens: bool, overwrite: bool, opts: dict[str, Any]
+) -> tuple[Any, Callable[[Any, str], None]]:
+    """A record writer shaped by the first record (MDS columns are inferred from it)."""
+    if to.startswith("mds") and "columns" not in opts:
+        opts["columns"] = mds_columns({"tokens": first} if tokens else first)
+    w = open_writer(dst, to, overwrite=overwrite, **opts)
+    if tokens:
+        return w, lambda t, _split: w.write({"tokens": t})
+    return w, lambda rec, _split: w.write(rec)
+
+
 def convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -158,15 +170,7 @@ def convert(
             for block in _blocks(reader, n_workers):
                 for rec in block:
                     if w is None:  # record targets: created from the first record
-                        first = {"tokens": rec} if tokens else rec
-                        if to.startswith("mds") and "columns" not in opts:
-                            opts["columns"] = mds_columns(first)
-                        w = open_writer(dst, to, overwrite=overwrite, **opts)
-                        rw = w
-
-                        def write(t: Any, _s: str, _tok: bool = tokens) -> None:
-                            rw.write({"tokens": t} if _tok else t)
-
+                        w, write = _record_writer(to, dst, rec, tokens, overwrite, opts)
                     write(rec, s or "train")  # type: ignore[misc]
                     summary.records += 1
                 if progress:
