@@ -276,7 +276,8 @@ class Atlas:
                 path=self.shards[s].folder / DATA, position=self._where(s, b))
         return fd, start, stop
 
-    def _decode_raw(self, s: int, b: int, raw: bytes) -> list[Any]:
+    def _decode_raw(self, s: int, b: int, raw: bytes) -> tuple[list[Any], int]:
+        """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
         sh = self.shards[s]
         where = self._where(s, b)
         path = str(sh.folder / DATA)
@@ -284,18 +285,18 @@ class Atlas:
             with self._lock:
                 dctx = self._decompressor(s)
             raw = codec.decompress_block(raw, dctx, self.max_block_bytes, where, path)
-        return codec.unpickle_block(raw, sh.meta.block_len(b), where, path,
-                                    self.allow_unsafe_pickle)
+        items = codec.unpickle_block(raw, sh.meta.block_len(b), where, path,
+                                     self.allow_unsafe_pickle)
+        return items, len(raw)
 
     def _read_block(self, s: int, b: int) -> tuple[list[Any], int]:
-        """The decoded examples of block ``b`` of shard ``s`` and their pickled size."""
+        """(examples, pickled size) of block ``b`` of shard ``s``."""
         fd, start, stop = self._block_range(s, b)
         raw = os.pread(fd, stop - start, start)
         if len(raw) != stop - start:
             raise CorruptDataError(f"read {len(raw)} of the block's {stop - start} bytes",
                                    path=self.shards[s].folder / DATA, position=self._where(s, b))
-        items = self._decode_raw(s, b, raw)
-        return items, stop - start
+        return self._decode_raw(s, b, raw)
 
     def _locate(self, i: int) -> tuple[int, int, int]:
         s = int(np.searchsorted(self._ends, i, side="right"))
@@ -415,7 +416,7 @@ class Atlas:
                 else:
                     for k in range(b, e):
                         raw = buf[int(idx[k]) - start: int(idx[k + 1]) - start]
-                        yield from self._decode_raw(s, k, raw)
+                        yield from self._decode_raw(s, k, raw)[0]
                 b = e
 
     # ---- extras ----------------------------------------------------------------------------

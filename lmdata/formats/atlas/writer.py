@@ -185,7 +185,7 @@ class Writer:
         self,
         path: str | os.PathLike[str],
         *,
-        shard_size: int = DEFAULT_SHARD_SIZE,
+        shard_size: int | None = None,
         block_size: int | None = None,
         compression_strategy: int | str | None = None,
         compression_level: int | None = None,
@@ -197,7 +197,8 @@ class Writer:
         append: bool = False,
         overwrite: bool = False,
     ) -> None:
-        if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        if shard_size is not None and (isinstance(shard_size, bool) or
+                                       not isinstance(shard_size, int) or shard_size < 1):
             raise InvalidInputError(f"shard_size must be a positive integer, got {shard_size!r}")
         if block_size is not None and (isinstance(block_size, bool) or
                                        not isinstance(block_size, int) or block_size < 1):
@@ -207,7 +208,7 @@ class Writer:
                 f"compression_dict_size is a fraction in [0, 1], got {compression_dict_size!r}")
         if dict_sample_bytes < 1024:
             raise InvalidInputError("dict_sample_bytes must be at least 1024")
-        self.shard_size = shard_size
+        self.shard_size = shard_size or DEFAULT_SHARD_SIZE
         self.workers = workers if workers is not None else codec.default_workers()
         self.dict_sample_bytes = dict_sample_bytes
         self.protocol = pickle_protocol
@@ -218,7 +219,7 @@ class Writer:
         self._shard: _ShardWriter | None = None
         self._written = 0
         if append:
-            self._init_append(path, block_size, compression_strategy, compression_level,
+            self._init_append(path, shard_size, block_size, compression_strategy, compression_level,
                               compression_dict_size, compression_dict)
         else:
             self._init_new(path, block_size, compression_strategy, compression_level,
@@ -251,7 +252,7 @@ class Writer:
             codec.load_dict(self._shared, "compression_dict")
             (self._root / DICT).write_bytes(self._shared)
 
-    def _init_append(self, path: Any, block_size: int | None, strategy: Any,
+    def _init_append(self, path: Any, shard_size: int | None, block_size: int | None, strategy: Any,
                      level: int | None, fraction: float | None, shared: bytes | None) -> None:
         root = require_exists(path)
         meta = DatasetMeta.read(root)
@@ -289,6 +290,8 @@ class Writer:
         self._numbers = [n for n, _ in shards]
         self.shard_sizes = [sizes[n] for n in self._numbers]
         self._next_number = self._numbers[-1] + 1 if shards else 0
+        if shard_size is None and max(self.shard_sizes, default=0) > 0:
+            self.shard_size = max(self.shard_sizes)  # continue with the dataset's shard size
 
     def _check_level(self) -> None:
         if isinstance(self.level, bool) or not isinstance(self.level, int):
