@@ -1,0 +1,284 @@
+"""dolma's configs (YAML or JSON, as ``dolma -c``) parsed into frozen dataclasses, checked
+in one place, with dotted command-line overrides (``processes=2``, ``dedupe.name=x``).
+
+Relative paths are taken from the current directory, as dolma does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from lmdata.errors import InvalidInputError
+from lmdata.formats.dolma._files import expand_globs, list_documents
+
+DEFAULT_MAX_SIZE = 2 * 1024**3  # the dolma CLI's default max_size_in_bytes (2 GiB)
+
+
+def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A YAML or JSON config file as a dict (YAML is a superset, so one loader reads both)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InvalidInputError(f"cannot read config {p}: {e.strerror}") from None
+    try:
+        data = orjson.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (orjson.JSONDecodeError, yaml.YAMLError) as e:
+        raise InvalidInputError(f"config {p} is not valid YAML/JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"config {p}: the top level must be a mapping")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` with ``{"a.b": v}`` set at ``data["a"]["b"]`` (None values skipped)."""
+    out = orjson.loads(orjson.dumps(data))
+    for key, value in overrides.items():
+        if value is None or value == ():
+            continue
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        node[parts[-1]] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _as_list(v: Any, what: str) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        return (v,)
+    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+        return tuple(v)
+    raise InvalidInputError(f"{what} must be a list of strings, got {v!r}")
+
+
+def _int(v: Any, what: str, minimum: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise InvalidInputError(f"{what} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def resolve_documents(patterns: tuple[str, ...]) -> list[Path]:
+    """Document files from globs, single files, or tree folders (all of their documents)."""
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for pat in patterns:
+        p = Path(pat)
+        found = list_documents(p) if p.is_dir() else expand_globs([pat])
+        for f in found:
+            if f not in seen:
+                seen.add(f)
+                out.append(f)
+    if not out:
+        raise InvalidInputError(f"no document files match {list(patterns)}")
+    return out
+
+
+@dataclass(frozen=True)
+class TagConfig:
+    documents: tuple[str, ...]
+    taggers: tuple[str, ...]
+    experiment: str | None = None
+    tagger_modules: tuple[str, ...] = ()
+    processes: int = 1
+    seed: int = 0
+    ignore_existing: bool = False
+    compression: str = "gz"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TagConfig:
+        known = {"documents", "taggers", "experiment", "tagger_modules", "processes", "seed",
+                 "ignore_existing", "compression", "destination", "debug", "dryrun", "profile",
+                 "work_dir"}
+        unknown = set(d) - known
+        if unknown:
+            raise InvalidInputError(f"tag config: unknown keys {sorted(unknown)}")
+        docs = _as_list(d.get("documents"), "documents")
+        if not docs:
+            raise InvalidInputError("tag config: `documents` (globs or a dataset folder) is "
+                                    "required")
+        return cls(documents=docs, taggers=_as_list(d.get("taggers"), "taggers"),
+                   experiment=d.get("experiment") or None,
+                   tagger_modules=_as_list(d.get("tagger_modules"), "tagger_modules"),
+                   processes=_int(d.get("processes", 1), "processes", 1),
+                   seed=_int(d.get("seed", 0), "seed"),
+                   ignore_existing=bool(d.get("ignore_existing", False)),
+                   compression=d.get("compression") or "gz")
+
+    def document_files(self) -> list[Path]:
+        return resolve_documents(self.documents)
+
+
+@dataclass(frozen=True)
+class DedupeConfig:
+    documents: tuple[str, ...]
+    name: str
+    mode: str  # "documents" | "paragraphs"
+    attribute_name: str
+    key: str = "$.text"  # documents mode: JSONPath (or jq with key_syntax) of the string key
+    paragraph_separator: str = "\n"
+    skip_empty: bool = True
+    min_length: int = 0  # paragraphs: characters; documents: bytes of the key
+    min_words: int = 0
+    processes: int = 1
+    work_dir: str | None = None
+    compression: str = "gz"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DedupeConfig:
+        dd = d.get("dedupe")
+        if not isinstance(dd, dict):
+            raise InvalidInputError("dedupe config: a `dedupe:` section is required")
+        docs = _as_list(d.get("documents"), "documents")
+        if not docs:
+            raise InvalidInputError("dedupe config: `documents` is required")
+        name = dd.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError("dedupe config: `dedupe.name` (the attributes folder) is "
+                                    "required")
+        dmode, pmode = dd.get("documents"), dd.get("paragraphs")
+        if bool(dmode) == bool(pmode):
+            raise InvalidInputError("dedupe config: give exactly one of `dedupe.documents` "
+                                    "(with attribute_name and key) or `dedupe.paragraphs`")
+        sect = dmode or pmode
+        if not isinstance(sect, dict) or not sect.get("attribute_name"):
+            raise InvalidInputError("dedupe config: the mode needs an `attribute_name`")
+        key = "$.text"
+        if dmode:
+            key = sect.get("key")
+            if not isinstance(key, str) or not key:
+                raise InvalidInputError("dedupe config: `dedupe.documents.key` is required, a "
+                                        "JSONPath such as $.metadata.url or $.text")
+            if not key.startswith("$"):
+                raise InvalidInputError(
+                    f"dedupe.documents.key {key!r} is not a JSONPath; did you mean '$.{key}'?")
+        if pmode and sect.get("by_ngram"):
+            raise InvalidInputError("dedupe: paragraphs.by_ngram (n-gram overlap) is not "
+                                    "supported; lmdata dedupes exact paragraphs")
+        wd = d.get("work_dir")
+        return cls(
+            documents=docs, name=name, mode="documents" if dmode else "paragraphs",
+            attribute_name=str(sect["attribute_name"]), key=key,
+            paragraph_separator=str(sect.get("paragraph_separator", "\n")) or "\n",
+            skip_empty=bool(dd.get("skip_empty", True)),
+            min_length=_int(dd.get("min_length", 0) or 0, "dedupe.min_length"),
+            min_words=_int(dd.get("min_words", 0) or 0, "dedupe.min_words"),
+            processes=_int(d.get("processes", 1), "processes", 1),
+            work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
+            compression=(d.get("compression") or {}).get("output") or "gz"
+            if isinstance(d.get("compression"), dict) else "gz")
+
+    def document_files(self) -> list[Path]:
+        return resolve_documents(self.documents)
+
+
+@dataclass(frozen=True)
+class SpanReplacement:
+    span: str
+    replacement: str
+    min_score: float | None = None
+    max_score: float | None = None
+    syntax: str = "jsonpath"
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    name: str
+    documents: tuple[str, ...]
+    attributes: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    syntax: str = "jsonpath"
+    span_replacement: tuple[SpanReplacement, ...] = ()
+    output_path: str = "."
+    max_size_in_bytes: int = DEFAULT_MAX_SIZE
+    discard_fields: tuple[str, ...] = ()
+    min_text_length: int = 0
+    compression_output: str | None = None  # None: infer (gz)
+    shuffle: bool = True
+
+
+def _span_replacement(d: Any, where: str) -> SpanReplacement:
+    if not isinstance(d, dict) or not isinstance(d.get("span"), str):
+        raise InvalidInputError(f"{where}: each span_replacement needs a `span` selector")
+    if d.get("min_score") is None and d.get("max_score") is None:
+        raise InvalidInputError(f"{where}: span_replacement needs min_score and/or max_score")
+    rep = d.get("replacement", "")
+    if not isinstance(rep, str):
+        raise InvalidInputError(f"{where}: replacement must be a string")
+    return SpanReplacement(span=d["span"], replacement=rep, min_score=d.get("min_score"),
+                           max_score=d.get("max_score"), syntax=d.get("syntax", "jsonpath"))
+
+
+def _stream(d: Any, i: int, shuffle: bool) -> StreamConfig:
+    where = f"streams[{i}]"
+    if not isinstance(d, dict):
+        raise InvalidInputError(f"{where} must be a mapping")
+    name = d.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"{where}: `name` (the output file prefix) is required")
+    docs = _as_list(d.get("documents"), f"{where}.documents")
+    if not docs:
+        raise InvalidInputError(f"{where}: `documents` is required")
+    filt = d.get("filter")
+    reps = d.get("span_replacement") or []
+    if filt is None and not reps:
+        raise InvalidInputError(f"{where}: give a `filter` or a `span_replacement` (dolma "
+                                "requires one)")
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    syntax = "jsonpath"
+    if filt is not None:
+        if not isinstance(filt, dict):
+            raise InvalidInputError(f"{where}.filter must be a mapping")
+        include = _as_list(filt.get("include"), f"{where}.filter.include")
+        exclude = _as_list(filt.get("exclude"), f"{where}.filter.exclude")
+        syntax = filt.get("syntax") or "jsonpath"
+        if not include and not exclude:
+            raise InvalidInputError(f"{where}.filter is empty; give include and/or exclude")
+    out = d.get("output")
+    if not isinstance(out, dict) or not out.get("path"):
+        raise InvalidInputError(f"{where}: `output.path` is required")
+    comp = d.get("compression") or {}
+    return StreamConfig(
+        name=name, documents=docs, attributes=_as_list(d.get("attributes"),
+                                                       f"{where}.attributes"),
+        include=include, exclude=exclude, syntax=syntax,
+        span_replacement=tuple(_span_replacement(r, where) for r in reps),
+        output_path=str(out["path"]),
+        max_size_in_bytes=_int(out.get("max_size_in_bytes", DEFAULT_MAX_SIZE),
+                               f"{where}.output.max_size_in_bytes", 1),
+        discard_fields=_as_list(out.get("discard_fields"), f"{where}.output.discard_fields"),
+        min_text_length=_int(out.get("min_text_length", 0) or 0,
+                             f"{where}.output.min_text_length"),
+        compression_output=comp.get("output") if isinstance(comp, dict) else None,
+        shuffle=shuffle)
+
+
+@dataclass(frozen=True)
+class MixerConfig:
+    streams: tuple[StreamConfig, ...]
+    processes: int = 1
+    work_dir: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MixerConfig:
+        streams = d.get("streams")
+        if not isinstance(streams, list) or not streams:
+            raise InvalidInputError("mix config: `streams` (a list) is required")
+        shuffle = d.get("shuffle", True)
+        wd = d.get("work_dir")
+        return cls(streams=tuple(_stream(s, i, bool(shuffle)) for i, s in enumerate(streams)),
+                   processes=_int(d.get("processes", 1), "processes", 1),
+                   work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None)

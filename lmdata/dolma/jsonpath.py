@@ -1,0 +1,381 @@
+"""JSONPath with the semantics of dolma's mixer (jsonpath-rust 0.3), plus jq filters.
+
+What a port has to get right, and jsonpath-ng gets wrong (research notes, section 5):
+
+- ``$.attributes[?(<predicate on @>)]`` where ``attributes`` is an *object* applies the predicate
+  to the object itself (on arrays it filters the elements, as usual);
+- a filter "matches" when the path yields a non-null value;
+- ``==`` is typed: the integer 1 and the float 1.0 differ, and ``>=`` / ``<=`` are ``>`` / ``<``
+  *or* ``==``, so ``score >= 1.0`` does not match a score stored as ``1`` (dolma's quirk, kept
+  so filters select the same documents); ``<`` and ``>`` compare numbers as floats;
+- a bare path in a predicate (``@.k && @.k[0]``) is an existence test.
+
+Supported: ``$``, ``@``, ``.name``, ``['name']``, ``[n]`` (negative from the end), ``[*]``/``.*``,
+``[?(...)]`` with ``&& || !`` and parentheses, comparisons ``== != < <= > >=``, ``in``, ``nin``,
+``~=`` (regex) and literals (numbers, strings, true, false, null, lists). Evaluation never
+mutates the document.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lmdata.errors import InvalidInputError
+
+_MISSING = object()
+
+# --------------------------------------------------------------------------------------------
+# tokens
+
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+)
+  | (?P<num>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
+  | (?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
+  | (?P<op>==|!=|<=|>=|&&|\|\||~=|\.\.|[<>!()\[\]$@.*,?:])
+  | (?P<name>[A-Za-z_][\w\-]*)
+""", re.VERBOSE)
+
+
+def _tokens(expr: str) -> list[tuple[str, str]]:
+    out = []
+    pos = 0
+    while pos < len(expr):
+        m = _TOKEN.match(expr, pos)
+        if not m:
+            raise InvalidInputError(f"JSONPath {expr!r}: unexpected character at {pos}: "
+                                    f"{expr[pos:pos + 10]!r}")
+        pos = m.end()
+        kind = m.lastgroup or ""
+        if kind != "ws":
+            out.append((kind, m.group()))
+    return out
+
+
+def _unquote(s: str) -> str:
+    body = s[1:-1]
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
+
+
+# --------------------------------------------------------------------------------------------
+# value semantics
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """serde_json equality: numbers of different kinds (int / float) are different values."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _less(a: Any, b: Any) -> bool:
+    return _num(a) and _num(b) and float(a) < float(b)
+
+
+def _cmp(op: str, a: Any, b: Any) -> bool:
+    if op == "==":
+        return json_equal(a, b)
+    if op == "!=":
+        return not json_equal(a, b)
+    if op == "<":
+        return _less(a, b)
+    if op == ">":
+        return _less(b, a)
+    if op == "<=":
+        return _less(a, b) or json_equal(a, b)
+    if op == ">=":
+        return _less(b, a) or json_equal(a, b)
+    if op == "in":
+        return isinstance(b, list) and any(json_equal(a, x) for x in b)
+    if op == "nin":
+        return isinstance(b, list) and not any(json_equal(a, x) for x in b)
+    if op == "~=":
+        return isinstance(a, str) and isinstance(b, str) and re.search(b, a) is not None
+    raise InvalidInputError(f"unknown JSONPath operator {op!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# compiled paths: a list of steps, each mapping a list of nodes to a list of nodes
+
+Step = Callable[[list[Any], Any], list[Any]]  # (nodes, root) -> nodes
+
+
+def _child(name: str) -> Step:
+    def step(nodes: list[Any], root: Any) -> list[Any]:
+        return [n[name] for n in nodes if isinstance(n, dict) and name in n]
+    return step
+
+
+def _index(i: int) -> Step:
+    def step(nodes: list[Any], root: Any) -> list[Any]:
+        out = []
+        for n in nodes:
+            if isinstance(n, list) and -len(n) <= i < len(n):
+                out.append(n[i])
+        return out
+    return step
+
+
+def _wildcard(nodes: list[Any], root: Any) -> list[Any]:
+    out: list[Any] = []
+    for n in nodes:
+        if isinstance(n, dict):
+            out.extend(n.values())
+        elif isinstance(n, list):
+            out.extend(n)
+    return out
+
+
+def _descend(nodes: list[Any], root: Any) -> list[Any]:
+    out: list[Any] = []
+    stack = list(reversed(nodes))
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        kids = list(n.values()) if isinstance(n, dict) else n if isinstance(n, list) else []
+        stack.extend(reversed(kids))
+    return out
+
+
+def _filter(pred: Callable[[Any, Any], bool]) -> Step:
+    def step(nodes: list[Any], root: Any) -> list[Any]:
+        out = []
+        for n in nodes:
+            if isinstance(n, list):
+                out.extend(x for x in n if pred(x, root))
+            elif pred(n, root):  # dolma's idiom: the predicate applies to the object itself
+                out.append(n)
+        return out
+    return step
+
+
+class _Parser:
+    def __init__(self, expr: str) -> None:
+        self.expr = expr
+        self.toks = _tokens(expr)
+        self.i = 0
+
+    def error(self, what: str) -> InvalidInputError:
+        return InvalidInputError(f"JSONPath {self.expr!r}: {what}")
+
+    def peek(self, k: int = 0) -> tuple[str, str]:
+        j = self.i + k
+        return self.toks[j] if j < len(self.toks) else ("end", "")
+
+    def take(self, value: str | None = None) -> tuple[str, str]:
+        tok = self.peek()
+        if value is not None and tok[1] != value:
+            raise self.error(f"expected {value!r}, found {tok[1] or 'the end'!r}")
+        self.i += 1
+        return tok
+
+    def steps(self) -> list[Step]:
+        out: list[Step] = []
+        while True:
+            val = self.peek()[1]
+            if val == "..":
+                self.take()
+                out.append(_descend)
+                if self.peek()[1] not in ("[", "*"):
+                    out.append(_child(self.take()[1]))
+            elif val == ".":
+                self.take()
+                k2, v2 = self.take()
+                if v2 == "*":
+                    out.append(_wildcard)
+                elif k2 in ("name", "num"):
+                    out.append(_child(v2))
+                else:
+                    raise self.error(f"expected a name after '.', found {v2!r}")
+            elif val == "[":
+                self.take()
+                out.append(self.bracket())
+                self.take("]")
+            else:
+                return out
+
+    def bracket(self) -> Step:
+        kind, val = self.peek()
+        if val == "*":
+            self.take()
+            return _wildcard
+        if kind == "num":
+            self.take()
+            return _index(int(val))
+        if kind == "str":
+            self.take()
+            return _child(_unquote(val))
+        if val == "?":
+            self.take()
+            self.take("(")
+            pred = self.or_expr()
+            self.take(")")
+            return _filter(pred)
+        raise self.error(f"unsupported selector [{val}...]")
+
+    def or_expr(self) -> Callable[[Any, Any], bool]:
+        left = self.and_expr()
+        while self.peek()[1] == "||":
+            self.take()
+            right = self.and_expr()
+            left = (lambda a, b: lambda n, r: a(n, r) or b(n, r))(left, right)
+        return left
+
+    def and_expr(self) -> Callable[[Any, Any], bool]:
+        left = self.unary()
+        while self.peek()[1] == "&&":
+            self.take()
+            right = self.unary()
+            left = (lambda a, b: lambda n, r: a(n, r) and b(n, r))(left, right)
+        return left
+
+    def unary(self) -> Callable[[Any, Any], bool]:
+        if self.peek()[1] == "!":
+            self.take()
+            inner = self.unary()
+            return lambda n, r: not inner(n, r)
+        if self.peek()[1] == "(":
+            self.take()
+            inner = self.or_expr()
+            self.take(")")
+            return inner
+        left = self.operand()
+        kind, op = self.peek()
+        if op in ("==", "!=", "<", "<=", ">", ">=", "~=") or (kind == "name"
+                                                              and op in ("in", "nin")):
+            self.take()
+            right = self.operand()
+
+            def compare(n: Any, r: Any, left: Any = left, right: Any = right,
+                        op: str = op) -> bool:
+                rv = right(n, r)
+                if len(rv) != 1:
+                    return False
+                return any(_cmp(op, lv, rv[0]) for lv in left(n, r))
+            return compare
+        return lambda n, r: any(v is not None for v in left(n, r))
+
+    def operand(self) -> Callable[[Any, Any], list[Any]]:
+        kind, val = self.take()
+        if val in ("@", "$"):
+            steps = self.steps()
+            current = val == "@"
+
+            def run(n: Any, r: Any) -> list[Any]:
+                nodes = [n if current else r]
+                for s in steps:
+                    nodes = s(nodes, r)
+                    if not nodes:
+                        break
+                return nodes
+            return run
+        lit = self.literal(kind, val)
+        return lambda n, r: [lit]
+
+    def literal(self, kind: str, val: str) -> Any:
+        if kind == "num":
+            return float(val) if any(c in val for c in ".eE") else int(val)
+        if kind == "str":
+            return _unquote(val)
+        if kind == "name" and val in ("true", "false", "null"):
+            return {"true": True, "false": False, "null": None}[val]
+        if val == "[":
+            items = []
+            while self.peek()[1] != "]":
+                items.append(self.literal(*self.take()))
+                if self.peek()[1] == ",":
+                    self.take()
+            self.take("]")
+            return items
+        raise self.error(f"unexpected {val!r} where a value was expected")
+
+
+@dataclass(frozen=True)
+class JsonPath:
+    """A compiled JSONPath; :meth:`find` lists the values it selects in a document."""
+
+    expr: str
+    steps: tuple[Step, ...]
+
+    def find(self, doc: Any) -> list[Any]:
+        nodes = [doc]
+        for s in self.steps:
+            nodes = s(nodes, doc)
+            if not nodes:
+                return []
+        return nodes
+
+    def first(self, doc: Any, default: Any = None) -> Any:
+        found = self.find(doc)
+        return found[0] if found else default
+
+    def matches(self, doc: Any) -> bool:
+        """dolma's filter test: the path selects at least one non-null value."""
+        return any(v is not None for v in self.find(doc))
+
+
+def compile_path(expr: str) -> JsonPath:
+    """Parse ``expr`` (errors name the expression and the place)."""
+    p = _Parser(expr.strip())
+    p.take("$")
+    steps = p.steps()
+    if p.peek()[0] != "end":
+        raise p.error(f"unexpected {p.peek()[1]!r}")
+    return JsonPath(expr, tuple(steps))
+
+
+# --------------------------------------------------------------------------------------------
+# jq
+
+
+def jq_truthy(v: Any) -> bool:
+    """Truthiness of a jq filter result in dolma: null, false, 0, "", [] and {} are false."""
+    return not (v is None or v is False or (v == 0 and _num(v)) or v in ("", [], {}))
+
+
+@dataclass(frozen=True)
+class JqExpr:
+    expr: str
+
+    def _prog(self) -> Any:
+        prog = _JQ_CACHE.get(self.expr)
+        if prog is None:
+            import jq
+
+            try:
+                prog = _JQ_CACHE[self.expr] = jq.compile(self.expr)
+            except ValueError as e:
+                raise InvalidInputError(f"jq expression {self.expr!r} does not compile: {e}") \
+                    from None
+        return prog
+
+    def first(self, doc: Any, default: Any = None) -> Any:
+        out = self._prog().input_value(doc).all()
+        return out[0] if out else default
+
+    def matches(self, doc: Any) -> bool:
+        return any(jq_truthy(v) for v in self._prog().input_value(doc).all())
+
+
+_JQ_CACHE: dict[str, Any] = {}
+
+
+def compile_selector(expr: str, syntax: str = "jsonpath") -> JsonPath | JqExpr:
+    if syntax == "jq":
+        JqExpr(expr)._prog()
+        return JqExpr(expr)
+    if syntax != "jsonpath":
+        raise InvalidInputError(f"filter syntax {syntax!r}: use jsonpath or jq")
+    return compile_path(expr)

@@ -1,0 +1,119 @@
+"""``tag``: run taggers over document files and write row-aligned attribute files.
+
+With an experiment name every tagger's keys go to ``attributes/<experiment>/`` (keys
+``<experiment>__<tagger>__<type>``); without one each tagger writes ``attributes/<tagger>/``
+with keys ``<tagger>__<tagger>__<type>``, as dolma does. One task per document file; each output
+file appears atomically, and an existing one is kept (resume) unless ``ignore_existing``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lmdata.dolma import _parallel
+from lmdata.dolma.config import TagConfig
+from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
+from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.formats.dolma._files import attribute_path, iter_raw_lines, open_write
+from lmdata.formats.dolma.reader import parse_line
+from lmdata.storage import atomic_file
+
+
+@dataclass(frozen=True)
+class TagResult:
+    files: int
+    skipped_files: int
+    documents: int
+    seconds: float
+    outputs: tuple[str, ...]
+
+    @property
+    def docs_per_second(self) -> float:
+        return self.documents / self.seconds if self.seconds > 0 else 0.0
+
+
+def _outputs(doc_file: Path, cfg: TagConfig) -> list[tuple[Path, str, list[str]]]:
+    """(attribute file, experiment, tagger names) written for one document file."""
+    if cfg.experiment:
+        return [(attribute_path(doc_file, cfg.experiment), cfg.experiment, list(cfg.taggers))]
+    return [(attribute_path(doc_file, t), t, [t]) for t in cfg.taggers]
+
+
+def _tag_file(task: tuple[str, TagConfig]) -> tuple[int, bool]:
+    path, cfg = Path(task[0]), task[1]
+    outs = _outputs(path, cfg)
+    if not cfg.ignore_existing and all(o.is_file() for o, _, _ in outs):
+        return 0, True
+    load_modules(cfg.tagger_modules)
+    groups = [[(exp, n, make_tagger(n, seed=cfg.seed)) for n in names] for _, exp, names in outs]
+    n = 0
+    with _AtomicFiles([o for o, _, _ in outs], cfg.compression) as files:
+        for lineno, raw in iter_raw_lines(path):
+            doc = parse_line(raw, path, lineno)
+            if not isinstance(doc.get("text"), str):
+                raise CorruptDataError(
+                    "document has no string 'text' to tag; run `lmdata validate` on the tree",
+                    path=path, position=f"line {lineno}")
+            if "id" not in doc:
+                raise CorruptDataError("document has no 'id'; attribute rows are matched by id",
+                                       path=path, position=f"line {lineno}")
+            source = doc.get("source")
+            for f, group in zip(files, groups, strict=True):
+                row = {"id": doc["id"], "attributes": tag_document(doc, group),
+                       "source": source if isinstance(source, str) else ""}
+                f.write(orjson.dumps(row) + b"\n")
+            n += 1
+            if n % _parallel.REPORT_EVERY == 0:
+                _parallel.report(_parallel.REPORT_EVERY)
+    _parallel.report(n % _parallel.REPORT_EVERY)
+    return n, False
+
+
+class _AtomicFiles:
+    """Several output files that all appear together at the end, or none of them."""
+
+    def __init__(self, paths: list[Path], compression: str) -> None:
+        self.paths = paths
+        self.compression = compression
+
+    def __enter__(self) -> list[Any]:
+        self._ctx = [atomic_file(p, overwrite=True) for p in self.paths]
+        self._tmps = [c.__enter__() for c in self._ctx]
+        self.files = [open_write(t, self.compression) for t in self._tmps]
+        return self.files
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        for f in self.files:
+            f.close()
+        for c in self._ctx:
+            c.__exit__(et, ev, tb)
+
+
+def tag(cfg: TagConfig, progress: bool = False) -> TagResult:
+    """Run ``cfg.taggers`` over ``cfg.documents``; see the module docstring for outputs."""
+    if not cfg.taggers:
+        raise InvalidInputError("no taggers given; name at least one (see `lmdata tag --list`)")
+    load_modules(cfg.tagger_modules)
+    for name in cfg.taggers:
+        make_tagger(name, seed=cfg.seed)  # fail early on unknown names
+    files = cfg.document_files()
+    t0 = time.perf_counter()
+    results = _parallel.run_tasks(_tag_file, [(str(f), cfg) for f in files], cfg.processes,
+                                  desc="tag", progress=progress)
+    outs = tuple(str(o) for f in files for o, _, _ in _outputs(f, cfg))
+    return TagResult(
+        files=len(files), skipped_files=sum(s for _, s in results),
+        documents=sum(n for n, _ in results), seconds=time.perf_counter() - t0, outputs=outs)
+
+
+def tag_paths(documents: Sequence[str] | str, taggers: Sequence[str], **options: Any
+              ) -> TagResult:
+    """Convenience wrapper: ``tag_paths("ds/documents/*.gz", ["char_length_v1"], ...)``."""
+    docs = [documents] if isinstance(documents, str) else list(documents)
+    return tag(TagConfig.from_dict({"documents": docs, "taggers": list(taggers), **options}))
