@@ -45,7 +45,7 @@ class TokenizeJob:
     to: str
     tokenizer: str = "bytes"
     text_key: str = "text"
-    batch_docs: int = 1000
+    batch_docs: int = 256
     validation_fraction: float = 0.0
     skip_invalid: bool = False
     eod: str | None = None

@@ -147,15 +147,19 @@ def iter_units(
             yield from _dataset_units(fi, inp.path, batch, text_key, fmt)
 
 
+UNIT_BYTES = 1 << 20  # a unit also ends after this many bytes, so workers stay balanced
+
+
 def _jsonl_units(fi: int, path: str, batch: int) -> Iterator[Unit]:
     with _open_text(path) as fh:
-        part, line_no, first, items = 0, 0, 1, []
+        part, line_no, first, items, size = 0, 0, 1, [], 0
         for raw in fh:
             line_no += 1
             items.append(raw)
-            if len(items) >= batch:
+            size += len(raw)
+            if len(items) >= batch or size >= UNIT_BYTES:
                 yield Unit(fi, part, first, "lines", items)
-                part, first, items = part + 1, line_no + 1, []
+                part, first, items, size = part + 1, line_no + 1, [], 0
         if items or part == 0:
             yield Unit(fi, part, first, "lines", items)
 

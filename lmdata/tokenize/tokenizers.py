@@ -77,6 +77,9 @@ class HFTokenizer:
         except Exception as e:  # the Rust side raises a plain Exception
             raise InvalidInputError(f"cannot load tokenizer: {e}", path=path) from None
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        # what transformers' `tokenizer.vocab_size` reports (added tokens excluded); Modalities
+        # derives its token width from this number
+        self.base_vocab_size = self._tok.get_vocab_size(with_added_tokens=False)
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         encs = self._tok.encode_batch(list(texts), add_special_tokens=False)

@@ -1,0 +1,82 @@
+"""convert: every pair of record formats and of token formats, round trip and lossless."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lmdata
+from lmdata.convert import convert
+from lmdata.errors import InvalidInputError
+
+DOCS = [
+    {"id": f"doc-{i}", "text": t, "source": "test"}
+    for i, t in enumerate(["hello", "", "unicode é 🙂 \u2028 trap", "x" * 5000, "last\n"])
+]
+RECORD_FORMATS = ["dolma", "atlas", "mds", "mds-jsonl", "modalities-jsonl"]
+TOKEN_FORMATS = ["flat-tokens", "modalities"]
+
+
+def write_records(path, fmt):
+    opts = {"columns": {"id": "str", "text": "str", "source": "str"}} if fmt.startswith("mds") \
+        else {}
+    with lmdata.writer(path, fmt, **opts) as w:
+        for d in DOCS:
+            w.write(dict(d))
+    return path
+
+
+def as_docs(reader):
+    return [{k: r[k] for k in ("id", "text", "source")} for r in reader]
+
+
+@pytest.mark.parametrize("src_fmt", RECORD_FORMATS)
+@pytest.mark.parametrize("dst_fmt", RECORD_FORMATS)
+def test_records_round_trip_between_every_pair(tmp_path, src_fmt, dst_fmt):
+    src = write_records(tmp_path / f"src.{src_fmt}", src_fmt)
+    if src_fmt == "modalities-jsonl":
+        src = src  # the .jsonl file (its .idx beside it)
+    s = convert(src, tmp_path / "dst", dst_fmt, source_format=src_fmt, workers=1)
+    assert s.records == len(DOCS)
+    back = lmdata.open(tmp_path / "dst", format=dst_fmt)
+    assert as_docs(back) == DOCS
+
+
+SEQS = [np.array(x, dtype=np.int64) for x in ([1, 2, 3], [7], [4, 4, 4, 4, 9], [250, 1])]
+
+
+@pytest.mark.parametrize("src_fmt", TOKEN_FORMATS)
+@pytest.mark.parametrize("dst_fmt", TOKEN_FORMATS)
+def test_tokens_round_trip_between_every_pair(tmp_path, src_fmt, dst_fmt):
+    src = tmp_path / ("src.pbin" if src_fmt == "modalities" else "src.zarr")
+    opts = {"vocab_size": 256, "append_eod": False} if src_fmt == "modalities" else {}
+    with lmdata.writer(src, src_fmt, **opts) as w:
+        for s in SEQS:
+            w.write(s)
+    dst = tmp_path / ("dst.pbin" if dst_fmt == "modalities" else "dst.zarr")
+    convert(src, dst, dst_fmt, workers=2)
+    back = lmdata.open(dst)
+    assert [x.tolist() for x in back] == [s.tolist() for s in SEQS]
+
+
+def test_flat_tokens_keeps_both_splits(tmp_path):
+    with lmdata.writer(tmp_path / "a.zarr", "flat-tokens") as w:
+        w.write([1, 2])
+        w.write([3], split="validation")
+    convert(tmp_path / "a.zarr", tmp_path / "b.zarr", "flat-tokens", workers=0)
+    assert lmdata.open(tmp_path / "b.zarr", split="validation")[0].tolist() == [3]
+
+
+def test_records_into_token_format_is_a_clear_error(tmp_path):
+    src = write_records(tmp_path / "d", "dolma")
+    with pytest.raises(InvalidInputError, match="lmdata tokenize"):
+        convert(src, tmp_path / "o.zarr", "flat-tokens")
+    assert not (tmp_path / "o.zarr").exists()
+
+
+def test_unrepresentable_field_is_named(tmp_path):
+    with lmdata.writer(tmp_path / "a", "atlas") as w:
+        w.write({"id": "x", "weird": {1, 2}})
+    with pytest.raises(InvalidInputError, match="'weird'"):
+        convert(tmp_path / "a", tmp_path / "m", "mds")
+    assert not (tmp_path / "m").exists()
