@@ -122,7 +122,7 @@ def undo_origin_merge_shift(index: SpanIndex, data_len: int) -> SpanIndex | None
     offs, ends = index.offsets, index.ends
     overlap = ends[:-1] - offs[1:]
     breaks = overlap != 0
-    if not breaks.any() or offs[0] > 0 or (-offs[0]) % ORIGIN_MERGE_SHIFT:
+    if offs[0] > 0 or (-offs[0]) % ORIGIN_MERGE_SHIFT or (offs[0] == 0 and not breaks.any()):
         return None
     if (overlap[breaks] < 0).any() or (overlap[breaks] % ORIGIN_MERGE_SHIFT).any():
         return None
@@ -159,7 +159,8 @@ class PackedTokens:
     Document ``i`` is its tokens as stored (end-of-document token included), in the stored
     dtype (uint8, uint16 or uint32). Boundaries come from the index, never from EOD tokens.
     Files written by modalities' buggy ``merge_packed_data`` are read with corrected offsets
-    (``repaired_origin_merge`` tells); ``repair_origin_merge=False`` refuses them instead.
+    (``repaired_origin_merge`` tells); ``repair_origin_merge=False`` reads the index as stored,
+    wrong spans included, as modalities itself does.
     """
 
     format = "modalities"
