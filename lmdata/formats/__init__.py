@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from lmdata.errors import FormatError, MissingDependencyError
+from lmdata.errors import FormatError, LmdataError, MissingDependencyError
 
 # name -> module. Order matters for detection: the first module whose detect() says yes wins,
 # so the more specific layouts come first.
@@ -83,12 +83,15 @@ def detect(path: str | os.PathLike[str]) -> str:
             continue
         seen.add(mod.__name__)
         # Modules that implement several names (mds) say which one they found.
-        if hasattr(mod, "detect_format"):
-            found = mod.detect_format(p)
-            if found:
-                return found
-        elif mod.detect(p):
-            return name
+        try:
+            if hasattr(mod, "detect_format"):
+                found = mod.detect_format(p)
+                if found:
+                    return found
+            elif mod.detect(p):
+                return name
+        except (LmdataError, OSError):
+            continue  # a file this format cannot even look at is not of this format
     raise FormatError(
         f"cannot tell the format; pass format= (--format) with one of: {', '.join(available())}",
         path=p,
