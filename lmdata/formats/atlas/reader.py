@@ -191,8 +191,8 @@ class Atlas:
             idx = np.load(p, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
             raise CorruptDataError("missing index.npy", path=p, position=self._where(s)) from None
-        except (ValueError, OSError, EOFError) as e:
-            raise CorruptDataError(f"cannot load index.npy: {e}", path=p,
+        except Exception as e:  # numpy's header parser raises many kinds (even TokenError)
+            raise CorruptDataError(f"cannot load index.npy: {type(e).__name__}: {e}", path=p,
                                    position=self._where(s)) from None
         if idx.ndim != 1 or idx.dtype.kind not in "ui":
             raise CorruptDataError(f"index.npy must be a 1-D integer array, got {idx.dtype} "
@@ -253,7 +253,14 @@ class Atlas:
             per_thread = self._local.dctx = {}
         dctx = per_thread.get(key)
         if dctx is None:
-            dctx = per_thread[key] = zstandard.ZstdDecompressor(dict_data=d)
+            try:
+                dctx = zstandard.ZstdDecompressor(dict_data=d)
+            except zstandard.ZstdError as e:
+                shared = self.shards[s].meta.compression_strategy == 2
+                folder = (self._dict_dir or self.root) if shared else self.shards[s].folder
+                raise CorruptDataError(f"cannot use the zstd dictionary: {e}", path=folder / DICT,
+                                       position=self._where(s)) from None
+            per_thread[key] = dctx
         return dctx
 
     def _block_range(self, s: int, b: int) -> tuple[int, int, int]:

@@ -1,0 +1,241 @@
+"""Atlas on hostile or damaged input, and under forked workers and threads."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import shutil
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lmdata
+from lmdata.errors import CorruptDataError, FormatError, LmdataError, UnsafeDataError
+from lmdata.formats import atlas
+
+from .test_atlas_compat import write
+
+
+def replace_block(shard: Path, b: int, stored: bytes) -> None:
+    """Put ``stored`` bytes as block ``b`` of ``shard``, fixing the index (uint64)."""
+    idx = np.load(shard / "index.npy").astype(np.int64)
+    data = (shard / "data.bin").read_bytes()
+    data = data[: idx[b]] + stored + data[idx[b + 1]:]
+    delta = len(stored) - int(idx[b + 1] - idx[b])
+    idx[b + 1:] += delta
+    (shard / "data.bin").write_bytes(data)
+    np.save(shard / "index.npy", idx.astype(np.uint64), allow_pickle=False)
+
+
+class _Evil:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _dataset(tmp_path: Path, strategy: int = 1, n: int = 40) -> tuple[Path, list[Any]]:
+    ex = [{"i": i, "text": "t" * (i % 7)} for i in range(n)]
+    return write(tmp_path / "d", ex, shard_size=20, block_size=4,
+                 compression_strategy=strategy), ex
+
+
+@pytest.mark.parametrize("strategy", [0, 1])
+def test_malicious_block_does_not_execute(tmp_path: Path, strategy: int) -> None:
+    out, ex = _dataset(tmp_path, strategy)
+    marker = tmp_path / "pwned"
+    evil = pickle.dumps([_Evil(str(marker)), 1, 2, 3], protocol=4)
+    replace_block(out / "0", 1, zstandard.ZstdCompressor().compress(evil) if strategy else evil)
+    r = lmdata.open(out)
+    with pytest.raises(UnsafeDataError) as e:
+        r[5]
+    assert "posix.system" in str(e.value) or "os.system" in str(e.value)
+    assert "shard 0 block 1" in str(e.value) and "allow_unsafe_pickle" in str(e.value)
+    with pytest.raises(UnsafeDataError):
+        list(r)
+    with pytest.raises(UnsafeDataError):
+        r.take([0, 4])
+    assert not marker.exists()
+    # The rest of the dataset stays readable, and validate names the block.
+    assert r[3] == ex[3] and r.take([8, 39]) == [ex[8], ex[39]]
+    problems = lmdata.validate(out)
+    assert len(problems) == 1 and "block 1" in problems[0]
+    assert not marker.exists()
+
+
+def test_allow_unsafe_pickle_trusts_the_file(tmp_path: Path) -> None:
+    from collections import OrderedDict
+    ex = [OrderedDict(a=i) for i in range(10)]
+    out = write(tmp_path / "d", ex, block_size=3, compression_strategy=1)
+    with pytest.raises(UnsafeDataError, match=r"collections\.OrderedDict"):
+        lmdata.open(out)[0]
+    assert list(lmdata.open(out, allow_unsafe_pickle=True)) == ex
+    assert lmdata.validate(out) and lmdata.validate(out, allow_unsafe_pickle=True) == []
+
+
+def _lying_frame(declared: int) -> bytes:
+    # Frame header: single segment, 8-byte content size, no dict id; then one empty raw block.
+    return b"\x28\xb5\x2f\xfd" + bytes([0xE0]) + struct.pack("<Q", declared) + b"\x01\x00\x00"
+
+
+def test_huge_declared_frame_size_is_refused(tmp_path: Path) -> None:
+    out, ex = _dataset(tmp_path)
+    replace_block(out / "1", 2, _lying_frame(1 << 40))
+    r = lmdata.open(out)
+    with pytest.raises(CorruptDataError) as e:
+        r[20 + 9]
+    msg = str(e.value)
+    assert "shard 1 block 2" in msg and "max_block_bytes" in msg and str(1 << 40) in msg
+    assert r[20 + 7] == ex[27] and r[0] == ex[0]
+    # A lie within the bound fails to decompress, also as CorruptDataError.
+    replace_block(out / "1", 2, _lying_frame(1000))
+    with pytest.raises(CorruptDataError, match="shard 1 block 2"):
+        lmdata.open(out)[29]
+    # A smaller bound refuses genuine large blocks with a message that says what to do.
+    with pytest.raises(CorruptDataError, match="max_block_bytes"):
+        atlas.open(out, max_block_bytes=10)[0]
+
+
+def test_truncated_data_names_shard_and_block(tmp_path: Path) -> None:
+    out, ex = _dataset(tmp_path, strategy=0)
+    data = (out / "0" / "data.bin").read_bytes()
+    (out / "0" / "data.bin").write_bytes(data[:-5])
+    r = lmdata.open(out)
+    with pytest.raises(CorruptDataError, match=r"shard 0 block 4.*cut short|cut short"):
+        r[19]
+    assert [r[i] for i in range(16)] == ex[:16]
+    assert r.take(list(range(20, 40))) == ex[20:]
+    with pytest.raises(CorruptDataError, match="shard 0 block 4"):
+        list(r)
+    problems = lmdata.validate(out)
+    assert any("last offset" in p for p in problems) and any("block 4" in p for p in problems)
+
+
+def test_damaged_metadata_is_reported(tmp_path: Path) -> None:
+    out, _ = _dataset(tmp_path)
+    (out / "1" / "meta.json").write_text('{"version": 1, "block_size": 0}')
+    with pytest.raises(CorruptDataError, match="block_size"):
+        lmdata.open(out)
+    assert lmdata.validate(out)
+    (out / "meta.json").write_text('{"version": 2, "shard_sizes": [], "compression_strategy": 0}')
+    with pytest.raises(FormatError, match="version 2"):
+        lmdata.open(out, format="atlas")
+    shutil.rmtree(out)
+    out = write(tmp_path / "d", [{"i": i, "text": "t" * (i % 7)} for i in range(60)],
+                shard_size=40, block_size=4, compression_strategy=3)
+    (out / "0" / "zstd_dict.bin").unlink()
+    r = lmdata.open(out)
+    with pytest.raises(CorruptDataError, match=r"zstd_dict\.bin"):
+        r[0]
+    assert r[59] == {"i": 59, "text": "t" * (59 % 7)}  # shard 1 fell back to strategy 1
+    (out / "1" / "index.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(CorruptDataError, match=r"index\.npy"):
+        r.take([59])
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(target=st.sampled_from(["data.bin", "index.npy", "meta.json", "../zstd_dict.bin"]),
+       pos=st.integers(0, 10**6), value=st.integers(0, 255), cut=st.booleans(),
+       strategy=st.sampled_from([0, 1, 2]))
+def test_corruption_raises_only_lmdata_errors(tmp_path_factory: Any, target: str, pos: int,
+                                              value: int, cut: bool, strategy: int) -> None:
+    base = tmp_path_factory.mktemp("c")
+    ex = [{"i": i, "s": "x" * (i % 13)} for i in range(60)]
+    out = write(base / "d", ex, shard_size=30, block_size=3, compression_strategy=strategy)
+    f = out / "0" / target
+    if not f.exists():
+        return
+    data = bytearray(f.read_bytes())
+    pos %= len(data)
+    if cut:
+        del data[pos:]
+    else:
+        data[pos] = value
+    f.write_bytes(bytes(data))
+    try:
+        r = lmdata.open(out)
+        for i in (0, 17, 29, 30, 59, -1):
+            try:
+                r[i]
+            except (LmdataError, IndexError):
+                pass
+        try:
+            list(r)
+        except LmdataError:
+            pass
+    except LmdataError:
+        pass
+    assert isinstance(lmdata.validate(out), list)
+
+
+# ---- processes and threads ------------------------------------------------------------------
+
+_READER: Any = None
+
+
+def _expected(i: int) -> dict[str, Any]:
+    return {"i": i, "text": str(i) * (i % 11)}
+
+
+def _worker(seed: int) -> tuple[int, int]:
+    rng = np.random.default_rng(seed)
+    wrong = errors = 0
+    for i in rng.integers(0, len(_READER), 1500).tolist():
+        try:
+            if _READER[i] != _expected(i):
+                wrong += 1
+        except Exception:
+            errors += 1
+    batch = rng.integers(0, len(_READER), 200)
+    if _READER.take(batch) != [_expected(int(i)) for i in batch]:
+        wrong += 1
+    return wrong, errors
+
+
+@pytest.mark.parametrize("strategy", [0, 1])
+def test_forked_workers_read_correct_examples(tmp_path: Path, strategy: int) -> None:
+    """The origin's reader shares one file offset with workers forked after the parent read;
+    about 1% of their reads were wrong examples. Ours must be exact."""
+    global _READER
+    n = 3000
+    out = write(tmp_path / "d", [_expected(i) for i in range(n)], shard_size=700,
+                block_size=4, compression_strategy=strategy)
+    _READER = lmdata.open(out)
+    assert _READER[5] == _expected(5) and _READER[n - 1] == _expected(n - 1)  # parent reads
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(4) as pool:
+        results = pool.map(_worker, range(8))
+    assert results == [(0, 0)] * 8
+    assert _READER[6] == _expected(6)
+
+
+def test_threads_share_a_reader(tmp_path: Path) -> None:
+    n = 2000
+    out = write(tmp_path / "d", [_expected(i) for i in range(n)], shard_size=500,
+                block_size=8, compression_strategy=3)
+    r = lmdata.open(out, cache_bytes=20_000)
+    bad: list[int] = []
+
+    def run(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for i in rng.integers(0, n, 1500).tolist():
+            if r[i] != _expected(i):
+                bad.append(i)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
+
