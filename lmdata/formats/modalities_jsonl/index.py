@@ -11,9 +11,9 @@ from lmdata.errors import CorruptDataError, InvalidInputError, OutputExistsError
 from lmdata.formats.modalities.layout import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import (
     LineError,
+    check,
     default_index_path,
     iter_lines,
-    loads,
     map_file,
 )
 from lmdata.storage import atomic_file, require_exists
@@ -56,7 +56,7 @@ def scan(
         for lineno, off, ln in iter_lines(buf):
             assert buf is not None
             try:
-                loads(buf[off: off + ln])
+                check(buf[off: off + ln])
             except LineError as e:
                 reason = "an empty line" if ln == 0 else f"not valid JSON ({e})"
                 if not skip_invalid:

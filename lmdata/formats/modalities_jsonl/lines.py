@@ -22,6 +22,7 @@ _SCAN_BYTES = 1 << 26
 # orjson turns integers beyond 64 bits into floats; lines with long digit runs go through the
 # standard library instead, so big integers survive exactly.
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_DIGITS = b"0123456789"
 
 
 class LineError(ValueError):
@@ -34,7 +35,8 @@ def loads(line: bytes) -> Any:
     orjson first; the standard library decides whatever orjson refuses (``NaN``, ``Infinity``,
     a UTF-8 BOM, lone surrogates), so acceptance is the origin's.
     """
-    if not _LONG_DIGITS.search(line):
+    # counting digits is ~10x cheaper than the regex, and rules out most lines at once
+    if len(line) - len(line.translate(None, _DIGITS)) < 19 or not _LONG_DIGITS.search(line):
         try:
             return orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -43,6 +45,17 @@ def loads(line: bytes) -> Any:
         return json.loads(line)
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError
         raise LineError(str(e) or type(e).__name__) from None
+
+
+def check(line: bytes) -> None:
+    """Raise LineError unless ``line`` is JSON that modalities' ``json.loads`` accepts.
+
+    Only acceptance matters here, so orjson's float for a huge integer is fine.
+    """
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        loads(line)
 
 
 def map_file(path: str | os.PathLike[str]) -> mmap.mmap | None:
