@@ -1,0 +1,258 @@
+"""index.json of a streaming dataset: parsed and checked in one place into frozen dataclasses.
+
+The writer builds the same JSON objects streaming builds (plain dicts, dumped with
+``sort_keys=True``); the reader parses them into :class:`Shard` records so that every later
+step can trust types and ranges. Every error names index.json and the shard number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
+
+INDEX = "index.json"
+VERSION = 2
+# index format name -> lmdata format name
+FORMAT_NAMES = {"mds": "mds", "csv": "mds-csv", "tsv": "mds-tsv", "xsv": "mds-csv",
+                "json": "mds-jsonl"}
+SHARD_FORMATS = {"mds": "mds", "mds-csv": "csv", "mds-tsv": "tsv", "mds-jsonl": "json"}
+MAX_U32 = 2**32 - 1
+_UNITS = {"kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40, "pb": 1 << 50,
+          "eb": 1 << 60, "zb": 1 << 70, "yb": 1 << 80}
+
+
+def parse_size_limit(value: int | float | str | None) -> int | None:
+    """Bytes from an int or a string such as ``"64mb"`` (1024 units), as streaming reads it.
+
+    ``None`` (and 0, which streaming treats the same) means no limit. Limits of 2**32 or more
+    are refused: shard offsets are uint32, so bigger shards would be silently corrupt.
+    """
+    if value is None or value == 0 or value == "":
+        return None
+    if isinstance(value, bool):
+        raise InvalidInputError(f"size_limit must be bytes or a string like '64mb', got {value!r}")
+    if isinstance(value, (int, float)):
+        n = int(value)
+    elif isinstance(value, str):
+        text = value.lower().strip()
+        for suffix, unit in _UNITS.items():
+            if text.endswith(suffix):
+                try:
+                    n = int(float(text[: -len(suffix)]) * unit)
+                except ValueError:
+                    raise InvalidInputError(
+                        f"size_limit {value!r}: write a number before the unit, like '64mb'"
+                    ) from None
+                break
+        else:
+            digits = text[:-1] if text.endswith("b") else text
+            if not digits.isdigit():
+                raise InvalidInputError(
+                    f"size_limit {value!r}: use bytes or a number with one of the suffixes "
+                    f"b, {', '.join(_UNITS)}"
+                )
+            n = int(digits)
+    else:
+        raise InvalidInputError(f"size_limit must be bytes or a string like '64mb', got {value!r}")
+    if n < 0:
+        raise InvalidInputError(f"size_limit must not be negative, got {n}")
+    if n == 0:
+        return None
+    if n > MAX_U32:
+        raise InvalidInputError(
+            f"size_limit {n} is 2**32 or more; MDS stores offsets as uint32, so use at most "
+            f"{MAX_U32} bytes (streaming refuses it too)"
+        )
+    return n
+
+
+def dump_index(shards: list[dict[str, Any]]) -> bytes:
+    """index.json bytes exactly as streaming's writers produce them (one line, sorted keys)."""
+    return json.dumps({"shards": shards, "version": VERSION}, sort_keys=True).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file of a shard: its name relative to the dataset directory, size and hashes."""
+
+    basename: str
+    bytes: int
+    hashes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One checked shard entry of index.json."""
+
+    number: int
+    format: str  # as in the index: mds, csv, tsv, xsv or json
+    samples: int
+    raw_data: FileInfo
+    zip_data: FileInfo | None
+    raw_meta: FileInfo | None
+    zip_meta: FileInfo | None
+    compression: str | None
+    hashes: tuple[str, ...]
+    size_limit: int | None
+    column_names: tuple[str, ...]
+    column_encodings: tuple[str, ...]
+    column_sizes: tuple[int | None, ...]
+    separator: str | None = None
+    newline: str | None = None
+
+    @property
+    def split(self) -> bool:
+        """Whether the shard is a data file plus a .meta file (csv/tsv/xsv/json)."""
+        return self.format != "mds"
+
+    @property
+    def columns(self) -> dict[str, str]:
+        return dict(zip(self.column_names, self.column_encodings, strict=False))
+
+
+@dataclass(frozen=True)
+class Index:
+    """A parsed index.json: the shards in order and where they live."""
+
+    path: Path  # the index.json file
+    shards: tuple[Shard, ...]
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.samples for s in self.shards)
+
+    def file(self, info: FileInfo) -> Path:
+        return self.root / info.basename
+
+
+def find_index(path: Path, split: str | None = None) -> Path:
+    """The index.json of the dataset at ``path`` (a directory, its split, or the file)."""
+    if path.is_file():
+        if path.name != INDEX:
+            raise FormatError("an MDS dataset is a directory holding index.json", path=path)
+        return path
+    base = path / split if split else path
+    idx = base / INDEX
+    if idx.is_file():
+        return idx
+    subs = sorted(p.name for p in path.iterdir() if (p / INDEX).is_file()) if path.is_dir() else []
+    if split:
+        raise FormatError(
+            f"no index.json for split {split!r}; splits here: {', '.join(subs) or 'none'}",
+            path=path,
+        )
+    hint = (f"; sub-directories with their own index.json: {', '.join(subs[:8])}. Open one with "
+            "split=NAME, or join partitions with `lmdata merge`") if subs else ""
+    raise FormatError(f"no index.json here{hint}", path=path)
+
+
+def load_index(path: Path) -> Index:
+    """Read and check index.json (CorruptDataError naming the shard on any problem)."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptDataError(f"index.json is not valid JSON: {e}", path=path) from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("shards"), list):
+        raise CorruptDataError('index.json must be an object with a "shards" list', path=path)
+    if obj.get("version") != VERSION:
+        raise CorruptDataError(
+            f"index.json version is {obj.get('version')!r}; streaming and lmdata read version 2",
+            path=path,
+        )
+    shards = tuple(parse_shard(i, s, path) for i, s in enumerate(obj["shards"]))
+    return Index(path, shards)
+
+
+def _fail(path: Path, i: int, msg: str) -> CorruptDataError:
+    return CorruptDataError(msg, path=path, position=f"shard {i}")
+
+
+def _file_info(v: Any, key: str, path: Path, i: int) -> FileInfo | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise _fail(path, i, f"{key} must be an object or null")
+    base, size, hashes = v.get("basename"), v.get("bytes"), v.get("hashes", {})
+    if not isinstance(base, str) or not base:
+        raise _fail(path, i, f"{key}.basename must be a non-empty string")
+    parts = base.split("/")
+    if posixpath.isabs(base) or os.path.isabs(base) or ".." in parts or "\\" in base:
+        raise UnsafeDataError(
+            f"{key}.basename {base!r} points outside the dataset directory; refusing to open it",
+            path=path, position=f"shard {i}",
+        )
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise _fail(path, i, f"{key}.bytes must be a non-negative integer, got {size!r}")
+    if not isinstance(hashes, dict) or not all(
+            isinstance(k, str) and isinstance(h, str) for k, h in hashes.items()):
+        raise _fail(path, i, f"{key}.hashes must map algorithm names to hex digests")
+    return FileInfo(base, size, dict(hashes))
+
+
+def parse_shard(i: int, s: Any, path: Path) -> Shard:
+    if not isinstance(s, dict):
+        raise _fail(path, i, "a shard entry must be an object")
+    if s.get("version") != VERSION:
+        raise _fail(path, i, f"version is {s.get('version')!r}, must be 2")
+    fmt = s.get("format")
+    if fmt not in FORMAT_NAMES:
+        raise _fail(path, i, f"format {fmt!r} is not one of {', '.join(FORMAT_NAMES)}")
+    n = s.get("samples")
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n < MAX_U32:
+        raise _fail(path, i, f"samples must be an integer from 0 to 2**32-2, got {n!r}")
+    raw = _file_info(s.get("raw_data"), "raw_data", path, i)
+    if raw is None:
+        raise _fail(path, i, "raw_data is missing")
+    zip_ = _file_info(s.get("zip_data"), "zip_data", path, i)
+    raw_meta = _file_info(s.get("raw_meta"), "raw_meta", path, i)
+    zip_meta = _file_info(s.get("zip_meta"), "zip_meta", path, i)
+    comp = s.get("compression")
+    if comp is not None and not isinstance(comp, str):
+        raise _fail(path, i, f"compression must be a string or null, got {comp!r}")
+    hashes = s.get("hashes") or []
+    if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
+        raise _fail(path, i, "hashes must be a list of algorithm names")
+    limit = s.get("size_limit")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+        raise _fail(path, i, f"size_limit must be an integer or null, got {limit!r}")
+    sep = newline = None
+    if fmt == "json":
+        cols = s.get("columns")
+        if not isinstance(cols, dict) or not all(
+                isinstance(k, str) and v in ("str", "int", "float") for k, v in cols.items()):
+            raise _fail(path, i, 'columns must map names to "str", "int" or "float"')
+        names, encs, sizes = tuple(cols), tuple(cols.values()), (None,) * len(cols)
+    else:
+        names, encs = s.get("column_names"), s.get("column_encodings")
+        if not isinstance(names, list) or not isinstance(encs, list) or len(names) != len(encs) \
+                or not all(isinstance(x, str) for x in names + encs):
+            raise _fail(path, i, "column_names and column_encodings must be string lists of "
+                        "equal length")
+        sizes = s.get("column_sizes", [None] * len(names)) if fmt == "mds" else [None] * len(names)
+        if not isinstance(sizes, list) or len(sizes) != len(names) or not all(
+                z is None or (isinstance(z, int) and not isinstance(z, bool) and z > 0)
+                for z in sizes):
+            raise _fail(path, i, "column_sizes must list a positive size or null per column")
+        names, encs, sizes = tuple(names), tuple(encs), tuple(sizes)
+    if fmt != "mds":
+        if raw_meta is None:
+            raise _fail(path, i, f"a {fmt} shard needs raw_meta (its .meta offsets file)")
+        newline = s.get("newline", "\n")
+        if not isinstance(newline, str) or not newline:
+            raise _fail(path, i, "newline must be a non-empty string")
+        if fmt != "json":
+            sep = {"csv": ",", "tsv": "\t"}.get(fmt, s.get("separator"))
+            if not isinstance(sep, str) or not sep:
+                raise _fail(path, i, "an xsv shard needs a non-empty separator")
+    return Shard(i, fmt, n, raw, zip_, raw_meta, zip_meta, comp or None, tuple(hashes),
+                 limit, names, encs, sizes, sep, newline)

@@ -1,0 +1,351 @@
+"""Reading streaming datasets (MDS, CSV/TSV/XSV, JSONL shards) as a records reader.
+
+Uncompressed shards are memory-mapped once and their mappings reused (streaming opens the file
+again for every sample); compressed shards are decompressed once into a cache bounded in bytes.
+Nothing is ever written into the dataset directory (streaming writes decompressed copies
+beside the originals). ``r[i]`` returns the dict streaming's ``StreamingDataset[i]`` returns.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import CorruptDataError, LmdataError
+from lmdata.formats.mds import compression as comp
+from lmdata.formats.mds.index import FORMAT_NAMES, FileInfo, Index, Shard, find_index, load_index
+from lmdata.formats.mds.mds import SampleDecoder
+from lmdata.formats.mds.text_shards import XSVDecoder, decode_json_line
+from lmdata.protocols import normalize_index, normalize_indices
+from lmdata.storage import require_exists
+
+DEFAULT_CACHE_BYTES = 512 << 20  # decompressed shards kept in memory
+DEFAULT_MAX_MAPS = 1024  # memory-mapped shards kept open
+_U32 = struct.Struct("<I")
+_PAIR = struct.Struct("<II")
+
+
+class _Loaded:
+    """One shard's bytes: ``data`` (mmap or bytes) and ``table`` (the buffer with offsets)."""
+
+    __slots__ = ("cost", "data", "data_path", "lo", "n", "table", "table_path")
+
+    def __init__(self, data: Any, table: Any, n: int, lo: int, cost: int, data_path: Path,
+                 table_path: Path) -> None:
+        self.data, self.table, self.n, self.lo, self.cost = data, table, n, lo, cost
+        self.data_path, self.table_path = data_path, table_path
+
+
+def _read_file(path: Path, info: FileInfo, what: str, shard: int) -> bytes | mmap.mmap:
+    """Map (or read, when empty) one file after checking its size against the index."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != info.bytes:
+                raise CorruptDataError(
+                    f"{what} is {size} bytes but index.json says {info.bytes}; the file is "
+                    "truncated or was replaced. Run `lmdata validate` on the dataset",
+                    path=path, position=f"shard {shard}",
+                )
+            if size == 0:
+                return b""
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise CorruptDataError(f"{what} file is missing", path=path,
+                               position=f"shard {shard}") from None
+
+
+def load_shard_file(index: Index, shard: Shard, raw: FileInfo, zipped: FileInfo | None,
+                    what: str) -> tuple[bytes | mmap.mmap, Path, int]:
+    """(bytes, path, decompressed cost) of one shard file: the raw file if present, else the
+    compressed one, decompressed and checked against the raw size the index declares."""
+    raw_path = index.file(raw)
+    if raw_path.exists() or zipped is None:
+        return _read_file(raw_path, raw, what, shard.number), raw_path, 0
+    zpath = index.file(zipped)
+    family = comp.family_of(shard.compression, path=index.path)
+    if family is None:
+        raise CorruptDataError(f"{what} has zip_data but no compression is named",
+                               path=index.path, position=f"shard {shard.number}")
+    blob = _read_file(zpath, zipped, f"compressed {what}", shard.number)
+    try:
+        data = comp.decompress(family, bytes(blob), raw.bytes)
+    except Exception as e:  # any decoder failure means a corrupt file
+        raise CorruptDataError(f"cannot decompress ({family}): {e}", path=zpath,
+                               position=f"shard {shard.number}") from None
+    finally:
+        if isinstance(blob, mmap.mmap):
+            blob.close()
+    if len(data) != raw.bytes:
+        raise CorruptDataError(
+            f"decompresses to {len(data)} bytes but index.json says {raw.bytes}",
+            path=zpath, position=f"shard {shard.number}",
+        )
+    return data, zpath, len(data)
+
+
+def open_shard(index: Index, shard: Shard) -> _Loaded:
+    """Load a shard and check its header against the index."""
+    data, dpath, cost = load_shard_file(index, shard, shard.raw_data, shard.zip_data, "data")
+    if shard.split:
+        assert shard.raw_meta is not None
+        table, tpath, c2 = load_shard_file(index, shard, shard.raw_meta, shard.zip_meta, "meta")
+        cost += c2
+    else:
+        table, tpath = data, dpath
+    n = shard.samples
+    need = 4 + 4 * (n + 1)
+    if len(table) < need:
+        raise CorruptDataError(f"file of {len(table)} bytes cannot hold the offsets of {n} "
+                               "samples", path=tpath, position=f"shard {shard.number}")
+    (found,) = _U32.unpack_from(table, 0)
+    if found != n:
+        raise CorruptDataError(f"header says {found} samples, index.json says {n}", path=tpath,
+                               position=f"shard {shard.number}")
+    lo = need if not shard.split else 0
+    return _Loaded(data, table, n, lo, cost, dpath, tpath)
+
+
+def make_decoder(shard: Shard, allow_unsafe_pickle: bool = False,
+                 select: tuple[str, ...] | None = None) -> Callable[[bytes], dict[str, Any]]:
+    if shard.format == "mds":
+        return SampleDecoder(shard.column_names, shard.column_encodings, shard.column_sizes,
+                             allow_unsafe_pickle, select)
+    if shard.format == "json":
+        return decode_json_line
+    assert shard.separator is not None and shard.newline is not None
+    return XSVDecoder(shard.column_names, shard.column_encodings, shard.separator,
+                      shard.newline)
+
+
+class MDSReader:
+    """A streaming dataset directory (or one split of it) as a random-access records reader.
+
+    ``split`` picks a sub-directory, as StreamingDataset's ``split``. ``columns`` limits the
+    decoded columns. ``allow_unsafe_pickle=True`` trusts ``pkl`` columns (otherwise only plain
+    data unpickles). ``cache_bytes`` bounds the decompressed shards kept in memory.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        split: str | None = None,
+        format: str | None = None,
+        columns: Sequence[str] | None = None,
+        allow_unsafe_pickle: bool = False,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_open_shards: int = DEFAULT_MAX_MAPS,
+    ) -> None:
+        root = require_exists(path)
+        self.root = root
+        self.split = split
+        self.index = load_index(find_index(root, split))
+        shards = self.index.shards
+        self.format = format or (FORMAT_NAMES[shards[0].format] if shards else "mds")
+        self.allow_unsafe_pickle = allow_unsafe_pickle
+        self.cache_bytes = int(cache_bytes)
+        self.max_open_shards = max(1, int(max_open_shards))
+        self.select = tuple(columns) if columns is not None else None
+        if self.select is not None:
+            known = {n for s in shards for n in s.column_names}
+            missing = [c for c in self.select if c not in known]
+            if missing:
+                raise LmdataError(f"no column(s) {', '.join(map(repr, missing))}; columns: "
+                                  f"{', '.join(sorted(known))}", path=self.index.path)
+        counts = np.array([s.samples for s in shards], dtype=np.int64)
+        self._starts = np.zeros(len(shards) + 1, dtype=np.int64)
+        np.cumsum(counts, out=self._starts[1:])
+        self._starts_list = self._starts[:-1].tolist()
+        self._n = int(self._starts[-1])
+        for s in shards:  # fail at open, not mid-epoch, when a shard file is gone
+            files = [(s.raw_data, s.zip_data)] + ([(s.raw_meta, s.zip_meta)] if s.split else [])
+            for raw, zipped in files:
+                if raw is None:
+                    continue
+                if not self.index.file(raw).exists() and (
+                        zipped is None or not self.index.file(zipped).exists()):
+                    name = raw.basename + (f" (or {zipped.basename})" if zipped else "")
+                    raise CorruptDataError(f"shard file {name} is missing", path=self.root,
+                                           position=f"shard {s.number}")
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[int, _Loaded] = OrderedDict()
+        self._cached_bytes = 0
+        self._decoders: dict[int, Callable[[bytes], dict[str, Any]]] = {}
+        self._decoder_keys: dict[tuple, Callable[[bytes], dict[str, Any]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in ("_lock", "_cache", "_cached_bytes", "_decoders", "_decoder_keys"):
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def __repr__(self) -> str:
+        split = f", split={self.split!r}" if self.split else ""
+        return f"MDSReader({str(self.root)!r}{split})"
+
+    def close(self) -> None:
+        """Drop cached shards and mappings (the reader still works; it maps them again)."""
+        with self._lock:
+            self._cache.clear()
+            self._cached_bytes = 0
+
+    def __enter__(self) -> MDSReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- shards ------------------------------------------------------------------------
+
+    @property
+    def shards(self) -> tuple[Shard, ...]:
+        return self.index.shards
+
+    def _shard(self, k: int) -> _Loaded:
+        cache = self._cache
+        with self._lock:
+            got = cache.get(k)
+            if got is not None:
+                cache.move_to_end(k)
+                return got
+        loaded = open_shard(self.index, self.index.shards[k])
+        with self._lock:
+            if k not in cache:
+                cache[k] = loaded
+                self._cached_bytes += loaded.cost
+            # evict least recently used; mappings close when no reader holds them any more
+            while len(cache) > 1 and (self._cached_bytes > self.cache_bytes
+                                      or len(cache) > self.max_open_shards):
+                _, old = cache.popitem(last=False)
+                self._cached_bytes -= old.cost
+            return cache.get(k, loaded)
+
+    def _decoder(self, k: int) -> Callable[[bytes], dict[str, Any]]:
+        dec = self._decoders.get(k)
+        if dec is None:
+            s = self.index.shards[k]
+            key = (s.format, s.column_names, s.column_encodings, s.column_sizes, s.separator,
+                   s.newline)
+            dec = self._decoder_keys.get(key)
+            if dec is None:
+                try:
+                    dec = make_decoder(s, self.allow_unsafe_pickle, self.select)
+                except ValueError as e:
+                    raise CorruptDataError(str(e), path=self.index.path,
+                                           position=f"shard {k}") from None
+                self._decoder_keys[key] = dec
+            self._decoders[k] = dec
+        return dec
+
+    def _raw(self, loaded: _Loaded, k: int, j: int) -> bytes:
+        begin, end = _PAIR.unpack_from(loaded.table, 4 + 4 * j)
+        if not loaded.lo <= begin <= end <= len(loaded.data):
+            raise CorruptDataError(
+                f"offsets [{begin}, {end}) of sample {j} are not a range inside the "
+                f"{len(loaded.data)}-byte file; run `lmdata validate`",
+                path=loaded.table_path, position=f"shard {k} sample {j}",
+            )
+        return loaded.data[begin:end]
+
+    def _decode(self, dec: Callable[[bytes], Any], data: bytes, loaded: _Loaded, k: int,
+                j: int) -> Any:
+        try:
+            return dec(data)
+        except LmdataError as e:
+            if e.path is not None:
+                raise
+            raise type(e)(str(e), path=loaded.data_path,
+                          position=f"shard {k} sample {j}") from None
+        except (ValueError, UnicodeDecodeError, struct.error, StopIteration) as e:
+            raise CorruptDataError(f"cannot decode sample: {e}", path=loaded.data_path,
+                                   position=f"shard {k} sample {j}") from None
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(shard number, sample within the shard) of global sample ``index``."""
+        i = normalize_index(index, self._n)
+        k = bisect.bisect_right(self._starts_list, i) - 1
+        return k, i - self._starts_list[k]
+
+    def raw_sample(self, index: int) -> bytes:
+        """The stored bytes of one sample (an MDS record, a CSV line, a JSON line)."""
+        k, j = self.locate(index)
+        return self._raw(self._shard(k), k, j)
+
+    # ---- the Records protocol ----------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        k, j = self.locate(index)
+        loaded = self._shard(k)
+        return self._decode(self._decoder(k), self._raw(loaded, k, j), loaded, k, j)
+
+    def _groups(self, idx: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(shard, local sample numbers, output positions) per shard touched, shard order."""
+        sids = np.searchsorted(self._starts[:-1], idx, side="right") - 1
+        order = np.argsort(sids, kind="stable")
+        sorted_sids = sids[order]
+        cuts = np.flatnonzero(np.diff(sorted_sids)) + 1
+        for pos in np.split(order, cuts):
+            k = int(sids[pos[0]])
+            yield k, idx[pos] - self._starts[k], pos
+
+    def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
+        """Samples at ``indices`` in that order; each shard is loaded once."""
+        idx = normalize_indices(indices, self._n)
+        out: list[Any] = [None] * len(idx)
+        for k, local, pos in self._groups(idx):
+            loaded, dec = self._shard(k), self._decoder(k)
+            for j, p in zip(local.tolist(), pos.tolist(), strict=False):
+                out[p] = self._decode(dec, self._raw(loaded, k, j), loaded, k, j)
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        for k, s in enumerate(self.index.shards):
+            if s.samples == 0:
+                continue
+            loaded, dec = self._shard(k), self._decoder(k)
+            for j in range(s.samples):
+                yield self._decode(dec, self._raw(loaded, k, j), loaded, k, j)
+
+    # ---- summary -----------------------------------------------------------------------
+
+    def columns(self) -> dict[str, str]:
+        """Column name -> encoding, over all shards (the first shard's wins on a clash)."""
+        out: dict[str, str] = {}
+        for s in self.index.shards:
+            for n, e in zip(s.column_names, s.column_encodings, strict=False):
+                out.setdefault(n, e)
+        return out
+
+    def info(self) -> dict[str, Any]:
+        shards = self.index.shards
+        return {
+            "samples": self._n,
+            "shards": len(shards),
+            "shard_formats": sorted({s.format for s in shards}),
+            "columns": self.columns(),
+            "compression": sorted({s.compression or "none" for s in shards}),
+            "hashes": sorted({h for s in shards for h in s.hashes}),
+            "size_limit": sorted({s.size_limit for s in shards if s.size_limit is not None}),
+            "raw_bytes": sum(s.raw_data.bytes + (s.raw_meta.bytes if s.raw_meta else 0)
+                             for s in shards),
+        }

@@ -1,0 +1,204 @@
+"""``lmdata validate`` for streaming datasets: every file, hash, offset and sample.
+
+Checks, per shard: the files exist with the sizes index.json declares; every recorded hash
+(raw hashes over the uncompressed bytes, zip hashes over the compressed file); the header's
+sample count and config; that the offsets start after the header, never decrease and end at
+the file size; and that every sample decodes. Each problem names the shard and the sample.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.formats.mds import compression as comp
+from lmdata.formats.mds.hashing import hexdigest, is_hash
+from lmdata.formats.mds.index import FileInfo, Index, Shard, find_index, load_index
+from lmdata.formats.mds.reader import make_decoder
+
+MAX_REPORTED = 20  # problems listed per shard; the rest are counted
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def shard(self, s: Shard) -> _ShardReport:
+        return _ShardReport(self, s)
+
+
+class _ShardReport:
+    def __init__(self, parent: _Report, s: Shard) -> None:
+        self.parent, self.s, self.count = parent, s, 0
+
+    def add(self, msg: str, sample: int | None = None) -> None:
+        self.count += 1
+        if self.count <= MAX_REPORTED:
+            where = f"shard {self.s.number}" + (f" sample {sample}" if sample is not None else "")
+            self.parent.problems.append(f"{where}: {msg}")
+
+    def finish(self) -> None:
+        if self.count > MAX_REPORTED:
+            self.parent.problems.append(
+                f"shard {self.s.number}: {self.count - MAX_REPORTED} more problems like the above")
+
+
+def _check_hashes(rep: _ShardReport, s: Shard, info: FileInfo, data: bytes, what: str) -> None:
+    for algo in s.hashes:
+        if algo not in info.hashes:
+            rep.add(f"{what} {info.basename} has no {algo} hash though the shard lists {algo}")
+    for algo, want in info.hashes.items():
+        if not is_hash(algo):
+            rep.add(f"{what} {info.basename}: unknown hash algorithm {algo!r}")
+            continue
+        got = hexdigest(algo, data)
+        if got != want:
+            rep.add(f"{what} {info.basename}: {algo} is {got}, index.json says {want} "
+                    "(the file changed or is corrupt)")
+
+
+def _load(index: Index, rep: _ShardReport, s: Shard, raw: FileInfo, zipped: FileInfo | None,
+          what: str) -> bytes | None:
+    """The uncompressed bytes of one shard file, checking sizes and hashes on the way."""
+    raw_path = index.file(raw)
+    data: bytes | None = None
+    if raw_path.is_file():
+        data = raw_path.read_bytes()
+        if len(data) != raw.bytes:
+            rep.add(f"{what} {raw.basename} is {len(data)} bytes, index.json says {raw.bytes}")
+        _check_hashes(rep, s, raw, data, what)
+    if zipped is not None and index.file(zipped).is_file():
+        blob = index.file(zipped).read_bytes()
+        if len(blob) != zipped.bytes:
+            rep.add(f"{what} {zipped.basename} is {len(blob)} bytes, index.json says "
+                    f"{zipped.bytes}")
+        _check_hashes(rep, s, zipped, blob, f"compressed {what}")
+        try:
+            family = comp.family_of(s.compression)
+            if family is None:
+                raise ValueError("zip_data is set but compression is null")
+            unzipped = comp.decompress(family, blob, raw.bytes)
+        except Exception as e:  # any decoder failure is a corrupt file
+            rep.add(f"{what} {zipped.basename}: cannot decompress: {e}")
+            return data
+        if data is None:
+            if len(unzipped) != raw.bytes:
+                rep.add(f"{what} {zipped.basename} decompresses to {len(unzipped)} bytes, "
+                        f"index.json says {raw.bytes}")
+            _check_hashes(rep, s, raw, unzipped, what)
+            data = unzipped
+        elif unzipped != data:
+            rep.add(f"{what} {zipped.basename} does not decompress to {raw.basename}")
+    if data is None:
+        name = raw.basename + (f" or {zipped.basename}" if zipped else "")
+        rep.add(f"{what} file {name} is missing")
+    return data
+
+
+def _offsets(rep: _ShardReport, s: Shard, table: bytes, what: str) -> np.ndarray | None:
+    n = s.samples
+    if len(table) < 4 + 4 * (n + 1):
+        rep.add(f"{what} of {len(table)} bytes cannot hold the offsets of {n} samples")
+        return None
+    (found,) = struct.unpack_from("<I", table)
+    if found != n:
+        rep.add(f"{what} header says {found} samples, index.json says {n}")
+        return None
+    return np.frombuffer(table, "<u4", n + 1, 4).astype(np.int64)
+
+
+def _check_config(rep: _ShardReport, s: Shard, text: bytes) -> None:
+    try:
+        cfg = json.loads(text)
+    except ValueError as e:
+        rep.add(f"the config embedded in the shard is not JSON: {e}")
+        return
+    if not isinstance(cfg, dict):
+        rep.add("the config embedded in the shard is not a JSON object")
+        return
+    if s.format == "json":
+        if cfg.get("columns") != s.columns:
+            rep.add("the shard's embedded columns differ from index.json")
+        return
+    for key, want in (("column_names", list(s.column_names)),
+                      ("column_encodings", list(s.column_encodings))):
+        if cfg.get(key) != want:
+            rep.add(f"the shard's embedded {key} {cfg.get(key)!r} differ from index.json {want!r}")
+
+
+def _check_shard(index: Index, s: Shard, rep: _ShardReport, allow_unsafe_pickle: bool) -> None:
+    data = _load(index, rep, s, s.raw_data, s.zip_data, "data")
+    table = data
+    if s.split:
+        assert s.raw_meta is not None
+        table = _load(index, rep, s, s.raw_meta, s.zip_meta, "meta")
+    if data is None or table is None:
+        return
+    offs = _offsets(rep, s, table, "meta file" if s.split else "shard")
+    if offs is None:
+        return
+    n = s.samples
+    head = 4 + 4 * (n + 1)
+    if s.format == "mds":
+        _check_config(rep, s, data[head: int(offs[0])] if head <= offs[0] <= len(data) else b"")
+        lo = head
+    else:
+        _check_config(rep, s, table[head:])
+        lo = 0
+        if s.format != "json":
+            assert s.separator is not None and s.newline is not None
+            header = (s.separator.join(s.column_names) + s.newline).encode("utf-8")
+            if not data.startswith(header) or offs[0] != len(header):
+                rep.add(f"data file does not start with the header line {header!r} that the "
+                        "offsets skip")
+        elif offs[0] != 0:
+            rep.add(f"the first offset is {int(offs[0])}, a JSONL shard starts at 0")
+    if offs[-1] != len(data):
+        rep.add(f"the last offset is {int(offs[-1])} but the data is {len(data)} bytes")
+    bad = np.flatnonzero(offs[1:] < offs[:-1])
+    for j in bad[:MAX_REPORTED]:
+        rep.add(f"offset {int(offs[j + 1])} is less than the one before it, {int(offs[j])}",
+                sample=int(j))
+    if offs[0] < lo:
+        rep.add(f"the first sample starts at {int(offs[0])}, inside the {lo}-byte header")
+    try:
+        decode = make_decoder(s, allow_unsafe_pickle)
+    except ValueError as e:
+        rep.add(str(e))
+        return
+    for j in range(n):
+        a, b = int(offs[j]), int(offs[j + 1])
+        if not lo <= a <= b <= len(data):
+            if j not in bad:
+                rep.add(f"offsets [{a}, {b}) are not a range inside the file", sample=j)
+            continue
+        try:
+            decode(data[a:b])
+        except LmdataError as e:
+            rep.add(str(e), sample=j)
+        except (ValueError, UnicodeDecodeError, struct.error, StopIteration) as e:
+            rep.add(f"does not decode: {e}", sample=j)
+
+
+def validate(path: str | os.PathLike[str], *, split: str | None = None,
+             allow_unsafe_pickle: bool = False, **_: Any) -> list[str]:
+    """All problems found in the streaming dataset at ``path`` (empty when it is valid)."""
+    try:
+        index = load_index(find_index(Path(path), split))
+    except LmdataError as e:
+        return [str(e)]
+    rep = _Report()
+    for s in index.shards:
+        sr = rep.shard(s)
+        try:
+            _check_shard(index, s, sr, allow_unsafe_pickle)
+        except (LmdataError, OSError) as e:
+            sr.add(str(e))
+        sr.finish()
+    return rep.problems

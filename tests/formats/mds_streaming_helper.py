@@ -1,0 +1,117 @@
+"""Runs mosaicml-streaming 0.13.0 for the MDS interop tests and benchmarks (its own venv).
+
+Usage: python mds_streaming_helper.py '<json job>' -- prints one JSON line or writes a pickle.
+Jobs: write (streaming's writers), read (StreamingDataset random access and iteration,
+canonicalised into a pickle), merge (streaming's merge_index), bench (timings).
+
+streaming imports torchvision and transformers at import time for features these tests never
+use; PyPI's torchvision cannot load beside the CPU torch build here, so tiny stand-ins are
+installed in sys.modules before importing streaming.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import pickle
+import sys
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _stub(name: str, **attrs: object) -> None:
+    m = types.ModuleType(name)
+    m.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    m.__dict__.update(attrs)
+    sys.modules[name] = m
+
+
+class _Placeholder:
+    def __init__(self, *a: object, **k: object) -> None:
+        raise RuntimeError("torchvision/transformers are stubbed in the lmdata test helper")
+
+
+def _install_stubs() -> None:
+    for name in ("torchvision", "torchvision.datasets", "torchvision.transforms",
+                 "torchvision.transforms.functional", "transformers",
+                 "transformers.feature_extraction_utils", "transformers.tokenization_utils_base",
+                 "transformers.models", "transformers.models.auto",
+                 "transformers.models.auto.tokenization_auto"):
+        _stub(name, VisionDataset=_Placeholder, to_tensor=_Placeholder, CIFAR10=_Placeholder,
+              BatchFeature=_Placeholder, BatchEncoding=_Placeholder, AutoTokenizer=_Placeholder)
+
+
+_install_stubs()
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+from mds_samples import canonical, columns, samples  # noqa: E402
+from streaming import CSVWriter, JSONWriter, MDSWriter, StreamingDataset, TSVWriter  # noqa: E402
+from streaming.base.format.xsv import XSVWriter  # noqa: E402
+from streaming.base.util import clean_stale_shared_memory, merge_index  # noqa: E402
+
+
+def write(job: dict) -> dict:
+    fmt = job.get("format", "mds")
+    cls = {"mds": MDSWriter, "csv": CSVWriter, "tsv": TSVWriter, "json": JSONWriter,
+           "xsv": XSVWriter}[fmt]
+    kw = {"columns": columns(job["recipe"]), "out": job["out"],
+          "compression": job.get("compression"), "hashes": job.get("hashes"),
+          "size_limit": job.get("size_limit", 1 << 26)}
+    if fmt == "xsv":
+        kw["separator"] = job.get("separator", "|")
+    with cls(**kw) as w:
+        for s in samples(job["recipe"], job["n"]):
+            w.write(s)
+    return {"ok": True}
+
+
+def _dataset(job: dict) -> StreamingDataset:
+    clean_stale_shared_memory()
+    return StreamingDataset(local=job["local"], split=job.get("split"), shuffle=False,
+                            batch_size=1, allow_unsafe_types=job.get("unsafe", False))
+
+
+def read(job: dict) -> dict:
+    ds = _dataset(job)
+    n = ds.size
+    picks = job.get("indices") or list(range(n))
+    random = [canonical(ds[i]) for i in picks]
+    iterated = [canonical(s) for s in ds] if job.get("iterate", True) else None
+    with open(job["result"], "wb") as f:
+        pickle.dump({"size": n, "random": random, "iterated": iterated}, f)
+    return {"ok": True, "size": n}
+
+
+def merge(job: dict) -> dict:
+    merge_index(job["root"], keep_local=True)
+    return {"ok": True}
+
+
+def bench(job: dict) -> dict:
+    import numpy as np
+
+    ds = _dataset(job)
+    n = ds.size
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, n, job["random"]).tolist()
+    for i in idx[:100]:
+        ds[i]
+    t = time.perf_counter()
+    for i in idx:
+        ds[i]
+    random_s = time.perf_counter() - t
+    t = time.perf_counter()
+    count = 0
+    for _ in ds:
+        count += 1
+    iter_s = time.perf_counter() - t
+    return {"random_per_s": len(idx) / random_s, "iter_per_s": count / iter_s, "n": count}
+
+
+if __name__ == "__main__":
+    job = json.loads(sys.argv[1])
+    result = {"write": write, "read": read, "merge": merge, "bench": bench}[job["op"]](job)
+    print(json.dumps(result))
