@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import click
+from tqdm import tqdm
 
 from lmdata.formats.modalities_jsonl import build_index
+
+_PROGRESS_FROM = 64 << 20  # show a progress bar for files from 64 MiB
 
 
 @click.command("index")
@@ -21,7 +26,15 @@ def command(path: str, index_path: str | None, skip_invalid: bool, overwrite: bo
     writes, byte for byte. Lines end at newline bytes only. A line that is not JSON stops the
     run with its line number and byte offset, and no index is written, unless --skip-invalid.
     """
-    result = build_index(path, index_path, skip_invalid=skip_invalid, overwrite=overwrite)
+    size = os.path.getsize(path)
+    with tqdm(total=size, unit="B", unit_scale=True, disable=size < _PROGRESS_FROM,
+              desc="indexing") as bar:
+        def progress(done: int) -> None:
+            bar.update(done - bar.n)
+
+        result = build_index(path, index_path, skip_invalid=skip_invalid, overwrite=overwrite,
+                             progress=progress)
+        bar.update(size - bar.n)
     click.echo(f"indexed {result.documents:,} documents -> {result.index_path}")
     if result.skipped:
         click.echo(f"skipped {len(result.skipped):,} invalid lines:", err=True)

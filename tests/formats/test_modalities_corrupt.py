@@ -125,3 +125,17 @@ def test_random_damage_never_escapes_as_a_raw_exception(tmp_path: Path,
         assert d.dtype == r.dtype
     assert r.num_tokens <= r.header.num_tokens or not r.contiguous
     assert isinstance(modalities.validate(p), list)
+
+
+def test_damaged_pbin_is_still_detected_so_the_error_is_specific(tmp_path: Path) -> None:
+    import lmdata
+
+    p = tmp_path / "cut.pbin"
+    p.write_bytes(REF[:5000])
+    with pytest.raises(CorruptDataError, match="truncated"):
+        lmdata.open(p)
+    other = tmp_path / "cut.bin"
+    other.write_bytes(REF[:5000])
+    assert not modalities.detect(other)
+    other.write_bytes(REF)
+    assert modalities.detect(other)  # content alone is enough for an intact file

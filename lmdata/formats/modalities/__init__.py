@@ -40,9 +40,10 @@ __all__ = [
 
 
 def detect(path: str | os.PathLike[str]) -> bool:
-    """A file whose header matches its size and whose tail is a pickle (any suffix)."""
+    """A ``.pbin`` file (even a damaged one, so that opening it says what is wrong), or any
+    file whose header matches its size and whose tail is a pickle."""
     p = Path(path)
-    return p.is_file() and sniff(p)
+    return p.is_file() and (p.suffix == SUFFIX or sniff(p))
 
 
 def open(path: str | os.PathLike[str], **options: Any) -> PackedTokens:
