@@ -64,6 +64,13 @@ from lmdata.tokenize.sinks import TOKEN_FORMATS
     "convention: modalities yes, others no).",
 )
 @click.option(
+    "--special-tokens/--no-special-tokens",
+    "add_special_tokens",
+    default=None,
+    help="Let the tokenizer add its special tokens (BOS/EOS of its post-processor). Default: "
+    "the format's convention (modalities yes, as the origin; others no).",
+)
+@click.option(
     "--skip-invalid",
     is_flag=True,
     help="Skip malformed lines and documents without text, counting them, instead "
@@ -108,6 +115,7 @@ def command(
     eod: str | None,
     eod_id: int | None,
     append_eod: bool | None,
+    add_special_tokens: bool | None,
     skip_invalid: bool,
     resume: bool,
     overwrite: bool,
@@ -139,6 +147,7 @@ def command(
         eod=eod,
         eod_id=eod_id,
         append_eod=append_eod,
+        add_special_tokens=add_special_tokens,
         source_format=source_format,
         writer_options=opts,
     )

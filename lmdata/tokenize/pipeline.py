@@ -51,6 +51,9 @@ class TokenizeJob:
     eod: str | None = None
     eod_id: int | None = None
     append_eod: bool | None = None
+    # None: the target's convention (Modalities: the tokenizer's post-processor, as the
+    # origin calls it with the HF default; the others: ids of the text only)
+    add_special_tokens: bool | None = None
     source_format: str | None = None
     writer_options: dict[str, Any] = field(default_factory=dict)
 
@@ -104,9 +107,9 @@ def _is_validation(key: str, fraction: float) -> bool:
     )
 
 
-def _process(task: tuple[Unit, str, str, bool, float, bool]) -> dict[str, Any]:
+def _process(task: tuple[Unit, str, str, bool, float, bool, bool]) -> dict[str, Any]:
     """Parse and tokenize one unit; raises InvalidInputError on bad input unless skipping."""
-    unit, path, text_key, skip_invalid, fraction, val_file = task
+    unit, path, text_key, skip_invalid, fraction, val_file, special = task
     assert _TOKENIZER is not None
     texts: list[str] = []
     keys: list[str] = []
@@ -149,7 +152,7 @@ def _process(task: tuple[Unit, str, str, bool, float, bool]) -> dict[str, Any]:
             continue
         texts.append(text)  # type: ignore[arg-type]
         keys.append(key)
-    ids = _TOKENIZER.encode_batch(texts) if texts else []
+    ids = _TOKENIZER.encode_batch(texts, add_special_tokens=special) if texts else []
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     flat = np.concatenate(ids).astype(np.uint32) if ids else np.zeros(0, np.uint32)
     val = np.array([val_file or _is_validation(k, fraction) for k in keys], dtype=bool)
@@ -280,6 +283,9 @@ def _run_workers(
         skip_files=frozenset(done),
         fmt=job.source_format,
     )
+    special = job.add_special_tokens
+    if special is None:
+        special = job.to == "modalities"
     tasks = (
         (
             u,
@@ -288,6 +294,7 @@ def _run_workers(
             job.skip_invalid,
             job.validation_fraction,
             inputs[u.file_index].validation,
+            special,
         )
         for u in units
     )

@@ -24,8 +24,10 @@ class Tokenizer(Protocol):
     spec: str
     vocab_size: int
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Token ids of each text (no special tokens added), as integer arrays."""
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = False
+    ) -> list[np.ndarray]:
+        """Token ids of each text as integer arrays (special tokens only when asked)."""
         ...
 
     def token_id(self, token: str) -> int | None:
@@ -47,7 +49,9 @@ class ByteTokenizer:
         b = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
         return b.astype(np.uint16) + 1
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = False
+    ) -> list[np.ndarray]:
         return [self.encode(t) for t in texts]
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
@@ -81,8 +85,10 @@ class HFTokenizer:
         # derives its token width from this number
         self.base_vocab_size = self._tok.get_vocab_size(with_added_tokens=False)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = False
+    ) -> list[np.ndarray]:
+        encs = self._tok.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         return [np.asarray(e.ids, dtype=np.uint32) for e in encs]
 
     def token_id(self, token: str) -> int | None:
