@@ -111,7 +111,13 @@ def bench(job: dict) -> dict:
     return {"random_per_s": len(idx) / random_s, "iter_per_s": count / iter_s, "n": count}
 
 
+def batch(job: dict) -> dict:
+    """Several jobs in one process: importing torch and streaming takes seconds."""
+    return {"results": [OPS[j["op"]](j) for j in job["jobs"]]}
+
+
+OPS = {"write": write, "read": read, "merge": merge, "bench": bench, "batch": batch}
+
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])
-    result = {"write": write, "read": read, "merge": merge, "bench": bench}[job["op"]](job)
-    print(json.dumps(result))
+    print(json.dumps(OPS[job["op"]](job)))
