@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -110,7 +111,16 @@ class Atlas:
         self._ends = np.cumsum(sizes)
         self._starts = self._ends - sizes
         self._len = int(self._ends[-1]) if len(sizes) else 0
+        self._derive()
         self._reset()
+
+    def _derive(self) -> None:
+        """Plain-Python per-shard tables for the per-example hot path."""
+        self._ends_list: list[int] = self._ends.tolist()
+        self._starts_list: list[int] = self._starts.tolist()
+        self._block_sizes = [sh.meta.block_size for sh in self.shards]
+        self._names = [sh.folder.name for sh in self.shards]
+        self._data_paths = [str(sh.folder / DATA) for sh in self.shards]
 
     # ---- per-process state (dropped when pickled, rebuilt after fork) ----------------------
 
@@ -143,6 +153,7 @@ class Atlas:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._derive()
         self._reset()
 
     def close(self) -> None:
@@ -178,7 +189,7 @@ class Atlas:
     # ---- low-level access ------------------------------------------------------------------
 
     def _where(self, s: int, b: int | None = None) -> str:
-        name = self.shards[s].folder.name
+        name = self._names[s]
         return f"shard {name}" if b is None else f"shard {name} block {b}"
 
     def _shard_index(self, s: int) -> np.ndarray:
@@ -202,6 +213,7 @@ class Atlas:
                 f"index.npy has {len(idx)} offsets; {sh.meta.stored_examples} examples in "
                 f"blocks of {sh.meta.block_size} need {sh.meta.num_blocks + 1}",
                 path=p, position=self._where(s))
+        idx = idx.view(np.ndarray)  # plain indexing: np.memmap's __getitem__ is slow Python
         self._index[s] = idx
         return idx
 
@@ -245,7 +257,18 @@ class Atlas:
         return d
 
     def _decompressor(self, s: int) -> zstandard.ZstdDecompressor:
-        # One decompressor per thread and dictionary: instances are not thread-safe.
+        """This thread's decompressor for shard ``s`` (instances are not thread-safe)."""
+        by_shard = getattr(self._local, "by_shard", None)
+        if by_shard is None:
+            by_shard = self._local.by_shard = {}
+        dctx = by_shard.get(s)
+        if dctx is None:
+            with self._lock:
+                dctx = by_shard[s] = self._new_decompressor(s)
+        return dctx
+
+    def _new_decompressor(self, s: int) -> zstandard.ZstdDecompressor:
+        # One per thread and dictionary, shared by the shards using that dictionary.
         d = self._dict_for(s)
         key = None if d is None else id(d)
         per_thread = getattr(self._local, "dctx", None)
@@ -287,11 +310,10 @@ class Atlas:
         """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
         sh = self.shards[s]
         where = self._where(s, b)
-        path = str(sh.folder / DATA)
+        path = self._data_paths[s]
         if sh.meta.compression_strategy != Strategy.NO_COMPRESSION:
-            with self._lock:
-                dctx = self._decompressor(s)
-            raw = codec.decompress_block(raw, dctx, self.max_block_bytes, where, path)
+            raw = codec.decompress_block(raw, self._decompressor(s), self.max_block_bytes,
+                                         where, path)
         items = codec.unpickle_block(raw, sh.meta.block_len(b), where, path,
                                      self.allow_unsafe_pickle)
         return items, len(raw)
@@ -306,10 +328,9 @@ class Atlas:
         return self._decode_raw(s, b, raw)
 
     def _locate(self, i: int) -> tuple[int, int, int]:
-        s = int(np.searchsorted(self._ends, i, side="right"))
-        local = i - int(self._starts[s])
-        bs = self.shards[s].meta.block_size
-        return s, local // bs, local % bs
+        s = bisect_right(self._ends_list, i)
+        b, j = divmod(i - self._starts_list[s], self._block_sizes[s])
+        return s, b, j
 
     def _cache_put(self, key: tuple[int, int], entry: _Entry) -> None:
         """Keep the untaken rest of a block (caller holds the lock); evict least recent."""
@@ -366,27 +387,25 @@ class Atlas:
             return out
         shard = np.searchsorted(self._ends, idx, side="right")
         local = idx - self._starts[shard]
-        bsz = np.array([sh.meta.block_size for sh in self.shards], dtype=np.int64)[shard]
-        block, pos = local // bsz, local % bsz
-        order = np.lexsort((block, shard))
-        keys = np.stack([shard[order], block[order]], axis=1)
-        cut = np.flatnonzero(np.any(np.diff(keys, axis=0) != 0, axis=1)) + 1
-        for group in np.split(order, cut):
-            s, b = int(shard[group[0]]), int(block[group[0]])
-            js = pos[group].tolist()
-            key = (s, b)
+        bsz = np.asarray(self._block_sizes, dtype=np.int64)[shard]
+        block, pos = np.divmod(local, bsz)
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for k, (s, b, j) in enumerate(zip(shard.tolist(), block.tolist(), pos.tolist(),
+                                          strict=True)):
+            groups.setdefault((s, b), []).append((k, j))
+        for key, members in sorted(groups.items()):
             with self._lock:
                 entry = self._cache.get(key)
-                usable = entry is not None and all(entry.items[j] is not _TAKEN for j in
-                                                   set(js))
+                usable = entry is not None and all(entry.items[j] is not _TAKEN
+                                                   for _, j in members)
                 if usable:
                     del self._cache[key]
                     self._cached_bytes -= entry.nbytes
             if not usable:
-                items, nbytes = self._read_block(s, b)
+                items, nbytes = self._read_block(*key)
                 entry = _Entry(items, nbytes)
             first: dict[int, int] = {}
-            for k, j in zip(group.tolist(), js, strict=True):
+            for k, j in members:
                 if j in first:  # the same example twice in one call: a separate copy
                     out[k] = copy.deepcopy(out[first[j]])
                 else:
@@ -431,8 +450,8 @@ class Atlas:
     def shard_of(self, index: int) -> tuple[str, int]:
         """(shard folder name, index within that shard) of example ``index``."""
         i = normalize_index(index, self._len)
-        s = int(np.searchsorted(self._ends, i, side="right"))
-        return self.shards[s].folder.name, i - int(self._starts[s])
+        s = bisect_right(self._ends_list, i)
+        return self._names[s], i - self._starts_list[s]
 
     def block_bytes(self, s: int, b: int) -> bytes:
         """The stored bytes of block ``b`` of the ``s``-th shard (for tools and validation)."""
