@@ -199,3 +199,23 @@ def test_writer_via_registry_and_cli(tmp_path: Path) -> None:
     (tmp_path / "o" / "1" / "data.bin").write_bytes(b"garbage")
     res = runner.invoke(cli, ["validate", str(tmp_path / "o")])
     assert res.exit_code == 1
+
+
+def test_merge_links_what_it_can_and_re_encodes_the_rest(tmp_path: Path) -> None:
+    ex = examples(300)
+    a = write(tmp_path / "a", ex[:100], shard_size=40, block_size=2, compression_strategy=2)
+    b = write(tmp_path / "b", ex[100:200], shard_size=50, block_size=2, compression_strategy=2)
+    c = write(tmp_path / "c", ex[200:], shard_size=30, block_size=5, compression_strategy=0)
+    assert (a / "zstd_dict.bin").read_bytes() != (b / "zstd_dict.bin").read_bytes()
+    res = CliRunner().invoke(cli, ["merge", str(a), str(b), str(c), "-o", str(tmp_path / "m")])
+    assert res.exit_code == 0, res.output
+    m = tmp_path / "m"
+    assert list(lmdata.open(m)) == ex and origin_read(m) == ex
+    assert lmdata.validate(m) == []
+    assert (m / "zstd_dict.bin").read_bytes() == (a / "zstd_dict.bin").read_bytes()
+    # a's shards and c's are the same files (linked); b's were re-encoded with a's dictionary.
+    assert (m / "0" / "data.bin").stat().st_ino == (a / "0" / "data.bin").stat().st_ino
+    r = lmdata.open(m)
+    assert [s.meta.compression_strategy for s in r.shards] == [2] * 3 + [2] * 3 + [0] * 4
+    assert [s.meta.stored_examples for s in r.shards] == [40, 40, 20, 40, 40, 20] + [30] * 3 + [10]
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lmdata.errors import InvalidInputError
 from lmdata.formats.atlas.meta import MAX_META_BYTES, Strategy
 from lmdata.formats.atlas.reader import Atlas
 from lmdata.formats.atlas.validate import info, validate
@@ -18,7 +19,9 @@ from lmdata.formats.atlas.writer import Writer
 
 KIND = "records"
 
-__all__ = ["KIND", "Atlas", "Strategy", "Writer", "detect", "info", "open", "validate"]
+__all__ = [
+    "KIND", "Atlas", "Strategy", "Writer", "detect", "info", "merge", "open", "validate",
+]
 
 
 def detect(path: str | os.PathLike[str]) -> bool:
@@ -39,3 +42,35 @@ def open(path: str | os.PathLike[str], **options: Any) -> Atlas:
     Options: ``allow_unsafe_pickle`` (trust the file), ``max_block_bytes``, ``cache_bytes``.
     """
     return Atlas(path, **options)
+
+
+def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
+    """Join Atlas datasets into one at ``output``, examples in input order.
+
+    The result takes the first input's strategy, dictionary, block and shard sizes. Shards that
+    decode on their own or share that dictionary are hard-linked (copied across filesystems);
+    shards tied to another shared dictionary are re-encoded.
+    """
+    from lmdata.formats.atlas.meta import DICT, DatasetMeta, ShardMeta, shard_dirs
+
+    if not inputs:
+        raise InvalidInputError("merge needs at least one input")
+    first = Path(inputs[0])
+    meta = DatasetMeta.read(first)
+    shards = shard_dirs(first)
+    sm = ShardMeta.read(shards[0][1]) if shards else None
+    shared = None
+    if meta.compression_strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
+        shared = (first / DICT).read_bytes()
+    level = sm.compression_level if sm and isinstance(sm.compression_level, int) else 3
+    fraction = sm.compression_dict_size if sm and isinstance(
+        sm.compression_dict_size, (int, float)) else 0.01
+    with Writer(output, shard_size=max(meta.shard_sizes, default=0) or None,
+                block_size=sm.block_size if sm else None,
+                compression_strategy=meta.compression_strategy, compression_level=level,
+                compression_dict_size=fraction, compression_dict=shared,
+                overwrite=overwrite) as w:
+        for p in inputs:
+            w.add_dataset(p)
+        total = w.count
+    return f"merged {len(inputs)} Atlas datasets ({total:,} examples) -> {output}"

@@ -355,6 +355,75 @@ class Writer:
         for ex in examples:
             self.write(ex)
 
+    def add_dataset(self, path: str | os.PathLike[str], **read_options: Any) -> None:
+        """Append every example of the Atlas dataset at ``path``, in order.
+
+        Its shard folders are hard-linked (or copied) as they are when they decode on their
+        own (strategies 0, 1, 3) or share this dataset's dictionary; otherwise its examples are
+        decoded (safely, unless ``allow_unsafe_pickle=True``) and written anew.
+        """
+        from lmdata.formats.atlas.reader import Atlas
+
+        if self._shard is None:
+            raise InvalidInputError("the writer is closed", path=self.path)
+        src = Atlas(path, **read_options)
+        src_dict = (src._dict_dir / DICT) if src._dict_dir else None
+        for sh in src.shards:
+            if sh.meta.stored_examples == 0:
+                continue
+            strategy = sh.meta.compression_strategy
+            if strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
+                shared = src_dict.read_bytes() if src_dict and src_dict.is_file() else None
+                if self._adopt_dictionary(shared):
+                    strategy = Strategy.STANDARD_COMPRESSION  # now linkable
+            if strategy != Strategy.SHARED_DICTIONARY_COMPRESSION:
+                self._link_shard(sh.folder, sh.meta.stored_examples)
+            else:
+                s = src.shards.index(sh)
+                for i in range(int(src._starts[s]), int(src._ends[s])):
+                    self.write(src[i])
+        src.close()
+
+    def _adopt_dictionary(self, shared: bytes | None) -> bool:
+        """Whether strategy-2 shards using ``shared`` can be linked as they are: yes when it is
+        this dataset's dictionary, or when nothing is written yet and it can become it."""
+        if shared is None or self.strategy != Strategy.SHARED_DICTIONARY_COMPRESSION:
+            return False
+        if self._shared is not None:
+            return shared == self._shared
+        if self._train_shard0 and self._numbers == [0] and self._shard is not None and (
+                self._shard.count == 0):
+            self._train_shard0 = False
+            self._shared = shared
+            (self._root / DICT).write_bytes(shared)
+            self._shard.abort()
+            shutil.rmtree(self._shard.folder)
+            self._shard, self._numbers, self._next_number = None, [], 0
+            self._open_shard()
+            return True
+        return False
+
+    def _link_shard(self, folder: Path, count: int) -> None:
+        """Take a finished shard folder as the next shard (after the current one)."""
+        assert self._shard is not None
+        if self._shard.count:
+            self._close_shard()
+        else:  # reuse the empty current shard's number
+            self._shard.abort()
+            shutil.rmtree(self._shard.folder)
+            self._numbers.pop()
+            self._next_number -= 1
+            self._shard = None
+        number = self._next_number
+        self._next_number += 1
+        shutil.copytree(folder, self._root / str(number), copy_function=_link_or_copy)
+        self._numbers.append(number)
+        self.shard_sizes.append(count)
+        self._written += count
+        if number == 0:
+            self._train_shard0 = False  # shard 0 is taken as it is; no dictionary to train
+        self._open_shard()
+
     @property
     def count(self) -> int:
         """Examples written by this writer so far (not counting an appended-to dataset's)."""
@@ -366,7 +435,14 @@ class Writer:
             return
         try:
             if self._shard is not None:
-                self._close_shard()
+                if self._shard.count == 0 and len(self._numbers) > 1:
+                    # Never leave an empty trailing shard (the origin never writes one).
+                    self._shard.abort()
+                    shutil.rmtree(self._shard.folder)
+                    self._numbers.pop()
+                    self._shard = None
+                else:
+                    self._close_shard()
             current = dict(shard_dirs(self._root))
             total = self._numbers[-1] + 1
             for number in self._numbers:
