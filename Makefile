@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ZARR2 := $(VENV)/extra-zarr2
+STREAMING := $(VENV)/extra-streaming
 
 .PHONY: install demo test bench lint format clean
 
@@ -16,6 +17,13 @@ $(STAMP): pyproject.toml Makefile
 	# zarr-python 2 lives in its own small venv: tests check that it reads what lmdata writes
 	test -x $(ZARR2)/bin/python || $(PY) -m venv $(ZARR2)
 	$(ZARR2)/bin/python -m pip install -q 'zarr>=2.18,<3' 'numcodecs<0.16'
+	# mosaicml-streaming 0.13.0 (numpy<2.2, torch) in its own venv: the MDS interop tests run it.
+	# CPU torch from local disk; --no-deps skips cloud SDKs, transformers and torchvision, which
+	# it imports only for features the tests never use (tests/formats/mds_streaming_helper.py).
+	test -x $(STREAMING)/bin/python || $(PY) -m venv $(STREAMING)
+	$(STREAMING)/bin/python -m pip install -q torch==2.13.0 'numpy<2.2' Brotli python-snappy \
+		'xxhash<4' zstd tqdm catalogue pillow
+	$(STREAMING)/bin/python -m pip install -q --no-deps mosaicml-streaming==0.13.0
 	touch $(STAMP)
 
 demo: install
