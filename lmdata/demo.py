@@ -1,37 +1,48 @@
 """The main job on a corpus every machine has: the Python standard library's own sources.
 
-Documents (``*.py`` files) -> byte-level tokens -> a flat-tokens dataset (train/validation)
--> validated -> shuffled packed batches read back. Used by ``make demo`` / ``lmdata demo``.
+standard-library ``.py`` files -> a Dolma tree -> tokenized (built-in byte tokenizer) into every
+token format -> converted across formats -> every output validated -> shuffled packed batches
+read back. Used by ``make demo`` / ``lmdata demo``.
 """
 
 from __future__ import annotations
 
 import sysconfig
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from lmdata._api import info, validate, writer
 from lmdata._api import open as open_dataset
-from lmdata._api import validate
-from lmdata.formats.flat_tokens import Writer
+from lmdata.convert import convert
 from lmdata.loader import Loader
 from lmdata.storage import disk_usage
 from lmdata.tokenize import ByteTokenizer
+from lmdata.tokenize.pipeline import TokenizeJob, tokenize
+
+# the byte tokenizer maps byte b to b + 1, so id 0 is free to mark document ends
+EOD_ID = 0
 
 
 def stdlib_documents(limit: int | None = None) -> Iterator[tuple[str, str]]:
-    """(relative path, text) of the standard library's ``.py`` files, in sorted order."""
+    """(relative path, text) of the standard library's non-empty ``.py`` files, sorted.
+
+    Empty files (``__init__.py`` mostly) are left out: MDS cannot store an empty token array,
+    and the demo converts into every format.
+    """
     root = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(f for f in root.rglob("*.py") if "site-packages" not in f.parts)
+    files = [f for f in files if f.stat().st_size > 0]
     for f in files[:limit]:
-        yield str(f.relative_to(root)), f.read_text(encoding="utf-8", errors="surrogateescape")
+        yield str(f.relative_to(root)), f.read_text(encoding="utf-8", errors="replace")
 
 
-def is_validation(doc_id: str, fraction: float) -> bool:
-    """A stable split by a hash of the document id (independent of order and workers)."""
-    return (zlib.crc32(doc_id.encode()) % 10_000) < fraction * 10_000
+def _timed(log: Callable[[str], None], what: str, fn: Callable[[], Any]) -> Any:
+    t0 = time.perf_counter()
+    out = fn()
+    log(f"  {what}: {time.perf_counter() - t0:.1f} s")
+    return out
 
 
 def run(
@@ -40,51 +51,110 @@ def run(
     limit: int | None = None,
     seq_len: int = 2048,
     batch_size: int = 32,
-    steps: int = 200,
+    steps: int = 100,
+    workers: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    tok = ByteTokenizer()
-    t0 = time.perf_counter()
-    docs = nbytes = 0
-    dst = out / "stdlib.flat-tokens"
-    with Writer(dst, overwrite=True) as w:
-        for doc_id, text in stdlib_documents(limit):
-            ids = tok.encode(text)
-            w.write(ids, split="validation" if is_validation(doc_id, 0.02) else "train")
-            docs += 1
-            nbytes += len(text.encode("utf-8", "surrogateescape"))
-        counts = w.counts()
-    t_write = time.perf_counter() - t0
-    log(f"tokenized {docs:,} documents ({nbytes / 1e6:.1f} MB) in {t_write:.1f} s -> {dst}")
-    for split, (n, t) in counts.items():
-        log(f"  {split}: {n:,} sequences, {t:,} tokens")
-    problems = validate(dst)
-    log(f"validate: {'ok' if not problems else problems}")
-    if problems:
-        raise SystemExit(1)
-    reader = open_dataset(dst, split="train")
-    loader = Loader(reader, seq_len=seq_len, batch_size=batch_size, seed=1234)
-    t0 = time.perf_counter()
-    tokens = 0
-    for step in range(steps):
-        b = loader.batch(step)
-        tokens += b["targets"].size
-    dt = time.perf_counter() - t0
-    first = loader.batch(0)
-    log(
-        f"read {steps} shuffled packed batches of {batch_size}x{seq_len}: "
-        f"{tokens / dt / 1e6:.0f} Mtok/s ({steps * batch_size / dt:,.0f} rows/s)"
-    )
-    sample = tok.decode(first["targets"][0][:60])
-    log(f"first row of step 0 starts: {sample!r}")
-    summary = {
-        "documents": docs,
-        "tokens": sum(t for _, t in counts.values()),
-        "bytes_on_disk": disk_usage(dst),
-        "read_mtok_s": tokens / dt / 1e6,
+    """Run the whole path into ``out`` (replacing what a previous run left there)."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    # 1. documents -> a Dolma tree
+    dolma = out / "stdlib.dolma"
+    log("1. standard library sources -> Dolma tree")
+
+    def write_dolma() -> int:
+        n = 0
+        with writer(dolma, "dolma", overwrite=True, source="python-stdlib") as w:
+            for doc_id, text in stdlib_documents(limit):
+                w.write(
+                    {
+                        "id": doc_id,
+                        "text": text,
+                        "source": "python-stdlib",
+                        "metadata": {"path": doc_id},
+                    }
+                )
+                n += 1
+        return n
+
+    docs = _timed(log, "write", write_dolma)
+    # 2. tokenize into every token format
+    log("2. tokenize the Dolma tree into every token format (byte tokenizer)")
+    targets = {
+        "flat-tokens": (out / "stdlib.flat-tokens", {"validation_fraction": 0.02}),
+        "modalities": (out / "stdlib.pbin", {"eod_id": EOD_ID}),
+        "mds": (out / "stdlib.mds", {}),
+        "atlas": (out / "stdlib.atlas", {}),
     }
+    for fmt, (dst, opts) in targets.items():
+        job = TokenizeJob(to=fmt, **opts)
+        s = _timed(
+            log,
+            f"-> {fmt}",
+            lambda job=job, dst=dst: tokenize([dolma], dst, job, workers=workers, overwrite=True),
+        )
+        if s.documents_written != docs:
+            raise SystemExit(f"{fmt}: wrote {s.documents_written} of {docs} documents")
+    # 3. convert across formats
+    log("3. convert across formats")
+    conversions = [
+        (out / "stdlib.pbin", out / "from-pbin.flat-tokens", "flat-tokens"),
+        (out / "stdlib.flat-tokens", out / "from-flat.pbin", "modalities"),
+        (dolma, out / "docs.mds", "mds"),
+        (dolma, out / "docs.atlas", "atlas"),
+        (out / "docs.mds", out / "docs.jsonl", "modalities-jsonl"),
+    ]
+    for src, dst, fmt in conversions:
+        _timed(
+            log,
+            f"{src.name} -> {dst.name}",
+            lambda src=src, dst=dst, fmt=fmt: convert(
+                src, dst, fmt, workers=workers, overwrite=True
+            ),
+        )
+    # 4. validate everything, and read batches from every token dataset
+    log("4. validate every output; read shuffled packed batches")
+    tok = ByteTokenizer()
+    for path in [dolma, *(t[0] for t in targets.values()), *(c[1] for c in conversions)]:
+        problems = validate(path)
+        summary = info(path)
+        row: dict[str, Any] = {
+            "dataset": path.name,
+            "format": summary.get("format", "?"),
+            "valid": "ok" if not problems else f"{len(problems)} problems",
+            "MB": disk_usage(path) / 1e6,
+        }
+        reader = open_dataset(path)
+        row["records"] = len(reader)
+        if hasattr(reader, "span") and hasattr(reader, "boundaries"):
+            loader = Loader(reader, seq_len=seq_len, batch_size=batch_size, seed=1234)
+            t0 = time.perf_counter()
+            for step in range(steps):
+                loader.batch(step)
+            dt = time.perf_counter() - t0
+            row["tokens"] = reader.num_tokens
+            row["Mtok/s"] = steps * batch_size * seq_len / dt / 1e6
+        rows.append(row)
+        if problems:
+            for p in problems[:5]:
+                log(f"    {path.name}: {p}")
+    log("")
     log(
-        f"summary: {summary['documents']:,} documents, {summary['tokens']:,} tokens, "
-        f"{summary['bytes_on_disk'] / 1e6:.1f} MB on disk, {summary['read_mtok_s']:.0f} Mtok/s"
+        f"{'dataset':26} {'format':17} {'records':>8} {'tokens':>12} {'MB':>7} "
+        f"{'read Mtok/s':>11}  valid"
     )
-    return summary
+    for r in rows:
+        tokens = f"{r['tokens']:,}" if "tokens" in r else "-"
+        rate = f"{r['Mtok/s']:.0f}" if "Mtok/s" in r else "-"
+        log(
+            f"{r['dataset']:26} {r['format']:17} {r['records']:8,} {tokens:>12} "
+            f"{r['MB']:7.1f} {rate:>11}  {r['valid']}"
+        )
+    first = Loader(
+        open_dataset(out / "stdlib.flat-tokens"), seq_len=seq_len, batch_size=batch_size, seed=1234
+    ).batch(0)
+    log(f"\nfirst row of step 0 starts: {tok.decode(first['targets'][0][:60])!r}")
+    bad = [r for r in rows if r["valid"] != "ok"]
+    if bad:
+        raise SystemExit(f"{len(bad)} outputs failed validation")
+    return {"documents": docs, "datasets": rows}

@@ -21,14 +21,20 @@ import click
 @click.option(
     "--steps",
     type=click.IntRange(min=1),
-    default=200,
+    default=100,
     show_default=True,
-    help="Batches to read back.",
+    help="Batches to read back from each token dataset.",
 )
-def command(out: str, limit: int | None, steps: int) -> None:
-    """Tokenize the Python standard library into a flat-tokens dataset, validate it, and
-    read shuffled packed batches from it."""
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Worker processes (default: all cores).",
+)
+def command(out: str, limit: int | None, steps: int, workers: int | None) -> None:
+    """The main job end to end on the Python standard library's sources: a Dolma tree,
+    tokenized into every token format, converted across formats, validated, and read back as
+    shuffled packed batches."""
     from lmdata.demo import run
 
-    Path(out).mkdir(parents=True, exist_ok=True)
-    run(Path(out), limit=limit, steps=steps, log=click.echo)
+    run(Path(out), limit=limit, steps=steps, workers=workers, log=click.echo)

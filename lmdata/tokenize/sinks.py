@@ -28,16 +28,20 @@ class _Sink:
     """Adapts a format writer to ``write_many(flat_tokens, lengths, validation_flags)``."""
 
     def __init__(
-        self, writer: Any, write_doc: Callable[[np.ndarray, bool], None], eod_id: int | None
+        self,
+        writer: Any,
+        write_doc: Callable[[np.ndarray, bool], None],
+        eod_id: int | None,
+        fast: Callable[..., None] | None = None,
     ) -> None:
         self.writer = writer
         self._write_doc = write_doc
         self._eod = eod_id
+        self._fast = fast  # write_many(flat, lengths, split=...) where the writer has one
 
     def write_many(self, flat: np.ndarray, lengths: np.ndarray, validation: np.ndarray) -> None:
-        fast = getattr(self.writer, "write_many", None)
-        if fast is not None and self._eod is None:
-            _write_runs(fast, flat, lengths, validation)
+        if self._fast is not None and self._eod is None:
+            _write_runs(self._fast, flat, lengths, validation)
             return
         pos = 0
         for n, v in zip(lengths.tolist(), validation.tolist(), strict=True):
@@ -105,7 +109,12 @@ def make_sink(job: TokenizeJob, tok: Tokenizer) -> Callable[..., _Sink]:
 
         if job.to == "flat-tokens":
             w = writer(dst, "flat-tokens", overwrite=overwrite, **opts)
-            return _Sink(w, lambda d, v: w.write(d, split="validation" if v else "train"), eod)
+            return _Sink(
+                w,
+                lambda d, v: w.write(d, split="validation" if v else "train"),
+                eod,
+                fast=w.write_many,
+            )
         if job.to == "modalities":
             w = writer(
                 dst,

@@ -70,21 +70,23 @@ def test_errors_are_one_line_not_tracebacks(tmp_path):
 
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lmdata.cli",
-            "demo",
-            "--out",
-            str(tmp_path),
-            "--limit",
-            "40",
-            "--steps",
-            "3",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "lmdata.cli",
+        "demo",
+        "--out",
+        str(tmp_path),
+        "--limit",
+        "40",
+        "--steps",
+        "3",
+        "--workers",
+        "1",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "validate: ok" in out.stdout and "40 documents" in out.stdout
+    table = out.stdout.split("valid\n", 1)[1].split("\n\n")[0].splitlines()
+    assert len(table) == 10 and all(line.endswith(" ok") for line in table), out.stdout
+    # every dataset but the flat-tokens train split holds all 40 documents
+    assert all(" 40 " in line for line in table if ".flat-tokens" not in line), out.stdout
