@@ -347,7 +347,7 @@ def test_append_keeps_the_dataset_readable_by_the_origin(tmp_path: Path) -> None
     shared = (out / "zstd_dict.bin").read_bytes()
     before = (out / "0" / "data.bin").read_bytes()
     old = lmdata.open(out)
-    assert list(old) == ex[:90]  # opens its files
+    assert old.take(range(90)) == ex[:90]  # opens its files
     with atlas.Writer(out, append=True, shard_size=10) as w:
         for e in ex[90:]:
             w.write(e)

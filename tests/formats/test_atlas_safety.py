@@ -219,10 +219,11 @@ def test_forked_workers_read_correct_examples(tmp_path: Path, strategy: int) -> 
     assert _READER[6] == _expected(6)
 
 
-def test_threads_share_a_reader(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shard_size", [500, 13])  # 13: 154 shards, over the open-file bound
+def test_threads_share_a_reader(tmp_path: Path, shard_size: int) -> None:
     n = 2000
-    out = write(tmp_path / "d", [_expected(i) for i in range(n)], shard_size=500,
-                block_size=8, compression_strategy=3)
+    out = write(tmp_path / "d", [_expected(i) for i in range(n)], shard_size=shard_size,
+                block_size=8 if shard_size > 100 else 2, compression_strategy=3)
     r = lmdata.open(out, cache_bytes=20_000)
     bad: list[int] = []
 
@@ -238,4 +239,5 @@ def test_threads_share_a_reader(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert bad == []
+    assert len(r._fds) <= 64 and not r._to_close
 

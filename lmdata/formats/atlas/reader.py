@@ -133,6 +133,8 @@ class Atlas:
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
         self._cache: OrderedDict[tuple[int, int], _Entry] = OrderedDict()
         self._cached_bytes = 0
+        self._inflight = 0
+        self._to_close: list[int] = []
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -231,8 +233,17 @@ class Atlas:
         self._fds[s] = got
         while len(self._fds) > MAX_OPEN_FILES:
             _, (old, _) = self._fds.popitem(last=False)
-            os.close(old)
+            # Another thread may be reading through it: close once no read is in flight.
+            self._to_close.append(old)
+        self._close_idle()
         return got
+
+    def _close_idle(self) -> None:
+        """Close evicted descriptors when no read is in flight (caller holds the lock)."""
+        if not self._inflight:
+            for fd in self._to_close:
+                os.close(fd)
+            self._to_close.clear()
 
     def _dict_for(self, s: int) -> zstandard.ZstdCompressionDict | None:
         strategy = self.shards[s].meta.compression_strategy
@@ -287,10 +298,10 @@ class Atlas:
         return dctx
 
     def _block_range(self, s: int, b: int) -> tuple[int, int, int]:
-        """(fd, start, stop) of block ``b`` of shard ``s``, checked against data.bin."""
-        with self._lock:
-            idx = self._shard_index(s)
-            fd, size = self._fd(s)
+        """(fd, start, stop) of block ``b`` of shard ``s``, checked against data.bin (caller
+        holds the lock)."""
+        idx = self._shard_index(s)
+        fd, size = self._fd(s)
         start, stop = int(idx[b]), int(idx[b + 1])
         if not 0 <= start <= stop:
             raise CorruptDataError(f"index.npy offsets {start}..{stop} go backwards",
@@ -298,13 +309,29 @@ class Atlas:
         if stop > size:
             raise CorruptDataError(
                 f"block ends at byte {stop} but data.bin has {size} bytes (cut short)",
-                path=self.shards[s].folder / DATA, position=self._where(s, b))
+                path=self._data_paths[s], position=self._where(s, b))
         if stop - start > self.max_block_bytes:
             raise CorruptDataError(
                 f"block is {stop - start} bytes, more than max_block_bytes="
                 f"{self.max_block_bytes}; open with a larger bound if it is genuine",
-                path=self.shards[s].folder / DATA, position=self._where(s, b))
+                path=self._data_paths[s], position=self._where(s, b))
         return fd, start, stop
+
+    def _read_raw(self, s: int, b: int) -> bytes:
+        """The stored bytes of block ``b`` of shard ``s`` (one positional read)."""
+        with self._lock:
+            fd, start, stop = self._block_range(s, b)
+            self._inflight += 1
+        try:
+            raw = os.pread(fd, stop - start, start)
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._close_idle()
+        if len(raw) != stop - start:
+            raise CorruptDataError(f"read {len(raw)} of the block's {stop - start} bytes",
+                                   path=self._data_paths[s], position=self._where(s, b))
+        return raw
 
     def _decode_raw(self, s: int, b: int, raw: bytes) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
@@ -320,12 +347,7 @@ class Atlas:
 
     def _read_block(self, s: int, b: int) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s``."""
-        fd, start, stop = self._block_range(s, b)
-        raw = os.pread(fd, stop - start, start)
-        if len(raw) != stop - start:
-            raise CorruptDataError(f"read {len(raw)} of the block's {stop - start} bytes",
-                                   path=self.shards[s].folder / DATA, position=self._where(s, b))
-        return self._decode_raw(s, b, raw)
+        return self._decode_raw(s, b, self._read_raw(s, b))
 
     def _locate(self, i: int) -> tuple[int, int, int]:
         s = bisect_right(self._ends_list, i)
@@ -419,31 +441,42 @@ class Atlas:
         """Every example in order, reading several blocks per system call."""
         self._check_pid()
         for s, sh in enumerate(self.shards):
-            n = sh.meta.num_blocks
-            if n == 0:
+            if sh.meta.num_blocks == 0:
                 continue
             with self._lock:
                 idx = np.asarray(self._shard_index(s), dtype=np.int64)
-                fd, size = self._fd(s)
-            b = 0
-            while b < n:
-                e = b + 1
-                while e < n and idx[e + 1] - idx[b] <= _READ_AHEAD:
-                    e += 1
-                start, stop = int(idx[b]), int(idx[e])
-                steps = np.diff(idx[b: e + 1])
-                buf = b""
-                if 0 <= start and stop <= size and steps.min() >= 0 and (
-                        steps.max() <= self.max_block_bytes):
-                    buf = os.pread(fd, stop - start, start)
-                if len(buf) != stop - start or stop < start:
-                    for k in range(b, e):  # slow path: raises the precise error
-                        yield from self._read_block(s, k)[0]
-                else:
-                    for k in range(b, e):
-                        raw = buf[int(idx[k]) - start: int(idx[k + 1]) - start]
-                        yield from self._decode_raw(s, k, raw)[0]
-                b = e
+            try:  # its own descriptor: a generator may be paused for long
+                fd = os.open(self._data_paths[s], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                yield from self._read_block(s, 0)[0]  # raises the precise error
+                continue
+            try:
+                yield from self._iter_shard(s, fd, idx)
+            finally:
+                os.close(fd)
+
+    def _iter_shard(self, s: int, fd: int, idx: np.ndarray) -> Iterator[Any]:
+        n = self.shards[s].meta.num_blocks
+        size = os.fstat(fd).st_size
+        b = 0
+        while b < n:
+            e = b + 1
+            while e < n and idx[e + 1] - idx[b] <= _READ_AHEAD:
+                e += 1
+            start, stop = int(idx[b]), int(idx[e])
+            steps = np.diff(idx[b: e + 1])
+            buf = b""
+            if 0 <= start and stop <= size and steps.min() >= 0 and (
+                    steps.max() <= self.max_block_bytes):
+                buf = os.pread(fd, stop - start, start)
+            if len(buf) != stop - start or stop < start:
+                for k in range(b, e):  # slow path: raises the precise error
+                    yield from self._read_block(s, k)[0]
+            else:
+                for k in range(b, e):
+                    raw = buf[int(idx[k]) - start: int(idx[k + 1]) - start]
+                    yield from self._decode_raw(s, k, raw)[0]
+            b = e
 
     # ---- extras ----------------------------------------------------------------------------
 
@@ -455,5 +488,4 @@ class Atlas:
 
     def block_bytes(self, s: int, b: int) -> bytes:
         """The stored bytes of block ``b`` of the ``s``-th shard (for tools and validation)."""
-        fd, start, stop = self._block_range(s, b)
-        return os.pread(fd, stop - start, start)
+        return self._read_raw(s, b)
