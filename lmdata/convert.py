@@ -7,7 +7,6 @@ Source blocks are read by worker processes in parallel and written in order, ato
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ import numpy as np
 from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
 from lmdata.errors import InvalidInputError
+from lmdata.parallel import executor
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_output
 
@@ -86,13 +86,9 @@ def _read_block(bounds: tuple[int, int]) -> list[Any]:
 def _blocks(reader: Any, workers: int, block: int = 512) -> Iterator[list[Any]]:
     n = len(reader)
     ranges = [(lo, min(n, lo + block)) for lo in range(0, n, block)]
-    if workers <= 1 or len(ranges) < 2:
-        for r in ranges:
-            yield reader.take(list(range(*r)))
-        return
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(workers, initializer=_init, initargs=(reader,)) as pool:
-        yield from pool.imap(_read_block, ranges, chunksize=1)
+    yield from executor(workers if workers > 1 and len(ranges) > 1 else 0).map_ordered(
+        _read_block, ranges, initializer=_init, initargs=(reader,)
+    )
 
 
 def _token_writer(

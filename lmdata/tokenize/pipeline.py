@@ -16,7 +16,6 @@ workers; an interrupted job (Ctrl-C, a kill) leaves no output, keeps the work fo
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import shutil
 import time
@@ -30,6 +29,7 @@ import numpy as np
 import orjson
 
 from lmdata.errors import InvalidInputError, LmdataError
+from lmdata.parallel import executor
 from lmdata.storage import check_output
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import InputFile, Unit, _Missing, iter_units, list_inputs
@@ -313,19 +313,10 @@ def _run_workers(
         if progress is not None:
             progress(stats)
 
-    if n_workers <= 0:  # in-process: for debugging and tiny jobs
-        _init_worker(job.tokenizer)
-        for t in tasks:
-            handle(_process(t))
-    else:
-        ctx = mp.get_context("spawn")  # fork would inherit a tokenizer's thread pool
-        with ctx.Pool(n_workers, initializer=_init_worker, initargs=(job.tokenizer,)) as pool:
-            try:
-                for res in pool.imap(_process, tasks, chunksize=1):
-                    handle(res)
-            except BaseException:
-                pool.terminate()
-                raise
+    for res in executor(n_workers).map_ordered(
+        _process, tasks, initializer=_init_worker, initargs=(job.tokenizer,)
+    ):
+        handle(res)
     if current is not None:
         _mark_done(work, current)
 
