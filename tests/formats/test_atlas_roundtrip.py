@@ -219,3 +219,20 @@ def test_merge_links_what_it_can_and_re_encodes_the_rest(tmp_path: Path) -> None
     assert [s.meta.compression_strategy for s in r.shards] == [2] * 3 + [2] * 3 + [0] * 4
     assert [s.meta.stored_examples for s in r.shards] == [40, 40, 20, 40, 40, 20] + [30] * 3 + [10]
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
+
+
+def test_take_decodes_each_needed_block_once(tmp_path: Path) -> None:
+    ex = examples(100)
+    r = atlas.open(write(tmp_path / "o", ex, shard_size=40, block_size=10,
+                         compression_strategy=1), cache_bytes=0)
+    reads: list[tuple[int, int]] = []
+    real = r._read_raw
+
+    def counting(s: int, b: int) -> bytes:
+        reads.append((s, b))
+        return real(s, b)
+
+    r._read_raw = counting  # type: ignore[method-assign]
+    idx = [95, 3, 41, 7, 99, 45, 0, 3, 90]
+    assert r.take(idx) == [ex[i] for i in idx]
+    assert sorted(reads) == [(0, 0), (1, 0), (2, 1)]
