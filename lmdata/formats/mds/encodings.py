@@ -148,7 +148,7 @@ def _ndarray(dtype: str | None, shape: tuple[int, ...] | None, name: str) -> Cod
         if fixed_dt is None:
             parts.append(bytes([code]))
         elif arr.dtype.name != dtype:
-            raise InvalidInputError(f"encoding {name!r} needs dtype {dtype}, got {arr.dtype}")
+            arr = _cast_integers(arr, fixed_dt, name)
         if arr.size == 0:
             raise InvalidInputError(f"encoding {name!r} cannot store an empty array (streaming "
                                     "refuses arrays with 0 elements)")
@@ -200,6 +200,16 @@ def _ndarray(dtype: str | None, shape: tuple[int, ...] | None, name: str) -> Cod
         return np.frombuffer(b, dt, count, pos).reshape(shp)
 
     return Coder(name, size, enc, dec)
+
+
+def _cast_integers(arr: np.ndarray, dt: np.dtype, name: str) -> np.ndarray:
+    """Integer arrays convert to an integer column dtype when every value fits exactly
+    (token ids from another reader); anything else is refused, as streaming refuses it."""
+    if arr.dtype.kind in "iu" and dt.kind in "iu" and arr.size:
+        info = np.iinfo(dt)
+        if int(arr.min()) >= info.min and int(arr.max()) <= info.max:
+            return arr.astype(dt)
+    raise InvalidInputError(f"encoding {name!r} needs dtype {dt.name}, got {arr.dtype}")
 
 
 def parse_ndarray(encoding: str) -> tuple[str | None, tuple[int, ...] | None]:

@@ -144,7 +144,8 @@ class Writer:
             raise InvalidInputError("this writer is closed")
         if not isinstance(sample, Mapping):
             if isinstance(sample, (np.ndarray, list, tuple)):
-                sample = {self._token_column: np.asarray(sample)}
+                first = self._columns is None and not isinstance(sample, np.ndarray)
+                sample = {self._token_column: np.asarray(sample) if first else sample}
             else:
                 raise InvalidInputError(
                     f"a sample must be a dict of column values, got {type(sample).__name__}"
