@@ -98,8 +98,96 @@ class HFTokenizer:
         return (HFTokenizer, (self.spec,))
 
 
+class TiktokenTokenizer:
+    """A tiktoken BPE ranks file (``*.tiktoken``: one ``base64-token rank`` per line).
+
+    A file named after an OpenAI encoding (``cl100k_base.tiktoken``, ``o200k_base``, ``r50k_base``,
+    ``p50k_base``, ``gpt2``) gets that encoding's split pattern and special tokens from tiktoken
+    itself; any other file gets the GPT-2 pattern and ``<|endoftext|>`` after the last rank.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        import base64
+
+        import tiktoken
+
+        self.spec = str(path)
+        ranks: dict[bytes, int] = {}
+        try:
+            for n, line in enumerate(Path(path).read_bytes().splitlines(), 1):
+                if line.strip():
+                    tok, rank = line.split()
+                    ranks[base64.b64decode(tok)] = int(rank)
+        except (ValueError, OSError) as e:
+            raise InvalidInputError(
+                f"not a tiktoken BPE file ({e})", path=path, position=f"line {n}"
+            ) from None
+        name = Path(path).name.split(".")[0]
+        pat, special = self._known(name, ranks)
+        self._enc = tiktoken.Encoding(
+            name, pat_str=pat, mergeable_ranks=ranks, special_tokens=special
+        )
+        self.vocab_size = self._enc.n_vocab
+
+    @staticmethod
+    def _known(name: str, ranks: dict[bytes, int]) -> tuple[str, dict[str, int]]:
+        from tiktoken_ext import openai_public as op
+
+        ctor = op.ENCODING_CONSTRUCTORS.get(name)
+        if ctor is not None:
+            real = op.load_tiktoken_bpe
+            op.load_tiktoken_bpe = lambda *a, **k: ranks  # read nothing from the network
+            try:
+                spec = ctor()
+            finally:
+                op.load_tiktoken_bpe = real
+            return spec["pat_str"], spec["special_tokens"]
+        return op.r50k_pat_str, {"<|endoftext|>": max(ranks.values(), default=-1) + 1}
+
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = False
+    ) -> list[np.ndarray]:
+        out = self._enc.encode_ordinary_batch(list(texts), num_threads=1)
+        return [np.asarray(x, dtype=np.uint32) for x in out]
+
+    def token_id(self, token: str) -> int | None:
+        return self._enc._special_tokens.get(token)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TiktokenTokenizer, (self.spec,))
+
+
+class SentencePieceTokenizer:
+    """A sentencepiece ``*.model`` file."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        import sentencepiece as spm
+
+        self.spec = str(path)
+        try:
+            self._sp = spm.SentencePieceProcessor(model_file=self.spec)
+        except (OSError, RuntimeError) as e:
+            raise InvalidInputError(f"cannot load sentencepiece model: {e}", path=path) from None
+        self.vocab_size = self._sp.get_piece_size()
+
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = False
+    ) -> list[np.ndarray]:
+        ids = self._sp.encode(list(texts), add_bos=add_special_tokens, add_eos=add_special_tokens)
+        return [np.asarray(x, dtype=np.uint32) for x in ids]
+
+    def token_id(self, token: str) -> int | None:
+        i = self._sp.piece_to_id(token)
+        return None if i == self._sp.unk_id() and token != self._sp.id_to_piece(i) else i
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SentencePieceTokenizer, (self.spec,))
+
+
 def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer | None) -> Tokenizer:
-    """``None``/``"bytes"`` -> the byte tokenizer; a ``*.json`` path -> a HF tokenizer."""
+    """``None``/``"bytes"``: the byte tokenizer; a path: ``*.json`` (or a folder holding
+    ``tokenizer.json``) a Hugging Face tokenizer, ``*.tiktoken`` a tiktoken BPE file,
+    ``*.model`` a sentencepiece model."""
     if spec is None or spec == "bytes":
         return ByteTokenizer()
     if isinstance(spec, Tokenizer):
@@ -115,4 +203,12 @@ def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer | None) -> Tokenizer
         p = p / "tokenizer.json"
     if p.suffix == ".json":
         return HFTokenizer(p)
-    raise InvalidInputError("unrecognised tokenizer file; use 'bytes' or a tokenizer.json", path=p)
+    if p.suffix == ".tiktoken":
+        return TiktokenTokenizer(p)
+    if p.suffix == ".model":
+        return SentencePieceTokenizer(p)
+    raise InvalidInputError(
+        "unrecognised tokenizer file; use 'bytes', a tokenizer.json, a *.tiktoken BPE file "
+        "or a sentencepiece *.model",
+        path=p,
+    )

@@ -275,8 +275,12 @@ MOD = Path(__file__).parents[1] / "data" / "modalities"
 @pytest.mark.parametrize("workers", [0, 2])
 def test_tokenize_to_modalities_is_byte_identical_to_the_origin(tmp_path, workers):
     """The reference .pbin was written by modalities 0.5.0's pack_encoded_data."""
-    job = TokenizeJob(to="modalities", tokenizer=str(MOD / "tokenizers/bpe5k/tokenizer.json"),
-                      eod="<|endoftext|>", batch_docs=37)
+    job = TokenizeJob(
+        to="modalities",
+        tokenizer=str(MOD / "tokenizers/bpe5k/tokenizer.json"),
+        eod="<|endoftext|>",
+        batch_docs=37,
+    )
     s = tokenize([MOD / "docs.jsonl"], tmp_path / "out.pbin", job, workers=workers)
     assert s.documents_read == s.documents_written == 300
     assert (tmp_path / "out.pbin").read_bytes() == (MOD / "docs_bpe5k.pbin").read_bytes()
