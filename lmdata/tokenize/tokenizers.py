@@ -114,7 +114,7 @@ class TiktokenTokenizer:
         self.spec = str(path)
         ranks: dict[bytes, int] = {}
         try:
-            for n, line in enumerate(Path(path).read_bytes().splitlines(), 1):
+            for n, line in enumerate(Path(path).read_bytes().splitlines(), 1):  # noqa: B007
                 if line.strip():
                     tok, rank = line.split()
                     ranks[base64.b64decode(tok)] = int(rank)
