@@ -17,7 +17,7 @@ def command(inputs: tuple[str, ...], output: str, fmt: str | None, overwrite: bo
     """Merge INPUTS into OUTPUT.
 
     modalities: concatenate .pbin files with a correct index. mds: join the index.json of
-    partition folders (OUTPUT is the parent folder holding them).
+    partition folders. atlas: link the shards of several datasets into one.
     """
     name = formats.canonical(fmt) if fmt else detect(inputs[0])
     mod = formats.module(name)

@@ -156,7 +156,9 @@ def command(
     )
 
     def progress(stats: dict[str, float]) -> None:
-        bar.update(stats["bytes"] - bar.n)
+        if bar.total is None:
+            bar.total = stats["total_bytes"]
+        bar.update(stats["input_bytes"] - bar.n)
         el = bar.format_dict["elapsed"] or 1e-9
         bar.set_postfix_str(
             f"{stats['documents'] / el:,.0f} docs/s, {stats['tokens'] / el / 1e6:.2f} Mtok/s",

@@ -157,6 +157,7 @@ def _process(task: tuple[Unit, str, str, bool, float, bool, bool]) -> dict[str, 
     flat = np.concatenate(ids).astype(np.uint32) if ids else np.zeros(0, np.uint32)
     val = np.array([val_file or _is_validation(k, fraction) for k in keys], dtype=bool)
     return {
+        "position": unit.position,
         "file": unit.file_index,
         "part": unit.part,
         "tokens": flat,
@@ -298,7 +299,15 @@ def _run_workers(
         )
         for u in units
     )
-    stats = {"documents": 0.0, "tokens": 0.0, "bytes": 0.0}
+    # "input_bytes" is how far the job has read its inputs (compressed sizes), for the ETA
+    base = np.concatenate([[0], np.cumsum([i.size for i in inputs])]).tolist()
+    stats = {
+        "documents": 0.0,
+        "tokens": 0.0,
+        "bytes": 0.0,
+        "total_bytes": float(base[-1]),
+        "input_bytes": float(sum(inputs[i].size for i in done)),
+    }
     current = None
 
     def handle(res: dict[str, Any]) -> None:
@@ -310,6 +319,13 @@ def _run_workers(
         stats["documents"] += res["read"]
         stats["tokens"] += len(res["tokens"])
         stats["bytes"] += res["bytes"]
+        pos = res["position"]
+        fi = res["file"]
+        stats["input_bytes"] = (
+            base[fi]
+            + (inputs[fi].size if pos < 0 else pos)
+            + sum(inputs[i].size for i in done if i > fi)
+        )
         if progress is not None:
             progress(stats)
 

@@ -51,6 +51,7 @@ class Unit:
     first_line: int  # 1-based line (or record) number of the first item
     kind: str  # "lines" (raw JSON bytes) or "texts"
     items: list[Any]
+    position: int = -1  # bytes of the input file consumed after this unit (-1: all of it)
 
 
 def _kind_of(p: Path) -> str | None:
@@ -112,16 +113,17 @@ def _looks_like_dataset(p: Path) -> bool:
     return name not in ("dolma",)
 
 
-def _open_text(path: str) -> io.BufferedIOBase:
+def _open_text(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
+    """(decompressed byte stream, the file underneath: its position tells the progress)."""
+    raw = open(path, "rb")
     if path.endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw  # type: ignore[return-value]
     if path.endswith((".zst", ".zstd")):
         import zstandard
 
-        raw = open(path, "rb")
-        stream = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-        return io.BufferedReader(stream)  # type: ignore[arg-type]  # adds line iteration
-    return open(path, "rb")
+        stream = zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)
+        return io.BufferedReader(stream), raw  # type: ignore[arg-type]  # adds line iteration
+    return raw, raw
 
 
 def iter_units(
@@ -151,17 +153,18 @@ UNIT_BYTES = 1 << 20  # a unit also ends after this many bytes, so workers stay 
 
 
 def _jsonl_units(fi: int, path: str, batch: int) -> Iterator[Unit]:
-    with _open_text(path) as fh:
+    fh, under = _open_text(path)
+    with under, fh:
         part, line_no, first, items, size = 0, 0, 1, [], 0
-        for raw in fh:
+        for line in fh:
             line_no += 1
-            items.append(raw)
-            size += len(raw)
+            items.append(line)
+            size += len(line)
             if len(items) >= batch or size >= UNIT_BYTES:
-                yield Unit(fi, part, first, "lines", items)
+                yield Unit(fi, part, first, "lines", items, under.tell())
                 part, first, items, size = part + 1, line_no + 1, [], 0
         if items or part == 0:
-            yield Unit(fi, part, first, "lines", items)
+            yield Unit(fi, part, first, "lines", items, under.tell())
 
 
 def _parquet_units(fi: int, path: str, batch: int, text_key: str) -> Iterator[Unit]:
