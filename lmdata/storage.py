@@ -8,6 +8,7 @@ Ctrl-C leaves at most a ``.lmdata-tmp-*`` sibling, never something that opens as
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import uuid
@@ -41,9 +42,26 @@ def check_output(dest: str | os.PathLike[str], overwrite: bool) -> Path:
     return dest
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def commit(tmp: Path, dest: Path) -> None:
-    """Move a finished temporary output into place in one rename (replacing ``dest``)."""
-    if dest.exists() or dest.is_symlink():
+    """Move a finished temporary output into place in one rename (replacing ``dest``).
+
+    Replacing an existing output swaps the two atomically where the OS can, so there is no
+    moment when nothing is at ``dest``; elsewhere it takes two renames.
+    """
+    if (dest.exists() or dest.is_symlink()) and _exchange(tmp, dest):
+        _remove(tmp)  # now holds the old output
+    elif dest.exists() or dest.is_symlink():
         trash = _tmp_sibling(dest)
         os.replace(dest, trash)
         try:
