@@ -133,6 +133,7 @@ class DedupeConfig:
     processes: int = 1
     work_dir: str | None = None
     compression: str = "gz"
+    dolma_offsets: bool = True  # reproduce dolma's paragraph end offsets (see dedupe.py)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DedupeConfig:
@@ -173,6 +174,7 @@ class DedupeConfig:
             skip_empty=bool(dd.get("skip_empty", True)),
             min_length=_int(dd.get("min_length", 0) or 0, "dedupe.min_length"),
             min_words=_int(dd.get("min_words", 0) or 0, "dedupe.min_words"),
+            dolma_offsets=bool(sect.get("dolma_offsets", True)),
             processes=_int(d.get("processes", 1), "processes", 1),
             work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
             compression=(d.get("compression") or {}).get("output") or "gz"

@@ -1,0 +1,249 @@
+"""``dedupe``: flag exact duplicate documents (by a key) or paragraphs, in dolma's deduper form.
+
+dolma inserts keys into one shared Bloom filter from many threads, so which copy survives
+depends on timing. Here the first occurrence in input order (files sorted, then line, then
+paragraph) is kept, whatever the number of processes, and re-running gives the same result:
+
+1. per file (in parallel): hash each key (xxh3-128) and spill ``(hash, file, line, paragraph)``
+   into hash buckets on disk;
+2. per bucket (in parallel): sort and mark every entry but the first of each hash;
+3. per file (in parallel): write the attribute file from the marked positions.
+
+Memory is bounded by the largest bucket (the bucket count grows with the input size), not by
+the number of documents. Output rows are ``{"attributes": {...}, "id": ...}`` (keys sorted, as
+dolma's serde_json writes them): documents mode gives ``{name: [[0, len(key in bytes), 1]]}``
+for a duplicate, nothing for a first copy and ``[]`` for a skipped document; paragraphs mode
+gives ``{name: [[start, end, 1], ...]}`` with the duplicate paragraphs (character offsets, the
+separator included) or ``[]``, and ``{}`` for an empty text.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import xxhash
+
+from lmdata.dolma import _parallel
+from lmdata.dolma.config import DedupeConfig
+from lmdata.dolma.jsonpath import compile_path
+from lmdata.errors import CorruptDataError
+from lmdata.formats.dolma._files import attribute_path, iter_raw_lines, open_write
+from lmdata.formats.dolma.reader import parse_line
+from lmdata.storage import atomic_file
+
+try:
+    import regex as _re
+except ImportError:  # pragma: no cover
+    import re as _re  # type: ignore[no-redef]
+
+ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("file", "<u4"), ("line", "<u4"),
+                  ("para", "<u4")])
+SPILL_EVERY = 1 << 20  # entries buffered per file before writing them to the buckets
+BUCKET_INPUT_BYTES = 32 << 20  # compressed input per bucket (~a few hundred MB when sorting)
+_WORDS = _re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class DedupeResult:
+    files: int
+    documents: int
+    keys: int
+    duplicates: int
+    seconds: float
+
+    @property
+    def docs_per_second(self) -> float:
+        return self.documents / self.seconds if self.seconds > 0 else 0.0
+
+
+def split_paragraphs(text: str, sep: str, dolma_offsets: bool = True
+                     ) -> list[tuple[int, int, str]]:
+    """``(start, end, paragraph)`` in code points, ``end`` counting the separator after it.
+
+    dolma (src/deduper.rs) adds the separator only while the character offset is below the
+    text's length in *bytes* minus one. On ASCII text that drops the newline of a paragraph
+    followed by a final empty one (``"a\n"`` gives ``[0, 1]``); on non-ASCII text the last span
+    ends one past the text. ``dolma_offsets=True`` reproduces that, so attribute files are
+    byte-identical to dolma's; ``False`` gives the exact spans (readers clamp either way).
+    """
+    out = []
+    pos = 0
+    pieces = text.split(sep)
+    limit = len(text.encode("utf-8", "surrogatepass")) - 1
+    for i, p in enumerate(pieces):
+        start = pos
+        pos += len(p)
+        if (pos < limit) if dolma_offsets else (i + 1 < len(pieces)):
+            pos += len(sep)
+        out.append((start, pos, p))
+    return out
+
+
+def _skip(key: str, cfg: DedupeConfig, chars: bool) -> bool:
+    if cfg.skip_empty and not key.strip():
+        return True
+    if cfg.min_length and (len(key) if chars else len(key.encode())) < cfg.min_length:
+        return True
+    return bool(cfg.min_words) and len(_WORDS.findall(key)) < cfg.min_words
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(key: str) -> Any:
+    return compile_path(key)
+
+
+def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: Path, lineno: int) -> str:
+    found = _compiled(cfg.key).find(doc)
+    if not found or not isinstance(found[0], str):
+        what = "nothing" if not found else type(found[0]).__name__
+        raise CorruptDataError(
+            f"dedupe key {cfg.key} selects {what}; it must select a string in every document "
+            "(dolma requires the same)", path=path, position=f"line {lineno}")
+    return found[0]
+
+
+def _hash(s: str) -> tuple[int, int]:
+    h = xxhash.xxh3_128_intdigest(s.encode("utf-8", "surrogatepass"))
+    return h >> 64, h & 0xFFFFFFFFFFFFFFFF
+
+
+def _phase_hash(task: tuple[int, str, DedupeConfig, str, int]) -> tuple[int, int]:
+    """Hash every key of one file into the bucket spill files; returns (docs, keys)."""
+    k, path_s, cfg, work, nbuckets = task
+    path = Path(path_s)
+    rows: list[tuple[int, int, int, int, int]] = []
+    nparts = 0
+    keys = 0
+    docs = 0
+
+    def spill() -> None:
+        nonlocal nparts, rows
+        if not rows:
+            return
+        arr = np.array(rows, dtype=ENTRY)
+        bucket = (arr["hi"] % np.uint64(nbuckets)).astype(np.int64)
+        for b in np.unique(bucket).tolist():
+            np.save(Path(work) / f"h-{b}" / f"{k}-{nparts}.npy", arr[bucket == b])
+        nparts += 1
+        rows = []
+
+    for lineno, raw in iter_raw_lines(path):
+        doc = parse_line(raw, path, lineno)
+        docs += 1
+        if cfg.mode == "documents":
+            key = _doc_key(doc, cfg, path, lineno)
+            if not _skip(key, cfg, chars=False):
+                rows.append((*_hash(key), k, lineno, 0))
+        else:
+            text = doc.get("text")
+            if not isinstance(text, str):
+                raise CorruptDataError("document has no string 'text'", path=path,
+                                       position=f"line {lineno}")
+            for i, (_s, _e, p) in enumerate(split_paragraphs(text, cfg.paragraph_separator)):
+                if not _skip(p, cfg, chars=True):
+                    rows.append((*_hash(p), k, lineno, i))
+        if len(rows) >= SPILL_EVERY:
+            keys += len(rows)
+            spill()
+        if docs % _parallel.REPORT_EVERY == 0:
+            _parallel.report(_parallel.REPORT_EVERY)
+    keys += len(rows)
+    spill()
+    _parallel.report(docs % _parallel.REPORT_EVERY)
+    return docs, keys
+
+
+def _phase_mark(task: tuple[int, str]) -> int:
+    """Mark all but the first occurrence of each hash in one bucket; returns duplicates."""
+    b, work = task
+    parts = sorted((Path(work) / f"h-{b}").glob("*.npy"))
+    if not parts:
+        return 0
+    arr = np.concatenate([np.load(p) for p in parts])
+    order = np.lexsort((arr["para"], arr["line"], arr["file"], arr["lo"], arr["hi"]))
+    s = arr[order]
+    dup = np.zeros(len(s), dtype=bool)
+    dup[1:] = (s["hi"][1:] == s["hi"][:-1]) & (s["lo"][1:] == s["lo"][:-1])
+    d = s[dup]
+    for f in np.unique(d["file"]).tolist():
+        sel = d[d["file"] == f]
+        np.save(Path(work) / f"d-{f}" / f"{b}.npy",
+                np.stack([sel["line"], sel["para"]]).astype(np.uint32))
+    return int(dup.sum())
+
+
+def _phase_write(task: tuple[int, str, DedupeConfig, str]) -> int:
+    """Write one file's attribute rows from the marked duplicates."""
+    k, path_s, cfg, work = task
+    path = Path(path_s)
+    marks = [np.load(p) for p in sorted((Path(work) / f"d-{k}").glob("*.npy"))]
+    dups: set[tuple[int, int]] = set()
+    for m in marks:
+        dups.update(zip(m[0].tolist(), m[1].tolist(), strict=True))
+    name = cfg.attribute_name
+    out = attribute_path(path, cfg.name)
+    n = 0
+    with atomic_file(out, overwrite=True) as tmp:
+        f = open_write(tmp, cfg.compression)
+        try:
+            for lineno, raw in iter_raw_lines(path):
+                doc = parse_line(raw, path, lineno)
+                attrs: dict[str, Any] = {}
+                if cfg.mode == "documents":
+                    key = _doc_key(doc, cfg, path, lineno)
+                    if _skip(key, cfg, chars=False):
+                        attrs[name] = []
+                    elif (lineno, 0) in dups:
+                        attrs[name] = [[0, len(key.encode("utf-8", "surrogatepass")), 1]]
+                else:
+                    text = doc["text"]
+                    if text:  # dolma leaves an empty text without the key
+                        spans = []
+                        for i, (s, e, _p) in enumerate(split_paragraphs(
+                                text, cfg.paragraph_separator, cfg.dolma_offsets)):
+                            if (lineno, i) in dups:
+                                spans.append([s, e, 1])
+                        attrs[name] = spans
+                f.write(orjson.dumps({"attributes": attrs, "id": doc.get("id")},
+                                     option=orjson.OPT_SORT_KEYS) + b"\n")
+                n += 1
+        finally:
+            f.close()
+    return n
+
+
+def dedupe(cfg: DedupeConfig, progress: bool = False) -> DedupeResult:
+    """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``."""
+    files = cfg.document_files()
+    t0 = time.perf_counter()
+    total = sum(f.stat().st_size for f in files)
+    nbuckets = int(min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total
+                                                                 / BUCKET_INPUT_BYTES)))))))
+    if cfg.work_dir:
+        Path(cfg.work_dir).mkdir(parents=True, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="lmdata-dedupe-", dir=cfg.work_dir)
+    try:
+        for b in range(nbuckets):
+            (Path(work) / f"h-{b}").mkdir()
+        for k in range(len(files)):
+            (Path(work) / f"d-{k}").mkdir()
+        counted = _parallel.run_tasks(
+            _phase_hash, [(k, str(f), cfg, work, nbuckets) for k, f in enumerate(files)],
+            cfg.processes, desc="dedupe: hash", progress=progress)
+        dups = _parallel.run_tasks(_phase_mark, [(b, work) for b in range(nbuckets)],
+                                   cfg.processes, desc="dedupe: mark", progress=False)
+        _parallel.run_tasks(_phase_write, [(k, str(f), cfg, work) for k, f in enumerate(files)],
+                            cfg.processes, desc="dedupe: write", progress=False)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return DedupeResult(files=len(files), documents=sum(d for d, _ in counted),
+                        keys=sum(k for _, k in counted), duplicates=sum(dups),
+                        seconds=time.perf_counter() - t0)
