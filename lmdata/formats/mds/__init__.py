@@ -43,7 +43,18 @@ def detect_format(path: str | os.PathLike[str]) -> str | None:
     idx = p if p.name == INDEX and p.is_file() else p / INDEX
     try:
         if not idx.is_file():
-            return None
+            # a root of splits (train/, val/ ...) or of partitions: look at the first one
+            if not p.is_dir():
+                return None
+            subs = sorted(c for c in p.iterdir() if (c / INDEX).is_file())
+            return _sniff(subs[0] / INDEX) if subs else None
+    except OSError:
+        return None
+    return _sniff(idx)
+
+
+def _sniff(idx: Path) -> str | None:
+    try:
         with builtins.open(idx, "rb") as f:
             head = f.read(_HEAD)
     except OSError:

@@ -22,6 +22,7 @@ import numpy as np
 
 from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.formats.mds import compression as comp
+from lmdata.formats.mds.hashing import hexdigest, is_hash
 from lmdata.formats.mds.index import FORMAT_NAMES, FileInfo, Index, Shard, find_index, load_index
 from lmdata.formats.mds.mds import SampleDecoder
 from lmdata.formats.mds.text_shards import XSVDecoder, decode_json_line
@@ -31,6 +32,9 @@ from lmdata.storage import require_exists
 DEFAULT_CACHE_BYTES = 512 << 20  # decompressed shards kept in memory
 DEFAULT_MAX_MAPS = 1024  # memory-mapped shards kept open
 _U32 = struct.Struct("<I")
+# cheapest first: the reader checks one recorded hash of each compressed file it loads
+_HASH_COST = {"xxh3_64": 0, "xxh3_128": 1, "xxh64": 2, "xxh128": 3, "xxh32": 4, "md5": 5,
+              "sha1": 6, "blake2b": 7}
 _PAIR = struct.Struct("<II")
 
 
@@ -77,6 +81,12 @@ def load_shard_file(index: Index, shard: Shard, raw: FileInfo, zipped: FileInfo 
         raise CorruptDataError(f"{what} has zip_data but no compression is named",
                                path=index.path, position=f"shard {shard.number}")
     blob = _read_file(zpath, zipped, f"compressed {what}", shard.number)
+    if zipped.hashes:  # one hash per decompression is cheap: check it, as streaming can
+        algo = min(zipped.hashes, key=lambda a: _HASH_COST.get(a, 9))
+        if is_hash(algo) and hexdigest(algo, blob) != zipped.hashes[algo]:
+            raise CorruptDataError(f"{algo} of the compressed file differs from index.json; "
+                                   "the file changed or is corrupt", path=zpath,
+                                   position=f"shard {shard.number}")
     try:
         data = comp.decompress(family, bytes(blob), raw.bytes)
     except Exception as e:  # any decoder failure means a corrupt file
@@ -300,6 +310,8 @@ class MDSReader:
 
     def _groups(self, idx: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(shard, local sample numbers, output positions) per shard touched, shard order."""
+        if len(idx) == 0:
+            return
         sids = np.searchsorted(self._starts[:-1], idx, side="right") - 1
         order = np.argsort(sids, kind="stable")
         sorted_sids = sids[order]
