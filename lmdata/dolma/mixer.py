@@ -1,0 +1,314 @@
+"""``mix``: dolma's mixer. Same documents, same order, same texts as ``dolma mix``.
+
+Per document, in dolma's order (research notes, section 5): parse; merge each listed
+attribute set's ``attributes`` (later sets overwrite earlier keys); filter (keep when include
+is empty or any include matches, and no exclude matches); span replacement; drop
+``discard_fields``; drop the document if its trimmed text is shorter than ``min_text_length``
+*bytes*; set ``metadata.provenance = "<file name>:<line>"`` (even if metadata was discarded);
+write with keys sorted, as dolma's serde_json does.
+
+Inputs are grouped into shards in order until adding the next file would pass
+``max_size_in_bytes`` of compressed input; each shard is one output file
+``<path>/<name>-NNNN.jsonl.gz`` (dolma names its last shard ``.json.gz`` by accident; here every
+shard ends in ``.jsonl.gz``). Shards run in parallel; an existing output is kept (resume), as
+in dolma. Like dolma, a missing attribute file is not merged (a warning says so) and an
+attribute file shorter than its documents leaves the later documents without its attributes;
+ids that do not line up fail the shard with both files and the line.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lmdata.dolma import _parallel
+from lmdata.dolma.config import MixerConfig, SpanReplacement, StreamConfig
+from lmdata.dolma.jsonpath import JqExpr, JsonPath, compile_selector
+from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
+from lmdata.formats.dolma._files import (
+    attribute_path,
+    expand_globs,
+    iter_raw_lines,
+    open_write,
+    suffix_for,
+)
+from lmdata.formats.dolma.reader import parse_line
+from lmdata.storage import atomic_file
+
+log = logging.getLogger("lmdata.dolma.mix")
+
+# Rust's str::trim removes Unicode White_Space, a slightly different set from str.strip()'s.
+RUST_WHITESPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+                   "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+
+
+@dataclass(frozen=True)
+class Shard:
+    stream: StreamConfig
+    inputs: tuple[str, ...]
+    output: str
+
+
+@dataclass
+class ShardStats:
+    read: int = 0
+    written: int = 0
+    filtered: int = 0
+    too_short: int = 0
+    skipped: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MixResult:
+    shards: int
+    skipped_shards: int
+    read: int
+    written: int
+    filtered: int
+    too_short: int
+    seconds: float
+    outputs: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def docs_per_second(self) -> float:
+        return self.read / self.seconds if self.seconds > 0 else 0.0
+
+
+def plan_shards(stream: StreamConfig, base: Path | None = None) -> list[Shard]:
+    """dolma's sharding: start a new shard when the next input would pass the size limit."""
+    inputs = expand_globs(stream.documents, base)
+    if not inputs:
+        raise InvalidInputError(f"stream {stream.name!r}: no files match {list(stream.documents)}")
+    out = Path(stream.output_path)
+    if base is not None and not out.is_absolute():
+        out = base / out
+    comp = _output_compression(stream)
+    if not stream.shuffle:  # one output per input, keeping the path below documents/
+        shards = []
+        for f in inputs:
+            rel = f.name
+            parts = f.parts
+            if "documents" in parts:
+                i = len(parts) - 1 - parts[::-1].index("documents")
+                rel = str(Path(*parts[i + 1:]))
+            shards.append(Shard(stream, (str(f),), str(out / "documents" / rel)))
+        return shards
+    groups: list[list[Path]] = []
+    size = 0
+    for f in inputs:
+        s = f.stat().st_size
+        if groups and groups[-1] and size + s > stream.max_size_in_bytes:
+            groups.append([])
+            size = 0
+        if not groups:
+            groups.append([])
+        groups[-1].append(f)
+        size += s
+    return [Shard(stream, tuple(str(p) for p in g),
+                  str(out / f"{stream.name}-{i:04d}{suffix_for(comp)}"))
+            for i, g in enumerate(groups)]
+
+
+def _output_compression(stream: StreamConfig) -> str:
+    c = stream.compression_output
+    if c is None:
+        return "gz"
+    return {"gz": "gz", "gzip": "gz", "zst": "zst", "zstd": "zst", "": "none",
+            "none": "none"}.get(c, "gz")
+
+
+@functools.lru_cache(maxsize=256)
+def _selector(expr: str, syntax: str) -> JsonPath | JqExpr:
+    return compile_selector(expr, syntax)
+
+
+def _matches(expr: str, syntax: str, doc: dict[str, Any], where: tuple[Path, int]) -> bool:
+    try:
+        return _selector(expr, syntax).matches(doc)
+    except LmdataError:
+        raise
+    except Exception as e:  # a jq runtime error fails the shard in dolma too
+        raise CorruptDataError(f"filter {expr!r} failed on this document: {e}",
+                               path=where[0], position=f"line {where[1]}") from None
+
+
+def keep(stream: StreamConfig, doc: dict[str, Any], where: tuple[Path, int]) -> bool:
+    """dolma's rule: (no include, or any include matches) and no exclude matches."""
+    if stream.include and not any(_matches(e, stream.syntax, doc, where)
+                                  for e in stream.include):
+        return False
+    return not any(_matches(e, stream.syntax, doc, where) for e in stream.exclude)
+
+
+def _render(template: str, original: str, doc: dict[str, Any]) -> str:
+    if template.startswith("\\$"):
+        template = template[1:]
+    elif template.startswith("$"):  # a jq selector on the document (dolma PR #200)
+        v = _selector(template[1:] or ".", "jq").first(doc)
+        return v if isinstance(v, str) else orjson.dumps(v).decode()
+    return template.replace("{}", original)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def replace_spans(text: str, doc: dict[str, Any], rules: tuple[SpanReplacement, ...]) -> str:
+    """Apply every rule's spans at once: sorted by start, a span starting inside an earlier
+    replaced one is skipped; ``min_score <= score < max_score`` selects spans."""
+    todo: list[tuple[int, int, SpanReplacement]] = []
+    for rule in rules:
+        spans = _selector(rule.span, rule.syntax).first(doc)
+        if not isinstance(spans, list):
+            continue
+        for sp in spans:
+            if not (isinstance(sp, list) and len(sp) >= 3 and _num(sp[2])
+                    and isinstance(sp[0], int) and isinstance(sp[1], int)):
+                continue
+            score = float(sp[2])
+            if rule.min_score is not None and score < rule.min_score:
+                continue
+            if rule.max_score is not None and score >= rule.max_score:
+                continue
+            todo.append((sp[0], sp[1], rule))
+    if not todo:
+        return text
+    todo.sort(key=lambda t: t[0])
+    out = []
+    pos = 0
+    for s, e, rule in todo:
+        if s < pos or s > len(text):
+            continue
+        e = min(max(e, s), len(text))  # dolma's deduper can end a span one past the text
+        out.append(text[pos:s])
+        out.append(_render(rule.replacement, text[s:e], doc))
+        pos = e
+    out.append(text[pos:])
+    return "".join(out)
+
+
+class _AttributeStreams:
+    """The attribute files of one document file, read in step with it (dolma's checks)."""
+
+    def __init__(self, doc_file: Path, names: tuple[str, ...], stats: ShardStats) -> None:
+        self.doc_file = doc_file
+        self.streams = []
+        self.stats = stats
+        for n in names:
+            ap = attribute_path(doc_file, n)
+            if ap.is_file():
+                self.streams.append([ap, iter_raw_lines(ap), True])
+            else:
+                stats.warnings.append(f"{ap}: missing, so attribute set {n!r} is not merged "
+                                      f"for {doc_file} (filters see its keys as absent)")
+
+    def merge(self, doc: dict[str, Any], lineno: int) -> None:
+        for st in self.streams:
+            ap, it, alive = st
+            if not alive:
+                continue
+            nxt = next(it, None)
+            if nxt is None:
+                st[2] = False
+                self.stats.warnings.append(
+                    f"{ap}: missing attributes from line {lineno} on (the file is shorter than "
+                    f"{self.doc_file}); later documents get none from it")
+                continue
+            row = parse_line(nxt[1], ap, lineno)
+            if row.get("id") != doc.get("id") or type(row.get("id")) is not type(doc.get("id")):
+                raise CorruptDataError(
+                    f"mismatched ids for line {lineno}: attribute row {row.get('id')!r}, "
+                    f"document {doc.get('id')!r} in {self.doc_file}; re-run the tagger on it",
+                    path=ap, position=f"line {lineno}")
+            attrs = row.get("attributes")
+            if not isinstance(attrs, dict):
+                raise CorruptDataError("attribute row has no 'attributes' object", path=ap,
+                                       position=f"line {lineno}")
+            target = doc.get("attributes")
+            if not isinstance(target, dict):
+                target = doc["attributes"] = {}
+            target.update(attrs)
+
+
+def mix_document(stream: StreamConfig, doc: dict[str, Any], where: tuple[Path, int],
+                 stats: ShardStats) -> bytes | None:
+    """The output line for one document (attributes already merged), or None if dropped."""
+    if not keep(stream, doc, where):
+        stats.filtered += 1
+        return None
+    text = doc.get("text")
+    if not isinstance(text, str):
+        raise CorruptDataError("document has no string 'text'", path=where[0],
+                               position=f"line {where[1]}")
+    if stream.span_replacement:
+        doc["text"] = text = replace_spans(text, doc, stream.span_replacement)
+    for f in stream.discard_fields:
+        doc.pop(f, None)
+    if len(text.strip(RUST_WHITESPACE).encode("utf-8", "surrogatepass")) \
+            < stream.min_text_length:
+        stats.too_short += 1
+        return None
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict):
+        meta = doc["metadata"] = {}
+    meta["provenance"] = f"{where[0].name}:{where[1]}"
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def _mix_shard(shard: Shard) -> ShardStats:
+    stats = ShardStats()
+    out = Path(shard.output)
+    if out.exists():
+        stats.skipped = True
+        return stats
+    stream = shard.stream
+    comp = _output_compression(stream)
+    with atomic_file(out) as tmp:
+        f = open_write(tmp, comp)
+        try:
+            for inp in map(Path, shard.inputs):
+                attrs = _AttributeStreams(inp, stream.attributes, stats)
+                for lineno, raw in iter_raw_lines(inp):
+                    doc = parse_line(raw, inp, lineno)
+                    attrs.merge(doc, lineno)
+                    stats.read += 1
+                    line = mix_document(stream, doc, (inp, lineno), stats)
+                    if line is not None:
+                        f.write(line)
+                        stats.written += 1
+                    if stats.read % _parallel.REPORT_EVERY == 0:
+                        _parallel.report(_parallel.REPORT_EVERY)
+        finally:
+            f.close()
+    _parallel.report(stats.read % _parallel.REPORT_EVERY)
+    return stats
+
+
+def mix(cfg: MixerConfig, base: Path | None = None, progress: bool = False) -> MixResult:
+    """Run every stream of ``cfg``; relative paths are taken from ``base`` (default: cwd)."""
+    for s in cfg.streams:  # compile every expression up front: config errors before any work
+        for e in (*s.include, *s.exclude):
+            _selector(e, s.syntax)
+        for r in s.span_replacement:
+            _selector(r.span, r.syntax)
+    shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
+    t0 = time.perf_counter()
+    stats = _parallel.run_tasks(_mix_shard, shards, cfg.processes, desc="mix",
+                                progress=progress)
+    warnings = tuple(w for st in stats for w in st.warnings)
+    for w in warnings:
+        log.warning(w)
+    return MixResult(
+        shards=len(shards), skipped_shards=sum(st.skipped for st in stats),
+        read=sum(st.read for st in stats), written=sum(st.written for st in stats),
+        filtered=sum(st.filtered for st in stats), too_short=sum(st.too_short for st in stats),
+        seconds=time.perf_counter() - t0, outputs=tuple(sh.output for sh in shards),
+        warnings=warnings)
