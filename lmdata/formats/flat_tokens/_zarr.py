@@ -402,18 +402,18 @@ class ZArray:
         if length == 0 or len(starts) == 0:
             return out
         unit = self._unit
-        if unit % length == 0:
-            u0, off = np.divmod(starts, unit)
-            k, rem = np.divmod(off, length)
-            if not rem.any():
-                # the common case: rows aligned to the row length never straddle a unit
-                views = self._views
-                for i, (u, kk) in enumerate(zip(u0.tolist(), k.tolist(), strict=True)):
-                    v = views.get((u, length))
-                    if v is None:
-                        v = self._rows_view(u, length)
-                    out[i] = v[kk]
-                return out
+        if unit % length == 0 and not (starts % length).any():
+            # the common case: rows aligned to the row length never straddle a unit, so a row
+            # is row r % per of unit r // per
+            per = unit // length
+            views = self._views
+            for i, r in enumerate((starts // length).tolist()):
+                u, kk = divmod(r, per)
+                v = views.get((u, length))
+                if v is None:
+                    v = self._rows_view(u, length)
+                out[i] = v[kk]
+            return out
         for i, s in enumerate(starts.tolist()):
             out[i] = self.read(s, s + length)
         return out
