@@ -289,3 +289,31 @@ def test_tokenize_to_modalities_is_byte_identical_to_the_origin(tmp_path, worker
 def test_modalities_needs_an_eod_token(tmp_path, corpus):
     with pytest.raises(InvalidInputError, match="--eod"):
         tokenize([corpus], tmp_path / "o.pbin", TokenizeJob(to="modalities"), workers=0)
+
+
+@pytest.mark.parametrize("fmt", ["atlas", "mds", "dolma"])
+def test_record_datasets_and_dolma_trees_as_sources(tmp_path, fmt):
+    docs = [{"id": str(i), "text": t, "source": "s"} for i, t in enumerate(["ab", "", "çd"])]
+    opts = {"columns": {"id": "str", "text": "str", "source": "str"}} if fmt == "mds" else {}
+    with lmdata.writer(tmp_path / "src", fmt, **opts) as w:
+        for d in docs:
+            w.write(d)
+    s = tokenize([tmp_path / "src"], tmp_path / "o", TokenizeJob(to="flat-tokens"), workers=0)
+    assert s.documents_written == 3
+    tok = ByteTokenizer()
+    assert [tok.decode(x) for x in lmdata.open(tmp_path / "o")] == ["ab", "", "çd"]
+
+
+def test_record_without_text_field_is_reported(tmp_path):
+    with lmdata.writer(tmp_path / "src", "atlas") as w:
+        w.write({"text": "fine"})
+        w.write({"body": "no text"})
+    with pytest.raises(InvalidInputError, match="record 2: no 'text' field"):
+        tokenize([tmp_path / "src"], tmp_path / "o", TokenizeJob(to="flat-tokens"), workers=0)
+    s = tokenize(
+        [tmp_path / "src"],
+        tmp_path / "o",
+        TokenizeJob(to="flat-tokens", skip_invalid=True),
+        workers=0,
+    )
+    assert (s.documents_read, s.documents_skipped) == (2, 1)
