@@ -22,6 +22,15 @@ from lmdata.storage import AtomicOutput
 DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
 
 
+def _to_json(obj: Any) -> Any:
+    """numpy scalars (from other formats' readers) as plain numbers; nothing else is guessed."""
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"{type(obj).__name__} is not JSON (dolma documents are JSON objects)")
+
+
 class Writer:
     """Context manager writing documents into a new Dolma tree (atomically, as a whole)."""
 
@@ -91,7 +100,12 @@ class Writer:
         return out
 
     def write(self, doc: dict[str, Any]) -> None:
-        line = orjson.dumps(self.normalize(doc)) + b"\n"
+        try:
+            line = orjson.dumps(self.normalize(doc), default=_to_json,
+                                option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        except TypeError as e:  # orjson.JSONEncodeError is a TypeError
+            raise InvalidInputError(f"document {self.count} cannot be stored as JSON: {e}") \
+                from None
         if (self._file is None or self._file_bytes >= self.max_file_bytes
                 or (self.max_file_docs is not None and self._file_docs >= self.max_file_docs)):
             self._next_file()
