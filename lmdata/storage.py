@@ -14,8 +14,11 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from lmdata.errors import DatasetNotFoundError, OutputExistsError
+
+_W = TypeVar("_W", bound="AtomicWriter")
 
 TMP_PREFIX = ".lmdata-tmp-"
 
@@ -127,6 +130,29 @@ class AtomicOutput:
         if not self.done:
             _remove(self.tmp)
             self.done = True
+
+
+class AtomicWriter:
+    """``with`` support for writers: ``close()`` on success, ``abort()`` on an exception.
+
+    Subclasses implement ``close`` (finish and move the output into place) and ``abort``
+    (remove everything written).
+    """
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _W) -> _W:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def require_exists(path: str | os.PathLike[str]) -> Path:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats.atlas.meta import (
     DATA,
@@ -22,32 +23,13 @@ from lmdata.formats.atlas.meta import (
 from lmdata.formats.atlas.reader import Atlas
 from lmdata.storage import apparent_size, disk_usage
 
-MAX_REPORTED = 20  # per kind of problem; the rest are counted
-
-
-class _Report:
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-        self._counts: dict[str, int] = {}
-
-    def add(self, kind: str, msg: str) -> None:
-        n = self._counts[kind] = self._counts.get(kind, 0) + 1
-        if n <= MAX_REPORTED:
-            self.problems.append(msg)
-
-    def finish(self) -> list[str]:
-        for kind, n in self._counts.items():
-            if n > MAX_REPORTED:
-                self.problems.append(f"{kind}: {n - MAX_REPORTED} more like the above")
-        return self.problems
-
 
 def validate(path: str | os.PathLike[str], *, allow_unsafe_pickle: bool = False,
              **options: Any) -> list[str]:
     """All problems in the Atlas dataset at ``path`` (empty when valid): metas, folder names,
     every offset, every block decoded and counted."""
     root = Path(path)
-    rep = _Report()
+    rep = ProblemReport()
     try:
         ds = Atlas(root, allow_unsafe_pickle=allow_unsafe_pickle, **options)
     except LmdataError as e:
@@ -58,7 +40,7 @@ def validate(path: str | os.PathLike[str], *, allow_unsafe_pickle: bool = False,
     return rep.finish()
 
 
-def _check_layout(ds: Atlas, root: Path, rep: _Report) -> None:
+def _check_layout(ds: Atlas, root: Path, rep: ProblemReport) -> None:
     if ds.meta is None:  # a single shard opened on its own
         return
     m = ds.meta
@@ -97,7 +79,7 @@ def _check_layout(ds: Atlas, root: Path, rep: _Report) -> None:
                         "shared dictionary")
 
 
-def _check_shard(ds: Atlas, s: int, rep: _Report) -> None:
+def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
     sh = ds.shards[s]
     f, meta = sh.folder, sh.meta
     if meta.extra_keys:

@@ -33,7 +33,7 @@ from lmdata.formats.atlas.meta import (
     replace_bytes,
     shard_dirs,
 )
-from lmdata.storage import AtomicOutput, require_exists
+from lmdata.storage import AtomicOutput, AtomicWriter, require_exists
 
 DEFAULT_SHARD_SIZE = 100_000
 DEFAULT_BLOCK_SIZE = 32
@@ -169,7 +169,7 @@ class _ShardWriter:
             self.compressor.close()
 
 
-class Writer:
+class Writer(AtomicWriter):
     """Writes examples (any picklable objects; dicts for JSON-like data) into an Atlas dataset.
 
     ``shard_size`` examples per shard, ``block_size`` per block; ``compression_strategy`` is
@@ -463,15 +463,6 @@ class Writer:
             self._shard.abort()
             self._shard = None
         self._out.abort()
-
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
 
 def _link_or_copy(src: str, dst: str) -> None:

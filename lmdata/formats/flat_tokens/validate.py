@@ -7,35 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
+from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS, find_token_array
-
-MAX_REPORTED = 20  # per kind of problem and split; the rest are counted
-
-
-class _Report:
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-        self._counts: dict[str, int] = {}
-
-    def add(self, kind: str, msg: str) -> None:
-        n = self._counts.get(kind, 0) + 1
-        self._counts[kind] = n
-        if n <= MAX_REPORTED:
-            self.problems.append(msg)
-
-    def finish(self) -> list[str]:
-        for kind, n in self._counts.items():
-            if n > MAX_REPORTED:
-                self.problems.append(f"{kind}: {n - MAX_REPORTED} more like the above")
-        return self.problems
 
 
 def validate(path: str | os.PathLike[str], **_: object) -> list[str]:
     """All problems found in the dataset at ``path`` (empty when it is valid)."""
     root = Path(path)
-    rep = _Report()
+    rep = ProblemReport()
     if not root.is_dir():
         return [f"{root}: not a directory"]
     try:
@@ -55,7 +36,7 @@ def validate(path: str | os.PathLike[str], **_: object) -> list[str]:
     return rep.finish()
 
 
-def _check_split(d: Path, split: str, rep: _Report) -> None:
+def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
     try:
         attrs = node_attrs(d)
     except LmdataError as e:
@@ -112,8 +93,7 @@ def _check_split(d: Path, split: str, rep: _Report) -> None:
             f"{sname}[{i + 1}]: {int(ss[i + 1])} is less than the entry before "
             f"it, {int(ss[i])} (seq_starts must never decrease)",
         )
-    for _ in dec[MAX_REPORTED:]:
-        rep.add("order", "")
+    rep.count("order", max(0, len(dec) - MAX_REPORTED))
     # the positions that must carry a start bit: starts of non-empty sequences
     nonempty = ss[:-1][ss[1:] > ss[:-1]]
     expected = np.unique(nonempty[nonempty < n_tok]).astype(np.int64)

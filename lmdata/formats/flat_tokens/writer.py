@@ -16,7 +16,7 @@ import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS
-from lmdata.storage import AtomicOutput
+from lmdata.storage import AtomicOutput, AtomicWriter
 
 DEFAULT_CHUNK_TOKENS = 1 << 22  # 16 MiB of uint32 per chunk file, as seqax's configs
 DEFAULT_SEQ_STARTS_CHUNK = 1 << 20
@@ -188,7 +188,7 @@ def encode_sequence(tokens: Any) -> tuple[np.ndarray, int]:
     return enc, hi
 
 
-class Writer:
+class Writer(AtomicWriter):
     """Writes token sequences into the ``train`` and ``validation`` splits of a new dataset.
 
     ``chunk_tokens``: tokens per chunk file (default 4 Mi, seqax's value).
@@ -271,12 +271,3 @@ class Writer:
 
     def abort(self) -> None:
         self._out.abort()
-
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()

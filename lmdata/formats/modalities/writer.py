@@ -19,7 +19,7 @@ from lmdata.formats.modalities.layout import (
     width_for_max_id,
     width_for_vocab,
 )
-from lmdata.storage import AtomicOutput
+from lmdata.storage import AtomicOutput, AtomicWriter
 
 # What the tokenize pipeline needs to know: the end-of-document token goes after every
 # document (the last one included) unless the tokenizer already ended the document with it,
@@ -44,7 +44,7 @@ def as_token_array(tokens: Any) -> np.ndarray:
     return arr
 
 
-class Writer:
+class Writer(AtomicWriter):
     """Writes documents of token ids into a new ``.pbin`` file.
 
     The token width comes from ``vocab_size`` exactly as modalities computes it (note that for
@@ -189,12 +189,3 @@ class Writer:
         with contextlib.suppress(Exception):
             self._f.close()
         self._out.abort()
-
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()

@@ -13,7 +13,7 @@ import orjson
 from lmdata.errors import InvalidInputError
 from lmdata.formats.modalities.layout import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import default_index_path
-from lmdata.storage import AtomicOutput
+from lmdata.storage import AtomicOutput, AtomicWriter
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -29,7 +29,7 @@ def dumps_line(record: Any) -> bytes:
             raise InvalidInputError(f"record cannot be written as JSON: {e}") from None
 
 
-class Writer:
+class Writer(AtomicWriter):
     """Writes records as JSON lines to ``path`` and their raw index beside it (``foo.idx``).
 
     Both files appear only when the writer closes cleanly; the index matches what
@@ -91,12 +91,3 @@ class Writer:
             self._f.close()
         self._data.abort()
         self._index.abort()
-
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
