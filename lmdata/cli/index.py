@@ -14,10 +14,17 @@ _PROGRESS_FROM = 64 << 20  # show a progress bar for files from 64 MiB
 
 @click.command("index")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--index-path", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the index (default: FILE's stem + .idx beside it).")
-@click.option("--skip-invalid", is_flag=True,
-              help="Leave lines that are not JSON out of the index (counted) instead of failing.")
+@click.option(
+    "--index-path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Where to write the index (default: FILE's stem + .idx beside it).",
+)
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Leave lines that are not JSON out of the index (counted) instead of failing.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace an existing index.")
 def command(path: str, index_path: str | None, skip_invalid: bool, overwrite: bool) -> None:
     """Index the lines of a JSONL file for O(1) random access.
@@ -27,13 +34,16 @@ def command(path: str, index_path: str | None, skip_invalid: bool, overwrite: bo
     run with its line number and byte offset, and no index is written, unless --skip-invalid.
     """
     size = os.path.getsize(path)
-    with tqdm(total=size, unit="B", unit_scale=True, disable=size < _PROGRESS_FROM,
-              desc="indexing") as bar:
+    with tqdm(
+        total=size, unit="B", unit_scale=True, disable=size < _PROGRESS_FROM, desc="indexing"
+    ) as bar:
+
         def progress(done: int) -> None:
             bar.update(done - bar.n)
 
-        result = build_index(path, index_path, skip_invalid=skip_invalid, overwrite=overwrite,
-                             progress=progress)
+        result = build_index(
+            path, index_path, skip_invalid=skip_invalid, overwrite=overwrite, progress=progress
+        )
         bar.update(size - bar.n)
     click.echo(f"indexed {result.documents:,} documents -> {result.index_path}")
     if result.skipped:
