@@ -115,7 +115,7 @@ def load_modules(modules: Iterable[str]) -> None:
             path = Path(spec).resolve()
             if not path.is_file():
                 raise InvalidInputError(f"tagger module {spec}: no such file")
-            modname = f"lmdata_user_taggers_{xxhash.xxh3_64_hexdigest(str(path))}"
+            modname = f"lmdata_user_taggers_{xxhash.xxh3_64_hexdigest(str(path).encode())}"
             mod = sys.modules.get(modname)
             if mod is None:
                 s = importlib.util.spec_from_file_location(modname, path)
