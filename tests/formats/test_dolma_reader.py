@@ -158,7 +158,8 @@ _doc = st.fixed_dictionaries(
     {"id": st.text(min_size=1, max_size=8), "text": _text},
     optional={"source": st.sampled_from(["a", "b"]), "metadata": st.dictionaries(
         st.text(max_size=5),
-        st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), _text),
+        st.one_of(st.integers(-(2**63), 2**63 - 1),
+                  st.floats(allow_nan=False, allow_infinity=False), _text),
         max_size=3)})
 
 
@@ -196,6 +197,9 @@ def test_writer_fills_ids_and_is_atomic(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="cannot be stored as JSON"), \
             dolma.Writer(tmp_path / "v") as w:
         w.write({"id": "1", "text": "x", "n": 2**70})
+    with pytest.raises(InvalidInputError, match=r"value\['m'\]\[1\] is not finite"), \
+            dolma.Writer(tmp_path / "v") as w:
+        w.write({"id": "1", "text": "x", "m": [1.0, float("nan")]})
     assert not (tmp_path / "u").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".lmdata-tmp")]
 

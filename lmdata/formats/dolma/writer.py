@@ -9,6 +9,7 @@ error: there is nothing sensible to store.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,24 @@ def _to_json(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
     raise TypeError(f"{type(obj).__name__} is not JSON (dolma documents are JSON objects)")
+
+
+def _non_finite(obj: Any, where: str = "value") -> str | None:
+    """The place of the first NaN/infinity inside ``obj``, or None."""
+    if isinstance(obj, float):
+        return where if not math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        items: Any = obj.items()
+    elif isinstance(obj, list):
+        items = enumerate(obj)
+    else:
+        return None
+    for k, v in items:
+        if isinstance(v, (float, dict, list)):
+            found = _non_finite(v, f"{where}[{k!r}]")
+            if found:
+                return found
+    return None
 
 
 class Writer:
@@ -100,6 +119,10 @@ class Writer:
         return out
 
     def write(self, doc: dict[str, Any]) -> None:
+        bad = _non_finite(doc)
+        if bad is not None:  # orjson would silently write null
+            raise InvalidInputError(f"document {self.count}: {bad} is not finite; JSON has no "
+                                    "NaN or infinity")
         try:
             line = orjson.dumps(self.normalize(doc), default=_to_json,
                                 option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
