@@ -215,3 +215,29 @@ def test_zlib_error_type_is_wrapped() -> None:
     from lmdata.formats.dolma._files import DECODE_ERRORS
 
     assert zlib.error in DECODE_ERRORS
+
+
+@settings(max_examples=60, deadline=None)
+@given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1,
+                      max_size=4),
+       cut=st.one_of(st.none(), st.integers(0, 10_000)))
+def test_corrupted_files_fail_cleanly(tmp_path_factory: pytest.TempPathFactory,
+                                      flips: list[tuple[int, int]], cut: int | None) -> None:
+    from lmdata.errors import LmdataError
+
+    blob = bytearray((DATA / "documents" / "part-0.jsonl.gz").read_bytes())
+    for pos, x in flips:
+        blob[pos % len(blob)] ^= x
+    if cut is not None:
+        blob = blob[: cut % len(blob)]
+    root = tmp_path_factory.mktemp("c")
+    (root / "documents").mkdir()
+    (root / "documents" / "p.jsonl.gz").write_bytes(bytes(blob))
+    try:
+        r = dolma.open(root)
+        docs = list(r.iter_located())
+        assert len(r) == len(docs)
+        r.take(list(range(len(r))))
+    except LmdataError as e:
+        assert "p.jsonl.gz" in str(e)
+    assert isinstance(dolma.validate(root), list)
