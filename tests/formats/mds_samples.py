@@ -49,6 +49,10 @@ def columns(recipe: str) -> dict[str, str]:
         return {"id": "int", "txt": "str", "score": "float"}
     if recipe == "mdstext":
         return {"id": "int", "txt": "str", "score": "float64"}
+    if recipe == "benchtext":
+        return {"id": "int", "text": "str", "meta": "json"}
+    if recipe == "benchtokens":
+        return {"tokens": "ndarray:uint32"}
     raise ValueError(recipe)
 
 
@@ -81,6 +85,14 @@ def sample(recipe: str, i: int) -> dict[str, Any]:
         return {"tokens": (np.arange(n, dtype=np.uint32) * (i + 3)) % 50_000}
     if recipe in ("text", "xsv", "mdstext"):
         return {"id": i, "txt": f"row {i} é", "score": i / 4}
+    if recipe == "benchtext":  # about 1 KB of text per sample
+        words = ("the", "model", "token", "data", "café", "shard", "loss", "batch", "Ωmega")
+        text = " ".join(words[(i * 7 + k * k) % len(words)] for k in range(120 + i % 80))
+        return {"id": i, "text": text, "meta": {"src": "bench", "n": i % 13}}
+    if recipe == "benchtokens":  # 128-383 tokens
+        n = 128 + (i * 7919) % 256
+        return {"tokens": ((np.arange(n, dtype=np.uint32) * 2654435761 + i) % 50_257)
+                .astype(np.uint32)}
     raise ValueError(recipe)
 
 

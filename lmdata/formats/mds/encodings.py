@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from orjson import loads as _orjson_loads
 
 from lmdata._pickle import safe_loads
 from lmdata.errors import InvalidInputError
@@ -168,6 +169,12 @@ def _ndarray(dtype: str | None, shape: tuple[int, ...] | None, name: str) -> Cod
         return b"".join(parts)
 
     def dec(b: bytes) -> np.ndarray:
+        if fixed_dt is not None and shape is None and len(b) > 1 and b[0] >> 2 == 1:
+            # the common case (token arrays): a known dtype and a 1-D shape stored per sample
+            w = 1 << (b[0] & 3)
+            dim = int.from_bytes(b[1:1 + w], "little")
+            if dim * fixed_dt.itemsize == len(b) - 1 - w:
+                return np.frombuffer(b, fixed_dt, dim, 1 + w)
         pos = 0
         if fixed_dt is None:
             if not b:
@@ -348,7 +355,10 @@ def _enc_json(v: Any) -> bytes:
 
 
 def _dec_json(b: bytes) -> Any:
-    return json.loads(b.decode("utf-8"))
+    try:
+        return _orjson_loads(b)  # same values as json.loads, several times faster
+    except ValueError:  # NaN, Infinity and huge integers, which only json accepts
+        return json.loads(b.decode("utf-8"))
 
 
 def _enc_pkl(v: Any) -> bytes:

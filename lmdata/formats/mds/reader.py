@@ -9,6 +9,7 @@ beside the originals). ``r[i]`` returns the dict streaming's ``StreamingDataset[
 from __future__ import annotations
 
 import bisect
+import itertools
 import mmap
 import os
 import struct
@@ -41,11 +42,12 @@ _PAIR = struct.Struct("<II")
 class _Loaded:
     """One shard's bytes: ``data`` (mmap or bytes) and ``table`` (the buffer with offsets)."""
 
-    __slots__ = ("cost", "data", "data_path", "lo", "n", "table", "table_path")
+    __slots__ = ("cost", "data", "data_path", "lo", "n", "size", "table", "table_path")
 
     def __init__(self, data: Any, table: Any, n: int, lo: int, cost: int, data_path: Path,
                  table_path: Path) -> None:
         self.data, self.table, self.n, self.lo, self.cost = data, table, n, lo, cost
+        self.size = len(data)
         self.data_path, self.table_path = data_path, table_path
 
 
@@ -129,7 +131,7 @@ def make_decoder(shard: Shard, allow_unsafe_pickle: bool = False,
                  select: tuple[str, ...] | None = None) -> Callable[[bytes], dict[str, Any]]:
     if shard.format == "mds":
         return SampleDecoder(shard.column_names, shard.column_encodings, shard.column_sizes,
-                             allow_unsafe_pickle, select)
+                             allow_unsafe_pickle, select).compile()
     if shard.format == "json":
         return decode_json_line
     assert shard.separator is not None and shard.newline is not None
@@ -266,7 +268,7 @@ class MDSReader:
 
     def _raw(self, loaded: _Loaded, k: int, j: int) -> bytes:
         begin, end = _PAIR.unpack_from(loaded.table, 4 + 4 * j)
-        if not loaded.lo <= begin <= end <= len(loaded.data):
+        if not loaded.lo <= begin <= end <= loaded.size:
             raise CorruptDataError(
                 f"offsets [{begin}, {end}) of sample {j} are not a range inside the "
                 f"{len(loaded.data)}-byte file; run `lmdata validate`",
@@ -304,9 +306,25 @@ class MDSReader:
         return self._n
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        k, j = self.locate(index)
-        loaded = self._shard(k)
-        return self._decode(self._decoder(k), self._raw(loaded, k, j), loaded, k, j)
+        # the hot path of random access, inlined: locate, cached shard, offsets, decode
+        if index.__class__ is int and 0 <= index < self._n:
+            i = index
+        else:
+            i = normalize_index(index, self._n)
+        starts = self._starts_list
+        k = bisect.bisect_right(starts, i) - 1
+        j = i - starts[k]
+        loaded = self._cache.get(k)
+        if loaded is None or loaded.cost:
+            loaded = self._shard(k)  # misses, and LRU order for decompressed shards
+        dec = self._decoders.get(k) or self._decoder(k)
+        begin, end = _PAIR.unpack_from(loaded.table, 4 + 4 * j)
+        if not loaded.lo <= begin <= end <= loaded.size:
+            return self._decode(dec, self._raw(loaded, k, j), loaded, k, j)  # raises
+        try:
+            return dec(loaded.data[begin:end])
+        except Exception:  # decode again, slowly, for the error with its place
+            return self._decode(dec, loaded.data[begin:end], loaded, k, j)
 
     def _groups(self, idx: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(shard, local sample numbers, output positions) per shard touched, shard order."""
@@ -320,23 +338,42 @@ class MDSReader:
             k = int(sids[pos[0]])
             yield k, idx[pos] - self._starts[k], pos
 
+    def _read_many(self, k: int, local: Sequence[int] | range) -> list[Any]:
+        """Decode samples ``local`` of shard ``k`` (loaded once), in that order."""
+        loaded, dec = self._shard(k), self._decoder(k)
+        table, data, lo, size = loaded.table, loaded.data, loaded.lo, loaded.size
+        if isinstance(local, range) and local.step == 1 and len(local):
+            # a run of samples: one unpack for its whole offset table
+            offs = struct.unpack_from(f"<{len(local) + 1}I", table, 4 + 4 * local.start)
+            pairs: Any = itertools.pairwise(offs)
+        else:
+            pairs = (_PAIR.unpack_from(table, 4 + 4 * j) for j in local)
+        out = []
+        append = out.append
+        for j, (begin, end) in zip(local, pairs, strict=True):
+            if lo <= begin <= end <= size:
+                try:
+                    append(dec(data[begin:end]))
+                    continue
+                except Exception:  # decode again, slowly, for the error with its place
+                    pass
+            append(self._decode(dec, self._raw(loaded, k, j), loaded, k, j))
+        return out
+
     def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """Samples at ``indices`` in that order; each shard is loaded once."""
         idx = normalize_indices(indices, self._n)
         out: list[Any] = [None] * len(idx)
         for k, local, pos in self._groups(idx):
-            loaded, dec = self._shard(k), self._decoder(k)
-            for j, p in zip(local.tolist(), pos.tolist(), strict=False):
-                out[p] = self._decode(dec, self._raw(loaded, k, j), loaded, k, j)
+            for p, value in zip(pos.tolist(), self._read_many(k, local.tolist()), strict=True):
+                out[p] = value
         return out
 
     def __iter__(self) -> Iterator[Any]:
+        block = 4096  # samples decoded per step: bounded memory, few Python-level calls
         for k, s in enumerate(self.index.shards):
-            if s.samples == 0:
-                continue
-            loaded, dec = self._shard(k), self._decoder(k)
-            for j in range(s.samples):
-                yield self._decode(dec, self._raw(loaded, k, j), loaded, k, j)
+            for lo in range(0, s.samples, block):
+                yield from self._read_many(k, range(lo, min(lo + block, s.samples)))
 
     # ---- summary -----------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import numpy as np
 from lmdata.errors import CorruptDataError, FormatError
 from lmdata.formats.mds.encodings import VALUE_DTYPES, is_integer_ndarray, parse_ndarray
 from lmdata.formats.mds.reader import MDSReader
+from lmdata.protocols import normalize_indices
 
 # dtype code -> itemsize, 0 where the dtype is not an integer
 _ITEMSIZE = np.zeros(256, dtype=np.int64)
@@ -101,15 +102,25 @@ class MDSTokens(MDSReader):
         return arr
 
     def __getitem__(self, index: int) -> np.ndarray:  # type: ignore[override]
-        k, j = self.locate(index)
-        return self._tokens(super().__getitem__(index), k, j)
+        arr = super().__getitem__(index)[self.token_column]
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            self._tokens({self.token_column: arr}, *self.locate(index))  # raises
+        return arr
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:  # type: ignore[override]
-        return [s[self.token_column] for s in super().take(indices)]
+        idx = normalize_indices(indices, len(self))
+        out = [s[self.token_column] for s in super().take(idx)]
+        for i, arr in zip(idx.tolist(), out, strict=True):
+            if arr.ndim != 1 or arr.dtype.kind not in "iu":
+                self._tokens({self.token_column: arr}, *self.locate(i))  # raises
+        return out
 
     def __iter__(self) -> Iterator[np.ndarray]:  # type: ignore[override]
-        for s in super().__iter__():
-            yield s[self.token_column]
+        for i, s in enumerate(super().__iter__()):
+            arr = s[self.token_column]
+            if arr.ndim != 1 or arr.dtype.kind not in "iu":
+                self._tokens(s, *self.locate(i))  # raises
+            yield arr
 
     # ---- the TokenSequences extras -----------------------------------------------------
 
