@@ -18,7 +18,7 @@ import orjson
 
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._files import open_write, suffix_for
-from lmdata.storage import AtomicOutput
+from lmdata.storage import AtomicOutput, AtomicWriter
 
 DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
 
@@ -50,7 +50,7 @@ def _non_finite(obj: Any, where: str = "value") -> str | None:
     return None
 
 
-class Writer:
+class Writer(AtomicWriter):
     """Context manager writing documents into a new Dolma tree (atomically, as a whole)."""
 
     def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False,
@@ -72,15 +72,6 @@ class Writer:
         self._file_bytes = 0
         self._file_docs = 0
         self.count = 0
-
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()
 
     def _next_file(self) -> None:
         if self._file is not None:
