@@ -62,7 +62,7 @@ def limit_random(d: Path, idx: np.ndarray) -> float:
     def run() -> None:
         for k, j in zip(sid, local, strict=True):
             o = offs[k]
-            maps[k][o[j]:o[j + 1]]
+            maps[k][o[j] : o[j + 1]]
 
     return rate(run, len(idx))
 
@@ -76,7 +76,7 @@ def limit_iter(d: Path) -> float:
                 m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             o = np.frombuffer(m, "<u4", s.samples + 1, 4).tolist()
             for j in range(s.samples):
-                m[o[j]:o[j + 1]]
+                m[o[j] : o[j + 1]]
             del o
 
     return rate(run, len(r), repeat=1)
@@ -99,22 +99,42 @@ def main() -> None:
                     for s in data:
                         w.write(s)
                 write_ours = N / (time.perf_counter() - t)
-                res = run_streaming({"op": "batch", "jobs": [
-                    {"op": "write", "out": str(tmp / f"theirs-{name}"), "recipe": recipe,
-                     "n": N, "compression": comp},
-                ]})["results"][0]
+                res = run_streaming(
+                    {
+                        "op": "batch",
+                        "jobs": [
+                            {
+                                "op": "write",
+                                "out": str(tmp / f"theirs-{name}"),
+                                "recipe": recipe,
+                                "n": N,
+                                "compression": comp,
+                            },
+                        ],
+                    }
+                )["results"][0]
                 write_theirs = N / res["seconds"]
                 shutil.copytree(ours, tmp / f"copy-{name}")  # streaming writes beside zstd
                 # batch_size matters to streaming's iteration (1: ~1k samples/s); 256 is its
                 # fast, typical setting. Random access ds[i] does not depend on it.
-                sb = run_streaming({"op": "bench", "local": str(tmp / f"copy-{name}"),
-                                    "random": RANDOM, "batch_size": 256}, timeout=600)
+                sb = run_streaming(
+                    {
+                        "op": "bench",
+                        "local": str(tmp / f"copy-{name}"),
+                        "random": RANDOM,
+                        "batch_size": 256,
+                    },
+                    timeout=600,
+                )
                 r = lmdata.open(ours)
                 idx = np.random.default_rng(0).integers(0, N, RANDOM)
                 list(r)  # warm: maps shards, fills the decompressed cache
                 ours_random = rate(lambda r=r, idx=idx: [r[i] for i in idx.tolist()], RANDOM)
-                batches = idx.reshape(-1, TAKE_BATCH) if RANDOM % TAKE_BATCH == 0 else \
-                    np.array_split(idx, RANDOM // TAKE_BATCH)
+                batches = (
+                    idx.reshape(-1, TAKE_BATCH)
+                    if RANDOM % TAKE_BATCH == 0
+                    else np.array_split(idx, RANDOM // TAKE_BATCH)
+                )
                 ours_take = rate(lambda r=r, b=batches: [r.take(x) for x in b], RANDOM)
                 ours_iter = rate(lambda r=r: sum(1 for _ in r), N, repeat=1)
                 lim_r = limit_random(ours, idx) if comp is None else float("nan")
@@ -122,12 +142,21 @@ def main() -> None:
                 limit_r = f"{lim_r:,.0f}" if comp is None else "-"
                 limit_i = f"{lim_i:,.0f}" if comp is None else "-"
                 for op, ours_rate, theirs, lim in (
-                        ("random r[i]", ours_random, sb["random_per_s"], limit_r),
-                        (f"take({TAKE_BATCH}) random", ours_take, sb["random_per_s"], limit_r),
-                        ("full iteration", ours_iter, sb["iter_per_s"], limit_i),
-                        ("write", write_ours, write_theirs, "-")):
-                    rows.append((name, op, f"{ours_rate:,.0f}", f"{theirs:,.0f}",
-                                 f"{ours_rate / theirs:.1f}x", lim))
+                    ("random r[i]", ours_random, sb["random_per_s"], limit_r),
+                    (f"take({TAKE_BATCH}) random", ours_take, sb["random_per_s"], limit_r),
+                    ("full iteration", ours_iter, sb["iter_per_s"], limit_i),
+                    ("write", write_ours, write_theirs, "-"),
+                ):
+                    rows.append(
+                        (
+                            name,
+                            op,
+                            f"{ours_rate:,.0f}",
+                            f"{theirs:,.0f}",
+                            f"{ours_rate / theirs:.1f}x",
+                            lim,
+                        )
+                    )
                 for p in (ours, tmp / f"theirs-{name}", tmp / f"copy-{name}"):
                     shutil.rmtree(p, ignore_errors=True)
         head = ("dataset", "operation", "lmdata/s", "streaming/s", "ratio", "bare mmap/s")

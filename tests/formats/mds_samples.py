@@ -31,16 +31,43 @@ def _jpeg_bytes(i: int) -> bytes:
 
 def columns(recipe: str) -> dict[str, str]:
     if recipe == "all":
-        cols = {"b": "bytes", "s": "str", "i": "int", "si": "str_int", "sf": "str_float",
-                "sd": "str_decimal", "nd": "ndarray", "ndt": "ndarray:int32",
-                "ndf": "ndarray:float32:2,3", "js": "json"}
-        for t in ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
-                  "float16", "float32", "float64"):
+        cols = {
+            "b": "bytes",
+            "s": "str",
+            "i": "int",
+            "si": "str_int",
+            "sf": "str_float",
+            "sd": "str_decimal",
+            "nd": "ndarray",
+            "ndt": "ndarray:int32",
+            "ndf": "ndarray:float32:2,3",
+            "js": "json",
+        }
+        for t in (
+            "uint8",
+            "uint16",
+            "uint32",
+            "uint64",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "float16",
+            "float32",
+            "float64",
+        ):
             cols[f"x_{t}"] = t
         return cols
     if recipe == "images":
-        return {"pil": "pil", "jpeg": "jpeg", "png": "png", "lpil": "list[pil]",
-                "ljpeg": "list[jpeg]", "lpng": "list[png]", "ja": "jpeg_array"}
+        return {
+            "pil": "pil",
+            "jpeg": "jpeg",
+            "png": "png",
+            "lpil": "list[pil]",
+            "ljpeg": "list[jpeg]",
+            "lpng": "list[png]",
+            "ja": "jpeg_array",
+        }
     if recipe == "pkl":
         return {"p": "pkl", "id": "int"}
     if recipe == "tokens":
@@ -60,10 +87,15 @@ def sample(recipe: str, i: int) -> dict[str, Any]:
     if recipe == "all":
         dims = (i % 3 + 1, 300 if i % 7 == 0 else 2)  # 300 forces a uint16 shape
         out: dict[str, Any] = {
-            "b": bytes(range(i % 256)) * 2, "s": "héllo ✓ " * (i % 5), "i": i * 7919 - 10**12,
-            "si": 10**30 + i, "sf": i / 7, "sd": Decimal(f"{i}.{i:03}"),
-            "nd": (np.arange(dims[0] * dims[1]) * (i + 1)).astype(
-                ["uint8", "int16", "float64", "uint32", "int64"][i % 5]).reshape(dims),
+            "b": bytes(range(i % 256)) * 2,
+            "s": "héllo ✓ " * (i % 5),
+            "i": i * 7919 - 10**12,
+            "si": 10**30 + i,
+            "sf": i / 7,
+            "sd": Decimal(f"{i}.{i:03}"),
+            "nd": (np.arange(dims[0] * dims[1]) * (i + 1))
+            .astype(["uint8", "int16", "float64", "uint32", "int64"][i % 5])
+            .reshape(dims),
             "ndt": np.arange(i % 9 + 1, dtype=np.int32) - 4,
             "ndf": np.full((2, 3), i / 2, dtype=np.float32),
             "js": {"k": [i, None, True, "x" * (i % 3)], "f": i / 3},
@@ -75,9 +107,15 @@ def sample(recipe: str, i: int) -> dict[str, Any]:
             out[f"x_{t}"] = getattr(np, t)(i * 1.25 - 3)
         return out
     if recipe == "images":
-        return {"pil": _image(i, "L" if i % 2 else "RGB"), "jpeg": _image(i), "png": _image(i),
-                "lpil": [_image(i), _image(i + 1, "L")], "ljpeg": [_image(i)],
-                "lpng": [_image(i), _image(i + 2)], "ja": [_jpeg_bytes(i), _jpeg_bytes(i + 1)]}
+        return {
+            "pil": _image(i, "L" if i % 2 else "RGB"),
+            "jpeg": _image(i),
+            "png": _image(i),
+            "lpil": [_image(i), _image(i + 1, "L")],
+            "ljpeg": [_image(i)],
+            "lpng": [_image(i), _image(i + 2)],
+            "ja": [_jpeg_bytes(i), _jpeg_bytes(i + 1)],
+        }
     if recipe == "pkl":
         return {"p": {"i": i, "set": {1, 2}, "t": (i, "x")}, "id": i}
     if recipe == "tokens":
@@ -91,8 +129,9 @@ def sample(recipe: str, i: int) -> dict[str, Any]:
         return {"id": i, "text": text, "meta": {"src": "bench", "n": i % 13}}
     if recipe == "benchtokens":  # 128-383 tokens
         n = 128 + (i * 7919) % 256
-        return {"tokens": ((np.arange(n, dtype=np.uint32) * 2654435761 + i) % 50_257)
-                .astype(np.uint32)}
+        return {
+            "tokens": ((np.arange(n, dtype=np.uint32) * 2654435761 + i) % 50_257).astype(np.uint32)
+        }
     raise ValueError(recipe)
 
 
@@ -130,6 +169,7 @@ def canonical(value: Any) -> Any:
 
 # ---- running the streaming helper (from the lmdata tests and benchmarks) ------------------
 
+
 def streaming_python() -> str | None:
     """The interpreter of the venv that has mosaicml-streaming, or None when absent."""
     import os
@@ -148,8 +188,9 @@ def run_streaming(job: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
     if exe is None:
         raise RuntimeError("no .venv/extra-streaming; run make install")
     helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mds_streaming_helper.py")
-    proc = subprocess.run([exe, helper, json.dumps(job)], capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [exe, helper, json.dumps(job)], capture_output=True, text=True, timeout=timeout
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"streaming helper failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -35,13 +35,27 @@ class _Placeholder:
 
 
 def _install_stubs() -> None:
-    for name in ("torchvision", "torchvision.datasets", "torchvision.transforms",
-                 "torchvision.transforms.functional", "transformers",
-                 "transformers.feature_extraction_utils", "transformers.tokenization_utils_base",
-                 "transformers.models", "transformers.models.auto",
-                 "transformers.models.auto.tokenization_auto"):
-        _stub(name, VisionDataset=_Placeholder, to_tensor=_Placeholder, CIFAR10=_Placeholder,
-              BatchFeature=_Placeholder, BatchEncoding=_Placeholder, AutoTokenizer=_Placeholder)
+    for name in (
+        "torchvision",
+        "torchvision.datasets",
+        "torchvision.transforms",
+        "torchvision.transforms.functional",
+        "transformers",
+        "transformers.feature_extraction_utils",
+        "transformers.tokenization_utils_base",
+        "transformers.models",
+        "transformers.models.auto",
+        "transformers.models.auto.tokenization_auto",
+    ):
+        _stub(
+            name,
+            VisionDataset=_Placeholder,
+            to_tensor=_Placeholder,
+            CIFAR10=_Placeholder,
+            BatchFeature=_Placeholder,
+            BatchEncoding=_Placeholder,
+            AutoTokenizer=_Placeholder,
+        )
 
 
 _install_stubs()
@@ -55,11 +69,20 @@ from streaming.base.util import clean_stale_shared_memory, merge_index  # noqa: 
 
 def write(job: dict) -> dict:
     fmt = job.get("format", "mds")
-    cls = {"mds": MDSWriter, "csv": CSVWriter, "tsv": TSVWriter, "json": JSONWriter,
-           "xsv": XSVWriter}[fmt]
-    kw = {"columns": columns(job["recipe"]), "out": job["out"],
-          "compression": job.get("compression"), "hashes": job.get("hashes"),
-          "size_limit": job.get("size_limit", 1 << 26)}
+    cls = {
+        "mds": MDSWriter,
+        "csv": CSVWriter,
+        "tsv": TSVWriter,
+        "json": JSONWriter,
+        "xsv": XSVWriter,
+    }[fmt]
+    kw = {
+        "columns": columns(job["recipe"]),
+        "out": job["out"],
+        "compression": job.get("compression"),
+        "hashes": job.get("hashes"),
+        "size_limit": job.get("size_limit", 1 << 26),
+    }
     if fmt == "xsv":
         kw["separator"] = job.get("separator", "|")
     rows = samples(job["recipe"], job["n"])
@@ -72,9 +95,13 @@ def write(job: dict) -> dict:
 
 def _dataset(job: dict) -> StreamingDataset:
     clean_stale_shared_memory()
-    return StreamingDataset(local=job["local"], split=job.get("split"), shuffle=False,
-                            batch_size=job.get("batch_size", 1),
-                            allow_unsafe_types=job.get("unsafe", False))
+    return StreamingDataset(
+        local=job["local"],
+        split=job.get("split"),
+        shuffle=False,
+        batch_size=job.get("batch_size", 1),
+        allow_unsafe_types=job.get("unsafe", False),
+    )
 
 
 def read(job: dict) -> dict:

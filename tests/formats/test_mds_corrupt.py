@@ -122,9 +122,18 @@ def test_basenames_leaving_the_dataset_are_refused(tmp_path: Path, basename: str
     assert lmdata.validate(d, format="mds")
 
 
-@pytest.mark.parametrize(("key", "value"), [("samples", -1), ("samples", "3"), ("version", 1),
-                                            ("format", "parquet"), ("column_sizes", [0, 0, 0]),
-                                            ("raw_data", None), ("column_names", ["id"])])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("samples", -1),
+        ("samples", "3"),
+        ("version", 1),
+        ("format", "parquet"),
+        ("column_sizes", [0, 0, 0]),
+        ("raw_data", None),
+        ("column_names", ["id"]),
+    ],
+)
 def test_bad_index_fields(tmp_path: Path, key: str, value) -> None:
     d = make(tmp_path / "d")
     idx = index(d)
@@ -144,12 +153,18 @@ def test_sample_count_disagreeing_with_header(tmp_path: Path) -> None:
         lmdata.open(d)[0]
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pos=st.integers(0, 10_000), value=st.integers(0, 255), which=st.integers(0, 3),
-       compression=st.sampled_from([None, "zstd", "snappy"]))
-def test_random_corruption_never_escapes_as_a_raw_error(tmp_path_factory, pos, value, which,
-                                                        compression) -> None:
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pos=st.integers(0, 10_000),
+    value=st.integers(0, 255),
+    which=st.integers(0, 3),
+    compression=st.sampled_from([None, "zstd", "snappy"]),
+)
+def test_random_corruption_never_escapes_as_a_raw_error(
+    tmp_path_factory, pos, value, which, compression
+) -> None:
     base = tmp_path_factory.mktemp("fuzz") / "d"
     make(base, compression=compression)
     files = sorted(p for p in base.iterdir())

@@ -15,16 +15,36 @@ from lmdata.errors import InvalidInputError
 from lmdata.formats.mds.encodings import DTYPE_CODES, coder, infer_encoding
 from lmdata.formats.mds.mds import SampleDecoder, SampleEncoder, shard_config
 
-RESEARCH_COLUMNS = {"arr": "ndarray", "arrf": "ndarray:int16:2,3", "f": "float32", "id": "int",
-                    "txt": "str", "u8": "uint8"}
+RESEARCH_COLUMNS = {
+    "arr": "ndarray",
+    "arrf": "ndarray:int16:2,3",
+    "f": "float32",
+    "id": "int",
+    "txt": "str",
+    "u8": "uint8",
+}
 
 
 def test_sample_bytes_match_the_layout_verified_against_streaming() -> None:
     enc = SampleEncoder(shard_config(RESEARCH_COLUMNS, None, [], 1 << 26))
-    got = enc.encode({"arr": np.zeros(1, np.uint16), "arrf": np.zeros((2, 3), np.int16),
-                      "f": 0.0, "id": 0, "txt": "ab", "u8": 0})
-    want = bytes.fromhex("05000000 02000000 10 04 01 0000".replace(" ", "")) + bytes(12) \
-        + bytes(4) + bytes(8) + b"ab" + b"\x00"
+    got = enc.encode(
+        {
+            "arr": np.zeros(1, np.uint16),
+            "arrf": np.zeros((2, 3), np.int16),
+            "f": 0.0,
+            "id": 0,
+            "txt": "ab",
+            "u8": 0,
+        }
+    )
+    want = (
+        bytes.fromhex("05000000 02000000 10 04 01 0000".replace(" ", ""))
+        + bytes(12)
+        + bytes(4)
+        + bytes(8)
+        + b"ab"
+        + b"\x00"
+    )
     assert got == want
 
 
@@ -35,7 +55,7 @@ def test_shard_layout_and_config_json() -> None:
     data = enc.shard([enc.encode({"a": "x", "b": 1}), enc.encode({"a": "yz", "b": 2})])
     n, *offsets = struct.unpack_from("<4I", data)
     assert n == 2
-    text = data[16:offsets[0]].decode()
+    text = data[16 : offsets[0]].decode()
     assert text.startswith('{"column_encodings": ["str", "int"], "column_names": ["a", "b"]')
     assert offsets[2] == len(data) and offsets[1] - offsets[0] == 4 + 1 + 8
 
@@ -51,12 +71,14 @@ dtypes = st.sampled_from(sorted(DTYPE_CODES))
 
 
 @settings(max_examples=80, deadline=None)
-@given(dtype=dtypes, shape=hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=6),
-       data=st.data())
+@given(
+    dtype=dtypes,
+    shape=hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=6),
+    data=st.data(),
+)
 def test_ndarray_round_trip_any_dtype_and_shape(dtype: str, shape, data) -> None:
     arr = data.draw(hnp.arrays(np.dtype(dtype), shape))
-    for enc in ("ndarray", f"ndarray:{dtype}",
-                f"ndarray:{dtype}:{','.join(map(str, shape))}"):
+    for enc in ("ndarray", f"ndarray:{dtype}", f"ndarray:{dtype}:{','.join(map(str, shape))}"):
         c = coder(enc)
         out = c.decode(c.encode(arr))
         assert out.dtype == arr.dtype and out.shape == arr.shape
@@ -84,30 +106,34 @@ def test_decoded_types_are_streamings() -> None:
     assert j == [0, 1, 2]
 
 
-@pytest.mark.parametrize(("enc", "value"), [
-    ("ndarray", np.zeros(0, np.int32)),          # empty
-    ("ndarray", np.array(3, np.int32)),          # 0-d
-    ("ndarray", np.zeros(2, np.bool_)),          # bool has no code
-    ("ndarray:int16", np.zeros(2, np.float32)),  # wrong dtype
-    ("ndarray:int16", np.full(2, 40000)),        # integers that do not fit
-    ("ndarray:int16:2", np.zeros(3, np.int16)),  # wrong shape
-    ("int", 2**63),
-    ("int", "5"),
-    ("uint8", 256),
-    ("str", b"x".decode() and 5),
-    ("str_float", 1),
-    ("str_decimal", 1.5),
-    ("json", {1, 2}),
-    ("pil", "not an image"),
-    ("jpeg_array", ["x"]),
-])
+@pytest.mark.parametrize(
+    ("enc", "value"),
+    [
+        ("ndarray", np.zeros(0, np.int32)),  # empty
+        ("ndarray", np.array(3, np.int32)),  # 0-d
+        ("ndarray", np.zeros(2, np.bool_)),  # bool has no code
+        ("ndarray:int16", np.zeros(2, np.float32)),  # wrong dtype
+        ("ndarray:int16", np.full(2, 40000)),  # integers that do not fit
+        ("ndarray:int16:2", np.zeros(3, np.int16)),  # wrong shape
+        ("int", 2**63),
+        ("int", "5"),
+        ("uint8", 256),
+        ("str", b"x".decode() and 5),
+        ("str_float", 1),
+        ("str_decimal", 1.5),
+        ("json", {1, 2}),
+        ("pil", "not an image"),
+        ("jpeg_array", ["x"]),
+    ],
+)
 def test_unstorable_values_are_invalid_input(enc: str, value) -> None:
     with pytest.raises(InvalidInputError):
         coder(enc).encode(value)
 
 
-@pytest.mark.parametrize("enc", ["ndarray:bool", "ndarray:int16:0", "ndarray:int8:2:3",
-                                 "float128", "list[str]"])
+@pytest.mark.parametrize(
+    "enc", ["ndarray:bool", "ndarray:int16:0", "ndarray:int8:2:3", "float128", "list[str]"]
+)
 def test_unknown_encodings_are_refused(enc: str) -> None:
     with pytest.raises(ValueError):
         coder(enc)
@@ -122,8 +148,17 @@ def test_bytes_pass_through_any_encoding_but_fixed_sizes_hold() -> None:
         enc.encode({"a": 1, "b": b"123"})
 
 
-@pytest.mark.parametrize("blob", [b"", b"\x22", b"\x22\x04", b"\x22\x04\x05" + bytes(3),
-                                  b"\x07\x04\x01" + bytes(8), b"\x22\xfc" + bytes(10)])
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"",
+        b"\x22",
+        b"\x22\x04",
+        b"\x22\x04\x05" + bytes(3),
+        b"\x07\x04\x01" + bytes(8),
+        b"\x22\xfc" + bytes(10),
+    ],
+)
 def test_corrupt_ndarray_bytes_raise_value_error(blob: bytes) -> None:
     with pytest.raises(ValueError):
         coder("ndarray").decode(blob)

@@ -14,9 +14,18 @@ from lmdata.protocols import Records, TokenSequences
 from tests.formats.mds_samples import canonical
 
 DATA = Path(__file__).parent.parent / "data" / "mds"
-FIXTURES = {"all": "mds", "all_zstd": "mds", "images": "mds", "tokens": "mds", "csv": "mds-csv",
-            "tsv": "mds-tsv", "xsv": "mds-csv", "jsonl": "mds-jsonl", "merged": "mds",
-            "pkl": "mds"}
+FIXTURES = {
+    "all": "mds",
+    "all_zstd": "mds",
+    "images": "mds",
+    "tokens": "mds",
+    "csv": "mds-csv",
+    "tsv": "mds-tsv",
+    "xsv": "mds-csv",
+    "jsonl": "mds-jsonl",
+    "merged": "mds",
+    "pkl": "mds",
+}
 
 
 def expected(name: str) -> list:

@@ -25,8 +25,13 @@ pytestmark = pytest.mark.skipif(
     reason="mosaicml-streaming venv .venv/extra-streaming is absent (make install creates it)",
 )
 
-LM_FORMAT = {"mds": "mds", "csv": "mds-csv", "tsv": "mds-tsv", "json": "mds-jsonl",
-             "xsv": "mds-csv"}
+LM_FORMAT = {
+    "mds": "mds",
+    "csv": "mds-csv",
+    "tsv": "mds-tsv",
+    "json": "mds-jsonl",
+    "xsv": "mds-csv",
+}
 
 # (recipe, n, streaming format, writer options): both tools write these, uncompressed
 SAME_BYTES = [
@@ -42,8 +47,14 @@ SAME_BYTES = [
 ]
 COMPRESSIONS = [None, "zstd", "zstd:1", "gz", "gz:1", "bz2", "br:5", "snappy"]
 # lmdata writes, streaming reads: other encodings and formats, compressed or not
-OTHERS = [("images", "mds", "zstd"), ("pkl", "mds", None), ("text", "csv", "bz2"),
-          ("text", "tsv", None), ("text", "json", "br"), ("xsv", "xsv", "snappy")]
+OTHERS = [
+    ("images", "mds", "zstd"),
+    ("pkl", "mds", None),
+    ("text", "csv", "bz2"),
+    ("text", "tsv", None),
+    ("text", "json", "br"),
+    ("xsv", "xsv", "snappy"),
+]
 # streaming writes compressed, lmdata reads
 THEIRS_COMPRESSED = ["bz2", "br", "zstd:16", "gz:0", "snappy"]
 PICKS = [24, 0, 13, 6, 6, 2, 3]
@@ -58,8 +69,9 @@ def write_lmdata(out: Path, recipe: str, n: int, fmt: str = "mds", **kw: Any) ->
 
 
 def files(d: Path) -> dict[str, bytes]:
-    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*"))
-            if p.is_file()}
+    return {
+        p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -68,18 +80,42 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     writes: list[dict[str, Any]] = []
     for k, (recipe, n, fmt, kw) in enumerate(SAME_BYTES):
         write_lmdata(root / f"same{k}-ours", recipe, n, fmt, **kw)
-        writes.append({"op": "write", "out": str(root / f"same{k}-theirs"), "recipe": recipe,
-                       "n": n, "format": fmt, **kw})
+        writes.append(
+            {
+                "op": "write",
+                "out": str(root / f"same{k}-theirs"),
+                "recipe": recipe,
+                "n": n,
+                "format": fmt,
+                **kw,
+            }
+        )
     for c in THEIRS_COMPRESSED:
-        writes.append({"op": "write", "out": str(root / f"theirs-{c}"), "recipe": "all", "n": 15,
-                       "compression": c, "size_limit": 2000, "hashes": ["md5", "sha1"]})
+        writes.append(
+            {
+                "op": "write",
+                "out": str(root / f"theirs-{c}"),
+                "recipe": "all",
+                "n": 15,
+                "compression": c,
+                "size_limit": 2000,
+                "hashes": ["md5", "sha1"],
+            }
+        )
     for part in ("theirs-merge", "ours-merge"):
         for k in range(2):
             out = root / part / str(k)
             comp = "zstd" if k else None
             if part.startswith("theirs"):
-                writes.append({"op": "write", "out": str(out), "recipe": "mdstext",
-                               "n": 3 + k, "compression": comp})
+                writes.append(
+                    {
+                        "op": "write",
+                        "out": str(out),
+                        "recipe": "mdstext",
+                        "n": 3 + k,
+                        "compression": comp,
+                    }
+                )
             else:
                 write_lmdata(out, "mdstext", 3 + k, compression=comp)
     writes.append({"op": "merge", "root": str(root / "theirs-merge")})
@@ -89,12 +125,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     ours: dict[str, Path] = {}
     for c in COMPRESSIONS:
         ours[f"all-{c}"] = root / f"ours-all-{c}"
-        write_lmdata(ours[f"all-{c}"], "all", 25, compression=c, size_limit=2500,
-                     hashes=["sha1"])
+        write_lmdata(ours[f"all-{c}"], "all", 25, compression=c, size_limit=2500, hashes=["sha1"])
     for recipe, fmt, c in OTHERS:
         ours[f"{recipe}-{fmt}-{c}"] = root / f"ours-{recipe}-{fmt}-{c}"
-        write_lmdata(ours[f"{recipe}-{fmt}-{c}"], recipe, 7, fmt, compression=c,
-                     size_limit=3000)
+        write_lmdata(ours[f"{recipe}-{fmt}-{c}"], recipe, 7, fmt, compression=c, size_limit=3000)
     jsonl = root / "ours-jsonl-merged"
     for k in range(3):
         write_lmdata(jsonl / str(k), "text", 4 + k, "json", size_limit=90)
@@ -110,8 +144,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         results[key] = root / "results" / f"{key}.pkl"
         results[key].parent.mkdir(exist_ok=True)
         n = len(lmdata.open(src))
-        reads.append({"op": "read", "local": str(local), "result": str(results[key]),
-                      "indices": [i for i in PICKS if i < n], "unsafe": key.startswith("pkl")})
+        reads.append(
+            {
+                "op": "read",
+                "local": str(local),
+                "result": str(results[key]),
+                "indices": [i for i in PICKS if i < n],
+                "unsafe": key.startswith("pkl"),
+            }
+        )
     run_streaming({"op": "batch", "jobs": reads})
     got = {}
     for key, path in results.items():
@@ -148,8 +189,9 @@ def test_streaming_reads_what_lmdata_writes(world: dict[str, Any], compression) 
 
 
 @pytest.mark.parametrize(("recipe", "fmt", "compression"), OTHERS)
-def test_streaming_reads_other_encodings_and_formats(world: dict[str, Any], recipe, fmt,
-                                                     compression) -> None:
+def test_streaming_reads_other_encodings_and_formats(
+    world: dict[str, Any], recipe, fmt, compression
+) -> None:
     _check_read(world, f"{recipe}-{fmt}-{compression}")
 
 
@@ -159,8 +201,7 @@ def test_streaming_reads_lmdata_merged_jsonl_partitions(world: dict[str, Any]) -
 
 
 @pytest.mark.parametrize("compression", THEIRS_COMPRESSED)
-def test_lmdata_reads_what_streaming_writes_compressed(world: dict[str, Any],
-                                                       compression) -> None:
+def test_lmdata_reads_what_streaming_writes_compressed(world: dict[str, Any], compression) -> None:
     _check_read(world, f"theirs-{compression}")
     assert lmdata.validate(world["ours"][f"theirs-{compression}"]) == []
 
@@ -177,4 +218,5 @@ def test_merge_matches_streaming_merge_index(world: dict[str, Any]) -> None:
     assert o == t
     assert list(o) == ["version", "shards"]  # streaming's merged key order
     assert [canonical(x) for x in lmdata.open(root / "ours-merge")] == [
-        canonical(x) for x in lmdata.open(root / "theirs-merge")]
+        canonical(x) for x in lmdata.open(root / "theirs-merge")
+    ]

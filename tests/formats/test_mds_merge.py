@@ -66,7 +66,15 @@ def test_merge_refuses_to_replace_an_index(tmp_path: Path) -> None:
 def test_cli_merge(tmp_path: Path) -> None:
     for k in range(2):
         part(tmp_path / "out" / str(k), "mds-jsonl", 5 * k, 5)
-    res = CliRunner().invoke(cli, ["merge", str(tmp_path / "out" / "0"),
-                                   str(tmp_path / "out" / "1"), "-o", str(tmp_path / "out")])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "merge",
+            str(tmp_path / "out" / "0"),
+            str(tmp_path / "out" / "1"),
+            "-o",
+            str(tmp_path / "out"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert len(lmdata.open(tmp_path / "out")) == 10

@@ -20,11 +20,14 @@ from lmdata.protocols import Records, TokenSequences
 
 
 def make(d: Path, n: int = 50, **kw) -> list[dict]:
-    rows = [{"id": i, "txt": f"t{i}" * (i % 7), "v": np.arange(i % 5 + 1, dtype=np.int16)}
-            for i in range(n)]
+    rows = [
+        {"id": i, "txt": f"t{i}" * (i % 7), "v": np.arange(i % 5 + 1, dtype=np.int16)}
+        for i in range(n)
+    ]
     kw.setdefault("size_limit", 300)
-    with lmdata.writer(d, "mds", columns={"id": "int", "txt": "str", "v": "ndarray:int16"},
-                       **kw) as w:
+    with lmdata.writer(
+        d, "mds", columns={"id": "int", "txt": "str", "v": "ndarray:int16"}, **kw
+    ) as w:
         for r in rows:
             w.write(r)
     return rows
@@ -147,8 +150,9 @@ def test_info_and_cli(tmp_path: Path) -> None:
 def test_csv_tsv_jsonl_round_trip(tmp_path: Path) -> None:
     rows = [{"a": f"x{i}", "b": i, "c": i / 3} for i in range(30)]
     for fmt in ("mds-csv", "mds-tsv", "mds-jsonl"):
-        with lmdata.writer(tmp_path / fmt, fmt, columns={"a": "str", "b": "int", "c": "float"},
-                           size_limit=100) as w:
+        with lmdata.writer(
+            tmp_path / fmt, fmt, columns={"a": "str", "b": "int", "c": "float"}, size_limit=100
+        ) as w:
             for row in rows:
                 w.write(row)
         r = lmdata.open(tmp_path / fmt)

@@ -14,22 +14,28 @@ from lmdata.errors import FormatError
 from lmdata.protocols import TokenSequences
 
 
-def write_docs(d: Path, docs: list[np.ndarray], columns: dict | None = None,
-               extra: bool = False, **kw) -> None:
+def write_docs(
+    d: Path, docs: list[np.ndarray], columns: dict | None = None, extra: bool = False, **kw
+) -> None:
     with lmdata.writer(d, "mds", columns=columns, **kw) as w:
         for i, doc in enumerate(docs):
             w.write({"tokens": doc, "id": i} if extra else doc)
 
 
 def docs_strategy():
-    return st.lists(st.lists(st.integers(0, 70_000), min_size=1, max_size=300), min_size=1,
-                    max_size=40)
+    return st.lists(
+        st.lists(st.integers(0, 70_000), min_size=1, max_size=300), min_size=1, max_size=40
+    )
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(docs=docs_strategy(), data=st.data(),
-       enc=st.sampled_from(["ndarray:uint32", "ndarray:int64", "ndarray:uint32:{n}"]))
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    docs=docs_strategy(),
+    data=st.data(),
+    enc=st.sampled_from(["ndarray:uint32", "ndarray:int64", "ndarray:uint32:{n}"]),
+)
 def test_boundaries_and_spans_match_concatenation(tmp_path_factory, docs, data, enc) -> None:
     arrays = [np.array(doc, dtype=np.int64) for doc in docs]
     if enc.endswith("{n}"):
@@ -37,8 +43,9 @@ def test_boundaries_and_spans_match_concatenation(tmp_path_factory, docs, data, 
         arrays = [np.resize(a, n) for a in arrays]
         enc = enc.format(n=n)
     d = tmp_path_factory.mktemp("tok") / "d"
-    write_docs(d, arrays, columns={"tokens": enc}, size_limit=data.draw(
-        st.sampled_from([None, 300, 2000])))
+    write_docs(
+        d, arrays, columns={"tokens": enc}, size_limit=data.draw(st.sampled_from([None, 300, 2000]))
+    )
     r = lmdata.open(d)
     assert isinstance(r, TokenSequences)
     flat = np.concatenate(arrays)
@@ -55,8 +62,9 @@ def test_boundaries_and_spans_match_concatenation(tmp_path_factory, docs, data, 
 
 def test_dynamic_dtype_column_needs_the_option_and_works(tmp_path: Path) -> None:
     docs = [np.arange(5, dtype=np.uint16), np.arange(300, dtype=np.int32), np.ones(2, np.uint8)]
-    write_docs(tmp_path / "d", docs, columns={"tokens": "ndarray", "id": "int"}, extra=True,
-               size_limit=700)
+    write_docs(
+        tmp_path / "d", docs, columns={"tokens": "ndarray", "id": "int"}, extra=True, size_limit=700
+    )
     assert not isinstance(lmdata.open(tmp_path / "d"), TokenSequences)
     r = lmdata.open(tmp_path / "d", token_column="tokens")
     assert isinstance(r, TokenSequences)
@@ -75,8 +83,11 @@ def test_non_token_columns_are_refused(tmp_path: Path) -> None:
 
 
 def test_a_float_array_in_a_dynamic_column_is_an_error_when_read(tmp_path: Path) -> None:
-    write_docs(tmp_path / "d", [np.ones(3, np.int32), np.ones(3, np.float32)],
-               columns={"tokens": "ndarray"})
+    write_docs(
+        tmp_path / "d",
+        [np.ones(3, np.int32), np.ones(3, np.float32)],
+        columns={"tokens": "ndarray"},
+    )
     r = lmdata.open(tmp_path / "d", token_column="tokens")
     assert r[0].tolist() == [1, 1, 1]
     with pytest.raises(lmdata.LmdataError):

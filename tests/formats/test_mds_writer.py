@@ -61,12 +61,12 @@ def test_no_samples_gives_an_index_without_shards(tmp_path: Path) -> None:
     assert len(lmdata.open(tmp_path / "d")) == 0
 
 
-@pytest.mark.parametrize("spec", ["zstd", "zstd:22", "gz", "gz:0", "bz2:1", "br", "br:0",
-                                  "snappy"])
+@pytest.mark.parametrize("spec", ["zstd", "zstd:22", "gz", "gz:0", "bz2:1", "br", "br:0", "snappy"])
 def test_compressed_entries_hash_both_files(tmp_path: Path, spec: str) -> None:
     d = tmp_path / "d"
-    with lmdata.writer(d, "mds", columns={"x": "str"}, compression=spec,
-                       hashes=["sha256", "xxh3_64"]) as w:
+    with lmdata.writer(
+        d, "mds", columns={"x": "str"}, compression=spec, hashes=["sha256", "xxh3_64"]
+    ) as w:
         for i in range(20):
             w.write({"x": f"sample {i} " * i})
     (s,) = index(d)["shards"]
@@ -82,8 +82,9 @@ def test_compressed_entries_hash_both_files(tmp_path: Path, spec: str) -> None:
     assert [x["x"] for x in lmdata.open(d)] == [f"sample {i} " * i for i in range(20)]
 
 
-@pytest.mark.parametrize("spec", ["lz4", "zstd:0", "zstd:23", "gz:10", "snappy:1", "zstd:07",
-                                  "zstd:x"])
+@pytest.mark.parametrize(
+    "spec", ["lz4", "zstd:0", "zstd:23", "gz:10", "snappy:1", "zstd:07", "zstd:x"]
+)
 def test_bad_compression_specs(tmp_path: Path, spec: str) -> None:
     with pytest.raises(InvalidInputError):
         lmdata.writer(tmp_path / "d", "mds", columns={"x": "int"}, compression=spec)
@@ -97,8 +98,10 @@ def test_hashes_must_be_sorted_unique_and_known(tmp_path: Path, hashes) -> None:
 
 
 def test_an_exception_leaves_nothing_behind(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError), lmdata.writer(tmp_path / "d", "mds",
-                                                    columns={"x": "int"}, size_limit=40) as w:
+    with (
+        pytest.raises(RuntimeError),
+        lmdata.writer(tmp_path / "d", "mds", columns={"x": "int"}, size_limit=40) as w,
+    ):
         for i in range(100):
             w.write({"x": i})
         raise RuntimeError("boom")
@@ -118,16 +121,21 @@ def test_columns_are_inferred_from_the_first_sample(tmp_path: Path) -> None:
         w.write({"t": "a", "n": 3, "a": np.arange(3, dtype=np.int16), "m": {"k": [1]}})
     (s,) = index(tmp_path / "d")["shards"]
     assert dict(zip(s["column_names"], s["column_encodings"], strict=True)) == {
-        "a": "ndarray:int16", "m": "json", "n": "int", "t": "str"}
+        "a": "ndarray:int16",
+        "m": "json",
+        "n": "int",
+        "t": "str",
+    }
     with lmdata.writer(tmp_path / "j", "mds-jsonl") as w:
         w.write({"t": "a", "n": 3, "f": 0.5})
-    assert index(tmp_path / "j")["shards"][0]["columns"] == {"t": "str", "n": "int",
-                                                             "f": "float"}
+    assert index(tmp_path / "j")["shards"][0]["columns"] == {"t": "str", "n": "int", "f": "float"}
 
 
 def test_extra_keys_are_refused_unless_dropping_is_asked_for(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError, match="drop_extra_keys"), \
-            lmdata.writer(tmp_path / "d", "mds", columns={"x": "int"}) as w:
+    with (
+        pytest.raises(InvalidInputError, match="drop_extra_keys"),
+        lmdata.writer(tmp_path / "d", "mds", columns={"x": "int"}) as w,
+    ):
         w.write({"x": 1, "y": 2})
     assert not (tmp_path / "d").exists()
     with lmdata.writer(tmp_path / "d", "mds", columns={"x": "int"}, drop_extra_keys=True) as w:
@@ -135,27 +143,33 @@ def test_extra_keys_are_refused_unless_dropping_is_asked_for(tmp_path: Path) -> 
     assert lmdata.open(tmp_path / "d")[0] == {"x": 1}
 
 
-@pytest.mark.parametrize(("fmt", "value"), [("mds-csv", "a,b"), ("mds-csv", "a\nb"),
-                                            ("mds-tsv", "a\tb")])
+@pytest.mark.parametrize(
+    ("fmt", "value"), [("mds-csv", "a,b"), ("mds-csv", "a\nb"), ("mds-tsv", "a\tb")]
+)
 def test_xsv_values_that_cannot_be_represented_are_errors(tmp_path: Path, fmt, value) -> None:
-    with pytest.raises(InvalidInputError, match="cannot store"), \
-            lmdata.writer(tmp_path / "d", fmt, columns={"x": "str"}) as w:
+    with (
+        pytest.raises(InvalidInputError, match="cannot store"),
+        lmdata.writer(tmp_path / "d", fmt, columns={"x": "str"}) as w,
+    ):
         w.write({"x": "fine"})
         w.write({"x": value})
     assert not (tmp_path / "d").exists()
 
 
 def test_text_formats_check_types(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError), \
-            lmdata.writer(tmp_path / "d", "mds-jsonl", columns={"x": "float"}) as w:
+    with (
+        pytest.raises(InvalidInputError),
+        lmdata.writer(tmp_path / "d", "mds-jsonl", columns={"x": "float"}) as w,
+    ):
         w.write({"x": 1})
     with pytest.raises(InvalidInputError):
         lmdata.writer(tmp_path / "e", "mds-csv", columns={"x": "json"})
 
 
 def test_custom_separator_makes_an_xsv_dataset(tmp_path: Path) -> None:
-    with lmdata.writer(tmp_path / "d", "mds-csv", columns={"a": "str", "b": "int"},
-                       separator=";") as w:
+    with lmdata.writer(
+        tmp_path / "d", "mds-csv", columns={"a": "str", "b": "int"}, separator=";"
+    ) as w:
         w.write({"a": "x,y", "b": 2})
     (s,) = index(tmp_path / "d")["shards"]
     assert s["format"] == "xsv" and s["separator"] == ";"
@@ -180,5 +194,6 @@ def test_token_arrays_are_written_to_the_token_column(tmp_path: Path) -> None:
 def test_unknown_writer_options_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="colums"):
         lmdata.writer(tmp_path / "d", "mds", colums={"x": "int"})
-    lmdata.writer(tmp_path / "d", "mds", columns={"x": "int"}, progress_bar=True,
-                  max_workers=2).close()
+    lmdata.writer(
+        tmp_path / "d", "mds", columns={"x": "int"}, progress_bar=True, max_workers=2
+    ).close()

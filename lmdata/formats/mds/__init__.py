@@ -27,8 +27,19 @@ from lmdata.storage import apparent_size, disk_usage
 KIND = "records"
 NAMES_SHARE_MODULE = True
 
-__all__ = ["KIND", "NAMES_SHARE_MODULE", "MDSReader", "MDSTokens", "Writer", "detect",
-           "detect_format", "info", "merge", "open", "validate"]
+__all__ = [
+    "KIND",
+    "NAMES_SHARE_MODULE",
+    "MDSReader",
+    "MDSTokens",
+    "Writer",
+    "detect",
+    "detect_format",
+    "info",
+    "merge",
+    "open",
+    "validate",
+]
 
 _HEAD = 1 << 16
 _FORMAT_RE = re.compile(rb'"format": "(mds|csv|tsv|xsv|json)"')
@@ -101,8 +112,13 @@ def open(
     return reader
 
 
-def info(path: str | os.PathLike[str], *, format: str | None = None,
-         split: str | None = None, **options: Any) -> dict[str, Any]:
+def info(
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    split: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     r = open(path, format=format, split=split, **options)
     out: dict[str, Any] = {"format": r.format, "path": str(path)}
     out.update(r.info())

@@ -72,8 +72,9 @@ def compress(c: Compression, data: bytes) -> bytes:
 
         # A frame with the content size, as python-zstd writes (its decoder needs it), plus a
         # checksum python-zstd leaves out, so that damage is caught on decompression.
-        return zstandard.ZstdCompressor(level=c.level or 3, write_content_size=True,
-                                        write_checksum=True).compress(data)
+        return zstandard.ZstdCompressor(
+            level=c.level or 3, write_content_size=True, write_checksum=True
+        ).compress(data)
     if c.family == "gz":
         # mtime=0 makes our output deterministic (streaming embeds the current time).
         return gzip.compress(data, compresslevel=c.level if c.level is not None else 9, mtime=0)

@@ -25,16 +25,53 @@ from lmdata.errors import InvalidInputError
 
 # numpy dtype name <-> one-byte code used when an ndarray column has no dtype in its name.
 VALUE_DTYPES: dict[int, str] = {
-    8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32",
-    33: "int32", 34: "float32", 64: "uint64", 65: "int64", 66: "float64",
+    8: "uint8",
+    9: "int8",
+    16: "uint16",
+    17: "int16",
+    18: "float16",
+    32: "uint32",
+    33: "int32",
+    34: "float32",
+    64: "uint64",
+    65: "int64",
+    66: "float64",
 }
 DTYPE_CODES: dict[str, int] = {v: k for k, v in VALUE_DTYPES.items()}
 # The shape of a dynamic-shape ndarray is stored as the smallest uint type above its largest dim.
 _SHAPE_DTYPES = ("<u1", "<u2", "<u4", "<u8")
-SCALARS = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
-           "float16", "float32", "float64")
-SIMPLE = ("bytes", "str", "int", *SCALARS, "str_int", "str_float", "str_decimal", "pil", "jpeg",
-          "png", "list[pil]", "list[jpeg]", "list[png]", "jpeg_array", "jpegarray", "json", "pkl")
+SCALARS = (
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "float32",
+    "float64",
+)
+SIMPLE = (
+    "bytes",
+    "str",
+    "int",
+    *SCALARS,
+    "str_int",
+    "str_float",
+    "str_decimal",
+    "pil",
+    "jpeg",
+    "png",
+    "list[pil]",
+    "list[jpeg]",
+    "list[png]",
+    "jpeg_array",
+    "jpegarray",
+    "json",
+    "pkl",
+)
 UNSAFE = frozenset({"pkl"})
 _U32 = struct.Struct("<I")
 
@@ -44,8 +81,13 @@ class Coder:
 
     __slots__ = ("decode", "encode", "name", "size")
 
-    def __init__(self, name: str, size: int | None, encode: Callable[[Any], bytes],
-                 decode: Callable[[bytes], Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        size: int | None,
+        encode: Callable[[Any], bytes],
+        decode: Callable[[bytes], Any],
+    ) -> None:
         self.name = name
         self.size = size
         self.encode = encode
@@ -151,12 +193,16 @@ def _ndarray(dtype: str | None, shape: tuple[int, ...] | None, name: str) -> Cod
         elif arr.dtype.name != dtype:
             arr = _cast_integers(arr, fixed_dt, name)
         if arr.size == 0:
-            raise InvalidInputError(f"encoding {name!r} cannot store an empty array (streaming "
-                                    "refuses arrays with 0 elements)")
+            raise InvalidInputError(
+                f"encoding {name!r} cannot store an empty array (streaming "
+                "refuses arrays with 0 elements)"
+            )
         if shape is None:
             if arr.ndim == 0:
-                raise InvalidInputError(f"encoding {name!r} cannot store a 0-d array; use a "
-                                        "scalar encoding such as 'int64'")
+                raise InvalidInputError(
+                    f"encoding {name!r} cannot store a 0-d array; use a "
+                    "scalar encoding such as 'int64'"
+                )
             if arr.ndim >= 64:
                 raise InvalidInputError(f"an ndarray may have at most 63 axes, got {arr.ndim}")
             biggest = max(arr.shape)
@@ -172,7 +218,7 @@ def _ndarray(dtype: str | None, shape: tuple[int, ...] | None, name: str) -> Cod
         if fixed_dt is not None and shape is None and len(b) > 1 and b[0] >> 2 == 1:
             # the common case (token arrays): a known dtype and a 1-D shape stored per sample
             w = 1 << (b[0] & 3)
-            dim = int.from_bytes(b[1:1 + w], "little")
+            dim = int.from_bytes(b[1 : 1 + w], "little")
             if dim * fixed_dt.itemsize == len(b) - 1 - w:
                 return np.frombuffer(b, fixed_dt, dim, 1 + w)
         pos = 0
@@ -202,8 +248,10 @@ def _ndarray(dtype: str | None, shape: tuple[int, ...] | None, name: str) -> Cod
         for d in shp:
             count *= d
         if count * dt.itemsize != len(b) - pos:
-            raise ValueError(f"ndarray of shape {shp} and dtype {dt.name} needs "
-                             f"{count * dt.itemsize} bytes, found {len(b) - pos}")
+            raise ValueError(
+                f"ndarray of shape {shp} and dtype {dt.name} needs "
+                f"{count * dt.itemsize} bytes, found {len(b) - pos}"
+            )
         return np.frombuffer(b, dt, count, pos).reshape(shp)
 
     return Coder(name, size, enc, dec)
@@ -259,8 +307,8 @@ def _dec_pil(b: bytes) -> Any:
     if len(b) < 12:
         raise ValueError("pil value is shorter than its 12-byte header")
     w, h, mlen = struct.unpack_from("<III", b)
-    mode = b[12:12 + mlen].decode("utf-8")
-    raw = b[12 + mlen:]
+    mode = b[12 : 12 + mlen].decode("utf-8")
+    raw = b[12 + mlen :]
     if w * h > 8 * len(raw) + 8:  # refuse to allocate far beyond the data we hold
         raise ValueError(f"pil image of {w}x{h} pixels cannot come from {len(raw)} bytes")
     return _image_module().frombytes(mode, (w, h), raw)
@@ -319,14 +367,15 @@ def _split_items(b: bytes, pos: int, n: int, decode: Callable[[bytes], Any], nam
         raise ValueError(f"{name} item sizes add up to more than the value holds")
     out = []
     for s in sizes:
-        out.append(decode(b[pos:pos + s]))
+        out.append(decode(b[pos : pos + s]))
         pos += s
     return out
 
 
 def _enc_jpeg_array(v: Any) -> bytes:
     if not isinstance(v, (list, tuple)) or not all(
-            isinstance(x, (bytes, bytearray, memoryview)) for x in v):
+        isinstance(x, (bytes, bytearray, memoryview)) for x in v
+    ):
         raise InvalidInputError("encoding 'jpeg_array' needs a list of JPEG-encoded bytes")
     items = [bytes(x) for x in v]
     return struct.pack(f"<I{len(items)}I", len(items), *map(len, items)) + b"".join(items)

@@ -19,12 +19,25 @@ from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, Unsa
 INDEX = "index.json"
 VERSION = 2
 # index format name -> lmdata format name
-FORMAT_NAMES = {"mds": "mds", "csv": "mds-csv", "tsv": "mds-tsv", "xsv": "mds-csv",
-                "json": "mds-jsonl"}
+FORMAT_NAMES = {
+    "mds": "mds",
+    "csv": "mds-csv",
+    "tsv": "mds-tsv",
+    "xsv": "mds-csv",
+    "json": "mds-jsonl",
+}
 SHARD_FORMATS = {"mds": "mds", "mds-csv": "csv", "mds-tsv": "tsv", "mds-jsonl": "json"}
 MAX_U32 = 2**32 - 1
-_UNITS = {"kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40, "pb": 1 << 50,
-          "eb": 1 << 60, "zb": 1 << 70, "yb": 1 << 80}
+_UNITS = {
+    "kb": 1 << 10,
+    "mb": 1 << 20,
+    "gb": 1 << 30,
+    "tb": 1 << 40,
+    "pb": 1 << 50,
+    "eb": 1 << 60,
+    "zb": 1 << 70,
+    "yb": 1 << 80,
+}
 
 
 def parse_size_limit(value: int | float | str | None) -> int | None:
@@ -151,8 +164,14 @@ def find_index(path: Path, split: str | None = None) -> Path:
             f"no index.json for split {split!r}; splits here: {', '.join(subs) or 'none'}",
             path=path,
         )
-    hint = (f"; sub-directories with their own index.json: {', '.join(subs[:8])}. Open one with "
-            "split=NAME, or join partitions with `lmdata merge`") if subs else ""
+    hint = (
+        (
+            f"; sub-directories with their own index.json: {', '.join(subs[:8])}. Open one with "
+            "split=NAME, or join partitions with `lmdata merge`"
+        )
+        if subs
+        else ""
+    )
     raise FormatError(f"no index.json here{hint}", path=path)
 
 
@@ -189,12 +208,14 @@ def _file_info(v: Any, key: str, path: Path, i: int) -> FileInfo | None:
     if posixpath.isabs(base) or os.path.isabs(base) or ".." in parts or "\\" in base:
         raise UnsafeDataError(
             f"{key}.basename {base!r} points outside the dataset directory; refusing to open it",
-            path=path, position=f"shard {i}",
+            path=path,
+            position=f"shard {i}",
         )
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise _fail(path, i, f"{key}.bytes must be a non-negative integer, got {size!r}")
     if not isinstance(hashes, dict) or not all(
-            isinstance(k, str) and isinstance(h, str) for k, h in hashes.items()):
+        isinstance(k, str) and isinstance(h, str) for k, h in hashes.items()
+    ):
         raise _fail(path, i, f"{key}.hashes must map algorithm names to hex digests")
     return FileInfo(base, size, dict(hashes))
 
@@ -229,19 +250,30 @@ def parse_shard(i: int, s: Any, path: Path) -> Shard:
     if fmt == "json":
         cols = s.get("columns")
         if not isinstance(cols, dict) or not all(
-                isinstance(k, str) and v in ("str", "int", "float") for k, v in cols.items()):
+            isinstance(k, str) and v in ("str", "int", "float") for k, v in cols.items()
+        ):
             raise _fail(path, i, 'columns must map names to "str", "int" or "float"')
         names, encs, sizes = tuple(cols), tuple(cols.values()), (None,) * len(cols)
     else:
         names, encs = s.get("column_names"), s.get("column_encodings")
-        if not isinstance(names, list) or not isinstance(encs, list) or len(names) != len(encs) \
-                or not all(isinstance(x, str) for x in names + encs):
-            raise _fail(path, i, "column_names and column_encodings must be string lists of "
-                        "equal length")
+        if (
+            not isinstance(names, list)
+            or not isinstance(encs, list)
+            or len(names) != len(encs)
+            or not all(isinstance(x, str) for x in names + encs)
+        ):
+            raise _fail(
+                path, i, "column_names and column_encodings must be string lists of equal length"
+            )
         sizes = s.get("column_sizes", [None] * len(names)) if fmt == "mds" else [None] * len(names)
-        if not isinstance(sizes, list) or len(sizes) != len(names) or not all(
+        if (
+            not isinstance(sizes, list)
+            or len(sizes) != len(names)
+            or not all(
                 z is None or (isinstance(z, int) and not isinstance(z, bool) and z > 0)
-                for z in sizes):
+                for z in sizes
+            )
+        ):
             raise _fail(path, i, "column_sizes must list a positive size or null per column")
         names, encs, sizes = tuple(names), tuple(encs), tuple(sizes)
     if fmt != "mds":
@@ -254,5 +286,20 @@ def parse_shard(i: int, s: Any, path: Path) -> Shard:
             sep = {"csv": ",", "tsv": "\t"}.get(fmt, s.get("separator"))
             if not isinstance(sep, str) or not sep:
                 raise _fail(path, i, "an xsv shard needs a non-empty separator")
-    return Shard(i, fmt, n, raw, zip_, raw_meta, zip_meta, comp or None, tuple(hashes),
-                 limit, names, encs, sizes, sep, newline)
+    return Shard(
+        i,
+        fmt,
+        n,
+        raw,
+        zip_,
+        raw_meta,
+        zip_meta,
+        comp or None,
+        tuple(hashes),
+        limit,
+        names,
+        encs,
+        sizes,
+        sep,
+        newline,
+    )

@@ -19,8 +19,9 @@ from lmdata.formats.mds.encodings import Coder, coder
 EXTRA_BYTES_PER_SAMPLE = 4  # streaming counts one offset per sample against size_limit
 
 
-def shard_config(columns: Mapping[str, str], compression: str | None, hashes: list[str],
-                 size_limit: int | None) -> dict[str, Any]:
+def shard_config(
+    columns: Mapping[str, str], compression: str | None, hashes: list[str], size_limit: int | None
+) -> dict[str, Any]:
     """The per-shard config streaming embeds in each shard and repeats in index.json."""
     names = sorted(columns)
     encs = [columns[n] for n in names]
@@ -30,9 +31,16 @@ def shard_config(columns: Mapping[str, str], compression: str | None, hashes: li
             sizes.append(coder(e).size)
         except ValueError as err:
             raise InvalidInputError(f"column {n!r}: {err}") from None
-    return {"column_encodings": encs, "column_names": names, "column_sizes": sizes,
-            "compression": compression, "format": "mds", "hashes": hashes,
-            "size_limit": size_limit, "version": 2}
+    return {
+        "column_encodings": encs,
+        "column_names": names,
+        "column_sizes": sizes,
+        "compression": compression,
+        "format": "mds",
+        "hashes": hashes,
+        "size_limit": size_limit,
+        "version": 2,
+    }
 
 
 def config_bytes(config: Mapping[str, Any]) -> bytes:
@@ -44,9 +52,13 @@ class SampleEncoder:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.plan: list[tuple[str, Coder, int | None]] = [
-            (n, coder(e), s) for n, e, s in zip(config["column_names"],
-                                                 config["column_encodings"],
-                                                 config["column_sizes"], strict=False)
+            (n, coder(e), s)
+            for n, e, s in zip(
+                config["column_names"],
+                config["column_encodings"],
+                config["column_sizes"],
+                strict=False,
+            )
         ]
         self.config = dict(config)
         self.config_data = config_bytes(config)
@@ -100,9 +112,14 @@ class SampleEncoder:
 class SampleDecoder:
     """Decodes MDS sample bytes into dicts of the types streaming returns."""
 
-    def __init__(self, names: tuple[str, ...], encodings: tuple[str, ...],
-                 sizes: tuple[int | None, ...], allow_unsafe_pickle: bool = False,
-                 select: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        encodings: tuple[str, ...],
+        sizes: tuple[int | None, ...],
+        allow_unsafe_pickle: bool = False,
+        select: tuple[str, ...] | None = None,
+    ) -> None:
         self.plan: list[tuple[str, Callable[[bytes], Any], int | None, bool]] = []
         for n, e, s in zip(names, encodings, sizes, strict=False):
             c = coder(e, allow_unsafe_pickle)
@@ -129,8 +146,16 @@ class SampleDecoder:
                     out[name] = dec(data[pos:end])
                 except LmdataError:
                     raise
-                except (ValueError, TypeError, IndexError, KeyError, struct.error,
-                        ArithmeticError, OSError, SyntaxError) as e:
+                except (
+                    ValueError,
+                    TypeError,
+                    IndexError,
+                    KeyError,
+                    struct.error,
+                    ArithmeticError,
+                    OSError,
+                    SyntaxError,
+                ) as e:
                     raise ValueError(f"column {name!r}: {type(e).__name__}: {e}") from None
             pos = end
         if pos != end_all:
@@ -141,8 +166,12 @@ class SampleDecoder:
         """A function specialised to this column layout, several times faster than
         :meth:`__call__` on the random-access hot path. It checks the sizes once per sample;
         when anything fails it re-decodes with :meth:`__call__` for a precise error."""
-        env: dict[str, Any] = {"_sizes": self.sizes.unpack_from, "_slow": self.__call__,
-                               "_from_bytes": int.from_bytes, "LmdataError": LmdataError}
+        env: dict[str, Any] = {
+            "_sizes": self.sizes.unpack_from,
+            "_slow": self.__call__,
+            "_from_bytes": int.from_bytes,
+            "LmdataError": LmdataError,
+        }
         body = ["def decode(data):", "    try:"]
         var = [f"v{k}" for k in range(self.nvar)]
         if var:

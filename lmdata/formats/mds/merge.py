@@ -35,8 +35,14 @@ def _partitions(inputs: list[str], out: Path) -> list[Path]:
         if (p / INDEX).is_file() and p.resolve() != out.resolve():
             found.append(p)
             continue
-        subs = sorted((c for c in p.iterdir() if c.is_dir() and (c / INDEX).is_file()),
-                      key=lambda c: _natural(c.name)) if p.is_dir() else []
+        subs = (
+            sorted(
+                (c for c in p.iterdir() if c.is_dir() and (c / INDEX).is_file()),
+                key=lambda c: _natural(c.name),
+            )
+            if p.is_dir()
+            else []
+        )
         if not subs:
             raise InvalidInputError(
                 "neither a dataset (no index.json) nor a folder of partitions", path=p
@@ -72,8 +78,9 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
     parts = _partitions(list(inputs), out)
     dest = out / INDEX
     if dest.exists() and not overwrite:
-        raise OutputExistsError("index.json already exists; pass overwrite=True (--overwrite)",
-                                path=dest)
+        raise OutputExistsError(
+            "index.json already exists; pass overwrite=True (--overwrite)", path=dest
+        )
     out.mkdir(parents=True, exist_ok=True)
     shards: list[dict[str, Any]] = []
     for part in parts:

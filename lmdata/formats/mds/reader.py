@@ -34,8 +34,16 @@ DEFAULT_CACHE_BYTES = 512 << 20  # decompressed shards kept in memory
 DEFAULT_MAX_MAPS = 1024  # memory-mapped shards kept open
 _U32 = struct.Struct("<I")
 # cheapest first: the reader checks one recorded hash of each compressed file it loads
-_HASH_COST = {"xxh3_64": 0, "xxh3_128": 1, "xxh64": 2, "xxh128": 3, "xxh32": 4, "md5": 5,
-              "sha1": 6, "blake2b": 7}
+_HASH_COST = {
+    "xxh3_64": 0,
+    "xxh3_128": 1,
+    "xxh64": 2,
+    "xxh128": 3,
+    "xxh32": 4,
+    "md5": 5,
+    "sha1": 6,
+    "blake2b": 7,
+}
 _PAIR = struct.Struct("<II")
 
 
@@ -44,8 +52,9 @@ class _Loaded:
 
     __slots__ = ("cost", "data", "data_path", "lo", "n", "size", "table", "table_path")
 
-    def __init__(self, data: Any, table: Any, n: int, lo: int, cost: int, data_path: Path,
-                 table_path: Path) -> None:
+    def __init__(
+        self, data: Any, table: Any, n: int, lo: int, cost: int, data_path: Path, table_path: Path
+    ) -> None:
         self.data, self.table, self.n, self.lo, self.cost = data, table, n, lo, cost
         self.size = len(data)
         self.data_path, self.table_path = data_path, table_path
@@ -60,18 +69,21 @@ def _read_file(path: Path, info: FileInfo, what: str, shard: int) -> bytes | mma
                 raise CorruptDataError(
                     f"{what} is {size} bytes but index.json says {info.bytes}; the file is "
                     "truncated or was replaced. Run `lmdata validate` on the dataset",
-                    path=path, position=f"shard {shard}",
+                    path=path,
+                    position=f"shard {shard}",
                 )
             if size == 0:
                 return b""
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except FileNotFoundError:
-        raise CorruptDataError(f"{what} file is missing", path=path,
-                               position=f"shard {shard}") from None
+        raise CorruptDataError(
+            f"{what} file is missing", path=path, position=f"shard {shard}"
+        ) from None
 
 
-def load_shard_file(index: Index, shard: Shard, raw: FileInfo, zipped: FileInfo | None,
-                    what: str) -> tuple[bytes | mmap.mmap, Path, int]:
+def load_shard_file(
+    index: Index, shard: Shard, raw: FileInfo, zipped: FileInfo | None, what: str
+) -> tuple[bytes | mmap.mmap, Path, int]:
     """(bytes, path, decompressed cost) of one shard file: the raw file if present, else the
     compressed one, decompressed and checked against the raw size the index declares."""
     raw_path = index.file(raw)
@@ -80,27 +92,35 @@ def load_shard_file(index: Index, shard: Shard, raw: FileInfo, zipped: FileInfo 
     zpath = index.file(zipped)
     family = comp.family_of(shard.compression, path=index.path)
     if family is None:
-        raise CorruptDataError(f"{what} has zip_data but no compression is named",
-                               path=index.path, position=f"shard {shard.number}")
+        raise CorruptDataError(
+            f"{what} has zip_data but no compression is named",
+            path=index.path,
+            position=f"shard {shard.number}",
+        )
     blob = _read_file(zpath, zipped, f"compressed {what}", shard.number)
     if zipped.hashes:  # one hash per decompression is cheap: check it, as streaming can
         algo = min(zipped.hashes, key=lambda a: _HASH_COST.get(a, 9))
         if is_hash(algo) and hexdigest(algo, blob) != zipped.hashes[algo]:
-            raise CorruptDataError(f"{algo} of the compressed file differs from index.json; "
-                                   "the file changed or is corrupt", path=zpath,
-                                   position=f"shard {shard.number}")
+            raise CorruptDataError(
+                f"{algo} of the compressed file differs from index.json; "
+                "the file changed or is corrupt",
+                path=zpath,
+                position=f"shard {shard.number}",
+            )
     try:
         data = comp.decompress(family, bytes(blob), raw.bytes)
     except Exception as e:  # any decoder failure means a corrupt file
-        raise CorruptDataError(f"cannot decompress ({family}): {e}", path=zpath,
-                               position=f"shard {shard.number}") from None
+        raise CorruptDataError(
+            f"cannot decompress ({family}): {e}", path=zpath, position=f"shard {shard.number}"
+        ) from None
     finally:
         if isinstance(blob, mmap.mmap):
             blob.close()
     if len(data) != raw.bytes:
         raise CorruptDataError(
             f"decompresses to {len(data)} bytes but index.json says {raw.bytes}",
-            path=zpath, position=f"shard {shard.number}",
+            path=zpath,
+            position=f"shard {shard.number}",
         )
     return data, zpath, len(data)
 
@@ -117,26 +137,37 @@ def open_shard(index: Index, shard: Shard) -> _Loaded:
     n = shard.samples
     need = 4 + 4 * (n + 1)
     if len(table) < need:
-        raise CorruptDataError(f"file of {len(table)} bytes cannot hold the offsets of {n} "
-                               "samples", path=tpath, position=f"shard {shard.number}")
+        raise CorruptDataError(
+            f"file of {len(table)} bytes cannot hold the offsets of {n} samples",
+            path=tpath,
+            position=f"shard {shard.number}",
+        )
     (found,) = _U32.unpack_from(table, 0)
     if found != n:
-        raise CorruptDataError(f"header says {found} samples, index.json says {n}", path=tpath,
-                               position=f"shard {shard.number}")
+        raise CorruptDataError(
+            f"header says {found} samples, index.json says {n}",
+            path=tpath,
+            position=f"shard {shard.number}",
+        )
     lo = need if not shard.split else 0
     return _Loaded(data, table, n, lo, cost, dpath, tpath)
 
 
-def make_decoder(shard: Shard, allow_unsafe_pickle: bool = False,
-                 select: tuple[str, ...] | None = None) -> Callable[[bytes], dict[str, Any]]:
+def make_decoder(
+    shard: Shard, allow_unsafe_pickle: bool = False, select: tuple[str, ...] | None = None
+) -> Callable[[bytes], dict[str, Any]]:
     if shard.format == "mds":
-        return SampleDecoder(shard.column_names, shard.column_encodings, shard.column_sizes,
-                             allow_unsafe_pickle, select).compile()
+        return SampleDecoder(
+            shard.column_names,
+            shard.column_encodings,
+            shard.column_sizes,
+            allow_unsafe_pickle,
+            select,
+        ).compile()
     if shard.format == "json":
         return decode_json_line
     assert shard.separator is not None and shard.newline is not None
-    return XSVDecoder(shard.column_names, shard.column_encodings, shard.separator,
-                      shard.newline)
+    return XSVDecoder(shard.column_names, shard.column_encodings, shard.separator, shard.newline)
 
 
 class MDSReader:
@@ -172,8 +203,11 @@ class MDSReader:
             known = {n for s in shards for n in s.column_names}
             missing = [c for c in self.select if c not in known]
             if missing:
-                raise LmdataError(f"no column(s) {', '.join(map(repr, missing))}; columns: "
-                                  f"{', '.join(sorted(known))}", path=self.index.path)
+                raise LmdataError(
+                    f"no column(s) {', '.join(map(repr, missing))}; columns: "
+                    f"{', '.join(sorted(known))}",
+                    path=self.index.path,
+                )
         counts = np.array([s.samples for s in shards], dtype=np.int64)
         self._starts = np.zeros(len(shards) + 1, dtype=np.int64)
         np.cumsum(counts, out=self._starts[1:])
@@ -185,10 +219,14 @@ class MDSReader:
                 if raw is None:
                     continue
                 if not self.index.file(raw).exists() and (
-                        zipped is None or not self.index.file(zipped).exists()):
+                    zipped is None or not self.index.file(zipped).exists()
+                ):
                     name = raw.basename + (f" (or {zipped.basename})" if zipped else "")
-                    raise CorruptDataError(f"shard file {name} is missing", path=self.root,
-                                           position=f"shard {s.number}")
+                    raise CorruptDataError(
+                        f"shard file {name} is missing",
+                        path=self.root,
+                        position=f"shard {s.number}",
+                    )
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -243,8 +281,9 @@ class MDSReader:
                 cache[k] = loaded
                 self._cached_bytes += loaded.cost
             # evict least recently used; mappings close when no reader holds them any more
-            while len(cache) > 1 and (self._cached_bytes > self.cache_bytes
-                                      or len(cache) > self.max_open_shards):
+            while len(cache) > 1 and (
+                self._cached_bytes > self.cache_bytes or len(cache) > self.max_open_shards
+            ):
                 _, old = cache.popitem(last=False)
                 self._cached_bytes -= old.cost
             return cache.get(k, loaded)
@@ -253,15 +292,22 @@ class MDSReader:
         dec = self._decoders.get(k)
         if dec is None:
             s = self.index.shards[k]
-            key = (s.format, s.column_names, s.column_encodings, s.column_sizes, s.separator,
-                   s.newline)
+            key = (
+                s.format,
+                s.column_names,
+                s.column_encodings,
+                s.column_sizes,
+                s.separator,
+                s.newline,
+            )
             dec = self._decoder_keys.get(key)
             if dec is None:
                 try:
                     dec = make_decoder(s, self.allow_unsafe_pickle, self.select)
                 except ValueError as e:
-                    raise CorruptDataError(str(e), path=self.index.path,
-                                           position=f"shard {k}") from None
+                    raise CorruptDataError(
+                        str(e), path=self.index.path, position=f"shard {k}"
+                    ) from None
                 self._decoder_keys[key] = dec
             self._decoders[k] = dec
         return dec
@@ -272,22 +318,26 @@ class MDSReader:
             raise CorruptDataError(
                 f"offsets [{begin}, {end}) of sample {j} are not a range inside the "
                 f"{len(loaded.data)}-byte file; run `lmdata validate`",
-                path=loaded.table_path, position=f"shard {k} sample {j}",
+                path=loaded.table_path,
+                position=f"shard {k} sample {j}",
             )
         return loaded.data[begin:end]
 
-    def _decode(self, dec: Callable[[bytes], Any], data: bytes, loaded: _Loaded, k: int,
-                j: int) -> Any:
+    def _decode(
+        self, dec: Callable[[bytes], Any], data: bytes, loaded: _Loaded, k: int, j: int
+    ) -> Any:
         try:
             return dec(data)
         except LmdataError as e:
             if e.path is not None:
                 raise
-            raise type(e)(str(e), path=loaded.data_path,
-                          position=f"shard {k} sample {j}") from None
+            raise type(e)(str(e), path=loaded.data_path, position=f"shard {k} sample {j}") from None
         except (ValueError, UnicodeDecodeError, struct.error, StopIteration) as e:
-            raise CorruptDataError(f"cannot decode sample: {e}", path=loaded.data_path,
-                                   position=f"shard {k} sample {j}") from None
+            raise CorruptDataError(
+                f"cannot decode sample: {e}",
+                path=loaded.data_path,
+                position=f"shard {k} sample {j}",
+            ) from None
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard number, sample within the shard) of global sample ``index``."""
@@ -395,6 +445,7 @@ class MDSReader:
             "compression": sorted({s.compression or "none" for s in shards}),
             "hashes": sorted({h for s in shards for h in s.hashes}),
             "size_limit": sorted({s.size_limit for s in shards if s.size_limit is not None}),
-            "raw_bytes": sum(s.raw_data.bytes + (s.raw_meta.bytes if s.raw_meta else 0)
-                             for s in shards),
+            "raw_bytes": sum(
+                s.raw_data.bytes + (s.raw_meta.bytes if s.raw_meta else 0) for s in shards
+            ),
         }

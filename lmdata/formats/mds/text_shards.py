@@ -36,22 +36,38 @@ class XSVEncoder:
     extra_bytes_per_shard = 0
     extra_bytes_per_sample = 0
 
-    def __init__(self, fmt: str, columns: Mapping[str, str], separator: str, newline: str,
-                 compression: str | None, hashes: list[str], size_limit: int | None) -> None:
+    def __init__(
+        self,
+        fmt: str,
+        columns: Mapping[str, str],
+        separator: str,
+        newline: str,
+        compression: str | None,
+        hashes: list[str],
+        size_limit: int | None,
+    ) -> None:
         if not separator or not newline:
             raise InvalidInputError("separator and newline must be non-empty strings")
         self.names = sorted(columns)
         self.encodings = [columns[n] for n in self.names]
         for n, e in zip(self.names, self.encodings, strict=False):
             if e not in XSV_TYPES:
-                raise InvalidInputError(f"column {n!r}: {fmt} columns are str, int or float, "
-                                        f"not {e!r}")
+                raise InvalidInputError(
+                    f"column {n!r}: {fmt} columns are str, int or float, not {e!r}"
+                )
             if separator in n or newline in n:
                 raise InvalidInputError(f"column name {n!r} holds the separator or newline")
         self.separator, self.newline = separator, newline
-        cfg: dict[str, Any] = {"column_encodings": self.encodings, "column_names": self.names,
-                               "compression": compression, "format": fmt, "hashes": hashes,
-                               "newline": newline, "size_limit": size_limit, "version": 2}
+        cfg: dict[str, Any] = {
+            "column_encodings": self.encodings,
+            "column_names": self.names,
+            "compression": compression,
+            "format": fmt,
+            "hashes": hashes,
+            "newline": newline,
+            "size_limit": size_limit,
+            "version": 2,
+        }
         if fmt == "xsv":  # csv and tsv entries leave the separator out
             cfg["separator"] = separator
         self.config = cfg
@@ -85,19 +101,32 @@ class JSONEncoder:
     extra_bytes_per_shard = 0
     extra_bytes_per_sample = 0
 
-    def __init__(self, columns: Mapping[str, str], newline: str, compression: str | None,
-                 hashes: list[str], size_limit: int | None) -> None:
+    def __init__(
+        self,
+        columns: Mapping[str, str],
+        newline: str,
+        compression: str | None,
+        hashes: list[str],
+        size_limit: int | None,
+    ) -> None:
         for n, e in columns.items():
             if e not in XSV_TYPES:
-                raise InvalidInputError(f"column {n!r}: mds-jsonl columns are str, int or "
-                                        f"float, not {e!r}")
+                raise InvalidInputError(
+                    f"column {n!r}: mds-jsonl columns are str, int or float, not {e!r}"
+                )
         if not newline:
             raise InvalidInputError("newline must be a non-empty string")
         self.columns = dict(columns)
         self.newline = newline
-        self.config = {"columns": self.columns, "compression": compression, "format": "json",
-                       "hashes": hashes, "newline": newline, "size_limit": size_limit,
-                       "version": 2}
+        self.config = {
+            "columns": self.columns,
+            "compression": compression,
+            "format": "json",
+            "hashes": hashes,
+            "newline": newline,
+            "size_limit": size_limit,
+            "version": 2,
+        }
 
     def encode(self, sample: Mapping[str, Any]) -> bytes:
         obj = {}
@@ -120,8 +149,10 @@ def meta_file(samples: list[bytes], start: int, config: Mapping[str, Any]) -> by
     np.cumsum(np.fromiter(map(len, samples), dtype=np.int64, count=n), out=offsets[1:])
     offsets += start
     if int(offsets[-1]) > 0xFFFFFFFF:
-        raise InvalidInputError("this shard would exceed 4 GiB, past what uint32 offsets "
-                                "address; set a size_limit (for example '1gb')")
+        raise InvalidInputError(
+            "this shard would exceed 4 GiB, past what uint32 offsets "
+            "address; set a size_limit (for example '1gb')"
+        )
     text = json.dumps(config, sort_keys=True).encode("utf-8")
     return struct.pack("<I", n) + offsets.astype("<u4").tobytes() + text
 
@@ -129,8 +160,9 @@ def meta_file(samples: list[bytes], start: int, config: Mapping[str, Any]) -> by
 class XSVDecoder:
     """Decodes one XSV line (with its newline) into a dict, as streaming's XSVReader."""
 
-    def __init__(self, names: tuple[str, ...], encodings: tuple[str, ...], separator: str,
-                 newline: str) -> None:
+    def __init__(
+        self, names: tuple[str, ...], encodings: tuple[str, ...], separator: str, newline: str
+    ) -> None:
         self.cols = list(zip(names, [XSV_TYPES[e] for e in encodings], strict=False))
         for n, e in zip(names, encodings, strict=False):
             if e not in XSV_TYPES:
@@ -143,8 +175,9 @@ class XSVDecoder:
             raise ValueError("line does not end with the shard's newline")
         parts = text[: -len(self.newline)].split(self.separator)
         if len(parts) != len(self.cols):
-            raise ValueError(f"line has {len(parts)} fields, the shard has {len(self.cols)} "
-                             "columns")
+            raise ValueError(
+                f"line has {len(parts)} fields, the shard has {len(self.cols)} columns"
+            )
         cols = zip(self.cols, parts, strict=True)
         return {n: (p if t is str else t(p)) for (n, t), p in cols}
 

@@ -65,19 +65,27 @@ class MDSTokens(MDSReader):
     def _setup(self, column: str) -> None:
         for s in self.index.shards:
             if s.format != "mds":
-                raise FormatError(f"shard {s.number} is {s.format}; token columns need MDS "
-                                  "shards", path=self.index.path)
+                raise FormatError(
+                    f"shard {s.number} is {s.format}; token columns need MDS shards",
+                    path=self.index.path,
+                )
             if column not in s.column_names:
-                raise FormatError(f"shard {s.number} has no column {column!r}; columns: "
-                                  f"{', '.join(s.column_names)}", path=self.index.path)
+                raise FormatError(
+                    f"shard {s.number} has no column {column!r}; columns: "
+                    f"{', '.join(s.column_names)}",
+                    path=self.index.path,
+                )
             enc = s.columns[column]
             if enc != "ndarray" and not is_integer_ndarray(enc):
-                raise FormatError(f"column {column!r} is {enc!r}; a token column is an integer "
-                                  "ndarray", path=self.index.path)
+                raise FormatError(
+                    f"column {column!r} is {enc!r}; a token column is an integer ndarray",
+                    path=self.index.path,
+                )
             shape = parse_ndarray(enc)[1]
             if shape is not None and len(shape) != 1:
-                raise FormatError(f"column {column!r} has shape {shape}; tokens are 1-D",
-                                  path=self.index.path)
+                raise FormatError(
+                    f"column {column!r} has shape {shape}; tokens are 1-D", path=self.index.path
+                )
         self.token_column = column
         self.select = (column,)
         self._boundaries: np.ndarray | None = None
@@ -96,7 +104,8 @@ class MDSTokens(MDSReader):
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
             raise CorruptDataError(
                 f"token column holds a {arr.dtype} array of shape {arr.shape}; tokens are 1-D "
-                "integers", path=self.index.file(self.index.shards[k].raw_data),
+                "integers",
+                path=self.index.file(self.index.shards[k].raw_data),
                 position=f"shard {k} sample {j}",
             )
         return arr
@@ -159,7 +168,7 @@ class MDSTokens(MDSReader):
         docs = self.take(np.arange(first, last))
         flat = np.concatenate(docs)
         off = start - int(b[first])
-        return flat[off: off + (stop - start)]
+        return flat[off : off + (stop - start)]
 
     def _shard_lengths(self, k: int) -> np.ndarray:
         """Token count of every sample of shard ``k`` from offsets and array headers."""
@@ -172,22 +181,32 @@ class MDSTokens(MDSReader):
         buf = np.frombuffer(loaded.data, np.uint8)
         begins, ends = offs[:-1], offs[1:]
         try:
-            lengths = self._lengths(s.column_names, s.column_encodings, s.column_sizes, buf,
-                                    begins, ends)
+            lengths = self._lengths(
+                s.column_names, s.column_encodings, s.column_sizes, buf, begins, ends
+            )
         except (IndexError, ValueError):
             lengths = None
         if lengths is None:  # inconsistent headers: decode one by one for a precise error
             for j in range(n):
-                self._tokens(self._decode(self._decoder(k), self._raw(loaded, k, j), loaded,
-                                          k, j), k, j)
-            raise CorruptDataError("token array headers disagree with the offsets; run "
-                                   "`lmdata validate`", path=loaded.data_path,
-                                   position=f"shard {k}")
+                self._tokens(
+                    self._decode(self._decoder(k), self._raw(loaded, k, j), loaded, k, j), k, j
+                )
+            raise CorruptDataError(
+                "token array headers disagree with the offsets; run `lmdata validate`",
+                path=loaded.data_path,
+                position=f"shard {k}",
+            )
         return lengths
 
-    def _lengths(self, names: tuple[str, ...], encs: tuple[str, ...],
-                 sizes: tuple[int | None, ...], buf: np.ndarray, begins: np.ndarray,
-                 ends: np.ndarray) -> np.ndarray | None:
+    def _lengths(
+        self,
+        names: tuple[str, ...],
+        encs: tuple[str, ...],
+        sizes: tuple[int | None, ...],
+        buf: np.ndarray,
+        begins: np.ndarray,
+        ends: np.ndarray,
+    ) -> np.ndarray | None:
         if len(begins) and (begins.min() < 0 or ends.max() > len(buf) or (ends < begins).any()):
             return None
         nvar = sum(1 for z in sizes if z is None)
@@ -227,7 +246,7 @@ class MDSTokens(MDSReader):
 
     def info(self) -> dict[str, Any]:
         out = super().info()
-        out.update({"token_column": self.token_column, "sequences": len(self),
-                    "tokens": self.num_tokens})
+        out.update(
+            {"token_column": self.token_column, "sequences": len(self), "tokens": self.num_tokens}
+        )
         return out
-

@@ -46,7 +46,8 @@ class _ShardReport:
     def finish(self) -> None:
         if self.count > MAX_REPORTED:
             self.parent.problems.append(
-                f"shard {self.s.number}: {self.count - MAX_REPORTED} more problems like the above")
+                f"shard {self.s.number}: {self.count - MAX_REPORTED} more problems like the above"
+            )
 
 
 def _check_hashes(rep: _ShardReport, s: Shard, info: FileInfo, data: bytes, what: str) -> None:
@@ -59,12 +60,15 @@ def _check_hashes(rep: _ShardReport, s: Shard, info: FileInfo, data: bytes, what
             continue
         got = hexdigest(algo, data)
         if got != want:
-            rep.add(f"{what} {info.basename}: {algo} is {got}, index.json says {want} "
-                    "(the file changed or is corrupt)")
+            rep.add(
+                f"{what} {info.basename}: {algo} is {got}, index.json says {want} "
+                "(the file changed or is corrupt)"
+            )
 
 
-def _load(index: Index, rep: _ShardReport, s: Shard, raw: FileInfo, zipped: FileInfo | None,
-          what: str) -> bytes | None:
+def _load(
+    index: Index, rep: _ShardReport, s: Shard, raw: FileInfo, zipped: FileInfo | None, what: str
+) -> bytes | None:
     """The uncompressed bytes of one shard file, checking sizes and hashes on the way."""
     raw_path = index.file(raw)
     data: bytes | None = None
@@ -76,8 +80,9 @@ def _load(index: Index, rep: _ShardReport, s: Shard, raw: FileInfo, zipped: File
     if zipped is not None and index.file(zipped).is_file():
         blob = index.file(zipped).read_bytes()
         if len(blob) != zipped.bytes:
-            rep.add(f"{what} {zipped.basename} is {len(blob)} bytes, index.json says "
-                    f"{zipped.bytes}")
+            rep.add(
+                f"{what} {zipped.basename} is {len(blob)} bytes, index.json says {zipped.bytes}"
+            )
         _check_hashes(rep, s, zipped, blob, f"compressed {what}")
         try:
             family = comp.family_of(s.compression)
@@ -89,8 +94,10 @@ def _load(index: Index, rep: _ShardReport, s: Shard, raw: FileInfo, zipped: File
             return data
         if data is None:
             if len(unzipped) != raw.bytes:
-                rep.add(f"{what} {zipped.basename} decompresses to {len(unzipped)} bytes, "
-                        f"index.json says {raw.bytes}")
+                rep.add(
+                    f"{what} {zipped.basename} decompresses to {len(unzipped)} bytes, "
+                    f"index.json says {raw.bytes}"
+                )
             _check_hashes(rep, s, raw, unzipped, what)
             data = unzipped
         elif unzipped != data:
@@ -126,8 +133,10 @@ def _check_config(rep: _ShardReport, s: Shard, text: bytes) -> None:
         if cfg.get("columns") != s.columns:
             rep.add("the shard's embedded columns differ from index.json")
         return
-    for key, want in (("column_names", list(s.column_names)),
-                      ("column_encodings", list(s.column_encodings))):
+    for key, want in (
+        ("column_names", list(s.column_names)),
+        ("column_encodings", list(s.column_encodings)),
+    ):
         if cfg.get(key) != want:
             rep.add(f"the shard's embedded {key} {cfg.get(key)!r} differ from index.json {want!r}")
 
@@ -146,7 +155,7 @@ def _check_shard(index: Index, s: Shard, rep: _ShardReport, allow_unsafe_pickle:
     n = s.samples
     head = 4 + 4 * (n + 1)
     if s.format == "mds":
-        _check_config(rep, s, data[head: int(offs[0])] if head <= offs[0] <= len(data) else b"")
+        _check_config(rep, s, data[head : int(offs[0])] if head <= offs[0] <= len(data) else b"")
         lo = head
     else:
         _check_config(rep, s, table[head:])
@@ -155,16 +164,20 @@ def _check_shard(index: Index, s: Shard, rep: _ShardReport, allow_unsafe_pickle:
             assert s.separator is not None and s.newline is not None
             header = (s.separator.join(s.column_names) + s.newline).encode("utf-8")
             if not data.startswith(header) or offs[0] != len(header):
-                rep.add(f"data file does not start with the header line {header!r} that the "
-                        "offsets skip")
+                rep.add(
+                    f"data file does not start with the header line {header!r} that the "
+                    "offsets skip"
+                )
         elif offs[0] != 0:
             rep.add(f"the first offset is {int(offs[0])}, a JSONL shard starts at 0")
     if offs[-1] != len(data):
         rep.add(f"the last offset is {int(offs[-1])} but the data is {len(data)} bytes")
     bad = np.flatnonzero(offs[1:] < offs[:-1])
     for j in bad[:MAX_REPORTED]:
-        rep.add(f"offset {int(offs[j + 1])} is less than the one before it, {int(offs[j])}",
-                sample=int(j))
+        rep.add(
+            f"offset {int(offs[j + 1])} is less than the one before it, {int(offs[j])}",
+            sample=int(j),
+        )
     if offs[0] < lo:
         rep.add(f"the first sample starts at {int(offs[0])}, inside the {lo}-byte header")
     try:
@@ -186,8 +199,13 @@ def _check_shard(index: Index, s: Shard, rep: _ShardReport, allow_unsafe_pickle:
             rep.add(f"does not decode: {e}", sample=j)
 
 
-def validate(path: str | os.PathLike[str], *, split: str | None = None,
-             allow_unsafe_pickle: bool = False, **_: Any) -> list[str]:
+def validate(
+    path: str | os.PathLike[str],
+    *,
+    split: str | None = None,
+    allow_unsafe_pickle: bool = False,
+    **_: Any,
+) -> list[str]:
     """All problems found in the streaming dataset at ``path`` (empty when it is valid)."""
     try:
         index = load_index(find_index(Path(path), split))

@@ -115,15 +115,24 @@ class Writer:
         spec = self._compression.spec if self._compression else None
         if self._shard_format == "mds":
             self._encoder = SampleEncoder(
-                shard_config(columns, spec, self._hashes, self._size_limit))
+                shard_config(columns, spec, self._hashes, self._size_limit)
+            )
             self._extra_sample = EXTRA_BYTES_PER_SAMPLE
         elif self._shard_format == "json":
-            self._encoder = JSONEncoder(columns, self._newline, spec, self._hashes,
-                                        self._size_limit)
+            self._encoder = JSONEncoder(
+                columns, self._newline, spec, self._hashes, self._size_limit
+            )
             self._extra_sample = 0
         else:
-            self._encoder = XSVEncoder(self._shard_format, columns, self._separator or ",",
-                                       self._newline, spec, self._hashes, self._size_limit)
+            self._encoder = XSVEncoder(
+                self._shard_format,
+                columns,
+                self._separator or ",",
+                self._newline,
+                spec,
+                self._hashes,
+                self._size_limit,
+            )
             self._extra_sample = 0
         self._columns = columns
         self._shard_size = self._extra_shard
@@ -174,14 +183,20 @@ class Writer:
         self.count += 1
 
     def _write_file(self, raw: bytes, raw_name: str) -> tuple[dict[str, Any], dict | None]:
-        raw_info = {"basename": raw_name, "bytes": len(raw),
-                    "hashes": {a: hexdigest(a, raw) for a in self._hashes}}
+        raw_info = {
+            "basename": raw_name,
+            "bytes": len(raw),
+            "hashes": {a: hexdigest(a, raw) for a in self._hashes},
+        }
         data, name, zip_info = raw, raw_name, None
         if self._compression is not None:
             data = comp.compress(self._compression, raw)
             name = f"{raw_name}.{self._compression.extension}"
-            zip_info = {"basename": name, "bytes": len(data),
-                        "hashes": {a: hexdigest(a, data) for a in self._hashes}}
+            zip_info = {
+                "basename": name,
+                "bytes": len(data),
+                "hashes": {a: hexdigest(a, data) for a in self._hashes},
+            }
         with open(self._out.tmp / name, "wb") as f:
             f.write(data)
         return raw_info, zip_info
@@ -227,4 +242,3 @@ class Writer:
             self.close()
         else:
             self.abort()
-
