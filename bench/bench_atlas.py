@@ -37,15 +37,40 @@ TAKE = 2_000
 
 def make_examples(n: int) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
-    vocab = np.array(["the", "of", "model", "token", "data", "train", "café", "Ωmega", "loss",
-                      "shard", "block", "an", "ando", "zeru", "\n", "42", "€uro", "batch"])
+    vocab = np.array(
+        [
+            "the",
+            "of",
+            "model",
+            "token",
+            "data",
+            "train",
+            "café",
+            "Ωmega",
+            "loss",
+            "shard",
+            "block",
+            "an",
+            "ando",
+            "zeru",
+            "\n",
+            "42",
+            "€uro",
+            "batch",
+        ]
+    )
     out = []
     for i in range(n):
         k = int(rng.integers(5, 160))
-        out.append({"id": i, "text": " ".join(vocab[rng.integers(0, len(vocab), k)]),
-                    "tags": ["news", "sport", "math"][: int(rng.integers(0, 4))],
-                    "score": round(float(rng.random()) * 1000, 3),
-                    "nested": {"a": rng.integers(-10**6, 10**6, int(rng.integers(1, 4))).tolist()}})
+        out.append(
+            {
+                "id": i,
+                "text": " ".join(vocab[rng.integers(0, len(vocab), k)]),
+                "tags": ["news", "sport", "math"][: int(rng.integers(0, 4))],
+                "score": round(float(rng.random()) * 1000, 3),
+                "nested": {"a": rng.integers(-(10**6), 10**6, int(rng.integers(1, 4))).tolist()},
+            }
+        )
     return out
 
 
@@ -55,25 +80,36 @@ class OriginStyle:
     def __init__(self, root: Path) -> None:
         import bisect
         import json
+
         self._bisect = bisect.bisect_left
         meta = json.loads((root / "meta.json").read_text())
-        shared = (root / "zstd_dict.bin").read_bytes() if meta["compression_strategy"] == 2 \
-            else None
+        shared = (
+            (root / "zstd_dict.bin").read_bytes() if meta["compression_strategy"] == 2 else None
+        )
         self.shards = []
         for d in sorted(p for p in root.iterdir() if p.is_dir()):
             m = json.loads((d / "meta.json").read_text())
             s = m["compression_strategy"]
             dd = None
             if s == 3:
-                dd = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(
-                    (d / "zstd_dict.bin").read_bytes()))
+                dd = zstandard.ZstdDecompressor(
+                    dict_data=zstandard.ZstdCompressionDict((d / "zstd_dict.bin").read_bytes())
+                )
             elif s == 2:
                 dd = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(shared))
             elif s == 1:
                 dd = zstandard.ZstdDecompressor()
-            self.shards.append({"bs": m["block_size"], "n": m["stored_examples"], "dd": dd,
-                                "index": np.load(d / "index.npy", mmap_mode="r"),
-                                "f": open(d / "data.bin", "rb"), "last": None, "lb": None})
+            self.shards.append(
+                {
+                    "bs": m["block_size"],
+                    "n": m["stored_examples"],
+                    "dd": dd,
+                    "index": np.load(d / "index.npy", mmap_mode="r"),
+                    "f": open(d / "data.bin", "rb"),
+                    "last": None,
+                    "lb": None,
+                }
+            )
         self.cumsum = np.cumsum([s["n"] for s in self.shards]).tolist()
 
     def __getitem__(self, i: int) -> Any:
@@ -82,7 +118,7 @@ class OriginStyle:
         j = i - (self.cumsum[s - 1] if s else 0)
         b, k = divmod(j, sh["bs"])
         if sh["lb"] != b:
-            a, e = sh["index"][b: b + 2]
+            a, e = sh["index"][b : b + 2]
             sh["f"].seek(int(a))
             raw = sh["f"].read(int(e - a))
             if sh["dd"] is not None:
@@ -112,7 +148,7 @@ class Limit:
         self.mm = np.memmap(root / "data.bin", dtype=np.uint8, mode="r")
 
     def __getitem__(self, i: int) -> Any:
-        return pickle.loads(self.mm[self.offsets[i]: self.offsets[i + 1]])
+        return pickle.loads(self.mm[self.offsets[i] : self.offsets[i + 1]])
 
 
 def best(f: Callable[[], float], runs: int = 2) -> float:
@@ -163,23 +199,30 @@ def run(tmp: Path) -> None:
     rand_idx = rng.integers(0, N, RAND).tolist()
     take_idx = rng.integers(0, N, TAKE)
     raw_mb = sum(len(pickle.dumps(e, protocol=4)) for e in ex) / 1e6
-    print(f"{N:,} dict examples, {raw_mb:.1f} MB pickled one by one; shards of {SHARD:,}; "
-          f"{os.cpu_count()} CPUs; warm page cache. kex/s = thousands of examples per second.")
-    print("origin = torch-atlas-ds's read path re-implemented (the package is not on PyPI); "
-          "rand = single random r[i] with the default 64 MiB cache (it holds this whole\n"
-          "dataset's blocks), no cache = cache_bytes=0, as for a dataset far larger than the "
-          "cache; take = one r.take() of 2,000 random indices.\n")
-    head = (f"{'strategy':<11}{'block':>6}{'MB disk':>9}{'write s':>8}{'seq kex/s':>11}"
-            f"{'origin seq':>11}{'rand kex/s':>11}{'no cache':>9}{'origin rand':>12}{'x origin':>9}"
-            f"{'take kex/s':>11}")
+    print(
+        f"{N:,} dict examples, {raw_mb:.1f} MB pickled one by one; shards of {SHARD:,}; "
+        f"{os.cpu_count()} CPUs; warm page cache. kex/s = thousands of examples per second."
+    )
+    print(
+        "origin = torch-atlas-ds's read path re-implemented (the package is not on PyPI); "
+        "rand = single random r[i] with the default 64 MiB cache (it holds this whole\n"
+        "dataset's blocks), no cache = cache_bytes=0, as for a dataset far larger than the "
+        "cache; take = one r.take() of 2,000 random indices.\n"
+    )
+    head = (
+        f"{'strategy':<11}{'block':>6}{'MB disk':>9}{'write s':>8}{'seq kex/s':>11}"
+        f"{'origin seq':>11}{'rand kex/s':>11}{'no cache':>9}{'origin rand':>12}{'x origin':>9}"
+        f"{'take kex/s':>11}"
+    )
     print(head)
     print("-" * len(head))
     for strategy, sname in STRATEGIES.items():
         for bs in BLOCKS:
             out = tmp / f"a{strategy}_{bs}"
             t0 = time.perf_counter()
-            with lmdata.writer(out, "atlas", shard_size=SHARD, block_size=bs,
-                               compression_strategy=strategy) as w:
+            with lmdata.writer(
+                out, "atlas", shard_size=SHARD, block_size=bs, compression_strategy=strategy
+            ) as w:
                 for e in ex:
                     w.write(e)
             wt = time.perf_counter() - t0
@@ -193,9 +236,12 @@ def run(tmp: Path) -> None:
             ornd = best(lambda o=o: rate(o.__getitem__, rand_idx))
             o.close()
             tk = best(lambda r=r: TAKE / timed(lambda: r.take(take_idx)))
-            print(f"{sname:<11}{bs:>6}{disk_usage(out) / 1e6:>9.1f}{wt:>8.2f}{seq / 1e3:>11.0f}"
-                  f"{oseq / 1e3:>11.0f}{rnd / 1e3:>11.1f}{rnd0 / 1e3:>9.1f}{ornd / 1e3:>12.1f}"
-                  f"{rnd / ornd:>9.2f}{tk / 1e3:>11.1f}", flush=True)
+            print(
+                f"{sname:<11}{bs:>6}{disk_usage(out) / 1e6:>9.1f}{wt:>8.2f}{seq / 1e3:>11.0f}"
+                f"{oseq / 1e3:>11.0f}{rnd / 1e3:>11.1f}{rnd0 / 1e3:>9.1f}{ornd / 1e3:>12.1f}"
+                f"{rnd / ornd:>9.2f}{tk / 1e3:>11.1f}",
+                flush=True,
+            )
             shutil.rmtree(out)
     print()
     workers(tmp, ex)
@@ -217,8 +263,15 @@ def workers(tmp: Path, ex: list[dict[str, Any]]) -> None:
 
 
 def _write(out: Path, items: list[Any], w: int) -> None:
-    with lmdata.writer(out, "atlas", shard_size=N, block_size=256, compression_strategy=1,
-                       compression_level=12, workers=w) as wr:
+    with lmdata.writer(
+        out,
+        "atlas",
+        shard_size=N,
+        block_size=256,
+        compression_strategy=1,
+        compression_level=12,
+        workers=w,
+    ) as wr:
         for it in items:
             wr.write(it)
 
@@ -235,8 +288,10 @@ def peers(tmp: Path, ex: list[dict[str, Any]], rand_idx: list[int]) -> None:
     p = PickleFiles(d)
     seq = seq_rate(lambda: (p[i] for i in range(N)), N)
     rnd = rate(p.__getitem__, rand_idx)
-    print(f"{'per-example pickle files':<38}{disk_usage(d) / 1e6:>9.1f}{wt:>8.2f}"
-          f"{seq / 1e3:>11.0f}{rnd / 1e3:>11.1f}")
+    print(
+        f"{'per-example pickle files':<38}{disk_usage(d) / 1e6:>9.1f}{wt:>8.2f}"
+        f"{seq / 1e3:>11.0f}{rnd / 1e3:>11.1f}"
+    )
     shutil.rmtree(d)
     # The practical limit: one mmap'd file of back-to-back pickles and an offset array.
     d = tmp / "limit"
@@ -249,15 +304,26 @@ def peers(tmp: Path, ex: list[dict[str, Any]], rand_idx: list[int]) -> None:
     lim = Limit(d)
     seq = seq_rate(lambda: (lim[i] for i in range(N)), N)
     rnd = rate(lim.__getitem__, rand_idx)
-    print(f"{'limit: mmap of per-example pickles':<38}{disk_usage(d) / 1e6:>9.1f}{wt:>8.2f}"
-          f"{seq / 1e3:>11.0f}{rnd / 1e3:>11.1f}")
+    print(
+        f"{'limit: mmap of per-example pickles':<38}{disk_usage(d) / 1e6:>9.1f}{wt:>8.2f}"
+        f"{seq / 1e3:>11.0f}{rnd / 1e3:>11.1f}"
+    )
     # MDS (zstd), if that format works in this tree.
     try:
         d = tmp / "mds"
         t0 = time.perf_counter()
-        with lmdata.writer(d, "mds", columns={"id": "int64", "text": "str", "tags": "json",
-                                              "score": "float64", "nested": "json"},
-                           compression="zstd") as w:
+        with lmdata.writer(
+            d,
+            "mds",
+            columns={
+                "id": "int64",
+                "text": "str",
+                "tags": "json",
+                "score": "float64",
+                "nested": "json",
+            },
+            compression="zstd",
+        ) as w:
             for e in ex:
                 w.write(e)
         wt = time.perf_counter() - t0
@@ -265,8 +331,10 @@ def peers(tmp: Path, ex: list[dict[str, Any]], rand_idx: list[int]) -> None:
         assert m[7]["text"] == ex[7]["text"]
         seq = seq_rate(lambda: iter(m), N)
         rnd = rate(m.__getitem__, rand_idx)
-        print(f"{'mds (zstd, lmdata)':<38}{disk_usage(d) / 1e6:>9.1f}{wt:>8.2f}"
-              f"{seq / 1e3:>11.0f}{rnd / 1e3:>11.1f}")
+        print(
+            f"{'mds (zstd, lmdata)':<38}{disk_usage(d) / 1e6:>9.1f}{wt:>8.2f}"
+            f"{seq / 1e3:>11.0f}{rnd / 1e3:>11.1f}"
+        )
     except Exception as e:  # MDS is built concurrently; leave it out when it does not work
         print(f"{'mds':<38} skipped: {type(e).__name__}: {e}"[:140], file=sys.stdout)
 

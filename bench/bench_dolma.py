@@ -26,14 +26,21 @@ from lmdata.dolma.tag import tag
 N_DOCS = 100_000
 N_FILES = 4
 # anchors-measured.md W6 (dolma 1.2.1 CLI, wall time with start-up, 100k docs, 2 cores)
-DOLMA_W6 = {("tag", 2): 13_300, ("tag", 1): 13_500, ("mix 1 shard", 1): 9_460,
-            ("mix 1 shard/file", 2): 15_800, ("mix 1 shard/file", 1): 17_900}
+DOLMA_W6 = {
+    ("tag", 2): 13_300,
+    ("tag", 1): 13_500,
+    ("mix 1 shard", 1): 9_460,
+    ("mix 1 shard/file", 2): 15_800,
+    ("mix 1 shard/file", 1): 17_900,
+}
 
 
 def generate(root: Path) -> list[Path]:
     rng = np.random.default_rng(12345)
-    vocab = ["".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(2, 11)))
-             for _ in range(10_000)]
+    vocab = [
+        "".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(2, 11)))
+        for _ in range(10_000)
+    ]
     p = 1.0 / np.arange(1, 10_001)
     p /= p.sum()
     words = rng.choice(10_000, 4_000_000, p=p)
@@ -53,9 +60,18 @@ def generate(root: Path) -> list[Path]:
                 parts.append(word)
                 n += len(word) + 1
             text = " ".join(parts)[: lengths[i]]
-            lines.append(orjson.dumps({"id": f"doc-{i:06d}", "text": text, "source": "bench",
-                                       "added": "2024-01-01", "created": "2020-01-01",
-                                       "version": "v0"}))
+            lines.append(
+                orjson.dumps(
+                    {
+                        "id": f"doc-{i:06d}",
+                        "text": text,
+                        "source": "bench",
+                        "added": "2024-01-01",
+                        "created": "2020-01-01",
+                        "version": "v0",
+                    }
+                )
+            )
         f = ddir / f"part-{k}.jsonl.gz"
         f.write_bytes(gzip.compress(b"\n".join(lines) + b"\n", compresslevel=6, mtime=0))
         files.append(f)
@@ -79,43 +95,78 @@ def main() -> None:
         t0 = time.perf_counter()
         files = generate(work / "ds")
         mb = sum(f.stat().st_size for f in files) / 1e6
-        print(f"{N_DOCS:,} documents in {N_FILES} files, {mb:.1f} MB gzip "
-              f"(generated in {time.perf_counter() - t0:.0f} s)")
+        print(
+            f"{N_DOCS:,} documents in {N_FILES} files, {mb:.1f} MB gzip "
+            f"(generated in {time.perf_counter() - t0:.0f} s)"
+        )
         limit = max(bare_read(files) for _ in range(2))
         docs = [str(work / "ds" / "documents" / "*.jsonl.gz")]
         rows: list[tuple[str, int, float]] = []
         for procs in (1, 2):
-            cfg = TagConfig.from_dict({"documents": docs, "processes": procs,
-                                       "taggers": ["char_length_v1", "whitespace_tokenizer_v1"],
-                                       "ignore_existing": True})
+            cfg = TagConfig.from_dict(
+                {
+                    "documents": docs,
+                    "processes": procs,
+                    "taggers": ["char_length_v1", "whitespace_tokenizer_v1"],
+                    "ignore_existing": True,
+                }
+            )
             rows.append(("tag", procs, tag(cfg).docs_per_second))
         for procs in (1, 2):
-            cfg = DedupeConfig.from_dict({"documents": docs, "processes": procs, "dedupe": {
-                "name": f"dd{procs}", "documents": {"attribute_name": "dup", "key": "$.text"}}})
+            cfg = DedupeConfig.from_dict(
+                {
+                    "documents": docs,
+                    "processes": procs,
+                    "dedupe": {
+                        "name": f"dd{procs}",
+                        "documents": {"attribute_name": "dup", "key": "$.text"},
+                    },
+                }
+            )
             rows.append(("dedupe docs by $.text", procs, dedupe(cfg).docs_per_second))
-        for procs, label, size in ((1, "mix 1 shard", 2 * 1024**3),
-                                   (1, "mix 1 shard/file", 1),
-                                   (2, "mix 1 shard/file", 1)):
+        for procs, label, size in (
+            (1, "mix 1 shard", 2 * 1024**3),
+            (1, "mix 1 shard/file", 1),
+            (2, "mix 1 shard/file", 1),
+        ):
             out = work / f"mixed-{procs}-{size}"
-            cfg = MixerConfig.from_dict({"processes": procs, "streams": [{
-                "name": "m", "documents": docs,
-                "attributes": ["char_length_v1", "whitespace_tokenizer_v1"],
-                "filter": {"include": [
-                    "$.attributes[?(@.char_length_v1__char_length_v1__length[0][2] >= 1500.0)]"]},
-                "output": {"path": str(out), "max_size_in_bytes": size}}]})
+            cfg = MixerConfig.from_dict(
+                {
+                    "processes": procs,
+                    "streams": [
+                        {
+                            "name": "m",
+                            "documents": docs,
+                            "attributes": ["char_length_v1", "whitespace_tokenizer_v1"],
+                            "filter": {
+                                "include": [
+                                    "$.attributes[?(@.char_length_v1__char_length_v1__length[0][2] >= 1500.0)]"  # noqa: E501
+                                ]
+                            },
+                            "output": {"path": str(out), "max_size_in_bytes": size},
+                        }
+                    ],
+                }
+            )
             res = mix(cfg)
             rows.append((label, procs, res.docs_per_second))
-        print(f"\n{'operation':<24}{'procs':>6}{'lmdata docs/s':>15}{'dolma W6 (quoted)':>19}"
-              f"{'vs dolma':>10}{'bare gzip+orjson':>18}{'of limit':>10}")
+        print(
+            f"\n{'operation':<24}{'procs':>6}{'lmdata docs/s':>15}{'dolma W6 (quoted)':>19}"
+            f"{'vs dolma':>10}{'bare gzip+orjson':>18}{'of limit':>10}"
+        )
         for name, procs, rate in rows:
             ref = DOLMA_W6.get((name, procs))
             refs = f"{ref:,}" if ref else "n/a"
             ratio = f"{rate / ref:.2f}x" if ref else "-"
-            print(f"{name:<24}{procs:>6}{rate:>15,.0f}{refs:>19}{ratio:>10}{limit:>18,.0f}"
-                  f"{rate / limit:>10.2f}")
-        print("\nbare read = one process, gzip.open + orjson.loads per line (the practical "
-              "limit of a Python reader);\ndolma numbers: its CLI on W6's 100k docs incl. ~1 s "
-              "start-up; dolma has no dedupe-by-text figure.")
+            print(
+                f"{name:<24}{procs:>6}{rate:>15,.0f}{refs:>19}{ratio:>10}{limit:>18,.0f}"
+                f"{rate / limit:>10.2f}"
+            )
+        print(
+            "\nbare read = one process, gzip.open + orjson.loads per line (the practical "
+            "limit of a Python reader);\ndolma numbers: its CLI on W6's 100k docs incl. ~1 s "
+            "start-up; dolma has no dedupe-by-text figure."
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

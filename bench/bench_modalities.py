@@ -88,11 +88,16 @@ def bench_index(tmp: Path) -> None:
     t_or = best(lambda: origin_index(src))
     t_bare = best(lambda: bare_scan(src))
     assert pickle.loads((tmp / "docs.idx").read_bytes()) == origin_index(src)
-    table(f"raw index build: {N_DOCS:,} JSONL lines, {mb:.1f} MB (docs/s)", [
-        ("bare newline scan (limit; no JSON check)", N_DOCS / t_bare, ""),
-        ("lmdata index (orjson check per line)", N_DOCS / t_lm, f"{mb / t_lm:.0f} MB/s"),
-        ("origin algorithm (readline + json.loads)", N_DOCS / t_or, f"{mb / t_or:.0f} MB/s"),
-    ], "docs/s", N_DOCS / t_bare)
+    table(
+        f"raw index build: {N_DOCS:,} JSONL lines, {mb:.1f} MB (docs/s)",
+        [
+            ("bare newline scan (limit; no JSON check)", N_DOCS / t_bare, ""),
+            ("lmdata index (orjson check per line)", N_DOCS / t_lm, f"{mb / t_lm:.0f} MB/s"),
+            ("origin algorithm (readline + json.loads)", N_DOCS / t_or, f"{mb / t_or:.0f} MB/s"),
+        ],
+        "docs/s",
+        N_DOCS / t_bare,
+    )
 
     r = modalities_jsonl.open(src)
     offs, lens = r.offsets, r.lengths
@@ -104,7 +109,7 @@ def bench_index(tmp: Path) -> None:
 
     def lm_take() -> None:
         for lo in range(0, N_READS, BATCH):
-            r.take(idx[lo: lo + BATCH])
+            r.take(idx[lo : lo + BATCH])
 
     f = open(src, "rb")
     mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -112,19 +117,21 @@ def bench_index(tmp: Path) -> None:
 
     def bare() -> None:
         for i in idx.tolist():
-            orjson.loads(mm[o_l[i]: o_l[i] + n_l[i]])
+            orjson.loads(mm[o_l[i] : o_l[i] + n_l[i]])
 
     origin_idx = origin_index(src)
 
     def origin() -> None:  # LargeFileLinesReader: mmap slice, decode, then json.loads
         for i in idx.tolist():
             o, n = origin_idx[i]
-            json.loads(mm[o: o + n].decode("utf-8"))
+            json.loads(mm[o : o + n].decode("utf-8"))
 
-    rows = [("bare mmap + orjson (limit)", N_READS / best(bare), ""),
-            ("lmdata r[i]", N_READS / best(lm_single), ""),
-            (f"lmdata take (batches of {BATCH})", N_READS / best(lm_take), ""),
-            ("origin algorithm (decode + json.loads)", N_READS / best(origin), "")]
+    rows = [
+        ("bare mmap + orjson (limit)", N_READS / best(bare), ""),
+        ("lmdata r[i]", N_READS / best(lm_single), ""),
+        (f"lmdata take (batches of {BATCH})", N_READS / best(lm_take), ""),
+        ("origin algorithm (decode + json.loads)", N_READS / best(origin), ""),
+    ]
     table(f"random JSONL document reads, {N_READS:,} (docs/s)", rows, "docs/s", rows[0][1])
     mm.close()
     f.close()
@@ -152,11 +159,19 @@ def bench_pbin(tmp: Path) -> None:
                 f.write(eod.tobytes())
 
     t_w, t_b = best(lm_write), best(bare_write)
-    table(f"writing .pbin: {N_DOCS:,} documents, {ntok / 1e6:.1f} M tokens (Mtok/s)", [
-        ("bare file.write per document (limit)", ntok / t_b / 1e6, ""),
-        ("lmdata Writer (checks ids, index, atomic)", ntok / t_w / 1e6,
-         f"{N_DOCS / t_w:,.0f} docs/s"),
-    ], "Mtok/s", ntok / t_b / 1e6)
+    table(
+        f"writing .pbin: {N_DOCS:,} documents, {ntok / 1e6:.1f} M tokens (Mtok/s)",
+        [
+            ("bare file.write per document (limit)", ntok / t_b / 1e6, ""),
+            (
+                "lmdata Writer (checks ids, index, atomic)",
+                ntok / t_w / 1e6,
+                f"{N_DOCS / t_w:,.0f} docs/s",
+            ),
+        ],
+        "Mtok/s",
+        ntok / t_b / 1e6,
+    )
 
     r = modalities.open(out)
     idx = np.random.default_rng(3).integers(0, N_DOCS, N_READS)
@@ -166,7 +181,7 @@ def bench_pbin(tmp: Path) -> None:
 
     def bare() -> None:
         for i in idx.tolist():
-            np.array(bare_mm[s_l[i]: e_l[i]])
+            np.array(bare_mm[s_l[i] : e_l[i]])
 
     def lm_single() -> None:
         for i in idx.tolist():
@@ -174,21 +189,23 @@ def bench_pbin(tmp: Path) -> None:
 
     def lm_take() -> None:
         for lo in range(0, N_READS, BATCH):
-            r.take(idx[lo: lo + BATCH])
+            r.take(idx[lo : lo + BATCH])
 
     def origin() -> None:  # PackedMemMapDatasetBase: pickle.load index, uint8 memmap, astype
         raw = out.read_bytes()
         n = int.from_bytes(raw[:8], "little")
-        index = pickle.loads(raw[12 + n:])
+        index = pickle.loads(raw[12 + n :])
         data = np.memmap(out, mode="r", offset=12, shape=(n,))
         for i in idx.tolist():
             o, ln = index[i]
-            np.frombuffer(data[o: o + ln], dtype="<u2").astype(np.int32)
+            np.frombuffer(data[o : o + ln], dtype="<u2").astype(np.int32)
 
-    rows = [("bare np.memmap slice + copy (limit)", N_READS / best(bare), ""),
-            ("lmdata r[i]", N_READS / best(lm_single), ""),
-            (f"lmdata take (batches of {BATCH})", N_READS / best(lm_take), ""),
-            ("origin algorithm (Base dataset, incl. open)", N_READS / best(origin), "")]
+    rows = [
+        ("bare np.memmap slice + copy (limit)", N_READS / best(bare), ""),
+        ("lmdata r[i]", N_READS / best(lm_single), ""),
+        (f"lmdata take (batches of {BATCH})", N_READS / best(lm_take), ""),
+        ("origin algorithm (Base dataset, incl. open)", N_READS / best(origin), ""),
+    ]
     table(f"random .pbin document reads, {N_READS:,} (docs/s)", rows, "docs/s", rows[0][1])
 
     seq = 2048
@@ -205,10 +222,11 @@ def bench_pbin(tmp: Path) -> None:
             view.batch(b)
 
     nt = bidx.size * (seq + 1) / 1e6
-    rows = [("bare memmap fancy-index gather (limit)", nt / best(bare_batches), ""),
-            ("lmdata ContinuousView.batch", nt / best(view_batches), "")]
-    table(f"continuous samples, seq_len {seq}, batches of 64 (Mtok/s)", rows, "Mtok/s",
-          rows[0][1])
+    rows = [
+        ("bare memmap fancy-index gather (limit)", nt / best(bare_batches), ""),
+        ("lmdata ContinuousView.batch", nt / best(view_batches), ""),
+    ]
+    table(f"continuous samples, seq_len {seq}, batches of 64 (Mtok/s)", rows, "Mtok/s", rows[0][1])
 
 
 def main() -> None:

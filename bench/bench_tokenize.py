@@ -37,8 +37,9 @@ print(time.perf_counter() - t0, sum(len(e.ids) for e in enc))
 
 def make_docs(path: Path) -> int:
     rng = np.random.default_rng(4)
-    words = ["".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(2, 11)))
-             for _ in range(10000)]
+    words = [
+        "".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(2, 11))) for _ in range(10000)
+    ]
     p = 1 / (np.arange(10000) + 1)
     p /= p.sum()
     total = 0
@@ -53,9 +54,26 @@ def make_docs(path: Path) -> int:
 
 def pipeline(src: Path, dst: Path, workers: int) -> tuple[float, int]:
     out = subprocess.run(
-        [sys.executable, "-m", "lmdata", "tokenize", str(src), str(dst), "--to", "flat-tokens",
-         "--tokenizer", str(TOKENIZER), "--workers", str(workers), "-q", "--overwrite"],
-        capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-m",
+            "lmdata",
+            "tokenize",
+            str(src),
+            str(dst),
+            "--to",
+            "flat-tokens",
+            "--tokenizer",
+            str(TOKENIZER),
+            "--workers",
+            str(workers),
+            "-q",
+            "--overwrite",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     # "...; N tokens in S s ..." — the job's own time, process start-up excluded
     words = out.stdout.split()
     tokens = int(words[words.index("tokens") - 1].replace(",", ""))
@@ -69,22 +87,32 @@ def main() -> None:
         src = root / "docs.jsonl"
         chars = make_docs(src)
         env = {**os.environ, "RAYON_NUM_THREADS": str(os.cpu_count() or 2)}
-        bare = subprocess.run([sys.executable, "-c", BARE, str(src), str(TOKENIZER)],
-                              capture_output=True, text=True, check=True, env=env).stdout.split()
+        bare = subprocess.run(
+            [sys.executable, "-c", BARE, str(src), str(TOKENIZER)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        ).stdout.split()
         bare_s, bare_tokens = float(bare[0]), int(bare[1])
         t1, tokens1 = pipeline(src, root / "w1", 1)
         t2, tokens2 = pipeline(src, root / "w2", 2)
         assert tokens1 == tokens2 == bare_tokens, (tokens1, tokens2, bare_tokens)
         assert (root / "w1" / "train" / "encoded_tokens" / "0").read_bytes() == (
-            root / "w2" / "train" / "encoded_tokens" / "0").read_bytes()
+            root / "w2" / "train" / "encoded_tokens" / "0"
+        ).read_bytes()
         mb = src.stat().st_size / 1e6
         print(f"{N_DOCS:,} documents, {chars / 1e6:.1f} M chars, {bare_tokens:,} tokens (bpe5k)")
         print(f"{'path':52} {'seconds':>8} {'docs/s':>8} {'Mtok/s':>7} {'vs bare':>8}")
-        for name, s in [("bare encode_batch, in memory, all cores", bare_s),
-                        ("lmdata tokenize, 1 worker", t1),
-                        ("lmdata tokenize, 2 workers", t2)]:
-            print(f"{name:52} {s:8.2f} {N_DOCS / s:8,.0f} {bare_tokens / s / 1e6:7.2f} "
-                  f"{bare_s / s:8.2f}")
+        for name, s in [
+            ("bare encode_batch, in memory, all cores", bare_s),
+            ("lmdata tokenize, 1 worker", t1),
+            ("lmdata tokenize, 2 workers", t2),
+        ]:
+            print(
+                f"{name:52} {s:8.2f} {N_DOCS / s:8,.0f} {bare_tokens / s / 1e6:7.2f} "
+                f"{bare_s / s:8.2f}"
+            )
         print(f"pipeline cost over bare tokenization (2 workers): {(t2 / bare_s - 1) * 100:+.0f}%")
         print(f"scaling 1 -> 2 workers: {t1 / t2:.2f}x   ({mb / t2:.1f} MB/s of JSONL)")
         # convert throughput: flat-tokens -> flat-tokens, and flat-tokens -> modalities
@@ -97,9 +125,11 @@ def main() -> None:
             s = convert(root / "w2", dst, to, workers=1)
             dt = time.perf_counter() - t0
             size = apparent_size(root / "w2" / "train" / "encoded_tokens") / 1e6
-            print(f"convert flat-tokens -> {to}: {s.records:,} sequences in {dt:.2f} s "
-                  f"({s.records / dt:,.0f} seq/s, {bare_tokens * 4 / dt / 1e6:.0f} MB/s of "
-                  f"uint32 tokens; source {size:.0f} MB on disk incl. padding)")
+            print(
+                f"convert flat-tokens -> {to}: {s.records:,} sequences in {dt:.2f} s "
+                f"({s.records / dt:,.0f} seq/s, {bare_tokens * 4 / dt / 1e6:.0f} MB/s of "
+                f"uint32 tokens; source {size:.0f} MB on disk incl. padding)"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

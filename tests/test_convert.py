@@ -18,8 +18,9 @@ TOKEN_FORMATS = ["flat-tokens", "modalities"]
 
 
 def write_records(path, fmt):
-    opts = {"columns": {"id": "str", "text": "str", "source": "str"}} if fmt.startswith("mds") \
-        else {}
+    opts = (
+        {"columns": {"id": "str", "text": "str", "source": "str"}} if fmt.startswith("mds") else {}
+    )
     with lmdata.writer(path, fmt, **opts) as w:
         for d in DOCS:
             w.write(dict(d))

@@ -10,42 +10,93 @@ from lmdata.dolma.dedupe import dedupe
 
 
 @click.command("dedupe")
-@click.option("-c", "--config", type=click.Path(exists=True, dir_okay=False),
-              help="dolma dedupe config (YAML or JSON); flags below override it.")
+@click.option(
+    "-c",
+    "--config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="dolma dedupe config (YAML or JSON); flags below override it.",
+)
 @click.option("--documents", "-d", multiple=True, help="Document globs or a dataset folder.")
 @click.option("--dedupe.name", "name", default=None, help="Attributes folder to write.")
-@click.option("--dedupe.documents.key", "doc_key", default=None,
-              help="Dedupe whole documents by this JSONPath string, e.g. $.metadata.url.")
-@click.option("--dedupe.documents.attribute_name", "doc_attr", default=None,
-              help="Attribute key for duplicate documents (e.g. bff_duplicate_url).")
-@click.option("--dedupe.paragraphs.attribute_name", "par_attr", default=None,
-              help="Dedupe paragraphs; attribute key for their spans.")
-@click.option("--dedupe.min_length", "min_length", type=int, default=None,
-              help="Skip keys shorter than this (paragraph chars / document key bytes).")
-@click.option("--dedupe.min_words", "min_words", type=int, default=None,
-              help="Skip keys with fewer words.")
-@click.option("--processes", "-p", type=click.IntRange(min=1), default=None,
-              help="Worker processes (default 1); the result is the same for any number.")
-@click.option("--work-dir", "work_dir", default=None,
-              help="Where hash buckets are spilled (default: the system temp folder).")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override any config key (dotted).")
+@click.option(
+    "--dedupe.documents.key",
+    "doc_key",
+    default=None,
+    help="Dedupe whole documents by this JSONPath string, e.g. $.metadata.url.",
+)
+@click.option(
+    "--dedupe.documents.attribute_name",
+    "doc_attr",
+    default=None,
+    help="Attribute key for duplicate documents (e.g. bff_duplicate_url).",
+)
+@click.option(
+    "--dedupe.paragraphs.attribute_name",
+    "par_attr",
+    default=None,
+    help="Dedupe paragraphs; attribute key for their spans.",
+)
+@click.option(
+    "--dedupe.min_length",
+    "min_length",
+    type=int,
+    default=None,
+    help="Skip keys shorter than this (paragraph chars / document key bytes).",
+)
+@click.option(
+    "--dedupe.min_words", "min_words", type=int, default=None, help="Skip keys with fewer words."
+)
+@click.option(
+    "--processes",
+    "-p",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default 1); the result is the same for any number.",
+)
+@click.option(
+    "--work-dir",
+    "work_dir",
+    default=None,
+    help="Where hash buckets are spilled (default: the system temp folder).",
+)
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any config key (dotted)."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def command(config: str | None, documents: tuple[str, ...], name: str | None,
-            doc_key: str | None, doc_attr: str | None, par_attr: str | None,
-            min_length: int | None, min_words: int | None, processes: int | None,
-            work_dir: str | None, sets: tuple[str, ...], quiet: bool) -> None:
+def command(
+    config: str | None,
+    documents: tuple[str, ...],
+    name: str | None,
+    doc_key: str | None,
+    doc_attr: str | None,
+    par_attr: str | None,
+    min_length: int | None,
+    min_words: int | None,
+    processes: int | None,
+    work_dir: str | None,
+    sets: tuple[str, ...],
+    quiet: bool,
+) -> None:
     """Write attributes/<name>/ flagging every copy but the first (in input order).
 
     Example: lmdata dedupe -d 'ds/documents/*.gz' --dedupe.name dedupe_docs
     --dedupe.documents.key '$.metadata.url' --dedupe.documents.attribute_name bff_duplicate_url
     """
-    flags = {"documents": documents, "dedupe.name": name, "dedupe.documents.key": doc_key,
-             "dedupe.documents.attribute_name": doc_attr,
-             "dedupe.paragraphs.attribute_name": par_attr, "dedupe.min_length": min_length,
-             "dedupe.min_words": min_words, "processes": processes, "work_dir": work_dir}
+    flags = {
+        "documents": documents,
+        "dedupe.name": name,
+        "dedupe.documents.key": doc_key,
+        "dedupe.documents.attribute_name": doc_attr,
+        "dedupe.paragraphs.attribute_name": par_attr,
+        "dedupe.min_length": min_length,
+        "dedupe.min_words": min_words,
+        "processes": processes,
+        "work_dir": work_dir,
+    }
     cfg = DedupeConfig.from_dict(build(config, flags, sets))
     res = dedupe(cfg, progress=not quiet)
-    click.echo(f"{res.duplicates:,} duplicate {cfg.mode} of {res.keys:,} keys in "
-               f"{res.documents:,} documents, {res.files} files, {res.seconds:.1f} s, "
-               f"{res.docs_per_second:,.0f} documents/s -> attributes/{cfg.name}/")
+    click.echo(
+        f"{res.duplicates:,} duplicate {cfg.mode} of {res.keys:,} keys in "
+        f"{res.documents:,} documents, {res.files} files, {res.seconds:.1f} s, "
+        f"{res.docs_per_second:,.0f} documents/s -> attributes/{cfg.name}/"
+    )

@@ -11,29 +11,50 @@ from lmdata.dolma.mixer import mix, plan_shards
 
 
 @click.command("mix")
-@click.option("-c", "--config", type=click.Path(exists=True, dir_okay=False), required=True,
-              help="dolma mixer config (YAML or JSON); paths are relative to the current folder.")
-@click.option("--processes", "-p", type=click.IntRange(min=1), default=None,
-              help="Shards mixed in parallel (default: the config's, else 1).")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override any top-level or dotted config key.")
+@click.option(
+    "-c",
+    "--config",
+    type=click.Path(exists=True, dir_okay=False),
+    required=True,
+    help="dolma mixer config (YAML or JSON); paths are relative to the current folder.",
+)
+@click.option(
+    "--processes",
+    "-p",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Shards mixed in parallel (default: the config's, else 1).",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override any top-level or dotted config key.",
+)
 @click.option("--dryrun", is_flag=True, help="Print the shards; write nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def command(config: str, processes: int | None, sets: tuple[str, ...], dryrun: bool,
-            quiet: bool) -> None:
+def command(
+    config: str, processes: int | None, sets: tuple[str, ...], dryrun: bool, quiet: bool
+) -> None:
     """Mix documents as `dolma mix` does: same documents, order and texts, with
     metadata.provenance = "<file>:<line>". Existing output shards are kept (resume)."""
     cfg = MixerConfig.from_dict(build(config, {"processes": processes}, sets))
     if dryrun:
         for s in cfg.streams:
             for sh in plan_shards(s):
-                click.echo(orjson.dumps({"stream": s.name, "output": sh.output,
-                                         "inputs": list(sh.inputs)}).decode())
+                click.echo(
+                    orjson.dumps(
+                        {"stream": s.name, "output": sh.output, "inputs": list(sh.inputs)}
+                    ).decode()
+                )
         return
     res = mix(cfg, progress=not quiet)
     for w in res.warnings:
         click.echo(f"warning: {w}", err=True)
-    click.echo(f"read {res.read:,} documents, wrote {res.written:,} ({res.filtered:,} filtered "
-               f"out, {res.too_short:,} too short) into {res.shards - res.skipped_shards} shards "
-               f"({res.skipped_shards} existing kept) in {res.seconds:.1f} s, "
-               f"{res.docs_per_second:,.0f} documents/s")
+    click.echo(
+        f"read {res.read:,} documents, wrote {res.written:,} ({res.filtered:,} filtered "
+        f"out, {res.too_short:,} too short) into {res.shards - res.skipped_shards} shards "
+        f"({res.skipped_shards} existing kept) in {res.seconds:.1f} s, "
+        f"{res.docs_per_second:,.0f} documents/s"
+    )

@@ -11,29 +11,67 @@ from lmdata.dolma.taggers import REGISTRY, load_modules
 
 
 @click.command("tag")
-@click.option("-c", "--config", type=click.Path(exists=True, dir_okay=False),
-              help="dolma tag config (YAML or JSON); flags below override it.")
-@click.option("--documents", "-d", multiple=True,
-              help="Document globs ('ds/documents/*.jsonl.gz') or a dataset folder; repeatable.")
+@click.option(
+    "-c",
+    "--config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="dolma tag config (YAML or JSON); flags below override it.",
+)
+@click.option(
+    "--documents",
+    "-d",
+    multiple=True,
+    help="Document globs ('ds/documents/*.jsonl.gz') or a dataset folder; repeatable.",
+)
 @click.option("--taggers", "-t", multiple=True, help="Tagger names; repeatable.")
-@click.option("--experiment", "-e", default=None,
-              help="Write all taggers to attributes/EXPERIMENT/ with keys EXPERIMENT__tagger__"
-                   "type (default: one folder per tagger, experiment = tagger name).")
-@click.option("--tagger-modules", "--tagger_modules", "tagger_modules", multiple=True,
-              help="A .py file or module defining your own taggers; repeatable.")
-@click.option("--processes", "-p", type=click.IntRange(min=1), default=None,
-              help="Worker processes (one document file per task). Default 1.")
+@click.option(
+    "--experiment",
+    "-e",
+    default=None,
+    help="Write all taggers to attributes/EXPERIMENT/ with keys EXPERIMENT__tagger__"
+    "type (default: one folder per tagger, experiment = tagger name).",
+)
+@click.option(
+    "--tagger-modules",
+    "--tagger_modules",
+    "tagger_modules",
+    multiple=True,
+    help="A .py file or module defining your own taggers; repeatable.",
+)
+@click.option(
+    "--processes",
+    "-p",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (one document file per task). Default 1.",
+)
 @click.option("--seed", type=int, default=None, help="Seed of random_number_v1 (default 0).")
-@click.option("--ignore-existing", "--ignore_existing", "ignore_existing", is_flag=True,
-              default=None, help="Recompute files whose attributes already exist.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override any config key (dotted).")
+@click.option(
+    "--ignore-existing",
+    "--ignore_existing",
+    "ignore_existing",
+    is_flag=True,
+    default=None,
+    help="Recompute files whose attributes already exist.",
+)
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any config key (dotted)."
+)
 @click.option("--list", "list_taggers", is_flag=True, help="List the available taggers and exit.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def command(config: str | None, documents: tuple[str, ...], taggers: tuple[str, ...],
-            experiment: str | None, tagger_modules: tuple[str, ...], processes: int | None,
-            seed: int | None, ignore_existing: bool | None, sets: tuple[str, ...],
-            list_taggers: bool, quiet: bool) -> None:
+def command(
+    config: str | None,
+    documents: tuple[str, ...],
+    taggers: tuple[str, ...],
+    experiment: str | None,
+    tagger_modules: tuple[str, ...],
+    processes: int | None,
+    seed: int | None,
+    ignore_existing: bool | None,
+    sets: tuple[str, ...],
+    list_taggers: bool,
+    quiet: bool,
+) -> None:
     """Tag documents: attributes/<experiment or tagger>/ mirrors documents/ row for row.
 
     Example: lmdata tag -d ds/documents/*.jsonl.gz -t char_length_v1 -t pii_regex_v2 -e exp
@@ -43,11 +81,19 @@ def command(config: str | None, documents: tuple[str, ...], taggers: tuple[str, 
         for name in sorted(REGISTRY):
             click.echo(name)
         return
-    flags = {"documents": documents, "taggers": taggers, "experiment": experiment,
-             "tagger_modules": tagger_modules, "processes": processes, "seed": seed,
-             "ignore_existing": ignore_existing}
+    flags = {
+        "documents": documents,
+        "taggers": taggers,
+        "experiment": experiment,
+        "tagger_modules": tagger_modules,
+        "processes": processes,
+        "seed": seed,
+        "ignore_existing": ignore_existing,
+    }
     cfg = TagConfig.from_dict(build(config, flags, sets))
     res = tag(cfg, progress=not quiet)
-    click.echo(f"tagged {res.documents:,} documents in {res.files - res.skipped_files} files "
-               f"({res.skipped_files} already done) in {res.seconds:.1f} s, "
-               f"{res.docs_per_second:,.0f} documents/s")
+    click.echo(
+        f"tagged {res.documents:,} documents in {res.files - res.skipped_files} files "
+        f"({res.skipped_files} already done) in {res.seconds:.1f} s, "
+        f"{res.docs_per_second:,.0f} documents/s"
+    )

@@ -34,12 +34,18 @@ def _init(q: Any) -> None:
     _QUEUE = q
 
 
-def run_tasks(func: Callable[[Any], Any], tasks: Sequence[Any], processes: int = 1,
-              desc: str = "documents", progress: bool = True) -> list[Any]:
+def run_tasks(
+    func: Callable[[Any], Any],
+    tasks: Sequence[Any],
+    processes: int = 1,
+    desc: str = "documents",
+    progress: bool = True,
+) -> list[Any]:
     """``[func(t) for t in tasks]`` on ``processes`` workers; ``func`` must be picklable."""
     global _BAR
-    bar = tqdm(total=None, unit=" docs", desc=desc, disable=not progress, dynamic_ncols=True,
-               leave=True)
+    bar = tqdm(
+        total=None, unit=" docs", desc=desc, disable=not progress, dynamic_ncols=True, leave=True
+    )
     try:
         if processes <= 1 or len(tasks) <= 1:
             _BAR = bar

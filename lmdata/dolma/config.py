@@ -97,23 +97,39 @@ class TagConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TagConfig:
-        known = {"documents", "taggers", "experiment", "tagger_modules", "processes", "seed",
-                 "ignore_existing", "compression", "destination", "debug", "dryrun", "profile",
-                 "work_dir"}
+        known = {
+            "documents",
+            "taggers",
+            "experiment",
+            "tagger_modules",
+            "processes",
+            "seed",
+            "ignore_existing",
+            "compression",
+            "destination",
+            "debug",
+            "dryrun",
+            "profile",
+            "work_dir",
+        }
         unknown = set(d) - known
         if unknown:
             raise InvalidInputError(f"tag config: unknown keys {sorted(unknown)}")
         docs = _as_list(d.get("documents"), "documents")
         if not docs:
-            raise InvalidInputError("tag config: `documents` (globs or a dataset folder) is "
-                                    "required")
-        return cls(documents=docs, taggers=_as_list(d.get("taggers"), "taggers"),
-                   experiment=d.get("experiment") or None,
-                   tagger_modules=_as_list(d.get("tagger_modules"), "tagger_modules"),
-                   processes=_int(d.get("processes", 1), "processes", 1),
-                   seed=_int(d.get("seed", 0), "seed"),
-                   ignore_existing=bool(d.get("ignore_existing", False)),
-                   compression=d.get("compression") or "gz")
+            raise InvalidInputError(
+                "tag config: `documents` (globs or a dataset folder) is required"
+            )
+        return cls(
+            documents=docs,
+            taggers=_as_list(d.get("taggers"), "taggers"),
+            experiment=d.get("experiment") or None,
+            tagger_modules=_as_list(d.get("tagger_modules"), "tagger_modules"),
+            processes=_int(d.get("processes", 1), "processes", 1),
+            seed=_int(d.get("seed", 0), "seed"),
+            ignore_existing=bool(d.get("ignore_existing", False)),
+            compression=d.get("compression") or "gz",
+        )
 
     def document_files(self) -> list[Path]:
         return resolve_documents(self.documents)
@@ -145,12 +161,15 @@ class DedupeConfig:
             raise InvalidInputError("dedupe config: `documents` is required")
         name = dd.get("name")
         if not isinstance(name, str) or not name:
-            raise InvalidInputError("dedupe config: `dedupe.name` (the attributes folder) is "
-                                    "required")
+            raise InvalidInputError(
+                "dedupe config: `dedupe.name` (the attributes folder) is required"
+            )
         dmode, pmode = dd.get("documents"), dd.get("paragraphs")
         if bool(dmode) == bool(pmode):
-            raise InvalidInputError("dedupe config: give exactly one of `dedupe.documents` "
-                                    "(with attribute_name and key) or `dedupe.paragraphs`")
+            raise InvalidInputError(
+                "dedupe config: give exactly one of `dedupe.documents` "
+                "(with attribute_name and key) or `dedupe.paragraphs`"
+            )
         sect = dmode or pmode
         if not isinstance(sect, dict) or not sect.get("attribute_name"):
             raise InvalidInputError("dedupe config: the mode needs an `attribute_name`")
@@ -158,18 +177,26 @@ class DedupeConfig:
         if dmode:
             key = sect.get("key")
             if not isinstance(key, str) or not key:
-                raise InvalidInputError("dedupe config: `dedupe.documents.key` is required, a "
-                                        "JSONPath such as $.metadata.url or $.text")
+                raise InvalidInputError(
+                    "dedupe config: `dedupe.documents.key` is required, a "
+                    "JSONPath such as $.metadata.url or $.text"
+                )
             if not key.startswith("$"):
                 raise InvalidInputError(
-                    f"dedupe.documents.key {key!r} is not a JSONPath; did you mean '$.{key}'?")
+                    f"dedupe.documents.key {key!r} is not a JSONPath; did you mean '$.{key}'?"
+                )
         if pmode and sect.get("by_ngram"):
-            raise InvalidInputError("dedupe: paragraphs.by_ngram (n-gram overlap) is not "
-                                    "supported; lmdata dedupes exact paragraphs")
+            raise InvalidInputError(
+                "dedupe: paragraphs.by_ngram (n-gram overlap) is not "
+                "supported; lmdata dedupes exact paragraphs"
+            )
         wd = d.get("work_dir")
         return cls(
-            documents=docs, name=name, mode="documents" if dmode else "paragraphs",
-            attribute_name=str(sect["attribute_name"]), key=key,
+            documents=docs,
+            name=name,
+            mode="documents" if dmode else "paragraphs",
+            attribute_name=str(sect["attribute_name"]),
+            key=key,
             paragraph_separator=str(sect.get("paragraph_separator", "\n")) or "\n",
             skip_empty=bool(dd.get("skip_empty", True)),
             min_length=_int(dd.get("min_length", 0) or 0, "dedupe.min_length"),
@@ -178,7 +205,9 @@ class DedupeConfig:
             processes=_int(d.get("processes", 1), "processes", 1),
             work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
             compression=(d.get("compression") or {}).get("output") or "gz"
-            if isinstance(d.get("compression"), dict) else "gz")
+            if isinstance(d.get("compression"), dict)
+            else "gz",
+        )
 
     def document_files(self) -> list[Path]:
         return resolve_documents(self.documents)
@@ -218,8 +247,13 @@ def _span_replacement(d: Any, where: str) -> SpanReplacement:
     rep = d.get("replacement", "")
     if not isinstance(rep, str):
         raise InvalidInputError(f"{where}: replacement must be a string")
-    return SpanReplacement(span=d["span"], replacement=rep, min_score=d.get("min_score"),
-                           max_score=d.get("max_score"), syntax=d.get("syntax", "jsonpath"))
+    return SpanReplacement(
+        span=d["span"],
+        replacement=rep,
+        min_score=d.get("min_score"),
+        max_score=d.get("max_score"),
+        syntax=d.get("syntax", "jsonpath"),
+    )
 
 
 def _stream(d: Any, i: int, shuffle: bool) -> StreamConfig:
@@ -235,8 +269,9 @@ def _stream(d: Any, i: int, shuffle: bool) -> StreamConfig:
     filt = d.get("filter")
     reps = d.get("span_replacement") or []
     if filt is None and not reps:
-        raise InvalidInputError(f"{where}: give a `filter` or a `span_replacement` (dolma "
-                                "requires one)")
+        raise InvalidInputError(
+            f"{where}: give a `filter` or a `span_replacement` (dolma requires one)"
+        )
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     syntax = "jsonpath"
@@ -253,18 +288,22 @@ def _stream(d: Any, i: int, shuffle: bool) -> StreamConfig:
         raise InvalidInputError(f"{where}: `output.path` is required")
     comp = d.get("compression") or {}
     return StreamConfig(
-        name=name, documents=docs, attributes=_as_list(d.get("attributes"),
-                                                       f"{where}.attributes"),
-        include=include, exclude=exclude, syntax=syntax,
+        name=name,
+        documents=docs,
+        attributes=_as_list(d.get("attributes"), f"{where}.attributes"),
+        include=include,
+        exclude=exclude,
+        syntax=syntax,
         span_replacement=tuple(_span_replacement(r, where) for r in reps),
         output_path=str(out["path"]),
-        max_size_in_bytes=_int(out.get("max_size_in_bytes", DEFAULT_MAX_SIZE),
-                               f"{where}.output.max_size_in_bytes", 1),
+        max_size_in_bytes=_int(
+            out.get("max_size_in_bytes", DEFAULT_MAX_SIZE), f"{where}.output.max_size_in_bytes", 1
+        ),
         discard_fields=_as_list(out.get("discard_fields"), f"{where}.output.discard_fields"),
-        min_text_length=_int(out.get("min_text_length", 0) or 0,
-                             f"{where}.output.min_text_length"),
+        min_text_length=_int(out.get("min_text_length", 0) or 0, f"{where}.output.min_text_length"),
         compression_output=comp.get("output") if isinstance(comp, dict) else None,
-        shuffle=shuffle)
+        shuffle=shuffle,
+    )
 
 
 @dataclass(frozen=True)
@@ -281,6 +320,8 @@ class MixerConfig:
             raise InvalidInputError("mix config: `streams` (a list) is required")
         shuffle = d.get("shuffle", True)
         wd = d.get("work_dir")
-        return cls(streams=tuple(_stream(s, i, bool(shuffle)) for i, s in enumerate(streams)),
-                   processes=_int(d.get("processes", 1), "processes", 1),
-                   work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None)
+        return cls(
+            streams=tuple(_stream(s, i, bool(shuffle)) for i, s in enumerate(streams)),
+            processes=_int(d.get("processes", 1), "processes", 1),
+            work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
+        )

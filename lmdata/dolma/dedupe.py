@@ -44,8 +44,7 @@ try:
 except ImportError:  # pragma: no cover
     import re as _re  # type: ignore[no-redef]
 
-ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("file", "<u4"), ("line", "<u4"),
-                  ("para", "<u4")])
+ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("file", "<u4"), ("line", "<u4"), ("para", "<u4")])
 SPILL_EVERY = 1 << 20  # entries buffered per file before writing them to the buckets
 BUCKET_INPUT_BYTES = 32 << 20  # compressed input per bucket (~a few hundred MB when sorting)
 _WORDS = _re.compile(r"\w+")
@@ -64,8 +63,7 @@ class DedupeResult:
         return self.documents / self.seconds if self.seconds > 0 else 0.0
 
 
-def split_paragraphs(text: str, sep: str, dolma_offsets: bool = True
-                     ) -> list[tuple[int, int, str]]:
+def split_paragraphs(text: str, sep: str, dolma_offsets: bool = True) -> list[tuple[int, int, str]]:
     """``(start, end, paragraph)`` in code points, ``end`` counting the separator after it.
 
     dolma (src/deduper.rs) adds the separator only while the character offset is below the
@@ -106,7 +104,10 @@ def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: Path, lineno: int) ->
         what = "nothing" if not found else type(found[0]).__name__
         raise CorruptDataError(
             f"dedupe key {cfg.key} selects {what}; it must select a string in every document "
-            "(dolma requires the same)", path=path, position=f"line {lineno}")
+            "(dolma requires the same)",
+            path=path,
+            position=f"line {lineno}",
+        )
     return found[0]
 
 
@@ -145,8 +146,9 @@ def _phase_hash(task: tuple[int, str, DedupeConfig, str, int]) -> tuple[int, int
         else:
             text = doc.get("text")
             if not isinstance(text, str):
-                raise CorruptDataError("document has no string 'text'", path=path,
-                                       position=f"line {lineno}")
+                raise CorruptDataError(
+                    "document has no string 'text'", path=path, position=f"line {lineno}"
+                )
             for i, (_s, _e, p) in enumerate(split_paragraphs(text, cfg.paragraph_separator)):
                 if not _skip(p, cfg, chars=True):
                     rows.append((*_hash(p), k, lineno, i))
@@ -175,8 +177,10 @@ def _phase_mark(task: tuple[int, str]) -> int:
     d = s[dup]
     for f in np.unique(d["file"]).tolist():
         sel = d[d["file"] == f]
-        np.save(Path(work) / f"d-{f}" / f"{b}.npy",
-                np.stack([sel["line"], sel["para"]]).astype(np.uint32))
+        np.save(
+            Path(work) / f"d-{f}" / f"{b}.npy",
+            np.stack([sel["line"], sel["para"]]).astype(np.uint32),
+        )
     return int(dup.sum())
 
 
@@ -207,13 +211,18 @@ def _phase_write(task: tuple[int, str, DedupeConfig, str]) -> int:
                     text = doc["text"]
                     if text:  # dolma leaves an empty text without the key
                         spans = []
-                        for i, (s, e, _p) in enumerate(split_paragraphs(
-                                text, cfg.paragraph_separator, cfg.dolma_offsets)):
+                        for i, (s, e, _p) in enumerate(
+                            split_paragraphs(text, cfg.paragraph_separator, cfg.dolma_offsets)
+                        ):
                             if (lineno, i) in dups:
                                 spans.append([s, e, 1])
                         attrs[name] = spans
-                f.write(orjson.dumps({"attributes": attrs, "id": doc.get("id")},
-                                     option=orjson.OPT_SORT_KEYS) + b"\n")
+                f.write(
+                    orjson.dumps(
+                        {"attributes": attrs, "id": doc.get("id")}, option=orjson.OPT_SORT_KEYS
+                    )
+                    + b"\n"
+                )
                 n += 1
         finally:
             f.close()
@@ -225,8 +234,9 @@ def dedupe(cfg: DedupeConfig, progress: bool = False) -> DedupeResult:
     files = cfg.document_files()
     t0 = time.perf_counter()
     total = sum(f.stat().st_size for f in files)
-    nbuckets = int(min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total
-                                                                 / BUCKET_INPUT_BYTES)))))))
+    nbuckets = int(
+        min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total / BUCKET_INPUT_BYTES))))))
+    )
     if cfg.work_dir:
         Path(cfg.work_dir).mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="lmdata-dedupe-", dir=cfg.work_dir)
@@ -236,14 +246,32 @@ def dedupe(cfg: DedupeConfig, progress: bool = False) -> DedupeResult:
         for k in range(len(files)):
             (Path(work) / f"d-{k}").mkdir()
         counted = _parallel.run_tasks(
-            _phase_hash, [(k, str(f), cfg, work, nbuckets) for k, f in enumerate(files)],
-            cfg.processes, desc="dedupe: hash", progress=progress)
-        dups = _parallel.run_tasks(_phase_mark, [(b, work) for b in range(nbuckets)],
-                                   cfg.processes, desc="dedupe: mark", progress=False)
-        _parallel.run_tasks(_phase_write, [(k, str(f), cfg, work) for k, f in enumerate(files)],
-                            cfg.processes, desc="dedupe: write", progress=False)
+            _phase_hash,
+            [(k, str(f), cfg, work, nbuckets) for k, f in enumerate(files)],
+            cfg.processes,
+            desc="dedupe: hash",
+            progress=progress,
+        )
+        dups = _parallel.run_tasks(
+            _phase_mark,
+            [(b, work) for b in range(nbuckets)],
+            cfg.processes,
+            desc="dedupe: mark",
+            progress=False,
+        )
+        _parallel.run_tasks(
+            _phase_write,
+            [(k, str(f), cfg, work) for k, f in enumerate(files)],
+            cfg.processes,
+            desc="dedupe: write",
+            progress=False,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return DedupeResult(files=len(files), documents=sum(d for d, _ in counted),
-                        keys=sum(k for _, k in counted), duplicates=sum(dups),
-                        seconds=time.perf_counter() - t0)
+    return DedupeResult(
+        files=len(files),
+        documents=sum(d for d, _ in counted),
+        keys=sum(k for _, k in counted),
+        duplicates=sum(dups),
+        seconds=time.perf_counter() - t0,
+    )

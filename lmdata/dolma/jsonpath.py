@@ -30,13 +30,16 @@ _MISSING = object()
 # --------------------------------------------------------------------------------------------
 # tokens
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<ws>\s+)
   | (?P<num>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
   | (?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
   | (?P<op>==|!=|<=|>=|&&|\|\||~=|\.\.|[<>!()\[\]$@.*,?:])
   | (?P<name>[A-Za-z_][\w\-]*)
-""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
 
 
 def _tokens(expr: str) -> list[tuple[str, str]]:
@@ -45,8 +48,9 @@ def _tokens(expr: str) -> list[tuple[str, str]]:
     while pos < len(expr):
         m = _TOKEN.match(expr, pos)
         if not m:
-            raise InvalidInputError(f"JSONPath {expr!r}: unexpected character at {pos}: "
-                                    f"{expr[pos:pos + 10]!r}")
+            raise InvalidInputError(
+                f"JSONPath {expr!r}: unexpected character at {pos}: {expr[pos : pos + 10]!r}"
+            )
         pos = m.end()
         kind = m.lastgroup or ""
         if kind != "ws":
@@ -115,6 +119,7 @@ Step = Callable[[list[Any], Any], list[Any]]  # (nodes, root) -> nodes
 def _child(name: str) -> Step:
     def step(nodes: list[Any], root: Any) -> list[Any]:
         return [n[name] for n in nodes if isinstance(n, dict) and name in n]
+
     return step
 
 
@@ -125,6 +130,7 @@ def _index(i: int) -> Step:
             if isinstance(n, list) and -len(n) <= i < len(n):
                 out.append(n[i])
         return out
+
     return step
 
 
@@ -158,6 +164,7 @@ def _filter(pred: Callable[[Any, Any], bool]) -> Step:
             elif pred(n, root):  # dolma's idiom: the predicate applies to the object itself
                 out.append(n)
         return out
+
     return step
 
 
@@ -253,17 +260,18 @@ class _Parser:
             return inner
         left = self.operand()
         kind, op = self.peek()
-        if op in ("==", "!=", "<", "<=", ">", ">=", "~=") or (kind == "name"
-                                                              and op in ("in", "nin")):
+        if op in ("==", "!=", "<", "<=", ">", ">=", "~=") or (
+            kind == "name" and op in ("in", "nin")
+        ):
             self.take()
             right = self.operand()
 
-            def compare(n: Any, r: Any, left: Any = left, right: Any = right,
-                        op: str = op) -> bool:
+            def compare(n: Any, r: Any, left: Any = left, right: Any = right, op: str = op) -> bool:
                 rv = right(n, r)
                 if len(rv) != 1:
                     return False
                 return any(_cmp(op, lv, rv[0]) for lv in left(n, r))
+
             return compare
         return lambda n, r: any(v is not None for v in left(n, r))
 
@@ -280,6 +288,7 @@ class _Parser:
                     if not nodes:
                         break
                 return nodes
+
             return run
         lit = self.literal(kind, val)
         return lambda n, r: [lit]
@@ -357,8 +366,9 @@ class JqExpr:
             try:
                 prog = _JQ_CACHE[self.expr] = jq.compile(self.expr)
             except ValueError as e:
-                raise InvalidInputError(f"jq expression {self.expr!r} does not compile: {e}") \
-                    from None
+                raise InvalidInputError(
+                    f"jq expression {self.expr!r} does not compile: {e}"
+                ) from None
         return prog
 
     def first(self, doc: Any, default: Any = None) -> Any:

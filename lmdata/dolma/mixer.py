@@ -44,8 +44,10 @@ from lmdata.storage import atomic_file
 log = logging.getLogger("lmdata.dolma.mix")
 
 # Rust's str::trim removes Unicode White_Space, a slightly different set from str.strip()'s.
-RUST_WHITESPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
-                   "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+RUST_WHITESPACE = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def plan_shards(stream: StreamConfig, base: Path | None = None) -> list[Shard]:
             parts = f.parts
             if "documents" in parts:
                 i = len(parts) - 1 - parts[::-1].index("documents")
-                rel = str(Path(*parts[i + 1:]))
+                rel = str(Path(*parts[i + 1 :]))
             shards.append(Shard(stream, (str(f),), str(out / "documents" / rel)))
         return shards
     groups: list[list[Path]] = []
@@ -112,17 +114,21 @@ def plan_shards(stream: StreamConfig, base: Path | None = None) -> list[Shard]:
             groups.append([])
         groups[-1].append(f)
         size += s
-    return [Shard(stream, tuple(str(p) for p in g),
-                  str(out / f"{stream.name}-{i:04d}{suffix_for(comp)}"))
-            for i, g in enumerate(groups)]
+    return [
+        Shard(
+            stream, tuple(str(p) for p in g), str(out / f"{stream.name}-{i:04d}{suffix_for(comp)}")
+        )
+        for i, g in enumerate(groups)
+    ]
 
 
 def _output_compression(stream: StreamConfig) -> str:
     c = stream.compression_output
     if c is None:
         return "gz"
-    return {"gz": "gz", "gzip": "gz", "zst": "zst", "zstd": "zst", "": "none",
-            "none": "none"}.get(c, "gz")
+    return {"gz": "gz", "gzip": "gz", "zst": "zst", "zstd": "zst", "": "none", "none": "none"}.get(
+        c, "gz"
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -136,14 +142,16 @@ def _matches(expr: str, syntax: str, doc: dict[str, Any], where: tuple[Path, int
     except LmdataError:
         raise
     except Exception as e:  # a jq runtime error fails the shard in dolma too
-        raise CorruptDataError(f"filter {expr!r} failed on this document: {e}",
-                               path=where[0], position=f"line {where[1]}") from None
+        raise CorruptDataError(
+            f"filter {expr!r} failed on this document: {e}",
+            path=where[0],
+            position=f"line {where[1]}",
+        ) from None
 
 
 def keep(stream: StreamConfig, doc: dict[str, Any], where: tuple[Path, int]) -> bool:
     """dolma's rule: (no include, or any include matches) and no exclude matches."""
-    if stream.include and not any(_matches(e, stream.syntax, doc, where)
-                                  for e in stream.include):
+    if stream.include and not any(_matches(e, stream.syntax, doc, where) for e in stream.include):
         return False
     return not any(_matches(e, stream.syntax, doc, where) for e in stream.exclude)
 
@@ -170,8 +178,13 @@ def replace_spans(text: str, doc: dict[str, Any], rules: tuple[SpanReplacement, 
         if not isinstance(spans, list):
             continue
         for sp in spans:
-            if not (isinstance(sp, list) and len(sp) >= 3 and _num(sp[2])
-                    and isinstance(sp[0], int) and isinstance(sp[1], int)):
+            if not (
+                isinstance(sp, list)
+                and len(sp) >= 3
+                and _num(sp[2])
+                and isinstance(sp[0], int)
+                and isinstance(sp[1], int)
+            ):
                 continue
             score = float(sp[2])
             if rule.min_score is not None and score < rule.min_score:
@@ -207,8 +220,10 @@ class _AttributeStreams:
             if ap.is_file():
                 self.streams.append([ap, iter_raw_lines(ap), True])
             else:
-                stats.warnings.append(f"{ap}: missing, so attribute set {n!r} is not merged "
-                                      f"for {doc_file} (filters see its keys as absent)")
+                stats.warnings.append(
+                    f"{ap}: missing, so attribute set {n!r} is not merged "
+                    f"for {doc_file} (filters see its keys as absent)"
+                )
 
     def merge(self, doc: dict[str, Any], lineno: int) -> None:
         for st in self.streams:
@@ -220,40 +235,45 @@ class _AttributeStreams:
                 st[2] = False
                 self.stats.warnings.append(
                     f"{ap}: missing attributes from line {lineno} on (the file is shorter than "
-                    f"{self.doc_file}); later documents get none from it")
+                    f"{self.doc_file}); later documents get none from it"
+                )
                 continue
             row = parse_line(nxt[1], ap, lineno)
             if row.get("id") != doc.get("id") or type(row.get("id")) is not type(doc.get("id")):
                 raise CorruptDataError(
                     f"mismatched ids for line {lineno}: attribute row {row.get('id')!r}, "
                     f"document {doc.get('id')!r} in {self.doc_file}; re-run the tagger on it",
-                    path=ap, position=f"line {lineno}")
+                    path=ap,
+                    position=f"line {lineno}",
+                )
             attrs = row.get("attributes")
             if not isinstance(attrs, dict):
-                raise CorruptDataError("attribute row has no 'attributes' object", path=ap,
-                                       position=f"line {lineno}")
+                raise CorruptDataError(
+                    "attribute row has no 'attributes' object", path=ap, position=f"line {lineno}"
+                )
             target = doc.get("attributes")
             if not isinstance(target, dict):
                 target = doc["attributes"] = {}
             target.update(attrs)
 
 
-def mix_document(stream: StreamConfig, doc: dict[str, Any], where: tuple[Path, int],
-                 stats: ShardStats) -> bytes | None:
+def mix_document(
+    stream: StreamConfig, doc: dict[str, Any], where: tuple[Path, int], stats: ShardStats
+) -> bytes | None:
     """The output line for one document (attributes already merged), or None if dropped."""
     if not keep(stream, doc, where):
         stats.filtered += 1
         return None
     text = doc.get("text")
     if not isinstance(text, str):
-        raise CorruptDataError("document has no string 'text'", path=where[0],
-                               position=f"line {where[1]}")
+        raise CorruptDataError(
+            "document has no string 'text'", path=where[0], position=f"line {where[1]}"
+        )
     if stream.span_replacement:
         doc["text"] = text = replace_spans(text, doc, stream.span_replacement)
     for f in stream.discard_fields:
         doc.pop(f, None)
-    if len(text.strip(RUST_WHITESPACE).encode("utf-8", "surrogatepass")) \
-            < stream.min_text_length:
+    if len(text.strip(RUST_WHITESPACE).encode("utf-8", "surrogatepass")) < stream.min_text_length:
         stats.too_short += 1
         return None
     meta = doc.get("metadata")
@@ -301,14 +321,18 @@ def mix(cfg: MixerConfig, base: Path | None = None, progress: bool = False) -> M
             _selector(r.span, r.syntax)
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
     t0 = time.perf_counter()
-    stats = _parallel.run_tasks(_mix_shard, shards, cfg.processes, desc="mix",
-                                progress=progress)
+    stats = _parallel.run_tasks(_mix_shard, shards, cfg.processes, desc="mix", progress=progress)
     warnings = tuple(w for st in stats for w in st.warnings)
     for w in warnings:
         log.warning(w)
     return MixResult(
-        shards=len(shards), skipped_shards=sum(st.skipped for st in stats),
-        read=sum(st.read for st in stats), written=sum(st.written for st in stats),
-        filtered=sum(st.filtered for st in stats), too_short=sum(st.too_short for st in stats),
-        seconds=time.perf_counter() - t0, outputs=tuple(sh.output for sh in shards),
-        warnings=warnings)
+        shards=len(shards),
+        skipped_shards=sum(st.skipped for st in stats),
+        read=sum(st.read for st in stats),
+        written=sum(st.written for st in stats),
+        filtered=sum(st.filtered for st in stats),
+        too_short=sum(st.too_short for st in stats),
+        seconds=time.perf_counter() - t0,
+        outputs=tuple(sh.output for sh in shards),
+        warnings=warnings,
+    )

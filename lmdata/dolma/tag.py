@@ -59,14 +59,22 @@ def _tag_file(task: tuple[str, TagConfig]) -> tuple[int, bool]:
             if not isinstance(doc.get("text"), str):
                 raise CorruptDataError(
                     "document has no string 'text' to tag; run `lmdata validate` on the tree",
-                    path=path, position=f"line {lineno}")
+                    path=path,
+                    position=f"line {lineno}",
+                )
             if "id" not in doc:
-                raise CorruptDataError("document has no 'id'; attribute rows are matched by id",
-                                       path=path, position=f"line {lineno}")
+                raise CorruptDataError(
+                    "document has no 'id'; attribute rows are matched by id",
+                    path=path,
+                    position=f"line {lineno}",
+                )
             source = doc.get("source")
             for f, group in zip(files, groups, strict=True):
-                row = {"id": doc["id"], "attributes": tag_document(doc, group),
-                       "source": source if isinstance(source, str) else ""}
+                row = {
+                    "id": doc["id"],
+                    "attributes": tag_document(doc, group),
+                    "source": source if isinstance(source, str) else "",
+                }
                 f.write(orjson.dumps(row) + b"\n")
             n += 1
             if n % _parallel.REPORT_EVERY == 0:
@@ -104,16 +112,20 @@ def tag(cfg: TagConfig, progress: bool = False) -> TagResult:
         make_tagger(name, seed=cfg.seed)  # fail early on unknown names
     files = cfg.document_files()
     t0 = time.perf_counter()
-    results = _parallel.run_tasks(_tag_file, [(str(f), cfg) for f in files], cfg.processes,
-                                  desc="tag", progress=progress)
+    results = _parallel.run_tasks(
+        _tag_file, [(str(f), cfg) for f in files], cfg.processes, desc="tag", progress=progress
+    )
     outs = tuple(str(o) for f in files for o, _, _ in _outputs(f, cfg))
     return TagResult(
-        files=len(files), skipped_files=sum(s for _, s in results),
-        documents=sum(n for n, _ in results), seconds=time.perf_counter() - t0, outputs=outs)
+        files=len(files),
+        skipped_files=sum(s for _, s in results),
+        documents=sum(n for n, _ in results),
+        seconds=time.perf_counter() - t0,
+        outputs=outs,
+    )
 
 
-def tag_paths(documents: Sequence[str] | str, taggers: Sequence[str], **options: Any
-              ) -> TagResult:
+def tag_paths(documents: Sequence[str] | str, taggers: Sequence[str], **options: Any) -> TagResult:
     """Convenience wrapper: ``tag_paths("ds/documents/*.gz", ["char_length_v1"], ...)``."""
     docs = [documents] if isinstance(documents, str) else list(documents)
     return tag(TagConfig.from_dict({"documents": docs, "taggers": list(taggers), **options}))

@@ -71,13 +71,15 @@ def register(cls: type | None = None, *, name: str | None = None) -> Any:
     def add(c: type) -> type:
         key = name or getattr(c, "name", "")
         if not key or not callable(getattr(c, "predict", None)):
-            raise InvalidInputError(f"tagger class {c.__name__} needs a `name` and a "
-                                    "`predict(doc)` method")
+            raise InvalidInputError(
+                f"tagger class {c.__name__} needs a `name` and a `predict(doc)` method"
+            )
         old = REGISTRY.get(key)
-        if old is not None and (old.__module__, old.__qualname__) != (c.__module__,
-                                                                       c.__qualname__):
-            raise InvalidInputError(f"two taggers are named {key!r} ({old.__module__}."
-                                    f"{old.__qualname__} and {c.__module__}.{c.__qualname__})")
+        if old is not None and (old.__module__, old.__qualname__) != (c.__module__, c.__qualname__):
+            raise InvalidInputError(
+                f"two taggers are named {key!r} ({old.__module__}."
+                f"{old.__qualname__} and {c.__module__}.{c.__qualname__})"
+            )
         REGISTRY[key] = c
         return c
 
@@ -89,8 +91,9 @@ def make_variable_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
-def group_output(spans: Iterable[Any], experiment: str, tagger: str,
-                 defaults: Iterable[str] = ()) -> dict[str, list[list[Any]]]:
+def group_output(
+    spans: Iterable[Any], experiment: str, tagger: str, defaults: Iterable[str] = ()
+) -> dict[str, list[list[Any]]]:
     """dolma's output grouping for one tagger and one document."""
     prefix = f"{make_variable_name(experiment)}__{make_variable_name(tagger)}__"
     out: dict[str, list[list[Any]]] = {f"{prefix}{make_variable_name(t)}": [] for t in defaults}
@@ -102,7 +105,8 @@ def group_output(spans: Iterable[Any], experiment: str, tagger: str,
         if not typ:
             continue  # dolma skips empty type names
         out.setdefault(f"{prefix}{make_variable_name(typ)}", []).append(
-            [int(start), int(end), round(float(score), 5)])
+            [int(start), int(end), round(float(score), 5)]
+        )
     return out
 
 
@@ -128,12 +132,16 @@ def load_modules(modules: Iterable[str]) -> None:
             try:
                 mod = importlib.import_module(spec)
             except ImportError as e:
-                raise InvalidInputError(f"tagger module {spec!r} cannot be imported: {e}") \
-                    from None
+                raise InvalidInputError(f"tagger module {spec!r} cannot be imported: {e}") from None
         for obj in vars(mod).values():
-            if (inspect.isclass(obj) and obj.__module__ == mod.__name__
-                    and isinstance(getattr(obj, "name", None), str) and obj.name
-                    and callable(getattr(obj, "predict", None)) and obj.name not in REGISTRY):
+            if (
+                inspect.isclass(obj)
+                and obj.__module__ == mod.__name__
+                and isinstance(getattr(obj, "name", None), str)
+                and obj.name
+                and callable(getattr(obj, "predict", None))
+                and obj.name not in REGISTRY
+            ):
                 register(obj)
 
 
@@ -143,7 +151,8 @@ def make_tagger(name: str, **options: Any) -> Any:
     if cls is None:
         raise InvalidInputError(
             f"unknown tagger {name!r}; built in: {', '.join(sorted(REGISTRY))} (add your own "
-            "with --tagger-modules)")
+            "with --tagger-modules)"
+        )
     params = inspect.signature(cls).parameters
     return cls(**{k: v for k, v in options.items() if k in params})
 
@@ -212,8 +221,9 @@ class WhitespaceTokenizerWithParagraphsV1(Tagger):
 
     def predict(self, doc: dict[str, Any]) -> list[Span]:
         text = doc["text"]
-        spans = [Span(s, e, "paragraph", float(whitespace_count(text[s:e])))
-                 for s, e in paragraphs(text)]
+        spans = [
+            Span(s, e, "paragraph", float(whitespace_count(text[s:e]))) for s, e in paragraphs(text)
+        ]
         spans.append(Span(0, len(text), "document", float(sum(s.score for s in spans))))
         return spans
 
@@ -253,7 +263,7 @@ class _PiiRegex(Tagger):
         mention = text[start:end]
         if typ == "EMAIL_ADDRESS":
             return _REAL_EMAIL.search(mention) is not None
-        context = text[max(0, start - PII_WINDOW):end + PII_WINDOW]
+        context = text[max(0, start - PII_WINDOW) : end + PII_WINDOW]
         if "isbn" in context or "doi" in context or "#" in context:
             return False  # numbers next to these are identifiers, not PII
         return typ == "IP_ADDRESS" or _URL.search(mention) is None
@@ -284,8 +294,9 @@ class PiiRegexV2(_PiiRegex):
 BUILTIN: tuple[str, ...] = tuple(REGISTRY)
 
 
-def tag_document(doc: dict[str, Any], taggers: list[tuple[str, str, Any]]
-                 ) -> dict[str, list[list[Any]]]:
+def tag_document(
+    doc: dict[str, Any], taggers: list[tuple[str, str, Any]]
+) -> dict[str, list[list[Any]]]:
     """All taggers' grouped outputs for one document: ``taggers`` is (experiment, name, obj)."""
     out: dict[str, list[list[Any]]] = {}
     for exp, name, obj in taggers:

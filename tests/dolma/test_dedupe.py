@@ -31,8 +31,13 @@ def _docs(tmp_path: Path) -> Path:
 
 
 def _cfg(root: Path, name: str, mode: dict, **kw: object) -> DedupeConfig:
-    return DedupeConfig.from_dict({"documents": [str(root / "documents" / "*.jsonl.gz")],
-                                   "dedupe": {"name": name, **mode}, **kw})
+    return DedupeConfig.from_dict(
+        {
+            "documents": [str(root / "documents" / "*.jsonl.gz")],
+            "dedupe": {"name": name, **mode},
+            **kw,
+        }
+    )
 
 
 def _raw(path: Path) -> bytes:
@@ -40,41 +45,51 @@ def _raw(path: Path) -> bytes:
 
 
 @pytest.mark.parametrize("name, mode", [("dedupe_docs", URL), ("dedupe_paragraphs", PARA)])
-def test_byte_identical_to_dolma_on_one_and_two_processes(tmp_path: Path, name: str,
-                                                          mode: dict) -> None:
+def test_byte_identical_to_dolma_on_one_and_two_processes(
+    tmp_path: Path, name: str, mode: dict
+) -> None:
     root = _docs(tmp_path)
     for procs in (1, 2):
         res = dd.dedupe(_cfg(root, name, mode, processes=procs))
         assert res.documents == 200
         for part in ("part-0.jsonl.gz", "part-1.jsonl.gz"):
-            assert _raw(root / "attributes" / name / part) == \
-                _raw(DATA / "attributes" / name / part), (procs, part)
+            assert _raw(root / "attributes" / name / part) == _raw(
+                DATA / "attributes" / name / part
+            ), (procs, part)
 
 
-def test_many_buckets_give_the_same_result(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_many_buckets_give_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _docs(tmp_path)
     monkeypatch.setattr(dd, "BUCKET_INPUT_BYTES", 100)  # -> 256 buckets
     monkeypatch.setattr(dd, "SPILL_EVERY", 7)
     dd.dedupe(_cfg(root, "p", PARA))
     for part in ("part-0.jsonl.gz", "part-1.jsonl.gz"):
-        assert _raw(root / "attributes" / "p" / part) == \
-            _raw(DATA / "attributes" / "dedupe_paragraphs" / part)
+        assert _raw(root / "attributes" / "p" / part) == _raw(
+            DATA / "attributes" / "dedupe_paragraphs" / part
+        )
 
 
 def _write(root: Path, files: list[list[str]]) -> None:
     (root / "documents").mkdir(parents=True)
     for k, texts in enumerate(files):
-        rows = [orjson.dumps({"id": f"{k}-{i}", "text": t, "source": "s"}) + b"\n"
-                for i, t in enumerate(texts)]
+        rows = [
+            orjson.dumps({"id": f"{k}-{i}", "text": t, "source": "s"}) + b"\n"
+            for i, t in enumerate(texts)
+        ]
         (root / "documents" / f"f{k}.jsonl.gz").write_bytes(gzip.compress(b"".join(rows)))
 
 
 @settings(max_examples=20, deadline=None)
-@given(files=st.lists(st.lists(st.sampled_from(["a", "b", "a\nb", "b\n\nc\n", "", "  ", "é\na"]),
-                               max_size=12), min_size=1, max_size=3))
-def test_first_occurrence_in_input_order_survives(tmp_path_factory: pytest.TempPathFactory,
-                                                  files: list[list[str]]) -> None:
+@given(
+    files=st.lists(
+        st.lists(st.sampled_from(["a", "b", "a\nb", "b\n\nc\n", "", "  ", "é\na"]), max_size=12),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_first_occurrence_in_input_order_survives(
+    tmp_path_factory: pytest.TempPathFactory, files: list[list[str]]
+) -> None:
     root = tmp_path_factory.mktemp("d")
     _write(root, files)
     dd.dedupe(_cfg(root, "t", {"documents": {"attribute_name": "dup", "key": "$.text"}}))
@@ -82,10 +97,12 @@ def test_first_occurrence_in_input_order_survives(tmp_path_factory: pytest.TempP
     seen: set[str] = set()
     pseen: set[str] = set()
     for k, texts in enumerate(files):
-        rows = [orjson.loads(x) for x in
-                _raw(root / "attributes" / "t" / f"f{k}.jsonl.gz").splitlines()]
-        prows = [orjson.loads(x) for x in
-                 _raw(root / "attributes" / "p" / f"f{k}.jsonl.gz").splitlines()]
+        rows = [
+            orjson.loads(x) for x in _raw(root / "attributes" / "t" / f"f{k}.jsonl.gz").splitlines()
+        ]
+        prows = [
+            orjson.loads(x) for x in _raw(root / "attributes" / "p" / f"f{k}.jsonl.gz").splitlines()
+        ]
         for t, row, prow in zip(texts, rows, prows, strict=True):
             if not t.strip():
                 assert row["attributes"] == {"dup": []}  # skipped as empty
@@ -121,11 +138,11 @@ def test_key_must_select_a_string(tmp_path: Path) -> None:
     root = tmp_path / "d"
     _write(root, [["x"]])
     with pytest.raises(CorruptDataError, match="selects nothing") as e:
-        dd.dedupe(_cfg(root, "t", {"documents": {"attribute_name": "u",
-                                                 "key": "$.metadata.url"}}))
+        dd.dedupe(_cfg(root, "t", {"documents": {"attribute_name": "u", "key": "$.metadata.url"}}))
     assert "f0.jsonl.gz: line 1" in str(e.value)
     assert not (root / "attributes" / "t").exists() or not any(
-        (root / "attributes" / "t").iterdir())
+        (root / "attributes" / "t").iterdir()
+    )
     with pytest.raises(InvalidInputError, match="did you mean"):
         _cfg(root, "t", {"documents": {"attribute_name": "u", "key": "text"}})
     with pytest.raises(InvalidInputError, match="exactly one"):
@@ -134,11 +151,23 @@ def test_key_must_select_a_string(tmp_path: Path) -> None:
 
 def test_cli(tmp_path: Path) -> None:
     root = _docs(tmp_path)
-    res = CliRunner().invoke(cli, [
-        "dedupe", "-d", str(root / "documents" / "*.gz"), "--dedupe.name", "dedupe_docs",
-        "--dedupe.documents.key", "$.metadata.url",
-        "--dedupe.documents.attribute_name", "bff_duplicate_url", "-q"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "dedupe",
+            "-d",
+            str(root / "documents" / "*.gz"),
+            "--dedupe.name",
+            "dedupe_docs",
+            "--dedupe.documents.key",
+            "$.metadata.url",
+            "--dedupe.documents.attribute_name",
+            "bff_duplicate_url",
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "17 duplicate documents" in res.output
-    assert _raw(root / "attributes" / "dedupe_docs" / "part-1.jsonl.gz") == \
-        _raw(DATA / "attributes" / "dedupe_docs" / "part-1.jsonl.gz")
+    assert _raw(root / "attributes" / "dedupe_docs" / "part-1.jsonl.gz") == _raw(
+        DATA / "attributes" / "dedupe_docs" / "part-1.jsonl.gz"
+    )

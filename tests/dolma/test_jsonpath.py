@@ -9,38 +9,50 @@ import pytest
 from lmdata.dolma.jsonpath import compile_path, compile_selector, json_equal
 from lmdata.errors import InvalidInputError
 
-DOC = {"id": "d", "text": "t", "metadata": {"url": "u", "n": None},
-       "attributes": {"r": [[0, 5, 0.3]], "dup": [[0, 50, 1]], "empty": [], "flt": [[0, 1, 1.0]],
-                      "scalar": 0.7}}
+DOC = {
+    "id": "d",
+    "text": "t",
+    "metadata": {"url": "u", "n": None},
+    "attributes": {
+        "r": [[0, 5, 0.3]],
+        "dup": [[0, 50, 1]],
+        "empty": [],
+        "flt": [[0, 1, 1.0]],
+        "scalar": 0.7,
+    },
+}
 
 
-@pytest.mark.parametrize("expr, want", [
-    # the idiom: a predicate on the attributes *object*
-    ("$.attributes[?(@.r[0][2] < 0.9)]", True),
-    ("$.attributes[?(@.r[0][2] < 0.2)]", False),
-    ("$.attributes[?(@.r[0][2] >= 0.3)]", True),
-    # typed equality: int 1 is not float 1.0, and >= is "> or ==" (dolma's quirk)
-    ("$.attributes[?(@.dup[0][2] >= 1.0)]", False),
-    ("$.attributes[?(@.dup[0][2] >= 1)]", True),
-    ("$.attributes[?(@.dup[0][2] > 0.5)]", True),
-    ("$.attributes[?(@.flt[0][2] == 1)]", False),
-    ("$.attributes[?(@.flt[0][2] <= 1.0)]", True),
-    # missing keys and empty span lists never match; existence guards
-    ("$.attributes[?(@.missing[0][2] > 0.5)]", False),
-    ("$.attributes[?(@.missing[0][2] < 0.5)]", False),
-    ("$.attributes[?(@.empty && @.empty[0] && @.empty[0][2] > 0.5)]", False),
-    ("$.attributes[?(@.dup && @.dup[0] && @.dup[0][2] > 0.5)]", True),
-    ("$.attributes[?(!(@.missing) && @.scalar > 0.5)]", True),
-    ("$.attributes[?(@.r[0][2] > 0.5 || @.scalar == 0.7)]", True),
-    ("$.metadata[?(@.url == 'u')]", True),
-    ("$.metadata[?(@.url in ['a', 'u'])]", True),
-    ("$.metadata[?(@.url ~= '^u$')]", True),
-    # plain paths match when the value exists and is not null
-    ("$.metadata.url", True),
-    ("$.metadata.n", False),
-    ("$.metadata.nope", False),
-    ("$.attributes.empty", True),
-])
+@pytest.mark.parametrize(
+    "expr, want",
+    [
+        # the idiom: a predicate on the attributes *object*
+        ("$.attributes[?(@.r[0][2] < 0.9)]", True),
+        ("$.attributes[?(@.r[0][2] < 0.2)]", False),
+        ("$.attributes[?(@.r[0][2] >= 0.3)]", True),
+        # typed equality: int 1 is not float 1.0, and >= is "> or ==" (dolma's quirk)
+        ("$.attributes[?(@.dup[0][2] >= 1.0)]", False),
+        ("$.attributes[?(@.dup[0][2] >= 1)]", True),
+        ("$.attributes[?(@.dup[0][2] > 0.5)]", True),
+        ("$.attributes[?(@.flt[0][2] == 1)]", False),
+        ("$.attributes[?(@.flt[0][2] <= 1.0)]", True),
+        # missing keys and empty span lists never match; existence guards
+        ("$.attributes[?(@.missing[0][2] > 0.5)]", False),
+        ("$.attributes[?(@.missing[0][2] < 0.5)]", False),
+        ("$.attributes[?(@.empty && @.empty[0] && @.empty[0][2] > 0.5)]", False),
+        ("$.attributes[?(@.dup && @.dup[0] && @.dup[0][2] > 0.5)]", True),
+        ("$.attributes[?(!(@.missing) && @.scalar > 0.5)]", True),
+        ("$.attributes[?(@.r[0][2] > 0.5 || @.scalar == 0.7)]", True),
+        ("$.metadata[?(@.url == 'u')]", True),
+        ("$.metadata[?(@.url in ['a', 'u'])]", True),
+        ("$.metadata[?(@.url ~= '^u$')]", True),
+        # plain paths match when the value exists and is not null
+        ("$.metadata.url", True),
+        ("$.metadata.n", False),
+        ("$.metadata.nope", False),
+        ("$.attributes.empty", True),
+    ],
+)
 def test_matches(expr: str, want: bool) -> None:
     before = copy.deepcopy(DOC)
     assert compile_path(expr).matches(DOC) is want

@@ -35,8 +35,10 @@ def _expected(root: Path) -> list[dict]:
     out = []
     for part in ("part-0.jsonl.gz", "part-1.jsonl.gz"):
         docs = _rows(root / "dataset" / "documents" / part)
-        sets = [_rows(root / "dataset" / "attributes" / n / part)
-                for n in ("exp", "pii-regex", "dedupe_docs", "dedupe_paragraphs")]
+        sets = [
+            _rows(root / "dataset" / "attributes" / n / part)
+            for n in ("exp", "pii-regex", "dedupe_docs", "dedupe_paragraphs")
+        ]
         for line, doc in enumerate(docs, 1):
             attrs: dict = {}
             for rows in sets:
@@ -49,8 +51,10 @@ def _expected(root: Path) -> list[dict]:
             if attrs.get("bff_duplicate_url"):
                 continue
             spans = [(s, e, "") for s, e, _ in attrs["bff_duplicate_paragraph_spans"]]
-            spans += [(s, e, " |||EMAIL_ADDRESS||| ")
-                      for s, e, _ in attrs.get("pii_regex__pii_regex_v2__EMAIL_ADDRESS", [])]
+            spans += [
+                (s, e, " |||EMAIL_ADDRESS||| ")
+                for s, e, _ in attrs.get("pii_regex__pii_regex_v2__EMAIL_ADDRESS", [])
+            ]
             text, pos, pieces = doc["text"], 0, []
             for s, e, rep in sorted(spans, key=lambda t: t[0]):
                 if s >= pos:
@@ -65,8 +69,9 @@ def _expected(root: Path) -> list[dict]:
     return out
 
 
-def test_fixture_config_gives_what_dolma_gives(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fixture_config_gives_what_dolma_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _copy(tmp_path)
     monkeypatch.chdir(root)  # dolma resolves the config's paths from the current folder
     res = mix(MixerConfig.from_dict(load_config("configs/mix.yaml")))
@@ -107,31 +112,43 @@ def _tree(tmp_path: Path, docs: list[dict], attrs: dict[str, list[dict]]) -> Pat
     root = tmp_path / "t"
     (root / "documents").mkdir(parents=True)
     (root / "documents" / "a.jsonl.gz").write_bytes(
-        gzip.compress(b"".join(orjson.dumps(d) + b"\n" for d in docs)))
+        gzip.compress(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    )
     for name, rows in attrs.items():
         (root / "attributes" / name).mkdir(parents=True)
         (root / "attributes" / name / "a.jsonl.gz").write_bytes(
-            gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in rows)))
+            gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        )
     return root
 
 
 def _stream(root: Path, **kw: object) -> dict:
     out = kw.pop("output", {})
-    return {"name": "s", "documents": [str(root / "documents" / "*.gz")],
-            "output": {"path": str(root / "out"), **out}, **kw}
+    return {
+        "name": "s",
+        "documents": [str(root / "documents" / "*.gz")],
+        "output": {"path": str(root / "out"), **out},
+        **kw,
+    }
 
 
-DOCS = [{"id": "1", "text": "keep me"}, {"id": "2", "text": "drop me"},
-        {"id": "3", "text": "no attrs", "metadata": None}]
-ATTRS = [{"id": "1", "attributes": {"k": [[0, 7, 0.9]]}},
-         {"id": "2", "attributes": {"k": [[0, 7, 0.1]]}}]
+DOCS = [
+    {"id": "1", "text": "keep me"},
+    {"id": "2", "text": "drop me"},
+    {"id": "3", "text": "no attrs", "metadata": None},
+]
+ATTRS = [
+    {"id": "1", "attributes": {"k": [[0, 7, 0.9]]}},
+    {"id": "2", "attributes": {"k": [[0, 7, 0.1]]}},
+]
 
 
 def test_filters_on_missing_attributes(tmp_path: Path) -> None:
     root = _tree(tmp_path, DOCS, {"a": ATTRS})  # shorter than the documents
     ex = {"exclude": ["$.attributes[?(@.k[0][2] < 0.5)]"]}
-    res = mix(MixerConfig.from_dict({"streams": [_stream(root, attributes=["a", "gone"],
-                                                         filter=ex)]}))
+    res = mix(
+        MixerConfig.from_dict({"streams": [_stream(root, attributes=["a", "gone"], filter=ex)]})
+    )
     got = _rows(Path(res.outputs[0]))
     # doc 3 has no attributes at all: an exclude on them cannot fire
     assert [d["id"] for d in got] == ["1", "3"]
@@ -139,16 +156,24 @@ def test_filters_on_missing_attributes(tmp_path: Path) -> None:
     assert any("gone" in w and "missing" in w for w in res.warnings)
     assert any("missing attributes from line 3" in w for w in res.warnings)
     inc = {"include": ["$.attributes[?(@.k[0][2] > 0.5)]"]}
-    res = mix(MixerConfig.from_dict({"streams": [_stream(root, attributes=["a"], filter=inc,
-                                                         output={"path": str(root / "o2")})]}))
+    res = mix(
+        MixerConfig.from_dict(
+            {
+                "streams": [
+                    _stream(root, attributes=["a"], filter=inc, output={"path": str(root / "o2")})
+                ]
+            }
+        )
+    )
     assert [d["id"] for d in _rows(Path(res.outputs[0]))] == ["1"]  # include needs the key
 
 
 def test_mismatched_ids_fail_with_both_files(tmp_path: Path) -> None:
     bad = [ATTRS[1], ATTRS[0], {"id": "3", "attributes": {}}]
     root = _tree(tmp_path, DOCS, {"a": bad})
-    cfg = MixerConfig.from_dict({"streams": [_stream(
-        root, attributes=["a"], filter={"include": ["$.id"]})]})
+    cfg = MixerConfig.from_dict(
+        {"streams": [_stream(root, attributes=["a"], filter={"include": ["$.id"]})]}
+    )
     with pytest.raises(CorruptDataError, match="mismatched ids for line 1") as e:
         mix(cfg)
     assert "attributes/a/a.jsonl.gz" in str(e.value) and "documents/a.jsonl.gz" in str(e.value)
@@ -156,23 +181,41 @@ def test_mismatched_ids_fail_with_both_files(tmp_path: Path) -> None:
 
 
 def test_jq_filter_discard_and_min_length_in_bytes(tmp_path: Path) -> None:
-    docs = [{"id": "1", "text": " éé ", "x": 1}, {"id": "2", "text": "\u3000ab\u3000", "x": 2},
-            {"id": "3", "text": "abcde", "x": 3}]
+    docs = [
+        {"id": "1", "text": " éé ", "x": 1},
+        {"id": "2", "text": "\u3000ab\u3000", "x": 2},
+        {"id": "3", "text": "abcde", "x": 3},
+    ]
     root = _tree(tmp_path, docs, {})
-    cfg = MixerConfig.from_dict({"streams": [_stream(
-        root, filter={"syntax": "jq", "exclude": [".x == 3"]},
-        output={"discard_fields": ["x"], "min_text_length": 3})]})
+    cfg = MixerConfig.from_dict(
+        {
+            "streams": [
+                _stream(
+                    root,
+                    filter={"syntax": "jq", "exclude": [".x == 3"]},
+                    output={"discard_fields": ["x"], "min_text_length": 3},
+                )
+            ]
+        }
+    )
     got = _rows(Path(mix(cfg).outputs[0]))
     # "éé" is 4 bytes (kept), "ab" after trimming U+3000 is 2 bytes (dropped)
     assert got == [{"id": "1", "text": " éé ", "metadata": {"provenance": "a.jsonl.gz:1"}}]
 
 
 def test_span_replacement_rules() -> None:
-    doc = {"text": "0123456789", "attributes": {
-        "a": [[2, 5, 0.9], [3, 8, 0.9], [8, 20, 0.7]], "b": [[0, 1, 0.2], [6, 7, 0.6]]}}
-    rules = (SpanReplacement("$.attributes.a", "[{}]", min_score=0.8),
-             SpanReplacement("$.attributes.b", "#", max_score=0.5),
-             SpanReplacement("$.attributes.missing", "?", min_score=0))
+    doc = {
+        "text": "0123456789",
+        "attributes": {
+            "a": [[2, 5, 0.9], [3, 8, 0.9], [8, 20, 0.7]],
+            "b": [[0, 1, 0.2], [6, 7, 0.6]],
+        },
+    }
+    rules = (
+        SpanReplacement("$.attributes.a", "[{}]", min_score=0.8),
+        SpanReplacement("$.attributes.b", "#", max_score=0.5),
+        SpanReplacement("$.attributes.missing", "?", min_score=0),
+    )
     # [3, 8] starts inside the replaced [2, 5] and is skipped; [8, 20] is below min_score
     assert replace_spans(doc["text"], doc, rules) == "#1[234]56789"
     doc["attributes"]["a"].append([7, 20, 1])  # dolma's one-past-the-end spans are clamped
@@ -184,10 +227,19 @@ def test_sharding_by_input_size(tmp_path: Path) -> None:
     (root / "documents").mkdir(parents=True)
     for i in range(4):
         (root / "documents" / f"{i}.jsonl.gz").write_bytes(
-            gzip.compress(b'{"id":"a","text":"b"}\n' * 10, mtime=0))
+            gzip.compress(b'{"id":"a","text":"b"}\n' * 10, mtime=0)
+        )
     size = (root / "documents" / "0.jsonl.gz").stat().st_size
-    mk = lambda n: MixerConfig.from_dict({"streams": [_stream(  # noqa: E731
-        root, filter={"include": ["$.id"]}, output={"max_size_in_bytes": n})]}).streams[0]
+
+    def mk(n):
+        return MixerConfig.from_dict(
+            {
+                "streams": [
+                    _stream(root, filter={"include": ["$.id"]}, output={"max_size_in_bytes": n})
+                ]
+            }
+        ).streams[0]
+
     assert [len(s.inputs) for s in plan_shards(mk(size * 2))] == [2, 2]
     assert [len(s.inputs) for s in plan_shards(mk(size * 2 - 1))] == [1, 1, 1, 1]
     assert [len(s.inputs) for s in plan_shards(mk(10**9))] == [4]
@@ -196,11 +248,13 @@ def test_sharding_by_input_size(tmp_path: Path) -> None:
 
 def test_config_errors() -> None:
     with pytest.raises(InvalidInputError, match="filter` or a `span_replacement"):
-        MixerConfig.from_dict({"streams": [{"name": "s", "documents": ["x"],
-                                            "output": {"path": "o"}}]})
+        MixerConfig.from_dict(
+            {"streams": [{"name": "s", "documents": ["x"], "output": {"path": "o"}}]}
+        )
     with pytest.raises(InvalidInputError, match="filter is empty"):
-        MixerConfig.from_dict({"streams": [{"name": "s", "documents": ["x"], "filter": {},
-                                            "output": {"path": "o"}}]})
+        MixerConfig.from_dict(
+            {"streams": [{"name": "s", "documents": ["x"], "filter": {}, "output": {"path": "o"}}]}
+        )
 
 
 def test_cli_mix_with_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

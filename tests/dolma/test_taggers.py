@@ -32,8 +32,11 @@ def _docs(tmp_path: Path) -> Path:
 
 def test_reproduces_dolmas_tagger_files(tmp_path: Path) -> None:
     root = _docs(tmp_path)
-    tag_paths(str(root), ["char_length_v1", "char_length_with_paragraphs_v1",
-                          "whitespace_tokenizer_v1"], experiment="exp")
+    tag_paths(
+        str(root),
+        ["char_length_v1", "char_length_with_paragraphs_v1", "whitespace_tokenizer_v1"],
+        experiment="exp",
+    )
     tag_paths(str(root / "documents" / "*.jsonl.gz"), ["pii_regex_v2"], experiment="pii-regex")
     for part in ("part-0.jsonl.gz", "part-1.jsonl.gz"):
         # pii-regex holds only pii_regex_v2: byte-identical rows
@@ -44,26 +47,40 @@ def test_reproduces_dolmas_tagger_files(tmp_path: Path) -> None:
         theirs = _rows(DATA / "attributes" / "exp" / part)
         assert len(mine) == len(theirs) == 100
         for a, b in zip(mine, theirs, strict=True):
-            keep = {k: v for k, v in b["attributes"].items()
-                    if "random_number" not in k and "olmo_pretokenizer" not in k}
+            keep = {
+                k: v
+                for k, v in b["attributes"].items()
+                if "random_number" not in k and "olmo_pretokenizer" not in k
+            }
             assert a == {**b, "attributes": keep}
             assert list(a) == ["id", "attributes", "source"]
 
 
 def _tag(name: str, text: str) -> dict:
-    return tag_document({"id": "1", "source": "s", "text": text},
-                        [("x", name, make_tagger(name))])
+    return tag_document({"id": "1", "source": "s", "text": text}, [("x", name, make_tagger(name))])
 
 
-@pytest.mark.parametrize("text, want", [
-    ("", {"x__char_length_with_paragraphs_v1__document": [[0, 0, 0.0]]}),
-    ("  \n\n ", {"x__char_length_with_paragraphs_v1__document": [[0, 5, 5.0]]}),
-    ("ab\ncd\n", {"x__char_length_with_paragraphs_v1__paragraph": [[0, 3, 3.0], [3, 6, 3.0]],
-                  "x__char_length_with_paragraphs_v1__document": [[0, 6, 6.0]]}),
-    ("é👍🏽\n\n  \nz", {"x__char_length_with_paragraphs_v1__paragraph": [[0, 4, 4.0],
-                                                                    [8, 9, 1.0]],
-                      "x__char_length_with_paragraphs_v1__document": [[0, 9, 9.0]]}),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("", {"x__char_length_with_paragraphs_v1__document": [[0, 0, 0.0]]}),
+        ("  \n\n ", {"x__char_length_with_paragraphs_v1__document": [[0, 5, 5.0]]}),
+        (
+            "ab\ncd\n",
+            {
+                "x__char_length_with_paragraphs_v1__paragraph": [[0, 3, 3.0], [3, 6, 3.0]],
+                "x__char_length_with_paragraphs_v1__document": [[0, 6, 6.0]],
+            },
+        ),
+        (
+            "é👍🏽\n\n  \nz",
+            {
+                "x__char_length_with_paragraphs_v1__paragraph": [[0, 4, 4.0], [8, 9, 1.0]],
+                "x__char_length_with_paragraphs_v1__document": [[0, 9, 9.0]],
+            },
+        ),
+    ],
+)
 def test_paragraph_offsets_on_tricky_text(text: str, want: dict) -> None:
     assert _tag("char_length_with_paragraphs_v1", text) == want
 
@@ -73,20 +90,26 @@ def test_length_taggers_on_tricky_text() -> None:
     assert _tag("bytes_length_v1", "é👍") == {"x__bytes_length_v1__length": [[0, 2, 6.0]]}
     # dolma counts the pieces between \w+ / symbol runs; \w covers joiners and marks
     # (the `regex` module): a ZWJ between two emoji is a run of its own, e + U+0301 one word
-    assert _tag("whitespace_tokenizer_v1", "") == {"x__whitespace_tokenizer_v1__length":
-                                                   [[0, 0, 1.0]]}
-    assert _tag("whitespace_tokenizer_v1", "   \n") == {"x__whitespace_tokenizer_v1__length":
-                                                       [[0, 4, 1.0]]}
-    assert _tag("whitespace_tokenizer_v1", "a, b.")["x__whitespace_tokenizer_v1__length"] == \
-        [[0, 5, 5.0]]
-    assert _tag("whitespace_tokenizer_v1", "👨\u200d👩")["x__whitespace_tokenizer_v1__length"] \
-        == [[0, 3, 4.0]]
-    assert _tag("whitespace_tokenizer_v1", "e\u0301")["x__whitespace_tokenizer_v1__length"] \
-        == [[0, 2, 2.0]]
+    assert _tag("whitespace_tokenizer_v1", "") == {
+        "x__whitespace_tokenizer_v1__length": [[0, 0, 1.0]]
+    }
+    assert _tag("whitespace_tokenizer_v1", "   \n") == {
+        "x__whitespace_tokenizer_v1__length": [[0, 4, 1.0]]
+    }
+    assert _tag("whitespace_tokenizer_v1", "a, b.")["x__whitespace_tokenizer_v1__length"] == [
+        [0, 5, 5.0]
+    ]
+    assert _tag("whitespace_tokenizer_v1", "👨\u200d👩")["x__whitespace_tokenizer_v1__length"] == [
+        [0, 3, 4.0]
+    ]
+    assert _tag("whitespace_tokenizer_v1", "e\u0301")["x__whitespace_tokenizer_v1__length"] == [
+        [0, 2, 2.0]
+    ]
     out = _tag("whitespace_tokenizer_with_paragraphs_v1", "a b\n\nc\n")
-    assert out == {"x__whitespace_tokenizer_with_paragraphs_v1__paragraph": [[0, 4, 3.0],
-                                                                             [5, 7, 2.0]],
-                   "x__whitespace_tokenizer_with_paragraphs_v1__document": [[0, 7, 5.0]]}
+    assert out == {
+        "x__whitespace_tokenizer_with_paragraphs_v1__paragraph": [[0, 4, 3.0], [5, 7, 2.0]],
+        "x__whitespace_tokenizer_with_paragraphs_v1__document": [[0, 7, 5.0]],
+    }
 
 
 def test_pii_regex() -> None:
@@ -111,20 +134,26 @@ def test_random_number_is_seeded_and_order_free(tmp_path: Path) -> None:
     root = _docs(tmp_path)
     tag_paths(str(root), ["random_number_v1"], experiment="r1", seed=5, processes=2)
     tag_paths(str(root), ["random_number_v1"], experiment="r2", seed=5)
-    r1 = [next(iter(r["attributes"].values()))[0][2] for r in
-          _rows(root / "attributes" / "r1" / "part-0.jsonl.gz")]
-    r2 = [next(iter(r["attributes"].values()))[0][2] for r in
-          _rows(root / "attributes" / "r2" / "part-0.jsonl.gz")]
+    r1 = [
+        next(iter(r["attributes"].values()))[0][2]
+        for r in _rows(root / "attributes" / "r1" / "part-0.jsonl.gz")
+    ]
+    r2 = [
+        next(iter(r["attributes"].values()))[0][2]
+        for r in _rows(root / "attributes" / "r2" / "part-0.jsonl.gz")
+    ]
     assert r1 == r2 and all(0 <= x < 1 for x in r1) and len(set(r1)) > 90
 
 
 def test_group_output_naming_and_rounding() -> None:
     spans = [(0, 3, "a-b", 0.123456789), (1, 2, "a-b"), (0, 1, "", 5.0)]
     assert group_output(spans, "my-exp", "t.v1", defaults=["none"]) == {
-        "my_exp__t_v1__none": [], "my_exp__t_v1__a_b": [[0, 3, 0.12346], [1, 2, 1.0]]}
+        "my_exp__t_v1__none": [],
+        "my_exp__t_v1__a_b": [[0, 3, 0.12346], [1, 2, 1.0]],
+    }
 
 
-USER_TAGGER = '''
+USER_TAGGER = """
 from lmdata.dolma.taggers import Span
 
 class Vowels:
@@ -133,16 +162,30 @@ class Vowels:
     def predict(self, doc):
         n = sum(c in "aeiou" for c in doc["text"])
         return [Span(0, len(doc["text"]), "count", n)] if n else []
-'''
+"""
 
 
 def test_user_tagger_module_and_cli(tmp_path: Path) -> None:
     root = _docs(tmp_path)
     mod = tmp_path / "mytaggers.py"
     mod.write_text(USER_TAGGER)
-    res = CliRunner().invoke(cli, ["tag", "-d", str(root), "-t", "vowels_v1", "-t",
-                                   "char_length_v1", "--tagger-modules", str(mod), "-q",
-                                   "-p", "2"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "tag",
+            "-d",
+            str(root),
+            "-t",
+            "vowels_v1",
+            "-t",
+            "char_length_v1",
+            "--tagger-modules",
+            str(mod),
+            "-q",
+            "-p",
+            "2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "200 documents" in res.output and "documents/s" in res.output
     rows = _rows(root / "attributes" / "vowels_v1" / "part-1.jsonl.gz")
@@ -150,8 +193,9 @@ def test_user_tagger_module_and_cli(tmp_path: Path) -> None:
     assert rows[59]["attributes"] == {}
     assert rows[0]["attributes"]["vowels_v1__vowels_v1__count"][0][2] > 10
     assert (root / "attributes" / "char_length_v1" / "part-0.jsonl.gz").is_file()
-    again = CliRunner().invoke(cli, ["tag", "-d", str(root), "-t", "vowels_v1",
-                                     "--tagger-modules", str(mod), "-q"])
+    again = CliRunner().invoke(
+        cli, ["tag", "-d", str(root), "-t", "vowels_v1", "--tagger-modules", str(mod), "-q"]
+    )
     assert "(2 already done)" in again.output
     listed = CliRunner().invoke(cli, ["tag", "--list", "--tagger-modules", str(mod)])
     assert "vowels_v1" in listed.output and "pii_regex_v2" in listed.output

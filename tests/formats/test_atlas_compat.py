@@ -30,6 +30,7 @@ DATA = Path(__file__).parent.parent / "data" / "atlas"
 
 # ---- the origin's read path, independently ---------------------------------------------------
 
+
 class _RootMeta(NamedTuple):
     version: int
     shard_sizes: list[int]
@@ -65,7 +66,8 @@ def origin_read(root: Path) -> list[Any]:
         index = np.load(shard / "index.npy", mmap_mode="r")
         if sm.compression_strategy == 3:
             dctx = zstandard.ZstdDecompressor(
-                dict_data=zstandard.ZstdCompressionDict((shard / "zstd_dict.bin").read_bytes()))
+                dict_data=zstandard.ZstdCompressionDict((shard / "zstd_dict.bin").read_bytes())
+            )
         elif sm.compression_strategy == 2:
             dctx = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(shared))
         elif sm.compression_strategy == 1:
@@ -73,7 +75,7 @@ def origin_read(root: Path) -> list[Any]:
         else:
             dctx = None
         b, k = divmod(j, sm.block_size)
-        start, stop = index[b: b + 2]
+        start, stop = index[b : b + 2]
         with open(shard / "data.bin", "rb") as f:
             f.seek(int(start))
             raw = f.read(int(stop - start))
@@ -86,6 +88,7 @@ def origin_read(root: Path) -> list[Any]:
 def origin_examples(name: str) -> list[Any]:
     """The fixture's examples as the origin's generator built them: keys and short strings
     shared (interned), which pickle memoizes; so our pickled blocks can match byte for byte."""
+
     def intern(o: Any, key: str = "") -> Any:
         if isinstance(o, dict):
             return {sys.intern(k): intern(v, k) for k, v in o.items()}
@@ -94,21 +97,31 @@ def origin_examples(name: str) -> list[Any]:
         if isinstance(o, str) and key != "text":
             return sys.intern(o)
         return o
+
     lines = (DATA / name / "expected.jsonl").read_text().splitlines()
     return [intern(json.loads(line)) for line in lines]
 
 
 def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != "expected.jsonl"}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "expected.jsonl"
+    }
 
 
 def examples(n: int, seed: int = 0) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     words = ["alpha", "beta", "gamma", "δέλτα", "epsilon", "zeta", "€uro", "\n", "ab"]
-    return [{"id": i, "text": " ".join(rng.choice(words, int(rng.integers(1, 40)))),
-             "score": float(rng.random()), "tags": ["x"] * int(rng.integers(0, 3))}
-            for i in range(n)]
+    return [
+        {
+            "id": i,
+            "text": " ".join(rng.choice(words, int(rng.integers(1, 40)))),
+            "score": float(rng.random()),
+            "tags": ["x"] * int(rng.integers(0, 3)),
+        }
+        for i in range(n)
+    ]
 
 
 def write(path: Path, items: list[Any], **kw: Any) -> Path:
@@ -119,6 +132,7 @@ def write(path: Path, items: list[Any], **kw: Any) -> Path:
 
 
 # ---- the origin's datasets read in lmdata -------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["s0_none", "s2_shared"])
 def test_fixture_reads_like_the_origin(name: str) -> None:
@@ -136,8 +150,13 @@ def test_fixture_reads_like_the_origin(name: str) -> None:
 
 
 def test_strategy0_rewrite_is_byte_identical(tmp_path: Path) -> None:
-    out = write(tmp_path / "o", origin_examples("s0_none"), shard_size=50, block_size=8,
-                compression_strategy=0)
+    out = write(
+        tmp_path / "o",
+        origin_examples("s0_none"),
+        shard_size=50,
+        block_size=8,
+        compression_strategy=0,
+    )
     assert files(out) == files(DATA / "s0_none")
 
 
@@ -146,8 +165,14 @@ def test_shared_rewrite_matches_the_origin(tmp_path: Path) -> None:
     on the libzstd version (the fixture's was older), so those are compared decompressed."""
     ex = origin_examples("s2_shared")
     ref = DATA / "s2_shared"
-    out = write(tmp_path / "o", ex, shard_size=32, block_size=4, compression_strategy=2,
-                compression_dict_size=0.1)
+    out = write(
+        tmp_path / "o",
+        ex,
+        shard_size=32,
+        block_size=4,
+        compression_strategy=2,
+        compression_dict_size=0.1,
+    )
     mine, theirs = files(out), files(ref)
     assert mine.keys() == theirs.keys()
     for k in theirs:
@@ -156,7 +181,7 @@ def test_shared_rewrite_matches_the_origin(tmp_path: Path) -> None:
         if k.endswith("index.npy"):
             assert np.load(out / k).dtype == np.load(ref / k).dtype
     # The dictionary has the origin's size rule: fraction of shard 0's pickled bytes.
-    blocks0 = [pickle.dumps(ex[i:i + 4], protocol=4) for i in range(0, 32, 4)]
+    blocks0 = [pickle.dumps(ex[i : i + 4], protocol=4) for i in range(0, 32, 4)]
     want = dict_size_for(sum(map(len, blocks0)), 0.1)
     assert len(theirs["zstd_dict.bin"]) == want and len(mine["zstd_dict.bin"]) <= want
     assert mine["zstd_dict.bin"][:4] == b"\x37\xa4\x30\xec"
@@ -167,7 +192,7 @@ def test_shared_rewrite_matches_the_origin(tmp_path: Path) -> None:
             idx = np.load(shard / "index.npy")
             data = (shard / "data.bin").read_bytes()
             got += [dctx.decompress(data[a:b]) for a, b in itertools.pairwise(idx)]
-        assert got == [pickle.dumps(ex[i:i + 4], protocol=4) for i in range(0, len(ex), 4)]
+        assert got == [pickle.dumps(ex[i : i + 4], protocol=4) for i in range(0, len(ex), 4)]
     assert origin_read(out) == ex
 
 
@@ -176,11 +201,18 @@ def test_given_dictionary_writes_the_origin_frames(tmp_path: Path) -> None:
     with that dictionary (what the origin does), with the content size in each header."""
     d = (DATA / "s2_shared" / "zstd_dict.bin").read_bytes()
     ex = origin_examples("s2_shared")
-    out = write(tmp_path / "o", ex, shard_size=32, block_size=4, compression_strategy=2,
-                compression_dict=d, workers=2)
+    out = write(
+        tmp_path / "o",
+        ex,
+        shard_size=32,
+        block_size=4,
+        compression_strategy=2,
+        compression_dict=d,
+        workers=2,
+    )
     assert (out / "zstd_dict.bin").read_bytes() == d
     c = zstandard.ZstdCompressor(level=3, dict_data=zstandard.ZstdCompressionDict(d))
-    want = b"".join(c.compress(pickle.dumps(ex[i:i + 4], protocol=4)) for i in range(32, 64, 4))
+    want = b"".join(c.compress(pickle.dumps(ex[i : i + 4], protocol=4)) for i in range(32, 64, 4))
     assert (out / "01" / "data.bin").read_bytes() == want
     idx = np.load(out / "01" / "index.npy")
     frame = (out / "01" / "data.bin").read_bytes()[: int(idx[1])]
@@ -190,6 +222,7 @@ def test_given_dictionary_writes_the_origin_frames(tmp_path: Path) -> None:
 
 # ---- layouts the origin produces ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("strategy", [0, 1, 2, 3])
 def test_every_strategy_decodes_the_origins_way(tmp_path: Path, strategy: int) -> None:
     ex = examples(300)
@@ -197,10 +230,10 @@ def test_every_strategy_decodes_the_origins_way(tmp_path: Path, strategy: int) -
     assert origin_read(out) == ex
     assert list(lmdata.open(out)) == ex
     root = json.loads((out / "meta.json").read_text())
-    assert root == {"version": 1, "shard_sizes": [100, 100, 100],
-                    "compression_strategy": strategy}
-    shard_strats = {json.loads((out / s / "meta.json").read_text())["compression_strategy"]
-                    for s in "012"}
+    assert root == {"version": 1, "shard_sizes": [100, 100, 100], "compression_strategy": strategy}
+    shard_strats = {
+        json.loads((out / s / "meta.json").read_text())["compression_strategy"] for s in "012"
+    }
     assert shard_strats == {strategy}
     assert (out / "zstd_dict.bin").exists() == (strategy == 2)
     assert all((out / s / "zstd_dict.bin").exists() == (strategy == 3) for s in "012")
@@ -212,10 +245,15 @@ def test_every_strategy_decodes_the_origins_way(tmp_path: Path, strategy: int) -
             assert (out / s / "data.bin").read_bytes()[:2] == b"\x80\x04"
 
 
-@pytest.mark.parametrize(("n_shards", "names"), [
-    (1, ["0"]), (10, [str(i) for i in range(10)]), (11, [f"{i:02d}" for i in range(11)]),
-    (101, [f"{i:03d}" for i in range(101)]),
-])
+@pytest.mark.parametrize(
+    ("n_shards", "names"),
+    [
+        (1, ["0"]),
+        (10, [str(i) for i in range(10)]),
+        (11, [f"{i:02d}" for i in range(11)]),
+        (101, [f"{i:03d}" for i in range(101)]),
+    ],
+)
 def test_shard_folders_are_zero_padded(tmp_path: Path, n_shards: int, names: list[str]) -> None:
     ex = list(range(n_shards * 2 - 1))  # the last shard is partial
     out = write(tmp_path / "o", ex, shard_size=2, block_size=1, compression_strategy=0)
@@ -237,20 +275,28 @@ def test_dictionary_falls_back_below_seven_blocks(tmp_path: Path) -> None:
     # Strategy 2: shard 0 with 6 blocks cannot train, so the whole dataset becomes 1.
     out = write(tmp_path / "o2", ex, shard_size=24, block_size=4, compression_strategy=2)
     assert json.loads((out / "meta.json").read_text())["compression_strategy"] == 1
-    assert {json.loads((d / "meta.json").read_text())["compression_strategy"]
-            for d in out.iterdir() if d.is_dir()} == {1}
+    assert {
+        json.loads((d / "meta.json").read_text())["compression_strategy"]
+        for d in out.iterdir()
+        if d.is_dir()
+    } == {1}
     assert not list(out.rglob("zstd_dict.bin"))
     assert origin_read(out) == ex
 
 
-@pytest.mark.parametrize(("strategy", "root", "shard"), [(0, 0, 0), (1, 1, 1), (2, 1, 1),
-                                                         (3, 3, 1)])
-def test_empty_dataset_matches_the_origins(tmp_path: Path, strategy: int, root: int,
-                                           shard: int) -> None:
+@pytest.mark.parametrize(
+    ("strategy", "root", "shard"), [(0, 0, 0), (1, 1, 1), (2, 1, 1), (3, 3, 1)]
+)
+def test_empty_dataset_matches_the_origins(
+    tmp_path: Path, strategy: int, root: int, shard: int
+) -> None:
     out = write(tmp_path / "o", [], shard_size=10, block_size=4, compression_strategy=strategy)
     assert sorted(p.name for p in out.rglob("*")) == ["0", "index.npy", "meta.json", "meta.json"]
     assert json.loads((out / "meta.json").read_text()) == {
-        "version": 1, "shard_sizes": [0], "compression_strategy": root}
+        "version": 1,
+        "shard_sizes": [0],
+        "compression_strategy": root,
+    }
     assert json.loads((out / "0" / "meta.json").read_text())["compression_strategy"] == shard
     idx = np.load(out / "0" / "index.npy")
     assert idx.dtype == np.uint8 and idx.tolist() == [0]
@@ -264,8 +310,13 @@ def test_empty_dataset_matches_the_origins(tmp_path: Path, strategy: int, root: 
 def test_index_dtype_is_the_smallest_that_holds_the_size(tmp_path: Path) -> None:
     smaller = {np.uint8: -1, np.uint16: 255, np.uint32: 65535}
     for n, dtype in [(2, np.uint8), (40, np.uint16), (600, np.uint32)]:
-        out = write(tmp_path / str(n), [b"x" * 100] * n, shard_size=10**6, block_size=1,
-                    compression_strategy=0)
+        out = write(
+            tmp_path / str(n),
+            [b"x" * 100] * n,
+            shard_size=10**6,
+            block_size=1,
+            compression_strategy=0,
+        )
         idx = np.load(out / "0" / "index.npy")
         assert idx.dtype == dtype
         assert int(idx[-1]) == (out / "0" / "data.bin").stat().st_size
@@ -273,15 +324,24 @@ def test_index_dtype_is_the_smallest_that_holds_the_size(tmp_path: Path) -> None
 
 
 def test_meta_json_bytes(tmp_path: Path) -> None:
-    out = write(tmp_path / "o", [1, 2, 3], shard_size=10, block_size=2, compression_strategy=1,
-                compression_level=5, compression_dict_size=0.0)
+    out = write(
+        tmp_path / "o",
+        [1, 2, 3],
+        shard_size=10,
+        block_size=2,
+        compression_strategy=1,
+        compression_level=5,
+        compression_dict_size=0.0,
+    )
     assert (out / "0" / "meta.json").read_bytes() == (
         b'{\n    "version": 1,\n    "block_size": 2,\n    "stored_examples": 3,\n'
         b'    "compression_strategy": 1,\n    "compression_level": 5,\n'
-        b'    "compression_dict_size": 0.0\n}')
+        b'    "compression_dict_size": 0.0\n}'
+    )
     assert (out / "meta.json").read_bytes() == (
         b'{\n    "version": 1,\n    "shard_sizes": [\n        3\n    ],\n'
-        b'    "compression_strategy": 1\n}')
+        b'    "compression_strategy": 1\n}'
+    )
 
 
 def test_detect_is_specific(tmp_path: Path) -> None:
@@ -295,8 +355,9 @@ def test_detect_is_specific(tmp_path: Path) -> None:
 
 
 def test_a_shard_folder_opens_on_its_own() -> None:
-    ex = [json.loads(x) for x in (DATA / "s2_shared" / "expected.jsonl").read_text().split("\n")
-          if x]
+    ex = [
+        json.loads(x) for x in (DATA / "s2_shared" / "expected.jsonl").read_text().split("\n") if x
+    ]
     r = lmdata.open(DATA / "s2_shared" / "01", format="atlas")
     assert list(r) == ex[32:64]
 
@@ -334,8 +395,15 @@ def test_dictionary_sample_choice_stays_under_budget() -> None:
 
 def test_dictionary_trains_on_a_sample(tmp_path: Path) -> None:
     ex = examples(2000)
-    out = write(tmp_path / "o", ex, shard_size=2000, block_size=8, compression_strategy=3,
-                dict_sample_bytes=16 << 10, compression_dict_size=0.05)
+    out = write(
+        tmp_path / "o",
+        ex,
+        shard_size=2000,
+        block_size=8,
+        compression_strategy=3,
+        dict_sample_bytes=16 << 10,
+        compression_dict_size=0.05,
+    )
     assert json.loads((out / "0" / "meta.json").read_text())["compression_strategy"] == 3
     assert (out / "0" / "zstd_dict.bin").stat().st_size > 1024
     assert origin_read(out)[:50] == ex[:50] and list(lmdata.open(out)) == ex

@@ -21,17 +21,27 @@ from .test_atlas_compat import examples, origin_read, write
 
 
 @pytest.mark.parametrize("strategy", [0, 1, 2, 3])
-@pytest.mark.parametrize(("n", "shard_size", "block_size"), [
-    (1, 10, 4),       # one example: one shard, one partial block
-    (37, 100, 1),     # block_size 1
-    (37, 100, 8),     # a partial last block in the only shard
-    (250, 60, 7),     # several shards, each with a partial last block
-])
-def test_round_trip(tmp_path: Path, strategy: int, n: int, shard_size: int,
-                    block_size: int) -> None:
+@pytest.mark.parametrize(
+    ("n", "shard_size", "block_size"),
+    [
+        (1, 10, 4),  # one example: one shard, one partial block
+        (37, 100, 1),  # block_size 1
+        (37, 100, 8),  # a partial last block in the only shard
+        (250, 60, 7),  # several shards, each with a partial last block
+    ],
+)
+def test_round_trip(
+    tmp_path: Path, strategy: int, n: int, shard_size: int, block_size: int
+) -> None:
     ex = examples(n, seed=n)
-    out = write(tmp_path / "o", ex, shard_size=shard_size, block_size=block_size,
-                compression_strategy=strategy, workers=2)
+    out = write(
+        tmp_path / "o",
+        ex,
+        shard_size=shard_size,
+        block_size=block_size,
+        compression_strategy=strategy,
+        workers=2,
+    )
     r = lmdata.open(out)
     assert len(r) == n
     assert list(r) == ex
@@ -45,21 +55,42 @@ def test_round_trip(tmp_path: Path, strategy: int, n: int, shard_size: int,
 
 
 values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
-    | st.binary(max_size=20) | st.complex_numbers(allow_nan=False),
-    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c, max_size=4)
-    | st.tuples(c, c) | st.frozensets(st.integers(), max_size=3),
-    max_leaves=10)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary(max_size=20)
+    | st.complex_numbers(allow_nan=False),
+    lambda c: (
+        st.lists(c, max_size=4)
+        | st.dictionaries(st.text(max_size=5), c, max_size=4)
+        | st.tuples(c, c)
+        | st.frozensets(st.integers(), max_size=3)
+    ),
+    max_leaves=10,
+)
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(items=st.lists(values, max_size=40), block_size=st.integers(1, 9),
-       shard_size=st.integers(1, 30), strategy=st.sampled_from([0, 1, 3]))
-def test_round_trip_any_plain_data(tmp_path_factory: Any, items: list[Any], block_size: int,
-                                   shard_size: int, strategy: int) -> None:
-    out = write(tmp_path_factory.mktemp("h") / "o", items, shard_size=shard_size,
-                block_size=block_size, compression_strategy=strategy)
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    items=st.lists(values, max_size=40),
+    block_size=st.integers(1, 9),
+    shard_size=st.integers(1, 30),
+    strategy=st.sampled_from([0, 1, 3]),
+)
+def test_round_trip_any_plain_data(
+    tmp_path_factory: Any, items: list[Any], block_size: int, shard_size: int, strategy: int
+) -> None:
+    out = write(
+        tmp_path_factory.mktemp("h") / "o",
+        items,
+        shard_size=shard_size,
+        block_size=block_size,
+        compression_strategy=strategy,
+    )
     r = lmdata.open(out)
     assert list(r) == items
     assert r.take(list(range(len(items)))[::-1]) == items[::-1]
@@ -68,8 +99,7 @@ def test_round_trip_any_plain_data(tmp_path_factory: Any, items: list[Any], bloc
 
 def test_numpy_examples_round_trip(tmp_path: Path) -> None:
     ex = [{"tokens": np.arange(i, dtype=np.int32), "w": np.float16(i)} for i in range(20)]
-    r = lmdata.open(write(tmp_path / "o", ex, shard_size=8, block_size=3,
-                          compression_strategy=1))
+    r = lmdata.open(write(tmp_path / "o", ex, shard_size=8, block_size=3, compression_strategy=1))
     for got, want in zip(r, ex, strict=True):
         np.testing.assert_array_equal(got["tokens"], want["tokens"])
         assert got["tokens"].dtype == np.int32 and got["w"] == want["w"]
@@ -90,8 +120,7 @@ def test_index_errors_and_negative_indices(tmp_path: Path) -> None:
 
 def test_changing_a_returned_example_does_not_change_later_reads(tmp_path: Path) -> None:
     ex = [{"v": [i]} for i in range(10)]
-    r = lmdata.open(write(tmp_path / "o", ex, shard_size=100, block_size=5,
-                          compression_strategy=0))
+    r = lmdata.open(write(tmp_path / "o", ex, shard_size=100, block_size=5, compression_strategy=0))
     a = r[2]
     a["v"].append("mutated")
     assert r[2] == {"v": [2]}  # same block, cached: still a fresh object
@@ -151,9 +180,15 @@ def test_writer_refuses_existing_output_unless_overwrite(tmp_path: Path) -> None
 
 
 def test_writer_options_are_checked(tmp_path: Path) -> None:
-    for kw in [{"block_size": 0}, {"shard_size": 0}, {"compression_strategy": 7},
-               {"compression_strategy": "zip"}, {"compression_dict_size": 1.5},
-               {"compression_level": 99}, {"compression_strategy": 1, "compression_dict": b"x"}]:
+    for kw in [
+        {"block_size": 0},
+        {"shard_size": 0},
+        {"compression_strategy": 7},
+        {"compression_strategy": "zip"},
+        {"compression_dict_size": 1.5},
+        {"compression_level": 99},
+        {"compression_strategy": 1, "compression_dict": b"x"},
+    ]:
         with pytest.raises(InvalidInputError):
             atlas.Writer(tmp_path / "o", **kw)
         assert list(tmp_path.iterdir()) == []
@@ -161,8 +196,14 @@ def test_writer_options_are_checked(tmp_path: Path) -> None:
 
 def test_strategy_names(tmp_path: Path) -> None:
     # One example is too few blocks for a dictionary: "shared" falls back to 1 at the root.
-    for name, want in [("none", 0), ("standard", 1), ("shared", 1), ("dictionary", 3),
-                       ("2", 1), ("per-shard", 3)]:
+    for name, want in [
+        ("none", 0),
+        ("standard", 1),
+        ("shared", 1),
+        ("dictionary", 3),
+        ("2", 1),
+        ("per-shard", 3),
+    ]:
         out = write(tmp_path / name, [1], compression_strategy=name)
         assert lmdata.open(out).meta.compression_strategy == want
 
@@ -170,8 +211,13 @@ def test_strategy_names(tmp_path: Path) -> None:
 def test_append_to_every_strategy(tmp_path: Path) -> None:
     ex = examples(120)
     for strategy in (0, 1, 3):
-        out = write(tmp_path / str(strategy), ex[:50], shard_size=20, block_size=2,
-                    compression_strategy=strategy)
+        out = write(
+            tmp_path / str(strategy),
+            ex[:50],
+            shard_size=20,
+            block_size=2,
+            compression_strategy=strategy,
+        )
         with atlas.Writer(out, append=True, block_size=3) as w:
             for e in ex[50:]:
                 w.write(e)
@@ -223,8 +269,10 @@ def test_merge_links_what_it_can_and_re_encodes_the_rest(tmp_path: Path) -> None
 
 def test_take_decodes_each_needed_block_once(tmp_path: Path) -> None:
     ex = examples(100)
-    r = atlas.open(write(tmp_path / "o", ex, shard_size=40, block_size=10,
-                         compression_strategy=1), cache_bytes=0)
+    r = atlas.open(
+        write(tmp_path / "o", ex, shard_size=40, block_size=10, compression_strategy=1),
+        cache_bytes=0,
+    )
     reads: list[tuple[int, int]] = []
     real = r._read_raw
 

@@ -28,9 +28,9 @@ def replace_block(shard: Path, b: int, stored: bytes) -> None:
     """Put ``stored`` bytes as block ``b`` of ``shard``, fixing the index (uint64)."""
     idx = np.load(shard / "index.npy").astype(np.int64)
     data = (shard / "data.bin").read_bytes()
-    data = data[: idx[b]] + stored + data[idx[b + 1]:]
+    data = data[: idx[b]] + stored + data[idx[b + 1] :]
     delta = len(stored) - int(idx[b + 1] - idx[b])
-    idx[b + 1:] += delta
+    idx[b + 1 :] += delta
     (shard / "data.bin").write_bytes(data)
     np.save(shard / "index.npy", idx.astype(np.uint64), allow_pickle=False)
 
@@ -45,8 +45,7 @@ class _Evil:
 
 def _dataset(tmp_path: Path, strategy: int = 1, n: int = 40) -> tuple[Path, list[Any]]:
     ex = [{"i": i, "text": "t" * (i % 7)} for i in range(n)]
-    return write(tmp_path / "d", ex, shard_size=20, block_size=4,
-                 compression_strategy=strategy), ex
+    return write(tmp_path / "d", ex, shard_size=20, block_size=4, compression_strategy=strategy), ex
 
 
 @pytest.mark.parametrize("strategy", [0, 1])
@@ -74,6 +73,7 @@ def test_malicious_block_does_not_execute(tmp_path: Path, strategy: int) -> None
 
 def test_allow_unsafe_pickle_trusts_the_file(tmp_path: Path) -> None:
     from collections import OrderedDict
+
     ex = [OrderedDict(a=i) for i in range(10)]
     out = write(tmp_path / "d", ex, block_size=3, compression_strategy=1)
     with pytest.raises(UnsafeDataError, match=r"collections\.OrderedDict"):
@@ -130,8 +130,13 @@ def test_damaged_metadata_is_reported(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="version 2"):
         lmdata.open(out, format="atlas")
     shutil.rmtree(out)
-    out = write(tmp_path / "d", [{"i": i, "text": "t" * (i % 7)} for i in range(60)],
-                shard_size=40, block_size=4, compression_strategy=3)
+    out = write(
+        tmp_path / "d",
+        [{"i": i, "text": "t" * (i % 7)} for i in range(60)],
+        shard_size=40,
+        block_size=4,
+        compression_strategy=3,
+    )
     (out / "0" / "zstd_dict.bin").unlink()
     r = lmdata.open(out)
     with pytest.raises(CorruptDataError, match=r"zstd_dict\.bin"):
@@ -142,13 +147,19 @@ def test_damaged_metadata_is_reported(tmp_path: Path) -> None:
         r.take([59])
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(target=st.sampled_from(["data.bin", "index.npy", "meta.json", "../zstd_dict.bin"]),
-       pos=st.integers(0, 10**6), value=st.integers(0, 255), cut=st.booleans(),
-       strategy=st.sampled_from([0, 1, 2]))
-def test_corruption_raises_only_lmdata_errors(tmp_path_factory: Any, target: str, pos: int,
-                                              value: int, cut: bool, strategy: int) -> None:
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    target=st.sampled_from(["data.bin", "index.npy", "meta.json", "../zstd_dict.bin"]),
+    pos=st.integers(0, 10**6),
+    value=st.integers(0, 255),
+    cut=st.booleans(),
+    strategy=st.sampled_from([0, 1, 2]),
+)
+def test_corruption_raises_only_lmdata_errors(
+    tmp_path_factory: Any, target: str, pos: int, value: int, cut: bool, strategy: int
+) -> None:
     base = tmp_path_factory.mktemp("c")
     ex = [{"i": i, "s": "x" * (i % 13)} for i in range(60)]
     out = write(base / "d", ex, shard_size=30, block_size=3, compression_strategy=strategy)
@@ -208,8 +219,13 @@ def test_forked_workers_read_correct_examples(tmp_path: Path, strategy: int) -> 
     about 1% of their reads were wrong examples. Ours must be exact."""
     global _READER
     n = 3000
-    out = write(tmp_path / "d", [_expected(i) for i in range(n)], shard_size=700,
-                block_size=4, compression_strategy=strategy)
+    out = write(
+        tmp_path / "d",
+        [_expected(i) for i in range(n)],
+        shard_size=700,
+        block_size=4,
+        compression_strategy=strategy,
+    )
     _READER = lmdata.open(out)
     assert _READER[5] == _expected(5) and _READER[n - 1] == _expected(n - 1)  # parent reads
     ctx = multiprocessing.get_context("fork")
@@ -222,8 +238,13 @@ def test_forked_workers_read_correct_examples(tmp_path: Path, strategy: int) -> 
 @pytest.mark.parametrize("shard_size", [500, 13])  # 13: 154 shards, over the open-file bound
 def test_threads_share_a_reader(tmp_path: Path, shard_size: int) -> None:
     n = 2000
-    out = write(tmp_path / "d", [_expected(i) for i in range(n)], shard_size=shard_size,
-                block_size=8 if shard_size > 100 else 2, compression_strategy=3)
+    out = write(
+        tmp_path / "d",
+        [_expected(i) for i in range(n)],
+        shard_size=shard_size,
+        block_size=8 if shard_size > 100 else 2,
+        compression_strategy=3,
+    )
     r = lmdata.open(out, cache_bytes=20_000)
     bad: list[int] = []
 
@@ -240,4 +261,3 @@ def test_threads_share_a_reader(tmp_path: Path, shard_size: int) -> None:
         t.join()
     assert bad == []
     assert len(r._fds) <= 64 and not r._to_close
-

@@ -99,13 +99,13 @@ def test_short_or_missing_attribute_files_are_errors(tmp_path: Path) -> None:
         dolma.open(root, attributes=["pii-regex"])
 
 
-def test_random_access_across_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                          ) -> None:
+def test_random_access_across_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_lines, "CHECKPOINT_EVERY", 1)
     monkeypatch.setattr(_lines, "READ_CHUNK", 997)
     monkeypatch.setattr(_lines, "SEGMENT_CACHE", 2)
-    rows = [{"id": f"d{i}", "text": "x" * (i % 300) + "\u2028é", "source": "s"}
-            for i in range(3000)]
+    rows = [
+        {"id": f"d{i}", "text": "x" * (i % 300) + "\u2028é", "source": "s"} for i in range(3000)
+    ]
     raw = b"".join(orjson.dumps(r) + b"\n" for r in rows)
     ddir = tmp_path / "t" / "documents"
     ddir.mkdir(parents=True)
@@ -118,23 +118,29 @@ def test_random_access_across_checkpoints(tmp_path: Path, monkeypatch: pytest.Mo
     assert len(r) == 9000
     idx = [8999, 0, 2999, 3000, 4500, 6001, 1234, 7777, 5999, 1]
     assert r.take(idx) == [rows[i % 3000] for i in idx]
-    assert [r[i]["id"] for i in range(2990, 3010)] == [rows[i % 3000]["id"]
-                                                        for i in range(2990, 3010)]
+    assert [r[i]["id"] for i in range(2990, 3010)] == [
+        rows[i % 3000]["id"] for i in range(2990, 3010)
+    ]
     assert len(r._index(ddir / "a.jsonl.gz").checkpoints) > 5
 
 
 def test_truncated_gzip_and_bad_json_are_corrupt_with_place(tmp_path: Path) -> None:
     ddir = tmp_path / "t" / "documents"
     ddir.mkdir(parents=True)
-    blob = gzip.compress(b"".join(orjson.dumps({"id": str(i), "text": "t" * 50, "source": "s"})
-                                  + b"\n" for i in range(2000)))
+    blob = gzip.compress(
+        b"".join(
+            orjson.dumps({"id": str(i), "text": "t" * 50, "source": "s"}) + b"\n"
+            for i in range(2000)
+        )
+    )
     (ddir / "a.jsonl.gz").write_bytes(blob[: len(blob) // 2])
     with pytest.raises(CorruptDataError, match="truncated"):
         list(dolma.open(tmp_path / "t"))
     with pytest.raises(CorruptDataError, match=r"a\.jsonl\.gz"):
         len(dolma.open(tmp_path / "t"))
-    (ddir / "a.jsonl.gz").write_bytes(gzip.compress(b'{"id": "1", "text": "a", "source": "s"}\n'
-                                                    b'{"id": "2", "text": \n'))
+    (ddir / "a.jsonl.gz").write_bytes(
+        gzip.compress(b'{"id": "1", "text": "a", "source": "s"}\n{"id": "2", "text": \n')
+    )
     r = dolma.open(tmp_path / "t")
     assert r[0]["id"] == "1"
     with pytest.raises(CorruptDataError, match="line 2"):
@@ -156,21 +162,32 @@ def test_detect_is_specific(tmp_path: Path) -> None:
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=80)
 _doc = st.fixed_dictionaries(
     {"id": st.text(min_size=1, max_size=8), "text": _text},
-    optional={"source": st.sampled_from(["a", "b"]), "metadata": st.dictionaries(
-        st.text(max_size=5),
-        st.one_of(st.integers(-(2**63), 2**63 - 1),
-                  st.floats(allow_nan=False, allow_infinity=False), _text),
-        max_size=3)})
+    optional={
+        "source": st.sampled_from(["a", "b"]),
+        "metadata": st.dictionaries(
+            st.text(max_size=5),
+            st.one_of(
+                st.integers(-(2**63), 2**63 - 1),
+                st.floats(allow_nan=False, allow_infinity=False),
+                _text,
+            ),
+            max_size=3,
+        ),
+    },
+)
 
 
 @settings(max_examples=25, deadline=None)
-@given(docs=st.lists(_doc, max_size=30), per_file=st.integers(1, 7),
-       compression=st.sampled_from(["gz", "zst", "none"]))
-def test_writer_round_trip(tmp_path_factory: pytest.TempPathFactory, docs: list[dict],
-                           per_file: int, compression: str) -> None:
+@given(
+    docs=st.lists(_doc, max_size=30),
+    per_file=st.integers(1, 7),
+    compression=st.sampled_from(["gz", "zst", "none"]),
+)
+def test_writer_round_trip(
+    tmp_path_factory: pytest.TempPathFactory, docs: list[dict], per_file: int, compression: str
+) -> None:
     out = tmp_path_factory.mktemp("w") / "tree"
-    with dolma.Writer(out, compression=compression, max_file_docs=per_file,
-                      source="dflt") as w:
+    with dolma.Writer(out, compression=compression, max_file_docs=per_file, source="dflt") as w:
         for d in docs:
             w.write(d)
     r = dolma.open(out)
@@ -190,15 +207,21 @@ def test_writer_fills_ids_and_is_atomic(tmp_path: Path) -> None:
     assert f.name == "part-00000.jsonl.gz" and f.read_bytes()[4:8] == b"\0\0\0\0"  # mtime 0
     with pytest.raises(OutputExistsError):
         dolma.Writer(out)
-    with pytest.raises(InvalidInputError, match="'text' must be a string"), \
-            dolma.Writer(tmp_path / "u") as w:
+    with (
+        pytest.raises(InvalidInputError, match="'text' must be a string"),
+        dolma.Writer(tmp_path / "u") as w,
+    ):
         w.write({"id": "1", "text": "fine"})
         w.write({"id": "2"})
-    with pytest.raises(InvalidInputError, match="cannot be stored as JSON"), \
-            dolma.Writer(tmp_path / "v") as w:
+    with (
+        pytest.raises(InvalidInputError, match="cannot be stored as JSON"),
+        dolma.Writer(tmp_path / "v") as w,
+    ):
         w.write({"id": "1", "text": "x", "n": 2**70})
-    with pytest.raises(InvalidInputError, match=r"value\['m'\]\[1\] is not finite"), \
-            dolma.Writer(tmp_path / "v") as w:
+    with (
+        pytest.raises(InvalidInputError, match=r"value\['m'\]\[1\] is not finite"),
+        dolma.Writer(tmp_path / "v") as w,
+    ):
         w.write({"id": "1", "text": "x", "m": [1.0, float("nan")]})
     assert not (tmp_path / "u").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".lmdata-tmp")]
@@ -218,11 +241,13 @@ def test_zlib_error_type_is_wrapped() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1,
-                      max_size=4),
-       cut=st.one_of(st.none(), st.integers(0, 10_000)))
-def test_corrupted_files_fail_cleanly(tmp_path_factory: pytest.TempPathFactory,
-                                      flips: list[tuple[int, int]], cut: int | None) -> None:
+@given(
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=4),
+    cut=st.one_of(st.none(), st.integers(0, 10_000)),
+)
+def test_corrupted_files_fail_cleanly(
+    tmp_path_factory: pytest.TempPathFactory, flips: list[tuple[int, int]], cut: int | None
+) -> None:
     from lmdata.errors import LmdataError
 
     blob = bytearray((DATA / "documents" / "part-0.jsonl.gz").read_bytes())

@@ -17,8 +17,9 @@ DATA = Path(__file__).parent.parent / "data" / "dolma" / "dataset"
 GOOD = {"id": "a", "text": "hello\n", "source": "s", "added": "2024", "metadata": {"u": 1}}
 
 
-def _tree(tmp_path: Path, docs: list, attrs: dict[str, list] | None = None,
-          raw: bytes | None = None) -> Path:
+def _tree(
+    tmp_path: Path, docs: list, attrs: dict[str, list] | None = None, raw: bytes | None = None
+) -> Path:
     root = tmp_path / "t"
     (root / "documents").mkdir(parents=True)
     body = raw if raw is not None else b"".join(orjson.dumps(d) + b"\n" for d in docs)
@@ -26,7 +27,8 @@ def _tree(tmp_path: Path, docs: list, attrs: dict[str, list] | None = None,
     for name, rows in (attrs or {}).items():
         (root / "attributes" / name).mkdir(parents=True)
         (root / "attributes" / name / "p.jsonl.gz").write_bytes(
-            gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in rows)))
+            gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        )
     return root
 
 
@@ -40,18 +42,24 @@ def test_fixture_is_valid() -> None:
     assert dolma.validate(DATA) == []
 
 
-@pytest.mark.parametrize("doc, needle", [
-    ({"id": "a", "text": "x"}, "missing mandatory field 'source'"),
-    ({"text": "x", "source": "s"}, "missing mandatory field 'id'"),
-    ({"id": "a", "source": "s"}, "missing mandatory field 'text'"),
-    ({"id": 5, "text": "x", "source": "s"}, "'id' must be a string, got integer"),
-    ({"id": "a", "text": ["x"], "source": "s"}, "'text' must be a string, got array"),
-    ({"id": "a", "text": "x", "source": None}, "'source' must be a string, got null"),
-    ({"id": "a", "text": "x", "source": "s", "added": 3}, "'added' must be a string"),
-    ({"id": "a", "text": "x", "source": "s", "created": {}}, "'created' must be a string"),
-    ({"id": "a", "text": "x", "source": "s", "metadata": []}, "'metadata' must be an object"),
-    ({"id": "a", "text": "x", "source": "s", "attributes": 1}, "'attributes' must be an object"),
-])
+@pytest.mark.parametrize(
+    "doc, needle",
+    [
+        ({"id": "a", "text": "x"}, "missing mandatory field 'source'"),
+        ({"text": "x", "source": "s"}, "missing mandatory field 'id'"),
+        ({"id": "a", "source": "s"}, "missing mandatory field 'text'"),
+        ({"id": 5, "text": "x", "source": "s"}, "'id' must be a string, got integer"),
+        ({"id": "a", "text": ["x"], "source": "s"}, "'text' must be a string, got array"),
+        ({"id": "a", "text": "x", "source": None}, "'source' must be a string, got null"),
+        ({"id": "a", "text": "x", "source": "s", "added": 3}, "'added' must be a string"),
+        ({"id": "a", "text": "x", "source": "s", "created": {}}, "'created' must be a string"),
+        ({"id": "a", "text": "x", "source": "s", "metadata": []}, "'metadata' must be an object"),
+        (
+            {"id": "a", "text": "x", "source": "s", "attributes": 1},
+            "'attributes' must be an object",
+        ),
+    ],
+)
 def test_document_field_rules(tmp_path: Path, doc: dict, needle: str) -> None:
     root = _tree(tmp_path, [GOOD, doc])
     p = _one(dolma.validate(root), needle)
@@ -76,8 +84,11 @@ def test_attribute_rows_must_line_up(tmp_path: Path) -> None:
     docs = [GOOD, {**GOOD, "id": "b"}, {**GOOD, "id": "c"}]
     attrs = {
         "short": [{"id": "a", "attributes": {}}],
-        "swapped": [{"id": "b", "attributes": {}}, {"id": "a", "attributes": {}},
-                    {"id": "c", "attributes": {}}],
+        "swapped": [
+            {"id": "b", "attributes": {}},
+            {"id": "a", "attributes": {}},
+            {"id": "c", "attributes": {}},
+        ],
         "noobj": [{"id": "a"}, {"id": "b", "attributes": []}, {"id": "c", "attributes": {}}],
     }
     probs = dolma.validate(_tree(tmp_path, docs, attrs))
@@ -88,25 +99,30 @@ def test_attribute_rows_must_line_up(tmp_path: Path) -> None:
     assert "got array" in _one(probs, "noobj/p.jsonl.gz:2")
 
 
-@pytest.mark.parametrize("value, needle", [
-    ([[3, 1, 1.0]], "0 <= start <= end, got [3, 1]"),
-    ([[-1, 1, 1.0]], "0 <= start <= end"),
-    ([[0, 1]], "expected [start, end, score]"),
-    ([5], "expected [start, end, score]"),
-    ([[0, 1.5, 1.0]], "must be integers"),
-    ([[0, 1, "high"]], "score must be a number"),
-])
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        ([[3, 1, 1.0]], "0 <= start <= end, got [3, 1]"),
+        ([[-1, 1, 1.0]], "0 <= start <= end"),
+        ([[0, 1]], "expected [start, end, score]"),
+        ([5], "expected [start, end, score]"),
+        ([[0, 1.5, 1.0]], "must be integers"),
+        ([[0, 1, "high"]], "score must be a number"),
+    ],
+)
 def test_span_rules(tmp_path: Path, value: list, needle: str) -> None:
-    attrs = {"exp": [{"id": "a", "attributes": {"exp__t__k": value, "ok": [[0, 6, 1]],
-                                                "scalar": 0.5}}]}
+    attrs = {
+        "exp": [{"id": "a", "attributes": {"exp__t__k": value, "ok": [[0, 6, 1]], "scalar": 0.5}}]
+    }
     p = _one(dolma.validate(_tree(tmp_path, [GOOD], attrs)), needle)
     assert "attributes/exp/p.jsonl.gz:1: attribute 'exp__t__k' span 0" in p
 
 
 def test_missing_and_orphan_attribute_files(tmp_path: Path) -> None:
     root = _tree(tmp_path, [GOOD], {"exp": [{"id": "a", "attributes": {}}]})
-    shutil.copy(root / "attributes" / "exp" / "p.jsonl.gz",
-                root / "attributes" / "exp" / "q.jsonl.gz")
+    shutil.copy(
+        root / "attributes" / "exp" / "p.jsonl.gz", root / "attributes" / "exp" / "q.jsonl.gz"
+    )
     (root / "attributes" / "empty").mkdir()
     probs = dolma.validate(root)
     assert "no document file documents/q.jsonl.gz" in _one(probs, "q.jsonl.gz")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import lmdata
+from lmdata.errors import UnsafeDataError
 from lmdata.protocols import Records, TokenSequences
 from tests.formats.mds_samples import canonical
 
@@ -60,8 +61,10 @@ def test_random_access_matches_streaming(name: str) -> None:
     assert canonical(r[-1]) == want[-1]
 
 
-def test_pkl_needs_no_trust_for_plain_data_and_matches() -> None:
-    r = lmdata.open(DATA / "pkl")
+def test_pkl_is_read_only_when_trusted_and_matches() -> None:
+    with pytest.raises(UnsafeDataError, match="allow_unsafe_pickle"):
+        lmdata.open(DATA / "pkl")[0]
+    r = lmdata.open(DATA / "pkl", allow_unsafe_pickle=True)
     assert [canonical(x) for x in r] == expected("pkl")
 
 
@@ -80,7 +83,8 @@ def test_tokens_fixture_is_a_token_reader() -> None:
 
 @pytest.mark.parametrize("name", sorted(FIXTURES))
 def test_fixtures_validate_clean(name: str) -> None:
-    assert lmdata.validate(DATA / name) == []
+    trust = {"allow_unsafe_pickle": True} if name == "pkl" else {}
+    assert lmdata.validate(DATA / name, **trust) == []
 
 
 def test_reading_compressed_writes_nothing_beside_it(copy) -> None:

@@ -19,16 +19,22 @@ DATA = Path(__file__).parent.parent / "data" / "modalities"
 REF = (DATA / "docs_bpe5k.pbin").read_bytes()
 
 
-def pbin(tokens: list[int], index: object, width: int = 2, data_len: int | None = None,
-         raw_index: bytes | None = None) -> bytes:
+def pbin(
+    tokens: list[int],
+    index: object,
+    width: int = 2,
+    data_len: int | None = None,
+    raw_index: bytes | None = None,
+) -> bytes:
     data = np.asarray(tokens, dtype={1: "u1", 2: "<u2", 4: "<u4"}[width]).tobytes()
     n = len(data) if data_len is None else data_len
     tail = raw_index if raw_index is not None else pickle.dumps(index, protocol=4)
     return struct.pack("<QI", n, width) + data + tail
 
 
-def open_fails(tmp_path: Path, blob: bytes, exc: type[Exception] = CorruptDataError,
-               match: str | None = None) -> str:
+def open_fails(
+    tmp_path: Path, blob: bytes, exc: type[Exception] = CorruptDataError, match: str | None = None
+) -> str:
     p = tmp_path / "bad.pbin"
     p.write_bytes(blob)
     with pytest.raises(exc, match=match) as info:
@@ -52,7 +58,7 @@ def open_fails(tmp_path: Path, blob: bytes, exc: type[Exception] = CorruptDataEr
         (struct.pack("<QI", 4, 0) + b"\0" * 4 + pickle.dumps([]), "must be 1, 2 or 4"),
         (struct.pack("<QI", 5, 2) + b"\0" * 5 + pickle.dumps([]), "not a multiple"),
         (struct.pack("<QI", 2**63, 2) + pickle.dumps([]), "truncated"),
-        (REF[:12] + REF[12:12 + 24778] + b"garbage", "cannot unpickle"),
+        (REF[:12] + REF[12 : 12 + 24778] + b"garbage", "cannot unpickle"),
     ],
 )
 def test_bad_headers_and_truncation(tmp_path: Path, blob: bytes, match: str) -> None:
@@ -85,8 +91,9 @@ def test_hostile_pickle_is_refused_before_running(tmp_path: Path) -> None:
         def __reduce__(self):  # type: ignore[no-untyped-def]
             return (os.system, (f"touch {marker}",))
 
-    msg = open_fails(tmp_path, pbin([1, 2], None, raw_index=pickle.dumps([Evil()])),
-                     exc=UnsafeDataError)
+    msg = open_fails(
+        tmp_path, pbin([1, 2], None, raw_index=pickle.dumps([Evil()])), exc=UnsafeDataError
+    )
     assert "system" in msg
     assert not marker.exists()
 
@@ -98,11 +105,13 @@ def test_numpy_ints_in_an_index_are_read_by_value(tmp_path: Path) -> None:
     assert [d.tolist() for d in modalities.open(p)] == [[1, 2], [3]]
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.data())
-def test_random_damage_never_escapes_as_a_raw_exception(tmp_path: Path,
-                                                        data: st.DataObject) -> None:
+def test_random_damage_never_escapes_as_a_raw_exception(
+    tmp_path: Path, data: st.DataObject
+) -> None:
     blob = bytearray(REF)
     kind = data.draw(st.sampled_from(["flip", "truncate", "header"]))
     if kind == "flip":

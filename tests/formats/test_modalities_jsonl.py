@@ -198,8 +198,14 @@ def test_cli_index(tmp_path: Path) -> None:
 
 
 def test_writer_writes_jsonl_and_matching_index(tmp_path: Path) -> None:
-    recs = [{"text": "a\u2028b\u0085c\ufeff", "n": 1}, {"text": "x\ny"}, [1, 2], "s",
-            {"arr": np.arange(3)}, {"big": 2**70}]
+    recs = [
+        {"text": "a\u2028b\u0085c\ufeff", "n": 1},
+        {"text": "x\ny"},
+        [1, 2],
+        "s",
+        {"arr": np.arange(3)},
+        {"big": 2**70},
+    ]
     p = tmp_path / "out.jsonl"
     with mj.Writer(p) as w:
         for rec in recs:
@@ -218,11 +224,17 @@ def test_writer_writes_jsonl_and_matching_index(tmp_path: Path) -> None:
     assert not (tmp_path / "gone.jsonl").exists() and not (tmp_path / "gone.idx").exists()
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.dictionaries(st.text(max_size=5), st.one_of(st.text(), st.integers(),
-                                                                 st.booleans(), st.none())),
-                max_size=12))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.text(max_size=5), st.one_of(st.text(), st.integers(), st.booleans(), st.none())
+        ),
+        max_size=12,
+    )
+)
 def test_writer_reader_round_trip(tmp_path: Path, recs: list[dict]) -> None:
     p = tmp_path / "h.jsonl"
     with mj.Writer(p, overwrite=True) as w:
@@ -232,4 +244,5 @@ def test_writer_reader_round_trip(tmp_path: Path, recs: list[dict]) -> None:
     assert list(r) == recs
     assert mj.validate(p) == []
     assert p.with_suffix(".idx").read_bytes() == pickle.dumps(
-        origin_index(p.read_bytes()), protocol=4)
+        origin_index(p.read_bytes()), protocol=4
+    )

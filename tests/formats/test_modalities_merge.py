@@ -31,8 +31,8 @@ def origin_merge(paths: list[Path], out: Path) -> None:
     for p in paths:
         raw = p.read_bytes()
         n, w = struct.unpack("<QI", raw[:12])
-        datas.append(raw[12: 12 + n])
-        index += [(o + shift, ln) for o, ln in pickle.loads(raw[12 + n:])]
+        datas.append(raw[12 : 12 + n])
+        index += [(o + shift, ln) for o, ln in pickle.loads(raw[12 + n :])]
         shift += n - 12  # the bug: should be n
     data = b"".join(datas)
     out.write_bytes(struct.pack("<QI", len(data), w) + data + pickle.dumps(index, protocol=4))
@@ -84,7 +84,7 @@ def test_origin_merged_file_is_read_with_corrected_offsets(tmp_path: Path) -> No
     paths = [make(tmp_path / f"{n}.pbin", d, 2) for n, d in (("a", A), ("b", B), ("c", C))]
     bad = tmp_path / "origin.pbin"
     origin_merge(paths, bad)
-    idx = pickle.loads(bad.read_bytes()[12 + 26:])
+    idx = pickle.loads(bad.read_bytes()[12 + 26 :])
     assert idx[3] == (12 - 12, 4)  # B's first document at byte 12 - 12: the origin's bug
     r = modalities.open(bad)
     assert r.repaired_origin_merge
@@ -107,15 +107,17 @@ def test_origin_merge_with_an_empty_first_file(tmp_path: Path) -> None:
     b = make(tmp_path / "b.pbin", B, 2)
     bad = tmp_path / "origin.pbin"
     origin_merge([empty, b], bad)
-    assert pickle.loads(bad.read_bytes()[12 + 12:])[0] == (-12, 4)
+    assert pickle.loads(bad.read_bytes()[12 + 12 :])[0] == (-12, 4)
     assert [d.tolist() for d in modalities.open(bad)] == B
 
 
 def test_cli_merge(tmp_path: Path) -> None:
     a = make(tmp_path / "a.pbin", A, 2)
     out = tmp_path / "c.pbin"
-    run = CliRunner().invoke(cli, ["merge", str(a), str(DATA / "docs_bpe5k.pbin"), "-o",
-                                   str(out), "--format", "modalities"])
+    run = CliRunner().invoke(
+        cli,
+        ["merge", str(a), str(DATA / "docs_bpe5k.pbin"), "-o", str(out), "--format", "modalities"],
+    )
     assert run.exit_code == 0, run.output
     r = modalities.open(out)
     ref = modalities.open(DATA / "docs_bpe5k.pbin")

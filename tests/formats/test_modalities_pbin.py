@@ -38,7 +38,7 @@ def write(path: Path, docs: list, **kw) -> Path:
 def parse(path: Path) -> tuple[int, int, bytes, list]:
     raw = path.read_bytes()
     data_len, width = struct.unpack("<QI", raw[:12])
-    return data_len, width, raw[12: 12 + data_len], pickle.loads(raw[12 + data_len:])
+    return data_len, width, raw[12 : 12 + data_len], pickle.loads(raw[12 + data_len :])
 
 
 # ---- byte identity ----------------------------------------------------------------------------
@@ -106,8 +106,22 @@ def test_lmdata_open_without_format_finds_modalities() -> None:
 
 @pytest.mark.parametrize(
     ("vocab", "width"),
-    [(1, 4), (2, 1), (254, 1), (255, 1), (256, 1), (257, 2), (5000, 2), (50257, 2),
-     (65535, 2), (65536, 2), (65537, 4), (128256, 4), (10_000_000, 4), (2**32, 4)],
+    [
+        (1, 4),
+        (2, 1),
+        (254, 1),
+        (255, 1),
+        (256, 1),
+        (257, 2),
+        (5000, 2),
+        (50257, 2),
+        (65535, 2),
+        (65536, 2),
+        (65537, 4),
+        (128256, 4),
+        (10_000_000, 4),
+        (2**32, 4),
+    ],
 )
 def test_width_from_vocab_as_the_origin(vocab: int, width: int) -> None:
     assert width_for_vocab(vocab) == width
@@ -141,8 +155,10 @@ def test_width_chosen_at_close_from_max_id(tmp_path: Path) -> None:
 
 
 def test_ids_that_do_not_fit_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError, match="256"), Writer(tmp_path / "a.pbin",
-                                                               vocab_size=256) as w:
+    with (
+        pytest.raises(InvalidInputError, match="256"),
+        Writer(tmp_path / "a.pbin", vocab_size=256) as w,
+    ):
         w.write([1, 256])
     assert not (tmp_path / "a.pbin").exists()
     with Writer(tmp_path / "b.pbin", token_width=2) as w:
@@ -254,15 +270,17 @@ def test_non_contiguous_index_is_read_through_the_index(tmp_path: Path) -> None:
     assert any("contiguous" in m for m in modalities.validate(p))
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     docs=st.lists(st.lists(st.integers(0, 2**32 - 1), max_size=20), max_size=15),
     eod=st.one_of(st.none(), st.integers(0, 2**32 - 1)),
     use_vocab=st.booleans(),
 )
-def test_round_trip_property(tmp_path: Path, docs: list[list[int]], eod: int | None,
-                             use_vocab: bool) -> None:
+def test_round_trip_property(
+    tmp_path: Path, docs: list[list[int]], eod: int | None, use_vocab: bool
+) -> None:
     p = tmp_path / "h.pbin"
     kw = {"vocab_size": 2**32} if use_vocab else {}
     write(p, docs, eod_id=eod, overwrite=True, **kw)
@@ -273,6 +291,11 @@ def test_round_trip_property(tmp_path: Path, docs: list[list[int]], eod: int | N
     assert r.span(0, r.num_tokens).tolist() == flat
     assert modalities.validate(p) == []
     _, width, _, index = parse(p)
-    assert width == (4 if use_vocab else max(1, *(
-        1 if t < 256 else 2 if t < 65536 else 4 for t in flat)) if flat else 1)
+    assert width == (
+        4
+        if use_vocab
+        else max(1, *(1 if t < 256 else 2 if t < 65536 else 4 for t in flat))
+        if flat
+        else 1
+    )
     assert [ln for _, ln in index] == [len(d) * width for d in expected]

@@ -35,13 +35,19 @@ def tokens20(tmp_path: Path) -> Path:
 
 
 # (block size, reuse_last_target, samples) from modalities' test_packed_dataset.py
-CONTINUOUS = [(2, True, 19), (3, True, 9), (10, True, 2), (6, True, 3), (20, True, 1),
-              (2, False, 10), (6, False, 3)]
+CONTINUOUS = [
+    (2, True, 19),
+    (3, True, 9),
+    (10, True, 2),
+    (6, True, 3),
+    (20, True, 1),
+    (2, False, 10),
+    (6, False, 3),
+]
 
 
 @pytest.mark.parametrize(("block", "reuse", "count"), CONTINUOUS)
-def test_continuous_counts_and_windows(tokens20: Path, block: int, reuse: bool,
-                                       count: int) -> None:
+def test_continuous_counts_and_windows(tokens20: Path, block: int, reuse: bool, count: int) -> None:
     seq_len = block - 1 if reuse else block
     v = ContinuousView(tokens20, seq_len, reuse_last_target=reuse)
     assert len(v) == count
@@ -55,8 +61,9 @@ def test_continuous_counts_and_windows(tokens20: Path, block: int, reuse: bool,
 
 
 @pytest.mark.parametrize(("seq_len", "reuse"), [(20, True), (21, False), (0, True), (1, False)])
-def test_continuous_refuses_what_the_origin_refuses(tokens20: Path, seq_len: int,
-                                                    reuse: bool) -> None:
+def test_continuous_refuses_what_the_origin_refuses(
+    tokens20: Path, seq_len: int, reuse: bool
+) -> None:
     with pytest.raises(InvalidInputError):
         ContinuousView(tokens20, seq_len, reuse_last_target=reuse)
 

@@ -20,7 +20,15 @@ from lmdata.formats.atlas.writer import Writer
 KIND = "records"
 
 __all__ = [
-    "KIND", "Atlas", "Strategy", "Writer", "detect", "info", "merge", "open", "validate",
+    "KIND",
+    "Atlas",
+    "Strategy",
+    "Writer",
+    "detect",
+    "info",
+    "merge",
+    "open",
+    "validate",
 ]
 
 
@@ -63,13 +71,21 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
     if meta.compression_strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
         shared = (first / DICT).read_bytes()
     level = sm.compression_level if sm and isinstance(sm.compression_level, int) else 3
-    fraction = sm.compression_dict_size if sm and isinstance(
-        sm.compression_dict_size, (int, float)) else 0.01
-    with Writer(output, shard_size=max(meta.shard_sizes, default=0) or None,
-                block_size=sm.block_size if sm else None,
-                compression_strategy=meta.compression_strategy, compression_level=level,
-                compression_dict_size=fraction, compression_dict=shared,
-                overwrite=overwrite) as w:
+    fraction = (
+        sm.compression_dict_size
+        if sm and isinstance(sm.compression_dict_size, (int, float))
+        else 0.01
+    )
+    with Writer(
+        output,
+        shard_size=max(meta.shard_sizes, default=0) or None,
+        block_size=sm.block_size if sm else None,
+        compression_strategy=meta.compression_strategy,
+        compression_level=level,
+        compression_dict_size=fraction,
+        compression_dict=shared,
+        overwrite=overwrite,
+    ) as w:
         for p in inputs:
             w.add_dataset(p)
         total = w.count

@@ -31,8 +31,9 @@ def dict_size_for(pickled_bytes: int, fraction: float) -> int:
     return max(int(fraction * pickled_bytes) + 1, 1024)
 
 
-def choose_samples(lengths: Sequence[int],
-                   budget: int = DICT_SAMPLE_BYTES) -> list[tuple[int, int]]:
+def choose_samples(
+    lengths: Sequence[int], budget: int = DICT_SAMPLE_BYTES
+) -> list[tuple[int, int]]:
     """(block, bytes to use) of the training samples: every block whole when they fit in
     ``budget`` (so the dictionary is the origin's), else an evenly spaced subset, each cut to at
     most ``budget // 8`` bytes so that there are always enough samples.
@@ -58,8 +59,9 @@ def choose_samples(lengths: Sequence[int],
     return sorted(out)
 
 
-def train_dictionary(samples: list[bytes], dict_size: int, level: int,
-                     threads: int = 1) -> bytes | None:
+def train_dictionary(
+    samples: list[bytes], dict_size: int, level: int, threads: int = 1
+) -> bytes | None:
     """A zstd dictionary trained the origin's way, or None when zstd cannot train one.
 
     With ``threads > 1`` the parameter search runs in parallel with the same d=8/steps=4
@@ -69,8 +71,9 @@ def train_dictionary(samples: list[bytes], dict_size: int, level: int,
         return None
     try:
         if threads > 1:
-            d = zstandard.train_dictionary(dict_size, samples, level=level, threads=threads,
-                                           d=8, steps=4)
+            d = zstandard.train_dictionary(
+                dict_size, samples, level=level, threads=threads, d=8, steps=4
+            )
         else:
             d = zstandard.train_dictionary(dict_size, samples, level=level)
     except zstandard.ZstdError:
@@ -93,7 +96,8 @@ class BlockCompressor:
     def __init__(self, level: int, dict_data: bytes | None = None, workers: int = 1) -> None:
         if not -(1 << 17) <= level <= zstandard.MAX_COMPRESSION_LEVEL:
             raise InvalidInputError(
-                f"compression_level must be at most {zstandard.MAX_COMPRESSION_LEVEL}, got {level}")
+                f"compression_level must be at most {zstandard.MAX_COMPRESSION_LEVEL}, got {level}"
+            )
         self.level = level
         self.dict = zstandard.ZstdCompressionDict(dict_data) if dict_data is not None else None
         if self.dict is not None:
@@ -132,13 +136,16 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def decompress_block(raw: bytes, dctx: zstandard.ZstdDecompressor, max_bytes: int,
-                     where: str, path: str) -> bytes:
+def decompress_block(
+    raw: bytes, dctx: zstandard.ZstdDecompressor, max_bytes: int, where: str, path: str
+) -> bytes:
     """The pickled bytes of one zstd block, refusing a declared size above ``max_bytes``."""
     if raw[:4] != ZSTD_MAGIC:
         raise CorruptDataError(
-            "block is not a zstd frame (bad magic); the shard's data.bin or index.npy is "
-            "damaged", path=path, position=where)
+            "block is not a zstd frame (bad magic); the shard's data.bin or index.npy is damaged",
+            path=path,
+            position=where,
+        )
     try:
         declared = zstandard.frame_content_size(raw)
     except zstandard.ZstdError as e:
@@ -147,7 +154,9 @@ def decompress_block(raw: bytes, dctx: zstandard.ZstdDecompressor, max_bytes: in
         raise CorruptDataError(
             f"zstd frame declares {declared} bytes of content, more than max_block_bytes="
             f"{max_bytes}; if the dataset is genuine, open it with a larger max_block_bytes",
-            path=path, position=where)
+            path=path,
+            position=where,
+        )
     try:
         if declared < 0:  # no content size: the origin cannot read this; we bound the output
             out = dctx.decompress(raw, max_output_size=max_bytes)
@@ -156,25 +165,35 @@ def decompress_block(raw: bytes, dctx: zstandard.ZstdDecompressor, max_bytes: in
     except zstandard.ZstdError as e:
         raise CorruptDataError(
             f"cannot decompress block: {e} (a truncated block, or the wrong dictionary)",
-            path=path, position=where) from None
+            path=path,
+            position=where,
+        ) from None
     if declared >= 0 and len(out) != declared:
-        raise CorruptDataError(f"block decompressed to {len(out)} bytes, header says "
-                               f"{declared}", path=path, position=where)
+        raise CorruptDataError(
+            f"block decompressed to {len(out)} bytes, header says {declared}",
+            path=path,
+            position=where,
+        )
     return out
 
 
-def unpickle_block(data: bytes, expected: int, where: str, path: str,
-                   allow_unsafe: bool) -> list[Any]:
+def unpickle_block(
+    data: bytes, expected: int, where: str, path: str, allow_unsafe: bool
+) -> list[Any]:
     """The examples of one block: a pickled list of exactly ``expected`` items."""
     block = safe_loads(data, where=where, path=path, allow_unsafe=allow_unsafe)
     if not isinstance(block, list):
         raise CorruptDataError(
-            f"block holds a pickled {type(block).__name__}, not the list of examples Atlas "
-            "stores", path=path, position=where)
+            f"block holds a pickled {type(block).__name__}, not the list of examples Atlas stores",
+            path=path,
+            position=where,
+        )
     if len(block) != expected:
         raise CorruptDataError(
             f"block holds {len(block)} examples, the shard's meta.json implies {expected}",
-            path=path, position=where)
+            path=path,
+            position=where,
+        )
     return block
 
 
@@ -190,5 +209,3 @@ def batched(items: Iterable[bytes], max_bytes: int, max_count: int) -> Iterable[
             batch, size = [], 0
     if batch:
         yield batch
-
-

@@ -27,8 +27,14 @@ DICT = "zstd_dict.bin"
 MAX_META_BYTES = 64 << 20  # a root meta of a million shards is ~8 MB; refuse absurd files
 
 ROOT_KEYS = ("version", "shard_sizes", "compression_strategy")
-SHARD_KEYS = ("version", "block_size", "stored_examples", "compression_strategy",
-              "compression_level", "compression_dict_size")
+SHARD_KEYS = (
+    "version",
+    "block_size",
+    "stored_examples",
+    "compression_strategy",
+    "compression_level",
+    "compression_dict_size",
+)
 _DIGITS = re.compile(r"[0-9]+")
 
 
@@ -42,13 +48,16 @@ class Strategy(enum.IntEnum):
 
 
 _STRATEGY_NAMES = {
-    "none": Strategy.NO_COMPRESSION, "no_compression": Strategy.NO_COMPRESSION,
-    "standard": Strategy.STANDARD_COMPRESSION, "zstd": Strategy.STANDARD_COMPRESSION,
+    "none": Strategy.NO_COMPRESSION,
+    "no_compression": Strategy.NO_COMPRESSION,
+    "standard": Strategy.STANDARD_COMPRESSION,
+    "zstd": Strategy.STANDARD_COMPRESSION,
     "standard_compression": Strategy.STANDARD_COMPRESSION,
     "shared": Strategy.SHARED_DICTIONARY_COMPRESSION,
     "shared_dictionary": Strategy.SHARED_DICTIONARY_COMPRESSION,
     "shared_dictionary_compression": Strategy.SHARED_DICTIONARY_COMPRESSION,
-    "dictionary": Strategy.DICTIONARY_COMPRESSION, "per_shard": Strategy.DICTIONARY_COMPRESSION,
+    "dictionary": Strategy.DICTIONARY_COMPRESSION,
+    "per_shard": Strategy.DICTIONARY_COMPRESSION,
     "dictionary_compression": Strategy.DICTIONARY_COMPRESSION,
 }
 
@@ -79,7 +88,9 @@ def _int(d: dict[str, Any], key: str, path: Path, minimum: int = 0) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
         raise CorruptDataError(
             f"{key} must be an integer >= {minimum}, got {v!r}; the file is damaged or not "
-            "written by an Atlas writer", path=path)
+            "written by an Atlas writer",
+            path=path,
+        )
     return v
 
 
@@ -88,7 +99,9 @@ def _version(d: dict[str, Any], path: Path) -> int:
     if v != VERSION or isinstance(v, bool):
         raise FormatError(
             f"Atlas version {v!r} is not supported (only version 1 exists); "
-            "was this written by a newer tool?", path=path)
+            "was this written by a newer tool?",
+            path=path,
+        )
     return VERSION
 
 
@@ -104,11 +117,13 @@ def read_json(path: Path) -> dict[str, Any]:
     try:
         size = path.stat().st_size
     except FileNotFoundError:
-        raise FormatError("missing meta.json; this is not an Atlas dataset or shard",
-                          path=path) from None
+        raise FormatError(
+            "missing meta.json; this is not an Atlas dataset or shard", path=path
+        ) from None
     if size > MAX_META_BYTES:
-        raise CorruptDataError(f"meta.json is {size} bytes, far more than any Atlas meta needs",
-                               path=path)
+        raise CorruptDataError(
+            f"meta.json is {size} bytes, far more than any Atlas meta needs", path=path
+        )
     try:
         obj = json.loads(path.read_bytes())
     except (ValueError, UnicodeError) as e:
@@ -161,14 +176,16 @@ class ShardMeta:
         return cls.from_dict(read_json(p), p)
 
     def to_json(self) -> bytes:
-        return dumps({
-            "version": self.version,
-            "block_size": self.block_size,
-            "stored_examples": self.stored_examples,
-            "compression_strategy": int(self.compression_strategy),
-            "compression_level": self.compression_level,
-            "compression_dict_size": self.compression_dict_size,
-        })
+        return dumps(
+            {
+                "version": self.version,
+                "block_size": self.block_size,
+                "stored_examples": self.stored_examples,
+                "compression_strategy": int(self.compression_strategy),
+                "compression_level": self.compression_level,
+                "compression_dict_size": self.compression_dict_size,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -187,8 +204,7 @@ class DatasetMeta:
         if not isinstance(sizes, list) or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes
         ):
-            raise CorruptDataError("shard_sizes must be a list of non-negative integers",
-                                   path=path)
+            raise CorruptDataError("shard_sizes must be a list of non-negative integers", path=path)
         return cls(
             version=_version(d, path),
             shard_sizes=tuple(sizes),
@@ -202,11 +218,13 @@ class DatasetMeta:
         return cls.from_dict(read_json(p), p)
 
     def to_json(self) -> bytes:
-        return dumps({
-            "version": self.version,
-            "shard_sizes": list(self.shard_sizes),
-            "compression_strategy": int(self.compression_strategy),
-        })
+        return dumps(
+            {
+                "version": self.version,
+                "shard_sizes": list(self.shard_sizes),
+                "compression_strategy": int(self.compression_strategy),
+            }
+        )
 
 
 def index_dtype(total: int) -> np.dtype:
@@ -239,7 +257,9 @@ def shard_dirs(root: Path) -> list[tuple[int, Path]]:
             if n in found:
                 raise CorruptDataError(
                     f"shard folders {found[n].name!r} and {entry.name!r} both number {n}; "
-                    "remove the stale one", path=root)
+                    "remove the stale one",
+                    path=root,
+                )
             found[n] = Path(entry.path)
     return sorted(found.items())
 

@@ -149,8 +149,18 @@ class Atlas:
                     pass
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("root", "allow_unsafe_pickle", "max_block_bytes", "cache_bytes", "meta",
-                "shards", "_dict_dir", "_ends", "_starts", "_len")
+        keep = (
+            "root",
+            "allow_unsafe_pickle",
+            "max_block_bytes",
+            "cache_bytes",
+            "meta",
+            "shards",
+            "_dict_dir",
+            "_ends",
+            "_starts",
+            "_len",
+        )
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -205,16 +215,22 @@ class Atlas:
         except FileNotFoundError:
             raise CorruptDataError("missing index.npy", path=p, position=self._where(s)) from None
         except Exception as e:  # numpy's header parser raises many kinds (even TokenError)
-            raise CorruptDataError(f"cannot load index.npy: {type(e).__name__}: {e}", path=p,
-                                   position=self._where(s)) from None
+            raise CorruptDataError(
+                f"cannot load index.npy: {type(e).__name__}: {e}", path=p, position=self._where(s)
+            ) from None
         if idx.ndim != 1 or idx.dtype.kind not in "ui":
-            raise CorruptDataError(f"index.npy must be a 1-D integer array, got {idx.dtype} "
-                                   f"of shape {idx.shape}", path=p, position=self._where(s))
+            raise CorruptDataError(
+                f"index.npy must be a 1-D integer array, got {idx.dtype} of shape {idx.shape}",
+                path=p,
+                position=self._where(s),
+            )
         if len(idx) != sh.meta.num_blocks + 1:
             raise CorruptDataError(
                 f"index.npy has {len(idx)} offsets; {sh.meta.stored_examples} examples in "
                 f"blocks of {sh.meta.block_size} need {sh.meta.num_blocks + 1}",
-                path=p, position=self._where(s))
+                path=p,
+                position=self._where(s),
+            )
         idx = idx.view(np.ndarray)  # plain indexing: np.memmap's __getitem__ is slow Python
         self._index[s] = idx
         return idx
@@ -262,7 +278,9 @@ class Atlas:
             except FileNotFoundError:
                 raise CorruptDataError(
                     f"missing zstd_dict.bin, which compression strategy {int(strategy)} needs",
-                    path=p, position=self._where(s)) from None
+                    path=p,
+                    position=self._where(s),
+                ) from None
             d = codec.load_dict(data, self._where(s))
             self._dicts[key] = d
         return d
@@ -292,8 +310,11 @@ class Atlas:
             except zstandard.ZstdError as e:
                 shared = self.shards[s].meta.compression_strategy == 2
                 folder = (self._dict_dir or self.root) if shared else self.shards[s].folder
-                raise CorruptDataError(f"cannot use the zstd dictionary: {e}", path=folder / DICT,
-                                       position=self._where(s)) from None
+                raise CorruptDataError(
+                    f"cannot use the zstd dictionary: {e}",
+                    path=folder / DICT,
+                    position=self._where(s),
+                ) from None
             per_thread[key] = dctx
         return dctx
 
@@ -304,17 +325,24 @@ class Atlas:
         fd, size = self._fd(s)
         start, stop = int(idx[b]), int(idx[b + 1])
         if not 0 <= start <= stop:
-            raise CorruptDataError(f"index.npy offsets {start}..{stop} go backwards",
-                                   path=self.shards[s].folder / INDEX, position=self._where(s, b))
+            raise CorruptDataError(
+                f"index.npy offsets {start}..{stop} go backwards",
+                path=self.shards[s].folder / INDEX,
+                position=self._where(s, b),
+            )
         if stop > size:
             raise CorruptDataError(
                 f"block ends at byte {stop} but data.bin has {size} bytes (cut short)",
-                path=self._data_paths[s], position=self._where(s, b))
+                path=self._data_paths[s],
+                position=self._where(s, b),
+            )
         if stop - start > self.max_block_bytes:
             raise CorruptDataError(
                 f"block is {stop - start} bytes, more than max_block_bytes="
                 f"{self.max_block_bytes}; open with a larger bound if it is genuine",
-                path=self._data_paths[s], position=self._where(s, b))
+                path=self._data_paths[s],
+                position=self._where(s, b),
+            )
         return fd, start, stop
 
     def _read_raw(self, s: int, b: int) -> bytes:
@@ -329,8 +357,11 @@ class Atlas:
                 self._inflight -= 1
                 self._close_idle()
         if len(raw) != stop - start:
-            raise CorruptDataError(f"read {len(raw)} of the block's {stop - start} bytes",
-                                   path=self._data_paths[s], position=self._where(s, b))
+            raise CorruptDataError(
+                f"read {len(raw)} of the block's {stop - start} bytes",
+                path=self._data_paths[s],
+                position=self._where(s, b),
+            )
         return raw
 
     def _decode_raw(self, s: int, b: int, raw: bytes) -> tuple[list[Any], int]:
@@ -339,10 +370,12 @@ class Atlas:
         where = self._where(s, b)
         path = self._data_paths[s]
         if sh.meta.compression_strategy != Strategy.NO_COMPRESSION:
-            raw = codec.decompress_block(raw, self._decompressor(s), self.max_block_bytes,
-                                         where, path)
-        items = codec.unpickle_block(raw, sh.meta.block_len(b), where, path,
-                                     self.allow_unsafe_pickle)
+            raw = codec.decompress_block(
+                raw, self._decompressor(s), self.max_block_bytes, where, path
+            )
+        items = codec.unpickle_block(
+            raw, sh.meta.block_len(b), where, path, self.allow_unsafe_pickle
+        )
         return items, len(raw)
 
     def _read_block(self, s: int, b: int) -> tuple[list[Any], int]:
@@ -412,14 +445,14 @@ class Atlas:
         bsz = np.asarray(self._block_sizes, dtype=np.int64)[shard]
         block, pos = np.divmod(local, bsz)
         groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for k, (s, b, j) in enumerate(zip(shard.tolist(), block.tolist(), pos.tolist(),
-                                          strict=True)):
+        for k, (s, b, j) in enumerate(
+            zip(shard.tolist(), block.tolist(), pos.tolist(), strict=True)
+        ):
             groups.setdefault((s, b), []).append((k, j))
         for key, members in sorted(groups.items()):
             with self._lock:
                 entry = self._cache.get(key)
-                usable = entry is not None and all(entry.items[j] is not _TAKEN
-                                                   for _, j in members)
+                usable = entry is not None and all(entry.items[j] is not _TAKEN for _, j in members)
                 if usable:
                     del self._cache[key]
                     self._cached_bytes -= entry.nbytes
@@ -464,17 +497,21 @@ class Atlas:
             while e < n and idx[e + 1] - idx[b] <= _READ_AHEAD:
                 e += 1
             start, stop = int(idx[b]), int(idx[e])
-            steps = np.diff(idx[b: e + 1])
+            steps = np.diff(idx[b : e + 1])
             buf = b""
-            if 0 <= start and stop <= size and steps.min() >= 0 and (
-                    steps.max() <= self.max_block_bytes):
+            if (
+                0 <= start
+                and stop <= size
+                and steps.min() >= 0
+                and (steps.max() <= self.max_block_bytes)
+            ):
                 buf = os.pread(fd, stop - start, start)
             if len(buf) != stop - start or stop < start:
                 for k in range(b, e):  # slow path: raises the precise error
                     yield from self._read_block(s, k)[0]
             else:
                 for k in range(b, e):
-                    raw = buf[int(idx[k]) - start: int(idx[k + 1]) - start]
+                    raw = buf[int(idx[k]) - start : int(idx[k + 1]) - start]
                     yield from self._decode_raw(s, k, raw)[0]
             b = e
 

@@ -24,8 +24,9 @@ from lmdata.formats.atlas.reader import Atlas
 from lmdata.storage import apparent_size, disk_usage
 
 
-def validate(path: str | os.PathLike[str], *, allow_unsafe_pickle: bool = False,
-             **options: Any) -> list[str]:
+def validate(
+    path: str | os.PathLike[str], *, allow_unsafe_pickle: bool = False, **options: Any
+) -> list[str]:
     """All problems in the Atlas dataset at ``path`` (empty when valid): metas, folder names,
     every offset, every block decoded and counted."""
     root = Path(path)
@@ -45,46 +46,67 @@ def _check_layout(ds: Atlas, root: Path, rep: ProblemReport) -> None:
         return
     m = ds.meta
     if m.extra_keys:
-        rep.add("meta", f"{root / META}: extra keys {list(m.extra_keys)}; the origin's reader "
-                        f"accepts only {list(ROOT_KEYS)}")
+        rep.add(
+            "meta",
+            f"{root / META}: extra keys {list(m.extra_keys)}; the origin's reader "
+            f"accepts only {list(ROOT_KEYS)}",
+        )
     others = sorted(e.name for e in os.scandir(root) if e.is_dir() and not is_shard_name(e.name))
     if others:
-        rep.add("layout", f"{root}: folders {others} are not shards; the origin's reader treats "
-                          "every folder as a shard and fails on them")
+        rep.add(
+            "layout",
+            f"{root}: folders {others} are not shards; the origin's reader treats "
+            "every folder as a shard and fails on them",
+        )
     names = [sh.folder.name for sh in ds.shards]
     numbers = [sh.number for sh in ds.shards]
     if not names:
         rep.add("layout", f"{root}: no shard folders (the origin's reader fails on len())")
         return
     if numbers != list(range(len(numbers))):
-        rep.add("layout", f"{root}: shard numbers are not 0..{len(numbers) - 1} without gaps "
-                          f"(found {numbers[:5]}...); examples after a gap shift position")
+        rep.add(
+            "layout",
+            f"{root}: shard numbers are not 0..{len(numbers) - 1} without gaps "
+            f"(found {numbers[:5]}...); examples after a gap shift position",
+        )
     width = len(str(max(numbers)))
     if any(len(n) != width for n in names):
-        rep.add("layout", f"{root}: shard folder names are not all zero-padded to {width} "
-                          "digits (an unfinished write?); the origin's reader would read "
-                          "shards in the wrong order")
+        rep.add(
+            "layout",
+            f"{root}: shard folder names are not all zero-padded to {width} "
+            "digits (an unfinished write?); the origin's reader would read "
+            "shards in the wrong order",
+        )
     sizes = [sh.meta.stored_examples for sh in ds.shards]
     if list(m.shard_sizes) != sizes:
-        rep.add("meta", f"{root / META}: shard_sizes {list(m.shard_sizes)[:8]}... does not "
-                        f"match the shards' stored_examples {sizes[:8]}...")
+        rep.add(
+            "meta",
+            f"{root / META}: shard_sizes {list(m.shard_sizes)[:8]}... does not "
+            f"match the shards' stored_examples {sizes[:8]}...",
+        )
     strategies = {sh.meta.compression_strategy for sh in ds.shards}
     if m.compression_strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
         if not (root / DICT).is_file():
             rep.add("dict", f"{root}: strategy 2 needs zstd_dict.bin at the root")
         # The origin's reader takes the shared dictionary only from a root saying strategy 2.
     elif Strategy.SHARED_DICTIONARY_COMPRESSION in strategies:
-        rep.add("meta", f"{root / META}: shards use strategy 2 but the root says "
-                        f"{int(m.compression_strategy)}; the origin's reader would not load the "
-                        "shared dictionary")
+        rep.add(
+            "meta",
+            f"{root / META}: shards use strategy 2 but the root says "
+            f"{int(m.compression_strategy)}; the origin's reader would not load the "
+            "shared dictionary",
+        )
 
 
 def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
     sh = ds.shards[s]
     f, meta = sh.folder, sh.meta
     if meta.extra_keys:
-        rep.add("meta", f"{f / META}: extra keys {list(meta.extra_keys)}; the origin's reader "
-                        f"accepts only {list(SHARD_KEYS)}")
+        rep.add(
+            "meta",
+            f"{f / META}: extra keys {list(meta.extra_keys)}; the origin's reader "
+            f"accepts only {list(SHARD_KEYS)}",
+        )
     if meta.compression_strategy == Strategy.DICTIONARY_COMPRESSION and not (f / DICT).is_file():
         rep.add("dict", f"{f}: strategy 3 needs the shard's own zstd_dict.bin")
         return
@@ -102,14 +124,18 @@ def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
         rep.add("data", f"{f}: missing data.bin")
         return
     if int(idx[-1]) != size:
-        rep.add("index", f"{f / INDEX}: the last offset is {int(idx[-1])} but data.bin has "
-                         f"{size} bytes")
+        rep.add(
+            "index", f"{f / INDEX}: the last offset is {int(idx[-1])} but data.bin has {size} bytes"
+        )
     elif idx.dtype.kind == "u" and np.iinfo(idx.dtype).max < size:
         rep.add("index", f"{f / INDEX}: dtype {idx.dtype} cannot hold {size}")
     back = np.flatnonzero(np.diff(idx.astype(np.int64)) <= 0)
     for b in back[:MAX_REPORTED]:
-        rep.add("index", f"{f / INDEX}: block {int(b)} has offsets {int(idx[b])}.."
-                         f"{int(idx[b + 1])} (empty or backwards)")
+        rep.add(
+            "index",
+            f"{f / INDEX}: block {int(b)} has offsets {int(idx[b])}.."
+            f"{int(idx[b + 1])} (empty or backwards)",
+        )
     for b in range(meta.num_blocks):
         if b in back:
             continue
@@ -128,16 +154,18 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         name = sh.meta.compression_strategy.name.lower()
         strategies[name] = strategies.get(name, 0) + 1
         block_sizes[str(sh.meta.block_size)] = block_sizes.get(str(sh.meta.block_size), 0) + 1
-    data_bytes = sum((sh.folder / DATA).stat().st_size for sh in ds.shards
-                     if (sh.folder / DATA).exists())
+    data_bytes = sum(
+        (sh.folder / DATA).stat().st_size for sh in ds.shards if (sh.folder / DATA).exists()
+    )
     out: dict[str, Any] = {
         "format": "atlas",
         "path": str(ds.root),
         "examples": len(ds),
         "shards": len(ds.shards),
         "blocks": sum(sh.meta.num_blocks for sh in ds.shards),
-        "compression_strategy": (ds.meta.compression_strategy.name.lower()
-                                 if ds.meta else "single shard"),
+        "compression_strategy": (
+            ds.meta.compression_strategy.name.lower() if ds.meta else "single shard"
+        ),
         "shard_strategies": strategies,
         "block_sizes": block_sizes,
         "compression_level": ds.shards[0].meta.compression_level if ds.shards else None,

@@ -46,9 +46,20 @@ class _ShardWriter:
     (strategy 3, and shard 0 of a new strategy-2 dataset); otherwise blocks stream to data.bin
     compressed with ``compressor`` (None: stored raw)."""
 
-    def __init__(self, folder: Path, *, block_size: int, strategy: Strategy,
-                 level: int, dict_fraction: float, compressor: codec.BlockCompressor | None,
-                 train: bool, workers: int, dict_sample_bytes: int, protocol: int) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        block_size: int,
+        strategy: Strategy,
+        level: int,
+        dict_fraction: float,
+        compressor: codec.BlockCompressor | None,
+        train: bool,
+        workers: int,
+        dict_sample_bytes: int,
+        protocol: int,
+    ) -> None:
         folder.mkdir()
         self.folder = folder
         self.block_size = block_size
@@ -80,7 +91,8 @@ class _ShardWriter:
         except Exception as e:  # pickle raises many kinds; name the example
             raise InvalidInputError(
                 f"cannot pickle example(s) {self.count - len(self.block)}..{self.count - 1} "
-                f"of shard {self.folder.name}: {type(e).__name__}: {e}") from e
+                f"of shard {self.folder.name}: {type(e).__name__}: {e}"
+            ) from e
         self.block = []
         self.raw_lengths.append(len(raw))
         if self._data is None:
@@ -155,9 +167,13 @@ class _ShardWriter:
         # An empty shard has no data.bin and index [0] (uint8), like the origin's.
         index = np.asarray(self.offsets, dtype=index_dtype(self.offsets[-1]))
         np.save(self.folder / INDEX, index, allow_pickle=False)
-        meta = ShardMeta(block_size=self.block_size, stored_examples=self.count,
-                         compression_strategy=strategy, compression_level=self.level,
-                         compression_dict_size=self.dict_fraction)
+        meta = ShardMeta(
+            block_size=self.block_size,
+            stored_examples=self.count,
+            compression_strategy=strategy,
+            compression_level=self.level,
+            compression_dict_size=self.dict_fraction,
+        )
         replace_bytes(self.folder / META, meta.to_json())
         return meta
 
@@ -197,15 +213,18 @@ class Writer(AtomicWriter):
         append: bool = False,
         overwrite: bool = False,
     ) -> None:
-        if shard_size is not None and (isinstance(shard_size, bool) or
-                                       not isinstance(shard_size, int) or shard_size < 1):
+        if shard_size is not None and (
+            isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1
+        ):
             raise InvalidInputError(f"shard_size must be a positive integer, got {shard_size!r}")
-        if block_size is not None and (isinstance(block_size, bool) or
-                                       not isinstance(block_size, int) or block_size < 1):
+        if block_size is not None and (
+            isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1
+        ):
             raise InvalidInputError(f"block_size must be a positive integer, got {block_size!r}")
         if compression_dict_size is not None and not 0.0 <= compression_dict_size <= 1.0:
             raise InvalidInputError(
-                f"compression_dict_size is a fraction in [0, 1], got {compression_dict_size!r}")
+                f"compression_dict_size is a fraction in [0, 1], got {compression_dict_size!r}"
+            )
         if dict_sample_bytes < 1024:
             raise InvalidInputError("dict_sample_bytes must be at least 1024")
         self.shard_size = shard_size or DEFAULT_SHARD_SIZE
@@ -219,19 +238,42 @@ class Writer(AtomicWriter):
         self._shard: _ShardWriter | None = None
         self._written = 0
         if append:
-            self._init_append(path, shard_size, block_size, compression_strategy, compression_level,
-                              compression_dict_size, compression_dict)
+            self._init_append(
+                path,
+                shard_size,
+                block_size,
+                compression_strategy,
+                compression_level,
+                compression_dict_size,
+                compression_dict,
+            )
         else:
-            self._init_new(path, block_size, compression_strategy, compression_level,
-                           compression_dict_size, compression_dict, overwrite)
+            self._init_new(
+                path,
+                block_size,
+                compression_strategy,
+                compression_level,
+                compression_dict_size,
+                compression_dict,
+                overwrite,
+            )
         self._open_shard()
 
     # ---- setup ------------------------------------------------------------------------------
 
-    def _init_new(self, path: Any, block_size: int | None, strategy: Any, level: int | None,
-                  fraction: float | None, shared: bytes | None, overwrite: bool) -> None:
+    def _init_new(
+        self,
+        path: Any,
+        block_size: int | None,
+        strategy: Any,
+        level: int | None,
+        fraction: float | None,
+        shared: bytes | None,
+        overwrite: bool,
+    ) -> None:
         self.strategy = parse_strategy(
-            Strategy.SHARED_DICTIONARY_COMPRESSION if strategy is None else strategy)
+            Strategy.SHARED_DICTIONARY_COMPRESSION if strategy is None else strategy
+        )
         self.block_size = block_size or DEFAULT_BLOCK_SIZE
         self.level = 3 if level is None else level
         self.dict_fraction = 0.01 if fraction is None else fraction
@@ -252,8 +294,16 @@ class Writer(AtomicWriter):
             codec.load_dict(self._shared, "compression_dict")
             (self._root / DICT).write_bytes(self._shared)
 
-    def _init_append(self, path: Any, shard_size: int | None, block_size: int | None, strategy: Any,
-                     level: int | None, fraction: float | None, shared: bytes | None) -> None:
+    def _init_append(
+        self,
+        path: Any,
+        shard_size: int | None,
+        block_size: int | None,
+        strategy: Any,
+        level: int | None,
+        fraction: float | None,
+        shared: bytes | None,
+    ) -> None:
         root = require_exists(path)
         meta = DatasetMeta.read(root)
         shards = shard_dirs(root)
@@ -262,23 +312,37 @@ class Writer(AtomicWriter):
         if strategy is not None and parse_strategy(strategy) != self.strategy:
             raise InvalidInputError(
                 f"the dataset uses compression strategy {int(self.strategy)}; appended shards "
-                "must use the same (leave compression_strategy unset)", path=root)
+                "must use the same (leave compression_strategy unset)",
+                path=root,
+            )
         if shared is not None:
             raise InvalidInputError("compression_dict cannot change when appending", path=root)
         self.block_size = block_size or (last.block_size if last else DEFAULT_BLOCK_SIZE)
         last_level = last.compression_level if last else None
         last_fraction = last.compression_dict_size if last else None
-        self.level = level if level is not None else (
-            last_level if isinstance(last_level, int) and not isinstance(last_level, bool) else 3)
-        self.dict_fraction = fraction if fraction is not None else (
-            last_fraction if isinstance(last_fraction, (int, float)) else 0.01)
+        self.level = (
+            level
+            if level is not None
+            else (
+                last_level
+                if isinstance(last_level, int) and not isinstance(last_level, bool)
+                else 3
+            )
+        )
+        self.dict_fraction = (
+            fraction
+            if fraction is not None
+            else (last_fraction if isinstance(last_fraction, (int, float)) else 0.01)
+        )
         self._check_level()
         if self.strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
             try:
                 self._shared = (root / DICT).read_bytes()
             except FileNotFoundError:
-                raise InvalidInputError("the dataset says strategy 2 but has no zstd_dict.bin; "
-                                        "run `lmdata validate`", path=root) from None
+                raise InvalidInputError(
+                    "the dataset says strategy 2 but has no zstd_dict.bin; run `lmdata validate`",
+                    path=root,
+                ) from None
             codec.load_dict(self._shared, "zstd_dict.bin")
         # Build the extended dataset in a temporary sibling holding hard links to the existing
         # files, then swap it in: readers see the old dataset or the new one, never a mix.
@@ -302,15 +366,23 @@ class Writer(AtomicWriter):
         number = self._next_number
         self._next_number += 1
         train = self.strategy == Strategy.DICTIONARY_COMPRESSION or (
-            self._train_shard0 and number == 0)
+            self._train_shard0 and number == 0
+        )
         compressor = None
         if self.strategy != Strategy.NO_COMPRESSION and not train:
             compressor = codec.BlockCompressor(self.level, self._shared, self.workers)
         self._shard = _ShardWriter(
-            self._root / str(number), block_size=self.block_size, strategy=self.strategy,
-            level=self.level, dict_fraction=self.dict_fraction, compressor=compressor,
-            train=train, workers=self.workers, dict_sample_bytes=self.dict_sample_bytes,
-            protocol=self.protocol)
+            self._root / str(number),
+            block_size=self.block_size,
+            strategy=self.strategy,
+            level=self.level,
+            dict_fraction=self.dict_fraction,
+            compressor=compressor,
+            train=train,
+            workers=self.workers,
+            dict_sample_bytes=self.dict_sample_bytes,
+            protocol=self.protocol,
+        )
         self._numbers.append(number)
 
     def _close_shard(self) -> None:
@@ -334,10 +406,12 @@ class Writer(AtomicWriter):
         os.replace(folder / DICT, self._root / DICT)
         self._shared = (self._root / DICT).read_bytes()
         shared_meta = ShardMeta(
-            block_size=meta.block_size, stored_examples=meta.stored_examples,
+            block_size=meta.block_size,
+            stored_examples=meta.stored_examples,
             compression_strategy=Strategy.SHARED_DICTIONARY_COMPRESSION,
             compression_level=meta.compression_level,
-            compression_dict_size=meta.compression_dict_size)
+            compression_dict_size=meta.compression_dict_size,
+        )
         replace_bytes(folder / META, shared_meta.to_json())
 
     # ---- the writer protocol ----------------------------------------------------------------
@@ -391,8 +465,12 @@ class Writer(AtomicWriter):
             return False
         if self._shared is not None:
             return shared == self._shared
-        if self._train_shard0 and self._numbers == [0] and self._shard is not None and (
-                self._shard.count == 0):
+        if (
+            self._train_shard0
+            and self._numbers == [0]
+            and self._shard is not None
+            and (self._shard.count == 0)
+        ):
             self._train_shard0 = False
             self._shared = shared
             (self._root / DICT).write_bytes(shared)
@@ -449,8 +527,9 @@ class Writer(AtomicWriter):
                 dst = self._root / padded_name(number, total)
                 if current[number] != dst:
                     os.replace(current[number], dst)
-            meta = DatasetMeta(shard_sizes=tuple(self.shard_sizes),
-                               compression_strategy=self.strategy)
+            meta = DatasetMeta(
+                shard_sizes=tuple(self.shard_sizes), compression_strategy=self.strategy
+            )
             replace_bytes(self._root / META, meta.to_json())
         except BaseException:
             self.abort()

@@ -25,8 +25,9 @@ KIND = "records"
 __all__ = ["KIND", "DolmaDocuments", "Writer", "detect", "info", "open", "validate"]
 
 
-def open(path: str | os.PathLike[str], attributes: list[str] | str | None = None,
-         **options: Any) -> DolmaDocuments:
+def open(
+    path: str | os.PathLike[str], attributes: list[str] | str | None = None, **options: Any
+) -> DolmaDocuments:
     """The documents of the tree at ``path`` (a tree root, its ``documents`` folder, or one
     document file), with the named attribute sets merged into ``doc["attributes"]``."""
     return DolmaDocuments(path, attributes=attributes, **options)

@@ -16,8 +16,15 @@ from typing import Any
 from lmdata.errors import CorruptDataError, FormatError
 
 # Extensions dolma reads (compression is inferred from the name, like smart_open / src/io.rs).
-DOC_SUFFIXES = (".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst", ".jsonl.zstd", ".jsonl",
-                ".json")
+DOC_SUFFIXES = (
+    ".jsonl.gz",
+    ".json.gz",
+    ".jsonl.zst",
+    ".json.zst",
+    ".jsonl.zstd",
+    ".jsonl",
+    ".json",
+)
 READ_CHUNK = 1 << 20
 
 
@@ -48,7 +55,9 @@ def list_documents(root: Path) -> list[Path]:
     if not ddir.is_dir():
         raise FormatError(
             "not a Dolma tree: no documents/ folder (a Dolma dataset keeps its JSONL files under "
-            "<dataset>/documents/)", path=root)
+            "<dataset>/documents/)",
+            path=root,
+        )
     out = []
     for dirpath, dirnames, files in os.walk(ddir):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
@@ -80,10 +89,12 @@ def attribute_path(doc_path: Path, name: str) -> Path:
     parts = doc_path.parts
     for i in range(len(parts) - 1, -1, -1):
         if parts[i] == "documents":
-            return Path(*parts[:i], "attributes", name, *parts[i + 1:])
+            return Path(*parts[:i], "attributes", name, *parts[i + 1 :])
     raise FormatError(
         "the document path has no 'documents' component, so its attributes have no place; "
-        "keep document files under <dataset>/documents/", path=doc_path)
+        "keep document files under <dataset>/documents/",
+        path=doc_path,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +208,9 @@ def iter_raw_lines(path: Path, start_line: int = 1) -> Iterator[tuple[int, bytes
     except DECODE_ERRORS as e:
         raise CorruptDataError(
             f"cannot decompress ({e}); the file is truncated or not {codec_of(path)} data: "
-            "re-create or re-download it", path=path, position=f"after line {lineno - 1}",
+            "re-create or re-download it",
+            path=path,
+            position=f"after line {lineno - 1}",
         ) from None
 
 
@@ -205,8 +218,13 @@ def open_write(path: Path, compression: str, level: int | None = None) -> Any:
     """A binary file object writing ``compression`` (gz: mtime 0, so output is reproducible)."""
     if compression == "gz":
         raw = open(path, "wb")
-        gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
-                           compresslevel=6 if level is None else level)
+        gz = gzip.GzipFile(
+            filename="",
+            mode="wb",
+            fileobj=raw,
+            mtime=0,
+            compresslevel=6 if level is None else level,
+        )
         return _Closing(gz, raw)
     if compression == "zst":
         import zstandard

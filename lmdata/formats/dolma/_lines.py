@@ -63,7 +63,7 @@ class LineIndex:
                     cut = data.rfind(b"\n")
                     if cut >= 0:
                         line += data.count(b"\n", 0, cut + 1)
-                        carry = data[cut + 1:]
+                        carry = data[cut + 1 :]
                     else:
                         carry = data
                     if not chunk:
@@ -76,7 +76,9 @@ class LineIndex:
         except DECODE_ERRORS as e:
             raise CorruptDataError(
                 f"cannot decompress ({e}); the file is truncated or not {self.codec} data",
-                path=self.path, position=f"after line {line}") from None
+                path=self.path,
+                position=f"after line {line}",
+            ) from None
         if carry:
             line += 1
         self.num_lines = line
@@ -111,7 +113,7 @@ class LineIndex:
         if cp.decoder is None and cp.offset > 0:
             dec, off, skip = new_decoder(self.codec), 0, cp.raw_offset
         else:
-            dec = (cp.decoder.copy() if cp.decoder is not None else new_decoder(self.codec))
+            dec = cp.decoder.copy() if cp.decoder is not None else new_decoder(self.codec)
             off, skip = cp.offset, 0
         parts = [b""] if skip else [cp.carry]  # decoding from the start reproduces the carry
         have = 0
@@ -129,15 +131,18 @@ class LineIndex:
                 if not chunk:
                     break
         except DECODE_ERRORS as e:
-            raise CorruptDataError(f"cannot decompress ({e})", path=self.path,
-                                   position=f"near line {cp.line + 1}") from None
+            raise CorruptDataError(
+                f"cannot decompress ({e})", path=self.path, position=f"near line {cp.line + 1}"
+            ) from None
         finally:
             os.close(fd)
         lines = b"".join(parts).split(b"\n")
         if len(lines) < want:
             raise CorruptDataError(
                 "the file changed while it was being read (fewer lines than indexed); reopen it",
-                path=self.path, position=f"line {cp.line + len(lines)}")
+                path=self.path,
+                position=f"line {cp.line + len(lines)}",
+            )
         return lines[:want]
 
     def _ensure(self) -> None:
@@ -147,7 +152,9 @@ class LineIndex:
             if self.num_lines != n:
                 raise CorruptDataError(
                     f"the file changed since it was opened ({n} lines then, {self.num_lines} "
-                    "now); reopen the dataset", path=self.path)
+                    "now); reopen the dataset",
+                    path=self.path,
+                )
 
     def line(self, n: int) -> bytes:
         """Line ``n`` (0-based) without its newline."""

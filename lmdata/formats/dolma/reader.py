@@ -34,26 +34,35 @@ def parse_line(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         hint = "an empty line" if not raw.strip() else f"invalid JSON ({e})"
-        raise CorruptDataError(f"{hint}; every line must be one JSON object", path=path,
-                               position=f"line {lineno}") from None
+        raise CorruptDataError(
+            f"{hint}; every line must be one JSON object", path=path, position=f"line {lineno}"
+        ) from None
     if not isinstance(obj, dict):
-        raise CorruptDataError(f"a JSON {type(obj).__name__} where an object was expected",
-                               path=path, position=f"line {lineno}")
+        raise CorruptDataError(
+            f"a JSON {type(obj).__name__} where an object was expected",
+            path=path,
+            position=f"line {lineno}",
+        )
     return obj
 
 
-def merge_attribute_row(doc: dict[str, Any], row: dict[str, Any], doc_path: Path,
-                        attr_path: Path, lineno: int) -> None:
+def merge_attribute_row(
+    doc: dict[str, Any], row: dict[str, Any], doc_path: Path, attr_path: Path, lineno: int
+) -> None:
     """Merge one attribute row into ``doc`` after checking that it belongs to it."""
     if row.get("id") != doc.get("id"):
         raise CorruptDataError(
             f"attribute row has id {row.get('id')!r} but line {lineno} of {doc_path} has id "
             f"{doc.get('id')!r}; attribute files must list the same documents in the same "
-            "order: re-run the tagger on this file", path=attr_path, position=f"line {lineno}")
+            "order: re-run the tagger on this file",
+            path=attr_path,
+            position=f"line {lineno}",
+        )
     attrs = row.get("attributes")
     if not isinstance(attrs, dict):
-        raise CorruptDataError("attribute row has no 'attributes' object", path=attr_path,
-                               position=f"line {lineno}")
+        raise CorruptDataError(
+            "attribute row has no 'attributes' object", path=attr_path, position=f"line {lineno}"
+        )
     target = doc.get("attributes")
     if not isinstance(target, dict):
         target = doc["attributes"] = {}
@@ -69,13 +78,16 @@ class DolmaDocuments:
 
     format = "dolma"
 
-    def __init__(self, path: str | os.PathLike[str], attributes: Sequence[str] | str | None = None,
-                 **_: Any) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], attributes: Sequence[str] | str | None = None, **_: Any
+    ) -> None:
         p = Path(path)
         if p.is_file():
             if not is_doc_file(p.name):
-                raise FormatError("not a Dolma document file (*.jsonl.gz, *.jsonl, *.jsonl.zst, "
-                                  "*.json.gz)", path=p)
+                raise FormatError(
+                    "not a Dolma document file (*.jsonl.gz, *.jsonl, *.jsonl.zst, *.json.gz)",
+                    path=p,
+                )
             self.root, self.files = p.parent, [p]
         else:
             self.root, self.files = p, list_documents(p)
@@ -88,13 +100,17 @@ class DolmaDocuments:
                 if not ap.is_file():
                     raise FormatError(
                         f"attribute set {name!r} has no file for {f}; tag that file or leave "
-                        f"{name!r} out of attributes=", path=ap)
+                        f"{name!r} out of attributes=",
+                        path=ap,
+                    )
         self._idx: dict[Path, LineIndex] = {}
         self._cum: np.ndarray | None = None
 
     def __repr__(self) -> str:
-        return f"DolmaDocuments({str(self.root)!r}, files={len(self.files)}, " \
-               f"attributes={list(self.attributes)})"
+        return (
+            f"DolmaDocuments({str(self.root)!r}, files={len(self.files)}, "
+            f"attributes={list(self.attributes)})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -120,7 +136,9 @@ class DolmaDocuments:
                     if m != n:
                         raise CorruptDataError(
                             f"{m} attribute rows for {n} documents in {f}; attribute files must "
-                            "have one row per document: re-run the tagger on this file", path=ap)
+                            "have one row per document: re-run the tagger on this file",
+                            path=ap,
+                        )
                 counts.append(n)
             self._cum = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         return self._cum
@@ -149,8 +167,10 @@ class DolmaDocuments:
             lines = (idx[pos] - cum[k]).tolist()
             f = self.files[k]
             raw = self._index(f).lines(lines)
-            attr_raw = [(attribute_path(f, n), self._index(attribute_path(f, n)).lines(lines))
-                        for n in self.attributes]
+            attr_raw = [
+                (attribute_path(f, n), self._index(attribute_path(f, n)).lines(lines))
+                for n in self.attributes
+            ]
             for p, ln in zip(pos.tolist(), lines, strict=True):
                 doc = parse_line(raw[ln], f, ln + 1)
                 for ap, rows in attr_raw:
@@ -178,7 +198,10 @@ def iter_file(f: Path, attributes: Sequence[str] = ()) -> Iterator[tuple[Path, i
             if row is None:
                 raise CorruptDataError(
                     f"attribute file ends at line {lineno - 1} but {f} has more documents; "
-                    "re-run the tagger on this file", path=ap, position=f"line {lineno}")
+                    "re-run the tagger on this file",
+                    path=ap,
+                    position=f"line {lineno}",
+                )
             merge_attribute_row(doc, parse_line(row[1], ap, lineno), f, ap, lineno)
         yield f, lineno, doc
     for ap, it in streams:
@@ -186,7 +209,10 @@ def iter_file(f: Path, attributes: Sequence[str] = ()) -> Iterator[tuple[Path, i
         if extra is not None:
             raise CorruptDataError(
                 f"attribute file has more rows than {f} has documents; re-run the tagger on "
-                "this file", path=ap, position=f"line {extra[0]}")
+                "this file",
+                path=ap,
+                position=f"line {extra[0]}",
+            )
 
 
 def detect(path: str | os.PathLike[str]) -> bool:

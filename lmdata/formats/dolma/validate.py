@@ -47,9 +47,18 @@ class _Report:
 
 
 def _type(v: Any) -> str:
-    return "null" if v is None else {"str": "string", "int": "integer", "float": "number",
-                                     "bool": "boolean", "dict": "object",
-                                     "list": "array"}.get(type(v).__name__, type(v).__name__)
+    return (
+        "null"
+        if v is None
+        else {
+            "str": "string",
+            "int": "integer",
+            "float": "number",
+            "bool": "boolean",
+            "dict": "object",
+            "list": "array",
+        }.get(type(v).__name__, type(v).__name__)
+    )
 
 
 def _lines(path: Path, rep: _Report) -> Iterator[tuple[int, Any]]:
@@ -76,20 +85,26 @@ def _lines(path: Path, rep: _Report) -> Iterator[tuple[int, Any]]:
 def _check_doc(doc: dict[str, Any], where: str, rep: _Report) -> None:
     for k in REQUIRED:
         if k not in doc:
-            rep.add(f"missing-{k}", f"{where}: missing mandatory field '{k}' "
-                                    "(every document needs id, text and source)")
+            rep.add(
+                f"missing-{k}",
+                f"{where}: missing mandatory field '{k}' "
+                "(every document needs id, text and source)",
+            )
         elif not isinstance(doc[k], str):
-            fix = " (dolma compares ids as strings: write it as \"...\")" if k == "id" else ""
+            fix = ' (dolma compares ids as strings: write it as "...")' if k == "id" else ""
             rep.add(f"type-{k}", f"{where}: '{k}' must be a string, got {_type(doc[k])}{fix}")
     for k in OPTIONAL_STR:
         if k in doc and not isinstance(doc[k], str):
             rep.add(f"type-{k}", f"{where}: '{k}' must be a string, got {_type(doc[k])}")
     if "metadata" in doc and not isinstance(doc["metadata"], dict):
-        rep.add("type-metadata", f"{where}: 'metadata' must be an object, got "
-                                 f"{_type(doc['metadata'])}")
+        rep.add(
+            "type-metadata", f"{where}: 'metadata' must be an object, got {_type(doc['metadata'])}"
+        )
     if "attributes" in doc and not isinstance(doc["attributes"], dict):
-        rep.add("type-attributes", f"{where}: 'attributes' must be an object, got "
-                                   f"{_type(doc['attributes'])}")
+        rep.add(
+            "type-attributes",
+            f"{where}: 'attributes' must be an object, got {_type(doc['attributes'])}",
+        )
 
 
 def _is_num(v: Any) -> bool:
@@ -102,11 +117,16 @@ def check_value(key: str, value: Any) -> str | None:
         return None
     for i, span in enumerate(value):
         if not isinstance(span, list) or len(span) != 3:
-            return f"attribute '{key}' span {i}: expected [start, end, score], got " \
-                   f"{orjson.dumps(span).decode()[:80]}"
+            return (
+                f"attribute '{key}' span {i}: expected [start, end, score], got "
+                f"{orjson.dumps(span).decode()[:80]}"
+            )
         s, e, score = span
-        if not (isinstance(s, int) and isinstance(e, int)) or isinstance(s, bool) \
-                or isinstance(e, bool):
+        if (
+            not (isinstance(s, int) and isinstance(e, int))
+            or isinstance(s, bool)
+            or isinstance(e, bool)
+        ):
             return f"attribute '{key}' span {i}: start and end must be integers, got {s!r}, {e!r}"
         if not 0 <= s <= e:
             return f"attribute '{key}' span {i}: needs 0 <= start <= end, got [{s}, {e}]"
@@ -119,12 +139,17 @@ def _check_attr_row(row: dict[str, Any], doc_id: Any, where: str, rep: _Report) 
     if "id" not in row:
         rep.add("attr-id", f"{where}: attribute row has no 'id'")
     elif row["id"] != doc_id or type(row["id"]) is not type(doc_id):
-        rep.add("attr-id", f"{where}: attribute row id {row['id']!r} does not match the "
-                           f"document id {doc_id!r} on the same line (rows must line up)")
+        rep.add(
+            "attr-id",
+            f"{where}: attribute row id {row['id']!r} does not match the "
+            f"document id {doc_id!r} on the same line (rows must line up)",
+        )
     attrs = row.get("attributes")
     if not isinstance(attrs, dict):
-        rep.add("attr-object", f"{where}: attribute row needs an 'attributes' object, got "
-                               f"{_type(attrs)}")
+        rep.add(
+            "attr-object",
+            f"{where}: attribute row needs an 'attributes' object, got {_type(attrs)}",
+        )
         return
     for k, v in attrs.items():
         msg = check_value(k, v)
@@ -139,8 +164,9 @@ def attribute_sets(root: Path) -> list[str]:
     return sorted(d.name for d in adir.iterdir() if d.is_dir() and not d.name.startswith("."))
 
 
-def validate(path: str | os.PathLike[str], attributes: list[str] | None = None,
-             **_: object) -> list[str]:
+def validate(
+    path: str | os.PathLike[str], attributes: list[str] | None = None, **_: object
+) -> list[str]:
     """All problems found in the Dolma tree at ``path`` (empty when it is valid)."""
     root = Path(path)
     if root.name == "documents":
@@ -166,8 +192,9 @@ def validate(path: str | os.PathLike[str], attributes: list[str] | None = None,
             did = doc.get("id")
             ids.append(did)
             if isinstance(did, str) and isinstance(doc.get("source"), str):
-                h.append((xxhash.xxh3_64_intdigest(f"{doc['source']}\0{did}".encode()),
-                          k << 40 | lineno))
+                h.append(
+                    (xxhash.xxh3_64_intdigest(f"{doc['source']}\0{did}".encode()), k << 40 | lineno)
+                )
         if h:
             arr = np.array(h, dtype=np.uint64)
             hashes.append(arr[:, 0])
@@ -194,8 +221,11 @@ def _check_attribute_file(f: Path, name: str, ids: list[Any], rep: _Report) -> N
         if row is not None:
             _check_attr_row(row, ids[lineno - 1], f"{ap}:{lineno}", rep)
     if n != len(ids):
-        rep.add("attr-rows", f"{ap}: {n} rows for the {len(ids)} documents of {f} "
-                             "(one row per document, in the same order)")
+        rep.add(
+            "attr-rows",
+            f"{ap}: {n} rows for the {len(ids)} documents of {f} "
+            "(one row per document, in the same order)",
+        )
 
 
 def _orphans(root: Path, name: str, docs: set[Path], rep: _Report) -> None:
@@ -206,8 +236,11 @@ def _orphans(root: Path, name: str, docs: set[Path], rep: _Report) -> None:
                 continue
             rel = (Path(dirpath) / fn).relative_to(adir)
             if documents_dir(root) / rel not in docs:
-                rep.add("attr-orphan", f"{Path(dirpath) / fn}: attribute file with no document "
-                                       f"file documents/{rel.as_posix()}")
+                rep.add(
+                    "attr-orphan",
+                    f"{Path(dirpath) / fn}: attribute file with no document "
+                    f"file documents/{rel.as_posix()}",
+                )
 
 
 def _duplicates(h: np.ndarray, where: np.ndarray, files: list[Path], rep: _Report) -> None:
@@ -229,8 +262,11 @@ def _duplicates(h: np.ndarray, where: np.ndarray, files: list[Path], rep: _Repor
                 key = (doc["source"], doc["id"])
                 here = f"{files[k]}:{lineno}"
                 if key in first:
-                    rep.add("dup-id", f"{here}: id {key[1]!r} already used in source "
-                                      f"{key[0]!r} at {first[key]} (ids must be unique within "
-                                      "a source)")
+                    rep.add(
+                        "dup-id",
+                        f"{here}: id {key[1]!r} already used in source "
+                        f"{key[0]!r} at {first[key]} (ids must be unique within "
+                        "a source)",
+                    )
                 else:
                     first[key] = here

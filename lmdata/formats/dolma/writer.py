@@ -53,10 +53,18 @@ def _non_finite(obj: Any, where: str = "value") -> str | None:
 class Writer(AtomicWriter):
     """Context manager writing documents into a new Dolma tree (atomically, as a whole)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False,
-                 compression: str = "gz", source: str | None = None,
-                 max_file_bytes: int = DEFAULT_FILE_BYTES, max_file_docs: int | None = None,
-                 prefix: str = "part", **_: Any) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        compression: str = "gz",
+        source: str | None = None,
+        max_file_bytes: int = DEFAULT_FILE_BYTES,
+        max_file_docs: int | None = None,
+        prefix: str = "part",
+        **_: Any,
+    ) -> None:
         if compression not in ("gz", "zst", "none"):
             raise InvalidInputError(f"compression {compression!r}: use gz, zst or none")
         self.path = Path(path)
@@ -87,12 +95,14 @@ class Writer(AtomicWriter):
         if not isinstance(doc, dict):
             raise InvalidInputError(
                 f"document {self.count}: a Dolma document is a dict with id, text and source, "
-                f"not {type(doc).__name__}")
+                f"not {type(doc).__name__}"
+            )
         text = doc.get("text")
         if not isinstance(text, str):
             raise InvalidInputError(
                 f"document {self.count}: 'text' must be a string, got "
-                f"{'nothing' if text is None else type(text).__name__}")
+                f"{'nothing' if text is None else type(text).__name__}"
+            )
         out = dict(doc)
         did = doc.get("id")
         if did is None:
@@ -102,7 +112,8 @@ class Writer(AtomicWriter):
         elif not isinstance(did, str):
             raise InvalidInputError(
                 f"document {self.count}: 'id' must be a string (or an integer to convert), got "
-                f"{type(did).__name__}")
+                f"{type(did).__name__}"
+            )
         if out.get("source") is None:
             out["source"] = self.source
         elif not isinstance(out["source"], str):
@@ -112,16 +123,25 @@ class Writer(AtomicWriter):
     def write(self, doc: dict[str, Any]) -> None:
         bad = _non_finite(doc)
         if bad is not None:  # orjson would silently write null
-            raise InvalidInputError(f"document {self.count}: {bad} is not finite; JSON has no "
-                                    "NaN or infinity")
+            raise InvalidInputError(
+                f"document {self.count}: {bad} is not finite; JSON has no NaN or infinity"
+            )
         try:
-            line = orjson.dumps(self.normalize(doc), default=_to_json,
-                                option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+            line = (
+                orjson.dumps(
+                    self.normalize(doc), default=_to_json, option=orjson.OPT_SERIALIZE_NUMPY
+                )
+                + b"\n"
+            )
         except TypeError as e:  # orjson.JSONEncodeError is a TypeError
-            raise InvalidInputError(f"document {self.count} cannot be stored as JSON: {e}") \
-                from None
-        if (self._file is None or self._file_bytes >= self.max_file_bytes
-                or (self.max_file_docs is not None and self._file_docs >= self.max_file_docs)):
+            raise InvalidInputError(
+                f"document {self.count} cannot be stored as JSON: {e}"
+            ) from None
+        if (
+            self._file is None
+            or self._file_bytes >= self.max_file_bytes
+            or (self.max_file_docs is not None and self._file_docs >= self.max_file_docs)
+        ):
             self._next_file()
         self._file.write(line)
         self._file_bytes += len(line)

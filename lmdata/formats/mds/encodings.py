@@ -21,7 +21,7 @@ import numpy as np
 from orjson import loads as _orjson_loads
 
 from lmdata._pickle import safe_loads
-from lmdata.errors import InvalidInputError
+from lmdata.errors import InvalidInputError, UnsafeDataError
 
 # numpy dtype name <-> one-byte code used when an ndarray column has no dtype in its name.
 VALUE_DTYPES: dict[int, str] = {
@@ -451,7 +451,14 @@ def _build(encoding: str, allow_unsafe_pickle: bool) -> Coder:
     if encoding == "pkl":
 
         def dec_pkl(b: bytes) -> Any:
-            return safe_loads(b, where="pkl column", allow_unsafe=allow_unsafe_pickle)
+            # The rule: a pkl column is read only when the user trusts the file.
+            if not allow_unsafe_pickle:
+                raise UnsafeDataError(
+                    "this dataset has a pkl column, which can run code when read; pass "
+                    "allow_unsafe_pickle=True (--allow-unsafe-pickle) if you trust it",
+                    position="pkl column",
+                )
+            return safe_loads(b, where="pkl column", allow_unsafe=True)
 
         return Coder(encoding, None, _enc_pkl, dec_pkl)
     raise ValueError(

@@ -22,7 +22,7 @@ from lmdata.formats.mds.hashing import check_hashes, hexdigest
 from lmdata.formats.mds.index import INDEX, SHARD_FORMATS, dump_index, parse_size_limit
 from lmdata.formats.mds.mds import EXTRA_BYTES_PER_SAMPLE, SampleEncoder, shard_config
 from lmdata.formats.mds.text_shards import JSONEncoder, XSVEncoder
-from lmdata.storage import AtomicOutput
+from lmdata.storage import AtomicOutput, AtomicWriter
 
 DEFAULT_SIZE_LIMIT = 1 << 26
 # Arguments streaming's writers take that mean nothing for a local atomic writer.
@@ -41,7 +41,7 @@ def _infer_text_columns(sample: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-class Writer:
+class Writer(AtomicWriter):
     """Write samples (dicts) into a new streaming dataset directory at ``path``.
 
     ``format``: ``mds`` (default), ``mds-csv``, ``mds-tsv`` or ``mds-jsonl``. ``columns`` maps
@@ -233,12 +233,3 @@ class Writer:
 
     def abort(self) -> None:
         self._out.abort()
-
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()

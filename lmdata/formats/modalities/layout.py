@@ -135,8 +135,7 @@ def load_span_index(
     """
     if not data:
         raise CorruptDataError(
-            "the index is missing (the file ends where the pickled index should start; "
-            "truncated?)",
+            "the index is missing (the file ends where the pickled index should start; truncated?)",
             path=path,
             position=where,
         )

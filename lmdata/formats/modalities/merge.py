@@ -59,7 +59,7 @@ def merge(
                 lengths.append(r.doc_lengths * width)
                 t = r.tokens
                 for lo in range(0, len(t), _COPY_TOKENS):
-                    f.write(np.ascontiguousarray(t[lo: lo + _COPY_TOKENS], dtype=dtype).data)
+                    f.write(np.ascontiguousarray(t[lo : lo + _COPY_TOKENS], dtype=dtype).data)
                 base += len(t)
                 r.close()
             f.write(dump_span_index(np.concatenate(offsets), np.concatenate(lengths)))
@@ -70,5 +70,6 @@ def merge(
         raise
     out.finish()
     docs = sum(len(x) for x in lengths)
-    return (f"merged {len(paths)} files: {docs:,} documents, {base:,} tokens "
-            f"({width}-byte) -> {dest}")
+    return (
+        f"merged {len(paths)} files: {docs:,} documents, {base:,} tokens ({width}-byte) -> {dest}"
+    )

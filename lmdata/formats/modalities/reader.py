@@ -90,8 +90,9 @@ class PbinData:
             else:
                 with open(self.path, "rb") as f:
                     mm = mmap.mmap(f.fileno(), h.index_start, access=mmap.ACCESS_READ)
-                self._tokens = np.frombuffer(mm, dtype=h.dtype, count=h.num_tokens,
-                                             offset=HEADER_SIZE)
+                self._tokens = np.frombuffer(
+                    mm, dtype=h.dtype, count=h.num_tokens, offset=HEADER_SIZE
+                )
         return self._tokens
 
     def read_index_bytes(self) -> bytes:
@@ -143,14 +144,18 @@ def check_spans(index: SpanIndex, header: PbinHeader, path: Path) -> None:
         raise CorruptDataError(
             f"document {i} has offset {offs[i]} and length {lens[i]} bytes, which are not "
             f"multiples of the token width {w}; run `lmdata validate`",
-            path=path, position="index")
+            path=path,
+            position="index",
+        )
     bad = np.flatnonzero((offs < 0) | (offs + lens > header.data_len))
     if len(bad):
         i = int(bad[0])
         raise CorruptDataError(
             f"document {i} spans bytes {offs[i]}..{offs[i] + lens[i]}, outside the "
             f"{header.data_len} bytes of token data; run `lmdata validate`",
-            path=path, position="index")
+            path=path,
+            position="index",
+        )
 
 
 class PackedTokens:
@@ -175,8 +180,12 @@ class PackedTokens:
         self.data = PbinData(path)
         self.path = self.data.path
         h = self.data.header
-        index = load_span_index(self.data.read_index_bytes(), path=self.path,
-                                where="index", allow_unsafe=allow_unsafe_pickle)
+        index = load_span_index(
+            self.data.read_index_bytes(),
+            path=self.path,
+            where="index",
+            allow_unsafe=allow_unsafe_pickle,
+        )
         self.repaired_origin_merge = False
         if repair_origin_merge:
             fixed = undo_origin_merge_shift(index, h.data_len)
@@ -189,8 +198,12 @@ class PackedTokens:
         self._lens = index.lengths // w
         n = len(index)
         self.contiguous = bool(
-            n == 0 or (self._starts[0] == 0 and (self._starts[1:] == self._starts[:-1]
-                                                  + self._lens[:-1]).all()))
+            n == 0
+            or (
+                self._starts[0] == 0
+                and (self._starts[1:] == self._starts[:-1] + self._lens[:-1]).all()
+            )
+        )
         b = np.zeros(n + 1, dtype=np.uint64)
         np.cumsum(self._lens, out=b[1:])
         self._boundaries = b
@@ -247,7 +260,7 @@ class PackedTokens:
             m = 0
             step = 1 << 24
             for lo in range(0, len(t), step):
-                m = max(m, int(t[lo: lo + step].max()))
+                m = max(m, int(t[lo : lo + step].max()))
             self._max_token_id = m
         return self._max_token_id
 
@@ -290,7 +303,7 @@ class PackedTokens:
             lo, hi = int(b[d]), int(b[d + 1])
             a = int(self._starts[d]) + (pos - lo)
             take = min(stop, hi) - pos
-            out.append(self.tokens[a: a + take])
+            out.append(self.tokens[a : a + take])
             pos += take
             d += 1
         return np.concatenate(out) if out else np.zeros(0, dtype=self.dtype)
@@ -317,11 +330,9 @@ class PackedTokens:
             "max_token_id": self.max_token_id,
             "data_bytes": h.data_len,
             "index_bytes": h.file_size - h.index_start,
-            "tokens_outside_documents": h.num_tokens - int(lens.sum()) if self.contiguous
-            else None,
+            "tokens_outside_documents": h.num_tokens - int(lens.sum()) if self.contiguous else None,
             "longest_document": int(lens.max()) if len(lens) else 0,
             "empty_documents": int((lens == 0).sum()),
             "contiguous_index": self.contiguous,
             "repaired_origin_merge_offsets": self.repaired_origin_merge,
         }
-

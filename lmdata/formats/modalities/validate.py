@@ -38,8 +38,9 @@ def validate(
         f.seek(HEADER_SIZE + data_len)
         index_bytes = f.read()
     try:
-        index = load_span_index(index_bytes, path=p, where="index",
-                                allow_unsafe=allow_unsafe_pickle)
+        index = load_span_index(
+            index_bytes, path=p, where="index", allow_unsafe=allow_unsafe_pickle
+        )
     except LmdataError as e:
         return [str(e)]
     out: list[str] = []
@@ -53,27 +54,42 @@ def validate(
     fixed = undo_origin_merge_shift(index, data_len)
     if fixed is not None:
         files = int(np.count_nonzero(index.offsets[1:] != index.ends[:-1])) + 1
-        add("merge", f"index: offsets are 12 bytes too low per earlier input file ({files} "
+        add(
+            "merge",
+            f"index: offsets are 12 bytes too low per earlier input file ({files} "
             "files), the bug of modalities' merge_packed_data; lmdata reads the file with "
-            "corrected offsets, and `lmdata merge` or a rewrite fixes it for other readers")
+            "corrected offsets, and `lmdata merge` or a rewrite fixes it for other readers",
+        )
         index = fixed
     offs, lens, ends = index.offsets, index.lengths, index.ends
     for i in np.flatnonzero((offs % width != 0) | (lens % width != 0))[:MAX_REPORTED]:
-        add("align", f"index entry {i}: offset {offs[i]} / length {lens[i]} is not a multiple "
-            f"of the token width {width}")
+        add(
+            "align",
+            f"index entry {i}: offset {offs[i]} / length {lens[i]} is not a multiple "
+            f"of the token width {width}",
+        )
     for i in np.flatnonzero((offs < 0) | (ends > data_len))[:MAX_REPORTED]:
-        add("range", f"index entry {i}: bytes {offs[i]}..{ends[i]} lie outside the "
-            f"{data_len} bytes of token data")
+        add(
+            "range",
+            f"index entry {i}: bytes {offs[i]}..{ends[i]} lie outside the "
+            f"{data_len} bytes of token data",
+        )
     if fixed is None and len(index):
         if offs[0] != 0:
             add("order", f"index entry 0: starts at byte {offs[0]}, not 0")
         for i in np.flatnonzero(offs[1:] != ends[:-1])[:MAX_REPORTED]:
             kind = "a gap" if offs[i + 1] > ends[i] else "an overlap"
-            add("order", f"index entry {i + 1}: starts at byte {offs[i + 1]} but entry {i} "
-                f"ends at {ends[i]} ({kind}; documents must be contiguous)")
+            add(
+                "order",
+                f"index entry {i + 1}: starts at byte {offs[i + 1]} but entry {i} "
+                f"ends at {ends[i]} ({kind}; documents must be contiguous)",
+            )
         if ends[-1] < data_len:
-            add("order", f"index: the last document ends at byte {ends[-1]}, but the header "
-                f"says {data_len} bytes of data")
+            add(
+                "order",
+                f"index: the last document ends at byte {ends[-1]}, but the header "
+                f"says {data_len} bytes of data",
+            )
     elif len(index) == 0 and data_len:
         add("order", f"index: empty, but the header says {data_len} bytes of data")
     if eod_id is not None and len(index) and not counts.get("align") and not counts.get("range"):
@@ -84,8 +100,14 @@ def validate(
     return out
 
 
-def _check_eod(p: Path, width: int, offs: np.ndarray, lens: np.ndarray, eod_id: int,
-               add: Callable[[str, str], None]) -> None:
+def _check_eod(
+    p: Path,
+    width: int,
+    offs: np.ndarray,
+    lens: np.ndarray,
+    eod_id: int,
+    add: Callable[[str, str], None],
+) -> None:
     tokens = PbinData(p).tokens
     last = (offs + lens) // width - 1
     nonempty = lens > 0

@@ -44,7 +44,7 @@ class _Windows:
 
     def __getitem__(self, index: int) -> np.ndarray:
         s = self._start(normalize_index(index, len(self)))
-        return self._cast(self._data.tokens[s: s + self.size])
+        return self._cast(self._data.tokens[s : s + self.size])
 
     def batch(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Samples ``indices`` stacked into a ``(len(indices), size)`` array (one gather)."""
@@ -87,15 +87,14 @@ class ContinuousView(_Windows):
         reuse_last_target: bool = True,
         dtype: Any = None,
     ) -> None:
-        if isinstance(sequence_length, bool) or not isinstance(sequence_length,
-                                                                (int, np.integer)):
-            raise InvalidInputError(f"sequence_length must be an integer, got "
-                                    f"{sequence_length!r}")
+        if isinstance(sequence_length, bool) or not isinstance(sequence_length, (int, np.integer)):
+            raise InvalidInputError(f"sequence_length must be an integer, got {sequence_length!r}")
         size = int(sequence_length) + 1 if reuse_last_target else int(sequence_length)
         if size < 2:  # the origin's block_size < 2 error
             raise InvalidInputError(
                 f"a sample needs at least 2 tokens; sequence_length {sequence_length} with "
-                f"reuse_last_target={reuse_last_target} gives {size}")
+                f"reuse_last_target={reuse_last_target} gives {size}"
+            )
         self._data = _data_of(source)
         self._dtype = np.dtype(dtype) if dtype is not None else None
         self.sequence_length = int(sequence_length)
@@ -106,7 +105,9 @@ class ContinuousView(_Windows):
         if t < self.size:
             raise InvalidInputError(
                 f"the file has {t} tokens, fewer than one sample of {self.size}; use a "
-                "shorter sequence_length", path=self._data.path)
+                "shorter sequence_length",
+                path=self._data.path,
+            )
         self._len = (t - self.size) // self.stride + 1
 
     def __len__(self) -> int:
@@ -169,7 +170,9 @@ class MegatronView(_Windows):
         if not reader.contiguous:
             raise InvalidInputError(
                 "the index is not contiguous (reordered or with gaps); rewrite the file with "
-                "`lmdata convert` first", path=reader.path)
+                "`lmdata convert` first",
+                path=reader.path,
+            )
         self._data = reader.data
         self._dtype = np.dtype(dtype) if dtype is not None else None
         self.size = int(block_size)
@@ -229,8 +232,10 @@ class JsonlTokenDocuments:
         if not isinstance(value, str):
             raise InvalidInputError(
                 f"document {i}: {what} {type(value).__name__}, not a string; pick the text "
-                "field with text_key / jq_pattern", path=self.documents.path,
-                position=f"byte {int(self.documents.offsets[i])}")
+                "field with text_key / jq_pattern",
+                path=self.documents.path,
+                position=f"byte {int(self.documents.offsets[i])}",
+            )
         return value
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:

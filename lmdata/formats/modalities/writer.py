@@ -35,8 +35,9 @@ def as_token_array(tokens: Any) -> np.ndarray:
     """A 1-D integer array of ``tokens``, or InvalidInputError saying why not."""
     arr = np.asarray(tokens)
     if arr.ndim != 1:
-        raise InvalidInputError(f"a document must be a 1-D sequence of token ids, got shape "
-                                f"{arr.shape}")
+        raise InvalidInputError(
+            f"a document must be a 1-D sequence of token ids, got shape {arr.shape}"
+        )
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
     if arr.dtype.kind not in "iu":
@@ -72,14 +73,16 @@ class Writer(AtomicWriter):
             eod_id = int(eod_id)
             if width is not None and eod_id >= 1 << (8 * width):
                 raise InvalidInputError(
-                    f"eod_id {eod_id} does not fit in {width}-byte tokens; check vocab_size")
+                    f"eod_id {eod_id} does not fit in {width}-byte tokens; check vocab_size"
+                )
         self.token_width = width
         self.eod_id = eod_id
         self.append_eod = append_eod
         self._dtype = DTYPES[width or _SPOOL_WIDTH]
         self._limit = 1 << (8 * (width or _SPOOL_WIDTH))
-        self._eod_bytes = (np.array([eod_id], dtype=self._dtype).tobytes()
-                           if eod_id is not None else b"")
+        self._eod_bytes = (
+            np.array([eod_id], dtype=self._dtype).tobytes() if eod_id is not None else b""
+        )
         self._out = AtomicOutput(path, directory=False, overwrite=overwrite)
         self.path = self._out.dest
         self._f = open(self._out.tmp, "wb", buffering=1 << 20)
@@ -100,7 +103,8 @@ class Writer(AtomicWriter):
         if from_vocab is not None and from_vocab != token_width:
             raise InvalidInputError(
                 f"token_width {token_width} contradicts vocab_size {vocab_size}, which gives "
-                f"{from_vocab}; pass only one of them")
+                f"{from_vocab}; pass only one of them"
+            )
         return token_width
 
     def write(self, tokens: Any) -> None:
@@ -114,7 +118,8 @@ class Writer(AtomicWriter):
                 raise InvalidInputError(
                     f"token id {bad} in document {self.documents} does not fit in "
                     f"{self.token_width or _SPOOL_WIDTH}-byte tokens "
-                    f"(0..{self._limit - 1}); check vocab_size / token_width")
+                    f"(0..{self._limit - 1}); check vocab_size / token_width"
+                )
             if hi > self._max_id:
                 self._max_id = hi
             self._f.write(arr.astype(self._dtype, copy=False).tobytes())
@@ -177,8 +182,11 @@ class Writer(AtomicWriter):
                     chunk = fi.read(_COPY_TOKENS * _SPOOL_WIDTH)
                     if not chunk:
                         break
-                    fo.write(np.frombuffer(chunk, dtype=DTYPES[_SPOOL_WIDTH])
-                             .astype(DTYPES[width]).tobytes())
+                    fo.write(
+                        np.frombuffer(chunk, dtype=DTYPES[_SPOOL_WIDTH])
+                        .astype(DTYPES[width])
+                        .tobytes()
+                    )
             os.replace(dst, src)
         finally:
             with contextlib.suppress(FileNotFoundError):

@@ -105,22 +105,28 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
             lineno, true_len = line
             indexed.add(off)
             if ln != true_len:
-                add("length", f"{where}: length {ln}, but line {lineno} has {true_len} bytes "
-                    "(without its newline)")
+                add(
+                    "length",
+                    f"{where}: length {ln}, but line {lineno} has {true_len} bytes "
+                    "(without its newline)",
+                )
                 continue
             try:
-                loads(buf[off: off + ln] if buf is not None else b"")
+                loads(buf[off : off + ln] if buf is not None else b"")
             except ValueError as e:
                 add("json", f"{p.name} line {lineno} (byte {off}): indexed but not JSON ({e})")
         for off, (lineno, ln) in lines.items():
             if off in indexed:
                 continue
             try:
-                loads(buf[off: off + ln] if buf is not None else b"")
+                loads(buf[off : off + ln] if buf is not None else b"")
             except ValueError:
                 continue  # left out on purpose (--skip-invalid)
-            add("missing", f"{p.name} line {lineno} (byte {off}): valid JSON but missing from "
-                f"the index; rebuild it with `lmdata index --overwrite {p}`")
+            add(
+                "missing",
+                f"{p.name} line {lineno} (byte {off}): valid JSON but missing from "
+                f"the index; rebuild it with `lmdata index --overwrite {p}`",
+            )
     finally:
         if buf is not None:
             buf.close()

@@ -56,14 +56,16 @@ def scan(
         for lineno, off, ln in iter_lines(buf):
             assert buf is not None
             try:
-                check(buf[off: off + ln])
+                check(buf[off : off + ln])
             except LineError as e:
                 reason = "an empty line" if ln == 0 else f"not valid JSON ({e})"
                 if not skip_invalid:
                     raise CorruptDataError(
                         f"{reason}; fix the line, or pass skip_invalid=True (--skip-invalid) "
-                        "to leave it out of the index", path=p,
-                        position=f"line {lineno} (byte {off})") from None
+                        "to leave it out of the index",
+                        path=p,
+                        position=f"line {lineno} (byte {off})",
+                    ) from None
                 skipped.append(SkippedLine(lineno, off, reason))
                 continue
             offsets.append(off)
@@ -94,12 +96,12 @@ def build_index(
     src = require_exists(path)
     dest = Path(index_path) if index_path is not None else default_index_path(src)
     if dest.resolve() == src.resolve():
-        raise InvalidInputError("the index path is the data file itself; choose another",
-                                path=dest)
+        raise InvalidInputError("the index path is the data file itself; choose another", path=dest)
     if dest.exists() and not overwrite:
         # fail before the scan, not after it
-        raise OutputExistsError("index already exists; pass overwrite=True (--overwrite)",
-                                path=dest)
+        raise OutputExistsError(
+            "index already exists; pass overwrite=True (--overwrite)", path=dest
+        )
     offsets, lengths, skipped = scan(src, skip_invalid=skip_invalid, progress=progress)
     with atomic_file(dest, overwrite=overwrite) as tmp:
         tmp.write_bytes(dump_span_index(offsets, lengths))

@@ -22,9 +22,11 @@ def read_index(
     """The checked raw index of ``path``: every entry inside the file."""
     if not index_path.is_file():
         raise DatasetNotFoundError(
-            f"no raw index at {index_path}; build it with `lmdata index {path}`", path=path)
-    index = load_span_index(index_path.read_bytes(), path=index_path, where="index",
-                            allow_unsafe=allow_unsafe)
+            f"no raw index at {index_path}; build it with `lmdata index {path}`", path=path
+        )
+    index = load_span_index(
+        index_path.read_bytes(), path=index_path, where="index", allow_unsafe=allow_unsafe
+    )
     size = path.stat().st_size if file_size is None else file_size
     bad = np.flatnonzero((index.offsets < 0) | (index.ends > size))
     if len(bad):
@@ -32,7 +34,10 @@ def read_index(
         raise CorruptDataError(
             f"entry {i} points at bytes {index.offsets[i]}..{index.ends[i]} but {path.name} "
             f"has {size} bytes; the file changed after indexing, so rebuild the index with "
-            f"`lmdata index --overwrite {path}`", path=index_path, position=f"entry {i}")
+            f"`lmdata index --overwrite {path}`",
+            path=index_path,
+            position=f"entry {i}",
+        )
     return index
 
 
@@ -55,8 +60,9 @@ class JsonlDocuments:
         self.path = require_exists(path)
         self.index_path = Path(index_path) if index_path else default_index_path(self.path)
         self.file_size = self.path.stat().st_size
-        index = read_index(self.path, self.index_path, allow_unsafe=allow_unsafe_pickle,
-                           file_size=self.file_size)
+        index = read_index(
+            self.path, self.index_path, allow_unsafe=allow_unsafe_pickle, file_size=self.file_size
+        )
         self.offsets = index.offsets
         self.lengths = index.lengths
         self._buf: Any = None
@@ -77,7 +83,7 @@ class JsonlDocuments:
         """The bytes of document ``index`` (without the newline)."""
         i = normalize_index(index, len(self))
         off = int(self.offsets[i])
-        return self._mapped[off: off + int(self.lengths[i])]
+        return self._mapped[off : off + int(self.lengths[i])]
 
     def _parse(self, i: int, data: bytes) -> Any:
         try:
@@ -85,8 +91,10 @@ class JsonlDocuments:
         except LineError as e:
             raise CorruptDataError(
                 f"document {i} is not valid JSON ({e}); the file changed after indexing? "
-                f"Rebuild with `lmdata index --overwrite {self.path}`", path=self.path,
-                position=f"byte {int(self.offsets[i])}") from None
+                f"Rebuild with `lmdata index --overwrite {self.path}`",
+                path=self.path,
+                position=f"byte {int(self.offsets[i])}",
+            ) from None
 
     def __getitem__(self, index: int) -> Any:
         i = normalize_index(index, len(self))
@@ -98,7 +106,7 @@ class JsonlDocuments:
         offs = self.offsets[idx].tolist()
         lens = self.lengths[idx].tolist()
         spans = zip(idx.tolist(), offs, lens, strict=True)
-        return [self._parse(i, buf[o: o + n]) for i, o, n in spans]
+        return [self._parse(i, buf[o : o + n]) for i, o, n in spans]
 
     def __iter__(self) -> Iterator[Any]:
         block = 4096

@@ -46,8 +46,11 @@ class Writer(AtomicWriter):
         dest = Path(path)
         idx = Path(index_path) if index_path else default_index_path(dest)
         if idx == dest:
-            raise InvalidInputError("the index path is the data file itself; name the JSONL "
-                                    "file with a suffix such as .jsonl", path=dest)
+            raise InvalidInputError(
+                "the index path is the data file itself; name the JSONL "
+                "file with a suffix such as .jsonl",
+                path=dest,
+            )
         self._data = AtomicOutput(dest, directory=False, overwrite=overwrite)
         try:
             self._index = AtomicOutput(idx, directory=False, overwrite=overwrite)
