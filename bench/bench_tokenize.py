@@ -52,7 +52,8 @@ def make_docs(path: Path) -> int:
     return total
 
 
-def pipeline(src: Path, dst: Path, workers: int) -> tuple[float, int]:
+def pipeline(src: Path, dst: Path, workers: int, to: str = "flat-tokens") -> tuple[float, int]:
+    extra = ["--eod", "<|endoftext|>"] if to == "modalities" else []
     out = subprocess.run(
         [
             sys.executable,
@@ -62,13 +63,14 @@ def pipeline(src: Path, dst: Path, workers: int) -> tuple[float, int]:
             str(src),
             str(dst),
             "--to",
-            "flat-tokens",
+            to,
             "--tokenizer",
             str(TOKENIZER),
             "--workers",
             str(workers),
             "-q",
             "--overwrite",
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -97,6 +99,8 @@ def main() -> None:
         bare_s, bare_tokens = float(bare[0]), int(bare[1])
         t1, tokens1 = pipeline(src, root / "w1", 1)
         t2, tokens2 = pipeline(src, root / "w2", 2)
+        tm, tokens_m = pipeline(src, root / "m2.pbin", 2, "modalities")
+        assert tokens_m == bare_tokens + N_DOCS  # one EOD per document
         assert tokens1 == tokens2 == bare_tokens, (tokens1, tokens2, bare_tokens)
         assert (root / "w1" / "train" / "encoded_tokens" / "0").read_bytes() == (
             root / "w2" / "train" / "encoded_tokens" / "0"
@@ -108,6 +112,7 @@ def main() -> None:
             ("bare encode_batch, in memory, all cores", bare_s),
             ("lmdata tokenize, 1 worker", t1),
             ("lmdata tokenize, 2 workers", t2),
+            ("lmdata tokenize --to modalities (pack), 2 workers", tm),
         ]:
             print(
                 f"{name:52} {s:8.2f} {N_DOCS / s:8,.0f} {bare_tokens / s / 1e6:7.2f} "
