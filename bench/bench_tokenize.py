@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-N_DOCS = int(os.environ.get("BENCH_TOK_DOCS", 6000))
+N_DOCS = int(os.environ.get("BENCH_TOK_DOCS", 10000))
 TOKENIZER = Path(__file__).parents[1] / "tests/data/modalities/tokenizers/bpe5k/tokenizer.json"
 
 BARE = """
@@ -100,7 +100,7 @@ def main() -> None:
         t1, tokens1 = pipeline(src, root / "w1", 1)
         t2, tokens2 = pipeline(src, root / "w2", 2)
         tm, tokens_m = pipeline(src, root / "m2.pbin", 2, "modalities")
-        assert tokens_m == bare_tokens + N_DOCS  # one EOD per document
+        assert tokens_m == bare_tokens + N_DOCS, (tokens_m, bare_tokens)  # one EOD per doc
         assert tokens1 == tokens2 == bare_tokens, (tokens1, tokens2, bare_tokens)
         assert (root / "w1" / "train" / "encoded_tokens" / "0").read_bytes() == (
             root / "w2" / "train" / "encoded_tokens" / "0"

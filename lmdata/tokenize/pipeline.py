@@ -357,9 +357,8 @@ def _assemble(
             summary.bytes_read += meta["bytes"]
             room = MAX_SKIP_MESSAGES - len(summary.skipped)
             summary.skipped.extend(meta["skipped"][: max(room, 0)])
-            sink.write_many(tokens, lengths, val)
+            summary.tokens += sink.write_many(tokens, lengths, val)
             summary.documents_written += len(lengths)
-            summary.tokens += len(tokens)
     except BaseException:
         sink.abort()
         raise

@@ -39,17 +39,20 @@ class _Sink:
         self._eod = eod_id
         self._fast = fast  # write_many(flat, lengths, split=...) where the writer has one
 
-    def write_many(self, flat: np.ndarray, lengths: np.ndarray, validation: np.ndarray) -> None:
+    def write_many(self, flat: np.ndarray, lengths: np.ndarray, validation: np.ndarray) -> int:
+        """Write the documents; return the number of tokens written (EOD tokens included)."""
         if self._fast is not None and self._eod is None:
             _write_runs(self._fast, flat, lengths, validation)
-            return
-        pos = 0
+            return len(flat)
+        pos = written = 0
         for n, v in zip(lengths.tolist(), validation.tolist(), strict=True):
             doc = flat[pos : pos + n]
             pos += n
             if self._eod is not None and (n == 0 or doc[-1] != self._eod):
                 doc = np.append(doc, np.uint32(self._eod))
             self._write_doc(doc, v)
+            written += len(doc)
+        return written
 
     def close(self) -> None:
         self.writer.close()
