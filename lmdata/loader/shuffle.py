@@ -14,14 +14,18 @@ import numpy as np
 _M = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x = x * np.uint64(0xBF58476D1CE4E5B9)
-        x = x ^ (x >> np.uint64(27))
-        x = x * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+    """splitmix64's finaliser on a uint64 array (array arithmetic wraps without warnings)."""
+    x = x ^ (x >> _S30)
+    x *= _M1
+    x ^= x >> _S27
+    x *= _M2
+    x ^= x >> _S31
+    return x
 
 
 class Permutation:
