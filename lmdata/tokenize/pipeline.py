@@ -2,12 +2,12 @@
 
 The job runs in two phases:
 
-1. *Tokenize*: units (batches of documents of one input file) go to worker processes, which
-   parse, tokenize and return token arrays. Results arrive in input order and are staged in a
-   hidden work folder beside the output, one file per unit; when every unit of an input file is
-   staged, the file is marked done.
-2. *Assemble*: the staged units are written, in input order, through the target format's
-   writer, which produces the output atomically.
+1. Units (batches of documents of one input file) go to worker processes, which parse,
+   tokenize and return token arrays.
+2. Results arrive in input order; each is staged in a hidden work folder beside the output
+   (one file per unit; an input file is marked done when all its units are) and written
+   through the target format's writer, which produces the output atomically at the end.
+   ``resume`` replays the staged units of finished files, then tokenizes the rest.
 
 The output bytes therefore depend only on the inputs and options, never on the number of
 workers; an interrupted job (Ctrl-C, a kill) leaves no output, keeps the work folder, and
@@ -254,14 +254,33 @@ def tokenize(
     work = work_dir_for(dst)
     done = _prepare_work(work, _manifest(job, inputs), resume)
     summary = Summary(output=str(dst))
+    # results go into the output as they arrive (in input order); the staged copies only serve
+    # a later --resume, which replays the files already done before tokenizing the rest
+    sink = sink_factory(dst, overwrite=overwrite)
     try:
-        _run_workers(inputs, job, work, done, workers, progress, summary)
-        _assemble(inputs, work, sink_factory, dst, overwrite, summary)
-    except KeyboardInterrupt:
+        for f in sorted((work / "parts").glob("*.npz")):
+            with np.load(f) as z:
+                _consume(
+                    sink,
+                    z["tokens"],
+                    z["lengths"],
+                    z["validation"],
+                    orjson.loads(z["meta"].tobytes()),
+                    summary,
+                )
+        _run_workers(inputs, job, work, done, workers, progress, summary, sink)
+    except BaseException as e:
+        sink.abort()
+        if not isinstance(e, KeyboardInterrupt):
+            shutil.rmtree(work, ignore_errors=True)
         raise
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    if summary.documents_read != summary.documents_written + summary.documents_skipped:
+        sink.abort()  # an internal invariant: never drop a document silently
+        raise LmdataError(
+            f"internal error: read {summary.documents_read} documents but wrote "
+            f"{summary.documents_written} and skipped {summary.documents_skipped}"
+        )
+    sink.close()
     shutil.rmtree(work, ignore_errors=True)
     summary.seconds = time.perf_counter() - t0
     return summary
@@ -275,6 +294,7 @@ def _run_workers(
     workers: int | None,
     progress: Callable[[dict[str, float]], None] | None,
     summary: Summary,
+    sink: Any,
 ) -> None:
     n_workers = (os.cpu_count() or 1) if workers is None else workers
     units = iter_units(
@@ -316,6 +336,8 @@ def _run_workers(
             _mark_done(work, current)
         current = res["file"]
         _stage(work, res)
+        meta = {"read": res["read"], "skipped": res["skipped"], "bytes": res["bytes"]}
+        _consume(sink, res["tokens"], res["lengths"], res["validation"], meta, summary)
         stats["documents"] += res["read"]
         stats["tokens"] += len(res["tokens"])
         stats["bytes"] += res["bytes"]
@@ -337,34 +359,19 @@ def _run_workers(
         _mark_done(work, current)
 
 
-def _assemble(
-    inputs: list[InputFile],
-    work: Path,
-    sink_factory: Callable[..., Any],
-    dst: Path,
-    overwrite: bool,
+def _consume(
+    sink: Any,
+    tokens: np.ndarray,
+    lengths: np.ndarray,
+    val: np.ndarray,
+    meta: dict[str, Any],
     summary: Summary,
 ) -> None:
-    parts = sorted((work / "parts").glob("*.npz"))
-    sink = sink_factory(dst, overwrite=overwrite)
-    try:
-        for f in parts:
-            with np.load(f) as z:
-                tokens, lengths, val = z["tokens"], z["lengths"], z["validation"]
-                meta = orjson.loads(z["meta"].tobytes())
-            summary.documents_read += meta["read"]
-            summary.documents_skipped += len(meta["skipped"])
-            summary.bytes_read += meta["bytes"]
-            room = MAX_SKIP_MESSAGES - len(summary.skipped)
-            summary.skipped.extend(meta["skipped"][: max(room, 0)])
-            summary.tokens += sink.write_many(tokens, lengths, val)
-            summary.documents_written += len(lengths)
-    except BaseException:
-        sink.abort()
-        raise
-    sink.close()
-    if summary.documents_read != summary.documents_written + summary.documents_skipped:
-        raise LmdataError(  # an internal invariant: never drop a document silently
-            f"internal error: read {summary.documents_read} documents but wrote "
-            f"{summary.documents_written} and skipped {summary.documents_skipped}"
-        )
+    """Write one unit's documents and count them."""
+    summary.documents_read += meta["read"]
+    summary.documents_skipped += len(meta["skipped"])
+    summary.bytes_read += meta["bytes"]
+    room = MAX_SKIP_MESSAGES - len(summary.skipped)
+    summary.skipped.extend(meta["skipped"][: max(room, 0)])
+    summary.tokens += sink.write_many(tokens, lengths, val)
+    summary.documents_written += len(lengths)
