@@ -23,7 +23,6 @@ _ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("builtins", "frozenset"),
         ("builtins", "complex"),
         ("builtins", "slice"),
-        ("builtins", "range"),
         ("__builtin__", "set"),
         ("__builtin__", "frozenset"),
         ("__builtin__", "complex"),
@@ -31,9 +30,7 @@ _ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("copy_reg", "_reconstructor"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
-        ("numpy.core.multiarray", "_reconstruct"),
         ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "_reconstruct"),
         ("numpy._core.multiarray", "scalar"),
         ("numpy.core.numeric", "_frombuffer"),
         ("numpy._core.numeric", "_frombuffer"),
@@ -53,11 +50,30 @@ def _no_int_size(factory: type) -> Any:
     return make
 
 
-_FACTORIES = {
+def _reconstruct(cls: Any, shape: Any, dtype: Any) -> Any:
+    """numpy's array reconstructor, refusing a pre-sized array: a real pickle always passes an
+    empty shape and then fills the array from bytes it carries, so a large shape here is an
+    allocation the file does not pay for."""
+    import numpy as np
+
+    try:
+        n = int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
+    except (TypeError, ValueError, OverflowError):
+        raise UnsafeDataError(f"array pickle with an invalid shape {shape!r}") from None
+    if cls is not np.ndarray or not 0 <= n <= 1024:
+        raise UnsafeDataError(f"array pickle asks for {n} preallocated items; refusing")
+    return np.ndarray.__new__(np.ndarray, shape, dtype)
+
+
+_FACTORIES: dict[tuple[str, str], Any] = {
     (mod, t.__name__): _no_int_size(t)
     for mod in ("builtins", "__builtin__")
     for t in (bytes, bytearray)
 }
+_FACTORIES.update({
+    (mod, "_reconstruct"): _reconstruct
+    for mod in ("numpy.core.multiarray", "numpy._core.multiarray")
+})
 
 
 class _SafeUnpickler(pickle.Unpickler):

@@ -64,3 +64,21 @@ def test_garbage_is_corrupt_data_error(junk):
         safe_loads(junk, path="f")
     except (CorruptDataError, UnsafeDataError):
         pass
+
+
+def test_allocation_bombs_are_refused():
+    # set(range(3e9)): 49 bytes of pickle, tens of GB of memory
+    bomb = b"\x80\x04cbuiltins\nset\n(cbuiltins\nrange\n(L3000000000\ntRtR."
+    with pytest.raises(UnsafeDataError, match="range"):
+        safe_loads(bomb)
+
+    class Prealloc:
+        def __reduce__(self):
+            from numpy._core.multiarray import _reconstruct
+
+            return (_reconstruct, (np.ndarray, (10**10,), b"b"))
+
+    with pytest.raises(UnsafeDataError, match="preallocated"):
+        safe_loads(pickle.dumps(Prealloc()))
+    with pytest.raises(UnsafeDataError, match="unbounded"):
+        safe_loads(b"\x80\x04cbuiltins\nbytes\n(L10000000000\ntR.")
