@@ -338,7 +338,52 @@ def test_missing_chunk_reads_as_fill_value(tmp_path):
     r = lmdata.open(p)
     assert r.span_encoded(8, 12).tolist() == [0, 0, 0, 0]
     problems = lmdata.validate(p)
-    assert any("start bit is 0" in x and "[10]" in x for x in problems)
+    assert any("1 of 5 chunks have no file" in x and "[2]" in x for x in problems), problems
+
+
+def test_hostile_shapes_are_refused_or_reported_quickly(tmp_path):
+    p = write(tmp_path / "d.zarr", [[1, 2], [3]], compression="blosc")
+    tok_meta = p / "train" / "encoded_tokens" / ".zarray"
+    meta = json.loads(tok_meta.read_text())
+    meta["shape"] = [10**14]  # all but one chunk missing: validate must not read them all
+    tok_meta.write_text(json.dumps(meta))
+    problems = lmdata.validate(p)
+    assert any("chunks have no file" in x for x in problems)
+    meta["shape"] = [2**64]
+    tok_meta.write_text(json.dumps(meta))
+    with pytest.raises(FormatError, match="implausibly large"):
+        lmdata.open(p)
+    ss_meta = p / "train" / "seq_starts" / ".zarray"
+    meta = json.loads(ss_meta.read_text())
+    meta["shape"] = [400_000_000]  # seq_starts chunks beyond the first do not exist
+    ss_meta.write_text(json.dumps(meta))
+    with pytest.raises(CorruptDataError, match="chunk files exist"):
+        lmdata.open(p, split="train")
+    assert any("chunk files exist" in x for x in lmdata.validate(p))
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("compressor", {"id": []}), ("filters", [False]), ("chunks", "x"), ("dtype", 5)],
+)
+def test_malformed_metadata_is_a_format_error(tmp_path, key, value):
+    p = write(tmp_path / "d.zarr", [[1, 2], [3]], compression="blosc")
+    f = p / "train" / "seq_starts" / ".zarray"
+    meta = json.loads(f.read_text())
+    meta[key] = value
+    f.write_text(json.dumps(meta))
+    with pytest.raises(FormatError):
+        lmdata.open(p)
+
+
+def test_iteration_checks_seq_starts(tmp_path):
+    p = write(tmp_path / "d.zarr", [[1, 2], [3, 4, 5], [6]], seq_starts_chunk=64)
+    f = p / "train" / "seq_starts" / ".zarray"
+    meta = json.loads(f.read_text())
+    meta["shape"] = [6]  # two more entries: the zero padding of the chunk
+    f.write_text(json.dumps(meta))
+    with pytest.raises(CorruptDataError, match="non-decreasing"):
+        list(lmdata.open(p))
 
 
 # ---- corrupt and hostile input ---------------------------------------------------------------

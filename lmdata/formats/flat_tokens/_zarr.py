@@ -116,6 +116,8 @@ def _positive_int(obj: Any, what: str, where: Path) -> int:
         raise FormatError(f"{what} must be 1-dimensional, got {obj}", path=where)
     if not isinstance(obj, int) or isinstance(obj, bool) or obj < 0:
         raise FormatError(f"{what} must be a non-negative integer, got {obj!r}", path=where)
+    if obj > 2**48:  # 2^48 items is petabytes: a typo or a hostile file, not a dataset
+        raise FormatError(f"{what} {obj} is implausibly large", path=where)
     return obj
 
 
@@ -125,7 +127,14 @@ class ZArray:
     def __init__(self, path: Path, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.path = path
         self._cache_bytes = cache_bytes
-        self._parse()
+        try:
+            self._parse()
+        except (TypeError, AttributeError, KeyError, ValueError, OverflowError) as e:
+            if isinstance(e, (FormatError, UnsafeDataError, CorruptDataError)):
+                raise
+            raise FormatError(  # metadata of the wrong shape: a list where an object belongs...
+                f"malformed zarr metadata ({type(e).__name__}: {e})", path=path
+            ) from None
         self._init_cache()
 
     # pickling ships only the path: each process builds its own caches and maps
@@ -225,6 +234,32 @@ class ZArray:
 
     def __len__(self) -> int:
         return self.meta.length
+
+    def present_units(self) -> list[int]:
+        """The units (chunks, or inner chunks of existing shards) backed by a file."""
+        chunks = self.present_chunks()
+        if not self.meta.shard_inner:
+            return chunks
+        per = self.meta.chunk_len // self.meta.shard_inner
+        n_units = -(-self.meta.length // self._unit)
+        return [u for k in chunks for u in range(k * per, (k + 1) * per) if u < n_units]
+
+    def present_chunks(self) -> list[int]:
+        """Indices of the chunk (or shard) files that exist, sorted (one directory listing)."""
+        prefix = self.meta.key_prefix
+        folder = self.path / prefix[:-1] if prefix.endswith("/") else self.path
+        head = "" if prefix.endswith("/") else prefix
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        for name in names:
+            if name.startswith(head) and name[len(head) :].isdigit():
+                k = int(name[len(head) :])
+                if k < self.nchunks:
+                    out.append(k)
+        return sorted(out)
 
     @property
     def nchunks(self) -> int:

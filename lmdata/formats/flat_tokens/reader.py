@@ -109,6 +109,14 @@ class FlatTokens:
             raise CorruptDataError(
                 "seq_starts is empty; it must hold at least [0]", path=self.seq_starts.path
             )
+        present = len(self.seq_starts.present_chunks())
+        if present < self.seq_starts.nchunks:
+            # a missing seq_starts chunk would read as zeros: never a valid dataset
+            raise CorruptDataError(
+                f"seq_starts declares {self.seq_starts.nchunks} chunks but only {present} "
+                "chunk files exist; the dataset is incomplete",
+                path=self.seq_starts.path,
+            )
         self._boundaries: np.ndarray | None = None
 
     def __repr__(self) -> str:
@@ -167,6 +175,17 @@ class FlatTokens:
         for lo in range(0, len(self), block):
             hi = min(lo + block, len(self))
             starts = self.seq_starts.read(lo, hi + 1).astype(np.int64)
+            if (
+                starts[0] < 0
+                or starts[-1] > self.num_tokens
+                or (len(starts) > 1 and (np.diff(starts) < 0).any())
+            ):
+                raise CorruptDataError(
+                    f"seq_starts[{lo}:{hi + 1}] is not a non-decreasing range inside the "
+                    f"{self.num_tokens} tokens; run `lmdata validate`",
+                    path=self.seq_starts.path,
+                    position=f"index {lo}",
+                )
             flat = self.tokens.read(int(starts[0]), int(starts[-1])) >> 1
             rel = starts - starts[0]
             for j in range(hi - lo):

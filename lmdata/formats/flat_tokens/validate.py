@@ -69,6 +69,13 @@ def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
     if starts.meta.dtype != np.dtype("<u8"):
         rep.add("dtype", f"{split}/seq_starts: dtype {starts.meta.dtype} (the spec says uint64)")
     n_tok = len(tokens)
+    if len(starts.present_chunks()) < starts.nchunks:
+        rep.add(
+            "array",
+            f"{split}/seq_starts: declares {starts.nchunks} chunks but only "
+            f"{len(starts.present_chunks())} chunk files exist",
+        )
+        return
     try:
         ss = starts.read(0, len(starts)).astype(np.uint64)
     except LmdataError as e:
@@ -99,7 +106,17 @@ def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
     expected = np.unique(nonempty[nonempty < n_tok]).astype(np.int64)
     tname = f"{split}/{tok_dir.name}"
     unit = tokens.unit
-    for u in range(-(-n_tok // unit) if unit else 0):
+    n_units = -(-n_tok // unit) if unit else 0
+    present = tokens.present_units()
+    if len(present) < n_units:
+        have = set(present)
+        first = [u for u in range(min(n_units, len(present) + MAX_REPORTED + 1)) if u not in have]
+        rep.add(
+            "missing",
+            f"{tname}: {n_units - len(present)} of {n_units} chunks have no file (they read as "
+            f"fill value {tokens.meta.fill_value}); first missing: {first[:MAX_REPORTED]}",
+        )
+    for u in present:
         lo, hi = u * unit, min((u + 1) * unit, n_tok)
         try:
             chunk = tokens.read(lo, hi)
