@@ -353,6 +353,8 @@ def test_hostile_shapes_are_refused_or_reported_quickly(tmp_path):
     tok_meta.write_text(json.dumps(meta))
     with pytest.raises(FormatError, match="implausibly large"):
         lmdata.open(p)
+    meta["shape"] = [3]
+    tok_meta.write_text(json.dumps(meta))
     ss_meta = p / "train" / "seq_starts" / ".zarray"
     meta = json.loads(ss_meta.read_text())
     meta["shape"] = [400_000_000]  # seq_starts chunks beyond the first do not exist
