@@ -45,14 +45,17 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
+_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
 def to_json_line(obj: Any) -> bytes:
     """One JSON line for any record lmdata reads (numpy as lists, bytes as base64)."""
-    return (
-        orjson.dumps(
-            obj, default=_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-        )
-        + b"\n"
-    )
+    try:
+        return orjson.dumps(obj, default=_default, option=_OPTS) + b"\n"
+    except TypeError:  # integers beyond 64 bits: the standard library handles any size
+        import json
+
+        return json.dumps(obj, default=_default, ensure_ascii=False).encode() + b"\n"
 
 
 def human_bytes(n: int) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from typing import Any
 
@@ -46,6 +47,17 @@ class _LazyGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted; no partial output was left behind", err=True)
             sys.exit(130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as e:
+            if os.environ.get("LMDATA_DEBUG"):
+                raise
+            click.echo(
+                f"error: unexpected {type(e).__name__}: {e} (a bug in lmdata: please report it; "
+                "LMDATA_DEBUG=1 shows the traceback)",
+                err=True,
+            )
+            sys.exit(2)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

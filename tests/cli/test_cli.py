@@ -90,3 +90,23 @@ def test_demo_runs_end_to_end(tmp_path):
     assert len(table) == 10 and all(line.endswith(" ok") for line in table), out.stdout
     # every dataset but the flat-tokens train split holds all 40 documents
     assert all(" 40 " in line for line in table if ".flat-tokens" not in line), out.stdout
+
+
+def test_cat_prints_integers_beyond_64_bits():
+    mds = Path(__file__).parent.parent / "data" / "mds" / "all"
+    res = CliRunner().invoke(cli, ["cat", str(mds)])
+    assert res.exit_code == 0, res.output
+    assert "10000000000000000000000000000" in res.output  # a str_int column holds 10**30
+
+
+def test_unexpected_errors_are_one_line(tmp_path, monkeypatch):
+    import lmdata.cli.info as info_mod
+
+    def boom(*a, **k):
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr(info_mod, "info", boom)
+    monkeypatch.delenv("LMDATA_DEBUG", raising=False)
+    res = CliRunner().invoke(cli, ["info", str(SPEC)])
+    assert res.exit_code == 2
+    assert "error: unexpected RuntimeError: kaput" in res.output and "Traceback" not in res.output
