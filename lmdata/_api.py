@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from lmdata import formats
+from lmdata.errors import InvalidInputError
 from lmdata.storage import require_exists
 
 
@@ -30,6 +31,8 @@ def open(
     name = formats.canonical(format) if format else formats.detect(p)
     mod = formats.module(name)
     if split is not None:
+        if not getattr(mod, "HAS_SPLITS", False):
+            raise InvalidInputError(f"{name} datasets have no splits; drop --split / split=")
         options["split"] = split
     if getattr(mod, "NAMES_SHARE_MODULE", False):
         options.setdefault("format", name)

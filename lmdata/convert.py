@@ -143,7 +143,12 @@ def convert(
     from lmdata import formats
 
     src_fmt = formats.canonical(source_format) if source_format else formats.detect(Path(src))
-    if split is None and src_fmt == "flat-tokens" and to == "flat-tokens":
+    if split is None and src_fmt == "flat-tokens":
+        if to != "flat-tokens":
+            raise InvalidInputError(
+                f"flat-tokens has train and validation splits and {to} has none: pass --split "
+                "train or --split validation (and convert the other into a second output)"
+            )
         src_splits = ["train", "validation"]  # keep both splits
     readers = [
         open_dataset(src, format=src_fmt, split=s, **(reader_options or {})) for s in src_splits
@@ -167,7 +172,11 @@ def convert(
                 for rec in block:
                     if w is None:  # record targets: created from the first record
                         w, write = _record_writer(to, dst, rec, tokens, overwrite, opts)
-                    write(rec, s or "train")  # type: ignore[misc]
+                    try:
+                        write(rec, s or "train")  # type: ignore[misc]
+                    except InvalidInputError as e:
+                        where = f"{s + ' ' if s else ''}record {summary.records}"
+                        raise InvalidInputError(f"{src}: {where}: {e}") from None
                     summary.records += 1
                 if progress:
                     progress(summary.records)

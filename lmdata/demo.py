@@ -109,7 +109,13 @@ def run(
             log,
             f"{src.name} -> {dst.name}",
             lambda src=src, dst=dst, fmt=fmt: convert(
-                src, dst, fmt, workers=workers, overwrite=True
+                src,
+                dst,
+                fmt,
+                workers=workers,
+                overwrite=True,
+                # a flat-tokens source into a format without splits: the train split
+                split="train" if src.suffix == ".flat-tokens" and fmt != "flat-tokens" else None,
             ),
         )
     # 4. validate everything, and read batches from every token dataset

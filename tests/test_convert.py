@@ -55,7 +55,8 @@ def test_tokens_round_trip_between_every_pair(tmp_path, src_fmt, dst_fmt):
         for s in SEQS:
             w.write(s)
     dst = tmp_path / ("dst.pbin" if dst_fmt == "modalities" else "dst.zarr")
-    convert(src, dst, dst_fmt, workers=2)
+    split = "train" if src_fmt == "flat-tokens" and dst_fmt != "flat-tokens" else None
+    convert(src, dst, dst_fmt, workers=2, split=split)
     back = lmdata.open(dst)
     assert [x.tolist() for x in back] == [s.tolist() for s in SEQS]
 
@@ -80,4 +81,23 @@ def test_unrepresentable_field_is_named(tmp_path):
         w.write({"id": "x", "weird": {1, 2}})
     with pytest.raises(InvalidInputError, match="'weird'"):
         convert(tmp_path / "a", tmp_path / "m", "mds")
+    assert not (tmp_path / "m").exists()
+
+
+def test_flat_tokens_into_a_format_without_splits_needs_split(tmp_path):
+    with lmdata.writer(tmp_path / "a.zarr", "flat-tokens") as w:
+        w.write([1, 2])
+        w.write([3], split="validation")
+    with pytest.raises(InvalidInputError, match="--split"):
+        convert(tmp_path / "a.zarr", tmp_path / "b.pbin", "modalities")
+    convert(tmp_path / "a.zarr", tmp_path / "b.pbin", "modalities", split="validation")
+    assert [x.tolist() for x in lmdata.open(tmp_path / "b.pbin")] == [[3]]
+
+
+def test_a_record_the_target_cannot_hold_is_named(tmp_path):
+    with lmdata.writer(tmp_path / "d", "dolma") as w:
+        w.write({"id": "a", "text": "x", "source": "s", "added": "2024"})
+        w.write({"id": "b", "text": "y", "source": "s"})
+    with pytest.raises(InvalidInputError, match="record 1"):
+        convert(tmp_path / "d", tmp_path / "m", "mds")
     assert not (tmp_path / "m").exists()

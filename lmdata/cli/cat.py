@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -43,10 +44,13 @@ def command(
     stop = n if limit is None else min(n, offset + limit)
     out = sys.stdout.buffer
     block = 1024
-    for lo in range(offset, stop, block):
-        idx = np.arange(lo, min(lo + block, stop))
-        for i, rec in zip(idx.tolist(), reader.take(idx), strict=True):
-            if isinstance(rec, np.ndarray):
-                rec = {"index": i, "tokens": rec}
-            out.write(to_json_line(rec))
-    out.flush()
+    try:
+        for lo in range(offset, stop, block):
+            idx = np.arange(lo, min(lo + block, stop))
+            for i, rec in zip(idx.tolist(), reader.take(idx), strict=True):
+                if isinstance(rec, np.ndarray):
+                    rec = {"index": i, "tokens": rec}
+                out.write(to_json_line(rec))
+        out.flush()
+    except BrokenPipeError:  # `lmdata cat ... | head`: the reader has seen enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit

@@ -18,7 +18,8 @@ from lmdata.tokenize.sinks import TOKEN_FORMATS
     "--tokenizer",
     default="bytes",
     show_default=True,
-    help="'bytes' (built-in, byte+1, no file), or a local tokenizer.json. Never downloaded.",
+    help="'bytes' (built-in, byte+1, no file), or a local file: tokenizer.json (Hugging Face), "
+    "*.tiktoken (tiktoken BPE ranks), *.model (sentencepiece). Never downloaded.",
 )
 @click.option(
     "--text-key",
@@ -35,9 +36,9 @@ from lmdata.tokenize.sinks import TOKEN_FORMATS
 @click.option(
     "--batch-docs",
     type=click.IntRange(min=1),
-    default=1000,
+    default=256,
     show_default=True,
-    help="Documents per work unit.",
+    help="Documents per work unit (a unit also ends after 1 MiB of input).",
 )
 @click.option(
     "--validation-fraction",
@@ -99,7 +100,8 @@ from lmdata.tokenize.sinks import TOKEN_FORMATS
 @click.option(
     "--compression",
     default=None,
-    help="flat-tokens: none, blosc, zstd, gzip (default none); mds: zstd, gz, ...",
+    help="flat-tokens: none (default), blosc, blosc-zstd, zstd, gzip; mds: zstd[:N], gz, bz2, "
+    "br, snappy (default none). Other formats: not accepted.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def command(
@@ -132,6 +134,10 @@ def command(
     """
     from tqdm import tqdm
 
+    if chunk_tokens is not None and to != "flat-tokens":
+        raise click.UsageError("--chunk-tokens applies to --to flat-tokens only")
+    if compression is not None and to not in ("flat-tokens", "mds"):
+        raise click.UsageError("--compression applies to --to flat-tokens or mds only")
     opts: dict[str, object] = {}
     if chunk_tokens is not None:
         opts["chunk_tokens"] = chunk_tokens

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
 
@@ -63,12 +64,21 @@ class LocalProcesses:
         initargs: tuple[Any, ...] = (),
     ) -> Iterator[R]:
         ctx = mp.get_context("spawn")
-        with ctx.Pool(self.workers, initializer=initializer, initargs=initargs) as pool:
+        with ctx.Pool(
+            self.workers, initializer=_worker_init, initargs=(initializer, initargs)
+        ) as pool:
             try:
                 yield from pool.imap(fn, tasks, chunksize=1)
             except BaseException:
                 pool.terminate()
                 raise
+
+
+def _worker_init(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+    # Ctrl-C reaches the whole process group: workers ignore it, the parent terminates them
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if initializer is not None:
+        initializer(*initargs)
 
 
 def executor(workers: int | None) -> Executor:

@@ -249,6 +249,14 @@ def tokenize(
             InputFile(i.path, i.kind, i.size, True)
             for i in list_inputs(list(validation_sources), job.source_format)
         ]
+    if validation_sources and job.to != "flat-tokens":
+        raise InvalidInputError(
+            f"{job.to} has no validation split; tokenize the validation documents into a "
+            "separate output instead of --validation"
+        )
+    if resume:  # a killed run's half-written output (never a dataset) goes away
+        for stale in dst.parent.glob(f".lmdata-tmp-{dst.name}-*"):
+            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink()
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
     work = work_dir_for(dst)

@@ -77,7 +77,13 @@ def _write_runs(
 
 def resolve_eod(job: TokenizeJob, tok: Tokenizer) -> int | None:
     """The EOD id to append after each document, or None."""
-    append = DEFAULT_APPEND_EOD.get(job.to, False) if job.append_eod is None else job.append_eod
+    if job.eod is not None and job.eod_id is not None:
+        raise InvalidInputError("give the end-of-document token once: --eod TOKEN or --eod-id N")
+    append = job.append_eod
+    if append is None:  # naming an EOD token means "append it"; else the format's convention
+        append = (
+            job.eod is not None or job.eod_id is not None or DEFAULT_APPEND_EOD.get(job.to, False)
+        )
     if not append:
         return None
     if job.eod_id is not None:

@@ -317,3 +317,56 @@ def test_record_without_text_field_is_reported(tmp_path):
         workers=0,
     )
     assert (s.documents_read, s.documents_skipped) == (2, 1)
+
+
+def test_options_that_cannot_apply_are_errors(corpus, tmp_path):
+    with pytest.raises(InvalidInputError, match="no validation split"):
+        tokenize(
+            [corpus],
+            tmp_path / "o.pbin",
+            TokenizeJob(to="modalities", eod_id=0),
+            validation_sources=[corpus],
+            workers=0,
+        )
+    with pytest.raises(InvalidInputError, match="once"):
+        tokenize(
+            [corpus],
+            tmp_path / "o.pbin",
+            TokenizeJob(to="modalities", eod="x", eod_id=1),
+            workers=0,
+        )
+    with pytest.raises(InvalidInputError, match="no splits"):
+        lmdata.open(MOD / "docs_bpe5k.pbin", split="validation")
+
+
+def test_naming_an_eod_appends_it(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"text": "ab"}\n')
+    tokenize(
+        [tmp_path / "d.jsonl"], tmp_path / "o", TokenizeJob(to="flat-tokens", eod_id=0), workers=0
+    )
+    assert lmdata.open(tmp_path / "o")[0].tolist() == [98, 99, 0]
+
+
+def test_ctrl_c_stops_workers_and_leaves_nothing(tmp_path):
+    src = tmp_path / "d.jsonl"
+    src.write_text("".join(json.dumps({"text": "word " * 400}) + "\n" for _ in range(20000)))
+    code = (
+        "import sys, time; from lmdata.tokenize.pipeline import TokenizeJob, tokenize\n"
+        "tokenize([sys.argv[1]], sys.argv[2], TokenizeJob(to='flat-tokens', batch_docs=8),"
+        " workers=2, progress=lambda s: time.sleep(0.01))\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, str(src), str(tmp_path / "out")],
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(2.5)
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        pytest.fail("tokenize did not stop after Ctrl-C")
+    assert p.returncode != 0
+    assert not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob(".lmdata-tmp-*"))

@@ -16,6 +16,7 @@ from lmdata.formats.flat_tokens.writer import Writer
 from lmdata.storage import apparent_size, disk_usage
 
 KIND = "tokens"
+HAS_SPLITS = True
 
 __all__ = ["KIND", "FlatTokens", "Writer", "detect", "info", "open", "validate"]
 
