@@ -70,10 +70,12 @@ _FACTORIES: dict[tuple[str, str], Any] = {
     for mod in ("builtins", "__builtin__")
     for t in (bytes, bytearray)
 }
-_FACTORIES.update({
-    (mod, "_reconstruct"): _reconstruct
-    for mod in ("numpy.core.multiarray", "numpy._core.multiarray")
-})
+_FACTORIES.update(
+    {
+        (mod, "_reconstruct"): _reconstruct
+        for mod in ("numpy.core.multiarray", "numpy._core.multiarray")
+    }
+)
 
 
 class _SafeUnpickler(pickle.Unpickler):
