@@ -261,3 +261,43 @@ def test_threads_share_a_reader(tmp_path: Path, shard_size: int) -> None:
         t.join()
     assert bad == []
     assert len(r._fds) <= 64 and not r._to_close
+
+
+# ---- missing shards and out-of-range metas ---------------------------------------------------
+
+FIXTURE = Path(__file__).parent.parent / "data" / "atlas" / "s0_none"
+
+
+@pytest.mark.parametrize(
+    ("file", "key", "value"),
+    [
+        ("1/meta.json", "stored_examples", "18446744073709551616"),
+        ("1/meta.json", "stored_examples", "-1"),
+        ("1/meta.json", "stored_examples", '"50"'),
+        ("1/meta.json", "stored_examples", "50.0"),
+        ("1/meta.json", "block_size", "281474976710657"),
+        ("1/meta.json", "block_size", "true"),
+        ("meta.json", "shard_sizes", "[50, 18446744073709551616, 20]"),
+        ("meta.json", "shard_sizes", '[50, "50", 20]'),
+        ("meta.json", "shard_sizes", "{}"),
+        ("meta.json", "compression_strategy", "18446744073709551616"),
+    ],
+)
+def test_out_of_range_meta_integers(tmp_path: Path, file: str, key: str, value: str) -> None:
+    import json
+    import re
+
+    out = tmp_path / "d"
+    shutil.copytree(FIXTURE, out)
+    p = out / file
+    d = json.loads(p.read_text())
+    d[key] = "@@"
+    p.write_text(json.dumps(d).replace('"@@"', value))
+    with pytest.raises(CorruptDataError, match=re.escape(key)) as e:
+        lmdata.open(out)
+    assert e.value.path == str(p)
+    assert isinstance(lmdata.validate(out), list)
+    # A single shard opened on its own checks the same way.
+    if file != "meta.json":
+        with pytest.raises(CorruptDataError, match=re.escape(key)):
+            atlas.open(out / "1")

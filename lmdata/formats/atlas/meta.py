@@ -25,6 +25,7 @@ DATA = "data.bin"
 INDEX = "index.npy"
 DICT = "zstd_dict.bin"
 MAX_META_BYTES = 64 << 20  # a root meta of a million shards is ~8 MB; refuse absurd files
+MAX_COUNT = 1 << 48  # no shard holds more examples (or a larger block) than this
 
 ROOT_KEYS = ("version", "shard_sizes", "compression_strategy")
 SHARD_KEYS = (
@@ -83,12 +84,22 @@ def parse_strategy(value: int | str | Strategy) -> Strategy:
     return Strategy(value)
 
 
-def _int(d: dict[str, Any], key: str, path: Path, minimum: int = 0) -> int:
+def _show(v: Any) -> str:
+    """A short repr of a meta value for messages (huge ints and long lists cut)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {v.bit_length()} bits"
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _int(
+    d: dict[str, Any], key: str, path: Path, minimum: int = 0, maximum: int = MAX_COUNT
+) -> int:
     v = d.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum:
         raise CorruptDataError(
-            f"{key} must be an integer >= {minimum}, got {v!r}; the file is damaged or not "
-            "written by an Atlas writer",
+            f"{key} must be an integer in {minimum}..{maximum}, got {_show(v)}; the file is "
+            "damaged or not written by an Atlas writer",
             path=path,
         )
     return v
@@ -98,7 +109,7 @@ def _version(d: dict[str, Any], path: Path) -> int:
     v = d.get("version")
     if v != VERSION or isinstance(v, bool):
         raise FormatError(
-            f"Atlas version {v!r} is not supported (only version 1 exists); "
+            f"Atlas version {_show(v)} is not supported (only version 1 exists); "
             "was this written by a newer tool?",
             path=path,
         )
@@ -108,7 +119,9 @@ def _version(d: dict[str, Any], path: Path) -> int:
 def _strategy(d: dict[str, Any], path: Path) -> Strategy:
     v = d.get("compression_strategy")
     if isinstance(v, bool) or not isinstance(v, int) or v not in range(4):
-        raise CorruptDataError(f"compression_strategy must be 0, 1, 2 or 3, got {v!r}", path=path)
+        raise CorruptDataError(
+            f"compression_strategy must be 0, 1, 2 or 3, got {_show(v)}", path=path
+        )
     return Strategy(v)
 
 
@@ -201,10 +214,23 @@ class DatasetMeta:
     @classmethod
     def from_dict(cls, d: dict[str, Any], path: Path) -> DatasetMeta:
         sizes = d.get("shard_sizes")
-        if not isinstance(sizes, list) or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes
-        ):
-            raise CorruptDataError("shard_sizes must be a list of non-negative integers", path=path)
+        if not isinstance(sizes, list):
+            raise CorruptDataError(
+                f"shard_sizes must be a list of integers, got {_show(sizes)}",
+                path=path,
+            )
+        for i, s in enumerate(sizes):
+            if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_COUNT:
+                raise CorruptDataError(
+                    f"shard_sizes[{i}] must be an integer in 0..{MAX_COUNT}, got {_show(s)}; "
+                    "the file is damaged or not written by an Atlas writer",
+                    path=path,
+                )
+        if sum(sizes) > MAX_COUNT:
+            raise CorruptDataError(
+                f"shard_sizes add up to {sum(sizes)} examples, more than {MAX_COUNT}",
+                path=path,
+            )
         return cls(
             version=_version(d, path),
             shard_sizes=tuple(sizes),
