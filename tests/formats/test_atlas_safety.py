@@ -268,6 +268,36 @@ def test_threads_share_a_reader(tmp_path: Path, shard_size: int) -> None:
 FIXTURE = Path(__file__).parent.parent / "data" / "atlas" / "s0_none"
 
 
+@pytest.mark.parametrize("damage", ["remove_last", "remove_middle", "file_instead"])
+def test_missing_shard_is_an_error_not_fewer_examples(tmp_path: Path, damage: str) -> None:
+    out = tmp_path / "d"
+    shutil.copytree(FIXTURE, out)
+    assert len(lmdata.open(out)) == 120
+    gone = "2" if damage == "remove_last" else "1"
+    shutil.rmtree(out / gone)
+    if damage == "file_instead":
+        (out / gone).write_text("not a shard")
+    with pytest.raises(CorruptDataError, match=r"missing shard.*shard_sizes \[50, 50, 20\]") as e:
+        lmdata.open(out)
+    assert e.value.path == str(out / gone) and e.value.position == f"shard {gone}"
+    problems = lmdata.validate(out)
+    assert len(problems) == 1 and "missing shard" in problems[0]
+
+
+def test_unlisted_or_resized_shard_is_an_error(tmp_path: Path) -> None:
+    out = tmp_path / "d"
+    shutil.copytree(FIXTURE, out)
+    shutil.copytree(out / "2", out / "3")
+    with pytest.raises(CorruptDataError, match=r"unlisted shard.*shard folder 3"):
+        lmdata.open(out)
+    shutil.rmtree(out / "3")
+    meta = out / "1" / "meta.json"
+    meta.write_text(meta.read_text().replace('"stored_examples": 50', '"stored_examples": 48'))
+    with pytest.raises(CorruptDataError, match=r"stored_examples is 48.*lists 50") as e:
+        lmdata.open(out)
+    assert e.value.path == str(meta)
+
+
 @pytest.mark.parametrize(
     ("file", "key", "value"),
     [

@@ -30,6 +30,7 @@ from lmdata.formats.atlas.meta import (
     DatasetMeta,
     ShardMeta,
     Strategy,
+    is_shard_name,
     read_json,
     shard_dirs,
 )
@@ -76,8 +77,58 @@ def find_shards(root: Path) -> tuple[DatasetMeta | None, list[ShardInfo], Path |
         meta = ShardMeta.from_dict(d, root / "meta.json")
         return None, [ShardInfo(0, root, meta)], root.parent
     dmeta = DatasetMeta.from_dict(d, root / "meta.json")
-    shards = [ShardInfo(n, f, ShardMeta.read(f)) for n, f in shard_dirs(root)]
+    found = shard_dirs(root)
+    _check_shard_list(root, dmeta, [n for n, _ in found])
+    shards = [ShardInfo(n, f, ShardMeta.read(f)) for n, f in found]
+    for sh, listed in zip(shards, dmeta.shard_sizes, strict=True):
+        if sh.meta.stored_examples != listed:
+            raise CorruptDataError(
+                f"stored_examples is {sh.meta.stored_examples} but the root meta.json's "
+                f"shard_sizes lists {listed} for this shard; the shard or the root meta.json "
+                "is damaged (restore the shard, or rewrite the dataset)",
+                path=sh.folder / "meta.json",
+                position=f"shard {sh.folder.name}",
+            )
     return dmeta, shards, root
+
+
+def _check_shard_list(root: Path, dmeta: DatasetMeta, numbers: list[int]) -> None:
+    """The shard folders found must be exactly 0..n-1 for the n shards the root meta lists;
+    a missing one would silently drop its examples."""
+    listed = len(dmeta.shard_sizes)
+    if numbers == list(range(listed)):
+        return
+    have = set(numbers)
+    missing = [n for n in range(listed) if n not in have]
+    if missing:
+        n = missing[0]
+        others = f" ({len(missing) - 1} more shards are missing)" if len(missing) > 1 else ""
+        not_dirs = [e for e in root.iterdir() if is_shard_name(e.name) and int(e.name) == n]
+        what = (
+            f"{not_dirs[0].name} is not a folder"
+            if not_dirs
+            else f"there is no shard folder numbered {n}"
+        )
+        raise CorruptDataError(
+            f"missing shard: the root meta.json lists {listed} shards (shard_sizes "
+            f"{_short(dmeta.shard_sizes)}) but {what}{others}; restore the shard or rewrite "
+            "the dataset",
+            path=not_dirs[0] if not_dirs else root / str(n),
+            position=f"shard {n}",
+        )
+    extra = [n for n in numbers if n >= listed]
+    raise CorruptDataError(
+        f"unlisted shard: the root meta.json lists {listed} shards "
+        f"(shard_sizes {_short(dmeta.shard_sizes)}) but shard folder {extra[0]} exists too; "
+        "remove the stale folder or rewrite the dataset",
+        path=root / str(extra[0]),
+        position=f"shard {extra[0]}",
+    )
+
+
+def _short(sizes: Sequence[int]) -> str:
+    shown = ", ".join(str(s) for s in sizes[:8])
+    return f"[{shown}{', ...' if len(sizes) > 8 else ''}]"
 
 
 class Atlas:
