@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
 import multiprocessing
 import os
 import pickle
+import re
 import shutil
 import struct
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmdata
-from lmdata.errors import CorruptDataError, FormatError, LmdataError, UnsafeDataError
+from lmdata.errors import (
+    CorruptDataError,
+    FormatError,
+    InvalidInputError,
+    LmdataError,
+    UnsafeDataError,
+)
 from lmdata.formats import atlas
 
 from .test_atlas_compat import write
@@ -75,11 +84,54 @@ def test_allow_unsafe_pickle_trusts_the_file(tmp_path: Path) -> None:
     from collections import OrderedDict
 
     ex = [OrderedDict(a=i) for i in range(10)]
-    out = write(tmp_path / "d", ex, block_size=3, compression_strategy=1)
+    out = write(tmp_path / "d", ex, block_size=3, compression_strategy=1, allow_unsafe_pickle=True)
     with pytest.raises(UnsafeDataError, match=r"collections\.OrderedDict"):
         lmdata.open(out)[0]
     assert list(lmdata.open(out, allow_unsafe_pickle=True)) == ex
     assert lmdata.validate(out) and lmdata.validate(out, allow_unsafe_pickle=True) == []
+
+
+@pytest.mark.parametrize(
+    ("bad", "name"),
+    [
+        (datetime.date(2024, 1, 1), "datetime.date"),
+        (object(), "builtins.object"),
+        (OrderedDict(a=1), "collections.OrderedDict"),
+    ],
+)
+@pytest.mark.parametrize("strategy", [0, 3])
+def test_writer_refuses_what_readers_refuse(
+    tmp_path: Path, bad: Any, name: str, strategy: int
+) -> None:
+    ex = [{"i": i} for i in range(6)] + [{"t": bad}] + [{"i": 7}]
+    with pytest.raises(InvalidInputError, match=re.escape(name)) as e:
+        write(tmp_path / "d", ex, block_size=4, compression_strategy=strategy)
+    assert "example 6 of shard 0" in str(e.value) and "allow_unsafe_pickle" in str(e.value)
+    assert not (tmp_path / "d").exists()
+    # Refused as soon as the block holding it is written, not only at close.
+    w = atlas.Writer(tmp_path / "w", block_size=2, compression_strategy=0)
+    w.write(bad)
+    with pytest.raises(InvalidInputError, match=re.escape(name)):
+        w.write(1)
+    w.abort()
+    # With the option the writer stores it, and a trusting reader gets it back.
+    out = write(
+        tmp_path / "u", ex, block_size=4, compression_strategy=strategy, allow_unsafe_pickle=True
+    )
+    with pytest.raises(UnsafeDataError):
+        list(lmdata.open(out))
+    got = list(lmdata.open(out, allow_unsafe_pickle=True))
+    assert len(got) == 8 and type(got[6]["t"]) is type(bad)
+
+
+def test_writer_accepts_plain_data_and_numpy(tmp_path: Path) -> None:
+    ex = [
+        {"a": [1, 2.5, None, True], "b": b"x", "c": {1, 2}, "d": frozenset({3}), "e": 1j},
+        (np.arange(3000), np.float32(2.0), np.int64(-1), np.dtype("int8")),
+    ]
+    out = write(tmp_path / "d", ex, block_size=2, compression_strategy=1)
+    got = list(lmdata.open(out))
+    assert got[0] == ex[0] and np.array_equal(got[1][0], ex[1][0]) and got[1][1:] == ex[1][1:]
 
 
 def _lying_frame(declared: int) -> bytes:
@@ -315,7 +367,6 @@ def test_unlisted_or_resized_shard_is_an_error(tmp_path: Path) -> None:
 )
 def test_out_of_range_meta_integers(tmp_path: Path, file: str, key: str, value: str) -> None:
     import json
-    import re
 
     out = tmp_path / "d"
     shutil.copytree(FIXTURE, out)

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lmdata.errors import InvalidInputError
+from lmdata._pickle import safe_loads
+from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.meta import (
     DATA,
@@ -59,6 +61,7 @@ class _ShardWriter:
         workers: int,
         dict_sample_bytes: int,
         protocol: int,
+        allow_unsafe_pickle: bool = False,
     ) -> None:
         folder.mkdir()
         self.folder = folder
@@ -71,6 +74,7 @@ class _ShardWriter:
         self.workers = workers
         self.dict_sample_bytes = dict_sample_bytes
         self.protocol = protocol
+        self.allow_unsafe_pickle = allow_unsafe_pickle
         self.count = 0
         self.block: list[Any] = []
         self.pending: list[bytes] = []
@@ -93,6 +97,8 @@ class _ShardWriter:
                 f"cannot pickle example(s) {self.count - len(self.block)}..{self.count - 1} "
                 f"of shard {self.folder.name}: {type(e).__name__}: {e}"
             ) from e
+        if not self.allow_unsafe_pickle:
+            self._check_plain(raw)
         self.block = []
         self.raw_lengths.append(len(raw))
         if self._data is None:
@@ -104,6 +110,31 @@ class _ShardWriter:
         self.pending_bytes += len(raw)
         if self.pending_bytes >= _BATCH_BYTES:
             self._flush_pending()
+
+    def _check_plain(self, raw: bytes) -> None:
+        """Refuse a block the readers would refuse by default: run the readers' allow-list
+        unpickler on it, and on failure find and name the first offending example."""
+        try:
+            safe_loads(raw)
+            return
+        except LmdataError as e:
+            problem = e
+        first = self.count - len(self.block)
+        for k, example in enumerate(self.block):
+            try:
+                safe_loads(pickle.dumps(example, protocol=self.protocol))
+            except LmdataError as e:
+                first, problem = first + k, e
+                break
+        m = re.search(r"refers to (\S+), which", str(problem))
+        what = f"a {m.group(1)}" if m else f"data the readers refuse ({problem})"
+        raise InvalidInputError(
+            f"example {first} of shard {self.folder.name} holds {what}, which is not plain "
+            "data (dict, list, tuple, set, str, bytes, int, float, complex, None, numpy "
+            "arrays and scalars), so readers refuse it unless given allow_unsafe_pickle=True; "
+            "convert it (e.g. to str), or pass allow_unsafe_pickle=True to the Writer to store "
+            "it anyway"
+        )
 
     def _flush_pending(self) -> None:
         if not self.pending:
@@ -195,6 +226,11 @@ class Writer(AtomicWriter):
     the origin's meaning. ``compression_dict`` supplies the shared dictionary instead of training
     one. ``workers`` threads compress blocks. ``append=True`` adds shards to the dataset at
     ``path``, keeping its strategy, shared dictionary, level and block size unless given.
+
+    Examples must be plain data (dicts, lists, tuples, sets, str, bytes, numbers, None, numpy
+    arrays and scalars), which readers load safely; anything else (a ``datetime``, an instance
+    of your class) raises InvalidInputError, unless ``allow_unsafe_pickle=True``, which stores
+    any picklable object and leaves readers to need ``allow_unsafe_pickle=True`` as well.
     """
 
     def __init__(
@@ -212,6 +248,7 @@ class Writer(AtomicWriter):
         pickle_protocol: int = codec.PICKLE_PROTOCOL,
         append: bool = False,
         overwrite: bool = False,
+        allow_unsafe_pickle: bool = False,
     ) -> None:
         if shard_size is not None and (
             isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1
@@ -231,6 +268,7 @@ class Writer(AtomicWriter):
         self.workers = workers if workers is not None else codec.default_workers()
         self.dict_sample_bytes = dict_sample_bytes
         self.protocol = pickle_protocol
+        self.allow_unsafe_pickle = allow_unsafe_pickle
         self.shard_sizes: list[int] = []
         self._numbers: list[int] = []
         self._shared: bytes | None = None
@@ -382,6 +420,7 @@ class Writer(AtomicWriter):
             workers=self.workers,
             dict_sample_bytes=self.dict_sample_bytes,
             protocol=self.protocol,
+            allow_unsafe_pickle=self.allow_unsafe_pickle,
         )
         self._numbers.append(number)
 
