@@ -56,7 +56,7 @@ def test_wrong_offsets(tmp_path: Path) -> None:
     with pytest.raises(CorruptDataError, match="shard 0 sample 1"):
         r[1]
     problems = lmdata.validate(d)
-    assert any("shard 0 sample" in p for p in problems), problems
+    assert any(p.startswith(f"{shard}: shard 0 sample ") for p in problems), problems
     assert n > 2
 
 
@@ -79,7 +79,7 @@ def test_hash_mismatch_is_reported(tmp_path: Path) -> None:
     data[-1] ^= 0x55  # same size, different bytes
     shard.write_bytes(bytes(data))
     problems = lmdata.validate(d)
-    assert any(p.startswith("shard 2:") and "sha1" in p for p in problems), problems
+    assert any(p.startswith(f"{shard}: shard 2:") and "sha1" in p for p in problems), problems
 
 
 def test_compressed_shard_hash_and_decompression(tmp_path: Path) -> None:
@@ -189,3 +189,54 @@ def test_random_corruption_never_escapes_as_a_raw_error(
         pass
     assert isinstance(lmdata.validate(base, format="mds"), list)
     shutil.rmtree(base.parent)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fmt"),
+    [
+        ("format", {}, "mds"),
+        ("format", [], "mds"),
+        ("format", {}, "csv"),
+        ("column_encodings", ["x", "float", "str"], "csv"),
+        ("column_encodings", [{}, "float", "str"], "csv"),
+        ("column_sizes", [2**64, None, None], "mds"),
+        ("column_sizes", [2**32, None, None], "mds"),
+        ("samples", 2**64, "mds"),
+        ("size_limit", 2**64, "mds"),
+        ("raw_data.bytes", 2**64, "mds"),
+        ("raw_data.bytes", 2**64, "csv"),
+    ],
+)
+def test_hostile_index_values_name_index_json(tmp_path: Path, key: str, value, fmt: str) -> None:
+    import re
+
+    if fmt == "mds":
+        d = make(tmp_path / "d")
+    else:
+        d = tmp_path / "d"
+        shutil.copytree(Path(__file__).parent.parent / "data" / "mds" / "csv", d)
+    idx = index(d)
+    target, _, sub = key.partition(".")
+    if sub:
+        idx["shards"][0][target][sub] = value
+    else:
+        idx["shards"][0][key] = value
+    (d / "index.json").write_text(json.dumps(idx))
+    with pytest.raises(CorruptDataError, match=re.escape(target)) as e:
+        r = lmdata.open(d)
+        r[0]
+        lmdata.info(d)
+    assert e.value.path == str(d / "index.json") and e.value.position == "shard 0"
+    problems = lmdata.validate(d)
+    assert len(problems) == 1 and "index.json: shard 0" in problems[0], problems
+
+
+def test_token_column_size_too_large_is_corrupt(tmp_path: Path) -> None:
+    d = tmp_path / "t"
+    shutil.copytree(Path(__file__).parent.parent / "data" / "mds" / "tokens", d)
+    idx = index(d)
+    idx["shards"][0]["column_sizes"] = [2**64, *idx["shards"][0]["column_sizes"][1:]]
+    (d / "index.json").write_text(json.dumps(idx))
+    with pytest.raises(CorruptDataError, match="column_sizes") as e:
+        lmdata.info(d)
+    assert e.value.path == str(d / "index.json")

@@ -85,7 +85,12 @@ def _sniff(idx: Path) -> str | None:
         if not shards:
             return "mds"
         first = shards[0]
-        return FORMAT_NAMES.get(first.get("format")) if isinstance(first, dict) else None
+        if not isinstance(first, dict):
+            return None
+        # An MDS index whose first shard names no known format: open it as mds, so that the
+        # index check reports the bad field instead of "cannot tell the format".
+        fmt = first.get("format")
+        return FORMAT_NAMES.get(fmt, "mds") if isinstance(fmt, str) else "mds"
     m = _FORMAT_RE.search(head)
     return FORMAT_NAMES[m.group(1).decode()] if m else None
 

@@ -28,6 +28,8 @@ FORMAT_NAMES = {
 }
 SHARD_FORMATS = {"mds": "mds", "mds-csv": "csv", "mds-tsv": "tsv", "mds-jsonl": "json"}
 MAX_U32 = 2**32 - 1
+MAX_FILE_BYTES = 1 << 48  # no shard file is anywhere near this; larger numbers are damage
+XSV_ENCODINGS = ("str", "int", "float")
 _UNITS = {
     "kb": 1 << 10,
     "mb": 1 << 20,
@@ -196,6 +198,14 @@ def _fail(path: Path, i: int, msg: str) -> CorruptDataError:
     return CorruptDataError(msg, path=path, position=f"shard {i}")
 
 
+def _show(v: Any) -> str:
+    """A short repr of an index.json value for messages (huge ints and long values cut)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {v.bit_length()} bits"
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
 def _file_info(v: Any, key: str, path: Path, i: int) -> FileInfo | None:
     if v is None:
         return None
@@ -211,8 +221,8 @@ def _file_info(v: Any, key: str, path: Path, i: int) -> FileInfo | None:
             path=path,
             position=f"shard {i}",
         )
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise _fail(path, i, f"{key}.bytes must be a non-negative integer, got {size!r}")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_BYTES:
+        raise _fail(path, i, f"{key}.bytes must be an integer from 0 to 2**48, got {_show(size)}")
     if not isinstance(hashes, dict) or not all(
         isinstance(k, str) and isinstance(h, str) for k, h in hashes.items()
     ):
@@ -224,13 +234,13 @@ def parse_shard(i: int, s: Any, path: Path) -> Shard:
     if not isinstance(s, dict):
         raise _fail(path, i, "a shard entry must be an object")
     if s.get("version") != VERSION:
-        raise _fail(path, i, f"version is {s.get('version')!r}, must be 2")
+        raise _fail(path, i, f"version is {_show(s.get('version'))}, must be 2")
     fmt = s.get("format")
-    if fmt not in FORMAT_NAMES:
-        raise _fail(path, i, f"format {fmt!r} is not one of {', '.join(FORMAT_NAMES)}")
+    if not isinstance(fmt, str) or fmt not in FORMAT_NAMES:
+        raise _fail(path, i, f"format {_show(fmt)} is not one of {', '.join(FORMAT_NAMES)}")
     n = s.get("samples")
     if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n < MAX_U32:
-        raise _fail(path, i, f"samples must be an integer from 0 to 2**32-2, got {n!r}")
+        raise _fail(path, i, f"samples must be an integer from 0 to 2**32-2, got {_show(n)}")
     raw = _file_info(s.get("raw_data"), "raw_data", path, i)
     if raw is None:
         raise _fail(path, i, "raw_data is missing")
@@ -239,18 +249,23 @@ def parse_shard(i: int, s: Any, path: Path) -> Shard:
     zip_meta = _file_info(s.get("zip_meta"), "zip_meta", path, i)
     comp = s.get("compression")
     if comp is not None and not isinstance(comp, str):
-        raise _fail(path, i, f"compression must be a string or null, got {comp!r}")
+        raise _fail(path, i, f"compression must be a string or null, got {_show(comp)}")
     hashes = s.get("hashes") or []
     if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
         raise _fail(path, i, "hashes must be a list of algorithm names")
     limit = s.get("size_limit")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
-        raise _fail(path, i, f"size_limit must be an integer or null, got {limit!r}")
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_FILE_BYTES
+    ):
+        raise _fail(
+            path, i, f"size_limit must be an integer from 0 to 2**48 or null, got {_show(limit)}"
+        )
     sep = newline = None
     if fmt == "json":
         cols = s.get("columns")
         if not isinstance(cols, dict) or not all(
-            isinstance(k, str) and v in ("str", "int", "float") for k, v in cols.items()
+            isinstance(k, str) and isinstance(v, str) and v in XSV_ENCODINGS
+            for k, v in cols.items()
         ):
             raise _fail(path, i, 'columns must map names to "str", "int" or "float"')
         names, encs, sizes = tuple(cols), tuple(cols.values()), (None,) * len(cols)
@@ -265,16 +280,30 @@ def parse_shard(i: int, s: Any, path: Path) -> Shard:
             raise _fail(
                 path, i, "column_names and column_encodings must be string lists of equal length"
             )
+        if fmt != "mds":
+            for c, e in enumerate(encs):
+                if e not in XSV_ENCODINGS:
+                    raise _fail(
+                        path,
+                        i,
+                        f"column_encodings[{c}] is {_show(e)} (column {_show(names[c])}); "
+                        f"{fmt} columns are str, int or float",
+                    )
         sizes = s.get("column_sizes", [None] * len(names)) if fmt == "mds" else [None] * len(names)
         if (
             not isinstance(sizes, list)
             or len(sizes) != len(names)
             or not all(
-                z is None or (isinstance(z, int) and not isinstance(z, bool) and z > 0)
+                z is None or (isinstance(z, int) and not isinstance(z, bool) and 0 < z <= MAX_U32)
                 for z in sizes
             )
         ):
-            raise _fail(path, i, "column_sizes must list a positive size or null per column")
+            raise _fail(
+                path,
+                i,
+                "column_sizes must list a size from 1 to 2**32-1 or null per column, got "
+                f"{_show(sizes)}",
+            )
         names, encs, sizes = tuple(names), tuple(encs), tuple(sizes)
     if fmt != "mds":
         if raw_meta is None:

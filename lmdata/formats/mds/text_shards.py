@@ -163,10 +163,10 @@ class XSVDecoder:
     def __init__(
         self, names: tuple[str, ...], encodings: tuple[str, ...], separator: str, newline: str
     ) -> None:
-        self.cols = list(zip(names, [XSV_TYPES[e] for e in encodings], strict=False))
         for n, e in zip(names, encodings, strict=False):
-            if e not in XSV_TYPES:
+            if not isinstance(e, str) or e not in XSV_TYPES:
                 raise ValueError(f"column {n!r} has encoding {e!r}; XSV has str, int, float")
+        self.cols = list(zip(names, [XSV_TYPES[e] for e in encodings], strict=False))
         self.separator, self.newline = separator, newline
 
     def __call__(self, data: bytes) -> dict[str, Any]:

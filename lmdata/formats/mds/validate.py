@@ -29,24 +29,28 @@ class _Report:
     def __init__(self) -> None:
         self.problems: list[str] = []
 
-    def shard(self, s: Shard) -> _ShardReport:
-        return _ShardReport(self, s)
+    def shard(self, index: Index, s: Shard) -> _ShardReport:
+        return _ShardReport(self, s, index.file(s.raw_data))
 
 
 class _ShardReport:
-    def __init__(self, parent: _Report, s: Shard) -> None:
-        self.parent, self.s, self.count = parent, s, 0
+    """Problems of one shard, each as ``<shard data file>: shard N[ sample J]: what``, the
+    way reader errors name file and position."""
+
+    def __init__(self, parent: _Report, s: Shard, file: Path) -> None:
+        self.parent, self.s, self.file, self.count = parent, s, file, 0
 
     def add(self, msg: str, sample: int | None = None) -> None:
         self.count += 1
         if self.count <= MAX_REPORTED:
             where = f"shard {self.s.number}" + (f" sample {sample}" if sample is not None else "")
-            self.parent.problems.append(f"{where}: {msg}")
+            self.parent.problems.append(f"{self.file}: {where}: {msg}")
 
     def finish(self) -> None:
         if self.count > MAX_REPORTED:
             self.parent.problems.append(
-                f"shard {self.s.number}: {self.count - MAX_REPORTED} more problems like the above"
+                f"{self.file}: shard {self.s.number}: {self.count - MAX_REPORTED} more problems "
+                "like the above"
             )
 
 
@@ -213,7 +217,7 @@ def validate(
         return [str(e)]
     rep = _Report()
     for s in index.shards:
-        sr = rep.shard(s)
+        sr = rep.shard(index, s)
         try:
             _check_shard(index, s, sr, allow_unsafe_pickle)
         except (LmdataError, OSError) as e:
