@@ -266,3 +266,69 @@ def test_corrupted_files_fail_cleanly(
     except LmdataError as e:
         assert "p.jsonl.gz" in str(e)
     assert isinstance(dolma.validate(root), list)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst", ".jsonl"])
+def test_overlong_line_is_refused_with_file_and_line(tmp_path: Path, suffix: str) -> None:
+    """A decompression bomb (one huge line) is a CorruptDataError, never a giant allocation."""
+
+    from lmdata.formats.dolma import _files
+
+    ddir = tmp_path / "t" / "documents"
+    ddir.mkdir(parents=True)
+
+    def ok(i: int) -> bytes:
+        return orjson.dumps({"id": str(i), "text": "a", "source": "s"}) + b"\n"
+
+    big = b'{"id": "3", "text": "' + b"x" * 5_000_000 + b'", "source": "s"}\n'
+    raw = ok(1) + ok(2) + big + ok(4)
+    f = ddir / f"a{suffix}"
+    if suffix == ".jsonl.gz":
+        f.write_bytes(gzip.compress(raw))
+    elif suffix == ".jsonl.zst":
+        f.write_bytes(zstandard.ZstdCompressor().compress(raw))
+    else:
+        f.write_bytes(raw)
+    cap = 1 << 20
+    r = dolma.open(tmp_path / "t", max_line_bytes=cap)
+    for use in (len, list, lambda r: r[0]):
+        with pytest.raises(CorruptDataError, match="max_line_bytes=1048576") as e:
+            use(r)
+        assert e.value.path == str(f) and e.value.position == "line 3"
+    with pytest.raises(CorruptDataError, match="line 3"):
+        dolma.info(tmp_path / "t", max_line_bytes=cap)
+    problems = dolma.validate(tmp_path / "t", max_line_bytes=cap)
+    assert len(problems) == 1 and f"{f}: line 3" in problems[0], problems
+    # The default cap reads the same file.
+    assert len(dolma.open(tmp_path / "t")) == 4
+    assert _files.MAX_LINE_BYTES == 256 << 20
+    with pytest.raises(InvalidInputError):
+        dolma.open(tmp_path / "t", max_line_bytes=0)
+
+
+def test_overlong_line_never_held_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracemalloc
+
+    from lmdata.formats.dolma import _files
+
+    monkeypatch.setattr(_files, "OUT_PIECE", 1 << 20)
+    ddir = tmp_path / "t" / "documents"
+    ddir.mkdir(parents=True)
+    f = ddir / "bomb.jsonl.gz"
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [c.compress(b'{"id": "1", "text": "')]
+    block = b"x" * (1 << 20)
+    parts += [c.compress(block) for _ in range(200)]  # a 200 MiB line from a ~200 KB file
+    parts.append(c.compress(b'"}\n') + c.flush())
+    f.write_bytes(b"".join(parts))
+    assert f.stat().st_size < 1 << 20
+    for read in (len, list):
+        r = dolma.open(tmp_path / "t", max_line_bytes=4 << 20)
+        tracemalloc.start()
+        try:
+            with pytest.raises(CorruptDataError, match="line 1"):
+                read(r)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 32 << 20, peak

@@ -35,11 +35,11 @@ def open(
 
 def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     """Files, documents (one decoding pass), codecs and attribute sets of a tree."""
-    reader = DolmaDocuments(path)
+    reader = DolmaDocuments(path, **options)
     root = reader.root if Path(path).is_dir() else Path(path)
     if root.name == "documents":
         root = root.parent
-    counts = [LineIndex(f).num_lines for f in reader.files]
+    counts = [LineIndex(f, reader.max_line_bytes).num_lines for f in reader.files]
     attrs: dict[str, Any] = {}
     for name in attribute_sets(root):
         present = sum(attribute_path(f, name).is_file() for f in reader.files)

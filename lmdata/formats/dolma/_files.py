@@ -26,6 +26,12 @@ DOC_SUFFIXES = (
     ".json",
 )
 READ_CHUNK = 1 << 20
+# The longest line read (decompressed bytes, without its newline). A longer line is refused
+# before it is held whole: a small .gz can hold one line of gigabytes (a decompression bomb).
+# Readers take ``max_line_bytes=`` to change it.
+MAX_LINE_BYTES = 256 << 20
+OUT_PIECE = 8 << 20  # decoders hand out decompressed data in pieces of at most this size
+_ZSTD_SLICE = 2048  # zstd input fed at a time: at most ~64 MiB of output (ratio <= 32768)
 
 
 def is_doc_file(name: str) -> bool:
@@ -106,6 +112,10 @@ class _Plain:
     def decompress(self, data: bytes) -> bytes:
         return data
 
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        if data:
+            yield data
+
     def flush(self) -> bytes:
         return b""
 
@@ -126,6 +136,20 @@ class _Gzip:
             self.obj = zlib.decompressobj(wbits=31)
             out.append(self.obj.decompress(rest))
         return b"".join(out)
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        """The output of ``data`` in pieces of at most OUT_PIECE bytes (all input consumed)."""
+        while data:
+            out = self.obj.decompress(data, OUT_PIECE)
+            if out:
+                yield out
+            if self.obj.unconsumed_tail:
+                data = self.obj.unconsumed_tail
+            elif self.obj.eof and self.obj.unused_data:
+                data = self.obj.unused_data
+                self.obj = zlib.decompressobj(wbits=31)
+            else:
+                data = b""
 
     def flush(self) -> bytes:
         if not self.obj.eof and self.obj.unconsumed_tail == b"":
@@ -158,6 +182,14 @@ class _Zstd:
             out.append(self.obj.decompress(rest))
         return b"".join(out)
 
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        """The output of ``data``, fed in small slices so that no piece is huge."""
+        view = memoryview(data)
+        for i in range(0, len(view), _ZSTD_SLICE):
+            out = self.decompress(view[i : i + _ZSTD_SLICE])
+            if out:
+                yield out
+
     def flush(self) -> bytes:
         if self.started and not self.obj.eof:
             raise ValueError("compressed stream ends early (truncated zstd file)")
@@ -184,10 +216,39 @@ def new_decoder(codec: str) -> _Plain | _Gzip | _Zstd:
     return _Plain()
 
 
-def iter_raw_lines(path: Path, start_line: int = 1) -> Iterator[tuple[int, bytes]]:
+def line_too_long(path: Path, lineno: int, max_line_bytes: int) -> CorruptDataError:
+    return CorruptDataError(
+        f"line is longer than max_line_bytes={max_line_bytes} bytes (a decompression bomb, or "
+        "not JSONL); if the file is genuine, read it with a larger max_line_bytes",
+        path=path,
+        position=f"line {lineno}",
+    )
+
+
+def split_lines(
+    carry: bytes, out: bytes, path: Path, lineno: int, max_line_bytes: int
+) -> tuple[list[bytes], bytes]:
+    """(complete lines, the unfinished rest) of ``carry + out``, refusing any line longer than
+    ``max_line_bytes``; ``lineno`` is the number of the line ``carry`` starts."""
+    data = carry + out if carry else out
+    lines = data.split(b"\n")
+    rest = lines.pop()
+    if len(data) > max_line_bytes:
+        for k, ln in enumerate(lines):
+            if len(ln) > max_line_bytes:
+                raise line_too_long(path, lineno + k, max_line_bytes)
+        if len(rest) > max_line_bytes:
+            raise line_too_long(path, lineno + len(lines), max_line_bytes)
+    return lines, rest
+
+
+def iter_raw_lines(
+    path: Path, start_line: int = 1, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, bytes]]:
     """``(line number, bytes without the newline)`` for every line of a document or attribute
     file, decoded in 1 MiB chunks. A final line without newline counts; truncated or garbled
-    compression is a CorruptDataError naming the file."""
+    compression, or a line longer than ``max_line_bytes``, is a CorruptDataError naming the
+    file and line."""
     dec = new_decoder(codec_of(path))
     lineno = start_line
     carry = b""
@@ -195,16 +256,18 @@ def iter_raw_lines(path: Path, start_line: int = 1) -> Iterator[tuple[int, bytes
         with open(path, "rb") as f:
             while True:
                 chunk = f.read(READ_CHUNK)
-                data = carry + (dec.decompress(chunk) if chunk else dec.flush())
+                outs = dec.pieces(chunk) if chunk else iter([dec.flush()])
+                for out in outs:
+                    lines, carry = split_lines(carry, out, path, lineno, max_line_bytes)
+                    for ln in lines:
+                        yield lineno, ln
+                        lineno += 1
                 if not chunk:
-                    if data:
-                        yield lineno, data
+                    if carry:
+                        yield lineno, carry
                     return
-                lines = data.split(b"\n")
-                carry = lines.pop()
-                for ln in lines:
-                    yield lineno, ln
-                    lineno += 1
+    except CorruptDataError:
+        raise
     except DECODE_ERRORS as e:
         raise CorruptDataError(
             f"cannot decompress ({e}); the file is truncated or not {codec_of(path)} data: "

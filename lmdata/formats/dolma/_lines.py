@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from lmdata.errors import CorruptDataError
-from lmdata.formats.dolma._files import DECODE_ERRORS, READ_CHUNK, codec_of, new_decoder
+from lmdata.formats.dolma._files import (
+    DECODE_ERRORS,
+    MAX_LINE_BYTES,
+    READ_CHUNK,
+    codec_of,
+    line_too_long,
+    new_decoder,
+    split_lines,
+)
 
 CHECKPOINT_EVERY = 1 << 20  # compressed bytes between checkpoints
 SEGMENT_CACHE = 4  # decoded segments kept per file (a few MiB each)
@@ -34,10 +42,12 @@ class Checkpoint:
 
 
 class LineIndex:
-    """Line count and checkpoints of one file, built by one streaming pass."""
+    """Line count and checkpoints of one file, built by one streaming pass. A line longer
+    than ``max_line_bytes`` is a CorruptDataError, raised before it is held whole."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.path = path
+        self.max_line_bytes = max_line_bytes
         self.codec = codec_of(path)
         self.checkpoints: list[Checkpoint] = []
         self._starts: list[int] = []
@@ -57,15 +67,13 @@ class LineIndex:
             with open(self.path, "rb") as f:
                 while True:
                     chunk = f.read(READ_CHUNK)
-                    out = dec.decompress(chunk) if chunk else dec.flush()
-                    raw += len(out)
-                    data = carry + out if carry else out
-                    cut = data.rfind(b"\n")
-                    if cut >= 0:
-                        line += data.count(b"\n", 0, cut + 1)
-                        carry = data[cut + 1 :]
-                    else:
-                        carry = data
+                    outs = dec.pieces(chunk) if chunk else iter([dec.flush()])
+                    for out in outs:
+                        raw += len(out)
+                        lines, carry = split_lines(
+                            carry, out, self.path, line + 1, self.max_line_bytes
+                        )
+                        line += len(lines)
                     if not chunk:
                         break
                     off += len(chunk)
@@ -73,6 +81,8 @@ class LineIndex:
                     if since >= CHECKPOINT_EVERY:
                         since = 0
                         cps.append(Checkpoint(off, dec.copy(), raw - len(carry), line, carry))
+        except CorruptDataError:
+            raise
         except DECODE_ERRORS as e:
             raise CorruptDataError(
                 f"cannot decompress ({e}); the file is truncated or not {self.codec} data",
@@ -87,7 +97,12 @@ class LineIndex:
 
     def __getstate__(self) -> dict[str, Any]:
         # decoder copies cannot be pickled: keep the count, rebuild checkpoints on first read
-        return {"path": self.path, "codec": self.codec, "num_lines": self.num_lines}
+        return {
+            "path": self.path,
+            "codec": self.codec,
+            "num_lines": self.num_lines,
+            "max_line_bytes": self.max_line_bytes,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -117,19 +132,26 @@ class LineIndex:
             off, skip = cp.offset, 0
         parts = [b""] if skip else [cp.carry]  # decoding from the start reproduces the carry
         have = 0
+        tail = len(cp.carry)  # bytes since the last newline: bounded, as in the indexing pass
         fd = os.open(self.path, os.O_RDONLY)
         try:
             while have < want:
                 chunk = os.pread(fd, READ_CHUNK, off)
-                out = dec.decompress(chunk) if chunk else dec.flush()
                 off += len(chunk)
-                if skip:
-                    drop = min(skip, len(out))
-                    out, skip = out[drop:], skip - drop
-                parts.append(out)
-                have += out.count(b"\n")
+                for out in dec.pieces(chunk) if chunk else [dec.flush()]:
+                    if skip:
+                        drop = min(skip, len(out))
+                        out, skip = out[drop:], skip - drop
+                    parts.append(out)
+                    n = out.count(b"\n")
+                    have += n
+                    tail = len(out) - 1 - out.rfind(b"\n") if n else tail + len(out)
+                    if tail > self.max_line_bytes:
+                        raise line_too_long(self.path, cp.line + have + 1, self.max_line_bytes)
                 if not chunk:
                     break
+        except CorruptDataError:
+            raise
         except DECODE_ERRORS as e:
             raise CorruptDataError(
                 f"cannot decompress ({e})", path=self.path, position=f"near line {cp.line + 1}"

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from lmdata.errors import CorruptDataError, FormatError
+from lmdata.errors import CorruptDataError, FormatError, InvalidInputError
 from lmdata.formats.dolma._files import (
+    MAX_LINE_BYTES,
     attribute_path,
     documents_dir,
     is_doc_file,
@@ -74,13 +75,27 @@ class DolmaDocuments:
 
     Counting documents decodes each file once (gzip has no index); the per-file checkpoints
     kept from that pass make later random reads decode at most ~1 MiB. Iteration streams.
+    A line longer than ``max_line_bytes`` (default 256 MiB) is a CorruptDataError naming the
+    file and line, raised before the line is held whole (a decompression bomb is refused).
     """
 
     format = "dolma"
 
     def __init__(
-        self, path: str | os.PathLike[str], attributes: Sequence[str] | str | None = None, **_: Any
+        self,
+        path: str | os.PathLike[str],
+        attributes: Sequence[str] | str | None = None,
+        *,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        **_: Any,
     ) -> None:
+        if isinstance(max_line_bytes, bool) or not isinstance(max_line_bytes, int):
+            raise InvalidInputError(
+                f"max_line_bytes must be a positive integer, got {max_line_bytes!r}"
+            )
+        if max_line_bytes < 1:
+            raise InvalidInputError(f"max_line_bytes must be positive, got {max_line_bytes}")
+        self.max_line_bytes = max_line_bytes
         p = Path(path)
         if p.is_file():
             if not is_doc_file(p.name):
@@ -120,7 +135,7 @@ class DolmaDocuments:
     def _index(self, path: Path) -> LineIndex:
         idx = self._idx.get(path)
         if idx is None:
-            idx = self._idx[path] = LineIndex(path)
+            idx = self._idx[path] = LineIndex(path, self.max_line_bytes)
         return idx
 
     @property
@@ -185,13 +200,18 @@ class DolmaDocuments:
     def iter_located(self) -> Iterator[tuple[Path, int, dict[str, Any]]]:
         """Every document with its file and 1-based line, streamed file by file."""
         for f in self.files:
-            yield from iter_file(f, self.attributes)
+            yield from iter_file(f, self.attributes, self.max_line_bytes)
 
 
-def iter_file(f: Path, attributes: Sequence[str] = ()) -> Iterator[tuple[Path, int, dict]]:
+def iter_file(
+    f: Path, attributes: Sequence[str] = (), max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[Path, int, dict]]:
     """Documents of one file with their attribute sets merged, checking row alignment."""
-    streams = [(attribute_path(f, n), iter_raw_lines(attribute_path(f, n))) for n in attributes]
-    for lineno, raw in iter_raw_lines(f):
+    streams = [
+        (attribute_path(f, n), iter_raw_lines(attribute_path(f, n), max_line_bytes=max_line_bytes))
+        for n in attributes
+    ]
+    for lineno, raw in iter_raw_lines(f, max_line_bytes=max_line_bytes):
         doc = parse_line(raw, f, lineno)
         for ap, it in streams:
             row = next(it, None)

@@ -21,7 +21,13 @@ import orjson
 import xxhash
 
 from lmdata.errors import LmdataError
-from lmdata.formats.dolma._files import attribute_path, documents_dir, is_doc_file, iter_raw_lines
+from lmdata.formats.dolma._files import (
+    MAX_LINE_BYTES,
+    attribute_path,
+    documents_dir,
+    is_doc_file,
+    iter_raw_lines,
+)
 from lmdata.formats.dolma.reader import list_documents
 
 MAX_REPORTED = 50  # per kind of problem; the rest are counted
@@ -61,10 +67,12 @@ def _type(v: Any) -> str:
     )
 
 
-def _lines(path: Path, rep: _Report) -> Iterator[tuple[int, Any]]:
+def _lines(
+    path: Path, rep: _Report, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, Any]]:
     """(line, parsed object or None when it is not a JSON object) — problems are reported."""
     try:
-        for lineno, raw in iter_raw_lines(path):
+        for lineno, raw in iter_raw_lines(path, max_line_bytes=max_line_bytes):
             where = f"{path}:{lineno}"
             try:
                 obj = orjson.loads(raw)
@@ -165,9 +173,13 @@ def attribute_sets(root: Path) -> list[str]:
 
 
 def validate(
-    path: str | os.PathLike[str], attributes: list[str] | None = None, **_: object
+    path: str | os.PathLike[str],
+    attributes: list[str] | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    **_: object,
 ) -> list[str]:
-    """All problems found in the Dolma tree at ``path`` (empty when it is valid)."""
+    """All problems found in the Dolma tree at ``path`` (empty when it is valid); a line
+    longer than ``max_line_bytes`` is reported and ends the check of its file."""
     root = Path(path)
     if root.name == "documents":
         root = root.parent
@@ -184,7 +196,7 @@ def validate(
     for k, f in enumerate(files):
         ids: list[Any] = []
         h = []
-        for lineno, doc in _lines(f, rep):
+        for lineno, doc in _lines(f, rep, max_line_bytes):
             if doc is None:
                 ids.append(None)
                 continue
@@ -200,7 +212,7 @@ def validate(
             hashes.append(arr[:, 0])
             where_of.append(arr[:, 1])
         for name in names:
-            _check_attribute_file(f, name, ids, rep)
+            _check_attribute_file(f, name, ids, rep, max_line_bytes)
     for name in names:
         _orphans(root, name, set(files), rep)
     if hashes:
@@ -208,13 +220,15 @@ def validate(
     return rep.finish()
 
 
-def _check_attribute_file(f: Path, name: str, ids: list[Any], rep: _Report) -> None:
+def _check_attribute_file(
+    f: Path, name: str, ids: list[Any], rep: _Report, max_line_bytes: int = MAX_LINE_BYTES
+) -> None:
     ap = attribute_path(f, name)
     if not ap.is_file():
         rep.add("attr-missing", f"{ap}: missing: attribute set '{name}' has no file for {f}")
         return
     n = 0
-    for lineno, row in _lines(ap, rep):
+    for lineno, row in _lines(ap, rep, max_line_bytes):
         n = lineno
         if lineno > len(ids):
             continue
@@ -256,17 +270,23 @@ def _duplicates(h: np.ndarray, where: np.ndarray, files: list[Path], rep: _Repor
         wanted[w >> 40].add(w & ((1 << 40) - 1))
     first: dict[tuple[str, str], str] = {}
     for k in sorted(wanted):
-        for lineno, raw in iter_raw_lines(files[k]):
-            if lineno in wanted[k]:
-                doc = orjson.loads(raw)
-                key = (doc["source"], doc["id"])
-                here = f"{files[k]}:{lineno}"
-                if key in first:
-                    rep.add(
-                        "dup-id",
-                        f"{here}: id {key[1]!r} already used in source "
-                        f"{key[0]!r} at {first[key]} (ids must be unique within "
-                        "a source)",
-                    )
-                else:
-                    first[key] = here
+        last = max(wanted[k])
+        try:
+            for lineno, raw in iter_raw_lines(files[k]):
+                if lineno > last:
+                    break
+                if lineno in wanted[k]:
+                    doc = orjson.loads(raw)
+                    key = (doc["source"], doc["id"])
+                    here = f"{files[k]}:{lineno}"
+                    if key in first:
+                        rep.add(
+                            "dup-id",
+                            f"{here}: id {key[1]!r} already used in source "
+                            f"{key[0]!r} at {first[key]} (ids must be unique within "
+                            "a source)",
+                        )
+                    else:
+                        first[key] = here
+        except LmdataError:  # damage after these lines, already reported by the first pass
+            pass
