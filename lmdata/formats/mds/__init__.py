@@ -25,6 +25,7 @@ from lmdata.formats.mds.writer import Writer
 from lmdata.storage import apparent_size, disk_usage
 
 KIND = "records"
+HAS_SPLITS = True  # index.json files in sub-folders, as streaming's split=
 NAMES_SHARE_MODULE = True
 
 __all__ = [
