@@ -127,7 +127,9 @@ def main() -> None:
         for to in ("flat-tokens", "modalities"):
             dst = root / f"conv-{to}"
             t0 = time.perf_counter()
-            s = convert(root / "w2", dst, to, workers=1)
+            s = convert(
+                root / "w2", dst, to, workers=1, split="train" if to != "flat-tokens" else None
+            )
             dt = time.perf_counter() - t0
             size = apparent_size(root / "w2" / "train" / "encoded_tokens") / 1e6
             print(
