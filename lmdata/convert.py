@@ -24,7 +24,16 @@ from lmdata.protocols import is_token_reader
 from lmdata.storage import check_output
 
 TOKEN_TARGETS = ("flat-tokens", "modalities")
-RECORD_TARGETS = ("atlas", "dolma", "mds", "mds-csv", "mds-tsv", "mds-jsonl", "modalities-jsonl")
+RECORD_TARGETS = (
+    "atlas",
+    "dolma",
+    "mds",
+    "mds-csv",
+    "mds-tsv",
+    "mds-jsonl",
+    "modalities-jsonl",
+    "jsonl",
+)
 
 
 @dataclass

@@ -13,7 +13,7 @@ DOCS = [
     {"id": f"doc-{i}", "text": t, "source": "test"}
     for i, t in enumerate(["hello", "", "unicode é 🙂 \u2028 trap", "x" * 5000, "last\n"])
 ]
-RECORD_FORMATS = ["dolma", "atlas", "mds", "mds-jsonl", "modalities-jsonl"]
+RECORD_FORMATS = ["dolma", "atlas", "mds", "mds-jsonl", "modalities-jsonl", "jsonl"]
 TOKEN_FORMATS = ["flat-tokens", "modalities"]
 
 

@@ -34,6 +34,7 @@ FORMATS: dict[str, str] = {
     "mds-tsv": "lmdata.formats.mds",
     "mds-jsonl": "lmdata.formats.mds",
     "dolma": "lmdata.formats.dolma",
+    "jsonl": "lmdata.formats.jsonl",  # last: any *.jsonl without an index
 }
 
 ALIASES: dict[str, str] = {

@@ -1,0 +1,93 @@
+"""Plain JSONL (``*.jsonl``, ``*.ndjson``): one JSON value per line, no index file.
+
+Opening scans the file once (every line must be JSON) and keeps the line offsets in memory;
+reads then go through the same memory-mapped reader as Modalities' indexed JSONL. Lines are
+split on ``\\n`` only, so U+2028 and friends inside strings are not line breaks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.formats.modalities_jsonl.index import scan
+from lmdata.formats.modalities_jsonl.lines import default_index_path
+from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
+from lmdata.formats.modalities_jsonl.writer import dumps_line
+from lmdata.storage import AtomicOutput, AtomicWriter, disk_usage, require_exists
+
+KIND = "records"
+SUFFIXES = (".jsonl", ".ndjson")
+
+
+def detect(path: str | os.PathLike[str]) -> bool:
+    p = Path(path)
+    return p.is_file() and p.name.lower().endswith(SUFFIXES)
+
+
+class JsonlFile(JsonlDocuments):
+    """A plain JSONL file as a Records reader (``r[i]`` is the parsed JSON of line ``i``)."""
+
+    format = "jsonl"
+
+    def __init__(self, path: str | os.PathLike[str], **_: Any) -> None:
+        self.path = require_exists(path)
+        self.index_path = default_index_path(self.path)
+        self.file_size = self.path.stat().st_size
+        offsets, lengths, _skipped = scan(self.path)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self._buf: Any = None
+
+    def __repr__(self) -> str:
+        return f"JsonlFile({str(self.path)!r})"
+
+
+def open(path: str | os.PathLike[str], **options: Any) -> JsonlFile:
+    return JsonlFile(path, **options)
+
+
+class Writer(AtomicWriter):
+    """Writes records as JSON lines (the file appears only when the writer closes cleanly)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False, **_: Any) -> None:
+        self._out = AtomicOutput(path, directory=False, overwrite=overwrite)
+        self.path = self._out.dest
+        self._f = Path(self._out.tmp).open("wb", buffering=1 << 20)
+        self.documents = 0
+
+    def write(self, record: Any) -> None:
+        self._f.write(dumps_line(record) + b"\n")
+        self.documents += 1
+
+    def close(self) -> None:
+        if self._out.done:
+            return
+        self._f.close()
+        self._out.finish()
+
+    def abort(self) -> None:
+        self._f.close()
+        self._out.abort()
+
+
+def validate(path: str | os.PathLike[str], **_: Any) -> list[str]:
+    try:
+        scan(path)
+    except LmdataError as e:
+        return [str(e)]
+    return []
+
+
+def info(path: str | os.PathLike[str], **_: Any) -> dict[str, Any]:
+    r = JsonlFile(path)
+    return {
+        "format": "jsonl",
+        "path": str(path),
+        "documents": len(r),
+        "bytes_on_disk": disk_usage(path),
+    }
