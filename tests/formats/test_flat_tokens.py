@@ -457,6 +457,11 @@ def test_decompression_bomb_is_refused(tmp_path):
     (p / "train" / "encoded_tokens" / "0").write_bytes(bomb)
     with pytest.raises(CorruptDataError, match="declares"):
         lmdata.open(p).span(0, 16)
+    # a frame that does not declare its size is bounded while decoding
+    quiet = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (64 << 20))
+    (p / "train" / "encoded_tokens" / "0").write_bytes(quiet)
+    with pytest.raises(CorruptDataError, match="chunk 0"):
+        lmdata.open(p).span(0, 16)
 
 
 def test_open_errors_name_the_problem(tmp_path):

@@ -56,6 +56,15 @@ def _numcodec(config: dict[str, Any], where: Path) -> Any:
         raise FormatError(f"bad codec configuration {config}: {e}", path=where) from None
 
 
+# streaming decompressors whose decompress(data, max_length) bounds the output
+_STREAMS: dict[str, Callable[[], Any]] = {
+    "gzip": lambda: zlib.decompressobj(wbits=47),  # 47: gzip or zlib header, detected
+    "zlib": lambda: zlib.decompressobj(wbits=15),
+    "bz2": bz2.BZ2Decompressor,
+    "lzma": lzma.LZMADecompressor,
+}
+
+
 def _bounded_decompress(cid: str, codec: Any, buf: bytes, limit: int) -> bytes:
     """Decompress ``buf`` refusing to produce more than ``limit`` bytes."""
     if cid == "blosc":
@@ -73,26 +82,10 @@ def _bounded_decompress(cid: str, codec: Any, buf: bytes, limit: int) -> bytes:
         size = zstandard.frame_content_size(buf)
         if size > limit:
             raise ValueError(f"zstd frame declares {size} bytes, more than the chunk's {limit}")
-        dobj = zstandard.ZstdDecompressor().decompressobj()
-        out = dobj.decompress(buf)
-        if len(out) > limit:
-            raise ValueError("zstd frame decodes to more bytes than the chunk holds")
-        return out
-    if cid in ("gzip", "zlib"):
-        d = zlib.decompressobj(wbits=47 if cid == "gzip" else 15)
-        out = d.decompress(buf, limit + 1)
-        if len(out) > limit:
-            raise ValueError("stream decodes to more bytes than the chunk holds")
-        return out
-    if cid == "bz2":
-        d2 = bz2.BZ2Decompressor()
-        out = d2.decompress(buf, limit + 1)
-        if len(out) > limit:
-            raise ValueError("stream decodes to more bytes than the chunk holds")
-        return out
-    if cid == "lzma":
-        d3 = lzma.LZMADecompressor()
-        out = d3.decompress(buf, limit + 1)
+        # with no declared size, max_output_size bounds the output (ZstdError beyond it)
+        return zstandard.ZstdDecompressor().decompress(buf, max_output_size=limit)
+    if cid in _STREAMS:
+        out = _STREAMS[cid]().decompress(buf, limit + 1)
         if len(out) > limit:
             raise ValueError("stream decodes to more bytes than the chunk holds")
         return out
