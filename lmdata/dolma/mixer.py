@@ -38,7 +38,7 @@ from lmdata.formats.dolma._files import (
     open_write,
     suffix_for,
 )
-from lmdata.formats.dolma.reader import parse_line
+from lmdata.formats.dolma.reader import merge_attribute_row, parse_line
 from lmdata.storage import atomic_file
 
 log = logging.getLogger("lmdata.dolma.mix")
@@ -238,23 +238,7 @@ class _AttributeStreams:
                     f"{self.doc_file}); later documents get none from it"
                 )
                 continue
-            row = parse_line(nxt[1], ap, lineno)
-            if row.get("id") != doc.get("id") or type(row.get("id")) is not type(doc.get("id")):
-                raise CorruptDataError(
-                    f"mismatched ids for line {lineno}: attribute row {row.get('id')!r}, "
-                    f"document {doc.get('id')!r} in {self.doc_file}; re-run the tagger on it",
-                    path=ap,
-                    position=f"line {lineno}",
-                )
-            attrs = row.get("attributes")
-            if not isinstance(attrs, dict):
-                raise CorruptDataError(
-                    "attribute row has no 'attributes' object", path=ap, position=f"line {lineno}"
-                )
-            target = doc.get("attributes")
-            if not isinstance(target, dict):
-                target = doc["attributes"] = {}
-            target.update(attrs)
+            merge_attribute_row(doc, parse_line(nxt[1], ap, lineno), self.doc_file, ap, lineno)
 
 
 def mix_document(

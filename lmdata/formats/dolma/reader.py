@@ -50,8 +50,9 @@ def parse_line(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
 def merge_attribute_row(
     doc: dict[str, Any], row: dict[str, Any], doc_path: Path, attr_path: Path, lineno: int
 ) -> None:
-    """Merge one attribute row into ``doc`` after checking that it belongs to it."""
-    if row.get("id") != doc.get("id"):
+    """Merge one attribute row into ``doc`` after checking that it belongs to it (same id,
+    of the same JSON type: 1 and "1" are different documents)."""
+    if row.get("id") != doc.get("id") or type(row.get("id")) is not type(doc.get("id")):
         raise CorruptDataError(
             f"attribute row has id {row.get('id')!r} but line {lineno} of {doc_path} has id "
             f"{doc.get('id')!r}; attribute files must list the same documents in the same "
