@@ -80,7 +80,7 @@ def detect(path: str | os.PathLike[str]) -> str:
     seen: set[str] = set()
     for name in available():
         mod = module(name)
-        if mod.__name__ in seen and not hasattr(mod, "detect_format"):
+        if mod.__name__ in seen:
             continue
         seen.add(mod.__name__)
         # Modules that implement several names (mds) say which one they found.

@@ -351,11 +351,8 @@ def _run_workers(
         stats["bytes"] += res["bytes"]
         pos = res["position"]
         fi = res["file"]
-        stats["input_bytes"] = (
-            base[fi]
-            + (inputs[fi].size if pos < 0 else pos)
-            + sum(inputs[i].size for i in done if i > fi)
-        )
+        # finished files are always a prefix of the inputs (results arrive in order)
+        stats["input_bytes"] = base[fi] + (inputs[fi].size if pos < 0 else pos)
         if progress is not None:
             progress(stats)
 
