@@ -77,35 +77,6 @@ def commit(tmp: Path, dest: Path) -> None:
         os.replace(tmp, dest)
 
 
-@contextlib.contextmanager
-def atomic_dir(dest: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory that becomes ``dest`` only if the block finishes."""
-    dest = check_output(dest, overwrite)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_sibling(dest)
-    tmp.mkdir()
-    try:
-        yield tmp
-    except BaseException:
-        _remove(tmp)
-        raise
-    commit(tmp, dest)
-
-
-@contextlib.contextmanager
-def atomic_file(dest: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary file path that becomes ``dest`` only if the block finishes."""
-    dest = check_output(dest, overwrite)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_sibling(dest)
-    try:
-        yield tmp
-    except BaseException:
-        _remove(tmp)
-        raise
-    commit(tmp, dest)
-
-
 class AtomicOutput:
     """The same as :func:`atomic_dir` / :func:`atomic_file`, for writer classes.
 
@@ -130,6 +101,31 @@ class AtomicOutput:
         if not self.done:
             _remove(self.tmp)
             self.done = True
+
+
+@contextlib.contextmanager
+def _atomic(dest: str | os.PathLike[str], directory: bool, overwrite: bool) -> Iterator[Path]:
+    out = AtomicOutput(dest, directory=directory, overwrite=overwrite)
+    try:
+        yield out.tmp
+    except BaseException:
+        out.abort()
+        raise
+    out.finish()
+
+
+def atomic_dir(
+    dest: str | os.PathLike[str], *, overwrite: bool = False
+) -> contextlib.AbstractContextManager[Path]:
+    """A temporary directory (``with ... as tmp``) that becomes ``dest`` if the block finishes."""
+    return _atomic(dest, True, overwrite)
+
+
+def atomic_file(
+    dest: str | os.PathLike[str], *, overwrite: bool = False
+) -> contextlib.AbstractContextManager[Path]:
+    """A temporary file path (``with ... as tmp``) that becomes ``dest`` if the block finishes."""
+    return _atomic(dest, False, overwrite)
 
 
 class AtomicWriter:
