@@ -69,11 +69,12 @@ def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
     if starts.meta.dtype != np.dtype("<u8"):
         rep.add("dtype", f"{split}/seq_starts: dtype {starts.meta.dtype} (the spec says uint64)")
     n_tok = len(tokens)
-    if len(starts.present_chunks()) < starts.nchunks:
+    stored = len(starts.present_chunks())
+    if stored < starts.nchunks:
         rep.add(
             "array",
             f"{split}/seq_starts: declares {starts.nchunks} chunks but only "
-            f"{len(starts.present_chunks())} chunk files exist",
+            f"{stored} chunk files exist",
         )
         return
     try:
