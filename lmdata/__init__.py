@@ -6,6 +6,7 @@ The public surface is small:
 - :func:`writer` — a format's writer (a context manager with ``write``);
 - :func:`validate` and :func:`info`;
 - :class:`Loader` — packed or unpacked, shuffled, resumable training batches;
+- :func:`decode` — token ids (a sequence or a batch) back to text;
 - :mod:`lmdata.errors` — every exception lmdata raises, rooted at ``LmdataError``.
 """
 
@@ -14,7 +15,18 @@ from __future__ import annotations
 from lmdata import errors
 from lmdata._api import detect, info, open, validate, writer
 from lmdata.errors import LmdataError
+from lmdata.inspect.decode import decode
 from lmdata.loader import Loader
 
-__all__ = ["LmdataError", "Loader", "detect", "errors", "info", "open", "validate", "writer"]
+__all__ = [
+    "LmdataError",
+    "Loader",
+    "decode",
+    "detect",
+    "errors",
+    "info",
+    "open",
+    "validate",
+    "writer",
+]
 __version__ = "0.1.0"

@@ -28,7 +28,7 @@ from lmdata.convert import RECORD_TARGETS, TOKEN_TARGETS, convert
 )
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists.")
 @unsafe_pickle_option
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress (bar or log lines).")
 def command(
     src: str,
     dst: str,
@@ -45,9 +45,9 @@ def command(
 
     flat-tokens to flat-tokens keeps both splits; otherwise --split picks one.
     """
-    from tqdm import tqdm
+    from lmdata.cli._progress import bar as progress_bar
 
-    bar = tqdm(unit="rec", disable=quiet or None, desc="convert", dynamic_ncols=True)
+    bar = progress_bar(unit="rec", quiet=quiet, desc="convert")
     ropts = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
     summary = convert(
         src,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import click
-from tqdm import tqdm
 
+from lmdata.cli._progress import bar as progress_bar
 from lmdata.formats.modalities_jsonl import build_index
 
 _PROGRESS_FROM = 64 << 20  # show a progress bar for files from 64 MiB
@@ -26,7 +26,10 @@ _PROGRESS_FROM = 64 << 20  # show a progress bar for files from 64 MiB
     help="Leave lines that are not JSON out of the index (counted) instead of failing.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing index.")
-def command(path: str, index_path: str | None, skip_invalid: bool, overwrite: bool) -> None:
+@click.option("--quiet", "-q", is_flag=True, help="No progress (bar or log lines).")
+def command(
+    path: str, index_path: str | None, skip_invalid: bool, overwrite: bool, quiet: bool
+) -> None:
     """Index the lines of a JSONL file for O(1) random access.
 
     Writes the pickled list of (byte offset, byte length) that modalities' create_raw_index
@@ -34,8 +37,13 @@ def command(path: str, index_path: str | None, skip_invalid: bool, overwrite: bo
     run with its line number and byte offset, and no index is written, unless --skip-invalid.
     """
     size = os.path.getsize(path)
-    with tqdm(
-        total=size, unit="B", unit_scale=True, disable=size < _PROGRESS_FROM, desc="indexing"
+    with progress_bar(
+        total=size,
+        unit="B",
+        unit_scale=True,
+        quiet=quiet,
+        disable=size < _PROGRESS_FROM,
+        desc="indexing",
     ) as bar:
 
         def progress(done: int) -> None:

@@ -17,6 +17,8 @@ COMMANDS: dict[str, str] = {
     "info": "lmdata.cli.info",
     "validate": "lmdata.cli.validate",
     "cat": "lmdata.cli.cat",
+    "stats": "lmdata.cli.stats",
+    "view": "lmdata.cli.view",
     "demo": "lmdata.cli.demo",
     "tokenize": "lmdata.cli.tokenize",
     "convert": "lmdata.cli.convert",

@@ -103,7 +103,7 @@ from lmdata.tokenize.sinks import TOKEN_FORMATS
     help="flat-tokens: none (default), blosc, blosc-zstd, zstd, gzip; mds: zstd[:N], gz, bz2, "
     "br, snappy (default none). Other formats: not accepted.",
 )
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress (bar or log lines).")
 def command(
     sources: tuple[str, ...],
     dst: str,
@@ -132,7 +132,7 @@ def command(
     The output is written atomically and is the same for any number of workers. Ctrl-C leaves
     no output; run again with --resume to continue.
     """
-    from tqdm import tqdm
+    from lmdata.cli._progress import bar as progress_bar
 
     if chunk_tokens is not None and to != "flat-tokens":
         raise click.UsageError("--chunk-tokens applies to --to flat-tokens only")
@@ -157,9 +157,7 @@ def command(
         source_format=source_format,
         writer_options=opts,
     )
-    bar = tqdm(
-        unit="B", unit_scale=True, disable=quiet or None, desc="tokenize", dynamic_ncols=True
-    )
+    bar = progress_bar(unit="B", unit_scale=True, quiet=quiet, desc="tokenize")
 
     def progress(stats: dict[str, float]) -> None:
         if bar.total is None:
@@ -167,6 +165,7 @@ def command(
         bar.update(stats["input_bytes"] - bar.n)
         el = bar.format_dict["elapsed"] or 1e-9
         bar.set_postfix_str(
+            f"{stats['documents']:,.0f} docs, {stats['tokens']:,.0f} tokens, "
             f"{stats['documents'] / el:,.0f} docs/s, {stats['tokens'] / el / 1e6:.2f} Mtok/s",
             refresh=False,
         )

@@ -12,8 +12,6 @@ import queue
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tqdm import tqdm
-
 _QUEUE: Any = None
 REPORT_EVERY = 2000
 
@@ -43,9 +41,9 @@ def run_tasks(
 ) -> list[Any]:
     """``[func(t) for t in tasks]`` on ``processes`` workers; ``func`` must be picklable."""
     global _BAR
-    bar = tqdm(
-        total=None, unit=" docs", desc=desc, disable=not progress, dynamic_ncols=True, leave=True
-    )
+    from lmdata.cli._progress import bar as progress_bar
+
+    bar = progress_bar(unit=" docs", desc=desc, quiet=not progress)
     try:
         if processes <= 1 or len(tasks) <= 1:
             _BAR = bar

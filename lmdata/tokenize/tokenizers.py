@@ -54,7 +54,8 @@ class ByteTokenizer:
     ) -> list[np.ndarray]:
         return [self.encode(t) for t in texts]
 
-    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+    def decode(self, ids: Sequence[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
+        """The text of ``ids``; id 0 (no byte) is dropped, invalid UTF-8 becomes U+FFFD."""
         a = np.asarray(ids, dtype=np.int64)
         return (a[a > 0] - 1).astype(np.uint8).tobytes().decode("utf-8", "replace")
 
@@ -93,6 +94,10 @@ class HFTokenizer:
 
     def token_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
+
+    def decode(self, ids: Sequence[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
+        """The text of ``ids`` (special tokens shown unless ``skip_special_tokens``)."""
+        return self._tok.decode(np.asarray(ids).tolist(), skip_special_tokens=skip_special_tokens)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (HFTokenizer, (self.spec,))
@@ -153,6 +158,14 @@ class TiktokenTokenizer:
     def token_id(self, token: str) -> int | None:
         return self._enc._special_tokens.get(token)
 
+    def decode(self, ids: Sequence[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
+        """The text of ``ids``; bytes that are not UTF-8 become U+FFFD."""
+        ids_list = np.asarray(ids).tolist()
+        if skip_special_tokens:
+            special = set(self._enc._special_tokens.values())
+            ids_list = [i for i in ids_list if i not in special]
+        return self._enc.decode(ids_list, errors="replace")
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (TiktokenTokenizer, (self.spec,))
 
@@ -179,6 +192,10 @@ class SentencePieceTokenizer:
     def token_id(self, token: str) -> int | None:
         i = self._sp.piece_to_id(token)
         return None if i == self._sp.unk_id() and token != self._sp.id_to_piece(i) else i
+
+    def decode(self, ids: Sequence[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
+        """The text of ``ids`` (sentencepiece drops control pieces such as BOS/EOS itself)."""
+        return self._sp.decode(np.asarray(ids).tolist())
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (SentencePieceTokenizer, (self.spec,))

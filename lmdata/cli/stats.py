@@ -1,0 +1,127 @@
+"""``lmdata stats PATH``: counts, lengths, frequent tokens and breakdowns of any dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import orjson
+
+from lmdata.cli._common import format_option, split_option, unsafe_pickle_option
+from lmdata.cli._progress import bar as progress_bar
+from lmdata.inspect.stats import SAMPLE_RECORDS, SAMPLE_TOKENS
+
+
+@click.command("stats")
+@click.argument("path", type=click.Path(exists=True))
+@format_option
+@split_option
+@click.option(
+    "--tokenizer",
+    default=None,
+    help="Show the text of the frequent token ids: 'bytes' or a tokenizer file (as tokenize).",
+)
+@click.option(
+    "--text-key", default="text", show_default=True, help="Field holding a record's text."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON object.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write histograms to this PNG (needs pip install 'lmdata[plot]').",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write a self-contained HTML report with histograms to this file.",
+)
+@click.option("--full", is_flag=True, help="Read every record and token instead of a sample.")
+@click.option(
+    "--sample-records",
+    type=click.IntRange(min=1),
+    default=SAMPLE_RECORDS,
+    show_default=True,
+    help="Record datasets with more records are sampled (at random, --seed).",
+)
+@click.option(
+    "--sample-tokens",
+    type=click.IntRange(min=1),
+    default=SAMPLE_TOKENS,
+    show_default=True,
+    help="Token datasets with more tokens count token ids in random windows of this many "
+    "tokens in all (counts and lengths stay exact).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@click.option(
+    "--top", type=click.IntRange(min=0), default=20, show_default=True, help="Token ids to list."
+)
+@click.option(
+    "--bins", type=click.IntRange(min=1), default=30, show_default=True, help="Histogram bins."
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress (bar or log lines).")
+@unsafe_pickle_option
+def command(
+    path: str,
+    fmt: str | None,
+    split: str | None,
+    tokenizer: str | None,
+    text_key: str,
+    as_json: bool,
+    plot_path: str | None,
+    html_path: str | None,
+    full: bool,
+    sample_records: int,
+    sample_tokens: int,
+    seed: int,
+    top: int,
+    bins: int,
+    quiet: bool,
+    allow_unsafe_pickle: bool,
+) -> None:
+    """Statistics of the dataset at PATH (any format): records, tokens, bytes, the
+    distribution of record lengths, the most frequent token ids, and per-source and
+    per-attribute breakdowns (Dolma trees). Large datasets are sampled and the output says
+    so; --full reads everything."""
+    from lmdata.inspect import report
+    from lmdata.inspect.stats import compute
+
+    bar = progress_bar(desc="stats", quiet=quiet, unit="it", unit_scale=True)
+
+    def progress(done: int, planned: int, unit: str) -> None:
+        if bar.total is None:
+            bar.total, bar.unit = planned, unit[:3]
+        bar.update(done - bar.n)
+
+    try:
+        s = compute(
+            path,
+            format=fmt,
+            split=split,
+            tokenizer=tokenizer,
+            text_key=text_key,
+            full=full,
+            sample_records=sample_records,
+            sample_tokens=sample_tokens,
+            seed=seed,
+            top=top,
+            bins=bins,
+            progress=progress,
+            reader_options={"allow_unsafe_pickle": True} if allow_unsafe_pickle else None,
+        )
+    finally:
+        bar.close()
+    if plot_path:
+        report.plot_png(s, plot_path)
+    if html_path:
+        Path(html_path).write_text(report.html_page(s), encoding="utf-8")
+    if as_json:
+        click.echo(orjson.dumps(s, option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(report.text(s))
+        for what, p in (("plot", plot_path), ("report", html_path)):
+            if p:
+                click.echo(f"{what}: {p}")

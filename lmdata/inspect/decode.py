@@ -1,0 +1,135 @@
+"""Token ids back to text: whole sequences, batches, and per-token pieces for display.
+
+A tokenizer is what ``lmdata tokenize --tokenizer`` takes (``"bytes"`` or a local file) or an
+already-built object with a ``decode(ids)`` method (a Hugging Face ``tokenizers.Tokenizer``,
+a tiktoken ``Encoding``, an lmdata tokenizer).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import InvalidInputError
+from lmdata.tokenize.tokenizers import load_tokenizer
+
+# a token that ends inside a UTF-8 character decodes to U+FFFD until the rest arrives; a piece
+# takes at most this many tokens before it is shown as it is
+_MAX_MERGE = 8
+# how many earlier tokens give context when a piece is decoded (sentencepiece drops a leading
+# space at the start of a decode, so the diff against a decoded prefix is what a token adds)
+_CONTEXT = 4
+
+
+def _resolve(tokenizer: Any) -> Any:
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        return load_tokenizer(tokenizer)
+    if not callable(getattr(tokenizer, "decode", None)):
+        raise InvalidInputError(
+            f"cannot decode with a {type(tokenizer).__name__}: pass 'bytes', a tokenizer file, "
+            "or an object with a decode(ids) method"
+        )
+    return tokenizer
+
+
+def _vocab_size(tok: Any) -> int | None:
+    for attr in ("vocab_size", "n_vocab"):
+        v = getattr(tok, attr, None)
+        if isinstance(v, int):
+            return v
+    get = getattr(tok, "get_vocab_size", None)
+    if callable(get):
+        try:
+            return int(get(with_added_tokens=True))
+        except TypeError:
+            return int(get())
+    return None
+
+
+def _decode_one(tok: Any, ids: list[int], skip_special_tokens: bool) -> str:
+    try:
+        return tok.decode(ids, skip_special_tokens=skip_special_tokens)
+    except TypeError:  # tiktoken's Encoding and other decoders without the keyword
+        return tok.decode(ids)
+
+
+def _check_range(a: np.ndarray, tok: Any) -> None:
+    if a.size == 0:
+        return
+    if a.dtype.kind not in "iu":
+        raise InvalidInputError(f"token ids must be integers, not {a.dtype}")
+    lo, hi = int(a.min()), int(a.max())
+    n = _vocab_size(tok)
+    if lo < 0 or (n is not None and hi >= n):
+        bad = lo if lo < 0 else hi
+        raise InvalidInputError(
+            f"token id {bad} is outside the tokenizer's vocabulary (0..{(n or 0) - 1}); "
+            "is this the tokenizer that made the dataset? pass the right one with --tokenizer"
+        )
+
+
+def decode(
+    ids: Sequence[int] | Sequence[Sequence[int]] | np.ndarray,
+    tokenizer: Any = "bytes",
+    *,
+    skip_special_tokens: bool = False,
+) -> str | list[str]:
+    """The text of ``ids``: a string for one sequence, a list of strings for a 2-D batch (for
+    example a Loader batch's ``targets``).
+
+    Special tokens (an EOD such as ``<|endoftext|>``) are shown unless ``skip_special_tokens``.
+    An id outside the tokenizer's vocabulary is an InvalidInputError.
+    """
+    tok = _resolve(tokenizer)
+    if isinstance(ids, np.ndarray):
+        rows = ids
+    elif len(ids) and isinstance(ids[0], (Sequence, np.ndarray)):
+        rows = [np.asarray(r) for r in ids]
+        return [_decode_checked(tok, r, skip_special_tokens) for r in rows]
+    else:
+        rows = np.asarray(ids, dtype=np.int64)
+    if rows.ndim == 2:
+        return [_decode_checked(tok, r, skip_special_tokens) for r in rows]
+    if rows.ndim > 2:
+        raise InvalidInputError(f"decode takes 1-D or 2-D ids, got {rows.ndim} dimensions")
+    return _decode_checked(tok, rows.reshape(-1), skip_special_tokens)
+
+
+def _decode_checked(tok: Any, a: np.ndarray, skip_special_tokens: bool) -> str:
+    a = np.asarray(a)
+    if a.size == 0:
+        return ""
+    _check_range(a, tok)
+    return _decode_one(tok, a.astype(np.int64).tolist(), skip_special_tokens)
+
+
+def pieces(
+    ids: Sequence[int] | np.ndarray, tokenizer: Any = "bytes"
+) -> list[tuple[list[int], str]]:
+    """The text each token adds, as ``(ids, text)`` pairs whose texts concatenate to the
+    decoded sequence (for tokenizers whose decoding is local, which real ones are).
+
+    A token ending inside a UTF-8 character is grouped with the next ones until the character
+    is complete, so a pair can hold several ids. Used to show token boundaries.
+    """
+    tok = _resolve(tokenizer)
+    a = np.asarray(ids).reshape(-1)
+    _check_range(a, tok)
+    seq = a.astype(np.int64).tolist()
+    out: list[tuple[list[int], str]] = []
+    read = 0  # tokens before `read` are emitted
+    prefix = 0  # decoding context starts here
+    prev = ""
+    for k in range(len(seq)):
+        cur = _decode_one(tok, seq[prefix : k + 1], False)
+        if cur.endswith("\ufffd") and k + 1 - read < _MAX_MERGE and k + 1 < len(seq):
+            continue
+        piece = cur[len(prev) :] if cur.startswith(prev) else cur
+        out.append((seq[read : k + 1], piece))
+        read = k + 1
+        prefix = max(prefix, read - _CONTEXT)
+        prev = _decode_one(tok, seq[prefix:read], False) if prefix < read else ""
+    return out

@@ -1,0 +1,346 @@
+"""What a dataset holds, as one JSON-able dict: counts, sizes, the distribution of record
+lengths, the most frequent token ids, and per-source / per-attribute breakdowns.
+
+Works on any reader through the two protocols. Token readers give exact counts and lengths
+(from ``boundaries``); token frequencies come from the whole dataset or, above a budget, from
+random windows of it. Record readers are read whole up to a budget, otherwise a seeded random
+sample of records, and the result says so (``sample``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from lmdata._api import info as dataset_info
+from lmdata._api import open as open_dataset
+from lmdata.protocols import is_token_reader
+
+SAMPLE_RECORDS = 20_000  # record datasets larger than this are sampled unless full=True
+SAMPLE_TOKENS = 1 << 24  # token datasets with more tokens are sampled for frequencies
+_WINDOW = 1 << 16  # tokens per sampled window
+_BLOCK = 512  # records per take()
+
+Progress = Callable[[int, int, str], None]  # (done, planned, unit: "tokens" or "records")
+
+
+def _nothing(done: int, planned: int, unit: str) -> None:
+    return None
+
+
+def histogram(values: np.ndarray, bins: int = 30) -> dict[str, Any]:
+    """Counts of ``values`` in ``bins`` bins: linear, or logarithmic when the values span more
+    than three orders of magnitude (document lengths usually do)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return {"scale": "linear", "edges": [], "counts": []}
+    lo, hi = float(v.min()), float(v.max())
+    if hi == lo:
+        edges = np.array([lo, lo + 1.0])
+        scale = "linear"
+    elif hi / max(lo, 1.0) > 1000:
+        edges = np.unique(np.round(np.geomspace(max(lo, 1.0), hi + 1, bins + 1)))
+        if lo < 1:
+            edges = np.concatenate([[lo], edges])
+        scale = "log"
+    else:
+        edges = np.linspace(lo, hi + 1e-9 * max(1.0, abs(hi)), bins + 1)
+        scale = "linear"
+    counts, _ = np.histogram(v, bins=edges)
+    return {"scale": scale, "edges": edges.tolist(), "counts": counts.astype(int).tolist()}
+
+
+def _distribution(lengths: np.ndarray, unit: str, bins: int) -> dict[str, Any]:
+    a = np.asarray(lengths, dtype=np.int64)
+    if a.size == 0:
+        return {"unit": unit, "count": 0, "histogram": histogram(a, bins)}
+    p = np.percentile(a, [10, 50, 90, 99])
+    return {
+        "unit": unit,
+        "count": int(a.size),
+        "total": int(a.sum()),
+        "min": int(a.min()),
+        "p10": float(p[0]),
+        "median": float(p[1]),
+        "p90": float(p[2]),
+        "p99": float(p[3]),
+        "max": int(a.max()),
+        "mean": float(a.mean()),
+        "empty": int((a == 0).sum()),
+        "histogram": histogram(a, bins),
+    }
+
+
+class _TokenCounter:
+    """Token id frequencies: a dense bincount for vocabularies that fit, a Counter otherwise."""
+
+    def __init__(self, max_id: int) -> None:
+        self.dense = np.zeros(max_id + 1, dtype=np.int64) if 0 <= max_id < (1 << 24) else None
+        self.sparse: Counter[int] = Counter()
+        self.total = 0
+
+    def add(self, ids: np.ndarray) -> None:
+        a = np.asarray(ids).reshape(-1)
+        if a.size == 0:
+            return
+        self.total += int(a.size)
+        if self.dense is not None and int(a.max()) < self.dense.size and int(a.min()) >= 0:
+            self.dense += np.bincount(a.astype(np.int64), minlength=self.dense.size)
+        else:
+            u, c = np.unique(a.astype(np.int64), return_counts=True)
+            self.sparse.update(dict(zip(u.tolist(), c.tolist(), strict=True)))
+
+    def top(self, n: int) -> list[tuple[int, int]]:
+        merged: Counter[int] = Counter(self.sparse)
+        if self.dense is not None:
+            nz = np.flatnonzero(self.dense)
+            if nz.size > 4 * n:
+                nz = nz[np.argpartition(-self.dense[nz], 4 * n)[: 4 * n]]
+            for i in nz.tolist():
+                merged[i] += int(self.dense[i])
+        return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+    def distinct(self) -> int:
+        extra = len(self.sparse)
+        return extra + (int(np.count_nonzero(self.dense)) if self.dense is not None else 0)
+
+
+def _token_stats(
+    reader: Any, sample_tokens: int, full: bool, seed: int, bins: int, progress: Progress
+) -> tuple[dict[str, Any], _TokenCounter]:
+    n = len(reader)
+    total = int(reader.num_tokens)
+    lengths = np.diff(np.asarray(reader.boundaries, dtype=np.int64))
+    counter = _TokenCounter(int(reader.max_token_id) if n else -1)
+    sampled = not full and total > sample_tokens
+    if sampled:
+        windows = max(1, sample_tokens // _WINDOW)
+        slots = max(1, total // _WINDOW)
+        rng = np.random.default_rng(seed)
+        starts = np.sort(rng.choice(slots, size=min(windows, slots), replace=False)) * _WINDOW
+        spans = [(int(s), min(int(s) + _WINDOW, total)) for s in starts]
+    else:
+        step = 1 << 22
+        spans = [(s, min(s + step, total)) for s in range(0, total, step)]
+    planned = sum(b - a for a, b in spans)
+    done = 0
+    for a, b in spans:
+        counter.add(reader.span(a, b))
+        done += b - a
+        progress(done, planned, "tokens")
+    out: dict[str, Any] = {
+        "kind": "tokens",
+        "records": n,
+        "tokens": total,
+        "max_token_id": int(reader.max_token_id) if n else None,
+        "lengths": _distribution(lengths, "tokens", bins),
+        "sample": {
+            "sampled": sampled,
+            "what": "token frequencies" if sampled else None,
+            "tokens_read": planned,
+            "windows": len(spans) if sampled else None,
+            "window_tokens": _WINDOW if sampled else None,
+            "seed": seed if sampled else None,
+        },
+    }
+    return out, counter
+
+
+def _int_array(v: Any) -> np.ndarray | None:
+    if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iu":
+        return v
+    return None
+
+
+def _record_stats(
+    reader: Any,
+    text_key: str,
+    sample_records: int,
+    full: bool,
+    seed: int,
+    bins: int,
+    progress: Progress,
+) -> tuple[dict[str, Any], _TokenCounter]:
+    n = len(reader)
+    sampled = not full and n > sample_records
+    if sampled:
+        rng = np.random.default_rng(seed)
+        indices = np.sort(rng.choice(n, size=sample_records, replace=False))
+    else:
+        indices = np.arange(n)
+    char_lengths: list[int] = []
+    tok_lengths: list[int] = []
+    text_bytes = 0
+    fields: dict[str, Counter[str]] = {}
+    sources: dict[str, dict[str, int]] = {}
+    attributes: dict[str, dict[str, Any]] = {}
+    counter = _TokenCounter(-1)
+    done = 0
+    for lo in range(0, len(indices), _BLOCK):
+        block = indices[lo : lo + _BLOCK]
+        for rec in reader.take(block):
+            if not isinstance(rec, dict):
+                rec = {"value": rec}
+            for k, v in rec.items():
+                fields.setdefault(str(k), Counter())[type(v).__name__] += 1
+            text = rec.get(text_key)
+            chars = len(text) if isinstance(text, str) else None
+            if chars is not None:
+                char_lengths.append(chars)
+                text_bytes += len(text.encode("utf-8", "surrogatepass"))
+            arr = next((a for a in map(_int_array, rec.values()) if a is not None), None)
+            if arr is not None:
+                tok_lengths.append(int(arr.size))
+                counter.add(arr)
+            src = rec.get("source")
+            if isinstance(src, str):
+                s = sources.setdefault(src, {"records": 0, "characters": 0})
+                s["records"] += 1
+                s["characters"] += chars or 0
+            attrs = rec.get("attributes")
+            if isinstance(attrs, dict):
+                _add_attributes(attributes, attrs)
+        done += len(block)
+        progress(done, len(indices), "records")
+    out: dict[str, Any] = {"kind": "records", "records": n}
+    if char_lengths:
+        out["lengths"] = _distribution(np.array(char_lengths), "characters", bins)
+        out["text_bytes"] = text_bytes
+    elif tok_lengths:
+        out["lengths"] = _distribution(np.array(tok_lengths), "tokens", bins)
+    if tok_lengths:
+        if not sampled:
+            out["tokens"] = int(sum(tok_lengths))
+        if char_lengths:
+            out["token_lengths"] = _distribution(np.array(tok_lengths), "tokens", bins)
+    out["fields"] = {k: dict(v) for k, v in fields.items()}
+    if sources:
+        out["sources"] = dict(sorted(sources.items(), key=lambda kv: -kv[1]["records"]))
+    if attributes:
+        out["attributes"] = {k: _finish_attribute(v) for k, v in sorted(attributes.items())}
+    out["sample"] = {
+        "sampled": sampled,
+        "what": "records" if sampled else None,
+        "records_read": len(indices),
+        "seed": seed if sampled else None,
+    }
+    if sampled and len(indices):
+        scale = n / len(indices)
+        out["estimated"] = {
+            k: round(v * scale)
+            for k, v in (
+                ("characters", sum(char_lengths)),
+                ("text_bytes", text_bytes),
+                ("tokens", sum(tok_lengths)),
+            )
+            if v
+        }
+    return out, counter
+
+
+def _add_attributes(acc: dict[str, dict[str, Any]], attrs: dict[str, Any]) -> None:
+    """Dolma attributes: ``name -> [[start, end, value], ...]`` (spans over the text)."""
+    for name, spans in attrs.items():
+        a = acc.setdefault(name, {"records": 0, "spans": 0, "values": []})
+        a["records"] += 1
+        if isinstance(spans, list):
+            for s in spans:
+                if isinstance(s, (list, tuple)) and len(s) == 3:
+                    a["spans"] += 1
+                    v = s[2]
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        a["values"].append(float(v))
+        elif isinstance(spans, (int, float)) and not isinstance(spans, bool):
+            a["values"].append(float(spans))
+
+
+def _finish_attribute(a: dict[str, Any]) -> dict[str, Any]:
+    vals = np.array(a["values"], dtype=np.float64)
+    out: dict[str, Any] = {"records": a["records"], "spans": a["spans"]}
+    if vals.size:
+        out["values"] = {
+            "count": int(vals.size),
+            "min": float(vals.min()),
+            "mean": float(vals.mean()),
+            "max": float(vals.max()),
+        }
+    return out
+
+
+def _token_texts(top: list[tuple[int, int]], tokenizer: Any) -> list[str | None]:
+    if tokenizer is None:
+        return [None] * len(top)
+    from lmdata.inspect.decode import _decode_one, _resolve
+
+    tok = _resolve(tokenizer)
+    out: list[str | None] = []
+    for i, _ in top:
+        try:
+            out.append(_decode_one(tok, [i], False))
+        except Exception:  # an id the tokenizer does not know: shown without text
+            out.append(None)
+    return out
+
+
+def compute(
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    split: str | None = None,
+    tokenizer: Any = None,
+    text_key: str = "text",
+    full: bool = False,
+    sample_records: int = SAMPLE_RECORDS,
+    sample_tokens: int = SAMPLE_TOKENS,
+    seed: int = 0,
+    bins: int = 30,
+    top: int = 20,
+    progress: Progress | None = None,
+    reader_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Statistics of the dataset at ``path`` (see the module docstring); ``tokenizer`` (a
+    spec or object) decodes the most frequent ids."""
+    summary = dataset_info(path, format=format)
+    opts = dict(reader_options or {})
+    sets = summary.get("attribute_sets")
+    if isinstance(sets, dict) and "attributes" not in opts:
+        complete = [
+            k for k, v in sets.items() if isinstance(v, dict) and not v.get("missing_files")
+        ]
+        if complete:
+            opts["attributes"] = complete
+    reader = open_dataset(path, format=format, split=split, **opts)
+    report = progress or _nothing
+    if is_token_reader(reader):
+        out, counter = _token_stats(reader, sample_tokens, full, seed, bins, report)
+    else:
+        out, counter = _record_stats(reader, text_key, sample_records, full, seed, bins, report)
+    if counter.total:
+        pairs = counter.top(top)
+        texts = _token_texts(pairs, tokenizer)
+        out["top_tokens"] = [
+            {"id": i, "count": c, "share": c / counter.total}
+            | ({"text": t} if t is not None else {})
+            for (i, c), t in zip(pairs, texts, strict=True)
+        ]
+        out["distinct_token_ids"] = counter.distinct()
+    head = {
+        "path": str(path),
+        "format": summary.get("format", getattr(reader, "format", None)),
+        "split": split,
+    }
+    if isinstance(summary.get("splits"), dict):
+        head["splits"] = list(summary["splits"])
+    if "bytes_on_disk" in summary:
+        head["bytes_on_disk"] = summary["bytes_on_disk"]
+    if tokenizer is not None:
+        head["tokenizer"] = (
+            tokenizer
+            if isinstance(tokenizer, str)
+            else getattr(tokenizer, "spec", type(tokenizer).__name__)
+        )
+    return head | out

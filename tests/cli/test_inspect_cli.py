@@ -1,0 +1,112 @@
+"""`lmdata cat --decode`, `lmdata stats`, and progress lines when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+import lmdata
+from lmdata.cli.main import cli
+from lmdata.tokenize import load_tokenizer
+from tests.inspect.conftest import CORPUS, bpe_file  # noqa: F401  (a fixture)
+
+ROOT = Path(__file__).parents[2]
+TEXTS = ["hello world", "", "héllo wörld 日本語\nsecond line", "<script>alert(1)</script>"]
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def write_tokens(path: Path, tokenizer, texts=TEXTS) -> Path:
+    tok = load_tokenizer(tokenizer)
+    with lmdata.writer(path, "flat-tokens") as w:
+        for ids in tok.encode_batch(texts):
+            w.write(ids)
+    return path
+
+
+@pytest.mark.parametrize("which", ["bytes", "hf"])
+def test_cat_decode_gives_back_the_text(tmp_path, bpe_file, which):  # noqa: F811
+    spec = "bytes" if which == "bytes" else str(bpe_file)
+    p = write_tokens(tmp_path / "t.zarr", spec)
+    res = run("cat", str(p), "--decode", "--tokenizer", spec)
+    assert res.exit_code == 0, res.output
+    lines = [orjson.loads(x) for x in res.output.splitlines()]
+    assert lines == [{"index": i, "text": t} for i, t in enumerate(TEXTS)]
+    raw = run("cat", str(p), "--decode", "--tokenizer", spec, "--raw", "-n", "1", "--offset", "2")
+    assert raw.output == TEXTS[2] + "\n"
+
+
+def test_cat_decode_records_and_usage_errors(tmp_path):
+    p = tmp_path / "a.atlas"
+    tok = load_tokenizer("bytes")
+    with lmdata.writer(p, "atlas") as w:
+        w.write({"tokens": tok.encode("abc"), "n": 1})
+    assert orjson.loads(run("cat", str(p), "--decode", "--tokenizer", "bytes").output) == {
+        "tokens": "abc",
+        "n": 1,
+    }
+    res = CliRunner().invoke(cli, ["cat", str(p), "--decode"])
+    assert res.exit_code == 2 and "--decode needs --tokenizer" in res.output
+    res = CliRunner().invoke(cli, ["cat", str(p), "--tokenizer", "bytes"])
+    assert res.exit_code == 2 and "go with --decode" in res.output
+    z = write_tokens(tmp_path / "t.zarr", "bytes")
+    res = CliRunner().invoke(cli, ["cat", str(z), "--decode", "--tokenizer", "nope.json"])
+    assert res.exit_code == 2 and "tokenizer file not found" in res.output
+
+
+def test_stats_json_and_text(tmp_path, bpe_file):  # noqa: F811
+    p = write_tokens(tmp_path / "t.zarr", str(bpe_file), CORPUS)
+    res = run("stats", str(p), "--json", "--tokenizer", str(bpe_file), "--top", "3", "-q")
+    s = json.loads(res.output)
+    ids = load_tokenizer(bpe_file).encode_batch(CORPUS)
+    assert s["records"] == len(CORPUS)
+    assert s["tokens"] == sum(len(x) for x in ids)
+    assert s["max_token_id"] == max(int(x.max()) for x in ids)
+    assert s["lengths"]["max"] == max(len(x) for x in ids)
+    assert len(s["top_tokens"]) == 3 and all("text" in t for t in s["top_tokens"])
+    html, png = tmp_path / "s.html", tmp_path / "s.png"
+    res = run("stats", str(p), "--html", str(html), "-q")
+    assert res.exit_code == 0
+    assert "tokens per record" in res.output and "(--tokenizer FILE shows their text)" in res.output
+    assert html.read_text().startswith("<!doctype html>")
+    pytest.importorskip("matplotlib")
+    assert run("stats", str(p), "--plot", str(png), "-q").exit_code == 0
+    assert png.stat().st_size > 1000
+
+
+def _lmdata(*args: str, interval: str = "0") -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LMDATA_PROGRESS_INTERVAL=interval)
+    return subprocess.run(
+        [sys.executable, "-m", "lmdata.cli", *args],
+        capture_output=True,  # stderr is a pipe, not a terminal
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+
+
+def test_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": f"document {i} " * 50}) + "\n" for i in range(300)))
+    dst = tmp_path / "out.zarr"
+    err = _lmdata("tokenize", str(src), str(dst), "--to", "flat-tokens", "--workers", "0").stderr
+    lines = [x for x in err.splitlines() if x.startswith("tokenize: ")]
+    assert lines, err
+    assert "\r" not in err and "█" not in err  # plain lines, not a bar
+    assert any("ETA" in x for x in lines) or len(lines) == 1
+    assert "done" in lines[-1] and "300 docs" in lines[-1] and "tokens" in lines[-1]
+    err = _lmdata("stats", str(dst)).stderr
+    assert "stats: done" in err
+    assert _lmdata("stats", str(dst), "--quiet").stderr == ""
+    out = _lmdata("tokenize", str(src), str(dst), "--to", "flat-tokens", "--overwrite", "-q")
+    assert out.stderr == ""

@@ -1,0 +1,151 @@
+"""lmdata.inspect.stats on generated datasets: every figure checked against what was written."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+import lmdata
+from lmdata.inspect import report
+from lmdata.inspect.stats import compute, histogram
+
+
+@pytest.fixture()
+def tokens_ds(tmp_path):
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(1, 50, size=n) for n in [0, 3, 10, 100, 7, 7, 1000]]
+    seqs.append(np.full(20, 77))  # id 77 is the most frequent: 20 plus whatever rng drew (none)
+    p = tmp_path / "t.zarr"
+    with lmdata.writer(p, "flat-tokens") as w:
+        for s in seqs:
+            w.write(s)
+        w.write([1, 2], split="validation")
+    return p, seqs
+
+
+def test_token_dataset_exact_figures(tokens_ds):
+    p, seqs = tokens_ds
+    s = compute(p, tokenizer="bytes", top=5)
+    lengths = np.array([len(x) for x in seqs])
+    allt = np.concatenate(seqs)
+    assert s["kind"] == "tokens" and s["format"] == "flat-tokens"
+    assert s["splits"] == ["train", "validation"]
+    assert s["records"] == len(seqs)
+    assert s["tokens"] == int(lengths.sum())
+    assert s["max_token_id"] == 77
+    d = s["lengths"]
+    assert (d["min"], d["max"], d["empty"], d["total"]) == (0, 1000, 1, int(lengths.sum()))
+    assert d["median"] == pytest.approx(np.median(lengths))
+    assert sum(d["histogram"]["counts"]) == len(seqs)
+    ids, counts = np.unique(allt, return_counts=True)
+    order = np.lexsort((ids, -counts))[:5]
+    assert [(t["id"], t["count"]) for t in s["top_tokens"]] == [
+        (int(ids[i]), int(counts[i])) for i in order
+    ]
+    assert s["distinct_token_ids"] == len(ids)
+    assert s["top_tokens"][0]["share"] == pytest.approx(counts[order[0]] / allt.size)
+    # byte tokenizer: id i is byte i-1
+    assert all(t["text"] == chr(t["id"] - 1) for t in s["top_tokens"])
+    assert s["sample"]["sampled"] is False
+    v = compute(p, split="validation")
+    assert (v["records"], v["tokens"], v["split"]) == (1, 2, "validation")
+    assert "text" not in v["top_tokens"][0]
+
+
+def test_token_frequencies_are_sampled_above_the_budget(tokens_ds):
+    p, seqs = tokens_ds
+    s = compute(p, sample_tokens=100)
+    assert s["sample"]["sampled"] is True and s["sample"]["what"] == "token frequencies"
+    assert s["tokens"] == sum(len(x) for x in seqs)  # counts stay exact
+    assert sum(t["count"] for t in s["top_tokens"]) <= s["sample"]["tokens_read"]
+    assert compute(p, sample_tokens=100, full=True)["sample"]["sampled"] is False
+
+
+@pytest.fixture()
+def dolma_ds(tmp_path):
+    p = tmp_path / "d.dolma"
+    docs = [
+        {"id": str(i), "text": "x" * i, "source": "web" if i % 3 else "books"} for i in range(30)
+    ]
+    with lmdata.writer(p, "dolma", max_file_docs=10) as w:
+        for d in docs:
+            w.write(d)
+    for f in sorted((p / "documents").glob("*.jsonl.gz")):
+        rows = [json.loads(x) for x in gzip.open(f, "rt")]
+        out = p / "attributes" / "len" / f.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(out, "wt") as g:
+            for r in rows:
+                n = len(r["text"])
+                spans = [[0, n, float(n)]] if n % 2 == 0 else []
+                g.write(json.dumps({"id": r["id"], "attributes": {"len__even": spans}}) + "\n")
+    return p, docs
+
+
+def test_records_sources_and_attributes(dolma_ds):
+    p, _ = dolma_ds
+    s = compute(p)
+    assert s["kind"] == "records" and s["records"] == 30
+    assert s["lengths"]["unit"] == "characters"
+    assert s["lengths"]["total"] == sum(range(30)) == s["text_bytes"]
+    assert s["sources"] == {
+        "web": {"records": 20, "characters": sum(i for i in range(30) if i % 3)},
+        "books": {"records": 10, "characters": sum(i for i in range(30) if i % 3 == 0)},
+    }
+    a = s["attributes"]["len__even"]
+    evens = [i for i in range(30) if i % 2 == 0]
+    assert a["records"] == 30 and a["spans"] == len(evens)
+    assert a["values"] == {
+        "count": len(evens),
+        "min": 0.0,
+        "mean": pytest.approx(sum(evens) / len(evens)),
+        "max": 28.0,
+    }
+    assert s["fields"]["text"] == {"str": 30}
+    assert s["sample"]["sampled"] is False and "estimated" not in s
+
+
+def test_records_are_sampled_and_say_so(dolma_ds):
+    p, _ = dolma_ds
+    s = compute(p, sample_records=10, seed=3)
+    assert s["sample"] == {"sampled": True, "what": "records", "records_read": 10, "seed": 3}
+    assert s["records"] == 30 and s["lengths"]["count"] == 10
+    assert s["estimated"]["characters"] == s["lengths"]["total"] * 3
+    assert compute(p, sample_records=10, seed=3) == s  # seeded: the same sample
+    assert "sampled 10 of 30 records" in report.text(s)
+    assert compute(p, sample_records=10, full=True)["lengths"]["count"] == 30
+
+
+def test_token_array_records(tmp_path):
+    p = tmp_path / "a.atlas"
+    with lmdata.writer(p, "atlas") as w:
+        for n in (1, 2, 3):
+            w.write({"tokens": np.full(n, n, dtype=np.uint16)})
+    s = compute(p)
+    assert s["lengths"]["unit"] == "tokens" and s["tokens"] == 6
+    assert [(t["id"], t["count"]) for t in s["top_tokens"]] == [(3, 3), (2, 2), (1, 1)]
+
+
+def test_histogram_scales():
+    h = histogram(np.arange(100), bins=10)
+    assert h["scale"] == "linear" and sum(h["counts"]) == 100 and len(h["edges"]) == 11
+    wide = histogram(np.array([1, 10, 100, 10_000, 100_000]), bins=5)
+    assert wide["scale"] == "log" and sum(wide["counts"]) == 5
+    assert histogram(np.array([4, 4]))["counts"] == [2]
+    assert histogram(np.array([]))["counts"] == []
+
+
+def test_reports_escape_and_render(dolma_ds, tmp_path):
+    p, _ = dolma_ds
+    s = compute(p)
+    s["sources"]["<script>alert(1)</script>"] = {"records": 1, "characters": 1}
+    page = report.html_page(s)
+    assert "<script>" not in page and "&lt;script&gt;" in page and "<svg" in page
+    assert "by source" in report.text(s) and "len__even" in report.text(s)
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "s.png"
+    report.plot_png(s, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
