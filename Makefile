@@ -1,19 +1,36 @@
-# Everything the tests, the demo and the benchmarks need is installed into .venv by `make install`.
+# `make demo` needs only the main venv (.venv with lmdata). `make test` adds the dev tools and
+# the interop-test tools: zarr-python 2 and mosaicml-streaming (with CPU torch) in their own
+# small venvs, and Debian's chromium for the viewer's browser tests.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+DEV_STAMP := $(VENV)/.installed-dev-stamp
+TEST_STAMP := $(VENV)/.installed-test-stamp
 ZARR2 := $(VENV)/extra-zarr2
 STREAMING := $(VENV)/extra-streaming
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo test bench lint format clean
+.PHONY: install install-main install-dev demo test bench lint format clean
 
-install: $(STAMP)
+# everything (the main venv, dev tools, interop-test tools)
+install: $(TEST_STAMP)
+install-main: $(STAMP)
+install-dev: $(DEV_STAMP)
 
+# the main venv: lmdata and its dependencies, all `make demo` needs
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e .
+	touch $(STAMP)
+
+# dev tools: pytest, hypothesis, ruff, zarr-python 3, playwright (Python side only), matplotlib
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,plot]'
+	touch $(DEV_STAMP)
+
+$(TEST_STAMP): $(DEV_STAMP)
 	# zarr-python 2 lives in its own small venv: tests check that it reads what lmdata writes
 	test -x $(ZARR2)/bin/python || $(PY) -m venv $(ZARR2)
 	$(ZARR2)/bin/python -m pip install -q 'zarr>=2.18,<3' 'numcodecs<0.16'
@@ -24,22 +41,31 @@ $(STAMP): pyproject.toml Makefile
 	$(STREAMING)/bin/python -m pip install -q torch==2.13.0 'numpy<2.2' Brotli python-snappy \
 		'xxhash<4' zstd tqdm catalogue pillow
 	$(STREAMING)/bin/python -m pip install -q --no-deps mosaicml-streaming==0.13.0
-	touch $(STAMP)
+	# Debian's chromium for the viewer's browser tests, driven by Playwright's Python package
+	# (never `playwright install`); without root or apt those tests are skipped with a message
+	test -x $(CHROMIUM) || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+		else \
+			echo "note: $(CHROMIUM) missing (not root or no apt-get): browser tests will skip;" \
+				"install it with: apt-get install chromium"; \
+		fi; }
+	touch $(TEST_STAMP)
 
-demo: install
+demo: $(STAMP)
 	$(BIN)/lmdata demo --out demo-output
 
-test: install
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: install
+bench: $(TEST_STAMP)
 	$(BIN)/python bench/run.py
 
-lint: install
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check lmdata tests bench
 	$(BIN)/ruff format --check lmdata tests bench
 
-format: install
+format: $(DEV_STAMP)
 	$(BIN)/ruff format lmdata tests bench
 	$(BIN)/ruff check --fix lmdata tests bench
 

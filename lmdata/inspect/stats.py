@@ -286,6 +286,20 @@ def _token_texts(top: list[tuple[int, int]], tokenizer: Any) -> list[str | None]
     return out
 
 
+def with_attributes(summary: dict[str, Any], options: dict[str, Any] | None) -> dict[str, Any]:
+    """Reader options that merge every complete attribute set the dataset's info lists
+    (``attribute_sets``: Dolma trees), so records carry their attributes."""
+    opts = dict(options or {})
+    sets = summary.get("attribute_sets")
+    if isinstance(sets, dict) and "attributes" not in opts:
+        complete = [
+            k for k, v in sets.items() if isinstance(v, dict) and not v.get("missing_files")
+        ]
+        if complete:
+            opts["attributes"] = complete
+    return opts
+
+
 def compute(
     path: str | os.PathLike[str],
     *,
@@ -305,14 +319,7 @@ def compute(
     """Statistics of the dataset at ``path`` (see the module docstring); ``tokenizer`` (a
     spec or object) decodes the most frequent ids."""
     summary = dataset_info(path, format=format)
-    opts = dict(reader_options or {})
-    sets = summary.get("attribute_sets")
-    if isinstance(sets, dict) and "attributes" not in opts:
-        complete = [
-            k for k, v in sets.items() if isinstance(v, dict) and not v.get("missing_files")
-        ]
-        if complete:
-            opts["attributes"] = complete
+    opts = with_attributes(summary, reader_options)
     reader = open_dataset(path, format=format, split=split, **opts)
     report = progress or _nothing
     if is_token_reader(reader):

@@ -1,0 +1,83 @@
+"""``lmdata view PATH``: browse a dataset in a local web page."""
+
+from __future__ import annotations
+
+import click
+
+from lmdata.cli._common import format_option, split_option, unsafe_pickle_option
+from lmdata.errors import InvalidInputError
+
+
+@click.command("view")
+@click.argument("path", type=click.Path(exists=True))
+@format_option
+@split_option
+@click.option(
+    "--tokenizer",
+    default=None,
+    help="Show token ids as text with their boundaries: 'bytes' or a tokenizer file.",
+)
+@click.option(
+    "--text-key", default="text", show_default=True, help="Field holding a record's text."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="Port to serve on (0 picks a free one).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind. Anything but loopback shows the dataset to your network.",
+)
+@click.option("--verbose", "-v", is_flag=True, help="Log every request.")
+@unsafe_pickle_option
+def command(
+    path: str,
+    fmt: str | None,
+    split: str | None,
+    tokenizer: str | None,
+    text_key: str,
+    port: int,
+    host: str,
+    verbose: bool,
+    allow_unsafe_pickle: bool,
+) -> None:
+    """Serve a read-only page over the dataset at PATH on http://127.0.0.1:PORT/: page
+    through records (documents as text; token sequences decoded with --tokenizer, token
+    boundaries on hover), jump to an index or id, see the dataset's info and length
+    histogram. Ctrl-C stops it."""
+    from lmdata.view import make_server
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"warning: serving on {host}: anyone who can reach it can read the data", err=True
+        )
+    click.echo(f"opening {path} ...", err=True)
+    try:
+        server = make_server(
+            path,
+            host=host,
+            port=port,
+            format=fmt,
+            split=split,
+            tokenizer=tokenizer,
+            text_key=text_key,
+            reader_options={"allow_unsafe_pickle": True} if allow_unsafe_pickle else None,
+        )
+    except OSError as e:
+        raise InvalidInputError(
+            f"cannot listen on {host}:{port} ({e.strerror}); choose another with --port "
+            "(0 picks a free one)"
+        ) from None
+    server.verbose = verbose
+    click.echo(f"lmdata view: {server.url}  (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
