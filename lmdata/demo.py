@@ -8,6 +8,7 @@ read back. Used by ``make demo`` / ``lmdata demo``.
 from __future__ import annotations
 
 import sysconfig
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,6 +44,74 @@ def _timed(log: Callable[[str], None], what: str, fn: Callable[[], Any]) -> Any:
     out = fn()
     log(f"  {what}: {time.perf_counter() - t0:.1f} s")
     return out
+
+
+def _table(rows: list[dict[str, Any]], log: Callable[[str], None]) -> None:
+    log("")
+    log(
+        f"{'dataset':26} {'format':17} {'records':>8} {'tokens':>12} {'MB':>7} {'B/token':>7} "
+        f"{'read Mtok/s':>11}  valid"
+    )
+    for r in rows:
+        tokens = f"{r['tokens']:,}" if "tokens" in r else "-"
+        rate = f"{r['Mtok/s']:.0f}" if "Mtok/s" in r else "-"
+        width = f"{r['MB'] * 1e6 / r['tokens']:.2f}" if r.get("tokens") else "-"
+        log(
+            f"{r['dataset']:26} {r['format']:17} {r['records']:8,} {tokens:>12} "
+            f"{r['MB']:7.1f} {width:>7} {rate:>11}  {r['valid']}"
+        )
+
+
+COLUMNS = """
+What the columns measured
+  records      what a reader of the dataset holds: documents, or token sequences (for
+               flat-tokens, its train split only)
+  tokens       token ids stored ('-' for record datasets: they hold documents or, for Atlas,
+               token arrays inside records, which the Loader does not take)
+  MB           bytes on disk, indexes and metadata included
+  B/token      MB per token: the width each format stores ids in (flat-tokens uint32, as seqax
+               writes it; Modalities and MDS the narrowest width that fits) plus indexes
+  read Mtok/s  lmdata.Loader: shuffled packed batches of {batch} x {seq_len} tokens, {steps} steps
+  valid        lmdata validate: every invariant of the format checked"""
+
+
+def _explain(out: Path, docs: int, rows: list[dict[str, Any]], log: Callable[[str], None]) -> None:
+    """Why the numbers in the table differ, computed from the datasets just written."""
+    by_name = {r["dataset"]: r for r in rows}
+    splits = info(out / "stdlib.flat-tokens").get("splits", {})
+    train, val = splits.get("train", {}), splits.get("validation", {})
+    pbin = by_name["stdlib.pbin"].get("tokens", 0)
+    val_tokens, train_tokens = val.get("tokens", 0), train.get("tokens", 0)
+    reasons = [
+        f"flat-tokens put {val.get('sequences', 0):,} of {docs:,} documents (by a hash of each "
+        f"id, --validation-fraction 0.02) in its validation split: "
+        f"{train.get('sequences', 0):,} train + {val.get('sequences', 0):,} validation.",
+        f"Modalities appends an end-of-document token (id {EOD_ID}) to every document: "
+        f"stdlib.pbin has {pbin:,} tokens = {train_tokens:,} (train) + {val_tokens:,} "
+        f"(validation) + {pbin - train_tokens - val_tokens:,} EOD. flat-tokens and MDS add "
+        "none: a sequence start is a bit (flat-tokens) or a sample (MDS).",
+        "from-flat.pbin holds the flat-tokens train split only (Modalities has no splits), and a "
+        "conversion adds no EOD; from-pbin.flat-tokens keeps its source's EOD tokens.",
+        "B/token: flat-tokens stores 4 bytes per id; stdlib.pbin 2 (the width Modalities derives "
+        "from the tokenizer's vocabulary of 257); from-flat.pbin 1 (a conversion has no "
+        "tokenizer, so the width comes from the largest id stored).",
+    ]
+    log("\nWhy the counts differ")
+    for r in reasons:
+        log(textwrap.fill(r, 96, initial_indent="  - ", subsequent_indent="    "))
+
+
+def _next_steps(out: Path, log: Callable[[str], None]) -> None:
+    o = out
+    log(f"\nOutputs are in {out}/ (replaced on each run). Try next:")
+    for cmd, what in (
+        (f"lmdata info {o}/stdlib.flat-tokens", "splits, counts, codecs, bytes"),
+        (f"lmdata stats {o}/stdlib.dolma --html stats.html", "lengths and sources, as a report"),
+        (f"lmdata cat {o}/stdlib.pbin -n 1 --decode --tokenizer bytes", "a document as text"),
+        (f"lmdata view {o}/stdlib.flat-tokens --tokenizer bytes", "browse it on 127.0.0.1"),
+        (f"lmdata convert {o}/stdlib.pbin my.mds --to mds", "any format into any other"),
+    ):
+        log(f"  {cmd}\n      {what}")
 
 
 def run(
@@ -144,22 +213,14 @@ def run(
         if problems:
             for p in problems[:5]:
                 log(f"    {path.name}: {p}")
-    log("")
-    log(
-        f"{'dataset':26} {'format':17} {'records':>8} {'tokens':>12} {'MB':>7} "
-        f"{'read Mtok/s':>11}  valid"
-    )
-    for r in rows:
-        tokens = f"{r['tokens']:,}" if "tokens" in r else "-"
-        rate = f"{r['Mtok/s']:.0f}" if "Mtok/s" in r else "-"
-        log(
-            f"{r['dataset']:26} {r['format']:17} {r['records']:8,} {tokens:>12} "
-            f"{r['MB']:7.1f} {rate:>11}  {r['valid']}"
-        )
+    _table(rows, log)
+    log(COLUMNS.format(batch=batch_size, seq_len=seq_len, steps=steps))
+    _explain(out, docs, rows, log)
     first = Loader(
         open_dataset(out / "stdlib.flat-tokens"), seq_len=seq_len, batch_size=batch_size, seed=1234
     ).batch(0)
     log(f"\nfirst row of step 0 starts: {tok.decode(first['targets'][0][:60])!r}")
+    _next_steps(out, log)
     bad = [r for r in rows if r["valid"] != "ok"]
     if bad:
         raise SystemExit(f"{len(bad)} outputs failed validation")

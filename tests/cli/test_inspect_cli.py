@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,38 @@ def test_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
     assert _lmdata("stats", str(dst), "--quiet").stderr == ""
     out = _lmdata("tokenize", str(src), str(dst), "--to", "flat-tokens", "--overwrite", "-q")
     assert out.stderr == ""
+
+
+def test_demo_table_explains_itself(tmp_path):
+    from lmdata.demo import run as run_demo
+
+    lines: list[str] = []
+    run_demo(tmp_path, limit=30, steps=2, workers=0, log=lines.append)
+    text = "\n".join(lines)
+    for heading in ("What the columns measured", "Why the counts differ", "Try next:"):
+        assert heading in text
+    header = next(x for x in lines if x.startswith("dataset "))
+    for column in ("records", "tokens", "MB", "B/token", "read Mtok/s", "valid"):
+        assert column in header and f"  {column.split()[0]}" in text  # each one explained
+    splits = lmdata.info(tmp_path / "stdlib.flat-tokens")["splits"]
+    train, val = splits["train"], splits["validation"]
+    pbin = lmdata.info(tmp_path / "stdlib.pbin")["tokens"]
+    assert f"{train['sequences']:,} train + {val['sequences']:,} validation" in text
+    eod = pbin - train["tokens"] - val["tokens"]
+    assert eod == 30 and f"+ {eod:,} EOD" in text  # one EOD per document
+    assert f"lmdata view {tmp_path}/stdlib.flat-tokens --tokenizer bytes" in text
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="make is not installed")
+def test_make_demo_installs_only_the_main_venv():
+    dry = subprocess.run(
+        ["make", "-n", "-B", "demo"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert "lmdata demo" in dry
+    for tool in ("extra-zarr2", "extra-streaming", "torch", "chromium", "[dev"):
+        assert tool not in dry, tool
+    test = subprocess.run(
+        ["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    for tool in ("extra-zarr2", "mosaicml-streaming", "torch==2.13.0", "chromium", "[dev"):
+        assert tool in test, tool

@@ -143,6 +143,7 @@ def test_browser_pages_jumps_and_shows_markup_as_text(serve, dolma_ds, browser):
     assert page.inner_text("#range") == "records 0\u20139 of 40"
     assert page.locator("article.record").count() == 10
     assert page.locator("#length-histogram rect.bar").count() > 0
+    assert "null" not in page.inner_text("#overview")
     assert "40" in page.inner_text("#summary-table")
     # the <script> document (index 7) is on the first page: shown as text, never run
     doc = page.locator("#r7 pre.doc")

@@ -92,7 +92,9 @@ function renderInfo(info) {
   if (d && d.count) {
     const note = info.sample && info.sample.sampled && info.sample.what === "records"
       ? el("p", { class: "note", text: `length histogram of ${fmt(d.count)} sampled records` }) : null;
-    $("histogram").replaceChildren(el("div", { text: `Length of records (${d.unit})` }), histogram(d), note);
+    const parts = [el("div", { text: `Length of records (${d.unit})` }), histogram(d)];
+    if (note) parts.push(note);
+    $("histogram").replaceChildren(...parts);
   }
   if (info.kind === "tokens") $("find").hidden = true;
   if (!info.tokenizer) $("bounds-label").hidden = true;
