@@ -67,10 +67,10 @@ def command(
             raise click.UsageError(
                 "--decode needs --tokenizer: 'bytes' or the tokenizer file that made the dataset"
             )
-        from lmdata.inspect.decode import _resolve
         from lmdata.inspect.decode import decode as decode_ids
+        from lmdata.inspect.decode import resolve_tokenizer
 
-        tok = _resolve(tokenizer)
+        tok = resolve_tokenizer(tokenizer)
 
         def text_of(ids: np.ndarray) -> str:
             return decode_ids(ids, tok)

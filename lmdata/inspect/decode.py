@@ -24,7 +24,8 @@ _MAX_MERGE = 8
 _CONTEXT = 4
 
 
-def _resolve(tokenizer: Any) -> Any:
+def resolve_tokenizer(tokenizer: Any) -> Any:
+    """A tokenizer object from a spec (``None``/``"bytes"``, a file) or an object with decode."""
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
         return load_tokenizer(tokenizer)
     if not callable(getattr(tokenizer, "decode", None)):
@@ -49,7 +50,8 @@ def _vocab_size(tok: Any) -> int | None:
     return None
 
 
-def _decode_one(tok: Any, ids: list[int], skip_special_tokens: bool) -> str:
+def decode_raw(tok: Any, ids: list[int], skip_special_tokens: bool) -> str:
+    """``tok.decode(ids)`` without range checks, for decoders with or without the keyword."""
     try:
         return tok.decode(ids, skip_special_tokens=skip_special_tokens)
     except TypeError:  # tiktoken's Encoding and other decoders without the keyword
@@ -83,7 +85,7 @@ def decode(
     Special tokens (an EOD such as ``<|endoftext|>``) are shown unless ``skip_special_tokens``.
     An id outside the tokenizer's vocabulary is an InvalidInputError.
     """
-    tok = _resolve(tokenizer)
+    tok = resolve_tokenizer(tokenizer)
     if isinstance(ids, np.ndarray):
         rows = ids
     elif len(ids) and isinstance(ids[0], (Sequence, np.ndarray)):
@@ -103,7 +105,7 @@ def _decode_checked(tok: Any, a: np.ndarray, skip_special_tokens: bool) -> str:
     if a.size == 0:
         return ""
     _check_range(a, tok)
-    return _decode_one(tok, a.astype(np.int64).tolist(), skip_special_tokens)
+    return decode_raw(tok, a.astype(np.int64).tolist(), skip_special_tokens)
 
 
 def pieces(
@@ -115,7 +117,7 @@ def pieces(
     A token ending inside a UTF-8 character is grouped with the next ones until the character
     is complete, so a pair can hold several ids. Used to show token boundaries.
     """
-    tok = _resolve(tokenizer)
+    tok = resolve_tokenizer(tokenizer)
     a = np.asarray(ids).reshape(-1)
     _check_range(a, tok)
     seq = a.astype(np.int64).tolist()
@@ -124,12 +126,12 @@ def pieces(
     prefix = 0  # decoding context starts here
     prev = ""
     for k in range(len(seq)):
-        cur = _decode_one(tok, seq[prefix : k + 1], False)
+        cur = decode_raw(tok, seq[prefix : k + 1], False)
         if cur.endswith("\ufffd") and k + 1 - read < _MAX_MERGE and k + 1 < len(seq):
             continue
         piece = cur[len(prev) :] if cur.startswith(prev) else cur
         out.append((seq[read : k + 1], piece))
         read = k + 1
         prefix = max(prefix, read - _CONTEXT)
-        prev = _decode_one(tok, seq[prefix:read], False) if prefix < read else ""
+        prev = decode_raw(tok, seq[prefix:read], False) if prefix < read else ""
     return out

@@ -274,13 +274,13 @@ def _finish_attribute(a: dict[str, Any]) -> dict[str, Any]:
 def _token_texts(top: list[tuple[int, int]], tokenizer: Any) -> list[str | None]:
     if tokenizer is None:
         return [None] * len(top)
-    from lmdata.inspect.decode import _decode_one, _resolve
+    from lmdata.inspect.decode import decode_raw, resolve_tokenizer
 
-    tok = _resolve(tokenizer)
+    tok = resolve_tokenizer(tokenizer)
     out: list[str | None] = []
     for i, _ in top:
         try:
-            out.append(_decode_one(tok, [i], False))
+            out.append(decode_raw(tok, [i], False))
         except Exception:  # an id the tokenizer does not know: shown without text
             out.append(None)
     return out

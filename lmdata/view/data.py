@@ -16,7 +16,7 @@ import numpy as np
 from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
 from lmdata.errors import InvalidInputError
-from lmdata.inspect.decode import _resolve, pieces
+from lmdata.inspect.decode import pieces, resolve_tokenizer
 from lmdata.inspect.stats import compute, with_attributes
 from lmdata.protocols import is_token_reader
 
@@ -70,7 +70,7 @@ class ViewData:
         self.split = split
         self.text_key = text_key
         self.tokenizer_spec = tokenizer
-        self.tokenizer = _resolve(tokenizer) if tokenizer is not None else None
+        self.tokenizer = resolve_tokenizer(tokenizer) if tokenizer is not None else None
         self.summary = dataset_info(path, format=format)
         opts = with_attributes(self.summary, reader_options)
         self.reader = open_dataset(path, format=format, split=split, **opts)

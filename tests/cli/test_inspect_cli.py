@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,35 @@ def test_make_demo_installs_only_the_main_venv():
     ).stdout
     for tool in ("extra-zarr2", "mosaicml-streaming", "torch==2.13.0", "chromium", "[dev"):
         assert tool in test, tool
+
+
+def test_view_command_serves_on_loopback(tmp_path):
+    import urllib.request
+
+    p = write_tokens(tmp_path / "t.zarr", "bytes")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "lmdata.cli", "view", str(p), "--port", "0"]
+    proc = subprocess.Popen(
+        [*cmd, "--tokenizer", "bytes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        line = proc.stdout.readline().decode()
+        assert line.startswith("lmdata view: http://127.0.0.1:"), line
+        url = line.split()[2]
+        with urllib.request.urlopen(url + "api/records?start=2&count=1", timeout=30) as r:
+            item = json.loads(r.read())["items"][0]
+        assert "".join(piece for _, piece in item["tokens"]["pieces"]) == TEXTS[2]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    with socket.socket() as taken:  # a port in use is a one-line error, not a traceback
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = subprocess.run(
+            [*cmd[:-1], str(taken.getsockname()[1])],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    assert busy.returncode == 2 and "choose another with --port" in busy.stderr, busy.stderr
