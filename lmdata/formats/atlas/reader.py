@@ -219,6 +219,10 @@ class Atlas:
         self._derive()
         self._reset()
 
+    def info(self) -> dict[str, Any]:
+        """Examples and shards of this reader (the dataset's full summary: ``lmdata.info``)."""
+        return {"examples": len(self), "shards": len(self.shards)}
+
     def close(self) -> None:
         """Close open files and drop caches; the reader reopens them if used again."""
         with self._lock:

@@ -226,3 +226,16 @@ class FlatTokens:
                 "dtype": str(self.seq_starts.meta.dtype),
             },
         }
+
+    def close(self) -> None:
+        """Drop cached chunks; the reader reopens what it needs if used again."""
+        for arr in (self.tokens, self.seq_starts):
+            close = getattr(arr, "close", None)
+            if close is not None:
+                close()
+
+    def __enter__(self) -> FlatTokens:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -113,6 +113,9 @@ class JsonlDocuments:
         for lo in range(0, len(self), block):
             yield from self.take(np.arange(lo, min(lo + block, len(self))))
 
+    def info(self) -> dict[str, Any]:
+        return {"documents": len(self), "data_bytes": int(self.file_size)}
+
     def close(self) -> None:
         if self._buf is not None and not isinstance(self._buf, bytes):
             self._buf.close()
