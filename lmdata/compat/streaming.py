@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata.compat._torch import torch_class
 from lmdata.errors import InvalidInputError, OutputExistsError
 from lmdata.formats.mds import MDSReader, Writer
 from lmdata.formats.mds.index import parse_size_limit
@@ -427,30 +428,7 @@ class _StreamingDataset:
         self.next_epoch = epoch
 
 
-_CLASS: type | None = None
-
-
-def _streaming_dataset_class() -> type:
-    """``StreamingDataset``: a torch ``IterableDataset`` when torch is installed (imported
-    only when this class is first asked for), a plain iterable otherwise."""
-    global _CLASS
-    if _CLASS is None:
-        bases: tuple[type, ...] = (_StreamingDataset,)
-        try:
-            from torch.utils.data import IterableDataset
-
-            bases = (_StreamingDataset, IterableDataset)
-        except ImportError:
-            pass
-        _CLASS = type(
-            "StreamingDataset",
-            bases,
-            {"__module__": __name__, "__doc__": _StreamingDataset.__doc__},
-        )
-    return _CLASS
-
-
 def __getattr__(name: str) -> Any:
-    if name == "StreamingDataset":
-        return _streaming_dataset_class()
+    if name == "StreamingDataset":  # a torch IterableDataset when torch is installed
+        return torch_class(__name__, name, _StreamingDataset, "IterableDataset")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
