@@ -137,7 +137,8 @@ class Atlas:
     Each example is returned exactly as it was pickled (dicts for JSON-like data), and a fresh
     object every time, so changing it never changes later reads. ``allow_unsafe_pickle=True``
     trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
-    ``cache_bytes`` bounds the decoded blocks kept between reads.
+    ``cache_bytes`` bounds the decoded blocks kept between reads. ``compression_dict`` gives
+    the shared dictionary's bytes (a shard opened on its own, away from its dataset root).
     """
 
     format = "atlas"
@@ -149,8 +150,10 @@ class Atlas:
         allow_unsafe_pickle: bool = False,
         max_block_bytes: int = codec.MAX_BLOCK_BYTES,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        compression_dict: bytes | None = None,
     ) -> None:
         self.root = require_exists(path)
+        self.compression_dict = None if compression_dict is None else bytes(compression_dict)
         if not self.root.is_dir():
             raise FormatError("an Atlas dataset is a folder with meta.json", path=self.root)
         self.allow_unsafe_pickle = allow_unsafe_pickle
@@ -205,6 +208,7 @@ class Atlas:
             "allow_unsafe_pickle",
             "max_block_bytes",
             "cache_bytes",
+            "compression_dict",
             "meta",
             "shards",
             "_dict_dir",
@@ -327,6 +331,8 @@ class Atlas:
         else:
             return None
         d = self._dicts.get(key)
+        if d is None and key == "shared" and self.compression_dict is not None:
+            d = self._dicts[key] = codec.load_dict(self.compression_dict, "compression_dict")
         if d is None:
             try:
                 data = p.read_bytes()
