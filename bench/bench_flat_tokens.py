@@ -89,7 +89,7 @@ def main() -> None:
 
             return f
 
-        loader = lmdata.Loader(r_raw, seq_len=SEQ_LEN, batch_size=BATCH, seed=0)
+        loader = lmdata.Loader(r_raw, seq_len=SEQ_LEN, global_batch_size=BATCH, seed=0)
 
         def lmdata_loader(i: int) -> int:
             loader.batch(i)
