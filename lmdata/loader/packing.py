@@ -32,10 +32,13 @@ def _as_dtype(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
 def packed_from_encoded(enc: np.ndarray, dtype: np.dtype, bos: int = 0) -> dict[str, np.ndarray]:
     """Packed rows from stored flat-tokens values (``id*2 + start bit``), shape (rows, L)."""
     enc = np.asarray(enc, dtype=np.uint32)
-    targets = _as_dtype(enc >> np.uint32(1), dtype)
-    starts = enc & np.uint32(1)
+    targets = _as_dtype(np.right_shift(enc, np.uint32(1)), dtype)
+    if np.little_endian:  # the start bit is in the low byte: read a quarter of the bytes
+        starts = enc.view(np.uint8)[:, ::4] & np.uint8(1)
+    else:
+        starts = (enc & np.uint32(1)).astype(np.uint8)
     starts[:, 0] = 1
-    return _packed(targets, np.flatnonzero(starts), dtype, bos)
+    return _packed(targets, np.flatnonzero(starts.view(bool)), dtype, bos)
 
 
 def packed_from_starts(
@@ -48,30 +51,68 @@ def packed_from_starts(
     return _packed(np.asarray(targets).astype(dtype), np.flatnonzero(st), dtype, bos)
 
 
+_ARANGE: dict[int, np.ndarray] = {}
+
+
+def _arange(n: int) -> np.ndarray:
+    a = _ARANGE.get(n)
+    if a is None:
+        if len(_ARANGE) > 8:
+            _ARANGE.clear()
+        a = _ARANGE[n] = np.arange(n, dtype=np.int32)
+    return a
+
+
 def _packed(
     targets: np.ndarray, starts: np.ndarray, dtype: np.dtype, bos: int
 ) -> dict[str, np.ndarray]:
     b, length = targets.shape
-    n = b * length
     inputs = np.empty((b, length), dtype=dtype)
     inputs[:, 1:] = targets[:, :-1]
     inputs.reshape(-1)[starts] = bos
-    # segments in flat coordinates: each starts at a document start or a row start
-    idx = np.int64 if n >= 2**31 else np.int32
-    seg_len = np.diff(starts, append=n)
-    positions = np.arange(n, dtype=idx)
-    positions -= np.repeat(starts.astype(idx), seg_len)
-    row_first = np.flatnonzero(starts % length == 0)  # the first segment of each row
-    local = np.arange(len(starts), dtype=np.int32)
-    local -= np.repeat(row_first.astype(np.int32), np.diff(row_first, append=len(starts)))
-    local += 1
-    segment_ids = np.repeat(local, seg_len)
+    positions, segment_ids = segments(starts, b, length)
     return {
         "inputs": inputs,
         "targets": targets,
-        "segment_ids": segment_ids.reshape(b, length),
-        "positions": positions.astype(np.int32, copy=False).reshape(b, length),
+        "segment_ids": segment_ids,
+        "positions": positions,
     }
+
+
+def segments(starts: np.ndarray, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, segment_ids), int32 (rows, length), from the flat indices of segment starts
+    (every row start included, sorted)."""
+    n = rows * length
+    row_start = starts % length == 0
+    idx = np.arange(len(starts))
+    local = idx - np.maximum.accumulate(np.where(row_start, idx, 0)) + 1
+    # few, long segments (the usual case) are one memcpy-speed slice each
+    fill = _segments_by_slices if len(starts) * 256 <= n else _segments_by_repeat
+    positions, segment_ids = fill(starts, local, rows, length)
+    return positions.reshape(rows, length), segment_ids.reshape(rows, length)
+
+
+def _segments_by_slices(
+    starts: np.ndarray, local: np.ndarray, rows: int, length: int
+) -> tuple[np.ndarray, np.ndarray]:
+    n = rows * length
+    positions = np.empty(n, dtype=np.int32)
+    segment_ids = np.empty(n, dtype=np.int32)
+    ar = _arange(length)
+    ends = [*starts[1:].tolist(), n]
+    for a, z, k in zip(starts.tolist(), ends, local.tolist(), strict=True):
+        positions[a:z] = ar[: z - a]
+        segment_ids[a:z] = k
+    return positions, segment_ids
+
+
+def _segments_by_repeat(
+    starts: np.ndarray, local: np.ndarray, rows: int, length: int
+) -> tuple[np.ndarray, np.ndarray]:
+    seg_len = np.diff(starts, append=rows * length)
+    positions = np.tile(_arange(length), rows)
+    positions -= np.repeat((starts % length).astype(np.int32), seg_len)
+    return positions, np.repeat(local.astype(np.int32), seg_len)
 
 
 def eos_windows(windows: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:

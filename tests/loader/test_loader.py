@@ -80,6 +80,22 @@ def test_segment_ids_and_positions_restart_at_every_document(seqs, L, fast):
             assert b["inputs"][0].tolist() == inp
 
 
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), rows=st.integers(1, 6), length=st.integers(1, 40))
+def test_both_segment_fillers_agree(data, rows, length):
+    from lmdata.loader import packing
+
+    inner = data.draw(st.sets(st.integers(0, rows * length - 1)))
+    starts = np.array(sorted(inner | set(range(0, rows * length, length))), dtype=np.int64)
+    idx = np.arange(len(starts))
+    local = idx - np.maximum.accumulate(np.where(starts % length == 0, idx, 0)) + 1
+    a = packing._segments_by_slices(starts, local, rows, length)
+    b = packing._segments_by_repeat(starts, local, rows, length)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    pos = a[0].reshape(rows, length)
+    assert (pos.reshape(-1)[starts] == 0).all() and (pos[:, 0] == 0).all()
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seqs=seq_lists, L=st.integers(1, 7), G=st.integers(1, 5), fast=st.booleans())
 def test_eos_every_token_after_the_first_is_a_target_exactly_once(seqs, L, G, fast):
