@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -28,6 +29,7 @@ from lmdata.loader.sources import LONG_DOCS, MODES, Source, open_source
 
 STATE_VERSION = 1
 _SLOT_TAG = 0x510754  # seeds the order of a mixed global batch's slots
+_BLOCK = 4096  # stream positions whose shuffled rows are computed and cached together
 _KEYS = {
     "packed": ("inputs", "targets", "segment_ids", "positions"),
     "eos": ("inputs", "targets"),
@@ -192,7 +194,8 @@ class Loader:
             )
         self.mixture = Mixture(exact_weights(list(weights)), global_batch_size)
         self.step = int(start_step)
-        self._perms: dict[tuple[int, int], Permutation] = {}
+        self._blocks: dict[tuple[int, int], np.ndarray] = {}
+        self._lock = threading.Lock()
         self.keys = _KEYS[mode] + (
             ("loss_mask",) if epochs is not None and mode != "unpacked" else ()
         )
@@ -241,48 +244,77 @@ class Loader:
 
     def indices(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, row, valid) of this rank's rows at ``step``; invalid rows are padding."""
-        g = self.global_batch_size
+        g, b = self.global_batch_size, self.local_batch_size
         c = self.config
-        if c.epochs is not None:
-            pos = np.arange(g, dtype=np.int64) + step * g
+        lo = self.rank * b
+        if c.epochs is not None or len(self.sources) == 1:
+            start = step * g if c.epochs is not None else int(self.mixture.served(step)[0])
+            pos = np.arange(start + lo, start + lo + b, dtype=np.int64)
+            src = np.zeros(b, dtype=np.int64)
+            if c.epochs is None:
+                return src, self._rows_of(0, pos), np.ones(b, dtype=bool)
             valid = pos < self.num_rows * c.epochs
-            src = np.zeros(g, dtype=np.int64)
-        else:
-            served = self.mixture.served(step)
-            counts = self.mixture.served(step + 1) - served
-            src = np.repeat(np.arange(len(self.sources)), counts)
-            if len(self.sources) > 1 and c.shuffle:  # spread the sources over the ranks
-                src = src[Permutation(g, derive_seed(c.seed, _SLOT_TAG, step))(np.arange(g))]
-            # each source's rows in slot order are its next stream positions
-            ranks = np.empty(g, dtype=np.int64)
-            ranks[np.argsort(src, kind="stable")] = np.arange(g)
-            first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-            pos = served[src] + ranks - first[src]
-            valid = np.ones(g, dtype=bool)
-        lo = self.rank * self.local_batch_size
-        sl = slice(lo, lo + self.local_batch_size)
-        src, pos, valid = src[sl], pos[sl], valid[sl]
+            return src, self._rows_of(0, np.where(valid, pos, 0)), valid
+        served = self.mixture.served(step)
+        counts = self.mixture.served(step + 1) - served
+        src = np.repeat(np.arange(len(self.sources)), counts)
+        if c.shuffle:  # spread the sources over the ranks
+            src = src[Permutation(g, derive_seed(c.seed, _SLOT_TAG, step))(np.arange(g))]
+        # each source's rows, in slot order, are its next stream positions
+        order = np.empty(g, dtype=np.int64)
+        order[np.argsort(src, kind="stable")] = np.arange(g)
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        pos = (served[src] + order - first[src])[lo : lo + b]
+        src = src[lo : lo + b]
         rows = np.zeros_like(pos)
-        for k in np.unique(src[valid]).tolist():
-            sel = valid & (src == k)
+        for k in np.unique(src).tolist():
+            sel = src == k
             rows[sel] = self._rows_of(k, pos[sel])
-        return src, rows, valid
+        return src, rows, np.ones(b, dtype=bool)
 
     def _rows_of(self, k: int, pos: np.ndarray) -> np.ndarray:
+        """Rows at stream positions ``pos`` (increasing) of source ``k``."""
         n = self.sources[k].num_rows
-        epoch, j = np.divmod(pos, n)
         if not self.config.shuffle:
-            return j
+            return pos % n
+        # the permutation is evaluated a block of positions at a time and cached: consecutive
+        # steps reuse it, so a step costs a few array lookups
+        key = pos // _BLOCK
+        lo = int(key.min())
+        if lo == int(key.max()):
+            return self._block(k, lo, n)[pos - lo * _BLOCK]
+        out = np.empty_like(pos)
+        for kb in np.unique(key).tolist():
+            sel = key == kb
+            out[sel] = self._block(k, kb, n)[pos[sel] - kb * _BLOCK]
+        return out
+
+    def _block(self, k: int, kb: int, n: int) -> np.ndarray:
+        """Rows of stream positions ``kb*_BLOCK ..`` of source ``k`` (crossing epoch ends)."""
+        got = self._blocks.get((k, kb))
+        if got is not None:
+            return got
+        pos = np.arange(kb * _BLOCK, (kb + 1) * _BLOCK, dtype=np.int64)
+        epoch, j = np.divmod(pos, n)
         out = np.empty_like(j)
         for e in np.unique(epoch).tolist():
-            perm = self._perms.get((k, e))
-            if perm is None:
-                if len(self._perms) >= 16:
-                    self._perms.pop(next(iter(self._perms)))
-                perm = self._perms[(k, e)] = Permutation(n, derive_seed(self.config.seed, k, e))
             sel = epoch == e
-            out[sel] = perm(j[sel])
+            out[sel] = Permutation(n, derive_seed(self.config.seed, k, e))(j[sel])
+        with self._lock:
+            while len(self._blocks) >= 8:
+                self._blocks.pop(next(iter(self._blocks)))
+            self._blocks[(k, kb)] = out
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state["_blocks"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     # ---- batches ---------------------------------------------------------------------------
 

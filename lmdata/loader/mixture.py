@@ -84,8 +84,10 @@ class Mixture:
                 f"step {step} precedes step {self.base_step}, where this loader's weights or "
                 "global batch size changed; earlier batches are not reproducible from this state"
             )
-        done = cumulative(self.weights, (step - self.base_step) * self.global_batch_size)
-        return done + np.asarray(self.base_rows, dtype=np.int64)
+        rows = (step - self.base_step) * self.global_batch_size
+        if len(self.weights) == 1:
+            return np.array([self.base_rows[0] + rows], dtype=np.int64)
+        return cumulative(self.weights, rows) + np.asarray(self.base_rows, dtype=np.int64)
 
     def counts(self, step: int) -> np.ndarray:
         """Rows of each source in the global batch of ``step``."""

@@ -30,15 +30,18 @@ def _as_dtype(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def packed_from_encoded(enc: np.ndarray, dtype: np.dtype, bos: int = 0) -> dict[str, np.ndarray]:
-    """Packed rows from stored flat-tokens values (``id*2 + start bit``), shape (rows, L)."""
+    """Packed rows from stored flat-tokens values (``id*2 + start bit``), shape (rows, L).
+
+    ``enc`` is consumed: its memory becomes ``targets`` when the dtype allows.
+    """
     enc = np.asarray(enc, dtype=np.uint32)
-    targets = _as_dtype(np.right_shift(enc, np.uint32(1)), dtype)
     if np.little_endian:  # the start bit is in the low byte: read a quarter of the bytes
         starts = enc.view(np.uint8)[:, ::4] & np.uint8(1)
     else:
         starts = (enc & np.uint32(1)).astype(np.uint8)
     starts[:, 0] = 1
-    return _packed(targets, np.flatnonzero(starts.view(bool)), dtype, bos)
+    np.right_shift(enc, np.uint32(1), out=enc)
+    return _packed(_as_dtype(enc, dtype), np.flatnonzero(starts.view(bool)), dtype, bos)
 
 
 def packed_from_starts(
@@ -68,8 +71,9 @@ def _packed(
 ) -> dict[str, np.ndarray]:
     b, length = targets.shape
     inputs = np.empty((b, length), dtype=dtype)
-    inputs[:, 1:] = targets[:, :-1]
-    inputs.reshape(-1)[starts] = bos
+    flat = inputs.reshape(-1)
+    flat[1:] = targets.reshape(-1)[:-1]  # one contiguous copy; row starts are in ``starts``
+    flat[starts] = bos
     positions, segment_ids = segments(starts, b, length)
     return {
         "inputs": inputs,

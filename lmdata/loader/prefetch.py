@@ -1,60 +1,35 @@
-"""A bounded background thread that computes the next batches while the caller trains.
+"""Background batches: up to ``depth`` steps computed ahead by a small pool of threads.
 
-numpy and the readers release the GIL for the copies and reads that dominate a batch, so one
-thread hides the loading time behind the training step. The queue is bounded (``depth``
-batches), the thread stops when the consumer goes away, and an error in the thread is raised in
-the consumer at the batch where it happened.
+numpy and the readers release the GIL for the copies and reads that dominate a batch, so
+threads hide the loading time behind the training step (and use a second core when there is
+one). Batches come back in step order; the window is bounded; an error in a thread is raised
+in the consumer at the step where it happened; closing the consumer cancels what is pending.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
 from typing import Any
-
-_END = object()
-
-
-class _Failed:
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
 
 def prefetched(
-    fn: Callable[[int], Any], steps: Iterable[int], depth: int
+    fn: Callable[[int], Any], steps: Iterable[int], depth: int, threads: int = 2
 ) -> Iterator[tuple[int, Any]]:
-    """``(step, fn(step))`` for each step, computed up to ``depth`` steps ahead in a thread."""
-    q: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def work() -> None:
-        try:
-            for s in steps:
-                if not put((s, fn(s))):
-                    return
-            put(_END)
-        except BaseException as e:  # handed to the consumer, raised there
-            put(_Failed(e))
-
-    thread = threading.Thread(target=work, name="lmdata-prefetch", daemon=True)
-    thread.start()
+    """``(step, fn(step))`` for each step in order, up to ``depth`` steps computed ahead."""
+    it = iter(steps)
+    pool = ThreadPoolExecutor(max(1, min(threads, depth)), thread_name_prefix="lmdata-prefetch")
+    window: deque[tuple[int, Future[Any]]] = deque()
     try:
-        while True:
-            item = q.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failed):
-                raise item.exc
-            yield item
+        for s in islice(it, max(1, depth)):
+            window.append((s, pool.submit(fn, s)))
+        while window:
+            s, fut = window.popleft()
+            result = fut.result()
+            for nxt in islice(it, 1):
+                window.append((nxt, pool.submit(fn, nxt)))
+            yield s, result
     finally:
-        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
