@@ -336,3 +336,22 @@ def test_open_does_not_read_seq_starts_in_packed_mode(dataset):
     loader.batch(5)
     loader.batch(1000)
     assert r._boundaries is None  # packed rows came from the start bits alone
+
+
+def test_mds_and_atlas_sources_give_the_same_batches(tmp_path):
+    seqs = [s for s in random_seqs(5, 40) if len(s)]
+    ref = Loader(Plain(seqs), seq_len=8, global_batch_size=4, seed=1)
+    with lmdata.writer(tmp_path / "m", "mds", columns={"tokens": "ndarray:uint32"}) as w:
+        for s in seqs:
+            w.write({"tokens": np.asarray(s, dtype=np.uint32)})
+    with lmdata.writer(tmp_path / "a", "atlas") as w:
+        for s in seqs:
+            w.write({"tokens": np.asarray(s, dtype=np.int64)})
+    mds = Loader(str(tmp_path / "m"), seq_len=8, global_batch_size=4, seed=1)
+    atlas = Loader(
+        str(tmp_path / "a"), seq_len=8, global_batch_size=4, seed=1, token_column="tokens"
+    )
+    for step in (0, 5, 33):
+        want = ref.batch(step)
+        for got in (mds.batch(step), atlas.batch(step)):
+            assert all(np.array_equal(got[k], want[k]) for k in want)
