@@ -207,6 +207,19 @@ class FlatTokens:
         idx = normalize_indices(rows, self.num_packed_rows(seq_len))
         return self.tokens.gather(idx * seq_len, seq_len)
 
+    def encoded_windows(self, starts: Sequence[int] | np.ndarray, length: int) -> np.ndarray:
+        """Stored values ``tokens[s:s+length]`` for each ``s`` in ``starts``, shape (n, length).
+
+        Reads only token chunks (never ``seq_starts``): packed and EOS-window loading.
+        """
+        st = np.asarray(starts, dtype=np.int64).reshape(-1)
+        if len(st) and (int(st.min()) < 0 or int(st.max()) + length > self.num_tokens):
+            raise IndexError(
+                f"a window of {length} tokens at {int(st.max())} or {int(st.min())} is outside "
+                f"the {self.num_tokens} tokens"
+            )
+        return self.tokens.gather(st, length)
+
     def info(self) -> dict[str, Any]:
         return {
             "sequences": len(self),
