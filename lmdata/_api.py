@@ -52,11 +52,19 @@ def open(
             f"{spec.name} datasets are token sequences already; drop token_column="
         )
     reader = spec.open(p, **_named(spec, options))
-    if token_column is not None:
-        from lmdata.formats._token_view import TokenColumn
+    return reader if token_column is None else token_view(reader, token_column)
 
-        reader = (spec.token_view or TokenColumn)(reader, token_column)
-    return reader
+
+def token_view(reader: Any, column: str) -> Any:
+    """The token-sequence view of a records ``reader`` whose ``column`` holds token ids: the
+    format's own view where it has one (MDS reads lengths from its headers), else a generic one
+    that finds the lengths in one pass on first use."""
+    from lmdata.formats._token_view import TokenColumn
+
+    name = getattr(reader, "format", None)
+    spec = formats.spec(name) if isinstance(name, str) and name in formats.names() else None
+    view = spec.token_view if spec is not None and spec.token_view is not None else TokenColumn
+    return view(reader, column)
 
 
 def writer(path: str | os.PathLike[str], format: str, **options: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, FormatError
+from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.protocols import normalize_indices
 
 
@@ -30,6 +30,8 @@ class TokenColumn:
         self.format = getattr(records, "format", "records")
         self._boundaries: np.ndarray | None = None
         self._max_token_id: int | None = None
+        if len(records):
+            self[0]  # a wrong column fails here, naming the columns there are
 
     def __repr__(self) -> str:
         return f"TokenColumn({self.records!r}, {self.token_column!r})"
@@ -41,7 +43,7 @@ class TokenColumn:
         where = getattr(self.records, "path", None) or getattr(self.records, "root", None)
         if not isinstance(rec, dict) or self.token_column not in rec:
             keys = ", ".join(map(str, rec)) if isinstance(rec, dict) else type(rec).__name__
-            raise FormatError(
+            raise InvalidInputError(
                 f"record {i} has no column {self.token_column!r} ({keys}); pass the column "
                 "that holds the token ids as token_column=",
                 path=where,

@@ -9,7 +9,6 @@ bit is in each stored token. Other readers are read through ``span`` and ``bound
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,6 @@ from lmdata.loader.packing import (
     starts_in_rows,
     unpacked_rows,
 )
-from lmdata.protocols import normalize_indices
 
 MODES = ("packed", "eos", "unpacked")
 LONG_DOCS = ("truncate", "split", "error")
@@ -32,13 +30,14 @@ _NEEDS = ("span", "boundaries", "num_tokens", "__len__")
 
 def open_source(source: Any, token_column: str | None, split: str | None) -> Any:
     """A token-sequence reader from a reader or a path (``token_column`` for record datasets)."""
+    from lmdata._api import open as open_dataset
+    from lmdata._api import token_view
+
     reader = source
     if isinstance(source, (str, os.PathLike)):
-        from lmdata._api import open as open_dataset
-
-        reader = open_dataset(source, split=split)
-    if token_column is not None and getattr(reader, "token_column", None) != token_column:
-        reader = ColumnTokens(reader, token_column)
+        reader = open_dataset(source, split=split, token_column=token_column)
+    elif token_column is not None and getattr(reader, "token_column", None) != token_column:
+        reader = token_view(reader, token_column)
     missing = [a for a in _NEEDS if not _has(reader, a)]
     if missing:
         raise InvalidInputError(
@@ -52,87 +51,6 @@ def open_source(source: Any, token_column: str | None, split: str | None) -> Any
 def _has(obj: Any, name: str) -> bool:
     """``hasattr`` without evaluating properties (``boundaries`` may read a whole index)."""
     return hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})
-
-
-class ColumnTokens:
-    """A records reader whose items hold token ids in one column, as a token-sequence reader.
-
-    Sequence lengths (``boundaries``) are found once by reading every record's column: O(N) on
-    first use, so prefer a token format (flat-tokens) for large training sets.
-    """
-
-    format = "column-tokens"
-
-    def __init__(self, records: Any, column: str) -> None:
-        self.records = records
-        self.token_column = column
-        self._boundaries: np.ndarray | None = None
-        self._max: int | None = None
-        if len(records):
-            self[0]  # fails early, naming the columns
-
-    def __repr__(self) -> str:
-        return f"ColumnTokens({self.records!r}, {self.token_column!r})"
-
-    def _column(self, item: Any, i: int) -> np.ndarray:
-        try:
-            value = item[self.token_column]
-        except (KeyError, IndexError, TypeError):
-            keys = list(item) if isinstance(item, dict) else type(item).__name__
-            raise InvalidInputError(
-                f"record {i} has no column {self.token_column!r} (it has {keys}); "
-                "pass the token column's name as token_column="
-            ) from None
-        arr = np.asarray(value)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-            raise InvalidInputError(
-                f"record {i}: column {self.token_column!r} is not a 1-D array of integer ids"
-            )
-        return arr
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __getitem__(self, index: int) -> np.ndarray:
-        return self._column(self.records[index], int(index))
-
-    def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
-        idx = normalize_indices(indices, len(self))
-        items = self.records.take(idx)
-        return [self._column(it, int(i)) for it, i in zip(items, idx, strict=True)]
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for i, item in enumerate(self.records):
-            yield self._column(item, i)
-
-    @property
-    def boundaries(self) -> np.ndarray:
-        if self._boundaries is None:
-            lens = np.fromiter((len(s) for s in self), dtype=np.uint64, count=len(self))
-            b = np.zeros(len(lens) + 1, dtype=np.uint64)
-            np.cumsum(lens, out=b[1:])
-            self._boundaries = b
-        return self._boundaries
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.boundaries[-1])
-
-    @property
-    def max_token_id(self) -> int:
-        if self._max is None:
-            self._max = max((int(s.max()) for s in self if len(s)), default=0)
-        return self._max
-
-    def span(self, start: int, stop: int) -> np.ndarray:
-        b = self.boundaries.astype(np.int64)
-        if stop <= start:
-            return np.zeros(0, dtype=np.int64)
-        first = int(np.searchsorted(b, start, side="right")) - 1
-        last = int(np.searchsorted(b, stop, side="left"))
-        docs = self.take(np.arange(first, last))
-        flat = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
-        return flat[start - b[first] : stop - b[first]]
 
 
 class Source:

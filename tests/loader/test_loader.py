@@ -347,7 +347,9 @@ def test_mds_and_atlas_sources_give_the_same_batches(tmp_path):
     with lmdata.writer(tmp_path / "a", "atlas") as w:
         for s in seqs:
             w.write({"tokens": np.asarray(s, dtype=np.int64)})
-    mds = Loader(str(tmp_path / "m"), seq_len=8, global_batch_size=4, seed=1)
+    with pytest.raises(InvalidInputError, match="token_column"):  # MDS opens as records
+        Loader(str(tmp_path / "m"), seq_len=8, global_batch_size=4, seed=1)
+    mds = Loader(str(tmp_path / "m"), seq_len=8, global_batch_size=4, seed=1, token_column="tokens")
     atlas = Loader(
         str(tmp_path / "a"), seq_len=8, global_batch_size=4, seed=1, token_column="tokens"
     )
