@@ -20,7 +20,8 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from lmdata.errors import FormatError, LmdataError, MissingDependencyError
+from lmdata import _deps
+from lmdata.errors import FormatError, LmdataError
 
 # name -> module. Order matters for detection: the first module whose detect() says yes wins,
 # so the more specific layouts come first.
@@ -69,9 +70,7 @@ def module(name: str) -> ModuleType:
     except ModuleNotFoundError as e:
         if e.name == modname:
             raise FormatError(f"format {name!r} is not implemented in this version") from None
-        raise MissingDependencyError(
-            f"format {name!r} needs the package {e.name!r}: pip install 'lmdata[all]'"
-        ) from None
+        raise _deps.missing(e.name or modname, f"format {name!r}") from None
 
 
 def detect(path: str | os.PathLike[str]) -> str:
