@@ -12,7 +12,6 @@ other object decoders are refused.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import threading
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _json
 from lmdata._deps import require
 from lmdata.errors import CorruptDataError, FormatError, LmdataError, UnsafeDataError
 from lmdata.formats.flat_tokens._codecs import crc32c_strip, v2_decoder, v3_decoder
@@ -33,17 +33,8 @@ _MISSING = 2**64 - 1
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(1 << 24)
-        obj = json.loads(data)
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError) as e:
-        raise CorruptDataError(f"unreadable JSON metadata: {e}", path=path) from None
-    if not isinstance(obj, dict):
-        raise CorruptDataError("metadata is not a JSON object", path=path)
-    return obj
+    """A zarr metadata file as a dict (bounded in size and nesting, see lmdata._json)."""
+    return _json.read(path, what="zarr metadata")
 
 
 def node_kind(path: Path) -> tuple[int, str] | None:

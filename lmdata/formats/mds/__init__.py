@@ -9,12 +9,12 @@ depend on the name: every shard says its own format, as in streaming.
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from lmdata import _json
 from lmdata.errors import LmdataError
 from lmdata.formats.mds.index import FORMAT_NAMES, INDEX, find_index
 from lmdata.formats.mds.merge import merge
@@ -75,7 +75,7 @@ def _sniff(idx: Path) -> str | None:
         return None
     if len(head) < _HEAD:
         try:
-            obj = json.loads(head)
+            obj = _json.parse(head, _json.MAX_METADATA_DEPTH)
         except ValueError:
             return None
         if not isinstance(obj, dict) or obj.get("version") != 2:
