@@ -116,7 +116,9 @@ def read(
     p = Path(path)
     try:
         with open(p, "rb") as f:
-            data = f.read(max_bytes + 1)
+            # read(n) allocates n bytes up front: ask for what the file holds, capped
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(min(size, max_bytes) + 1) if size else f.read(1 << 20)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         raise
     except OSError as e:

@@ -26,16 +26,22 @@ def validate(path: str | os.PathLike[str], **_: object) -> list[str]:
         kind = node_kind(root)
     except LmdataError as e:
         return [str(e)]
-    if find_token_array(root) is not None:
-        _check_split(root, root.name, rep)
-        return rep.finish()
+    try:
+        if find_token_array(root) is not None:
+            _check_split(root, root.name, rep)
+            return rep.finish()
+    except LmdataError as e:
+        return [str(e)]
     if kind is None or kind[1] != "group":
         rep.add("root", f"{root}: not a zarr group (no .zgroup or zarr.json)")
     for split in SPLITS:
         if not (root / split).is_dir():
             rep.add("split", f"{split}: missing (a flat-tokens dataset has train and validation)")
             continue
-        _check_split(root / split, split, rep)
+        try:
+            _check_split(root / split, split, rep)
+        except LmdataError as e:  # metadata too broken to look further into this split
+            rep.add("split", f"{split}: {e}")
     return rep.finish()
 
 
