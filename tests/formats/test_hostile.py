@@ -130,7 +130,7 @@ def _names_the_dataset(message: str, root: Path) -> bool:
 
 @pytest.mark.parametrize("fmt", list(BUILDERS))
 @settings(
-    max_examples=25,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -147,13 +147,19 @@ def test_damaged_files_end_in_lmdata_errors(datasets, tmp_path_factory, fmt, dat
     files = _files(root)
     victim = data.draw(st.sampled_from(files), label="file")
     raw = victim.read_bytes()
-    how = data.draw(st.sampled_from(["truncate", "flip", "empty", "garbage"]), label="damage")
+    how = data.draw(
+        st.sampled_from(["truncate", "flip", "huge", "empty", "garbage"]), label="damage"
+    )
     if how == "truncate" and raw:
         raw = raw[: data.draw(st.integers(0, len(raw) - 1), label="keep")]
     elif how == "flip" and raw:
         pos = data.draw(st.integers(0, len(raw) - 1), label="byte")
         bit = data.draw(st.integers(0, 7), label="bit")
         raw = raw[:pos] + bytes([raw[pos] ^ (1 << bit)]) + raw[pos + 1 :]
+    elif how == "huge" and len(raw) >= 8:  # a length or offset field made enormous
+        pos = data.draw(st.integers(0, len(raw) - 8), label="at")
+        value = data.draw(st.sampled_from([2**31 - 1, 2**32 + 7, 2**62, 2**64 - 1]))
+        raw = raw[:pos] + value.to_bytes(8, "little") + raw[pos + 8 :]
     elif how == "empty":
         raw = b""
     else:
@@ -439,3 +445,11 @@ class _Zeros:
         k = self.left if size < 0 else min(size, self.left)
         self.left -= k
         return b"\0" * k
+
+
+def test_truncated_zgroup_is_reported(datasets, tmp_path):
+    root = tmp_path / "d.zarr"
+    shutil.copytree(datasets["flat-tokens"], root)
+    (root / "train" / ".zgroup").write_bytes(b'{"zarr_form')
+    problems = lmdata.validate(root, format="flat-tokens")
+    assert any("train/.zgroup" in m and "not valid JSON" in m for m in problems), problems

@@ -9,7 +9,7 @@ import numpy as np
 
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
-from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind
+from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind, read_json
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS, find_token_array
 
 # seq_starts entries that may read as the fill value for want of a chunk file (64 MiB of u64)
@@ -34,6 +34,7 @@ def validate(path: str | os.PathLike[str], **_: object) -> list[str]:
         return [str(e)]
     if kind is None or kind[1] != "group":
         rep.add("root", f"{root}: not a zarr group (no .zgroup or zarr.json)")
+    _check_zgroup(root, rep)
     for split in SPLITS:
         if not (root / split).is_dir():
             rep.add("split", f"{split}: missing (a flat-tokens dataset has train and validation)")
@@ -45,7 +46,23 @@ def validate(path: str | os.PathLike[str], **_: object) -> list[str]:
     return rep.finish()
 
 
+def _check_zgroup(d: Path, rep: ProblemReport) -> None:
+    """A v2 group's ``.zgroup`` must say ``zarr_format`` 2 (zarr-python refuses it otherwise;
+    lmdata itself needs only its presence)."""
+    f = d / ".zgroup"
+    if not f.is_file():
+        return
+    try:
+        fmt = read_json(f).get("zarr_format")
+    except LmdataError as e:
+        rep.add("group", str(e))
+        return
+    if fmt != 2:
+        rep.add("group", f"{f}: zarr_format is {fmt!r}, must be 2")
+
+
 def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
+    _check_zgroup(d, rep)
     try:
         attrs = node_attrs(d)
     except LmdataError as e:
