@@ -217,7 +217,7 @@ def test_deeply_nested_zarr_v3_metadata(tmp_path):
         f = tmp_path / "z.zarr" / node / "zarr.json"
         good = f.read_bytes()
         f.write_bytes(DEEP_JSON)
-        with pytest.raises(LmdataError, match="zarr.json"):
+        with pytest.raises(LmdataError, match=r"zarr\.json"):
             lmdata.open(tmp_path / "z.zarr", format="flat-tokens")
         assert lmdata.validate(tmp_path / "z.zarr", format="flat-tokens")
         try:
