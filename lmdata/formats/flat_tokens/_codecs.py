@@ -8,6 +8,7 @@ or allocate without limit.
 from __future__ import annotations
 
 import bz2
+import functools
 import lzma
 import struct
 import zlib
@@ -101,9 +102,14 @@ def _bounded_decompress(cid: str, codec: Any, buf: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
+@functools.cache
+def _crc32c() -> Callable[[bytes], int]:
+    return require("google_crc32c", "reading a zarr v3 array with crc32c checksums").value
+
+
 def crc32c_strip(buf: bytes) -> bytes:
     """``buf`` without its trailing crc32c checksum, which must match (ValueError if not)."""
-    crc = require("google_crc32c", "reading a zarr v3 array with crc32c checksums").value
+    crc = _crc32c()
     if len(buf) < 4:
         raise ValueError("crc32c checksum cut short")
     data, stored = buf[:-4], struct.unpack("<I", buf[-4:])[0]
