@@ -66,15 +66,18 @@ def test_sharded_zarr_without_crc32c_names_the_extra(tmp_path, monkeypatch):
     assert "lmdata[crc32c]" in res.output and "a bug in lmdata" not in res.output
 
 
-def test_registry_names_the_extra_of_a_missing_module(monkeypatch):
+def test_registry_names_the_extra_of_a_missing_module(tmp_path, monkeypatch):
     from lmdata import formats
 
-    monkeypatch.setitem(formats.FORMATS, "flat-tokens", "lmdata.formats.flat_tokens")
-    monkeypatch.setitem(sys.modules, "lmdata.formats.flat_tokens", None)
-    with pytest.raises((MissingDependencyError, FormatError)) as ei:
-        formats.module("flat-tokens")
-    assert "lmdata[all]" not in str(ei.value)
-    err = _deps.missing("matplotlib", "format 'x'")
+    (tmp_path / "lmdata_fake_format.py").write_text("import s3fs\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "s3fs", None)
+    monkeypatch.setitem(formats.FORMATS, "fake", "lmdata_fake_format")
+    with pytest.raises(MissingDependencyError) as ei:
+        formats._load("fake")
+    assert "format 'fake' needs the package 's3fs'" in str(ei.value)
+    assert "pip install 'lmdata[s3]'" in str(ei.value)
+    err = _deps.missing("matplotlib", "plotting")
     assert "pip install 'lmdata[plot]'" in str(err) and "'matplotlib'" in str(err)
 
 

@@ -132,7 +132,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     jsonl = root / "ours-jsonl-merged"
     for k in range(3):
         write_lmdata(jsonl / str(k), "text", 4 + k, "json", size_limit=90)
-    formats.module("mds-jsonl").merge([str(jsonl)], str(jsonl))
+    formats.spec("mds-jsonl").merge([str(jsonl)], str(jsonl))
     ours["jsonl-merged"] = jsonl
     for c in THEIRS_COMPRESSED:  # lmdata reads these before streaming touches copies of them
         ours[f"theirs-{c}"] = root / f"theirs-{c}"
@@ -209,7 +209,7 @@ def test_lmdata_reads_what_streaming_writes_compressed(world: dict[str, Any], co
 
 def test_merge_matches_streaming_merge_index(world: dict[str, Any]) -> None:
     root = world["root"]
-    formats.module("mds").merge([str(root / "ours-merge")], str(root / "ours-merge"))
+    formats.spec("mds").merge([str(root / "ours-merge")], str(root / "ours-merge"))
     t = json.loads((root / "theirs-merge" / "index.json").read_text())
     o = json.loads((root / "ours-merge" / "index.json").read_text())
     for idx in (t, o):  # zstd libraries may pick different bytes: compare all but zip sizes
