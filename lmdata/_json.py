@@ -123,12 +123,26 @@ def read(
         raise
     except OSError as e:
         raise CorruptDataError(f"cannot read {what}: {e}", path=p) from None
+    return from_bytes(data, path=p, what=what, max_bytes=max_bytes, max_depth=max_depth, want=want)
+
+
+def from_bytes(
+    data: bytes,
+    *,
+    path: str | os.PathLike[str] | None,
+    what: str = "metadata",
+    max_bytes: int = MAX_METADATA_BYTES,
+    max_depth: int = MAX_METADATA_DEPTH,
+    want: type | None = dict,
+) -> Any:
+    """What :func:`read` does after reading: for metadata read some other way (a store's
+    ranged read of at most ``max_bytes + 1`` bytes), with the same checks and errors."""
     if len(data) > max_bytes:
         raise CorruptDataError(
-            f"{what} is larger than {max_bytes} bytes, far more than any real one", path=p
+            f"{what} is larger than {max_bytes} bytes, far more than any real one", path=path
         )
-    obj = loads(data, path=p, what=what, max_depth=max_depth)
+    obj = loads(data, path=path, what=what, max_depth=max_depth)
     if want is not None and not isinstance(obj, want):
         kind = "a JSON object" if want is dict else f"a JSON {want.__name__}"
-        raise CorruptDataError(f"{what} must hold {kind}, not {type(obj).__name__}", path=p)
+        raise CorruptDataError(f"{what} must hold {kind}, not {type(obj).__name__}", path=path)
     return obj
