@@ -17,7 +17,8 @@ import importlib
 import os
 from pathlib import Path
 
-from lmdata.errors import FormatError, LmdataError, MissingDependencyError
+from lmdata import _deps
+from lmdata.errors import FormatError, LmdataError
 from lmdata.formats._spec import FormatSpec, Kind, TokenSink, TokenTarget
 
 __all__ = [
@@ -68,10 +69,7 @@ def _load(name: str) -> FormatSpec:
     except ModuleNotFoundError as e:
         if e.name == modname:
             raise FormatError(f"format {name!r} is not implemented in this version") from None
-        raise MissingDependencyError(
-            f"format {name!r} needs the package {e.name!r}, which is not installed: "
-            f"pip install {e.name}"
-        ) from None
+        raise _deps.missing(e.name or modname, f"format {name!r}") from None
     found = getattr(mod, "SPECS", None) or (mod.SPEC,)
     for s in found:
         _SPECS[s.name] = s

@@ -221,3 +221,23 @@ def test_merge_matches_streaming_merge_index(world: dict[str, Any]) -> None:
     assert [canonical(x) for x in lmdata.open(root / "ours-merge")] == [
         canonical(x) for x in lmdata.open(root / "theirs-merge")
     ]
+
+
+def test_streaming_venv_works_as_it_is(tmp_path):
+    """`make install` leaves a venv where streaming imports without the test helper."""
+    import subprocess
+
+    code = (
+        "import sys; from streaming import MDSWriter, StreamingDataset\n"
+        "with MDSWriter(out=sys.argv[1], columns={'a': 'int'}) as w: w.write({'a': 5})\n"
+        "print(StreamingDataset(local=sys.argv[1], batch_size=1)[0]['a'])\n"
+    )
+    out = subprocess.run(
+        [streaming_python(), "-c", code, str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"TQDM_DISABLE": "1"},
+    )
+    assert out.stdout.strip() == "5"
+    assert lmdata.open(tmp_path / "o")[0] == {"a": 5}

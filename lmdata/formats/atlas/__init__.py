@@ -6,11 +6,11 @@ Exports :data:`SPEC` (the registry's entry) and the verbs behind it: :func:`dete
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from lmdata import _json
 from lmdata.errors import InvalidInputError
 from lmdata.formats._spec import FormatSpec, TokenTarget, column_sink, detector
 from lmdata.formats.atlas.meta import MAX_META_BYTES, Strategy
@@ -37,7 +37,7 @@ def detect(path: str | os.PathLike[str]) -> bool:
     try:
         if not p.is_file() or p.stat().st_size > MAX_META_BYTES:
             return False
-        d = json.loads(p.read_bytes())
+        d = _json.parse(p.read_bytes(), _json.MAX_METADATA_DEPTH)
     except (OSError, ValueError, UnicodeError):
         return False
     return isinstance(d, dict) and {"version", "shard_sizes", "compression_strategy"} <= d.keys()

@@ -320,6 +320,10 @@ class Atlas:
                 os.close(fd)
             self._to_close.clear()
 
+    def _dict_path(self, s: int) -> Path:
+        shared = self.shards[s].meta.compression_strategy == Strategy.SHARED_DICTIONARY_COMPRESSION
+        return ((self._dict_dir or self.root) if shared else self.shards[s].folder) / DICT
+
     def _dict_for(self, s: int) -> zstandard.ZstdCompressionDict | None:
         strategy = self.shards[s].meta.compression_strategy
         if strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
@@ -431,8 +435,15 @@ class Atlas:
         where = self._where(s, b)
         path = self._data_paths[s]
         if sh.meta.compression_strategy != Strategy.NO_COMPRESSION:
+            d = self._dict_for(s)
             raw = codec.decompress_block(
-                raw, self._decompressor(s), self.max_block_bytes, where, path
+                raw,
+                self._decompressor(s),
+                self.max_block_bytes,
+                where,
+                path,
+                dict_id=d.dict_id() if d is not None else 0,
+                dict_path=str(self._dict_path(s)) if d is not None else None,
             )
         items = codec.unpickle_block(
             raw, sh.meta.block_len(b), where, path, self.allow_unsafe_pickle

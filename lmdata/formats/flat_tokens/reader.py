@@ -109,15 +109,37 @@ class FlatTokens:
             raise CorruptDataError(
                 "seq_starts is empty; it must hold at least [0]", path=self.seq_starts.path
             )
-        present = len(self.seq_starts.present_chunks())
-        if present < self.seq_starts.nchunks:
-            # a missing seq_starts chunk would read as zeros: never a valid dataset
-            raise CorruptDataError(
-                f"seq_starts declares {self.seq_starts.nchunks} chunks but only {present} "
-                "chunk files exist; the dataset is incomplete",
-                path=self.seq_starts.path,
-            )
+        self._check_ends()
         self._boundaries: np.ndarray | None = None
+
+    def _check_ends(self) -> None:
+        """seq_starts must run from 0 to the token count: two reads, whatever the size.
+
+        A chunk that was never written reads as the fill value (zarr semantics; seqax leaves the
+        only chunk of an empty split unwritten), so missing files are judged by the values they
+        stand for: a dataset cut short ends below the token count and is refused here.
+        """
+        ss, n = self.seq_starts, len(self.seq_starts)
+        first, last = int(ss.read(0, 1)[0]), int(ss.read(n - 1, n)[0])
+        if first == 0 and last == self.num_tokens:
+            return
+        bad, pos, value, want = (
+            ("first", 0, first, 0) if first != 0 else ("last", n - 1, last, self.num_tokens)
+        )
+        unit = pos // ss.unit if ss.unit else 0
+        missing = unit not in set(ss.present_units())
+        note = (
+            f" (its chunk file does not exist, so it reads as the fill value "
+            f"{ss.meta.fill_value}; the dataset is incomplete)"
+            if missing
+            else ""
+        )
+        raise CorruptDataError(
+            f"the {bad} entry of seq_starts is {value}, must be {want}{note}; "
+            "run `lmdata validate`",
+            path=ss.path,
+            position=f"index {pos}",
+        )
 
     def __repr__(self) -> str:
         return f"FlatTokens({str(self.root)!r}, split={self.split!r})"

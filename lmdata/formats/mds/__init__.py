@@ -11,12 +11,12 @@ gives the token-sequence view of one integer ndarray column.
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from lmdata import _json
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, TokenTarget, column_sink
 from lmdata.formats.mds.index import FORMAT_NAMES, INDEX, find_index
@@ -73,7 +73,7 @@ def _sniff(idx: Path) -> str | None:
         return None
     if len(head) < _HEAD:
         try:
-            obj = json.loads(head)
+            obj = _json.parse(head, _json.MAX_METADATA_DEPTH)
         except ValueError:
             return None
         if not isinstance(obj, dict) or obj.get("version") != 2:

@@ -12,6 +12,7 @@ from typing import Any
 
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, detector
+from lmdata.formats.modalities_jsonl.checks import unindexed_problems
 from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
 from lmdata.formats.modalities_jsonl.lines import default_index_path, iter_lines, loads, map_file
 from lmdata.formats.modalities_jsonl.reader import JsonlDocuments, read_index
@@ -126,6 +127,7 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
                 f"{p.name} line {lineno} (byte {off}): valid JSON but missing from "
                 f"the index; rebuild it with `lmdata index --overwrite {p}`",
             )
+        problems.extend(unindexed_problems(p, idx_path, index, buf))
     finally:
         if buf is not None:
             buf.close()
