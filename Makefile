@@ -1,4 +1,4 @@
-# `make demo` needs only the main venv (.venv with lmdata). `make test` adds the dev tools and
+# `make demo` needs only the main venv (.venv with lmdata). `make test` adds the dev tools, torch and
 # the interop-test tools: zarr-python 2 and mosaicml-streaming (with CPU torch) in their own
 # small venvs, and Debian's chromium for the viewer's browser tests.
 PY ?= python3
@@ -31,16 +31,21 @@ $(DEV_STAMP): $(STAMP)
 	touch $(DEV_STAMP)
 
 $(TEST_STAMP): $(DEV_STAMP)
+	# CPU torch from local disk, for the Loader's DataLoader tests (an unpinned torch pulls GBs)
+	$(BIN)/python -m pip install -q torch==2.13.0
 	# zarr-python 2 lives in its own small venv: tests check that it reads what lmdata writes
 	test -x $(ZARR2)/bin/python || $(PY) -m venv $(ZARR2)
 	$(ZARR2)/bin/python -m pip install -q 'zarr>=2.18,<3' 'numcodecs<0.16'
-	# mosaicml-streaming 0.13.0 (numpy<2.2, torch) in its own venv: the MDS interop tests run it.
-	# CPU torch from local disk; --no-deps skips cloud SDKs, transformers and torchvision, which
-	# it imports only for features the tests never use (tests/formats/mds_streaming_helper.py).
+	# mosaicml-streaming 0.13.0 (numpy<2.2, torch) in its own venv: the MDS interop tests run it,
+	# and `$(STREAMING)/bin/python -c "from streaming import StreamingDataset"` works as is.
+	# CPU torch from local disk; --no-deps skips the cloud SDKs (imported only for remote
+	# paths) and torchvision, whose PyPI build cannot load beside CPU torch: a .pth line puts
+	# the stand-in of tests/formats/streaming_standins.py in its place.
 	test -x $(STREAMING)/bin/python || $(PY) -m venv $(STREAMING)
 	$(STREAMING)/bin/python -m pip install -q torch==2.13.0 'numpy<2.2' Brotli python-snappy \
-		'xxhash<4' zstd tqdm catalogue pillow
+		'xxhash<4' zstd tqdm catalogue pillow 'transformers>=4.21.3,<5'
 	$(STREAMING)/bin/python -m pip install -q --no-deps mosaicml-streaming==0.13.0
+	$(STREAMING)/bin/python tests/formats/streaming_standins.py --install-into-venv
 	# Debian's chromium for the viewer's browser tests, driven by Playwright's Python package
 	# (never `playwright install`); without root or apt those tests are skipped with a message
 	test -x $(CHROMIUM) || { \

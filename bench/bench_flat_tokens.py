@@ -89,7 +89,7 @@ def main() -> None:
 
             return f
 
-        loader = lmdata.Loader(r_raw, seq_len=SEQ_LEN, batch_size=BATCH, seed=0)
+        loader = lmdata.Loader(r_raw, seq_len=SEQ_LEN, global_batch_size=BATCH, seed=0)
 
         def lmdata_loader(i: int) -> int:
             loader.batch(i)
@@ -113,7 +113,7 @@ def main() -> None:
         res = {
             "memmap gather (limit)": rate(memmap_gather),
             "lmdata packed_rows, uncompressed": rate(lmdata_rows(r_raw)),
-            "lmdata Loader.batch (decoded inputs/targets), uncompressed": rate(lmdata_loader),
+            "lmdata Loader.batch (packed, segment ids, positions)": rate(lmdata_loader),
             "zarr-python 3, uncompressed": rate(zarr_rows(root / "raw.zarr"), 1.0, 2),
             "lmdata packed_rows, seqax blosc": rate(lmdata_rows(r_blosc)),
             "zarr-python 3, seqax blosc": rate(zarr_rows(root / "blosc.zarr"), 1.0, 2),

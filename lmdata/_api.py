@@ -1,4 +1,4 @@
-"""``lmdata.open`` and friends: dispatch to the format modules through the registry."""
+"""``lmdata.open`` and friends: dispatch to the format specs through the registry."""
 
 from __future__ import annotations
 
@@ -7,12 +7,23 @@ from typing import Any
 
 from lmdata import formats
 from lmdata.errors import InvalidInputError
+from lmdata.formats import FormatSpec
 from lmdata.storage import require_exists
 
 
 def detect(path: str | os.PathLike[str]) -> str:
     """The format name of the dataset at ``path``."""
     return formats.detect(require_exists(path))
+
+
+def _spec_at(path: Any, format: str | None) -> FormatSpec:
+    return formats.spec(format) if format else formats.spec(formats.detect(path))
+
+
+def _named(spec: FormatSpec, options: dict[str, Any]) -> dict[str, Any]:
+    if spec.pass_name:  # one implementation behind several names (the MDS family)
+        options.setdefault("format", spec.name)
+    return options
 
 
 def open(
@@ -24,39 +35,71 @@ def open(
     """Open the dataset at ``path`` and return a reader.
 
     ``format`` skips detection. ``split`` picks a split where the format has them
-    (flat-tokens: ``train`` by default, or ``validation``). Other options go to the format's
-    reader (for example ``allow_unsafe_pickle=True`` for formats that store pickles).
+    (flat-tokens: ``train`` by default, or ``validation``; MDS: a sub-folder with its own
+    index). ``token_column`` gives the token-sequence view of a records dataset whose column
+    holds token arrays (MDS, Atlas). Other options go to the format's reader (for example
+    ``allow_unsafe_pickle=True`` for formats that store pickles).
     """
     p = require_exists(path)
-    name = formats.canonical(format) if format else formats.detect(p)
-    mod = formats.module(name)
+    spec = _spec_at(p, format)
     if split is not None:
-        if not getattr(mod, "HAS_SPLITS", False):
-            raise InvalidInputError(f"{name} datasets have no splits; drop --split / split=")
+        if not spec.has_splits:
+            raise InvalidInputError(f"{spec.name} datasets have no splits; drop --split / split=")
         options["split"] = split
-    if getattr(mod, "NAMES_SHARE_MODULE", False):
-        options.setdefault("format", name)
-    return mod.open(p, **options)
+    token_column = options.pop("token_column", None)
+    if token_column is not None and spec.kind == "tokens":
+        raise InvalidInputError(
+            f"{spec.name} datasets are token sequences already; drop token_column="
+        )
+    reader = spec.open(p, **_named(spec, options))
+    return reader if token_column is None else token_view(reader, token_column)
+
+
+def token_view(reader: Any, column: str) -> Any:
+    """The token-sequence view of a records ``reader`` whose ``column`` holds token ids: the
+    format's own view where it has one (MDS reads lengths from its headers), else a generic one
+    that finds the lengths in one pass on first use."""
+    from lmdata.formats._token_view import TokenColumn
+
+    name = getattr(reader, "format", None)
+    spec = formats.spec(name) if isinstance(name, str) and name in formats.names() else None
+    view = spec.token_view if spec is not None and spec.token_view is not None else TokenColumn
+    return view(reader, column)
 
 
 def writer(path: str | os.PathLike[str], format: str, **options: Any) -> Any:
     """A new writer of ``format`` at ``path`` (a context manager: ``with lmdata.writer(...)``)."""
-    name = formats.canonical(format)
-    mod = formats.module(name)
-    if getattr(mod, "NAMES_SHARE_MODULE", False):
-        options.setdefault("format", name)
-    return mod.Writer(path, **options)
+    spec = formats.spec(format)
+    return spec.writer(path, **_named(spec, options))
 
 
 def validate(path: str | os.PathLike[str], format: str | None = None, **options: Any) -> list[str]:
     """Every problem found in the dataset at ``path``; an empty list means valid."""
     p = require_exists(path)
-    name = formats.canonical(format) if format else formats.detect(p)
-    return list(formats.module(name).validate(p, **options))
+    spec = _spec_at(p, format)
+    return list(spec.validate(p, **_named(spec, options)))
 
 
 def info(path: str | os.PathLike[str], format: str | None = None, **options: Any) -> dict[str, Any]:
     """A summary of the dataset at ``path`` (format, counts, sizes, codecs)."""
     p = require_exists(path)
-    name = formats.canonical(format) if format else formats.detect(p)
-    return formats.module(name).info(p, **options)
+    spec = _spec_at(p, format)
+    return spec.info(p, **_named(spec, options))
+
+
+def merge(
+    inputs: list[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    format: str | None = None,
+    overwrite: bool = False,
+) -> str:
+    """Join datasets of one format into one at ``output``; returns a one-line summary."""
+    if not inputs:
+        raise InvalidInputError("merge needs at least one input")
+    spec = _spec_at(require_exists(inputs[0]), format)
+    if spec.merge is None:
+        mergeable = [s.name for s in formats.specs() if s.merge is not None]
+        raise InvalidInputError(
+            f"{spec.name} datasets cannot be merged; formats with merge: {', '.join(mergeable)}"
+        )
+    return spec.merge([str(p) for p in inputs], str(output), overwrite=overwrite)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import reprlib
 from typing import Any
 
 from lmdata.errors import CorruptDataError, UnsafeDataError
@@ -80,8 +81,13 @@ _FACTORIES.update(
 
 class _SafeUnpickler(pickle.Unpickler):
     def __init__(self, data: bytes, where: str) -> None:
-        super().__init__(io.BytesIO(data))
+        self._file = io.BytesIO(data)
+        super().__init__(self._file)
         self._where = where
+
+    def consumed(self) -> int:
+        """Bytes read up to the pickle's STOP opcode (valid after ``load``)."""
+        return self._file.tell()
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _ALLOWED:
@@ -100,6 +106,25 @@ class _SafeUnpickler(pickle.Unpickler):
         )
 
 
+_DESCRIBE = reprlib.Repr()
+_DESCRIBE.maxlevel = 4
+_DESCRIBE.maxstring = _DESCRIBE.maxother = 40
+
+
+def describe(obj: Any, limit: int = 80) -> str:
+    """A short repr of an unpickled value for error messages: bounded in length and depth.
+
+    ``repr`` of a pickle's result is not safe: a pickle of a few hundred KB can build lists
+    nested 100,000 deep (its opcodes are a stack machine, so loading never recurses), and their
+    repr would raise RecursionError.
+    """
+    try:
+        text = _DESCRIBE.repr(obj)
+    except (RecursionError, Exception):  # an object repr that fails is described by its type
+        text = f"<{type(obj).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def safe_loads(
     data: bytes | bytearray | memoryview,
     *,
@@ -110,12 +135,26 @@ def safe_loads(
     """Unpickle ``data`` allowing only plain data (or anything when ``allow_unsafe``).
 
     Any failure is a :class:`CorruptDataError` or :class:`UnsafeDataError` naming ``path`` and
-    ``where``; nothing else escapes.
+    ``where``; nothing else escapes. Bytes after the pickle's end are ignored, as by
+    ``pickle.loads``; :func:`safe_load_prefix` says where it ended.
     """
+    return safe_load_prefix(data, where=where, path=path, allow_unsafe=allow_unsafe)[0]
+
+
+def safe_load_prefix(
+    data: bytes | bytearray | memoryview,
+    *,
+    where: str = "",
+    path: str | None = None,
+    allow_unsafe: bool = False,
+) -> tuple[Any, int]:
+    """(value, number of bytes the pickle took) of the pickle at the start of ``data``."""
     try:
         if allow_unsafe:
-            return pickle.loads(data)
-        return _SafeUnpickler(bytes(data), where).load()
+            f = io.BytesIO(bytes(data))
+            return pickle.Unpickler(f).load(), f.tell()
+        u = _SafeUnpickler(bytes(data), where)
+        return u.load(), u.consumed()
     except UnsafeDataError as e:
         if path is not None and e.path is None:
             raise UnsafeDataError(

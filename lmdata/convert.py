@@ -1,8 +1,9 @@
 """``convert``: any reader into any writer, losslessly or with an error naming the field.
 
-Records go to record formats as they are (MDS columns are inferred from the first record);
-token sequences go to token formats as stored (flat-tokens keeps its train/validation splits).
-Source blocks are read by worker processes in parallel and written in order, atomically.
+Records go to record formats as they are (the target's writer infers what it needs, such as
+MDS columns, from the records themselves); token sequences go to token formats as stored (a
+format's fixed splits are kept when the target has them too). Source blocks are read by worker
+processes in parallel and written in order, atomically.
 """
 
 from __future__ import annotations
@@ -11,29 +12,17 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lmdata import formats
 from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
 from lmdata.errors import InvalidInputError
 from lmdata.parallel import executor
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_output
-
-TOKEN_TARGETS = ("flat-tokens", "modalities")
-RECORD_TARGETS = (
-    "atlas",
-    "dolma",
-    "mds",
-    "mds-csv",
-    "mds-tsv",
-    "mds-jsonl",
-    "modalities-jsonl",
-    "jsonl",
-)
 
 
 @dataclass
@@ -48,34 +37,6 @@ class ConvertSummary:
             f"converted {self.records:,} records in {self.seconds:.1f} s ({rate:,.0f}/s) "
             f"-> {self.output}"
         )
-
-
-def mds_columns(rec: Any) -> dict[str, str]:
-    """MDS column encodings for a record, or InvalidInputError naming the field."""
-    if not isinstance(rec, dict):
-        raise InvalidInputError(f"MDS stores dicts of columns; got a {type(rec).__name__}")
-    cols = {}
-    for k, v in rec.items():
-        if isinstance(v, bool):
-            cols[k] = "json"
-        elif isinstance(v, str):
-            cols[k] = "str"
-        elif isinstance(v, (bytes, bytearray)):
-            cols[k] = "bytes"
-        elif isinstance(v, int):
-            cols[k] = "int64"
-        elif isinstance(v, float):
-            cols[k] = "float64"
-        elif isinstance(v, np.ndarray):
-            cols[k] = f"ndarray:{v.dtype.name}"
-        elif isinstance(v, (dict, list)):
-            cols[k] = "json"
-        else:
-            raise InvalidInputError(
-                f"field {k!r} holds a {type(v).__name__}, which MDS cannot store; "
-                "drop or convert that field first"
-            )
-    return cols
 
 
 # ---- parallel block reading ------------------------------------------------------------------
@@ -100,35 +61,6 @@ def _blocks(reader: Any, workers: int, block: int = 512) -> Iterator[list[Any]]:
     )
 
 
-def _token_writer(
-    to: str, dst: Path, reader: Any, overwrite: bool, opts: dict[str, Any]
-) -> tuple[Any, Callable[[np.ndarray, str], None]]:
-    if to == "flat-tokens":
-        w = open_writer(dst, "flat-tokens", overwrite=overwrite, **opts)
-        return w, lambda t, split: w.write(t, split=split)
-    w = open_writer(
-        dst,
-        "modalities",
-        overwrite=overwrite,
-        vocab_size=max(int(reader.max_token_id) + 1, 1),
-        append_eod=False,
-        **opts,
-    )
-    return w, lambda t, split: w.write(t)
-
-
-def _record_writer(
-    to: str, dst: Path, first: Any, tokens: bool, overwrite: bool, opts: dict[str, Any]
-) -> tuple[Any, Callable[[Any, str], None]]:
-    """A record writer shaped by the first record (MDS columns are inferred from it)."""
-    if to.startswith("mds") and "columns" not in opts:
-        opts["columns"] = mds_columns({"tokens": first} if tokens else first)
-    w = open_writer(dst, to, overwrite=overwrite, **opts)
-    if tokens:
-        return w, lambda t, _split: w.write({"tokens": t})
-    return w, lambda rec, _split: w.write(rec)
-
-
 def convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -142,61 +74,76 @@ def convert(
     reader_options: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ConvertSummary:
-    """Convert the dataset at ``src`` into format ``to`` at ``dst``."""
+    """Convert the dataset at ``src`` into format ``to`` at ``dst``.
+
+    Records go to record formats as they are; token sequences go to token formats, or to
+    record formats as ``{"tokens": ids}`` (read them back with ``token_column="tokens"``).
+    ``reader_options`` go to the source's reader (``token_column=`` gives the token view of a
+    records source).
+    """
     t0 = time.perf_counter()
+    target = formats.spec(to)
     dst = check_output(dst, overwrite)
     opts = dict(writer_options or {})
     n_workers = (os.cpu_count() or 1) if workers is None else workers
     summary = ConvertSummary(output=str(dst))
+    source = formats.spec(source_format) if source_format else formats.spec(formats.detect(src))
     src_splits: list[str | None] = [split]
-    from lmdata import formats
-
-    src_fmt = formats.canonical(source_format) if source_format else formats.detect(Path(src))
-    if split is None and src_fmt == "flat-tokens":
-        if to != "flat-tokens":
+    if split is None and len(source.splits) > 1:
+        if not set(source.splits) <= set(target.splits):
             raise InvalidInputError(
-                f"flat-tokens has train and validation splits and {to} has none: pass --split "
-                "train or --split validation (and convert the other into a second output)"
+                f"{source.name} has the splits {', '.join(source.splits)} and {target.name} "
+                f"has not: pass --split {source.splits[0]} (and convert the others into "
+                "separate outputs)"
             )
-        src_splits = ["train", "validation"]  # keep both splits
+        src_splits = list(source.splits)  # keep every split
     readers = [
-        open_dataset(src, format=src_fmt, split=s, **(reader_options or {})) for s in src_splits
+        open_dataset(src, format=source.name, split=s, **(reader_options or {})) for s in src_splits
     ]
-    if to in TOKEN_TARGETS:
-        if not all(is_token_reader(r) for r in readers):
+    tokens = all(is_token_reader(r) for r in readers)
+    if target.kind == "tokens":
+        if not tokens:
             raise InvalidInputError(
-                f"{to} stores token sequences and {src} holds records; use `lmdata tokenize` "
-                "to turn documents into tokens"
+                f"{target.name} stores token sequences and {src} holds records; use `lmdata "
+                "tokenize` to turn documents into tokens, or token_column= (--token-column) "
+                "for a records dataset whose column holds token ids"
             )
-        w, write = _token_writer(to, dst, readers[0], overwrite, opts)
-    elif to in RECORD_TARGETS or to == "mds":
-        w = None
-        write = None
+        assert target.tokens is not None
+        sink = target.tokens.open(
+            dst,
+            overwrite=overwrite,
+            vocab_size=max(int(readers[0].max_token_id) + 1, 1),
+            options=opts,
+        )
     else:
-        raise InvalidInputError(f"unknown target format {to!r}")
+        sink = None
+        w = open_writer(dst, target.name, overwrite=overwrite, **opts)
+    out: Any = sink if sink is not None else w
     try:
         for s, reader in zip(src_splits, readers, strict=True):
-            tokens = is_token_reader(reader)
             for block in _blocks(reader, n_workers):
-                for rec in block:
-                    if w is None:  # record targets: created from the first record
-                        w, write = _record_writer(to, dst, rec, tokens, overwrite, opts)
-                    try:
-                        write(rec, s or "train")  # type: ignore[misc]
-                    except InvalidInputError as e:
-                        where = f"{s + ' ' if s else ''}record {summary.records}"
-                        raise InvalidInputError(f"{src}: {where}: {e}") from None
-                    summary.records += 1
+                try:
+                    if sink is not None:
+                        _write_tokens(sink, block, s if s in target.splits else "train")
+                        summary.records += len(block)
+                    else:
+                        for rec in block:
+                            w.write({"tokens": rec} if tokens else rec)
+                            summary.records += 1
+                except InvalidInputError as e:
+                    where = f"{s + ' ' if s else ''}record {summary.records}"
+                    raise InvalidInputError(f"{src}: {where}: {e}") from None
                 if progress:
                     progress(summary.records)
-        if w is None:  # an empty source still gives a (empty) dataset
-            if to.startswith("mds") and "columns" not in opts:
-                raise InvalidInputError("the source is empty: pass MDS columns explicitly")
-            w = open_writer(dst, to, overwrite=overwrite, **opts)
     except BaseException:
-        if w is not None:
-            w.abort()
+        out.abort()
         raise
-    w.close()
+    out.close()
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _write_tokens(sink: Any, block: list[Any], split: str) -> None:
+    lengths = np.fromiter((len(t) for t in block), dtype=np.int64, count=len(block))
+    flat = np.concatenate(block) if block else np.zeros(0, dtype=np.uint32)
+    sink.write_many(flat, lengths, split)

@@ -202,7 +202,7 @@ def run(
         reader = open_dataset(path)
         row["records"] = len(reader)
         if hasattr(reader, "span") and hasattr(reader, "boundaries"):
-            loader = Loader(reader, seq_len=seq_len, batch_size=batch_size, seed=1234)
+            loader = Loader(reader, seq_len=seq_len, global_batch_size=batch_size, seed=1234)
             t0 = time.perf_counter()
             for step in range(steps):
                 loader.batch(step)
@@ -217,7 +217,10 @@ def run(
     log(COLUMNS.format(batch=batch_size, seq_len=seq_len, steps=steps))
     _explain(out, docs, rows, log)
     first = Loader(
-        open_dataset(out / "stdlib.flat-tokens"), seq_len=seq_len, batch_size=batch_size, seed=1234
+        open_dataset(out / "stdlib.flat-tokens"),
+        seq_len=seq_len,
+        global_batch_size=batch_size,
+        seed=1234,
     ).batch(0)
     log(f"\nfirst row of step 0 starts: {tok.decode(first['targets'][0][:60])!r}")
     _next_steps(out, log)

@@ -3,6 +3,9 @@
 Readers match these shapes structurally; nothing inherits from them. Readers are deterministic,
 safe to use from several threads, picklable (so DataLoader workers can receive them), and read
 with positional I/O, so a process forked after the parent has read still gets correct data.
+Every reader also has ``info()`` (a summary dict) and ``close()`` (release files and caches;
+the reader reopens them if used again), and is a context manager that closes on exit.
+The conformance suite (``tests/formats/test_conformance.py``) checks every format against this.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ class Records(Protocol):
 
     def __iter__(self) -> Iterator[Any]: ...
 
+    def info(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
 
 @runtime_checkable
 class TokenSequences(Protocol):
@@ -48,6 +55,10 @@ class TokenSequences(Protocol):
     def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]: ...
 
     def __iter__(self) -> Iterator[np.ndarray]: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
 
     @property
     def num_tokens(self) -> int: ...

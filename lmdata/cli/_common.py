@@ -3,18 +3,58 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import click
 import numpy as np
 import orjson
 
+
+class FormatName(click.ParamType):
+    """A format name or alias; a misspelt one is refused with the closest name suggested.
+
+    ``which`` narrows the choice (for example to the formats tokenize can write); the names
+    come from the registry, so the CLI never lists formats itself.
+    """
+
+    name = "format"
+
+    def __init__(self, which: Callable[[], list[str]] | None = None) -> None:
+        self._which = which
+
+    def choices(self) -> list[str]:
+        from lmdata import formats
+
+        return self._which() if self._which else formats.names()
+
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
+        return "[" + "|".join(self.choices()) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from lmdata import formats
+        from lmdata.errors import FormatError
+
+        try:
+            name = formats.canonical(str(value))
+        except FormatError:
+            self.fail(
+                f"unknown format {value!r}{formats.suggest(str(value))} "
+                f"(choose from {', '.join(self.choices())})",
+                param,
+                ctx,
+            )
+        if name not in self.choices():
+            self.fail(f"{name} is not one of {', '.join(self.choices())}", param, ctx)
+        return name
+
+
 format_option = click.option(
     "--format",
     "-f",
     "fmt",
     default=None,
-    metavar="NAME",
+    type=FormatName(),
     help="The dataset's format; detected from the path when omitted.",
 )
 split_option = click.option(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from lmdata.cli._common import split_option, unsafe_pickle_option
-from lmdata.convert import RECORD_TARGETS, TOKEN_TARGETS, convert
+from lmdata.cli._common import FormatName, split_option, unsafe_pickle_option
+from lmdata.convert import convert
 
 
 @click.command("convert")
@@ -15,11 +15,25 @@ from lmdata.convert import RECORD_TARGETS, TOKEN_TARGETS, convert
     "--to",
     "to",
     required=True,
-    type=click.Choice(TOKEN_TARGETS + RECORD_TARGETS),
+    type=FormatName(),
     help="Output format.",
 )
-@click.option("--format", "-f", "source_format", default=None, help="SRC's format (detected).")
+@click.option(
+    "--format",
+    "-f",
+    "source_format",
+    type=FormatName(),
+    default=None,
+    help="SRC's format (detected).",
+)
 @split_option
+@click.option(
+    "--token-column",
+    default=None,
+    metavar="NAME",
+    help="Read SRC (a records dataset such as MDS or Atlas) as token sequences from this "
+    "column, e.g. to convert `tokenize --to mds` output into a token format.",
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=0),
@@ -35,6 +49,7 @@ def command(
     to: str,
     source_format: str | None,
     split: str | None,
+    token_column: str | None,
     workers: int | None,
     overwrite: bool,
     allow_unsafe_pickle: bool,
@@ -43,12 +58,15 @@ def command(
     """Convert SRC into format --to at DST: records to records, token sequences to token
     sequences, losslessly, or an error naming the field the target cannot hold.
 
-    flat-tokens to flat-tokens keeps both splits; otherwise --split picks one.
+    A format's fixed splits (flat-tokens: train and validation) are kept when the target has
+    them too; otherwise --split picks one.
     """
     from lmdata.cli._progress import bar as progress_bar
 
     bar = progress_bar(unit="rec", quiet=quiet, desc="convert")
-    ropts = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
+    ropts: dict[str, object] = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
+    if token_column is not None:
+        ropts["token_column"] = token_column
     summary = convert(
         src,
         dst,

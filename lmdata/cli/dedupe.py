@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from lmdata.dolma.cli_support import build
+from lmdata.dolma.cli_support import DolmaCommand, build, config_path, show_config
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.dedupe import dedupe
 
 
-@click.command("dedupe")
+@click.command("dedupe", cls=DolmaCommand)
 @click.option(
     "-c",
     "--config",
@@ -62,8 +62,11 @@ from lmdata.dolma.dedupe import dedupe
 @click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any config key (dotted)."
 )
+@click.option("--dryrun", is_flag=True, help="Print the resolved config; dedupe nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.pass_context
 def command(
+    ctx: click.Context,
     config: str | None,
     documents: tuple[str, ...],
     name: str | None,
@@ -75,6 +78,7 @@ def command(
     processes: int | None,
     work_dir: str | None,
     sets: tuple[str, ...],
+    dryrun: bool,
     quiet: bool,
 ) -> None:
     """Write attributes/<name>/ flagging every copy but the first (in input order).
@@ -93,7 +97,11 @@ def command(
         "processes": processes,
         "work_dir": work_dir,
     }
-    cfg = DedupeConfig.from_dict(build(config, flags, sets))
+    data = build(config_path(ctx, config), flags, sets)
+    if dryrun or data.get("dryrun"):
+        show_config(data)
+        return
+    cfg = DedupeConfig.from_dict(data)
     res = dedupe(cfg, progress=not quiet)
     click.echo(
         f"{res.duplicates:,} duplicate {cfg.mode} of {res.keys:,} keys in "

@@ -27,7 +27,11 @@ COMMANDS: dict[str, str] = {
     "tag": "lmdata.cli.tag",
     "dedupe": "lmdata.cli.dedupe",
     "mix": "lmdata.cli.mix",
+    "list": "lmdata.cli.list_taggers",
+    "modalities": "lmdata.cli.modalities",
 }
+# verbs that read a dolma config given before the verb (`lmdata -c config.yaml mix`)
+CONFIG_VERBS = ("tag", "dedupe", "mix")
 
 
 class _LazyGroup(click.Group):
@@ -64,12 +68,29 @@ class _LazyGroup(click.Group):
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lmdata")
-def cli() -> None:
+@click.option(
+    "-c",
+    "--config",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="A dolma config for tag, dedupe or mix, given before the verb as dolma takes it "
+    "(`lmdata -c mix.yaml mix`).",
+)
+@click.pass_context
+def cli(ctx: click.Context, config: str | None) -> None:
     """Read, write, validate and convert language-model training data.
 
     Formats: flat-tokens (seqax), atlas, dolma, modalities (.pbin and raw JSONL),
     mds / mds-csv / mds-tsv / mds-jsonl (MosaicML streaming). Run `lmdata VERB --help`.
+    Drop-in command lines: `lmdata tag/dedupe/mix/list` take dolma's, `lmdata modalities
+    data ...` takes modalities'.
     """
+    if config is not None and ctx.invoked_subcommand not in CONFIG_VERBS:
+        raise click.UsageError(
+            f"-c CONFIG before the verb is for {', '.join(CONFIG_VERBS)}; "
+            f"`{ctx.invoked_subcommand}` does not read a dolma config"
+        )
+    ctx.obj = {"config": config}
 
 
 def main() -> None:

@@ -1,22 +1,24 @@
-"""``lmdata mix -c config.yaml``: dolma's mixer (filter, span replacement, shards)."""
+"""``lmdata mix -c config.yaml`` (or ``lmdata -c config.yaml mix``): dolma's mixer (filter,
+span replacement, shards)."""
 
 from __future__ import annotations
 
 import click
 import orjson
 
-from lmdata.dolma.cli_support import build
+from lmdata.dolma.cli_support import DolmaCommand, build, config_path
 from lmdata.dolma.config import MixerConfig
 from lmdata.dolma.mixer import mix, plan_shards
+from lmdata.errors import InvalidInputError
 
 
-@click.command("mix")
+@click.command("mix", cls=DolmaCommand)
 @click.option(
     "-c",
     "--config",
     type=click.Path(exists=True, dir_okay=False),
-    required=True,
-    help="dolma mixer config (YAML or JSON); paths are relative to the current folder.",
+    help="dolma mixer config (YAML or JSON; also accepted before the verb, as dolma takes it); "
+    "paths are relative to the current folder.",
 )
 @click.option(
     "--processes",
@@ -34,13 +36,23 @@ from lmdata.dolma.mixer import mix, plan_shards
 )
 @click.option("--dryrun", is_flag=True, help="Print the shards; write nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.pass_context
 def command(
-    config: str, processes: int | None, sets: tuple[str, ...], dryrun: bool, quiet: bool
+    ctx: click.Context,
+    config: str | None,
+    processes: int | None,
+    sets: tuple[str, ...],
+    dryrun: bool,
+    quiet: bool,
 ) -> None:
     """Mix documents as `dolma mix` does: same documents, order and texts, with
     metadata.provenance = "<file>:<line>". Existing output shards are kept (resume)."""
-    cfg = MixerConfig.from_dict(build(config, {"processes": processes}, sets))
-    if dryrun:
+    path = config_path(ctx, config)
+    if path is None and not sets:
+        raise InvalidInputError("mix needs a config: lmdata -c mix.yaml mix (or mix -c mix.yaml)")
+    data = build(path, {"processes": processes}, sets)
+    cfg = MixerConfig.from_dict(data)
+    if dryrun or data.get("dryrun"):
         for s in cfg.streams:
             for sh in plan_shards(s):
                 click.echo(

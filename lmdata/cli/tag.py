@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from lmdata.dolma.cli_support import build
+from lmdata.dolma.cli_support import DolmaCommand, build, config_path, show_config
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.tag import tag
 from lmdata.dolma.taggers import REGISTRY, load_modules
 
 
-@click.command("tag")
+@click.command("tag", cls=DolmaCommand)
 @click.option(
     "-c",
     "--config",
@@ -58,8 +58,11 @@ from lmdata.dolma.taggers import REGISTRY, load_modules
     "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any config key (dotted)."
 )
 @click.option("--list", "list_taggers", is_flag=True, help="List the available taggers and exit.")
+@click.option("--dryrun", is_flag=True, help="Print the resolved config; tag nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.pass_context
 def command(
+    ctx: click.Context,
     config: str | None,
     documents: tuple[str, ...],
     taggers: tuple[str, ...],
@@ -70,11 +73,14 @@ def command(
     ignore_existing: bool | None,
     sets: tuple[str, ...],
     list_taggers: bool,
+    dryrun: bool,
     quiet: bool,
 ) -> None:
     """Tag documents: attributes/<experiment or tagger>/ mirrors documents/ row for row.
 
-    Example: lmdata tag -d ds/documents/*.jsonl.gz -t char_length_v1 -t pii_regex_v2 -e exp
+    Example: lmdata tag --documents 'ds/documents/*.jsonl.gz' --taggers char_length_v1
+    pii_regex_v2 --experiment exp. dolma's forms work too: `lmdata -c tag.yaml tag`, any config
+    key as a dotted option, `--no-FLAG`.
     """
     if list_taggers:
         load_modules(tagger_modules)
@@ -90,7 +96,11 @@ def command(
         "seed": seed,
         "ignore_existing": ignore_existing,
     }
-    cfg = TagConfig.from_dict(build(config, flags, sets))
+    data = build(config_path(ctx, config), flags, sets)
+    if dryrun or data.get("dryrun"):
+        show_config(data)
+        return
+    cfg = TagConfig.from_dict(data)
     res = tag(cfg, progress=not quiet)
     click.echo(
         f"tagged {res.documents:,} documents in {res.files - res.skipped_files} files "

@@ -6,14 +6,26 @@ import sys
 
 import click
 
+from lmdata.cli._common import FormatName
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
-from lmdata.tokenize.sinks import TOKEN_FORMATS
+
+
+def _token_targets() -> list[str]:
+    from lmdata import formats
+
+    return formats.token_targets()
+
+
+def _accepting(option: str) -> list[str]:
+    from lmdata import formats
+
+    return [s.name for s in formats.specs() if s.tokens and option in s.tokens.options]
 
 
 @click.command("tokenize")
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
 @click.argument("dst", type=click.Path())
-@click.option("--to", "to", required=True, type=click.Choice(TOKEN_FORMATS), help="Output format.")
+@click.option("--to", "to", required=True, type=FormatName(_token_targets), help="Output format.")
 @click.option(
     "--tokenizer",
     default="bytes",
@@ -45,15 +57,16 @@ from lmdata.tokenize.sinks import TOKEN_FORMATS
     type=click.FloatRange(0, 1, max_open=True),
     default=0.0,
     show_default=True,
-    help="flat-tokens: share of documents (chosen by a hash of "
-    "their id, or file and line) put in the validation split.",
+    help="Formats with a validation split (flat-tokens): share of documents (chosen by a "
+    "hash of their id, or file and line) put in the validation split.",
 )
 @click.option(
     "--validation",
     "validation_sources",
     multiple=True,
     type=click.Path(exists=True),
-    help="flat-tokens: a separate validation source (repeatable).",
+    help="Formats with a validation split (flat-tokens): a separate validation source "
+    "(repeatable).",
 )
 @click.option("--eod", default=None, help="End-of-document token, e.g. '<|endoftext|>'.")
 @click.option("--eod-id", type=int, default=None, help="End-of-document token id.")
@@ -134,10 +147,10 @@ def command(
     """
     from lmdata.cli._progress import bar as progress_bar
 
-    if chunk_tokens is not None and to != "flat-tokens":
-        raise click.UsageError("--chunk-tokens applies to --to flat-tokens only")
-    if compression is not None and to not in ("flat-tokens", "mds"):
-        raise click.UsageError("--compression applies to --to flat-tokens or mds only")
+    for option, value in (("chunk_tokens", chunk_tokens), ("compression", compression)):
+        if value is not None and to not in _accepting(option):
+            flag = "--" + option.replace("_", "-")
+            raise click.UsageError(f"{flag} applies to --to {' or '.join(_accepting(option))} only")
     opts: dict[str, object] = {}
     if chunk_tokens is not None:
         opts["chunk_tokens"] = chunk_tokens

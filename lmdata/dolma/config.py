@@ -120,6 +120,11 @@ class TagConfig:
             raise InvalidInputError(
                 "tag config: `documents` (globs or a dataset folder) is required"
             )
+        if d.get("destination"):
+            raise InvalidInputError(
+                "tag config: `destination` is not supported; lmdata writes attributes/"
+                "<experiment>/ beside each documents/ folder, as dolma does without it"
+            )
         return cls(
             documents=docs,
             taggers=_as_list(d.get("taggers"), "taggers"),
@@ -135,6 +140,24 @@ class TagConfig:
         return resolve_documents(self.documents)
 
 
+def _unsupported_dedupe(d: dict[str, Any], dd: dict[str, Any]) -> None:
+    """dolma dedupe settings that would change the result and lmdata does not implement:
+    an error, never silently ignored (other bloom_filter keys only size dolma's filter)."""
+    bloom = d.get("bloom_filter") or {}
+    if isinstance(bloom, dict) and bloom.get("read_only"):
+        raise InvalidInputError(
+            "dedupe: bloom_filter.read_only (checking against a saved dolma Bloom filter) is "
+            "not supported; lmdata dedupes exactly within the documents given"
+        )
+    if (dd.get("num_partitions") or 1) > 1 or dd.get("file_partition"):
+        raise InvalidInputError(
+            "dedupe: num_partitions/file_partition are not supported; lmdata dedupes all "
+            "documents in one pass with memory bounded by on-disk buckets"
+        )
+    if dd.get("document_dir") not in (None, "documents"):
+        raise InvalidInputError("dedupe: document_dir other than 'documents' is not supported")
+
+
 @dataclass(frozen=True)
 class DedupeConfig:
     documents: tuple[str, ...]
@@ -143,7 +166,7 @@ class DedupeConfig:
     attribute_name: str
     key: str = "$.text"  # documents mode: JSONPath (or jq with key_syntax) of the string key
     paragraph_separator: str = "\n"
-    skip_empty: bool = True
+    skip_empty: bool = False  # dolma's default: empty paragraphs and keys are hashed too
     min_length: int = 0  # paragraphs: characters; documents: bytes of the key
     min_words: int = 0
     processes: int = 1
@@ -159,11 +182,6 @@ class DedupeConfig:
         docs = _as_list(d.get("documents"), "documents")
         if not docs:
             raise InvalidInputError("dedupe config: `documents` is required")
-        name = dd.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidInputError(
-                "dedupe config: `dedupe.name` (the attributes folder) is required"
-            )
         dmode, pmode = dd.get("documents"), dd.get("paragraphs")
         if bool(dmode) == bool(pmode):
             raise InvalidInputError(
@@ -173,6 +191,11 @@ class DedupeConfig:
         sect = dmode or pmode
         if not isinstance(sect, dict) or not sect.get("attribute_name"):
             raise InvalidInputError("dedupe config: the mode needs an `attribute_name`")
+        name = dd.get("name") or sect["attribute_name"]  # dolma's fallback
+        if not isinstance(name, str):
+            raise InvalidInputError(
+                "dedupe config: `dedupe.name` (the attributes folder) must be a string"
+            )
         key = "$.text"
         if dmode:
             key = sect.get("key")
@@ -190,6 +213,7 @@ class DedupeConfig:
                 "dedupe: paragraphs.by_ngram (n-gram overlap) is not "
                 "supported; lmdata dedupes exact paragraphs"
             )
+        _unsupported_dedupe(d, dd)
         wd = d.get("work_dir")
         return cls(
             documents=docs,
@@ -198,7 +222,7 @@ class DedupeConfig:
             attribute_name=str(sect["attribute_name"]),
             key=key,
             paragraph_separator=str(sect.get("paragraph_separator", "\n")) or "\n",
-            skip_empty=bool(dd.get("skip_empty", True)),
+            skip_empty=bool(dd.get("skip_empty", False)),  # dolma's default
             min_length=_int(dd.get("min_length", 0) or 0, "dedupe.min_length"),
             min_words=_int(dd.get("min_words", 0) or 0, "dedupe.min_words"),
             dolma_offsets=bool(sect.get("dolma_offsets", True)),

@@ -1,29 +1,43 @@
-"""The registry of formats: a plain table from format name to the module that implements it.
+"""The registry of formats: a table of format packages, each exporting one typed ``SPEC``.
 
-Every format module offers the same verbs:
+A spec (:class:`lmdata.formats._spec.FormatSpec`) carries a format's names, kind (records or
+token sequences), splits, verbs (``detect``, ``open``, ``writer``, ``validate``, ``info``,
+``merge``) and how ``tokenize`` and ``convert`` write tokens into it. Nothing outside
+``lmdata/formats/`` names a format: it asks the spec. Adding a format is one package and one
+line below.
 
-- ``detect(path) -> bool``: does ``path`` look like this format (cheap: names and headers);
-- ``open(path, **options)``: a reader (``Records`` or ``TokenSequences``);
-- ``Writer(path, **options)``: a context manager with ``write(item)``;
-- ``validate(path, **options) -> list[str]``: every problem found, empty when valid;
-- ``info(path, **options) -> dict``: a summary for ``lmdata info``.
-
-Modules are imported only when used, so a missing optional dependency of one format never
+Packages are imported only when used, so a missing optional dependency of one format never
 breaks another.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
-import importlib.util
 import os
 from pathlib import Path
-from types import ModuleType
 
-from lmdata.errors import FormatError, LmdataError, MissingDependencyError
+from lmdata import _deps
+from lmdata.errors import FormatError, LmdataError
+from lmdata.formats._spec import FormatSpec, Kind, TokenSink, TokenTarget
 
-# name -> module. Order matters for detection: the first module whose detect() says yes wins,
-# so the more specific layouts come first.
+__all__ = [
+    "FormatSpec",
+    "Kind",
+    "TokenSink",
+    "TokenTarget",
+    "canonical",
+    "detect",
+    "names",
+    "spec",
+    "specs",
+    "suggest",
+    "token_targets",
+]
+
+# name -> module exporting SPEC (or SPECS, for a module that serves several names).
+# Order matters for detection: the first detector that says yes wins, so the more specific
+# layouts come first.
 FORMATS: dict[str, str] = {
     "flat-tokens": "lmdata.formats.flat_tokens",
     "atlas": "lmdata.formats.atlas",
@@ -37,63 +51,85 @@ FORMATS: dict[str, str] = {
     "jsonl": "lmdata.formats.jsonl",  # last: any *.jsonl without an index
 }
 
-ALIASES: dict[str, str] = {
-    "flat_tokens": "flat-tokens",
-    "zarr": "flat-tokens",
-    "pbin": "modalities",
-}
+_SPECS: dict[str, FormatSpec] = {}
 
 
-def canonical(name: str) -> str:
-    name = ALIASES.get(name, name)
-    if name not in FORMATS:
-        raise FormatError(f"unknown format {name!r}; known formats: {', '.join(available())}")
-    return name
+def names() -> list[str]:
+    """Every format name, in detection order."""
+    return list(FORMATS)
 
 
-def available() -> list[str]:
-    """Format names whose module is present in this installation."""
-    out = []
-    for name, mod in FORMATS.items():
-        if importlib.util.find_spec(mod) is not None:
-            out.append(name)
-    return out
-
-
-def module(name: str) -> ModuleType:
-    """The module implementing format ``name``."""
-    name = canonical(name)
+def _load(name: str) -> FormatSpec:
+    got = _SPECS.get(name)
+    if got is not None:
+        return got
     modname = FORMATS[name]
     try:
-        return importlib.import_module(modname)
+        mod = importlib.import_module(modname)
     except ModuleNotFoundError as e:
         if e.name == modname:
             raise FormatError(f"format {name!r} is not implemented in this version") from None
-        raise MissingDependencyError(
-            f"format {name!r} needs the package {e.name!r}: pip install 'lmdata[all]'"
-        ) from None
+        raise _deps.missing(e.name or modname, f"format {name!r}") from None
+    found = getattr(mod, "SPECS", None) or (mod.SPEC,)
+    for s in found:
+        _SPECS[s.name] = s
+    if name not in _SPECS:
+        raise FormatError(f"{modname} exports no spec named {name!r} (a bug in lmdata)")
+    return _SPECS[name]
+
+
+def specs() -> list[FormatSpec]:
+    """Every format's spec, in detection order."""
+    return [_load(n) for n in FORMATS]
+
+
+def suggest(name: str) -> str:
+    """``"; did you mean 'x'?"`` for a misspelt format name, else an empty string."""
+    candidates = list(FORMATS) + [a for s in specs() for a in s.aliases]
+    close = difflib.get_close_matches(name.lower().replace("_", "-"), candidates, n=1, cutoff=0.5)
+    if not close:
+        return ""
+    target = canonical(close[0])
+    return f"; did you mean {target!r}?"
+
+
+def canonical(name: str) -> str:
+    """The format name for ``name`` or one of its aliases, or a FormatError with a suggestion."""
+    if name in FORMATS:
+        return name
+    for s in specs():
+        if name in s.aliases:
+            return s.name
+    raise FormatError(
+        f"unknown format {name!r}{suggest(name)} (known formats: {', '.join(FORMATS)})"
+    )
+
+
+def spec(name: str) -> FormatSpec:
+    """The spec of format ``name`` (an alias is accepted)."""
+    return _load(canonical(name))
+
+
+def token_targets() -> list[str]:
+    """Formats that ``tokenize`` can write."""
+    return [s.name for s in specs() if s.tokens is not None]
 
 
 def detect(path: str | os.PathLike[str]) -> str:
     """The name of the format at ``path``, or FormatError listing what was tried."""
     p = Path(path)
-    seen: set[str] = set()
-    for name in available():
-        mod = module(name)
-        if mod.__name__ in seen:
-            continue
-        seen.add(mod.__name__)
-        # Modules that implement several names (mds) say which one they found.
+    asked: set[int] = set()
+    for s in specs():
+        if id(s.detect) in asked:
+            continue  # one detector serves a whole family (the MDS names)
+        asked.add(id(s.detect))
         try:
-            if hasattr(mod, "detect_format"):
-                found = mod.detect_format(p)
-                if found:
-                    return found
-            elif mod.detect(p):
-                return name
-        except (LmdataError, OSError):
+            found = s.detect(p)
+        except (LmdataError, OSError, RecursionError, ValueError):
             continue  # a file this format cannot even look at is not of this format
+        if found:
+            return found
     raise FormatError(
-        f"cannot tell the format; pass format= (--format) with one of: {', '.join(available())}",
+        f"cannot tell the format; pass format= (--format) with one of: {', '.join(FORMATS)}",
         path=p,
     )

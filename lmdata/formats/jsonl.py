@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
+from lmdata.formats._spec import FormatSpec, detector
 from lmdata.formats.modalities_jsonl.index import scan
 from lmdata.formats.modalities_jsonl.lines import default_index_path
 from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
 from lmdata.formats.modalities_jsonl.writer import dumps_line
 from lmdata.storage import AtomicOutput, AtomicWriter, disk_usage, require_exists
 
-KIND = "records"
 SUFFIXES = (".jsonl", ".ndjson")
 
 
@@ -91,3 +91,16 @@ def info(path: str | os.PathLike[str], **_: Any) -> dict[str, Any]:
         "documents": len(r),
         "bytes_on_disk": disk_usage(path),
     }
+
+
+SPEC = FormatSpec(
+    name="jsonl",
+    kind="records",
+    summary="plain JSON lines, no index (offsets scanned on open)",
+    detect=detector(detect, "jsonl"),
+    open=open,
+    writer=Writer,
+    validate=validate,
+    info=info,
+    aliases=("ndjson",),
+)

@@ -7,8 +7,6 @@ import html
 import os
 from typing import Any
 
-from lmdata.errors import MissingDependencyError
-
 
 def _num(v: Any) -> str:
     if isinstance(v, float):
@@ -237,16 +235,12 @@ def html_page(s: dict[str, Any]) -> str:
 
 def plot_png(s: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Histogram of record lengths, the most frequent tokens and the sources, as one PNG."""
-    try:
-        import matplotlib
+    from lmdata._deps import require
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MissingDependencyError(
-            "--plot needs matplotlib: pip install 'lmdata[plot]' (or use --html, which needs "
-            "nothing extra)"
-        ) from None
+    matplotlib = require("matplotlib", "--plot (a PNG; --html needs nothing extra)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     panels = [p for p in ("lengths", "top_tokens", "sources") if s.get(p)]
     fig, axes = plt.subplots(len(panels) or 1, 1, figsize=(9, 3.2 * max(1, len(panels))))
     axes = list(axes) if len(panels) > 1 else [axes]

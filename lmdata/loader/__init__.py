@@ -1,4 +1,4 @@
-"""Training-side access: the Loader, packing and stateless shuffling."""
+"""Training-side access: the Loader, row layouts, mixtures and stateless shuffling."""
 
 from __future__ import annotations
 

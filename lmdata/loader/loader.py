@@ -1,163 +1,479 @@
-"""The training loader: batches by step number, stateless shuffle, exact resume, ranks."""
+"""The training loader: global batches by step number, mixtures, ranks, exact elastic resume.
+
+The data order is a pure function of the configuration and the step. Step ``s`` holds
+``global_batch_size`` rows; each source serves its share of them (largest remainder, carried:
+``mixture.py``) from its own endless stream, which visits every row once per epoch in an order
+shuffled anew each epoch (``Permutation(rows, derive_seed(seed, source, epoch))``). Rank ``r``
+of ``world_size`` takes the ``r``-th slice of the global batch. Nothing depends on the number
+of ranks or workers, so the resume state is the global position alone.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import InvalidInputError
-from lmdata.loader.packing import expand_encoded, pad_sequences, shift_inputs, starts_in_rows
-from lmdata.loader.shuffle import Permutation
+from lmdata.loader.mixture import Mixture, exact_weights
+from lmdata.loader.packing import PAD_VALUES
+from lmdata.loader.prefetch import prefetched
+from lmdata.loader.shuffle import Permutation, derive_seed
+from lmdata.loader.sources import LONG_DOCS, MODES, Source, open_source
+
+STATE_VERSION = 1
+_SLOT_TAG = 0x510754  # seeds the order of a mixed global batch's slots
+_BLOCK = 4096  # stream positions whose shuffled rows are computed and cached together
+_KEYS = {
+    "packed": ("inputs", "targets", "segment_ids", "positions"),
+    "eos": ("inputs", "targets"),
+    "unpacked": ("inputs", "targets", "segment_ids", "positions", "loss_mask"),
+}
 
 
 @dataclass(frozen=True)
 class LoaderConfig:
-    """Everything that decides which rows a step reads; part of the resume state."""
+    """Everything that decides which rows a step reads (the rank layout does not)."""
 
     seq_len: int
-    batch_size: int
-    packed: bool = True
+    global_batch_size: int
+    mode: str = "packed"
     shuffle: bool = True
     seed: int = 0
-    rank: int = 0
-    world_size: int = 1
-    pad_id: int = 0
-    truncate: bool = True
+    epochs: int | None = None
+    long_docs: str = "truncate"
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "batch_size", "world_size"):
+        for name in ("seq_len", "global_batch_size"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
-        if not 0 <= self.rank < self.world_size:
+        if self.mode not in MODES:
+            raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.long_docs not in LONG_DOCS:
             raise InvalidInputError(
-                f"rank must be in [0, world_size={self.world_size}), got {self.rank}"
+                f"long_docs must be one of {', '.join(LONG_DOCS)}, got {self.long_docs!r}"
             )
-        if not 0 <= self.seed < 2**63:
-            raise InvalidInputError(f"seed must be in [0, 2^63), got {self.seed}")
+        if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs < 1):
+            raise InvalidInputError(f"epochs must be None or a positive integer: {self.epochs!r}")
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise InvalidInputError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")
+
+
+def default_topology() -> tuple[int, int]:
+    """(rank, world_size): torch.distributed if initialised, else RANK/WORLD_SIZE, else 0/1."""
+    torch = sys.modules.get("torch")  # never imported here: only asked if the caller has it
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
+    try:
+        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    except ValueError:
+        raise InvalidInputError(
+            "RANK / WORLD_SIZE environment variables are not integers; pass rank= and "
+            "world_size= explicitly"
+        ) from None
 
 
 class Loader:
-    """Batches of ``batch_size`` rows of ``seq_len`` tokens for one rank.
+    """Batches for one rank: ``batch(step)`` for any step in O(1), iteration, resume state.
 
-    The global batch of step ``s`` is rows ``s*G .. s*G+G-1`` (``G = batch_size*world_size``) of
-    an endless stream that visits every row once per epoch, in an order shuffled anew each
-    epoch (``seed + epoch``); rank ``r`` takes the ``r``-th slice. The data order therefore
-    depends on the seed, seq_len and the global batch, never on how many ranks share it, and
-    the whole training position is the step number: ``loader.batch(step)`` is O(1) and
-    ``state_dict()``/``load_state_dict()`` resume exactly.
-
-    Packed (default): a row is ``seq_len`` consecutive tokens of the concatenated dataset
-    (one read); ``inputs`` hold 0 at each sequence start, no loss mask is needed.
-    Unpacked: a row is one sequence, truncated to ``seq_len`` and right-padded with ``pad_id``
-    (two reads); ``mask`` marks real tokens.
+    ``sources`` is one token-sequence reader or path, or a list of them mixed by ``weights``
+    (default: proportional to their sizes). ``mode`` is ``"packed"`` (rows cut from the
+    concatenated tokens, ``segment_ids``/``positions`` for document-aware attention), ``"eos"``
+    (windows of ``seq_len + 1`` tokens overlapping by one, for EOS-delimited data) or
+    ``"unpacked"`` (one document or piece per row, right-padded, ``loss_mask``). ``epochs``
+    makes a finite pass (evaluation): it stops after that many epochs and pads the last batch
+    (``loss_mask`` False) instead of dropping it. See the README for the batch keys and dtypes.
     """
 
     def __init__(
         self,
-        source: Any,
+        sources: Any,
         *,
         seq_len: int,
-        batch_size: int,
-        packed: bool = True,
+        global_batch_size: int | None = None,
+        mode: str = "packed",
+        weights: list[float] | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
+        token_column: str | None = None,
+        epochs: int | None = None,
+        dtype: str = "int32",
+        bos_id: int = 0,
         pad_id: int = 0,
-        truncate: bool = True,
+        long_docs: str = "truncate",
+        prefetch: int = 0,
         start_step: int = 0,
         split: str | None = None,
+        batch_size: int | None = None,
+        packed: bool | None = None,
+        truncate: bool | None = None,
     ) -> None:
-        if isinstance(source, (str, os.PathLike)):
-            from lmdata._api import open as open_dataset
-
-            source = open_dataset(source, split=split)
-        for attr in ("span", "boundaries", "num_tokens"):
-            if not hasattr(source, attr):
+        # topology first: the deprecated per-rank batch_size needs world_size
+        if rank is None or world_size is None:
+            r0, w0 = default_topology()
+            rank = r0 if rank is None else rank
+            world_size = w0 if world_size is None else world_size
+        if not isinstance(world_size, int) or world_size < 1 or not 0 <= rank < world_size:
+            raise InvalidInputError(
+                f"rank must be in [0, world_size) and world_size >= 1; got rank={rank}, "
+                f"world_size={world_size}"
+            )
+        if batch_size is not None:  # the pre-0.2 name: a per-rank batch
+            if global_batch_size is not None:
                 raise InvalidInputError(
-                    f"the Loader needs a token-sequence reader; {type(source).__name__} has no "
-                    f"{attr!r} (tokenize the dataset first: `lmdata tokenize`)"
+                    "pass global_batch_size= only (batch_size= is its old per-rank form)"
                 )
-        self.source = source
+            global_batch_size = batch_size * world_size
+        if global_batch_size is None:
+            raise InvalidInputError("global_batch_size= is required")
+        if packed is not None:  # old spelling of mode
+            mode = "packed" if packed else "unpacked"
+        if truncate is not None:
+            long_docs = "truncate" if truncate else "error"
         self.config = LoaderConfig(
-            seq_len, batch_size, packed, shuffle, seed, rank, world_size, pad_id, truncate
+            seq_len, global_batch_size, mode, bool(shuffle), seed, epochs, long_docs
         )
-        if packed:
-            self.num_rows = source.num_tokens // seq_len
-        else:
-            self.num_rows = len(source)
-        if self.num_rows == 0:
-            what = f"rows of {seq_len} tokens" if packed else "sequences"
-            raise InvalidInputError(f"the dataset has no {what} ({source.num_tokens} tokens)")
-        self.step = start_step
-        self._perms: dict[int, Permutation] = {}
+        if global_batch_size % world_size:
+            raise InvalidInputError(
+                f"global_batch_size {global_batch_size} is not divisible by world_size "
+                f"{world_size}; every rank must get the same number of rows"
+            )
+        if dtype not in ("int32", "int64"):
+            raise InvalidInputError(f"dtype must be 'int32' or 'int64', got {dtype!r}")
+        self.rank, self.world_size = rank, world_size
+        self.local_batch_size = global_batch_size // world_size
+        self.dtype = np.dtype(dtype)
+        self.bos_id, self.pad_id = int(bos_id), int(pad_id)
+        self.prefetch = int(prefetch)
+
+        many = isinstance(sources, (list, tuple))
+        readers = [open_source(s, token_column, split) for s in (sources if many else [sources])]
+        if not readers:
+            raise InvalidInputError("no sources given")
+        self.sources = [
+            Source(
+                r,
+                mode,
+                seq_len,
+                finite=epochs is not None,
+                long_docs=long_docs,
+                dtype=self.dtype,
+                bos=self.bos_id,
+                pad_id=self.pad_id,
+            )
+            for r in readers
+        ]
+        for k, s in enumerate(self.sources):
+            if s.num_rows == 0:
+                what = {"packed": f"rows of {seq_len} tokens", "eos": "windows"}.get(
+                    mode, "documents"
+                )
+                raise InvalidInputError(
+                    f"source {k} ({s.reader!r}) has no {what} ({s.num_tokens} tokens); "
+                    "lower seq_len or drop the source"
+                )
+        if weights is None:
+            weights = [s.num_rows for s in self.sources]
+        elif len(weights) != len(self.sources):
+            raise InvalidInputError(
+                f"{len(weights)} weights for {len(self.sources)} sources; give one per source"
+            )
+        if epochs is not None and len(self.sources) > 1:
+            raise InvalidInputError(
+                "epochs= (a finite pass) takes one source; evaluate each source with its own Loader"
+            )
+        self.mixture = Mixture(exact_weights(list(weights)), global_batch_size)
+        self.step = int(start_step)
+        self._blocks: dict[tuple[int, int], np.ndarray] = {}
+        self._lock = threading.Lock()
+        self.keys = _KEYS[mode] + (
+            ("loss_mask",) if epochs is not None and mode != "unpacked" else ()
+        )
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"Loader({len(self.sources)} source(s), mode={c.mode!r}, seq_len={c.seq_len}, "
+            f"global_batch_size={c.global_batch_size}, rank={self.rank}/{self.world_size}, "
+            f"step={self.step})"
+        )
+
+    # ---- sizes -----------------------------------------------------------------------------
 
     @property
-    def global_batch(self) -> int:
-        return self.config.batch_size * self.config.world_size
+    def global_batch_size(self) -> int:
+        return self.config.global_batch_size
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in one epoch of all sources together."""
+        return sum(s.num_rows for s in self.sources)
+
+    @property
+    def num_steps(self) -> int | None:
+        """Steps of a finite pass (``epochs=``); None for an endless training stream."""
+        if self.config.epochs is None:
+            return None
+        return -(-self.num_rows * self.config.epochs // self.global_batch_size)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Full global batches in one epoch of all the data (at least 1)."""
+        return max(1, self.num_rows // self.global_batch_size)
 
     def __len__(self) -> int:
-        """Steps in one epoch (the stream itself is endless)."""
-        return max(1, self.num_rows // self.global_batch)
+        n = self.num_steps
+        if n is None:
+            raise TypeError(
+                "an endless training Loader has no len(); pass epochs= for a finite pass "
+                f"(steps_per_epoch is {self.steps_per_epoch})"
+            )
+        return n
 
-    def rows(self, step: int) -> np.ndarray:
-        """The row indices this rank reads at ``step``."""
+    # ---- the order -------------------------------------------------------------------------
+
+    def indices(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, row, valid) of this rank's rows at ``step``; invalid rows are padding."""
+        g, b = self.global_batch_size, self.local_batch_size
         c = self.config
-        g = np.arange(c.batch_size, dtype=np.int64) + (
-            step * self.global_batch + c.rank * c.batch_size
-        )
-        epoch, j = np.divmod(g, self.num_rows)
-        if not c.shuffle:
-            return j
-        out = np.empty_like(j)
-        for e in np.unique(epoch).tolist():
-            perm = self._perms.get(e)
-            if perm is None:
-                if len(self._perms) > 4:
-                    self._perms.clear()
-                perm = self._perms[e] = Permutation(self.num_rows, c.seed + e)
-            sel = epoch == e
-            out[sel] = perm(j[sel])
+        lo = self.rank * b
+        if c.epochs is not None or len(self.sources) == 1:
+            start = step * g if c.epochs is not None else int(self.mixture.served(step)[0])
+            pos = np.arange(start + lo, start + lo + b, dtype=np.int64)
+            src = np.zeros(b, dtype=np.int64)
+            if c.epochs is None:
+                return src, self._rows_of(0, pos), np.ones(b, dtype=bool)
+            valid = pos < self.num_rows * c.epochs
+            return src, self._rows_of(0, np.where(valid, pos, 0)), valid
+        served = self.mixture.served(step)
+        counts = self.mixture.served(step + 1) - served
+        src = np.repeat(np.arange(len(self.sources)), counts)
+        if c.shuffle:  # spread the sources over the ranks
+            src = src[Permutation(g, derive_seed(c.seed, _SLOT_TAG, step))(np.arange(g))]
+        # each source's rows, in slot order, are its next stream positions
+        order = np.empty(g, dtype=np.int64)
+        order[np.argsort(src, kind="stable")] = np.arange(g)
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        pos = (served[src] + order - first[src])[lo : lo + b]
+        src = src[lo : lo + b]
+        rows = np.zeros_like(pos)
+        for k in np.unique(src).tolist():
+            sel = src == k
+            rows[sel] = self._rows_of(k, pos[sel])
+        return src, rows, np.ones(b, dtype=bool)
+
+    def _rows_of(self, k: int, pos: np.ndarray) -> np.ndarray:
+        """Rows at stream positions ``pos`` (increasing) of source ``k``."""
+        n = self.sources[k].num_rows
+        if not self.config.shuffle:
+            return pos % n
+        # the permutation is evaluated a block of positions at a time and cached: consecutive
+        # steps reuse it, so a step costs a few array lookups
+        key = pos // _BLOCK
+        lo = int(key.min())
+        if lo == int(key.max()):
+            return self._block(k, lo, n)[pos - lo * _BLOCK]
+        out = np.empty_like(pos)
+        for kb in np.unique(key).tolist():
+            sel = key == kb
+            out[sel] = self._block(k, kb, n)[pos[sel] - kb * _BLOCK]
         return out
 
+    def _block(self, k: int, kb: int, n: int) -> np.ndarray:
+        """Rows of stream positions ``kb*_BLOCK ..`` of source ``k`` (crossing epoch ends)."""
+        got = self._blocks.get((k, kb))
+        if got is not None:
+            return got
+        pos = np.arange(kb * _BLOCK, (kb + 1) * _BLOCK, dtype=np.int64)
+        epoch, j = np.divmod(pos, n)
+        out = np.empty_like(j)
+        for e in np.unique(epoch).tolist():
+            sel = epoch == e
+            out[sel] = Permutation(n, derive_seed(self.config.seed, k, e))(j[sel])
+        with self._lock:
+            while len(self._blocks) >= 8:
+                self._blocks.pop(next(iter(self._blocks)))
+            self._blocks[(k, kb)] = out
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state["_blocks"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # ---- batches ---------------------------------------------------------------------------
+
     def batch(self, step: int) -> dict[str, np.ndarray]:
-        """The batch of ``step``: ``inputs``, ``targets`` (int32, rows x seq_len), ``is_start``
-        (packed) or ``mask`` (unpacked)."""
-        if step < 0:
-            raise InvalidInputError(f"step must be non-negative, got {step}")
-        rows = self.rows(step)
-        c = self.config
-        src = self.source
-        if not c.packed:
-            return pad_sequences(
-                src.take(rows), c.seq_len, pad_id=c.pad_id, truncate=c.truncate, where=rows.tolist()
-            )
-        if hasattr(src, "packed_rows"):
-            return expand_encoded(src.packed_rows(rows, c.seq_len))
-        starts = rows * c.seq_len
-        targets = np.stack([src.span(s, s + c.seq_len) for s in starts.tolist()]).astype(np.int32)
-        return shift_inputs(targets, starts_in_rows(src.boundaries, starts, c.seq_len))
+        """This rank's batch of ``step``: a dict of ``(local_batch_size, seq_len)`` arrays."""
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise InvalidInputError(f"step must be a non-negative integer, got {step!r}")
+        n = self.num_steps
+        if n is not None and step >= n:
+            raise InvalidInputError(f"step {step} is past the end of this {n}-step finite pass")
+        src, rows, valid = self.indices(int(step))
+        if valid.all() and len(self.sources) == 1:
+            return self.sources[0].read(rows)
+        out = self._padding(len(rows))
+        for k in np.unique(src[valid]).tolist():
+            sel = np.flatnonzero(valid & (src == k))
+            part = self.sources[k].read(rows[sel])
+            for key in self.keys:
+                out[key][sel] = part[key]
+        return out
+
+    def _padding(self, n: int) -> dict[str, np.ndarray]:
+        shape = (n, self.config.seq_len)
+        out = {}
+        for key in self.keys:
+            if key == "loss_mask":
+                out[key] = np.zeros(shape, dtype=bool)
+            elif key in PAD_VALUES:
+                out[key] = np.zeros(shape, dtype=np.int32)
+            else:
+                out[key] = np.full(shape, self.pad_id, dtype=self.dtype)
+        return out
+
+    def _steps(self) -> Iterator[int]:
+        s = self.step
+        n = self.num_steps
+        while n is None or s < n:
+            yield s
+            s += 1
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        while True:
-            b = self.batch(self.step)
-            self.step += 1
+        """Batches from ``self.step`` on; ``self.step`` counts those handed out."""
+        _refuse_naive_workers()
+        if self.prefetch > 0:
+            for s, b in prefetched(self.batch, self._steps(), self.prefetch):
+                self.step = s + 1
+                yield b
+            return
+        for s in self._steps():
+            b = self.batch(s)
+            self.step = s + 1
             yield b
 
+    # ---- resume ----------------------------------------------------------------------------
+
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "num_rows": self.num_rows, **asdict(self.config)}
+        """The global position and what it depends on: small, JSON-able, rank-free."""
+        m = self.mixture
+        return {
+            "version": STATE_VERSION,
+            "step": self.step,
+            **asdict(self.config),
+            "sources": [s.describe() for s in self.sources],
+            "weights": [str(w) for w in m.weights],
+            "base_step": m.base_step,
+            "base_rows": list(m.base_rows),
+            "served": self._served(self.step).tolist(),
+        }
+
+    def _served(self, step: int) -> np.ndarray:
+        if self.config.epochs is not None:
+            return np.array(
+                [min(step * self.global_batch_size, self.num_rows * self.config.epochs)]
+            )
+        return self.mixture.served(step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where ``state`` was saved (any rank/worker layout).
+
+        A different global batch size or different weights continue each source's stream from
+        what it had served; a different dataset, seed, sequence length or mode is an error
+        naming what differs.
+        """
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise InvalidInputError(
+                "not an lmdata Loader state (no 'version': 1); save one with state_dict()"
+            )
         mine = self.state_dict()
-        for k in ("num_rows", "seq_len", "batch_size", "world_size", "packed", "shuffle", "seed"):
-            if k in state and state[k] != mine[k]:
-                raise InvalidInputError(
-                    f"cannot resume: the saved state has {k}={state[k]!r} but this loader has "
-                    f"{mine[k]!r}; the data order would differ"
-                )
-        self.step = int(state["step"])
+        diffs = []
+        for key in ("seq_len", "mode", "seed", "shuffle", "epochs", "long_docs"):
+            if state.get(key) != mine[key]:
+                diffs.append(f"{key} {state.get(key)!r} saved, {mine[key]!r} here")
+        saved_src = state.get("sources") or []
+        if len(saved_src) != len(mine["sources"]):
+            diffs.append(f"{len(saved_src)} sources saved, {len(mine['sources'])} here")
+        else:
+            for k, (a, b) in enumerate(zip(saved_src, mine["sources"], strict=True)):
+                for key in ("tokens", "rows"):
+                    if a.get(key) != b[key]:
+                        diffs.append(f"source {k} has {a.get(key)} {key} saved, {b[key]} here")
+        if diffs:
+            raise InvalidInputError(
+                "cannot resume: the saved state is for different data or settings ("
+                + "; ".join(diffs)
+                + "); the data order would differ"
+            )
+        step = int(state["step"])
+        weights = tuple(Fraction(w) for w in state["weights"])
+        g = int(state["global_batch_size"])
+        if self.config.epochs is not None and g != self.global_batch_size:
+            raise InvalidInputError(
+                f"cannot resume a finite pass with global_batch_size {self.global_batch_size} "
+                f"(saved: {g}); use the saved batch size"
+            )
+        if weights == self.mixture.weights and g == self.global_batch_size:
+            base = Mixture(weights, g, int(state["base_step"]), tuple(state["base_rows"]))
+        else:  # re-base: the new rounding starts from what each source has served
+            base = Mixture(
+                self.mixture.weights, self.global_batch_size, step, tuple(state["served"])
+            )
+        self.mixture = base
+        self.step = step
+
+    # ---- frameworks ------------------------------------------------------------------------
+
+    def to_torch(self, *, start_step: int | None = None) -> Any:
+        """A torch ``IterableDataset`` of this loader's batches as tensors, from ``self.step``.
+
+        Use it with ``DataLoader(ds, batch_size=None, num_workers=k)``: worker ``i`` computes
+        steps ``i, i+k, ...`` and the DataLoader hands them out in order, none lost or repeated.
+        The main process must count received batches for the state: :meth:`torch_loader`
+        does that (or call ``loader.step += 1`` per batch yourself).
+        """
+        from lmdata.loader.torch_dataset import TorchBatches
+
+        return TorchBatches(self, self.step if start_step is None else start_step)
+
+    def torch_loader(
+        self, *, num_workers: int = 0, pin_memory: bool = False, **options: Any
+    ) -> Any:
+        """A torch DataLoader over :meth:`to_torch` that advances ``self.step`` per batch
+        received, so :meth:`state_dict` is right at any moment, with or without workers."""
+        from lmdata.loader.torch_dataset import TorchLoader
+
+        return TorchLoader(self, num_workers=num_workers, pin_memory=pin_memory, **options)
+
+
+def _refuse_naive_workers() -> None:
+    """Iterating a Loader inside one of several DataLoader workers serves each batch once per
+    worker; refuse, pointing at the right way."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    data = getattr(getattr(torch, "utils", None), "data", None)
+    info = data.get_worker_info() if data is not None else None
+    if info is not None and info.num_workers > 1:
+        raise InvalidInputError(
+            f"a Loader is being iterated inside DataLoader worker {info.id} of "
+            f"{info.num_workers}: every worker would yield every batch. Use "
+            "DataLoader(loader.to_torch(), batch_size=None, num_workers=k) or "
+            "loader.torch_loader(num_workers=k), which split the steps between workers"
+        )

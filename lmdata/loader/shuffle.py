@@ -12,6 +12,25 @@ from __future__ import annotations
 import numpy as np
 
 _M = np.uint64(0xFFFFFFFFFFFFFFFF)
+_MASK = (1 << 64) - 1
+
+
+def _mix_int(x: int) -> int:
+    """splitmix64's finaliser on one Python int (exact, platform independent)."""
+    x &= _MASK
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _MASK
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed mixed from integers (the loader seed, a source index, an epoch, a step)."""
+    h = 0x243F6A8885A308D3
+    for p in parts:
+        h = _mix_int(h ^ (int(p) & _MASK)) + 0x9E3779B97F4A7C15
+    return _mix_int(h) >> 1
 
 
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)

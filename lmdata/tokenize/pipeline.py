@@ -21,7 +21,7 @@ import shutil
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,61 +31,14 @@ import orjson
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import executor
 from lmdata.storage import check_output
+from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import InputFile, Unit, _Missing, iter_units, list_inputs
 from lmdata.tokenize.tokenizers import Tokenizer, load_tokenizer
 
 MAX_SKIP_MESSAGES = 20
 
-
-@dataclass(frozen=True)
-class TokenizeJob:
-    """Everything that decides the output bytes (also recorded for ``resume``)."""
-
-    to: str
-    tokenizer: str = "bytes"
-    text_key: str = "text"
-    batch_docs: int = 256
-    validation_fraction: float = 0.0
-    skip_invalid: bool = False
-    eod: str | None = None
-    eod_id: int | None = None
-    append_eod: bool | None = None
-    # None: the target's convention (Modalities: the tokenizer's post-processor, as the
-    # origin calls it with the HF default; the others: ids of the text only)
-    add_special_tokens: bool | None = None
-    source_format: str | None = None
-    writer_options: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.validation_fraction < 1.0:
-            raise InvalidInputError(
-                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
-            )
-        if self.batch_docs < 1:
-            raise InvalidInputError(f"batch_docs must be positive, got {self.batch_docs}")
-
-
-@dataclass
-class Summary:
-    """What a job did; ``documents_read == documents_written + documents_skipped``."""
-
-    documents_read: int = 0
-    documents_written: int = 0
-    documents_skipped: int = 0
-    tokens: int = 0
-    bytes_read: int = 0
-    seconds: float = 0.0
-    skipped: list[str] = field(default_factory=list)
-    output: str = ""
-
-    def line(self) -> str:
-        rate = self.tokens / self.seconds / 1e6 if self.seconds else 0.0
-        return (
-            f"documents read {self.documents_read:,}, written {self.documents_written:,}, "
-            f"skipped {self.documents_skipped:,}; {self.tokens:,} tokens in "
-            f"{self.seconds:.1f} s ({rate:.1f} Mtok/s) -> {self.output}"
-        )
+__all__ = ["Summary", "TokenizeJob", "tokenize", "work_dir_for"]
 
 
 # ---- the worker side -------------------------------------------------------------------------
@@ -249,7 +202,7 @@ def tokenize(
             InputFile(i.path, i.kind, i.size, True)
             for i in list_inputs(list(validation_sources), job.source_format)
         ]
-    if validation_sources and job.to != "flat-tokens":
+    if validation_sources and "validation" not in job.spec.splits:
         raise InvalidInputError(
             f"{job.to} has no validation split; tokenize the validation documents into a "
             "separate output instead of --validation"
@@ -313,8 +266,8 @@ def _run_workers(
         fmt=job.source_format,
     )
     special = job.add_special_tokens
-    if special is None:
-        special = job.to == "modalities"
+    if special is None:  # the target's convention
+        special = job.target.special_tokens
     tasks = (
         (
             u,

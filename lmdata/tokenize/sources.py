@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmdata.errors import DatasetNotFoundError, InvalidInputError
+from lmdata.errors import DatasetNotFoundError, InvalidInputError, LmdataError
 
 JSONL_SUFFIXES = (
     ".jsonl",
@@ -103,14 +103,15 @@ def list_inputs(sources: list[str | os.PathLike[str]], fmt: str | None = None) -
 
 
 def _looks_like_dataset(p: Path) -> bool:
-    """A folder that some format module claims (MDS, Atlas, flat-tokens, ...)."""
+    """A folder that some format claims (MDS, Atlas, flat-tokens, ...) and whose documents are
+    not plain files this module reads itself (a Dolma tree's are)."""
     from lmdata import formats
 
     try:
-        name = formats.detect(p)
-    except Exception:
+        spec = formats.spec(formats.detect(p))
+    except (LmdataError, OSError):
         return False
-    return name not in ("dolma",)
+    return not spec.document_files
 
 
 def _open_text(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:

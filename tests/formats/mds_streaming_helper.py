@@ -5,60 +5,24 @@ Jobs: write (streaming's writers), read (StreamingDataset random access and iter
 canonicalised into a pickle), merge (streaming's merge_index), bench (timings).
 
 streaming imports torchvision and transformers at import time for features these tests never
-use; PyPI's torchvision cannot load beside the CPU torch build here, so tiny stand-ins are
-installed in sys.modules before importing streaming.
+use: the stand-ins of streaming_standins.py replace both (transformers is installed in that
+venv but takes seconds to import).
 """
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import os
 import pickle
 import sys
 import time
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _stub(name: str, **attrs: object) -> None:
-    m = types.ModuleType(name)
-    m.__spec__ = importlib.machinery.ModuleSpec(name, None)
-    m.__dict__.update(attrs)
-    sys.modules[name] = m
+from streaming_standins import install
 
-
-class _Placeholder:
-    def __init__(self, *a: object, **k: object) -> None:
-        raise RuntimeError("torchvision/transformers are stubbed in the lmdata test helper")
-
-
-def _install_stubs() -> None:
-    for name in (
-        "torchvision",
-        "torchvision.datasets",
-        "torchvision.transforms",
-        "torchvision.transforms.functional",
-        "transformers",
-        "transformers.feature_extraction_utils",
-        "transformers.tokenization_utils_base",
-        "transformers.models",
-        "transformers.models.auto",
-        "transformers.models.auto.tokenization_auto",
-    ):
-        _stub(
-            name,
-            VisionDataset=_Placeholder,
-            to_tensor=_Placeholder,
-            CIFAR10=_Placeholder,
-            BatchFeature=_Placeholder,
-            BatchEncoding=_Placeholder,
-            AutoTokenizer=_Placeholder,
-        )
-
-
-_install_stubs()
+install(transformers=True)
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 from mds_samples import canonical, columns, samples  # noqa: E402

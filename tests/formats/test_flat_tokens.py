@@ -359,9 +359,58 @@ def test_hostile_shapes_are_refused_or_reported_quickly(tmp_path):
     meta = json.loads(ss_meta.read_text())
     meta["shape"] = [400_000_000]  # seq_starts chunks beyond the first do not exist
     ss_meta.write_text(json.dumps(meta))
-    with pytest.raises(CorruptDataError, match="chunk files exist"):
+    with pytest.raises(CorruptDataError, match="does not exist, so it reads as the fill value"):
         lmdata.open(p, split="train")
     assert any("chunk files exist" in x for x in lmdata.validate(p))
+
+
+# ---- chunks never written read as the fill value (zarr semantics) --------------------------
+
+SEQAX_EMPTY_SPLIT = """
+import sys, zarr, numcodecs
+comp = numcodecs.Blosc("lz4", 5, 2)
+g = zarr.open_group(sys.argv[1], mode="w-")
+for split in ("validation", "train"):  # seqax's order; validation gets nothing
+    s = g.require_group(split)
+    s.attrs["max_token_id"] = 0
+    s.empty("encoded_tokens", shape=(0,), chunks=(1 << 22,), dtype="<u4", compressor=comp)
+    s.zeros("seq_starts", shape=(1,), chunks=(1 << 16,), dtype="<u8", compressor=comp,
+            filters=[numcodecs.Delta("i8")])
+g["train"]["encoded_tokens"].append(__import__("numpy").array([3, 4, 7], dtype="<u4"))
+g["train"]["seq_starts"].append(__import__("numpy").array([2, 3], dtype="<u8"))
+g["train"].attrs["max_token_id"] = 3
+"""
+
+
+@pytest.mark.skipif(not ZARR2_PY.exists(), reason="make install creates the zarr-python 2 venv")
+def test_empty_split_written_by_seqax_style_zarr2(tmp_path):
+    p = tmp_path / "d.zarr"
+    subprocess.run([str(ZARR2_PY), "-c", SEQAX_EMPTY_SPLIT, str(p)], check=True)
+    assert not (p / "validation" / "seq_starts" / "0").exists()  # zarr never wrote it
+    r = lmdata.open(p, split="validation")
+    assert len(r) == 0 and r.num_tokens == 0 and list(r) == []
+    assert [x.tolist() for x in lmdata.open(p)] == [[1, 2], [3]]
+    assert lmdata.validate(p) == []
+
+
+@pytest.mark.parametrize("compression", [None, "blosc"])
+def test_unwritten_seq_starts_chunk_of_an_empty_split(tmp_path, compression):
+    p = write(tmp_path / "d.zarr", [[1, 2]], [], compression=compression)
+    chunk = p / "validation" / "seq_starts" / "0"
+    chunk.unlink(missing_ok=True)  # what zarr does for a chunk equal to the fill value
+    r = lmdata.open(p, split="validation")
+    assert len(r) == 0 and list(r) == [] and r.boundaries.tolist() == [0]
+    assert lmdata.validate(p) == []
+
+
+def test_unwritten_seq_starts_chunk_with_data_is_refused(tmp_path):
+    p = write(tmp_path / "d.zarr", [[1, 2], [3], [4, 5]], seq_starts_chunk=2)
+    (p / "train" / "seq_starts" / "1").unlink()  # entries 2..3 now read as 0
+    with pytest.raises(CorruptDataError, match="last entry of seq_starts is 0, must be 5"):
+        lmdata.open(p)
+    problems = lmdata.validate(p)
+    assert any("chunks [1] have no file" in x for x in problems), problems
+    assert any("must equal the token count 5" in x for x in problems), problems
 
 
 @pytest.mark.parametrize(
@@ -379,13 +428,17 @@ def test_malformed_metadata_is_a_format_error(tmp_path, key, value):
 
 
 def test_iteration_checks_seq_starts(tmp_path):
-    p = write(tmp_path / "d.zarr", [[1, 2], [3, 4, 5], [6]], seq_starts_chunk=64)
+    p = write(tmp_path / "d.zarr", [[1, 2], [3, 4, 5], [6]])
+    _set_raw(p, "seq_starts", np.array([0, 5, 2, 6]))  # ends right, decreases in the middle
+    r = lmdata.open(p)
+    with pytest.raises(CorruptDataError, match="non-decreasing"):
+        list(r)
     f = p / "train" / "seq_starts" / ".zarray"
     meta = json.loads(f.read_text())
-    meta["shape"] = [6]  # two more entries: the zero padding of the chunk
+    meta["shape"] = [6]  # two more entries, past the end of the chunk: fill value 0
     f.write_text(json.dumps(meta))
-    with pytest.raises(CorruptDataError, match="non-decreasing"):
-        list(lmdata.open(p))
+    with pytest.raises(CorruptDataError, match="last entry of seq_starts is 0"):
+        lmdata.open(p)
 
 
 # ---- corrupt and hostile input ---------------------------------------------------------------

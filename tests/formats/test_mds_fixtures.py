@@ -69,7 +69,8 @@ def test_pkl_is_read_only_when_trusted_and_matches() -> None:
 
 
 def test_tokens_fixture_is_a_token_reader() -> None:
-    r = lmdata.open(DATA / "tokens")
+    assert not isinstance(lmdata.open(DATA / "tokens"), TokenSequences)  # records by format
+    r = lmdata.open(DATA / "tokens", token_column="tokens")
     assert isinstance(r, TokenSequences)
     want = [w["tokens"] for w in expected("tokens")]
     assert [canonical(a) for a in r] == want

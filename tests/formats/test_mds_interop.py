@@ -132,7 +132,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     jsonl = root / "ours-jsonl-merged"
     for k in range(3):
         write_lmdata(jsonl / str(k), "text", 4 + k, "json", size_limit=90)
-    formats.module("mds-jsonl").merge([str(jsonl)], str(jsonl))
+    formats.spec("mds-jsonl").merge([str(jsonl)], str(jsonl))
     ours["jsonl-merged"] = jsonl
     for c in THEIRS_COMPRESSED:  # lmdata reads these before streaming touches copies of them
         ours[f"theirs-{c}"] = root / f"theirs-{c}"
@@ -209,7 +209,7 @@ def test_lmdata_reads_what_streaming_writes_compressed(world: dict[str, Any], co
 
 def test_merge_matches_streaming_merge_index(world: dict[str, Any]) -> None:
     root = world["root"]
-    formats.module("mds").merge([str(root / "ours-merge")], str(root / "ours-merge"))
+    formats.spec("mds").merge([str(root / "ours-merge")], str(root / "ours-merge"))
     t = json.loads((root / "theirs-merge" / "index.json").read_text())
     o = json.loads((root / "ours-merge" / "index.json").read_text())
     for idx in (t, o):  # zstd libraries may pick different bytes: compare all but zip sizes
@@ -221,3 +221,23 @@ def test_merge_matches_streaming_merge_index(world: dict[str, Any]) -> None:
     assert [canonical(x) for x in lmdata.open(root / "ours-merge")] == [
         canonical(x) for x in lmdata.open(root / "theirs-merge")
     ]
+
+
+def test_streaming_venv_works_as_it_is(tmp_path):
+    """`make install` leaves a venv where streaming imports without the test helper."""
+    import subprocess
+
+    code = (
+        "import sys; from streaming import MDSWriter, StreamingDataset\n"
+        "with MDSWriter(out=sys.argv[1], columns={'a': 'int'}) as w: w.write({'a': 5})\n"
+        "print(StreamingDataset(local=sys.argv[1], batch_size=1)[0]['a'])\n"
+    )
+    out = subprocess.run(
+        [streaming_python(), "-c", code, str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"TQDM_DISABLE": "1"},
+    )
+    assert out.stdout.strip() == "5"
+    assert lmdata.open(tmp_path / "o")[0] == {"a": 5}

@@ -46,7 +46,10 @@ def test_boundaries_and_spans_match_concatenation(tmp_path_factory, docs, data, 
     write_docs(
         d, arrays, columns={"tokens": enc}, size_limit=data.draw(st.sampled_from([None, 300, 2000]))
     )
-    r = lmdata.open(d)
+    records = lmdata.open(d)  # the kind comes from the format: records, as streaming returns
+    assert not isinstance(records, TokenSequences)
+    assert records[0]["tokens"].tolist() == arrays[0].tolist()
+    r = lmdata.open(d, token_column="tokens")
     assert isinstance(r, TokenSequences)
     flat = np.concatenate(arrays)
     assert r.num_tokens == len(flat)
@@ -101,7 +104,9 @@ def test_loader_trains_on_an_mds_token_dataset(tmp_path: Path) -> None:
     write_docs(tmp_path / "d", docs, size_limit="2kb")
     from lmdata.loader import Loader
 
-    loader = Loader(tmp_path / "d", seq_len=16, batch_size=4, shuffle=False)
+    loader = Loader(
+        lmdata.open(tmp_path / "d", token_column="tokens"), seq_len=16, batch_size=4, shuffle=False
+    )
     batch = loader.batch(0)
     flat = np.concatenate(docs)
     assert batch["targets"].tolist() == flat[:64].reshape(4, 16).tolist()

@@ -183,7 +183,7 @@ def test_token_arrays_are_written_to_the_token_column(tmp_path: Path) -> None:
         w.write([4, 5])
     (s,) = index(tmp_path / "d")["shards"]
     assert s["column_names"] == ["tokens"] and s["column_encodings"] == ["ndarray:uint32"]
-    assert [a.tolist() for a in lmdata.open(tmp_path / "d")] == [[1, 2, 3], [4, 5]]
+    assert [s["tokens"].tolist() for s in lmdata.open(tmp_path / "d")] == [[1, 2, 3], [4, 5]]
     with pytest.raises(InvalidInputError):
         with lmdata.writer(tmp_path / "e", "mds") as w:
             w.write(np.array([1, 2, 3], dtype=np.uint32))

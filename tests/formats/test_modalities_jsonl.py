@@ -246,3 +246,63 @@ def test_writer_reader_round_trip(tmp_path: Path, recs: list[dict]) -> None:
     assert p.with_suffix(".idx").read_bytes() == pickle.dumps(
         origin_index(p.read_bytes()), protocol=4
     )
+
+
+# ---- committing two files: a kill in between never pairs data with another file's index ------
+
+KILL_BETWEEN_COMMITS = """
+import os, signal, sys
+import lmdata
+from lmdata import storage
+
+path, kill_before = sys.argv[1], sys.argv[2]
+finish = storage.AtomicOutput.finish
+
+
+def finish_or_die(self):
+    if self.dest.suffix == kill_before:
+        os.kill(os.getpid(), signal.SIGKILL)
+    finish(self)
+
+
+storage.AtomicOutput.finish = finish_or_die
+with lmdata.writer(path, "modalities-jsonl", overwrite=True) as w:
+    for v in (22, 1):
+        w.write(v)
+"""
+
+
+@pytest.mark.parametrize("kill_before", [".jsonl", ".idx"])
+def test_sigkill_between_the_two_commits(tmp_path: Path, kill_before: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    p = tmp_path / "d.jsonl"
+    with lmdata.writer(p, "modalities-jsonl") as w:
+        for v in (1, 22):  # same size as the new file, other line boundaries: the old index
+            w.write(v)  # read against the new data would give 2 and 1, silently
+    env = {"PYTHONPATH": str(Path(__file__).parents[2])}
+    res = subprocess.run(
+        [sys.executable, "-c", KILL_BETWEEN_COMMITS, str(p), kill_before], env=env, check=False
+    )
+    assert res.returncode == -signal.SIGKILL
+    assert p.read_bytes() == (b"1\n22\n" if kill_before == ".jsonl" else b"22\n1\n")
+    assert not p.with_suffix(".idx").exists()  # removed before the data was replaced
+    with pytest.raises(DatasetNotFoundError, match="lmdata index"):
+        lmdata.open(p, format="modalities-jsonl")
+    mj.build_index(p)  # the fix the message names
+    assert list(lmdata.open(p, format="modalities-jsonl")) == (
+        [1, 22] if kill_before == ".jsonl" else [22, 1]
+    )
+
+
+def test_reader_checks_that_the_index_fits_the_line_bounds(tmp_path: Path) -> None:
+    p = tmp_path / "d.jsonl"
+    with lmdata.writer(p, "modalities-jsonl") as w:
+        for v in ({"a": 1}, {"b": 22}):
+            w.write(v)
+    p.write_bytes(b'{"a": 11}\n{"b": 2}\n')  # same size, replaced after indexing
+    with pytest.raises(CorruptDataError, match="line boundary") as ei:
+        lmdata.open(p, format="modalities-jsonl")
+    assert "d.idx" in str(ei.value) and "lmdata index --overwrite" in str(ei.value)

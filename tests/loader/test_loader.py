@@ -1,166 +1,359 @@
-"""The Loader: stateless shuffle, packed and unpacked rows, resume, ranks."""
+"""The Loader: row layouts, stateless shuffle, ranks, evaluation passes, options, errors."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmdata
-from lmdata.errors import InvalidInputError
-from lmdata.formats.flat_tokens import Writer
+from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.loader import Loader, Permutation
+from tests.loader.conftest import Plain, random_seqs, write_flat
+
+seq_lists = st.lists(st.lists(st.integers(1, 2000), max_size=12), min_size=1, max_size=25)
 
 
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(0, 3000), seed=st.integers(0, 2**63 - 1))
 def test_permutation_is_a_bijection(n, seed):
-    p = Permutation(n, seed)
-    out = p(np.arange(n))
+    out = Permutation(n, seed)(np.arange(n))
     assert sorted(out.tolist()) == list(range(n))
-
-
-GOLDEN_10_42 = [4, 1, 0, 8, 2, 9, 7, 5, 3, 6]
 
 
 def test_permutation_is_pinned_and_seeded():
     # golden values: a change here changes every user's data order
-    assert Permutation(10, 42)(np.arange(10)).tolist() == GOLDEN_10_42
+    assert Permutation(10, 42)(np.arange(10)).tolist() == [4, 1, 0, 8, 2, 9, 7, 5, 3, 6]
     assert (
         Permutation(1000, 1)(np.arange(5)).tolist() != Permutation(1000, 2)(np.arange(5)).tolist()
     )
-    big = Permutation(10**12, 7)
-    x = big(np.array([0, 1, 10**12 - 1]))
+    x = Permutation(10**12, 7)(np.array([0, 1, 10**12 - 1]))
     assert ((0 <= x) & (x < 10**12)).all() and len(set(x.tolist())) == 3
 
 
-@pytest.fixture()
-def dataset(tmp_path):
-    rng = np.random.default_rng(0)
-    seqs = [rng.integers(1, 1000, rng.integers(0, 50)) for _ in range(300)]
-    with Writer(tmp_path / "d.zarr", chunk_tokens=256) as w:
-        for s in seqs:
-            w.write(s)
-    return lmdata.open(tmp_path / "d.zarr"), seqs
+def test_spec_example_exactly(tmp_path):
+    r = write_flat(tmp_path / "s.zarr", [[1, 2], [3, 4, 5], [6, 7, 8]], chunk_tokens=4)
+    b = Loader(r, seq_len=8, global_batch_size=1, shuffle=False).batch(0)
+    assert b["inputs"].tolist() == [[0, 1, 0, 3, 4, 0, 6, 7]]
+    assert b["targets"].tolist() == [[1, 2, 3, 4, 5, 6, 7, 8]]
+    assert b["segment_ids"].tolist() == [[1, 1, 2, 2, 2, 3, 3, 3]]
+    assert b["positions"].tolist() == [[0, 1, 0, 1, 2, 0, 1, 2]]
+    assert set(b) == {"inputs", "targets", "segment_ids", "positions"}
+    assert b["inputs"].dtype == np.int32 and b["segment_ids"].dtype == np.int32
 
 
-def test_packed_rows_cover_every_token_once_per_epoch(dataset):
+def _expected_packed(flat, starts, row_start, L):
+    """segment ids / positions / inputs of one packed row, written out the slow way."""
+    seg, pos, inp = [], [], []
+    s, p = 0, 0
+    for j in range(L):
+        t = row_start + j
+        if j == 0 or t in starts:
+            s, p = s + 1, 0
+        seg.append(s)
+        pos.append(p)
+        inp.append(0 if (j == 0 or t in starts) else int(flat[t - 1]))
+        p += 1
+    return seg, pos, inp
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seqs=seq_lists, L=st.integers(1, 9), fast=st.booleans())
+def test_segment_ids_and_positions_restart_at_every_document(seqs, L, fast):
+    flat = np.array([t for s in seqs for t in s], dtype=np.int64)
+    if len(flat) < L:
+        return
+    with tempfile.TemporaryDirectory() as d:
+        r = write_flat(Path(d) / "x.zarr", seqs, chunk_tokens=8) if fast else Plain(seqs)
+        loader = Loader(r, seq_len=L, global_batch_size=1, shuffle=False)
+        starts = set(np.cumsum([0] + [len(s) for s in seqs])[:-1][[len(s) > 0 for s in seqs]])
+        for row in range(len(flat) // L):
+            b = loader.batch(row)
+            seg, pos, inp = _expected_packed(flat, starts, row * L, L)
+            assert b["targets"][0].tolist() == flat[row * L : (row + 1) * L].tolist()
+            assert b["segment_ids"][0].tolist() == seg
+            assert b["positions"][0].tolist() == pos
+            assert b["inputs"][0].tolist() == inp
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), rows=st.integers(1, 6), length=st.integers(1, 40))
+def test_both_segment_fillers_agree(data, rows, length):
+    from lmdata.loader import packing
+
+    inner = data.draw(st.sets(st.integers(0, rows * length - 1)))
+    starts = np.array(sorted(inner | set(range(0, rows * length, length))), dtype=np.int64)
+    idx = np.arange(len(starts))
+    local = idx - np.maximum.accumulate(np.where(starts % length == 0, idx, 0)) + 1
+    a = packing._segments_by_slices(starts, local, rows, length)
+    b = packing._segments_by_repeat(starts, local, rows, length)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    pos = a[0].reshape(rows, length)
+    assert (pos.reshape(-1)[starts] == 0).all() and (pos[:, 0] == 0).all()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seqs=seq_lists, L=st.integers(1, 7), G=st.integers(1, 5), fast=st.booleans())
+def test_eos_every_token_after_the_first_is_a_target_exactly_once(seqs, L, G, fast):
+    flat = [t for s in seqs for t in s]
+    if len(flat) < 2:
+        return
+    with tempfile.TemporaryDirectory() as d:
+        r = write_flat(Path(d) / "x.zarr", seqs, chunk_tokens=8) if fast else Plain(seqs)
+        loader = Loader(r, seq_len=L, global_batch_size=G, mode="eos", epochs=1, seed=3)
+        got = []
+        for b in loader:
+            m = b["loss_mask"]
+            got += b["targets"][m].tolist()
+            # inputs are the targets' predecessors
+            assert (b["inputs"][:, 1:][m[:, 1:]] == b["targets"][:, :-1][m[:, 1:]]).all()
+        assert sorted(got) == sorted(flat[1:])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_tokens=st.integers(8, 400),
+    L=st.integers(1, 8),
+    G=st.integers(1, 7),
+    seed=st.integers(0, 2**40),
+)
+def test_each_epoch_is_a_permutation_of_the_rows(n_tokens, L, G, seed):
+    r = Plain([np.arange(1, n_tokens + 1)])
+    loader = Loader(r, seq_len=L, global_batch_size=G, seed=seed)
+    n = loader.num_rows
+    steps = -(-3 * n // G)
+    stream = np.concatenate([loader.indices(s)[1] for s in range(steps)])[: 3 * n]
+    epochs = [stream[i * n : (i + 1) * n] for i in range(3)]
+    for e in epochs:
+        assert sorted(e.tolist()) == list(range(n))
+    if n > 4:
+        assert not (np.array_equal(epochs[0], epochs[1]) and np.array_equal(epochs[1], epochs[2]))
+
+
+def test_generic_reader_equals_the_flat_tokens_fast_path(dataset):
     r, seqs = dataset
-    flat = np.concatenate(seqs)
-    L, B = 16, 4
-    loader = Loader(r, seq_len=L, batch_size=B, seed=3)
-    n_rows = len(flat) // L
-    seen = []
-    for step in range(n_rows // B):
-        b = loader.batch(step)
-        for row in b["targets"]:
-            seen.append(row)
-    got = np.sort(np.concatenate(seen))
-    rows = loader.rows
-    all_rows = np.concatenate([rows(s) for s in range(n_rows // B)])
-    assert len(set(all_rows.tolist())) == len(all_rows)  # no row twice in an epoch
-    want = np.sort(np.concatenate([flat[i * L : (i + 1) * L] for i in all_rows]))
-    assert np.array_equal(got, want)
+    for mode in ("packed", "eos", "unpacked"):
+        for epochs in (None, 1):
+            a = Loader(r, seq_len=24, global_batch_size=5, seed=9, mode=mode, epochs=epochs)
+            b = Loader(
+                Plain(seqs), seq_len=24, global_batch_size=5, seed=9, mode=mode, epochs=epochs
+            )
+            last = len(a) - 1 if epochs else 40
+            for step in (0, 1, 17, last):
+                x, y = a.batch(step), b.batch(step)
+                assert x.keys() == y.keys()
+                for k in x:
+                    assert np.array_equal(x[k], y[k]), (mode, epochs, k)
 
 
-def test_packed_inputs_zero_at_starts(dataset):
-    r, seqs = dataset
-    b = Loader(r, seq_len=32, batch_size=8, shuffle=False).batch(0)
-    flat = np.concatenate(seqs)
-    starts = set(np.cumsum([0] + [len(s) for s in seqs])[:-1][[len(s) > 0 for s in seqs]].tolist())
-    for i in range(8):
-        for j in range(32):
-            pos = i * 32 + j
-            assert b["targets"][i, j] == flat[pos]
-            want = 0 if (j == 0 or pos in starts) else flat[pos - 1]
-            assert b["inputs"][i, j] == want
-
-
-def test_generic_token_reader_gets_the_same_batches(dataset):
-    """The span/boundaries path used for other formats equals the flat-tokens fast path."""
+def test_ranks_slice_the_global_batch(dataset):
     r, _ = dataset
-
-    class Plain:  # only the TokenSequences protocol, no packed_rows
-        format = "plain"
-
-        def __init__(self, inner):
-            self.inner = inner
-            self.num_tokens, self.max_token_id = inner.num_tokens, inner.max_token_id
-            self.boundaries = inner.boundaries
-
-        def __len__(self):
-            return len(self.inner)
-
-        def span(self, a, b):
-            return self.inner.span(a, b)
-
-        def take(self, idx):
-            return self.inner.take(idx)
-
-    a = Loader(r, seq_len=24, batch_size=5, seed=9)
-    b = Loader(Plain(r), seq_len=24, batch_size=5, seed=9)
-    for step in (0, 1, 17):
-        x, y = a.batch(step), b.batch(step)
-        for k in ("inputs", "targets", "is_start"):
-            assert np.array_equal(x[k], y[k]), k
+    whole = Loader(r, seq_len=8, global_batch_size=12, seed=5, rank=0, world_size=1)
+    for ws in (2, 3, 4):
+        parts = [
+            Loader(r, seq_len=8, global_batch_size=12, seed=5, rank=k, world_size=ws)
+            for k in range(ws)
+        ]
+        for step in (0, 3, 50):
+            got = np.concatenate([p.batch(step)["targets"] for p in parts])
+            assert np.array_equal(got, whole.batch(step)["targets"])
+    with pytest.raises(InvalidInputError, match="divisible"):
+        Loader(r, seq_len=8, global_batch_size=12, rank=0, world_size=5)
+    with pytest.raises(InvalidInputError, match="rank"):
+        Loader(r, seq_len=8, global_batch_size=12, rank=2, world_size=2)
 
 
-def test_unpacked_truncates_pads_and_masks(dataset):
+def test_topology_from_the_environment(dataset, monkeypatch):
+    r, _ = dataset
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    a = Loader(r, seq_len=8, global_batch_size=4, seed=1)
+    assert (a.rank, a.world_size, a.local_batch_size) == (1, 2, 2)
+    whole = Loader(r, seq_len=8, global_batch_size=4, seed=1, rank=0, world_size=1)
+    assert np.array_equal(a.batch(3)["targets"], whole.batch(3)["targets"][2:])
+
+
+def test_evaluation_pass_covers_every_token_once_and_stops(dataset):
     r, seqs = dataset
-    loader = Loader(r, seq_len=20, batch_size=6, packed=False, shuffle=False, pad_id=0)
-    b = loader.batch(0)
+    flat = np.concatenate(seqs)
+    loader = Loader(r, seq_len=16, global_batch_size=7, shuffle=False, epochs=1)
+    n = len(loader)
+    rows = -(-len(flat) // 16)
+    assert n == -(-rows // 7)
+    batches = list(loader)
+    assert len(batches) == n and loader.step == n
+    got = np.concatenate([b["targets"][b["loss_mask"]] for b in batches])
+    assert np.array_equal(got, flat)  # in order, every token once, the tail padded not dropped
+    assert not batches[-1]["loss_mask"][-1].any()  # the last batch is padded
+    assert (batches[-1]["targets"][~batches[-1]["loss_mask"]] == 0).all()
+    assert list(loader) == []  # finished
+    with pytest.raises(InvalidInputError, match="past the end"):
+        loader.batch(n)
+    with pytest.raises(TypeError, match="endless"):
+        len(Loader(r, seq_len=16, global_batch_size=7))
+
+
+def test_unpacked_documents_split_truncate_and_error(dataset):
+    r, seqs = dataset
+    split = Loader(r, seq_len=7, global_batch_size=8, mode="unpacked", long_docs="split", epochs=1)
+    got = [b["targets"][b["loss_mask"]] for b in split]
+    assert sorted(np.concatenate(got).tolist()) == sorted(np.concatenate(seqs).tolist())
+    trunc = Loader(r, seq_len=20, global_batch_size=6, mode="unpacked", shuffle=False)
+    b = trunc.batch(0)
     for i in range(6):
         s = seqs[i][:20]
         assert b["targets"][i, : len(s)].tolist() == s.tolist()
-        assert b["mask"][i].sum() == len(s)
-        assert (b["targets"][i, len(s) :] == 0).all()
+        assert b["loss_mask"][i].sum() == len(s) and (b["targets"][i, len(s) :] == 0).all()
+        assert b["positions"][i, : len(s)].tolist() == list(range(len(s)))
         if len(s):
             assert b["inputs"][i, 0] == 0 and b["inputs"][i, 1 : len(s)].tolist() == s[:-1].tolist()
-    # unpacked on later blocks works too (seqax crashes past block 0)
-    assert loader.batch(40)["targets"].shape == (6, 20)
-    strict = Loader(r, seq_len=5, batch_size=300, packed=False, shuffle=False, truncate=False)
+    strict = Loader(r, seq_len=5, global_batch_size=300, mode="unpacked", long_docs="error")
     with pytest.raises(InvalidInputError, match="more than seq_len"):
         strict.batch(0)
 
 
-def test_resume_and_ranks(dataset):
+def test_options_dtype_bos_and_pad(dataset):
     r, _ = dataset
-    full = Loader(r, seq_len=8, batch_size=6, seed=5)
-    it = iter(full)
-    first = [next(it) for _ in range(5)]
-    state = full.state_dict()
-    expect_next = next(it)
-    again = Loader(r, seq_len=8, batch_size=6, seed=5)
-    again.load_state_dict(state)
-    assert np.array_equal(next(iter(again))["targets"], expect_next["targets"])
-    # two ranks with half the batch each see exactly the one-rank global batch
-    r0 = Loader(r, seq_len=8, batch_size=3, seed=5, rank=0, world_size=2)
-    r1 = Loader(r, seq_len=8, batch_size=3, seed=5, rank=1, world_size=2)
-    for step in range(5):
-        both = np.concatenate([r0.batch(step)["targets"], r1.batch(step)["targets"]])
-        assert np.array_equal(both, first[step]["targets"])
-    with pytest.raises(InvalidInputError, match="seed"):
-        Loader(r, seq_len=8, batch_size=6, seed=6).load_state_dict(state)
+    a = Loader(r, seq_len=16, global_batch_size=4, seed=2)
+    b = Loader(r, seq_len=16, global_batch_size=4, seed=2, dtype="int64", bos_id=7)
+    x, y = a.batch(3), b.batch(3)
+    assert y["inputs"].dtype == np.int64 and y["targets"].dtype == np.int64
+    starts = x["positions"] == 0
+    assert (y["inputs"][starts] == 7).all()
+    assert np.array_equal(x["inputs"][~starts], y["inputs"][~starts])
+    u = Loader(r, seq_len=64, global_batch_size=4, mode="unpacked", pad_id=-1, bos_id=5)
+    z = u.batch(0)
+    assert (z["targets"][~z["loss_mask"]] == -1).all() and (
+        z["inputs"][:, 0][z["loss_mask"][:, 0]] == 5
+    ).all()
+    with pytest.raises(InvalidInputError, match="dtype"):
+        Loader(r, seq_len=16, global_batch_size=4, dtype="float32")
 
 
-def test_epochs_reshuffle_and_wrap(dataset):
+def test_old_names_still_work(dataset):
     r, _ = dataset
-    loader = Loader(r, seq_len=8, batch_size=7, seed=1)
-    n = loader.num_rows
-    # global stream positions 0 .. 2n-1, read through batches that straddle the epoch end
-    stream = np.concatenate([loader.rows(s) for s in range(-(-2 * n // 7))])[: 2 * n]
-    e0, e1 = stream[:n], stream[n:]
-    assert sorted(e0.tolist()) == list(range(n))  # every row once per epoch, none dropped
-    assert sorted(e1.tolist()) == list(range(n))
-    assert not np.array_equal(e0, e1)  # a new order each epoch
+    old = Loader(r, seq_len=8, batch_size=3, rank=1, world_size=2, seed=4)
+    new = Loader(r, seq_len=8, global_batch_size=6, rank=1, world_size=2, seed=4)
+    assert np.array_equal(old.batch(2)["targets"], new.batch(2)["targets"])
+    assert Loader(r, seq_len=8, batch_size=2, packed=False).config.mode == "unpacked"
+    with pytest.raises(InvalidInputError, match="global_batch_size"):
+        Loader(r, seq_len=8, batch_size=2, global_batch_size=4)
+
+
+def test_paths_and_token_columns(tmp_path):
+    seqs = random_seqs(1, 40)
+    write_flat(tmp_path / "f.zarr", seqs)
+    a = Loader(str(tmp_path / "f.zarr"), seq_len=8, global_batch_size=2, shuffle=False)
+    assert a.batch(0)["targets"].ravel().tolist() == np.concatenate(seqs)[:16].tolist()
+
+    class Records:  # a record dataset holding tokens in a column (as Atlas or MDS do)
+        def __init__(self, items):
+            self.items = items
+
+        def __len__(self):
+            return len(self.items)
+
+        def __getitem__(self, i):
+            return self.items[i]
+
+        def take(self, idx):
+            return [self.items[int(i)] for i in idx]
+
+        def __iter__(self):
+            return iter(self.items)
+
+    recs = Records([{"text": "x", "ids": np.asarray(s)} for s in seqs])
+    b = Loader(recs, seq_len=8, global_batch_size=2, shuffle=False, token_column="ids")
+    assert np.array_equal(b.batch(5)["inputs"], a.batch(5)["inputs"])
+    with pytest.raises(InvalidInputError, match="token_column"):
+        Loader(recs, seq_len=8, global_batch_size=2)
+    with pytest.raises(InvalidInputError, match="no column 'tokens'"):
+        Loader(recs, seq_len=8, global_batch_size=2, token_column="tokens")
+
+
+def test_modalities_source(tmp_path):
+    from lmdata.formats.modalities import Writer as PbinWriter
+
+    seqs = random_seqs(2, 30)
+    with PbinWriter(tmp_path / "m.pbin") as w:
+        for s in seqs:
+            w.write(s)
+    r = lmdata.open(tmp_path / "m.pbin")
+    loader = Loader(r, seq_len=10, global_batch_size=3, mode="eos", shuffle=False)
+    flat = np.concatenate([np.asarray(r[i]) for i in range(len(r))])
+    assert loader.batch(1)["targets"][0].tolist() == flat[31:41].tolist()
+
+
+def test_a_corrupt_chunk_is_the_librarys_error_naming_the_file(tmp_path):
+    seqs = random_seqs(3, 200)
+    r = write_flat(tmp_path / "c.zarr", seqs, chunk_tokens=64)
+    chunk = tmp_path / "c.zarr" / "train" / "encoded_tokens" / "1"
+    chunk.write_bytes(chunk.read_bytes()[:10])
+    loader = Loader(
+        lmdata.open(tmp_path / "c.zarr"), seq_len=32, global_batch_size=2, shuffle=False
+    )
+    with pytest.raises(CorruptDataError, match="encoded_tokens"):
+        loader.batch(1)
+    del r
 
 
 def test_bad_configuration_is_a_clear_error(dataset):
     r, _ = dataset
-    with pytest.raises(InvalidInputError, match="rank"):
-        Loader(r, seq_len=8, batch_size=2, rank=2, world_size=2)
     with pytest.raises(InvalidInputError, match="seq_len"):
-        Loader(r, seq_len=0, batch_size=2)
+        Loader(r, seq_len=0, global_batch_size=2)
     with pytest.raises(InvalidInputError, match="no rows"):
-        Loader(r, seq_len=10**9, batch_size=2)
+        Loader(r, seq_len=10**9, global_batch_size=2)
+    with pytest.raises(InvalidInputError, match="mode"):
+        Loader(r, seq_len=8, global_batch_size=2, mode="pack")
+    with pytest.raises(InvalidInputError, match="step"):
+        Loader(r, seq_len=8, global_batch_size=2).batch(-1)
+    with pytest.raises(InvalidInputError, match="one source"):
+        Loader([r, r], seq_len=8, global_batch_size=2, epochs=1)
+
+
+def test_prefetch_gives_the_same_batches(dataset):
+    r, _ = dataset
+    a = Loader(r, seq_len=8, global_batch_size=4, seed=1, epochs=2)
+    b = Loader(r, seq_len=8, global_batch_size=4, seed=1, epochs=2, prefetch=3)
+    xs, ys = list(a), list(b)
+    assert len(xs) == len(ys) == len(a) and b.step == len(b)
+    for x, y in zip(xs, ys, strict=True):
+        assert all(np.array_equal(x[k], y[k]) for k in x)
+    # an error in the prefetch thread reaches the consumer
+    bad = Loader(r, seq_len=8, global_batch_size=4, prefetch=2)
+    bad.batch = None  # type: ignore[assignment]
+    with pytest.raises(TypeError):
+        next(iter(bad))
+
+
+def test_open_does_not_read_seq_starts_in_packed_mode(dataset):
+    r, _ = dataset
+    loader = Loader(r, seq_len=8, global_batch_size=4, seed=1)
+    loader.batch(5)
+    loader.batch(1000)
+    assert r._boundaries is None  # packed rows came from the start bits alone
+
+
+def test_mds_and_atlas_sources_give_the_same_batches(tmp_path):
+    seqs = [s for s in random_seqs(5, 40) if len(s)]
+    ref = Loader(Plain(seqs), seq_len=8, global_batch_size=4, seed=1)
+    with lmdata.writer(tmp_path / "m", "mds", columns={"tokens": "ndarray:uint32"}) as w:
+        for s in seqs:
+            w.write({"tokens": np.asarray(s, dtype=np.uint32)})
+    with lmdata.writer(tmp_path / "a", "atlas") as w:
+        for s in seqs:
+            w.write({"tokens": np.asarray(s, dtype=np.int64)})
+    with pytest.raises(InvalidInputError, match="token_column"):  # MDS opens as records
+        Loader(str(tmp_path / "m"), seq_len=8, global_batch_size=4, seed=1)
+    mds = Loader(str(tmp_path / "m"), seq_len=8, global_batch_size=4, seed=1, token_column="tokens")
+    atlas = Loader(
+        str(tmp_path / "a"), seq_len=8, global_batch_size=4, seed=1, token_column="tokens"
+    )
+    for step in (0, 5, 33):
+        want = ref.batch(step)
+        for got in (mds.batch(step), atlas.batch(step)):
+            assert all(np.array_equal(got[k], want[k]) for k in want)

@@ -1,26 +1,25 @@
 """atlas (torch-atlas-ds): examples pickled in blocks, blocks in shards, optional zstd.
 
-The verbs every format has: :func:`detect`, :func:`open`, :class:`Writer`, :func:`validate`,
-:func:`info`.
+Exports :data:`SPEC` (the registry's entry) and the verbs behind it: :func:`detect`,
+:func:`open`, :class:`Writer`, :func:`validate`, :func:`info`, :func:`merge`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from lmdata import _json
 from lmdata.errors import InvalidInputError
+from lmdata.formats._spec import FormatSpec, TokenTarget, column_sink, detector
 from lmdata.formats.atlas.meta import MAX_META_BYTES, Strategy
 from lmdata.formats.atlas.reader import Atlas
 from lmdata.formats.atlas.validate import info, validate
 from lmdata.formats.atlas.writer import Writer
 
-KIND = "records"
-
 __all__ = [
-    "KIND",
+    "SPEC",
     "Atlas",
     "Strategy",
     "Writer",
@@ -38,7 +37,7 @@ def detect(path: str | os.PathLike[str]) -> bool:
     try:
         if not p.is_file() or p.stat().st_size > MAX_META_BYTES:
             return False
-        d = json.loads(p.read_bytes())
+        d = _json.parse(p.read_bytes(), _json.MAX_METADATA_DEPTH)
     except (OSError, ValueError, UnicodeError):
         return False
     return isinstance(d, dict) and {"version", "shard_sizes", "compression_strategy"} <= d.keys()
@@ -90,3 +89,18 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
             w.add_dataset(p)
         total = w.count
     return f"merged {len(inputs)} Atlas datasets ({total:,} examples) -> {output}"
+
+
+SPEC = FormatSpec(
+    name="atlas",
+    kind="records",
+    summary="pickled examples in zstd blocks and shards (torch-atlas-ds)",
+    detect=detector(detect, "atlas"),
+    open=open,
+    writer=Writer,
+    validate=validate,
+    info=info,
+    merge=merge,
+    # tokenize writes examples {"tokens": ids}; read them back with token_column="tokens"
+    tokens=TokenTarget(open=column_sink(Writer)),
+)

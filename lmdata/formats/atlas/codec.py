@@ -137,9 +137,22 @@ def default_workers() -> int:
 
 
 def decompress_block(
-    raw: bytes, dctx: zstandard.ZstdDecompressor, max_bytes: int, where: str, path: str
+    raw: bytes,
+    dctx: zstandard.ZstdDecompressor,
+    max_bytes: int,
+    where: str,
+    path: str,
+    dict_id: int = 0,
+    dict_path: str | None = None,
 ) -> bytes:
-    """The pickled bytes of one zstd block, refusing a declared size above ``max_bytes``."""
+    """The pickled bytes of one zstd block.
+
+    The frame must declare its content size (the origin's writer and lmdata's always do, and
+    the origin cannot read a frame that does not), at most ``max_bytes``, so nothing is
+    decompressed before the size is known. A frame that names a dictionary must name
+    ``dict_id``, the one loaded from ``dict_path``: decoding with another dictionary yields
+    other bytes without any error.
+    """
     if raw[:4] != ZSTD_MAGIC:
         raise CorruptDataError(
             "block is not a zstd frame (bad magic); the shard's data.bin or index.npy is damaged",
@@ -147,9 +160,17 @@ def decompress_block(
             position=where,
         )
     try:
-        declared = zstandard.frame_content_size(raw)
+        params = zstandard.get_frame_parameters(raw)
     except zstandard.ZstdError as e:
         raise CorruptDataError(f"bad zstd frame header: {e}", path=path, position=where) from None
+    declared = params.content_size
+    if declared == zstandard.CONTENTSIZE_UNKNOWN or declared < 0:
+        raise CorruptDataError(
+            "zstd frame does not declare its content size; Atlas writers always declare it "
+            "(the origin cannot read such a block), so the block is damaged or foreign",
+            path=path,
+            position=where,
+        )
     if declared > max_bytes:
         raise CorruptDataError(
             f"zstd frame declares {declared} bytes of content, more than max_block_bytes="
@@ -157,18 +178,23 @@ def decompress_block(
             path=path,
             position=where,
         )
+    if params.dict_id and params.dict_id != dict_id:
+        have = f"zstd_dict.bin has id {dict_id}" if dict_id else "no dictionary is loaded"
+        raise CorruptDataError(
+            f"block was compressed with zstd dictionary id {params.dict_id}, but {have}; "
+            "the dictionary file is damaged or belongs to another dataset",
+            path=dict_path or path,
+            position=where,
+        )
     try:
-        if declared < 0:  # no content size: the origin cannot read this; we bound the output
-            out = dctx.decompress(raw, max_output_size=max_bytes)
-        else:
-            out = dctx.decompress(raw)
+        out = dctx.decompress(raw)
     except zstandard.ZstdError as e:
         raise CorruptDataError(
             f"cannot decompress block: {e} (a truncated block, or the wrong dictionary)",
             path=path,
             position=where,
         ) from None
-    if declared >= 0 and len(out) != declared:
+    if len(out) != declared:
         raise CorruptDataError(
             f"block decompressed to {len(out)} bytes, header says {declared}",
             path=path,

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _json
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError
 
 VERSION = 1
@@ -137,13 +138,7 @@ def read_json(path: Path) -> dict[str, Any]:
         raise CorruptDataError(
             f"meta.json is {size} bytes, far more than any Atlas meta needs", path=path
         )
-    try:
-        obj = json.loads(path.read_bytes())
-    except (ValueError, UnicodeError) as e:
-        raise CorruptDataError(f"meta.json is not valid JSON: {e}", path=path) from None
-    if not isinstance(obj, dict):
-        raise CorruptDataError("meta.json must hold a JSON object", path=path)
-    return obj
+    return _json.read(path, what="meta.json", max_bytes=MAX_META_BYTES)
 
 
 def dumps(obj: dict[str, Any]) -> bytes:

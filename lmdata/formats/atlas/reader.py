@@ -137,7 +137,8 @@ class Atlas:
     Each example is returned exactly as it was pickled (dicts for JSON-like data), and a fresh
     object every time, so changing it never changes later reads. ``allow_unsafe_pickle=True``
     trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
-    ``cache_bytes`` bounds the decoded blocks kept between reads.
+    ``cache_bytes`` bounds the decoded blocks kept between reads. ``compression_dict`` gives
+    the shared dictionary's bytes (a shard opened on its own, away from its dataset root).
     """
 
     format = "atlas"
@@ -149,8 +150,10 @@ class Atlas:
         allow_unsafe_pickle: bool = False,
         max_block_bytes: int = codec.MAX_BLOCK_BYTES,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        compression_dict: bytes | None = None,
     ) -> None:
         self.root = require_exists(path)
+        self.compression_dict = None if compression_dict is None else bytes(compression_dict)
         if not self.root.is_dir():
             raise FormatError("an Atlas dataset is a folder with meta.json", path=self.root)
         self.allow_unsafe_pickle = allow_unsafe_pickle
@@ -205,6 +208,7 @@ class Atlas:
             "allow_unsafe_pickle",
             "max_block_bytes",
             "cache_bytes",
+            "compression_dict",
             "meta",
             "shards",
             "_dict_dir",
@@ -218,6 +222,10 @@ class Atlas:
         self.__dict__.update(state)
         self._derive()
         self._reset()
+
+    def info(self) -> dict[str, Any]:
+        """Examples and shards of this reader (the dataset's full summary: ``lmdata.info``)."""
+        return {"examples": len(self), "shards": len(self.shards)}
 
     def close(self) -> None:
         """Close open files and drop caches; the reader reopens them if used again."""
@@ -312,6 +320,10 @@ class Atlas:
                 os.close(fd)
             self._to_close.clear()
 
+    def _dict_path(self, s: int) -> Path:
+        shared = self.shards[s].meta.compression_strategy == Strategy.SHARED_DICTIONARY_COMPRESSION
+        return ((self._dict_dir or self.root) if shared else self.shards[s].folder) / DICT
+
     def _dict_for(self, s: int) -> zstandard.ZstdCompressionDict | None:
         strategy = self.shards[s].meta.compression_strategy
         if strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
@@ -323,6 +335,8 @@ class Atlas:
         else:
             return None
         d = self._dicts.get(key)
+        if d is None and key == "shared" and self.compression_dict is not None:
+            d = self._dicts[key] = codec.load_dict(self.compression_dict, "compression_dict")
         if d is None:
             try:
                 data = p.read_bytes()
@@ -421,8 +435,15 @@ class Atlas:
         where = self._where(s, b)
         path = self._data_paths[s]
         if sh.meta.compression_strategy != Strategy.NO_COMPRESSION:
+            d = self._dict_for(s)
             raw = codec.decompress_block(
-                raw, self._decompressor(s), self.max_block_bytes, where, path
+                raw,
+                self._decompressor(s),
+                self.max_block_bytes,
+                where,
+                path,
+                dict_id=d.dict_id() if d is not None else 0,
+                dict_path=str(self._dict_path(s)) if d is not None else None,
             )
         items = codec.unpickle_block(
             raw, sh.meta.block_len(b), where, path, self.allow_unsafe_pickle

@@ -1,8 +1,9 @@
 """Dolma (AllenAI): documents as JSONL(.gz) under ``documents/`` and attribute sets under
 ``attributes/<name>/`` that mirror them row for row.
 
-The verbs every format has: :func:`detect`, :func:`open` (records: document dicts, optionally
-with ``attributes=[...]`` merged in), :class:`Writer`, :func:`validate` and :func:`info`. The
+Exports :data:`SPEC` (the registry's entry) and the verbs behind it: :func:`detect`,
+:func:`open` (records: document dicts, optionally with ``attributes=[...]`` merged in),
+:class:`Writer`, :func:`validate` and :func:`info`. The
 toolkit over this format (tag, dedupe, mix) lives in :mod:`lmdata.dolma`.
 """
 
@@ -13,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from lmdata.formats._spec import FormatSpec, detector
 from lmdata.formats.dolma._files import attribute_path, codec_of
 from lmdata.formats.dolma._lines import LineIndex
 from lmdata.formats.dolma.reader import DolmaDocuments, detect
@@ -20,9 +22,7 @@ from lmdata.formats.dolma.validate import attribute_sets, validate
 from lmdata.formats.dolma.writer import Writer
 from lmdata.storage import apparent_size, disk_usage
 
-KIND = "records"
-
-__all__ = ["KIND", "DolmaDocuments", "Writer", "detect", "info", "open", "validate"]
+__all__ = ["SPEC", "DolmaDocuments", "Writer", "detect", "info", "open", "validate"]
 
 
 def open(
@@ -54,3 +54,16 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         "bytes_on_disk": disk_usage(root),
         "apparent_bytes": apparent_size(root),
     }
+
+
+SPEC = FormatSpec(
+    name="dolma",
+    kind="records",
+    summary="documents and attribute sets as JSONL(.gz/.zst) trees (AllenAI dolma)",
+    detect=detector(detect, "dolma"),
+    open=open,
+    writer=Writer,
+    validate=validate,
+    info=info,
+    document_files=True,
+)

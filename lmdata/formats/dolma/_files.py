@@ -123,13 +123,23 @@ class _Plain:
         return self
 
 
+# gzip and zstd agree: a compressed file of zero bytes is not an empty stream (that has a
+# header) but a file cut short, so both are errors rather than zero documents
+EMPTY_COMPRESSED = (
+    "the file is empty, but even a compressed file of no documents has a header (a copy or a "
+    "write cut short?); delete it if it should hold nothing"
+)
+
+
 class _Gzip:
     """zlib in gzip mode that continues over concatenated members (``cat a.gz b.gz``)."""
 
-    def __init__(self, obj: Any = None) -> None:
+    def __init__(self, obj: Any = None, started: bool = False) -> None:
         self.obj = obj if obj is not None else zlib.decompressobj(wbits=31)
+        self.started = started
 
     def decompress(self, data: bytes) -> bytes:
+        self.started = self.started or bool(data)
         out = [self.obj.decompress(data)]
         while self.obj.eof and self.obj.unused_data:
             rest = self.obj.unused_data
@@ -139,6 +149,7 @@ class _Gzip:
 
     def pieces(self, data: bytes) -> Iterator[bytes]:
         """The output of ``data`` in pieces of at most OUT_PIECE bytes (all input consumed)."""
+        self.started = self.started or bool(data)
         while data:
             out = self.obj.decompress(data, OUT_PIECE)
             if out:
@@ -152,6 +163,8 @@ class _Gzip:
                 data = b""
 
     def flush(self) -> bytes:
+        if not self.started:
+            raise ValueError(EMPTY_COMPRESSED)
         if not self.obj.eof and self.obj.unconsumed_tail == b"":
             tail = self.obj.flush()
             if not self.obj.eof:
@@ -160,7 +173,7 @@ class _Gzip:
         return b""
 
     def copy(self) -> _Gzip:
-        return _Gzip(self.obj.copy())
+        return _Gzip(self.obj.copy(), self.started)
 
 
 class _Zstd:
@@ -191,7 +204,9 @@ class _Zstd:
                 yield out
 
     def flush(self) -> bytes:
-        if self.started and not self.obj.eof:
+        if not self.started:
+            raise ValueError(EMPTY_COMPRESSED)
+        if not self.obj.eof:
             raise ValueError("compressed stream ends early (truncated zstd file)")
         return b""
 
@@ -225,21 +240,50 @@ def line_too_long(path: Path, lineno: int, max_line_bytes: int) -> CorruptDataEr
     )
 
 
-def split_lines(
-    carry: bytes, out: bytes, path: Path, lineno: int, max_line_bytes: int
-) -> tuple[list[bytes], bytes]:
-    """(complete lines, the unfinished rest) of ``carry + out``, refusing any line longer than
-    ``max_line_bytes``; ``lineno`` is the number of the line ``carry`` starts."""
-    data = carry + out if carry else out
-    lines = data.split(b"\n")
-    rest = lines.pop()
-    if len(data) > max_line_bytes:
-        for k, ln in enumerate(lines):
-            if len(ln) > max_line_bytes:
-                raise line_too_long(path, lineno + k, max_line_bytes)
-        if len(rest) > max_line_bytes:
-            raise line_too_long(path, lineno + len(lines), max_line_bytes)
-    return lines, rest
+class LineSplitter:
+    """Cuts decoded pieces into lines. The unfinished line is kept as a list of pieces, so a
+    long line costs one copy in all (not one per piece), and it is refused as soon as it
+    grows past ``max_line_bytes``, before it is held whole."""
+
+    def __init__(self, path: Path, lineno: int, max_line_bytes: int) -> None:
+        self.path = path
+        self.lineno = lineno  # number of the line the pending pieces start
+        self.max_line_bytes = max_line_bytes
+        self._parts: list[bytes] = []
+        self.pending = 0  # bytes of the unfinished line
+
+    def feed(self, out: bytes) -> list[bytes]:
+        """The lines that ``out`` completes (without their newlines)."""
+        if b"\n" not in out:
+            self.pending += len(out)
+            if self.pending > self.max_line_bytes:
+                raise line_too_long(self.path, self.lineno, self.max_line_bytes)
+            if out:
+                self._parts.append(out)
+            return []
+        lines = out.split(b"\n")
+        rest = lines.pop()
+        if self._parts:
+            if self.pending + len(lines[0]) > self.max_line_bytes:
+                raise line_too_long(self.path, self.lineno, self.max_line_bytes)
+            self._parts.append(lines[0])
+            lines[0] = b"".join(self._parts)
+        if len(out) > self.max_line_bytes:
+            for k, ln in enumerate(lines):
+                if len(ln) > self.max_line_bytes:
+                    raise line_too_long(self.path, self.lineno + k, self.max_line_bytes)
+        self.lineno += len(lines)
+        self._parts = [rest] if rest else []
+        self.pending = len(rest)
+        if self.pending > self.max_line_bytes:
+            raise line_too_long(self.path, self.lineno, self.max_line_bytes)
+        return lines
+
+    def carry(self) -> bytes:
+        """The unfinished line so far."""
+        if len(self._parts) > 1:
+            self._parts = [b"".join(self._parts)]
+        return self._parts[0] if self._parts else b""
 
 
 def iter_raw_lines(
@@ -250,21 +294,20 @@ def iter_raw_lines(
     compression, or a line longer than ``max_line_bytes``, is a CorruptDataError naming the
     file and line."""
     dec = new_decoder(codec_of(path))
-    lineno = start_line
-    carry = b""
+    lines = LineSplitter(path, start_line, max_line_bytes)
     try:
         with open(path, "rb") as f:
             while True:
                 chunk = f.read(READ_CHUNK)
                 outs = dec.pieces(chunk) if chunk else iter([dec.flush()])
                 for out in outs:
-                    lines, carry = split_lines(carry, out, path, lineno, max_line_bytes)
-                    for ln in lines:
-                        yield lineno, ln
-                        lineno += 1
+                    first = lines.lineno
+                    for k, ln in enumerate(lines.feed(out)):
+                        yield first + k, ln
                 if not chunk:
-                    if carry:
-                        yield lineno, carry
+                    rest = lines.carry()
+                    if rest:
+                        yield lines.lineno, rest
                     return
     except CorruptDataError:
         raise
@@ -273,7 +316,7 @@ def iter_raw_lines(
             f"cannot decompress ({e}); the file is truncated or not {codec_of(path)} data: "
             "re-create or re-download it",
             path=path,
-            position=f"after line {lineno - 1}",
+            position=f"after line {lines.lineno - 1}",
         ) from None
 
 

@@ -22,14 +22,15 @@ from lmdata.formats.dolma._files import (
     DECODE_ERRORS,
     MAX_LINE_BYTES,
     READ_CHUNK,
+    LineSplitter,
     codec_of,
     line_too_long,
     new_decoder,
-    split_lines,
 )
 
 CHECKPOINT_EVERY = 1 << 20  # compressed bytes between checkpoints
 SEGMENT_CACHE = 4  # decoded segments kept per file (a few MiB each)
+MAX_CARRY = 1 << 16  # longest partial line a checkpoint holds (else the next one is taken)
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,7 @@ class LineIndex:
 
     def _build(self) -> None:
         dec = new_decoder(self.codec)
-        carry = b""
-        line = 0
+        lines = LineSplitter(self.path, 1, self.max_line_bytes)
         off = 0
         raw = 0
         since = 0
@@ -70,16 +70,16 @@ class LineIndex:
                     outs = dec.pieces(chunk) if chunk else iter([dec.flush()])
                     for out in outs:
                         raw += len(out)
-                        lines, carry = split_lines(
-                            carry, out, self.path, line + 1, self.max_line_bytes
-                        )
-                        line += len(lines)
+                        lines.feed(out)
                     if not chunk:
                         break
                     off += len(chunk)
                     since += len(chunk)
-                    if since >= CHECKPOINT_EVERY:
+                    # inside a long line, wait for its end: a checkpoint keeps the line's start
+                    if since >= CHECKPOINT_EVERY and lines.pending <= MAX_CARRY:
                         since = 0
+                        carry = lines.carry()
+                        line = lines.lineno - 1
                         cps.append(Checkpoint(off, dec.copy(), raw - len(carry), line, carry))
         except CorruptDataError:
             raise
@@ -87,11 +87,9 @@ class LineIndex:
             raise CorruptDataError(
                 f"cannot decompress ({e}); the file is truncated or not {self.codec} data",
                 path=self.path,
-                position=f"after line {line}",
+                position=f"after line {lines.lineno - 1}",
             ) from None
-        if carry:
-            line += 1
-        self.num_lines = line
+        self.num_lines = lines.lineno - (0 if lines.pending else 1)
         self.checkpoints = cps
         self._starts = [c.line for c in cps]
 

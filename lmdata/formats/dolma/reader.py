@@ -203,6 +203,25 @@ class DolmaDocuments:
         for f in self.files:
             yield from iter_file(f, self.attributes, self.max_line_bytes)
 
+    def info(self) -> dict[str, Any]:
+        """Files, documents and attribute sets of this reader (counting decodes each file)."""
+        return {
+            "files": len(self.files),
+            "documents": len(self),
+            "attributes": list(self.attributes),
+        }
+
+    def close(self) -> None:
+        """Drop the line indexes; they are rebuilt if the reader is used again."""
+        self._idx.clear()
+        self._cum = None
+
+    def __enter__(self) -> DolmaDocuments:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def iter_file(
     f: Path, attributes: Sequence[str] = (), max_line_bytes: int = MAX_LINE_BYTES

@@ -1,7 +1,7 @@
 """flat-tokens (MatX seqax): a zarr group with train/validation splits of encoded tokens.
 
-The four verbs every format has: :func:`detect`, :func:`open`, :class:`Writer`, :func:`validate`,
-plus :func:`info` for ``lmdata info``.
+Exports :data:`SPEC` (the registry's entry) and the verbs behind it: :func:`detect`,
+:func:`open`, :class:`Writer`, :func:`validate`, :func:`info`.
 """
 
 from __future__ import annotations
@@ -10,15 +10,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lmdata.formats.flat_tokens.reader import FlatTokens, detect, split_names
+from lmdata.formats._spec import FormatSpec, TokenSink, TokenTarget, detector
+from lmdata.formats.flat_tokens.reader import SPLITS, FlatTokens, detect, split_names
 from lmdata.formats.flat_tokens.validate import validate
 from lmdata.formats.flat_tokens.writer import Writer
 from lmdata.storage import apparent_size, disk_usage
 
-KIND = "tokens"
-HAS_SPLITS = True
-
-__all__ = ["KIND", "FlatTokens", "Writer", "detect", "info", "open", "validate"]
+__all__ = ["SPEC", "FlatTokens", "Writer", "detect", "info", "open", "validate"]
 
 
 def open(path: str | os.PathLike[str], split: str | None = None, **options: Any) -> FlatTokens:
@@ -42,3 +40,32 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
 
 def splits(path: str | os.PathLike[str]) -> list[str]:
     return [s for s in split_names(Path(path)) if s]
+
+
+def _token_sink(
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    vocab_size: int | None = None,
+    eod_id: int | None = None,
+    options: dict[str, Any] | None = None,
+) -> TokenSink:
+    # starts are the start bit of each sequence's first token: no EOD, nothing to record
+    return Writer(path, overwrite=overwrite, **dict(options or {}))
+
+
+SPEC = FormatSpec(
+    name="flat-tokens",
+    kind="tokens",
+    summary="token sequences in a zarr group with train/validation splits (MatX seqax)",
+    detect=detector(detect, "flat-tokens"),
+    open=open,
+    writer=Writer,
+    validate=validate,
+    info=info,
+    aliases=("flat_tokens", "flat", "zarr", "seqax"),
+    has_splits=True,
+    splits=tuple(SPLITS),
+    list_splits=splits,
+    tokens=TokenTarget(open=_token_sink, options=frozenset({"chunk_tokens", "compression"})),
+)

@@ -8,6 +8,7 @@ or allocate without limit.
 from __future__ import annotations
 
 import bz2
+import functools
 import lzma
 import struct
 import zlib
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._deps import require
 from lmdata.errors import FormatError, UnsafeDataError
 
 # numcodecs ids whose decode is a pure function of bytes (no pickle, no object arrays).
@@ -100,14 +102,17 @@ def _bounded_decompress(cid: str, codec: Any, buf: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
-def crc32c_strip(buf: bytes) -> bytes:
-    import google_crc32c  # type: ignore[import-not-found]  # noqa: F401  (zarr's own dependency)
+@functools.cache
+def _crc32c() -> Callable[[bytes], int]:
+    return require("google_crc32c", "reading a zarr v3 array with crc32c checksums").value
 
+
+def crc32c_strip(buf: bytes) -> bytes:
+    """``buf`` without its trailing crc32c checksum, which must match (ValueError if not)."""
+    crc = _crc32c()
     if len(buf) < 4:
         raise ValueError("crc32c checksum cut short")
     data, stored = buf[:-4], struct.unpack("<I", buf[-4:])[0]
-    from google_crc32c import value as crc
-
     if crc(data) != stored:
         raise ValueError("crc32c checksum mismatch")
     return data
@@ -174,6 +179,7 @@ def v3_decoder(
             if not seen_bytes:
                 raise FormatError(f"codec {name} before the bytes codec", path=where)
             if name == "crc32c":
+                require("google_crc32c", "reading a zarr v3 array with crc32c checksums")
                 bytes_codecs.append(("crc32c", None))
             elif name == "blosc":
                 shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}.get(

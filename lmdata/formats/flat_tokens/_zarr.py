@@ -12,7 +12,6 @@ other object decoders are refused.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import threading
@@ -22,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, FormatError, UnsafeDataError
+from lmdata import _json
+from lmdata._deps import require
+from lmdata.errors import CorruptDataError, FormatError, LmdataError, UnsafeDataError
 from lmdata.formats.flat_tokens._codecs import crc32c_strip, v2_decoder, v3_decoder
 
 # A declared chunk larger than this is refused rather than allocated (hostile metadata).
@@ -32,17 +33,8 @@ _MISSING = 2**64 - 1
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(1 << 24)
-        obj = json.loads(data)
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError) as e:
-        raise CorruptDataError(f"unreadable JSON metadata: {e}", path=path) from None
-    if not isinstance(obj, dict):
-        raise CorruptDataError("metadata is not a JSON object", path=path)
-    return obj
+    """A zarr metadata file as a dict (bounded in size and nesting, see lmdata._json)."""
+    return _json.read(path, what="zarr metadata")
 
 
 def node_kind(path: Path) -> tuple[int, str] | None:
@@ -119,6 +111,33 @@ def _positive_int(obj: Any, what: str, where: Path) -> int:
     if obj > 2**48:  # 2^48 items is petabytes: a typo or a hostile file, not a dataset
         raise FormatError(f"{what} {obj} is implausibly large", path=where)
     return obj
+
+
+def _index_has_crc(codecs: Any, where: Path) -> bool:
+    """Whether a shard index ends with a crc32c checksum (its codecs: ``bytes``, ``crc32c``)."""
+    if codecs is None:
+        return False
+    if not isinstance(codecs, list):
+        raise FormatError(f"sharding index_codecs must be a list, got {codecs!r:.60}", path=where)
+    names = []
+    for c in codecs:
+        name = c if isinstance(c, str) else c.get("name") if isinstance(c, dict) else None
+        if not isinstance(name, str):
+            raise FormatError(
+                f"sharding index_codecs entry {c!r:.60} is not a codec (an object with a name)",
+                path=where,
+            )
+        names.append(name)
+    unknown = set(names) - {"bytes", "crc32c"}
+    if unknown:
+        raise FormatError(
+            f"unsupported shard index codecs {sorted(unknown)} (supported: bytes, crc32c)",
+            path=where,
+        )
+    if "crc32c" not in names:
+        return False
+    require("google_crc32c", "reading a sharded zarr v3 array (its index has a crc32c checksum)")
+    return True
 
 
 class ZArray:
@@ -214,7 +233,7 @@ class ZArray:
             )
             if nested is not None:
                 raise FormatError("nested sharding is not supported", path=where)
-            self._index_codecs = sharding.get("index_codecs") or []
+            self._index_crc = _index_has_crc(sharding.get("index_codecs"), where)
             self._index_end = sharding.get("index_location", "end") != "start"
             decode = inner_decode
             desc = f"sharding({inner_desc})"
@@ -354,7 +373,7 @@ class ZArray:
                 raw = np.frombuffer(buf, np.uint8)
             else:
                 raw = self._decode(buf)
-        except CorruptDataError:
+        except LmdataError:
             raise
         except Exception as e:  # codec libraries raise anything from RuntimeError to ValueError
             raise CorruptDataError(
@@ -380,10 +399,7 @@ class ZArray:
         try:
             with open(f, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
-                crc = any(
-                    (c if isinstance(c, str) else c.get("name")) == "crc32c"
-                    for c in self._index_codecs
-                )
+                crc = self._index_crc
                 isize = per * 16 + (4 if crc else 0)
                 if size < isize:
                     raise CorruptDataError(

@@ -109,15 +109,37 @@ class FlatTokens:
             raise CorruptDataError(
                 "seq_starts is empty; it must hold at least [0]", path=self.seq_starts.path
             )
-        present = len(self.seq_starts.present_chunks())
-        if present < self.seq_starts.nchunks:
-            # a missing seq_starts chunk would read as zeros: never a valid dataset
-            raise CorruptDataError(
-                f"seq_starts declares {self.seq_starts.nchunks} chunks but only {present} "
-                "chunk files exist; the dataset is incomplete",
-                path=self.seq_starts.path,
-            )
+        self._check_ends()
         self._boundaries: np.ndarray | None = None
+
+    def _check_ends(self) -> None:
+        """seq_starts must run from 0 to the token count: two reads, whatever the size.
+
+        A chunk that was never written reads as the fill value (zarr semantics; seqax leaves the
+        only chunk of an empty split unwritten), so missing files are judged by the values they
+        stand for: a dataset cut short ends below the token count and is refused here.
+        """
+        ss, n = self.seq_starts, len(self.seq_starts)
+        first, last = int(ss.read(0, 1)[0]), int(ss.read(n - 1, n)[0])
+        if first == 0 and last == self.num_tokens:
+            return
+        bad, pos, value, want = (
+            ("first", 0, first, 0) if first != 0 else ("last", n - 1, last, self.num_tokens)
+        )
+        unit = pos // ss.unit if ss.unit else 0
+        missing = unit not in set(ss.present_units())
+        note = (
+            f" (its chunk file does not exist, so it reads as the fill value "
+            f"{ss.meta.fill_value}; the dataset is incomplete)"
+            if missing
+            else ""
+        )
+        raise CorruptDataError(
+            f"the {bad} entry of seq_starts is {value}, must be {want}{note}; "
+            "run `lmdata validate`",
+            path=ss.path,
+            position=f"index {pos}",
+        )
 
     def __repr__(self) -> str:
         return f"FlatTokens({str(self.root)!r}, split={self.split!r})"
@@ -207,6 +229,19 @@ class FlatTokens:
         idx = normalize_indices(rows, self.num_packed_rows(seq_len))
         return self.tokens.gather(idx * seq_len, seq_len)
 
+    def encoded_windows(self, starts: Sequence[int] | np.ndarray, length: int) -> np.ndarray:
+        """Stored values ``tokens[s:s+length]`` for each ``s`` in ``starts``, shape (n, length).
+
+        Reads only token chunks (never ``seq_starts``): packed and EOS-window loading.
+        """
+        st = np.asarray(starts, dtype=np.int64).reshape(-1)
+        if len(st) and (int(st.min()) < 0 or int(st.max()) + length > self.num_tokens):
+            raise IndexError(
+                f"a window of {length} tokens at {int(st.max())} or {int(st.min())} is outside "
+                f"the {self.num_tokens} tokens"
+            )
+        return self.tokens.gather(st, length)
+
     def info(self) -> dict[str, Any]:
         return {
             "sequences": len(self),
@@ -226,3 +261,16 @@ class FlatTokens:
                 "dtype": str(self.seq_starts.meta.dtype),
             },
         }
+
+    def close(self) -> None:
+        """Drop cached chunks; the reader reopens what it needs if used again."""
+        for arr in (self.tokens, self.seq_starts):
+            close = getattr(arr, "close", None)
+            if close is not None:
+                close()
+
+    def __enter__(self) -> FlatTokens:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -9,8 +9,11 @@ import numpy as np
 
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
-from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind
+from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind, read_json
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS, find_token_array
+
+# seq_starts entries that may read as the fill value for want of a chunk file (64 MiB of u64)
+MAX_UNWRITTEN = 1 << 23
 
 
 def validate(path: str | os.PathLike[str], **_: object) -> list[str]:
@@ -23,20 +26,43 @@ def validate(path: str | os.PathLike[str], **_: object) -> list[str]:
         kind = node_kind(root)
     except LmdataError as e:
         return [str(e)]
-    if find_token_array(root) is not None:
-        _check_split(root, root.name, rep)
-        return rep.finish()
+    try:
+        if find_token_array(root) is not None:
+            _check_split(root, root.name, rep)
+            return rep.finish()
+    except LmdataError as e:
+        return [str(e)]
     if kind is None or kind[1] != "group":
         rep.add("root", f"{root}: not a zarr group (no .zgroup or zarr.json)")
+    _check_zgroup(root, rep)
     for split in SPLITS:
         if not (root / split).is_dir():
             rep.add("split", f"{split}: missing (a flat-tokens dataset has train and validation)")
             continue
-        _check_split(root / split, split, rep)
+        try:
+            _check_split(root / split, split, rep)
+        except LmdataError as e:  # metadata too broken to look further into this split
+            rep.add("split", f"{split}: {e}")
     return rep.finish()
 
 
+def _check_zgroup(d: Path, rep: ProblemReport) -> None:
+    """A v2 group's ``.zgroup`` must say ``zarr_format`` 2 (zarr-python refuses it otherwise;
+    lmdata itself needs only its presence)."""
+    f = d / ".zgroup"
+    if not f.is_file():
+        return
+    try:
+        fmt = read_json(f).get("zarr_format")
+    except LmdataError as e:
+        rep.add("group", str(e))
+        return
+    if fmt != 2:
+        rep.add("group", f"{f}: zarr_format is {fmt!r}, must be 2")
+
+
 def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
+    _check_zgroup(d, rep)
     try:
         attrs = node_attrs(d)
     except LmdataError as e:
@@ -69,14 +95,23 @@ def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
     if starts.meta.dtype != np.dtype("<u8"):
         rep.add("dtype", f"{split}/seq_starts: dtype {starts.meta.dtype} (the spec says uint64)")
     n_tok = len(tokens)
-    stored = len(starts.present_chunks())
-    if stored < starts.nchunks:
-        rep.add(
-            "array",
-            f"{split}/seq_starts: declares {starts.nchunks} chunks but only "
-            f"{stored} chunk files exist",
+    # A chunk never written reads as the fill value (seqax leaves the only chunk of an empty
+    # split unwritten): judge the values, but do not conjure up more than a real array holds.
+    present = starts.present_chunks()
+    unwritten = 0
+    if len(present) < starts.nchunks:
+        have = set(present)
+        unwritten = len(starts) - sum(
+            min(starts.meta.chunk_len, len(starts) - k * starts.meta.chunk_len) for k in have
         )
-        return
+        if unwritten > MAX_UNWRITTEN:
+            rep.add(
+                "array",
+                f"{split}/seq_starts: declares {starts.nchunks} chunks but only {len(present)} "
+                f"chunk files exist; the other {unwritten} entries would all read as the fill "
+                f"value {starts.meta.fill_value} (the dataset is incomplete)",
+            )
+            return
     try:
         ss = starts.read(0, len(starts)).astype(np.uint64)
     except LmdataError as e:
@@ -93,6 +128,13 @@ def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
             "starts",
             f"{sname}[{len(ss) - 1}]: last entry is {int(ss[-1])}, must equal "
             f"the token count {n_tok}",
+        )
+    if unwritten and (ss[0] != 0 or ss[-1] != n_tok or (ss[1:] < ss[:-1]).any()):
+        missing = sorted(set(range(min(starts.nchunks, 1 << 16))) - set(present))
+        rep.add(
+            "starts",
+            f"{sname}: chunks {missing[:MAX_REPORTED]} have no file and read as the fill value "
+            f"{starts.meta.fill_value}; the problems below may come from their absence",
         )
     dec = np.nonzero(ss[1:] < ss[:-1])[0]
     for i in dec[:MAX_REPORTED]:

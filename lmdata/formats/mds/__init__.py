@@ -1,36 +1,34 @@
 """MosaicML streaming datasets: MDS, CSV, TSV and JSONL shards described by index.json.
 
-One module serves four format names (``mds``, ``mds-csv``, ``mds-tsv``, ``mds-jsonl``): the
-registry passes ``format=<name>`` to :func:`open`, :class:`Writer`, :func:`validate` and
-:func:`info`, and :func:`detect_format` says which one a directory holds. Reading does not
-depend on the name: every shard says its own format, as in streaming.
+One package serves four format names (``mds``, ``mds-csv``, ``mds-tsv``, ``mds-jsonl``), one
+spec each in :data:`SPECS`: the registry passes ``format=<name>`` to :func:`open`,
+:class:`Writer`, :func:`validate` and :func:`info`, and :func:`detect_format` says which one a
+directory holds. Reading does not depend on the name: every shard says its own format, as in
+streaming. A dataset opens as records (dicts, as streaming returns them); ``token_column=``
+gives the token-sequence view of one integer ndarray column.
 """
 
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from lmdata import _json
 from lmdata.errors import LmdataError
+from lmdata.formats._spec import FormatSpec, TokenTarget, column_sink
 from lmdata.formats.mds.index import FORMAT_NAMES, INDEX, find_index
 from lmdata.formats.mds.merge import merge
 from lmdata.formats.mds.reader import MDSReader
-from lmdata.formats.mds.tokens import MDSTokens, auto_token_column
+from lmdata.formats.mds.tokens import MDSTokens
 from lmdata.formats.mds.validate import validate
 from lmdata.formats.mds.writer import Writer
 from lmdata.storage import apparent_size, disk_usage
 
-KIND = "records"
-HAS_SPLITS = True  # index.json files in sub-folders, as streaming's split=
-NAMES_SHARE_MODULE = True
-
 __all__ = [
-    "KIND",
-    "NAMES_SHARE_MODULE",
+    "SPECS",
     "MDSReader",
     "MDSTokens",
     "Writer",
@@ -75,7 +73,7 @@ def _sniff(idx: Path) -> str | None:
         return None
     if len(head) < _HEAD:
         try:
-            obj = json.loads(head)
+            obj = _json.parse(head, _json.MAX_METADATA_DEPTH)
         except ValueError:
             return None
         if not isinstance(obj, dict) or obj.get("version") != 2:
@@ -108,11 +106,9 @@ def open(
     token_column: str | None = None,
     **options: Any,
 ) -> MDSReader:
-    """A records reader, or a token-sequence reader (:class:`MDSTokens`) when the dataset has
-    exactly one column and it is an integer ndarray, or when ``token_column`` names one."""
+    """A records reader; with ``token_column``, the token-sequence view (:class:`MDSTokens`)
+    of that integer ndarray column."""
     reader = MDSReader(path, format=format, split=split, **options)
-    if token_column is None and not options.get("columns"):
-        token_column = auto_token_column(reader)
     if token_column is not None:
         return MDSTokens.wrap(reader, token_column)
     return reader
@@ -141,3 +137,38 @@ def splits(path: str | os.PathLike[str]) -> list[str]:
         return sorted(c.name for c in p.iterdir() if (c / INDEX).is_file())
     except OSError as e:
         raise LmdataError(f"cannot list: {e}", path=p) from None
+
+
+_SUMMARIES = {
+    "mds": "MosaicML streaming MDS shards + index.json",
+    "mds-csv": "MosaicML streaming CSV shards + index.json",
+    "mds-tsv": "MosaicML streaming TSV shards + index.json",
+    "mds-jsonl": "MosaicML streaming JSONL shards + index.json",
+}
+
+SPECS = tuple(
+    FormatSpec(
+        name=name,
+        kind="records",
+        summary=summary,
+        detect=detect_format,  # one detector for the family: it names what it found
+        open=open,
+        writer=Writer,
+        validate=validate,
+        info=info,
+        aliases=(name.replace("-", "_"),) + (("streaming",) if name == "mds" else ()),
+        has_splits=True,  # index.json files in sub-folders, as streaming's split=
+        list_splits=splits,
+        merge=merge,
+        token_view=MDSTokens.wrap,
+        pass_name=True,
+        # tokenize writes samples {"tokens": ids}; read them back with token_column="tokens"
+        tokens=TokenTarget(
+            open=column_sink(Writer, declare_columns=True),
+            options=frozenset({"compression"}),
+        )
+        if name == "mds"
+        else None,
+    )
+    for name, summary in _SUMMARIES.items()
+)

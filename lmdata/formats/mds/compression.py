@@ -66,10 +66,17 @@ def parse(spec: str | None) -> Compression | None:
     return Compression(spec, family, int(level_text))
 
 
-def compress(c: Compression, data: bytes) -> bytes:
+def compress(c: Compression, data: bytes, *, zstd_checksum: bool = True) -> bytes:
+    """``data`` compressed as ``c`` says. ``zstd_checksum=False`` writes the zstd frames
+    python-zstd (streaming's library) writes, byte for byte: no checksum, and libzstd's
+    multi-threaded framing (the same bytes for any number of workers)."""
     if c.family == "zstd":
         import zstandard
 
+        if not zstd_checksum:
+            return zstandard.ZstdCompressor(
+                level=c.level or 3, write_content_size=True, write_checksum=False, threads=1
+            ).compress(data)
         # A frame with the content size, as python-zstd writes (its decoder needs it), plus a
         # checksum python-zstd leaves out, so that damage is caught on decompression.
         return zstandard.ZstdCompressor(

@@ -18,8 +18,8 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from orjson import loads as _orjson_loads
 
+from lmdata import _json
 from lmdata._pickle import safe_loads
 from lmdata.errors import InvalidInputError, UnsafeDataError
 
@@ -404,10 +404,7 @@ def _enc_json(v: Any) -> bytes:
 
 
 def _dec_json(b: bytes) -> Any:
-    try:
-        return _orjson_loads(b)  # same values as json.loads, several times faster
-    except ValueError:  # NaN, Infinity and huge integers, which only json accepts
-        return json.loads(b.decode("utf-8"))
+    return _json.parse(b)  # json.loads's values, orjson's speed, bounded nesting
 
 
 def _enc_pkl(v: Any) -> bytes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmdata import _json
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
 
 INDEX = "index.json"
@@ -179,10 +180,7 @@ def find_index(path: Path, split: str | None = None) -> Path:
 
 def load_index(path: Path) -> Index:
     """Read and check index.json (CorruptDataError naming the shard on any problem)."""
-    try:
-        obj = json.loads(path.read_bytes())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CorruptDataError(f"index.json is not valid JSON: {e}", path=path) from None
+    obj = _json.read(path, what="index.json", want=None)
     if not isinstance(obj, dict) or not isinstance(obj.get("shards"), list):
         raise CorruptDataError('index.json must be an object with a "shards" list', path=path)
     if obj.get("version") != VERSION:

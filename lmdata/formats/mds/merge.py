@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from lmdata import _json
 from lmdata.errors import InvalidInputError, OutputExistsError
 from lmdata.formats.mds.index import INDEX, load_index
 from lmdata.storage import atomic_file, require_exists
@@ -95,7 +96,7 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
                 )
             shutil.copytree(part, target, copy_function=_link_or_copy)
             rel = part.name
-        obj = json.loads((part / INDEX).read_bytes())
+        obj = _json.read(part / INDEX, what="index.json")
         for shard in obj["shards"]:
             for key in _FILE_KEYS:
                 if shard.get(key):

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _json
 from lmdata.errors import InvalidInputError
 
 XSV_TYPES: dict[str, type] = {"str": str, "int": int, "float": float}
@@ -183,7 +184,7 @@ class XSVDecoder:
 
 
 def decode_json_line(data: bytes) -> dict[str, Any]:
-    obj = json.loads(data.decode("utf-8"))
+    obj = _json.parse(data)
     if not isinstance(obj, dict):
         raise ValueError("line is not a JSON object")
     return obj

@@ -1,9 +1,9 @@
 """MDS datasets of token arrays as a TokenSequences reader (for the Loader and conversions).
 
-A dataset qualifies by itself when every shard has exactly one column and it is an integer
-``ndarray`` (dtype in the encoding, 1-D or shape stored per sample); any dataset does when
-``token_column`` names its integer ndarray column. Document lengths come from the offset tables
-and array headers, vectorised per shard, so ``boundaries`` never decodes the tokens.
+``lmdata.open(path, token_column=NAME)`` gives this view of a dataset whose column ``NAME`` is
+an integer ``ndarray`` (dtype in the encoding, 1-D or shape stored per sample); without it an
+MDS dataset opens as records, as streaming returns them. Document lengths come from the offset
+tables and array headers, vectorised per shard, so ``boundaries`` never decodes the tokens.
 """
 
 from __future__ import annotations
@@ -24,22 +24,6 @@ _ITEMSIZE = np.zeros(256, dtype=np.int64)
 for _code, _name in VALUE_DTYPES.items():
     if np.dtype(_name).kind in "iu":
         _ITEMSIZE[_code] = np.dtype(_name).itemsize
-
-
-def auto_token_column(reader: MDSReader) -> str | None:
-    """The column that makes ``reader`` a token dataset by itself, or None."""
-    shards = reader.index.shards
-    if not shards or any(s.format != "mds" or len(s.column_names) != 1 for s in shards):
-        return None
-    names = {s.column_names[0] for s in shards}
-    encs = {s.column_encodings[0] for s in shards}
-    if len(names) != 1 or len(encs) != 1:
-        return None
-    enc = encs.pop()
-    if not is_integer_ndarray(enc):
-        return None
-    shape = parse_ndarray(enc)[1]
-    return names.pop() if shape is None or len(shape) == 1 else None
 
 
 def _u32_at(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:

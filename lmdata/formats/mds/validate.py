@@ -8,7 +8,6 @@ the file size; and that every sample decodes. Each problem names the shard and t
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _json
 from lmdata.errors import LmdataError
 from lmdata.formats.mds import compression as comp
 from lmdata.formats.mds.hashing import hexdigest, is_hash
@@ -126,7 +126,7 @@ def _offsets(rep: _ShardReport, s: Shard, table: bytes, what: str) -> np.ndarray
 
 def _check_config(rep: _ShardReport, s: Shard, text: bytes) -> None:
     try:
-        cfg = json.loads(text)
+        cfg = _json.parse(text, _json.MAX_METADATA_DEPTH)
     except ValueError as e:
         rep.add(f"the config embedded in the shard is not JSON: {e}")
         return

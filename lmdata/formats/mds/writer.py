@@ -51,7 +51,8 @@ class Writer(AtomicWriter):
     recorded per shard file. ``size_limit``: bytes per shard (an int or ``"64mb"``; None for one
     shard). ``separator`` makes an ``xsv`` dataset with another separator. Samples with keys
     that are not columns are refused unless ``drop_extra_keys=True``. A sample that is not a
-    dict (a token array) is stored in the column ``token_column``.
+    dict (a token array) is stored in the column ``token_column``. ``zstd_checksum=False``
+    leaves out the checksum lmdata adds to zstd frames (streaming's exact bytes).
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class Writer(AtomicWriter):
         exist_ok: bool = False,
         drop_extra_keys: bool = False,
         token_column: str = "tokens",
+        zstd_checksum: bool = True,
         **ignored: Any,
     ) -> None:
         unknown = [k for k in ignored if k not in _IGNORED]
@@ -89,6 +91,7 @@ class Writer(AtomicWriter):
         self._size_limit = parse_size_limit(size_limit)
         self._drop_extra = drop_extra_keys
         self._token_column = token_column
+        self._zstd_checksum = zstd_checksum
         self._encoder: Any = None
         self._columns: dict[str, str] | None = None
         self._out = AtomicOutput(path, directory=True, overwrite=overwrite or exist_ok)
@@ -190,7 +193,7 @@ class Writer(AtomicWriter):
         }
         data, name, zip_info = raw, raw_name, None
         if self._compression is not None:
-            data = comp.compress(self._compression, raw)
+            data = comp.compress(self._compression, raw, zstd_checksum=self._zstd_checksum)
             name = f"{raw_name}.{self._compression.extension}"
             zip_info = {
                 "basename": name,

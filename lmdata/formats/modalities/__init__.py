@@ -1,9 +1,10 @@
 """modalities: packed ``.pbin`` token files of the Modalities framework (0.4.0 and later).
 
-The verbs every format has (:func:`detect`, :func:`open`, :class:`Writer`, :func:`validate`,
-:func:`info`), plus :func:`merge` for ``lmdata merge`` and the origin's dataset views in
-:mod:`lmdata.formats.modalities.views`. The raw JSONL + ``.idx`` side is the format
-``modalities-jsonl`` (:mod:`lmdata.formats.modalities_jsonl`).
+Exports :data:`SPEC` (the registry's entry) and the verbs behind it (:func:`detect`,
+:func:`open`, :class:`Writer`, :func:`validate`, :func:`info`), plus :func:`merge` for
+``lmdata merge`` and the origin's dataset views in :mod:`lmdata.formats.modalities.views`.
+The raw JSONL + ``.idx`` side is the format ``modalities-jsonl``
+(:mod:`lmdata.formats.modalities_jsonl`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lmdata.formats._spec import FormatSpec, PerDocumentSink, TokenSink, TokenTarget, detector
 from lmdata.formats.modalities.layout import HEADER_SIZE, width_for_vocab
 from lmdata.formats.modalities.merge import merge
 from lmdata.formats.modalities.reader import PackedTokens, read_header, sniff
@@ -19,13 +21,12 @@ from lmdata.formats.modalities.validate import validate
 from lmdata.formats.modalities.writer import EOD_POLICY, Writer, eod_policy
 from lmdata.storage import disk_usage
 
-KIND = "tokens"
 SUFFIX = ".pbin"
 
 __all__ = [
     "EOD_POLICY",
     "HEADER_SIZE",
-    "KIND",
+    "SPEC",
     "PackedTokens",
     "Writer",
     "detect",
@@ -60,3 +61,40 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     out["bytes_on_disk"] = disk_usage(path)
     out["apparent_bytes"] = Path(path).stat().st_size
     return out
+
+
+def _token_sink(
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    vocab_size: int | None = None,
+    eod_id: int | None = None,
+    options: dict[str, Any] | None = None,
+) -> TokenSink:
+    # documents arrive with their EOD already appended (the pipeline applies the convention)
+    w = Writer(
+        path,
+        overwrite=overwrite,
+        vocab_size=vocab_size,
+        eod_id=eod_id,
+        append_eod=False,
+        **dict(options or {}),
+    )
+    return PerDocumentSink(w)
+
+
+SPEC = FormatSpec(
+    name="modalities",
+    kind="tokens",
+    summary="packed .pbin token files (Modalities)",
+    detect=detector(detect, "modalities"),
+    open=open,
+    writer=Writer,
+    validate=validate,
+    info=info,
+    aliases=("pbin",),
+    merge=merge,
+    # the origin's packer appends EOD after every document and lets the tokenizer add its
+    # special tokens (the HF default)
+    tokens=TokenTarget(open=_token_sink, append_eod=True, special_tokens=True),
+)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmdata._pickle import safe_loads
+from lmdata._pickle import describe, safe_load_prefix
 from lmdata.errors import CorruptDataError, InvalidInputError
 
 HEADER_SIZE = 12
@@ -115,6 +115,7 @@ class SpanIndex:
 
     offsets: np.ndarray
     lengths: np.ndarray
+    trailing: int = 0  # bytes after the pickle's end, which every reader ignores
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -139,7 +140,8 @@ def load_span_index(
             path=path,
             position=where,
         )
-    obj = safe_loads(data, where=where, path=os.fspath(path), allow_unsafe=allow_unsafe)
+    obj, used = safe_load_prefix(data, where=where, path=os.fspath(path), allow_unsafe=allow_unsafe)
+    trailing = len(data) - used
     if not isinstance(obj, list):
         raise CorruptDataError(
             f"the index is a {type(obj).__name__}, not a list of (offset, length) pairs",
@@ -148,7 +150,7 @@ def load_span_index(
         )
     n = len(obj)
     if n == 0:
-        return SpanIndex(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return SpanIndex(np.zeros(0, np.int64), np.zeros(0, np.int64), trailing)
     try:  # fast path: a regular list of int pairs becomes one (n, 2) int64 array
         arr = np.array(obj)
     except (ValueError, TypeError, OverflowError):
@@ -156,7 +158,7 @@ def load_span_index(
     if arr is not None and arr.dtype == np.int64 and arr.shape == (n, 2):
         offsets, lengths = arr[:, 0].copy(), arr[:, 1].copy()
         if (lengths >= 0).all():
-            return SpanIndex(offsets, lengths)
+            return SpanIndex(offsets, lengths, trailing)
     # slow path: find and name the first bad entry
     offsets = np.empty(n, dtype=np.int64)
     lengths = np.empty(n, dtype=np.int64)
@@ -169,7 +171,7 @@ def load_span_index(
             lengths[i] = ln
         except (TypeError, ValueError, OverflowError):
             raise CorruptDataError(
-                f"index entry {i} is {entry!r:.80}, not a pair of integers",
+                f"index entry {i} is {describe(entry)}, not a pair of integers",
                 path=path,
                 position=where,
             ) from None
@@ -181,7 +183,7 @@ def load_span_index(
             path=path,
             position=where,
         )
-    return SpanIndex(offsets, lengths)
+    return SpanIndex(offsets, lengths, trailing)
 
 
 def dump_span_index(offsets: np.ndarray | list[int], lengths: np.ndarray | list[int]) -> bytes:

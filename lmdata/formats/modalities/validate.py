@@ -51,6 +51,12 @@ def validate(
         if counts[kind] <= MAX_REPORTED:
             out.append(msg)
 
+    if index.trailing:
+        add(
+            "trailing",
+            f"index: {index.trailing} bytes follow the end of the pickled index; every reader "
+            "ignores them (data appended after the file was written?); a rewrite drops them",
+        )
     fixed = undo_origin_merge_shift(index, data_len)
     if fixed is not None:
         files = int(np.count_nonzero(index.offsets[1:] != index.ends[:-1])) + 1

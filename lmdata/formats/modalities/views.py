@@ -60,6 +60,12 @@ class _Windows:
         for lo in range(0, len(self), block):
             yield from self.batch(np.arange(lo, min(lo + block, len(self))))
 
+    def info(self) -> dict[str, Any]:
+        return {"samples": len(self), "sample_tokens": self.size}
+
+    def close(self) -> None:
+        """Nothing to release: the view shares its data file's mapping."""
+
 
 def _data_of(source: str | os.PathLike[str] | PackedTokens | PbinData) -> PbinData:
     if isinstance(source, PackedTokens):
@@ -251,6 +257,12 @@ class JsonlTokenDocuments:
         block = 256
         for lo in range(0, len(self), block):
             yield from self.take(np.arange(lo, min(lo + block, len(self))))
+
+    def info(self) -> dict[str, Any]:
+        return {"documents": len(self)}
+
+    def close(self) -> None:
+        self.documents.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from lmdata.errors import LmdataError
+from lmdata.formats._spec import FormatSpec, detector
+from lmdata.formats.modalities_jsonl.checks import unindexed_problems
 from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
 from lmdata.formats.modalities_jsonl.lines import default_index_path, iter_lines, loads, map_file
 from lmdata.formats.modalities_jsonl.reader import JsonlDocuments, read_index
 from lmdata.formats.modalities_jsonl.writer import Writer
 from lmdata.storage import disk_usage
 
-KIND = "records"
-
 __all__ = [
-    "KIND",
+    "SPEC",
     "IndexResult",
     "JsonlDocuments",
     "SkippedLine",
@@ -127,6 +127,7 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
                 f"{p.name} line {lineno} (byte {off}): valid JSON but missing from "
                 f"the index; rebuild it with `lmdata index --overwrite {p}`",
             )
+        problems.extend(unindexed_problems(p, idx_path, index, buf))
     finally:
         if buf is not None:
             buf.close()
@@ -134,3 +135,16 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
         if n > MAX_REPORTED:
             problems.append(f"{n - MAX_REPORTED} more problems of this kind ({kind})")
     return problems
+
+
+SPEC = FormatSpec(
+    name="modalities-jsonl",
+    kind="records",
+    summary="raw JSONL with the .idx index modalities builds for it",
+    detect=detector(detect, "modalities-jsonl"),
+    open=open,
+    writer=Writer,
+    validate=validate,
+    info=info,
+    aliases=("modalities_jsonl",),
+)

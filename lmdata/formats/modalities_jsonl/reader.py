@@ -41,6 +41,27 @@ def read_index(
     return index
 
 
+def check_line_bounds(path: Path, index_path: Path, index: SpanIndex, size: int) -> None:
+    """The first entry starts a line and the last one ends one (two bytes read): an index of
+    other data (a file replaced or appended to after indexing) rarely passes both."""
+    if not len(index):
+        return
+    first, last = int(index.offsets[0]), int(index.ends[-1])
+    with open(path, "rb") as f:
+        before = os.pread(f.fileno(), 1, first - 1) if first > 0 else b"\n"
+        after = os.pread(f.fileno(), 1, last) if last < size else b"\n"
+    for ok, entry, what in ((before == b"\n", 0, "start"), (after == b"\n", -1, "end")):
+        if not ok:
+            i = len(index) - 1 if entry < 0 else 0
+            raise CorruptDataError(
+                f"entry {i} does not {what} at a line boundary of {path.name}: the index belongs "
+                f"to other data (the file changed after indexing); rebuild it with "
+                f"`lmdata index --overwrite {path}`",
+                path=index_path,
+                position=f"entry {i}",
+            )
+
+
 class JsonlDocuments:
     """A JSONL file with its modalities raw index, as a Records reader.
 
@@ -63,6 +84,7 @@ class JsonlDocuments:
         index = read_index(
             self.path, self.index_path, allow_unsafe=allow_unsafe_pickle, file_size=self.file_size
         )
+        check_line_bounds(self.path, self.index_path, index, self.file_size)
         self.offsets = index.offsets
         self.lengths = index.lengths
         self._buf: Any = None
@@ -112,6 +134,9 @@ class JsonlDocuments:
         block = 4096
         for lo in range(0, len(self), block):
             yield from self.take(np.arange(lo, min(lo + block, len(self))))
+
+    def info(self) -> dict[str, Any]:
+        return {"documents": len(self), "data_bytes": int(self.file_size)}
 
     def close(self) -> None:
         if self._buf is not None and not isinstance(self._buf, bytes):

@@ -33,7 +33,9 @@ class Writer(AtomicWriter):
     """Writes records as JSON lines to ``path`` and their raw index beside it (``foo.idx``).
 
     Both files appear only when the writer closes cleanly; the index matches what
-    ``lmdata index`` (and modalities' ``create_raw_index``) would build from the file.
+    ``lmdata index`` (and modalities' ``create_raw_index``) would build from the file. The
+    index is committed last, after any old index is removed: a writer killed in between
+    leaves the data without an index, which readers refuse.
     """
 
     def __init__(
@@ -83,6 +85,11 @@ class Writer(AtomicWriter):
         try:
             self._f.close()
             self._index.tmp.write_bytes(dump_span_index(self._offsets, self._lengths))
+            # Two files cannot be renamed at once. The old index goes first and the new one
+            # comes last, so a kill at any point leaves a data file with no index (refused;
+            # `lmdata index` rebuilds it), never a data file with another file's index.
+            with contextlib.suppress(FileNotFoundError):
+                self.index_path.unlink()
             self._data.finish()
             self._index.finish()
         except BaseException:

@@ -1,0 +1,244 @@
+"""The training Loader beside the practical limit and mosaicml-streaming, in one run.
+
+Workload (BENCH_LOADER_TOKENS, default 64 Mi tokens): random ids in [1, 50257), documents of
+1-4000 tokens, an uncompressed flat-tokens store; global batches of 32 shuffled packed rows of
+2048 tokens. The limit is a bare numpy memmap gather of the same rows (encoded tokens, no
+decoding, no segment ids). streaming 0.13.0 iterates an MDS copy of the same tokens cut into
+2048-token rows (it has no packing), shuffled, in its own venv. The second table opens
+simulated flat-tokens stores of 10^6 .. 10^12 tokens (metadata of the full size; the chunk
+files the first batch touches are hard links to one real chunk, the rest absent) in a fresh
+process each and times open, first batch and peak resident memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import lmdata
+from lmdata.formats.flat_tokens import Writer
+
+N_TOKENS = int(os.environ.get("BENCH_LOADER_TOKENS", 64 << 20))
+SEQ_LEN, BATCH = 2048, 32
+HERE = Path(__file__).resolve().parent
+STREAMING_PY = HERE.parent / ".venv" / "extra-streaming" / "bin" / "python"
+
+
+def rate(fn: Callable[[int], int], seconds: float = 1.5, repeats: int = 3) -> float:
+    """Median items/s of ``fn(i)`` (returning the items it handled) over timed runs."""
+    out, i = [], 0
+    for _ in range(repeats):
+        n, t0 = 0, time.perf_counter()
+        while (dt := time.perf_counter() - t0) < seconds:
+            n += fn(i)
+            i += 1
+        out.append(n / dt)
+    return statistics.median(out)
+
+
+def make_store(root: Path) -> lmdata.formats.flat_tokens.FlatTokens:
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(1, 50257, N_TOKENS, dtype=np.uint32)
+    ends = np.cumsum(rng.integers(1, 4001, N_TOKENS // 1000))
+    bounds = np.concatenate([[0], ends[ends < N_TOKENS], [N_TOKENS]])
+    with Writer(root / "raw.zarr") as w:
+        for a, b in itertools.pairwise(bounds.tolist()):
+            w.write(tokens[a:b])
+    return lmdata.open(root / "raw.zarr")
+
+
+def throughput(root: Path, r: object) -> dict[str, float]:
+    n_rows = N_TOKENS // SEQ_LEN
+    enc = r.span_encoded(0, n_rows * SEQ_LEN)
+    enc.tofile(root / "tokens.u32")
+    mm = np.memmap(root / "tokens.u32", dtype=np.uint32, mode="r").reshape(n_rows, SEQ_LEN)
+    loader = lmdata.Loader(
+        r, seq_len=SEQ_LEN, global_batch_size=BATCH, seed=0, rank=0, world_size=1
+    )
+    rows = [loader.indices(s)[1] for s in range(4096)]
+    b0 = loader.batch(0)
+    assert np.array_equal(b0["targets"], (mm[rows[0]] >> 1).astype(np.int32))
+
+    def memmap_gather(i: int) -> int:
+        np.asarray(mm[rows[i % 4096]])
+        return BATCH
+
+    def lmdata_batch(mode: str) -> Callable[[int], int]:
+        ld = lmdata.Loader(
+            r, seq_len=SEQ_LEN, global_batch_size=BATCH, mode=mode, rank=0, world_size=1
+        )
+
+        def f(i: int) -> int:
+            ld.batch(i)
+            return BATCH
+
+        return f
+
+    def prefetched() -> Callable[[int], int]:
+        ld = lmdata.Loader(
+            r, seq_len=SEQ_LEN, global_batch_size=BATCH, prefetch=4, rank=0, world_size=1
+        )
+        it = iter(ld)
+
+        def f(i: int) -> int:
+            next(it)
+            return BATCH
+
+        return f
+
+    return {
+        "numpy memmap gather of the same rows (the practical limit)": rate(memmap_gather),
+        "lmdata Loader.batch, packed + segment_ids + positions": rate(lmdata_batch("packed")),
+        "lmdata Loader iteration, packed, prefetch=4 (thread)": rate(prefetched()),
+        "lmdata Loader.batch, eos windows": rate(lmdata_batch("eos")),
+        "lmdata Loader.batch, unpacked (one document per row)": rate(lmdata_batch("unpacked")),
+    }
+
+
+def streaming(root: Path, r: object) -> dict[str, float] | None:
+    if not STREAMING_PY.exists():
+        print("mosaicml-streaming venv (.venv/extra-streaming) missing: run make install")
+        return None
+    n_rows = min(N_TOKENS // SEQ_LEN, 16384)
+    d = root / "rows.mds"
+    with lmdata.writer(d, "mds", columns={"tokens": "ndarray:uint32"}) as w:
+        for i in range(0, n_rows, 1024):
+            block = r.span(i * SEQ_LEN, min(i + 1024, n_rows) * SEQ_LEN).reshape(-1, SEQ_LEN)
+            for row in block:
+                w.write({"tokens": row})
+    job = {"local": str(d), "batch": BATCH, "seconds": 6}
+    proc = subprocess.run(
+        [str(STREAMING_PY), str(HERE / "_loader_streaming.py"), json.dumps(job)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        print(f"streaming failed: {proc.stderr[-2000:]}")
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---- open time against dataset size ------------------------------------------------------
+
+CHUNK = 4 << 20  # tokens per chunk (seqax's default)
+SEQ_CHUNK = 1 << 27
+CHILD = """
+import json, sys, time
+import lmdata
+
+def hwm():  # peak resident set of this process (ru_maxrss would include the parent's)
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM"))
+
+rss0 = hwm()
+t0 = time.perf_counter()
+r = lmdata.open(sys.argv[1])
+loader = lmdata.Loader(r, seq_len=2048, global_batch_size=32, seed=0, rank=0, world_size=1)
+t1 = time.perf_counter()
+b = loader.batch(0)
+t2 = time.perf_counter()
+rss = hwm()
+assert b["targets"].shape == (32, 2048) and b["segment_ids"].shape == (32, 2048)
+print(json.dumps({"open": t1 - t0, "first": t2 - t1, "rss_mb": rss / 1024, "rss0_mb": rss0 / 1024}))
+"""
+
+
+def simulated_store(root: Path, n_tokens: int, real_chunk: Path) -> Path:
+    """A flat-tokens split of ``n_tokens`` whose first batch's chunks exist (hard links)."""
+    d = root / f"sim-{n_tokens}.zarr"
+    split = d / "train"
+    n_seqs = max(1, n_tokens // 1000)
+    for sub, shape, chunk, dtype in (
+        ("encoded_tokens", n_tokens, CHUNK, "<u4"),
+        ("seq_starts", n_seqs + 1, SEQ_CHUNK, "<u8"),
+    ):
+        (split / sub).mkdir(parents=True)
+        meta = {
+            "chunks": [chunk],
+            "compressor": None,
+            "dtype": dtype,
+            "fill_value": 0,
+            "filters": None,
+            "order": "C",
+            "shape": [shape],
+            "zarr_format": 2,
+        }
+        (split / sub / ".zarray").write_text(json.dumps(meta))
+    for p in (d, split):
+        (p / ".zgroup").write_text('{"zarr_format": 2}')
+    (split / ".zattrs").write_text('{"max_token_id": 50256}')
+    sparse = root / "sparse-seq-starts"
+    if not sparse.exists():
+        with open(sparse, "wb") as f:
+            f.truncate(SEQ_CHUNK * 8)  # a hole: no disk used, never read in packed mode
+    for k in range(-(-(n_seqs + 1) // SEQ_CHUNK)):
+        os.link(sparse, split / "seq_starts" / str(k))
+    r = lmdata.open(d)
+    rows = lmdata.Loader(r, seq_len=2048, global_batch_size=32, seed=0, rank=0, world_size=1)
+    for k in sorted({int(x) * 2048 // CHUNK for x in rows.indices(0)[1]}):
+        os.link(real_chunk, split / "encoded_tokens" / str(k))
+    return d
+
+
+def open_times(root: Path) -> dict[int, dict[str, float]]:
+    real = root / "real-chunk"
+    rng = np.random.default_rng(2)
+    enc = rng.integers(1, 50257, CHUNK, dtype=np.uint32) << np.uint32(1)
+    enc[::1000] |= np.uint32(1)
+    enc.tofile(real)
+    out = {}
+    for exp in (6, 8, 10, 12):
+        d = simulated_store(root, 10**exp, real)
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, str(d)], capture_output=True, text=True, timeout=300
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr[-2000:])
+        out[exp] = json.loads(proc.stdout)
+        shutil.rmtree(d)
+    return out
+
+
+def main() -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench-loader-"))
+    try:
+        r = make_store(root)
+        res = throughput(root, r)
+        limit = next(iter(res.values()))
+        print(f"shuffled batches of {BATCH} x {SEQ_LEN} tokens, {N_TOKENS / 2**20:.0f} Mi tokens")
+        print(f"| {'path':62} | rows/s | Mtok/s | vs memmap |")
+        print(f"|{'-' * 64}|---|---|---|")
+        for name, v in res.items():
+            print(f"| {name:62} | {v:,.0f} | {v * SEQ_LEN / 1e6:,.0f} | {v / limit:.2f} |")
+        st = streaming(root, r)
+        if st:
+            v = st["rows_per_s"]
+            name = "mosaicml-streaming StreamingDataset, shuffled, stacked"
+            print(f"| {name:62} | {v:,.0f} | {v * SEQ_LEN / 1e6:,.0f} | {v / limit:.2f} |")
+            print(f"streaming: construct {st['open_s']:.2f} s, first sample {st['first_s']:.2f} s")
+        print("\nopen + first batch against dataset size (fresh process each, warm cache)")
+        print("| tokens | open s | first batch s | peak RSS MB (after import) |")
+        print("|---|---|---|---|")
+        for exp, t in open_times(root).items():
+            print(
+                f"| 10^{exp} | {t['open']:.3f} | {t['first']:.3f} | "
+                f"{t['rss_mb']:.0f} ({t['rss0_mb']:.0f}) |"
+            )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

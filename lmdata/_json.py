@@ -1,0 +1,148 @@
+"""Bounded JSON parsing: one place that every metadata read and JSON record goes through.
+
+``json.loads`` recurses once per nesting level, so ``'[' * 100000`` ends in a RecursionError,
+and a metadata file can be any size. Here the size is capped before reading and the nesting
+depth is checked before the standard library sees the text; orjson (which stops at 1024
+levels by itself) parses what it can, the standard library the rest (``NaN``, integers beyond
+64 bits, lone surrogates), so what is accepted is what ``json.loads`` accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from lmdata.errors import CorruptDataError
+
+MAX_METADATA_BYTES = 64 << 20  # no metadata file of any format comes near this
+MAX_METADATA_DEPTH = 64  # nesting levels allowed in metadata (real files use < 10)
+MAX_DEPTH = 1024  # nesting levels allowed in JSON records (orjson's own limit)
+
+# orjson turns integers beyond 64 bits into floats; text with long digit runs goes through the
+# standard library instead, so big integers survive exactly.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_DIGITS = b"0123456789"
+_OPEN = np.zeros(256, np.int8)
+_OPEN[[ord("["), ord("{")]] = 1
+_OPEN[[ord("]"), ord("}")]] = -1
+
+
+def nesting_depth(data: bytes | bytearray | memoryview) -> int:
+    """The deepest nesting of arrays and objects in JSON text (brackets in strings skipped),
+    in a few vectorised passes: no recursion, linear time."""
+    raw = bytes(data)
+    if b"[" not in raw and b"{" not in raw:
+        return 0
+    a = np.frombuffer(raw, np.uint8)
+    steps = _OPEN[a]
+    if b'"' in raw:
+        # a quote is escaped when an odd run of backslashes precedes it
+        pos = np.arange(len(a), dtype=np.int64)
+        last_plain = np.maximum.accumulate(np.where(a != 0x5C, pos, -1))
+        run_before = np.empty(len(a), np.int64)
+        run_before[0] = 0
+        run_before[1:] = pos[:-1] - last_plain[:-1]
+        quote = (a == 0x22) & (run_before % 2 == 0)
+        inside = (np.cumsum(quote, dtype=np.int64) & 1).astype(bool)
+        steps = np.where(inside, 0, steps).astype(np.int8)
+    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
+
+
+def parse(data: bytes | bytearray | memoryview | str, max_depth: int = MAX_DEPTH) -> Any:
+    """The value of JSON text, accepting what ``json.loads`` accepts; ValueError if it is not
+    JSON or nests deeper than ``max_depth`` (never RecursionError)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    elif not isinstance(data, bytes):
+        data = bytes(data)
+    fast = len(data) - len(data.translate(None, _DIGITS)) < 19 or not _LONG_DIGITS.search(data)
+    if fast and max_depth >= 1024:
+        try:
+            return orjson.loads(data)  # bounded by orjson's own 1024 levels
+        except orjson.JSONDecodeError:
+            pass
+    depth = nesting_depth(data)
+    if depth > max_depth:
+        raise ValueError(f"nested {depth} levels deep, more than the {max_depth} allowed")
+    if fast:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"nested too deeply (more than {max_depth} levels)") from None
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(str(e) or type(e).__name__) from None
+
+
+def loads(
+    data: bytes | bytearray | memoryview | str,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    position: str | None = None,
+    what: str = "JSON",
+    max_depth: int = MAX_METADATA_DEPTH,
+) -> Any:
+    """:func:`parse`, with any failure a CorruptDataError naming ``path`` and ``position``."""
+    try:
+        return parse(data, max_depth)
+    except ValueError as e:
+        raise CorruptDataError(
+            f"{what} is not valid JSON: {e}", path=path, position=position
+        ) from None
+
+
+def read(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "metadata",
+    max_bytes: int = MAX_METADATA_BYTES,
+    max_depth: int = MAX_METADATA_DEPTH,
+    want: type | None = dict,
+) -> Any:
+    """The JSON value in the file ``path`` (a dict unless ``want`` says otherwise).
+
+    A file larger than ``max_bytes``, deeper than ``max_depth``, not JSON or of the wrong type
+    is a CorruptDataError naming it; a missing file is FileNotFoundError, as from ``open``.
+    """
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            # read(n) allocates n bytes up front: ask for what the file holds, capped
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(min(size, max_bytes) + 1) if size else f.read(1 << 20)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise
+    except OSError as e:
+        raise CorruptDataError(f"cannot read {what}: {e}", path=p) from None
+    return from_bytes(data, path=p, what=what, max_bytes=max_bytes, max_depth=max_depth, want=want)
+
+
+def from_bytes(
+    data: bytes,
+    *,
+    path: str | os.PathLike[str] | None,
+    what: str = "metadata",
+    max_bytes: int = MAX_METADATA_BYTES,
+    max_depth: int = MAX_METADATA_DEPTH,
+    want: type | None = dict,
+) -> Any:
+    """What :func:`read` does after reading: for metadata read some other way (a store's
+    ranged read of at most ``max_bytes + 1`` bytes), with the same checks and errors."""
+    if len(data) > max_bytes:
+        raise CorruptDataError(
+            f"{what} is larger than {max_bytes} bytes, far more than any real one", path=path
+        )
+    obj = loads(data, path=path, what=what, max_depth=max_depth)
+    if want is not None and not isinstance(obj, want):
+        kind = "a JSON object" if want is dict else f"a JSON {want.__name__}"
+        raise CorruptDataError(f"{what} must hold {kind}, not {type(obj).__name__}", path=path)
+    return obj

@@ -1,0 +1,232 @@
+"""Modalities' data commands over lmdata: ``create_raw_index`` and ``pack_encoded_data`` with
+modalities' own arguments and pack config, writing the files modalities 0.5.0 writes.
+
+The pack config is read as modalities reads it (YAML with ``settings`` and a ``tokenizer``
+component; paths relative to the working directory; ``${node_env:num_cpus}``). A key lmdata
+does not implement is an error naming it. The queue sizes (``raw_samples_queue_size``,
+``processed_samples_queue_size``) only tune the origin's process queues and have no effect
+here; ``processing_batch_size`` sets lmdata's work-unit size, which never changes the output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lmdata.errors import InvalidInputError, OutputExistsError
+from lmdata.formats.modalities_jsonl import IndexResult, build_index, default_index_path
+from lmdata.tokenize.pipeline import Summary, TokenizeJob, tokenize
+from lmdata.tokenize.tokenizers import load_tokenizer
+
+POLICIES = ("error", "skip", "override")
+_SETTINGS = {
+    "src_path",
+    "dst_path",
+    "index_path",
+    "jq_pattern",
+    "num_cpus",
+    "eod_token",
+    "processing_batch_size",
+    "raw_samples_queue_size",
+    "processed_samples_queue_size",
+}
+_REQUIRED = ("src_path", "jq_pattern", "eod_token", "processing_batch_size")
+_POSITIVE = ("processing_batch_size", "raw_samples_queue_size", "processed_samples_queue_size")
+_HF_KEYS = {
+    "pretrained_model_name_or_path",
+    "max_length",
+    "truncation",
+    "padding",
+    "special_tokens",
+}
+_SP_KEYS = {"tokenizer_model_file"}
+_JQ_KEY = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)\Z")
+_ENV = re.compile(r"\$\{node_env:num_cpus\}\Z")
+
+
+def _check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise InvalidInputError(f"file_existence_policy must be one of {', '.join(POLICIES)}")
+    return policy
+
+
+def _existing(path: Path, policy: str) -> bool:
+    """True when the output exists and the policy says to leave it; raises under ``error``."""
+    if not path.exists():
+        return False
+    if policy == "error":
+        raise OutputExistsError(
+            "file already exists (pass --file_existence_policy override or skip)", path=path
+        )
+    return policy == "skip"
+
+
+def create_raw_index(
+    src_path: str | os.PathLike[str],
+    index_path: str | os.PathLike[str] | None = None,
+    file_existence_policy: str = "error",
+) -> IndexResult | None:
+    """modalities' ``create_raw_index``: ``foo.jsonl`` -> ``foo.idx`` (None when skipped)."""
+    _check_policy(file_existence_policy)
+    src = Path(src_path)
+    idx = Path(index_path) if index_path is not None else default_index_path(src)
+    if idx.resolve() == src.resolve():
+        raise InvalidInputError("index_path must differ from the source file", path=idx)
+    if _existing(idx, file_existence_policy):
+        return None
+    idx.parent.mkdir(parents=True, exist_ok=True)
+    return build_index(src, idx, overwrite=True)
+
+
+@dataclass(frozen=True)
+class PackConfig:
+    """A ``pack_encoded_data`` config, resolved: what to read and write and how to tokenize."""
+
+    src_path: Path
+    dst_path: Path
+    index_path: Path
+    text_key: str
+    eod_token: str
+    num_cpus: int
+    batch_docs: int
+    tokenizer: str
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> PackConfig:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise InvalidInputError(f"cannot read the config: {e.strerror}", path=path) from None
+        except yaml.YAMLError as e:
+            raise InvalidInputError(f"the config is not valid YAML: {e}", path=path) from None
+        try:
+            return cls.from_dict(data)
+        except InvalidInputError as e:
+            raise InvalidInputError(str(e), path=path) from None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PackConfig:
+        if not isinstance(data, dict):
+            raise InvalidInputError("the config must be a mapping with settings and tokenizer")
+        _no_unknown(data, {"settings", "tokenizer"}, "")
+        s = data.get("settings")
+        if not isinstance(s, dict):
+            raise InvalidInputError("the config needs a `settings` mapping")
+        _no_unknown(s, _SETTINGS, "settings.")
+        for k in _REQUIRED:
+            if s.get(k) is None:
+                raise InvalidInputError(f"settings.{k} is required")
+        for k in _POSITIVE:
+            if k in s:
+                _positive(s[k], f"settings.{k}")
+        m = _JQ_KEY.match(str(s["jq_pattern"]))
+        if m is None:
+            raise InvalidInputError(
+                f"settings.jq_pattern {s['jq_pattern']!r}: lmdata implements jq patterns that "
+                "select one top-level key (such as .text or .raw_content)"
+            )
+        cpus = s.get("num_cpus")
+        if cpus is None or (isinstance(cpus, str) and _ENV.match(cpus)):
+            cpus = os.cpu_count() or 1
+        src = Path(s["src_path"])
+        return cls(
+            src_path=src,
+            dst_path=Path(s["dst_path"]) if s.get("dst_path") else src.with_suffix(".pbin"),
+            index_path=Path(s["index_path"]) if s.get("index_path") else default_index_path(src),
+            text_key=m.group(1),
+            eod_token=str(s["eod_token"]),
+            num_cpus=_positive(cpus, "settings.num_cpus"),
+            batch_docs=int(s["processing_batch_size"]),
+            tokenizer=_tokenizer(data.get("tokenizer")),
+        )
+
+
+def _no_unknown(d: dict[str, Any], known: set[str], prefix: str) -> None:
+    unknown = sorted(str(k) for k in d if k not in known)
+    if unknown:
+        raise InvalidInputError(
+            f"unknown config key {prefix}{unknown[0]} (lmdata implements {prefix or 'top-level '}"
+            f"keys {', '.join(sorted(known))})"
+        )
+
+
+def _positive(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InvalidInputError(f"{what} must be an integer >= 1, got {v!r}")
+    return v
+
+
+def _tokenizer(t: Any) -> str:
+    """The tokenizer file a modalities tokenizer component names (never downloaded)."""
+    if not isinstance(t, dict):
+        raise InvalidInputError("the config needs a `tokenizer` component")
+    _no_unknown(t, {"component_key", "variant_key", "config"}, "tokenizer.")
+    if t.get("component_key", "tokenizer") != "tokenizer":
+        raise InvalidInputError("tokenizer.component_key must be tokenizer")
+    cfg = t.get("config") or {}
+    variant = t.get("variant_key")
+    if variant == "pretrained_sp_tokenizer":
+        _no_unknown(cfg, _SP_KEYS, "tokenizer.config.")
+        path = Path(str(cfg.get("tokenizer_model_file", "")))
+        if not path.is_file():
+            raise InvalidInputError(
+                f"tokenizer.config.tokenizer_model_file {str(path)!r} not found"
+            )
+        return str(path)
+    if variant != "pretrained_hf_tokenizer":
+        raise InvalidInputError(
+            f"tokenizer.variant_key {variant!r}: lmdata implements pretrained_hf_tokenizer "
+            "and pretrained_sp_tokenizer"
+        )
+    _no_unknown(cfg, _HF_KEYS, "tokenizer.config.")
+    if cfg.get("truncation") not in (None, False, "do_not_truncate"):
+        raise InvalidInputError("tokenizer.config.truncation: lmdata packs whole documents")
+    if cfg.get("padding") not in (None, False, "do_not_pad"):
+        raise InvalidInputError("tokenizer.config.padding: packed data is never padded")
+    name = Path(str(cfg.get("pretrained_model_name_or_path", "")))
+    path = name / "tokenizer.json" if name.is_dir() else name
+    if not path.is_file():
+        raise InvalidInputError(
+            f"tokenizer.config.pretrained_model_name_or_path {str(name)!r}: no local "
+            "tokenizer.json there (lmdata never downloads; save the tokenizer to a folder)"
+        )
+    special = cfg.get("special_tokens") or {}
+    if special:
+        tok = load_tokenizer(str(path))
+        missing = [v for v in dict(special).values() if tok.token_id(str(v)) is None]
+        if missing:
+            raise InvalidInputError(
+                f"tokenizer.config.special_tokens: {missing[0]!r} is not in the vocabulary "
+                "(modalities requires special tokens to exist already)"
+            )
+    return str(path)
+
+
+def pack_encoded_data(
+    config_path: str | os.PathLike[str], file_existence_policy: str = "error"
+) -> Summary | None:
+    """modalities' ``pack_encoded_data``: the ``.pbin`` of the indexed JSONL file, byte for
+    byte as modalities writes it (None when the policy skips an existing output)."""
+    _check_policy(file_existence_policy)
+    cfg = PackConfig.read(config_path)
+    if not cfg.index_path.is_file():
+        raise InvalidInputError(
+            "the raw index is missing; run `lmdata modalities data create_raw_index` first",
+            path=cfg.index_path,
+        )
+    if _existing(cfg.dst_path, file_existence_policy):
+        return None
+    cfg.dst_path.parent.mkdir(parents=True, exist_ok=True)
+    job = TokenizeJob(
+        to="modalities",
+        tokenizer=cfg.tokenizer,
+        text_key=cfg.text_key,
+        eod=cfg.eod_token,
+        batch_docs=cfg.batch_docs,
+    )
+    return tokenize([cfg.src_path], cfg.dst_path, job, workers=cfg.num_cpus, overwrite=True)

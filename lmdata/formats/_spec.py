@@ -1,0 +1,160 @@
+"""The contract every format package fulfils: one frozen :class:`FormatSpec`, exported as ``SPEC``.
+
+The registry (:mod:`lmdata.formats`) holds these specs and nothing else; the rest of lmdata
+(``lmdata.open``, ``convert``, ``tokenize``, the CLI) asks a spec what a format can do instead of
+comparing format names. A spec also says how ``tokenize`` and ``convert`` write token sequences
+into the format (:class:`TokenTarget`): its end-of-document convention, its default for the
+tokenizer's special tokens, and which writer options apply.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from lmdata.errors import InvalidInputError
+
+Kind = Literal["records", "tokens"]
+
+
+class TokenSink(Protocol):
+    """What tokenize and convert write into: documents as one flat array plus their lengths."""
+
+    def write_many(self, flat: np.ndarray, lengths: np.ndarray, split: str) -> None:
+        """Append documents (``flat`` is their concatenation) to ``split``."""
+        ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TokenTarget:
+    """How token sequences are written into a format.
+
+    ``open(path, *, overwrite, vocab_size, eod_id, options)`` returns a :class:`TokenSink`;
+    ``vocab_size`` is the tokenizer's (or ``max_token_id + 1`` of a source being converted) so
+    the format can pick its token width; ``eod_id`` is the end-of-document id the documents
+    carry, if any (recorded where the format records it; documents arrive with it appended).
+    """
+
+    open: Callable[..., TokenSink]
+    append_eod: bool = False  # the format's convention: an EOD token after every document
+    special_tokens: bool = False  # the tokenizer's post-processor (BOS/EOS) by default
+    options: frozenset[str] = frozenset()  # writer options tokenize may pass (chunk_tokens, ...)
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """One format: its names, kind and verbs.
+
+    ``detect(path)`` returns the name of the format found at ``path`` or None; specs of one
+    family (the four MDS names) share one detector, which the registry asks once. ``splits`` are
+    the fixed splits a dataset of this format always has (``("train", "validation")`` for
+    flat-tokens); ``has_splits`` says whether its readers take ``split=`` at all (MDS: any
+    sub-folder with its own index). ``open`` / ``writer`` / ``validate`` / ``info`` take the path
+    first, then keyword options; the registry passes ``format=<name>`` to specs with
+    ``pass_name`` (one implementation behind several names). ``token_view`` is the format's
+    own token-sequence view of a records reader's column (``lmdata.open(..., token_column=)``);
+    without one, the generic :class:`lmdata.formats._token_view.TokenColumn` serves.
+    """
+
+    name: str
+    kind: Kind
+    summary: str
+    detect: Callable[[Path], str | None]
+    open: Callable[..., Any]
+    writer: Callable[..., Any]
+    validate: Callable[..., list[str]]
+    info: Callable[..., dict[str, Any]]
+    aliases: tuple[str, ...] = ()
+    has_splits: bool = False
+    splits: tuple[str, ...] = ()
+    list_splits: Callable[[Path], list[str]] | None = None
+    merge: Callable[..., str] | None = None
+    tokens: TokenTarget | None = None
+    token_view: Callable[[Any, str], Any] | None = None  # (records reader, column) -> tokens
+    document_files: bool = False  # its data are JSONL document files tokenize reads directly
+    pass_name: bool = False
+
+    @property
+    def record_target(self) -> bool:
+        """Whether ``convert`` can write records (dicts) into this format."""
+        return self.kind == "records"
+
+
+def detector(check: Callable[[Path], bool], name: str) -> Callable[[Path], str | None]:
+    """Turn a yes/no ``check(path)`` into a detector that returns ``name``."""
+
+    def detect(path: Path) -> str | None:
+        return name if check(Path(path)) else None
+
+    detect.__qualname__ = f"detect[{name}]"
+    return detect
+
+
+# ---- token sinks shared by several formats ---------------------------------------------------
+
+
+class PerDocumentSink:
+    """A :class:`TokenSink` over a writer with ``write(item)``: ``make(doc)`` builds each item."""
+
+    def __init__(self, writer: Any, make: Callable[[np.ndarray], Any] | None = None) -> None:
+        self.writer = writer
+        self._make = make
+
+    def write_many(self, flat: np.ndarray, lengths: np.ndarray, split: str) -> None:
+        check_single_split(split, self.writer)
+        pos = 0
+        for n in lengths.tolist():
+            doc = flat[pos : pos + n]
+            pos += n
+            self.writer.write(self._make(doc) if self._make else doc)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+
+def check_single_split(split: str, writer: Any) -> None:
+    if split != "train":
+        raise InvalidInputError(
+            f"{getattr(writer, 'path', 'this output')}: the format has no {split!r} split; "
+            "write the validation documents into a separate output"
+        )
+
+
+def token_dtype(vocab_size: int | None) -> str:
+    """The narrowest unsigned dtype for ids below ``vocab_size`` (uint16 or uint32)."""
+    return "uint16" if vocab_size is not None and vocab_size <= 1 << 16 else "uint32"
+
+
+def column_sink(
+    writer_factory: Callable[..., Any], column: str = "tokens", declare_columns: bool = False
+) -> Callable[..., TokenSink]:
+    """A token-target ``open`` for record formats: each document becomes ``{column: ids}``
+    (ids in the narrowest dtype for the vocabulary; ``declare_columns`` passes
+    ``columns={column: "ndarray:<dtype>"}`` to writers that take a column schema)."""
+
+    def open_sink(
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        vocab_size: int | None = None,
+        eod_id: int | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> TokenSink:
+        dtype = token_dtype(vocab_size)
+        extra = {"columns": {column: f"ndarray:{dtype}"}} if declare_columns else {}
+        w = writer_factory(path, overwrite=overwrite, **extra, **dict(options or {}))
+        return PerDocumentSink(w, lambda d: {column: d.astype(dtype)})
+
+    return open_sink

@@ -1,0 +1,171 @@
+"""Exact, elastic resume and mixtures: the global position is the whole state."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from lmdata.errors import InvalidInputError
+from lmdata.loader import Loader
+from lmdata.loader.mixture import Mixture, cumulative, exact_weights
+from tests.loader.conftest import Plain, random_seqs, write_flat
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def _make(sources, **kw):
+    kw.setdefault("seq_len", 8)
+    kw.setdefault("global_batch_size", 6)
+    kw.setdefault("seed", 5)
+    kw.setdefault("rank", 0)
+    kw.setdefault("world_size", 1)
+    return Loader(sources, **kw)
+
+
+@pytest.fixture()
+def two(tmp_path):
+    a = write_flat(tmp_path / "a.zarr", random_seqs(10, 40))  # ~120 rows of 8
+    b = write_flat(tmp_path / "b.zarr", random_seqs(11, 12))  # a small source: many epochs
+    return a, b
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_resume_after_every_step_equals_the_uninterrupted_run(two, mixed):
+    sources = list(two) if mixed else two[1]
+    kw = {"weights": [0.7, 0.3]} if mixed else {}
+    full = _make(sources, **kw)
+    assert full.sources[-1].num_rows < 40  # the run below crosses several epoch ends
+    it = iter(full)
+    states, batches = [], []
+    for _ in range(20):
+        states.append(json.loads(json.dumps(full.state_dict())))  # JSON round trip
+        batches.append(next(it))
+    for k in range(20):
+        again = _make(sources, **kw)
+        again.load_state_dict(states[k])
+        got = [b for _, b in zip(range(20 - k), again, strict=False)]
+        assert all(_same(x, y) for x, y in zip(got, batches[k:], strict=True)), k
+    # any number of resumes in a row: one batch per incarnation
+    state = states[0]
+    for k in range(20):
+        inc = _make(sources, **kw)
+        inc.load_state_dict(state)
+        assert _same(next(iter(inc)), batches[k])
+        state = inc.state_dict()
+
+
+def test_world_sizes_give_the_same_global_batches_and_resume_across_them(two):
+    a, b = two
+    kw = {"weights": [1, 1], "global_batch_size": 12}
+    whole = _make([a, b], **kw)
+    ref = [whole.batch(s)["targets"] for s in range(8)]
+    for ws in (2, 3, 4):
+        ranks = [_make([a, b], rank=r, world_size=ws, **kw) for r in range(ws)]
+        for s in range(8):
+            assert np.array_equal(np.concatenate([x.batch(s)["targets"] for x in ranks]), ref[s])
+    # 4 ranks train 3 steps, save; 2 ranks resume
+    four = [_make([a, b], rank=r, world_size=4, **kw) for r in range(4)]
+    for x in four:
+        for _, _b in zip(range(3), x, strict=False):
+            pass
+    states = [x.state_dict() for x in four]
+    assert all(s == states[0] for s in states)  # the state holds no rank layout
+    two_ranks = [_make([a, b], rank=r, world_size=2, **kw) for r in range(2)]
+    for x in two_ranks:
+        x.load_state_dict(states[0])
+    its = [iter(x) for x in two_ranks]
+    for s in range(3, 8):
+        assert np.array_equal(np.concatenate([next(i)["targets"] for i in its]), ref[s])
+
+
+def test_a_state_from_other_data_or_settings_is_a_clear_error(two):
+    a, b = two
+    state = _make(a).state_dict()
+    with pytest.raises(InvalidInputError, match="seed 5 saved, 6 here"):
+        _make(a, seed=6).load_state_dict(state)
+    with pytest.raises(InvalidInputError, match=r"source 0 has \d+ tokens saved"):
+        _make(b).load_state_dict(state)
+    with pytest.raises(InvalidInputError, match="1 sources saved, 2 here"):
+        _make([a, b]).load_state_dict(state)
+    with pytest.raises(InvalidInputError, match="seq_len"):
+        _make(a, seq_len=4).load_state_dict(state)
+    with pytest.raises(InvalidInputError, match="version"):
+        _make(a).load_state_dict({"step": 3})
+
+
+def test_mixture_counts_are_exact_and_carried():
+    w = exact_weights([0.5, 0.3, 0.2])
+    assert sum(w) == 1 and w[1] == Fraction(0.3) / sum(map(Fraction, [0.5, 0.3, 0.2]))
+    m = Mixture(exact_weights([5, 3, 1, 1]), 13)
+    for t in range(200):
+        served = m.served(t)
+        assert served.sum() == 13 * t
+        exact = np.array([5, 3, 1, 1]) / 10 * 13 * t
+        assert (np.abs(served - exact) < 1).all()  # the running share is within one row
+        c = m.counts(t)
+        assert (c >= 0).all() and c.sum() == 13
+        assert (np.abs(c - np.array([5, 3, 1, 1]) / 10 * 13) < 2).all()
+    assert cumulative(exact_weights([1, 1, 1]), 4).tolist() == [2, 1, 1]  # ties: lower index
+    with pytest.raises(InvalidInputError, match="less than one row"):
+        Mixture(exact_weights([1, 1000]), 8)
+
+
+def test_mixture_batches_hold_each_share_and_sources_run_their_own_epochs(two):
+    a, b = two
+    loader = _make([a, b], weights=[2, 1], global_batch_size=9)
+    na, nb = (s.num_rows for s in loader.sources)
+    rows = {0: [], 1: []}
+    for s in range(60):
+        src, r, _ = loader.indices(s)
+        assert np.bincount(src, minlength=2).tolist() == [6, 3]
+        for k in (0, 1):
+            rows[k] += r[src == k].tolist()
+    for k, n in ((0, na), (1, nb)):
+        seq = rows[k]
+        for e in range(len(seq) // n):  # every epoch of every source is a permutation
+            assert sorted(seq[e * n : (e + 1) * n]) == list(range(n))
+    assert seq[:nb] != seq[nb : 2 * nb]  # and each reshuffles
+
+
+@pytest.mark.parametrize("change", [{"weights": [1, 3]}, {"global_batch_size": 10}])
+def test_changing_weights_or_batch_at_resume_serves_nothing_again_early(two, change):
+    a, b = two
+    first = _make([a, b], weights=[3, 1], global_batch_size=8)
+    served = {0: [], 1: []}
+    for s in range(5):
+        src, r, _ = first.indices(s)
+        for k in (0, 1):
+            served[k] += r[src == k].tolist()
+    first.step = 5
+    second = _make([a, b], **{"weights": [3, 1], "global_batch_size": 8, **change})
+    second.load_state_dict(first.state_dict())
+    assert second.step == 5
+    for s in range(5, 12):
+        src, r, _ = second.indices(s)
+        for k in (0, 1):
+            served[k] += r[src == k].tolist()
+    # each source's stream continued exactly where it stopped: nothing repeated or skipped
+    for k in (0, 1):
+        stream = second._rows_of(k, np.arange(len(served[k])))
+        assert served[k] == stream.tolist()
+    with pytest.raises(InvalidInputError, match="precedes"):
+        second.batch(4)
+
+
+def test_generic_sources_resume_too(tmp_path):
+    seqs = random_seqs(4, 30)
+    p = Plain(seqs)
+    full = _make(p, mode="eos")
+    it = iter(full)
+    for _ in range(7):
+        next(it)
+    st = full.state_dict()
+    nxt = next(it)
+    again = _make(p, mode="eos")
+    again.load_state_dict(st)
+    assert _same(next(iter(again)), nxt)
