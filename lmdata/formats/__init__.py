@@ -76,7 +76,7 @@ def module(name: str) -> ModuleType:
 
 def detect(path: str | os.PathLike[str]) -> str:
     """The name of the format at ``path``, or FormatError listing what was tried."""
-    p = Path(path)
+    p = path if isinstance(path, str) else Path(path)  # a URL stays a URL
     seen: set[str] = set()
     for name in available():
         mod = module(name)
