@@ -1,0 +1,108 @@
+"""Formats that reach bytes only through stores: the same round trip on disk and memory://,
+atomic commits (a failed or abandoned writer leaves nothing a reader accepts), fork and spawn."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lmdata
+from lmdata.errors import LmdataError
+
+SEQS = st.lists(st.lists(st.integers(0, 2**31 - 1), max_size=40), max_size=30)
+
+
+def _write_tokens(where, seqs, **kw):
+    with lmdata.writer(where, "flat-tokens", **kw) as w:
+        for s in seqs:
+            w.write(np.asarray(s, dtype=np.int64))
+    return where
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_flat_tokens_round_trip(where, compression):
+    seqs = [list(range(i, 3 * i)) for i in range(25)]
+    _write_tokens(where, seqs, chunk_tokens=64, seq_starts_chunk=8, compression=compression)
+    r = lmdata.open(where)
+    assert [x.tolist() for x in r] == seqs
+    assert [x.tolist() for x in r.take([24, 0, 7])] == [seqs[24], seqs[0], seqs[7]]
+    flat = np.concatenate([np.asarray(s) for s in seqs])
+    assert r.span(5, 300).tolist() == flat[5:300].tolist()
+    rows = r.packed_rows([3, 0, 5], 16) >> 1
+    assert rows.tolist() == [flat[r0 * 16 : r0 * 16 + 16].tolist() for r0 in (3, 0, 5)]
+    assert lmdata.validate(where) == []
+    assert lmdata.info(where)["splits"]["train"]["sequences"] == 25
+    assert lmdata.detect(where) == "flat-tokens"
+    copy = pickle.loads(pickle.dumps(r))
+    assert copy[10].tolist() == seqs[10]
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seqs=SEQS)
+def test_flat_tokens_memory_round_trip_any_sequences(memory_root, seqs):
+    where = f"{memory_root}/h{abs(hash(str(seqs))) % 10**9}"
+    _write_tokens(where, seqs, chunk_tokens=32)
+    r = lmdata.open(where)
+    assert [x.tolist() for x in r] == seqs
+    assert lmdata.validate(where) == []
+
+
+def test_flat_tokens_failed_writer_leaves_nothing(where):
+    with pytest.raises(RuntimeError), lmdata.writer(where, "flat-tokens", chunk_tokens=8) as w:
+        w.write(np.arange(100))
+        raise RuntimeError("killed")
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="flat-tokens")
+
+
+def test_flat_tokens_abandoned_writer_is_never_readable(where):
+    """A writer that never closes (a killed process) has written data but no metadata."""
+    w = lmdata.writer(where, "flat-tokens", chunk_tokens=8)
+    w.write(np.arange(100))
+    w.write(np.arange(50), split="validation")
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="flat-tokens")
+    with pytest.raises(LmdataError):
+        lmdata.open(where)
+    if _exists(where):  # object stores: data objects under final names, no metadata
+        assert lmdata.validate(where, format="flat-tokens") != []
+    w.abort()
+    assert not _exists(where)
+
+
+def _exists(where):
+    from lmdata.storage import resolve
+
+    store, key = resolve(where)
+    return store.exists(key)
+
+
+def _read_in_child(reader, q):
+    q.put([reader[i].tolist() for i in range(len(reader))])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_flat_tokens_reader_works_in_forked_and_spawned_children(where, method):
+    if method == "spawn" and where.startswith("memory://"):
+        pytest.skip("memory:// holds data in this process only")
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"no {method} here")
+    seqs = [list(range(i + 1)) for i in range(30)]
+    _write_tokens(where, seqs, chunk_tokens=16, compression="zstd")
+    r = lmdata.open(where)
+    assert r[3].tolist() == seqs[3]  # the parent has opened files and filled caches
+    ctx = mp.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=_read_in_child, args=(r, q))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(timeout=60)
+    assert p.exitcode == 0 and got == seqs
+    assert [x.tolist() for x in r] == seqs  # and the parent still reads correctly
