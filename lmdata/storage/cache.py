@@ -57,6 +57,12 @@ class ByteCache:
                 self._slot_keys[slot].move_to_end(key)
         return e[0]
 
+    def peek(self, slot: int, key: Hashable) -> Any:
+        """Like :meth:`get` without refreshing the entry's age (no lock: for hot paths, where
+        first-in-first-out eviction is good enough)."""
+        e = self._entries.get((slot, key))
+        return None if e is None else e[0]
+
     def put(self, slot: int, key: Hashable, value: Any, nbytes: int, cap: int | None) -> bool:
         """Keep ``value``; False (nothing kept) if it alone exceeds the budget or the cap."""
         limit = self.budget if cap is None else min(cap, self.budget)
@@ -130,6 +136,9 @@ class Slot:
 
     def get(self, key: Hashable) -> Any:
         return self.cache.get(self.ident, key)
+
+    def peek(self, key: Hashable) -> Any:
+        return self.cache.peek(self.ident, key)
 
     def put(self, key: Hashable, value: Any, nbytes: int) -> bool:
         if self.cap == 0:

@@ -128,6 +128,20 @@ def _positive_int(obj: Any, what: str, where: str) -> int:
     return obj
 
 
+def _rows(a: np.ndarray, length: int) -> np.ndarray:
+    return a[: (len(a) // length) * length].reshape(-1, length)
+
+
+class _Decoded:
+    """A decoded unit in the byte cache, with its row views (freed together on eviction)."""
+
+    __slots__ = ("arr", "views")
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+        self.views: dict[int, np.ndarray] = {}
+
+
 class ZArray:
     """Random reads of a 1-D zarr array straight from its chunk objects in a store.
 
@@ -305,9 +319,9 @@ class ZArray:
         got = self._maps.get(u)
         if got is not None:
             return got
-        got = self._slot.get(u)
-        if got is not None:
-            return got
+        dec = self._slot.peek(u)
+        if dec is not None:
+            return dec.arr  # type: ignore[no-any-return]
         arr, mapped = self._load_unit(u)
         if mapped:
             with self._lock:
@@ -316,18 +330,29 @@ class ZArray:
                     self._maps.pop(next(iter(self._maps)))
                     self._views.clear()
         else:
-            self._slot.put(u, arr, arr.nbytes)
+            self._slot.put(u, _Decoded(arr), arr.nbytes)
         return arr
 
     def _rows_view(self, u: int, length: int) -> np.ndarray:
-        """Unit ``u`` seen as rows of ``length`` items (kept while a memory map, else made anew:
-        a kept view would hold a decoded unit past its eviction from the byte cache)."""
+        """Unit ``u`` seen as rows of ``length`` items, kept while the unit is (views of a
+        decoded unit live in its cache entry, so they never outlive its eviction)."""
         v = self._views.get((u, length))
-        if v is None:
-            a = self.unit_array(u)
-            v = a[: (len(a) // length) * length].reshape(-1, length)
-            if u in self._maps:
-                self._views[(u, length)] = v
+        if v is not None:
+            return v
+        dec = self._slot.peek(u)
+        if dec is not None:
+            v = dec.views.get(length)
+            if v is None:
+                v = dec.views[length] = _rows(dec.arr, length)
+            return v  # type: ignore[no-any-return]
+        a = self.unit_array(u)
+        v = _rows(a, length)
+        if u in self._maps:
+            self._views[(u, length)] = v
+        else:
+            dec = self._slot.peek(u)
+            if dec is not None:
+                dec.views[length] = v
         return v
 
     def _fill(self, n: int) -> np.ndarray:
