@@ -8,8 +8,11 @@ when aborted. Both protocols are matched structurally: nothing inherits from the
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from typing import BinaryIO, Protocol, runtime_checkable
+
+Buffer = mmap.mmap | bytes  # what mmap() returns: sliced, it gives bytes
 
 # Objects read whole (metadata, indexes) are refused above this size unless a caller asks more.
 MAX_READ_BYTES = 1 << 30
@@ -50,11 +53,12 @@ class Store(Protocol):
         ...
 
     def read(self, key: str, limit: int = MAX_READ_BYTES) -> bytes:
-        """The whole object; CorruptDataError-free, but OSError if it exceeds ``limit``."""
+        """The whole object; UnsafeDataError if it is larger than ``limit`` bytes."""
         ...
 
-    def mmap(self, key: str) -> memoryview | None:
-        """A zero-copy read-only view of the object, or None where the store cannot map."""
+    def mmap(self, key: str) -> Buffer | None:
+        """The object memory-mapped read-only (zero-copy; slices are ``bytes``, as of an
+        ``mmap.mmap``), or None where the store cannot map (object stores)."""
         ...
 
     def output(self, key: str, *, directory: bool, overwrite: bool) -> Output:

@@ -110,7 +110,7 @@ class FsspecStore:
             raise UnsafeDataError(f"larger than the {limit} bytes allowed here", path=self.url(key))
         return bytes(self.fs.cat_file(key))
 
-    def mmap(self, key: str) -> memoryview | None:
+    def mmap(self, key: str) -> None:
         return None
 
     def output(self, key: str, *, directory: bool, overwrite: bool) -> FsspecOutput:

@@ -103,16 +103,18 @@ class LocalStore:
 
     def read(self, key: str, limit: int = MAX_READ_BYTES) -> bytes:
         with open(key, "rb") as f:
-            data = f.read(limit + 1)
-        if len(data) > limit:
+            if os.fstat(f.fileno()).st_size > limit:
+                raise UnsafeDataError(f"larger than the {limit} bytes allowed here", path=key)
+            data = f.read(limit + 1 if limit < 1 << 26 else -1)
+        if len(data) > limit:  # grew while being read
             raise UnsafeDataError(f"larger than the {limit} bytes allowed here", path=key)
         return data
 
-    def mmap(self, key: str) -> memoryview | None:
+    def mmap(self, key: str) -> _mmap.mmap | bytes:
         with open(key, "rb") as f:
             if os.fstat(f.fileno()).st_size == 0:
-                return memoryview(b"")
-            return memoryview(_mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ))
+                return b""  # an empty file cannot be mapped
+            return _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
 
     def output(self, key: str, *, directory: bool, overwrite: bool) -> LocalOutput:
         return LocalOutput(self, key, directory=directory, overwrite=overwrite)

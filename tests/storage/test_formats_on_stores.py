@@ -106,3 +106,78 @@ def test_flat_tokens_reader_works_in_forked_and_spawned_children(where, method):
     p.join(timeout=60)
     assert p.exitcode == 0 and got == seqs
     assert [x.tolist() for x in r] == seqs  # and the parent still reads correctly
+
+
+RECORDS = [{"id": i, "text": f"document {i} " * (i % 7)} for i in range(120)]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "opts"),
+    [
+        ("mds", {}),
+        ("mds", {"compression": "zstd", "hashes": ["xxh64"]}),
+        ("mds-jsonl", {}),
+        ("mds-csv", {"compression": "zstd"}),
+    ],
+)
+def test_mds_round_trip(where, fmt, opts):
+    with lmdata.writer(where, fmt, size_limit=600, **opts) as w:
+        for rec in RECORDS:
+            w.write(rec)
+    r = lmdata.open(where)
+    assert r.format == fmt and len(r) == len(RECORDS)
+    assert [int(x["id"]) for x in r] == list(range(120))
+    assert r[77]["text"] == RECORDS[77]["text"]
+    assert [x["id"] for x in r.take([5, 119, 0])] in ([5, 119, 0], ["5", "119", "0"])
+    assert lmdata.validate(where) == []
+    assert lmdata.info(where)["samples"] == 120
+    assert pickle.loads(pickle.dumps(r))[33]["text"] == RECORDS[33]["text"]
+
+
+def test_mds_tokens_on_stores(where):
+    seqs = [np.arange(i, dtype=np.int32) for i in range(1, 40)]
+    with lmdata.writer(where, "mds") as w:
+        for s in seqs:
+            w.write({"tokens": s})
+    r = lmdata.open(where, token_column="tokens")
+    assert [x.tolist() for x in r] == [s.tolist() for s in seqs]
+
+
+def test_mds_failed_or_abandoned_writer_leaves_nothing_readable(where):
+    with pytest.raises(RuntimeError), lmdata.writer(where, "mds", size_limit=300) as w:
+        for rec in RECORDS:
+            w.write(rec)
+        raise RuntimeError("killed")
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="mds")
+    w = lmdata.writer(where, "mds", size_limit=300)
+    for rec in RECORDS:
+        w.write(rec)  # shards land under their final names on object stores...
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="mds")  # ...but without index.json nothing opens
+    w.abort()
+    assert not _exists(where)
+
+
+def _read_records_in_child(reader, q):
+    q.put([reader[i]["text"] for i in range(len(reader))])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_mds_reader_works_in_forked_and_spawned_children(where, method):
+    if method == "spawn" and where.startswith("memory://"):
+        pytest.skip("memory:// holds data in this process only")
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"no {method} here")
+    with lmdata.writer(where, "mds", size_limit=500, compression="zstd") as w:
+        for rec in RECORDS:
+            w.write(rec)
+    r = lmdata.open(where)
+    assert r[3]["text"] == RECORDS[3]["text"]
+    ctx = mp.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=_read_records_in_child, args=(r, q))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(timeout=60)
+    assert p.exitcode == 0 and got == [x["text"] for x in RECORDS]
