@@ -155,6 +155,9 @@ class Slot:
     def nbytes(self) -> int:
         return self.cache.slot_bytes(self.ident)
 
+    def __len__(self) -> int:
+        return len(self.cache._slot_keys.get(self.ident, ()))
+
     def __del__(self) -> None:
         # no lock here: the collector may run this inside a put holding it
         self.cache._dead.append(self.ident)
