@@ -38,6 +38,8 @@ class ByteCache:
         self._slot_keys: dict[int, OrderedDict[Hashable, None]] = {}
         self._ids = itertools.count(1)
         self._dead: list[int] = []  # slots garbage-collected, dropped at the next put
+        # counts removals: a reader holding views of entries drops them when this changes
+        self.epoch = 0
         self.total = 0
 
     def _reset_after_fork(self) -> None:
@@ -93,6 +95,7 @@ class ByteCache:
         e = self._entries.pop(k, None)
         if e is None:
             return None
+        self.epoch += 1
         slot, key = k
         self.total -= e[1]
         self._slot_bytes[slot] -= e[1]

@@ -132,16 +132,6 @@ def _rows(a: np.ndarray, length: int) -> np.ndarray:
     return a[: (len(a) // length) * length].reshape(-1, length)
 
 
-class _Decoded:
-    """A decoded unit in the byte cache, with its row views (freed together on eviction)."""
-
-    __slots__ = ("arr", "views")
-
-    def __init__(self, arr: np.ndarray) -> None:
-        self.arr = arr
-        self.views: dict[int, np.ndarray] = {}
-
-
 class ZArray:
     """Random reads of a 1-D zarr array straight from its chunk objects in a store.
 
@@ -177,6 +167,7 @@ class ZArray:
         # memory maps (no copies, so outside the byte budget); FIFO, cheap lookups
         self._maps: dict[int, np.ndarray] = {}
         self._views: dict[tuple[int, int], np.ndarray] = {}
+        self._epoch = -1
         self._mappable = self.raw and self.store.can_mmap  # else read by byte ranges
 
     def close(self) -> None:
@@ -319,9 +310,9 @@ class ZArray:
         got = self._maps.get(u)
         if got is not None:
             return got
-        dec = self._slot.peek(u)
-        if dec is not None:
-            return dec.arr  # type: ignore[no-any-return]
+        got = self._slot.peek(u)
+        if got is not None:
+            return got  # type: ignore[no-any-return]
         arr, mapped = self._load_unit(u)
         if mapped:
             with self._lock:
@@ -330,30 +321,25 @@ class ZArray:
                     self._maps.pop(next(iter(self._maps)))
                     self._views.clear()
         else:
-            self._slot.put(u, _Decoded(arr), arr.nbytes)
+            self._slot.put(u, arr, arr.nbytes)
         return arr
 
     def _rows_view(self, u: int, length: int) -> np.ndarray:
-        """Unit ``u`` seen as rows of ``length`` items, kept while the unit is (views of a
-        decoded unit live in its cache entry, so they never outlive its eviction)."""
+        """Unit ``u`` seen as rows of ``length`` items, kept while the unit is (views of
+        decoded units are dropped by :meth:`_check_views` once the byte cache evicts)."""
         v = self._views.get((u, length))
-        if v is not None:
-            return v
-        dec = self._slot.peek(u)
-        if dec is not None:
-            v = dec.views.get(length)
-            if v is None:
-                v = dec.views[length] = _rows(dec.arr, length)
-            return v  # type: ignore[no-any-return]
-        a = self.unit_array(u)
-        v = _rows(a, length)
-        if u in self._maps:
+        if v is None:
+            v = _rows(self.unit_array(u), length)
             self._views[(u, length)] = v
-        else:
-            dec = self._slot.peek(u)
-            if dec is not None:
-                dec.views[length] = v
         return v
+
+    def _check_views(self) -> None:
+        """Forget row views (which keep their units alive) when the byte cache has removed
+        anything since they were made: a view never holds an evicted unit past one call."""
+        cache = self._slot.cache
+        if cache.epoch != self._epoch:
+            self._views = {}
+            self._epoch = cache.epoch
 
     def _fill(self, n: int) -> np.ndarray:
         return np.full(n, self.meta.fill_value, dtype=self.dtype)
@@ -533,6 +519,7 @@ class ZArray:
             for i, row in enumerate(self._read_ranges_raw([(a, a + length) for a in s])):
                 out[i] = row
             return out
+        self._check_views()
         if unit % length == 0 and not (starts % length).any():
             # the common case: rows aligned to the row length never straddle a unit, so a row
             # is row r % per of unit r // per
