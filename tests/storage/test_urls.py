@@ -76,3 +76,27 @@ def test_file_urls_are_local_paths(tmp_path):
     assert (tmp_path / "ds.zarr" / ".zgroup").is_file()
     assert local_path(f"file://{tmp_path}/ds.zarr") == tmp_path / "ds.zarr"
     assert lmdata.open(f"file://{tmp_path}/ds.zarr")[0].tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name"),
+    [
+        ("jsonl", "x.jsonl"),
+        ("modalities", "x.pbin"),
+        ("modalities-jsonl", "x.jsonl"),
+        ("atlas", "x"),
+        ("dolma", "x"),
+    ],
+)
+def test_local_only_formats_name_themselves(tmp_path, monkeypatch, fmt, name):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInputError, match="local paths only"):
+        lmdata.writer(f"memory://bucket/{name}", fmt)
+    store = FsspecStore("memory")
+    store.write_object(f"/lmdata-url-test/{name}", b'{"text": "x"}\n')
+    try:
+        with pytest.raises(InvalidInputError, match="local paths only"):
+            lmdata.open(f"memory://lmdata-url-test/{name}", format=fmt)
+    finally:
+        store.remove("/lmdata-url-test")
+    assert os.listdir(tmp_path) == []
