@@ -181,3 +181,42 @@ def test_mds_reader_works_in_forked_and_spawned_children(where, method):
     got = q.get(timeout=120)
     p.join(timeout=60)
     assert p.exitcode == 0 and got == [x["text"] for x in RECORDS]
+
+
+@pytest.fixture
+def fetched(monkeypatch):
+    """Counts the bytes FsspecStore hands to readers (ranged and whole reads)."""
+    from lmdata.storage import FsspecStore
+
+    counter = {"bytes": 0}
+    for name in ("read_range", "read", "read_ranges"):
+        orig = getattr(FsspecStore, name)
+
+        def wrapped(self, *a, _orig=orig, **kw):
+            out = _orig(self, *a, **kw)
+            counter["bytes"] += sum(map(len, out)) if isinstance(out, list) else len(out)
+            return out
+
+        monkeypatch.setattr(FsspecStore, name, wrapped)
+    return counter
+
+
+def test_small_remote_reads_fetch_ranges_not_objects(memory_root, fetched):
+    """One row of an uncompressed 4 MiB chunk, one sample of a 1 MiB MDS shard: the bytes
+    fetched after opening are a small multiple of the bytes used, never the whole object."""
+    ft = f"{memory_root}/ft"
+    _write_tokens(ft, [np.arange(1 << 20)], chunk_tokens=1 << 20)
+    r = lmdata.open(ft)
+    fetched["bytes"] = 0
+    assert (r.packed_rows([100], 256) >> 1).tolist() == [list(range(25600, 25856))]
+    assert r.span(1000, 1010).tolist() == list(range(1000, 1010))
+    assert fetched["bytes"] <= 4 * (256 + 10)
+    mds = f"{memory_root}/mds"
+    with lmdata.writer(mds, "mds", size_limit=None) as w:
+        for i in range(1000):
+            w.write({"id": i, "text": "x" * 1000})
+    m = lmdata.open(mds)
+    m[0]  # the offsets table, once per shard
+    fetched["bytes"] = 0
+    assert m[500]["id"] == 500
+    assert fetched["bytes"] < 1100
