@@ -48,6 +48,8 @@ class FsspecStore:
         if self._fs is None or self._pid != os.getpid():
             import fsspec
 
+            if self._pid != os.getpid():
+                self._lock = threading.Lock()  # one held by another thread at fork stays held
             with self._lock:
                 self._fs = fsspec.filesystem(
                     self.protocol, skip_instance_cache=True, **self.storage_options
