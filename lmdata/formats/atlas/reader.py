@@ -450,7 +450,7 @@ class Atlas:
 
     def _cache_pop(self, key: tuple[int, int], j: int) -> Any:
         """Example ``j`` of a cached block, or _TAKEN (caller holds the lock)."""
-        entry = self._slot.get(key)
+        entry = self._slot.peek(key)  # no age refresh: blocks are consumed, not re-read
         if entry is None or entry.items[j] is _TAKEN:
             return _TAKEN
         item = entry.pop(j)
