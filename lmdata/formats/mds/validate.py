@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import struct
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from lmdata.formats.mds import compression as comp
 from lmdata.formats.mds.hashing import hexdigest, is_hash
 from lmdata.formats.mds.index import FileInfo, Index, Shard, find_index, load_index
 from lmdata.formats.mds.reader import make_decoder
+from lmdata.storage import resolve
 
 MAX_REPORTED = 20  # problems listed per shard; the rest are counted
 
@@ -30,14 +30,14 @@ class _Report:
         self.problems: list[str] = []
 
     def shard(self, index: Index, s: Shard) -> _ShardReport:
-        return _ShardReport(self, s, index.file(s.raw_data))
+        return _ShardReport(self, s, index.url(s.raw_data))
 
 
 class _ShardReport:
     """Problems of one shard, each as ``<shard data file>: shard N[ sample J]: what``, the
     way reader errors name file and position."""
 
-    def __init__(self, parent: _Report, s: Shard, file: Path) -> None:
+    def __init__(self, parent: _Report, s: Shard, file: str) -> None:
         self.parent, self.s, self.file, self.count = parent, s, file, 0
 
     def add(self, msg: str, sample: int | None = None) -> None:
@@ -74,15 +74,17 @@ def _load(
     index: Index, rep: _ShardReport, s: Shard, raw: FileInfo, zipped: FileInfo | None, what: str
 ) -> bytes | None:
     """The uncompressed bytes of one shard file, checking sizes and hashes on the way."""
-    raw_path = index.file(raw)
+    store = index.store
+    raw_key = index.file(raw)
     data: bytes | None = None
-    if raw_path.is_file():
-        data = raw_path.read_bytes()
+    if store.exists(raw_key) and not store.is_dir(raw_key):
+        data = store.read(raw_key, 1 << 40)
         if len(data) != raw.bytes:
             rep.add(f"{what} {raw.basename} is {len(data)} bytes, index.json says {raw.bytes}")
         _check_hashes(rep, s, raw, data, what)
-    if zipped is not None and index.file(zipped).is_file():
-        blob = index.file(zipped).read_bytes()
+    zkey = index.file(zipped) if zipped is not None else ""
+    if zipped is not None and store.exists(zkey) and not store.is_dir(zkey):
+        blob = store.read(zkey, 1 << 40)
         if len(blob) != zipped.bytes:
             rep.add(
                 f"{what} {zipped.basename} is {len(blob)} bytes, index.json says {zipped.bytes}"
@@ -208,11 +210,13 @@ def validate(
     *,
     split: str | None = None,
     allow_unsafe_pickle: bool = False,
+    storage_options: dict[str, Any] | None = None,
     **_: Any,
 ) -> list[str]:
     """All problems found in the streaming dataset at ``path`` (empty when it is valid)."""
     try:
-        index = load_index(find_index(Path(path), split))
+        store, key = resolve(path, storage_options)
+        index = load_index(store, find_index(store, key, split))
     except LmdataError as e:
         return [str(e)]
     rep = _Report()
