@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from lmdata import _json
+from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats.mds import compression as comp
 from lmdata.formats.mds.hashing import hexdigest, is_hash
@@ -22,36 +23,17 @@ from lmdata.formats.mds.index import FileInfo, Index, Shard, find_index, load_in
 from lmdata.formats.mds.reader import make_decoder
 from lmdata.storage import resolve
 
-MAX_REPORTED = 20  # problems listed per shard; the rest are counted
-
-
-class _Report:
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def shard(self, index: Index, s: Shard) -> _ShardReport:
-        return _ShardReport(self, s, index.url(s.raw_data))
-
 
 class _ShardReport:
     """Problems of one shard, each as ``<shard data file>: shard N[ sample J]: what``, the
-    way reader errors name file and position."""
+    way reader errors name file and position; kept in the shared report, capped per shard."""
 
-    def __init__(self, parent: _Report, s: Shard, file: str) -> None:
-        self.parent, self.s, self.file, self.count = parent, s, file, 0
+    def __init__(self, report: ProblemReport, s: Shard, file: str) -> None:
+        self.report, self.s, self.file = report, s, file
 
     def add(self, msg: str, sample: int | None = None) -> None:
-        self.count += 1
-        if self.count <= MAX_REPORTED:
-            where = f"shard {self.s.number}" + (f" sample {sample}" if sample is not None else "")
-            self.parent.problems.append(f"{self.file}: {where}: {msg}")
-
-    def finish(self) -> None:
-        if self.count > MAX_REPORTED:
-            self.parent.problems.append(
-                f"{self.file}: shard {self.s.number}: {self.count - MAX_REPORTED} more problems "
-                "like the above"
-            )
+        where = f"shard {self.s.number}" + (f" sample {sample}" if sample is not None else "")
+        self.report.add(f"{self.file}: shard {self.s.number}", f"{self.file}: {where}: {msg}")
 
 
 def _check_hashes(rep: _ShardReport, s: Shard, info: FileInfo, data: bytes, what: str) -> None:
@@ -219,12 +201,11 @@ def validate(
         index = load_index(store, find_index(store, key, split))
     except LmdataError as e:
         return [str(e)]
-    rep = _Report()
+    rep = ProblemReport()
     for s in index.shards:
-        sr = rep.shard(index, s)
+        sr = _ShardReport(rep, s, index.url(s.raw_data))
         try:
             _check_shard(index, s, sr, allow_unsafe_pickle)
         except (LmdataError, OSError) as e:
             sr.add(str(e))
-        sr.finish()
-    return rep.problems
+    return rep.finish()
