@@ -6,7 +6,11 @@ MAX_REPORTED = 20  # per kind of problem; the rest are counted in one line
 
 
 class ProblemReport:
-    """``add(kind, message)`` for each problem; ``finish()`` returns the report lines."""
+    """``add(kind, message)`` for each problem; ``finish()`` returns the report lines.
+
+    The one report type of every format's ``validate``: at most ``max_reported`` messages per
+    kind are kept, the rest of that kind are counted in one line.
+    """
 
     def __init__(self, max_reported: int = MAX_REPORTED) -> None:
         self.problems: list[str] = []
@@ -23,7 +27,13 @@ class ProblemReport:
         self._counts[kind] = self._counts.get(kind, 0) + n
 
     def finish(self) -> list[str]:
+        """The report lines: every listed problem, then one count line per kind over the cap."""
         for kind, n in self._counts.items():
             if n > self._max:
-                self.problems.append(f"{kind}: {n - self._max} more like the above")
+                self.problems.append(overflow_line(kind, n - self._max))
         return self.problems
+
+
+def overflow_line(kind: str, n: int) -> str:
+    """The one wording of "and N more" every validate uses."""
+    return f"{kind}: {n} more problems like the above (not listed)"

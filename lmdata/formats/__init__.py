@@ -117,7 +117,7 @@ def token_targets() -> list[str]:
 
 def detect(path: str | os.PathLike[str]) -> str:
     """The name of the format at ``path``, or FormatError listing what was tried."""
-    p = Path(path)
+    p = path if isinstance(path, str) else Path(path)  # a URL stays a URL
     asked: set[int] = set()
     for s in specs():
         if id(s.detect) in asked:

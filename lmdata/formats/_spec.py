@@ -68,7 +68,7 @@ class FormatSpec:
     name: str
     kind: Kind
     summary: str
-    detect: Callable[[Path], str | None]
+    detect: Callable[[Path | str], str | None]
     open: Callable[..., Any]
     writer: Callable[..., Any]
     validate: Callable[..., list[str]]
@@ -89,11 +89,11 @@ class FormatSpec:
         return self.kind == "records"
 
 
-def detector(check: Callable[[Path], bool], name: str) -> Callable[[Path], str | None]:
+def detector(check: Callable[[Path | str], bool], name: str) -> Callable[[Path | str], str | None]:
     """Turn a yes/no ``check(path)`` into a detector that returns ``name``."""
 
-    def detect(path: Path) -> str | None:
-        return name if check(Path(path)) else None
+    def detect(path: Path | str) -> str | None:
+        return name if check(path) else None  # a URL stays a URL
 
     detect.__qualname__ = f"detect[{name}]"
     return detect

@@ -19,7 +19,7 @@ from lmdata.formats.modalities_jsonl.index import scan
 from lmdata.formats.modalities_jsonl.lines import default_index_path
 from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
 from lmdata.formats.modalities_jsonl.writer import dumps_line
-from lmdata.storage import AtomicOutput, AtomicWriter, disk_usage, require_exists
+from lmdata.storage import AtomicOutput, AtomicWriter, disk_usage, local_path, require_exists
 
 SUFFIXES = (".jsonl", ".ndjson")
 
@@ -35,7 +35,7 @@ class JsonlFile(JsonlDocuments):
     format = "jsonl"
 
     def __init__(self, path: str | os.PathLike[str], **_: Any) -> None:
-        self.path = require_exists(path)
+        self.path = require_exists(local_path(path, "jsonl"))
         self.index_path = default_index_path(self.path)
         self.file_size = self.path.stat().st_size
         offsets, lengths, _skipped = scan(self.path)
@@ -55,7 +55,7 @@ class Writer(AtomicWriter):
     """Writes records as JSON lines (the file appears only when the writer closes cleanly)."""
 
     def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False, **_: Any) -> None:
-        self._out = AtomicOutput(path, directory=False, overwrite=overwrite)
+        self._out = AtomicOutput(path, directory=False, overwrite=overwrite, what="jsonl")
         self.path = self._out.dest
         self._f = Path(self._out.tmp).open("wb", buffering=1 << 20)
         self.documents = 0

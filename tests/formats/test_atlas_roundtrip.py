@@ -140,12 +140,12 @@ def test_cache_is_bounded(tmp_path: Path) -> None:
     for i in rng.integers(0, 2000, 3000):
         assert r[int(i)] == ex[int(i)]
         assert r._cached_bytes <= 50_000
-    assert len(r._cache) <= 5
+    assert len(r._slot) <= 5
     # A fully consumed block leaves the cache at once: sequential reads keep it near-empty.
     r2 = atlas.open(out)
     for i in range(2000):
         r2[i]
-    assert len(r2._cache) == 0
+    assert len(r2._slot) == 0
 
 
 def test_reader_pickles_without_open_handles(tmp_path: Path) -> None:

@@ -253,8 +253,8 @@ def test_metadata_size_is_bounded(datasets, tmp_path):
     root = tmp_path / "m"
     shutil.copytree(datasets["mds"], root)
     with open(root / "index.json", "r+b") as f:
-        f.truncate(65 << 20)  # sparse: 65 MiB of zeros, never read whole
-    with pytest.raises(CorruptDataError, match="larger than"):
+        f.truncate((1 << 30) + 1)  # sparse: 1 GiB of zeros, never read whole
+    with pytest.raises(LmdataError, match="larger than"):
         lmdata.open(root, format="mds")
 
 

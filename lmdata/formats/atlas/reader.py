@@ -35,7 +35,7 @@ from lmdata.formats.atlas.meta import (
     shard_dirs,
 )
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import require_exists
+from lmdata.storage import local_path, new_slot, require_exists
 
 DEFAULT_CACHE_BYTES = 64 << 20  # decompressed bytes of blocks kept for later reads
 MAX_OPEN_FILES = 64
@@ -152,7 +152,7 @@ class Atlas:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         compression_dict: bytes | None = None,
     ) -> None:
-        self.root = require_exists(path)
+        self.root = require_exists(local_path(path, "atlas"))
         self.compression_dict = None if compression_dict is None else bytes(compression_dict)
         if not self.root.is_dir():
             raise FormatError("an Atlas dataset is a folder with meta.json", path=self.root)
@@ -185,8 +185,8 @@ class Atlas:
         self._fds: OrderedDict[int, tuple[int, int]] = OrderedDict()  # shard -> (fd, size)
         self._index: dict[int, np.ndarray] = {}
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
-        self._cache: OrderedDict[tuple[int, int], _Entry] = OrderedDict()
-        self._cached_bytes = 0
+        # decoded blocks (_Entry) in the process-wide byte cache, at most cache_bytes of them
+        self._slot = new_slot(self.cache_bytes)
         self._inflight = 0
         self._to_close: list[int] = []
 
@@ -236,9 +236,13 @@ class Atlas:
                 except OSError:
                     pass
             self._fds.clear()
-            self._cache.clear()
-            self._cached_bytes = 0
+            self._slot.clear()
             self._index.clear()
+
+    @property
+    def _cached_bytes(self) -> int:
+        """Decoded bytes this reader holds in the shared cache."""
+        return self._slot.nbytes
 
     def __enter__(self) -> Atlas:
         return self
@@ -461,28 +465,18 @@ class Atlas:
 
     def _cache_put(self, key: tuple[int, int], entry: _Entry) -> None:
         """Keep the untaken rest of a block (caller holds the lock); evict least recent."""
-        old = self._cache.pop(key, None)
-        if old is not None:
-            self._cached_bytes -= old.nbytes
-        if entry.remaining == 0 or entry.nbytes > self.cache_bytes:
-            return
-        self._cache[key] = entry
-        self._cached_bytes += entry.nbytes
-        while self._cached_bytes > self.cache_bytes:
-            _, ev = self._cache.popitem(last=False)
-            self._cached_bytes -= ev.nbytes
+        self._slot.pop(key)
+        if entry.remaining:
+            self._slot.put(key, entry, entry.nbytes)
 
     def _cache_pop(self, key: tuple[int, int], j: int) -> Any:
         """Example ``j`` of a cached block, or _TAKEN (caller holds the lock)."""
-        entry = self._cache.get(key)
+        entry = self._slot.peek(key)  # no age refresh: blocks are consumed, not re-read
         if entry is None or entry.items[j] is _TAKEN:
             return _TAKEN
         item = entry.pop(j)
         if entry.remaining == 0:
-            del self._cache[key]
-            self._cached_bytes -= entry.nbytes
-        else:
-            self._cache.move_to_end(key)
+            self._slot.pop(key)
         return item
 
     # ---- the Records protocol --------------------------------------------------------------
@@ -523,11 +517,10 @@ class Atlas:
             groups.setdefault((s, b), []).append((k, j))
         for key, members in sorted(groups.items()):
             with self._lock:
-                entry = self._cache.get(key)
+                entry = self._slot.get(key)
                 usable = entry is not None and all(entry.items[j] is not _TAKEN for _, j in members)
                 if usable:
-                    del self._cache[key]
-                    self._cached_bytes -= entry.nbytes
+                    self._slot.pop(key)
             if not usable:
                 items, nbytes = self._read_block(*key)
                 entry = _Entry(items, nbytes)

@@ -35,7 +35,7 @@ from lmdata.formats.atlas.meta import (
     replace_bytes,
     shard_dirs,
 )
-from lmdata.storage import AtomicOutput, AtomicWriter, require_exists
+from lmdata.storage import AtomicOutput, AtomicWriter, local_path, require_exists
 
 DEFAULT_SHARD_SIZE = 100_000
 DEFAULT_BLOCK_SIZE = 32
@@ -324,7 +324,7 @@ class Writer(AtomicWriter):
             # dictionary to the root afterwards.
             self._train_shard0 = self.strategy == Strategy.SHARED_DICTIONARY_COMPRESSION
         self._check_level()
-        self._out = AtomicOutput(path, directory=True, overwrite=overwrite)
+        self._out = AtomicOutput(path, directory=True, overwrite=overwrite, what="atlas")
         self.path = self._out.dest
         self._root = self._out.tmp
         self._next_number = 0
@@ -342,7 +342,7 @@ class Writer(AtomicWriter):
         fraction: float | None,
         shared: bytes | None,
     ) -> None:
-        root = require_exists(path)
+        root = require_exists(local_path(path, "atlas"))
         meta = DatasetMeta.read(root)
         shards = shard_dirs(root)
         last = ShardMeta.read(shards[-1][1]) if shards else None

@@ -27,6 +27,7 @@ from lmdata.formats.dolma._files import (
 )
 from lmdata.formats.dolma._lines import LineIndex
 from lmdata.protocols import normalize_index, normalize_indices
+from lmdata.storage import local_path
 
 
 def parse_line(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
@@ -97,7 +98,7 @@ class DolmaDocuments:
         if max_line_bytes < 1:
             raise InvalidInputError(f"max_line_bytes must be positive, got {max_line_bytes}")
         self.max_line_bytes = max_line_bytes
-        p = Path(path)
+        p = local_path(path, "dolma")
         if p.is_file():
             if not is_doc_file(p.name):
                 raise FormatError(

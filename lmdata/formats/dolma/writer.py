@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._files import open_write, suffix_for
-from lmdata.storage import AtomicOutput, AtomicWriter
+from lmdata.storage import AtomicOutput, AtomicWriter, local_path
 
 DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
 
@@ -67,13 +66,13 @@ class Writer(AtomicWriter):
     ) -> None:
         if compression not in ("gz", "zst", "none"):
             raise InvalidInputError(f"compression {compression!r}: use gz, zst or none")
-        self.path = Path(path)
+        self.path = local_path(path, "dolma")
         self.compression = compression
         self.source = source if source is not None else self.path.name
         self.max_file_bytes = max_file_bytes
         self.max_file_docs = max_file_docs
         self.prefix = prefix
-        self._out = AtomicOutput(self.path, directory=True, overwrite=overwrite)
+        self._out = AtomicOutput(self.path, directory=True, overwrite=overwrite, what="dolma")
         (self._out.tmp / "documents").mkdir()
         self._file: Any = None
         self._file_no = 0

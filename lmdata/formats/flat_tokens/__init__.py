@@ -7,14 +7,18 @@ Exports :data:`SPEC` (the registry's entry) and the verbs behind it: :func:`dete
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from lmdata.formats._spec import FormatSpec, TokenSink, TokenTarget, detector
-from lmdata.formats.flat_tokens.reader import SPLITS, FlatTokens, detect, split_names
+from lmdata.formats.flat_tokens.reader import (
+    SPLITS,
+    FlatTokens,
+    dataset_info,
+    dataset_splits,
+    detect,
+)
 from lmdata.formats.flat_tokens.validate import validate
 from lmdata.formats.flat_tokens.writer import Writer
-from lmdata.storage import apparent_size, disk_usage
 
 __all__ = ["SPEC", "FlatTokens", "Writer", "detect", "info", "open", "validate"]
 
@@ -25,21 +29,11 @@ def open(path: str | os.PathLike[str], split: str | None = None, **options: Any)
 
 
 def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
-    p = Path(path)
-    splits = {}
-    for s in split_names(p):
-        splits[s or p.name] = FlatTokens(p, split=s or None, **options).info()
-    return {
-        "format": "flat-tokens",
-        "path": str(p),
-        "splits": splits,
-        "bytes_on_disk": disk_usage(p),
-        "apparent_bytes": apparent_size(p),
-    }
+    return dataset_info(path, **options)
 
 
 def splits(path: str | os.PathLike[str]) -> list[str]:
-    return [s for s in split_names(Path(path)) if s]
+    return dataset_splits(path)
 
 
 def _token_sink(

@@ -1,8 +1,9 @@
 """A small, direct reader of 1-D zarr arrays (zarr format v2 and v3) for the hot path.
 
-zarr-python costs tens of microseconds per call and decodes whole chunks; here chunk files are
-read directly: uncompressed chunks are memory-mapped, compressed ones are decoded once into a
-bounded LRU cache. Only what flat-tokens needs is supported: 1-D integer arrays, regular chunks,
+zarr-python costs tens of microseconds per call and decodes whole chunks; here chunk objects
+are read directly through a store: local uncompressed chunks are memory-mapped, remote ones
+read by byte ranges, compressed ones decoded once into the process-wide byte cache. Only what
+flat-tokens needs is supported: 1-D integer arrays, regular chunks,
 the v2 compressors/filters of numcodecs, the v3 codecs ``bytes``, ``transpose``, ``zstd``,
 ``gzip``, ``blosc``, ``crc32c``, ``numcodecs.*`` and ``sharding_indexed``.
 
@@ -12,11 +13,9 @@ other object decoders are refused.
 
 from __future__ import annotations
 
-import mmap
-import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from lmdata import _json
 from lmdata._deps import require
 from lmdata.errors import CorruptDataError, FormatError, LmdataError, UnsafeDataError
 from lmdata.formats.flat_tokens._codecs import crc32c_strip, v2_decoder, v3_decoder
+from lmdata.storage import Store, join, new_slot
 
 # A declared chunk larger than this is refused rather than allocated (hostile metadata).
 MAX_CHUNK_BYTES = 1 << 31
@@ -32,33 +32,41 @@ DEFAULT_CACHE_BYTES = 256 << 20
 _MISSING = 2**64 - 1
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A zarr metadata file as a dict (bounded in size and nesting, see lmdata._json)."""
-    return _json.read(path, what="zarr metadata")
+def read_json(store: Store, key: str) -> dict[str, Any]:
+    """A zarr metadata object as a dict (bounded in size and nesting, see lmdata._json)."""
+    data = store.read(key, _json.MAX_METADATA_BYTES + 1)
+    return _json.from_bytes(data, path=store.url(key), what="zarr metadata")
 
 
-def node_kind(path: Path) -> tuple[int, str] | None:
-    """(zarr_format, 'group'|'array') for a zarr node at ``path``, or None."""
-    if (path / "zarr.json").is_file():
-        meta = read_json(path / "zarr.json")
+def _read_json_if_any(store: Store, key: str) -> dict[str, Any] | None:
+    try:
+        return read_json(store, key)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def node_kind(store: Store, key: str) -> tuple[int, str] | None:
+    """(zarr_format, 'group'|'array') for a zarr node at ``key``, or None."""
+    names = store.list(key)
+    if "zarr.json" in names:
+        meta = read_json(store, join(key, "zarr.json"))
         return 3, str(meta.get("node_type", ""))
-    if (path / ".zarray").is_file():
+    if ".zarray" in names:
         return 2, "array"
-    if (path / ".zgroup").is_file():
+    if ".zgroup" in names:
         return 2, "group"
     return None
 
 
-def node_attrs(path: Path) -> dict[str, Any]:
+def node_attrs(store: Store, key: str) -> dict[str, Any]:
     """The user attributes of a zarr group or array (v2 ``.zattrs`` or v3 ``attributes``)."""
-    if (path / "zarr.json").is_file():
-        attrs = read_json(path / "zarr.json").get("attributes", {})
-    elif (path / ".zattrs").is_file():
-        attrs = read_json(path / ".zattrs")
+    v3 = _read_json_if_any(store, join(key, "zarr.json"))
+    if v3 is not None:
+        attrs = v3.get("attributes", {})
     else:
-        attrs = {}
+        attrs = _read_json_if_any(store, join(key, ".zattrs")) or {}
     if not isinstance(attrs, dict):
-        raise CorruptDataError("attributes are not a JSON object", path=path)
+        raise CorruptDataError("attributes are not a JSON object", path=store.url(key))
     return attrs
 
 
@@ -70,7 +78,7 @@ def node_attrs(path: Path) -> dict[str, Any]:
 class ArrayMeta:
     """What the reader needs to know about one 1-D zarr array, parsed and checked once."""
 
-    path: Path
+    path: str  # where the array is, as shown to users
     zarr_format: int
     length: int
     chunk_len: int
@@ -81,7 +89,7 @@ class ArrayMeta:
     shard_inner: int = 0  # inner chunk length when sharded, else 0
 
 
-def _parse_dtype(raw: Any, where: Path) -> np.dtype:
+def _parse_dtype(raw: Any, where: str) -> np.dtype:
     v3names = {
         "uint8": "u1",
         "uint16": "u2",
@@ -101,7 +109,7 @@ def _parse_dtype(raw: Any, where: Path) -> np.dtype:
     return dt
 
 
-def _positive_int(obj: Any, what: str, where: Path) -> int:
+def _positive_int(obj: Any, what: str, where: str) -> int:
     if isinstance(obj, list) and len(obj) == 1:
         obj = obj[0]
     elif isinstance(obj, list):
@@ -113,7 +121,7 @@ def _positive_int(obj: Any, what: str, where: Path) -> int:
     return obj
 
 
-def _index_has_crc(codecs: Any, where: Path) -> bool:
+def _index_has_crc(codecs: Any, where: str) -> bool:
     """Whether a shard index ends with a crc32c checksum (its codecs: ``bytes``, ``crc32c``)."""
     if codecs is None:
         return False
@@ -140,11 +148,21 @@ def _index_has_crc(codecs: Any, where: Path) -> bool:
     return True
 
 
-class ZArray:
-    """Random reads of a 1-D zarr array straight from its chunk files."""
+def _rows(a: np.ndarray, length: int) -> np.ndarray:
+    return a[: (len(a) // length) * length].reshape(-1, length)
 
-    def __init__(self, path: Path, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.path = path
+
+class ZArray:
+    """Random reads of a 1-D zarr array straight from its chunk objects in a store.
+
+    Decoded chunks live in the process-wide byte cache (at most ``cache_bytes`` of them for this
+    array; 0 keeps none); local uncompressed chunks are memory maps, kept per array.
+    """
+
+    def __init__(self, store: Store, key: str, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.store = store
+        self.key = key
+        self.path = store.url(key)
         self._cache_bytes = cache_bytes
         try:
             self._parse()
@@ -152,34 +170,43 @@ class ZArray:
             if isinstance(e, (FormatError, UnsafeDataError, CorruptDataError)):
                 raise
             raise FormatError(  # metadata of the wrong shape: a list where an object belongs...
-                f"malformed zarr metadata ({type(e).__name__}: {e})", path=path
+                f"malformed zarr metadata ({type(e).__name__}: {e})", path=self.path
             ) from None
         self._init_cache()
 
-    # pickling ships only the path: each process builds its own caches and maps
+    # pickling ships only the store and key: each process builds its own caches and maps
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "cache_bytes": self._cache_bytes}
+        return {"store": self.store, "key": self.key, "cache_bytes": self._cache_bytes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state["cache_bytes"])  # type: ignore[misc]
+        self.__init__(state["store"], state["key"], state["cache_bytes"])  # type: ignore[misc]
 
     def _init_cache(self) -> None:
         self._lock = threading.Lock()
-        # insertion-ordered dicts used as FIFO caches: cheap lookups on the hot path
-        self._cache: dict[int, np.ndarray] = {}
-        self._cached = 0
+        self._slot = new_slot(self._cache_bytes)  # decoded units and shard indexes
+        # memory maps (no copies, so outside the byte budget); FIFO, cheap lookups
         self._maps: dict[int, np.ndarray] = {}
         self._views: dict[tuple[int, int], np.ndarray] = {}
+        self._epoch = -1
+        self._mappable = self.raw and self.store.can_mmap  # else read by byte ranges
+
+    def close(self) -> None:
+        """Drop cached chunks and maps (they are read again if the array is used again)."""
+        with self._lock:
+            self._slot.clear()
+            self._maps.clear()
+            self._views.clear()
 
     def _parse(self) -> None:
+        store, key = self.store, self.key
         p = self.path
-        kind = node_kind(p)
+        kind = node_kind(store, key)
         if kind is None or kind[1] != "array":
             raise FormatError("not a zarr array (no .zarray or zarr.json)", path=p)
         sharding = None
         if kind[0] == 2:
-            meta = read_json(p / ".zarray")
-            where = p / ".zarray"
+            meta = read_json(store, join(key, ".zarray"))
+            where = f"{p}/.zarray"
             length = _positive_int(meta.get("shape"), "shape", where)
             chunk_len = _positive_int(meta.get("chunks"), "chunks", where)
             dtype = _parse_dtype(meta.get("dtype"), where)
@@ -190,8 +217,8 @@ class ZArray:
             decode, desc = v2_decoder(meta, dtype, max(chunk_len, 1), p)
             prefix = ""
         else:
-            meta = read_json(p / "zarr.json")
-            where = p / "zarr.json"
+            meta = read_json(store, join(key, "zarr.json"))
+            where = f"{p}/zarr.json"
             length = _positive_int(meta.get("shape"), "shape", where)
             grid = meta.get("chunk_grid") or {}
             if grid.get("name") != "regular":
@@ -266,12 +293,9 @@ class ZArray:
     def present_chunks(self) -> list[int]:
         """Indices of the chunk (or shard) files that exist, sorted (one directory listing)."""
         prefix = self.meta.key_prefix
-        folder = self.path / prefix[:-1] if prefix.endswith("/") else self.path
+        folder = join(self.key, prefix[:-1]) if prefix.endswith("/") else self.key
         head = "" if prefix.endswith("/") else prefix
-        try:
-            names = os.listdir(folder)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        names = self.store.list(folder)
         out = []
         for name in names:
             if name.startswith(head) and name[len(head) :].isdigit():
@@ -290,8 +314,8 @@ class ZArray:
         """Length of the unit read and cached at once (a chunk, or an inner chunk of a shard)."""
         return self._unit
 
-    def chunk_file(self, k: int) -> Path:
-        return self.path / f"{self.meta.key_prefix}{k}"
+    def chunk_key(self, k: int) -> str:
+        return join(self.key, f"{self.meta.key_prefix}{k}")
 
     def _needed(self, u: int) -> int:
         """Items of unit ``u`` that lie inside the array."""
@@ -306,33 +330,36 @@ class ZArray:
         got = self._maps.get(u)
         if got is not None:
             return got
-        got = self._cache.get(u)
+        got = self._slot.peek(u)
         if got is not None:
-            return got
+            return got  # type: ignore[no-any-return]
         arr, mapped = self._load_unit(u)
-        with self._lock:
-            if mapped:
+        if mapped:
+            with self._lock:
                 self._maps[u] = arr
                 while len(self._maps) > 256:
                     self._maps.pop(next(iter(self._maps)))
                     self._views.clear()
-            else:
-                self._cache[u] = arr
-                self._cached += arr.nbytes
-                while self._cached > self._cache_bytes and len(self._cache) > 1:
-                    old = self._cache.pop(next(iter(self._cache)))
-                    self._cached -= old.nbytes
-                    self._views.clear()
+        else:
+            self._slot.put(u, arr, arr.nbytes)
         return arr
 
     def _rows_view(self, u: int, length: int) -> np.ndarray:
-        """Unit ``u`` seen as rows of ``length`` items (cached while the unit is)."""
+        """Unit ``u`` seen as rows of ``length`` items, kept while the unit is (views of
+        decoded units are dropped by :meth:`_check_views` once the byte cache evicts)."""
         v = self._views.get((u, length))
         if v is None:
-            a = self.unit_array(u)
-            v = a[: (len(a) // length) * length].reshape(-1, length)
+            v = _rows(self.unit_array(u), length)
             self._views[(u, length)] = v
         return v
+
+    def _check_views(self) -> None:
+        """Forget row views (which keep their units alive) when the byte cache has removed
+        anything since they were made: a view never holds an evicted unit past one call."""
+        cache = self._slot.cache
+        if cache.epoch != self._epoch:
+            self._views = {}
+            self._epoch = cache.epoch
 
     def _fill(self, n: int) -> np.ndarray:
         return np.full(n, self.meta.fill_value, dtype=self.dtype)
@@ -341,24 +368,20 @@ class ZArray:
         need = self._needed(u)
         if self.meta.shard_inner:
             return self._load_inner(u, need), False
-        f = self.chunk_file(u)
+        key = self.chunk_key(u)
+        f = self.store.url(key)
         try:
             if self.raw:
-                size = os.path.getsize(f)
-                if size < need * self.dtype.itemsize:
-                    raise CorruptDataError(
-                        f"chunk file has {size} bytes, needs {need * self.dtype.itemsize}",
-                        path=f,
-                        position=f"chunk {u}",
-                    )
+                size = self._raw_size(u)
                 if size == 0:
                     return self._fill(0), False
-                with open(f, "rb") as fh:
-                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                mm = self.store.mmap(key)
                 n = min(size // self.dtype.itemsize, self._unit)
-                return np.frombuffer(mm, dtype=self.dtype, count=n), True
-            with open(f, "rb") as fh:
-                buf = fh.read(MAX_CHUNK_BYTES + 1)
+                if mm is not None:
+                    return np.frombuffer(mm, dtype=self.dtype, count=n), True
+                buf = self.store.read_range(key, 0, n * self.dtype.itemsize)
+                return np.frombuffer(buf, dtype=self.dtype, count=n), False
+            buf = self.store.read(key, MAX_CHUNK_BYTES)
         except FileNotFoundError:
             return self._fill(need), False
         except OSError as e:
@@ -367,7 +390,55 @@ class ZArray:
             ) from None
         return self._decode_buf(buf, need, f, f"chunk {u}"), False
 
-    def _decode_buf(self, buf: bytes, need: int, f: Path, pos: str) -> np.ndarray:
+    def _raw_size(self, u: int) -> int:
+        """Bytes of uncompressed chunk ``u`` (FileNotFoundError if it was never written)."""
+        key = self.chunk_key(u)
+        size = self.store.size(key)
+        need = self._needed(u)
+        if size < need * self.dtype.itemsize:
+            raise CorruptDataError(
+                f"chunk file has {size} bytes, needs {need * self.dtype.itemsize}",
+                path=self.store.url(key),
+                position=f"chunk {u}",
+            )
+        return size
+
+    def _read_ranges_raw(self, pieces: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+        """Item ranges ``(start, stop)`` of an uncompressed array on a store that cannot map,
+        fetched as byte ranges (merged per chunk object), never as whole chunks."""
+        unit, isz = self._unit, self.dtype.itemsize
+        out: list[np.ndarray | None] = [None] * len(pieces)
+        by_unit: dict[int, list[tuple[int, int, int, int]]] = {}  # u -> (piece, part, lo, hi)
+        parts: list[list[np.ndarray]] = [[] for _ in pieces]
+        for i, (a, b) in enumerate(pieces):
+            if b <= a:
+                out[i] = np.zeros(0, dtype=self.dtype)
+                continue
+            for u in range(a // unit, (b - 1) // unit + 1):
+                lo, hi = max(a, u * unit) - u * unit, min(b, (u + 1) * unit) - u * unit
+                by_unit.setdefault(u, []).append((i, len(parts[i]), lo, hi))
+                parts[i].append(np.zeros(0, dtype=self.dtype))
+        for u, want in by_unit.items():
+            key = self.chunk_key(u)
+            try:
+                self._raw_size(u)
+                blobs = self.store.read_ranges(
+                    key, [(lo * isz, (hi - lo) * isz) for _, _, lo, hi in want]
+                )
+            except FileNotFoundError:
+                blobs = [self._fill(hi - lo).tobytes() for _, _, lo, hi in want]
+            except OSError as e:
+                raise CorruptDataError(
+                    f"cannot read chunk: {e}", path=self.store.url(key), position=f"chunk {u}"
+                ) from None
+            for (i, j, _lo, _hi), blob in zip(want, blobs, strict=True):
+                parts[i][j] = np.frombuffer(blob, dtype=self.dtype)
+        for i, ps in enumerate(parts):
+            if out[i] is None:
+                out[i] = ps[0].copy() if len(ps) == 1 else np.concatenate(ps)
+        return out  # type: ignore[return-value]
+
+    def _decode_buf(self, buf: bytes, need: int, f: str, pos: str) -> np.ndarray:
         try:
             if self._decode is None:
                 raw = np.frombuffer(buf, np.uint8)
@@ -394,29 +465,34 @@ class ZArray:
     def _load_inner(self, u: int, need: int) -> np.ndarray:
         per = self.meta.chunk_len // self.meta.shard_inner
         k, j = divmod(u, per)
-        f = self.chunk_file(k)
+        key = self.chunk_key(k)
+        f = self.store.url(key)
         pos = f"shard {k}, inner chunk {j}"
         try:
-            with open(f, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
+            got = self._slot.get(("index", k))
+            if got is None:
+                size = self.store.size(key)
                 crc = self._index_crc
                 isize = per * 16 + (4 if crc else 0)
                 if size < isize:
                     raise CorruptDataError(
                         f"shard file of {size} bytes has no full index", path=f, position=pos
                     )
-                index_raw = os.pread(fh.fileno(), isize, size - isize if self._index_end else 0)
+                at = size - isize if self._index_end else 0
+                index_raw = self.store.read_range(key, at, isize)
                 if crc:
                     index_raw = crc32c_strip(index_raw)
-                index = np.frombuffer(index_raw, "<u8").reshape(per, 2)
-                off, nb = int(index[j, 0]), int(index[j, 1])
-                if off == _MISSING and nb == _MISSING:
-                    return self._fill(need)
-                if off + nb > size or nb > MAX_CHUNK_BYTES:
-                    raise CorruptDataError(
-                        f"index points past the shard ({off}+{nb} > {size})", path=f, position=pos
-                    )
-                buf = os.pread(fh.fileno(), nb, off)
+                got = (np.frombuffer(index_raw, "<u8").reshape(per, 2), size)
+                self._slot.put(("index", k), got, isize)
+            index, size = got
+            off, nb = int(index[j, 0]), int(index[j, 1])
+            if off == _MISSING and nb == _MISSING:
+                return self._fill(need)
+            if off + nb > size or nb > MAX_CHUNK_BYTES:
+                raise CorruptDataError(
+                    f"index points past the shard ({off}+{nb} > {size})", path=f, position=pos
+                )
+            buf = self.store.read_range(key, off, nb)
         except FileNotFoundError:
             return self._fill(need)
         except ValueError as e:
@@ -431,6 +507,8 @@ class ZArray:
         start, stop = max(0, min(start, n)), max(0, min(stop, n))
         if stop <= start:
             return np.zeros(0, dtype=self.dtype)
+        if not self._mappable and self.raw:
+            return self._read_ranges_raw([(start, stop)])[0]
         unit = self._unit
         first, last = start // unit, (stop - 1) // unit
         if first == last:
@@ -453,6 +531,12 @@ class ZArray:
         if length == 0 or len(starts) == 0:
             return out
         unit = self._unit
+        if not self._mappable and self.raw:
+            s = starts.tolist()
+            for i, row in enumerate(self._read_ranges_raw([(a, a + length) for a in s])):
+                out[i] = row
+            return out
+        self._check_views()
         if unit % length == 0 and not (starts % length).any():
             # the common case: rows aligned to the row length never straddle a unit, so a row
             # is row r % per of unit r // per

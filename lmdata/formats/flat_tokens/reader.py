@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, FormatError
+from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats.flat_tokens._zarr import DEFAULT_CACHE_BYTES, ZArray, node_attrs, node_kind
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import require_exists
+from lmdata.storage import Store, basename, join, resolve
 
 SPLITS = ("train", "validation")
 # The spec's example block calls the array "tokens"; every tool writes "encoded_tokens".
@@ -20,62 +19,67 @@ TOKEN_ARRAY_NAMES = ("encoded_tokens", "tokens")
 MAX_TOKEN_ID = 2**31 - 1
 
 
-def find_token_array(split_dir: Path) -> Path | None:
+def find_token_array(store: Store, split_dir: str) -> str | None:
     for name in TOKEN_ARRAY_NAMES:
-        if node_kind(split_dir / name) is not None:
-            return split_dir / name
+        if node_kind(store, join(split_dir, name)) is not None:
+            return join(split_dir, name)
     return None
 
 
-def is_split_dir(path: Path) -> bool:
-    return find_token_array(path) is not None and node_kind(path / "seq_starts") is not None
+def is_split_dir(store: Store, key: str) -> bool:
+    return (
+        find_token_array(store, key) is not None
+        and node_kind(store, join(key, "seq_starts")) is not None
+    )
 
 
-def detect(path: str | os.PathLike[str]) -> bool:
-    p = Path(path)
-    if not p.is_dir():
-        return False
+def detect(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> bool:
     try:
-        if is_split_dir(p):
+        store, key = resolve(path, storage_options)
+        if not store.is_dir(key):
+            return False
+        if is_split_dir(store, key):
             return True
-        return node_kind(p) is not None and any(is_split_dir(p / s) for s in SPLITS)
+        return node_kind(store, key) is not None and any(
+            is_split_dir(store, join(key, s)) for s in SPLITS
+        )
     except (CorruptDataError, OSError):
         return False
 
 
-def split_names(path: Path) -> list[str]:
-    """The splits present under a dataset root (or ``[""]`` when ``path`` is one split)."""
-    if is_split_dir(path):
+def split_names(store: Store, key: str) -> list[str]:
+    """The splits present under a dataset root (or ``[""]`` when ``key`` is one split)."""
+    if is_split_dir(store, key):
         return [""]
-    return [s for s in SPLITS if is_split_dir(path / s)]
+    return [s for s in SPLITS if is_split_dir(store, join(key, s))]
 
 
-def resolve_split(path: Path, split: str | None) -> Path:
-    if is_split_dir(path):
-        return path
+def resolve_split(store: Store, key: str, split: str | None) -> str:
+    if is_split_dir(store, key):
+        return key
     split = split or "train"
-    if not (path / split).is_dir():
+    if not store.is_dir(join(key, split)):
+        names = ", ".join(split_names(store, key)) or "none"
+        raise FormatError(f"no split {split!r}; this dataset has: {names}", path=store.url(key))
+    if not is_split_dir(store, join(key, split)):
         raise FormatError(
-            f"no split {split!r}; this dataset has: {', '.join(split_names(path)) or 'none'}",
-            path=path,
+            f"split {split!r} lacks encoded_tokens or seq_starts arrays",
+            path=store.url(join(key, split)),
         )
-    if not is_split_dir(path / split):
-        raise FormatError(
-            f"split {split!r} lacks encoded_tokens or seq_starts arrays", path=path / split
-        )
-    return path / split
+    return join(key, split)
 
 
-def read_max_token_id(split_dir: Path) -> int:
-    attrs = node_attrs(split_dir)
+def read_max_token_id(store: Store, split_dir: str) -> int:
+    attrs = node_attrs(store, split_dir)
     m = attrs.get("max_token_id")
+    where = store.url(split_dir)
     if m is None:
         raise FormatError(
             "missing attribute max_token_id; `lmdata validate` explains, a re-write fixes it",
-            path=split_dir,
+            path=where,
         )
     if not isinstance(m, int) or isinstance(m, bool) or not 0 <= m <= MAX_TOKEN_ID:
-        raise FormatError(f"max_token_id {m!r} is not an integer in [0, 2^31-1]", path=split_dir)
+        raise FormatError(f"max_token_id {m!r} is not an integer in [0, 2^31-1]", path=where)
     return m
 
 
@@ -95,16 +99,21 @@ class FlatTokens:
         split: str | None = "train",
         *,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        root = require_exists(path)
-        self.root = root
-        self.dir = resolve_split(root, split)
-        self.split = self.dir.name if self.dir != root else (split or "")
-        token_dir = find_token_array(self.dir)
+        store, key = resolve(path, storage_options)
+        if not store.exists(key):
+            raise DatasetNotFoundError("no such file or directory", path=store.url(key))
+        self.store = store
+        self.root = store.url(key)
+        self.dir = resolve_split(store, key, split)
+        self.split = basename(self.dir) if self.dir != key else (split or "")
+        token_dir = find_token_array(store, self.dir)
         assert token_dir is not None
-        self.tokens = ZArray(token_dir, cache_bytes)
-        self.seq_starts = ZArray(self.dir / "seq_starts", max(cache_bytes // 8, 1 << 20))
-        self._max_token_id = read_max_token_id(self.dir)
+        self.tokens = ZArray(store, token_dir, cache_bytes)
+        starts_cache = min(cache_bytes, max(cache_bytes // 8, 1 << 20))
+        self.seq_starts = ZArray(store, join(self.dir, "seq_starts"), starts_cache)
+        self._max_token_id = read_max_token_id(store, self.dir)
         if len(self.seq_starts) < 1:
             raise CorruptDataError(
                 "seq_starts is empty; it must hold at least [0]", path=self.seq_starts.path
@@ -142,7 +151,13 @@ class FlatTokens:
         )
 
     def __repr__(self) -> str:
-        return f"FlatTokens({str(self.root)!r}, split={self.split!r})"
+        return f"FlatTokens({self.root!r}, split={self.split!r})"
+
+    def close(self) -> None:
+        """Drop cached chunks, maps and open files (the reader reopens them if used again)."""
+        self.tokens.close()
+        self.seq_starts.close()
+        self.store.close()
 
     # ---- the TokenSequences protocol -------------------------------------------------------
 
@@ -262,15 +277,30 @@ class FlatTokens:
             },
         }
 
-    def close(self) -> None:
-        """Drop cached chunks; the reader reopens what it needs if used again."""
-        for arr in (self.tokens, self.seq_starts):
-            close = getattr(arr, "close", None)
-            if close is not None:
-                close()
-
     def __enter__(self) -> FlatTokens:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def dataset_info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored."""
+    from lmdata.storage import apparent_size, disk_usage
+
+    store, key = resolve(path, options.get("storage_options"))
+    splits = {}
+    for s in split_names(store, key):
+        splits[s or basename(key)] = FlatTokens(path, split=s or None, **options).info()
+    return {
+        "format": "flat-tokens",
+        "path": store.url(key),
+        "splits": splits,
+        "bytes_on_disk": disk_usage(path),
+        "apparent_bytes": apparent_size(path),
+    }
+
+
+def dataset_splits(path: str | os.PathLike[str]) -> list[str]:
+    store, key = resolve(path)
+    return [s for s in split_names(store, key) if s]

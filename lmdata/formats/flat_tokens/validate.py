@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -11,60 +11,64 @@ from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind, read_json
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS, find_token_array
+from lmdata.storage import Store, basename, join, resolve
 
 # seq_starts entries that may read as the fill value for want of a chunk file (64 MiB of u64)
 MAX_UNWRITTEN = 1 << 23
 
 
-def validate(path: str | os.PathLike[str], **_: object) -> list[str]:
+def validate(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None, **_: object
+) -> list[str]:
     """All problems found in the dataset at ``path`` (empty when it is valid)."""
-    root = Path(path)
+    store, key = resolve(path, storage_options)
+    root = store.url(key)
     rep = ProblemReport()
-    if not root.is_dir():
+    if not store.is_dir(key):
         return [f"{root}: not a directory"]
     try:
-        kind = node_kind(root)
+        kind = node_kind(store, key)
     except LmdataError as e:
         return [str(e)]
     try:
-        if find_token_array(root) is not None:
-            _check_split(root, root.name, rep)
+        if find_token_array(store, key) is not None:
+            _check_split(store, key, basename(key), rep)
             return rep.finish()
     except LmdataError as e:
         return [str(e)]
     if kind is None or kind[1] != "group":
         rep.add("root", f"{root}: not a zarr group (no .zgroup or zarr.json)")
-    _check_zgroup(root, rep)
+    _check_zgroup(store, key, rep)
     for split in SPLITS:
-        if not (root / split).is_dir():
+        if not store.is_dir(join(key, split)):
             rep.add("split", f"{split}: missing (a flat-tokens dataset has train and validation)")
             continue
         try:
-            _check_split(root / split, split, rep)
+            _check_split(store, join(key, split), split, rep)
         except LmdataError as e:  # metadata too broken to look further into this split
             rep.add("split", f"{split}: {e}")
     return rep.finish()
 
 
-def _check_zgroup(d: Path, rep: ProblemReport) -> None:
+def _check_zgroup(store: Store, d: str, rep: ProblemReport) -> None:
     """A v2 group's ``.zgroup`` must say ``zarr_format`` 2 (zarr-python refuses it otherwise;
     lmdata itself needs only its presence)."""
-    f = d / ".zgroup"
-    if not f.is_file():
+    if ".zgroup" not in store.list(d):
         return
+    f = join(d, ".zgroup")
     try:
-        fmt = read_json(f).get("zarr_format")
+        fmt = read_json(store, f).get("zarr_format")
     except LmdataError as e:
         rep.add("group", str(e))
         return
     if fmt != 2:
-        rep.add("group", f"{f}: zarr_format is {fmt!r}, must be 2")
+        rep.add("group", f"{store.url(f)}: zarr_format is {fmt!r}, must be 2")
 
 
-def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
-    _check_zgroup(d, rep)
+def _check_split(store: Store, d: str, split: str, rep: ProblemReport) -> None:
+    _check_zgroup(store, d, rep)
     try:
-        attrs = node_attrs(d)
+        attrs = node_attrs(store, d)
     except LmdataError as e:
         rep.add("attrs", f"{split}: {e}")
         attrs = {}
@@ -74,24 +78,23 @@ def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
     elif not isinstance(max_id, int) or isinstance(max_id, bool) or not 0 <= max_id <= MAX_TOKEN_ID:
         rep.add("attrs", f"{split}: max_token_id {max_id!r} is not an integer in [0, 2^31-1]")
         max_id = None
-    tok_dir = find_token_array(d)
+    tok_dir = find_token_array(store, d)
     if tok_dir is None:
         rep.add("array", f"{split}/encoded_tokens: missing")
         return
+    tok_name = basename(tok_dir)
     try:
-        tokens = ZArray(tok_dir)
+        tokens = ZArray(store, tok_dir, cache_bytes=0)
     except LmdataError as e:
-        rep.add("array", f"{split}/{tok_dir.name}: {e}")
+        rep.add("array", f"{split}/{tok_name}: {e}")
         return
     try:
-        starts = ZArray(d / "seq_starts")
+        starts = ZArray(store, join(d, "seq_starts"), cache_bytes=0)
     except LmdataError as e:
         rep.add("array", f"{split}/seq_starts: {e}")
         return
     if tokens.meta.dtype != np.dtype("<u4"):
-        rep.add(
-            "dtype", f"{split}/{tok_dir.name}: dtype {tokens.meta.dtype} (the spec says uint32)"
-        )
+        rep.add("dtype", f"{split}/{tok_name}: dtype {tokens.meta.dtype} (the spec says uint32)")
     if starts.meta.dtype != np.dtype("<u8"):
         rep.add("dtype", f"{split}/seq_starts: dtype {starts.meta.dtype} (the spec says uint64)")
     n_tok = len(tokens)
@@ -147,7 +150,7 @@ def _check_split(d: Path, split: str, rep: ProblemReport) -> None:
     # the positions that must carry a start bit: starts of non-empty sequences
     nonempty = ss[:-1][ss[1:] > ss[:-1]]
     expected = np.unique(nonempty[nonempty < n_tok]).astype(np.int64)
-    tname = f"{split}/{tok_dir.name}"
+    tname = f"{split}/{tok_name}"
     unit = tokens.unit
     n_units = -(-n_tok // unit) if unit else 0
     present = tokens.present_units()

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS
-from lmdata.storage import AtomicOutput, AtomicWriter
+from lmdata.storage import AtomicWriter, Output, join, resolve
 
 DEFAULT_CHUNK_TOKENS = 1 << 22  # 16 MiB of uint32 per chunk file, as seqax's configs
 DEFAULT_SEQ_STARTS_CHUNK = 1 << 20
@@ -62,7 +61,8 @@ class _ArrayWriter:
 
     def __init__(
         self,
-        path: Path,
+        out: Output,
+        path: str,
         dtype: str,
         chunk_len: int,
         fill_value: int | None,
@@ -71,8 +71,8 @@ class _ArrayWriter:
     ) -> None:
         import numcodecs
 
-        self.path = path
-        path.mkdir(parents=True)
+        self.out = out
+        self.path = path  # the array's name inside the output
         self.dtype = np.dtype(dtype)
         self.chunk_len = chunk_len
         self.meta = {
@@ -110,44 +110,47 @@ class _ArrayWriter:
             return
         if self.fill < self.chunk_len:
             self.buf[self.fill :] = 0  # zarr v2 chunks are always full size
-        f = self.path / str(self.chunk)
+        f = join(self.path, str(self.chunk))
         if self._comp is None and not self._filters:
-            with open(f, "wb") as fh:
+            with self.out.open_write(f) as fh:
                 fh.write(memoryview(self.buf[: self.fill]).cast("B"))
-                fh.truncate(self.chunk_len * self.dtype.itemsize)  # sparse zero padding
+                if self.out.sparse:
+                    fh.truncate(self.chunk_len * self.dtype.itemsize)  # sparse zero padding
+                else:
+                    fh.write(memoryview(self.buf[self.fill :]).cast("B"))
         else:
             data: Any = self.buf
             for flt in self._filters:
                 data = flt.encode(data)
             if self._comp is not None:
                 data = self._comp.encode(data)
-            with open(f, "wb") as fh:
-                fh.write(memoryview(data).cast("B") if not isinstance(data, bytes) else data)
+            self.out.write(f, memoryview(data).cast("B") if not isinstance(data, bytes) else data)
         self.chunk += 1
         self.fill = 0
 
     def close(self) -> None:
         self._flush()
         self.meta["shape"] = [self.length]
-        (self.path / ".zarray").write_bytes(dump_json(self.meta))
+        self.out.write_last(join(self.path, ".zarray"), dump_json(self.meta))
 
 
 class _SplitWriter:
     def __init__(
         self,
-        path: Path,
+        out: Output,
+        path: str,
         chunk_tokens: int,
         seq_starts_chunk: int,
         compressor: dict[str, Any] | None,
     ) -> None:
-        path.mkdir()
-        (path / ".zgroup").write_bytes(dump_json({"zarr_format": 2}))
+        self.out = out
         self.path = path
         self.tokens = _ArrayWriter(
-            path / "encoded_tokens", "<u4", chunk_tokens, None, compressor, None
+            out, join(path, "encoded_tokens"), "<u4", chunk_tokens, None, compressor, None
         )
         self.starts = _ArrayWriter(
-            path / "seq_starts",
+            out,
+            join(path, "seq_starts"),
             "<u8",
             seq_starts_chunk,
             0,
@@ -161,7 +164,10 @@ class _SplitWriter:
     def close(self) -> None:
         self.tokens.close()
         self.starts.close()
-        (self.path / ".zattrs").write_bytes(dump_json({"max_token_id": int(self.max_id)}))
+        self.out.write_last(
+            join(self.path, ".zattrs"), dump_json({"max_token_id": int(self.max_id)})
+        )
+        self.out.write_last(join(self.path, ".zgroup"), dump_json({"zarr_format": 2}))
 
 
 def encode_sequence(tokens: Any) -> tuple[np.ndarray, int]:
@@ -196,7 +202,9 @@ class Writer(AtomicWriter):
     access), ``"blosc"`` (seqax's own layout: Blosc lz4 level 5 with bit shuffle, and a Delta
     filter on seq_starts), ``"blosc-zstd"``, ``"zstd"`` or ``"gzip"``, each optionally
     ``:LEVEL``. Both splits always exist, empty if nothing was written to one. The dataset
-    appears at ``path`` only when the writer closes without an exception.
+    appears at ``path`` (a local path or a URL such as ``memory://``) only when the writer
+    closes without an exception: the zarr metadata objects are written last, the root group's
+    at the very end.
     """
 
     def __init__(
@@ -207,16 +215,16 @@ class Writer(AtomicWriter):
         seq_starts_chunk: int = DEFAULT_SEQ_STARTS_CHUNK,
         compression: str | None = None,
         overwrite: bool = False,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if chunk_tokens < 1 or seq_starts_chunk < 1:
             raise InvalidInputError("chunk_tokens and seq_starts_chunk must be at least 1")
         self._compressor = parse_compression(compression)
-        self._out = AtomicOutput(path, directory=True, overwrite=overwrite)
-        self.path = self._out.dest
-        root = self._out.tmp
-        (root / ".zgroup").write_bytes(dump_json({"zarr_format": 2}))
+        store, key = resolve(path, storage_options)
+        self._out = store.output(key, directory=True, overwrite=overwrite)
+        self.path = store.url(self._out.dest)
         self._splits = {
-            s: _SplitWriter(root / s, chunk_tokens, seq_starts_chunk, self._compressor)
+            s: _SplitWriter(self._out, s, chunk_tokens, seq_starts_chunk, self._compressor)
             for s in SPLITS
         }
 
@@ -264,10 +272,11 @@ class Writer(AtomicWriter):
         try:
             for w in self._splits.values():
                 w.close()
+            self._out.write_last(".zgroup", dump_json({"zarr_format": 2}))
+            self._out.commit()
         except BaseException:
             self._out.abort()
             raise
-        self._out.finish()
 
     def abort(self) -> None:
         self._out.abort()

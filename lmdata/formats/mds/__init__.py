@@ -10,22 +10,20 @@ gives the token-sequence view of one integer ndarray column.
 
 from __future__ import annotations
 
-import builtins
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 from lmdata import _json
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, TokenTarget, column_sink
-from lmdata.formats.mds.index import FORMAT_NAMES, INDEX, find_index
+from lmdata.formats.mds.index import FORMAT_NAMES, index_head, split_dirs
 from lmdata.formats.mds.merge import merge
 from lmdata.formats.mds.reader import MDSReader
 from lmdata.formats.mds.tokens import MDSTokens
 from lmdata.formats.mds.validate import validate
 from lmdata.formats.mds.writer import Writer
-from lmdata.storage import apparent_size, disk_usage
+from lmdata.storage import apparent_size, disk_usage, resolve
 
 __all__ = [
     "SPECS",
@@ -49,25 +47,8 @@ def detect_format(path: str | os.PathLike[str]) -> str | None:
 
     Cheap: reads at most the first 64 KiB of index.json (merged indexes reach gigabytes).
     """
-    p = Path(path)
-    idx = p if p.name == INDEX and p.is_file() else p / INDEX
-    try:
-        if not idx.is_file():
-            # a root of splits (train/, val/ ...) or of partitions: look at the first one
-            if not p.is_dir():
-                return None
-            subs = sorted(c for c in p.iterdir() if (c / INDEX).is_file())
-            return _sniff(subs[0] / INDEX) if subs else None
-    except OSError:
-        return None
-    return _sniff(idx)
-
-
-def _sniff(idx: Path) -> str | None:
-    try:
-        with builtins.open(idx, "rb") as f:
-            head = f.read(_HEAD)
-    except OSError:
+    head = index_head(path, _HEAD)
+    if head is None:
         return None
     if not head.lstrip().startswith(b"{") or b'"shards"' not in head:
         return None
@@ -124,7 +105,7 @@ def info(
     r = open(path, format=format, split=split, **options)
     out: dict[str, Any] = {"format": r.format, "path": str(path)}
     out.update(r.info())
-    root = find_index(Path(path), split).parent
+    root = r.index.store.url(r.index.root)
     out["bytes_on_disk"] = disk_usage(root)
     out["apparent_bytes"] = apparent_size(root)
     return out
@@ -132,11 +113,10 @@ def info(
 
 def splits(path: str | os.PathLike[str]) -> list[str]:
     """Sub-directories that hold their own index.json (streaming's splits)."""
-    p = Path(path)
     try:
-        return sorted(c.name for c in p.iterdir() if (c / INDEX).is_file())
+        return split_dirs(*resolve(path))
     except OSError as e:
-        raise LmdataError(f"cannot list: {e}", path=p) from None
+        raise LmdataError(f"cannot list: {e}", path=os.fspath(path)) from None
 
 
 _SUMMARIES = {

@@ -16,6 +16,7 @@ from typing import Any
 
 from lmdata import _json
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
+from lmdata.storage import Store, basename, join, parent, resolve
 
 INDEX = "index.json"
 VERSION = 2
@@ -134,34 +135,47 @@ class Shard:
 
 @dataclass(frozen=True)
 class Index:
-    """A parsed index.json: the shards in order and where they live."""
+    """A parsed index.json: the shards in order and where they live (a store and its key)."""
 
-    path: Path  # the index.json file
+    path: str  # the index.json, as shown to users
     shards: tuple[Shard, ...]
+    store: Store
+    key: str  # the index.json's key in the store
 
     @property
-    def root(self) -> Path:
-        return self.path.parent
+    def root(self) -> str:
+        """The key of the directory holding index.json and the shards."""
+        return parent(self.key)
 
     @property
     def num_samples(self) -> int:
         return sum(s.samples for s in self.shards)
 
-    def file(self, info: FileInfo) -> Path:
-        return self.root / info.basename
+    def file(self, info: FileInfo) -> str:
+        """The key of a shard file."""
+        return join(self.root, info.basename)
+
+    def url(self, info: FileInfo) -> str:
+        """A shard file as shown to users."""
+        return self.store.url(self.file(info))
 
 
-def find_index(path: Path, split: str | None = None) -> Path:
-    """The index.json of the dataset at ``path`` (a directory, its split, or the file)."""
-    if path.is_file():
-        if path.name != INDEX:
+def split_dirs(store: Store, key: str) -> list[str]:
+    """Names of the sub-directories of ``key`` holding their own index.json (splits)."""
+    return [n for n in store.list(key) if INDEX in store.list(join(key, n))]
+
+
+def find_index(store: Store, key: str, split: str | None = None) -> str:
+    """The index.json key of the dataset at ``key`` (a directory, its split, or the file)."""
+    path = store.url(key)
+    if not store.is_dir(key) and store.exists(key):
+        if basename(key) != INDEX:
             raise FormatError("an MDS dataset is a directory holding index.json", path=path)
-        return path
-    base = path / split if split else path
-    idx = base / INDEX
-    if idx.is_file():
-        return idx
-    subs = sorted(p.name for p in path.iterdir() if (p / INDEX).is_file()) if path.is_dir() else []
+        return key
+    base = join(key, split) if split else key
+    if INDEX in store.list(base):
+        return join(base, INDEX)
+    subs = split_dirs(store, key)
     if split:
         raise FormatError(
             f"no index.json for split {split!r}; splits here: {', '.join(subs) or 'none'}",
@@ -178,9 +192,35 @@ def find_index(path: Path, split: str | None = None) -> Path:
     raise FormatError(f"no index.json here{hint}", path=path)
 
 
-def load_index(path: Path) -> Index:
+def index_head(path: str | os.PathLike[str], limit: int) -> bytes | None:
+    """The first ``limit`` bytes of the index.json at ``path`` (or of the first split's), or None
+    where there is none: what detection looks at, without reading a merged index whole."""
+    try:
+        store, key = resolve(path)
+        if basename(key) == INDEX and store.exists(key) and not store.is_dir(key):
+            idx = key
+        elif INDEX in store.list(key):
+            idx = join(key, INDEX)
+        else:  # a root of splits (train/, val/ ...) or of partitions: look at the first one
+            subs = split_dirs(store, key)
+            if not subs:
+                return None
+            idx = join(key, subs[0], INDEX)
+        return store.read_range(idx, 0, limit)
+    except OSError:
+        return None
+
+
+MAX_INDEX_BYTES = 1 << 30  # merged indexes of huge datasets reach hundreds of MB
+
+
+def load_index(store: Store, key: str) -> Index:
     """Read and check index.json (CorruptDataError naming the shard on any problem)."""
-    obj = _json.read(path, what="index.json", want=None)
+    path = store.url(key)
+    limit = MAX_INDEX_BYTES
+    obj = _json.from_bytes(
+        store.read(key, limit), path=path, what="index.json", max_bytes=limit, want=None
+    )
     if not isinstance(obj, dict) or not isinstance(obj.get("shards"), list):
         raise CorruptDataError('index.json must be an object with a "shards" list', path=path)
     if obj.get("version") != VERSION:
@@ -189,7 +229,7 @@ def load_index(path: Path) -> Index:
             path=path,
         )
     shards = tuple(parse_shard(i, s, path) for i, s in enumerate(obj["shards"]))
-    return Index(path, shards)
+    return Index(path, shards, store, key)
 
 
 def _fail(path: Path, i: int, msg: str) -> CorruptDataError:

@@ -20,7 +20,7 @@ from typing import Any
 from lmdata import _json
 from lmdata.errors import InvalidInputError, OutputExistsError
 from lmdata.formats.mds.index import INDEX, load_index
-from lmdata.storage import atomic_file, require_exists
+from lmdata.storage import LocalStore, atomic_file, local_path, require_exists
 
 _FILE_KEYS = ("raw_data", "zip_data", "raw_meta", "zip_meta")
 
@@ -32,7 +32,7 @@ def _natural(name: str) -> list[Any]:
 def _partitions(inputs: list[str], out: Path) -> list[Path]:
     found: list[Path] = []
     for raw in inputs:
-        p = require_exists(raw)
+        p = require_exists(local_path(raw, "mds merge"))
         if (p / INDEX).is_file() and p.resolve() != out.resolve():
             found.append(p)
             continue
@@ -75,7 +75,7 @@ def _inside(part: Path, out: Path) -> str | None:
 
 def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
     """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary."""
-    out = Path(output)
+    out = local_path(output, "mds merge")
     parts = _partitions(list(inputs), out)
     dest = out / INDEX
     if dest.exists() and not overwrite:
@@ -85,7 +85,7 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
     out.mkdir(parents=True, exist_ok=True)
     shards: list[dict[str, Any]] = []
     for part in parts:
-        load_index(part / INDEX)  # every partition must be a valid index before we join it
+        load_index(LocalStore(), str(part / INDEX))  # each partition must be a valid index
         rel = _inside(part, out)
         if rel is None:
             target = out / part.name

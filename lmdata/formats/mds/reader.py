@@ -1,7 +1,9 @@
 """Reading streaming datasets (MDS, CSV/TSV/XSV, JSONL shards) as a records reader.
 
-Uncompressed shards are memory-mapped once and their mappings reused (streaming opens the file
-again for every sample); compressed shards are decompressed once into a cache bounded in bytes.
+Shards are reached through a store. Local uncompressed shards are memory-mapped once and their
+mappings reused (streaming opens the file again for every sample); remote ones are read by byte
+ranges (the offset table once, then each sample's bytes); compressed shards are decompressed
+once into the process-wide byte cache.
 Nothing is ever written into the dataset directory (streaming writes decompressed copies
 beside the originals). ``r[i]`` returns the dict streaming's ``StreamingDataset[i]`` returns.
 """
@@ -10,25 +12,23 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import mmap
 import os
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, LmdataError
+from lmdata.errors import CorruptDataError, DatasetNotFoundError, LmdataError
 from lmdata.formats.mds import compression as comp
 from lmdata.formats.mds.hashing import hexdigest, is_hash
 from lmdata.formats.mds.index import FORMAT_NAMES, FileInfo, Index, Shard, find_index, load_index
 from lmdata.formats.mds.mds import SampleDecoder
 from lmdata.formats.mds.text_shards import XSVDecoder, decode_json_line
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import require_exists
+from lmdata.storage import Store, new_slot, resolve
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decompressed shards kept in memory
 DEFAULT_MAX_MAPS = 1024  # memory-mapped shards kept open
@@ -53,43 +53,73 @@ class _Loaded:
     __slots__ = ("cost", "data", "data_path", "lo", "n", "size", "table", "table_path")
 
     def __init__(
-        self, data: Any, table: Any, n: int, lo: int, cost: int, data_path: Path, table_path: Path
+        self, data: Any, table: Any, n: int, lo: int, cost: int, data_path: str, table_path: str
     ) -> None:
         self.data, self.table, self.n, self.lo, self.cost = data, table, n, lo, cost
         self.size = len(data)
         self.data_path, self.table_path = data_path, table_path
 
 
-def _read_file(path: Path, info: FileInfo, what: str, shard: int) -> bytes | mmap.mmap:
-    """Map (or read, when empty) one file after checking its size against the index."""
+class _Ranged:
+    """An object in a store that cannot map it, sliced like bytes: ``r[a:b]`` is one ranged
+    read (so a sample costs its own bytes, never the whole shard)."""
+
+    __slots__ = ("key", "size", "store")
+
+    def __init__(self, store: Store, key: str, size: int) -> None:
+        self.store, self.key, self.size = store, key, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, s: slice) -> bytes:
+        a, b, _ = s.indices(self.size)
+        return self.store.read_range(self.key, a, b - a) if b > a else b""
+
+
+def _check_size(index: Index, key: str, info: FileInfo, what: str, shard: int) -> None:
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size != info.bytes:
-                raise CorruptDataError(
-                    f"{what} is {size} bytes but index.json says {info.bytes}; the file is "
-                    "truncated or was replaced. Run `lmdata validate` on the dataset",
-                    path=path,
-                    position=f"shard {shard}",
-                )
-            if size == 0:
-                return b""
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        size = index.store.size(key)
     except FileNotFoundError:
         raise CorruptDataError(
-            f"{what} file is missing", path=path, position=f"shard {shard}"
+            f"{what} file is missing", path=index.store.url(key), position=f"shard {shard}"
+        ) from None
+    if size != info.bytes:
+        raise CorruptDataError(
+            f"{what} is {size} bytes but index.json says {info.bytes}; the file is "
+            "truncated or was replaced. Run `lmdata validate` on the dataset",
+            path=index.store.url(key),
+            position=f"shard {shard}",
+        )
+
+
+def _read_file(index: Index, info: FileInfo, what: str, shard: int, whole: bool = False) -> Any:
+    """One file after checking its size against the index: a memory map where the store can,
+    else bytes (``whole``) or a :class:`_Ranged` view."""
+    key = index.file(info)
+    _check_size(index, key, info, what, shard)
+    if info.bytes == 0:
+        return b""
+    store = index.store
+    try:
+        if store.can_mmap:
+            return store.mmap(key)
+        return store.read(key, info.bytes) if whole else _Ranged(store, key, info.bytes)
+    except FileNotFoundError:
+        raise CorruptDataError(
+            f"{what} file is missing", path=store.url(key), position=f"shard {shard}"
         ) from None
 
 
 def load_shard_file(
     index: Index, shard: Shard, raw: FileInfo, zipped: FileInfo | None, what: str
-) -> tuple[bytes | mmap.mmap, Path, int]:
+) -> tuple[Any, str, int]:
     """(bytes, path, decompressed cost) of one shard file: the raw file if present, else the
     compressed one, decompressed and checked against the raw size the index declares."""
-    raw_path = index.file(raw)
-    if raw_path.exists() or zipped is None:
-        return _read_file(raw_path, raw, what, shard.number), raw_path, 0
-    zpath = index.file(zipped)
+    raw_path = index.url(raw)
+    if zipped is None or index.store.exists(index.file(raw)):
+        return _read_file(index, raw, what, shard.number), raw_path, 0
+    zpath = index.url(zipped)
     family = comp.family_of(shard.compression, path=index.path)
     if family is None:
         raise CorruptDataError(
@@ -97,7 +127,7 @@ def load_shard_file(
             path=index.path,
             position=f"shard {shard.number}",
         )
-    blob = _read_file(zpath, zipped, f"compressed {what}", shard.number)
+    blob = _read_file(index, zipped, f"compressed {what}", shard.number, whole=True)
     if zipped.hashes:  # one hash per decompression is cheap: check it, as streaming can
         algo = min(zipped.hashes, key=lambda a: _HASH_COST.get(a, 9))
         if is_hash(algo) and hexdigest(algo, blob) != zipped.hashes[algo]:
@@ -114,7 +144,7 @@ def load_shard_file(
             f"cannot decompress ({family}): {e}", path=zpath, position=f"shard {shard.number}"
         ) from None
     finally:
-        if isinstance(blob, mmap.mmap):
+        if hasattr(blob, "close"):
             blob.close()
     if len(data) != raw.bytes:
         raise CorruptDataError(
@@ -136,6 +166,8 @@ def open_shard(index: Index, shard: Shard) -> _Loaded:
         table, tpath = data, dpath
     n = shard.samples
     need = 4 + 4 * (n + 1)
+    if isinstance(table, _Ranged) and len(table) >= need:
+        table = table[0:need]  # the offsets, read once; samples are read by range
     if len(table) < need:
         raise CorruptDataError(
             f"file of {len(table)} bytes cannot hold the offsets of {n} samples",
@@ -175,7 +207,9 @@ class MDSReader:
 
     ``split`` picks a sub-directory, as StreamingDataset's ``split``. ``columns`` limits the
     decoded columns. ``allow_unsafe_pickle=True`` trusts ``pkl`` columns (otherwise only plain
-    data unpickles). ``cache_bytes`` bounds the decompressed shards kept in memory.
+    data unpickles). ``cache_bytes`` bounds the decompressed shards this reader keeps in the
+    process-wide byte cache (0: none). ``path`` may be a URL (``memory://``, ``s3://`` ...),
+    with ``storage_options`` for its filesystem.
     """
 
     def __init__(
@@ -188,11 +222,14 @@ class MDSReader:
         allow_unsafe_pickle: bool = False,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_open_shards: int = DEFAULT_MAX_MAPS,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        root = require_exists(path)
-        self.root = root
+        store, key = resolve(path, storage_options)
+        if not store.exists(key):
+            raise DatasetNotFoundError("no such file or directory", path=store.url(key))
+        self.root = store.url(key)
         self.split = split
-        self.index = load_index(find_index(root, split))
+        self.index = load_index(store, find_index(store, key, split))
         shards = self.index.shards
         self.format = format or (FORMAT_NAMES[shards[0].format] if shards else "mds")
         self.allow_unsafe_pickle = allow_unsafe_pickle
@@ -218,8 +255,8 @@ class MDSReader:
             for raw, zipped in files:
                 if raw is None:
                     continue
-                if not self.index.file(raw).exists() and (
-                    zipped is None or not self.index.file(zipped).exists()
+                if not store.exists(self.index.file(raw)) and (
+                    zipped is None or not store.exists(self.index.file(zipped))
                 ):
                     name = raw.basename + (f" (or {zipped.basename})" if zipped else "")
                     raise CorruptDataError(
@@ -231,14 +268,15 @@ class MDSReader:
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
+        # shards that cost no memory (maps, ranged views), LRU; decoded ones live in the slot
         self._cache: OrderedDict[int, _Loaded] = OrderedDict()
-        self._cached_bytes = 0
+        self._slot = new_slot(self.cache_bytes)
         self._decoders: dict[int, Callable[[bytes], dict[str, Any]]] = {}
         self._decoder_keys: dict[tuple, Callable[[bytes], dict[str, Any]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_lock", "_cache", "_cached_bytes", "_decoders", "_decoder_keys"):
+        for k in ("_lock", "_cache", "_slot", "_decoders", "_decoder_keys"):
             state.pop(k, None)
         return state
 
@@ -248,13 +286,19 @@ class MDSReader:
 
     def __repr__(self) -> str:
         split = f", split={self.split!r}" if self.split else ""
-        return f"MDSReader({str(self.root)!r}{split})"
+        return f"MDSReader({self.root!r}{split})"
 
     def close(self) -> None:
-        """Drop cached shards and mappings (the reader still works; it maps them again)."""
+        """Drop cached shards, mappings and open files (the reader opens them again if used)."""
         with self._lock:
             self._cache.clear()
-            self._cached_bytes = 0
+            self._slot.clear()
+        self.index.store.close()
+
+    @property
+    def _cached_bytes(self) -> int:
+        """Decompressed bytes this reader holds in the shared cache."""
+        return self._slot.nbytes
 
     def __enter__(self) -> MDSReader:
         return self
@@ -275,17 +319,18 @@ class MDSReader:
             if got is not None:
                 cache.move_to_end(k)
                 return got
+        got = self._slot.get(k)
+        if got is not None:
+            return got  # type: ignore[no-any-return]
         loaded = open_shard(self.index, self.index.shards[k])
+        if loaded.cost:  # decompressed bytes: the shared, bounded cache (or nowhere)
+            self._slot.put(k, loaded, loaded.cost)
+            return loaded
         with self._lock:
-            if k not in cache:
-                cache[k] = loaded
-                self._cached_bytes += loaded.cost
+            cache.setdefault(k, loaded)
             # evict least recently used; mappings close when no reader holds them any more
-            while len(cache) > 1 and (
-                self._cached_bytes > self.cache_bytes or len(cache) > self.max_open_shards
-            ):
-                _, old = cache.popitem(last=False)
-                self._cached_bytes -= old.cost
+            while len(cache) > self.max_open_shards:
+                cache.popitem(last=False)
             return cache.get(k, loaded)
 
     def _decoder(self, k: int) -> Callable[[bytes], dict[str, Any]]:
@@ -364,9 +409,7 @@ class MDSReader:
         starts = self._starts_list
         k = bisect.bisect_right(starts, i) - 1
         j = i - starts[k]
-        loaded = self._cache.get(k)
-        if loaded is None or loaded.cost:
-            loaded = self._shard(k)  # misses, and LRU order for decompressed shards
+        loaded = self._cache.get(k) or self._shard(k)
         dec = self._decoders.get(k) or self._decoder(k)
         begin, end = _PAIR.unpack_from(loaded.table, 4 + 4 * j)
         if not loaded.lo <= begin <= end <= loaded.size:

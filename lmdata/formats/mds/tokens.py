@@ -79,7 +79,7 @@ class MDSTokens(MDSReader):
         return super().__getstate__()
 
     def __repr__(self) -> str:
-        return f"MDSTokens({str(self.root)!r}, token_column={self.token_column!r})"
+        return f"MDSTokens({self.root!r}, token_column={self.token_column!r})"
 
     # ---- samples as arrays -------------------------------------------------------------
 
@@ -89,7 +89,7 @@ class MDSTokens(MDSReader):
             raise CorruptDataError(
                 f"token column holds a {arr.dtype} array of shape {arr.shape}; tokens are 1-D "
                 "integers",
-                path=self.index.file(self.index.shards[k].raw_data),
+                path=self.index.url(self.index.shards[k].raw_data),
                 position=f"shard {k} sample {j}",
             )
         return arr

@@ -10,48 +10,30 @@ from __future__ import annotations
 
 import os
 import struct
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lmdata import _json
+from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats.mds import compression as comp
 from lmdata.formats.mds.hashing import hexdigest, is_hash
 from lmdata.formats.mds.index import FileInfo, Index, Shard, find_index, load_index
 from lmdata.formats.mds.reader import make_decoder
-
-MAX_REPORTED = 20  # problems listed per shard; the rest are counted
-
-
-class _Report:
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def shard(self, index: Index, s: Shard) -> _ShardReport:
-        return _ShardReport(self, s, index.file(s.raw_data))
+from lmdata.storage import resolve
 
 
 class _ShardReport:
     """Problems of one shard, each as ``<shard data file>: shard N[ sample J]: what``, the
-    way reader errors name file and position."""
+    way reader errors name file and position; kept in the shared report, capped per shard."""
 
-    def __init__(self, parent: _Report, s: Shard, file: Path) -> None:
-        self.parent, self.s, self.file, self.count = parent, s, file, 0
+    def __init__(self, report: ProblemReport, s: Shard, file: str) -> None:
+        self.report, self.s, self.file = report, s, file
 
     def add(self, msg: str, sample: int | None = None) -> None:
-        self.count += 1
-        if self.count <= MAX_REPORTED:
-            where = f"shard {self.s.number}" + (f" sample {sample}" if sample is not None else "")
-            self.parent.problems.append(f"{self.file}: {where}: {msg}")
-
-    def finish(self) -> None:
-        if self.count > MAX_REPORTED:
-            self.parent.problems.append(
-                f"{self.file}: shard {self.s.number}: {self.count - MAX_REPORTED} more problems "
-                "like the above"
-            )
+        where = f"shard {self.s.number}" + (f" sample {sample}" if sample is not None else "")
+        self.report.add(f"{self.file}: shard {self.s.number}", f"{self.file}: {where}: {msg}")
 
 
 def _check_hashes(rep: _ShardReport, s: Shard, info: FileInfo, data: bytes, what: str) -> None:
@@ -74,15 +56,17 @@ def _load(
     index: Index, rep: _ShardReport, s: Shard, raw: FileInfo, zipped: FileInfo | None, what: str
 ) -> bytes | None:
     """The uncompressed bytes of one shard file, checking sizes and hashes on the way."""
-    raw_path = index.file(raw)
+    store = index.store
+    raw_key = index.file(raw)
     data: bytes | None = None
-    if raw_path.is_file():
-        data = raw_path.read_bytes()
+    if store.exists(raw_key) and not store.is_dir(raw_key):
+        data = store.read(raw_key, 1 << 40)
         if len(data) != raw.bytes:
             rep.add(f"{what} {raw.basename} is {len(data)} bytes, index.json says {raw.bytes}")
         _check_hashes(rep, s, raw, data, what)
-    if zipped is not None and index.file(zipped).is_file():
-        blob = index.file(zipped).read_bytes()
+    zkey = index.file(zipped) if zipped is not None else ""
+    if zipped is not None and store.exists(zkey) and not store.is_dir(zkey):
+        blob = store.read(zkey, 1 << 40)
         if len(blob) != zipped.bytes:
             rep.add(
                 f"{what} {zipped.basename} is {len(blob)} bytes, index.json says {zipped.bytes}"
@@ -208,19 +192,20 @@ def validate(
     *,
     split: str | None = None,
     allow_unsafe_pickle: bool = False,
+    storage_options: dict[str, Any] | None = None,
     **_: Any,
 ) -> list[str]:
     """All problems found in the streaming dataset at ``path`` (empty when it is valid)."""
     try:
-        index = load_index(find_index(Path(path), split))
+        store, key = resolve(path, storage_options)
+        index = load_index(store, find_index(store, key, split))
     except LmdataError as e:
         return [str(e)]
-    rep = _Report()
+    rep = ProblemReport()
     for s in index.shards:
-        sr = rep.shard(index, s)
+        sr = _ShardReport(rep, s, index.url(s.raw_data))
         try:
             _check_shard(index, s, sr, allow_unsafe_pickle)
         except (LmdataError, OSError) as e:
             sr.add(str(e))
-        sr.finish()
-    return rep.problems
+    return rep.finish()

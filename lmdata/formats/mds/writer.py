@@ -22,7 +22,7 @@ from lmdata.formats.mds.hashing import check_hashes, hexdigest
 from lmdata.formats.mds.index import INDEX, SHARD_FORMATS, dump_index, parse_size_limit
 from lmdata.formats.mds.mds import EXTRA_BYTES_PER_SAMPLE, SampleEncoder, shard_config
 from lmdata.formats.mds.text_shards import JSONEncoder, XSVEncoder
-from lmdata.storage import AtomicOutput, AtomicWriter
+from lmdata.storage import AtomicWriter, resolve
 
 DEFAULT_SIZE_LIMIT = 1 << 26
 # Arguments streaming's writers take that mean nothing for a local atomic writer.
@@ -71,6 +71,7 @@ class Writer(AtomicWriter):
         drop_extra_keys: bool = False,
         token_column: str = "tokens",
         zstd_checksum: bool = True,
+        storage_options: dict[str, Any] | None = None,
         **ignored: Any,
     ) -> None:
         unknown = [k for k in ignored if k not in _IGNORED]
@@ -94,8 +95,9 @@ class Writer(AtomicWriter):
         self._zstd_checksum = zstd_checksum
         self._encoder: Any = None
         self._columns: dict[str, str] | None = None
-        self._out = AtomicOutput(path, directory=True, overwrite=overwrite or exist_ok)
-        self.path = self._out.dest
+        store, key = resolve(path, storage_options)
+        self._out = store.output(key, directory=True, overwrite=overwrite or exist_ok)
+        self.path = store.url(self._out.dest)
         self.shards: list[dict[str, Any]] = []
         self._samples: list[bytes] = []
         self._shard_size = 0
@@ -200,8 +202,7 @@ class Writer(AtomicWriter):
                 "bytes": len(data),
                 "hashes": {a: hexdigest(a, data) for a in self._hashes},
             }
-        with open(self._out.tmp / name, "wb") as f:
-            f.write(data)
+        self._out.write(name, data)
         return raw_info, zip_info
 
     def _flush(self) -> None:
@@ -226,11 +227,11 @@ class Writer(AtomicWriter):
         try:
             if self._samples:
                 self._flush()
-            (self._out.tmp / INDEX).write_bytes(dump_index(self.shards))
+            self._out.write_last(INDEX, dump_index(self.shards))  # after every shard
+            self._out.commit()
         except BaseException:
             self._out.abort()
             raise
-        self._out.finish()
 
     finish = close  # streaming's name
 

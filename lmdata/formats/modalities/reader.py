@@ -20,7 +20,7 @@ from lmdata.formats.modalities.layout import (
     parse_header,
 )
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import require_exists
+from lmdata.storage import local_path, require_exists
 
 # modalities' merge_packed_data shifts the index of every later file by (data_len - 12) instead
 # of data_len, so each file boundary shows up as an overlap of 12 bytes (24 after an empty file).
@@ -29,7 +29,7 @@ ORIGIN_MERGE_SHIFT = HEADER_SIZE
 
 def read_header(path: str | os.PathLike[str]) -> PbinHeader:
     """The checked header of the ``.pbin`` at ``path`` (positional read, no mapping)."""
-    p = require_exists(path)
+    p = require_exists(local_path(path, "modalities"))
     fd = os.open(p, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
@@ -68,7 +68,7 @@ class PbinData:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = require_exists(path)
+        self.path = require_exists(local_path(path, "modalities"))
         self.header = read_header(self.path)
         self._tokens: np.ndarray | None = None
 

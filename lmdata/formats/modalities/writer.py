@@ -83,7 +83,7 @@ class Writer(AtomicWriter):
         self._eod_bytes = (
             np.array([eod_id], dtype=self._dtype).tobytes() if eod_id is not None else b""
         )
-        self._out = AtomicOutput(path, directory=False, overwrite=overwrite)
+        self._out = AtomicOutput(path, directory=False, overwrite=overwrite, what="modalities")
         self.path = self._out.dest
         self._f = open(self._out.tmp, "wb", buffering=1 << 20)
         self._f.write(bytes(HEADER_SIZE))  # patched at close, as the origin does

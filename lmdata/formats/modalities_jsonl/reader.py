@@ -13,7 +13,7 @@ from lmdata.errors import CorruptDataError, DatasetNotFoundError
 from lmdata.formats.modalities.layout import SpanIndex, load_span_index
 from lmdata.formats.modalities_jsonl.lines import LineError, default_index_path, loads, map_file
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import require_exists
+from lmdata.storage import local_path, require_exists
 
 
 def read_index(
@@ -78,7 +78,7 @@ class JsonlDocuments:
         index_path: str | os.PathLike[str] | None = None,
         allow_unsafe_pickle: bool = False,
     ) -> None:
-        self.path = require_exists(path)
+        self.path = require_exists(local_path(path, "modalities-jsonl"))
         self.index_path = Path(index_path) if index_path else default_index_path(self.path)
         self.file_size = self.path.stat().st_size
         index = read_index(

@@ -53,7 +53,9 @@ class Writer(AtomicWriter):
                 "file with a suffix such as .jsonl",
                 path=dest,
             )
-        self._data = AtomicOutput(dest, directory=False, overwrite=overwrite)
+        self._data = AtomicOutput(
+            dest, directory=False, overwrite=overwrite, what="modalities-jsonl"
+        )
         try:
             self._index = AtomicOutput(idx, directory=False, overwrite=overwrite)
         except BaseException:

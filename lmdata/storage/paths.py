@@ -1,4 +1,4 @@
-"""Local paths, positional reads and atomic outputs.
+"""Local paths and atomic outputs (the path-level helpers; stores build on them).
 
 Writers never build their output in place: they write into a hidden temporary sibling of the
 destination and rename it into place when everything is written. A crash, an exception or a
@@ -35,9 +35,15 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-def check_output(dest: str | os.PathLike[str], overwrite: bool) -> Path:
-    """Refuse to replace an existing output unless asked; return the destination as a Path."""
-    dest = Path(dest)
+def check_output(dest: str | os.PathLike[str], overwrite: bool, what: str = "this command") -> Path:
+    """Refuse to replace an existing output unless asked; return the destination as a Path.
+
+    A URL is refused (``file://`` is taken as its local path): callers of this function write
+    local files; writers that support URLs go through :func:`lmdata.storage.resolve`.
+    """
+    from lmdata.storage.urls import local_path
+
+    dest = local_path(dest, what)
     if (dest.exists() or dest.is_symlink()) and not overwrite:
         raise OutputExistsError(
             "output already exists; remove it or pass overwrite=True (--overwrite)", path=dest
@@ -84,8 +90,15 @@ class AtomicOutput:
     removes it. Writers call ``abort()`` from ``__exit__`` when an exception is in flight.
     """
 
-    def __init__(self, dest: str | os.PathLike[str], *, directory: bool, overwrite: bool) -> None:
-        self.dest = check_output(dest, overwrite)
+    def __init__(
+        self,
+        dest: str | os.PathLike[str],
+        *,
+        directory: bool,
+        overwrite: bool,
+        what: str = "this writer",
+    ) -> None:
+        self.dest = check_output(dest, overwrite, what)
         self.dest.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = _tmp_sibling(self.dest)
         if directory:
@@ -152,7 +165,22 @@ class AtomicWriter:
 
 
 def require_exists(path: str | os.PathLike[str]) -> Path:
-    p = Path(path)
+    """``path`` as a Path if something exists there, else DatasetNotFoundError.
+
+    A URL is checked in its store and returned unchanged (typed as a Path for the callers that
+    only pass it on; readers that support URLs resolve it with :func:`lmdata.storage.resolve`,
+    the others refuse it through :func:`lmdata.storage.local_path`). ``file://`` URLs become
+    their local path; a scheme lmdata cannot serve is an error, never a local folder.
+    """
+    from lmdata.storage.urls import resolve, scheme
+
+    s = scheme(path)
+    if s is not None and s != "file":
+        store, key = resolve(path)
+        if not store.exists(key):
+            raise DatasetNotFoundError("no such object or directory", path=os.fspath(path))
+        return os.fspath(path)  # type: ignore[return-value]
+    p = Path(resolve(path)[1]) if s == "file" else Path(path)
     if not (p.exists() or p.is_symlink()):
         raise DatasetNotFoundError("no such file or directory", path=p)
     return p
@@ -160,6 +188,9 @@ def require_exists(path: str | os.PathLike[str]) -> Path:
 
 def disk_usage(path: str | os.PathLike[str]) -> int:
     """Bytes allocated on disk below ``path`` (sparse padding counts as nothing)."""
+    remote = _remote_size(path)
+    if remote is not None:
+        return remote
     p = Path(path)
     if p.is_file():
         return p.stat().st_blocks * 512
@@ -173,6 +204,9 @@ def disk_usage(path: str | os.PathLike[str]) -> int:
 
 def apparent_size(path: str | os.PathLike[str]) -> int:
     """Sum of file sizes below ``path``."""
+    remote = _remote_size(path)
+    if remote is not None:
+        return remote
     p = Path(path)
     if p.is_file():
         return p.stat().st_size
@@ -182,3 +216,14 @@ def apparent_size(path: str | os.PathLike[str]) -> int:
             with contextlib.suppress(OSError):
                 total += os.stat(os.path.join(root, f)).st_size
     return total
+
+
+def _remote_size(path: str | os.PathLike[str]) -> int | None:
+    """Total object bytes below a non-local URL, or None for a local path."""
+    from lmdata.storage.urls import resolve, scheme
+
+    s = scheme(path)
+    if s is None or s == "file":
+        return None
+    store, key = resolve(path)
+    return int(store.fs.du(key, total=True))  # type: ignore[attr-defined]

@@ -1,0 +1,63 @@
+"""Where bytes live: one ``Store`` protocol under every reader and writer, and one byte cache.
+
+- :func:`resolve` turns a local path or a URL into ``(store, key)``: :class:`LocalStore`
+  (``pread``, ``mmap``, rename commits) or :class:`FsspecStore` (``memory://``, ``s3://``,
+  ``gs://``: ranged reads, metadata-last commits). A scheme lmdata cannot serve is an error.
+- :data:`CACHE` holds decoded bytes for every reader of the process within one budget
+  (``LMDATA_CACHE_BYTES``, :func:`set_cache_bytes`); each reader takes a :class:`Slot`.
+- The path-level helpers (:class:`AtomicOutput`, :func:`atomic_dir`, :func:`check_output`,
+  ...) serve the writers and tools that still write local files only.
+"""
+
+from __future__ import annotations
+
+from lmdata.storage.base import MAX_READ_BYTES, Output, Store, basename, join, parent
+from lmdata.storage.cache import CACHE, ByteCache, Slot, cache_bytes, new_slot, set_cache_bytes
+from lmdata.storage.fsspec import FsspecOutput, FsspecStore
+from lmdata.storage.local import LocalOutput, LocalStore
+from lmdata.storage.paths import (
+    TMP_PREFIX,
+    AtomicOutput,
+    AtomicWriter,
+    apparent_size,
+    atomic_dir,
+    atomic_file,
+    check_output,
+    commit,
+    disk_usage,
+    require_exists,
+)
+from lmdata.storage.urls import is_url, local_path, resolve, scheme
+
+__all__ = [
+    "CACHE",
+    "MAX_READ_BYTES",
+    "TMP_PREFIX",
+    "AtomicOutput",
+    "AtomicWriter",
+    "ByteCache",
+    "FsspecOutput",
+    "FsspecStore",
+    "LocalOutput",
+    "LocalStore",
+    "Output",
+    "Slot",
+    "Store",
+    "apparent_size",
+    "atomic_dir",
+    "atomic_file",
+    "basename",
+    "cache_bytes",
+    "check_output",
+    "commit",
+    "disk_usage",
+    "is_url",
+    "join",
+    "local_path",
+    "new_slot",
+    "parent",
+    "require_exists",
+    "resolve",
+    "scheme",
+    "set_cache_bytes",
+]

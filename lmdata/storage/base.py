@@ -1,0 +1,137 @@
+"""The storage contract every reader and writer speaks: a ``Store`` and an ``Output``.
+
+A store is a filesystem (local disk, or an fsspec one: memory, s3, gs, ...); a key is a path
+inside it, ``/``-separated. Readers fetch byte ranges of keys; writers write through an
+``Output``, which makes a whole dataset visible in one commit step and removes what it wrote
+when aborted. Both protocols are matched structurally: nothing inherits from them.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Sequence
+from typing import BinaryIO, Protocol, runtime_checkable
+
+Buffer = mmap.mmap | bytes  # what mmap() returns: sliced, it gives bytes
+
+# Objects read whole (metadata, indexes) are refused above this size unless a caller asks more.
+MAX_READ_BYTES = 1 << 30
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Byte-level access to one filesystem. Instances are picklable and fork-safe: a copy in
+    another process opens its own files and connections on first use."""
+
+    id: str  # names the store in cache keys and messages: "file", "memory", "s3", ...
+    can_mmap: bool  # True if mmap() returns views (local files), False if it returns None
+
+    def url(self, key: str) -> str:
+        """How ``key`` is shown to users (a local path, or ``scheme://key``)."""
+        ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def is_dir(self, key: str) -> bool:
+        """True if ``key`` is a directory (a prefix with objects below it on object stores)."""
+        ...
+
+    def size(self, key: str) -> int:
+        """Bytes in object ``key``; FileNotFoundError if there is none."""
+        ...
+
+    def list(self, key: str) -> list[str]:
+        """Sorted names (not keys) directly below ``key``; empty if it is no directory."""
+        ...
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (fewer at the end of the object)."""
+        ...
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Several ``(start, length)`` ranges of one object, fetched together where possible."""
+        ...
+
+    def read(self, key: str, limit: int = MAX_READ_BYTES) -> bytes:
+        """The whole object; UnsafeDataError if it is larger than ``limit`` bytes."""
+        ...
+
+    def mmap(self, key: str) -> Buffer | None:
+        """The object memory-mapped read-only (zero-copy; slices are ``bytes``, as of an
+        ``mmap.mmap``), or None where the store cannot map (object stores)."""
+        ...
+
+    def output(self, key: str, *, directory: bool, overwrite: bool) -> Output:
+        """Start writing a dataset (a directory or one object) that appears at ``key`` on
+        :meth:`Output.commit`."""
+        ...
+
+    def remove(self, key: str) -> None:
+        """Delete an object or a whole directory tree; nothing if it does not exist."""
+        ...
+
+    def close(self) -> None:
+        """Close cached files and connections (the store reopens them if used again)."""
+        ...
+
+
+@runtime_checkable
+class Output(Protocol):
+    """A dataset being written. Names are relative to the dataset (``""`` for a one-object
+    output). Data goes through :meth:`write`/:meth:`open_write`; the objects that make the
+    dataset valid (its metadata, index) through :meth:`write_last`, which stores them only
+    after every data object is written, so a reader never accepts a partial dataset."""
+
+    store: Store
+    dest: str  # the key the dataset appears at
+    sparse: bool  # True if open_write files support truncate() to extend with zeros cheaply
+
+    def write(self, name: str, data: bytes | memoryview) -> None: ...
+
+    def open_write(self, name: str) -> BinaryIO: ...
+
+    def write_last(self, name: str, data: bytes) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    @property
+    def done(self) -> bool: ...
+
+
+def join(key: str, *parts: str) -> str:
+    """``key/part/...`` without doubled or trailing separators."""
+    out = key.rstrip("/") if key not in ("", "/") else key
+    for p in parts:
+        p = p.strip("/")
+        if not p:
+            continue
+        out = f"{out}/{p}" if out and out != "/" else f"{out}{p}"
+    return out
+
+
+def basename(key: str) -> str:
+    return key.rstrip("/").rsplit("/", 1)[-1]
+
+
+def parent(key: str) -> str:
+    k = key.rstrip("/")
+    return k.rsplit("/", 1)[0] if "/" in k else ""
+
+
+def merge_ranges(
+    ranges: Sequence[tuple[int, int]], max_gap: int
+) -> list[tuple[int, int, list[int]]]:
+    """Group ``(start, length)`` ranges whose gaps are at most ``max_gap`` into single fetches:
+    ``(start, length, members)``, members being indices into ``ranges``."""
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+    out: list[tuple[int, int, list[int]]] = []
+    for i in order:
+        s, n = ranges[i]
+        if out and s <= out[-1][0] + out[-1][1] + max_gap:
+            a, m, members = out[-1]
+            out[-1] = (a, max(m, s + n - a), [*members, i])
+        else:
+            out.append((s, n, [i]))
+    return out

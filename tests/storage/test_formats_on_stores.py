@@ -1,0 +1,222 @@
+"""Formats that reach bytes only through stores: the same round trip on disk and memory://,
+atomic commits (a failed or abandoned writer leaves nothing a reader accepts), fork and spawn."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lmdata
+from lmdata.errors import LmdataError
+
+SEQS = st.lists(st.lists(st.integers(0, 2**31 - 1), max_size=40), max_size=30)
+
+
+def _write_tokens(where, seqs, **kw):
+    with lmdata.writer(where, "flat-tokens", **kw) as w:
+        for s in seqs:
+            w.write(np.asarray(s, dtype=np.int64))
+    return where
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_flat_tokens_round_trip(where, compression):
+    seqs = [list(range(i, 3 * i)) for i in range(25)]
+    _write_tokens(where, seqs, chunk_tokens=64, seq_starts_chunk=8, compression=compression)
+    r = lmdata.open(where)
+    assert [x.tolist() for x in r] == seqs
+    assert [x.tolist() for x in r.take([24, 0, 7])] == [seqs[24], seqs[0], seqs[7]]
+    flat = np.concatenate([np.asarray(s) for s in seqs])
+    assert r.span(5, 300).tolist() == flat[5:300].tolist()
+    rows = r.packed_rows([3, 0, 5], 16) >> 1
+    assert rows.tolist() == [flat[r0 * 16 : r0 * 16 + 16].tolist() for r0 in (3, 0, 5)]
+    assert lmdata.validate(where) == []
+    assert lmdata.info(where)["splits"]["train"]["sequences"] == 25
+    assert lmdata.detect(where) == "flat-tokens"
+    copy = pickle.loads(pickle.dumps(r))
+    assert copy[10].tolist() == seqs[10]
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seqs=SEQS)
+def test_flat_tokens_memory_round_trip_any_sequences(memory_root, seqs):
+    where = f"{memory_root}/h{abs(hash(str(seqs))) % 10**9}"
+    _write_tokens(where, seqs, chunk_tokens=32)
+    r = lmdata.open(where)
+    assert [x.tolist() for x in r] == seqs
+    assert lmdata.validate(where) == []
+
+
+def test_flat_tokens_failed_writer_leaves_nothing(where):
+    with pytest.raises(RuntimeError), lmdata.writer(where, "flat-tokens", chunk_tokens=8) as w:
+        w.write(np.arange(100))
+        raise RuntimeError("killed")
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="flat-tokens")
+
+
+def test_flat_tokens_abandoned_writer_is_never_readable(where):
+    """A writer that never closes (a killed process) has written data but no metadata."""
+    w = lmdata.writer(where, "flat-tokens", chunk_tokens=8)
+    w.write(np.arange(100))
+    w.write(np.arange(50), split="validation")
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="flat-tokens")
+    with pytest.raises(LmdataError):
+        lmdata.open(where)
+    if _exists(where):  # object stores: data objects under final names, no metadata
+        assert lmdata.validate(where, format="flat-tokens") != []
+    w.abort()
+    assert not _exists(where)
+
+
+def _exists(where):
+    from lmdata.storage import resolve
+
+    store, key = resolve(where)
+    return store.exists(key)
+
+
+def _read_in_child(reader, q):
+    q.put([reader[i].tolist() for i in range(len(reader))])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_flat_tokens_reader_works_in_forked_and_spawned_children(where, method):
+    if method == "spawn" and where.startswith("memory://"):
+        pytest.skip("memory:// holds data in this process only")
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"no {method} here")
+    seqs = [list(range(i + 1)) for i in range(30)]
+    _write_tokens(where, seqs, chunk_tokens=16, compression="zstd")
+    r = lmdata.open(where)
+    assert r[3].tolist() == seqs[3]  # the parent has opened files and filled caches
+    ctx = mp.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=_read_in_child, args=(r, q))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(timeout=60)
+    assert p.exitcode == 0 and got == seqs
+    assert [x.tolist() for x in r] == seqs  # and the parent still reads correctly
+
+
+RECORDS = [{"id": i, "text": f"document {i} " * (i % 7)} for i in range(120)]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "opts"),
+    [
+        ("mds", {}),
+        ("mds", {"compression": "zstd", "hashes": ["xxh64"]}),
+        ("mds-jsonl", {}),
+        ("mds-csv", {"compression": "zstd"}),
+    ],
+)
+def test_mds_round_trip(where, fmt, opts):
+    with lmdata.writer(where, fmt, size_limit=600, **opts) as w:
+        for rec in RECORDS:
+            w.write(rec)
+    r = lmdata.open(where)
+    assert r.format == fmt and len(r) == len(RECORDS)
+    assert [int(x["id"]) for x in r] == list(range(120))
+    assert r[77]["text"] == RECORDS[77]["text"]
+    assert [x["id"] for x in r.take([5, 119, 0])] in ([5, 119, 0], ["5", "119", "0"])
+    assert lmdata.validate(where) == []
+    assert lmdata.info(where)["samples"] == 120
+    assert pickle.loads(pickle.dumps(r))[33]["text"] == RECORDS[33]["text"]
+
+
+def test_mds_tokens_on_stores(where):
+    seqs = [np.arange(i, dtype=np.int32) for i in range(1, 40)]
+    with lmdata.writer(where, "mds") as w:
+        for s in seqs:
+            w.write({"tokens": s})
+    r = lmdata.open(where, token_column="tokens")
+    assert [x.tolist() for x in r] == [s.tolist() for s in seqs]
+
+
+def test_mds_failed_or_abandoned_writer_leaves_nothing_readable(where):
+    with pytest.raises(RuntimeError), lmdata.writer(where, "mds", size_limit=300) as w:
+        for rec in RECORDS:
+            w.write(rec)
+        raise RuntimeError("killed")
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="mds")
+    w = lmdata.writer(where, "mds", size_limit=300)
+    for rec in RECORDS:
+        w.write(rec)  # shards land under their final names on object stores...
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="mds")  # ...but without index.json nothing opens
+    w.abort()
+    assert not _exists(where)
+
+
+def _read_records_in_child(reader, q):
+    q.put([reader[i]["text"] for i in range(len(reader))])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_mds_reader_works_in_forked_and_spawned_children(where, method):
+    if method == "spawn" and where.startswith("memory://"):
+        pytest.skip("memory:// holds data in this process only")
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"no {method} here")
+    with lmdata.writer(where, "mds", size_limit=500, compression="zstd") as w:
+        for rec in RECORDS:
+            w.write(rec)
+    r = lmdata.open(where)
+    assert r[3]["text"] == RECORDS[3]["text"]
+    ctx = mp.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=_read_records_in_child, args=(r, q))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(timeout=60)
+    assert p.exitcode == 0 and got == [x["text"] for x in RECORDS]
+
+
+@pytest.fixture
+def fetched(monkeypatch):
+    """Counts the bytes FsspecStore hands to readers (ranged and whole reads)."""
+    from lmdata.storage import FsspecStore
+
+    counter = {"bytes": 0}
+    for name in ("read_range", "read", "read_ranges"):
+        orig = getattr(FsspecStore, name)
+
+        def wrapped(self, *a, _orig=orig, **kw):
+            out = _orig(self, *a, **kw)
+            counter["bytes"] += sum(map(len, out)) if isinstance(out, list) else len(out)
+            return out
+
+        monkeypatch.setattr(FsspecStore, name, wrapped)
+    return counter
+
+
+def test_small_remote_reads_fetch_ranges_not_objects(memory_root, fetched):
+    """One row of an uncompressed 4 MiB chunk, one sample of a 1 MiB MDS shard: the bytes
+    fetched after opening are a small multiple of the bytes used, never the whole object."""
+    ft = f"{memory_root}/ft"
+    _write_tokens(ft, [np.arange(1 << 20)], chunk_tokens=1 << 20)
+    r = lmdata.open(ft)
+    fetched["bytes"] = 0
+    assert (r.packed_rows([100], 256) >> 1).tolist() == [list(range(25600, 25856))]
+    assert r.span(1000, 1010).tolist() == list(range(1000, 1010))
+    assert fetched["bytes"] <= 4 * (256 + 10)
+    mds = f"{memory_root}/mds"
+    with lmdata.writer(mds, "mds", size_limit=None) as w:
+        for i in range(1000):
+            w.write({"id": i, "text": "x" * 1000})
+    m = lmdata.open(mds)
+    m[0]  # the offsets table, once per shard
+    fetched["bytes"] = 0
+    assert m[500]["id"] == 500
+    assert fetched["bytes"] < 1100
