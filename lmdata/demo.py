@@ -66,8 +66,8 @@ COLUMNS = """
 What the columns measured
   records      what a reader of the dataset holds: documents, or token sequences (for
                flat-tokens, its train split only)
-  tokens       token ids stored ('-' for record datasets: they hold documents or, for Atlas,
-               token arrays inside records, which the Loader does not take)
+  tokens       token ids stored ('-' for datasets of documents; MDS and Atlas outputs of
+               tokenize hold token arrays in a column, read with token_column="tokens")
   MB           bytes on disk, indexes and metadata included
   B/token      MB per token: the width each format stores ids in (flat-tokens uint32, as seqax
                writes it; Modalities and MDS the narrowest width that fits) plus indexes
@@ -201,6 +201,8 @@ def run(
         }
         reader = open_dataset(path)
         row["records"] = len(reader)
+        if tokenized_records(path, targets):  # tokenize wrote {"tokens": ids} records here
+            reader = open_dataset(path, token_column="tokens")
         if hasattr(reader, "span") and hasattr(reader, "boundaries"):
             loader = Loader(reader, seq_len=seq_len, global_batch_size=batch_size, seed=1234)
             t0 = time.perf_counter()
@@ -228,3 +230,12 @@ def run(
     if bad:
         raise SystemExit(f"{len(bad)} outputs failed validation")
     return {"documents": docs, "datasets": rows}
+
+
+def tokenized_records(path: Path, targets: dict[str, Any]) -> bool:
+    """Whether ``path`` is a records dataset that step 2 tokenized into (a token column)."""
+    from lmdata import formats
+
+    return any(
+        path == t[0] and formats.spec(name).kind == "records" for name, t in targets.items()
+    )
