@@ -236,6 +236,4 @@ def tokenized_records(path: Path, targets: dict[str, Any]) -> bool:
     """Whether ``path`` is a records dataset that step 2 tokenized into (a token column)."""
     from lmdata import formats
 
-    return any(
-        path == t[0] and formats.spec(name).kind == "records" for name, t in targets.items()
-    )
+    return any(path == t[0] and formats.spec(name).kind == "records" for name, t in targets.items())

@@ -96,12 +96,3 @@ def to_json_line(obj: Any) -> bytes:
         import json
 
         return json.dumps(obj, default=_default, ensure_ascii=False).encode() + b"\n"
-
-
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"

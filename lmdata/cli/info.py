@@ -8,7 +8,8 @@ import click
 import orjson
 
 from lmdata._api import info
-from lmdata.cli._common import format_option, human_bytes
+from lmdata.cli._common import format_option
+from lmdata.inspect.report import human_bytes
 
 
 def _lines(d: dict[str, Any], indent: int = 0) -> list[str]:

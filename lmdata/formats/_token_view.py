@@ -17,6 +17,20 @@ from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.protocols import normalize_indices
 
 
+def span_of(reader: Any, start: int, stop: int) -> np.ndarray:
+    """Tokens ``start:stop`` of the concatenation of ``reader``'s sequences, reading only the
+    sequences that overlap the range (through ``boundaries`` and ``take``)."""
+    b = reader.boundaries
+    start, stop = max(0, int(start)), min(int(stop), int(b[-1]))
+    if stop <= start:
+        return np.zeros(0, dtype=np.int64)
+    first = int(np.searchsorted(b, start, side="right")) - 1
+    last = int(np.searchsorted(b, stop, side="left"))
+    flat = np.concatenate(reader.take(np.arange(first, last)))
+    off = start - int(b[first])
+    return flat[off : off + (stop - start)]
+
+
 class TokenColumn:
     """``r[i]`` is the 1-D integer array in column ``column`` of record ``i`` of ``records``.
 
@@ -104,15 +118,7 @@ class TokenColumn:
         return self._max_token_id
 
     def span(self, start: int, stop: int) -> np.ndarray:
-        b = self.boundaries
-        start, stop = max(0, int(start)), min(int(stop), int(b[-1]))
-        if stop <= start:
-            return np.zeros(0, dtype=np.int64)
-        first = int(np.searchsorted(b, start, side="right")) - 1
-        last = int(np.searchsorted(b, stop, side="left"))
-        flat = np.concatenate(self.take(np.arange(first, last)))
-        off = start - int(b[first])
-        return flat[off : off + (stop - start)]
+        return span_of(self, start, stop)
 
     def info(self) -> dict[str, Any]:
         out = dict(self.records.info()) if hasattr(self.records, "info") else {}

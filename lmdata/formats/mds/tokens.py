@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, FormatError
+from lmdata.formats._token_view import span_of
 from lmdata.formats.mds.encodings import VALUE_DTYPES, is_integer_ndarray, parse_ndarray
 from lmdata.formats.mds.reader import MDSReader
 from lmdata.protocols import normalize_indices
@@ -142,17 +143,7 @@ class MDSTokens(MDSReader):
         return self._max_token_id
 
     def span(self, start: int, stop: int) -> np.ndarray:
-        b = self.boundaries
-        total = int(b[-1])
-        start, stop = max(0, int(start)), min(int(stop), total)
-        if stop <= start:
-            return np.zeros(0, dtype=np.int64)
-        first = int(np.searchsorted(b, start, side="right")) - 1
-        last = int(np.searchsorted(b, stop, side="left"))
-        docs = self.take(np.arange(first, last))
-        flat = np.concatenate(docs)
-        off = start - int(b[first])
-        return flat[off : off + (stop - start)]
+        return span_of(self, start, stop)
 
     def _shard_lengths(self, k: int) -> np.ndarray:
         """Token count of every sample of shard ``k`` from offsets and array headers."""
