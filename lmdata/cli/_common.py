@@ -105,3 +105,22 @@ def human_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
+
+
+def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--engine`` and ``--address``: where the work units run (the output is the same)."""
+    f = click.option(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="--engine ray: the cluster to join (e.g. ray://head:10001 or auto; default: start "
+        "a local Ray instance).",
+    )(f)
+    return click.option(
+        "--engine",
+        type=click.Choice(["inprocess", "processes", "ray"]),
+        default="processes",
+        show_default=True,
+        help="Where work units run: this process, local worker processes, or a Ray cluster "
+        "(pip install 'lmdata[ray]'). The output bytes are the same for every engine.",
+    )(f)
