@@ -142,3 +142,34 @@ def test_ray_window_follows_the_cluster(fail_dir: Path) -> None:
     ex = make_executor("ray")
     assert ex.workers == 2
     assert list(ex.map_ordered(abs, range(-30, 0))) == list(range(30, 0, -1))
+
+
+def test_interrupted_ray_job_resumes_without_redoing_finished_files(
+    fail_dir: Path, corpus: Path, tmp_path: Path
+) -> None:
+    from lmdata.tokenize.pipeline import work_dir_for
+
+    _tokenize(corpus, tmp_path / "ref", "inprocess")
+    job = TokenizeJob(to="flat-tokens", tokenizer="bytes", batch_docs=50)
+    calls = {"n": 0}
+
+    def stop_midway(stats: dict[str, float]) -> None:
+        calls["n"] += 1
+        if calls["n"] == 14:  # inside the second input file (a.jsonl has 12 units)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize([corpus], tmp_path / "out", job, engine="ray", workers=2, progress=stop_midway)
+    assert [f.name for f in (work_dir_for(tmp_path / "out") / "done").iterdir()] == ["000000"]
+    seen: list[float] = []
+    tokenize(
+        [corpus],
+        tmp_path / "out",
+        job,
+        engine="ray",
+        workers=2,
+        resume=True,
+        progress=lambda s: seen.append(s["documents"]),
+    )
+    assert seen[-1] == 300  # only the unfinished file (b.jsonl.gz) was tokenized again
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
