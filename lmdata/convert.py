@@ -20,7 +20,7 @@ from lmdata import formats
 from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
 from lmdata.errors import InvalidInputError
-from lmdata.parallel import executor
+from lmdata.parallel import Executor, make_executor
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_output
 
@@ -49,16 +49,27 @@ def _init(reader: Any) -> None:
     _READER = reader
 
 
-def _read_block(bounds: tuple[int, int]) -> list[Any]:
-    return _READER.take(list(range(*bounds)))
+@dataclass(frozen=True)
+class Block:
+    """Records ``lo`` up to (not including) ``hi`` of the source reader."""
+
+    lo: int
+    hi: int
 
 
-def _blocks(reader: Any, workers: int, block: int = 512) -> Iterator[list[Any]]:
+def _read_block(block: Block) -> list[Any]:
+    return _READER.take(list(range(block.lo, block.hi)))
+
+
+def _blocks(reader: Any, pool: Executor, block: int = 512) -> Iterator[list[Any]]:
     n = len(reader)
-    ranges = [(lo, min(n, lo + block)) for lo in range(0, n, block)]
-    yield from executor(workers if workers > 1 and len(ranges) > 1 else 0).map_ordered(
-        _read_block, ranges, initializer=_init, initargs=(reader,)
-    )
+    if n <= block:  # one block: no worker start-up
+        yield from make_executor("inprocess").map_ordered(
+            _read_block, [Block(0, n)], initializer=_init, initargs=(reader,)
+        )
+        return
+    units = (Block(lo, min(n, lo + block)) for lo in range(0, n, block))
+    yield from pool.map_ordered(_read_block, units, initializer=_init, initargs=(reader,))
 
 
 def convert(
@@ -69,6 +80,8 @@ def convert(
     source_format: str | None = None,
     split: str | None = None,
     workers: int | None = None,
+    engine: str = "processes",
+    address: str | None = None,
     overwrite: bool = False,
     writer_options: dict[str, Any] | None = None,
     reader_options: dict[str, Any] | None = None,
@@ -79,13 +92,14 @@ def convert(
     Records go to record formats as they are; token sequences go to token formats, or to
     record formats as ``{"tokens": ids}`` (read them back with ``token_column="tokens"``).
     ``reader_options`` go to the source's reader (``token_column=`` gives the token view of a
-    records source).
+    records source). ``engine`` ("inprocess", "processes", "ray" at ``address``) and
+    ``workers`` choose where source blocks are read; the output is the same for all.
     """
     t0 = time.perf_counter()
     target = formats.spec(to)
     dst = check_output(dst, overwrite)
     opts = dict(writer_options or {})
-    n_workers = (os.cpu_count() or 1) if workers is None else workers
+    pool = make_executor(engine, 0 if workers == 1 else workers, address)
     summary = ConvertSummary(output=str(dst))
     source = formats.spec(source_format) if source_format else formats.spec(formats.detect(src))
     src_splits: list[str | None] = [split]
@@ -121,7 +135,7 @@ def convert(
     out: Any = sink if sink is not None else w
     try:
         for s, reader in zip(src_splits, readers, strict=True):
-            for block in _blocks(reader, n_workers):
+            for block in _blocks(reader, pool):
                 try:
                     if sink is not None:
                         _write_tokens(sink, block, s if s in target.splits else "train")

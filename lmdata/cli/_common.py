@@ -96,3 +96,22 @@ def to_json_line(obj: Any) -> bytes:
         import json
 
         return json.dumps(obj, default=_default, ensure_ascii=False).encode() + b"\n"
+
+
+def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--engine`` and ``--address``: where the work units run (the output is the same)."""
+    f = click.option(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="--engine ray: the cluster to join (e.g. ray://head:10001 or auto; default: start "
+        "a local Ray instance).",
+    )(f)
+    return click.option(
+        "--engine",
+        type=click.Choice(["inprocess", "processes", "ray"]),
+        default="processes",
+        show_default=True,
+        help="Where work units run: this process, local worker processes, or a Ray cluster "
+        "(pip install 'lmdata[ray]'). The output bytes are the same for every engine.",
+    )(f)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from lmdata.cli._common import FormatName, split_option, unsafe_pickle_option
+from lmdata.cli._common import FormatName, engine_options, split_option, unsafe_pickle_option
 from lmdata.convert import convert
 
 
@@ -43,6 +43,7 @@ from lmdata.convert import convert
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists.")
 @unsafe_pickle_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress (bar or log lines).")
+@engine_options
 def command(
     src: str,
     dst: str,
@@ -54,6 +55,8 @@ def command(
     overwrite: bool,
     allow_unsafe_pickle: bool,
     quiet: bool,
+    engine: str,
+    address: str | None,
 ) -> None:
     """Convert SRC into format --to at DST: records to records, token sequences to token
     sequences, losslessly, or an error naming the field the target cannot hold.
@@ -61,7 +64,7 @@ def command(
     A format's fixed splits (flat-tokens: train and validation) are kept when the target has
     them too; otherwise --split picks one.
     """
-    from lmdata.cli._progress import bar as progress_bar
+    from lmdata._progress import bar as progress_bar
 
     bar = progress_bar(unit="rec", quiet=quiet, desc="convert")
     ropts: dict[str, object] = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
@@ -74,6 +77,8 @@ def command(
         source_format=source_format,
         split=split,
         workers=workers,
+        engine=engine,
+        address=address,
         overwrite=overwrite,
         reader_options=ropts,
         progress=lambda n: bar.update(n - bar.n),

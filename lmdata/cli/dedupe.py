@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from lmdata.cli._common import engine_options
 from lmdata.dolma.cli_support import DolmaCommand, build, config_path, show_config
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.dedupe import dedupe
@@ -64,6 +65,7 @@ from lmdata.dolma.dedupe import dedupe
 )
 @click.option("--dryrun", is_flag=True, help="Print the resolved config; dedupe nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@engine_options
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -80,6 +82,8 @@ def command(
     sets: tuple[str, ...],
     dryrun: bool,
     quiet: bool,
+    engine: str,
+    address: str | None,
 ) -> None:
     """Write attributes/<name>/ flagging every copy but the first (in input order).
 
@@ -102,7 +106,7 @@ def command(
         show_config(data)
         return
     cfg = DedupeConfig.from_dict(data)
-    res = dedupe(cfg, progress=not quiet)
+    res = dedupe(cfg, progress=not quiet, engine=engine, address=address)
     click.echo(
         f"{res.duplicates:,} duplicate {cfg.mode} of {res.keys:,} keys in "
         f"{res.documents:,} documents, {res.files} files, {res.seconds:.1f} s, "

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from lmdata.cli._progress import bar as progress_bar
+from lmdata._progress import bar as progress_bar
 from lmdata.formats.modalities_jsonl import build_index
 
 _PROGRESS_FROM = 64 << 20  # show a progress bar for files from 64 MiB

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 import orjson
 
+from lmdata.cli._common import engine_options
 from lmdata.dolma.cli_support import DolmaCommand, build, config_path
 from lmdata.dolma.config import MixerConfig
 from lmdata.dolma.mixer import mix, plan_shards
@@ -36,6 +37,7 @@ from lmdata.errors import InvalidInputError
 )
 @click.option("--dryrun", is_flag=True, help="Print the shards; write nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@engine_options
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -44,6 +46,8 @@ def command(
     sets: tuple[str, ...],
     dryrun: bool,
     quiet: bool,
+    engine: str,
+    address: str | None,
 ) -> None:
     """Mix documents as `dolma mix` does: same documents, order and texts, with
     metadata.provenance = "<file>:<line>". Existing output shards are kept (resume)."""
@@ -61,7 +65,7 @@ def command(
                     ).decode()
                 )
         return
-    res = mix(cfg, progress=not quiet)
+    res = mix(cfg, progress=not quiet, engine=engine, address=address)
     for w in res.warnings:
         click.echo(f"warning: {w}", err=True)
     click.echo(

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 import orjson
 
+from lmdata._progress import bar as progress_bar
 from lmdata.cli._common import format_option, split_option, unsafe_pickle_option
-from lmdata.cli._progress import bar as progress_bar
 from lmdata.inspect.stats import SAMPLE_RECORDS, SAMPLE_TOKENS
 
 

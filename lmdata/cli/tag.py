@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from lmdata.cli._common import engine_options
 from lmdata.dolma.cli_support import DolmaCommand, build, config_path, show_config
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.tag import tag
@@ -60,6 +61,7 @@ from lmdata.dolma.taggers import REGISTRY, load_modules
 @click.option("--list", "list_taggers", is_flag=True, help="List the available taggers and exit.")
 @click.option("--dryrun", is_flag=True, help="Print the resolved config; tag nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@engine_options
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -75,6 +77,8 @@ def command(
     list_taggers: bool,
     dryrun: bool,
     quiet: bool,
+    engine: str,
+    address: str | None,
 ) -> None:
     """Tag documents: attributes/<experiment or tagger>/ mirrors documents/ row for row.
 
@@ -101,7 +105,7 @@ def command(
         show_config(data)
         return
     cfg = TagConfig.from_dict(data)
-    res = tag(cfg, progress=not quiet)
+    res = tag(cfg, progress=not quiet, engine=engine, address=address)
     click.echo(
         f"tagged {res.documents:,} documents in {res.files - res.skipped_files} files "
         f"({res.skipped_files} already done) in {res.seconds:.1f} s, "

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from lmdata.cli._common import FormatName
+from lmdata.cli._common import FormatName, engine_options
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
 
 
@@ -117,6 +117,7 @@ def _accepting(option: str) -> list[str]:
     "br, snappy (default none). Other formats: not accepted.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress (bar or log lines).")
+@engine_options
 def command(
     sources: tuple[str, ...],
     dst: str,
@@ -138,6 +139,8 @@ def command(
     chunk_tokens: int | None,
     compression: str | None,
     quiet: bool,
+    engine: str,
+    address: str | None,
 ) -> None:
     """Tokenize the documents in SOURCES (JSONL[.gz|.zst] files or folders, Dolma trees,
     Modalities raw JSONL, Parquet, text files, or lmdata record datasets) into DST.
@@ -145,7 +148,7 @@ def command(
     The output is written atomically and is the same for any number of workers. Ctrl-C leaves
     no output; run again with --resume to continue.
     """
-    from lmdata.cli._progress import bar as progress_bar
+    from lmdata._progress import bar as progress_bar
 
     for option, value in (("chunk_tokens", chunk_tokens), ("compression", compression)):
         if value is not None and to not in _accepting(option):
@@ -190,6 +193,8 @@ def command(
             job,
             validation_sources=list(validation_sources),
             workers=workers,
+            engine=engine,
+            address=address,
             resume=resume,
             overwrite=overwrite,
             progress=progress,

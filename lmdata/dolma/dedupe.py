@@ -31,7 +31,7 @@ import numpy as np
 import orjson
 import xxhash
 
-from lmdata.dolma import _parallel
+from lmdata import parallel
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
@@ -116,9 +116,44 @@ def _hash(s: str) -> tuple[int, int]:
     return h >> 64, h & 0xFFFFFFFFFFFFFFFF
 
 
-def _phase_hash(task: tuple[int, str, DedupeConfig, str, int]) -> tuple[int, int]:
-    """Hash every key of one file into the bucket spill files; returns (docs, keys)."""
-    k, path_s, cfg, work, nbuckets = task
+@dataclass(frozen=True)
+class HashTask:
+    """Phase 1: hash the keys of document file number ``k`` into ``nbuckets`` buckets."""
+
+    k: int
+    path: str
+    cfg: DedupeConfig
+    work: str
+    nbuckets: int
+
+
+@dataclass(frozen=True)
+class HashResult:
+    documents: int
+    keys: int
+
+
+@dataclass(frozen=True)
+class MarkTask:
+    """Phase 2: mark the duplicates in bucket ``b`` (all but each hash's first occurrence)."""
+
+    b: int
+    work: str
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    """Phase 3: write the attribute rows of document file number ``k``."""
+
+    k: int
+    path: str
+    cfg: DedupeConfig
+    work: str
+
+
+def _phase_hash(task: HashTask) -> HashResult:
+    """Hash every key of one file into the bucket spill files."""
+    k, path_s, cfg, work, nbuckets = task.k, task.path, task.cfg, task.work, task.nbuckets
     path = Path(path_s)
     rows: list[tuple[int, int, int, int, int]] = []
     nparts = 0
@@ -155,17 +190,17 @@ def _phase_hash(task: tuple[int, str, DedupeConfig, str, int]) -> tuple[int, int
         if len(rows) >= SPILL_EVERY:
             keys += len(rows)
             spill()
-        if docs % _parallel.REPORT_EVERY == 0:
-            _parallel.report(_parallel.REPORT_EVERY)
+        if docs % parallel.REPORT_EVERY == 0:
+            parallel.report(parallel.REPORT_EVERY)
     keys += len(rows)
     spill()
-    _parallel.report(docs % _parallel.REPORT_EVERY)
-    return docs, keys
+    parallel.report(docs % parallel.REPORT_EVERY)
+    return HashResult(docs, keys)
 
 
-def _phase_mark(task: tuple[int, str]) -> int:
+def _phase_mark(task: MarkTask) -> int:
     """Mark all but the first occurrence of each hash in one bucket; returns duplicates."""
-    b, work = task
+    b, work = task.b, task.work
     parts = sorted((Path(work) / f"h-{b}").glob("*.npy"))
     if not parts:
         return 0
@@ -184,9 +219,9 @@ def _phase_mark(task: tuple[int, str]) -> int:
     return int(dup.sum())
 
 
-def _phase_write(task: tuple[int, str, DedupeConfig, str]) -> int:
+def _phase_write(task: WriteTask) -> int:
     """Write one file's attribute rows from the marked duplicates."""
-    k, path_s, cfg, work = task
+    k, path_s, cfg, work = task.k, task.path, task.cfg, task.work
     path = Path(path_s)
     marks = [np.load(p) for p in sorted((Path(work) / f"d-{k}").glob("*.npy"))]
     dups: set[tuple[int, int]] = set()
@@ -229,8 +264,15 @@ def _phase_write(task: tuple[int, str, DedupeConfig, str]) -> int:
     return n
 
 
-def dedupe(cfg: DedupeConfig, progress: bool = False) -> DedupeResult:
-    """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``."""
+def dedupe(
+    cfg: DedupeConfig,
+    progress: bool = False,
+    engine: str = "processes",
+    address: str | None = None,
+) -> DedupeResult:
+    """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``, on
+    ``cfg.processes`` workers of ``engine``; the output is the same for any engine and count.
+    The work folder (``cfg.work_dir``) must be visible to every worker (shared on a cluster)."""
     files = cfg.document_files()
     t0 = time.perf_counter()
     total = sum(f.stat().st_size for f in files)
@@ -245,24 +287,24 @@ def dedupe(cfg: DedupeConfig, progress: bool = False) -> DedupeResult:
             (Path(work) / f"h-{b}").mkdir()
         for k in range(len(files)):
             (Path(work) / f"d-{k}").mkdir()
-        counted = _parallel.run_tasks(
+        run = functools.partial(
+            parallel.run_all, engine=engine, workers=cfg.processes, address=address
+        )
+        counted = run(
             _phase_hash,
-            [(k, str(f), cfg, work, nbuckets) for k, f in enumerate(files)],
-            cfg.processes,
+            [HashTask(k, str(f), cfg, work, nbuckets) for k, f in enumerate(files)],
             desc="dedupe: hash",
             progress=progress,
         )
-        dups = _parallel.run_tasks(
+        dups = run(
             _phase_mark,
-            [(b, work) for b in range(nbuckets)],
-            cfg.processes,
+            [MarkTask(b, work) for b in range(nbuckets)],
             desc="dedupe: mark",
             progress=False,
         )
-        _parallel.run_tasks(
+        run(
             _phase_write,
-            [(k, str(f), cfg, work) for k, f in enumerate(files)],
-            cfg.processes,
+            [WriteTask(k, str(f), cfg, work) for k, f in enumerate(files)],
             desc="dedupe: write",
             progress=False,
         )
@@ -270,8 +312,8 @@ def dedupe(cfg: DedupeConfig, progress: bool = False) -> DedupeResult:
         shutil.rmtree(work, ignore_errors=True)
     return DedupeResult(
         files=len(files),
-        documents=sum(d for d, _ in counted),
-        keys=sum(k for _, k in counted),
+        documents=sum(c.documents for c in counted),
+        keys=sum(c.keys for c in counted),
         duplicates=sum(dups),
         seconds=time.perf_counter() - t0,
     )

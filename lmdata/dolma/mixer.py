@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from lmdata.dolma import _parallel
+from lmdata import parallel
 from lmdata.dolma.config import MixerConfig, SpanReplacement, StreamConfig
 from lmdata.dolma.jsonpath import JqExpr, JsonPath, compile_selector
 from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
@@ -288,16 +288,23 @@ def _mix_shard(shard: Shard) -> ShardStats:
                     if line is not None:
                         f.write(line)
                         stats.written += 1
-                    if stats.read % _parallel.REPORT_EVERY == 0:
-                        _parallel.report(_parallel.REPORT_EVERY)
+                    if stats.read % parallel.REPORT_EVERY == 0:
+                        parallel.report(parallel.REPORT_EVERY)
         finally:
             f.close()
-    _parallel.report(stats.read % _parallel.REPORT_EVERY)
+    parallel.report(stats.read % parallel.REPORT_EVERY)
     return stats
 
 
-def mix(cfg: MixerConfig, base: Path | None = None, progress: bool = False) -> MixResult:
-    """Run every stream of ``cfg``; relative paths are taken from ``base`` (default: cwd)."""
+def mix(
+    cfg: MixerConfig,
+    base: Path | None = None,
+    progress: bool = False,
+    engine: str = "processes",
+    address: str | None = None,
+) -> MixResult:
+    """Run every stream of ``cfg`` on ``cfg.processes`` workers of ``engine`` ("inprocess",
+    "processes", "ray" at ``address``); relative paths are taken from ``base`` (default: cwd)."""
     for s in cfg.streams:  # compile every expression up front: config errors before any work
         for e in (*s.include, *s.exclude):
             _selector(e, s.syntax)
@@ -305,7 +312,15 @@ def mix(cfg: MixerConfig, base: Path | None = None, progress: bool = False) -> M
             _selector(r.span, r.syntax)
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
     t0 = time.perf_counter()
-    stats = _parallel.run_tasks(_mix_shard, shards, cfg.processes, desc="mix", progress=progress)
+    stats = parallel.run_all(
+        _mix_shard,
+        shards,
+        engine=engine,
+        workers=cfg.processes,
+        address=address,
+        desc="mix",
+        progress=progress,
+    )
     warnings = tuple(w for st in stats for w in st.warnings)
     for w in warnings:
         log.warning(w)

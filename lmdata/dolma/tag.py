@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from lmdata.dolma import _parallel
+from lmdata import parallel
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
 from lmdata.errors import CorruptDataError, InvalidInputError
@@ -45,11 +45,25 @@ def _outputs(doc_file: Path, cfg: TagConfig) -> list[tuple[Path, str, list[str]]
     return [(attribute_path(doc_file, t), t, [t]) for t in cfg.taggers]
 
 
-def _tag_file(task: tuple[str, TagConfig]) -> tuple[int, bool]:
-    path, cfg = Path(task[0]), task[1]
+@dataclass(frozen=True)
+class TagTask:
+    """Tag the documents of one file (the worker reads it)."""
+
+    path: str
+    cfg: TagConfig
+
+
+@dataclass(frozen=True)
+class TagFileResult:
+    documents: int
+    skipped: bool  # every output existed already
+
+
+def _tag_file(task: TagTask) -> TagFileResult:
+    path, cfg = Path(task.path), task.cfg
     outs = _outputs(path, cfg)
     if not cfg.ignore_existing and all(o.is_file() for o, _, _ in outs):
-        return 0, True
+        return TagFileResult(0, True)
     load_modules(cfg.tagger_modules)
     groups = [[(exp, n, make_tagger(n, seed=cfg.seed)) for n in names] for _, exp, names in outs]
     n = 0
@@ -77,10 +91,10 @@ def _tag_file(task: tuple[str, TagConfig]) -> tuple[int, bool]:
                 }
                 f.write(orjson.dumps(row) + b"\n")
             n += 1
-            if n % _parallel.REPORT_EVERY == 0:
-                _parallel.report(_parallel.REPORT_EVERY)
-    _parallel.report(n % _parallel.REPORT_EVERY)
-    return n, False
+            if n % parallel.REPORT_EVERY == 0:
+                parallel.report(parallel.REPORT_EVERY)
+    parallel.report(n % parallel.REPORT_EVERY)
+    return TagFileResult(n, False)
 
 
 class _AtomicFiles:
@@ -103,8 +117,11 @@ class _AtomicFiles:
             c.__exit__(et, ev, tb)
 
 
-def tag(cfg: TagConfig, progress: bool = False) -> TagResult:
-    """Run ``cfg.taggers`` over ``cfg.documents``; see the module docstring for outputs."""
+def tag(
+    cfg: TagConfig, progress: bool = False, engine: str = "processes", address: str | None = None
+) -> TagResult:
+    """Run ``cfg.taggers`` over ``cfg.documents`` on ``cfg.processes`` workers of ``engine``
+    ("inprocess", "processes", "ray" at ``address``); see the module docstring for outputs."""
     if not cfg.taggers:
         raise InvalidInputError("no taggers given; name at least one (see `lmdata tag --list`)")
     load_modules(cfg.tagger_modules)
@@ -112,14 +129,20 @@ def tag(cfg: TagConfig, progress: bool = False) -> TagResult:
         make_tagger(name, seed=cfg.seed)  # fail early on unknown names
     files = cfg.document_files()
     t0 = time.perf_counter()
-    results = _parallel.run_tasks(
-        _tag_file, [(str(f), cfg) for f in files], cfg.processes, desc="tag", progress=progress
+    results = parallel.run_all(
+        _tag_file,
+        [TagTask(str(f), cfg) for f in files],
+        engine=engine,
+        workers=cfg.processes,
+        address=address,
+        desc="tag",
+        progress=progress,
     )
     outs = tuple(str(o) for f in files for o, _, _ in _outputs(f, cfg))
     return TagResult(
         files=len(files),
-        skipped_files=sum(s for _, s in results),
-        documents=sum(n for n, _ in results),
+        skipped_files=sum(r.skipped for r in results),
+        documents=sum(r.documents for r in results),
         seconds=time.perf_counter() - t0,
         outputs=outs,
     )

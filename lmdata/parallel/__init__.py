@@ -1,88 +1,204 @@
 """Executors: run independent work units and hand back their results in input order.
 
-The pipeline depends only on :class:`Executor`; a process pool on this machine is the default,
-and a cluster engine (Ray) fits behind the same method because units are independent and their
-results are committed in input order by the caller.
+Every pipeline (tokenize, convert, tag, dedupe, mix) depends only on :class:`Executor`. Units
+are small frozen dataclasses naming what to read (paths, byte ranges), results are frozen
+dataclasses too, and the caller commits results in input order, so the output bytes never depend
+on the engine or the number of workers. At most ``window`` units (2 per worker by default) are
+submitted ahead of the consumer, so a slow consumer never makes the driver grow.
+
+Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a spawn pool on this machine)
+and ``"ray"`` (a Ray cluster; :mod:`lmdata.parallel.ray`, imported only when asked for).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
 import signal
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
+
+from lmdata.errors import InvalidInputError
 
 T = TypeVar("T")
 R = TypeVar("R")
 
+ENGINES = ("inprocess", "processes", "ray")
+REPORT_EVERY = 2000  # workers report progress every this many documents
+
+Progress = Callable[[int], None]
+
 
 class Executor(Protocol):
-    """Maps ``fn`` over ``tasks`` and yields the results in the order of the tasks."""
+    """Maps ``fn`` over ``units`` and yields the results in the order of the units."""
+
+    workers: int
 
     def map_ordered(
         self,
         fn: Callable[[T], R],
-        tasks: Iterable[T],
+        units: Iterable[T],
         *,
         initializer: Callable[..., None] | None = None,
         initargs: tuple[Any, ...] = (),
+        on_report: Progress | None = None,
     ) -> Iterator[R]: ...
+
+
+# ---- progress from inside a unit -------------------------------------------------------------
+
+_SINK: Any = None  # a queue (worker process) or a callback (in process); None: nobody listens
+
+
+def report(n: int) -> None:
+    """Add ``n`` (documents) to the job's progress, from a worker or from this process."""
+    if n <= 0 or _SINK is None:
+        return
+    if callable(_SINK):
+        _SINK(n)
+    else:
+        _SINK.put(n)
 
 
 class InProcess:
     """Runs every unit in the calling process (debugging, tiny jobs, ``workers=0``)."""
 
+    workers = 1
+
     def map_ordered(
         self,
         fn: Callable[[T], R],
-        tasks: Iterable[T],
+        units: Iterable[T],
         *,
         initializer: Callable[..., None] | None = None,
         initargs: tuple[Any, ...] = (),
+        on_report: Progress | None = None,
     ) -> Iterator[R]:
+        global _SINK
         if initializer is not None:
             initializer(*initargs)
-        for t in tasks:
-            yield fn(t)
+        for u in units:
+            _SINK = on_report
+            try:
+                r = fn(u)
+            finally:
+                _SINK = None
+            yield r
 
 
 class LocalProcesses:
     """A pool of ``workers`` processes started with *spawn* (a forked child would inherit
-    tokenizer thread pools and open handles). Tasks are fed lazily, one at a time, so memory
-    stays bounded by the pool's queue; on an exception or Ctrl-C the workers are terminated."""
+    tokenizer thread pools and open handles). Units are pulled lazily: at most ``window`` are
+    submitted and not yet consumed. On an exception or Ctrl-C the workers are terminated."""
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, window: int | None = None) -> None:
         self.workers = max(1, workers if workers is not None else os.cpu_count() or 1)
+        self.window = max(1, window if window is not None else 2 * self.workers)
 
     def map_ordered(
         self,
         fn: Callable[[T], R],
-        tasks: Iterable[T],
+        units: Iterable[T],
         *,
         initializer: Callable[..., None] | None = None,
         initargs: tuple[Any, ...] = (),
+        on_report: Progress | None = None,
     ) -> Iterator[R]:
         ctx = mp.get_context("spawn")
+        q = ctx.Queue() if on_report is not None else None
+
+        def drain() -> None:
+            while q is not None and on_report is not None:
+                try:
+                    on_report(q.get_nowait())
+                except queue.Empty:
+                    return
+
+        it = iter(units)
         with ctx.Pool(
-            self.workers, initializer=_worker_init, initargs=(initializer, initargs)
+            self.workers, initializer=_worker_init, initargs=(initializer, initargs, q)
         ) as pool:
             try:
-                yield from pool.imap(fn, tasks, chunksize=1)
+                pending: deque[Any] = deque()
+                exhausted = False
+                while True:
+                    while not exhausted and len(pending) < self.window:
+                        try:
+                            pending.append(pool.apply_async(fn, (next(it),)))
+                        except StopIteration:
+                            exhausted = True
+                    if not pending:
+                        break
+                    head = pending[0]
+                    while not head.ready():
+                        head.wait(0.1)
+                        drain()
+                    pending.popleft()
+                    result = head.get()
+                    drain()
+                    yield result
             except BaseException:
                 pool.terminate()
                 raise
+            finally:
+                if q is not None:
+                    q.close()
 
 
-def _worker_init(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+def _worker_init(
+    initializer: Callable[..., None] | None, initargs: tuple[Any, ...], q: Any
+) -> None:
+    global _SINK
     # Ctrl-C reaches the whole process group: workers ignore it, the parent terminates them
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _SINK = q
     if initializer is not None:
         initializer(*initargs)
 
 
-def executor(workers: int | None) -> Executor:
-    """``workers=0``: in this process; ``None``: a process per core; ``N``: N processes."""
-    if workers == 0:
+def make_executor(
+    engine: str = "processes", workers: int | None = None, address: str | None = None
+) -> Executor:
+    """The executor for ``engine``: ``workers=None`` is a worker per core (for Ray: the cluster's
+    CPUs); ``workers=0`` with the processes engine runs in this process."""
+    if engine not in ENGINES:
+        raise InvalidInputError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    if address is not None and engine != "ray":
+        raise InvalidInputError("an address applies to engine='ray' only (pass --engine ray)")
+    if engine == "ray":
+        from lmdata.parallel.ray import RayExecutor
+
+        return RayExecutor(workers or None, address=address)
+    if engine == "inprocess" or workers == 0:
         return InProcess()
     return LocalProcesses(workers)
+
+
+def executor(workers: int | None) -> Executor:
+    """``workers=0``: in this process; ``None``: a process per core; ``N``: N processes."""
+    return make_executor("processes", workers)
+
+
+def run_all(
+    fn: Callable[[T], R],
+    units: list[T],
+    *,
+    engine: str = "processes",
+    workers: int = 1,
+    address: str | None = None,
+    desc: str = "documents",
+    progress: bool = True,
+) -> list[R]:
+    """``[fn(u) for u in units]`` on ``engine`` with a documents/s bar fed by :func:`report`.
+    With the processes engine, one worker (or one unit) runs in this process: no start-up."""
+    from lmdata._progress import bar as progress_bar
+
+    n = min(workers, len(units))
+    pool = make_executor(engine, 0 if n <= 1 and engine == "processes" else n, address)
+    bar = progress_bar(unit=" docs", desc=desc, quiet=not progress)
+    try:
+        return list(pool.map_ordered(fn, units, on_report=bar.update))
+    finally:
+        bar.close()

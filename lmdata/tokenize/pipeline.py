@@ -21,7 +21,7 @@ import shutil
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import numpy as np
 import orjson
 
 from lmdata.errors import InvalidInputError, LmdataError
-from lmdata.parallel import executor
+from lmdata.parallel import make_executor
 from lmdata.storage import check_output
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
@@ -60,9 +60,46 @@ def _is_validation(key: str, fraction: float) -> bool:
     )
 
 
-def _process(task: tuple[Unit, str, str, bool, float, bool, bool]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TokenizeTask:
+    """One unit of documents and what the worker needs to know to tokenize it."""
+
+    unit: Unit
+    path: str
+    text_key: str
+    skip_invalid: bool
+    validation_fraction: float
+    validation_file: bool  # every document of the file goes to the validation split
+    special_tokens: bool
+
+
+@dataclass(frozen=True)
+class TokenizeResult:
+    """One unit's tokens, in document order, and its counts."""
+
+    file: int
+    part: int
+    position: int  # bytes of the input file consumed after this unit (-1: all of it)
+    tokens: np.ndarray
+    lengths: np.ndarray
+    validation: np.ndarray
+    read: int
+    skipped: tuple[str, ...]
+    bytes: int
+
+    def meta(self) -> dict[str, Any]:
+        return {"read": self.read, "skipped": list(self.skipped), "bytes": self.bytes}
+
+
+def _process(task: TokenizeTask) -> TokenizeResult:
     """Parse and tokenize one unit; raises InvalidInputError on bad input unless skipping."""
-    unit, path, text_key, skip_invalid, fraction, val_file, special = task
+    unit, path, text_key = task.unit, task.path, task.text_key
+    skip_invalid, fraction, val_file = (
+        task.skip_invalid,
+        task.validation_fraction,
+        task.validation_file,
+    )
+    special = task.special_tokens
     assert _TOKENIZER is not None
     texts: list[str] = []
     keys: list[str] = []
@@ -109,17 +146,17 @@ def _process(task: tuple[Unit, str, str, bool, float, bool, bool]) -> dict[str, 
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     flat = np.concatenate(ids).astype(np.uint32) if ids else np.zeros(0, np.uint32)
     val = np.array([val_file or _is_validation(k, fraction) for k in keys], dtype=bool)
-    return {
-        "position": unit.position,
-        "file": unit.file_index,
-        "part": unit.part,
-        "tokens": flat,
-        "lengths": lengths,
-        "validation": val,
-        "read": len(unit.items),
-        "skipped": skipped,
-        "bytes": sum(len(x) for x in unit.items if isinstance(x, (bytes, str))),
-    }
+    return TokenizeResult(
+        file=unit.file_index,
+        part=unit.part,
+        position=unit.position,
+        tokens=flat,
+        lengths=lengths,
+        validation=val,
+        read=len(unit.items),
+        skipped=tuple(skipped),
+        bytes=sum(len(x) for x in unit.items if isinstance(x, (bytes, str))),
+    )
 
 
 # ---- the work folder -------------------------------------------------------------------------
@@ -156,21 +193,16 @@ def _prepare_work(work: Path, manifest: bytes, resume: bool) -> set[int]:
     return set()
 
 
-def _stage(work: Path, res: dict[str, Any]) -> None:
-    name = f"{res['file']:06d}-{res['part']:06d}"
+def _stage(work: Path, res: TokenizeResult) -> None:
+    name = f"{res.file:06d}-{res.part:06d}"
     tmp = work / "parts" / f".{name}.tmp.npz"
     with open(tmp, "wb") as fh:
         np.savez(
             fh,
-            tokens=res["tokens"],
-            lengths=res["lengths"],
-            validation=res["validation"],
-            meta=np.frombuffer(
-                orjson.dumps(
-                    {"read": res["read"], "skipped": res["skipped"], "bytes": res["bytes"]}
-                ),
-                dtype=np.uint8,
-            ),
+            tokens=res.tokens,
+            lengths=res.lengths,
+            validation=res.validation,
+            meta=np.frombuffer(orjson.dumps(res.meta()), dtype=np.uint8),
         )
     os.replace(tmp, work / "parts" / f"{name}.npz")
 
@@ -189,11 +221,18 @@ def tokenize(
     *,
     validation_sources: list[str | os.PathLike[str]] | None = None,
     workers: int | None = None,
+    engine: str = "processes",
+    address: str | None = None,
     resume: bool = False,
     overwrite: bool = False,
     progress: Callable[[dict[str, float]], None] | None = None,
 ) -> Summary:
-    """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst``."""
+    """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst``.
+
+    ``engine`` is "inprocess", "processes" (``workers`` processes, default one per core) or
+    "ray" (the cluster at ``address``, default a local one); the output is the same for all.
+    """
+    pool = make_executor(engine, workers, address)
     t0 = time.perf_counter()
     dst = check_output(dst, overwrite)
     inputs = list_inputs(list(sources), job.source_format)
@@ -229,7 +268,7 @@ def tokenize(
                     orjson.loads(z["meta"].tobytes()),
                     summary,
                 )
-        _run_workers(inputs, job, work, done, workers, progress, summary, sink)
+        _run_workers(inputs, job, work, done, pool, progress, summary, sink)
     except BaseException as e:
         sink.abort()
         if not isinstance(e, KeyboardInterrupt):
@@ -252,12 +291,11 @@ def _run_workers(
     job: TokenizeJob,
     work: Path,
     done: set[int],
-    workers: int | None,
+    pool: Any,
     progress: Callable[[dict[str, float]], None] | None,
     summary: Summary,
     sink: Any,
 ) -> None:
-    n_workers = (os.cpu_count() or 1) if workers is None else workers
     units = iter_units(
         inputs,
         job.batch_docs,
@@ -269,14 +307,14 @@ def _run_workers(
     if special is None:  # the target's convention
         special = job.target.special_tokens
     tasks = (
-        (
-            u,
-            inputs[u.file_index].path,
-            job.text_key,
-            job.skip_invalid,
-            job.validation_fraction,
-            inputs[u.file_index].validation,
-            special,
+        TokenizeTask(
+            unit=u,
+            path=inputs[u.file_index].path,
+            text_key=job.text_key,
+            skip_invalid=job.skip_invalid,
+            validation_fraction=job.validation_fraction,
+            validation_file=inputs[u.file_index].validation,
+            special_tokens=special,
         )
         for u in units
     )
@@ -291,25 +329,24 @@ def _run_workers(
     }
     current = None
 
-    def handle(res: dict[str, Any]) -> None:
+    def handle(res: TokenizeResult) -> None:
         nonlocal current
-        if current is not None and res["file"] != current:
+        if current is not None and res.file != current:
             _mark_done(work, current)
-        current = res["file"]
+        current = res.file
         _stage(work, res)
-        meta = {"read": res["read"], "skipped": res["skipped"], "bytes": res["bytes"]}
-        _consume(sink, res["tokens"], res["lengths"], res["validation"], meta, summary)
-        stats["documents"] += res["read"]
-        stats["tokens"] += len(res["tokens"])
-        stats["bytes"] += res["bytes"]
-        pos = res["position"]
-        fi = res["file"]
+        _consume(sink, res.tokens, res.lengths, res.validation, res.meta(), summary)
+        stats["documents"] += res.read
+        stats["tokens"] += len(res.tokens)
+        stats["bytes"] += res.bytes
+        pos = res.position
+        fi = res.file
         # finished files are always a prefix of the inputs (results arrive in order)
         stats["input_bytes"] = base[fi] + (inputs[fi].size if pos < 0 else pos)
         if progress is not None:
             progress(stats)
 
-    for res in executor(n_workers).map_ordered(
+    for res in pool.map_ordered(
         _process, tasks, initializer=_init_worker, initargs=(job.tokenizer,)
     ):
         handle(res)

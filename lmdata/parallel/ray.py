@@ -1,0 +1,125 @@
+"""The Ray engine: the same units as the local engines, as Ray tasks on a cluster.
+
+Units name what to read (paths, byte ranges), so workers read their inputs themselves; results
+come back to the driver, which takes them in input order from a window of at most ``window``
+submitted units. A task whose worker dies is retried by Ray (``max_retries``); its result is
+only ever taken once, by the driver, in order, so a retry never duplicates or drops output.
+Imported only when ``engine="ray"`` is asked for; ``import lmdata`` never imports ray.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from lmdata._deps import require
+from lmdata.errors import LmdataError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# test hook: a folder; while it holds a file named "fail-<N>", the worker running unit N deletes
+# it and dies (as a killed node would), so Ray retries the unit once
+FAIL_ONCE_ENV = "LMDATA_TEST_RAY_FAIL_DIR"
+
+_READY: set[str] = set()  # jobs whose initializer already ran in this worker process
+
+
+def _run(job: str, setup: list[Any], fn: Callable[[Any], Any], index: int, unit: Any) -> Any:
+    """One unit on a Ray worker: run the job's initializer once per worker, then ``fn``."""
+    hook = os.environ.get(FAIL_ONCE_ENV)
+    if hook:
+        try:
+            os.unlink(os.path.join(hook, f"fail-{index}"))
+        except FileNotFoundError:
+            pass
+        else:
+            os._exit(1)
+    if job not in _READY:
+        import ray
+
+        initializer, initargs = ray.get(setup[0])  # nested in a list: fetched once per worker
+        if initializer is not None:
+            initializer(*initargs)
+        _READY.add(job)
+    return fn(unit)
+
+
+class RayExecutor:
+    """Runs units as Ray tasks on the cluster at ``address`` (default: an already connected
+    one, else a local instance). ``workers`` (default: the cluster's CPUs) sets the window:
+    2 units per worker are submitted ahead of the consumer."""
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        address: str | None = None,
+        max_retries: int = 3,
+        window: int | None = None,
+    ) -> None:
+        self.ray = require("ray", "engine='ray' (--engine ray)")
+        self.address = address
+        self.max_retries = max_retries
+        self._workers = workers
+        self._window = window
+
+    @property
+    def workers(self) -> int:
+        self._connect()
+        if self._workers is None:
+            self._workers = max(1, int(self.ray.cluster_resources().get("CPU", 1)))
+        return self._workers
+
+    def _connect(self) -> None:
+        if not self.ray.is_initialized():
+            self.ray.init(
+                address=self.address,
+                include_dashboard=False,
+                logging_level="WARNING",
+                log_to_driver=False,
+            )
+
+    def map_ordered(
+        self,
+        fn: Callable[[T], R],
+        units: Iterable[T],
+        *,
+        initializer: Callable[..., None] | None = None,
+        initargs: tuple[Any, ...] = (),
+        on_report: Callable[[int], None] | None = None,
+    ) -> Iterator[R]:
+        ray = self.ray
+        window = self._window or 2 * self.workers
+        remote = ray.remote(num_cpus=1, max_retries=self.max_retries)(_run)
+        job = uuid.uuid4().hex
+        setup = [ray.put((initializer, initargs))]
+        pending: deque[Any] = deque()
+        it = enumerate(units)
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(pending) < window:
+                    try:
+                        i, u = next(it)
+                    except StopIteration:
+                        exhausted = True
+                    else:
+                        pending.append(remote.remote(job, setup, fn, i, u))
+                if not pending:
+                    return
+                head = pending.popleft()
+                try:
+                    result = ray.get(head)
+                except ray.exceptions.RayTaskError as e:
+                    cause = getattr(e, "cause", None)
+                    if isinstance(cause, (LmdataError, KeyboardInterrupt)):
+                        raise cause from None
+                    raise
+                yield result
+        finally:
+            for ref in pending:  # an error or an early stop: nothing more is wanted
+                ray.cancel(ref, force=True)

@@ -1,0 +1,48 @@
+"""--engine and --address on the CLI verbs: same output bytes, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from lmdata.cli.main import cli
+
+
+def _tree(p: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+
+
+def test_tokenize_and_convert_engines_give_the_same_bytes(tmp_path: Path) -> None:
+    src = tmp_path / "a.jsonl"
+    src.write_text(
+        "".join(json.dumps({"text": f"doc {i} " * (i % 7 + 1)}) + "\n" for i in range(700))
+    )
+    outs = {}
+    for engine in ("inprocess", "processes"):
+        tok, mds = tmp_path / f"tok-{engine}", tmp_path / f"mds-{engine}"
+        args = ["tokenize", str(src), str(tok), "--to", "flat-tokens", "--batch-docs", "50"]
+        res = CliRunner().invoke(cli, [*args, "--engine", engine, "--workers", "2", "-q"])
+        assert res.exit_code == 0, res.output
+        conv = ["convert", str(tok), str(mds), "--to", "mds", "--split", "train", "-q"]
+        res = CliRunner().invoke(cli, [*conv, "--engine", engine, "--workers", "2"])
+        assert res.exit_code == 0, res.output
+        outs[engine] = (_tree(tok), _tree(mds))
+    assert outs["inprocess"] == outs["processes"]
+
+
+def test_address_without_ray_engine_is_a_usage_error(tmp_path: Path) -> None:
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": "x"}\n')
+    res = CliRunner().invoke(
+        cli, ["tokenize", str(src), str(tmp_path / "o"), "--to", "flat-tokens", "--address", "auto"]
+    )
+    assert res.exit_code != 0
+    assert "--engine ray" in res.output
+
+
+def test_engine_option_is_on_every_pipeline_verb() -> None:
+    for verb in ("tokenize", "convert", "tag", "dedupe", "mix"):
+        res = CliRunner().invoke(cli, [verb, "--help"])
+        assert "--engine" in res.output and "--address" in res.output, verb

@@ -1,0 +1,120 @@
+"""The execution seam: input order, a bounded window, progress, engine selection."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from lmdata import parallel
+from lmdata.errors import InvalidInputError, MissingDependencyError
+from lmdata.parallel import InProcess, LocalProcesses, make_executor
+
+
+@dataclass(frozen=True)
+class Blob:
+    index: int
+    size: int
+
+
+def make_blob(u: Blob) -> bytes:
+    return u.index.to_bytes(4, "little") * (u.size // 4)
+
+
+def count_docs(n: int) -> int:
+    for _ in range(n):
+        parallel.report(1)
+    return n
+
+
+def fail_on_three(n: int) -> int:
+    if n == 3:
+        raise InvalidInputError("unit three is bad", path="x.jsonl")
+    return n
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_results_in_input_order_for_any_worker_count() -> None:
+    want = [make_blob(Blob(i, 8)) for i in range(50)]
+    for ex in (InProcess(), LocalProcesses(1), LocalProcesses(2, window=3)):
+        assert list(ex.map_ordered(make_blob, (Blob(i, 8) for i in range(50)))) == want
+
+
+def test_window_bounds_units_pulled_ahead_of_the_consumer() -> None:
+    pulled = 0
+
+    def units():
+        nonlocal pulled
+        for i in range(200):
+            pulled += 1
+            yield Blob(i, 4)
+
+    ex = LocalProcesses(2)
+    for k, _ in enumerate(ex.map_ordered(make_blob, units()), 1):
+        # never more than the window of units submitted and not yet consumed
+        assert pulled - k <= ex.window
+    assert pulled == 200
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_driver_memory_stays_flat_with_a_slow_consumer() -> None:
+    # 3000 units of 256 KiB: if results piled up (all units in flight), the driver would hold
+    # ~750 MiB; with the window it holds a few MiB whatever the consumer's speed
+    n, size = 3000, 256 << 10
+    ex = LocalProcesses(2)
+    base = peak = 0
+    for k, r in enumerate(ex.map_ordered(make_blob, (Blob(i, size) for i in range(n)))):
+        assert r[:4] == k.to_bytes(4, "little")
+        if k == 50:
+            base = _rss()
+        if k > 50:
+            peak = max(peak, _rss())
+        if k % 100 == 0:  # a slow consumer: the workers run ahead as far as they may
+            sum(range(200_000))
+    assert peak - base < 64 << 20
+
+
+def test_progress_reported_from_workers_and_from_this_process() -> None:
+    for ex in (InProcess(), LocalProcesses(2)):
+        seen: list[int] = []
+        out = list(ex.map_ordered(count_docs, [5, 0, 7, 3], on_report=seen.append))
+        assert out == [5, 0, 7, 3]
+        assert sum(seen) == 15
+
+
+def test_a_failing_unit_raises_its_lmdata_error() -> None:
+    for ex in (InProcess(), LocalProcesses(2)):
+        with pytest.raises(InvalidInputError, match="unit three"):
+            list(ex.map_ordered(fail_on_three, range(10)))
+
+
+def test_make_executor_picks_the_engine_and_rejects_bad_choices() -> None:
+    assert isinstance(make_executor("inprocess"), InProcess)
+    assert isinstance(make_executor("processes", 0), InProcess)
+    ex = make_executor("processes", 3)
+    assert isinstance(ex, LocalProcesses) and ex.workers == 3 and ex.window == 6
+    with pytest.raises(InvalidInputError, match="unknown engine"):
+        make_executor("spark")
+    with pytest.raises(InvalidInputError, match="applies to engine='ray' only"):
+        make_executor("processes", 2, address="auto")
+
+
+def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingDependencyError, match=r"lmdata\[ray\]"):
+        make_executor("ray", 2)
+
+
+def test_importing_lmdata_and_its_pipelines_never_imports_ray() -> None:
+    code = (
+        "import sys, lmdata, lmdata.parallel, lmdata.convert, lmdata.tokenize.pipeline, "
+        "lmdata.dolma.tag, lmdata.dolma.dedupe, lmdata.dolma.mixer, lmdata.cli.main\n"
+        "assert 'ray' not in sys.modules, 'ray imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

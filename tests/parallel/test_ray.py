@@ -1,0 +1,175 @@
+"""The Ray engine gives byte-identical output to the local engine, also when a task dies."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from lmdata.convert import convert  # noqa: E402
+from lmdata.dolma.config import DedupeConfig, MixerConfig, TagConfig, load_config  # noqa: E402
+from lmdata.dolma.dedupe import dedupe  # noqa: E402
+from lmdata.dolma.mixer import mix  # noqa: E402
+from lmdata.dolma.tag import tag  # noqa: E402
+from lmdata.parallel import make_executor  # noqa: E402
+from lmdata.parallel.ray import FAIL_ONCE_ENV  # noqa: E402
+from lmdata.tokenize.pipeline import TokenizeJob, tokenize  # noqa: E402
+
+DOLMA = Path(__file__).parent.parent / "data" / "dolma"
+
+
+@pytest.fixture(scope="module")
+def fail_dir(tmp_path_factory: pytest.TempPathFactory):
+    """One local Ray instance for the module (each start costs seconds); its workers see the
+    fault-injection folder, where a test drops ``fail-N`` to kill the worker running unit N."""
+    d = tmp_path_factory.mktemp("ray-faults")
+    os.environ[FAIL_ONCE_ENV] = str(d)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    yield d
+    ray.shutdown()
+    os.environ.pop(FAIL_ONCE_ENV, None)
+
+
+def tree_bytes(p: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    docs = [{"id": f"d{i}", "text": "é word" * int(rng.integers(1, 80))} for i in range(900)]
+    with open(d / "a.jsonl", "w") as f:
+        f.writelines(json.dumps(x) + "\n" for x in docs[:600])
+    with gzip.open(d / "b.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(x) + "\n" for x in docs[600:])
+    return d
+
+
+def _tokenize(corpus: Path, dst: Path, engine: str, **kw: object) -> None:
+    job = TokenizeJob(to="flat-tokens", tokenizer="bytes", batch_docs=50)
+    tokenize([corpus], dst, job, engine=engine, workers=2, **kw)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_tokenize_on_ray_is_byte_identical(fail_dir: Path, corpus: Path, tmp_path: Path, fail):
+    _tokenize(corpus, tmp_path / "local", "processes")
+    if fail:  # the worker running unit 3 dies once; Ray retries it
+        (fail_dir / "fail-3").touch()
+    _tokenize(corpus, tmp_path / "ray", "ray")
+    assert not (fail_dir / "fail-3").exists()  # the fault did fire
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_convert_on_ray_is_byte_identical(fail_dir: Path, corpus: Path, tmp_path: Path, fail):
+    _tokenize(corpus, tmp_path / "tok", "inprocess")
+    convert(
+        tmp_path / "tok", tmp_path / "local", "mds", split="train", workers=2, engine="processes"
+    )
+    if fail:
+        (fail_dir / "fail-0").touch()
+    convert(tmp_path / "tok", tmp_path / "ray", "mds", split="train", workers=2, engine="ray")
+    assert not (fail_dir / "fail-0").exists()
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+
+
+def _dolma_tree(tmp_path: Path, name: str) -> Path:
+    root = tmp_path / name
+    shutil.copytree(DOLMA, root)
+    for p in root.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    shutil.rmtree(root / "dataset" / "attributes")
+    return root
+
+
+def _dolma_steps(root: Path, engine: str) -> None:
+    """tag, dedupe (documents and paragraphs) and mix, as the fixture's attributes were made."""
+    ds = root / "dataset"
+    docs = [str(ds / "documents" / "*.jsonl.gz")]
+    for exp, taggers in (
+        ("exp", ["char_length_v1", "random_number_v1"]),
+        ("pii-regex", ["pii_regex_v2"]),
+    ):
+        cfg = TagConfig.from_dict(
+            {"documents": docs, "taggers": taggers, "experiment": exp, "processes": 2}
+        )
+        tag(cfg, engine=engine)
+    url = {"attribute_name": "bff_duplicate_url", "key": "$.metadata.url"}
+    para = {"attribute_name": "bff_duplicate_paragraph_spans"}
+    for name, mode in (
+        ("dedupe_docs", {"documents": url}),
+        ("dedupe_paragraphs", {"paragraphs": para}),
+    ):
+        d = {"name": name, "skip_empty": True, **mode}
+        dedupe(
+            DedupeConfig.from_dict({"documents": docs, "dedupe": d, "processes": 2}), engine=engine
+        )
+    cfg = load_config(str(root / "configs" / "mix.yaml"))
+    mix(MixerConfig.from_dict({**cfg, "processes": 2}), base=root, engine=engine)
+
+
+def test_tag_dedupe_mix_on_ray_are_byte_identical(fail_dir: Path, tmp_path: Path) -> None:
+    trees = {}
+    for engine in ("processes", "ray"):
+        root = _dolma_tree(tmp_path, engine)
+        if engine == "ray":  # the first unit of the first Ray job dies once
+            (fail_dir / "fail-1").touch()
+        _dolma_steps(root, engine)
+        trees[engine] = tree_bytes(root)
+    assert not (fail_dir / "fail-1").exists()
+    assert trees["ray"] == trees["processes"]
+    assert any(k.startswith("dataset/attributes/dedupe_paragraphs") for k in trees["ray"])
+    assert any(k.startswith("mixed/") for k in trees["ray"])
+
+
+def test_an_lmdata_error_in_a_ray_task_is_raised_as_itself(fail_dir: Path, tmp_path: Path):
+    from lmdata.errors import InvalidInputError
+
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\nnot json\n')
+    with pytest.raises(InvalidInputError, match="malformed JSON"):
+        _tokenize(tmp_path / "bad.jsonl", tmp_path / "out", "ray")
+
+
+def test_ray_window_follows_the_cluster(fail_dir: Path) -> None:
+    ex = make_executor("ray")
+    assert ex.workers == 2
+    assert list(ex.map_ordered(abs, range(-30, 0))) == list(range(30, 0, -1))
+
+
+def test_interrupted_ray_job_resumes_without_redoing_finished_files(
+    fail_dir: Path, corpus: Path, tmp_path: Path
+) -> None:
+    from lmdata.tokenize.pipeline import work_dir_for
+
+    _tokenize(corpus, tmp_path / "ref", "inprocess")
+    job = TokenizeJob(to="flat-tokens", tokenizer="bytes", batch_docs=50)
+    calls = {"n": 0}
+
+    def stop_midway(stats: dict[str, float]) -> None:
+        calls["n"] += 1
+        if calls["n"] == 14:  # inside the second input file (a.jsonl has 12 units)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize([corpus], tmp_path / "out", job, engine="ray", workers=2, progress=stop_midway)
+    assert [f.name for f in (work_dir_for(tmp_path / "out") / "done").iterdir()] == ["000000"]
+    seen: list[float] = []
+    tokenize(
+        [corpus],
+        tmp_path / "out",
+        job,
+        engine="ray",
+        workers=2,
+        resume=True,
+        progress=lambda s: seen.append(s["documents"]),
+    )
+    assert seen[-1] == 300  # only the unfinished file (b.jsonl.gz) was tokenized again
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
