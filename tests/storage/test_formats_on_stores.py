@@ -220,3 +220,76 @@ def test_small_remote_reads_fetch_ranges_not_objects(memory_root, fetched):
     fetched["bytes"] = 0
     assert m[500]["id"] == 500
     assert fetched["bytes"] < 1100
+
+
+# ---- modalities .pbin ------------------------------------------------------------------------
+
+
+def _write_pbin(where, docs, **kw):
+    with lmdata.writer(where, "modalities", **kw) as w:
+        for d in docs:
+            w.write(np.asarray(d, dtype=np.int64))
+    return where
+
+
+@pytest.mark.parametrize("width", [None, 1, 4])
+def test_pbin_round_trip(where, width):
+    where = f"{where}.pbin"
+    docs = [list(range(i % 200, i % 200 + i % 9)) for i in range(60)]
+    _write_pbin(where, docs, token_width=width, eod_id=0)
+    r = lmdata.open(where)
+    want = [[*d, 0] if not d or d[-1] != 0 else d for d in docs]
+    assert r.token_width == (width or 1)
+    assert [x.tolist() for x in r] == want
+    assert [x.tolist() for x in r.take([59, 0, 31])] == [want[59], want[0], want[31]]
+    flat = [t for d in want for t in d]
+    assert r.span(7, 123).tolist() == flat[7:123]
+    assert lmdata.validate(where, eod_id=0) == []
+    info = lmdata.info(where)
+    assert info["documents"] == 60 and info["tokens"] == len(flat)
+    assert lmdata.detect(where) == "modalities"
+    assert pickle.loads(pickle.dumps(r))[40].tolist() == want[40]
+
+
+def test_pbin_detected_by_content_without_suffix(where):
+    _write_pbin(where, [[1, 2, 3], [4]])
+    assert lmdata.detect(where) == "modalities"
+    assert [x.tolist() for x in lmdata.open(where, format="modalities")] == [[1, 2, 3], [4]]
+
+
+def test_pbin_failed_or_abandoned_writer_leaves_nothing(where):
+    where = f"{where}.pbin"
+    with pytest.raises(RuntimeError), lmdata.writer(where, "modalities") as w:
+        w.write(np.arange(10))
+        raise RuntimeError("killed")
+    assert not _exists(where)
+    w = lmdata.writer(where, "modalities")
+    w.write(np.arange(10))
+    assert not _exists(where)  # the object appears whole, at commit
+    w.abort()
+    assert not _exists(where)
+
+
+def test_pbin_corrupt_on_store_is_an_lmdata_error(where):
+    from lmdata.storage import resolve
+
+    where = f"{where}.pbin"
+    _write_pbin(where, [list(range(50))] * 3, token_width=2)
+    store, key = resolve(where)
+    raw = store.read(key)
+    out = store.output(key, directory=False, overwrite=True)
+    out.write("", raw[:-40])  # the index cut short
+    out.commit()
+    with pytest.raises(LmdataError):
+        lmdata.open(where)
+    assert lmdata.validate(where) != []
+
+
+def test_pbin_remote_reads_fetch_ranges_not_objects(memory_root, fetched):
+    where = f"{memory_root}/big.pbin"
+    _write_pbin(where, [np.arange(i * 1000, (i + 1) * 1000) for i in range(256)], token_width=4)
+    r = lmdata.open(where)
+    fetched["bytes"] = 0
+    assert r[100].tolist() == list(range(100_000, 101_000))
+    assert [x[0] for x in r.take([3, 200])] == [3000, 200_000]
+    assert fetched["bytes"] <= 3 * 4000

@@ -82,7 +82,6 @@ def test_file_urls_are_local_paths(tmp_path):
     ("fmt", "name"),
     [
         ("jsonl", "x.jsonl"),
-        ("modalities", "x.pbin"),
         ("modalities-jsonl", "x.jsonl"),
         ("atlas", "x"),
         ("dolma", "x"),
