@@ -293,3 +293,78 @@ def test_pbin_remote_reads_fetch_ranges_not_objects(memory_root, fetched):
     assert r[100].tolist() == list(range(100_000, 101_000))
     assert [x[0] for x in r.take([3, 200])] == [3000, 200_000]
     assert fetched["bytes"] <= 3 * 4000
+
+
+# ---- atlas -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", [0, 1, 2, 3])
+def test_atlas_round_trip(where, strategy):
+    with lmdata.writer(
+        where, "atlas", shard_size=50, block_size=4, compression_strategy=strategy
+    ) as w:
+        for rec in RECORDS:
+            w.write(rec)
+    r = lmdata.open(where)
+    assert r.format == "atlas" and len(r) == len(RECORDS)
+    assert list(r) == RECORDS
+    assert r[77] == RECORDS[77] and r[-1] == RECORDS[-1]
+    assert r.take([5, 119, 0, 5]) == [RECORDS[5], RECORDS[119], RECORDS[0], RECORDS[5]]
+    assert lmdata.validate(where) == []
+    info = lmdata.info(where)
+    assert info["examples"] == 120 and info["shards"] == 3
+    assert lmdata.detect(where) == "atlas"
+    assert pickle.loads(pickle.dumps(r))[33] == RECORDS[33]
+
+
+def test_atlas_failed_or_abandoned_writer_leaves_nothing(where):
+    with pytest.raises(RuntimeError), lmdata.writer(where, "atlas", shard_size=30) as w:
+        for rec in RECORDS:
+            w.write(rec)
+        raise RuntimeError("killed")
+    assert not _exists(where)
+    w = lmdata.writer(where, "atlas", shard_size=30)
+    for rec in RECORDS:
+        w.write(rec)
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="atlas")
+    w.abort()
+    assert not _exists(where)
+
+
+def test_atlas_damage_on_a_store_is_reported(where):
+    from lmdata.storage import join, resolve
+
+    with lmdata.writer(where, "atlas", shard_size=50, block_size=4) as w:
+        for rec in RECORDS:
+            w.write(rec)
+    store, key = resolve(where)
+    data = join(key, "1", "data.bin")
+    raw = store.read(data)
+    store.remove(data)
+    with pytest.raises(LmdataError, match=r"data\.bin"):
+        lmdata.open(where)[60]
+    assert any("data.bin" in p for p in lmdata.validate(where))
+    store.remove(join(key, "meta.json"))
+    with pytest.raises(LmdataError, match="cannot tell the format"):
+        lmdata.detect(where)
+    assert raw
+
+
+def test_atlas_merge_refuses_urls(memory_root, tmp_path):
+    from lmdata.formats.atlas import merge
+
+    with pytest.raises(LmdataError, match="local paths only"):
+        merge([f"{memory_root}/a"], str(tmp_path / "out"))
+
+
+def test_atlas_remote_reads_fetch_blocks_not_shards(memory_root, fetched):
+    where = f"{memory_root}/atlas"
+    with lmdata.writer(where, "atlas", block_size=8, compression_strategy=0) as w:
+        for i in range(2000):
+            w.write({"i": i, "text": "x" * 500})
+    r = lmdata.open(where)
+    r[0]  # the shard's index, once
+    fetched["bytes"] = 0
+    assert r[1500]["i"] == 1500
+    assert fetched["bytes"] < 8 * 600
