@@ -1,9 +1,10 @@
 """Reading Atlas datasets (torch-atlas-ds) as a records reader.
 
-Fixes over the origin's reader: positional reads (``os.pread``), so workers forked after the
-parent has read get correct examples; an allow-list unpickler unless the file is trusted; a
-bound on the decompressed size of a block; a bounded block cache that never hands the same
-object out twice; correct negative indices; ``take`` that decodes each needed block once.
+Fixes over the origin's reader: positional reads through the store (``pread`` locally), so
+workers forked after the parent has read get correct examples; an allow-list unpickler unless
+the file is trusted; a bound on the decompressed size of a block; a bounded block cache that
+never hands the same object out twice; correct negative indices; ``take`` that decodes each
+needed block once.
 """
 
 from __future__ import annotations

@@ -49,15 +49,6 @@ def check(line: bytes) -> None:
         loads(line)
 
 
-def map_file(path: str | os.PathLike[str]) -> mmap.mmap | None:
-    """A read-only mapping of the whole file (None for an empty file, which mmap refuses)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return None
-        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-
-
 def map_object(store: Store, key: str) -> mmap.mmap | bytes | None:
     """All of object ``key`` for a scan: memory-mapped on local disk, fetched whole from an
     object store (a scan needs every byte); None when it is empty. Free it with :func:`release`."""
