@@ -16,17 +16,22 @@ import numpy as np
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, detector
 from lmdata.formats.modalities_jsonl.index import scan
-from lmdata.formats.modalities_jsonl.lines import default_index_path
-from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
+from lmdata.formats.modalities_jsonl.lines import default_index_path, shown_path
+from lmdata.formats.modalities_jsonl.reader import JsonlDocuments, open_data
 from lmdata.formats.modalities_jsonl.writer import dumps_line
-from lmdata.storage import AtomicOutput, AtomicWriter, disk_usage, local_path, require_exists
+from lmdata.storage import AtomicWriter, LocalOutput, disk_usage, resolve
 
 SUFFIXES = (".jsonl", ".ndjson")
 
 
 def detect(path: str | os.PathLike[str]) -> bool:
-    p = Path(path)
-    return p.is_file() and p.name.lower().endswith(SUFFIXES)
+    try:
+        store, key = resolve(path)
+        if not key.lower().endswith(SUFFIXES):
+            return False
+        return store.exists(key) and not store.is_dir(key)
+    except (OSError, LmdataError):
+        return False
 
 
 class JsonlFile(JsonlDocuments):
@@ -34,11 +39,18 @@ class JsonlFile(JsonlDocuments):
 
     format = "jsonl"
 
-    def __init__(self, path: str | os.PathLike[str], **_: Any) -> None:
-        self.path = require_exists(local_path(path, "jsonl"))
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        storage_options: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        self.store, self.key, _, _ = open_data(path, None, storage_options)
+        self.path = shown_path(self.store, self.key)
         self.index_path = default_index_path(self.path)
-        self.file_size = self.path.stat().st_size
-        offsets, lengths, _skipped = scan(self.path)
+        self.file_size = self.store.size(self.key)
+        offsets, lengths, _skipped = scan(path, storage_options=storage_options)
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self._buf: Any = None
@@ -54,10 +66,22 @@ def open(path: str | os.PathLike[str], **options: Any) -> JsonlFile:
 class Writer(AtomicWriter):
     """Writes records as JSON lines (the file appears only when the writer closes cleanly)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False, **_: Any) -> None:
-        self._out = AtomicOutput(path, directory=False, overwrite=overwrite, what="jsonl")
-        self.path = self._out.dest
-        self._f = Path(self._out.tmp).open("wb", buffering=1 << 20)
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        store, key = resolve(path, storage_options)
+        self._out = store.output(key, directory=False, overwrite=overwrite)
+        if isinstance(self._out, LocalOutput):
+            self.path: Path | str = Path(self._out.dest)
+            self._f = Path(self._out.tmp).open("wb", buffering=1 << 20)
+        else:
+            self.path = store.url(key)
+            self._f = self._out.open_write("")
         self.documents = 0
 
     def write(self, record: Any) -> None:
@@ -67,29 +91,37 @@ class Writer(AtomicWriter):
     def close(self) -> None:
         if self._out.done:
             return
-        self._f.close()
-        self._out.finish()
+        try:
+            self._f.close()
+        except BaseException:
+            self.abort()
+            raise
+        self._out.commit()
 
     def abort(self) -> None:
         self._f.close()
         self._out.abort()
 
 
-def validate(path: str | os.PathLike[str], **_: Any) -> list[str]:
+def validate(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, **_: Any
+) -> list[str]:
     try:
-        scan(path)
+        scan(path, storage_options=storage_options)
     except LmdataError as e:
         return [str(e)]
     return []
 
 
-def info(path: str | os.PathLike[str], **_: Any) -> dict[str, Any]:
-    r = JsonlFile(path)
+def info(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, **_: Any
+) -> dict[str, Any]:
+    r = JsonlFile(path, storage_options=storage_options)
     return {
         "format": "jsonl",
         "path": str(path),
         "documents": len(r),
-        "bytes_on_disk": disk_usage(path),
+        "bytes_on_disk": disk_usage(r.store.url(r.key)),
     }
 
 

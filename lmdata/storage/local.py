@@ -36,9 +36,9 @@ class LocalStore:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._fds: OrderedDict[str, int] = OrderedDict()
-        # evicted files are closed only after MAX_OPEN_FILES more evictions, so a thread that
-        # just looked one up never reads a closed (or reused) descriptor
+        # evicted files, closed when no read is in flight (see _end)
         self._retired: list[int] = []
+        self._inflight = 0
 
     def __getstate__(self) -> dict[str, Any]:
         return {}
@@ -73,33 +73,47 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def _fd(self, key: str) -> int:
+    def _begin(self, key: str) -> int:
+        """The open descriptor of ``key``, counted as in use until :meth:`_end`."""
         if self._pid != os.getpid():  # inherited by fork: the parent's files stay the parent's
             self._init()
-        fd = self._fds.get(key)
-        if fd is not None:
-            return fd
-        fd = os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         with self._lock:
-            old = self._fds.get(key)
-            if old is not None:
-                os.close(fd)
-                return old
-            self._fds[key] = fd
-            while len(self._fds) > MAX_OPEN_FILES:
-                self._retired.append(self._fds.popitem(last=False)[1])
-            while len(self._retired) > MAX_OPEN_FILES:
-                os.close(self._retired.pop(0))
+            fd = self._fds.get(key)
+            if fd is None:
+                fd = os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                self._fds[key] = fd
+                while len(self._fds) > MAX_OPEN_FILES:
+                    self._retired.append(self._fds.popitem(last=False)[1])
+            else:
+                self._fds.move_to_end(key)
+            self._inflight += 1
         return fd
+
+    def _end(self) -> None:
+        """One read done; evicted descriptors close once no read is in flight (closing one
+        earlier would let a reader read another file that reused its number)."""
+        with self._lock:
+            self._inflight -= 1
+            if not self._inflight and self._retired:
+                for fd in self._retired:
+                    os.close(fd)
+                self._retired.clear()
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        return os.pread(self._fd(key), length, start)
+        fd = self._begin(key)
+        try:
+            return os.pread(fd, length, start)
+        finally:
+            self._end()
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        fd = self._fd(key)
-        return [os.pread(fd, n, s) if n > 0 else b"" for s, n in ranges]
+        fd = self._begin(key)
+        try:
+            return [os.pread(fd, n, s) if n > 0 else b"" for s, n in ranges]
+        finally:
+            self._end()
 
     def read(self, key: str, limit: int = MAX_READ_BYTES) -> bytes:
         with open(key, "rb") as f:

@@ -195,6 +195,7 @@ def test_damaged_metadata_is_reported(tmp_path: Path) -> None:
         r[0]
     assert r[59] == {"i": 59, "text": "t" * (59 % 7)}  # shard 1 fell back to strategy 1
     (out / "1" / "index.npy").write_bytes(b"\x93NUMPY garbage")
+    r = lmdata.open(out)  # a reader keeps the index it read: a new one sees the damage
     with pytest.raises(CorruptDataError, match=r"index\.npy"):
         r.take([59])
 
@@ -312,7 +313,7 @@ def test_threads_share_a_reader(tmp_path: Path, shard_size: int) -> None:
     for t in threads:
         t.join()
     assert bad == []
-    assert len(r._fds) <= 64 and not r._to_close
+    assert len(r.store._fds) <= 64 and not r.store._retired  # the store bounds open files
 
 
 # ---- missing shards and out-of-range metas ---------------------------------------------------

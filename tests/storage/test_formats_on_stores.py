@@ -220,3 +220,212 @@ def test_small_remote_reads_fetch_ranges_not_objects(memory_root, fetched):
     fetched["bytes"] = 0
     assert m[500]["id"] == 500
     assert fetched["bytes"] < 1100
+
+
+# ---- modalities .pbin ------------------------------------------------------------------------
+
+
+def _write_pbin(where, docs, **kw):
+    with lmdata.writer(where, "modalities", **kw) as w:
+        for d in docs:
+            w.write(np.asarray(d, dtype=np.int64))
+    return where
+
+
+@pytest.mark.parametrize("width", [None, 1, 4])
+def test_pbin_round_trip(where, width):
+    where = f"{where}.pbin"
+    docs = [list(range(i % 200, i % 200 + i % 9)) for i in range(60)]
+    _write_pbin(where, docs, token_width=width, eod_id=0)
+    r = lmdata.open(where)
+    want = [[*d, 0] if not d or d[-1] != 0 else d for d in docs]
+    assert r.token_width == (width or 1)
+    assert [x.tolist() for x in r] == want
+    assert [x.tolist() for x in r.take([59, 0, 31])] == [want[59], want[0], want[31]]
+    flat = [t for d in want for t in d]
+    assert r.span(7, 123).tolist() == flat[7:123]
+    assert lmdata.validate(where, eod_id=0) == []
+    info = lmdata.info(where)
+    assert info["documents"] == 60 and info["tokens"] == len(flat)
+    assert lmdata.detect(where) == "modalities"
+    assert pickle.loads(pickle.dumps(r))[40].tolist() == want[40]
+
+
+def test_pbin_detected_by_content_without_suffix(where):
+    _write_pbin(where, [[1, 2, 3], [4]])
+    assert lmdata.detect(where) == "modalities"
+    assert [x.tolist() for x in lmdata.open(where, format="modalities")] == [[1, 2, 3], [4]]
+
+
+def test_pbin_failed_or_abandoned_writer_leaves_nothing(where):
+    where = f"{where}.pbin"
+    with pytest.raises(RuntimeError), lmdata.writer(where, "modalities") as w:
+        w.write(np.arange(10))
+        raise RuntimeError("killed")
+    assert not _exists(where)
+    w = lmdata.writer(where, "modalities")
+    w.write(np.arange(10))
+    assert not _exists(where)  # the object appears whole, at commit
+    w.abort()
+    assert not _exists(where)
+
+
+def test_pbin_corrupt_on_store_is_an_lmdata_error(where):
+    from lmdata.storage import resolve
+
+    where = f"{where}.pbin"
+    _write_pbin(where, [list(range(50))] * 3, token_width=2)
+    store, key = resolve(where)
+    raw = store.read(key)
+    out = store.output(key, directory=False, overwrite=True)
+    out.write("", raw[:-40])  # the index cut short
+    out.commit()
+    with pytest.raises(LmdataError):
+        lmdata.open(where)
+    assert lmdata.validate(where) != []
+
+
+def test_pbin_remote_reads_fetch_ranges_not_objects(memory_root, fetched):
+    where = f"{memory_root}/big.pbin"
+    _write_pbin(where, [np.arange(i * 1000, (i + 1) * 1000) for i in range(256)], token_width=4)
+    r = lmdata.open(where)
+    fetched["bytes"] = 0
+    assert r[100].tolist() == list(range(100_000, 101_000))
+    assert [x[0] for x in r.take([3, 200])] == [3000, 200_000]
+    assert fetched["bytes"] <= 3 * 4000
+
+
+# ---- atlas -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", [0, 1, 2, 3])
+def test_atlas_round_trip(where, strategy):
+    with lmdata.writer(
+        where, "atlas", shard_size=50, block_size=4, compression_strategy=strategy
+    ) as w:
+        for rec in RECORDS:
+            w.write(rec)
+    r = lmdata.open(where)
+    assert r.format == "atlas" and len(r) == len(RECORDS)
+    assert list(r) == RECORDS
+    assert r[77] == RECORDS[77] and r[-1] == RECORDS[-1]
+    assert r.take([5, 119, 0, 5]) == [RECORDS[5], RECORDS[119], RECORDS[0], RECORDS[5]]
+    assert lmdata.validate(where) == []
+    info = lmdata.info(where)
+    assert info["examples"] == 120 and info["shards"] == 3
+    assert lmdata.detect(where) == "atlas"
+    assert pickle.loads(pickle.dumps(r))[33] == RECORDS[33]
+
+
+def test_atlas_failed_or_abandoned_writer_leaves_nothing(where):
+    with pytest.raises(RuntimeError), lmdata.writer(where, "atlas", shard_size=30) as w:
+        for rec in RECORDS:
+            w.write(rec)
+        raise RuntimeError("killed")
+    assert not _exists(where)
+    w = lmdata.writer(where, "atlas", shard_size=30)
+    for rec in RECORDS:
+        w.write(rec)
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="atlas")
+    w.abort()
+    assert not _exists(where)
+
+
+def test_atlas_damage_on_a_store_is_reported(where):
+    from lmdata.storage import join, resolve
+
+    with lmdata.writer(where, "atlas", shard_size=50, block_size=4) as w:
+        for rec in RECORDS:
+            w.write(rec)
+    store, key = resolve(where)
+    data = join(key, "1", "data.bin")
+    raw = store.read(data)
+    store.remove(data)
+    with pytest.raises(LmdataError, match=r"data\.bin"):
+        lmdata.open(where)[60]
+    assert any("data.bin" in p for p in lmdata.validate(where))
+    store.remove(join(key, "meta.json"))
+    with pytest.raises(LmdataError, match="cannot tell the format"):
+        lmdata.detect(where)
+    assert raw
+
+
+def test_atlas_merge_refuses_urls(memory_root, tmp_path):
+    from lmdata.formats.atlas import merge
+
+    with pytest.raises(LmdataError, match="local paths only"):
+        merge([f"{memory_root}/a"], str(tmp_path / "out"))
+
+
+def test_atlas_remote_reads_fetch_blocks_not_shards(memory_root, fetched):
+    where = f"{memory_root}/atlas"
+    with lmdata.writer(where, "atlas", block_size=8, compression_strategy=0) as w:
+        for i in range(2000):
+            w.write({"i": i, "text": "x" * 500})
+    r = lmdata.open(where)
+    r[0]  # the shard's index, once
+    fetched["bytes"] = 0
+    assert r[1500]["i"] == 1500
+    assert fetched["bytes"] < 8 * 600
+
+
+# ---- modalities-jsonl and plain jsonl ------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["modalities-jsonl", "jsonl"])
+def test_jsonl_round_trip(where, fmt):
+    where = f"{where}.jsonl"
+    with lmdata.writer(where, fmt) as w:
+        for rec in RECORDS:
+            w.write(rec)
+    r = lmdata.open(where, format=fmt)
+    assert len(r) == 120 and list(r) == RECORDS
+    assert r[77] == RECORDS[77] and r.take([5, 119, 0]) == [RECORDS[i] for i in (5, 119, 0)]
+    assert lmdata.validate(where, format=fmt) == []
+    assert lmdata.info(where, format=fmt)["documents"] == 120
+    assert lmdata.detect(where) == fmt  # the .idx beside it decides
+    assert pickle.loads(pickle.dumps(r))[33] == RECORDS[33]
+
+
+def test_modalities_jsonl_index_is_committed_last(where):
+    """Data first, index last; a writer killed before its index leaves data no reader takes."""
+    where = f"{where}.jsonl"
+    with lmdata.writer(where, "modalities-jsonl") as w:
+        w.write({"a": 1})
+    w = lmdata.writer(where, "modalities-jsonl", overwrite=True)
+    w.write({"b": 2})
+    try:  # locally the old pair stays until the renames; on stores the old index went first
+        seen = list(lmdata.open(where, format="modalities-jsonl"))
+    except LmdataError:
+        seen = None
+    assert seen == ([{"a": 1}] if where.startswith("/") else None)
+    w.close()
+    assert list(lmdata.open(where, format="modalities-jsonl")) == [{"b": 2}]
+
+
+def test_modalities_jsonl_stale_index_on_a_store_is_refused(where):
+    from lmdata.storage import resolve
+
+    where = f"{where}.jsonl"
+    with lmdata.writer(where, "modalities-jsonl") as w:
+        for rec in RECORDS[:10]:
+            w.write(rec)
+    store, key = resolve(where)
+    out = store.output(key, directory=False, overwrite=True)
+    out.write("", b'{"x": 1}\n')  # the data replaced, the index kept
+    out.commit()
+    with pytest.raises(LmdataError):
+        lmdata.open(where, format="modalities-jsonl")
+    assert lmdata.validate(where, format="modalities-jsonl") != []
+
+
+def test_jsonl_remote_reads_fetch_lines_not_objects(memory_root, fetched):
+    where = f"{memory_root}/big.jsonl"
+    with lmdata.writer(where, "modalities-jsonl") as w:
+        for i in range(2000):
+            w.write({"i": i, "text": "y" * 300})
+    r = lmdata.open(where, format="modalities-jsonl")
+    fetched["bytes"] = 0
+    assert r[1234]["i"] == 1234 and [x["i"] for x in r.take([7, 1999])] == [7, 1999]
+    assert fetched["bytes"] < 3 * 400

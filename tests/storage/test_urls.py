@@ -48,7 +48,7 @@ def test_missing_gcsfs_names_the_extra():
 
 def test_local_only_writers_refuse_urls_without_making_folders(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for fmt, url in [("jsonl", "memory://b/x.jsonl"), ("modalities", "s3://bucket/x.pbin")]:
+    for fmt, url in [("dolma", "memory://bucket/x")]:
         with pytest.raises(LmdataError, match=r"local paths only|lmdata\[s3\]"):
             lmdata.writer(url, fmt)
     with pytest.raises(InvalidInputError, match="local paths only"):
@@ -81,10 +81,6 @@ def test_file_urls_are_local_paths(tmp_path):
 @pytest.mark.parametrize(
     ("fmt", "name"),
     [
-        ("jsonl", "x.jsonl"),
-        ("modalities", "x.pbin"),
-        ("modalities-jsonl", "x.jsonl"),
-        ("atlas", "x"),
         ("dolma", "x"),
     ],
 )

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from lmdata import _json
-from lmdata.errors import InvalidInputError
+from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.formats._spec import FormatSpec, TokenTarget, column_sink, detector
 from lmdata.formats.atlas.meta import MAX_META_BYTES, Strategy
 from lmdata.formats.atlas.reader import Atlas
 from lmdata.formats.atlas.validate import info, validate
 from lmdata.formats.atlas.writer import Writer
+from lmdata.storage import join, local_path, resolve
 
 __all__ = [
     "SPEC",
@@ -33,12 +34,13 @@ __all__ = [
 
 def detect(path: str | os.PathLike[str]) -> bool:
     """A folder whose meta.json is an Atlas root meta (version, shard_sizes, strategy)."""
-    p = Path(path) / "meta.json"
     try:
-        if not p.is_file() or p.stat().st_size > MAX_META_BYTES:
+        store, key = resolve(path)
+        p = join(key, "meta.json")
+        if not store.exists(p) or store.is_dir(p) or store.size(p) > MAX_META_BYTES:
             return False
-        d = _json.parse(p.read_bytes(), _json.MAX_METADATA_DEPTH)
-    except (OSError, ValueError, UnicodeError):
+        d = _json.parse(store.read(p, MAX_META_BYTES), _json.MAX_METADATA_DEPTH)
+    except (OSError, ValueError, UnicodeError, LmdataError):
         return False
     return isinstance(d, dict) and {"version", "shard_sizes", "compression_strategy"} <= d.keys()
 
@@ -62,6 +64,8 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
 
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
+    for p in [*inputs, output]:
+        local_path(p, "atlas merge")  # refuses URLs: merge links shard files
     first = Path(inputs[0])
     meta = DatasetMeta.read(first)
     shards = shard_dirs(first)

@@ -12,13 +12,14 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
 
 from lmdata import _json
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError
+from lmdata.storage import LocalStore, Store
 
 VERSION = 1
 META = "meta.json"
@@ -94,7 +95,7 @@ def _show(v: Any) -> str:
 
 
 def _int(
-    d: dict[str, Any], key: str, path: Path, minimum: int = 0, maximum: int = MAX_COUNT
+    d: dict[str, Any], key: str, path: PurePath, minimum: int = 0, maximum: int = MAX_COUNT
 ) -> int:
     v = d.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum:
@@ -106,7 +107,7 @@ def _int(
     return v
 
 
-def _version(d: dict[str, Any], path: Path) -> int:
+def _version(d: dict[str, Any], path: PurePath) -> int:
     v = d.get("version")
     if v != VERSION or isinstance(v, bool):
         raise FormatError(
@@ -117,7 +118,7 @@ def _version(d: dict[str, Any], path: Path) -> int:
     return VERSION
 
 
-def _strategy(d: dict[str, Any], path: Path) -> Strategy:
+def _strategy(d: dict[str, Any], path: PurePath) -> Strategy:
     v = d.get("compression_strategy")
     if isinstance(v, bool) or not isinstance(v, int) or v not in range(4):
         raise CorruptDataError(
@@ -126,19 +127,25 @@ def _strategy(d: dict[str, Any], path: Path) -> Strategy:
     return Strategy(v)
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A ``meta.json`` as a dict, or FormatError/CorruptDataError saying what is wrong."""
+def read_json(path: PurePath, store: Store | None = None) -> dict[str, Any]:
+    """A ``meta.json`` as a dict, or FormatError/CorruptDataError saying what is wrong.
+    ``path`` is a key of ``store`` (local disk when None)."""
+    store = store or LocalStore()
+    key = str(path)
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
+        size = store.size(key)
+        if size > MAX_META_BYTES:
+            raise CorruptDataError(
+                f"meta.json is {size} bytes, far more than any Atlas meta needs", path=path
+            )
+        data = store.read(key, MAX_META_BYTES)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         raise FormatError(
             "missing meta.json; this is not an Atlas dataset or shard", path=path
         ) from None
-    if size > MAX_META_BYTES:
-        raise CorruptDataError(
-            f"meta.json is {size} bytes, far more than any Atlas meta needs", path=path
-        )
-    return _json.read(path, what="meta.json", max_bytes=MAX_META_BYTES)
+    except OSError as e:
+        raise CorruptDataError(f"cannot read meta.json: {e}", path=path) from None
+    return _json.from_bytes(data, path=path, what="meta.json", max_bytes=MAX_META_BYTES)
 
 
 def dumps(obj: dict[str, Any]) -> bytes:
@@ -167,7 +174,7 @@ class ShardMeta:
         return min(self.block_size, self.stored_examples - block * self.block_size)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], path: Path) -> ShardMeta:
+    def from_dict(cls, d: dict[str, Any], path: PurePath) -> ShardMeta:
         return cls(
             version=_version(d, path),
             block_size=_int(d, "block_size", path, 1),
@@ -179,9 +186,9 @@ class ShardMeta:
         )
 
     @classmethod
-    def read(cls, shard_dir: Path) -> ShardMeta:
+    def read(cls, shard_dir: PurePath, store: Store | None = None) -> ShardMeta:
         p = shard_dir / META
-        return cls.from_dict(read_json(p), p)
+        return cls.from_dict(read_json(p, store), p)
 
     def to_json(self) -> bytes:
         return dumps(
@@ -207,7 +214,7 @@ class DatasetMeta:
     extra_keys: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], path: Path) -> DatasetMeta:
+    def from_dict(cls, d: dict[str, Any], path: PurePath) -> DatasetMeta:
         sizes = d.get("shard_sizes")
         if not isinstance(sizes, list):
             raise CorruptDataError(
@@ -234,9 +241,9 @@ class DatasetMeta:
         )
 
     @classmethod
-    def read(cls, root: Path) -> DatasetMeta:
+    def read(cls, root: PurePath, store: Store | None = None) -> DatasetMeta:
         p = root / META
-        return cls.from_dict(read_json(p), p)
+        return cls.from_dict(read_json(p, store), p)
 
     def to_json(self) -> bytes:
         return dumps(
@@ -260,28 +267,29 @@ def is_shard_name(name: str) -> bool:
     return _DIGITS.fullmatch(name) is not None
 
 
-def shard_dirs(root: Path) -> list[tuple[int, Path]]:
+def shard_dirs(root: PurePath, store: Store | None = None) -> list[tuple[int, PurePath]]:
     """(number, folder) of every all-digit subfolder, in numeric order.
 
     The origin sorts every subfolder lexicographically, which is numeric order only once the
     writer has zero-padded the names; other folders (``.ipynb_checkpoints``) break it. We skip
     non-digit folders and sort by number; ``validate`` reports both situations.
     """
-    found: dict[int, Path] = {}
+    store = store or LocalStore()
+    found: dict[int, PurePath] = {}
     try:
-        entries = list(os.scandir(root))
+        names = store.list(str(root))
     except OSError as e:
         raise FormatError(f"cannot list the dataset folder: {e}", path=root) from None
-    for entry in entries:
-        if is_shard_name(entry.name) and entry.is_dir():
-            n = int(entry.name)
+    for name in names:
+        if is_shard_name(name) and store.is_dir(str(root / name)):
+            n = int(name)
             if n in found:
                 raise CorruptDataError(
-                    f"shard folders {found[n].name!r} and {entry.name!r} both number {n}; "
+                    f"shard folders {found[n].name!r} and {name!r} both number {n}; "
                     "remove the stale one",
                     path=root,
                 )
-            found[n] = Path(entry.path)
+            found[n] = root / name
     return sorted(found.items())
 
 

@@ -1,27 +1,28 @@
 """Reading Atlas datasets (torch-atlas-ds) as a records reader.
 
-Fixes over the origin's reader: positional reads (``os.pread``), so workers forked after the
-parent has read get correct examples; an allow-list unpickler unless the file is trusted; a
-bound on the decompressed size of a block; a bounded block cache that never hands the same
-object out twice; correct negative indices; ``take`` that decodes each needed block once.
+Fixes over the origin's reader: positional reads through the store (``pread`` locally), so
+workers forked after the parent has read get correct examples; an allow-list unpickler unless
+the file is trusted; a bound on the decompressed size of a block; a bounded block cache that
+never hands the same object out twice; correct negative indices; ``take`` that decodes each
+needed block once.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import os
 import threading
 from bisect import bisect_right
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import numpy as np
 import zstandard
 
-from lmdata.errors import CorruptDataError, FormatError
+from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.meta import (
     DATA,
@@ -35,7 +36,7 @@ from lmdata.formats.atlas.meta import (
     shard_dirs,
 )
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import local_path, new_slot, require_exists
+from lmdata.storage import LocalStore, Store, new_slot, resolve
 
 DEFAULT_CACHE_BYTES = 64 << 20  # decompressed bytes of blocks kept for later reads
 MAX_OPEN_FILES = 64
@@ -48,7 +49,7 @@ class ShardInfo:
     """One shard folder as found at open: its number, folder and parsed meta."""
 
     number: int
-    folder: Path
+    folder: PurePath  # a local Path, or a key of an object store
     meta: ShardMeta
 
 
@@ -69,17 +70,20 @@ class _Entry:
         return item
 
 
-def find_shards(root: Path) -> tuple[DatasetMeta | None, list[ShardInfo], Path | None]:
+def find_shards(
+    root: PurePath, store: Store | None = None
+) -> tuple[DatasetMeta | None, list[ShardInfo], PurePath | None]:
     """(root meta, shards, folder holding the shared dictionary) for a dataset root or for a
     single shard folder (whose shared dictionary, if any, is its parent's)."""
-    d = read_json(root / "meta.json")
+    store = store or LocalStore()
+    d = read_json(root / "meta.json", store)
     if "stored_examples" in d:  # a shard folder opened on its own
         meta = ShardMeta.from_dict(d, root / "meta.json")
         return None, [ShardInfo(0, root, meta)], root.parent
     dmeta = DatasetMeta.from_dict(d, root / "meta.json")
-    found = shard_dirs(root)
-    _check_shard_list(root, dmeta, [n for n, _ in found])
-    shards = [ShardInfo(n, f, ShardMeta.read(f)) for n, f in found]
+    found = shard_dirs(root, store)
+    _check_shard_list(root, dmeta, [n for n, _ in found], store)
+    shards = [ShardInfo(n, f, ShardMeta.read(f, store)) for n, f in found]
     for sh, listed in zip(shards, dmeta.shard_sizes, strict=True):
         if sh.meta.stored_examples != listed:
             raise CorruptDataError(
@@ -92,7 +96,7 @@ def find_shards(root: Path) -> tuple[DatasetMeta | None, list[ShardInfo], Path |
     return dmeta, shards, root
 
 
-def _check_shard_list(root: Path, dmeta: DatasetMeta, numbers: list[int]) -> None:
+def _check_shard_list(root: PurePath, dmeta: DatasetMeta, numbers: list[int], store: Store) -> None:
     """The shard folders found must be exactly 0..n-1 for the n shards the root meta lists;
     a missing one would silently drop its examples."""
     listed = len(dmeta.shard_sizes)
@@ -103,7 +107,7 @@ def _check_shard_list(root: Path, dmeta: DatasetMeta, numbers: list[int]) -> Non
     if missing:
         n = missing[0]
         others = f" ({len(missing) - 1} more shards are missing)" if len(missing) > 1 else ""
-        not_dirs = [e for e in root.iterdir() if is_shard_name(e.name) and int(e.name) == n]
+        not_dirs = [root / e for e in store.list(str(root)) if is_shard_name(e) and int(e) == n]
         what = (
             f"{not_dirs[0].name} is not a folder"
             if not_dirs
@@ -151,15 +155,23 @@ class Atlas:
         max_block_bytes: int = codec.MAX_BLOCK_BYTES,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         compression_dict: bytes | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.root = require_exists(local_path(path, "atlas"))
+        self.store, key = resolve(path, storage_options)
+        self.root: PurePath = (
+            Path(key) if isinstance(self.store, LocalStore) else PurePosixPath(key)
+        )
+        if not self.store.exists(key):
+            raise DatasetNotFoundError("no such file or directory", path=self.store.url(key))
         self.compression_dict = None if compression_dict is None else bytes(compression_dict)
-        if not self.root.is_dir():
-            raise FormatError("an Atlas dataset is a folder with meta.json", path=self.root)
+        if not self.store.is_dir(key):
+            raise FormatError(
+                "an Atlas dataset is a folder with meta.json", path=self.store.url(key)
+            )
         self.allow_unsafe_pickle = allow_unsafe_pickle
         self.max_block_bytes = max_block_bytes
         self.cache_bytes = cache_bytes
-        self.meta, self.shards, self._dict_dir = find_shards(self.root)
+        self.meta, self.shards, self._dict_dir = find_shards(self.root, self.store)
         sizes = np.array([s.meta.stored_examples for s in self.shards], dtype=np.int64)
         # The origin's rule: shard sizes come from each shard's meta, not the root's list.
         self._ends = np.cumsum(sizes)
@@ -182,28 +194,21 @@ class Atlas:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._fds: OrderedDict[int, tuple[int, int]] = OrderedDict()  # shard -> (fd, size)
+        self._sizes: dict[int, int] = {}  # shard -> bytes in data.bin
         self._index: dict[int, np.ndarray] = {}
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
         # decoded blocks (_Entry) in the process-wide byte cache, at most cache_bytes of them
         self._slot = new_slot(self.cache_bytes)
-        self._inflight = 0
-        self._to_close: list[int] = []
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
-            # Inherited descriptors stay valid (pread has no shared offset); locks held by
-            # another thread at fork time would not, so everything is rebuilt.
-            fds = self._fds
+            # Locks held by another thread at fork time would stay held: rebuild everything
+            # (the store opens its own files in this process).
             self._reset()
-            for fd, _ in fds.values():
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
 
     def __getstate__(self) -> dict[str, Any]:
         keep = (
+            "store",
             "root",
             "allow_unsafe_pickle",
             "max_block_bytes",
@@ -230,12 +235,7 @@ class Atlas:
     def close(self) -> None:
         """Close open files and drop caches; the reader reopens them if used again."""
         with self._lock:
-            for fd, _ in self._fds.values():
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            self._fds.clear()
+            self._sizes.clear()
             self._slot.clear()
             self._index.clear()
 
@@ -249,14 +249,6 @@ class Atlas:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        try:
-            if getattr(self, "_pid", None) == os.getpid():
-                for fd, _ in self._fds.values():
-                    os.close(fd)
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         return f"Atlas({str(self.root)!r}, examples={self._len}, shards={len(self.shards)})"
@@ -274,8 +266,8 @@ class Atlas:
         sh = self.shards[s]
         p = sh.folder / INDEX
         try:
-            idx = np.load(p, mmap_mode="r", allow_pickle=False)
-        except FileNotFoundError:
+            idx = np.load(io.BytesIO(self.store.read(str(p))), allow_pickle=False)
+        except (FileNotFoundError, IsADirectoryError):
             raise CorruptDataError("missing index.npy", path=p, position=self._where(s)) from None
         except Exception as e:  # numpy's header parser raises many kinds (even TokenError)
             raise CorruptDataError(
@@ -294,37 +286,22 @@ class Atlas:
                 path=p,
                 position=self._where(s),
             )
-        idx = idx.view(np.ndarray)  # plain indexing: np.memmap's __getitem__ is slow Python
         self._index[s] = idx
         return idx
 
-    def _fd(self, s: int) -> tuple[int, int]:
-        got = self._fds.get(s)
-        if got is not None:
-            self._fds.move_to_end(s)
-            return got
-        p = self.shards[s].folder / DATA
-        try:
-            fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            raise CorruptDataError("missing data.bin", path=p, position=self._where(s)) from None
-        got = (fd, os.fstat(fd).st_size)
-        self._fds[s] = got
-        while len(self._fds) > MAX_OPEN_FILES:
-            _, (old, _) = self._fds.popitem(last=False)
-            # Another thread may be reading through it: close once no read is in flight.
-            self._to_close.append(old)
-        self._close_idle()
-        return got
+    def _size(self, s: int) -> int:
+        """Bytes in shard ``s``'s data.bin (looked up once)."""
+        size = self._sizes.get(s)
+        if size is None:
+            try:
+                size = self._sizes[s] = self.store.size(self._data_paths[s])
+            except (FileNotFoundError, IsADirectoryError):
+                raise CorruptDataError(
+                    "missing data.bin", path=self._data_paths[s], position=self._where(s)
+                ) from None
+        return size
 
-    def _close_idle(self) -> None:
-        """Close evicted descriptors when no read is in flight (caller holds the lock)."""
-        if not self._inflight:
-            for fd in self._to_close:
-                os.close(fd)
-            self._to_close.clear()
-
-    def _dict_path(self, s: int) -> Path:
+    def _dict_path(self, s: int) -> PurePath:
         shared = self.shards[s].meta.compression_strategy == Strategy.SHARED_DICTIONARY_COMPRESSION
         return ((self._dict_dir or self.root) if shared else self.shards[s].folder) / DICT
 
@@ -343,8 +320,8 @@ class Atlas:
             d = self._dicts[key] = codec.load_dict(self.compression_dict, "compression_dict")
         if d is None:
             try:
-                data = p.read_bytes()
-            except FileNotFoundError:
+                data = self.store.read(str(p))
+            except (FileNotFoundError, IsADirectoryError):
                 raise CorruptDataError(
                     f"missing zstd_dict.bin, which compression strategy {int(strategy)} needs",
                     path=p,
@@ -387,11 +364,11 @@ class Atlas:
             per_thread[key] = dctx
         return dctx
 
-    def _block_range(self, s: int, b: int) -> tuple[int, int, int]:
-        """(fd, start, stop) of block ``b`` of shard ``s``, checked against data.bin (caller
+    def _block_range(self, s: int, b: int) -> tuple[int, int]:
+        """(start, stop) of block ``b`` of shard ``s``, checked against data.bin (caller
         holds the lock)."""
         idx = self._shard_index(s)
-        fd, size = self._fd(s)
+        size = self._size(s)
         start, stop = int(idx[b]), int(idx[b + 1])
         if not 0 <= start <= stop:
             raise CorruptDataError(
@@ -412,19 +389,13 @@ class Atlas:
                 path=self._data_paths[s],
                 position=self._where(s, b),
             )
-        return fd, start, stop
+        return start, stop
 
     def _read_raw(self, s: int, b: int) -> bytes:
-        """The stored bytes of block ``b`` of shard ``s`` (one positional read)."""
+        """The stored bytes of block ``b`` of shard ``s`` (one ranged read)."""
         with self._lock:
-            fd, start, stop = self._block_range(s, b)
-            self._inflight += 1
-        try:
-            raw = os.pread(fd, stop - start, start)
-        finally:
-            with self._lock:
-                self._inflight -= 1
-                self._close_idle()
+            start, stop = self._block_range(s, b)
+        raw = self.store.read_range(self._data_paths[s], start, stop - start)
         if len(raw) != stop - start:
             raise CorruptDataError(
                 f"read {len(raw)} of the block's {stop - start} bytes",
@@ -543,19 +514,11 @@ class Atlas:
                 continue
             with self._lock:
                 idx = np.asarray(self._shard_index(s), dtype=np.int64)
-            try:  # its own descriptor: a generator may be paused for long
-                fd = os.open(self._data_paths[s], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except FileNotFoundError:
-                yield from self._read_block(s, 0)[0]  # raises the precise error
-                continue
-            try:
-                yield from self._iter_shard(s, fd, idx)
-            finally:
-                os.close(fd)
+                size = self._size(s)
+            yield from self._iter_shard(s, size, idx)
 
-    def _iter_shard(self, s: int, fd: int, idx: np.ndarray) -> Iterator[Any]:
+    def _iter_shard(self, s: int, size: int, idx: np.ndarray) -> Iterator[Any]:
         n = self.shards[s].meta.num_blocks
-        size = os.fstat(fd).st_size
         b = 0
         while b < n:
             e = b + 1
@@ -570,7 +533,7 @@ class Atlas:
                 and steps.min() >= 0
                 and (steps.max() <= self.max_block_bytes)
             ):
-                buf = os.pread(fd, stop - start, start)
+                buf = self.store.read_range(self._data_paths[s], start, stop - start)
             if len(buf) != stop - start or stop < start:
                 for k in range(b, e):  # slow path: raises the precise error
                     yield from self._read_block(s, k)[0]

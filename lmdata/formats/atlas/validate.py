@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -29,19 +29,22 @@ def validate(
 ) -> list[str]:
     """All problems in the Atlas dataset at ``path`` (empty when valid): metas, folder names,
     every offset, every block decoded and counted."""
-    root = Path(path)
     rep = ProblemReport()
     try:
-        ds = Atlas(root, allow_unsafe_pickle=allow_unsafe_pickle, **options)
+        ds = Atlas(path, allow_unsafe_pickle=allow_unsafe_pickle, **options)
     except LmdataError as e:
         return [str(e)]
-    _check_layout(ds, root, rep)
+    _check_layout(ds, ds.root, rep)
     for s in range(len(ds.shards)):
         _check_shard(ds, s, rep)
     return rep.finish()
 
 
-def _check_layout(ds: Atlas, root: Path, rep: ProblemReport) -> None:
+def _is_file(ds: Atlas, p: PurePath) -> bool:
+    return ds.store.exists(str(p)) and not ds.store.is_dir(str(p))
+
+
+def _check_layout(ds: Atlas, root: PurePath, rep: ProblemReport) -> None:
     if ds.meta is None:  # a single shard opened on its own
         return
     m = ds.meta
@@ -51,7 +54,11 @@ def _check_layout(ds: Atlas, root: Path, rep: ProblemReport) -> None:
             f"{root / META}: extra keys {list(m.extra_keys)}; the origin's reader "
             f"accepts only {list(ROOT_KEYS)}",
         )
-    others = sorted(e.name for e in os.scandir(root) if e.is_dir() and not is_shard_name(e.name))
+    others = [
+        n
+        for n in ds.store.list(str(root))
+        if not is_shard_name(n) and ds.store.is_dir(str(root / n))
+    ]
     if others:
         rep.add(
             "layout",
@@ -86,7 +93,7 @@ def _check_layout(ds: Atlas, root: Path, rep: ProblemReport) -> None:
         )
     strategies = {sh.meta.compression_strategy for sh in ds.shards}
     if m.compression_strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
-        if not (root / DICT).is_file():
+        if not _is_file(ds, root / DICT):
             rep.add("dict", f"{root}: strategy 2 needs zstd_dict.bin at the root")
         # The origin's reader takes the shared dictionary only from a root saying strategy 2.
     elif Strategy.SHARED_DICTIONARY_COMPRESSION in strategies:
@@ -107,7 +114,7 @@ def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
             f"{f / META}: extra keys {list(meta.extra_keys)}; the origin's reader "
             f"accepts only {list(SHARD_KEYS)}",
         )
-    if meta.compression_strategy == Strategy.DICTIONARY_COMPRESSION and not (f / DICT).is_file():
+    if meta.compression_strategy == Strategy.DICTIONARY_COMPRESSION and not _is_file(ds, f / DICT):
         rep.add("dict", f"{f}: strategy 3 needs the shard's own zstd_dict.bin")
         return
     try:
@@ -119,8 +126,9 @@ def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
         rep.add("index", f"{f / INDEX}: dtype {idx.dtype} is signed; Atlas offsets are unsigned")
     if idx[0] != 0:
         rep.add("index", f"{f / INDEX}: the first offset is {idx[0]}, not 0")
-    size = (f / DATA).stat().st_size if (f / DATA).exists() else 0
-    if not (f / DATA).exists() and meta.stored_examples:
+    has_data = _is_file(ds, f / DATA)
+    size = ds.store.size(str(f / DATA)) if has_data else 0
+    if not has_data and meta.stored_examples:
         rep.add("data", f"{f}: missing data.bin")
         return
     if int(idx[-1]) != size:
@@ -155,11 +163,12 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         strategies[name] = strategies.get(name, 0) + 1
         block_sizes[str(sh.meta.block_size)] = block_sizes.get(str(sh.meta.block_size), 0) + 1
     data_bytes = sum(
-        (sh.folder / DATA).stat().st_size for sh in ds.shards if (sh.folder / DATA).exists()
+        ds.store.size(str(sh.folder / DATA)) for sh in ds.shards if _is_file(ds, sh.folder / DATA)
     )
+    url = ds.store.url(str(ds.root))
     out: dict[str, Any] = {
         "format": "atlas",
-        "path": str(ds.root),
+        "path": url,
         "examples": len(ds),
         "shards": len(ds.shards),
         "blocks": sum(sh.meta.num_blocks for sh in ds.shards),
@@ -170,9 +179,9 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         "block_sizes": block_sizes,
         "compression_level": ds.shards[0].meta.compression_level if ds.shards else None,
         "data_bytes": data_bytes,
-        "bytes_on_disk": disk_usage(ds.root),
-        "apparent_bytes": apparent_size(ds.root),
+        "bytes_on_disk": disk_usage(url),
+        "apparent_bytes": apparent_size(url),
     }
-    if ds.meta and (ds.root / DICT).is_file():
-        out["shared_dict_bytes"] = (ds.root / DICT).stat().st_size
+    if ds.meta and _is_file(ds, ds.root / DICT):
+        out["shared_dict_bytes"] = ds.store.size(str(ds.root / DICT))
     return out

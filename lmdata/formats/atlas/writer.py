@@ -13,6 +13,7 @@ import os
 import pickle
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,15 @@ from lmdata.formats.atlas.meta import (
     replace_bytes,
     shard_dirs,
 )
-from lmdata.storage import AtomicOutput, AtomicWriter, local_path, require_exists
+from lmdata.storage import (
+    AtomicOutput,
+    AtomicWriter,
+    LocalStore,
+    Output,
+    local_path,
+    require_exists,
+    resolve,
+)
 
 DEFAULT_SHARD_SIZE = 100_000
 DEFAULT_BLOCK_SIZE = 32
@@ -270,6 +279,7 @@ class Writer(AtomicWriter):
         self.protocol = pickle_protocol
         self.allow_unsafe_pickle = allow_unsafe_pickle
         self.shard_sizes: list[int] = []
+        self._remote: Output | None = None
         self._numbers: list[int] = []
         self._shared: bytes | None = None
         self._train_shard0 = False
@@ -324,8 +334,17 @@ class Writer(AtomicWriter):
             # dictionary to the root afterwards.
             self._train_shard0 = self.strategy == Strategy.SHARED_DICTIONARY_COMPRESSION
         self._check_level()
-        self._out = AtomicOutput(path, directory=True, overwrite=overwrite, what="atlas")
-        self.path = self._out.dest
+        store, key = resolve(path)
+        if isinstance(store, LocalStore):
+            self._out = AtomicOutput(key, directory=True, overwrite=overwrite, what="atlas")
+            self.path = self._out.dest
+        else:
+            # Object stores: the dataset is built in a local staging folder (shards are
+            # rewritten and renamed as they finish) and uploaded at close, meta.json last.
+            self._remote = store.output(key, directory=True, overwrite=overwrite)
+            self._staging = Path(tempfile.mkdtemp(prefix=".lmdata-atlas-"))
+            self._out = AtomicOutput(self._staging / "ds", directory=True, overwrite=False)
+            self.path = store.url(key)
         self._root = self._out.tmp
         self._next_number = 0
         if self._shared is not None:
@@ -342,7 +361,7 @@ class Writer(AtomicWriter):
         fraction: float | None,
         shared: bytes | None,
     ) -> None:
-        root = require_exists(local_path(path, "atlas"))
+        root = require_exists(local_path(path, "atlas appending"))
         meta = DatasetMeta.read(root)
         shards = shard_dirs(root)
         last = ShardMeta.read(shards[-1][1]) if shards else None
@@ -481,16 +500,18 @@ class Writer(AtomicWriter):
             raise InvalidInputError("the writer is closed", path=self.path)
         src = Atlas(path, **read_options)
         src_dict = (src._dict_dir / DICT) if src._dict_dir else None
+        local = isinstance(src.store, LocalStore)  # shards of a store are decoded and rewritten
         for sh in src.shards:
             if sh.meta.stored_examples == 0:
                 continue
             strategy = sh.meta.compression_strategy
-            if strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
-                shared = src_dict.read_bytes() if src_dict and src_dict.is_file() else None
+            if local and strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
+                dict_file = Path(src_dict) if src_dict else None
+                shared = dict_file.read_bytes() if dict_file and dict_file.is_file() else None
                 if self._adopt_dictionary(shared):
                     strategy = Strategy.STANDARD_COMPRESSION  # now linkable
-            if strategy != Strategy.SHARED_DICTIONARY_COMPRESSION:
-                self._link_shard(sh.folder, sh.meta.stored_examples)
+            if local and strategy != Strategy.SHARED_DICTIONARY_COMPRESSION:
+                self._link_shard(Path(sh.folder), sh.meta.stored_examples)
             else:
                 s = src.shards.index(sh)
                 for i in range(int(src._starts[s]), int(src._ends[s])):
@@ -574,6 +595,14 @@ class Writer(AtomicWriter):
             self.abort()
             raise
         self._out.finish()
+        if self._remote is not None:
+            try:
+                _upload(self._out.dest, self._remote)
+            except BaseException:
+                self._remote.abort()
+                raise
+            finally:
+                shutil.rmtree(self._staging, ignore_errors=True)
 
     def abort(self) -> None:
         """Drop everything written; the path is left as it was before the writer started."""
@@ -581,6 +610,24 @@ class Writer(AtomicWriter):
             self._shard.abort()
             self._shard = None
         self._out.abort()
+        if self._remote is not None:
+            self._remote.abort()
+            shutil.rmtree(self._staging, ignore_errors=True)
+
+
+def _upload(folder: Path, out: Output) -> None:
+    """Copy a finished local dataset into a store output: data files first, then the shard
+    metas, the root meta.json last (it is what makes a reader accept the dataset)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    rank = {DATA: 0, INDEX: 0, DICT: 0, META: 1}
+    for p in sorted(files, key=lambda p: rank.get(p.name, 0)):
+        name = p.relative_to(folder).as_posix()
+        if name == META:
+            continue
+        with open(p, "rb") as src, out.open_write(name) as dst:
+            shutil.copyfileobj(src, dst, 8 << 20)
+    out.write_last(META, (folder / META).read_bytes())
+    out.commit()
 
 
 def _link_or_copy(src: str, dst: str) -> None:

@@ -10,16 +10,16 @@ The raw JSONL + ``.idx`` side is the format ``modalities-jsonl``
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
+from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, PerDocumentSink, TokenSink, TokenTarget, detector
 from lmdata.formats.modalities.layout import HEADER_SIZE, width_for_vocab
 from lmdata.formats.modalities.merge import merge
 from lmdata.formats.modalities.reader import PackedTokens, read_header, sniff
 from lmdata.formats.modalities.validate import validate
 from lmdata.formats.modalities.writer import EOD_POLICY, Writer, eod_policy
-from lmdata.storage import disk_usage
+from lmdata.storage import disk_usage, resolve
 
 SUFFIX = ".pbin"
 
@@ -43,8 +43,13 @@ __all__ = [
 def detect(path: str | os.PathLike[str]) -> bool:
     """A ``.pbin`` file (even a damaged one, so that opening it says what is wrong), or any
     file whose header matches its size and whose tail is a pickle."""
-    p = Path(path)
-    return p.is_file() and (p.suffix == SUFFIX or sniff(p))
+    try:
+        store, key = resolve(path)
+        if not store.exists(key) or store.is_dir(key):
+            return False
+    except (OSError, LmdataError):
+        return False
+    return key.endswith(SUFFIX) or sniff(path)
 
 
 def open(path: str | os.PathLike[str], **options: Any) -> PackedTokens:
@@ -58,8 +63,9 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     with PackedTokens(path, **options) as r:
         out: dict[str, Any] = {"format": "modalities", "path": str(r.path)}
         out.update(r.info())
-    out["bytes_on_disk"] = disk_usage(path)
-    out["apparent_bytes"] = Path(path).stat().st_size
+        url = r.data.store.url(r.data.key)
+        out["apparent_bytes"] = r.data.store.size(r.data.key)
+    out["bytes_on_disk"] = disk_usage(url)
     return out
 
 

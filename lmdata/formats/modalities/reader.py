@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError
+from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError, LmdataError
 from lmdata.formats.modalities.layout import (
     HEADER_SIZE,
     PbinHeader,
@@ -20,56 +19,63 @@ from lmdata.formats.modalities.layout import (
     parse_header,
 )
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import local_path, require_exists
+from lmdata.storage import resolve
 
 # modalities' merge_packed_data shifts the index of every later file by (data_len - 12) instead
 # of data_len, so each file boundary shows up as an overlap of 12 bytes (24 after an empty file).
 ORIGIN_MERGE_SHIFT = HEADER_SIZE
 
 
-def read_header(path: str | os.PathLike[str]) -> PbinHeader:
-    """The checked header of the ``.pbin`` at ``path`` (positional read, no mapping)."""
-    p = require_exists(local_path(path, "modalities"))
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        raw = os.pread(fd, HEADER_SIZE, 0)
-    finally:
-        os.close(fd)
-    return parse_header(raw, size, p)
+def _open_store(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> Any:
+    """(store, key, shown path) of a ``.pbin``: a local Path is shown as a Path, a URL as is."""
+    store, key = resolve(path, storage_options)
+    if not store.exists(key):
+        raise DatasetNotFoundError("no such file or object", path=store.url(key))
+    if store.is_dir(key):
+        raise FormatError("a .pbin dataset is one file, not a directory", path=store.url(key))
+    shown: Path | str = Path(key) if store.can_mmap else store.url(key)
+    return store, key, shown
 
 
-def sniff(path: Path) -> bool:
+def read_header(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> PbinHeader:
+    """The checked header of the ``.pbin`` at ``path`` (one ranged read, no mapping)."""
+    store, key, shown = _open_store(path, storage_options)
+    return parse_header(store.read_range(key, 0, HEADER_SIZE), store.size(key), shown)
+
+
+def sniff(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` holds a consistent header followed by a pickle (cheap)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        size = os.fstat(fd).st_size
-        raw = os.pread(fd, HEADER_SIZE, 0)
+        store, key = resolve(path)
+        if store.is_dir(key):
+            return False
+        size = store.size(key)
+        raw = store.read_range(key, 0, HEADER_SIZE)
         if header_problems(raw, size):
             return False
         start = HEADER_SIZE + int.from_bytes(raw[:8], "little")
-        head = os.pread(fd, 1, start)
-        tail = os.pread(fd, 1, size - 1) if size else b""
-    except OSError:
+        head, tail = store.read_ranges(key, [(start, 1), (size - 1, 1 if size else 0)])
+    except (OSError, LmdataError):
         return False
-    finally:
-        os.close(fd)
     # pickles of protocol 2+ start with PROTO (0x80) and end with STOP (".")
     return head == b"\x80" and tail == b"."
 
 
 class PbinData:
-    """The header and the token data of a ``.pbin``, memory-mapped on first use.
+    """The header and the token data of a ``.pbin``, reached through its store: memory-mapped
+    on local disk, fetched by ranges on object stores.
 
     Picklable: the mapping is dropped and re-created in the receiving process.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = require_exists(local_path(path, "modalities"))
-        self.header = read_header(self.path)
+    def __init__(
+        self, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+    ) -> None:
+        self.store, self.key, self.path = _open_store(path, storage_options)
+        size = self.store.size(self.key)
+        self.header = parse_header(self.store.read_range(self.key, 0, HEADER_SIZE), size, self.path)
         self._tokens: np.ndarray | None = None
 
     @property
@@ -81,27 +87,52 @@ class PbinData:
         return self.header.dtype
 
     @property
+    def mapped(self) -> bool:
+        """True if token reads are slices of a memory map (local files)."""
+        return bool(self.store.can_mmap)
+
+    @property
     def tokens(self) -> np.ndarray:
-        """The whole data segment as a read-only array of the stored dtype (zero copy)."""
+        """The whole data segment as a read-only array of the stored dtype (zero copy on local
+        disk; fetched whole, once, from object stores)."""
         if self._tokens is None:
             h = self.header
+            buf = self.store.mmap(self.key) if h.data_len else None
             if h.data_len == 0:
                 self._tokens = np.zeros(0, dtype=h.dtype)
-            else:
-                with open(self.path, "rb") as f:
-                    mm = mmap.mmap(f.fileno(), h.index_start, access=mmap.ACCESS_READ)
+            elif buf is not None:
                 self._tokens = np.frombuffer(
-                    mm, dtype=h.dtype, count=h.num_tokens, offset=HEADER_SIZE
+                    buf, dtype=h.dtype, count=h.num_tokens, offset=HEADER_SIZE
                 )
+            else:
+                raw = self.store.read_range(self.key, HEADER_SIZE, h.num_tokens * h.token_width)
+                self._tokens = self._array(raw, h.num_tokens)
         return self._tokens
+
+    def _array(self, raw: bytes, count: int) -> np.ndarray:
+        if len(raw) < count * self.token_width:
+            raise CorruptDataError(
+                f"the token data ends early ({len(raw)} bytes where {count} tokens were "
+                "expected); was the file truncated?",
+                path=self.path,
+            )
+        return np.frombuffer(raw, dtype=self.dtype, count=count)
+
+    def read_tokens(self, spans: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+        """Tokens ``a:b`` of the data segment for each ``(a, b)``, as fresh arrays: slices of
+        the mapping locally, ranged reads (merged when close) on object stores."""
+        if self.mapped or self._tokens is not None:
+            t = self.tokens
+            return [np.array(t[a:b]) for a, b in spans]
+        w = self.token_width
+        raws = self.store.read_ranges(
+            self.key, [(HEADER_SIZE + a * w, (b - a) * w) for a, b in spans]
+        )
+        return [self._array(r, b - a).copy() for r, (a, b) in zip(raws, spans, strict=True)]
 
     def read_index_bytes(self) -> bytes:
         h = self.header
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            return os.pread(fd, h.file_size - h.index_start, h.index_start)
-        finally:
-            os.close(fd)
+        return self.store.read_range(self.key, h.index_start, h.file_size - h.index_start)
 
     def close(self) -> None:
         self._tokens = None  # the mapping closes when the last array viewing it goes
@@ -176,8 +207,9 @@ class PackedTokens:
         *,
         allow_unsafe_pickle: bool = False,
         repair_origin_merge: bool = True,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.data = PbinData(path)
+        self.data = PbinData(path, storage_options)
         self.path = self.data.path
         h = self.data.header
         index = load_span_index(
@@ -272,14 +304,14 @@ class PackedTokens:
 
     def __getitem__(self, index: int) -> np.ndarray:
         a, b = self.doc_range(index)
-        return np.array(self.tokens[a:b])
+        t = self.data._tokens  # the local mapping once made: slice it (the hot path)
+        return np.array(t[a:b]) if t is not None else self.data.read_tokens([(a, b)])[0]
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
         idx = normalize_indices(indices, len(self))
-        t = self.tokens
         starts = self._starts[idx].tolist()
         stops = (self._starts[idx] + self._lens[idx]).tolist()
-        return [np.array(t[a:b]) for a, b in zip(starts, stops, strict=True)]
+        return self.data.read_tokens(list(zip(starts, stops, strict=True)))
 
     def __iter__(self) -> Iterator[np.ndarray]:
         block = 4096
@@ -292,7 +324,7 @@ class PackedTokens:
         if not 0 <= start <= stop <= n:
             raise IndexError(f"span [{start}, {stop}) is outside the {n} tokens")
         if self.contiguous:
-            return np.array(self.tokens[start:stop])
+            return self.data.read_tokens([(start, stop)])[0]
         # the index is reordered or has gaps: gather the pieces document by document
         b = self._boundaries.astype(np.int64)
         first = int(np.searchsorted(b, start, side="right")) - 1

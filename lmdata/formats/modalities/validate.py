@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.formats.modalities.layout import HEADER_SIZE, header_problems, load_span_index
 from lmdata.formats.modalities.reader import PbinData, undo_origin_merge_shift
+from lmdata.storage import resolve
 
 MAX_REPORTED = 20
 
@@ -20,23 +22,23 @@ def validate(
     *,
     eod_id: int | None = None,
     allow_unsafe_pickle: bool = False,
+    storage_options: dict[str, Any] | None = None,
     **_: object,
 ) -> list[str]:
     """All problems in the ``.pbin`` at ``path`` (empty when valid).
 
     With ``eod_id``, also every document that does not end with it.
     """
-    p = Path(path)
-    size = p.stat().st_size
-    with p.open("rb") as f:
-        raw = f.read(HEADER_SIZE)
-        problems = [f"header: {m}" for m in header_problems(raw, size)]
-        if problems:
-            return problems
-        data_len = int.from_bytes(raw[:8], "little")
-        width = int.from_bytes(raw[8:12], "little")
-        f.seek(HEADER_SIZE + data_len)
-        index_bytes = f.read()
+    store, key = resolve(path, storage_options)
+    p = Path(key) if store.can_mmap else store.url(key)
+    size = store.size(key)
+    raw = store.read_range(key, 0, HEADER_SIZE)
+    problems = [f"header: {m}" for m in header_problems(raw, size)]
+    if problems:
+        return problems
+    data_len = int.from_bytes(raw[:8], "little")
+    width = int.from_bytes(raw[8:12], "little")
+    index_bytes = store.read_range(key, HEADER_SIZE + data_len, size - HEADER_SIZE - data_len)
     try:
         index = load_span_index(
             index_bytes, path=p, where="index", allow_unsafe=allow_unsafe_pickle
@@ -99,7 +101,7 @@ def validate(
     elif len(index) == 0 and data_len:
         add("order", f"index: empty, but the header says {data_len} bytes of data")
     if eod_id is not None and len(index) and not counts.get("align") and not counts.get("range"):
-        _check_eod(p, width, index.offsets, index.lengths, eod_id, add)
+        _check_eod(path, storage_options, width, index.offsets, index.lengths, eod_id, add)
     for kind, n in counts.items():
         if n > MAX_REPORTED:
             out.append(f"{n - MAX_REPORTED} more problems of this kind ({kind})")
@@ -107,14 +109,15 @@ def validate(
 
 
 def _check_eod(
-    p: Path,
+    path: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None,
     width: int,
     offs: np.ndarray,
     lens: np.ndarray,
     eod_id: int,
     add: Callable[[str, str], None],
 ) -> None:
-    tokens = PbinData(p).tokens
+    tokens = PbinData(path, storage_options).tokens
     last = (offs + lens) // width - 1
     nonempty = lens > 0
     ok = np.zeros(len(lens), dtype=bool)

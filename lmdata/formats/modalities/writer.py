@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 from array import array
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +22,7 @@ from lmdata.formats.modalities.layout import (
     width_for_max_id,
     width_for_vocab,
 )
-from lmdata.storage import AtomicOutput, AtomicWriter
+from lmdata.storage import AtomicWriter, LocalOutput, resolve
 
 # What the tokenize pipeline needs to know: the end-of-document token goes after every
 # document (the last one included) unless the tokenizer already ended the document with it,
@@ -65,6 +68,7 @@ class Writer(AtomicWriter):
         eod_id: int | None = None,
         append_eod: bool = True,
         overwrite: bool = False,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         width = self._pick_width(vocab_size, token_width)
         if eod_id is not None:
@@ -83,9 +87,17 @@ class Writer(AtomicWriter):
         self._eod_bytes = (
             np.array([eod_id], dtype=self._dtype).tobytes() if eod_id is not None else b""
         )
-        self._out = AtomicOutput(path, directory=False, overwrite=overwrite, what="modalities")
-        self.path = self._out.dest
-        self._f = open(self._out.tmp, "wb", buffering=1 << 20)
+        store, key = resolve(path, storage_options)
+        self._out = store.output(key, directory=False, overwrite=overwrite)
+        if isinstance(self._out, LocalOutput):  # built in place, renamed at commit
+            self.path: Path | str = Path(self._out.dest)
+            self._tmp = Path(self._out.tmp)
+        else:  # spooled locally (the header is patched at close), stored as one object
+            self.path = store.url(key)
+            fd, spool = tempfile.mkstemp(prefix=".lmdata-pbin-", suffix=".spool")
+            os.close(fd)
+            self._tmp = Path(spool)
+        self._f = open(self._tmp, "wb", buffering=1 << 20)
         self._f.write(bytes(HEADER_SIZE))  # patched at close, as the origin does
         self._lengths = array("q")  # document lengths in tokens
         self._max_id = -1
@@ -149,7 +161,15 @@ class Writer(AtomicWriter):
         except BaseException:
             self.abort()
             raise
-        self._out.finish()
+        if not isinstance(self._out, LocalOutput):
+            try:
+                with open(self._tmp, "rb") as src, self._out.open_write("") as dst:
+                    shutil.copyfileobj(src, dst, 8 << 20)
+            except BaseException:
+                self.abort()
+                raise
+            self._tmp.unlink(missing_ok=True)
+        self._out.commit()
 
     def _finish(self) -> None:
         self._f.flush()
@@ -159,7 +179,7 @@ class Writer(AtomicWriter):
             self._f.close()
             if width != _SPOOL_WIDTH:
                 self._narrow(width)
-            self._f = open(self._out.tmp, "r+b")
+            self._f = open(self._tmp, "r+b")
             self._f.seek(0, os.SEEK_END)
         lengths = np.frombuffer(self._lengths, dtype=np.int64) * width
         offsets = np.zeros(len(lengths), dtype=np.int64)
@@ -173,7 +193,7 @@ class Writer(AtomicWriter):
 
     def _narrow(self, width: int) -> None:
         """Rewrite the uint32 spool with ``width``-byte tokens (all ids are known to fit)."""
-        src = self._out.tmp
+        src = self._tmp
         dst = src.with_name(src.name + ".narrow")
         try:
             with open(src, "rb") as fi, open(dst, "wb") as fo:
@@ -196,4 +216,6 @@ class Writer(AtomicWriter):
         """Discard everything written; nothing appears at ``path``."""
         with contextlib.suppress(Exception):
             self._f.close()
+        if not isinstance(self._out, LocalOutput):
+            self._tmp.unlink(missing_ok=True)
         self._out.abort()

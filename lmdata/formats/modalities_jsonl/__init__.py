@@ -7,17 +7,23 @@ Records reader with O(1) access to each line's JSON value; :class:`Writer` write
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, detector
 from lmdata.formats.modalities_jsonl.checks import unindexed_problems
 from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
-from lmdata.formats.modalities_jsonl.lines import default_index_path, iter_lines, loads, map_file
-from lmdata.formats.modalities_jsonl.reader import JsonlDocuments, read_index
+from lmdata.formats.modalities_jsonl.lines import (
+    default_index_path,
+    iter_lines,
+    loads,
+    map_object,
+    release,
+    shown_path,
+)
+from lmdata.formats.modalities_jsonl.reader import JsonlDocuments, open_data, read_index
 from lmdata.formats.modalities_jsonl.writer import Writer
-from lmdata.storage import disk_usage
+from lmdata.storage import disk_usage, resolve
 
 __all__ = [
     "SPEC",
@@ -39,14 +45,12 @@ MAX_REPORTED = 20
 
 def detect(path: str | os.PathLike[str]) -> bool:
     """A file with a pickled ``<stem>.idx`` beside it (``foo.jsonl`` + ``foo.idx``)."""
-    p = Path(path)
-    if not p.is_file() or p.suffix == ".idx":
-        return False
-    idx = default_index_path(p)
     try:
-        with idx.open("rb") as f:
-            return f.read(1) == b"\x80"
-    except OSError:
+        store, key = resolve(path)
+        if key.endswith(".idx") or not store.exists(key) or store.is_dir(key):
+            return False
+        return store.read_range(str(default_index_path(key)), 0, 1) == b"\x80"
+    except (OSError, LmdataError):
         return False
 
 
@@ -59,14 +63,17 @@ def open(path: str | os.PathLike[str], **options: Any) -> JsonlDocuments:
 def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     options.pop("split", None)
     with JsonlDocuments(path, **options) as r:
+        _, _, istore, ikey = open_data(
+            path, options.get("index_path"), options.get("storage_options")
+        )
         return {
             "format": "modalities-jsonl",
-            "path": str(r.path),
-            "index_path": str(r.index_path),
+            "path": r.store.url(r.key),
+            "index_path": istore.url(ikey),
             "documents": len(r),
             "data_bytes": r.file_size,
-            "index_bytes": r.index_path.stat().st_size,
-            "bytes_on_disk": disk_usage(r.path) + disk_usage(r.index_path),
+            "index_bytes": istore.size(ikey),
+            "bytes_on_disk": disk_usage(r.store.url(r.key)) + disk_usage(istore.url(ikey)),
         }
 
 
@@ -77,12 +84,16 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
     that parses as JSON; a line that parses but is missing from the index means the index is
     stale. Lines left out because they are not JSON (``--skip-invalid``) are fine.
     """
-    p = Path(path)
-    idx_path = Path(options.get("index_path") or default_index_path(p))
     try:
-        index = read_index(p, idx_path, allow_unsafe=bool(options.get("allow_unsafe_pickle")))
+        store, key, istore, ikey = open_data(
+            path, options.get("index_path"), options.get("storage_options")
+        )
+        index = read_index(
+            store, key, istore, ikey, allow_unsafe=bool(options.get("allow_unsafe_pickle"))
+        )
     except LmdataError as e:
         return [str(e)]
+    p, idx_path = shown_path(store, key), shown_path(istore, ikey)
     problems: list[str] = []
     counts: dict[str, int] = {}
 
@@ -91,7 +102,7 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
         if counts[kind] <= MAX_REPORTED:
             problems.append(msg)
 
-    buf = map_file(p)
+    buf = map_object(store, key)
     try:
         lines = {off: (lineno, ln) for lineno, off, ln in iter_lines(buf)}
         indexed: set[int] = set()
@@ -129,8 +140,7 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
             )
         problems.extend(unindexed_problems(p, idx_path, index, buf))
     finally:
-        if buf is not None:
-            buf.close()
+        release(buf)
     for kind, n in counts.items():
         if n > MAX_REPORTED:
             problems.append(f"{n - MAX_REPORTED} more problems of this kind ({kind})")

@@ -6,17 +6,25 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from lmdata.errors import CorruptDataError, InvalidInputError, OutputExistsError
+from lmdata.errors import (
+    CorruptDataError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    OutputExistsError,
+)
 from lmdata.formats.modalities.layout import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import (
     LineError,
     check,
     default_index_path,
     iter_lines,
-    map_file,
+    map_object,
+    release,
+    shown_path,
 )
-from lmdata.storage import atomic_file, require_exists
+from lmdata.storage import atomic_file, local_path, require_exists, resolve
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,7 @@ def scan(
     *,
     skip_invalid: bool = False,
     progress: Callable[[int], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> tuple[list[int], list[int], list[SkippedLine]]:
     """(offsets, lengths, skipped) of the JSON lines of ``path``.
 
@@ -47,8 +56,11 @@ def scan(
     is a CorruptDataError naming its line and byte offset, unless ``skip_invalid``.
     ``progress`` is called with the number of bytes scanned so far, now and then.
     """
-    p = require_exists(path)
-    buf = map_file(p)
+    store, key = resolve(path, storage_options)
+    if not store.exists(key):
+        raise DatasetNotFoundError("no such file or object", path=store.url(key))
+    p = shown_path(store, key)
+    buf = map_object(store, key)
     offsets: list[int] = []
     lengths: list[int] = []
     skipped: list[SkippedLine] = []
@@ -73,8 +85,7 @@ def scan(
             if progress is not None and lineno % 65536 == 0:
                 progress(off + ln)
     finally:
-        if buf is not None:
-            buf.close()
+        release(buf)
     return offsets, lengths, skipped
 
 
@@ -93,7 +104,7 @@ def build_index(
     and no index is written, unless ``skip_invalid`` leaves such lines out (counted in the
     result). An empty file gets an empty index (modalities refuses it).
     """
-    src = require_exists(path)
+    src = require_exists(local_path(path, "lmdata index"))
     dest = Path(index_path) if index_path is not None else default_index_path(src)
     if dest.resolve() == src.resolve():
         raise InvalidInputError("the index path is the data file itself; choose another", path=dest)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import numpy as np
 import orjson
 
 from lmdata import _json
+from lmdata.storage import Store
 
 _SCAN_BYTES = 1 << 26
 
@@ -48,13 +49,24 @@ def check(line: bytes) -> None:
         loads(line)
 
 
-def map_file(path: str | os.PathLike[str]) -> mmap.mmap | None:
-    """A read-only mapping of the whole file (None for an empty file, which mmap refuses)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return None
-        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+def map_object(store: Store, key: str) -> mmap.mmap | bytes | None:
+    """All of object ``key`` for a scan: memory-mapped on local disk, fetched whole from an
+    object store (a scan needs every byte); None when it is empty. Free it with :func:`release`."""
+    buf = store.mmap(key)
+    if buf is None:
+        buf = store.read(key)
+    return buf if len(buf) else None
+
+
+def release(buf: mmap.mmap | bytes | None) -> None:
+    """Close a mapping returned by :func:`map_object` (bytes need nothing)."""
+    if isinstance(buf, mmap.mmap):
+        buf.close()
+
+
+def shown_path(store: Store, key: str) -> PurePath:
+    """How a key appears in messages: a local Path, or the key of an object store."""
+    return Path(key) if store.can_mmap else PurePosixPath(key)
 
 
 def line_spans(buf: mmap.mmap | bytes | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -88,6 +100,7 @@ def iter_lines(buf: mmap.mmap | bytes | None) -> Iterator[tuple[int, int, int]]:
 
 
 def default_index_path(path: str | os.PathLike[str]) -> Path:
-    """``foo.jsonl`` -> ``foo.idx`` beside it, as modalities names the raw index."""
+    """``foo.jsonl`` -> ``foo.idx`` beside it, as modalities names the raw index (a key of
+    an object store works too: its ``str`` is the index's key)."""
     p = Path(path)
     return p.with_suffix(".idx")

@@ -4,30 +4,43 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError
 from lmdata.formats.modalities.layout import SpanIndex, load_span_index
-from lmdata.formats.modalities_jsonl.lines import LineError, default_index_path, loads, map_file
+from lmdata.formats.modalities_jsonl.lines import (
+    LineError,
+    default_index_path,
+    loads,
+    release,
+    shown_path,
+)
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import local_path, require_exists
+from lmdata.storage import Store, resolve
 
 
 def read_index(
-    path: Path, index_path: Path, *, allow_unsafe: bool = False, file_size: int | None = None
+    store: Store,
+    key: str,
+    index_store: Store,
+    index_key: str,
+    *,
+    allow_unsafe: bool = False,
+    file_size: int | None = None,
 ) -> SpanIndex:
-    """The checked raw index of ``path``: every entry inside the file."""
-    if not index_path.is_file():
+    """The checked raw index of object ``key``: every entry inside the data."""
+    path, index_path = shown_path(store, key), shown_path(index_store, index_key)
+    if not index_store.exists(index_key) or index_store.is_dir(index_key):
         raise DatasetNotFoundError(
             f"no raw index at {index_path}; build it with `lmdata index {path}`", path=path
         )
     index = load_span_index(
-        index_path.read_bytes(), path=index_path, where="index", allow_unsafe=allow_unsafe
+        index_store.read(index_key), path=index_path, where="index", allow_unsafe=allow_unsafe
     )
-    size = path.stat().st_size if file_size is None else file_size
+    size = store.size(key) if file_size is None else file_size
     bad = np.flatnonzero((index.offsets < 0) | (index.ends > size))
     if len(bad):
         i = int(bad[0])
@@ -41,15 +54,18 @@ def read_index(
     return index
 
 
-def check_line_bounds(path: Path, index_path: Path, index: SpanIndex, size: int) -> None:
+def check_line_bounds(
+    store: Store, key: str, index_path: PurePath, index: SpanIndex, size: int
+) -> None:
     """The first entry starts a line and the last one ends one (two bytes read): an index of
     other data (a file replaced or appended to after indexing) rarely passes both."""
     if not len(index):
         return
+    path = shown_path(store, key)
     first, last = int(index.offsets[0]), int(index.ends[-1])
-    with open(path, "rb") as f:
-        before = os.pread(f.fileno(), 1, first - 1) if first > 0 else b"\n"
-        after = os.pread(f.fileno(), 1, last) if last < size else b"\n"
+    b, a = store.read_ranges(key, [(max(first - 1, 0), 1 if first > 0 else 0), (last, 1)])
+    before = b if first > 0 else b"\n"
+    after = a if last < size else b"\n"
     for ok, entry, what in ((before == b"\n", 0, "start"), (after == b"\n", -1, "end")):
         if not ok:
             i = len(index) - 1 if entry < 0 else 0
@@ -60,6 +76,22 @@ def check_line_bounds(path: Path, index_path: Path, index: SpanIndex, size: int)
                 path=index_path,
                 position=f"entry {i}",
             )
+
+
+def open_data(
+    path: str | os.PathLike[str],
+    index_path: str | os.PathLike[str] | None,
+    storage_options: dict[str, Any] | None,
+) -> tuple[Store, str, Store, str]:
+    """(store, key) of a JSONL file and of its index (``foo.idx`` beside it by default)."""
+    store, key = resolve(path, storage_options)
+    if not store.exists(key):
+        raise DatasetNotFoundError("no such file or object", path=store.url(key))
+    if index_path is not None:
+        index_store, index_key = resolve(index_path, storage_options)
+    else:
+        index_store, index_key = store, str(default_index_path(key))
+    return store, key, index_store, index_key
 
 
 class JsonlDocuments:
@@ -77,14 +109,21 @@ class JsonlDocuments:
         *,
         index_path: str | os.PathLike[str] | None = None,
         allow_unsafe_pickle: bool = False,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.path = require_exists(local_path(path, "modalities-jsonl"))
-        self.index_path = Path(index_path) if index_path else default_index_path(self.path)
-        self.file_size = self.path.stat().st_size
+        self.store, self.key, istore, ikey = open_data(path, index_path, storage_options)
+        self.path = shown_path(self.store, self.key)
+        self.index_path = shown_path(istore, ikey)
+        self.file_size = self.store.size(self.key)
         index = read_index(
-            self.path, self.index_path, allow_unsafe=allow_unsafe_pickle, file_size=self.file_size
+            self.store,
+            self.key,
+            istore,
+            ikey,
+            allow_unsafe=allow_unsafe_pickle,
+            file_size=self.file_size,
         )
-        check_line_bounds(self.path, self.index_path, index, self.file_size)
+        check_line_bounds(self.store, self.key, self.index_path, index, self.file_size)
         self.offsets = index.offsets
         self.lengths = index.lengths
         self._buf: Any = None
@@ -94,9 +133,16 @@ class JsonlDocuments:
 
     @property
     def _mapped(self) -> Any:
-        if self._buf is None:
-            self._buf = map_file(self.path) or b""
+        """The file memory-mapped (local disk), or None where reads are ranged (object stores)."""
+        if self._buf is None and self.store.can_mmap:
+            self._buf = self.store.mmap(self.key)
         return self._buf
+
+    def _spans(self, spans: list[tuple[int, int]]) -> list[bytes]:
+        buf = self._mapped
+        if buf is not None:
+            return [buf[o : o + n] for o, n in spans]
+        return self.store.read_ranges(self.key, spans)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -105,7 +151,10 @@ class JsonlDocuments:
         """The bytes of document ``index`` (without the newline)."""
         i = normalize_index(index, len(self))
         off = int(self.offsets[i])
-        return self._mapped[off : off + int(self.lengths[i])]
+        buf = self._mapped
+        if buf is not None:
+            return buf[off : off + int(self.lengths[i])]  # type: ignore[no-any-return]
+        return self.store.read_range(self.key, off, int(self.lengths[i]))
 
     def _parse(self, i: int, data: bytes) -> Any:
         try:
@@ -124,11 +173,10 @@ class JsonlDocuments:
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         idx = normalize_indices(indices, len(self))
-        buf = self._mapped
         offs = self.offsets[idx].tolist()
         lens = self.lengths[idx].tolist()
-        spans = zip(idx.tolist(), offs, lens, strict=True)
-        return [self._parse(i, buf[o : o + n]) for i, o, n in spans]
+        raws = self._spans(list(zip(offs, lens, strict=True)))
+        return [self._parse(i, r) for i, r in zip(idx.tolist(), raws, strict=True)]
 
     def __iter__(self) -> Iterator[Any]:
         block = 4096
@@ -139,8 +187,7 @@ class JsonlDocuments:
         return {"documents": len(self), "data_bytes": int(self.file_size)}
 
     def close(self) -> None:
-        if self._buf is not None and not isinstance(self._buf, bytes):
-            self._buf.close()
+        release(self._buf)
         self._buf = None
 
     def __enter__(self) -> JsonlDocuments:

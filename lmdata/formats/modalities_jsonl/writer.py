@@ -13,7 +13,7 @@ import orjson
 from lmdata.errors import InvalidInputError
 from lmdata.formats.modalities.layout import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import default_index_path
-from lmdata.storage import AtomicOutput, AtomicWriter
+from lmdata.storage import AtomicOutput, AtomicWriter, LocalStore, Output, Store, resolve
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -44,8 +44,14 @@ class Writer(AtomicWriter):
         *,
         index_path: str | os.PathLike[str] | None = None,
         overwrite: bool = False,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        dest = Path(path)
+        store, key = resolve(path, storage_options)
+        self._remote: tuple[Output, Output] | None = None
+        if not isinstance(store, LocalStore):
+            self._open_remote(store, key, index_path, overwrite, storage_options)
+            return
+        dest = Path(key)
         idx = Path(index_path) if index_path else default_index_path(dest)
         if idx == dest:
             raise InvalidInputError(
@@ -68,6 +74,38 @@ class Writer(AtomicWriter):
         self._lengths: list[int] = []
         self._pos = 0
 
+    def _open_remote(
+        self,
+        store: Store,
+        key: str,
+        index_path: str | os.PathLike[str] | None,
+        overwrite: bool,
+        storage_options: dict[str, Any] | None,
+    ) -> None:
+        """On an object store both objects are written under their final names: the old index
+        is removed first and the new one written last, after the data (the same guarantee as
+        locally: a kill in between leaves data without an index, which readers refuse)."""
+        istore, ikey = (
+            resolve(index_path, storage_options)
+            if index_path
+            else (store, str(default_index_path(key)))
+        )
+        if istore.url(ikey) == store.url(key):
+            raise InvalidInputError(
+                "the index path is the data file itself; name the JSONL "
+                "file with a suffix such as .jsonl",
+                path=store.url(key),
+            )
+        index = istore.output(ikey, directory=False, overwrite=overwrite)
+        data = store.output(key, directory=False, overwrite=overwrite)
+        self._remote = (data, index)
+        self.path = store.url(key)  # type: ignore[assignment]
+        self.index_path = istore.url(ikey)  # type: ignore[assignment]
+        self._f = data.open_write("")
+        self._offsets: list[int] = []
+        self._lengths: list[int] = []
+        self._pos = 0
+
     @property
     def documents(self) -> int:
         return len(self._offsets)
@@ -82,6 +120,19 @@ class Writer(AtomicWriter):
         self._pos += len(line) + 1
 
     def close(self) -> None:
+        if self._remote is not None:
+            data, index = self._remote
+            if data.done:
+                return
+            try:
+                self._f.close()
+                data.commit()
+                index.write_last("", dump_span_index(self._offsets, self._lengths))
+                index.commit()
+            except BaseException:
+                self.abort()
+                raise
+            return
         if self._data.done:
             return
         try:
@@ -101,5 +152,9 @@ class Writer(AtomicWriter):
     def abort(self) -> None:
         with contextlib.suppress(Exception):
             self._f.close()
+        if self._remote is not None:
+            for out in self._remote:
+                out.abort()
+            return
         self._data.abort()
         self._index.abort()
