@@ -524,10 +524,17 @@ class ZArray:
             pos += hi - lo
         return out
 
-    def gather(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """Rows ``out[i] = self[starts[i] : starts[i] + length]`` (all inside the array)."""
+    def gather(
+        self, starts: np.ndarray, length: int, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Rows ``out[i] = self[starts[i] : starts[i] + length]`` (all inside the array), into
+        ``out`` (C-contiguous, of this array's dtype) when given."""
         starts = np.asarray(starts, dtype=np.int64)
-        out = np.empty((len(starts), length), dtype=self.dtype)
+        shape = (len(starts), length)
+        if out is None:
+            out = np.empty(shape, dtype=self.dtype)
+        elif out.shape != shape or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {shape}")
         if length == 0 or len(starts) == 0:
             return out
         unit = self._unit
@@ -537,18 +544,28 @@ class ZArray:
                 out[i] = row
             return out
         self._check_views()
+        views = self._views
+        parts = []
         if unit % length == 0 and not (starts % length).any():
             # the common case: rows aligned to the row length never straddle a unit, so a row
-            # is row r % per of unit r // per
+            # is row r % per of unit r // per (a view); one C copy joins them all
             per = unit // length
-            views = self._views
-            for i, r in enumerate((starts // length).tolist()):
-                u, kk = divmod(r, per)
+            u_of, k_of = np.divmod(starts // length, per)
+            for u, kk in zip(u_of.tolist(), k_of.tolist(), strict=True):
                 v = views.get((u, length))
                 if v is None:
                     v = self._rows_view(u, length)
-                out[i] = v[kk]
-            return out
-        for i, s in enumerate(starts.tolist()):
-            out[i] = self.read(s, s + length)
+                parts.append(v[kk])
+        else:
+            u_of = starts // unit
+            for s, u, lo in zip(
+                starts.tolist(), u_of.tolist(), (starts - u_of * unit).tolist(), strict=True
+            ):
+                if lo + length <= unit:  # inside one unit: a view of its map or decoded copy
+                    a = self.unit_array(u)
+                    if lo + length <= len(a):
+                        parts.append(a[lo : lo + length])
+                        continue
+                parts.append(self.read(s, s + length))
+        np.concatenate(parts, out=out.reshape(-1))
         return out
