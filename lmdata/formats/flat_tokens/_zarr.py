@@ -524,9 +524,7 @@ class ZArray:
             pos += hi - lo
         return out
 
-    def gather(
-        self, starts: np.ndarray, length: int, out: np.ndarray | None = None
-    ) -> np.ndarray:
+    def gather(self, starts: np.ndarray, length: int, out: np.ndarray | None = None) -> np.ndarray:
         """Rows ``out[i] = self[starts[i] : starts[i] + length]`` (all inside the array), into
         ``out`` (C-contiguous, of this array's dtype) when given."""
         starts = np.asarray(starts, dtype=np.int64)
