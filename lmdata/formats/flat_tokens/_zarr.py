@@ -546,14 +546,16 @@ class ZArray:
         parts = []
         if unit % length == 0 and not (starts % length).any():
             # the common case: rows aligned to the row length never straddle a unit, so a row
-            # is row r % per of unit r // per (a view); one C copy joins them all
+            # is row r % per of unit r // per (copied straight from its view: measured faster
+            # than joining views with one concatenate at 32 rows)
             per = unit // length
-            u_of, k_of = np.divmod(starts // length, per)
-            for u, kk in zip(u_of.tolist(), k_of.tolist(), strict=True):
+            for i, r in enumerate((starts // length).tolist()):
+                u, kk = divmod(r, per)
                 v = views.get((u, length))
                 if v is None:
                     v = self._rows_view(u, length)
-                parts.append(v[kk])
+                out[i] = v[kk]
+            return out
         else:
             u_of = starts // unit
             for s, u, lo in zip(
