@@ -183,8 +183,13 @@ def simulated_store(root: Path, n_tokens: int, real_chunk: Path) -> Path:
     if not sparse.exists():
         with open(sparse, "wb") as f:
             f.truncate(SEQ_CHUNK * 8)  # a hole: no disk used, never read in packed mode
-    for k in range(-(-(n_seqs + 1) // SEQ_CHUNK)):
+    last = -(-(n_seqs + 1) // SEQ_CHUNK) - 1
+    for k in range(last):
         os.link(sparse, split / "seq_starts" / str(k))
+    with open(split / "seq_starts" / str(last), "wb") as f:  # a hole ending in n_tokens
+        f.truncate(SEQ_CHUNK * 8)
+        f.seek((n_seqs - last * SEQ_CHUNK) * 8)
+        f.write(np.array([n_tokens], dtype="<u8").tobytes())
     r = lmdata.open(d)
     rows = lmdata.Loader(r, seq_len=2048, global_batch_size=32, seed=0, rank=0, world_size=1)
     for k in sorted({int(x) * 2048 // CHUNK for x in rows.indices(0)[1]}):

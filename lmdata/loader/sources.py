@@ -8,6 +8,7 @@ bit is in each stored token. Other readers are read through ``span`` and ``bound
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -15,7 +16,10 @@ import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader.packing import (
+    eos_from_encoded,
     eos_windows,
+    fill_packed,
+    packed_buffers,
     packed_from_encoded,
     packed_from_starts,
     pad_tail,
@@ -46,6 +50,14 @@ def open_source(source: Any, token_column: str | None, split: str | None) -> Any
             "column that holds token ids"
         )
     return reader
+
+
+def _takes_out(fn: Any) -> bool:
+    """Whether ``fn`` accepts ``out=`` (an ``encoded_windows`` that gathers in place)."""
+    try:
+        return "out" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _has(obj: Any, name: str) -> bool:
@@ -80,6 +92,7 @@ class Source:
         self.finite = finite
         self.num_tokens = int(reader.num_tokens)
         self._windows = getattr(reader, "encoded_windows", None)
+        self._windows_out = self._windows is not None and _takes_out(self._windows)
         self._encoded = getattr(reader, "span_encoded", None)
         self._pieces: np.ndarray | None = None
         L = seq_len
@@ -139,6 +152,13 @@ class Source:
         length = L if self.mode == "packed" else L + 1
         starts = rows.astype(np.int64) * L
         if self._windows is not None:
+            if self.mode == "packed" and self._windows_out and self.dtype == np.int32:
+                # gathered straight into the targets' memory and decoded there
+                out = packed_buffers(len(starts), L, self.dtype)
+                enc = out["targets"].view(np.uint32)
+                self._windows(starts, length, out=enc)
+                fill_packed(enc, out, self.bos)
+                return out
             enc = self._windows(starts, length)
         elif self._encoded is not None:
             enc = np.empty((len(starts), length), dtype=np.uint32)
@@ -147,7 +167,7 @@ class Source:
         else:
             return self._read_generic(starts, length)
         if self.mode == "eos":
-            return eos_windows(enc >> np.uint32(1), self.dtype)
+            return eos_from_encoded(enc, self.dtype)
         return packed_from_encoded(enc, self.dtype, self.bos)
 
     def _read_generic(self, starts: np.ndarray, length: int) -> dict[str, np.ndarray]:
@@ -166,7 +186,7 @@ class Source:
             got = self._encoded(start, stop)
             enc[0, : len(got)] = got
             if self.mode == "eos":
-                return eos_windows(enc >> np.uint32(1), self.dtype)
+                return eos_from_encoded(enc, self.dtype)
             return packed_from_encoded(enc, self.dtype, self.bos)
         ids = np.zeros((1, length), dtype=np.int64)
         got = self.reader.span(start, stop)

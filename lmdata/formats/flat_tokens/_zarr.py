@@ -524,10 +524,15 @@ class ZArray:
             pos += hi - lo
         return out
 
-    def gather(self, starts: np.ndarray, length: int) -> np.ndarray:
-        """Rows ``out[i] = self[starts[i] : starts[i] + length]`` (all inside the array)."""
+    def gather(self, starts: np.ndarray, length: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``out[i] = self[starts[i] : starts[i] + length]`` (all inside the array), into
+        ``out`` (C-contiguous, of this array's dtype) when given."""
         starts = np.asarray(starts, dtype=np.int64)
-        out = np.empty((len(starts), length), dtype=self.dtype)
+        shape = (len(starts), length)
+        if out is None:
+            out = np.empty(shape, dtype=self.dtype)
+        elif out.shape != shape or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {shape}")
         if length == 0 or len(starts) == 0:
             return out
         unit = self._unit
@@ -537,11 +542,13 @@ class ZArray:
                 out[i] = row
             return out
         self._check_views()
+        views = self._views
+        parts = []
         if unit % length == 0 and not (starts % length).any():
             # the common case: rows aligned to the row length never straddle a unit, so a row
-            # is row r % per of unit r // per
+            # is row r % per of unit r // per (copied straight from its view: measured faster
+            # than joining views with one concatenate at 32 rows)
             per = unit // length
-            views = self._views
             for i, r in enumerate((starts // length).tolist()):
                 u, kk = divmod(r, per)
                 v = views.get((u, length))
@@ -549,6 +556,16 @@ class ZArray:
                     v = self._rows_view(u, length)
                 out[i] = v[kk]
             return out
-        for i, s in enumerate(starts.tolist()):
-            out[i] = self.read(s, s + length)
+        else:
+            u_of = starts // unit
+            for s, u, lo in zip(
+                starts.tolist(), u_of.tolist(), (starts - u_of * unit).tolist(), strict=True
+            ):
+                if lo + length <= unit:  # inside one unit: a view of its map or decoded copy
+                    a = self.unit_array(u)
+                    if lo + length <= len(a):
+                        parts.append(a[lo : lo + length])
+                        continue
+                parts.append(self.read(s, s + length))
+        np.concatenate(parts, out=out.reshape(-1))
         return out

@@ -244,8 +244,15 @@ class FlatTokens:
         idx = normalize_indices(rows, self.num_packed_rows(seq_len))
         return self.tokens.gather(idx * seq_len, seq_len)
 
-    def encoded_windows(self, starts: Sequence[int] | np.ndarray, length: int) -> np.ndarray:
-        """Stored values ``tokens[s:s+length]`` for each ``s`` in ``starts``, shape (n, length).
+    def encoded_windows(
+        self,
+        starts: Sequence[int] | np.ndarray,
+        length: int,
+        *,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Stored values ``tokens[s:s+length]`` for each ``s`` in ``starts``, shape (n, length),
+        written into ``out`` (C-contiguous uint32) when given.
 
         Reads only token chunks (never ``seq_starts``): packed and EOS-window loading.
         """
@@ -255,7 +262,7 @@ class FlatTokens:
                 f"a window of {length} tokens at {int(st.max())} or {int(st.min())} is outside "
                 f"the {self.num_tokens} tokens"
             )
-        return self.tokens.gather(st, length)
+        return self.tokens.gather(st, length, out=out)
 
     def info(self) -> dict[str, Any]:
         return {
