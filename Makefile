@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 ZARR2 := $(VENV)/extra-zarr2
 STREAMING := $(VENV)/extra-streaming
 
-.PHONY: install demo test bench lint format clean
+.PHONY: install demo test bench bench-quick bench-envs lint format clean
 
 install: $(STAMP)
 
@@ -37,8 +37,16 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
+# created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).
 bench: install
-	$(BIN)/python bench/run.py
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py
+
+bench-quick: install
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --quick
+
+bench-envs: install
+	$(BIN)/python bench/envs.py
 
 lint: install
 	$(BIN)/ruff check lmdata tests bench
