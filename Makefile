@@ -11,7 +11,7 @@ ZARR2 := $(VENV)/extra-zarr2
 STREAMING := $(VENV)/extra-streaming
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install install-main install-dev demo test bench lint format clean
+.PHONY: install install-main install-dev demo test bench bench-quick bench-envs lint format clean
 
 # everything (the main venv, dev tools, interop-test tools)
 install: $(TEST_STAMP)
@@ -65,8 +65,16 @@ demo: $(STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
+# created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).
 bench: $(TEST_STAMP)
-	$(BIN)/python bench/run.py
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py
+
+bench-quick: $(TEST_STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --quick
+
+bench-envs: $(TEST_STAMP)
+	$(BIN)/python bench/envs.py
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check lmdata tests bench

@@ -1,12 +1,17 @@
-"""Run every benchmark under bench/ (files bench_*.py with a main()) and print their tables.
+"""Run the benchmarks under bench/ and print their tables; `--quick` for a few-minute pass.
 
-Each benchmark prints a table with the practical limit (a bare numpy memmap) and the origin
-tool or zarr-python side by side, as ratios measured in the same run.
+`python bench/run.py [--quick] [NAME ...]`. The full run executes every bench_*.py with a
+main(): the side-by-side tables against the origin tools (bench_origin*.py, through
+bench/_compare.py and the side venvs of bench/envs.py) and the per-format tables. `--quick`
+runs only the side-by-side tables, on small inputs with fewer interleaved pairs. Either way the
+measured rows are saved to bench/results/ and compared with the previous run of the same mode;
+a row that got slower is printed as a REGRESSION line (the run still succeeds).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,9 +19,19 @@ from pathlib import Path
 
 def main() -> None:
     here = Path(__file__).parent
-    only = sys.argv[1:]
+    args = sys.argv[1:]
+    quick = "--quick" in args
+    only = [a for a in args if a != "--quick"]
+    if quick:
+        os.environ["LMDATA_BENCH_QUICK"] = "1"
+    sys.path.insert(0, str(here))
+    sys.path.insert(0, str(here.parent))
+    import _compare
+
     for f in sorted(here.glob("bench_*.py")):
         if only and not any(o in f.stem for o in only):
+            continue
+        if quick and not f.stem.startswith("bench_origin"):
             continue
         spec = importlib.util.spec_from_file_location(f.stem, f)
         assert spec and spec.loader
@@ -24,8 +39,12 @@ def main() -> None:
         spec.loader.exec_module(mod)
         print(f"\n=== {f.stem} ===", flush=True)
         t0 = time.perf_counter()
-        mod.main()
+        try:
+            mod.main()
+        except Exception as exc:  # one failing benchmark must not hide the others' tables
+            print(f"{f.stem} FAILED: {exc!r}", flush=True)
         print(f"({f.stem}: {time.perf_counter() - t0:.0f} s)", flush=True)
+    _compare.save_and_flag()
 
 
 if __name__ == "__main__":

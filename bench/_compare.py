@@ -1,0 +1,146 @@
+"""Side-by-side timing of lmdata and an origin tool: interleaved pairs, outputs checked equal.
+
+A row runs lmdata (A) and the other column (B) as A B A B ... on the same inputs, each run in a
+fresh subprocess when start-up is part of what a user waits for. A pair counts only if both
+outputs agree (bytes or decoded values); the ratio is the median over pairs of B's time over
+A's (above 1: lmdata is faster). Results go to bench/results/*.json, and each row is compared
+with the previous results file of the same mode: a row whose ratio fell is flagged REGRESSION
+(printed, never failing the run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+QUICK = os.environ.get("LMDATA_BENCH_QUICK") == "1"
+PAIRS = 3 if QUICK else 7
+# A row is flagged when its ratio fell by more than this fraction since the previous run.
+TOLERANCE = 0.10
+
+Run = Callable[[], tuple[float, Any]]  # returns (seconds, output to compare)
+
+
+@dataclass
+class Row:
+    """One measured comparison; ratio = median(other_s / lmdata_s) over agreeing pairs."""
+
+    table: str
+    name: str
+    lmdata_s: float = 0.0
+    other_s: float = 0.0
+    ratio: float | None = None
+    pairs: int = 0
+    note: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+_ROWS: list[Row] = []
+
+
+def compare(table: str, name: str, lmdata: Run, other: Run | None, why: str = "") -> Row:
+    """Time `lmdata` and `other` in interleaved pairs; a pair whose outputs differ is dropped."""
+    row = Row(table, name)
+    _ROWS.append(row)
+    if other is None:
+        row.note = why or "other column unavailable"
+        times = [lmdata()[0] for _ in range(max(1, PAIRS // 2))]
+        row.lmdata_s = statistics.median(times)
+        return row
+    ta, tb, ratios, bad = [], [], [], 0
+    for _ in range(PAIRS):
+        sa, out_a = lmdata()
+        sb, out_b = other()
+        if out_a != out_b:
+            bad += 1
+            continue
+        ta.append(sa)
+        tb.append(sb)
+        ratios.append(sb / sa)
+    if not ratios:
+        row.note = f"OUTPUTS DIFFER in all {bad} pairs: no time counted"
+        return row
+    row.lmdata_s, row.other_s = statistics.median(ta), statistics.median(tb)
+    row.ratio, row.pairs = statistics.median(ratios), len(ratios)
+    if bad:
+        row.note = f"outputs differed in {bad} pairs (dropped)"
+    return row
+
+
+def timed_cmd(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> float:
+    """Wall time of one command in a fresh process; a failure raises with its stderr tail."""
+    full = {**os.environ, **(env or {})}
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, env=full, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+        raise RuntimeError(f"{' '.join(argv[:4])} ... failed ({proc.returncode}):\n{tail}")
+    return dt
+
+
+def lmdata_cmd(*args: str) -> list[str]:
+    """This checkout's lmdata CLI (the worktree's package, not an installed one)."""
+    return [sys.executable, "-m", "lmdata.cli", *args]
+
+
+LMDATA_ENV = {"PYTHONPATH": str(ROOT)}
+
+
+def print_table(table: str, title: str, other: str, kind: str, sizes: str, unit: str = "s") -> None:
+    """Print one table: which column is the origin tool or a re-implementation, and the sizes."""
+    rows = [r for r in _ROWS if r.table == table]
+    print(f"\n{title}\n  other column: {other} [{kind}]\n  sizes: {sizes}")
+    print(f"  pairs: interleaved, median of up to {PAIRS}; ratio = other time / lmdata time")
+    print(f"  {'row':46s}{'lmdata ' + unit:>12s}{'other ' + unit:>12s}{'ratio':>9s}  note")
+    for r in rows:
+        ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+        other_s = f"{r.other_s:.3f}" if r.other_s else "-"
+        extra = "; ".join(f"{k} {v:,.3g}" for k, v in r.extra.items())
+        note = "; ".join(x for x in (r.note, extra) if x)
+        print(f"  {r.name:46s}{r.lmdata_s:12.3f}{other_s:>12s}{ratio:>9s}  {note}")
+
+
+def save_and_flag() -> Path:
+    """Write this run's rows as JSON and flag every row slower than in the previous file."""
+    RESULTS.mkdir(exist_ok=True)
+    mode = "quick" if QUICK else "full"
+    previous = sorted(RESULTS.glob(f"*-{mode}.json"))
+    out = RESULTS / f"{time.strftime('%Y%m%dT%H%M%S')}-{mode}.json"
+    out.write_text(json.dumps({"mode": mode, "rows": [asdict(r) for r in _ROWS]}, indent=1))
+    print(f"\nresults: {out.relative_to(ROOT)}")
+    if not previous:
+        print("no previous results file to compare with")
+        return out
+    before = {(r["table"], r["name"]): r for r in json.loads(previous[-1].read_text())["rows"]}
+    print(f"compared with {previous[-1].name}:")
+    flagged = 0
+    for r in _ROWS:
+        old = before.get((r.table, r.name))
+        if old is None:
+            continue
+        if old["ratio"] and r.ratio and r.ratio < old["ratio"] * (1 - TOLERANCE):
+            what = f"ratio {old['ratio']:.2f}x -> {r.ratio:.2f}x"
+        elif (
+            old["ratio"] is None
+            and old["lmdata_s"]
+            and r.lmdata_s > old["lmdata_s"] * (1 + TOLERANCE)
+        ):
+            what = f"time {old['lmdata_s']:.3f} s -> {r.lmdata_s:.3f} s"
+        else:
+            continue
+        flagged += 1
+        print(f"REGRESSION: {r.table} / {r.name}: {what}")
+    if not flagged:
+        print(f"no row got slower by more than {TOLERANCE:.0%}")
+    return out

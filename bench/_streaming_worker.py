@@ -1,0 +1,36 @@
+"""Run inside the mosaicml-streaming venv: time `ds[i]` over given indices or one iteration.
+
+Prints {"seconds": ..., "digest": ...}; the digest hashes every decoded sample the same way
+bench_origin_reads.digest does, so the two columns are checked equal before a time counts.
+"""
+
+import hashlib
+import json
+import sys
+import time
+
+import numpy as np
+from streaming import StreamingDataset
+
+
+def feed(h, s):
+    for k in sorted(s):
+        v = s[k]
+        if isinstance(v, np.ndarray):
+            h.update(k.encode() + v.dtype.str.encode() + v.tobytes())
+        else:
+            h.update(k.encode() + repr(v).encode())
+
+
+job = json.loads(sys.argv[1])
+ds = StreamingDataset(local=job["local"], shuffle=False, batch_size=job.get("batch_size", 256))
+h = hashlib.sha256()
+t = time.perf_counter()
+if job["op"] == "random":
+    out = [ds[i] for i in job["idx"]]
+else:
+    out = list(ds)
+dt = time.perf_counter() - t
+for s in out:
+    feed(h, s)
+print(json.dumps({"seconds": dt, "digest": h.hexdigest()}))

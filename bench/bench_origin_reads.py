@@ -1,0 +1,255 @@
+"""Reads and tokenizing, lmdata against the origin tools or their documented algorithm.
+
+Rows (interleaved pairs via bench/_compare.py, outputs checked equal before a time counts):
+MDS random `r[i]` and iteration vs mosaicml-streaming 0.13.0 (its own venv; only the read loop
+is timed); Atlas sequential `ds[i]`, random `ds[i]` and `take` vs torch-atlas-ds's read path
+re-implemented from its documentation (not on PyPI); flat-tokens random packed rows vs a numpy
+memmap gather (the practical limit); tokenize at 1 and 2 workers vs bare `encode_batch`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _compare as C
+import envs
+
+import lmdata
+
+HERE = Path(__file__).resolve().parent
+N_MDS = 10_000 if C.QUICK else 100_000
+N_ATLAS = 40_000 if C.QUICK else 200_000
+N_RANDOM = 5_000 if C.QUICK else 20_000
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def digest(samples) -> str:
+    """The same hash _streaming_worker.py computes (keys, dtypes, raw bytes, reprs)."""
+    h = hashlib.sha256()
+    for s in samples:
+        for k in sorted(s):
+            v = s[k]
+            if isinstance(v, np.ndarray):
+                h.update(k.encode() + v.dtype.str.encode() + v.tobytes())
+            else:
+                h.update(k.encode() + repr(v).encode())
+    return h.hexdigest()
+
+
+def mds(work: Path) -> None:
+    from tests.formats.mds_samples import columns, samples
+
+    env = envs.ensure("streaming")
+    data = samples("benchtokens", N_MDS)
+    out = work / "mds"
+    with lmdata.writer(out, "mds", columns=columns("benchtokens")) as w:
+        for s in data:
+            w.write(s)
+    idx = np.random.default_rng(0).integers(0, N_MDS, N_RANDOM).tolist()
+
+    def ours(op: str):
+        def go():
+            r = lmdata.open(out)
+            t = time.perf_counter()
+            got = [r[i] for i in idx] if op == "random" else list(r)
+            return time.perf_counter() - t, digest(got)
+
+        return go
+
+    def theirs(op: str):
+        def go():
+            job = {"op": op, "local": str(out), "idx": idx}
+            res = subprocess.run(
+                [str(env.python), str(HERE / "_streaming_worker.py"), json.dumps(job)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            res = json.loads(res.stdout.strip().splitlines()[-1])
+            return res["seconds"], res["digest"]
+
+        return go
+
+    why = f"streaming not installed: {env.error[-160:]}"
+    C.compare(
+        "mds",
+        f"random r[i], {N_RANDOM:,} reads",
+        ours("random"),
+        theirs("random") if env.ok else None,
+        why,
+    )
+    C.compare(
+        "mds", "iteration, all samples", ours("iter"), theirs("iter") if env.ok else None, why
+    )
+    C.print_table(
+        "mds",
+        "MDS reads (read loop only; opening excluded)",
+        "mosaicml-streaming 0.13.0 StreamingDataset",
+        "origin tool itself" if env.ok else "NOT INSTALLED",
+        f"{N_MDS:,} samples of 128-383 uint32 tokens + id, uncompressed",
+    )
+
+
+def atlas(work: Path) -> None:
+    ba = _load("bench_atlas")
+    ex = ba.make_examples(N_ATLAS)
+    out = work / "atlas"
+    with lmdata.writer(out, "atlas", shard_size=50_000, block_size=32, compression_strategy=2) as w:
+        for e in ex:
+            w.write(e)
+    del ex
+    idx = np.random.default_rng(1).integers(0, N_ATLAS, N_RANDOM).tolist()
+    take_idx = np.random.default_rng(2).integers(0, N_ATLAS, 256)
+
+    def run(origin: bool, op: str):
+        def go():
+            ds = ba.OriginStyle(out) if origin else lmdata.open(out)
+            t = time.perf_counter()
+            if op == "seq":
+                got = [ds[i] for i in range(N_ATLAS)]
+            elif op == "rand":
+                got = [ds[i] for i in idx]
+            else:
+                got = [
+                    list(ds.take(take_idx)) if not origin else [ds[int(i)] for i in take_idx]
+                    for _ in range(20)
+                ]
+            dt = time.perf_counter() - t
+            if origin:
+                ds.close()
+            return dt, hashlib.sha256(repr(got).encode()).hexdigest()
+
+        return go
+
+    for op, name in (
+        ("seq", f"sequential ds[i], all {N_ATLAS:,}"),
+        ("rand", f"random ds[i], {N_RANDOM:,}"),
+        ("take", "take(256 random) x 20"),
+    ):
+        C.compare("atlas", name, run(False, op), run(True, op))
+    C.print_table(
+        "atlas",
+        "Atlas reads (default cache; fresh reader per run)",
+        "torch-atlas-ds's documented read path (bench_atlas.OriginStyle)",
+        "RE-IMPLEMENTATION: torch-atlas-ds is not on PyPI",
+        f"{N_ATLAS:,} dict examples, shards of 50,000, block 32, shared-dictionary zstd",
+    )
+
+
+def flat_tokens(work: Path) -> None:
+    from lmdata.formats.flat_tokens import Writer
+
+    rng = np.random.default_rng(1)
+    n_tokens = 20_000_000 if C.QUICK else 100_000_000
+    tokens = rng.integers(1, 50257, n_tokens, dtype=np.uint32)
+    path = work / "ft.zarr"
+    with Writer(path, compression=None) as w:
+        for a in range(0, n_tokens, 4000):
+            w.write(tokens[a : a + 4000])
+    r = lmdata.open(path)
+    seq, batch = 2048, 32
+    n_rows = n_tokens // seq
+    enc = r.span_encoded(0, n_tokens)
+    mm_path = work / "tokens.u32"
+    enc.tofile(mm_path)
+    mm = np.memmap(mm_path, dtype=np.uint32, mode="r")[: n_rows * seq].reshape(n_rows, seq)
+    batches = [np.random.default_rng(k).integers(0, n_rows, batch) for k in range(2000)]
+
+    def ours():
+        t = time.perf_counter()
+        got = [r.packed_rows(b, seq) for b in batches]
+        return time.perf_counter() - t, hashlib.sha256(
+            b"".join(np.asarray(g).tobytes() for g in got)
+        ).hexdigest()
+
+    def limit():
+        t = time.perf_counter()
+        got = [np.asarray(mm[b]) for b in batches]
+        return time.perf_counter() - t, hashlib.sha256(
+            b"".join(g.tobytes() for g in got)
+        ).hexdigest()
+
+    C.compare("flat-tokens", "random packed rows (2,000 x 32 rows of 2048)", ours, limit)
+    C.print_table(
+        "flat-tokens",
+        "flat-tokens random packed rows",
+        "numpy memmap fancy gather",
+        "PRACTICAL LIMIT (no origin tool: seqax reads through zarr)",
+        f"{n_tokens:,} uint32 tokens, uncompressed store",
+    )
+
+
+def tokenize(work: Path) -> None:
+    bt = _load("bench_tokenize")
+    bt.N_DOCS = 1_000 if C.QUICK else 10_000
+    src = work / "docs.jsonl"
+    bt.make_docs(src)
+
+    def ours(workers: int):
+        def go():
+            s, n = bt.pipeline(src, work / f"w{workers}", workers)
+            return s, n
+
+        return go
+
+    def bare(threads: int):
+        def go():
+            out = subprocess.run(
+                [sys.executable, "-c", bt.BARE, str(src), str(bt.TOKENIZER)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "RAYON_NUM_THREADS": str(threads)},
+            ).stdout.split()
+            return float(out[0]), int(out[1])
+
+        return go
+
+    for n in (1, 2):
+        C.compare("tokenize", f"{n} worker(s) vs encode_batch on {n} thread(s)", ours(n), bare(n))
+    C.print_table(
+        "tokenize",
+        "tokenize JSONL -> flat-tokens (job time, start-up excluded)",
+        "bare tokenizers encode_batch, texts in memory",
+        "PRACTICAL LIMIT (same tokenizer, same cores)",
+        f"{bt.N_DOCS:,} docs of 1-3k chars, bpe5k (local tokenizer.json); outputs = token counts",
+    )
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="lmdata-bench-reads-"))
+    try:
+        for part in (mds, atlas, flat_tokens, tokenize):
+            (work / part.__name__).mkdir()
+            try:
+                part(work / part.__name__)
+            except Exception as exc:  # one broken row set must not stop the others
+                print(f"\n{part.__name__}: FAILED: {exc!r}"[:600])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
+    C.save_and_flag()
