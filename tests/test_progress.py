@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from lmdata._progress import LogLines
 from lmdata import _progress
+from lmdata._progress import LogLines
 
 
 def test_lines_carry_amount_rate_eta_and_postfix():
