@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
-from lmdata.cli._common import FormatName
+from lmdata.cli._common import FormatName, storage_option
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
 
 
@@ -116,6 +117,7 @@ def _accepting(option: str) -> list[str]:
     help="flat-tokens: none (default), blosc, blosc-zstd, zstd, gzip; mds: zstd[:N], gz, bz2, "
     "br, snappy (default none). Other formats: not accepted.",
 )
+@storage_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def command(
     sources: tuple[str, ...],
@@ -137,6 +139,7 @@ def command(
     source_format: str | None,
     chunk_tokens: int | None,
     compression: str | None,
+    storage_options: dict[str, Any] | None,
     quiet: bool,
 ) -> None:
     """Tokenize the documents in SOURCES (JSONL[.gz|.zst] files or folders, Dolma trees,
@@ -194,6 +197,7 @@ def command(
             resume=resume,
             overwrite=overwrite,
             progress=progress,
+            storage_options=storage_options,
         )
     except KeyboardInterrupt:
         bar.close()
