@@ -8,12 +8,17 @@ from typing import Any
 from lmdata import formats
 from lmdata.errors import InvalidInputError
 from lmdata.formats import FormatSpec
-from lmdata.storage import require_exists
+from lmdata.storage import options_scope, require_exists
+
+# storage_options= (every verb): fsspec options for URLs (s3://, gs://, ...), such as
+# {"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}; credentials are otherwise
+# found where fsspec looks (environment, config files). Readers and writers keep them.
 
 
-def detect(path: str | os.PathLike[str]) -> str:
+def detect(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> str:
     """The format name of the dataset at ``path``."""
-    return formats.detect(require_exists(path))
+    with options_scope(storage_options):
+        return formats.detect(require_exists(path, storage_options))
 
 
 def _spec_at(path: Any, format: str | None) -> FormatSpec:
@@ -30,6 +35,7 @@ def open(
     path: str | os.PathLike[str],
     format: str | None = None,
     split: str | None = None,
+    storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Any:
     """Open the dataset at ``path`` and return a reader.
@@ -40,7 +46,11 @@ def open(
     holds token arrays (MDS, Atlas). Other options go to the format's reader (for example
     ``allow_unsafe_pickle=True`` for formats that store pickles).
     """
-    p = require_exists(path)
+    with options_scope(storage_options):
+        return _open(require_exists(path, storage_options), format, split, options)
+
+
+def _open(p: Any, format: str | None, split: str | None, options: dict[str, Any]) -> Any:
     spec = _spec_at(p, format)
     if split is not None:
         if not spec.has_splits:
@@ -67,24 +77,52 @@ def token_view(reader: Any, column: str) -> Any:
     return view(reader, column)
 
 
-def writer(path: str | os.PathLike[str], format: str, **options: Any) -> Any:
+def writer(
+    path: str | os.PathLike[str],
+    format: str,
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> Any:
     """A new writer of ``format`` at ``path`` (a context manager: ``with lmdata.writer(...)``)."""
     spec = formats.spec(format)
-    return spec.writer(path, **_named(spec, options))
+    with options_scope(storage_options):
+        if storage_options:
+            _refuse_local(path)
+        return spec.writer(path, **_named(spec, options))
 
 
-def validate(path: str | os.PathLike[str], format: str | None = None, **options: Any) -> list[str]:
+def _refuse_local(path: str | os.PathLike[str]) -> None:
+    """storage_options are for URLs: refused for a local path (as :func:`resolve` does)."""
+    from lmdata.storage import is_url
+
+    if not is_url(path):
+        raise InvalidInputError("storage_options apply to URLs, not to local paths")
+
+
+def validate(
+    path: str | os.PathLike[str],
+    format: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> list[str]:
     """Every problem found in the dataset at ``path``; an empty list means valid."""
-    p = require_exists(path)
-    spec = _spec_at(p, format)
-    return list(spec.validate(p, **_named(spec, options)))
+    with options_scope(storage_options):
+        p = require_exists(path, storage_options)
+        spec = _spec_at(p, format)
+        return list(spec.validate(p, **_named(spec, options)))
 
 
-def info(path: str | os.PathLike[str], format: str | None = None, **options: Any) -> dict[str, Any]:
+def info(
+    path: str | os.PathLike[str],
+    format: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """A summary of the dataset at ``path`` (format, counts, sizes, codecs)."""
-    p = require_exists(path)
-    spec = _spec_at(p, format)
-    return spec.info(p, **_named(spec, options))
+    with options_scope(storage_options):
+        p = require_exists(path, storage_options)
+        spec = _spec_at(p, format)
+        return spec.info(p, **_named(spec, options))
 
 
 def merge(

@@ -22,7 +22,7 @@ from lmdata._api import writer as open_writer
 from lmdata.errors import InvalidInputError
 from lmdata.parallel import Executor, make_executor
 from lmdata.protocols import is_token_reader
-from lmdata.storage import check_output
+from lmdata.storage import check_dest, options_scope
 
 
 @dataclass
@@ -73,6 +73,18 @@ def _blocks(reader: Any, pool: Executor, block: int = 512) -> Iterator[list[Any]
 
 
 def convert(
+    *args: Any, storage_options: dict[str, Any] | None = None, **kwargs: Any
+) -> ConvertSummary:
+    """Convert the dataset at ``src`` into format ``to`` at ``dst`` (see :func:`_convert`).
+
+    ``storage_options`` go to the stores of URLs (``src`` and ``dst`` alike); an output URL is
+    written through the target format's writer, which commits it metadata-last.
+    """
+    with options_scope(storage_options):
+        return _convert(*args, **kwargs)
+
+
+def _convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
     to: str,
@@ -97,7 +109,7 @@ def convert(
     """
     t0 = time.perf_counter()
     target = formats.spec(to)
-    dst = check_output(dst, overwrite)
+    dst = check_dest(dst, overwrite)
     opts = dict(writer_options or {})
     pool = make_executor(engine, 0 if workers == 1 else workers, address)
     summary = ConvertSummary(output=str(dst))

@@ -98,6 +98,59 @@ def to_json_line(obj: Any) -> bytes:
         return json.dumps(obj, default=_default, ensure_ascii=False).encode() + b"\n"
 
 
+class DatasetPath(click.ParamType):
+    """A local path that must exist, or a URL (``s3://``, ``memory://``, ...) checked by the
+    library in its store (click's own Path would call a URL a missing local file)."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        import os
+
+        from lmdata.storage import is_url
+
+        value = os.fspath(value)
+        if not is_url(value) and not os.path.lexists(value):
+            self.fail(f"Path {value!r} does not exist.", param, ctx)
+        return str(value)
+
+
+def _storage_options(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """``KEY=VALUE`` pairs as fsspec storage options: a dotted key nests
+    (``client_kwargs.endpoint_url=...``), a value that parses as JSON is taken as JSON."""
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx=ctx, param=param)
+        try:
+            value: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = raw
+        *path, last = key.split(".")
+        node = out
+        for k in path:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise click.BadParameter(f"{key!r} nests below a value", ctx=ctx, param=param)
+        node[last] = value
+    return out or None
+
+
+storage_option = click.option(
+    "--storage-option",
+    "storage_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_storage_options,
+    help="An fsspec option for URLs (s3://, gs://, ...), repeatable: e.g. "
+    "client_kwargs.endpoint_url=http://host:9000, anon=true, profile=NAME. Credentials are "
+    "otherwise read where fsspec reads them (environment, config files).",
+)
+
+
 def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--engine`` and ``--address``: where the work units run (the output is the same)."""
     f = click.option(

@@ -10,12 +10,20 @@ import click
 import numpy as np
 
 from lmdata._api import open as open_dataset
-from lmdata.cli._common import format_option, split_option, to_json_line, unsafe_pickle_option
+from lmdata.cli._common import (
+    DatasetPath,
+    format_option,
+    split_option,
+    storage_option,
+    to_json_line,
+    unsafe_pickle_option,
+)
 
 
 @click.command("cat")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=DatasetPath())
 @format_option
+@storage_option
 @split_option
 @click.option(
     "--limit",
@@ -46,6 +54,7 @@ from lmdata.cli._common import format_option, split_option, to_json_line, unsafe
 def command(
     path: str,
     fmt: str | None,
+    storage_options: dict[str, Any] | None,
     split: str | None,
     limit: int | None,
     offset: int,
@@ -76,7 +85,7 @@ def command(
             return decode_ids(ids, tok)
 
     opts = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
-    reader = open_dataset(path, format=fmt, split=split, **opts)
+    reader = open_dataset(path, format=fmt, split=split, storage_options=storage_options, **opts)
     n = len(reader)
     stop = n if limit is None else min(n, offset + limit)
     out = sys.stdout.buffer

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from lmdata.cli._common import FormatName, engine_options, split_option, unsafe_pickle_option
+from lmdata.cli._common import (
+    DatasetPath,
+    FormatName,
+    engine_options,
+    split_option,
+    storage_option,
+    unsafe_pickle_option,
+)
 from lmdata.convert import convert
 
 
 @click.command("convert")
-@click.argument("src", type=click.Path(exists=True))
-@click.argument("dst", type=click.Path())
+@click.argument("src", type=DatasetPath())
+@click.argument("dst")
 @click.option(
     "--to",
     "to",
@@ -41,6 +50,7 @@ from lmdata.convert import convert
     help="Processes reading SRC in parallel (default: all cores).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists.")
+@storage_option
 @unsafe_pickle_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress (bar or log lines).")
 @engine_options
@@ -53,6 +63,7 @@ def command(
     token_column: str | None,
     workers: int | None,
     overwrite: bool,
+    storage_options: dict[str, Any] | None,
     allow_unsafe_pickle: bool,
     quiet: bool,
     engine: str,
@@ -82,6 +93,7 @@ def command(
         overwrite=overwrite,
         reader_options=ropts,
         progress=lambda n: bar.update(n - bar.n),
+        storage_options=storage_options,
     )
     bar.close()
     click.echo(summary.line())

@@ -8,7 +8,7 @@ import click
 import orjson
 
 from lmdata._api import info
-from lmdata.cli._common import format_option
+from lmdata.cli._common import DatasetPath, format_option, storage_option
 from lmdata.inspect.report import human_bytes
 
 
@@ -28,12 +28,15 @@ def _lines(d: dict[str, Any], indent: int = 0) -> list[str]:
 
 
 @click.command("info")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=DatasetPath())
 @format_option
+@storage_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-def command(path: str, fmt: str | None, as_json: bool) -> None:
+def command(
+    path: str, fmt: str | None, storage_options: dict[str, Any] | None, as_json: bool
+) -> None:
     """Show a dataset's format, splits, sequence and token counts, codecs and size on disk."""
-    summary = info(path, format=fmt)
+    summary = info(path, format=fmt, storage_options=storage_options)
     if as_json:
         click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     else:

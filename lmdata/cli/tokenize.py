@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
-from lmdata.cli._common import FormatName, engine_options
+from lmdata.cli._common import FormatName, engine_options, storage_option
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
 
 
@@ -116,6 +117,7 @@ def _accepting(option: str) -> list[str]:
     help="flat-tokens: none (default), blosc, blosc-zstd, zstd, gzip; mds: zstd[:N], gz, bz2, "
     "br, snappy (default none). Other formats: not accepted.",
 )
+@storage_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress (bar or log lines).")
 @engine_options
 def command(
@@ -138,6 +140,7 @@ def command(
     source_format: str | None,
     chunk_tokens: int | None,
     compression: str | None,
+    storage_options: dict[str, Any] | None,
     quiet: bool,
     engine: str,
     address: str | None,
@@ -198,6 +201,7 @@ def command(
             resume=resume,
             overwrite=overwrite,
             progress=progress,
+            storage_options=storage_options,
         )
     except KeyboardInterrupt:
         bar.close()

@@ -3,27 +3,35 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from lmdata._api import detect, validate
-from lmdata.cli._common import format_option, unsafe_pickle_option
+from lmdata.cli._common import DatasetPath, format_option, storage_option, unsafe_pickle_option
 
 
 @click.command("validate")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=DatasetPath())
 @format_option
+@storage_option
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing; only the exit status tells.")
 @unsafe_pickle_option
-def command(path: str, fmt: str | None, quiet: bool, allow_unsafe_pickle: bool) -> None:
+def command(
+    path: str,
+    fmt: str | None,
+    storage_options: dict[str, Any] | None,
+    quiet: bool,
+    allow_unsafe_pickle: bool,
+) -> None:
     """Check a dataset against its format's rules.
 
     Exit status 0 when valid, 1 when problems were found (each printed with its place),
     2 when the dataset cannot be opened at all.
     """
-    name = fmt or detect(path)
+    name = fmt or detect(path, storage_options)
     opts = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
-    problems = validate(path, format=name, **opts)
+    problems = validate(path, format=name, storage_options=storage_options, **opts)
     if not problems:
         if not quiet:
             click.echo(f"{path}: valid {name} dataset")

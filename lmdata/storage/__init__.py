@@ -22,12 +22,13 @@ from lmdata.storage.paths import (
     apparent_size,
     atomic_dir,
     atomic_file,
+    check_dest,
     check_output,
     commit,
     disk_usage,
     require_exists,
 )
-from lmdata.storage.urls import is_url, local_path, resolve, scheme
+from lmdata.storage.urls import is_url, local_path, options_scope, resolve, scheme
 
 __all__ = [
     "CACHE",
@@ -48,6 +49,7 @@ __all__ = [
     "atomic_file",
     "basename",
     "cache_bytes",
+    "check_dest",
     "check_output",
     "commit",
     "disk_usage",
@@ -55,6 +57,7 @@ __all__ = [
     "join",
     "local_path",
     "new_slot",
+    "options_scope",
     "parent",
     "require_exists",
     "resolve",

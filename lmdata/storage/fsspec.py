@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from lmdata.errors import OutputExistsError, UnsafeDataError
-from lmdata.storage.base import MAX_READ_BYTES, join, merge_ranges
+from lmdata.storage.base import MAX_READ_BYTES, basename, join, merge_ranges, parent
 
 MERGE_GAP = 64 << 10  # ranges closer than this are fetched in one request
 
@@ -122,18 +123,33 @@ class FsspecStore:
         if self.fs.exists(key):
             self.fs.rm(key, recursive=True)
 
-    def write_object(self, key: str, data: bytes | memoryview) -> None:
-        self.fs.pipe_file(key, bytes(data))
+    def write_object(self, key: str, data: bytes | memoryview, create: bool = False) -> None:
+        """Store one object; with ``create``, only if none exists (FileExistsError if one
+        does: conditional on S3, a check-then-write on stores without conditional writes)."""
+        if not create:
+            self.fs.pipe_file(key, bytes(data))
+            return
+        try:
+            self.fs.pipe_file(key, bytes(data), mode="create")
+        except TypeError:  # a filesystem without exclusive writes: check, then write
+            if self.fs.exists(key):
+                raise FileExistsError(self.url(key)) from None
+            self.fs.pipe_file(key, bytes(data))
 
     def close(self) -> None:
         self._fs = None
 
 
 class FsspecOutput:
-    """Writes under the final names; the validating objects (``write_last``) go last, on commit.
+    """Writes data objects first and the validating objects (``write_last``) last, on commit.
 
-    Until commit nothing a reader accepts exists: a dataset's readers need its metadata, which
-    is written only after every data object. ``abort`` removes everything written.
+    A new dataset is written under its final names: until commit its metadata is missing, so
+    nothing a reader accepts exists. Replacing a dataset (``overwrite=True``) stages the new
+    objects under a clearly named sibling (``.lmdata-tmp-NAME-*``), so the old dataset stays
+    readable until commit; commit then deletes the old validating objects first, moves the
+    staged objects into place (server-side copies) and writes the new metadata last. The
+    validating objects are created conditionally (``If-None-Match: *`` on S3): of two writers
+    racing to one URL, only one commits. ``abort`` removes what this writer wrote.
     """
 
     sparse = False
@@ -142,29 +158,30 @@ class FsspecOutput:
         self.store = store
         self.dest = key.rstrip("/")
         self.directory = directory
-        if store.exists(self.dest):
-            if not overwrite:
-                raise OutputExistsError(
-                    "output already exists; remove it or pass overwrite=True (--overwrite)",
-                    path=store.url(self.dest),
-                )
-            store.remove(self.dest)  # not atomic on object stores: the old dataset goes first
+        self._replace = store.exists(self.dest)
+        if self._replace and not overwrite:
+            raise OutputExistsError(
+                "output already exists; remove it or pass overwrite=True (--overwrite)",
+                path=store.url(self.dest),
+            )
+        self.stage = tmp_key(self.dest) if self._replace else self.dest
         self._last: list[tuple[str, bytes]] = []
         self._written: list[str] = []
         self._done = False
 
     def _key(self, name: str) -> str:
+        return join(self.stage, name) if name else self.stage
+
+    def _final(self, name: str) -> str:
         return join(self.dest, name) if name else self.dest
 
     def write(self, name: str, data: bytes | memoryview) -> None:
-        key = self._key(name)
-        self._written.append(key)
-        self.store.write_object(key, data)
+        self._written.append(name)
+        self.store.write_object(self._key(name), data)
 
     def open_write(self, name: str) -> BinaryIO:
-        key = self._key(name)
-        self._written.append(key)
-        return self.store.fs.open(key, "wb")  # type: ignore[no-any-return]
+        self._written.append(name)
+        return self.store.fs.open(self._key(name), "wb")  # type: ignore[no-any-return]
 
     def write_last(self, name: str, data: bytes) -> None:
         self._last.append((name, bytes(data)))
@@ -172,12 +189,31 @@ class FsspecOutput:
     def commit(self) -> None:
         if self._done:
             return
-        missing = [k for k in self._written if not self.store.exists(k)]
+        missing = [n for n in self._written if not self.store.exists(self._key(n))]
         if missing:
             self.abort()
-            raise OSError(f"{self.store.url(missing[0])}: a written object is missing")
-        for name, data in self._last:
-            self.store.write_object(self._key(name), data)
+            raise OSError(f"{self.store.url(self._key(missing[0]))}: a written object is missing")
+        fs = self.store.fs
+        if self._replace:  # from here on the old dataset is invalid, then replaced
+            for name, _ in self._last:
+                self.store.remove(self._final(name))
+            self.store.remove(self.dest)
+            for name in dict.fromkeys(self._written):
+                fs.copy(self._key(name), self._final(name))
+        for i, (name, data) in enumerate(self._last):
+            try:
+                self.store.write_object(self._final(name), data, create=True)
+            except FileExistsError:
+                self._done = True
+                if self._replace:
+                    self.store.remove(self.stage)
+                raise OutputExistsError(
+                    "another writer committed a dataset here first; nothing of this writer's "
+                    "was committed" + ("" if i == 0 else " but some metadata objects"),
+                    path=self.store.url(self._final(name)),
+                ) from None
+        if self._replace:
+            self.store.remove(self.stage)
         self._done = True
 
     def abort(self) -> None:
@@ -185,10 +221,17 @@ class FsspecOutput:
             return
         self._done = True
         try:
-            self.store.remove(self.dest)
+            self.store.remove(self.stage)
         except OSError:
             pass
 
     @property
     def done(self) -> bool:
         return self._done
+
+
+def tmp_key(dest: str) -> str:
+    """A clearly named sibling of ``dest`` for staged objects (``.lmdata-tmp-NAME-<id>``)."""
+    from lmdata.storage.paths import TMP_PREFIX
+
+    return join(parent(dest), f"{TMP_PREFIX}{basename(dest)}-{uuid.uuid4().hex[:12]}")

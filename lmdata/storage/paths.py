@@ -14,7 +14,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from lmdata.errors import DatasetNotFoundError, OutputExistsError
 
@@ -164,7 +164,30 @@ class AtomicWriter:
             self.abort()
 
 
-def require_exists(path: str | os.PathLike[str]) -> Path:
+def check_dest(
+    dest: str | os.PathLike[str],
+    overwrite: bool,
+    storage_options: dict[str, Any] | None = None,
+) -> str:
+    """Like :func:`check_output` for writers that accept URLs: the destination as a string (a
+    URL stays a URL, ``file://`` becomes its path), refused if something exists there."""
+    from lmdata.storage.urls import resolve, scheme
+
+    s = scheme(dest)
+    if s is None or s == "file":
+        return str(check_output(dest, overwrite))
+    store, key = resolve(dest, storage_options)
+    if store.exists(key) and not overwrite:
+        raise OutputExistsError(
+            "output already exists; remove it or pass overwrite=True (--overwrite)",
+            path=os.fspath(dest),
+        )
+    return os.fspath(dest)
+
+
+def require_exists(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> Path:
     """``path`` as a Path if something exists there, else DatasetNotFoundError.
 
     A URL is checked in its store and returned unchanged (typed as a Path for the callers that
@@ -176,10 +199,12 @@ def require_exists(path: str | os.PathLike[str]) -> Path:
 
     s = scheme(path)
     if s is not None and s != "file":
-        store, key = resolve(path)
+        store, key = resolve(path, storage_options)
         if not store.exists(key):
             raise DatasetNotFoundError("no such object or directory", path=os.fspath(path))
         return os.fspath(path)  # type: ignore[return-value]
+    if storage_options:
+        resolve(path, storage_options)  # refuses options for a local path
     p = Path(resolve(path)[1]) if s == "file" else Path(path)
     if not (p.exists() or p.is_symlink()):
         raise DatasetNotFoundError("no such file or directory", path=p)

@@ -6,8 +6,11 @@ extra to install), and a scheme lmdata cannot serve is an error, never a local f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -25,6 +28,26 @@ EXTRAS = {
     "gs": ("gcsfs", "gcs"),
     "gcs": ("gcsfs", "gcs"),
 }
+
+
+# storage_options for URLs resolved inside lmdata.open/writer/... calls (see :func:`options_scope`)
+_SCOPED: ContextVar[dict[str, Any] | None] = ContextVar("lmdata_storage_options", default=None)
+
+
+@contextlib.contextmanager
+def options_scope(storage_options: dict[str, Any] | None) -> Iterator[None]:
+    """Within the block, :func:`resolve` gives URLs these ``storage_options`` when its caller
+    passes none, so options reach every store a verb opens (detectors, readers, writers)
+    without each format passing them through. Stores keep their options: readers made here
+    work anywhere later, pickled or not."""
+    if storage_options is None:  # an inner verb without options keeps the caller's
+        yield
+        return
+    token = _SCOPED.set(dict(storage_options))
+    try:
+        yield
+    finally:
+        _SCOPED.reset(token)
 
 
 def scheme(path: str | os.PathLike[str]) -> str | None:
@@ -107,8 +130,11 @@ def resolve(
     """(store, key) for a local path or a URL: local paths and ``file://`` give a
     :class:`LocalStore`; ``memory://``, ``s3://``, ``gs://`` ... an :class:`FsspecStore`."""
     s = scheme(path)
+    scoped = storage_options is None
+    if scoped:
+        storage_options = _SCOPED.get()
     if s is None:
-        if storage_options:
+        if storage_options and not scoped:
             raise InvalidInputError("storage_options apply to URLs, not to local paths")
         return LocalStore(), os.fspath(path)
     url = os.fspath(path)

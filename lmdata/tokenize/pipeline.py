@@ -16,8 +16,10 @@ workers; an interrupted job (Ctrl-C, a kill) leaves no output, keeps the work fo
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -30,7 +32,7 @@ import orjson
 
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import make_executor
-from lmdata.storage import check_output
+from lmdata.storage import check_dest, is_url, options_scope
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import InputFile, Unit, _Missing, iter_units, list_inputs
@@ -166,6 +168,12 @@ def work_dir_for(dst: Path) -> Path:
     return dst.parent / f".{dst.name}.lmdata-work"
 
 
+def _url_work_dir(url: str) -> Path:
+    """The local work folder of an output URL (one per URL, so --resume finds it)."""
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"lmdata-work-{digest}"
+
+
 def _manifest(job: TokenizeJob, inputs: list[InputFile]) -> bytes:
     files = [{**asdict(i), "mtime": int(os.stat(i.path).st_mtime)} for i in inputs]
     return orjson.dumps({"job": asdict(job), "inputs": files}, option=orjson.OPT_SORT_KEYS)
@@ -226,15 +234,19 @@ def tokenize(
     resume: bool = False,
     overwrite: bool = False,
     progress: Callable[[dict[str, float]], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Summary:
-    """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst``.
+    """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst`` (a local
+    path, or a URL written through the format's writer with ``storage_options``).
 
     ``engine`` is "inprocess", "processes" (``workers`` processes, default one per core) or
     "ray" (the cluster at ``address``, default a local one); the output is the same for all.
     """
     pool = make_executor(engine, workers, address)
     t0 = time.perf_counter()
-    dst = check_output(dst, overwrite)
+    out = check_dest(dst, overwrite, storage_options)
+    url = is_url(out)  # the work folder stays local: a temp folder named after the URL
+    dst = out if url else Path(out)  # type: ignore[assignment]
     inputs = list_inputs(list(sources), job.source_format)
     if validation_sources:
         inputs += [
@@ -246,17 +258,18 @@ def tokenize(
             f"{job.to} has no validation split; tokenize the validation documents into a "
             "separate output instead of --validation"
         )
-    if resume:  # a killed run's half-written output (never a dataset) goes away
+    if resume and not url:  # a killed run's half-written output (never a dataset) goes away
         for stale in dst.parent.glob(f".lmdata-tmp-{dst.name}-*"):
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink()
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
-    work = work_dir_for(dst)
+    work = _url_work_dir(out) if url else work_dir_for(dst)
     done = _prepare_work(work, _manifest(job, inputs), resume)
     summary = Summary(output=str(dst))
     # results go into the output as they arrive (in input order); the staged copies only serve
     # a later --resume, which replays the files already done before tokenizing the rest
-    sink = sink_factory(dst, overwrite=overwrite)
+    with options_scope(storage_options):
+        sink = sink_factory(dst, overwrite=overwrite)
     try:
         for f in sorted((work / "parts").glob("*.npz")):
             with np.load(f) as z:

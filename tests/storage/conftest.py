@@ -1,12 +1,16 @@
-"""Fixtures: both store implementations, each at a fresh empty location."""
+"""Fixtures: the store implementations (local disk, memory://, s3:// on a loopback moto
+server), each at a fresh empty location."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 
 import pytest
 
 from lmdata.storage import FsspecStore, LocalStore
+
+BUCKET = "lmdata-test"
 
 
 @pytest.fixture
@@ -18,17 +22,65 @@ def memory_root():
     store.remove("/" + root.split("://", 1)[1])
 
 
-@pytest.fixture(params=["local", "memory"])
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """An S3-compatible server (moto) on 127.0.0.1 for the whole session, with one bucket;
+    yields the storage options that point s3fs at it. Nothing talks to any other address."""
+    pytest.importorskip("s3fs")
+    server_mod = pytest.importorskip("moto.server")
+    mp = pytest.MonkeyPatch()
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        mp.setenv(k, v)
+    mp.delenv("AWS_PROFILE", raising=False)
+    port = _free_port()
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    options = {"client_kwargs": {"endpoint_url": endpoint}, "key": "testing", "secret": "testing"}
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    fs.mkdir(BUCKET)
+    mp.setenv("AWS_ENDPOINT_URL", endpoint)  # spawned children and CLI subprocesses find it too
+    yield options
+    server.stop()
+    mp.undo()
+
+
+@pytest.fixture
+def s3_root(s3_server):
+    """A fresh s3:// prefix in the test bucket (the server is torn down at session end)."""
+    return f"s3://{BUCKET}/t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(params=["local", "memory", "s3"])
 def store_root(request, tmp_path, memory_root):
     """(store, root key) of an empty directory in each store."""
     if request.param == "local":
         return LocalStore(), str(tmp_path / "root")
+    if request.param == "s3":
+        options = request.getfixturevalue("s3_server")
+        root = request.getfixturevalue("s3_root")
+        return FsspecStore("s3", options), root.split("://", 1)[1]
     return FsspecStore("memory"), "/" + memory_root.split("://", 1)[1]
 
 
-@pytest.fixture(params=["local", "memory"])
+@pytest.fixture(params=["local", "memory", "s3"])
 def where(request, tmp_path, memory_root):
-    """A dataset location (local path or memory:// URL) that does not exist yet."""
+    """A dataset location (local path, memory:// or s3:// URL) that does not exist yet. The
+    s3 location needs no storage_options: the session points AWS_ENDPOINT_URL at moto."""
     if request.param == "local":
         return str(tmp_path / "ds")
+    if request.param == "s3":
+        return f"{request.getfixturevalue('s3_root')}/ds"
     return f"{memory_root}/ds"
