@@ -8,7 +8,7 @@ from typing import Any
 from lmdata import formats
 from lmdata.errors import InvalidInputError
 from lmdata.formats import FormatSpec
-from lmdata.storage import options_scope, require_exists
+from lmdata.storage import options_scope, require_exists, resolve
 
 # storage_options= (every verb): fsspec options for URLs (s3://, gs://, ...), such as
 # {"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}; credentials are otherwise
@@ -85,18 +85,10 @@ def writer(
 ) -> Any:
     """A new writer of ``format`` at ``path`` (a context manager: ``with lmdata.writer(...)``)."""
     spec = formats.spec(format)
+    if storage_options:
+        resolve(path, storage_options)  # refuses options given for a local path
     with options_scope(storage_options):
-        if storage_options:
-            _refuse_local(path)
         return spec.writer(path, **_named(spec, options))
-
-
-def _refuse_local(path: str | os.PathLike[str]) -> None:
-    """storage_options are for URLs: refused for a local path (as :func:`resolve` does)."""
-    from lmdata.storage import is_url
-
-    if not is_url(path):
-        raise InvalidInputError("storage_options apply to URLs, not to local paths")
 
 
 def validate(
