@@ -73,18 +73,6 @@ def _blocks(reader: Any, pool: Executor, block: int = 512) -> Iterator[list[Any]
 
 
 def convert(
-    *args: Any, storage_options: dict[str, Any] | None = None, **kwargs: Any
-) -> ConvertSummary:
-    """Convert the dataset at ``src`` into format ``to`` at ``dst`` (see :func:`_convert`).
-
-    ``storage_options`` go to the stores of URLs (``src`` and ``dst`` alike); an output URL is
-    written through the target format's writer, which commits it metadata-last.
-    """
-    with options_scope(storage_options):
-        return _convert(*args, **kwargs)
-
-
-def _convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
     to: str,
@@ -98,6 +86,7 @@ def _convert(
     writer_options: dict[str, Any] | None = None,
     reader_options: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> ConvertSummary:
     """Convert the dataset at ``src`` into format ``to`` at ``dst``.
 
@@ -106,7 +95,40 @@ def _convert(
     ``reader_options`` go to the source's reader (``token_column=`` gives the token view of a
     records source). ``engine`` ("inprocess", "processes", "ray" at ``address``) and
     ``workers`` choose where source blocks are read; the output is the same for all.
+    ``storage_options`` go to the stores of URLs (``src`` and ``dst`` alike); an output URL is
+    written through the target format's writer, which commits it metadata-last.
     """
+    with options_scope(storage_options):
+        return _convert(
+            src,
+            dst,
+            to,
+            source_format,
+            split,
+            workers,
+            engine,
+            address,
+            overwrite,
+            writer_options,
+            reader_options,
+            progress,
+        )
+
+
+def _convert(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    to: str,
+    source_format: str | None,
+    split: str | None,
+    workers: int | None,
+    engine: str,
+    address: str | None,
+    overwrite: bool,
+    writer_options: dict[str, Any] | None,
+    reader_options: dict[str, Any] | None,
+    progress: Callable[[int], None] | None,
+) -> ConvertSummary:
     t0 = time.perf_counter()
     target = formats.spec(to)
     dst = check_dest(dst, overwrite)
@@ -148,8 +170,9 @@ def _convert(
     try:
         for s, reader in zip(src_splits, readers, strict=True):
             for block in _blocks(reader, pool):
+                first = summary.records
                 try:
-                    if sink is not None:
+                    if sink is not None:  # one call per block: the error names the block
                         _write_tokens(sink, block, s if s in target.splits else "train")
                         summary.records += len(block)
                     else:
@@ -157,8 +180,12 @@ def _convert(
                             w.write({"tokens": rec} if tokens else rec)
                             summary.records += 1
                 except InvalidInputError as e:
-                    where = f"{s + ' ' if s else ''}record {summary.records}"
-                    raise InvalidInputError(f"{src}: {where}: {e}") from None
+                    last = first + len(block) - 1
+                    where = (
+                        f"record {summary.records}" if sink is None else f"records {first}-{last}"
+                    )
+                    split_name = f"{s} " if s else ""
+                    raise InvalidInputError(f"{src}: {split_name}{where}: {e}") from None
                 if progress:
                     progress(summary.records)
     except BaseException:
