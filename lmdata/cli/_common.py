@@ -63,6 +63,16 @@ split_option = click.option(
     metavar="NAME",
     help="Split to read where the format has splits (flat-tokens: train, validation).",
 )
+text_key_option = click.option(
+    "--text-key", default="text", show_default=True, help="Field holding a record's text."
+)
+
+
+def tokenizer_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--tokenizer`` for the verbs that show token ids as text ('bytes' or a local file)."""
+    return click.option("--tokenizer", default=None, help=help)
+
+
 unsafe_pickle_option = click.option(
     "--allow-unsafe-pickle",
     is_flag=True,

@@ -8,7 +8,13 @@ import click
 import orjson
 
 from lmdata._progress import bar as progress_bar
-from lmdata.cli._common import format_option, split_option, unsafe_pickle_option
+from lmdata.cli._common import (
+    format_option,
+    split_option,
+    text_key_option,
+    tokenizer_option,
+    unsafe_pickle_option,
+)
 from lmdata.inspect.stats import SAMPLE_RECORDS, SAMPLE_TOKENS
 
 
@@ -16,14 +22,10 @@ from lmdata.inspect.stats import SAMPLE_RECORDS, SAMPLE_TOKENS
 @click.argument("path", type=click.Path(exists=True))
 @format_option
 @split_option
-@click.option(
-    "--tokenizer",
-    default=None,
-    help="Show the text of the frequent token ids: 'bytes' or a tokenizer file (as tokenize).",
+@tokenizer_option(
+    "Show the text of the frequent token ids: 'bytes' or a tokenizer file (as tokenize)."
 )
-@click.option(
-    "--text-key", default="text", show_default=True, help="Field holding a record's text."
-)
+@text_key_option
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON object.")
 @click.option(
     "--plot",

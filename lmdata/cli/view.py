@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from lmdata.cli._common import format_option, split_option, unsafe_pickle_option
+from lmdata.cli._common import (
+    format_option,
+    split_option,
+    text_key_option,
+    tokenizer_option,
+    unsafe_pickle_option,
+)
 from lmdata.errors import InvalidInputError
 
 
@@ -12,14 +18,8 @@ from lmdata.errors import InvalidInputError
 @click.argument("path", type=click.Path(exists=True))
 @format_option
 @split_option
-@click.option(
-    "--tokenizer",
-    default=None,
-    help="Show token ids as text with their boundaries: 'bytes' or a tokenizer file.",
-)
-@click.option(
-    "--text-key", default="text", show_default=True, help="Field holding a record's text."
-)
+@tokenizer_option("Show token ids as text with their boundaries: 'bytes' or a tokenizer file.")
+@text_key_option
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
