@@ -127,31 +127,47 @@ class ByteCache:
 
 class Slot:
     """One reader's namespace in a :class:`ByteCache`. Pickling gives a fresh, empty slot of the
-    same cap in the receiving process (caches are never shipped between processes)."""
+    same cap in the receiving process (caches are never shipped between processes).
+
+    The entry put last is also kept outside the budget, whatever its size and the cap: a reader
+    reading on in its current shard, chunk or block never decodes it again per record (what
+    the origin tools do too), even with ``cache_bytes=0`` or a budget below one entry.
+    """
 
     def __init__(self, cache: ByteCache, ident: int, cap: int | None) -> None:
         self.cache = cache
         self.ident = ident
         self.cap = cap
+        self._last: tuple[Hashable, Any] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (new_slot, (self.cap,))
 
+    def _from_last(self, key: Hashable) -> Any:
+        last = self._last  # one read: another thread may replace it
+        return last[1] if last is not None and last[0] == key else None
+
     def get(self, key: Hashable) -> Any:
-        return self.cache.get(self.ident, key)
+        got = self.cache.get(self.ident, key)
+        return self._from_last(key) if got is None else got
 
     def peek(self, key: Hashable) -> Any:
-        return self.cache.peek(self.ident, key)
+        got = self.cache.peek(self.ident, key)
+        return self._from_last(key) if got is None else got
 
     def put(self, key: Hashable, value: Any, nbytes: int) -> bool:
+        self._last = (key, value)
         if self.cap == 0:
             return False
         return self.cache.put(self.ident, key, value, nbytes, self.cap)
 
     def pop(self, key: Hashable) -> Any:
+        if self._from_last(key) is not None:
+            self._last = None
         return self.cache.pop(self.ident, key)
 
     def clear(self) -> None:
+        self._last = None
         self.cache.drop(self.ident)
 
     @property

@@ -95,3 +95,34 @@ def test_reader_cache_bytes_zero_keeps_nothing(tmp_path):
     r = lmdata.open(tmp_path / "a", cache_bytes=0)
     assert [int(r[i][0]) for i in range(50)] == list(range(50))
     assert r.tokens._slot.nbytes == 0
+
+
+def test_the_entry_put_last_stays_outside_the_budget():
+    """A reader reading on in its current block does not decode it again per record, even with
+    cache_bytes=0 or a budget below one block (the old per-reader caches kept it too)."""
+    c = ByteCache(100)
+    off, big = c.slot(0), c.slot(None)
+    off.put("a", "A", 10)
+    assert off.get("a") == "A" and off.peek("a") == "A" and off.nbytes == 0
+    off.put("b", "B", 10)
+    assert off.get("a") is None and off.get("b") == "B"  # only the last one
+    assert not big.put("huge", "H", 1000)  # over the budget: not in the cache ...
+    assert big.get("huge") == "H" and c.total == 0  # ... yet kept as the current entry
+    big.clear()
+    assert big.get("huge") is None
+
+
+def test_mds_zero_cache_decodes_a_shard_once_for_reads_in_it(tmp_path, monkeypatch):
+    from lmdata.formats.mds import reader as mds_reader
+
+    with lmdata.writer(tmp_path / "m", "mds", compression="zstd") as w:
+        for i in range(200):
+            w.write({"id": i})
+    r = lmdata.open(tmp_path / "m", cache_bytes=0)
+    loads = []
+    real = mds_reader.load_shard_file
+    monkeypatch.setattr(
+        mds_reader, "load_shard_file", lambda *a, **k: loads.append(1) or real(*a, **k)
+    )
+    assert [r[i]["id"] for i in range(200)] == list(range(200))
+    assert len(loads) == 1
