@@ -589,3 +589,14 @@ def test_validate_reports_each_failure(tmp_path, damage, expected):
     problems = lmdata.validate(p)
     assert any(expected in x for x in problems), problems
     assert all(x.startswith(("train", "validation")) for x in problems), problems
+
+
+def test_a_missing_seq_starts_chunk_between_others_is_refused_on_open(tmp_path):
+    """Its entries would read as the fill value 0: sequences silently empty (validate says so
+    too, but opening must not serve them)."""
+    seqs = [[i + 1] * 3 for i in range(12)]
+    p = write(tmp_path / "d.zarr", seqs, chunk_tokens=16, seq_starts_chunk=4)
+    (p / "train" / "seq_starts" / "1").unlink()
+    with pytest.raises(CorruptDataError, match=r"chunk\(s\) \[1\] have no file"):
+        lmdata.open(p)
+    assert any("seq_starts" in x for x in lmdata.validate(p))

@@ -131,6 +131,7 @@ class FlatTokens:
         ss, n = self.seq_starts, len(self.seq_starts)
         first, last = int(ss.read(0, 1)[0]), int(ss.read(n - 1, n)[0])
         if first == 0 and last == self.num_tokens:
+            self._check_no_hole()
             return
         bad, pos, value, want = (
             ("first", 0, first, 0) if first != 0 else ("last", n - 1, last, self.num_tokens)
@@ -148,6 +149,22 @@ class FlatTokens:
             "run `lmdata validate`",
             path=ss.path,
             position=f"index {pos}",
+        )
+
+    def _check_no_hole(self) -> None:
+        """A seq_starts chunk missing between present ones would read as fill values, turning
+        its sequences into empty ones: refused (one listing). Only seqax's empty split, whose
+        single entry ``[0]`` was never written, is complete without its chunk file."""
+        ss = self.seq_starts
+        present = set(ss.present_chunks())
+        if len(present) == ss.nchunks or (len(ss) == 1 and self.num_tokens == 0):
+            return
+        missing = sorted(set(range(ss.nchunks)) - present)
+        raise CorruptDataError(
+            f"seq_starts chunk(s) {missing[:8]} have no file, so their sequence starts would read "
+            f"as the fill value {ss.meta.fill_value}: the dataset is incomplete; run "
+            "`lmdata validate`",
+            path=ss.path,
         )
 
     def __repr__(self) -> str:
