@@ -4,6 +4,7 @@ atomic commits (a failed or abandoned writer leaves nothing a reader accepts), f
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import pickle
 
 import numpy as np
@@ -427,3 +428,34 @@ def test_jsonl_remote_reads_fetch_lines_not_objects(memory_root, fetched):
     fetched["bytes"] = 0
     assert r[1234]["i"] == 1234 and [x["i"] for x in r.take([7, 1999])] == [7, 1999]
     assert fetched["bytes"] < 3 * 400
+
+
+def test_modalities_jsonl_kill_after_data_commit_leaves_no_index(monkeypatch):
+    """On a store, the old index is removed before the new data commits: a writer dying between
+    the two leaves data with no index (refused), never new lines under the old index."""
+    from lmdata.storage.fsspec import FsspecOutput
+
+    where = f"memory://lmdata-kill-{os.getpid()}/d.jsonl"
+    with lmdata.writer(where, "modalities-jsonl") as w:
+        w.write({"a": "x"})
+    w = lmdata.writer(where, "modalities-jsonl", overwrite=True)
+    w.write({"a": "y"})  # same line length: an old index would read it silently
+
+    def die(self, name, data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(FsspecOutput, "write_last", die)
+    with pytest.raises(KeyboardInterrupt):
+        w.close()
+    monkeypatch.undo()
+    with pytest.raises(LmdataError):
+        list(lmdata.open(where, format="modalities-jsonl"))
+
+
+def test_a_folder_named_like_jsonl_is_a_format_error(tmp_path):
+    (tmp_path / "d.jsonl").mkdir()
+    for fmt in ("jsonl", "modalities-jsonl"):
+        with pytest.raises(LmdataError, match="one file"):
+            lmdata.open(tmp_path / "d.jsonl", format=fmt)
+        problems = lmdata.validate(tmp_path / "d.jsonl", format=fmt)
+        assert problems and "one file" in problems[0]

@@ -10,7 +10,6 @@ from typing import Any
 
 from lmdata.errors import (
     CorruptDataError,
-    DatasetNotFoundError,
     InvalidInputError,
     OutputExistsError,
 )
@@ -18,13 +17,14 @@ from lmdata.formats.modalities.layout import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import (
     LineError,
     check,
+    data_object,
     default_index_path,
     iter_lines,
     map_object,
     release,
     shown_path,
 )
-from lmdata.storage import atomic_file, local_path, require_exists, resolve
+from lmdata.storage import atomic_file, local_path, require_exists
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,7 @@ def scan(
     is a CorruptDataError naming its line and byte offset, unless ``skip_invalid``.
     ``progress`` is called with the number of bytes scanned so far, now and then.
     """
-    store, key = resolve(path, storage_options)
-    if not store.exists(key):
-        raise DatasetNotFoundError("no such file or object", path=store.url(key))
+    store, key = data_object(path, storage_options)
     p = shown_path(store, key)
     buf = map_object(store, key)
     offsets: list[int] = []

@@ -17,7 +17,8 @@ import numpy as np
 import orjson
 
 from lmdata import _json
-from lmdata.storage import Store
+from lmdata.errors import DatasetNotFoundError, FormatError
+from lmdata.storage import Store, resolve
 
 _SCAN_BYTES = 1 << 26
 
@@ -104,3 +105,16 @@ def default_index_path(path: str | os.PathLike[str]) -> Path:
     an object store works too: its ``str`` is the index's key)."""
     p = Path(path)
     return p.with_suffix(".idx")
+
+
+def data_object(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> tuple[Store, str]:
+    """(store, key) of an existing JSONL file: missing is DatasetNotFoundError, a folder a
+    FormatError (never a raw IsADirectoryError from reading it)."""
+    store, key = resolve(path, storage_options)
+    if not store.exists(key):
+        raise DatasetNotFoundError("no such file or object", path=store.url(key))
+    if store.is_dir(key):
+        raise FormatError("a JSONL dataset is one file, and this is a folder", path=store.url(key))
+    return store, key

@@ -13,6 +13,7 @@ from lmdata.errors import CorruptDataError, DatasetNotFoundError
 from lmdata.formats.modalities.layout import SpanIndex, load_span_index
 from lmdata.formats.modalities_jsonl.lines import (
     LineError,
+    data_object,
     default_index_path,
     loads,
     release,
@@ -84,9 +85,7 @@ def open_data(
     storage_options: dict[str, Any] | None,
 ) -> tuple[Store, str, Store, str]:
     """(store, key) of a JSONL file and of its index (``foo.idx`` beside it by default)."""
-    store, key = resolve(path, storage_options)
-    if not store.exists(key):
-        raise DatasetNotFoundError("no such file or object", path=store.url(key))
+    store, key = data_object(path, storage_options)
     if index_path is not None:
         index_store, index_key = resolve(index_path, storage_options)
     else:

@@ -99,6 +99,7 @@ class Writer(AtomicWriter):
         index = istore.output(ikey, directory=False, overwrite=overwrite)
         data = store.output(key, directory=False, overwrite=overwrite)
         self._remote = (data, index)
+        self._remote_index = (istore, ikey)
         self.path = store.url(key)  # type: ignore[assignment]
         self.index_path = istore.url(ikey)  # type: ignore[assignment]
         self._f = data.open_write("")
@@ -126,6 +127,11 @@ class Writer(AtomicWriter):
                 return
             try:
                 self._f.close()
+                # as locally: the old index goes before the new data, so a kill in between
+                # leaves data with no index (refused), never new data under an old index
+                istore, ikey = self._remote_index
+                if istore.exists(ikey):
+                    istore.remove(ikey)
                 data.commit()
                 index.write_last("", dump_span_index(self._offsets, self._lengths))
                 index.commit()
