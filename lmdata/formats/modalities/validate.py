@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.formats.modalities.layout import HEADER_SIZE, header_problems, load_span_index
+from lmdata.formats._span_index import load_span_index
+from lmdata.formats.modalities.layout import HEADER_SIZE, header_problems
 from lmdata.formats.modalities.reader import PbinData, undo_origin_merge_shift
 from lmdata.storage import resolve
 

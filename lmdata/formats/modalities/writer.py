@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import InvalidInputError
+from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities.layout import (
     DTYPES,
     HEADER_SIZE,
     TOKEN_WIDTHS,
     PbinHeader,
-    dump_span_index,
     width_for_max_id,
     width_for_vocab,
 )
