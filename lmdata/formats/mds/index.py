@@ -216,6 +216,12 @@ MAX_INDEX_BYTES = 1 << 30  # merged indexes of huge datasets reach hundreds of M
 
 def load_index(store: Store, key: str) -> Index:
     """Read and check index.json (CorruptDataError naming the shard on any problem)."""
+    return load_index_json(store, key)[0]
+
+
+def load_index_json(store: Store, key: str) -> tuple[Index, dict[str, Any]]:
+    """:func:`load_index`, and the JSON object it was parsed from (for ``merge``, which
+    rewrites it): the file is read and parsed once, with one size limit."""
     path = store.url(key)
     limit = MAX_INDEX_BYTES
     obj = _json.from_bytes(
@@ -229,7 +235,7 @@ def load_index(store: Store, key: str) -> Index:
             path=path,
         )
     shards = tuple(parse_shard(i, s, path) for i, s in enumerate(obj["shards"]))
-    return Index(path, shards, store, key)
+    return Index(path, shards, store, key), obj
 
 
 def _fail(path: Path, i: int, msg: str) -> CorruptDataError:
