@@ -10,15 +10,49 @@ process, so a pickled or forked store never shares a connection or an event loop
 from __future__ import annotations
 
 import os
+import socket
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from lmdata.errors import OutputExistsError, UnsafeDataError
 from lmdata.storage.base import MAX_READ_BYTES, basename, join, merge_ranges, parent
+from lmdata.storage.paths import CLAIM, TMP_PREFIX
 
 MERGE_GAP = 64 << 10  # ranges closer than this are fetched in one request
+
+
+# One filesystem per (process, protocol, options), shared by the stores of a process: building
+# one costs a client (hundreds of milliseconds on S3), which opening a dataset should not.
+_SHARED: dict[tuple[int, str, str], Any] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+    _SHARED.clear()  # the parent's filesystems hold its connections and event loop
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
+    """This process's filesystem for ``protocol`` and ``options``, with its listings cache
+    emptied: a store made now sees objects that other processes wrote since."""
+    import json
+
+    import fsspec
+
+    key = (os.getpid(), protocol, json.dumps(options, sort_keys=True, default=repr))
+    with _SHARED_LOCK:
+        fs = _SHARED.get(key)
+        if fs is None:
+            fs = _SHARED[key] = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+    fs.invalidate_cache()
+    return fs
 
 
 class FsspecStore:
@@ -47,14 +81,10 @@ class FsspecStore:
     def fs(self) -> Any:
         """The filesystem of this process (a new one after fork or unpickling)."""
         if self._fs is None or self._pid != os.getpid():
-            import fsspec
-
             if self._pid != os.getpid():
                 self._lock = threading.Lock()  # one held by another thread at fork stays held
             with self._lock:
-                self._fs = fsspec.filesystem(
-                    self.protocol, skip_instance_cache=True, **self.storage_options
-                )
+                self._fs = _filesystem(self.protocol, self.storage_options)
                 self._pid = os.getpid()
         return self._fs
 
@@ -86,6 +116,23 @@ class FsspecStore:
                 return []
             out.append(n.rsplit("/", 1)[-1])
         return sorted(out)
+
+    def sizes(self, key: str) -> dict[str, int]:
+        """Bytes of each object directly below ``key`` by name (subdirectories left out), from
+        one listing: what readers check a whole directory against instead of a HEAD per file."""
+        try:
+            entries = self.fs.ls(key, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        base = key.rstrip("/")
+        out = {}
+        for e in entries:
+            name = str(e["name"]).rstrip("/")
+            if name == base:  # ls of an object lists the object itself
+                return {}
+            if e.get("type") != "directory":
+                out[name.rsplit("/", 1)[-1]] = int(e.get("size") or 0)
+        return out
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:
@@ -144,12 +191,17 @@ class FsspecOutput:
     """Writes data objects first and the validating objects (``write_last``) last, on commit.
 
     A new dataset is written under its final names: until commit its metadata is missing, so
-    nothing a reader accepts exists. Replacing a dataset (``overwrite=True``) stages the new
-    objects under a clearly named sibling (``.lmdata-tmp-NAME-*``), so the old dataset stays
-    readable until commit; commit then deletes the old validating objects first, moves the
-    staged objects into place (server-side copies) and writes the new metadata last. The
-    validating objects are created conditionally (``If-None-Match: *`` on S3): of two writers
-    racing to one URL, only one commits. ``abort`` removes what this writer wrote.
+    nothing a reader accepts exists. Before anything else the writer claims the URL with a
+    create-only object (:func:`claim_key`: ``DEST/.lmdata-writing``, or a sibling
+    ``.lmdata-writing-NAME`` for a one-object output); a second writer to the same URL fails
+    at once instead of mixing its objects in. Commit and abort remove the claim.
+    Replacing a dataset (``overwrite=True``) stages the new objects under a clearly named
+    sibling (``.lmdata-tmp-NAME-*``), so the old dataset stays readable until commit; commit
+    then deletes the old validating objects first, moves the staged objects into place
+    (server-side copies) and writes the new metadata last. The validating objects are created
+    conditionally (``If-None-Match: *`` on S3): of two writers racing to one URL, only one
+    commits. ``abort`` removes what this writer wrote. :func:`lmdata.storage.clean` removes
+    what a killed writer left.
     """
 
     sparse = False
@@ -158,15 +210,26 @@ class FsspecOutput:
         self.store = store
         self.dest = key.rstrip("/")
         self.directory = directory
+        self.claim = claim_key(self.dest, directory)
         self._replace = store.exists(self.dest)
+        if self._replace and store.exists(self.claim):
+            raise _claimed(store, self.claim)
         if self._replace and not overwrite:
             raise OutputExistsError(
                 "output already exists; remove it or pass overwrite=True (--overwrite)",
                 path=store.url(self.dest),
             )
+        self._claimed = False
+        if not self._replace:
+            try:
+                store.write_object(self.claim, claim_body(), create=True)
+            except FileExistsError:
+                raise _claimed(store, self.claim) from None
+            self._claimed = True
         self.stage = tmp_key(self.dest) if self._replace else self.dest
         self._last: list[tuple[str, bytes]] = []
         self._written: list[str] = []
+        self._mine: set[str] = set()  # names this writer has stored (it may replace them)
         self._done = False
 
     def _key(self, name: str) -> str:
@@ -175,13 +238,41 @@ class FsspecOutput:
     def _final(self, name: str) -> str:
         return join(self.dest, name) if name else self.dest
 
+    def _exclusive(self, name: str) -> bool:
+        """Whether ``name`` must be created, never replaced: a new dataset's objects go under
+        their final names, so a writer that lost its claim must not overwrite another's."""
+        return self._claimed and name not in self._mine
+
     def write(self, name: str, data: bytes | memoryview) -> None:
-        self._written.append(name)
-        self.store.write_object(self._key(name), data)
+        try:
+            self.store.write_object(self._key(name), data, create=self._exclusive(name))
+        except FileExistsError:
+            raise self._lost(name) from None
+        self._wrote(name)
 
     def open_write(self, name: str) -> BinaryIO:
+        if not self._exclusive(name):
+            self._wrote(name)
+            return self.store.fs.open(self._key(name), "wb")  # type: ignore[no-any-return]
+        try:
+            f = self.store.fs.open(self._key(name), "xb")
+        except FileExistsError:
+            raise self._lost(name) from None
+        except ValueError:  # a filesystem without exclusive files
+            self._wrote(name)
+            return self.store.fs.open(self._key(name), "wb")  # type: ignore[no-any-return]
+        return _ExclusiveFile(f, self, name)  # type: ignore[return-value]
+
+    def _wrote(self, name: str) -> None:
         self._written.append(name)
-        return self.store.fs.open(self._key(name), "wb")  # type: ignore[no-any-return]
+        self._mine.add(name)
+
+    def _lost(self, name: str) -> OutputExistsError:
+        return OutputExistsError(
+            "another writer wrote this object first (its claim on the URL was removed under "
+            "this writer); nothing of this writer's will be committed",
+            path=self.store.url(self._key(name)),
+        )
 
     def write_last(self, name: str, data: bytes) -> None:
         self._last.append((name, bytes(data)))
@@ -189,7 +280,9 @@ class FsspecOutput:
     def commit(self) -> None:
         if self._done:
             return
-        missing = [n for n in self._written if not self.store.exists(self._key(n))]
+        present = set(self.store.fs.find(self.stage))  # one listing, not a HEAD per object
+        strip = self.store.fs._strip_protocol
+        missing = [n for n in self._written if strip(self._key(n)) not in present]
         if missing:
             self.abort()
             raise OSError(f"{self.store.url(self._key(missing[0]))}: a written object is missing")
@@ -207,6 +300,7 @@ class FsspecOutput:
                 self._done = True
                 if self._replace:
                     self.store.remove(self.stage)
+                self._unclaim()
                 raise OutputExistsError(
                     "another writer committed a dataset here first; nothing of this writer's "
                     "was committed" + ("" if i == 0 else " but some metadata objects"),
@@ -214,16 +308,38 @@ class FsspecOutput:
                 ) from None
         if self._replace:
             self.store.remove(self.stage)
+        self._unclaim()
         self._done = True
+
+    def _unclaim(self) -> None:
+        if self._claimed:
+            self._claimed = False
+            self.store.remove(self.claim)
 
     def abort(self) -> None:
         if self._done:
             return
         self._done = True
         try:
-            self.store.remove(self.stage)
+            if self._replace:
+                self.store.remove(self.stage)
+            else:  # only this writer's objects: another's may share the final names
+                self._remove_mine()
+            self._unclaim()
         except OSError:
             pass
+
+    def _remove_mine(self) -> None:
+        keys = [self._key(n) for n in sorted(self._mine)]
+        fs = self.store.fs
+        try:
+            if keys:
+                fs.rm(keys)
+        except FileNotFoundError:
+            for k in keys:
+                self.store.remove(k)
+        if self.directory and self.store.list(self.dest) == [CLAIM]:
+            self.store.remove(self.dest)  # nothing but the claim left: no empty directory
 
     @property
     def done(self) -> bool:
@@ -232,6 +348,68 @@ class FsspecOutput:
 
 def tmp_key(dest: str) -> str:
     """A clearly named sibling of ``dest`` for staged objects (``.lmdata-tmp-NAME-<id>``)."""
-    from lmdata.storage.paths import TMP_PREFIX
-
     return join(parent(dest), f"{TMP_PREFIX}{basename(dest)}-{uuid.uuid4().hex[:12]}")
+
+
+class _ExclusiveFile:
+    """A file object created only if no object has its name; losing that race on close is an
+    :class:`OutputExistsError` (and the object, being another writer's, is not this one's)."""
+
+    def __init__(self, f: Any, out: FsspecOutput, name: str) -> None:
+        self._f, self._out, self._name = f, out, name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._f, attr)
+
+    def write(self, data: Any) -> int:
+        return int(self._f.write(data))
+
+    def close(self) -> None:
+        if self._f.closed:
+            return
+        try:
+            self._f.close()
+        except FileExistsError:
+            raise self._out._lost(self._name) from None
+        self._out._wrote(self._name)
+
+    def __enter__(self) -> _ExclusiveFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def claim_key(dest: str, directory: bool) -> str:
+    """The create-only object a writer to a new URL holds until it commits or aborts:
+    ``DEST/.lmdata-writing`` for a directory, ``.lmdata-writing-NAME`` beside one object."""
+    if directory:
+        return join(dest, CLAIM)
+    return join(parent(dest), f"{CLAIM}-{basename(dest)}")
+
+
+def claim_body() -> bytes:
+    """What a claim holds: who wrote it and when (shown when another writer is refused)."""
+    from lmdata import _json
+
+    return _json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()})
+
+
+def _claimed(store: FsspecStore, claim: str) -> OutputExistsError:
+    """The error for a writer that finds another writer's claim on its URL."""
+    from lmdata import _json
+
+    who = ""
+    try:
+        info = _json.from_bytes(store.read(claim, 1 << 16), path=store.url(claim), what="claim")
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(info["since"])))
+        who = f" (pid {info['pid']} on {info['host']}, since {since})"
+    except Exception:  # a claim being removed, or unreadable: the message does without it
+        pass
+    where = store.url(parent(claim))
+    return OutputExistsError(
+        f"another writer is writing a dataset here{who}; wait for it to finish. If no writer "
+        f"is running (one was killed), remove what it left with `lmdata clean {where} "
+        "--claims`",
+        path=store.url(claim),
+    )

@@ -20,7 +20,8 @@ from lmdata.errors import DatasetNotFoundError, OutputExistsError
 
 _W = TypeVar("_W", bound="AtomicWriter")
 
-TMP_PREFIX = ".lmdata-tmp-"
+TMP_PREFIX = ".lmdata-tmp-"  # staged outputs: a killed writer leaves at most these
+CLAIM = ".lmdata-writing"  # a writer's create-only claim on a new URL (object stores)
 
 
 def _tmp_sibling(dest: Path) -> Path:

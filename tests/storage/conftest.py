@@ -3,6 +3,7 @@ server), each at a fresh empty location."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import uuid
 
@@ -42,6 +43,7 @@ def s3_server():
     }.items():
         mp.setenv(k, v)
     mp.delenv("AWS_PROFILE", raising=False)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a log record per request: slow
     port = _free_port()
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -58,6 +58,13 @@ def resolve_split(store: Store, key: str, split: str | None) -> str:
     if is_split_dir(store, key):
         return key
     split = split or "train"
+    if node_kind(store, key) is None and store.is_dir(join(key, split)):
+        # the root group is written last: without it the dataset was never committed
+        raise FormatError(
+            "not a zarr group (no .zgroup or zarr.json): a write that did not finish, or not "
+            "a flat-tokens dataset; `lmdata validate` explains",
+            path=store.url(key),
+        )
     if not store.is_dir(join(key, split)):
         names = ", ".join(split_names(store, key)) or "none"
         raise FormatError(f"no split {split!r}; this dataset has: {names}", path=store.url(key))
