@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "mix": "lmdata.cli.mix",
     "list": "lmdata.cli.list_taggers",
     "modalities": "lmdata.cli.modalities",
+    "clean": "lmdata.cli.clean",
 }
 # verbs that read a dolma config given before the verb (`lmdata -c config.yaml mix`)
 CONFIG_VERBS = ("tag", "dedupe", "mix")

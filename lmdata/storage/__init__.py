@@ -5,6 +5,7 @@
   ``gs://``: ranged reads, metadata-last commits). A scheme lmdata cannot serve is an error.
 - :data:`CACHE` holds decoded bytes for every reader of the process within one budget
   (``LMDATA_CACHE_BYTES``, :func:`set_cache_bytes`); each reader takes a :class:`Slot`.
+- :func:`clean` removes what killed writers left (``.lmdata-tmp-*``, stale claims).
 - The path-level helpers (:class:`AtomicOutput`, :func:`atomic_dir`, :func:`check_output`,
   ...) serve the writers and tools that still write local files only.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from lmdata.storage.base import MAX_READ_BYTES, Output, Store, basename, join, parent
 from lmdata.storage.cache import CACHE, ByteCache, Slot, cache_bytes, new_slot, set_cache_bytes
+from lmdata.storage.clean import Leftover, clean, find_leftovers, parse_age
 from lmdata.storage.fsspec import FsspecOutput, FsspecStore
 from lmdata.storage.local import LocalOutput, LocalStore
 from lmdata.storage.paths import (
@@ -39,6 +41,7 @@ __all__ = [
     "ByteCache",
     "FsspecOutput",
     "FsspecStore",
+    "Leftover",
     "LocalOutput",
     "LocalStore",
     "Output",
@@ -51,14 +54,17 @@ __all__ = [
     "cache_bytes",
     "check_dest",
     "check_output",
+    "clean",
     "commit",
     "disk_usage",
+    "find_leftovers",
     "is_url",
     "join",
     "local_path",
     "new_slot",
     "options_scope",
     "parent",
+    "parse_age",
     "require_exists",
     "resolve",
     "scheme",

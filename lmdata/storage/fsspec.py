@@ -293,6 +293,9 @@ class FsspecOutput:
             self.store.remove(self.dest)
             for name in dict.fromkeys(self._written):
                 fs.copy(self._key(name), self._final(name))
+        if self._claimed:  # what `lmdata clean` checks to tell a finished write from a dead one
+            names = [name for name, _ in self._last]
+            self.store.write_object(self.claim, claim_body(committing=names))
         for i, (name, data) in enumerate(self._last):
             try:
                 self.store.write_object(self._final(name), data, create=True)
@@ -388,11 +391,15 @@ def claim_key(dest: str, directory: bool) -> str:
     return join(parent(dest), f"{CLAIM}-{basename(dest)}")
 
 
-def claim_body() -> bytes:
-    """What a claim holds: who wrote it and when (shown when another writer is refused)."""
+def claim_body(committing: list[str] | None = None) -> bytes:
+    """What a claim holds: who wrote it and when (shown when another writer is refused), and
+    from commit on, the names of the objects the commit writes (``committing``)."""
     from lmdata import _json
 
-    return _json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()})
+    body: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+    if committing is not None:
+        body["committing"] = committing
+    return _json.dumps(body)
 
 
 def _claimed(store: FsspecStore, claim: str) -> OutputExistsError:

@@ -1,0 +1,119 @@
+"""``lmdata.storage.clean`` / ``lmdata clean``: what killed writers leave is found by name and
+removed; datasets, running writers' objects (recent) and committed data are left alone."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+import lmdata
+from lmdata.cli.main import cli
+from lmdata.errors import InvalidInputError
+from lmdata.storage import AtomicOutput, clean, parse_age, resolve
+from lmdata.storage.fsspec import claim_body
+
+
+def _mds(url, ids, **kw):
+    with lmdata.writer(url, "mds", **kw) as w:
+        for i in ids:
+            w.write({"id": i})
+
+
+def _ids(url):
+    return [x["id"] for x in lmdata.open(url)]
+
+
+def test_local_staged_output_is_removed_and_datasets_kept(tmp_path):
+    _mds(str(tmp_path / "ok"), [1])
+    dead = AtomicOutput(tmp_path / "sub" / "ds", directory=True, overwrite=False)
+    (dead.tmp / "shard.00000.mds").write_bytes(b"x" * 100)  # a writer killed here
+    empty = AtomicOutput(tmp_path / "e", directory=True, overwrite=False)  # killed at once
+    assert clean(tmp_path, older_than=3600) == []  # recent: maybe a running writer's
+    found = clean(tmp_path, older_than=0, dry_run=True)
+    assert sorted((f.kind, f.url, f.bytes) for f in found) == sorted(
+        [("staged", str(dead.tmp), 100), ("staged", str(empty.tmp), 0)]
+    )
+    assert dead.tmp.exists()  # a dry run removes nothing
+    assert len(clean(tmp_path, older_than=0)) == 2
+    assert not dead.tmp.exists() and not empty.tmp.exists()
+    assert sorted(os.listdir(tmp_path)) == ["ok", "sub"] and _ids(str(tmp_path / "ok")) == [1]
+
+
+def test_s3_staged_replacement_is_removed_and_the_old_dataset_kept(s3_root):
+    url = f"{s3_root}/ds"
+    _mds(url, [1])
+    w = lmdata.writer(url, "mds", overwrite=True)
+    w.write({"id": 2})
+    w._out.abort = lambda: None  # as if killed: nothing cleans up
+    store, key = resolve(s3_root)
+    staged = [n for n in store.list(key) if n.startswith(".lmdata-tmp-ds-")]
+    if not staged:  # the MDS writer buffers a small shard until close: flush one object
+        w._out.write("shard.00000.mds", b"x" * 10)
+        staged = [n for n in store.list(key) if n.startswith(".lmdata-tmp-ds-")]
+    assert len(staged) == 1
+    found = clean(s3_root, older_than=0)
+    assert [(f.kind, f.url) for f in found] == [("staged", f"{s3_root}/{staged[0]}")]
+    fresh, _ = resolve(s3_root)
+    assert not any(n.startswith(".lmdata-tmp-") for n in fresh.list(key))
+    assert _ids(url) == [1]
+
+
+def test_s3_unfinished_new_write_goes_only_with_claims(s3_root):
+    url = f"{s3_root}/new"
+    w = lmdata.writer(url, "mds")
+    w._out.write("shard.00000.mds", b"partial")  # then the writer dies
+    assert clean(s3_root, older_than=0) == []  # a claim may be a running writer's: not asked
+    with pytest.raises(lmdata.errors.OutputExistsError, match="--claims"):
+        lmdata.writer(url, "mds", overwrite=True)
+    found = clean(s3_root, older_than=0, claims=True)
+    assert [(f.kind, f.url, f.bytes > 7) for f in found] == [("unfinished", url, True)]
+    store, key = resolve(url)
+    assert not store.exists(key)
+    _mds(url, [3])  # the URL is free again
+    assert _ids(url) == [3]
+
+
+def test_s3_claim_left_by_a_committed_write_goes_alone(s3_root):
+    url = f"{s3_root}/done"
+    _mds(url, [4])
+    store, key = resolve(url)
+    # killed between its commit objects and removing its claim
+    store.write_object(f"{key}/.lmdata-writing", claim_body(committing=["index.json"]))
+    found = clean(s3_root, older_than=0, claims=True)
+    assert [(f.kind, f.url) for f in found] == [("claim", f"{url}/.lmdata-writing")]
+    assert _ids(url) == [4] and ".lmdata-writing" not in resolve(url)[0].list(key)
+
+
+def test_cli_clean_on_s3_with_storage_options(s3_server, s3_root, monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # the endpoint comes from --storage-option only
+    url = f"{s3_root}/cli"
+    w = lmdata.writer(url, "mds", storage_options=s3_server)
+    w._out.write("a", b"1")
+    opts = [
+        f"--storage-option=client_kwargs.endpoint_url={s3_server['client_kwargs']['endpoint_url']}"
+    ]
+    run = CliRunner().invoke
+    res = run(cli, ["clean", s3_root, "--claims", "--older-than", "0", "--dry-run", *opts])
+    assert res.exit_code == 0, res.output
+    assert "unfinished" in res.output and url in res.output and "would remove 1" in res.output
+    res = run(cli, ["clean", s3_root, "--claims", "--older-than=0", *opts])
+    assert res.exit_code == 0 and "removed 1" in res.output
+    assert not resolve(url, s3_server)[0].exists(resolve(url, s3_server)[1])
+    res = run(cli, ["clean", s3_root, "--older-than", "soon", *opts])
+    assert res.exit_code != 0 and "not an age" in res.output
+
+
+def test_parse_age():
+    assert [parse_age(t) for t in ("90", "30s", "15m", "2h", "1d", "0")] == [
+        90,
+        30,
+        900,
+        7200,
+        86400,
+        0,
+    ]
+    for bad in ("", "h", "-1h", "1w"):
+        with pytest.raises(InvalidInputError):
+            parse_age(bad)
