@@ -44,6 +44,11 @@ class Store(Protocol):
         """Sorted names (not keys) directly below ``key``; empty if it is no directory."""
         ...
 
+    def sizes(self, key: str) -> dict[str, int]:
+        """Bytes of each object directly below ``key`` by name (subdirectories left out),
+        from one listing; empty if ``key`` is no directory."""
+        ...
+
     def read_range(self, key: str, start: int, length: int) -> bytes:
         """``length`` bytes from ``start`` (fewer at the end of the object)."""
         ...

@@ -73,6 +73,21 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    def sizes(self, key: str) -> dict[str, int]:
+        """Bytes of each file directly below ``key`` by name (subdirectories left out)."""
+        out = {}
+        try:
+            with os.scandir(key) as it:
+                for e in it:
+                    try:
+                        if e.is_file():
+                            out[e.name] = e.stat().st_size
+                    except OSError:
+                        continue
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        return out
+
     def _begin(self, key: str) -> int:
         """The open descriptor of ``key``, counted as in use until :meth:`_end`."""
         if self._pid != os.getpid():  # inherited by fork: the parent's files stay the parent's

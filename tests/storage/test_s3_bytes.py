@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import lmdata
+from lmdata.storage import resolve
 
 
 @pytest.fixture
@@ -46,3 +47,54 @@ def test_random_reads_fetch_what_they_use(s3_root, wire):
         wire["bytes"] = 0
         assert m[i]["id"] == i
         assert wire["bytes"] <= 1.5 * 1024  # a ~1 KB sample (+ its header), not the shard
+
+
+@pytest.fixture
+def requests(monkeypatch, s3_server):
+    """Every S3 request this process sends, as (method, key)."""
+    s3fs = pytest.importorskip("s3fs")
+    log = []
+    orig = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *a, **kw):
+        log.append((method, kw.get("Key", kw.get("Prefix", ""))))
+        return await orig(self, method, *a, **kw)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    return log
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_flat_tokens_reads_cost_one_request_each(s3_root, requests, compression):
+    ft = f"{s3_root}/ft"
+    with lmdata.writer(ft, "flat-tokens", chunk_tokens=256, compression=compression) as w:
+        for i in range(64):
+            w.write(np.arange(i * 40, i * 40 + 40, dtype=np.int64))  # 10 chunks of tokens
+    r = lmdata.open(ft)
+    r[0]
+    resolve(s3_root)[0].exists("x")  # another store of this process empties s3fs's listings cache
+    requests.clear()
+    for i in (20, 33, 47, 63):  # each in a chunk not read before
+        assert r[i].tolist() == list(range(i * 40, i * 40 + 40))
+    # no HEAD for a size, no listing: raw, a read fetches its seq_starts pair and its tokens
+    # by range; compressed, the chunk it needs (seq_starts is one chunk, decoded at r[0])
+    per_read = 2 if compression is None else 1
+    assert [m for m, _ in requests] == ["get_object"] * 4 * per_read
+
+
+def test_mds_open_lists_each_directory_once(s3_root, requests):
+    url = f"{s3_root}/mds"
+    with lmdata.writer(url, "mds", size_limit=300) as w:
+        for i in range(60):
+            w.write({"id": i, "text": "z" * 40})
+    requests.clear()
+    m = lmdata.open(url, format="mds")
+    assert len(m.shards) >= 8
+    heads = [k for meth, k in requests if meth == "head_object" and "shard" in k]
+    assert heads == [] and len(requests) <= 6  # not a request per shard
+    resolve(s3_root)[0].exists("x")  # another store of this process empties s3fs's listings cache
+    requests.clear()
+    firsts = [int(n) for n in np.cumsum([0] + [s.samples for s in m.shards[:-1]])]
+    assert [m[i]["id"] for i in firsts] == firsts
+    # per shard: its offsets table and the sample, nothing else
+    assert [meth for meth, _ in requests] == ["get_object"] * (2 * len(firsts))

@@ -189,6 +189,7 @@ class ZArray:
         self._views: dict[tuple[int, int], np.ndarray] = {}
         self._epoch = -1
         self._mappable = self.raw and self.store.can_mmap  # else read by byte ranges
+        self._sizes: dict[int, int] | None = None  # chunk object sizes, listed once (remote)
 
     def close(self) -> None:
         """Drop cached chunks and maps (they are read again if the array is used again)."""
@@ -290,6 +291,31 @@ class ZArray:
         n_units = -(-self.meta.length // self._unit)
         return [u for k in chunks for u in range(k * per, (k + 1) * per) if u < n_units]
 
+    def _chunk_listing(self) -> tuple[str, str]:
+        """(folder, name prefix) of the chunk objects."""
+        prefix = self.meta.key_prefix
+        folder = join(self.key, prefix[:-1]) if prefix.endswith("/") else self.key
+        return folder, "" if prefix.endswith("/") else prefix
+
+    def chunk_size(self, k: int) -> int:
+        """Bytes of chunk (or shard) object ``k``; FileNotFoundError if it was never written.
+        On stores that cannot map, every size comes from one listing of the chunk folder (a
+        HEAD per read would double the requests of small random reads)."""
+        if self.store.can_mmap:
+            return self.store.size(self.chunk_key(k))
+        sizes = self._sizes
+        if sizes is None:
+            folder, head = self._chunk_listing()
+            sizes = {}
+            for name, size in self.store.sizes(folder).items():
+                if name.startswith(head) and name[len(head) :].isdigit():
+                    sizes[int(name[len(head) :])] = size
+            self._sizes = sizes
+        got = sizes.get(k)
+        if got is None:
+            raise FileNotFoundError(self.store.url(self.chunk_key(k)))
+        return got
+
     def present_chunks(self) -> list[int]:
         """Indices of the chunk (or shard) files that exist, sorted (one directory listing)."""
         prefix = self.meta.key_prefix
@@ -381,7 +407,17 @@ class ZArray:
                     return np.frombuffer(mm, dtype=self.dtype, count=n), True
                 buf = self.store.read_range(key, 0, n * self.dtype.itemsize)
                 return np.frombuffer(buf, dtype=self.dtype, count=n), False
-            buf = self.store.read(key, MAX_CHUNK_BYTES)
+            if self.store.can_mmap:
+                buf = self.store.read(key, MAX_CHUNK_BYTES)
+            else:  # one GET: the size is known from the listing
+                size = self.chunk_size(u)
+                if size > MAX_CHUNK_BYTES:
+                    raise UnsafeDataError(
+                        f"chunk object of {size} bytes is larger than {MAX_CHUNK_BYTES}",
+                        path=f,
+                        position=f"chunk {u}",
+                    )
+                buf = self.store.read_range(key, 0, size)
         except FileNotFoundError:
             return self._fill(need), False
         except OSError as e:
@@ -393,7 +429,7 @@ class ZArray:
     def _raw_size(self, u: int) -> int:
         """Bytes of uncompressed chunk ``u`` (FileNotFoundError if it was never written)."""
         key = self.chunk_key(u)
-        size = self.store.size(key)
+        size = self.chunk_size(u)
         need = self._needed(u)
         if size < need * self.dtype.itemsize:
             raise CorruptDataError(
@@ -471,7 +507,7 @@ class ZArray:
         try:
             got = self._slot.get(("index", k))
             if got is None:
-                size = self.store.size(key)
+                size = self.chunk_size(k)
                 crc = self._index_crc
                 isize = per * 16 + (4 if crc else 0)
                 if size < isize:

@@ -28,7 +28,7 @@ from lmdata.formats.mds.index import FORMAT_NAMES, FileInfo, Index, Shard, find_
 from lmdata.formats.mds.mds import SampleDecoder
 from lmdata.formats.mds.text_shards import XSVDecoder, decode_json_line
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import Store, new_slot, resolve
+from lmdata.storage import Store, join, new_slot, parent, resolve
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decompressed shards kept in memory
 DEFAULT_MAX_MAPS = 1024  # memory-mapped shards kept open
@@ -77,10 +77,27 @@ class _Ranged:
         return self.store.read_range(self.key, a, b - a) if b > a else b""
 
 
-def _check_size(index: Index, key: str, info: FileInfo, what: str, shard: int) -> None:
+def file_sizes(index: Index) -> dict[str, int]:
+    """Bytes of every file beside the shards, by key: one listing per directory the index
+    names (a dataset of thousands of shards opens with one request, not a HEAD per file)."""
+    dirs = {
+        parent(index.file(info))
+        for s in index.shards
+        for info in (s.raw_data, s.zip_data, s.raw_meta, s.zip_meta)
+        if info is not None
+    }
+    out: dict[str, int] = {}
+    for d in sorted(dirs):
+        out.update((join(d, name), size) for name, size in index.store.sizes(d).items())
+    return out
+
+
+def _check_size(
+    index: Index, key: str, info: FileInfo, what: str, shard: int, sizes: dict[str, int] | None
+) -> None:
     try:
-        size = index.store.size(key)
-    except FileNotFoundError:
+        size = index.store.size(key) if sizes is None else sizes[key]
+    except (FileNotFoundError, KeyError):
         raise CorruptDataError(
             f"{what} file is missing", path=index.store.url(key), position=f"shard {shard}"
         ) from None
@@ -93,11 +110,19 @@ def _check_size(index: Index, key: str, info: FileInfo, what: str, shard: int) -
         )
 
 
-def _read_file(index: Index, info: FileInfo, what: str, shard: int, whole: bool = False) -> Any:
-    """One file after checking its size against the index: a memory map where the store can,
-    else bytes (``whole``) or a :class:`_Ranged` view."""
+def _read_file(
+    index: Index,
+    info: FileInfo,
+    what: str,
+    shard: int,
+    whole: bool = False,
+    sizes: dict[str, int] | None = None,
+) -> Any:
+    """One file after checking its size against the index (``sizes`` from
+    :func:`file_sizes`, else asked of the store): a memory map where the store can, else bytes
+    (``whole``) or a :class:`_Ranged` view."""
     key = index.file(info)
-    _check_size(index, key, info, what, shard)
+    _check_size(index, key, info, what, shard, sizes)
     if info.bytes == 0:
         return b""
     store = index.store
@@ -112,13 +137,21 @@ def _read_file(index: Index, info: FileInfo, what: str, shard: int, whole: bool 
 
 
 def load_shard_file(
-    index: Index, shard: Shard, raw: FileInfo, zipped: FileInfo | None, what: str
+    index: Index,
+    shard: Shard,
+    raw: FileInfo,
+    zipped: FileInfo | None,
+    what: str,
+    sizes: dict[str, int] | None = None,
 ) -> tuple[Any, str, int]:
     """(bytes, path, decompressed cost) of one shard file: the raw file if present, else the
     compressed one, decompressed and checked against the raw size the index declares."""
     raw_path = index.url(raw)
-    if zipped is None or index.store.exists(index.file(raw)):
-        return _read_file(index, raw, what, shard.number), raw_path, 0
+    raw_here = (
+        index.file(raw) in sizes if sizes is not None else index.store.exists(index.file(raw))
+    )
+    if zipped is None or raw_here:
+        return _read_file(index, raw, what, shard.number, sizes=sizes), raw_path, 0
     zpath = index.url(zipped)
     family = comp.family_of(shard.compression, path=index.path)
     if family is None:
@@ -127,7 +160,7 @@ def load_shard_file(
             path=index.path,
             position=f"shard {shard.number}",
         )
-    blob = _read_file(index, zipped, f"compressed {what}", shard.number, whole=True)
+    blob = _read_file(index, zipped, f"compressed {what}", shard.number, True, sizes)
     if zipped.hashes:  # one hash per decompression is cheap: check it, as streaming can
         algo = min(zipped.hashes, key=lambda a: _HASH_COST.get(a, 9))
         if is_hash(algo) and hexdigest(algo, blob) != zipped.hashes[algo]:
@@ -155,12 +188,14 @@ def load_shard_file(
     return data, zpath, len(data)
 
 
-def open_shard(index: Index, shard: Shard) -> _Loaded:
-    """Load a shard and check its header against the index."""
-    data, dpath, cost = load_shard_file(index, shard, shard.raw_data, shard.zip_data, "data")
+def open_shard(index: Index, shard: Shard, sizes: dict[str, int] | None = None) -> _Loaded:
+    """Load a shard and check its header against the index (and its files' ``sizes``)."""
+    data, dpath, cost = load_shard_file(index, shard, shard.raw_data, shard.zip_data, "data", sizes)
     if shard.split:
         assert shard.raw_meta is not None
-        table, tpath, c2 = load_shard_file(index, shard, shard.raw_meta, shard.zip_meta, "meta")
+        table, tpath, c2 = load_shard_file(
+            index, shard, shard.raw_meta, shard.zip_meta, "meta", sizes
+        )
         cost += c2
     else:
         table, tpath = data, dpath
@@ -250,13 +285,14 @@ class MDSReader:
         np.cumsum(counts, out=self._starts[1:])
         self._starts_list = self._starts[:-1].tolist()
         self._n = int(self._starts[-1])
+        self._sizes = file_sizes(self.index)
         for s in shards:  # fail at open, not mid-epoch, when a shard file is gone
             files = [(s.raw_data, s.zip_data)] + ([(s.raw_meta, s.zip_meta)] if s.split else [])
             for raw, zipped in files:
                 if raw is None:
                     continue
-                if not store.exists(self.index.file(raw)) and (
-                    zipped is None or not store.exists(self.index.file(zipped))
+                if self.index.file(raw) not in self._sizes and (
+                    zipped is None or self.index.file(zipped) not in self._sizes
                 ):
                     name = raw.basename + (f" (or {zipped.basename})" if zipped else "")
                     raise CorruptDataError(
@@ -322,7 +358,7 @@ class MDSReader:
         got = self._slot.get(k)
         if got is not None:
             return got  # type: ignore[no-any-return]
-        loaded = open_shard(self.index, self.index.shards[k])
+        loaded = open_shard(self.index, self.index.shards[k], self._sizes)
         if loaded.cost:  # decompressed bytes: the shared, bounded cache (or nowhere)
             self._slot.put(k, loaded, loaded.cost)
             return loaded
