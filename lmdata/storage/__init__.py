@@ -21,6 +21,7 @@ from lmdata.storage.paths import (
     TMP_PREFIX,
     AtomicOutput,
     AtomicWriter,
+    Usage,
     apparent_size,
     atomic_dir,
     atomic_file,
@@ -29,6 +30,7 @@ from lmdata.storage.paths import (
     commit,
     disk_usage,
     require_exists,
+    usage,
 )
 from lmdata.storage.urls import is_url, local_path, options_scope, resolve, scheme
 
@@ -47,6 +49,7 @@ __all__ = [
     "Output",
     "Slot",
     "Store",
+    "Usage",
     "apparent_size",
     "atomic_dir",
     "atomic_file",
@@ -69,4 +72,5 @@ __all__ = [
     "resolve",
     "scheme",
     "set_cache_bytes",
+    "usage",
 ]

@@ -13,6 +13,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -212,44 +213,43 @@ def require_exists(
     return p
 
 
-def disk_usage(path: str | os.PathLike[str]) -> int:
-    """Bytes allocated on disk below ``path`` (sparse padding counts as nothing)."""
-    remote = _remote_size(path)
-    if remote is not None:
-        return remote
-    p = Path(path)
+@dataclass(frozen=True)
+class Usage:
+    """Bytes below a path: allocated on disk (sparse padding counts as nothing) and apparent
+    (the sum of file sizes). On object stores both are the bytes of the objects."""
+
+    disk: int
+    apparent: int
+
+
+def usage(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Usage:
+    """Both sizes of ``path`` from one walk (one ``du`` listing on object stores)."""
+    from lmdata.storage.urls import resolve, scheme
+
+    s = scheme(path)
+    if s is not None and s != "file":
+        store, key = resolve(path, storage_options)
+        n = int(store.fs.du(key, total=True))  # type: ignore[attr-defined]
+        return Usage(n, n)
+    p = Path(resolve(path)[1]) if s == "file" else Path(path)
     if p.is_file():
-        return p.stat().st_blocks * 512
-    total = 0
+        st = p.stat()
+        return Usage(st.st_blocks * 512, st.st_size)
+    disk = apparent = 0
     for root, _dirs, files in os.walk(p):
         for f in files:
             with contextlib.suppress(OSError):
-                total += os.stat(os.path.join(root, f)).st_blocks * 512
-    return total
+                st = os.stat(os.path.join(root, f))
+                disk += st.st_blocks * 512
+                apparent += st.st_size
+    return Usage(disk, apparent)
+
+
+def disk_usage(path: str | os.PathLike[str]) -> int:
+    """Bytes allocated on disk below ``path`` (sparse padding counts as nothing)."""
+    return usage(path).disk
 
 
 def apparent_size(path: str | os.PathLike[str]) -> int:
     """Sum of file sizes below ``path``."""
-    remote = _remote_size(path)
-    if remote is not None:
-        return remote
-    p = Path(path)
-    if p.is_file():
-        return p.stat().st_size
-    total = 0
-    for root, _dirs, files in os.walk(p):
-        for f in files:
-            with contextlib.suppress(OSError):
-                total += os.stat(os.path.join(root, f)).st_size
-    return total
-
-
-def _remote_size(path: str | os.PathLike[str]) -> int | None:
-    """Total object bytes below a non-local URL, or None for a local path."""
-    from lmdata.storage.urls import resolve, scheme
-
-    s = scheme(path)
-    if s is None or s == "file":
-        return None
-    store, key = resolve(path)
-    return int(store.fs.du(key, total=True))  # type: ignore[attr-defined]
+    return usage(path).apparent

@@ -35,3 +35,24 @@ def test_overwrite_replaces_and_refuses_by_default(tmp_path):
         tmp.write_bytes(b"two")
     assert dest.read_bytes() == b"two"
     assert not any(p.name.startswith(TMP_PREFIX) for p in tmp_path.iterdir())
+
+
+def test_usage_walks_once_for_both_sizes(tmp_path, memory_root, monkeypatch):
+    from lmdata.storage import FsspecStore, Usage, usage
+
+    (tmp_path / "d").mkdir()
+    with open(tmp_path / "d" / "sparse", "wb") as f:
+        f.truncate(1 << 20)  # a hole: apparent 1 MiB, (almost) nothing allocated
+    (tmp_path / "d" / "full").write_bytes(b"x" * 5000)
+    got = usage(tmp_path / "d")
+    assert got.apparent == (1 << 20) + 5000 and 5000 <= got.disk < (1 << 20)
+    assert usage(tmp_path / "d" / "full") == Usage(got.disk, 5000)
+    FsspecStore("memory").write_object(memory_root.split("://", 1)[1] + "/a", b"y" * 7)
+    calls = []
+    import fsspec.implementations.memory as mem
+
+    orig = mem.MemoryFileSystem.du
+    monkeypatch.setattr(
+        mem.MemoryFileSystem, "du", lambda self, *a, **k: calls.append(a) or orig(self, *a, **k)
+    )
+    assert usage(memory_root) == Usage(7, 7) and len(calls) == 1

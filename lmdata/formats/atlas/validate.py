@@ -22,7 +22,7 @@ from lmdata.formats.atlas.meta import (
     is_shard_name,
 )
 from lmdata.formats.atlas.reader import Atlas
-from lmdata.storage import apparent_size, disk_usage
+from lmdata.storage import usage
 
 
 def validate(
@@ -180,9 +180,9 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         "block_sizes": block_sizes,
         "compression_level": ds.shards[0].meta.compression_level if ds.shards else None,
         "data_bytes": data_bytes,
-        "bytes_on_disk": disk_usage(url),
-        "apparent_bytes": apparent_size(url),
     }
+    used = usage(url)
+    out["bytes_on_disk"], out["apparent_bytes"] = used.disk, used.apparent
     if ds.meta and _is_file(ds, ds.root / DICT):
         out["shared_dict_bytes"] = ds.store.size(str(ds.root / DICT))
     prov = _provenance.read_file(ds.store, str(ds.root / _provenance.FILE))

@@ -317,7 +317,7 @@ class FlatTokens:
 
 def dataset_info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored."""
-    from lmdata.storage import apparent_size, disk_usage
+    from lmdata.storage import usage
 
     store, key = resolve(path, options.get("storage_options"))
     splits = {}
@@ -328,9 +328,9 @@ def dataset_info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]
         "format": "flat-tokens",
         "path": store.url(key),
         "splits": splits,
-        "bytes_on_disk": disk_usage(path),
-        "apparent_bytes": apparent_size(path),
     }
+    used = usage(path, options.get("storage_options"))
+    out["bytes_on_disk"], out["apparent_bytes"] = used.disk, used.apparent
     prov = _provenance(store, key) if names and names != [""] else None  # a root, not a split
     if prov is not None:
         out["provenance"] = prov

@@ -23,7 +23,7 @@ from lmdata.formats.mds.reader import MDSReader
 from lmdata.formats.mds.tokens import MDSTokens
 from lmdata.formats.mds.validate import validate
 from lmdata.formats.mds.writer import Writer
-from lmdata.storage import apparent_size, disk_usage, resolve
+from lmdata.storage import resolve, usage
 
 __all__ = [
     "SPECS",
@@ -106,8 +106,8 @@ def info(
     out: dict[str, Any] = {"format": r.format, "path": str(path)}
     out.update(r.info())
     root = r.index.store.url(r.index.root)
-    out["bytes_on_disk"] = disk_usage(root)
-    out["apparent_bytes"] = apparent_size(root)
+    used = usage(root, options.get("storage_options"))
+    out["bytes_on_disk"], out["apparent_bytes"] = used.disk, used.apparent
     if r.index.provenance is not None:
         out["provenance"] = r.index.provenance
     return out
