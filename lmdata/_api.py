@@ -122,14 +122,17 @@ def merge(
     output: str | os.PathLike[str],
     format: str | None = None,
     overwrite: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> str:
-    """Join datasets of one format into one at ``output``; returns a one-line summary."""
+    """Join datasets of one format into one at ``output``; returns a one-line summary.
+    URLs (where the format's merge supports them) use ``storage_options``."""
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
-    spec = _spec_at(require_exists(inputs[0]), format)
-    if spec.merge is None:
-        mergeable = [s.name for s in formats.specs() if s.merge is not None]
-        raise InvalidInputError(
-            f"{spec.name} datasets cannot be merged; formats with merge: {', '.join(mergeable)}"
-        )
-    return spec.merge([str(p) for p in inputs], str(output), overwrite=overwrite)
+    with options_scope(storage_options):
+        spec = _spec_at(require_exists(inputs[0], storage_options), format)
+        if spec.merge is None:
+            mergeable = [s.name for s in formats.specs() if s.merge is not None]
+            raise InvalidInputError(
+                f"{spec.name} datasets cannot be merged; formats with merge: {', '.join(mergeable)}"
+            )
+        return spec.merge([str(p) for p in inputs], str(output), overwrite=overwrite)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from lmdata._api import merge
-from lmdata.cli._common import FormatName
+from lmdata.cli._common import DatasetPath, FormatName, storage_option
 
 
 @click.command("merge")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("-o", "--output", required=True, type=click.Path(), help="Where to write the result.")
+@click.argument("inputs", nargs=-1, required=True, type=DatasetPath())
+@click.option("-o", "--output", required=True, help="Where to write the result (a path or URL).")
 @click.option(
     "--format",
     "-f",
@@ -20,11 +22,21 @@ from lmdata.cli._common import FormatName
     help="Format of the inputs (detected).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
-def command(inputs: tuple[str, ...], output: str, fmt: str | None, overwrite: bool) -> None:
+@storage_option
+def command(
+    inputs: tuple[str, ...],
+    output: str,
+    fmt: str | None,
+    overwrite: bool,
+    storage_options: dict[str, Any] | None,
+) -> None:
     """Merge INPUTS into OUTPUT.
 
     modalities: concatenate .pbin files with a correct index. mds: join the index.json of
-    partition folders. atlas: link the shards of several datasets into one.
+    partition folders (local or on one object store). atlas: link the shards of several
+    datasets into one.
     """
-    result = merge(list(inputs), output, format=fmt, overwrite=overwrite)
+    result = merge(
+        list(inputs), output, format=fmt, overwrite=overwrite, storage_options=storage_options
+    )
     click.echo(result if isinstance(result, str) else f"merged {len(inputs)} inputs -> {output}")

@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from lmdata.errors import InvalidInputError, OutputExistsError
-from lmdata.formats.mds.index import INDEX, load_index_json
-from lmdata.storage import LocalStore, atomic_file, local_path, require_exists
+from lmdata.formats.mds.index import INDEX, load_index_json, split_dirs
+from lmdata.storage import (
+    LocalStore,
+    atomic_file,
+    is_url,
+    join,
+    local_path,
+    require_exists,
+    resolve,
+)
 
 _FILE_KEYS = ("raw_data", "zip_data", "raw_meta", "zip_meta")
 
@@ -74,6 +82,8 @@ def _inside(part: Path, out: Path) -> str | None:
 
 def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
     """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary."""
+    if is_url(output) or any(is_url(p) for p in inputs):
+        return _merge_on_store(inputs, output, overwrite)
     out = local_path(output, "mds merge")
     parts = _partitions(list(inputs), out)
     dest = out / INDEX
@@ -104,3 +114,64 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
         tmp.write_text(json.dumps({"version": 2, "shards": shards}), encoding="utf-8")
     n = sum(s.get("samples", 0) for s in shards)
     return f"merged {len(parts)} partitions ({len(shards)} shards, {n} samples) -> {dest}"
+
+
+def _merge_on_store(inputs: list[str], output: str, overwrite: bool) -> str:
+    """:func:`merge` on an object store: the partitions are found by listing, those outside
+    ``output`` are copied below it (server-side, same store only), and the merged index.json
+    is written last as one object."""
+    ostore, okey = resolve(output)
+    okey = okey.rstrip("/")
+    dest = join(okey, INDEX)
+    if ostore.exists(dest) and not overwrite:
+        raise OutputExistsError(
+            "index.json already exists; pass overwrite=True (--overwrite)", path=ostore.url(dest)
+        )
+    parts: list[str] = []
+    for raw in inputs:
+        store, key = resolve(raw)
+        if store.id != ostore.id:
+            raise InvalidInputError(
+                "partitions on a store are merged in that store: copy them below the output",
+                path=store.url(key),
+            )
+        key = key.rstrip("/")
+        if INDEX in ostore.list(key) and key != okey:
+            found = [key]
+        else:
+            found = [join(key, n) for n in sorted(split_dirs(ostore, key), key=_natural)]
+        if not found:
+            raise InvalidInputError(
+                "neither a dataset (no index.json) nor a folder of partitions",
+                path=ostore.url(key),
+            )
+        parts.extend(p for p in found if p not in parts)
+    shards: list[dict[str, Any]] = []
+    for part in parts:
+        _, obj = load_index_json(ostore, join(part, INDEX))
+        if part.startswith(okey + "/"):
+            rel = part[len(okey) + 1 :]
+        else:
+            rel = part.rsplit("/", 1)[-1]
+            if ostore.exists(join(okey, rel)):
+                raise OutputExistsError(
+                    f"cannot bring partition {ostore.url(part)} into the output: {rel} exists",
+                    path=ostore.url(join(okey, rel)),
+                )
+            ostore.fs.copy(part, join(okey, rel), recursive=True)  # type: ignore[attr-defined]
+        for shard in obj["shards"]:
+            for k in _FILE_KEYS:
+                if shard.get(k):
+                    shard[k]["basename"] = f"{rel}/{shard[k]['basename']}"
+            shards.append(shard)
+    out = ostore.output(dest, directory=False, overwrite=overwrite)
+    try:
+        out.write_last("", json.dumps({"version": 2, "shards": shards}).encode())
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    n = sum(s.get("samples", 0) for s in shards)
+    return (
+        f"merged {len(parts)} partitions ({len(shards)} shards, {n} samples) -> {ostore.url(dest)}"
+    )

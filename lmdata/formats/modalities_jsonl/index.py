@@ -24,7 +24,7 @@ from lmdata.formats.modalities_jsonl.lines import (
     release,
     shown_path,
 )
-from lmdata.storage import atomic_file, local_path, require_exists
+from lmdata.storage import atomic_file, is_url, local_path, require_exists, resolve
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class SkippedLine:
 class IndexResult:
     """What :func:`build_index` did: ``documents`` indexed, lines it ``skipped``."""
 
-    index_path: Path
+    index_path: Path  # a str for an index on an object store (its URL)
     documents: int
     skipped: tuple[SkippedLine, ...]
 
@@ -94,14 +94,20 @@ def build_index(
     skip_invalid: bool = False,
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> IndexResult:
     """Write the raw index of the JSONL file ``path`` (``foo.jsonl`` -> ``foo.idx``).
 
     The index is what modalities' ``create_raw_index`` writes: a protocol-4 pickle of
     ``[(byte offset, byte length without the newline), ...]``. A malformed line is an error
     and no index is written, unless ``skip_invalid`` leaves such lines out (counted in the
-    result). An empty file gets an empty index (modalities refuses it).
+    result). An empty file gets an empty index (modalities refuses it). ``path`` and
+    ``index_path`` may be URLs (``s3://`` ...), with ``storage_options`` for their stores.
     """
+    if is_url(path) or (index_path is not None and is_url(index_path)):
+        return _build_index_on_store(
+            path, index_path, skip_invalid, overwrite, progress, storage_options
+        )
     src = require_exists(local_path(path, "lmdata index"))
     dest = Path(index_path) if index_path is not None else default_index_path(src)
     if dest.resolve() == src.resolve():
@@ -115,3 +121,39 @@ def build_index(
     with atomic_file(dest, overwrite=overwrite) as tmp:
         tmp.write_bytes(dump_span_index(offsets, lengths))
     return IndexResult(dest, len(offsets), tuple(skipped))
+
+
+def _build_index_on_store(
+    path: str | os.PathLike[str],
+    index_path: str | os.PathLike[str] | None,
+    skip_invalid: bool,
+    overwrite: bool,
+    progress: Callable[[int], None] | None,
+    storage_options: dict[str, Any] | None,
+) -> IndexResult:
+    """:func:`build_index` where the data or the index is a URL: the index is one object,
+    written whole after the scan (a failed scan writes nothing)."""
+    store, key = data_object(path, storage_options)
+    if index_path is not None:
+        istore, ikey = resolve(index_path, storage_options)
+    else:
+        istore, ikey = store, str(default_index_path(key))
+    if istore.url(ikey) == store.url(key):
+        raise InvalidInputError(
+            "the index path is the data file itself; choose another", path=istore.url(ikey)
+        )
+    if istore.exists(ikey) and not overwrite:
+        raise OutputExistsError(
+            "index already exists; pass overwrite=True (--overwrite)", path=istore.url(ikey)
+        )
+    offsets, lengths, skipped = scan(
+        path, skip_invalid=skip_invalid, progress=progress, storage_options=storage_options
+    )
+    out = istore.output(ikey, directory=False, overwrite=overwrite)
+    try:
+        out.write_last("", dump_span_index(offsets, lengths))
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return IndexResult(istore.url(ikey), len(offsets), tuple(skipped))  # type: ignore[arg-type]

@@ -1,0 +1,55 @@
+"""``lmdata index`` and ``lmdata merge`` on s3 (the loopback moto server), with the endpoint
+given only by ``--storage-option``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import lmdata
+from lmdata.cli.main import cli
+from lmdata.storage import resolve
+
+
+@pytest.fixture
+def flags(s3_server, monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # only the option points s3fs at the server
+    endpoint = s3_server["client_kwargs"]["endpoint_url"]
+    return ["--storage-option", f"client_kwargs.endpoint_url={endpoint}"]
+
+
+def test_index_a_jsonl_object(s3_server, s3_root, flags):
+    store, key = resolve(f"{s3_root}/d.jsonl", s3_server)
+    lines = [json.dumps({"id": i, "text": "t" * i}).encode() for i in range(7)]
+    store.write_object(key, b"\n".join(lines) + b"\n")
+    run = CliRunner().invoke
+    res = run(cli, ["index", f"{s3_root}/d.jsonl", "-q", *flags])
+    assert res.exit_code == 0, res.output
+    assert f"indexed 7 documents -> {s3_root}/d.idx" in res.output
+    r = lmdata.open(f"{s3_root}/d.jsonl", format="modalities-jsonl", storage_options=s3_server)
+    assert [x["id"] for x in r] == list(range(7)) and r[5]["text"] == "t" * 5
+    res = run(cli, ["index", f"{s3_root}/d.jsonl", *flags])
+    assert res.exit_code != 0 and "already exists" in res.output
+    res = run(cli, ["index", f"{s3_root}/d.jsonl", "--overwrite", "-q", *flags])
+    assert res.exit_code == 0, res.output
+
+
+def test_merge_partitions_on_s3(s3_server, s3_root, flags):
+    for p in range(3):
+        with lmdata.writer(f"{s3_root}/out/{p}", "mds", storage_options=s3_server) as w:
+            for i in range(4):
+                w.write({"id": p * 10 + i})
+    with lmdata.writer(f"{s3_root}/extra", "mds", storage_options=s3_server) as w:
+        w.write({"id": 99})
+    run = CliRunner().invoke
+    args = ["merge", f"{s3_root}/out", f"{s3_root}/extra", "-o", f"{s3_root}/out", *flags]
+    res = run(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "merged 4 partitions (4 shards, 13 samples)" in res.output
+    r = lmdata.open(f"{s3_root}/out", storage_options=s3_server)
+    assert [x["id"] for x in r] == [0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23, 99]
+    assert lmdata.validate(f"{s3_root}/out", storage_options=s3_server) == []
+    res = run(cli, args)
+    assert res.exit_code != 0 and "already exists" in res.output
