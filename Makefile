@@ -11,7 +11,7 @@ ZARR2 := $(VENV)/extra-zarr2
 STREAMING := $(VENV)/extra-streaming
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install install-main install-dev demo test bench bench-quick bench-envs lint format clean
+.PHONY: install install-main install-dev demo test bench bench-quick bench-storage bench-envs lint format clean
 
 # everything (the main venv, dev tools, interop-test tools)
 install: $(TEST_STAMP)
@@ -72,6 +72,9 @@ bench: $(TEST_STAMP)
 
 bench-quick: $(TEST_STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --quick
+
+bench-storage: $(TEST_STAMP)  # object storage alone (also part of `make bench`)
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py storage
 
 bench-envs: $(TEST_STAMP)
 	$(BIN)/python bench/envs.py

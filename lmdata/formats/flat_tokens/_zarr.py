@@ -159,11 +159,20 @@ class ZArray:
     array; 0 keeps none); local uncompressed chunks are memory maps, kept per array.
     """
 
-    def __init__(self, store: Store, key: str, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(
+        self,
+        store: Store,
+        key: str,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        block_bytes: int = 0,
+    ) -> None:
         self.store = store
         self.key = key
         self.path = store.url(key)
         self._cache_bytes = cache_bytes
+        # > 0: remote uncompressed reads fetch aligned blocks of this size into the byte cache
+        # (small arrays read a few items at a time, such as seq_starts), else exact ranges
+        self._block_bytes = block_bytes
         try:
             self._parse()
         except (TypeError, AttributeError, KeyError, ValueError, OverflowError) as e:
@@ -176,10 +185,17 @@ class ZArray:
 
     # pickling ships only the store and key: each process builds its own caches and maps
     def __getstate__(self) -> dict[str, Any]:
-        return {"store": self.store, "key": self.key, "cache_bytes": self._cache_bytes}
+        return {
+            "store": self.store,
+            "key": self.key,
+            "cache_bytes": self._cache_bytes,
+            "block_bytes": self._block_bytes,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["store"], state["key"], state["cache_bytes"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["store"], state["key"], state["cache_bytes"], state.get("block_bytes", 0)
+        )
 
     def _init_cache(self) -> None:
         self._lock = threading.Lock()
@@ -458,9 +474,12 @@ class ZArray:
             key = self.chunk_key(u)
             try:
                 self._raw_size(u)
-                blobs = self.store.read_ranges(
-                    key, [(lo * isz, (hi - lo) * isz) for _, _, lo, hi in want]
-                )
+                if self._block_bytes:
+                    blobs = [self._blocked(u, lo, hi) for _, _, lo, hi in want]
+                else:
+                    blobs = self.store.read_ranges(
+                        key, [(lo * isz, (hi - lo) * isz) for _, _, lo, hi in want]
+                    )
             except FileNotFoundError:
                 blobs = [self._fill(hi - lo).tobytes() for _, _, lo, hi in want]
             except OSError as e:
@@ -473,6 +492,23 @@ class ZArray:
             if out[i] is None:
                 out[i] = ps[0].copy() if len(ps) == 1 else np.concatenate(ps)
         return out  # type: ignore[return-value]
+
+    def _blocked(self, u: int, lo: int, hi: int) -> bytes:
+        """Items ``lo:hi`` of uncompressed chunk ``u`` from aligned blocks kept in the byte
+        cache: one request per block the first time, none after."""
+        isz = self.dtype.itemsize
+        per = max(1, self._block_bytes // isz)
+        end = self._needed(u)
+        parts = []
+        for j in range(lo // per, (hi - 1) // per + 1):
+            blk = self._slot.get(("block", u, j))
+            a = j * per
+            if blk is None:
+                n = (min(a + per, end) - a) * isz
+                blk = self.store.read_range(self.chunk_key(u), a * isz, n)
+                self._slot.put(("block", u, j), blk, len(blk))
+            parts.append(blk[(max(lo, a) - a) * isz : (min(hi, a + per) - a) * isz])
+        return b"".join(parts)
 
     def _decode_buf(self, buf: bytes, need: int, f: str, pos: str) -> np.ndarray:
         try:

@@ -119,7 +119,9 @@ class FlatTokens:
         assert token_dir is not None
         self.tokens = ZArray(store, token_dir, cache_bytes)
         starts_cache = min(cache_bytes, max(cache_bytes // 8, 1 << 20))
-        self.seq_starts = ZArray(store, join(self.dir, "seq_starts"), starts_cache)
+        # sequence starts are read two at a time: by 64 KiB blocks, cached (one block serves
+        # 8192 sequences), where reading tokens fetches exact ranges
+        self.seq_starts = ZArray(store, join(self.dir, "seq_starts"), starts_cache, 64 << 10)
         self._max_token_id = read_max_token_id(store, self.dir)
         if len(self.seq_starts) < 1:
             raise CorruptDataError(
