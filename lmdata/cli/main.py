@@ -49,6 +49,7 @@ SUMMARIES: dict[str, str] = {
     "mix": "Mix documents with filters and attributes (dolma mix).",
     "list": "List the taggers `lmdata tag` accepts (dolma list).",
     "modalities": "Modalities' command lines (`lmdata modalities data ...`).",
+    "clean": "Remove what killed writers left (staged outputs, stale claims).",
 }
 # verbs that read a dolma config given before the verb (`lmdata -c config.yaml mix`)
 CONFIG_VERBS = ("tag", "dedupe", "mix")
