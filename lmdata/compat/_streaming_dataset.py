@@ -141,6 +141,10 @@ def _world(replication: int | None, workers: bool = True) -> _World:
     worker, n_workers = _worker() if workers else (0, 1)
     nodes = max(1, ranks // per_node)
     if replication is not None:  # groups of `replication` ranks see the same samples
+        if ranks % replication:
+            raise InvalidInputError(
+                f"the world size {ranks} must be divisible by replication={replication}"
+            )
         rank, ranks = rank // replication, ranks // replication
         nodes = ranks // per_node if ranks % per_node == 0 else 1
         per_node = ranks // nodes

@@ -12,7 +12,7 @@ An epoch's order is decided in three steps, each a pure function of its argument
    ``num_canonical_nodes`` contiguous ranges, interleaved, the first ``sample_in_epoch`` dropped,
    padded with repeats so every rank gets as many, then with -1 to whole worker batches.
 3. **Shuffle** (:func:`shuffle`): a permutation of the big ids applied to the partition
-   (``py1e``, streaming's default, and ``py1s``, ``py1br``, ``naive``).
+   (``py1e``, streaming's default, and ``py1s``, ``py1br``, ``py2s``, ``naive``).
 
 Every random draw comes from numpy ``default_rng`` generators seeded and called in the order
 streaming calls them (the seed for the run, ``seed + epoch`` per epoch), which is what makes
@@ -27,7 +27,7 @@ import numpy as np
 
 from lmdata.errors import InvalidInputError
 
-SHUFFLE_ALGOS = ("py1e", "py1s", "py1br", "naive")
+SHUFFLE_ALGOS = ("py1e", "py1s", "py1br", "py2s", "naive")
 PARTITION_ALGOS = ("orig", "relaxed")
 
 
@@ -332,11 +332,50 @@ def _py1br(units: np.ndarray, canonical: int, seed: int, epoch: int, block: int)
     return ids
 
 
+def _py2s(units: np.ndarray, canonical: int, seed: int, epoch: int, block: int) -> np.ndarray:
+    """Like py1s, but each unit's samples are also shuffled once for the run (before the cut
+    into canonical nodes), and each node's spans are reordered and shuffled node by node."""
+    fixed = np.random.default_rng(seed)
+    ends = np.cumsum(units).tolist()
+    spans = [(e - int(u), e) for e, u in zip(ends, units.tolist(), strict=True)]
+    pieces = []
+    for i in _shuffled(fixed, len(spans)).tolist():
+        ids = np.arange(*spans[i], dtype=np.int64)
+        fixed.shuffle(ids)
+        pieces.append(ids)
+    total = int(ends[-1]) if ends else 0
+    nodes: list[list[np.ndarray]] = []
+    at = done = 0
+    for part in range(canonical):  # cut as _node_spans does, on the shuffled samples
+        end = total * (part + 1) // canonical
+        mine: list[np.ndarray] = []
+        while at < len(pieces):
+            ids = pieces[at]
+            if done + len(ids) > end:
+                if done < end:
+                    mine.append(ids[: end - done])
+                    pieces[at] = ids[end - done :]
+                    done = end
+                break
+            mine.append(ids)
+            done += len(ids)
+            at += 1
+        nodes.append(mine)
+    rng = np.random.default_rng(seed + epoch)
+    out = []
+    for node in nodes:
+        for i in _shuffled(rng, len(node)).tolist():
+            ids = node[i].copy()
+            rng.shuffle(ids)
+            out.append(ids)
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
 def _naive(units: np.ndarray, canonical: int, seed: int, epoch: int, block: int) -> np.ndarray:
     return np.random.default_rng(seed + epoch).permutation(int(units.sum()))
 
 
-_SHUFFLES = {"py1e": _py1e, "py1s": _py1s, "py1br": _py1br, "naive": _naive}
+_SHUFFLES = {"py1e": _py1e, "py1s": _py1s, "py1br": _py1br, "py2s": _py2s, "naive": _naive}
 
 
 def shuffle(
@@ -345,8 +384,7 @@ def shuffle(
     """The epoch's permutation of big ids (``out[i]`` is what position ``i`` holds)."""
     if algo not in _SHUFFLES:
         raise InvalidInputError(
-            f"shuffle_algo {algo!r}: lmdata.compat.streaming implements "
-            f"{', '.join(SHUFFLE_ALGOS)} (streaming's py2s is not implemented)"
+            f"shuffle_algo {algo!r}: streaming's shuffles are {', '.join(SHUFFLE_ALGOS)}"
         )
     return _SHUFFLES[algo](np.asarray(units, np.int64), canonical, seed, epoch, block)
 

@@ -238,8 +238,8 @@ def test_dataset_refuses_remote_and_bad_knobs(tmp_path: Path) -> None:
         Stream(local=d, proportion=1, repeat=2)
     with pytest.raises(InvalidInputError, match="do not mix"):
         StreamingDataset(streams=[Stream(local=d, proportion=1), Stream(local=d, repeat=2)])
-    with pytest.raises(InvalidInputError, match="py2s is not implemented"):
-        StreamingDataset(local=d, shuffle_algo="py2s")
+    with pytest.raises(InvalidInputError, match="streaming's shuffles are py1e, py1s"):
+        StreamingDataset(local=d, shuffle_algo="py3s")
     with pytest.raises(InvalidInputError, match="stratified"):
         StreamingDataset(local=d, batching_method="stratified")
 
@@ -273,3 +273,25 @@ def test_import_without_torch(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("5 ") and "IterableDataset" not in out.stdout
+
+
+@pytest.mark.parametrize(
+    "env, replication, want",
+    [  # (WORLD_SIZE, LOCAL_WORLD_SIZE, RANK) -> (nodes, ranks per node, node, rank of node)
+        ((8, 4, 5), None, (2, 4, 1, 1)),
+        ((8, 4, 5), 2, (1, 4, 0, 2)),  # 4 groups of 2 ranks: one node of 4
+        ((8, 4, 7), 4, (1, 2, 0, 1)),  # 2 groups: fewer than a node's ranks, one node
+        ((8, 2, 6), 2, (2, 2, 1, 1)),
+    ],
+)
+def test_world_from_the_environment_and_replication(
+    monkeypatch: pytest.MonkeyPatch, env: tuple[int, int, int], replication: Any, want: tuple
+) -> None:
+    from lmdata.compat._streaming_dataset import _world
+
+    for name, value in zip(("WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK"), env, strict=True):
+        monkeypatch.setenv(name, str(value))
+    w = _world(replication, workers=False)
+    assert (w.nodes, w.ranks_per_node, w.node, w.rank_of_node) == want
+    with pytest.raises(InvalidInputError, match="divisible by replication=3"):
+        _world(3, workers=False)

@@ -26,8 +26,9 @@ pytestmark = pytest.mark.skipif(
     reason="mosaicml-streaming venv .venv/extra-streaming is absent (make install creates it)",
 )
 
-# name -> (samples, size_limit): shards of uneven sizes (the last one short)
-DATASETS = {"a": (97, 120), "b": (40, 200), "c": (13, 70), "one": (30, 1 << 20)}
+# name -> (samples, size_limit): "a" has an empty shard then one sample per shard, "m" shards
+# of 11 (the last short), "one" a single shard
+DATASETS = {"a": (97, 120), "m": (97, 300), "b": (40, 200), "c": (13, 70), "one": (30, 1 << 20)}
 
 
 def _write(root: Path) -> dict[str, str]:
@@ -55,7 +56,7 @@ def _cases(p: dict[str, str]) -> list[dict[str, Any]]:
         case["kwargs"] = kw
         cases.append(case)
 
-    for algo in ("py1e", "py1s", "py1br", "naive"):
+    for algo in ("py1e", "py1s", "py1br", "py2s", "naive"):
         for seed, ncn, block, world, batch in [
             (9176, 1, 16, (1, 1, 1), 4),
             (3, 4, 10, (2, 2, 2), 3),
@@ -63,9 +64,11 @@ def _cases(p: dict[str, str]) -> list[dict[str, Any]]:
             (11, 8, 7, (4, 1, 2), 2),
         ]:
             add(world, epoch=seed % 3, shuffle=True, shuffle_algo=algo, shuffle_seed=seed,
-                num_canonical_nodes=ncn, shuffle_block_size=block, batch_size=batch)  # fmt: skip
+                num_canonical_nodes=ncn, shuffle_block_size=block, batch_size=batch,
+                data="m")  # fmt: skip
     # the defaults: py1e, seed 9176, block max(4M // ncn, 256Ki), one canonical node per node
     add((1, 1, 1), shuffle=True, batch_size=8)
+    add((2, 2, 1), epoch=1, shuffle=True, shuffle_algo="py1s", num_canonical_nodes=4, batch_size=2)
     add((2, 1, 1), epoch=1, shuffle=True, batch_size=3, data="one")
     # no shuffle, several worlds, resumes (sample_in_epoch) and padding
     add((1, 1, 1), batch_size=1)
