@@ -209,3 +209,21 @@ def test_append_modes_and_refusals(tmp_path: Path) -> None:
     # the writer that failed to open holds nothing: a new one on that path works
     _ours(tmp_path / "e.zarr", "train", "w", MORE)
     assert len(lmdata.open(tmp_path / "e.zarr", split="train")) == 5
+
+
+def test_appends_to_lmdatas_own_uncompressed_dataset(tmp_path: Path) -> None:
+    """Any zarr v2 flat-tokens dataset: its own codecs (none here) and chunking are kept."""
+    from lmdata.formats.flat_tokens import Writer as FlatWriter
+
+    path = tmp_path / "raw.zarr"
+    with FlatWriter(path, chunk_tokens=8, seq_starts_chunk=4) as w:
+        for s in ([1, 2, 3], [4] * 10):
+            w.write(s)
+    meta = json.loads((path / "train" / "encoded_tokens" / ".zarray").read_text())
+    assert meta["compressor"] is None and meta["chunks"] == [8]
+    _ours(path, "train", "a", [[[5, 6], [7] * 9]])
+    r = lmdata.open(path, split="train")
+    assert [r[i].tolist() for i in range(len(r))] == [[1, 2, 3], [4] * 10, [5, 6], [7] * 9]
+    after = json.loads((path / "train" / "encoded_tokens" / ".zarray").read_text())
+    assert after == {**meta, "shape": [24]}
+    assert lmdata.validate(path) == []
