@@ -231,7 +231,7 @@ class StreamingDatasetImpl:
         self.sample_offset_per_stream = np.cumsum(self.samples_per_stream) - self.samples_per_stream
         self.num_samples = int(self.samples_per_stream.sum())
         self.num_streams = len(self.streams)
-        self._choose = E.stream_choices(
+        self._choose, self._proportions = E.stream_choices(
             [s.weight for s in self.streams],
             self.samples_per_stream,
             _count(epoch_size, "epoch_size") or None,
@@ -259,10 +259,10 @@ class StreamingDatasetImpl:
             )
         if isinstance(granularity, bool) or not isinstance(granularity, int) or granularity < 1:
             raise InvalidInputError("`sampling_granularity` must be a positive integer")
-        if batching_method != "random":
+        if batching_method not in ("random", "per_stream"):
             raise InvalidInputError(
                 f"batching_method {batching_method!r}: lmdata.compat.streaming implements "
-                "streaming's default `random` batching only"
+                "streaming's `random` (the default) and `per_stream` batching"
             )
         if seed < 0:
             raise InvalidInputError("`shuffle_seed` must be a non-negative integer")
@@ -350,6 +350,8 @@ class StreamingDatasetImpl:
             algo=self.shuffle_algo,
             block_size=int(self.shuffle_block_size or 1 << 18),
             partition_algo=self.partition_algo,
+            batching=self.batching_method,
+            proportions=tuple(float(x) for x in self._proportions),
         )
 
     def work(self, epoch: int, sample_in_epoch: int, world: _World | None = None) -> np.ndarray:

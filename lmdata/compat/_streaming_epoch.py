@@ -39,9 +39,11 @@ def stream_choices(
     samples_per_stream: np.ndarray,
     epoch_size: int | None,
     seed: int,
-) -> np.ndarray:
-    """Samples drawn from each stream per epoch, from each stream's ``(kind, value)`` weight
-    (kind ``proportion``, ``repeat`` or ``choose``; None for unweighted streams)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """(samples drawn from each stream per epoch, each stream's share of the epoch) from each
+    stream's ``(kind, value)`` weight (kind ``proportion``, ``repeat`` or ``choose``; None for
+    unweighted streams). The share is the weight asked for, not the rounded draw, when the
+    streams are weighted relatively or the epoch size is given."""
     kinds = {w[0] if w else None for w in weights}
     relative = "proportion" in kinds
     if relative and kinds != {"proportion"}:
@@ -61,7 +63,7 @@ def stream_choices(
         # the samples lost to rounding go to streams picked at random, once each
         extra = np.random.default_rng(seed).choice(len(weights), total - choose.sum(), False)
         choose[extra] += 1
-        return choose
+        return choose, share
     if epoch_size:
         raise InvalidInputError("epoch_size= needs streams weighted by proportion= (or none)")
     choose = samples.copy()
@@ -70,7 +72,7 @@ def stream_choices(
             choose[i] = int(w[1] * samples[i])
         elif w is not None:
             choose[i] = int(w[1])
-    return choose
+    return choose, choose / max(int(choose.sum()), 1)
 
 
 def shard_choices(
@@ -111,19 +113,22 @@ class Sampling:
     shuffle: bool = False
 
 
-def resample(s: Sampling, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """(shuffle units, small id of each big id) of one epoch."""
+def resample(s: Sampling, epoch: int, only: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(shuffle units, small id of each big id) of one epoch, of every stream or stream
+    ``only`` (drawn as if it were the only one)."""
     pick_rng = np.random.default_rng(s.seed + epoch if s.balanced else s.seed)
     granule_seed = s.seed + epoch if (s.shuffle and s.balanced) else s.seed
     shard_starts = np.concatenate([[0], np.cumsum(s.samples_per_shard)])
     units: list[int] = []
     ids: list[np.ndarray] = []
     first_shard = 0
-    for n_shards, choose in zip(
-        s.shards_per_stream.tolist(), s.choose_per_stream.tolist(), strict=True
+    for k, (n_shards, choose) in enumerate(
+        zip(s.shards_per_stream.tolist(), s.choose_per_stream.tolist(), strict=True)
     ):
         shards = range(first_shard, first_shard + n_shards)
         first_shard += n_shards
+        if only is not None and k != only:
+            continue
         sizes = s.samples_per_shard[shards.start : shards.stop]
         per_shard = shard_choices(sizes, int(choose), s.granularity, granule_seed)
         for shard, size, take in zip(shards, sizes.tolist(), per_shard.tolist(), strict=True):
@@ -403,6 +408,8 @@ class Order:
     algo: str = "py1e"
     block_size: int = 1 << 18
     partition_algo: str = "relaxed"
+    batching: str = "random"
+    proportions: tuple[float, ...] = ()  # each stream's share of the epoch (per_stream)
 
 
 def epoch_ids(
@@ -417,10 +424,32 @@ def epoch_ids(
 ) -> np.ndarray:
     """The whole epoch as dataset sample ids, shaped (nodes, ranks, workers, batches, batch),
     -1 where a worker's last batch is short."""
-    units, small = resample(order.sampling, epoch)
+    if order.batching == "per_stream":
+        return _per_stream(order, epoch, sample_in_epoch, canonical, nodes, ranks, workers,
+                           initial_nodes)  # fmt: skip
+    return _ids(order, epoch, None, sample_in_epoch, canonical, nodes, ranks, workers,
+                initial_nodes)  # fmt: skip
+
+
+def _ids(
+    order: Order,
+    epoch: int,
+    stream: int | None,
+    sample_in_epoch: int,
+    canonical: int,
+    nodes: int,
+    ranks: int,
+    workers: int,
+    initial_nodes: int | None,
+) -> np.ndarray:
+    """Resample, partition and shuffle the epoch (or one stream's part of it, alone)."""
+    units, small = resample(order.sampling, epoch, stream)
+    block = order.block_size
+    if stream is not None:
+        block = int(block * order.proportions[stream])
     big = partition(
         order.partition_algo,
-        order.epoch_size,
+        len(small) if stream is not None else order.epoch_size,
         canonical,
         nodes,
         ranks,
@@ -430,6 +459,48 @@ def epoch_ids(
         initial_nodes,
     )
     if order.shuffle:
-        perm = shuffle(order.algo, units, canonical, order.sampling.seed, epoch, order.block_size)
+        perm = shuffle(order.algo, units, canonical, order.sampling.seed, epoch, block)
         big = np.where(big >= 0, perm[np.maximum(big, 0)], -1)
     return np.where(big >= 0, small[np.maximum(big, 0)], -1)
+
+
+def _per_stream(
+    order: Order,
+    epoch: int,
+    sample_in_epoch: int,
+    canonical: int,
+    nodes: int,
+    ranks: int,
+    workers: int,
+    initial_nodes: int | None,
+) -> np.ndarray:
+    """streaming's ``per_stream`` batching: every global batch from one stream. Each stream is
+    laid out alone, cut into global batches (a short last one dropped), and the batches of all
+    streams are interleaved in a seeded random order of their streams, each stream's in order;
+    a resume restarts at the last whole global batch."""
+    glob = order.batch_size * nodes * ranks
+    batches, counts = [], []
+    for k in range(len(order.sampling.choose_per_stream)):
+        ids = _ids(order, epoch, k, 0, canonical, nodes, ranks, workers, initial_nodes)
+        mine = ids.transpose(3, 2, 0, 1, 4).reshape(-1, glob)
+        full = int(np.count_nonzero(mine.min(axis=1) >= 0))
+        if not full:
+            raise InvalidInputError(
+                f"stream {k} has too few samples for one global batch of {glob} "
+                "(batching_method='per_stream' needs at least one per stream)"
+            )
+        batches.append(mine[:full])
+        counts.append(full)
+    s = order.sampling
+    seed = s.seed + epoch if (order.shuffle and s.balanced) else s.seed
+    origins = np.repeat(np.arange(len(counts)), counts)
+    np.random.default_rng(seed).shuffle(origins)
+    firsts = np.cumsum(counts) - np.array(counts)
+    pick = np.empty(len(origins), np.int64)
+    for k, n in enumerate(counts):
+        pick[origins == k] = firsts[k] + np.arange(n)
+    out = np.concatenate(batches)[pick][sample_in_epoch // glob :]
+    missing = (-len(out)) % workers  # whole rounds of worker batches, padded with -1
+    if missing:
+        out = np.concatenate([out, np.full((missing, glob), -1, np.int64)])
+    return out.reshape(-1, workers, nodes, ranks, order.batch_size).transpose(2, 3, 1, 0, 4)

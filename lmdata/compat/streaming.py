@@ -14,8 +14,8 @@ Where it differs from streaming, on purpose:
 - ``StreamingDataset`` reads local datasets only (``local=``, a local ``remote=``, or
   ``streams=`` of such ``Stream``s); a remote URL is an error, never a silent download.
   ``batch_size`` may be omitted (streaming requires it to iterate; lmdata then uses 1).
-  Only the default ``batching_method="random"`` is implemented (``stratified``,
-  ``per_stream`` and ``device_per_stream`` are errors); every shuffle is: ``py1e`` (the
+  ``batching_method`` ``random`` (the default) and ``per_stream`` are implemented
+  (``stratified`` and ``device_per_stream`` are errors); every shuffle is: ``py1e`` (the
   default), ``py1s``, ``py1br``, ``py2s`` and ``naive``.
 
 Everything else is streaming's: the sample order of every epoch (with or without shuffling,

@@ -57,8 +57,8 @@ def epochs(job: dict) -> dict:
             ds.num_canonical_nodes = nodes
         ds._set_shuffle_block_size(World(nodes, ranks, workers, 0))
         ds.initial_physical_nodes = case.get("initial_nodes")
-        ids = generate_work("random", ds, World(nodes, ranks, workers, 0), case["epoch"],
-                            case.get("sample_in_epoch", 0))  # fmt: skip
+        ids = generate_work(ds.batching_method, ds, World(nodes, ranks, workers, 0),
+                            case["epoch"], case.get("sample_in_epoch", 0))  # fmt: skip
         out.append({"ids": ids.tolist(), "len": len(ds), "epoch_size": int(ds.epoch_size)})
         del ds
     return {"cases": out}

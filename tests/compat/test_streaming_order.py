@@ -101,6 +101,15 @@ def _cases(p: dict[str, str]) -> list[dict[str, Any]]:
         num_canonical_nodes=2, shuffle_block_size=30, batch_size=2)  # fmt: skip
     add((1, 1, 1), streams=abc, epoch_size=150, shuffle=True, shuffle_algo="py1br",
         num_canonical_nodes=2, shuffle_block_size=20, batch_size=4)  # fmt: skip
+    # per_stream batching: every global batch from one stream, streams interleaved at random
+    per = {"batching_method": "per_stream"}
+    add((1, 1, 1), streams=weighted, epoch_size=200, shuffle=True, num_canonical_nodes=2,
+        shuffle_block_size=40, batch_size=4, **per)  # fmt: skip
+    add((2, 1, 2), epoch=1, streams=mixed, shuffle=True, shuffle_seed=8, num_canonical_nodes=2,
+        shuffle_block_size=25, batch_size=3, sample_in_epoch=14, **per)  # fmt: skip
+    add((1, 2, 1), streams=abc, num_canonical_nodes=1, batch_size=2, **per)
+    add((1, 1, 3), epoch=2, streams=mixed, shuffle=True, shuffle_algo="py1s",
+        sampling_method="fixed", num_canonical_nodes=1, batch_size=5, **per)  # fmt: skip
     return cases
 
 
