@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
+import time
 
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "formats")
@@ -23,28 +25,40 @@ from streaming.base.util import clean_stale_shared_memory
 from streaming.base.world import World
 
 
+def _open(**kw: object) -> StreamingDataset:
+    """A StreamingDataset, retried when another streaming process on this machine took the
+    same shared-memory name at the same moment (streaming picks names by looking at
+    /dev/shm, which concurrent test runs race on)."""
+    for attempt in range(5):
+        clean_stale_shared_memory()
+        try:
+            return StreamingDataset(**kw)
+        except FileExistsError:
+            if attempt == 4:
+                raise
+            time.sleep(0.2 + random.random())
+    raise AssertionError("unreachable")
+
+
 def resume(job: dict) -> dict:
-    clean_stale_shared_memory()
-    ds = StreamingDataset(local=job["local"], batch_size=job["batch_size"])
+    ds = _open(local=job["local"], batch_size=job["batch_size"])
     it = iter(ds)
     first = [next(it)["id"] for _ in range(job["k"])]
     state = ds.state_dict(job["k"], False)
     del it
-    clean_stale_shared_memory()
-    ds2 = StreamingDataset(local=job["local"], batch_size=job["batch_size"])
+    ds2 = _open(local=job["local"], batch_size=job["batch_size"])
     ds2.load_state_dict(state)
     rest = [s["id"] for s in ds2]
     return {"first": first, "state": state, "rest": rest, "len": len(ds), "size": ds.size}
 
 
 def _dataset(job: dict) -> StreamingDataset:
-    clean_stale_shared_memory()
     kw = dict(job.get("kwargs", {}))
     if "streams" in job:
         kw["streams"] = [Stream(**s) for s in job["streams"]]
     else:
         kw["local"] = job["local"]
-    return StreamingDataset(**kw)
+    return _open(**kw)
 
 
 def epochs(job: dict) -> dict:
