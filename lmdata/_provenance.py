@@ -55,6 +55,7 @@ _KNOWN_SPECIAL = (
 )
 
 _COMMAND: ContextVar[str | None] = ContextVar("lmdata_command", default=None)
+_UNSAVED: ContextVar[str | None] = ContextVar("lmdata_unsaved_tokenizer", default=None)
 
 
 @contextlib.contextmanager
@@ -67,6 +68,18 @@ def command_scope(command: str, *, outermost: bool = False) -> Iterator[None]:
         yield
     finally:
         _COMMAND.reset(token)
+
+
+@contextlib.contextmanager
+def unsaved_tokenizer(path: str | None) -> Iterator[None]:
+    """Inside the block, the tokenizer file at ``path`` is a temporary copy of an object
+    (``lmdata.tokenize(..., tokenizer=obj)``): records keep its name and hash, not its path,
+    so a reader looks for the file beside the dataset rather than where it briefly was."""
+    token = _UNSAVED.set(str(Path(path).resolve()) if path else None)
+    try:
+        yield
+    finally:
+        _UNSAVED.reset(token)
 
 
 def current_command() -> str:
@@ -177,7 +190,7 @@ def describe_tokenizer(tok: Any, eod_id: int | None, special_tokens_added: bool)
         kind=_kind(tok, path),
         vocab_size=int(vocab) if isinstance(vocab, int) else None,
         name=path.name if path else None,
-        path=str(path) if path else None,
+        path=str(path) if path and str(path) != _UNSAVED.get() else None,
         sha256=file_sha256(path) if path else None,
         eod_id=eod_id,
         bos_id=_bos(tok) if special_tokens_added else None,

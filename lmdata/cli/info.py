@@ -55,7 +55,8 @@ def _provenance_lines(prov: dict[str, Any], needed: int | None) -> list[str]:
     out.append("tokenizer:")
     out.append(f"  kind: {t.get('kind')}")
     if t.get("name"):
-        out.append(f"  file: {t['name']}  (at {t.get('path')})")
+        where = f"at {t['path']}" if t.get("path") else "given as an object, not saved"
+        out.append(f"  file: {t['name']}  ({where})")
         out.append(f"  sha256: {t.get('sha256')}")
     if isinstance(t.get("vocab_size"), int):
         out.append(f"  vocab_size: {t['vocab_size']:,}")

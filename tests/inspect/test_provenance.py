@@ -36,7 +36,7 @@ def made(tmp_path: Path, fmt: str, tokenizer, texts=TEXTS) -> Path:
     eod = {"eod": "<|endoftext|>"} if fmt == "modalities" and tokenizer != "bytes" else {}
     if fmt == "modalities" and tokenizer == "bytes":
         eod = {"eod_id": 0}
-    lmdata.tokenize(iter(texts), out, format=fmt, tokenizer=tokenizer, workers=0, **eod)
+    lmdata.tokenize(iter(texts), out, to=fmt, tokenizer=tokenizer, workers=0, **eod)
     return out
 
 
@@ -199,6 +199,17 @@ def test_zarr2_opens_flat_tokens_with_provenance(tmp_path):
     got = json.loads(res.stdout)
     assert got["seqs"] == [x.tolist() for x in load_tokenizer("bytes").encode_batch(TEXTS)]
     assert got["attrs"]["lmdata"]["tokenizer"]["kind"] == "bytes"
+
+
+def test_zarr3_opens_flat_tokens_with_provenance(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    out = made(tmp_path, "flat-tokens", "bytes")
+    g = zarr.open_group(str(out), mode="r")
+    s = g["train"]
+    e, b = s["encoded_tokens"][:], s["seq_starts"][:]
+    got = [(e[b[i] : b[i + 1]] >> 1).tolist() for i in range(len(b) - 1)]
+    assert got == [x.tolist() for x in load_tokenizer("bytes").encode_batch(TEXTS)]
+    assert g.attrs["lmdata"]["tokenizer"]["kind"] == "bytes"
 
 
 def test_streaming_reads_mds_with_provenance(tmp_path):

@@ -125,6 +125,15 @@ def test_dataset_errors_and_huge_integers(serve, tmp_path, monkeypatch):
     status, _, body = _get(s.url + "api/records?start=0&count=1")
     assert status == 500 and "shard 3 is damaged" in json.loads(body)["error"]
 
+    def unreachable(start, count):  # a store that went away mid-session: said, not a traceback
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(s.data, "page", unreachable)
+    status, _, body = _get(s.url + "api/records?start=0&count=1")
+    assert status == 500 and "Connection refused" in json.loads(body)["error"]
+    # the server still answers afterwards
+    assert _get(s.url + "api/info")[0] == 200
+
 
 def test_opening_reads_the_info_and_opens_once(tokens_ds, monkeypatch):
     from lmdata.view import data
@@ -150,7 +159,7 @@ def test_opening_reads_the_info_and_opens_once(tokens_ds, monkeypatch):
 
 def test_a_recorded_tokenizer_is_used_by_default(serve, tmp_path):
     p = tmp_path / "t.zarr"
-    lmdata.tokenize(iter(["héllo <b>x</b>"]), p, format="flat-tokens", workers=0)
+    lmdata.tokenize(iter(["héllo <b>x</b>"]), p, to="flat-tokens", workers=0)
     s = serve(p)
     info = json.loads(_get(s.url + "api/info")[2])
     assert info["tokenizer"] == "bytes"
