@@ -153,6 +153,7 @@ class FakeDataset:
 
     def __iter__(self):
         cols = self.column_names
+        assert "blob" not in cols, "decoded a column tokenize does not read"
         return iter({k: r[k] for k in cols} for r in self.rows)
 
 
