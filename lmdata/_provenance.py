@@ -211,6 +211,26 @@ def record(tok: Any, eod_id: int | None, special_tokens_added: bool) -> dict[str
 # ---- reading back ----------------------------------------------------------------------------
 
 
+def _max_ids(d: Any) -> Iterator[int]:
+    """Every ``max_token_id`` in a summary (per split for flat-tokens)."""
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k == "max_token_id" and isinstance(v, int) and not isinstance(v, bool):
+                yield v
+            elif k != "provenance":
+                yield from _max_ids(v)
+
+
+def model_vocab_size(summary: dict[str, Any]) -> int | None:
+    """The smallest vocabulary (embedding rows) a model trained on a dataset needs, from its
+    ``lmdata.info`` summary: the recorded tokenizer's vocabulary, or more if the dataset holds
+    larger ids; None when neither is known."""
+    prov = summary.get("provenance") or {}
+    vocab = (prov.get("tokenizer") or {}).get("vocab_size")
+    sizes = [m + 1 for m in _max_ids(summary)] + ([vocab] if isinstance(vocab, int) else [])
+    return max(sizes) if sizes else None
+
+
 def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 

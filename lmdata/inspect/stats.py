@@ -18,6 +18,7 @@ import numpy as np
 
 from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
+from lmdata._provenance import model_vocab_size
 from lmdata.inspect.decode import ShownTokenizer, dataset_tokenizer, is_token_array
 from lmdata.protocols import is_token_reader
 
@@ -379,6 +380,13 @@ def summarize(
         head["splits"] = list(summary["splits"])
     if "bytes_on_disk" in summary:
         head["bytes_on_disk"] = summary["bytes_on_disk"]
+    # the recorded tokenizer's vocabulary, or more if the split read holds larger ids
+    sizes = [model_vocab_size(summary)]
+    if out.get("max_token_id") is not None:
+        sizes.append(out["max_token_id"] + 1)
+    known = [n for n in sizes if n is not None]
+    if known:
+        head["model_vocab_size"] = max(known)
     if tok_name is not None:
         head["tokenizer"] = tok_name
     if tok_note is not None:

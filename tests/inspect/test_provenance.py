@@ -179,6 +179,9 @@ def test_stats_decodes_with_the_recorded_tokenizer(tmp_path):
     out = made(tmp_path, "modalities", "bytes")
     s = json.loads(run("stats", str(out), "--json", "-q", "--top", "3").output)
     assert s["tokenizer"] == "bytes" and all("text" in t for t in s["top_tokens"])
+    assert s["max_token_id"] < 256 and s["model_vocab_size"] == 257  # the tokenizer's vocabulary
+    text = run("stats", str(out), "-q").output
+    assert "a model needs a vocabulary of at least 257" in text
 
 
 # ---- the origin readers ----------------------------------------------------------------------
