@@ -96,8 +96,9 @@ def _fetch(
     """A local copy of the input at ``url`` in ``folder``: a file of documents byte for byte
     under its own name (so it tokenizes exactly as a local copy would), a dataset's records as
     JSON lines of their text and id."""
-    from lmdata.storage import basename, resolve
+    from lmdata.storage import basename, require_exists, resolve
 
+    require_exists(url, storage_options)
     store, key = resolve(url, storage_options)
     name = basename(key)
     if name.lower().endswith(_DOCUMENT_SUFFIXES) and not store.is_dir(key):

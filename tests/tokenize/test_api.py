@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import lmdata
 from lmdata import _provenance
 from lmdata.cli.main import cli
-from lmdata.errors import InvalidInputError
+from lmdata.errors import DatasetNotFoundError, InvalidInputError
 from tests.inspect.conftest import bpe_file  # noqa: F401  (a fixture)
 
 DOCS = [{"id": f"d{i}", "text": f"document {i} " * (i % 7) + "é日本"} for i in range(40)]
@@ -134,6 +134,8 @@ def test_urls_tokenize_as_their_local_copies(tmp_path, corpus):
     c = tmp_path / "c"
     lmdata.tokenize(["memory://lmdata-api-test/in/docs.mds"], c, **opts)
     assert files(c) == files(local)
+    with pytest.raises(DatasetNotFoundError, match="no such object"):
+        lmdata.tokenize("memory://lmdata-api-test/in/gone.jsonl", tmp_path / "d", workers=0)
     with pytest.raises(InvalidInputError, match="needs local input files"):
         lmdata.tokenize(url, tmp_path / "d", to="flat-tokens", resume=True)
 
