@@ -81,19 +81,33 @@ def test_segment_ids_and_positions_restart_at_every_document(seqs, L, fast):
 
 
 @settings(max_examples=60, deadline=None)
-@given(data=st.data(), rows=st.integers(1, 6), length=st.integers(1, 40))
-def test_both_segment_fillers_agree(data, rows, length):
-    from lmdata.loader import packing
+@given(data=st.data(), rows=st.integers(1, 6), length=st.integers(1, 40), bos=st.integers(0, 9))
+def test_packed_expansion_equals_the_definition(data, rows, length, bos):
+    from lmdata.loader.packing import packed_from_encoded, packed_from_starts, starts_in_rows
 
-    inner = data.draw(st.sets(st.integers(0, rows * length - 1)))
-    starts = np.array(sorted(inner | set(range(0, rows * length, length))), dtype=np.int64)
-    idx = np.arange(len(starts))
-    local = idx - np.maximum.accumulate(np.where(starts % length == 0, idx, 0)) + 1
-    a = packing._segments_by_slices(starts, local, rows, length)
-    b = packing._segments_by_repeat(starts, local, rows, length)
-    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
-    pos = a[0].reshape(rows, length)
-    assert (pos.reshape(-1)[starts] == 0).all() and (pos[:, 0] == 0).all()
+    n = rows * length
+    ids = np.array(data.draw(st.lists(st.integers(0, 2**30), min_size=n, max_size=n)))
+    bits = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    enc = (ids.astype(np.uint32) << 1 | bits).reshape(rows, length)
+    got = packed_from_encoded(enc, np.dtype(np.int32), bos)
+    seg, pos, inp = [], [], []
+    for r in range(rows):  # the definition, one token at a time
+        s = p = 0
+        for j in range(length):
+            t = r * length + j
+            start = j == 0 or bits[t]
+            s, p = (s + 1, 0) if start else (s, p + 1)
+            seg.append(s)
+            pos.append(p)
+            inp.append(bos if start else int(ids[t - 1]))
+    assert got["targets"].ravel().tolist() == ids.tolist()
+    assert got["inputs"].ravel().tolist() == inp
+    assert got["segment_ids"].ravel().tolist() == seg
+    assert got["positions"].ravel().tolist() == pos
+    # the generic path (sequence starts from boundaries) gives the same arrays
+    flat_starts = starts_in_rows(np.flatnonzero(bits), np.arange(rows) * length, length)
+    again = packed_from_starts(ids.reshape(rows, length), flat_starts, np.dtype(np.int32), bos)
+    assert all(np.array_equal(again[k], got[k]) for k in got)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -311,8 +325,13 @@ def test_bad_configuration_is_a_clear_error(dataset):
         Loader(r, seq_len=8, global_batch_size=2, mode="pack")
     with pytest.raises(InvalidInputError, match="step"):
         Loader(r, seq_len=8, global_batch_size=2).batch(-1)
-    with pytest.raises(InvalidInputError, match="one source"):
-        Loader([r, r], seq_len=8, global_batch_size=2, epochs=1)
+    with pytest.raises(InvalidInputError, match="sizes"):
+        Loader([r, r], seq_len=8, global_batch_size=2, epochs=1, weights=[1, 2])
+    for bad in ("0", 0.0, True):
+        with pytest.raises(InvalidInputError, match="rank must be an integer"):
+            Loader(r, seq_len=8, global_batch_size=2, rank=bad, world_size=1)
+    with pytest.raises(InvalidInputError, match="world_size must be an integer"):
+        Loader(r, seq_len=8, global_batch_size=2, rank=0, world_size="2")
 
 
 def test_prefetch_gives_the_same_batches(dataset):
@@ -357,3 +376,52 @@ def test_mds_and_atlas_sources_give_the_same_batches(tmp_path):
         want = ref.batch(step)
         for got in (mds.batch(step), atlas.batch(step)):
             assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+class _CountingPlain(Plain):
+    """A protocol-only reader that counts what the loader asks of it."""
+
+    def __init__(self, seqs: list) -> None:
+        self.boundary_reads = 0
+        self.spans: list[int] = []
+        super().__init__(seqs)
+
+    @property
+    def boundaries(self):
+        self.boundary_reads += 1
+        return self._b
+
+    @boundaries.setter
+    def boundaries(self, b) -> None:
+        self._b = b
+
+    def span(self, a: int, b: int) -> np.ndarray:
+        self.spans.append(b - a)
+        return super().span(a, b)
+
+    def take(self, idx) -> list:
+        raise AssertionError("unpacked rows read whole documents")
+
+
+def test_generic_packed_reads_convert_the_boundaries_once():
+    r = _CountingPlain(random_seqs(6, 80))
+    loader = Loader(r, seq_len=8, global_batch_size=4, seed=3)
+    for s in range(30):
+        loader.batch(s)
+    assert r.boundary_reads == 1
+
+
+def test_truncated_unpacked_rows_read_only_what_they_keep(tmp_path):
+    seqs = [np.arange(1, n + 1) for n in (3, 50, 9, 400, 12)]
+    r = _CountingPlain(seqs)
+    b = Loader(r, seq_len=10, global_batch_size=5, mode="unpacked", shuffle=False).batch(0)
+    assert max(r.spans) <= 10 and sum(r.spans) == 3 + 10 + 9 + 10 + 10
+    assert b["targets"][3].tolist() == list(range(1, 11))
+    f = write_flat(tmp_path / "u.zarr", seqs)
+    fb = Loader(f, seq_len=10, global_batch_size=5, mode="unpacked", shuffle=False).batch(0)
+    assert all(np.array_equal(fb[k], b[k]) for k in b)
+    assert f._boundaries is None  # two index entries per document, never the whole index
+    with pytest.raises(InvalidInputError, match=r"document 1 .* 50 tokens"):
+        Loader(
+            r, seq_len=10, global_batch_size=5, mode="unpacked", long_docs="error", shuffle=False
+        ).batch(0)

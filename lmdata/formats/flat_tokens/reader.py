@@ -224,6 +224,13 @@ class FlatTokens:
         idx = normalize_indices(indices, len(self))
         return [self.tokens.read(*self._bounds(int(i))) >> 1 for i in idx]
 
+    def sequence_ranges(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """(start, stop) of each sequence in ``indices`` within the concatenated tokens, shape
+        (n, 2): two ``seq_starts`` entries per sequence, never the whole index (the Loader's
+        truncated unpacked rows read only the tokens they keep)."""
+        idx = normalize_indices(indices, len(self))
+        return np.array([self._bounds(int(i)) for i in idx], dtype=np.int64).reshape(-1, 2)
+
     def __iter__(self) -> Iterator[np.ndarray]:
         block = 1 << 16
         for lo in range(0, len(self), block):
