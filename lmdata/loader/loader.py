@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import InvalidInputError
-from lmdata.loader.mixture import Mixture, cumulative, exact_weights
+from lmdata.loader.mixture import Mixture, exact_weights
 from lmdata.loader.packing import PAD_VALUES
 from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
@@ -204,7 +204,7 @@ class Loader:
                 "(or evaluate each source with its own Loader)"
             )
         try:
-            self.mixture = Mixture(weights, global_batch_size)
+            self.mixture = Mixture(weights, global_batch_size, total=self._total)
         except InvalidInputError as e:
             if epochs is None:
                 raise
@@ -269,13 +269,13 @@ class Loader:
         served = self._served(step)
         if len(self.sources) == 1:
             start = int(served[0]) + lo
-            pos = np.arange(start, start + b, dtype=np.int64)
             src = np.zeros(b, dtype=np.int64)
             if self._total is None:
-                return src, self._rows_of(0, pos), np.ones(b, dtype=bool)
+                return src, self._run_of(0, start, b), np.ones(b, dtype=bool)
+            pos = np.arange(start, start + b, dtype=np.int64)
             valid = pos < self._total
             return src, self._rows_of(0, np.where(valid, pos, 0)), valid
-        counts = self._served(step + 1) - served
+        counts = self.mixture.counts(step)
         m = int(counts.sum())  # g, except in the last batch of a finite pass
         src = np.repeat(np.arange(len(self.sources)), counts)
         if c.shuffle:  # spread the sources over the ranks
@@ -295,6 +295,14 @@ class Loader:
             sel = src == k
             rows[sel] = self._rows_of(k, pos[sel])
         return np.where(valid, src, 0), rows, valid
+
+    def _run_of(self, k: int, start: int, b: int) -> np.ndarray:
+        """Rows at stream positions ``start .. start + b - 1`` of source ``k``: a slice of one
+        cached block in the common case (a step of one source is a contiguous run)."""
+        kb, at = divmod(start, _BLOCK)
+        if self.config.shuffle and at + b <= _BLOCK:
+            return self._block(k, kb, self.sources[k].num_rows)[at : at + b].copy()
+        return self._rows_of(k, np.arange(start, start + b, dtype=np.int64))
 
     def _rows_of(self, k: int, pos: np.ndarray) -> np.ndarray:
         """Rows at stream positions ``pos`` (increasing) of source ``k``."""
@@ -411,9 +419,7 @@ class Loader:
 
     def _served(self, step: int) -> np.ndarray:
         """Rows of each source served before ``step`` (a finite pass stops at its end)."""
-        if self._total is None:
-            return self.mixture.served(step)
-        return cumulative(self.mixture.weights, min(step * self.global_batch_size, self._total))
+        return self.mixture.served(step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was saved (any rank/worker layout).
@@ -449,10 +455,14 @@ class Loader:
                 f"(saved: {g}); use the saved batch size"
             )
         if weights == self.mixture.weights and g == self.global_batch_size:
-            base = Mixture(weights, g, state["base_step"], tuple(state["base_rows"]))
+            base = Mixture(weights, g, state["base_step"], tuple(state["base_rows"]), self._total)
         else:  # re-base: the new rounding starts from what each source has served
             base = Mixture(
-                self.mixture.weights, self.global_batch_size, step, tuple(state["served"])
+                self.mixture.weights,
+                self.global_batch_size,
+                step,
+                tuple(state["served"]),
+                self._total,
             )
         self.mixture = base
         self.step = step

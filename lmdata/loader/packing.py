@@ -16,6 +16,7 @@ and ``loss_mask`` False.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -75,13 +76,25 @@ def fill_packed(enc: np.ndarray, out: dict[str, np.ndarray], bos: int = 0) -> No
     """
     if not enc.size:
         return
-    is_start = np.empty(enc.shape, dtype=bool)
+    is_start = _scratch(enc.shape)
     np.bitwise_and(enc, _ONE, out=is_start, casting="unsafe")
     is_start[:, 0] = True
     starts = np.flatnonzero(is_start)
     targets = out["targets"]
     np.right_shift(enc, _ONE, out=targets.view(np.uint32) if targets.dtype == _I32 else targets)
     _finish(out, starts, bos)
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A reusable bool array of ``shape`` for this thread (the start bits of a batch): a fresh
+    one per batch costs page faults, and prefetch threads each need their own."""
+    a = getattr(_SCRATCH, "bits", None)
+    if a is None or a.shape != shape:
+        a = _SCRATCH.bits = np.empty(shape, dtype=bool)
+    return a
 
 
 def packed_from_starts(
@@ -122,7 +135,9 @@ def _finish(out: dict[str, np.ndarray], starts: np.ndarray, bos: int) -> None:
     flat = out["inputs"].reshape(-1)
     flat[1:] = targets.reshape(-1)[:-1]  # one contiguous copy; row starts are in ``starts``
     flat[starts] = bos
-    seg_len = np.diff(starts, append=n)
+    seg_len = np.empty_like(starts)
+    np.subtract(starts[1:], starts[:-1], out=seg_len[:-1])
+    seg_len[-1] = n - starts[-1]
     ar = _arange(n)
     # a position is its flat index minus its segment's start
     np.subtract(ar, np.repeat(starts.astype(ar.dtype), seg_len), out=out["positions"].reshape(-1))

@@ -425,3 +425,37 @@ def test_truncated_unpacked_rows_read_only_what_they_keep(tmp_path):
         Loader(
             r, seq_len=10, global_batch_size=5, mode="unpacked", long_docs="error", shuffle=False
         ).batch(0)
+
+
+def _big_endian_copy(src: Path, dst: Path) -> object:
+    """The flat-tokens store ``src`` with its tokens stored big-endian (``>u4``)."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    arr = dst / "train" / "encoded_tokens"
+    meta = json.loads((arr / ".zarray").read_text())
+    meta["dtype"] = ">u4"
+    (arr / ".zarray").write_text(json.dumps(meta))
+    for f in arr.iterdir():
+        if not f.name.startswith("."):
+            f.write_bytes(np.fromfile(f, dtype="<u4").astype(">u4").tobytes())
+    return lmdata.open(dst)
+
+
+@pytest.mark.parametrize("seq_len", [8, 16, 12])  # rows aligned to the 256-token chunks, or not
+def test_gathered_rows_equal_the_tokens_in_either_byte_order(tmp_path, seq_len):
+    seqs = random_seqs(4, 120)
+    little = write_flat(tmp_path / "le.zarr", seqs)
+    big = _big_endian_copy(tmp_path / "le.zarr", tmp_path / "be.zarr")
+    plain = Plain(seqs)
+    kw = {"seq_len": seq_len, "global_batch_size": 6, "seed": 5}
+    loaders = [Loader(x, **kw) for x in (little, big, plain)]
+    stream = plain.flat
+    for step in range(12):
+        want = loaders[2].batch(step)
+        rows = loaders[0].indices(step)[1]
+        expect = np.stack([stream[r * seq_len : (r + 1) * seq_len] for r in rows.tolist()])
+        assert np.array_equal(want["targets"], expect)
+        for got in (loaders[0].batch(step), loaders[1].batch(step)):
+            assert all(np.array_equal(got[k], want[k]) for k in want), step
