@@ -250,6 +250,13 @@ class Loader:
         """Full global batches in one epoch of all the data (at least 1)."""
         return max(1, self.num_rows // self.global_batch_size)
 
+    def source_epochs(self, step: int | None = None) -> list[int]:
+        """The epoch each source is in before ``step`` (default: ``self.step``): its served
+        rows over its size. Sources are shuffled and counted independently, so a small source
+        of a mixture is many epochs ahead of a large one."""
+        served = self._served(self.step if step is None else int(step))
+        return [int(v) // s.num_rows for v, s in zip(served.tolist(), self.sources, strict=True)]
+
     def __len__(self) -> int:
         n = self.num_steps
         if n is None:

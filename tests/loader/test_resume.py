@@ -130,6 +130,11 @@ def test_mixture_batches_hold_each_share_and_sources_run_their_own_epochs(two):
         for e in range(len(seq) // n):  # every epoch of every source is a permutation
             assert sorted(seq[e * n : (e + 1) * n]) == list(range(n))
     assert seq[:nb] != seq[nb : 2 * nb]  # and each reshuffles
+    # each source counts its own epochs: source 1 (3 rows a step) is in epoch 180 // nb
+    assert loader.source_epochs(60) == [360 // na, 180 // nb]
+    assert loader.source_epochs(0) == [0, 0] and loader.source_epochs() == [0, 0]
+    first_wrap = -(-nb // 3)  # the first step after which source 1 has served nb rows
+    assert loader.source_epochs(first_wrap)[1] == 1 and loader.source_epochs(first_wrap - 1)[1] == 0
 
 
 @pytest.mark.parametrize("change", [{"weights": [1, 3]}, {"global_batch_size": 10}])
@@ -246,6 +251,7 @@ def test_a_finite_pass_over_a_mixture_serves_every_row_once_and_resumes(two):
     last = batches[-1]["loss_mask"]
     assert not last.all() and last.any()  # padded, not dropped
     assert list(full) and full.step == n and list(full) == []  # stops
+    assert full.source_epochs() == [2, 2]  # both sources end their second epoch together
     # resume mid-pass with two ranks gives the rest of the same global batches
     state = _make([a, b], **kw).state_dict()
     state["step"], state["served"] = 3, full._served(3).tolist()
