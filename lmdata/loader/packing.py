@@ -23,6 +23,7 @@ import numpy as np
 
 PAD_VALUES = {"segment_ids": 0, "positions": 0, "loss_mask": False}
 PACKED_KEYS = ("inputs", "targets", "segment_ids", "positions")
+IO_KEYS = ("inputs", "targets")  # carved from one block; segment ids and positions are computed
 
 _GAP = 1024  # bytes between the arrays of one block (see packed_buffers)
 _I32 = np.dtype(np.int32)
@@ -63,7 +64,7 @@ def packed_buffers(
 def packed_from_encoded(enc: np.ndarray, dtype: np.dtype, bos: int = 0) -> dict[str, np.ndarray]:
     """Packed rows from stored flat-tokens values (``id*2 + start bit``), shape (rows, L)."""
     enc = np.asarray(enc, dtype=np.uint32)
-    out = packed_buffers(*enc.shape, dtype)
+    out = packed_buffers(*enc.shape, dtype, IO_KEYS)
     fill_packed(enc, out, bos)
     return out
 
@@ -103,7 +104,7 @@ def packed_from_starts(
     """Packed rows from decoded ids (rows, L) and the sorted flat indices of the sequence starts
     in them, row starts included (:func:`starts_in_rows`)."""
     targets = np.asarray(targets)
-    out = packed_buffers(*targets.shape, dtype)
+    out = packed_buffers(*targets.shape, dtype, IO_KEYS)
     out["targets"][...] = targets
     if targets.size:
         _finish(out, starts, bos)
@@ -139,12 +140,14 @@ def _finish(out: dict[str, np.ndarray], starts: np.ndarray, bos: int) -> None:
     np.subtract(starts[1:], starts[:-1], out=seg_len[:-1])
     seg_len[-1] = n - starts[-1]
     ar = _arange(n)
-    # a position is its flat index minus its segment's start
-    np.subtract(ar, np.repeat(starts.astype(ar.dtype), seg_len), out=out["positions"].reshape(-1))
     # a segment's id is its number within its row: its index minus its row's first segment's
     row_first = np.searchsorted(starts, starts - starts % length)
     local = (_arange(len(starts)) - row_first + 1).astype(np.int32)
-    out["segment_ids"].reshape(-1)[...] = np.repeat(local, seg_len)
+    out["segment_ids"] = np.repeat(local, seg_len).reshape(b, length)
+    # a position is its flat index minus its segment's start (computed in place)
+    pos = np.repeat(starts.astype(ar.dtype), seg_len)
+    np.subtract(ar, pos, out=pos)
+    out["positions"] = pos.reshape(b, length).astype(np.int32, copy=False)
 
 
 def starts_in_rows(seq_starts: np.ndarray, row_starts: np.ndarray, length: int) -> np.ndarray:
@@ -182,7 +185,7 @@ def eos_from_encoded(enc: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
 
 
 def _eos_buffers(rows: int, length: int, dtype: np.dtype) -> dict[str, np.ndarray]:
-    return packed_buffers(rows, max(length, 0), dtype, ("inputs", "targets"))
+    return packed_buffers(rows, max(length, 0), dtype, IO_KEYS)
 
 
 def unpacked_rows(
