@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -177,32 +178,33 @@ def test_generic_sources_resume_too(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "corrupt",
+    ("corrupt", "named"),
     [
-        lambda s: s.pop("step"),
-        lambda s: s.update(step="3"),
-        lambda s: s.update(step=-1),
-        lambda s: s.update(step=True),
-        lambda s: s.update(served=[1, 2, 3]),
-        lambda s: s.update(served="12"),
-        lambda s: s.update(base_rows=[0, -1]),
-        lambda s: s.update(weights=[0.5, 0.5]),
-        lambda s: s.update(weights=["1/2", "x"]),
-        lambda s: s.update(weights=["1/2", "1/3"]),
-        lambda s: s.update(sources=[{"tokens": 1}, {"tokens": 2, "rows": 1}]),
-        lambda s: s.update(sources=None),
-        lambda s: s.update(base_step=99),
-        lambda s: s.update(global_batch_size=0),
-        lambda s: s.update(version=2),
+        (lambda s: s.pop("step"), "'step'"),
+        (lambda s: s.update(step="3"), "'step'"),
+        (lambda s: s.update(step=-1), "'step'"),
+        (lambda s: s.update(step=True), "'step'"),
+        (lambda s: s.update(served=[1, 2, 3]), "'served'"),
+        (lambda s: s.update(served="12"), "'served'"),
+        (lambda s: s.update(base_rows=[0, -1]), "'base_rows'"),
+        (lambda s: s.update(weights=[0.5, 0.5]), r"weights\[0\]"),
+        (lambda s: s.update(weights=["1/2", "x"]), r"weights\[1\]"),
+        (lambda s: s.update(weights=["1/2", "1/3"]), "do not sum to 1"),
+        (lambda s: s.update(sources=[{"tokens": 1}, {"tokens": 2, "rows": 1}]), r"sources\[0\]"),
+        (lambda s: s.update(sources=None), "'sources'"),
+        (lambda s: s.update(base_step=99), "'base_step'"),
+        (lambda s: s.update(global_batch_size=0), "'global_batch_size'"),
+        (lambda s: s.update(version=2), "'version'"),
     ],
 )
-def test_a_malformed_state_is_a_clear_error(two, corrupt):
+def test_a_malformed_state_is_a_clear_error_naming_the_key(two, corrupt, named):
     loader = _make(list(two), weights=[1, 1])
     loader.step = 4
     state = json.loads(json.dumps(loader.state_dict()))
     corrupt(state)
-    with pytest.raises(InvalidInputError, match="not a valid lmdata Loader state"):
+    with pytest.raises(InvalidInputError, match="not a valid lmdata Loader state") as e:
         _make(list(two), weights=[1, 1]).load_state_dict(state)
+    assert re.search(named, str(e.value)), str(e.value)
     with pytest.raises(InvalidInputError, match="not a dict"):
         loader.load_state_dict([state])
 
