@@ -192,23 +192,33 @@ def unpacked_rows(
     pieces: Sequence[np.ndarray], seq_len: int, dtype: np.dtype, bos: int = 0, pad_id: int = 0
 ) -> dict[str, np.ndarray]:
     """One piece (at most ``seq_len`` tokens) per row, right-padded."""
-    n = len(pieces)
-    targets = np.full((n, seq_len), pad_id, dtype=dtype)
-    inputs = np.full((n, seq_len), pad_id, dtype=dtype)
-    mask = np.zeros((n, seq_len), dtype=bool)
+    ids = np.zeros((len(pieces), seq_len), dtype=np.int64)
     for i, p in enumerate(pieces):
-        m = len(p)
-        targets[i, :m] = p
-        if m:
-            inputs[i, 0] = bos
-            inputs[i, 1:m] = p[:-1]
-        mask[i, :m] = True
-    positions = np.where(mask, np.arange(seq_len, dtype=np.int32), 0).astype(np.int32)
+        ids[i, : len(p)] = p
+    lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+    return unpacked_from_windows(ids, lengths, dtype, bos, pad_id)
+
+
+def unpacked_from_windows(
+    ids: np.ndarray, lengths: np.ndarray, dtype: np.dtype, bos: int = 0, pad_id: int = 0
+) -> dict[str, np.ndarray]:
+    """Unpacked rows from windows ``ids`` (rows, seq_len) of which the first ``lengths[i]``
+    tokens of row ``i`` are its piece: whole-batch passes, no per-row Python."""
+    rows, seq_len = ids.shape
+    ar = np.arange(seq_len, dtype=np.int32)
+    mask = ar < np.asarray(lengths).reshape(-1, 1)
+    pad = ~mask
+    targets = ids.astype(dtype)
+    targets[pad] = pad_id
+    inputs = np.empty_like(targets)
+    inputs[:, 1:] = targets[:, :-1]  # inside a piece, the token before is the piece's
+    inputs[:, :1] = bos
+    inputs[pad] = pad_id
     return {
         "inputs": inputs,
         "targets": targets,
         "segment_ids": mask.astype(np.int32),
-        "positions": positions,
+        "positions": np.where(mask, ar, 0).astype(np.int32, copy=False),
         "loss_mask": mask,
     }
 

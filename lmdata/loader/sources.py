@@ -25,6 +25,7 @@ from lmdata.loader.packing import (
     packed_from_starts,
     pad_tail,
     starts_in_rows,
+    unpacked_from_windows,
     unpacked_rows,
 )
 
@@ -190,6 +191,16 @@ class Source:
             doc = np.searchsorted(self._pieces, rows, side="right") - 1
             a = b[doc] + (rows - self._pieces[doc]) * L
             z = np.minimum(b[doc + 1], a + L)
+        n = self.num_tokens
+        if self._windows is not None and n >= L:
+            # one gather of L stored tokens from each piece's start (from n - L for pieces in
+            # the last L tokens, moved into place after), decoded, masked past the piece
+            s = np.minimum(a, n - L)
+            ids = self._windows(s, L) >> np.uint32(1)
+            for i in np.flatnonzero(s != a).tolist():
+                k = int(a[i] - s[i])
+                ids[i, : L - k] = ids[i, k:].copy()
+            return unpacked_from_windows(ids, z - a, self.dtype, self.bos, self.pad_id)
         span = self.reader.span
         pieces = [span(s, e) for s, e in zip(a.tolist(), z.tolist(), strict=True)]
         return unpacked_rows(pieces, L, self.dtype, self.bos, self.pad_id)

@@ -459,3 +459,46 @@ def test_gathered_rows_equal_the_tokens_in_either_byte_order(tmp_path, seq_len):
         assert np.array_equal(want["targets"], expect)
         for got in (loaders[0].batch(step), loaders[1].batch(step)):
             assert all(np.array_equal(got[k], want[k]) for k in want), step
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lens=st.lists(st.integers(0, 30), min_size=1, max_size=12),
+    L=st.integers(1, 12),
+    long_docs=st.sampled_from(["truncate", "split"]),
+    pad_id=st.sampled_from([0, -100]),
+)
+def test_unpacked_rows_from_stored_windows_equal_the_generic_path(lens, L, long_docs, pad_id):
+    """The flat-tokens unpacked path (one gather of L stored tokens per row, pieces near the
+    end moved into place) gives the generic reader's rows: every row of a finite pass."""
+    seqs = [np.arange(1, n + 1) * 7 + i for i, n in enumerate(lens)]
+    if sum(lens) == 0:
+        return
+    with tempfile.TemporaryDirectory() as d:
+        flat = write_flat(Path(d) / "u.zarr", seqs, chunk_tokens=8)
+        kw = {"seq_len": L, "global_batch_size": 3, "mode": "unpacked", "long_docs": long_docs}
+        kw |= {"epochs": 1, "shuffle": False, "pad_id": pad_id, "bos_id": 5}
+        a, b = Loader(flat, **kw), Loader(Plain(seqs), **kw)
+        for x, y in zip(a, b, strict=True):
+            assert x.keys() == y.keys()
+            assert all(np.array_equal(x[k], y[k]) for k in x)
+        flat.close()
+
+
+def test_a_corrupt_index_entry_is_named_by_unpacked_reads(tmp_path):
+    seqs = random_seqs(8, 20, max_len=20)
+    write_flat(tmp_path / "c.zarr", seqs, chunk_tokens=64)
+    f = tmp_path / "c.zarr" / "train" / "seq_starts" / "0"
+    starts = np.fromfile(f, dtype="<u8")
+    starts[3] = starts[-1] + 5  # past the tokens (first and last entries intact: opens)
+    starts.tofile(f)
+    loader = Loader(lmdata.open(tmp_path / "c.zarr"), seq_len=8, global_batch_size=20)
+    with pytest.raises(CorruptDataError, match=r"seq_starts\[[23]:[45]\]"):
+        Loader(
+            lmdata.open(tmp_path / "c.zarr"),
+            seq_len=8,
+            global_batch_size=20,
+            mode="unpacked",
+            shuffle=False,
+        ).batch(0)
+    assert loader.batch(0)["targets"].shape == (20, 8)  # packed reads never use the index
