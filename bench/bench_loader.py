@@ -108,28 +108,36 @@ def throughput(root: Path, r: object) -> dict[str, float]:
 
         return f
 
-    def prefetched() -> Callable[[int], int]:
+    def prefetched(rounds: int = 15, seconds: float = 0.2) -> float:
+        """Rows/s of iteration with prefetch threads, measured on its own (threads running
+        during the other paths' rounds would take their time): a fresh iterator per round,
+        closed after it, which stops the threads."""
         ld = lmdata.Loader(
             r, seq_len=SEQ_LEN, global_batch_size=BATCH, prefetch=4, rank=0, world_size=1
         )
-        it = iter(ld)
+        got = []
+        for k in range(rounds):
+            ld.step = k * 1000
+            it = iter(ld)
+            n, t0 = 0, time.perf_counter()
+            while (dt := time.perf_counter() - t0) < seconds:
+                next(it)
+                n += BATCH
+            it.close()
+            got.append(n / dt)
+        return statistics.median(got)
 
-        def f(i: int) -> int:
-            next(it)
-            return BATCH
-
-        return f
-
-    return interleaved(
+    res = interleaved(
         {
             "numpy memmap gather of the same rows (the practical limit)": memmap_gather,
             "numpy memmap gather + packed expansion in plain numpy": numpy_packed,
             "lmdata Loader.batch, packed + segment_ids + positions": lmdata_batch("packed"),
-            "lmdata Loader iteration, packed, prefetch=4 (thread)": prefetched(),
             "lmdata Loader.batch, eos windows": lmdata_batch("eos"),
             "lmdata Loader.batch, unpacked (one document per row)": lmdata_batch("unpacked"),
         }
     )
+    res["lmdata Loader iteration, packed, prefetch=4 (2 threads, alone)"] = prefetched()
+    return res
 
 
 def peer(tool: str, script: str, root: Path, r: object) -> dict[str, float] | str:
@@ -195,6 +203,7 @@ def hwm():  # peak resident set of this process (ru_maxrss would include the par
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmHWM"))
 
+import lmdata.formats.flat_tokens, lmdata.loader  # import lmdata is lazy: load what open uses
 rss0 = hwm()
 t0 = time.perf_counter()
 r = lmdata.open(sys.argv[1])
@@ -298,7 +307,7 @@ def main() -> None:
             print(f"| {name:62} | {v:,.0f} | {v * SEQ_LEN / 1e6:,.0f} | {v / limit:.2f} |")
             print(f"{tool}: construct {got['open_s']:.2f} s, first batch {got['first_s']:.2f} s")
         print("\nopen + first batch against dataset size (fresh process each, warm cache)")
-        print("| tokens | open s | first batch s | peak RSS MB (after import) |")
+        print("| tokens | open s | first batch s | peak RSS MB (after imports) |")
         print("|---|---|---|---|")
         for exp, t in open_times(root).items():
             print(
