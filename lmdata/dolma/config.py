@@ -1,7 +1,9 @@
 """dolma's configs (YAML or JSON, as ``dolma -c``) parsed into frozen dataclasses, checked
 in one place, with dotted command-line overrides (``processes=2``, ``dedupe.name=x``).
 
-Relative paths are taken from the current directory, as dolma does.
+Relative paths are taken from the current directory, as dolma does. Documents and outputs may
+be local paths or URLs (``s3://``, ``memory://``, ...); ``storage_options`` (fsspec options,
+from the API or ``--storage-option``) reach every store a job opens, in every worker.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import yaml
 
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._files import expand_globs, list_documents
+from lmdata.storage import resolve
 
 DEFAULT_MAX_SIZE = 2 * 1024**3  # the dolma CLI's default max_size_in_bytes (2 GiB)
 
@@ -68,13 +71,19 @@ def _int(v: Any, what: str, minimum: int = 0) -> int:
     return v
 
 
-def resolve_documents(patterns: tuple[str, ...]) -> list[Path]:
-    """Document files from globs, single files, or tree folders (all of their documents)."""
-    out: list[Path] = []
-    seen: set[Path] = set()
+def resolve_documents(
+    patterns: tuple[str, ...], storage_options: dict[str, Any] | None = None
+) -> list[str]:
+    """Document files (local paths or URLs) from globs, single files, or tree folders (all of
+    their documents)."""
+    out: list[str] = []
+    seen: set[str] = set()
     for pat in patterns:
-        p = Path(pat)
-        found = list_documents(p) if p.is_dir() else expand_globs([pat])
+        store, key = resolve(pat, storage_options)
+        if store.is_dir(key):
+            found = [store.url(k) for k in list_documents(store, key)]
+        else:
+            found = expand_globs([pat], storage_options=storage_options)
         for f in found:
             if f not in seen:
                 seen.add(f)
@@ -82,6 +91,14 @@ def resolve_documents(patterns: tuple[str, ...]) -> list[Path]:
     if not out:
         raise InvalidInputError(f"no document files match {list(patterns)}")
     return out
+
+
+def _options(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise InvalidInputError(f"storage_options must be a mapping of fsspec options, got {v!r}")
+    return dict(v) or None
 
 
 @dataclass(frozen=True)
@@ -94,10 +111,12 @@ class TagConfig:
     seed: int = 0
     ignore_existing: bool = False
     compression: str = "gz"
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TagConfig:
         known = {
+            "storage_options",
             "documents",
             "taggers",
             "experiment",
@@ -134,10 +153,11 @@ class TagConfig:
             seed=_int(d.get("seed", 0), "seed"),
             ignore_existing=bool(d.get("ignore_existing", False)),
             compression=d.get("compression") or "gz",
+            storage_options=_options(d.get("storage_options")),
         )
 
-    def document_files(self) -> list[Path]:
-        return resolve_documents(self.documents)
+    def document_files(self) -> list[str]:
+        return resolve_documents(self.documents, self.storage_options)
 
 
 def _unsupported_dedupe(d: dict[str, Any], dd: dict[str, Any]) -> None:
@@ -173,6 +193,7 @@ class DedupeConfig:
     work_dir: str | None = None
     compression: str = "gz"
     dolma_offsets: bool = True  # reproduce dolma's paragraph end offsets (see dedupe.py)
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DedupeConfig:
@@ -231,10 +252,11 @@ class DedupeConfig:
             compression=(d.get("compression") or {}).get("output") or "gz"
             if isinstance(d.get("compression"), dict)
             else "gz",
+            storage_options=_options(d.get("storage_options")),
         )
 
-    def document_files(self) -> list[Path]:
-        return resolve_documents(self.documents)
+    def document_files(self) -> list[str]:
+        return resolve_documents(self.documents, self.storage_options)
 
 
 @dataclass(frozen=True)
@@ -261,6 +283,7 @@ class StreamConfig:
     min_text_length: int = 0
     compression_output: str | None = None  # None: infer (gz)
     shuffle: bool = True
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def _span_replacement(d: Any, where: str) -> SpanReplacement:
@@ -280,7 +303,9 @@ def _span_replacement(d: Any, where: str) -> SpanReplacement:
     )
 
 
-def _stream(d: Any, i: int, shuffle: bool) -> StreamConfig:
+def _stream(
+    d: Any, i: int, shuffle: bool, storage_options: dict[str, Any] | None = None
+) -> StreamConfig:
     where = f"streams[{i}]"
     if not isinstance(d, dict):
         raise InvalidInputError(f"{where} must be a mapping")
@@ -327,6 +352,7 @@ def _stream(d: Any, i: int, shuffle: bool) -> StreamConfig:
         min_text_length=_int(out.get("min_text_length", 0) or 0, f"{where}.output.min_text_length"),
         compression_output=comp.get("output") if isinstance(comp, dict) else None,
         shuffle=shuffle,
+        storage_options=storage_options,
     )
 
 
@@ -344,8 +370,9 @@ class MixerConfig:
             raise InvalidInputError("mix config: `streams` (a list) is required")
         shuffle = d.get("shuffle", True)
         wd = d.get("work_dir")
+        opts = _options(d.get("storage_options"))
         return cls(
-            streams=tuple(_stream(s, i, bool(shuffle)) for i, s in enumerate(streams)),
+            streams=tuple(_stream(s, i, bool(shuffle), opts) for i, s in enumerate(streams)),
             processes=_int(d.get("processes", 1), "processes", 1),
             work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
         )

@@ -15,10 +15,14 @@ dolma's serde_json writes them): documents mode gives ``{name: [[0, len(key in b
 for a duplicate, nothing for a first copy and ``[]`` for a skipped document; paragraphs mode
 gives ``{name: [[start, end, 1], ...]}`` with the duplicate paragraphs (character offsets, the
 separator included) or ``[]``, and ``{}`` for an empty text.
+
+Documents and attribute files may live in any store (local paths, ``s3://``, ...); the bucket
+spill files go to a local work folder (``work_dir``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shutil
 import tempfile
@@ -35,9 +39,8 @@ from lmdata import parallel
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
-from lmdata.formats.dolma._files import attribute_path, iter_raw_lines, open_write
+from lmdata.formats.dolma._files import OutputFile, Stores, attribute_path, iter_raw_lines
 from lmdata.formats.dolma.reader import parse_line
-from lmdata.storage import atomic_file
 
 try:
     import regex as _re
@@ -98,7 +101,7 @@ def _compiled(key: str) -> Any:
     return compile_path(key)
 
 
-def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: Path, lineno: int) -> str:
+def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: str, lineno: int) -> str:
     found = _compiled(cfg.key).find(doc)
     if not found or not isinstance(found[0], str):
         what = "nothing" if not found else type(found[0]).__name__
@@ -153,8 +156,9 @@ class WriteTask:
 
 def _phase_hash(task: HashTask) -> HashResult:
     """Hash every key of one file into the bucket spill files."""
-    k, path_s, cfg, work, nbuckets = task.k, task.path, task.cfg, task.work, task.nbuckets
-    path = Path(path_s)
+    k, cfg, work, nbuckets = task.k, task.cfg, task.work, task.nbuckets
+    store, key_ = Stores(cfg.storage_options)(task.path)
+    path = store.url(key_)
     rows: list[tuple[int, int, int, int, int]] = []
     nparts = 0
     keys = 0
@@ -171,7 +175,7 @@ def _phase_hash(task: HashTask) -> HashResult:
         nparts += 1
         rows = []
 
-    for lineno, raw in iter_raw_lines(path):
+    for lineno, raw in iter_raw_lines(store, key_):
         doc = parse_line(raw, path, lineno)
         docs += 1
         if cfg.mode == "documents":
@@ -221,46 +225,42 @@ def _phase_mark(task: MarkTask) -> int:
 
 def _phase_write(task: WriteTask) -> int:
     """Write one file's attribute rows from the marked duplicates."""
-    k, path_s, cfg, work = task.k, task.path, task.cfg, task.work
-    path = Path(path_s)
+    k, cfg, work = task.k, task.cfg, task.work
+    store, doc_key = Stores(cfg.storage_options)(task.path)
+    path = store.url(doc_key)
     marks = [np.load(p) for p in sorted((Path(work) / f"d-{k}").glob("*.npy"))]
     dups: set[tuple[int, int]] = set()
     for m in marks:
         dups.update(zip(m[0].tolist(), m[1].tolist(), strict=True))
     name = cfg.attribute_name
-    out = attribute_path(path, cfg.name)
     n = 0
-    with atomic_file(out, overwrite=True) as tmp:
-        f = open_write(tmp, cfg.compression)
-        try:
-            for lineno, raw in iter_raw_lines(path):
-                doc = parse_line(raw, path, lineno)
-                attrs: dict[str, Any] = {}
-                if cfg.mode == "documents":
-                    key = _doc_key(doc, cfg, path, lineno)
-                    if _skip(key, cfg, chars=False):
-                        attrs[name] = []
-                    elif (lineno, 0) in dups:
-                        attrs[name] = [[0, len(key.encode("utf-8", "surrogatepass")), 1]]
-                else:
-                    text = doc["text"]
-                    if text:  # dolma leaves an empty text without the key
-                        spans = []
-                        for i, (s, e, _p) in enumerate(
-                            split_paragraphs(text, cfg.paragraph_separator, cfg.dolma_offsets)
-                        ):
-                            if (lineno, i) in dups:
-                                spans.append([s, e, 1])
-                        attrs[name] = spans
-                f.write(
-                    orjson.dumps(
-                        {"attributes": attrs, "id": doc.get("id")}, option=orjson.OPT_SORT_KEYS
-                    )
-                    + b"\n"
+    with OutputFile(store, attribute_path(doc_key, cfg.name), cfg.compression) as f:
+        for lineno, raw in iter_raw_lines(store, doc_key):
+            doc = parse_line(raw, path, lineno)
+            attrs: dict[str, Any] = {}
+            if cfg.mode == "documents":
+                key = _doc_key(doc, cfg, path, lineno)
+                if _skip(key, cfg, chars=False):
+                    attrs[name] = []
+                elif (lineno, 0) in dups:
+                    attrs[name] = [[0, len(key.encode("utf-8", "surrogatepass")), 1]]
+            else:
+                text = doc["text"]
+                if text:  # dolma leaves an empty text without the key
+                    spans = []
+                    for i, (s, e, _p) in enumerate(
+                        split_paragraphs(text, cfg.paragraph_separator, cfg.dolma_offsets)
+                    ):
+                        if (lineno, i) in dups:
+                            spans.append([s, e, 1])
+                    attrs[name] = spans
+            f.write(
+                orjson.dumps(
+                    {"attributes": attrs, "id": doc.get("id")}, option=orjson.OPT_SORT_KEYS
                 )
-                n += 1
-        finally:
-            f.close()
+                + b"\n"
+            )
+            n += 1
     return n
 
 
@@ -269,13 +269,18 @@ def dedupe(
     progress: bool = False,
     engine: str = "processes",
     address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> DedupeResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``, on
     ``cfg.processes`` workers of ``engine``; the output is the same for any engine and count.
-    The work folder (``cfg.work_dir``) must be visible to every worker (shared on a cluster)."""
+    The work folder (``cfg.work_dir``) must be visible to every worker (shared on a cluster).
+    ``storage_options`` (fsspec options for URLs) replace the config's."""
+    if storage_options is not None:
+        cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     files = cfg.document_files()
     t0 = time.perf_counter()
-    total = sum(f.stat().st_size for f in files)
+    stores = Stores(cfg.storage_options)
+    total = sum(st.size(k) for st, k in map(stores, files))
     nbuckets = int(
         min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total / BUCKET_INPUT_BYTES))))))
     )
@@ -292,7 +297,7 @@ def dedupe(
         )
         counted = run(
             _phase_hash,
-            [HashTask(k, str(f), cfg, work, nbuckets) for k, f in enumerate(files)],
+            [HashTask(k, f, cfg, work, nbuckets) for k, f in enumerate(files)],
             desc="dedupe: hash",
             progress=progress,
         )
@@ -304,7 +309,7 @@ def dedupe(
         )
         run(
             _phase_write,
-            [WriteTask(k, str(f), cfg, work) for k, f in enumerate(files)],
+            [WriteTask(k, f, cfg, work) for k, f in enumerate(files)],
             desc="dedupe: write",
             progress=False,
         )
