@@ -39,6 +39,7 @@ from lmdata.formats.dolma._files import (
     Stores,
     attribute_path,
     expand_globs,
+    is_file,
     iter_raw_lines,
     suffix_for,
 )
@@ -235,7 +236,7 @@ class _AttributeStreams:
         for n in names:
             ak = attribute_path(doc_key, n)
             ap = store.url(ak)
-            if store.exists(ak) and not store.is_dir(ak):
+            if is_file(store, ak):
                 self.streams.append([ap, iter_raw_lines(store, ak), True])
             else:
                 stats.warnings.append(

@@ -21,9 +21,9 @@ from lmdata import parallel
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
 from lmdata.errors import CorruptDataError, InvalidInputError
-from lmdata.formats.dolma._files import OutputFile, attribute_path, iter_raw_lines
+from lmdata.formats.dolma._files import OutputFile, attribute_path, is_file, iter_raw_lines
 from lmdata.formats.dolma.reader import parse_line
-from lmdata.storage import Store, resolve
+from lmdata.storage import resolve
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def _tag_file(task: TagTask) -> TagFileResult:
     store, path = resolve(task.path, cfg.storage_options)
     where = store.url(path)
     outs = _outputs(path, cfg)
-    if not cfg.ignore_existing and all(_is_file(store, o) for o, _, _ in outs):
+    if not cfg.ignore_existing and all(is_file(store, o) for o, _, _ in outs):
         return TagFileResult(0, True)
     load_modules(cfg.tagger_modules)
     groups = [[(exp, n, make_tagger(n, seed=cfg.seed)) for n in names] for _, exp, names in outs]
@@ -107,10 +107,6 @@ def _tag_file(task: TagTask) -> TagFileResult:
         f.commit()
     parallel.report(n % parallel.REPORT_EVERY)
     return TagFileResult(n, False)
-
-
-def _is_file(store: Store, key: str) -> bool:
-    return store.exists(key) and not store.is_dir(key)
 
 
 def tag(

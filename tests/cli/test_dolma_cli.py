@@ -212,3 +212,44 @@ def test_list_shows_the_taggers() -> None:
     names = res.output.split()
     assert {"char_length_v1", "pii_regex_v2", "random_number_v1"} <= set(names)
     assert names == sorted(names)
+
+
+def test_storage_options_reach_tag_dedupe_and_mix(
+    ds: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--storage-option KEY=VALUE (dotted keys nest, JSON values parse) reaches the library
+    call of every verb, and --dryrun never prints it (options may hold secrets)."""
+    import lmdata.cli.dedupe
+    import lmdata.cli.mix
+    import lmdata.cli.tag
+
+    seen: dict[str, object] = {}
+
+    def fake(verb: str):
+        def call(cfg, **kw):
+            seen[verb] = kw.get("storage_options") or cfg.streams[0].storage_options
+            raise SystemExit(0)
+
+        return call
+
+    monkeypatch.setattr(lmdata.cli.tag, "tag", fake("tag"))
+    monkeypatch.setattr(lmdata.cli.dedupe, "dedupe", fake("dedupe"))
+    monkeypatch.setattr(lmdata.cli.mix, "mix", fake("mix"))
+    opts = ["--storage-option", "client_kwargs.endpoint_url=http://127.0.0.1:1"]
+    opts += ["--storage-option", "anon=true", "--storage-option", "secret=s3cr3t"]
+    want = {
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:1"},
+        "anon": True,
+        "secret": "s3cr3t",
+    }
+    docs = f"{ds}/documents/*.jsonl.gz"
+    assert run("tag", "-d", docs, "-t", "char_length_v1", *opts).exit_code == 0
+    assert (
+        run("dedupe", "-d", docs, "--dedupe.paragraphs.attribute_name", "p", *opts).exit_code == 0
+    )
+    assert run("-c", "configs/mix.yaml", "mix", *opts).exit_code == 0
+    assert seen == {"tag": want, "dedupe": want, "mix": want}
+    dry = run("dedupe", "-d", docs, "--dedupe.paragraphs.attribute_name", "p", "--dryrun", *opts)
+    assert dry.exit_code == 0 and "s3cr3t" not in dry.output
+    bad = run("tag", "-d", docs, "-t", "char_length_v1", "--storage-option", "novalue")
+    assert bad.exit_code == 2 and "KEY=VALUE" in bad.output

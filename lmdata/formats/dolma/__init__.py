@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from lmdata.formats._spec import FormatSpec, detector
-from lmdata.formats.dolma._files import attribute_path, codec_of, tree_root
+from lmdata.formats.dolma._files import attribute_path, codec_of, is_file, tree_root
 from lmdata.formats.dolma._lines import LineIndex
 from lmdata.formats.dolma.reader import DolmaDocuments, detect
 from lmdata.formats.dolma.validate import attribute_sets, validate
@@ -41,7 +41,7 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     counts = [LineIndex(store, f, reader.max_line_bytes).num_lines for f in reader.keys]
     attrs: dict[str, Any] = {}
     for name in attribute_sets(store, root):
-        present = sum(store.exists(attribute_path(f, name)) for f in reader.keys)
+        present = sum(is_file(store, attribute_path(f, name)) for f in reader.keys)
         attrs[name] = {"files": present, "missing_files": len(reader.keys) - present}
     url = store.url(root)
     return {

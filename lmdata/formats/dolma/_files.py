@@ -73,6 +73,17 @@ class Stores:
         return self._by_id.setdefault(store.id, store), key
 
 
+def is_file(store: Store, key: str) -> bool:
+    """True if ``key`` is a file (one metadata request on object stores, not two)."""
+    if isinstance(store, LocalStore):
+        return os.path.isfile(key)
+    try:
+        store.size(key)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return False
+    return True
+
+
 def documents_dir(store: Store, root: str) -> str:
     """The ``documents`` folder of a tree given as the tree root or as the folder itself."""
     if basename(root) == "documents" and store.is_dir(root):
@@ -91,6 +102,14 @@ def walk_files(store: Store, top: str) -> Iterator[str]:
         for dirpath, dirnames, files in os.walk(top):
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             yield from (os.path.join(dirpath, f) for f in files)
+        return
+    fs = getattr(store, "fs", None)
+    if fs is not None:  # fsspec: one recursive listing, not one request per folder and entry
+        base = top.rstrip("/") + "/"
+        for k in fs.find(top):
+            hidden = any(p.startswith(".") for p in k[len(base) :].split("/")[:-1])
+            if k.startswith(base) and not hidden:
+                yield k
         return
     todo = [top]
     while todo:
@@ -151,7 +170,7 @@ def glob_keys(store: Store, pattern: str) -> list[str]:
     parts = pattern.split("/")
     first = next((i for i, p in enumerate(parts) if glob.has_magic(p)), len(parts))
     if first == len(parts):
-        return [pattern] if store.exists(pattern) and not store.is_dir(pattern) else []
+        return [pattern] if is_file(store, pattern) else []
     top = "/".join(parts[:first]) or "/"
     rest = parts[first:]
     rx = []

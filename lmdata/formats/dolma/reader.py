@@ -23,6 +23,7 @@ from lmdata.formats.dolma._files import (
     attribute_path,
     documents_dir,
     is_doc_file,
+    is_file,
     iter_raw_lines,
     list_documents,
     shown,
@@ -108,7 +109,7 @@ class DolmaDocuments:
         self.max_line_bytes = max_line_bytes
         store, key = resolve(path, storage_options)
         self.store: Store = store
-        if store.exists(key) and not store.is_dir(key):
+        if is_file(store, key):
             if not is_doc_file(basename(key)):
                 raise FormatError(
                     "not a Dolma document file (*.jsonl.gz, *.jsonl, *.jsonl.zst, *.json.gz)",
@@ -124,7 +125,7 @@ class DolmaDocuments:
         for f in self.keys:
             for name in self.attributes:
                 ap = attribute_path(f, name)
-                if not (store.exists(ap) and not store.is_dir(ap)):
+                if not is_file(store, ap):
                     raise FormatError(
                         f"attribute set {name!r} has no file for {store.url(f)}; tag that file "
                         f"or leave {name!r} out of attributes=",

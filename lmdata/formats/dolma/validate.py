@@ -26,6 +26,7 @@ from lmdata.formats.dolma._files import (
     attribute_path,
     documents_dir,
     is_doc_file,
+    is_file,
     iter_raw_lines,
     list_documents,
     tree_root,
@@ -221,7 +222,7 @@ def _check_attribute_file(
 ) -> None:
     ap = attribute_path(f, name)
     apu = store.url(ap)
-    if not store.exists(ap) or store.is_dir(ap):
+    if not is_file(store, ap):
         rep.add(
             "attr-missing", f"{apu}: missing: attribute set '{name}' has no file for {store.url(f)}"
         )
