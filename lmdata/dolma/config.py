@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import yaml
 
+from lmdata.dolma.ngrams import Ngrams
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._files import expand_globs, list_documents
 from lmdata.storage import resolve
@@ -66,8 +67,13 @@ def _as_list(v: Any, what: str) -> tuple[str, ...]:
 
 
 def _int(v: Any, what: str, minimum: int = 0) -> int:
+    """``v`` if it is an integer >= ``minimum``; anything else (a quoted number, a float, a
+    boolean) is an InvalidInputError naming the config key."""
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise InvalidInputError(f"{what} must be an integer >= {minimum}, got {v!r}")
+        hint = ""
+        if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+            hint = f" (a quoted string: write {what}: {v.strip()} without quotes)"
+        raise InvalidInputError(f"{what} must be an integer >= {minimum}, got {v!r}{hint}")
     return v
 
 
@@ -160,6 +166,57 @@ class TagConfig:
         return resolve_documents(self.documents, self.storage_options)
 
 
+def _by_ngram(v: Any) -> Ngrams:
+    """``dedupe.paragraphs.by_ngram`` with dolma's defaults (absent or ``ngram_length`` 0:
+    exact paragraphs, as in dolma)."""
+    if v is None:
+        return Ngrams()
+    if not isinstance(v, dict):
+        raise InvalidInputError(f"dedupe.paragraphs.by_ngram must be a mapping, got {v!r}")
+    where = "dedupe.paragraphs.by_ngram"
+    unknown = set(v) - {"ngram_length", "stride", "overlap_threshold", "skip_short_paragraphs"}
+    if unknown:
+        raise InvalidInputError(f"{where}: unknown keys {sorted(unknown)}")
+    thr = v.get("overlap_threshold", 1.0)
+    if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0 <= thr <= 1:
+        raise InvalidInputError(f"{where}.overlap_threshold must be a number in 0..1, got {thr!r}")
+    return Ngrams(
+        length=_int(v.get("ngram_length", 0), f"{where}.ngram_length"),
+        stride=_int(v.get("stride", 0), f"{where}.stride"),
+        threshold=float(thr),
+        skip_short=bool(v.get("skip_short_paragraphs", False)),
+    )
+
+
+BLOOM_KEYS = (
+    "file",
+    "read_only",
+    "size_in_bytes",
+    "estimated_doc_count",
+    "desired_false_positive_rate",
+)
+
+
+def _bloom(v: Any) -> tuple[str, ...]:
+    """The ``bloom_filter`` keys given, checked; lmdata's dedupe is exact and uses none."""
+    if v is None:
+        return ()
+    if not isinstance(v, dict):
+        raise InvalidInputError(f"bloom_filter must be a mapping, got {v!r}")
+    unknown = set(v) - set(BLOOM_KEYS)
+    if unknown:
+        raise InvalidInputError(f"bloom_filter: unknown keys {sorted(unknown)}")
+    for k in ("size_in_bytes", "estimated_doc_count"):
+        if v.get(k) is not None:
+            _int(v[k], f"bloom_filter.{k}")
+    rate = v.get("desired_false_positive_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))):
+        raise InvalidInputError(
+            f"bloom_filter.desired_false_positive_rate must be a number, got {rate!r}"
+        )
+    return tuple(k for k in BLOOM_KEYS if v.get(k) not in (None, False))
+
+
 def _unsupported_dedupe(d: dict[str, Any], dd: dict[str, Any]) -> None:
     """dolma dedupe settings that would change the result and lmdata does not implement:
     an error, never silently ignored (other bloom_filter keys only size dolma's filter)."""
@@ -169,7 +226,10 @@ def _unsupported_dedupe(d: dict[str, Any], dd: dict[str, Any]) -> None:
             "dedupe: bloom_filter.read_only (checking against a saved dolma Bloom filter) is "
             "not supported; lmdata dedupes exactly within the documents given"
         )
-    if (dd.get("num_partitions") or 1) > 1 or dd.get("file_partition"):
+    parts = dd.get("num_partitions")
+    if _int(1 if parts is None else parts, "dedupe.num_partitions", 1) > 1 or dd.get(
+        "file_partition"
+    ):
         raise InvalidInputError(
             "dedupe: num_partitions/file_partition are not supported; lmdata dedupes all "
             "documents in one pass with memory bounded by on-disk buckets"
@@ -193,6 +253,8 @@ class DedupeConfig:
     work_dir: str | None = None
     compression: str = "gz"
     dolma_offsets: bool = True  # reproduce dolma's paragraph end offsets (see dedupe.py)
+    ngrams: Ngrams = field(default_factory=Ngrams)  # by_ngram (length 0: exact paragraphs)
+    bloom_filter: tuple[str, ...] = ()  # the bloom_filter keys given (accepted, not used)
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -229,11 +291,7 @@ class DedupeConfig:
                 raise InvalidInputError(
                     f"dedupe.documents.key {key!r} is not a JSONPath; did you mean '$.{key}'?"
                 )
-        if pmode and sect.get("by_ngram"):
-            raise InvalidInputError(
-                "dedupe: paragraphs.by_ngram (n-gram overlap) is not "
-                "supported; lmdata dedupes exact paragraphs"
-            )
+        ngrams = _by_ngram(sect.get("by_ngram")) if pmode else Ngrams()
         _unsupported_dedupe(d, dd)
         wd = d.get("work_dir")
         return cls(
@@ -247,6 +305,8 @@ class DedupeConfig:
             min_length=_int(dd.get("min_length", 0) or 0, "dedupe.min_length"),
             min_words=_int(dd.get("min_words", 0) or 0, "dedupe.min_words"),
             dolma_offsets=bool(sect.get("dolma_offsets", True)),
+            ngrams=ngrams,
+            bloom_filter=_bloom(d.get("bloom_filter")),
             processes=_int(d.get("processes", 1), "processes", 1),
             work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
             compression=(d.get("compression") or {}).get("output") or "gz"

@@ -4,8 +4,8 @@ dolma inserts keys into one shared Bloom filter from many threads, so which copy
 depends on timing. Here the first occurrence in input order (files sorted, then line, then
 paragraph) is kept, whatever the number of processes, and re-running gives the same result:
 
-1. per file (in parallel): hash each key (xxh3-128) and spill ``(hash, file, line, paragraph)``
-   into hash buckets on disk;
+1. per file (in parallel): hash each key (xxh3-128) and spill ``(hash, file, line, paragraph,
+   n-gram)`` into hash buckets on disk;
 2. per bucket (in parallel): sort and mark every entry but the first of each hash;
 3. per file (in parallel): write the attribute file from the marked positions.
 
@@ -16,6 +16,12 @@ for a duplicate, nothing for a first copy and ``[]`` for a skipped document; par
 gives ``{name: [[start, end, 1], ...]}`` with the duplicate paragraphs (character offsets, the
 separator included) or ``[]``, and ``{}`` for an empty text.
 
+With ``paragraphs.by_ngram`` each paragraph's n-grams are the keys instead (see
+:mod:`lmdata.dolma.ngrams`), spilled with their place in the paragraph, so the first occurrence
+of an n-gram in input order is the one not counted as duplicate; a flagged paragraph's span
+carries its duplicate fraction as dolma writes it. dolma's ``bloom_filter`` settings are
+accepted and not used (a log line says so): the result is dolma's without false positives.
+
 Documents and attribute files may live in any store (local paths, ``s3://``, ...); the bucket
 spill files go to a local work folder (``work_dir``).
 """
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import shutil
 import tempfile
 import time
@@ -36,6 +43,7 @@ import orjson
 import xxhash
 
 from lmdata import parallel
+from lmdata.dolma import ngrams
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
@@ -47,7 +55,22 @@ try:
 except ImportError:  # pragma: no cover
     import re as _re  # type: ignore[no-redef]
 
-ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("file", "<u4"), ("line", "<u4"), ("para", "<u4")])
+ENTRY = np.dtype(
+    [
+        ("hi", "<u8"),
+        ("lo", "<u8"),
+        ("file", "<u4"),
+        ("line", "<u4"),
+        ("para", "<u4"),
+        ("sub", "<u4"),
+    ]
+)
+log = logging.getLogger("lmdata.dolma.dedupe")
+BLOOM_NOTE = (
+    "bloom_filter settings ({}) accepted and not used: lmdata dedupes exactly (no false "
+    "positives, memory bounded by on-disk hash buckets) and keeps the first occurrence in input "
+    "order for any number of workers; no filter file is read or written"
+)
 SPILL_EVERY = 1 << 20  # entries buffered per file before writing them to the buckets
 BUCKET_INPUT_BYTES = 32 << 20  # compressed input per bucket (~a few hundred MB when sorting)
 _WORDS = _re.compile(r"\w+")
@@ -159,7 +182,8 @@ def _phase_hash(task: HashTask) -> HashResult:
     k, cfg, work, nbuckets = task.k, task.cfg, task.work, task.nbuckets
     store, key_ = Stores(cfg.storage_options)(task.path)
     path = store.url(key_)
-    rows: list[tuple[int, int, int, int, int]] = []
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    ng = cfg.ngrams
     nparts = 0
     keys = 0
     docs = 0
@@ -181,16 +205,23 @@ def _phase_hash(task: HashTask) -> HashResult:
         if cfg.mode == "documents":
             key = _doc_key(doc, cfg, path, lineno)
             if not _skip(key, cfg, chars=False):
-                rows.append((*_hash(key), k, lineno, 0))
+                rows.append((*_hash(key), k, lineno, 0, 0))
         else:
             text = doc.get("text")
             if not isinstance(text, str):
                 raise CorruptDataError(
                     "document has no string 'text'", path=path, position=f"line {lineno}"
                 )
-            for i, (_s, _e, p) in enumerate(split_paragraphs(text, cfg.paragraph_separator)):
-                if not _skip(p, cfg, chars=True):
-                    rows.append((*_hash(p), k, lineno, i))
+            # an empty text is left out whole, as dolma does (its "" is never a key)
+            paragraphs = split_paragraphs(text, cfg.paragraph_separator) if text else []
+            for i, (_s, _e, p) in enumerate(paragraphs):
+                if _skip(p, cfg, chars=True):
+                    continue
+                if not ng.length:
+                    rows.append((*_hash(p), k, lineno, i, 0))
+                    continue
+                for j, key in enumerate(ngrams.keys(p, ng)[0]):
+                    rows.append((*_hash(key), k, lineno, i, j))
         if len(rows) >= SPILL_EVERY:
             keys += len(rows)
             spill()
@@ -209,7 +240,7 @@ def _phase_mark(task: MarkTask) -> int:
     if not parts:
         return 0
     arr = np.concatenate([np.load(p) for p in parts])
-    order = np.lexsort((arr["para"], arr["line"], arr["file"], arr["lo"], arr["hi"]))
+    order = np.lexsort((arr["sub"], arr["para"], arr["line"], arr["file"], arr["lo"], arr["hi"]))
     s = arr[order]
     dup = np.zeros(len(s), dtype=bool)
     dup[1:] = (s["hi"][1:] == s["hi"][:-1]) & (s["lo"][1:] == s["lo"][:-1])
@@ -218,7 +249,7 @@ def _phase_mark(task: MarkTask) -> int:
         sel = d[d["file"] == f]
         np.save(
             Path(work) / f"d-{f}" / f"{b}.npy",
-            np.stack([sel["line"], sel["para"]]).astype(np.uint32),
+            np.stack([sel["line"], sel["para"], sel["sub"]]).astype(np.uint32),
         )
     return int(dup.sum())
 
@@ -229,9 +260,12 @@ def _phase_write(task: WriteTask) -> int:
     store, doc_key = Stores(cfg.storage_options)(task.path)
     path = store.url(doc_key)
     marks = [np.load(p) for p in sorted((Path(work) / f"d-{k}").glob("*.npy"))]
-    dups: set[tuple[int, int]] = set()
+    dups: dict[tuple[int, int], set[int]] = {}
     for m in marks:
-        dups.update(zip(m[0].tolist(), m[1].tolist(), strict=True))
+        for line, para, sub in zip(m[0].tolist(), m[1].tolist(), m[2].tolist(), strict=True):
+            dups.setdefault((line, para), set()).add(sub)
+    ng = cfg.ngrams
+    every = ng.length > 0 and ng.threshold <= 0  # a paragraph with no duplicate may score 0
     name = cfg.attribute_name
     n = 0
     with OutputFile(store, attribute_path(doc_key, cfg.name), cfg.compression) as f:
@@ -248,11 +282,17 @@ def _phase_write(task: WriteTask) -> int:
                 text = doc["text"]
                 if text:  # dolma leaves an empty text without the key
                     spans = []
-                    for i, (s, e, _p) in enumerate(
+                    for i, (s, e, p) in enumerate(
                         split_paragraphs(text, cfg.paragraph_separator, cfg.dolma_offsets)
                     ):
-                        if (lineno, i) in dups:
-                            spans.append([s, e, 1])
+                        subs = dups.get((lineno, i))
+                        if not ng.length:
+                            if subs:
+                                spans.append([s, e, 1])
+                        elif subs or (every and not _skip(p, cfg, chars=True)):
+                            score = ngrams.score(p, ng, subs or set())
+                            if score is not None:
+                                spans.append([s, e, score])
                     attrs[name] = spans
             f.write(
                 orjson.dumps(
@@ -277,6 +317,8 @@ def dedupe(
     ``storage_options`` (fsspec options for URLs) replace the config's."""
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
+    if cfg.bloom_filter:
+        log.warning(BLOOM_NOTE.format(", ".join(cfg.bloom_filter)))
     files = cfg.document_files()
     t0 = time.perf_counter()
     stores = Stores(cfg.storage_options)
