@@ -5,6 +5,7 @@ output appears whole (a failing job leaves no partial attribute file or shard)."
 from __future__ import annotations
 
 import gzip
+import pickle
 import shutil
 from pathlib import Path
 
@@ -123,6 +124,8 @@ def test_writer_round_trip_and_failed_writer_leaves_no_tree(remote):
     assert [d["text"] for d in r] == [d["text"] for d in docs]
     assert [r[i]["id"] for i in (29, 0, 13)] == ["29", "0", "13"]
     assert len(r.files) == 5 and all(str(f).startswith(f"{root}/w/documents/") for f in r.files)
+    copy = pickle.loads(pickle.dumps(r))  # as DataLoader workers get it: store and options
+    assert copy[22] == r[22] and copy.store is not r.store
     with (
         pytest.raises(RuntimeError),
         lmdata.writer(f"{root}/v", "dolma", max_file_docs=2, storage_options=opts) as w,
