@@ -9,6 +9,7 @@ from the API or ``--storage-option``) reach every store a job opens, in every wo
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,23 @@ from lmdata.storage import resolve
 DEFAULT_MAX_SIZE = 2 * 1024**3  # the dolma CLI's default max_size_in_bytes (2 GiB)
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as dolma's configs are read (OmegaConf): ``1e-9`` is a number, not a string
+    (PyYAML's YAML 1.1 resolver wants a dot in a float)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text (a config file, a ``--set`` value) with dolma's number rules."""
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader: no arbitrary objects
+
+
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A YAML or JSON config file as a dict (YAML is a superset, so one loader reads both)."""
     p = Path(path)
@@ -32,7 +50,7 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as e:
         raise InvalidInputError(f"cannot read config {p}: {e.strerror}") from None
     try:
-        data = orjson.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        data = orjson.loads(text) if p.suffix == ".json" else load_yaml(text)
     except (orjson.JSONDecodeError, yaml.YAMLError) as e:
         raise InvalidInputError(f"config {p} is not valid YAML/JSON: {e}") from None
     if not isinstance(data, dict):
