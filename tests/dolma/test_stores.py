@@ -200,3 +200,26 @@ def test_toolkit_on_s3_with_storage_options_only(tmp_path, s3_server, s3_root, m
             want = (local / "attributes" / name / part).read_bytes()
             assert _get(f"{s3_root}/attributes/{name}/{part}", opts) == want, (name, part)
     assert dolma.validate(s3_root, storage_options=opts) == []
+
+
+def test_abandoned_writer_and_problems_on_a_store(memory_root):
+    """A writer never closed (a killed process) leaves no tree at its URL; validate names
+    the object and line of each problem by URL."""
+    w = lmdata.writer(f"{memory_root}/gone", "dolma", max_file_docs=2)
+    for i in range(5):
+        w.write({"id": str(i), "text": "t", "source": "s"})
+    store, key = resolve(f"{memory_root}/gone")
+    assert not store.exists(key)
+    with pytest.raises(lmdata.errors.LmdataError):
+        lmdata.open(f"{memory_root}/gone", format="dolma")
+    w.abort()
+    rows = [{"id": "a", "text": "x", "source": "s"}, {"id": "b", "text": "y"}]
+    _put(
+        f"{memory_root}/bad/documents/p.jsonl.gz",
+        gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in rows)),
+    )
+    _put(f"{memory_root}/bad/attributes/e/p.jsonl.gz", gzip.compress(b'{"id": "a"}\n'))
+    problems = dolma.validate(f"{memory_root}/bad")
+    where = f"{memory_root}/bad"
+    assert f"{where}/documents/p.jsonl.gz:2: missing mandatory field 'source'" in problems[0]
+    assert any(p.startswith(f"{where}/attributes/e/p.jsonl.gz: 1 rows") for p in problems)
