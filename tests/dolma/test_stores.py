@@ -21,6 +21,7 @@ from lmdata.dolma.config import DedupeConfig, MixerConfig, TagConfig, load_confi
 from lmdata.dolma.mixer import mix
 from lmdata.errors import CorruptDataError
 from lmdata.formats import dolma
+from lmdata.formats.dolma._files import expand_globs
 from lmdata.storage import resolve
 
 DATA = Path(__file__).parent.parent / "data" / "dolma"
@@ -223,3 +224,25 @@ def test_abandoned_writer_and_problems_on_a_store(memory_root):
     where = f"{memory_root}/bad"
     assert f"{where}/documents/p.jsonl.gz:2: missing mandatory field 'source'" in problems[0]
     assert any(p.startswith(f"{where}/attributes/e/p.jsonl.gz: 1 rows") for p in problems)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "documents/*.gz",
+        "documents/**/*.gz",
+        "**/*.jsonl.gz",
+        "documents/[ab]*",
+        "documents/?.jsonl.gz",
+    ],
+)
+def test_globs_on_stores_match_local_globs(tmp_path, memory_root, pattern):
+    names = ["documents/a.jsonl.gz", "documents/sub/b.jsonl.gz", "documents/.h/c.jsonl.gz"]
+    names += ["documents/sub/deeper/d.jsonl.gz", "documents/c.txt", "other/e.jsonl.gz"]
+    for n in names:
+        (tmp_path / n).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / n).write_bytes(b"")
+        _put(f"{memory_root}/{n}", b"")
+    here = [str(Path(p).relative_to(tmp_path)) for p in expand_globs([f"{tmp_path}/{pattern}"])]
+    there = [u[len(memory_root) + 1 :] for u in expand_globs([f"{memory_root}/{pattern}"])]
+    assert there == here and here
