@@ -201,12 +201,21 @@ class FsspecOutput:
     (server-side copies) and writes the new metadata last. The validating objects are created
     conditionally (``If-None-Match: *`` on S3): of two writers racing to one URL, only one
     commits. ``abort`` removes what this writer wrote. :func:`lmdata.storage.clean` removes
-    what a killed writer left.
+    what a killed writer left. ``stage`` stages a new dataset too (for formats with no
+    validating object, such as Dolma trees, so nothing appears at ``key`` before commit).
     """
 
     sparse = False
 
-    def __init__(self, store: FsspecStore, key: str, *, directory: bool, overwrite: bool) -> None:
+    def __init__(
+        self,
+        store: FsspecStore,
+        key: str,
+        *,
+        directory: bool,
+        overwrite: bool,
+        stage: bool = False,
+    ) -> None:
         self.store = store
         self.dest = key.rstrip("/")
         self.directory = directory
@@ -226,7 +235,7 @@ class FsspecOutput:
             except FileExistsError:
                 raise _claimed(store, self.claim) from None
             self._claimed = True
-        self.stage = tmp_key(self.dest) if self._replace else self.dest
+        self.stage = tmp_key(self.dest) if self._replace or stage else self.dest
         self._last: list[tuple[str, bytes]] = []
         self._written: list[str] = []
         self._mine: set[str] = set()  # names this writer has stored (it may replace them)
@@ -291,6 +300,7 @@ class FsspecOutput:
             for name, _ in self._last:
                 self.store.remove(self._final(name))
             self.store.remove(self.dest)
+        if self.stage != self.dest:
             for name in dict.fromkeys(self._written):
                 fs.copy(self._key(name), self._final(name))
         if self._claimed:  # what `lmdata clean` checks to tell a finished write from a dead one
@@ -301,7 +311,7 @@ class FsspecOutput:
                 self.store.write_object(self._final(name), data, create=True)
             except FileExistsError:
                 self._done = True
-                if self._replace:
+                if self.stage != self.dest:
                     self.store.remove(self.stage)
                 self._unclaim()
                 raise OutputExistsError(
@@ -309,7 +319,7 @@ class FsspecOutput:
                     "was committed" + ("" if i == 0 else " but some metadata objects"),
                     path=self.store.url(self._final(name)),
                 ) from None
-        if self._replace:
+        if self.stage != self.dest:
             self.store.remove(self.stage)
         self._unclaim()
         self._done = True
@@ -324,11 +334,13 @@ class FsspecOutput:
             return
         self._done = True
         try:
-            if self._replace:
+            if self.stage != self.dest:
                 self.store.remove(self.stage)
             else:  # only this writer's objects: another's may share the final names
                 self._remove_mine()
             self._unclaim()
+            if not self._replace and self.directory and not self.store.list(self.dest):
+                self.store.remove(self.dest)  # no empty directory left behind
         except OSError:
             pass
 
@@ -341,8 +353,6 @@ class FsspecOutput:
         except FileNotFoundError:
             for k in keys:
                 self.store.remove(k)
-        if self.directory and self.store.list(self.dest) == [CLAIM]:
-            self.store.remove(self.dest)  # nothing but the claim left: no empty directory
 
     @property
     def done(self) -> bool:
