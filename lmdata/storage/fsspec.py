@@ -219,7 +219,8 @@ class FsspecOutput:
         self.store = store
         self.dest = key.rstrip("/")
         self.directory = directory
-        self.claim = claim_key(self.dest, directory)
+        # a staged output shows nothing at dest before commit, not even its claim
+        self.claim = claim_key(self.dest, directory and not stage)
         self._replace = store.exists(self.dest)
         if self._replace and store.exists(self.claim):
             raise _claimed(store, self.claim)
@@ -250,7 +251,7 @@ class FsspecOutput:
     def _exclusive(self, name: str) -> bool:
         """Whether ``name`` must be created, never replaced: a new dataset's objects go under
         their final names, so a writer that lost its claim must not overwrite another's."""
-        return self._claimed and name not in self._mine
+        return self._claimed and self.stage == self.dest and name not in self._mine
 
     def write(self, name: str, data: bytes | memoryview) -> None:
         try:
@@ -395,7 +396,8 @@ class _ExclusiveFile:
 
 def claim_key(dest: str, directory: bool) -> str:
     """The create-only object a writer to a new URL holds until it commits or aborts:
-    ``DEST/.lmdata-writing`` for a directory, ``.lmdata-writing-NAME`` beside one object."""
+    ``DEST/.lmdata-writing`` for a directory written in place, ``.lmdata-writing-NAME``
+    beside one object or a staged directory."""
     if directory:
         return join(dest, CLAIM)
     return join(parent(dest), f"{CLAIM}-{basename(dest)}")

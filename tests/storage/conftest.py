@@ -52,7 +52,10 @@ def s3_server():
     import s3fs
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-    fs.mkdir(BUCKET)
+    try:
+        fs.mkdir(BUCKET)
+    except FileExistsError:  # moto keeps one backend per process: a second server shares it
+        pass
     mp.setenv("AWS_ENDPOINT_URL", endpoint)  # spawned children and CLI subprocesses find it too
     yield options
     server.stop()

@@ -50,7 +50,7 @@ def test_local_only_writers_refuse_urls_without_making_folders(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     from lmdata.formats.mds.merge import merge
 
-    with pytest.raises(LmdataError, match=r"local paths only"):
+    with pytest.raises(LmdataError, match=r"neither a dataset"):  # merged in the store
         merge(["memory://bucket/a"], "memory://bucket/x")
     with pytest.raises(InvalidInputError, match="local paths only"):
         check_output("memory://bucket/out.zarr", overwrite=False)
