@@ -185,3 +185,43 @@ def from_bytes(
         kind = "a JSON object" if want is dict else f"a JSON {want.__name__}"
         raise CorruptDataError(f"{what} must hold {kind}, not {type(obj).__name__}", path=path)
     return obj
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+
+def _default(obj: Any) -> Any:
+    """What orjson cannot serialise itself, as JSON values: arrays as lists, bytes as
+    ``{"$base64": ...}``, sets and tuples as lists, complex numbers as ``[real, imag]``."""
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        import base64
+
+        return {"$base64": base64.b64encode(bytes(obj)).decode()}
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, complex):
+        return [obj.real, obj.imag]
+    return str(obj)
+
+
+_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def dumps(obj: Any, *, indent: bool = False) -> bytes:
+    """JSON text of any value lmdata reads or reports (numpy as lists, bytes as base64);
+    integers beyond 64 bits and lone surrogates, which orjson refuses, go through the
+    standard library."""
+    opts = _DUMP_OPTIONS | (orjson.OPT_INDENT_2 if indent else 0)
+    try:
+        return orjson.dumps(obj, default=_default, option=opts)
+    except TypeError:
+        pass
+    text = json.dumps(obj, default=_default, ensure_ascii=False, indent=2 if indent else None)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escaped, so the output stays valid UTF-8
+        return json.dumps(obj, default=_default, indent=2 if indent else None).encode()
