@@ -115,11 +115,16 @@ def test_threads_never_share_an_example(two_shards) -> None:
 
 
 def test_reuse_follows_the_access_pattern() -> None:
-    u = blocks.Reuse()
+    u = blocks.Reuse(cache_bytes=100_000)
+    u.decoded(1_000)  # the cache holds about 100 blocks
     for b in range(500):  # in order: no block comes back
         u.note((0, b), cached=False)
     assert not u.worth_keeping
-    for _ in range(3):  # the same few blocks again and again
+    for _ in range(3):  # the same 50 blocks again and again: they would stay in the cache
         for b in range(50):
             u.note((0, b), cached=False)
     assert u.worth_keeping
+    for _ in range(3):  # 1,000 blocks in turn: each comes back after the cache dropped it
+        for b in range(1_000):
+            u.note((1, b), cached=False)
+    assert not u.worth_keeping

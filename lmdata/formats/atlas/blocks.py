@@ -19,7 +19,7 @@ from typing import Any
 
 TAKEN = object()  # an example already handed to a caller: a later read makes a fresh one
 MAX_HOT = 64  # blocks a thread keeps decoded (one per shard, the least recent dropped)
-_SEEN_KEYS = 1 << 16  # recently decoded blocks remembered (keys only) to measure reuse
+_SEEN_KEYS = 1 << 16  # at most this many recent blocks remembered (keys only) for Reuse
 _KEEP_RATE = 0.25  # pickle blocks for the cache while at least this share of reads reuse
 _EMPTY: list[Any] = []
 
@@ -50,13 +50,22 @@ class PerThread(threading.local):
 
 
 class Reuse:
-    """The share of recent block look-ups that came back to a block decoded before (cached or
-    not), as a moving average over about 64 look-ups; callers hold the reader's lock."""
+    """The share of recent block look-ups that the cache could have served: ones that came back
+    to a block seen within the last as many blocks as the cache holds (so on a dataset far
+    larger than the cache, where kept blocks would be evicted before they are read again, the
+    share stays low and nothing is pickled for nothing). A moving average over about 64
+    look-ups; callers hold the reader's lock."""
 
-    def __init__(self, keys: int = _SEEN_KEYS) -> None:
+    def __init__(self, cache_bytes: int) -> None:
         self._seen: OrderedDict[Hashable, None] = OrderedDict()
-        self._keys = keys
+        self._cache_bytes = cache_bytes
+        self._block_bytes = 0.0  # average pickled size of a block, learnt from decodes
         self.rate = 0.0
+
+    def decoded(self, nbytes: int) -> None:
+        """Note the pickled size of a block just decoded."""
+        b = self._block_bytes
+        self._block_bytes = float(nbytes) if b == 0 else b + (nbytes - b) / 64
 
     def note(self, key: Hashable, cached: bool) -> None:
         known = key in self._seen
@@ -64,7 +73,8 @@ class Reuse:
             self._seen.move_to_end(key)
         else:
             self._seen[key] = None
-            if len(self._seen) > self._keys:
+            reach = min(_SEEN_KEYS, int(self._cache_bytes // max(self._block_bytes, 1.0)))
+            while len(self._seen) > max(reach, 1):
                 self._seen.popitem(last=False)
         self.rate += ((1.0 if cached or known else 0.0) - self.rate) / 64
 

@@ -109,7 +109,7 @@ class Atlas:
         self._codecs: dict[int, tuple[bool, int, str | None]] = {}
         # examples of blocks read before, one pickle each, in the process-wide byte cache
         self._slot = new_slot(self.cache_bytes)
-        self._reuse = Reuse()
+        self._reuse = Reuse(self.cache_bytes)
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -447,7 +447,9 @@ class Atlas:
         if pickled is not None and pickled[j] is not None:
             return unpickle(pickled[j])
         in_order = h is not None and h.block == b - 1
-        items = self._decode_raw(s, b, self._raw(s, b, in_order))[0]
+        items, nbytes = self._decode_raw(s, b, self._raw(s, b, in_order))
+        with self._lock:
+            self._reuse.decoded(nbytes)
         new = Hot(b, i - j, items)
         if self._keeping():  # its pickle, made before the caller can change it
             kept = pickle_one(items[j])
@@ -487,7 +489,9 @@ class Atlas:
                 for k, j in members:
                     out[k] = unpickle(pickled[j])  # type: ignore[arg-type]
                 continue
-            items = self._decode_raw(*key, self._raw(*key, False))[0]
+            items, nbytes = self._decode_raw(*key, self._raw(*key, False))
+            with self._lock:
+                self._reuse.decoded(nbytes)
             if self._keeping():
                 pickled, total = pickle_block(items, {})
                 if total:
