@@ -60,12 +60,14 @@ class Reuse:
         self._seen: OrderedDict[Hashable, None] = OrderedDict()
         self._cache_bytes = cache_bytes
         self._block_bytes = 0.0  # average pickled size of a block, learnt from decodes
+        self._reach = 1  # blocks the cache holds, by that average
         self.rate = 0.0
 
     def decoded(self, nbytes: int) -> None:
         """Note the pickled size of a block just decoded."""
         b = self._block_bytes
-        self._block_bytes = float(nbytes) if b == 0 else b + (nbytes - b) / 64
+        b = self._block_bytes = float(nbytes) if b == 0 else b + (nbytes - b) / 64
+        self._reach = max(1, min(_SEEN_KEYS, int(self._cache_bytes // max(b, 1.0))))
 
     def note(self, key: Hashable, cached: bool) -> None:
         known = key in self._seen
@@ -73,8 +75,7 @@ class Reuse:
             self._seen.move_to_end(key)
         else:
             self._seen[key] = None
-            reach = min(_SEEN_KEYS, int(self._cache_bytes // max(self._block_bytes, 1.0)))
-            while len(self._seen) > max(reach, 1):
+            while len(self._seen) > self._reach:
                 self._seen.popitem(last=False)
         self.rate += ((1.0 if cached or known else 0.0) - self.rate) / 64
 

@@ -413,7 +413,7 @@ class Atlas:
 
     def _retire(self, s: int, h: Hot) -> None:
         """Keep what is left of a block in the cache as pickles, when blocks are worth it."""
-        if (h.kept or any(x is not TAKEN for x in h.items)) and self._keeping():
+        if self._keeping() and (h.kept or any(x is not TAKEN for x in h.items)):
             pickled, nbytes = pickle_block(h.items, h.kept)
             if nbytes:
                 self._slot.put((s, h.block), pickled, nbytes)
