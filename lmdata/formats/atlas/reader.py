@@ -37,7 +37,7 @@ from lmdata.formats.atlas.meta import DATA, DICT, INDEX, Strategy, find_shards
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import LocalStore, new_slot, resolve
 
-DEFAULT_CACHE_BYTES = 64 << 20  # decompressed bytes of blocks kept for later reads
+DEFAULT_CACHE_BYTES = 64 << 20  # pickled examples of earlier blocks kept for later reads
 MAX_OPEN_FILES = 64
 _READ_AHEAD = 8 << 20  # sequential iteration reads this many bytes of blocks per pread
 _GET_AHEAD = 1 << 20  # r[i] in order reads this many bytes of blocks per pread
@@ -50,8 +50,10 @@ class Atlas:
     Each example is returned exactly as it was pickled (dicts for JSON-like data), and a fresh
     object every time, so changing it never changes later reads. ``allow_unsafe_pickle=True``
     trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
-    ``cache_bytes`` bounds the decoded blocks kept between reads. ``compression_dict`` gives
-    the shared dictionary's bytes (a shard opened on its own, away from its dataset root).
+    ``cache_bytes`` bounds the examples of earlier blocks kept between reads (as pickles; each
+    thread's current block of every shard is kept decoded regardless, see :mod:`.blocks`).
+    ``compression_dict`` gives the shared dictionary's bytes (a shard opened on its own, away
+    from its dataset root).
     """
 
     format = "atlas"
