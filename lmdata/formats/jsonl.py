@@ -1,25 +1,25 @@
 """Plain JSONL (``*.jsonl``, ``*.ndjson``): one JSON value per line, no index file.
 
-Opening scans the file once (every line must be JSON) and keeps the line offsets in memory;
-reads then go through the same memory-mapped reader as Modalities' indexed JSONL. Lines are
+Opening scans the file once (every line must be JSON; an object store's in ranged windows)
+and keeps the line offsets in memory; reads then go through the same reader as Modalities'
+indexed JSONL (memory-mapped locally, ranged reads on object stores). Lines are
 split on ``\\n`` only, so U+2028 and friends inside strings are not line breaks.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, detector
-from lmdata.formats.modalities_jsonl.index import scan
-from lmdata.formats.modalities_jsonl.lines import default_index_path, shown_path
-from lmdata.formats.modalities_jsonl.reader import JsonlDocuments, open_data
+from lmdata.formats.modalities_jsonl.index import scan, scan_object
+from lmdata.formats.modalities_jsonl.lines import data_object, default_index_path, shown_path
+from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
 from lmdata.formats.modalities_jsonl.writer import dumps_line
-from lmdata.storage import AtomicWriter, LocalOutput, disk_usage, resolve
+from lmdata.storage import AtomicWriter, disk_usage, resolve
 
 SUFFIXES = (".jsonl", ".ndjson")
 
@@ -46,11 +46,11 @@ class JsonlFile(JsonlDocuments):
         storage_options: dict[str, Any] | None = None,
         **_: Any,
     ) -> None:
-        self.store, self.key, _, _ = open_data(path, None, storage_options)
+        self.store, self.key = data_object(path, storage_options)
         self.path = shown_path(self.store, self.key)
         self.index_path = default_index_path(self.path)
         self.file_size = self.store.size(self.key)
-        offsets, lengths, _skipped = scan(path, storage_options=storage_options)
+        offsets, lengths, _skipped = scan_object(self.store, self.key)
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self._buf: Any = None
@@ -76,12 +76,8 @@ class Writer(AtomicWriter):
     ) -> None:
         store, key = resolve(path, storage_options)
         self._out = store.output(key, directory=False, overwrite=overwrite)
-        if isinstance(self._out, LocalOutput):
-            self.path: Path | str = Path(self._out.dest)
-            self._f = Path(self._out.tmp).open("wb", buffering=1 << 20)
-        else:
-            self.path = store.url(key)
-            self._f = self._out.open_write("")
+        self.path = store.url(self._out.dest)
+        self._f = self._out.open_write("")
         self.documents = 0
 
     def write(self, record: Any) -> None:

@@ -284,3 +284,16 @@ def test_take_decodes_each_needed_block_once(tmp_path: Path) -> None:
     idx = [95, 3, 41, 7, 99, 45, 0, 3, 90]
     assert r.take(idx) == [ex[i] for i in idx]
     assert sorted(reads) == [(0, 0), (1, 0), (2, 1)]
+
+
+def test_writer_takes_storage_options_like_the_other_writers(tmp_path: Path) -> None:
+    url = f"memory://{tmp_path.name}/atlas-opts"
+    opts = {"use_listings_cache": False}
+    w = atlas.Writer(url, storage_options=opts, shard_size=3, block_size=2)
+    assert w._remote is not None and w._remote.store.storage_options == opts
+    with w:
+        for i in range(7):
+            w.write({"i": i})
+    assert [x["i"] for x in lmdata.open(url)] == list(range(7))
+    with pytest.raises(InvalidInputError, match="URLs"):
+        atlas.Writer(tmp_path / "local", storage_options=opts)

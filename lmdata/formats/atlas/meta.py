@@ -1,4 +1,5 @@
-"""Atlas metadata: the root and shard ``meta.json`` files, parsed and checked in one place.
+"""Atlas metadata: the root and shard ``meta.json`` files, parsed and checked in one place, and
+finding the shard folders of a dataset.
 
 The origin (torch-atlas-ds) builds ``NamedTuple``s from these files with ``Cls(**json)``, so it
 rejects any extra key; we read extra keys (and report them in ``validate``) but never write any.
@@ -11,6 +12,7 @@ import enum
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
@@ -306,3 +308,77 @@ def replace_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard folder as found at open: its number, folder and parsed meta."""
+
+    number: int
+    folder: PurePath  # a local Path, or a key of an object store
+    meta: ShardMeta
+
+
+def find_shards(
+    root: PurePath, store: Store | None = None
+) -> tuple[DatasetMeta | None, list[ShardInfo], PurePath | None]:
+    """(root meta, shards, folder holding the shared dictionary) for a dataset root or for a
+    single shard folder (whose shared dictionary, if any, is its parent's)."""
+    store = store or LocalStore()
+    d = read_json(root / "meta.json", store)
+    if "stored_examples" in d:  # a shard folder opened on its own
+        meta = ShardMeta.from_dict(d, root / "meta.json")
+        return None, [ShardInfo(0, root, meta)], root.parent
+    dmeta = DatasetMeta.from_dict(d, root / "meta.json")
+    found = shard_dirs(root, store)
+    _check_shard_list(root, dmeta, [n for n, _ in found], store)
+    shards = [ShardInfo(n, f, ShardMeta.read(f, store)) for n, f in found]
+    for sh, listed in zip(shards, dmeta.shard_sizes, strict=True):
+        if sh.meta.stored_examples != listed:
+            raise CorruptDataError(
+                f"stored_examples is {sh.meta.stored_examples} but the root meta.json's "
+                f"shard_sizes lists {listed} for this shard; the shard or the root meta.json "
+                "is damaged (restore the shard, or rewrite the dataset)",
+                path=sh.folder / "meta.json",
+                position=f"shard {sh.folder.name}",
+            )
+    return dmeta, shards, root
+
+
+def _check_shard_list(root: PurePath, dmeta: DatasetMeta, numbers: list[int], store: Store) -> None:
+    """The shard folders found must be exactly 0..n-1 for the n shards the root meta lists;
+    a missing one would silently drop its examples."""
+    listed = len(dmeta.shard_sizes)
+    if numbers == list(range(listed)):
+        return
+    have = set(numbers)
+    missing = [n for n in range(listed) if n not in have]
+    if missing:
+        n = missing[0]
+        others = f" ({len(missing) - 1} more shards are missing)" if len(missing) > 1 else ""
+        not_dirs = [root / e for e in store.list(str(root)) if is_shard_name(e) and int(e) == n]
+        what = (
+            f"{not_dirs[0].name} is not a folder"
+            if not_dirs
+            else f"there is no shard folder numbered {n}"
+        )
+        raise CorruptDataError(
+            f"missing shard: the root meta.json lists {listed} shards (shard_sizes "
+            f"{_short(dmeta.shard_sizes)}) but {what}{others}; restore the shard or rewrite "
+            "the dataset",
+            path=not_dirs[0] if not_dirs else root / str(n),
+            position=f"shard {n}",
+        )
+    extra = [n for n in numbers if n >= listed]
+    raise CorruptDataError(
+        f"unlisted shard: the root meta.json lists {listed} shards "
+        f"(shard_sizes {_short(dmeta.shard_sizes)}) but shard folder {extra[0]} exists too; "
+        "remove the stale folder or rewrite the dataset",
+        path=root / str(extra[0]),
+        position=f"shard {extra[0]}",
+    )
+
+
+def _short(sizes: Sequence[int]) -> str:
+    shown = ", ".join(str(s) for s in sizes[:8])
+    return f"[{shown}{', ...' if len(sizes) > 8 else ''}]"

@@ -2,9 +2,9 @@
 
 Fixes over the origin's reader: positional reads through the store (``pread`` locally), so
 workers forked after the parent has read get correct examples; an allow-list unpickler unless
-the file is trusted; a bound on the decompressed size of a block; a bounded block cache that
-never hands the same object out twice; correct negative indices; ``take`` that decodes each
-needed block once.
+the file is trusted; a bound on the decompressed size of a block; a block cache (see
+:mod:`.blocks`) that never hands the same object out twice; correct negative indices; ``take``
+that decodes each needed block once; reading ahead when ``r[i]`` goes in order.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import os
 import threading
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
@@ -24,115 +23,25 @@ import zstandard
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats.atlas import codec
-from lmdata.formats.atlas.meta import (
-    DATA,
-    DICT,
-    INDEX,
-    DatasetMeta,
-    ShardMeta,
-    Strategy,
-    is_shard_name,
-    read_json,
-    shard_dirs,
+from lmdata.formats.atlas.blocks import (
+    MAX_HOT,
+    TAKEN,
+    Hot,
+    PerThread,
+    Reuse,
+    pickle_block,
+    pickle_one,
+    unpickle,
 )
+from lmdata.formats.atlas.meta import DATA, DICT, INDEX, Strategy, find_shards
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import LocalStore, Store, new_slot, resolve
+from lmdata.storage import LocalStore, new_slot, resolve
 
-DEFAULT_CACHE_BYTES = 64 << 20  # decompressed bytes of blocks kept for later reads
+DEFAULT_CACHE_BYTES = 64 << 20  # pickled examples of earlier blocks kept for later reads
 MAX_OPEN_FILES = 64
 _READ_AHEAD = 8 << 20  # sequential iteration reads this many bytes of blocks per pread
-_TAKEN = object()  # a cache slot whose example was already handed to a caller
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """One shard folder as found at open: its number, folder and parsed meta."""
-
-    number: int
-    folder: PurePath  # a local Path, or a key of an object store
-    meta: ShardMeta
-
-
-class _Entry:
-    """A decoded block in the cache; each example is handed out once, then re-decoded."""
-
-    __slots__ = ("items", "nbytes", "remaining")
-
-    def __init__(self, items: list[Any], nbytes: int) -> None:
-        self.items = items
-        self.remaining = len(items)
-        self.nbytes = nbytes
-
-    def pop(self, j: int) -> Any:
-        item = self.items[j]
-        self.items[j] = _TAKEN
-        self.remaining -= 1
-        return item
-
-
-def find_shards(
-    root: PurePath, store: Store | None = None
-) -> tuple[DatasetMeta | None, list[ShardInfo], PurePath | None]:
-    """(root meta, shards, folder holding the shared dictionary) for a dataset root or for a
-    single shard folder (whose shared dictionary, if any, is its parent's)."""
-    store = store or LocalStore()
-    d = read_json(root / "meta.json", store)
-    if "stored_examples" in d:  # a shard folder opened on its own
-        meta = ShardMeta.from_dict(d, root / "meta.json")
-        return None, [ShardInfo(0, root, meta)], root.parent
-    dmeta = DatasetMeta.from_dict(d, root / "meta.json")
-    found = shard_dirs(root, store)
-    _check_shard_list(root, dmeta, [n for n, _ in found], store)
-    shards = [ShardInfo(n, f, ShardMeta.read(f, store)) for n, f in found]
-    for sh, listed in zip(shards, dmeta.shard_sizes, strict=True):
-        if sh.meta.stored_examples != listed:
-            raise CorruptDataError(
-                f"stored_examples is {sh.meta.stored_examples} but the root meta.json's "
-                f"shard_sizes lists {listed} for this shard; the shard or the root meta.json "
-                "is damaged (restore the shard, or rewrite the dataset)",
-                path=sh.folder / "meta.json",
-                position=f"shard {sh.folder.name}",
-            )
-    return dmeta, shards, root
-
-
-def _check_shard_list(root: PurePath, dmeta: DatasetMeta, numbers: list[int], store: Store) -> None:
-    """The shard folders found must be exactly 0..n-1 for the n shards the root meta lists;
-    a missing one would silently drop its examples."""
-    listed = len(dmeta.shard_sizes)
-    if numbers == list(range(listed)):
-        return
-    have = set(numbers)
-    missing = [n for n in range(listed) if n not in have]
-    if missing:
-        n = missing[0]
-        others = f" ({len(missing) - 1} more shards are missing)" if len(missing) > 1 else ""
-        not_dirs = [root / e for e in store.list(str(root)) if is_shard_name(e) and int(e) == n]
-        what = (
-            f"{not_dirs[0].name} is not a folder"
-            if not_dirs
-            else f"there is no shard folder numbered {n}"
-        )
-        raise CorruptDataError(
-            f"missing shard: the root meta.json lists {listed} shards (shard_sizes "
-            f"{_short(dmeta.shard_sizes)}) but {what}{others}; restore the shard or rewrite "
-            "the dataset",
-            path=not_dirs[0] if not_dirs else root / str(n),
-            position=f"shard {n}",
-        )
-    extra = [n for n in numbers if n >= listed]
-    raise CorruptDataError(
-        f"unlisted shard: the root meta.json lists {listed} shards "
-        f"(shard_sizes {_short(dmeta.shard_sizes)}) but shard folder {extra[0]} exists too; "
-        "remove the stale folder or rewrite the dataset",
-        path=root / str(extra[0]),
-        position=f"shard {extra[0]}",
-    )
-
-
-def _short(sizes: Sequence[int]) -> str:
-    shown = ", ".join(str(s) for s in sizes[:8])
-    return f"[{shown}{', ...' if len(sizes) > 8 else ''}]"
+_GET_AHEAD = 1 << 20  # r[i] in order reads this many bytes of blocks per pread
+_GET_AHEAD_BLOCKS = 256
 
 
 class Atlas:
@@ -141,8 +50,10 @@ class Atlas:
     Each example is returned exactly as it was pickled (dicts for JSON-like data), and a fresh
     object every time, so changing it never changes later reads. ``allow_unsafe_pickle=True``
     trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
-    ``cache_bytes`` bounds the decoded blocks kept between reads. ``compression_dict`` gives
-    the shared dictionary's bytes (a shard opened on its own, away from its dataset root).
+    ``cache_bytes`` bounds the examples of earlier blocks kept between reads (as pickles; each
+    thread's current block of every shard is kept decoded regardless, see :mod:`.blocks`).
+    ``compression_dict`` gives the shared dictionary's bytes (a shard opened on its own, away
+    from its dataset root).
     """
 
     format = "atlas"
@@ -193,12 +104,14 @@ class Atlas:
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._local = PerThread()
         self._sizes: dict[int, int] = {}  # shard -> bytes in data.bin
         self._index: dict[int, np.ndarray] = {}
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
-        # decoded blocks (_Entry) in the process-wide byte cache, at most cache_bytes of them
+        self._codecs: dict[int, tuple[bool, int, str | None]] = {}
+        # examples of blocks read before, one pickle each, in the process-wide byte cache
         self._slot = new_slot(self.cache_bytes)
+        self._reuse = Reuse(self.cache_bytes)
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -238,6 +151,7 @@ class Atlas:
             self._sizes.clear()
             self._slot.clear()
             self._index.clear()
+            self._local = PerThread()  # every thread's decoded blocks go with it
 
     @property
     def _cached_bytes(self) -> int:
@@ -333,9 +247,7 @@ class Atlas:
 
     def _decompressor(self, s: int) -> zstandard.ZstdDecompressor:
         """This thread's decompressor for shard ``s`` (instances are not thread-safe)."""
-        by_shard = getattr(self._local, "by_shard", None)
-        if by_shard is None:
-            by_shard = self._local.by_shard = {}
+        by_shard = self._local.by_shard
         dctx = by_shard.get(s)
         if dctx is None:
             with self._lock:
@@ -346,9 +258,7 @@ class Atlas:
         # One per thread and dictionary, shared by the shards using that dictionary.
         d = self._dict_for(s)
         key = None if d is None else id(d)
-        per_thread = getattr(self._local, "dctx", None)
-        if per_thread is None:
-            per_thread = self._local.dctx = {}
+        per_thread = self._local.dctx
         dctx = per_thread.get(key)
         if dctx is None:
             try:
@@ -404,24 +314,35 @@ class Atlas:
             )
         return raw
 
+    def _codec(self, s: int) -> tuple[bool, int, str | None]:
+        """(compressed, dictionary id, dictionary path) of shard ``s``, worked out once."""
+        c = self._codecs.get(s)
+        if c is None:
+            if self.shards[s].meta.compression_strategy == Strategy.NO_COMPRESSION:
+                c = (False, 0, None)
+            else:
+                d = self._dict_for(s)
+                c = (True, 0, None) if d is None else (True, d.dict_id(), str(self._dict_path(s)))
+            self._codecs[s] = c
+        return c
+
     def _decode_raw(self, s: int, b: int, raw: bytes) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
-        sh = self.shards[s]
         where = self._where(s, b)
         path = self._data_paths[s]
-        if sh.meta.compression_strategy != Strategy.NO_COMPRESSION:
-            d = self._dict_for(s)
+        compressed, dict_id, dict_path = self._codec(s)
+        if compressed:
             raw = codec.decompress_block(
                 raw,
                 self._decompressor(s),
                 self.max_block_bytes,
                 where,
                 path,
-                dict_id=d.dict_id() if d is not None else 0,
-                dict_path=str(self._dict_path(s)) if d is not None else None,
+                dict_id=dict_id,
+                dict_path=dict_path,
             )
         items = codec.unpickle_block(
-            raw, sh.meta.block_len(b), where, path, self.allow_unsafe_pickle
+            raw, self.shards[s].meta.block_len(b), where, path, self.allow_unsafe_pickle
         )
         return items, len(raw)
 
@@ -429,26 +350,75 @@ class Atlas:
         """(examples, pickled size) of block ``b`` of shard ``s``."""
         return self._decode_raw(s, b, self._read_raw(s, b))
 
+    def _raw(self, s: int, b: int, in_order: bool) -> bytes:
+        """The stored bytes of block ``b`` of shard ``s``: from this thread's read-ahead of the
+        shard, or read ahead now when reads go in order, or one ranged read."""
+        ahead = self._local.ahead
+        got = ahead.get(s)
+        if got is not None:
+            first, offs, buf = got
+            k = b - first
+            if 0 <= k < len(offs) - 1:
+                return buf[offs[k] - offs[0] : offs[k + 1] - offs[0]]
+            del ahead[s]
+        if in_order:
+            got = self._read_ahead(s, b)
+            if got is not None:
+                ahead[s] = got
+                offs, buf = got[1], got[2]
+                return buf[: offs[1] - offs[0]]
+        return self._read_raw(s, b)
+
+    def _read_ahead(self, s: int, b: int) -> tuple[int, list[int], bytes] | None:
+        """(b, offsets, bytes) of blocks b, b+1, ... of shard ``s``, about _GET_AHEAD bytes in
+        one read; None where the index looks damaged (the one-block read says precisely how)."""
+        with self._lock:
+            idx = self._shard_index(s)
+            size = self._size(s)
+        offs = np.asarray(idx[b : b + _GET_AHEAD_BLOCKS + 1], dtype=np.int64)
+        offs = offs[: max(2, int(np.searchsorted(offs, offs[0] + _GET_AHEAD, side="right")))]
+        steps = np.diff(offs)
+        if offs[0] < 0 or offs[-1] > size or steps.min() < 0 or steps.max() > self.max_block_bytes:
+            return None
+        start, stop = int(offs[0]), int(offs[-1])
+        buf = self.store.read_range(self._data_paths[s], start, stop - start)
+        if len(buf) != stop - start:
+            return None
+        return b, offs.tolist(), buf
+
     def _locate(self, i: int) -> tuple[int, int, int]:
         s = bisect_right(self._ends_list, i)
         b, j = divmod(i - self._starts_list[s], self._block_sizes[s])
         return s, b, j
 
-    def _cache_put(self, key: tuple[int, int], entry: _Entry) -> None:
-        """Keep the untaken rest of a block (caller holds the lock); evict least recent."""
-        self._slot.pop(key)
-        if entry.remaining:
-            self._slot.put(key, entry, entry.nbytes)
+    def _cached(self, key: tuple[int, int]) -> list[bytes | None] | None:
+        """The cache's pickles of a block's examples, noting the look-up for :class:`Reuse`."""
+        pickled = self._slot.peek(key)
+        with self._lock:
+            self._reuse.note(key, pickled is not None)
+        return pickled  # type: ignore[no-any-return]
 
-    def _cache_pop(self, key: tuple[int, int], j: int) -> Any:
-        """Example ``j`` of a cached block, or _TAKEN (caller holds the lock)."""
-        entry = self._slot.peek(key)  # no age refresh: blocks are consumed, not re-read
-        if entry is None or entry.items[j] is _TAKEN:
-            return _TAKEN
-        item = entry.pop(j)
-        if entry.remaining == 0:
-            self._slot.pop(key)
-        return item
+    def _keeping(self) -> bool:
+        """Whether blocks are worth pickling into the cache now."""
+        return self.cache_bytes != 0 and self._reuse.worth_keeping
+
+    def _make_hot(self, s: int, h: Hot) -> None:
+        """Make ``h`` this thread's block of shard ``s``; the one it replaces is retired."""
+        hot = self._local.hot
+        old = hot.pop(s, None)
+        hot[s] = h
+        if old is not None:
+            self._retire(s, old)
+        if len(hot) > MAX_HOT:
+            s0, h0 = hot.popitem(last=False)
+            self._retire(s0, h0)
+
+    def _retire(self, s: int, h: Hot) -> None:
+        """Keep what is left of a block in the cache as pickles, when blocks are worth it."""
+        if self._keeping() and (h.kept or any(x is not TAKEN for x in h.items)):
+            pickled, nbytes = pickle_block(h.items, h.kept)
+            if nbytes:
+                self._slot.put((s, h.block), pickled, nbytes)
 
     # ---- the Records protocol --------------------------------------------------------------
 
@@ -456,18 +426,41 @@ class Atlas:
         return self._len
 
     def __getitem__(self, index: int) -> Any:
+        if type(index) is int:  # the block this thread read last: a list lookup
+            lo, n, items = self._local.last
+            j = index - lo
+            if 0 <= j < n:
+                item = items[j]
+                if item is not TAKEN:
+                    items[j] = TAKEN
+                    return item
+        return self._get(index)
+
+    def _get(self, index: int) -> Any:
         self._check_pid()
         i = normalize_index(index, self._len)
         s, b, j = self._locate(i)
+        loc = self._local
+        h = loc.hot.get(s)
+        if h is not None and h.block == b and h.items[j] is not TAKEN:
+            loc.last = (h.lo, len(h.items), h.items)
+            return self[i]
+        pickled = self._cached((s, b))
+        if pickled is not None and pickled[j] is not None:
+            return unpickle(pickled[j])
+        in_order = h is not None and h.block == b - 1
+        items, nbytes = self._decode_raw(s, b, self._raw(s, b, in_order))
         with self._lock:
-            item = self._cache_pop((s, b), j)
-        if item is not _TAKEN:
-            return item
-        items, nbytes = self._read_block(s, b)
-        entry = _Entry(items, nbytes)
-        item = entry.pop(j)
-        with self._lock:
-            self._cache_put((s, b), entry)
+            self._reuse.decoded(nbytes)
+        new = Hot(b, i - j, items)
+        if self._keeping():  # its pickle, made before the caller can change it
+            kept = pickle_one(items[j])
+            if kept is not None:
+                new.kept[j] = kept
+        item = items[j]
+        items[j] = TAKEN
+        self._make_hot(s, new)
+        loc.last = (new.lo, len(items), items)
         return item
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
@@ -486,25 +479,39 @@ class Atlas:
             zip(shard.tolist(), block.tolist(), pos.tolist(), strict=True)
         ):
             groups.setdefault((s, b), []).append((k, j))
+        hot = self._local.hot
         for key, members in sorted(groups.items()):
+            h = hot.get(key[0])
+            if h is not None and h.block == key[1]:
+                if all(h.items[j] is not TAKEN for _, j in members):
+                    self._hand_out(h.items, members, out)
+                    continue
+            pickled = self._cached(key)
+            if pickled is not None and all(pickled[j] is not None for _, j in members):
+                for k, j in members:
+                    out[k] = unpickle(pickled[j])  # type: ignore[arg-type]
+                continue
+            items, nbytes = self._decode_raw(*key, self._raw(*key, False))
             with self._lock:
-                entry = self._slot.get(key)
-                usable = entry is not None and all(entry.items[j] is not _TAKEN for _, j in members)
-                if usable:
-                    self._slot.pop(key)
-            if not usable:
-                items, nbytes = self._read_block(*key)
-                entry = _Entry(items, nbytes)
-            first: dict[int, int] = {}
-            for k, j in members:
-                if j in first:  # the same example twice in one call: a separate copy
-                    out[k] = copy.deepcopy(out[first[j]])
-                else:
-                    first[j] = k
-                    out[k] = entry.pop(j)
-            with self._lock:
-                self._cache_put(key, entry)
+                self._reuse.decoded(nbytes)
+            if self._keeping():
+                pickled, total = pickle_block(items, {})
+                if total:
+                    self._slot.put(key, pickled, total)
+            self._hand_out(items, members, out)
         return out
+
+    @staticmethod
+    def _hand_out(items: list[Any], members: list[tuple[int, int]], out: list[Any]) -> None:
+        """Examples ``j`` of a decoded block into ``out[k]``; the same one twice is copied."""
+        first: dict[int, int] = {}
+        for k, j in members:
+            if j in first:
+                out[k] = copy.deepcopy(out[first[j]])
+            else:
+                first[j] = k
+                out[k] = items[j]
+                items[j] = TAKEN
 
     def __iter__(self) -> Iterator[Any]:
         """Every example in order, reading several blocks per system call."""

@@ -236,6 +236,8 @@ class Writer(AtomicWriter):
     the origin's meaning. ``compression_dict`` supplies the shared dictionary instead of training
     one. ``workers`` threads compress blocks. ``append=True`` adds shards to the dataset at
     ``path``, keeping its strategy, shared dictionary, level and block size unless given.
+    ``storage_options`` are fsspec's options for a URL ``path`` (``s3://...``), as for every
+    writer.
 
     Examples must be plain data (dicts, lists, tuples, sets, str, bytes, numbers, None, numpy
     arrays and scalars), which readers load safely; anything else (a ``datetime``, an instance
@@ -262,6 +264,7 @@ class Writer(AtomicWriter):
         overwrite: bool = False,
         allow_unsafe_pickle: bool = False,
         provenance: dict[str, Any] | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if shard_size is not None and (
             isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1
@@ -309,6 +312,7 @@ class Writer(AtomicWriter):
                 compression_dict_size,
                 compression_dict,
                 overwrite,
+                storage_options,
             )
         self._open_shard()
 
@@ -323,6 +327,7 @@ class Writer(AtomicWriter):
         fraction: float | None,
         shared: bytes | None,
         overwrite: bool,
+        storage_options: dict[str, Any] | None,
     ) -> None:
         self.strategy = parse_strategy(
             Strategy.SHARED_DICTIONARY_COMPRESSION if strategy is None else strategy
@@ -339,7 +344,7 @@ class Writer(AtomicWriter):
             # dictionary to the root afterwards.
             self._train_shard0 = self.strategy == Strategy.SHARED_DICTIONARY_COMPRESSION
         self._check_level()
-        store, key = resolve(path)
+        store, key = resolve(path, storage_options)
         if isinstance(store, LocalStore):
             self._out = AtomicOutput(key, directory=True, overwrite=overwrite, what="atlas")
             self.path = self._out.dest

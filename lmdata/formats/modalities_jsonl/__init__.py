@@ -9,19 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from lmdata._report import ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, detector
-from lmdata.formats.modalities_jsonl.checks import unindexed_problems
+from lmdata.formats.modalities_jsonl.checks import index_problems
 from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
-from lmdata.formats.modalities_jsonl.lines import (
-    default_index_path,
-    iter_lines,
-    loads,
-    map_object,
-    release,
-    shown_path,
-)
+from lmdata.formats.modalities_jsonl.lines import default_index_path, shown_path
 from lmdata.formats.modalities_jsonl.reader import JsonlDocuments, open_data, read_index
 from lmdata.formats.modalities_jsonl.writer import Writer
 from lmdata.storage import disk_usage, resolve
@@ -62,9 +54,7 @@ def open(path: str | os.PathLike[str], **options: Any) -> JsonlDocuments:
 def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     options.pop("split", None)
     with JsonlDocuments(path, **options) as r:
-        _, _, istore, ikey = open_data(
-            path, options.get("index_path"), options.get("storage_options")
-        )
+        istore, ikey = r.index_store, r.index_key
         return {
             "format": "modalities-jsonl",
             "path": r.store.url(r.key),
@@ -92,50 +82,7 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
         )
     except LmdataError as e:
         return [str(e)]
-    p, idx_path = shown_path(store, key), shown_path(istore, ikey)
-    rep = ProblemReport()
-    add = rep.add
-    buf = map_object(store, key)
-    try:
-        lines = {off: (lineno, ln) for lineno, off, ln in iter_lines(buf)}
-        indexed: set[int] = set()
-        entries = zip(index.offsets.tolist(), index.lengths.tolist(), strict=True)
-        for i, (off, ln) in enumerate(entries):
-            where = f"{idx_path.name} entry {i}"
-            line = lines.get(off)
-            if line is None:
-                add("start", f"{where}: offset {off} is not the start of a line")
-                continue
-            lineno, true_len = line
-            indexed.add(off)
-            if ln != true_len:
-                add(
-                    "length",
-                    f"{where}: length {ln}, but line {lineno} has {true_len} bytes "
-                    "(without its newline)",
-                )
-                continue
-            try:
-                loads(buf[off : off + ln] if buf is not None else b"")
-            except ValueError as e:
-                add("json", f"{p.name} line {lineno} (byte {off}): indexed but not JSON ({e})")
-        for off, (lineno, ln) in lines.items():
-            if off in indexed:
-                continue
-            try:
-                loads(buf[off : off + ln] if buf is not None else b"")
-            except ValueError:
-                continue  # left out on purpose (--skip-invalid)
-            add(
-                "missing",
-                f"{p.name} line {lineno} (byte {off}): valid JSON but missing from "
-                f"the index; rebuild it with `lmdata index --overwrite {p}`",
-            )
-        for msg in unindexed_problems(p, idx_path, index, buf):
-            add("unindexed", msg)
-    finally:
-        release(buf)
-    return rep.finish()
+    return index_problems(store, key, shown_path(istore, ikey), index)
 
 
 SPEC = FormatSpec(

@@ -1,34 +1,98 @@
-"""Checks of a JSONL file against its raw index beyond entry-by-entry agreement: data that no
-entry covers although nothing says it was left out on purpose."""
+"""Checking a JSONL file against its raw index, in one pass over the lines: every entry must
+be exactly one line that is JSON, every JSON line must be indexed, and nothing may follow
+the data or the index that no entry covers."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import contextlib
+from pathlib import PurePath
 
+import numpy as np
+
+from lmdata._report import ProblemReport
 from lmdata.formats._span_index import SpanIndex
-from lmdata.formats.modalities_jsonl.lines import LineError, loads
+from lmdata.formats.modalities_jsonl.lines import LineError, loads, read_lines, shown_path
+from lmdata.storage import Store
 
 
-def unindexed_problems(path: Path, index_path: Path, index: SpanIndex, buf: Any) -> list[str]:
-    """Bytes after the pickled index, and an unterminated last line that is neither JSON nor
-    indexed (a write cut short: ``--skip-invalid`` leaves out whole lines, not torn ones)."""
-    out = []
-    if index.trailing:
-        out.append(
-            f"{index_path.name}: {index.trailing} bytes follow the end of the pickled index; "
-            "every reader ignores them (rebuild the index with `lmdata index --overwrite`)"
+def _json_error(line: bytes) -> str | None:
+    try:
+        loads(line)
+    except LineError as e:
+        return str(e)
+    return None
+
+
+def index_problems(store: Store, key: str, index_path: PurePath, index: SpanIndex) -> list[str]:
+    """Every disagreement between object ``key`` and its ``index`` (already range-checked).
+
+    The lines are read once, in order (ranged windows on object stores), against the entries
+    sorted by offset, so memory holds the index, not a table of every line.
+    """
+    path = shown_path(store, key)
+    rep = ProblemReport()
+    order = np.argsort(index.offsets, kind="stable")
+    entries = order.tolist()
+    offs = index.offsets[order].tolist()
+    lens = index.lengths[order].tolist()
+    j, n = 0, len(offs)
+    tail: tuple[int, bytes] | None = None  # the last line, when no newline ends it
+    end = 0
+
+    def not_a_start(j: int) -> None:
+        rep.add(
+            "start",
+            f"{index_path.name} entry {entries[j]}: offset {offs[j]} is not the start of a line",
         )
-    size = len(buf) if buf is not None else 0
-    if size and buf[size - 1 : size] != b"\n":
-        start = buf.rfind(b"\n") + 1
-        if not (len(index) and int(index.offsets[-1]) == start):
-            try:
-                loads(buf[start:size])
-            except LineError:
-                out.append(
-                    f"{path.name}: the last {size - start} bytes (from byte {start}) are an "
-                    "unterminated line that is not JSON and not in the index: a write cut "
-                    "short? Remove them, or complete the line and rebuild the index"
+
+    with contextlib.closing(read_lines(store, key)) as lines:
+        for lineno, off, line in lines:
+            while j < n and offs[j] < off:
+                not_a_start(j)
+                j += 1
+            indexed, error = False, ""
+            while j < n and offs[j] == off:
+                where = f"{index_path.name} entry {entries[j]}"
+                indexed = True
+                if lens[j] != len(line):
+                    rep.add(
+                        "length",
+                        f"{where}: length {lens[j]}, but line {lineno} has {len(line)} bytes "
+                        "(without its newline)",
+                    )
+                else:
+                    error = error or _json_error(line) or ""
+                    if error:
+                        rep.add(
+                            "json",
+                            f"{path.name} line {lineno} (byte {off}): indexed but not JSON "
+                            f"({error})",
+                        )
+                j += 1
+            if not indexed and _json_error(line) is None:
+                rep.add(
+                    "missing",
+                    f"{path.name} line {lineno} (byte {off}): valid JSON but missing from "
+                    f"the index; rebuild it with `lmdata index --overwrite {path}`",
                 )
-    return out
+            end = off + len(line)
+            tail = None if indexed else (off, line)
+    for k in range(j, n):
+        not_a_start(k)
+    if index.trailing:
+        rep.add(
+            "trailing",
+            f"{index_path.name}: {index.trailing} bytes follow the end of the pickled index; "
+            "every reader ignores them (rebuild the index with `lmdata index --overwrite`)",
+        )
+    # an unterminated last line that is neither JSON nor indexed: a write cut short
+    # (--skip-invalid leaves out whole lines, not torn ones)
+    if tail is not None and end == store.size(key) and _json_error(tail[1]) is not None:
+        start, line = tail
+        rep.add(
+            "unindexed",
+            f"{path.name}: the last {len(line)} bytes (from byte {start}) are an "
+            "unterminated line that is not JSON and not in the index: a write cut "
+            "short? Remove them, or complete the line and rebuild the index",
+        )
+    return rep.finish()

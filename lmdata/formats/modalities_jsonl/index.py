@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,12 +20,10 @@ from lmdata.formats.modalities_jsonl.lines import (
     check,
     data_object,
     default_index_path,
-    iter_lines,
-    map_object,
-    release,
+    read_lines,
     shown_path,
 )
-from lmdata.storage import atomic_file, is_url, local_path, require_exists, resolve
+from lmdata.storage import Store, atomic_file, is_url, local_path, require_exists, resolve
 
 
 @dataclass(frozen=True)
@@ -57,18 +56,27 @@ def scan(
     ``progress`` is called with the number of bytes scanned so far, now and then.
     """
     store, key = data_object(path, storage_options)
+    return scan_object(store, key, skip_invalid=skip_invalid, progress=progress)
+
+
+def scan_object(
+    store: Store,
+    key: str,
+    *,
+    skip_invalid: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[int], list[int], list[SkippedLine]]:
+    """:func:`scan` of an object already resolved (memory for one window of it at a time)."""
     p = shown_path(store, key)
-    buf = map_object(store, key)
     offsets: list[int] = []
     lengths: list[int] = []
     skipped: list[SkippedLine] = []
-    try:
-        for lineno, off, ln in iter_lines(buf):
-            assert buf is not None
+    with contextlib.closing(read_lines(store, key)) as lines:
+        for lineno, off, line in lines:
             try:
-                check(buf[off : off + ln])
+                check(line)
             except LineError as e:
-                reason = "an empty line" if ln == 0 else f"not valid JSON ({e})"
+                reason = "an empty line" if not line else f"not valid JSON ({e})"
                 if not skip_invalid:
                     raise CorruptDataError(
                         f"{reason}; fix the line, or pass skip_invalid=True (--skip-invalid) "
@@ -79,11 +87,9 @@ def scan(
                 skipped.append(SkippedLine(lineno, off, reason))
                 continue
             offsets.append(off)
-            lengths.append(ln)
+            lengths.append(len(line))
             if progress is not None and lineno % 65536 == 0:
-                progress(off + ln)
-    finally:
-        release(buf)
+                progress(off + len(line))
     return offsets, lengths, skipped
 
 

@@ -50,17 +50,49 @@ def check(line: bytes) -> None:
         loads(line)
 
 
-def map_object(store: Store, key: str) -> mmap.mmap | bytes | None:
-    """All of object ``key`` for a scan: memory-mapped on local disk, fetched whole from an
-    object store (a scan needs every byte); None when it is empty. Free it with :func:`release`."""
+def read_lines(
+    store: Store, key: str, *, window: int | None = None
+) -> Iterator[tuple[int, int, bytes]]:
+    """(line number from 1, offset, bytes without the newline) of every line of object ``key``.
+
+    A local file is memory-mapped; an object store is read in ranged windows of ``window``
+    bytes (64 MiB by default), so an object of any size is scanned with memory for one window
+    (and its longest line), never fetched whole. Close the generator (``contextlib.closing``)
+    to free a mapping early.
+    """
+    window = window or _SCAN_BYTES
     buf = store.mmap(key)
-    if buf is None:
-        buf = store.read(key)
-    return buf if len(buf) else None
+    if buf is not None:
+        try:
+            for lineno, off, ln in iter_lines(buf if len(buf) else None):
+                yield lineno, off, buf[off : off + ln]
+        finally:
+            release(buf)
+        return
+    size = store.size(key)
+    lineno = pos = start = 0  # start: offset of the line being assembled
+    pending: list[bytes] = []  # its first pieces, from earlier windows
+    while pos < size:
+        chunk = store.read_range(key, pos, min(window, size - pos))
+        if not chunk:
+            break  # the object shrank while it was read
+        prev = 0
+        for i in np.flatnonzero(np.frombuffer(chunk, np.uint8) == 0x0A).tolist():
+            line = b"".join([*pending, chunk[prev:i]]) if pending else chunk[prev:i]
+            pending = []
+            lineno += 1
+            yield lineno, start, line
+            start = pos + i + 1
+            prev = i + 1
+        if prev < len(chunk):
+            pending.append(chunk[prev:])
+        pos += len(chunk)
+    if pending:
+        yield lineno + 1, start, b"".join(pending)
 
 
 def release(buf: mmap.mmap | bytes | None) -> None:
-    """Close a mapping returned by :func:`map_object` (bytes need nothing)."""
+    """Close a mapping from ``Store.mmap`` (bytes need nothing)."""
     if isinstance(buf, mmap.mmap):
         buf.close()
 

@@ -111,6 +111,7 @@ class JsonlDocuments:
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.store, self.key, istore, ikey = open_data(path, index_path, storage_options)
+        self.index_store, self.index_key = istore, ikey
         self.path = shown_path(self.store, self.key)
         self.index_path = shown_path(istore, ikey)
         self.file_size = self.store.size(self.key)

@@ -1,0 +1,109 @@
+"""Decoded Atlas blocks kept between reads, the two ways a training loop reads them.
+
+In order: each thread keeps the block it is reading of every shard decoded (the origin's
+one-block cache per shard) and hands each example out once, so a pass costs one decode per
+block and a list lookup per example, whatever the cache budget. At random: a block left with
+examples not yet read goes to the process-wide byte cache as one pickle per example, so a
+later read unpickles a few hundred bytes instead of the whole block, and the cache holds bytes
+rather than millions of objects for the garbage collector to walk. Pickling a block costs about
+half a decode, so it is done only while recent reads keep coming back to blocks seen before.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+TAKEN = object()  # an example already handed to a caller: a later read makes a fresh one
+MAX_HOT = 64  # blocks a thread keeps decoded (one per shard, the least recent dropped)
+_SEEN_KEYS = 1 << 16  # at most this many recent blocks remembered (keys only) for Reuse
+_KEEP_RATE = 0.25  # pickle blocks for the cache while at least this share of reads reuse
+_EMPTY: list[Any] = []
+
+
+class Hot:
+    """A block a thread is reading: its examples (TAKEN once handed out) and the pickles of
+    handed-out examples made while blocks were worth keeping."""
+
+    __slots__ = ("block", "items", "kept", "lo")
+
+    def __init__(self, block: int, lo: int, items: list[Any]) -> None:
+        self.block = block
+        self.lo = lo  # dataset index of its first example
+        self.items = items
+        self.kept: dict[int, bytes] = {}
+
+
+class PerThread(threading.local):
+    """What one thread keeps: the block it read last (the fast path of ``r[i]``), its current
+    block of each shard, raw bytes read ahead per shard, and its zstd decompressors."""
+
+    def __init__(self) -> None:
+        self.last: tuple[int, int, list[Any]] = (0, 0, _EMPTY)  # (lo, examples, items)
+        self.hot: OrderedDict[int, Hot] = OrderedDict()
+        self.ahead: dict[int, tuple[int, list[int], bytes]] = {}  # (first block, offsets, bytes)
+        self.by_shard: dict[int, Any] = {}
+        self.dctx: dict[Any, Any] = {}
+
+
+class Reuse:
+    """The share of recent block look-ups that the cache could have served: ones that came back
+    to a block seen within the last as many blocks as the cache holds (so on a dataset far
+    larger than the cache, where kept blocks would be evicted before they are read again, the
+    share stays low and nothing is pickled for nothing). A moving average over about 64
+    look-ups; callers hold the reader's lock."""
+
+    def __init__(self, cache_bytes: int) -> None:
+        self._seen: OrderedDict[Hashable, None] = OrderedDict()
+        self._cache_bytes = cache_bytes
+        self._block_bytes = 0.0  # average pickled size of a block, learnt from decodes
+        self._reach = 1  # blocks the cache holds, by that average
+        self.rate = 0.0
+
+    def decoded(self, nbytes: int) -> None:
+        """Note the pickled size of a block just decoded."""
+        b = self._block_bytes
+        b = self._block_bytes = float(nbytes) if b == 0 else b + (nbytes - b) / 64
+        self._reach = max(1, min(_SEEN_KEYS, int(self._cache_bytes // max(b, 1.0))))
+
+    def note(self, key: Hashable, cached: bool) -> None:
+        known = key in self._seen
+        if known:
+            self._seen.move_to_end(key)
+        else:
+            self._seen[key] = None
+            while len(self._seen) > self._reach:
+                self._seen.popitem(last=False)
+        self.rate += ((1.0 if cached or known else 0.0) - self.rate) / 64
+
+    @property
+    def worth_keeping(self) -> bool:
+        return self.rate >= _KEEP_RATE
+
+
+def pickle_one(item: Any) -> bytes | None:
+    """``item`` as the cache keeps it, or None if it cannot be pickled again (objects of a
+    trusted file may refuse)."""
+    try:
+        return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
+
+
+def pickle_block(items: list[Any], kept: dict[int, bytes]) -> tuple[list[bytes | None], int]:
+    """(one pickle per example, None where none is at hand, total bytes) of a block."""
+    out: list[bytes | None] = []
+    total = 0
+    for j, x in enumerate(items):
+        b = kept.get(j) if x is TAKEN else pickle_one(x)
+        out.append(b)
+        total += len(b) if b is not None else 0
+    return out, total
+
+
+def unpickle(data: bytes) -> Any:
+    """An example from the cache's pickle of it (made here from examples already checked)."""
+    return pickle.loads(data)

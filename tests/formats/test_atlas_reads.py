@@ -1,0 +1,130 @@
+"""How Atlas reads decode blocks: once per block in order (whatever the cache), read ahead in
+order, from the cache's per-example pickles at random, and never the same object twice."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lmdata.formats import atlas
+from lmdata.formats.atlas import blocks
+
+from .test_atlas_compat import examples, write
+
+
+def _counting(r: atlas.Atlas) -> tuple[list[tuple[int, int]], list[int]]:
+    """(blocks decoded, sizes of the store reads of data.bin) from now on."""
+    decoded: list[tuple[int, int]] = []
+    reads: list[int] = []
+    decode, read_range = r._decode_raw, r.store.read_range
+
+    def counting_decode(s: int, b: int, raw: bytes) -> Any:
+        decoded.append((s, b))
+        return decode(s, b, raw)
+
+    def counting_read(key: str, start: int, length: int) -> bytes:
+        if key.endswith("data.bin"):
+            reads.append(length)
+        return read_range(key, start, length)
+
+    r._decode_raw = counting_decode  # type: ignore[method-assign]
+    r.store.read_range = counting_read  # type: ignore[method-assign]
+    return decoded, reads
+
+
+@pytest.fixture(scope="module")
+def two_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    ex = examples(400)
+    path = tmp_path_factory.mktemp("atlas") / "d"
+    return write(path, ex, shard_size=200, block_size=10, compression_strategy=1), ex
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 64 << 20])
+def test_in_order_each_block_is_decoded_once_and_read_ahead(two_shards, cache_bytes) -> None:
+    path, ex = two_shards
+    r = atlas.open(path, cache_bytes=cache_bytes)
+    decoded, reads = _counting(r)
+    assert [r[i] for i in range(400)] == ex
+    assert sorted(decoded) == [(s, b) for s in range(2) for b in range(20)]
+    assert len(reads) <= 6  # 40 blocks: a first read of each shard, then one read ahead each
+    # two shards read in turn (a mixture) keep one block of each: still one decode per block
+    r2 = atlas.open(path, cache_bytes=cache_bytes)
+    decoded, _ = _counting(r2)
+    got = [r2[i + k] for i in range(200) for k in (0, 200)]
+    assert got == [ex[i + k] for i in range(200) for k in (0, 200)]
+    assert len(decoded) == 40
+
+
+def test_random_reads_come_back_from_the_cache_as_fresh_objects(two_shards) -> None:
+    path, ex = two_shards
+    r = atlas.open(path)
+    decoded, _ = _counting(r)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 400, 3000).tolist()
+    got = [r[i] for i in idx]
+    assert got == [ex[i] for i in idx]
+    assert len(decoded) < 200  # 40 blocks; without the cache about one decode per read
+    assert len({id(x) for x in got}) == len(got)  # never the same object twice
+    got[0]["tags"].append("mutated")
+    assert r[idx[0]] == ex[idx[0]]
+    assert r._cached_bytes > 0
+
+
+def test_cache_bytes_zero_keeps_no_pickles(two_shards) -> None:
+    path, ex = two_shards
+    r = atlas.open(path, cache_bytes=0)
+    idx = np.random.default_rng(1).integers(0, 400, 2000).tolist()
+    assert [r[i] for i in idx] == [ex[i] for i in idx]
+    assert r._cached_bytes == 0 and len(r._slot) == 0
+
+
+def test_repeated_take_decodes_once(two_shards) -> None:
+    path, ex = two_shards
+    r = atlas.open(path)
+    r._reuse.rate = 1.0  # as after reads that kept coming back
+    decoded, _ = _counting(r)
+    idx = [395, 3, 250, 3, 17]
+    first = r.take(idx)
+    assert first == [ex[i] for i in idx] and first[1] is not first[3]
+    n = len(decoded)
+    for _ in range(5):
+        assert r.take(idx) == [ex[i] for i in idx]
+    assert len(decoded) == n
+
+
+def test_threads_never_share_an_example(two_shards) -> None:
+    path, ex = two_shards
+    r = atlas.open(path)
+    out: list[list[Any]] = [[], [], []]
+
+    def read(k: int) -> None:
+        out[k] = [r[i] for i in range(400)]
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(o == ex for o in out)
+    ids = [id(x) for o in out for x in o]
+    assert len(set(ids)) == len(ids)
+
+
+def test_reuse_follows_the_access_pattern() -> None:
+    u = blocks.Reuse(cache_bytes=100_000)
+    u.decoded(1_000)  # the cache holds about 100 blocks
+    for b in range(500):  # in order: no block comes back
+        u.note((0, b), cached=False)
+    assert not u.worth_keeping
+    for _ in range(3):  # the same 50 blocks again and again: they would stay in the cache
+        for b in range(50):
+            u.note((0, b), cached=False)
+    assert u.worth_keeping
+    for _ in range(3):  # 1,000 blocks in turn: each comes back after the cache dropped it
+        for b in range(1_000):
+            u.note((1, b), cached=False)
+    assert not u.worth_keeping
