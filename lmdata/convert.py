@@ -61,15 +61,20 @@ def _read_block(block: Block) -> list[Any]:
     return _READER.take(list(range(block.lo, block.hi)))
 
 
-def _blocks(reader: Any, pool: Executor, block: int = 512) -> Iterator[list[Any]]:
+BLOCK = 512  # records per unit
+
+
+def _n_blocks(reader: Any) -> int:
+    return max(1, -(-len(reader) // BLOCK))
+
+
+def _blocks(reader: Any, pool: Executor) -> Iterator[list[Any]]:
     n = len(reader)
-    if n <= block:  # one block: no worker start-up
-        yield from make_executor("inprocess").map_ordered(
-            _read_block, [Block(0, n)], initializer=_init, initargs=(reader,)
-        )
-        return
-    units = (Block(lo, min(n, lo + block)) for lo in range(0, n, block))
-    yield from pool.map_ordered(_read_block, units, initializer=_init, initargs=(reader,))
+    units = [Block(lo, min(n, lo + BLOCK)) for lo in range(0, n, BLOCK)] or [Block(0, 0)]
+    try:
+        yield from pool.map_ordered(_read_block, units, initializer=_init, initargs=(reader,))
+    finally:
+        _init(None)  # in-process: no reference to the reader outlives the job
 
 
 def convert(
@@ -133,7 +138,6 @@ def _convert(
     target = formats.spec(to)
     dst = check_dest(dst, overwrite)
     opts = dict(writer_options or {})
-    pool = make_executor(engine, 0 if workers == 1 else workers, address)
     summary = ConvertSummary(output=str(dst))
     source = formats.spec(source_format) if source_format else formats.spec(formats.detect(src))
     src_splits: list[str | None] = [split]
@@ -148,6 +152,38 @@ def _convert(
     readers = [
         open_dataset(src, format=source.name, split=s, **(reader_options or {})) for s in src_splits
     ]
+    pool = make_executor(engine, workers, address, units=sum(_n_blocks(r) for r in readers))
+    try:
+        summary.records = _copy(
+            src,
+            dst,
+            target,
+            list(zip(src_splits, readers, strict=True)),
+            pool,
+            overwrite,
+            opts,
+            progress,
+        )
+    finally:
+        for r in readers:
+            r.close()
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _copy(
+    src: Any,
+    dst: Any,
+    target: formats.FormatSpec,
+    sources: list[tuple[str | None, Any]],
+    pool: Executor,
+    overwrite: bool,
+    opts: dict[str, Any],
+    progress: Callable[[int], None] | None,
+) -> int:
+    """Every record of ``sources`` (split, reader) into a new ``target`` dataset at ``dst``;
+    returns the number of records."""
+    readers = [r for _, r in sources]
     tokens = all(is_token_reader(r) for r in readers)
     if target.kind == "tokens":
         if not tokens:
@@ -160,40 +196,38 @@ def _convert(
         sink = target.tokens.open(
             dst,
             overwrite=overwrite,
-            vocab_size=max(int(readers[0].max_token_id) + 1, 1),
+            vocab_size=max(max(int(r.max_token_id) for r in readers) + 1, 1),
             options=opts,
         )
     else:
         sink = None
         w = open_writer(dst, target.name, overwrite=overwrite, **opts)
     out: Any = sink if sink is not None else w
+    records = 0
     try:
-        for s, reader in zip(src_splits, readers, strict=True):
+        for s, reader in sources:
             for block in _blocks(reader, pool):
-                first = summary.records
+                first = records
                 try:
                     if sink is not None:  # one call per block: the error names the block
                         _write_tokens(sink, block, s if s in target.splits else "train")
-                        summary.records += len(block)
+                        records += len(block)
                     else:
                         for rec in block:
                             w.write({"tokens": rec} if tokens else rec)
-                            summary.records += 1
+                            records += 1
                 except InvalidInputError as e:
                     last = first + len(block) - 1
-                    where = (
-                        f"record {summary.records}" if sink is None else f"records {first}-{last}"
-                    )
+                    where = f"record {records}" if sink is None else f"records {first}-{last}"
                     split_name = f"{s} " if s else ""
                     raise InvalidInputError(f"{src}: {split_name}{where}: {e}") from None
                 if progress:
-                    progress(summary.records)
+                    progress(records)
     except BaseException:
         out.abort()
         raise
     out.close()
-    summary.seconds = time.perf_counter() - t0
-    return summary
+    return records
 
 
 def _write_tokens(sink: Any, block: list[Any], split: str) -> None:

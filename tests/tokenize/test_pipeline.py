@@ -183,7 +183,7 @@ def test_resume_after_interrupt_gives_the_same_bytes(corpus, tmp_path):
         tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop_midway)
     assert not (tmp_path / "out").exists()
     work = work_dir_for(tmp_path / "out")
-    assert [f.name for f in (work / "done").iterdir()] == ["000000"]
+    assert [f.name for f in (work / "done").iterdir()] == ["000000-000000"]  # file 0, unit 0
     seen = []
     tokenize(
         [corpus],
