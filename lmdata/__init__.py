@@ -6,6 +6,7 @@ The public surface is small:
 - :func:`writer` — a format's writer (a context manager with ``write``);
 - :func:`validate` and :func:`info`;
 - :class:`Loader` — packed or unpacked, shuffled, resumable training batches;
+- :func:`tokenize` — documents (files or Python objects) to a token dataset;
 - :func:`decode` — token ids (a sequence or a batch) back to text;
 - :mod:`lmdata.errors` — every exception lmdata raises, rooted at ``LmdataError``.
 """
@@ -18,6 +19,11 @@ from lmdata.errors import LmdataError
 from lmdata.inspect.decode import decode
 from lmdata.loader import Loader
 
+# The function shadows the internal package of the same name as an attribute of ``lmdata``:
+# importing it loads the package first (binding ``lmdata.tokenize`` to it), then rebinds the
+# name; ``from lmdata.tokenize import ...`` and ``import lmdata.tokenize.x`` still work.
+from lmdata.tokenize.api import tokenize
+
 __all__ = [
     "LmdataError",
     "Loader",
@@ -26,6 +32,7 @@ __all__ = [
     "errors",
     "info",
     "open",
+    "tokenize",
     "validate",
     "writer",
 ]

@@ -1,10 +1,10 @@
 """Bounded JSON parsing: one place that every metadata read and JSON record goes through.
 
 ``json.loads`` recurses once per nesting level, so ``'[' * 100000`` ends in a RecursionError,
-and a metadata file can be any size. Here the size is capped before reading and the nesting
-depth is checked before the standard library sees the text; orjson (which stops at 1024
-levels by itself) parses what it can, the standard library the rest (``NaN``, integers beyond
-64 bits, lone surrogates), so what is accepted is what ``json.loads`` accepts.
+and a metadata file can be any size. Here the size is capped before reading; orjson (which
+stops at 1024 levels by itself) parses what it can, and the standard library the rest
+(``NaN``, integers beyond 64 bits, lone surrogates) only after a windowed scan has checked
+the nesting depth, so what is accepted is what ``json.loads`` accepts.
 """
 
 from __future__ import annotations
@@ -31,50 +31,89 @@ _DIGITS = b"0123456789"
 _OPEN = np.zeros(256, np.int8)
 _OPEN[[ord("["), ord("{")]] = 1
 _OPEN[[ord("]"), ord("}")]] = -1
+_WINDOW = 1 << 20  # bytes scanned at a time by nesting_depth
 
 
-def nesting_depth(data: bytes | bytearray | memoryview) -> int:
+def nesting_depth(data: bytes | bytearray | memoryview, window: int = _WINDOW) -> int:
     """The deepest nesting of arrays and objects in JSON text (brackets in strings skipped),
-    in a few vectorised passes: no recursion, linear time."""
+    in vectorised passes over windows of ``window`` bytes: no recursion, linear time, memory
+    bounded by the window (a few dozen bytes per byte of it), not by the text."""
     raw = bytes(data)
     if b"[" not in raw and b"{" not in raw:
         return 0
-    a = np.frombuffer(raw, np.uint8)
-    steps = _OPEN[a]
-    if b'"' in raw:
-        # a quote is escaped when an odd run of backslashes precedes it
-        pos = np.arange(len(a), dtype=np.int64)
-        last_plain = np.maximum.accumulate(np.where(a != 0x5C, pos, -1))
-        run_before = np.empty(len(a), np.int64)
-        run_before[0] = 0
-        run_before[1:] = pos[:-1] - last_plain[:-1]
-        quote = (a == 0x22) & (run_before % 2 == 0)
-        inside = (np.cumsum(quote, dtype=np.int64) & 1).astype(bool)
-        steps = np.where(inside, 0, steps).astype(np.int8)
-    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
+    depth = best = 0
+    inside = False  # in a string at the window's start
+    backslashes = 0  # the run of backslashes that ends the previous window
+    for lo in range(0, len(raw), window):
+        chunk = raw[lo : lo + window]
+        carry = backslashes
+        stripped = len(chunk.rstrip(b"\\"))
+        backslashes = len(chunk) - stripped + (carry if stripped == 0 else 0)
+        a = np.frombuffer(chunk, np.uint8)
+        steps = _OPEN[a]
+        if b'"' in chunk:
+            # a quote is escaped when an odd run of backslashes precedes it
+            pos = np.arange(len(a), dtype=np.int64)
+            last_plain = np.maximum.accumulate(np.where(a != 0x5C, pos, -1 - carry))
+            run_before = np.empty(len(a), np.int64)
+            run_before[0] = carry
+            run_before[1:] = pos[:-1] - last_plain[:-1]
+            quote = (a == 0x22) & (run_before % 2 == 0)
+            in_string = (np.cumsum(quote, dtype=np.int64) & 1).astype(bool) ^ inside
+            steps = np.where(in_string, 0, steps).astype(np.int8)
+            inside = bool(in_string[-1])
+        elif inside:
+            continue  # the whole window is inside one string
+        level = np.cumsum(steps, dtype=np.int64)
+        best = max(best, depth + int(level.max(initial=0)))
+        depth += int(level[-1])
+    return best
+
+
+def _depth(obj: Any) -> int:
+    """The nesting depth of a parsed value (lists and dicts), without recursion."""
+    if type(obj) is not list and type(obj) is not dict:
+        return 0
+    best = 0
+    stack = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        best = max(best, d)
+        for v in o.values() if type(o) is dict else o:
+            if type(v) is list or type(v) is dict:
+                stack.append((v, d + 1))
+    return best
 
 
 def parse(data: bytes | bytearray | memoryview | str, max_depth: int = MAX_DEPTH) -> Any:
     """The value of JSON text, accepting what ``json.loads`` accepts; ValueError if it is not
-    JSON or nests deeper than ``max_depth`` (never RecursionError)."""
+    JSON or nests deeper than ``max_depth`` (never RecursionError).
+
+    orjson parses first (it stops at 1024 levels by itself; a stricter ``max_depth`` is
+    checked on the parsed value); only text orjson refuses or would change (integers beyond
+    64 bits) has its depth scanned before the standard library parses it.
+    """
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
     elif not isinstance(data, bytes):
         data = bytes(data)
     fast = len(data) - len(data.translate(None, _DIGITS)) < 19 or not _LONG_DIGITS.search(data)
-    if fast and max_depth >= 1024:
+    if fast:
         try:
-            return orjson.loads(data)  # bounded by orjson's own 1024 levels
+            obj = orjson.loads(data)
         except orjson.JSONDecodeError:
-            pass
+            pass  # not JSON, too deep for orjson, or what only json.loads takes (NaN, ...)
+        else:
+            if max_depth < MAX_DEPTH:
+                depth = _depth(obj)
+                if depth > max_depth:
+                    raise ValueError(
+                        f"nested {depth} levels deep, more than the {max_depth} allowed"
+                    )
+            return obj
     depth = nesting_depth(data)
     if depth > max_depth:
         raise ValueError(f"nested {depth} levels deep, more than the {max_depth} allowed")
-    if fast:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
     try:
         return json.loads(data)
     except RecursionError:
@@ -146,3 +185,43 @@ def from_bytes(
         kind = "a JSON object" if want is dict else f"a JSON {want.__name__}"
         raise CorruptDataError(f"{what} must hold {kind}, not {type(obj).__name__}", path=path)
     return obj
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+
+def _default(obj: Any) -> Any:
+    """What orjson cannot serialise itself, as JSON values: arrays as lists, bytes as
+    ``{"$base64": ...}``, sets and tuples as lists, complex numbers as ``[real, imag]``."""
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        import base64
+
+        return {"$base64": base64.b64encode(bytes(obj)).decode()}
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, complex):
+        return [obj.real, obj.imag]
+    return str(obj)
+
+
+_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def dumps(obj: Any, *, indent: bool = False) -> bytes:
+    """JSON text of any value lmdata reads or reports (numpy as lists, bytes as base64);
+    integers beyond 64 bits and lone surrogates, which orjson refuses, go through the
+    standard library."""
+    opts = _DUMP_OPTIONS | (orjson.OPT_INDENT_2 if indent else 0)
+    try:
+        return orjson.dumps(obj, default=_default, option=opts)
+    except TypeError:
+        pass
+    text = json.dumps(obj, default=_default, ensure_ascii=False, indent=2 if indent else None)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escaped, so the output stays valid UTF-8
+        return json.dumps(obj, default=_default, indent=2 if indent else None).encode()

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from typing import Any
 
 import click
-import numpy as np
 import orjson
 
 
@@ -73,39 +71,20 @@ def tokenizer_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., 
     return click.option("--tokenizer", default=None, help=help)
 
 
+def _reader_options(ctx: click.Context, param: click.Parameter, allow: bool) -> dict[str, Any]:
+    return {"allow_unsafe_pickle": True} if allow else {}
+
+
 unsafe_pickle_option = click.option(
     "--allow-unsafe-pickle",
+    "reader_options",
     is_flag=True,
     default=False,
+    callback=_reader_options,
     help="Trust pickles in the dataset (runs code they name). Off by default.",
 )
-
-
-def _default(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        return {"$base64": base64.b64encode(bytes(obj)).decode()}
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    if isinstance(obj, complex):
-        return [obj.real, obj.imag]
-    return str(obj)
-
-
-_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-
-
-def to_json_line(obj: Any) -> bytes:
-    """One JSON line for any record lmdata reads (numpy as lists, bytes as base64)."""
-    try:
-        return orjson.dumps(obj, default=_default, option=_OPTS) + b"\n"
-    except TypeError:  # integers beyond 64 bits: the standard library handles any size
-        import json
-
-        return json.dumps(obj, default=_default, ensure_ascii=False).encode() + b"\n"
+"""``--allow-unsafe-pickle``, given to the command as ``reader_options``: the options every
+reader takes (``{"allow_unsafe_pickle": True}`` or empty)."""
 
 
 class DatasetPath(click.ParamType):

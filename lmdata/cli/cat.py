@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 import numpy as np
 
+from lmdata import _json
+from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
 from lmdata.cli._common import (
     DatasetPath,
     format_option,
     split_option,
     storage_option,
-    to_json_line,
+    tokenizer_option,
     unsafe_pickle_option,
 )
+from lmdata.inspect.decode import is_token_array
+
+TextOf = Callable[[np.ndarray], str]
 
 
 @click.command("cat")
@@ -37,12 +43,12 @@ from lmdata.cli._common import (
     "--decode",
     is_flag=True,
     help='Token ids as text: token datasets print {"index": i, "text": ...}; in records, '
-    "every integer array field becomes its text. Needs --tokenizer.",
+    "every integer array field becomes its text. Uses the tokenizer the dataset records "
+    "(lmdata tokenize stores it), or --tokenizer.",
 )
-@click.option(
-    "--tokenizer",
-    default=None,
-    help="Tokenizer for --decode: 'bytes' or a local file (tokenizer.json, *.tiktoken, *.model).",
+@tokenizer_option(
+    "Tokenizer for --decode: 'bytes' or a local file (tokenizer.json, *.tiktoken, *.model); "
+    "default: the one that made the dataset, when it records one and the file is found."
 )
 @click.option(
     "--raw",
@@ -61,7 +67,7 @@ def command(
     decode: bool,
     tokenizer: str | None,
     raw: bool,
-    allow_unsafe_pickle: bool,
+    reader_options: dict[str, Any],
 ) -> None:
     """Print records as one JSON object per line.
 
@@ -72,20 +78,10 @@ def command(
         raise click.UsageError("--tokenizer and --raw go with --decode")
     text_of = None
     if decode:
-        if tokenizer is None:
-            raise click.UsageError(
-                "--decode needs --tokenizer: 'bytes' or the tokenizer file that made the dataset"
-            )
-        from lmdata.inspect.decode import decode as decode_ids
-        from lmdata.inspect.decode import resolve_tokenizer
-
-        tok = resolve_tokenizer(tokenizer)
-
-        def text_of(ids: np.ndarray) -> str:
-            return decode_ids(ids, tok)
-
-    opts = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
-    reader = open_dataset(path, format=fmt, split=split, storage_options=storage_options, **opts)
+        text_of = _decoder(path, fmt, storage_options, tokenizer)
+    reader = open_dataset(
+        path, format=fmt, split=split, storage_options=storage_options, **reader_options
+    )
     n = len(reader)
     stop = n if limit is None else min(n, offset + limit)
     out = sys.stdout.buffer
@@ -100,22 +96,45 @@ def command(
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
 
 
-def _line(i: int, rec: Any, text_of: Any, raw: bool) -> bytes:
-    if text_of is None:
-        return to_json_line({"index": i, "tokens": rec} if isinstance(rec, np.ndarray) else rec)
-    if isinstance(rec, np.ndarray):
-        text = text_of(rec)
-        rec = {"index": i, "text": text}
+def _decoder(
+    path: str, fmt: str | None, storage_options: dict[str, Any] | None, tokenizer: str | None
+) -> TextOf:
+    """Token ids -> text with the given tokenizer, or the one the dataset records."""
+    from lmdata.inspect.decode import (
+        decode,
+        recorded_tokenizer,
+        resolve_tokenizer,
+        tokenizer_mismatch,
+    )
+
+    summary = dataset_info(path, format=fmt, storage_options=storage_options)
+    if tokenizer is None:
+        tokenizer = recorded_tokenizer(summary)
+        if tokenizer is None:
+            raise click.UsageError(
+                "--decode needs --tokenizer: the dataset does not record the tokenizer that "
+                "made it; pass 'bytes' or the tokenizer file"
+            )
     else:
-        if isinstance(rec, dict):
-            rec = {k: _decoded(v, text_of) for k, v in rec.items()}
-        text = next((v for v in rec.values() if isinstance(v, str)), "") if raw else ""
-    if raw:
-        return text.encode("utf-8", "surrogatepass") + b"\n"
-    return to_json_line(rec)
+        warning = tokenizer_mismatch(summary, tokenizer)
+        if warning:
+            click.echo(warning, err=True)
+    tok = resolve_tokenizer(tokenizer)
+    return lambda ids: decode(ids, tok)  # type: ignore[return-value]
 
 
-def _decoded(v: Any, text_of: Any) -> Any:
-    if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iu":
-        return text_of(v)
-    return v
+def _line(i: int, rec: Any, text_of: TextOf | None, raw: bool) -> bytes:
+    if isinstance(rec, np.ndarray):
+        if text_of is None:
+            return _json.dumps({"index": i, "tokens": rec}) + b"\n"
+        text = text_of(rec)
+        if raw:
+            return text.encode("utf-8", "surrogatepass") + b"\n"
+        return _json.dumps({"index": i, "text": text}) + b"\n"
+    if text_of is None or not isinstance(rec, dict):
+        return _json.dumps(rec) + b"\n"
+    decoded = {k: text_of(v) for k, v in rec.items() if is_token_array(v)}
+    if raw:  # the decoded fields' texts; a record without token arrays: its text field
+        texts = list(decoded.values()) or [v for k, v in rec.items() if k == "text"]
+        return b"".join(str(t).encode("utf-8", "surrogatepass") + b"\n" for t in texts)
+    return _json.dumps({k: decoded.get(k, v) for k, v in rec.items()}) + b"\n"

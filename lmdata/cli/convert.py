@@ -64,7 +64,7 @@ def command(
     workers: int | None,
     overwrite: bool,
     storage_options: dict[str, Any] | None,
-    allow_unsafe_pickle: bool,
+    reader_options: dict[str, Any],
     quiet: bool,
     engine: str,
     address: str | None,
@@ -78,7 +78,7 @@ def command(
     from lmdata._progress import bar as progress_bar
 
     bar = progress_bar(unit="rec", quiet=quiet, desc="convert")
-    ropts: dict[str, object] = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
+    ropts = dict(reader_options)
     if token_column is not None:
         ropts["token_column"] = token_column
     summary = convert(

@@ -1,15 +1,18 @@
-"""``lmdata info PATH``: what a dataset holds."""
+"""``lmdata info PATH``: what a dataset holds, and what made it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import click
-import orjson
 
+from lmdata import _json
 from lmdata._api import info
+from lmdata._units import human_bytes
 from lmdata.cli._common import DatasetPath, format_option, storage_option
-from lmdata.inspect.report import human_bytes
+
+SHOWN_SPECIAL = 8  # special tokens listed in the text output (--json has them all)
 
 
 def _lines(d: dict[str, Any], indent: int = 0) -> list[str]:
@@ -27,17 +30,81 @@ def _lines(d: dict[str, Any], indent: int = 0) -> list[str]:
     return out
 
 
+def _max_ids(d: Any) -> Iterator[int]:
+    """Every ``max_token_id`` in a summary (per split for flat-tokens)."""
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k == "max_token_id" and isinstance(v, int) and not isinstance(v, bool):
+                yield v
+            elif k != "provenance":
+                yield from _max_ids(v)
+
+
+def model_vocab_size(summary: dict[str, Any]) -> int | None:
+    """The smallest vocabulary (embedding rows) a model trained on the dataset needs: the
+    recorded tokenizer's vocabulary, or more if the dataset holds larger ids."""
+    prov = summary.get("provenance") or {}
+    vocab = (prov.get("tokenizer") or {}).get("vocab_size")
+    sizes = [m + 1 for m in _max_ids(summary)] + ([vocab] if isinstance(vocab, int) else [])
+    return max(sizes) if sizes else None
+
+
+def _provenance_lines(prov: dict[str, Any], needed: int | None) -> list[str]:
+    t = prov.get("tokenizer") or {}
+    out = ["made by:", f"  lmdata {prov.get('lmdata_version')}: {prov.get('command')}"]
+    out.append("tokenizer:")
+    out.append(f"  kind: {t.get('kind')}")
+    if t.get("name"):
+        out.append(f"  file: {t['name']}  (at {t.get('path')})")
+        out.append(f"  sha256: {t.get('sha256')}")
+    if isinstance(t.get("vocab_size"), int):
+        out.append(f"  vocab_size: {t['vocab_size']:,}")
+    for k in ("eod_id", "bos_id"):
+        out.append(f"  {k}: {t[k] if t.get(k) is not None else 'none'}")
+    out.append(f"  special tokens added: {'yes' if t.get('special_tokens_added') else 'no'}")
+    special = t.get("special_tokens") or {}
+    if special:
+        shown = ", ".join(f"{k} {v}" for k, v in list(special.items())[:SHOWN_SPECIAL])
+        more = ""
+        if len(special) > SHOWN_SPECIAL:
+            more = f", ... ({len(special):,} in all; --json lists them)"
+        out.append(f"  special tokens: {shown}{more}")
+    if needed is not None:
+        rounded = -(-needed // 128) * 128
+        out.append(
+            f"a model needs a vocabulary of at least {needed:,} (rounded up to a multiple "
+            f"of 128: {rounded:,})"
+        )
+    return out
+
+
 @click.command("info")
 @click.argument("path", type=DatasetPath())
 @format_option
 @storage_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object instead of text (with model_vocab_size: the vocabulary a "
+    "model needs, from the recorded tokenizer and the largest id stored).",
+)
 def command(
     path: str, fmt: str | None, storage_options: dict[str, Any] | None, as_json: bool
 ) -> None:
-    """Show a dataset's format, splits, sequence and token counts, codecs and size on disk."""
+    """Show a dataset's format, splits, sequence and token counts, codecs and size on disk,
+    and for token datasets lmdata made, the tokenizer and command that made them."""
     summary = info(path, format=fmt, storage_options=storage_options)
+    needed = model_vocab_size(summary)
     if as_json:
-        click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
-    else:
-        click.echo("\n".join(_lines(summary)))
+        if needed is not None:
+            summary["model_vocab_size"] = needed
+        click.echo(_json.dumps(summary, indent=True).decode())
+        return
+    prov = summary.pop("provenance", None)
+    lines = _lines(summary)
+    if isinstance(prov, dict):
+        lines += _provenance_lines(prov, needed)
+    elif needed is not None:
+        lines.append(f"a model needs a vocabulary of at least {needed:,} (the largest id + 1)")
+    click.echo("\n".join(lines))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -43,6 +44,14 @@ class _LazyGroup(click.Group):
         if mod is None or importlib.util.find_spec(mod) is None:
             return None
         return importlib.import_module(mod).command
+
+    def main(self, args: Any = None, prog_name: str | None = None, **kwargs: Any) -> Any:
+        """Run the command line, recorded as the command that made what it writes."""
+        from lmdata._provenance import command_scope
+
+        argv = sys.argv[1:] if args is None else list(args)
+        with command_scope(shlex.join(["lmdata", *argv])):
+            return super().main(args=args, prog_name=prog_name, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

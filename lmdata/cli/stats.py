@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import click
-import orjson
 
+from lmdata import _json
+from lmdata._deps import require
 from lmdata._progress import bar as progress_bar
 from lmdata.cli._common import (
+    DatasetPath,
     format_option,
     split_option,
+    storage_option,
     text_key_option,
     tokenizer_option,
     unsafe_pickle_option,
@@ -18,12 +23,23 @@ from lmdata.cli._common import (
 from lmdata.inspect.stats import SAMPLE_RECORDS, SAMPLE_TOKENS
 
 
+def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A file to write later: its folder must exist now, before any data is read."""
+    if value is not None:
+        folder = os.path.dirname(os.path.abspath(value))
+        if not os.path.isdir(folder):
+            raise click.BadParameter(f"folder {folder!r} does not exist", ctx=ctx, param=param)
+    return value
+
+
 @click.command("stats")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=DatasetPath())
 @format_option
+@storage_option
 @split_option
 @tokenizer_option(
-    "Show the text of the frequent token ids: 'bytes' or a tokenizer file (as tokenize)."
+    "Show the text of the frequent token ids: 'bytes' or a tokenizer file (as tokenize); "
+    "default: the one that made the dataset, when it records one and the file is found."
 )
 @text_key_option
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON object.")
@@ -32,6 +48,7 @@ from lmdata.inspect.stats import SAMPLE_RECORDS, SAMPLE_TOKENS
     "plot_path",
     type=click.Path(dir_okay=False),
     default=None,
+    callback=_output_file,
     help="Also write histograms to this PNG (needs pip install 'lmdata[plot]').",
 )
 @click.option(
@@ -39,6 +56,7 @@ from lmdata.inspect.stats import SAMPLE_RECORDS, SAMPLE_TOKENS
     "html_path",
     type=click.Path(dir_okay=False),
     default=None,
+    callback=_output_file,
     help="Also write a self-contained HTML report with histograms to this file.",
 )
 @click.option("--full", is_flag=True, help="Read every record and token instead of a sample.")
@@ -69,6 +87,7 @@ from lmdata.inspect.stats import SAMPLE_RECORDS, SAMPLE_TOKENS
 def command(
     path: str,
     fmt: str | None,
+    storage_options: dict[str, Any] | None,
     split: str | None,
     tokenizer: str | None,
     text_key: str,
@@ -82,7 +101,7 @@ def command(
     top: int,
     bins: int,
     quiet: bool,
-    allow_unsafe_pickle: bool,
+    reader_options: dict[str, Any],
 ) -> None:
     """Statistics of the dataset at PATH (any format): records, tokens, bytes, the
     distribution of record lengths, the most frequent token ids, and per-source and
@@ -91,6 +110,8 @@ def command(
     from lmdata.inspect import report
     from lmdata.inspect.stats import compute
 
+    if plot_path:
+        require("matplotlib", "--plot (a PNG; --html needs nothing extra)")
     bar = progress_bar(desc="stats", quiet=quiet, unit="it", unit_scale=True)
 
     def progress(done: int, planned: int, unit: str) -> None:
@@ -104,6 +125,8 @@ def command(
             format=fmt,
             split=split,
             tokenizer=tokenizer,
+            storage_options=storage_options,
+            reader_options=reader_options,
             text_key=text_key,
             full=full,
             sample_records=sample_records,
@@ -112,7 +135,6 @@ def command(
             top=top,
             bins=bins,
             progress=progress,
-            reader_options={"allow_unsafe_pickle": True} if allow_unsafe_pickle else None,
         )
     finally:
         bar.close()
@@ -121,7 +143,7 @@ def command(
     if html_path:
         Path(html_path).write_text(report.html_page(s), encoding="utf-8")
     if as_json:
-        click.echo(orjson.dumps(s, option=orjson.OPT_INDENT_2).decode())
+        click.echo(_json.dumps(s, indent=True).decode())
     else:
         click.echo(report.text(s))
         for what, p in (("plot", plot_path), ("report", html_path)):

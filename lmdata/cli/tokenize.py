@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from lmdata.cli._common import FormatName, engine_options, storage_option
-from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
+from lmdata.tokenize.api import tokenize
+from lmdata.tokenize.pipeline import work_dir_for
 
 
 def _token_targets() -> list[str]:
@@ -162,20 +163,6 @@ def command(
         opts["chunk_tokens"] = chunk_tokens
     if compression is not None:
         opts["compression"] = None if compression == "none" else compression
-    job = TokenizeJob(
-        to=to,
-        tokenizer=tokenizer,
-        text_key=text_key,
-        batch_docs=batch_docs,
-        validation_fraction=validation_fraction,
-        skip_invalid=skip_invalid,
-        eod=eod,
-        eod_id=eod_id,
-        append_eod=append_eod,
-        add_special_tokens=add_special_tokens,
-        source_format=source_format,
-        writer_options=opts,
-    )
     bar = progress_bar(unit="B", unit_scale=True, quiet=quiet, desc="tokenize")
 
     def progress(stats: dict[str, float]) -> None:
@@ -193,8 +180,18 @@ def command(
         summary = tokenize(
             list(sources),
             dst,
-            job,
-            validation_sources=list(validation_sources),
+            format=to,
+            tokenizer=tokenizer,
+            text_key=text_key,
+            validation=list(validation_sources),
+            validation_fraction=validation_fraction,
+            eod=eod,
+            eod_id=eod_id,
+            append_eod=append_eod,
+            special_tokens=add_special_tokens,
+            skip_invalid=skip_invalid,
+            source_format=source_format,
+            batch_docs=batch_docs,
             workers=workers,
             engine=engine,
             address=address,
@@ -202,6 +199,7 @@ def command(
             overwrite=overwrite,
             progress=progress,
             storage_options=storage_options,
+            **opts,
         )
     except KeyboardInterrupt:
         bar.close()

@@ -22,7 +22,7 @@ def command(
     fmt: str | None,
     storage_options: dict[str, Any] | None,
     quiet: bool,
-    allow_unsafe_pickle: bool,
+    reader_options: dict[str, Any],
 ) -> None:
     """Check a dataset against its format's rules.
 
@@ -30,8 +30,7 @@ def command(
     2 when the dataset cannot be opened at all.
     """
     name = fmt or detect(path, storage_options)
-    opts = {"allow_unsafe_pickle": True} if allow_unsafe_pickle else {}
-    problems = validate(path, format=name, storage_options=storage_options, **opts)
+    problems = validate(path, format=name, storage_options=storage_options, **reader_options)
     if not problems:
         if not quiet:
             click.echo(f"{path}: valid {name} dataset")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from lmdata.cli._common import (
+    DatasetPath,
     format_option,
     split_option,
+    storage_option,
     text_key_option,
     tokenizer_option,
     unsafe_pickle_option,
@@ -15,10 +19,14 @@ from lmdata.errors import InvalidInputError
 
 
 @click.command("view")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=DatasetPath())
 @format_option
+@storage_option
 @split_option
-@tokenizer_option("Show token ids as text with their boundaries: 'bytes' or a tokenizer file.")
+@tokenizer_option(
+    "Show token ids as text with their boundaries: 'bytes' or a tokenizer file; default: "
+    "the one that made the dataset, when it records one and the file is found."
+)
 @text_key_option
 @click.option(
     "--port",
@@ -38,36 +46,37 @@ from lmdata.errors import InvalidInputError
 def command(
     path: str,
     fmt: str | None,
+    storage_options: dict[str, Any] | None,
     split: str | None,
     tokenizer: str | None,
     text_key: str,
     port: int,
     host: str,
     verbose: bool,
-    allow_unsafe_pickle: bool,
+    reader_options: dict[str, Any],
 ) -> None:
     """Serve a read-only page over the dataset at PATH on http://127.0.0.1:PORT/: page
     through records (documents as text; token sequences decoded with --tokenizer, token
     boundaries on hover), jump to an index or id, see the dataset's info and length
     histogram. Ctrl-C stops it."""
-    from lmdata.view import make_server
+    from lmdata.view import ViewData, ViewServer
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(
             f"warning: serving on {host}: anyone who can reach it can read the data", err=True
         )
     click.echo(f"opening {path} ...", err=True)
+    data = ViewData(  # dataset errors are reported as such, before the port is tried
+        path,
+        format=fmt,
+        split=split,
+        tokenizer=tokenizer,
+        text_key=text_key,
+        storage_options=storage_options,
+        reader_options=reader_options,
+    )
     try:
-        server = make_server(
-            path,
-            host=host,
-            port=port,
-            format=fmt,
-            split=split,
-            tokenizer=tokenizer,
-            text_key=text_key,
-            reader_options={"allow_unsafe_pickle": True} if allow_unsafe_pickle else None,
-        )
+        server = ViewServer(data, host=host, port=port)
     except OSError as e:
         raise InvalidInputError(
             f"cannot listen on {host}:{port} ({e.strerror}); choose another with --port "

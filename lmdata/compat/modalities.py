@@ -6,6 +6,13 @@ component; paths relative to the working directory; ``${node_env:num_cpus}``). A
 does not implement is an error naming it. The queue sizes (``raw_samples_queue_size``,
 ``processed_samples_queue_size``) only tune the origin's process queues and have no effect
 here; ``processing_batch_size`` sets lmdata's work-unit size, which never changes the output.
+
+Packing reads the documents the raw index lists, in its order (an index may skip, repeat or
+reorder lines, as modalities allows), and takes each one's text as the first result of
+``jq_pattern``: a path of keys (``.text``, ``.meta.body``) is read directly, any other jq
+program runs through the ``jq`` package, on the document's text as modalities runs it. Where
+modalities drops a whole batch with a warning (and then silently truncates the output), a
+document whose pattern gives no string is an error naming it.
 """
 
 from __future__ import annotations
@@ -16,10 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
+from lmdata._deps import require
 from lmdata.errors import InvalidInputError, OutputExistsError
-from lmdata.formats.modalities_jsonl import IndexResult, build_index, default_index_path
+from lmdata.formats.modalities_jsonl import (
+    IndexResult,
+    JsonlDocuments,
+    build_index,
+    default_index_path,
+)
 from lmdata.tokenize.pipeline import Summary, TokenizeJob, tokenize
 from lmdata.tokenize.tokenizers import load_tokenizer
 
@@ -45,7 +59,7 @@ _HF_KEYS = {
     "special_tokens",
 }
 _SP_KEYS = {"tokenizer_model_file"}
-_JQ_KEY = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)\Z")
+_KEY_PATH = re.compile(r"(?:\.[A-Za-z_][A-Za-z0-9_]*)+\Z")  # .text, .meta.body
 _ENV = re.compile(r"\$\{node_env:num_cpus\}\Z")
 
 
@@ -90,7 +104,7 @@ class PackConfig:
     src_path: Path
     dst_path: Path
     index_path: Path
-    text_key: str
+    jq_pattern: str
     eod_token: str
     num_cpus: int
     batch_docs: int
@@ -124,12 +138,10 @@ class PackConfig:
         for k in _POSITIVE:
             if k in s:
                 _positive(s[k], f"settings.{k}")
-        m = _JQ_KEY.match(str(s["jq_pattern"]))
-        if m is None:
-            raise InvalidInputError(
-                f"settings.jq_pattern {s['jq_pattern']!r}: lmdata implements jq patterns that "
-                "select one top-level key (such as .text or .raw_content)"
-            )
+        pattern = s["jq_pattern"]
+        if not isinstance(pattern, str):
+            raise InvalidInputError(f"settings.jq_pattern must be a jq program, got {pattern!r}")
+        TextOf(pattern)  # a jq syntax error shows now, before any work
         cpus = s.get("num_cpus")
         if cpus is None or (isinstance(cpus, str) and _ENV.match(cpus)):
             cpus = os.cpu_count() or 1
@@ -138,7 +150,7 @@ class PackConfig:
             src_path=src,
             dst_path=Path(s["dst_path"]) if s.get("dst_path") else src.with_suffix(".pbin"),
             index_path=Path(s["index_path"]) if s.get("index_path") else default_index_path(src),
-            text_key=m.group(1),
+            jq_pattern=pattern,
             eod_token=str(s["eod_token"]),
             num_cpus=_positive(cpus, "settings.num_cpus"),
             batch_docs=int(s["processing_batch_size"]),
@@ -207,6 +219,82 @@ def _tokenizer(t: Any) -> str:
     return str(path)
 
 
+_NOTHING = object()
+
+
+class TextOf:
+    """modalities' text of a document: the first result of ``jq_pattern`` on its bytes.
+
+    A path of keys (``.text``, ``.meta.body``) that leads to a string is read with orjson;
+    everything else (other programs, documents where the path gives no string, JSON that
+    only jq accepts) runs through jq itself, so every result is the one jq gives.
+    """
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.keys = pattern[1:].split(".") if _KEY_PATH.match(pattern) else None
+        self._program: Any = None
+        if self.keys is None:
+            self._jq()
+
+    def _jq(self) -> Any:
+        if self._program is None:
+            jq = require("jq", f"the jq program settings.jq_pattern {self.pattern!r}")
+            try:
+                self._program = jq.compile(self.pattern)
+            except ValueError as e:
+                detail = " ".join(str(e).split())
+                raise InvalidInputError(
+                    f"settings.jq_pattern {self.pattern!r} is not a valid jq program: {detail}"
+                ) from None
+        return self._program
+
+    def __call__(self, raw: bytes) -> Any:
+        """The pattern's first result (raises ValueError or StopIteration as jq does)."""
+        if self.keys is not None:
+            try:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                value = _NOTHING
+            for key in self.keys:
+                value = value.get(key, _NOTHING) if isinstance(value, dict) else _NOTHING
+            if isinstance(value, str):
+                return value
+        return self._jq().input_text(raw.decode("utf-8")).first()
+
+
+def _stage_texts(cfg: PackConfig, staged: Path) -> None:
+    """The text of every document the index lists, in its order, as ``{"text": ...}`` lines."""
+    text_of = TextOf(cfg.jq_pattern)
+    with JsonlDocuments(cfg.src_path, index_path=cfg.index_path) as docs, open(staged, "wb") as f:
+        for i in range(len(docs)):
+            try:
+                text = text_of(docs.raw(i))
+                problem = None if isinstance(text, str) else f"gives {_json_type(text)}"
+            except StopIteration:
+                problem = "gives no result"
+            except (ValueError, UnicodeDecodeError) as e:
+                problem = f"fails: {' '.join(str(e).split())}"
+            if problem is not None:
+                raise InvalidInputError(
+                    f"settings.jq_pattern {cfg.jq_pattern!r} {problem}, not a string; fix the "
+                    f"document or the pattern (modalities would drop this document's batch "
+                    f"and truncate the output)",
+                    path=cfg.src_path,
+                    position=f"index entry {i} (byte {int(docs.offsets[i])})",
+                )
+            f.write(orjson.dumps({"text": text}))
+            f.write(b"\n")
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", list: "an array"}.get(
+        type(v), "an object"
+    )
+
+
 def pack_encoded_data(
     config_path: str | os.PathLike[str], file_existence_policy: str = "error"
 ) -> Summary | None:
@@ -225,8 +313,17 @@ def pack_encoded_data(
     job = TokenizeJob(
         to="modalities",
         tokenizer=cfg.tokenizer,
-        text_key=cfg.text_key,
+        text_key="text",
         eod=cfg.eod_token,
         batch_docs=cfg.batch_docs,
     )
-    return tokenize([cfg.src_path], cfg.dst_path, job, workers=cfg.num_cpus, overwrite=True)
+    # the texts, in the index's order, go through lmdata's tokenize pipeline from a hidden
+    # file beside the output (one sequential pass; tokenizing dominates the time)
+    staged = cfg.dst_path.parent / f".{cfg.dst_path.name}.lmdata-texts.jsonl"
+    try:
+        _stage_texts(cfg, staged)
+        summary = tokenize([staged], cfg.dst_path, job, workers=cfg.num_cpus, overwrite=True)
+    finally:
+        staged.unlink(missing_ok=True)
+    summary.output = str(cfg.dst_path)
+    return summary

@@ -8,7 +8,8 @@ a tiktoken ``Encoding``, an lmdata tokenizer).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,77 @@ def resolve_tokenizer(tokenizer: Any) -> Any:
             "or an object with a decode(ids) method"
         )
     return tokenizer
+
+
+def _candidates(prov: Mapping[str, Any], dataset: str | None) -> list[Path]:
+    """Where the recorded tokenizer file may be: where it was, then beside the dataset."""
+    from lmdata.storage import is_url
+
+    t = prov.get("tokenizer") or {}
+    out = [Path(t["path"])] if t.get("path") else []
+    name = t.get("name")
+    if name and dataset and not is_url(dataset):
+        d = Path(dataset)
+        out += [d / name, d.parent / name]
+    return out
+
+
+def _describe(t: Mapping[str, Any]) -> str:
+    if t.get("kind") == "bytes":
+        return "the built-in byte tokenizer ('bytes')"
+    digest = f", sha256 {t['sha256'][:12]}..." if t.get("sha256") else ""
+    return f"the {t.get('kind')} tokenizer {t.get('name')!r} (at {t.get('path')}{digest})"
+
+
+def recorded_tokenizer(summary: Mapping[str, Any]) -> str | None:
+    """The tokenizer that made a dataset (``lmdata.info(path)``), from its provenance:
+    ``"bytes"``, or the recorded file (where it was, or beside the dataset) if its content
+    hash still matches. None when the dataset records no tokenizer; InvalidInputError when
+    it records a file that is not found unchanged."""
+    from lmdata._provenance import file_sha256
+
+    prov = summary.get("provenance")
+    if not isinstance(prov, Mapping) or not isinstance(prov.get("tokenizer"), Mapping):
+        return None
+    t = prov["tokenizer"]
+    if t.get("kind") == "bytes":
+        return "bytes"
+    seen = []
+    for c in _candidates(prov, summary.get("path")):
+        if c.is_file() and str(c) not in seen:
+            seen.append(str(c))
+            if t.get("sha256") and file_sha256(c) == t["sha256"]:
+                return str(c)
+    found = f"; {', '.join(seen)} differ" if seen else ""
+    raise InvalidInputError(
+        f"the dataset was made with {_describe(t)}, which is not found unchanged{found}; "
+        "pass the tokenizer file with --tokenizer"
+    )
+
+
+def tokenizer_mismatch(summary: Mapping[str, Any], spec: Any) -> str | None:
+    """A warning when ``spec`` (a tokenizer given by hand) is not the one the dataset records."""
+    from lmdata._provenance import file_sha256
+
+    prov = summary.get("provenance")
+    if not isinstance(prov, Mapping) or not isinstance(prov.get("tokenizer"), Mapping):
+        return None
+    t = prov["tokenizer"]
+    if spec == "bytes" or spec is None:
+        same = t.get("kind") == "bytes"
+    elif isinstance(spec, (str, os.PathLike)) and os.path.isfile(spec) and t.get("sha256"):
+        same = file_sha256(spec) == t["sha256"]
+    else:
+        return None  # a tokenizer object or folder: nothing to compare
+    if same:
+        return None
+    given = os.fspath(spec) if spec else "bytes"
+    return f"warning: the dataset was made with {_describe(t)}, not {given}"
+
+
+def is_token_array(v: Any) -> bool:
+    """Whether a record's value is a sequence of token ids: a 1-D integer numpy array."""
+    return isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iu"
 
 
 def _vocab_size(tok: Any) -> int | None:

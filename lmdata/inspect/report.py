@@ -7,6 +7,8 @@ import html
 import os
 from typing import Any
 
+from lmdata._units import human_bytes
+
 
 def _num(v: Any) -> str:
     if isinstance(v, float):
@@ -14,15 +16,6 @@ def _num(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
-
-
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def show_token(text: str | None) -> str:
@@ -68,6 +61,8 @@ def text(s: dict[str, Any], width: int = 40) -> str:
         lines.append(
             f"split        {s.get('split') or s['splits'][0]} (of {', '.join(s['splits'])})"
         )
+    if s.get("tokenizer"):
+        lines.append(f"tokenizer    {s['tokenizer']}")
     lines.append(f"records      {s['records']:,}")
     if "tokens" in s:
         lines.append(f"tokens       {s['tokens']:,}")
@@ -122,10 +117,10 @@ def text(s: dict[str, Any], width: int = 40) -> str:
                 else ""
             )
             lines.append(f"  {name:<40} {v['records']:>8,} records {v['spans']:>10,} spans{extra}")
-    note = _sample_note(s)
-    if note:
+    notes = [n for n in (_sample_note(s), s.get("tokenizer_note")) if n]
+    if notes:
         lines.append("")
-        lines.append(f"note: {note}")
+        lines.extend(f"note: {n}" for n in notes)
     return "\n".join(lines)
 
 

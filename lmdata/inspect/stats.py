@@ -18,11 +18,15 @@ import numpy as np
 
 from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
+from lmdata.inspect.decode import is_token_array
 from lmdata.protocols import is_token_reader
 
 SAMPLE_RECORDS = 20_000  # record datasets larger than this are sampled unless full=True
 SAMPLE_TOKENS = 1 << 24  # token datasets with more tokens are sampled for frequencies
-_WINDOW = 1 << 16  # tokens per sampled window
+_WINDOW = 1 << 16  # tokens per sampled window (fewer when the whole sample is smaller)
+_READ = 1 << 22  # tokens per read when counting everything
+_DENSE_IDS = 1 << 24  # token ids are counted in a dense array below this vocabulary size
+_PENDING_IDS = 1 << 20  # ids of records buffered before counting them into the Counter
 _BLOCK = 512  # records per take()
 
 Progress = Callable[[int, int, str], None]  # (done, planned, unit: "tokens" or "records")
@@ -76,11 +80,15 @@ def _distribution(lengths: np.ndarray, unit: str, bins: int) -> dict[str, Any]:
 
 
 class _TokenCounter:
-    """Token id frequencies: a dense bincount for vocabularies that fit, a Counter otherwise."""
+    """Token id frequencies: one ``np.bincount`` per window into a dense array when the
+    largest id is known and small enough, else ids buffered and counted in bulk into a
+    Counter (records of unknown vocabulary)."""
 
     def __init__(self, max_id: int) -> None:
-        self.dense = np.zeros(max_id + 1, dtype=np.int64) if 0 <= max_id < (1 << 24) else None
+        self.dense = np.zeros(max_id + 1, dtype=np.int64) if 0 <= max_id < _DENSE_IDS else None
         self.sparse: Counter[int] = Counter()
+        self._pending: list[np.ndarray] = []
+        self._pending_size = 0
         self.total = 0
 
     def add(self, ids: np.ndarray) -> None:
@@ -88,13 +96,22 @@ class _TokenCounter:
         if a.size == 0:
             return
         self.total += int(a.size)
-        if self.dense is not None and int(a.max()) < self.dense.size and int(a.min()) >= 0:
-            self.dense += np.bincount(a.astype(np.int64), minlength=self.dense.size)
-        else:
-            u, c = np.unique(a.astype(np.int64), return_counts=True)
+        if self.dense is not None and int(a.max()) < self.dense.size:
+            self.dense += np.bincount(a.astype(np.intp, copy=False), minlength=self.dense.size)
+            return
+        self._pending.append(a.astype(np.int64, copy=False))
+        self._pending_size += a.size
+        if self._pending_size >= _PENDING_IDS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            u, c = np.unique(np.concatenate(self._pending), return_counts=True)
             self.sparse.update(dict(zip(u.tolist(), c.tolist(), strict=True)))
+            self._pending, self._pending_size = [], 0
 
     def top(self, n: int) -> list[tuple[int, int]]:
+        self._flush()
         merged: Counter[int] = Counter(self.sparse)
         if self.dense is not None:
             nz = np.flatnonzero(self.dense)
@@ -105,8 +122,20 @@ class _TokenCounter:
         return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
     def distinct(self) -> int:
-        extra = len(self.sparse)
-        return extra + (int(np.count_nonzero(self.dense)) if self.dense is not None else 0)
+        self._flush()
+        if self.dense is None:
+            return len(self.sparse)
+        extra = sum(1 for i in self.sparse if i >= self.dense.size or self.dense[i] == 0)
+        return extra + int(np.count_nonzero(self.dense))
+
+
+def _windows(total: int, sample_tokens: int, seed: int) -> list[tuple[int, int]]:
+    """Seeded random windows holding about ``sample_tokens`` of ``total`` tokens in all."""
+    width = max(1, min(_WINDOW, sample_tokens))
+    slots = -(-total // width)
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(slots, size=min(max(1, sample_tokens // width), slots), replace=False)
+    return [(int(s) * width, min(int(s) * width + width, total)) for s in np.sort(picks)]
 
 
 def _token_stats(
@@ -116,17 +145,12 @@ def _token_stats(
     total = int(reader.num_tokens)
     lengths = np.diff(np.asarray(reader.boundaries, dtype=np.int64))
     counter = _TokenCounter(int(reader.max_token_id) if n else -1)
-    sampled = not full and total > sample_tokens
-    if sampled:
-        windows = max(1, sample_tokens // _WINDOW)
-        slots = max(1, total // _WINDOW)
-        rng = np.random.default_rng(seed)
-        starts = np.sort(rng.choice(slots, size=min(windows, slots), replace=False)) * _WINDOW
-        spans = [(int(s), min(int(s) + _WINDOW, total)) for s in starts]
+    if not full and total > sample_tokens:
+        spans = _windows(total, sample_tokens, seed)
     else:
-        step = 1 << 22
-        spans = [(s, min(s + step, total)) for s in range(0, total, step)]
+        spans = [(s, min(s + _READ, total)) for s in range(0, total, _READ)]
     planned = sum(b - a for a, b in spans)
+    sampled = planned < total
     done = 0
     for a, b in spans:
         counter.add(reader.span(a, b))
@@ -143,17 +167,11 @@ def _token_stats(
             "what": "token frequencies" if sampled else None,
             "tokens_read": planned,
             "windows": len(spans) if sampled else None,
-            "window_tokens": _WINDOW if sampled else None,
+            "window_tokens": spans[0][1] - spans[0][0] if sampled else None,
             "seed": seed if sampled else None,
         },
     }
     return out, counter
-
-
-def _int_array(v: Any) -> np.ndarray | None:
-    if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iu":
-        return v
-    return None
 
 
 def _record_stats(
@@ -192,7 +210,7 @@ def _record_stats(
             if chars is not None:
                 char_lengths.append(chars)
                 text_bytes += len(text.encode("utf-8", "surrogatepass"))
-            arr = next((a for a in map(_int_array, rec.values()) if a is not None), None)
+            arr = next((a for a in rec.values() if is_token_array(a)), None)
             if arr is not None:
                 tok_lengths.append(int(arr.size))
                 counter.add(arr)
@@ -271,12 +289,11 @@ def _finish_attribute(a: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _token_texts(top: list[tuple[int, int]], tokenizer: Any) -> list[str | None]:
-    if tokenizer is None:
+def _token_texts(top: list[tuple[int, int]], tok: Any) -> list[str | None]:
+    if tok is None:
         return [None] * len(top)
-    from lmdata.inspect.decode import decode_raw, resolve_tokenizer
+    from lmdata.inspect.decode import decode_raw
 
-    tok = resolve_tokenizer(tokenizer)
     out: list[str | None] = []
     for i, _ in top:
         try:
@@ -284,6 +301,31 @@ def _token_texts(top: list[tuple[int, int]], tokenizer: Any) -> list[str | None]
         except Exception:  # an id the tokenizer does not know: shown without text
             out.append(None)
     return out
+
+
+def tokenizer_of(summary: dict[str, Any], tokenizer: Any) -> tuple[Any, str | None, str | None]:
+    """(tokenizer object or None, its name, a note) for showing a dataset's ids as text:
+    ``tokenizer`` if given (a spec or an object), else the one the dataset records when its
+    file is found. Resolved before any data is read, so a bad one fails at once."""
+    from lmdata.errors import InvalidInputError
+    from lmdata.inspect.decode import recorded_tokenizer, resolve_tokenizer, tokenizer_mismatch
+
+    note = None
+    if tokenizer is None:
+        try:
+            tokenizer = recorded_tokenizer(summary)
+        except InvalidInputError as e:
+            return None, None, str(e)
+        if tokenizer is None:
+            return None, None, None
+    else:
+        note = tokenizer_mismatch(summary, tokenizer)
+    name = (
+        os.fspath(tokenizer)
+        if isinstance(tokenizer, (str, os.PathLike))
+        else getattr(tokenizer, "spec", type(tokenizer).__name__)
+    )
+    return resolve_tokenizer(tokenizer), name, note
 
 
 def with_attributes(summary: dict[str, Any], options: dict[str, Any] | None) -> dict[str, Any]:
@@ -306,6 +348,27 @@ def compute(
     format: str | None = None,
     split: str | None = None,
     tokenizer: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    reader_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Statistics of the dataset at ``path`` (see the module docstring); ``tokenizer`` (a
+    spec or object; default: the one the dataset records) decodes the most frequent ids.
+    ``options`` are :func:`summarize`'s."""
+    summary = dataset_info(path, format=format, storage_options=storage_options)
+    tok = tokenizer_of(summary, tokenizer)  # fails before reading anything
+    opts = with_attributes(summary, reader_options)
+    reader = open_dataset(path, format=format, split=split, storage_options=storage_options, **opts)
+    return summarize(reader, summary, path=path, split=split, tokenizer=tok, **options)
+
+
+def summarize(
+    reader: Any,
+    summary: dict[str, Any],
+    *,
+    path: str | os.PathLike[str],
+    split: str | None = None,
+    tokenizer: tuple[Any, str | None, str | None] = (None, None, None),
     text_key: str = "text",
     full: bool = False,
     sample_records: int = SAMPLE_RECORDS,
@@ -314,28 +377,25 @@ def compute(
     bins: int = 30,
     top: int = 20,
     progress: Progress | None = None,
-    reader_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Statistics of the dataset at ``path`` (see the module docstring); ``tokenizer`` (a
-    spec or object) decodes the most frequent ids."""
-    summary = dataset_info(path, format=format)
-    opts = with_attributes(summary, reader_options)
-    reader = open_dataset(path, format=format, split=split, **opts)
+    """Statistics of an opened ``reader`` whose dataset ``lmdata.info`` gave ``summary``;
+    ``tokenizer`` is what :func:`tokenizer_of` returned."""
+    tok, tok_name, tok_note = tokenizer
     report = progress or _nothing
     if is_token_reader(reader):
         out, counter = _token_stats(reader, sample_tokens, full, seed, bins, report)
     else:
         out, counter = _record_stats(reader, text_key, sample_records, full, seed, bins, report)
-    if counter.total:
+    if counter.total and top:
         pairs = counter.top(top)
-        texts = _token_texts(pairs, tokenizer)
+        texts = _token_texts(pairs, tok)
         out["top_tokens"] = [
             {"id": i, "count": c, "share": c / counter.total}
             | ({"text": t} if t is not None else {})
             for (i, c), t in zip(pairs, texts, strict=True)
         ]
         out["distinct_token_ids"] = counter.distinct()
-    head = {
+    head: dict[str, Any] = {
         "path": str(path),
         "format": summary.get("format", getattr(reader, "format", None)),
         "split": split,
@@ -344,10 +404,8 @@ def compute(
         head["splits"] = list(summary["splits"])
     if "bytes_on_disk" in summary:
         head["bytes_on_disk"] = summary["bytes_on_disk"]
-    if tokenizer is not None:
-        head["tokenizer"] = (
-            tokenizer
-            if isinstance(tokenizer, str)
-            else getattr(tokenizer, "spec", type(tokenizer).__name__)
-        )
+    if tok_name is not None:
+        head["tokenizer"] = tok_name
+    if tok_note is not None:
+        head["tokenizer_note"] = tok_note
     return head | out

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmdata import _provenance
 from lmdata.errors import InvalidInputError
 from lmdata.formats import TokenSink
 from lmdata.tokenize.job import TokenizeJob
@@ -92,7 +93,8 @@ def resolve_eod(job: TokenizeJob, tok: Tokenizer) -> int | None:
 
 
 def make_sink(job: TokenizeJob, tok: Tokenizer) -> Callable[..., EodSink]:
-    """A factory ``(dst, overwrite) -> sink`` for ``job.to``, after checking the options."""
+    """A factory ``(dst, overwrite) -> sink`` for ``job.to``, after checking the options; the
+    sink records what made the tokens (:mod:`lmdata._provenance`) in the dataset."""
     if job.validation_fraction > 0 and "validation" not in job.spec.splits:
         raise InvalidInputError(
             f"{job.to} has no validation split; tokenize the validation documents into a "
@@ -100,6 +102,10 @@ def make_sink(job: TokenizeJob, tok: Tokenizer) -> Callable[..., EodSink]:
         )
     eod = resolve_eod(job, tok)
     opts = dict(job.writer_options)
+    special = (
+        job.target.special_tokens if job.add_special_tokens is None else job.add_special_tokens
+    )
+    opts.setdefault("provenance", _provenance.record(tok, eod, special))
 
     def factory(dst: Path, overwrite: bool = False) -> EodSink:
         sink = job.target.open(

@@ -16,8 +16,8 @@ import numpy as np
 from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
 from lmdata.errors import InvalidInputError
-from lmdata.inspect.decode import pieces, resolve_tokenizer
-from lmdata.inspect.stats import compute, with_attributes
+from lmdata.inspect.decode import is_token_array, pieces
+from lmdata.inspect.stats import summarize, tokenizer_of, with_attributes
 from lmdata.protocols import is_token_reader
 
 MAX_PAGE = 100  # records per request
@@ -54,7 +54,11 @@ def _jsonable(v: Any) -> Any:
 
 
 class ViewData:
-    """One opened dataset and its (optional) tokenizer, answering the viewer's questions."""
+    """One opened dataset and its (optional) tokenizer, answering the viewer's questions.
+
+    ``tokenizer`` (a spec or an object) shows token ids as text; by default the one the
+    dataset records, when its file is found. Opening reads the dataset's info once and a
+    sample for the length histogram."""
 
     def __init__(
         self,
@@ -62,28 +66,31 @@ class ViewData:
         *,
         format: str | None = None,
         split: str | None = None,
-        tokenizer: str | None = None,
+        tokenizer: Any = None,
         text_key: str = "text",
+        storage_options: dict[str, Any] | None = None,
         reader_options: dict[str, Any] | None = None,
     ) -> None:
         self.path = str(path)
         self.split = split
         self.text_key = text_key
-        self.tokenizer_spec = tokenizer
-        self.tokenizer = resolve_tokenizer(tokenizer) if tokenizer is not None else None
-        self.summary = dataset_info(path, format=format)
+        self.summary = dataset_info(path, format=format, storage_options=storage_options)
+        tok = tokenizer_of(self.summary, tokenizer)  # a bad tokenizer fails before reading
+        self.tokenizer, self.tokenizer_name, self.tokenizer_note = tok
         opts = with_attributes(self.summary, reader_options)
-        self.reader = open_dataset(path, format=format, split=split, **opts)
+        self.reader = open_dataset(
+            path, format=format, split=split, storage_options=storage_options, **opts
+        )
         self.kind = "tokens" if is_token_reader(self.reader) else "records"
-        self.stats = compute(
-            path,
-            format=format,
+        self.stats = summarize(
+            self.reader,
+            self.summary,
+            path=path,
             split=split,
             text_key=text_key,
             sample_records=STATS_SAMPLE,
             sample_tokens=1 << 20,
             top=0,
-            reader_options=reader_options,
         )
 
     def info(self) -> dict[str, Any]:
@@ -93,7 +100,8 @@ class ViewData:
             "kind": self.kind,
             "split": self.split,
             "records": len(self.reader),
-            "tokenizer": self.tokenizer_spec,
+            "tokenizer": self.tokenizer_name,
+            "tokenizer_note": self.tokenizer_note,
             "text_key": self.text_key,
             "info": _jsonable(self.summary),
             "lengths": self.stats.get("lengths"),
@@ -122,11 +130,7 @@ class ViewData:
             if isinstance(text, str):
                 out["text"] = _jsonable(text)
                 out["chars"] = len(text)
-            arrays = {
-                str(k): v
-                for k, v in rec.items()
-                if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iu"
-            }
+            arrays = {str(k): v for k, v in rec.items() if is_token_array(v)}
             if arrays:
                 out["token_fields"] = {k: self._tokens(v) for k, v in arrays.items()}
             out["fields"] = {

@@ -18,8 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import orjson
-
+from lmdata import _json
 from lmdata.errors import LmdataError
 from lmdata.view.data import ViewData
 
@@ -70,7 +69,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, obj: Any, status: int = 200, head_only: bool = False) -> None:
-        body = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        body = _json.dumps(obj)
         self._send(status, body, "application/json; charset=utf-8", head_only)
 
     def _host_ok(self) -> bool:
@@ -92,15 +91,17 @@ class _Handler(BaseHTTPRequestHandler):
             elif url.path == "/api/info":
                 self._json(self.server.data.info(), head_only=head_only)
             elif url.path == "/api/records":
-                start, count = int(q.get("start", 0)), int(q.get("count", 10))
+                try:
+                    start, count = int(q.get("start", 0)), int(q.get("count", 10))
+                except ValueError:
+                    self._json({"error": "start and count must be integers"}, 400, head_only)
+                    return
                 self._json(self.server.data.page(start, count), head_only=head_only)
             elif url.path == "/api/find":
                 self._json(self.server.data.find_id(q.get("id", "")), head_only=head_only)
             else:
                 self._send(HTTPStatus.NOT_FOUND, b"not found", "text/plain", head_only)
-        except ValueError:
-            self._json({"error": "start and count must be integers"}, 400, head_only)
-        except LmdataError as e:
+        except LmdataError as e:  # a dataset problem met while reading: said, not a traceback
             self._json({"error": str(e)}, 500, head_only)
 
     def _refuse(self) -> None:

@@ -3,14 +3,22 @@ reference files modalities 0.5.0 wrote (tests/data/modalities)."""
 
 from __future__ import annotations
 
+import json
+import pickle
 import shutil
+import struct
 from pathlib import Path
 
+import jq
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lmdata.cli.main import cli
+from lmdata.compat.modalities import TextOf
+from tests.compat.modalities_reference import JQ_PROGRAM, LINES
 
 MOD = Path(__file__).parents[1] / "data" / "modalities"
 
@@ -102,7 +110,12 @@ def test_defaults_and_existence_policies(work: Path) -> None:
     [
         ({"settings__shuffle": True}, "unknown config key settings.shuffle"),
         ({"tokenizer__config__add_prefix_space": True}, "tokenizer.config.add_prefix_space"),
-        ({"settings__jq_pattern": ".meta | .text"}, "jq_pattern"),
+        ({"settings__jq_pattern": ".text | [["}, "not a valid jq program"),
+        ({"settings__jq_pattern": ".meta | .text"}, "'.meta | .text' gives null, not a string"),
+        ({"settings__jq_pattern": ".meta.n"}, "gives null"),
+        ({"settings__jq_pattern": ".text | length"}, "gives a number"),
+        ({"settings__jq_pattern": ".text[]"}, "fails: Cannot iterate over string"),
+        ({"settings__jq_pattern": "empty"}, "gives no result"),
         ({"settings__eod_token": None}, "settings.eod_token is required"),
         ({"settings__processing_batch_size": 0}, "processing_batch_size must be an integer"),
         ({"tokenizer__config__truncation": True}, "truncation"),
@@ -123,3 +136,72 @@ def test_what_lmdata_does_not_implement_is_named(
 def test_pack_needs_the_index(work: Path) -> None:
     res = run("modalities", "data", "pack_encoded_data", _config())
     assert res.exit_code == 2 and "create_raw_index" in res.output
+
+
+def _docs_of(pbin: bytes) -> list[bytes]:
+    """The token bytes of each document of a .pbin, in order (its index read as modalities
+    writes it: a pickled list of (offset, length) pairs of ints)."""
+    data_len, _ = struct.unpack("<QI", pbin[:12])
+    index = pickle.loads(pbin[12 + data_len :])  # our own reference file
+    return [pbin[12 + o : 12 + o + n] for o, n in index]
+
+
+def test_pack_reads_the_documents_the_index_lists(work: Path) -> None:
+    """An index that skips, repeats and reorders lines packs those documents in its order,
+    byte for byte as modalities 0.5.0 packed them (tests/compat/modalities_reference.py)."""
+    shutil.copy(MOD / "docs_reordered.idx", "data/docs.idx")
+    res = run("modalities", "data", "pack_encoded_data", _config())
+    assert res.exit_code == 0, res.output
+    got = Path("data/docs.pbin").read_bytes()
+    assert got == (MOD / "docs_reordered_bpe5k.pbin").read_bytes()
+    # the same as modalities' own rule says: the documents of the full pack, in index order
+    full = _docs_of((MOD / "docs_bpe5k.pbin").read_bytes())
+    assert _docs_of(got) == [full[i] for i in LINES]
+    assert not list(Path("data").glob(".*"))  # no staged texts or work folder left behind
+
+
+def test_pack_runs_a_jq_program(work: Path) -> None:
+    shutil.copy(MOD / "docs_reordered.idx", "data/other.idx")
+    cfg = _config(settings__jq_pattern=JQ_PROGRAM, settings__index_path="data/other.idx")
+    res = run("modalities", "data", "pack_encoded_data", cfg)
+    assert res.exit_code == 0, res.output
+    got = Path("data/docs.pbin").read_bytes()
+    assert got == (MOD / "docs_reordered_jq_bpe5k.pbin").read_bytes()
+    plain = (MOD / "docs_reordered_bpe5k.pbin").read_bytes()
+    changed = [a != b for a, b in zip(_docs_of(got), _docs_of(plain), strict=True)]
+    lines = (MOD / "docs.jsonl").read_bytes().split(b"\n")
+    has_meta = [bool(json.loads(lines[i]).get("meta")) for i in LINES]
+    assert changed == has_meta and any(has_meta) and not all(has_meta)
+
+
+def test_pack_error_names_the_document(work: Path) -> None:
+    assert run("modalities", "data", "create_raw_index", "data/docs.jsonl").exit_code == 0
+    res = run("modalities", "data", "pack_encoded_data", _config(settings__jq_pattern=".meta.n"))
+    assert res.exit_code == 2
+    assert "docs.jsonl" in res.output and "index entry 0 (byte 0)" in res.output, res.output
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.sampled_from("ab"), kids),
+    max_leaves=8,
+)
+
+
+def _jq_first(pattern: str, raw: bytes) -> object:
+    try:
+        return ("ok", jq.compile(pattern).input_text(raw.decode()).first())
+    except (ValueError, StopIteration) as e:
+        return ("error", type(e).__name__)
+
+
+@settings(max_examples=200, deadline=None)
+@given(doc=_json, pattern=st.sampled_from([".a", ".a.b", ".b.a.a", ".a.a"]))
+def test_key_paths_read_directly_give_what_jq_gives(doc: object, pattern: str) -> None:
+    raw = json.dumps(doc).encode()
+    try:
+        got: object = ("ok", TextOf(pattern)(raw))
+    except (ValueError, StopIteration) as e:
+        got = ("error", type(e).__name__)
+    assert got == _jq_first(pattern, raw)
+    assert TextOf(pattern).keys == pattern[1:].split(".")

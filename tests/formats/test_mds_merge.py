@@ -43,6 +43,19 @@ def test_merge_partitions_outside_the_output_links_them_in(tmp_path: Path) -> No
     assert [x["id"] for x in lmdata.open(tmp_path / "out")] == list(range(6))
 
 
+def test_merge_reads_each_partition_index_once(tmp_path: Path, monkeypatch) -> None:
+    from lmdata import _json
+
+    for k in range(3):
+        part(tmp_path / "out" / str(k), "mds", k, 1)
+    parsed: list[int] = []
+    real = _json.parse
+    monkeypatch.setattr(_json, "parse", lambda data, *a: parsed.append(len(data)) or real(data, *a))
+    merge([str(tmp_path / "out")], str(tmp_path / "out"))
+    assert len(parsed) == 3  # one parse per partition, with the index's one size limit
+    assert [x["id"] for x in lmdata.open(tmp_path / "out")] == [0, 1, 2]
+
+
 def test_merge_nested_indexes_again(tmp_path: Path) -> None:
     root = tmp_path / "top"
     for g in range(2):

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lmdata._report import MAX_REPORTED, overflow_line
 from lmdata.errors import CorruptDataError, LmdataError, UnsafeDataError
 from lmdata.formats import modalities
 
@@ -148,3 +149,21 @@ def test_damaged_pbin_is_still_detected_so_the_error_is_specific(tmp_path: Path)
     assert not modalities.detect(other)
     other.write_bytes(REF)
     assert modalities.detect(other)  # content alone is enough for an intact file
+
+
+def test_validate_lists_twenty_problems_of_a_kind_and_counts_the_rest(tmp_path: Path) -> None:
+    # 50 documents of one token each with a one-byte gap before every later one: 49 gaps
+    # (offsets past the data would also be out of range: keep them inside)
+    tokens = list(range(150))
+    index = [(i * 6, 2) for i in range(50)]
+    p = tmp_path / "gaps.pbin"
+    p.write_bytes(pbin(tokens, index))
+    problems = modalities.validate(p)
+    gaps = [m for m in problems if "a gap" in m]
+    assert len(gaps) == MAX_REPORTED
+    assert problems[-1] == overflow_line("order", 49 + 1 - MAX_REPORTED)  # + the short last end
+    # eod: 50 documents, none ending with the EOD token -> 20 listed, 30 counted
+    p.write_bytes(pbin(tokens[:50], [(2 * i, 2) for i in range(50)][:25]))
+    eod = modalities.validate(p, eod_id=9999)
+    assert sum("not the end-of-document token" in m for m in eod) == MAX_REPORTED
+    assert eod[-1] == overflow_line("eod", 25 - MAX_REPORTED)

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmdata
+from lmdata._report import MAX_REPORTED, overflow_line
 from lmdata.cli.main import cli
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, OutputExistsError, UnsafeDataError
 from lmdata.formats import modalities_jsonl as mj
@@ -180,6 +181,16 @@ def test_stale_and_hostile_indexes(tmp_path: Path) -> None:
         mj.open(p)
     idx.write_bytes(pickle.dumps([(0, 8), (5, 3)]))
     assert any("not the start of a line" in m for m in mj.validate(p))
+
+
+def test_validate_lists_twenty_problems_of_a_kind_and_counts_the_rest(tmp_path: Path) -> None:
+    p = tmp_path / "grown.jsonl"
+    p.write_bytes(b'{"a": 1}\n')
+    mj.build_index(p)
+    p.write_bytes(b'{"a": 1}\n' * 31)  # 30 lines appended after indexing
+    problems = mj.validate(p)
+    assert sum("missing from the index" in m for m in problems) == MAX_REPORTED
+    assert problems[-1] == overflow_line("missing", 30 - MAX_REPORTED)
 
 
 def test_cli_index(tmp_path: Path) -> None:

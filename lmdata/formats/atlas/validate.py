@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _provenance
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats.atlas.meta import (
@@ -184,4 +185,7 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     }
     if ds.meta and _is_file(ds, ds.root / DICT):
         out["shared_dict_bytes"] = ds.store.size(str(ds.root / DICT))
+    prov = _provenance.read_file(ds.store, str(ds.root / _provenance.FILE))
+    if prov is not None:
+        out["provenance"] = prov
     return out

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _provenance
 from lmdata._pickle import safe_loads
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.formats.atlas import codec
@@ -240,6 +241,8 @@ class Writer(AtomicWriter):
     arrays and scalars), which readers load safely; anything else (a ``datetime``, an instance
     of your class) raises InvalidInputError, unless ``allow_unsafe_pickle=True``, which stores
     any picklable object and leaves readers to need ``allow_unsafe_pickle=True`` as well.
+    ``provenance`` (what made the tokens, see :mod:`lmdata._provenance`) goes into a file
+    ``lmdata.json`` beside the root ``meta.json``.
     """
 
     def __init__(
@@ -258,6 +261,7 @@ class Writer(AtomicWriter):
         append: bool = False,
         overwrite: bool = False,
         allow_unsafe_pickle: bool = False,
+        provenance: dict[str, Any] | None = None,
     ) -> None:
         if shard_size is not None and (
             isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1
@@ -278,6 +282,7 @@ class Writer(AtomicWriter):
         self.dict_sample_bytes = dict_sample_bytes
         self.protocol = pickle_protocol
         self.allow_unsafe_pickle = allow_unsafe_pickle
+        self._provenance = provenance
         self.shard_sizes: list[int] = []
         self._remote: Output | None = None
         self._numbers: list[int] = []
@@ -590,6 +595,8 @@ class Writer(AtomicWriter):
             meta = DatasetMeta(
                 shard_sizes=tuple(self.shard_sizes), compression_strategy=self.strategy
             )
+            if self._provenance is not None:  # a file: the origin opens only folders
+                replace_bytes(self._root / _provenance.FILE, _provenance.dumps(self._provenance))
             replace_bytes(self._root / META, meta.to_json())
         except BaseException:
             self.abort()

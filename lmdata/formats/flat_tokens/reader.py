@@ -314,15 +314,30 @@ def dataset_info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]
 
     store, key = resolve(path, options.get("storage_options"))
     splits = {}
-    for s in split_names(store, key):
+    names = split_names(store, key)
+    for s in names:
         splits[s or basename(key)] = FlatTokens(path, split=s or None, **options).info()
-    return {
+    out: dict[str, Any] = {
         "format": "flat-tokens",
         "path": store.url(key),
         "splits": splits,
         "bytes_on_disk": disk_usage(path),
         "apparent_bytes": apparent_size(path),
     }
+    prov = _provenance(store, key) if names and names != [""] else None  # a root, not a split
+    if prov is not None:
+        out["provenance"] = prov
+    return out
+
+
+def _provenance(store: Store, key: str) -> dict[str, Any] | None:
+    """What made the dataset, from the root group's attributes (see lmdata._provenance)."""
+    from lmdata._provenance import KEY, parse
+
+    try:
+        return parse(node_attrs(store, key).get(KEY))
+    except (CorruptDataError, OSError):
+        return None
 
 
 def dataset_splits(path: str | os.PathLike[str]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._provenance import KEY as PROVENANCE_KEY
 from lmdata.errors import InvalidInputError
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS
 from lmdata.storage import AtomicWriter, Output, join, resolve
@@ -204,7 +205,8 @@ class Writer(AtomicWriter):
     ``:LEVEL``. Both splits always exist, empty if nothing was written to one. The dataset
     appears at ``path`` (a local path or a URL such as ``memory://``) only when the writer
     closes without an exception: the zarr metadata objects are written last, the root group's
-    at the very end.
+    at the very end. ``provenance`` (what made the tokens, see :mod:`lmdata._provenance`) goes
+    into the root group's attributes.
     """
 
     def __init__(
@@ -216,10 +218,12 @@ class Writer(AtomicWriter):
         compression: str | None = None,
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
+        provenance: dict[str, Any] | None = None,
     ) -> None:
         if chunk_tokens < 1 or seq_starts_chunk < 1:
             raise InvalidInputError("chunk_tokens and seq_starts_chunk must be at least 1")
         self._compressor = parse_compression(compression)
+        self._provenance = provenance
         store, key = resolve(path, storage_options)
         self._out = store.output(key, directory=True, overwrite=overwrite)
         self.path = store.url(self._out.dest)
@@ -272,6 +276,8 @@ class Writer(AtomicWriter):
         try:
             for w in self._splits.values():
                 w.close()
+            if self._provenance is not None:  # root attributes: seqax reads only the splits
+                self._out.write_last(".zattrs", dump_json({PROVENANCE_KEY: self._provenance}))
             self._out.write_last(".zgroup", dump_json({"zarr_format": 2}))
             self._out.commit()
         except BaseException:

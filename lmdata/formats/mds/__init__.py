@@ -108,6 +108,8 @@ def info(
     root = r.index.store.url(r.index.root)
     out["bytes_on_disk"] = disk_usage(root)
     out["apparent_bytes"] = apparent_size(root)
+    if r.index.provenance is not None:
+        out["provenance"] = r.index.provenance
     return out
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lmdata import _json
+from lmdata import _provenance as provenance
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
 from lmdata.storage import Store, basename, join, parent, resolve
 
@@ -89,9 +90,11 @@ def parse_size_limit(value: int | float | str | None) -> int | None:
     return n
 
 
-def dump_index(shards: list[dict[str, Any]]) -> bytes:
-    """index.json bytes exactly as streaming's writers produce them (one line, sorted keys)."""
-    return json.dumps({"shards": shards, "version": VERSION}, sort_keys=True).encode("utf-8")
+def dump_index(shards: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> bytes:
+    """index.json bytes exactly as streaming's writers produce them (one line, sorted keys);
+    ``extra`` keys (lmdata's provenance) are added beside them: streaming reads only these."""
+    obj = {**(extra or {}), "shards": shards, "version": VERSION}
+    return json.dumps(obj, sort_keys=True).encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ class Index:
     shards: tuple[Shard, ...]
     store: Store
     key: str  # the index.json's key in the store
+    provenance: dict[str, Any] | None = None  # what made the dataset (lmdata._provenance)
 
     @property
     def root(self) -> str:
@@ -216,6 +220,12 @@ MAX_INDEX_BYTES = 1 << 30  # merged indexes of huge datasets reach hundreds of M
 
 def load_index(store: Store, key: str) -> Index:
     """Read and check index.json (CorruptDataError naming the shard on any problem)."""
+    return load_index_json(store, key)[0]
+
+
+def load_index_json(store: Store, key: str) -> tuple[Index, dict[str, Any]]:
+    """:func:`load_index`, and the JSON object it was parsed from (for ``merge``, which
+    rewrites it): the file is read and parsed once, with one size limit."""
     path = store.url(key)
     limit = MAX_INDEX_BYTES
     obj = _json.from_bytes(
@@ -229,7 +239,7 @@ def load_index(store: Store, key: str) -> Index:
             path=path,
         )
     shards = tuple(parse_shard(i, s, path) for i, s in enumerate(obj["shards"]))
-    return Index(path, shards, store, key)
+    return Index(path, shards, store, key, provenance.parse(obj.get(provenance.KEY))), obj
 
 
 def _fail(path: Path, i: int, msg: str) -> CorruptDataError:

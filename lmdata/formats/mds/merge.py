@@ -17,9 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lmdata import _json
 from lmdata.errors import InvalidInputError, OutputExistsError
-from lmdata.formats.mds.index import INDEX, load_index
+from lmdata.formats.mds.index import INDEX, load_index_json
 from lmdata.storage import LocalStore, atomic_file, local_path, require_exists
 
 _FILE_KEYS = ("raw_data", "zip_data", "raw_meta", "zip_meta")
@@ -85,7 +84,7 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
     out.mkdir(parents=True, exist_ok=True)
     shards: list[dict[str, Any]] = []
     for part in parts:
-        load_index(LocalStore(), str(part / INDEX))  # each partition must be a valid index
+        _, obj = load_index_json(LocalStore(), str(part / INDEX))  # checked, parsed once
         rel = _inside(part, out)
         if rel is None:
             target = out / part.name
@@ -96,7 +95,6 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
                 )
             shutil.copytree(part, target, copy_function=_link_or_copy)
             rel = part.name
-        obj = _json.read(part / INDEX, what="index.json")
         for shard in obj["shards"]:
             for key in _FILE_KEYS:
                 if shard.get(key):

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._provenance import KEY as PROVENANCE_KEY
 from lmdata.errors import InvalidInputError
 from lmdata.formats.mds import compression as comp
 from lmdata.formats.mds.encodings import infer_encoding
@@ -53,6 +54,8 @@ class Writer(AtomicWriter):
     that are not columns are refused unless ``drop_extra_keys=True``. A sample that is not a
     dict (a token array) is stored in the column ``token_column``. ``zstd_checksum=False``
     leaves out the checksum lmdata adds to zstd frames (streaming's exact bytes).
+    ``provenance`` (what made the tokens, see :mod:`lmdata._provenance`) is stored as an
+    extra key of index.json, which streaming ignores.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class Writer(AtomicWriter):
         token_column: str = "tokens",
         zstd_checksum: bool = True,
         storage_options: dict[str, Any] | None = None,
+        provenance: dict[str, Any] | None = None,
         **ignored: Any,
     ) -> None:
         unknown = [k for k in ignored if k not in _IGNORED]
@@ -93,6 +97,7 @@ class Writer(AtomicWriter):
         self._drop_extra = drop_extra_keys
         self._token_column = token_column
         self._zstd_checksum = zstd_checksum
+        self._extra = {PROVENANCE_KEY: provenance} if provenance is not None else None
         self._encoder: Any = None
         self._columns: dict[str, str] | None = None
         store, key = resolve(path, storage_options)
@@ -227,7 +232,7 @@ class Writer(AtomicWriter):
         try:
             if self._samples:
                 self._flush()
-            self._out.write_last(INDEX, dump_index(self.shards))  # after every shard
+            self._out.write_last(INDEX, dump_index(self.shards, self._extra))  # after every shard
             self._out.commit()
         except BaseException:
             self._out.abort()

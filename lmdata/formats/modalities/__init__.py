@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from lmdata import _provenance
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, PerDocumentSink, TokenSink, TokenTarget, detector
 from lmdata.formats.modalities.layout import HEADER_SIZE, width_for_vocab
@@ -65,7 +66,10 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         out.update(r.info())
         url = r.data.store.url(r.data.key)
         out["apparent_bytes"] = r.data.store.size(r.data.key)
+        prov = _provenance.read_sidecar(r.data.store, r.data.key)
     out["bytes_on_disk"] = disk_usage(url)
+    if prov is not None:
+        out["provenance"] = prov
     return out
 
 

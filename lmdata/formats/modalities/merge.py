@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from lmdata.errors import InvalidInputError
-from lmdata.formats.modalities.layout import DTYPES, PbinHeader, dump_span_index
+from lmdata.formats._span_index import dump_span_index
+from lmdata.formats.modalities.layout import DTYPES, PbinHeader
 from lmdata.formats.modalities.reader import PackedTokens
 from lmdata.storage import AtomicOutput, require_exists
 

@@ -10,12 +10,11 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError, LmdataError
+from lmdata.formats._span_index import SpanIndex, load_span_index
 from lmdata.formats.modalities.layout import (
     HEADER_SIZE,
     PbinHeader,
-    SpanIndex,
     header_problems,
-    load_span_index,
     parse_header,
 )
 from lmdata.protocols import normalize_index, normalize_indices

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
-from lmdata.formats.modalities.layout import HEADER_SIZE, header_problems, load_span_index
+from lmdata.formats._span_index import load_span_index
+from lmdata.formats.modalities.layout import HEADER_SIZE, header_problems
 from lmdata.formats.modalities.reader import PbinData, undo_origin_merge_shift
 from lmdata.storage import resolve
-
-MAX_REPORTED = 20
 
 
 def validate(
@@ -45,14 +45,8 @@ def validate(
         )
     except LmdataError as e:
         return [str(e)]
-    out: list[str] = []
-    counts: dict[str, int] = {}
-
-    def add(kind: str, msg: str) -> None:
-        counts[kind] = counts.get(kind, 0) + 1
-        if counts[kind] <= MAX_REPORTED:
-            out.append(msg)
-
+    rep = ProblemReport()
+    add = rep.add
     if index.trailing:
         add(
             "trailing",
@@ -70,13 +64,15 @@ def validate(
         )
         index = fixed
     offs, lens, ends = index.offsets, index.lengths, index.ends
-    for i in np.flatnonzero((offs % width != 0) | (lens % width != 0))[:MAX_REPORTED]:
+    misaligned = np.flatnonzero((offs % width != 0) | (lens % width != 0))
+    for i in _listed(rep, "align", misaligned):
         add(
             "align",
             f"index entry {i}: offset {offs[i]} / length {lens[i]} is not a multiple "
             f"of the token width {width}",
         )
-    for i in np.flatnonzero((offs < 0) | (ends > data_len))[:MAX_REPORTED]:
+    outside = np.flatnonzero((offs < 0) | (ends > data_len))
+    for i in _listed(rep, "range", outside):
         add(
             "range",
             f"index entry {i}: bytes {offs[i]}..{ends[i]} lie outside the "
@@ -85,7 +81,7 @@ def validate(
     if fixed is None and len(index):
         if offs[0] != 0:
             add("order", f"index entry 0: starts at byte {offs[0]}, not 0")
-        for i in np.flatnonzero(offs[1:] != ends[:-1])[:MAX_REPORTED]:
+        for i in _listed(rep, "order", np.flatnonzero(offs[1:] != ends[:-1])):
             kind = "a gap" if offs[i + 1] > ends[i] else "an overlap"
             add(
                 "order",
@@ -100,12 +96,15 @@ def validate(
             )
     elif len(index) == 0 and data_len:
         add("order", f"index: empty, but the header says {data_len} bytes of data")
-    if eod_id is not None and len(index) and not counts.get("align") and not counts.get("range"):
-        _check_eod(path, storage_options, width, index.offsets, index.lengths, eod_id, add)
-    for kind, n in counts.items():
-        if n > MAX_REPORTED:
-            out.append(f"{n - MAX_REPORTED} more problems of this kind ({kind})")
-    return out
+    if eod_id is not None and len(index) and not len(misaligned) and not len(outside):
+        _check_eod(path, storage_options, width, index.offsets, index.lengths, eod_id, rep)
+    return rep.finish()
+
+
+def _listed(rep: ProblemReport, kind: str, found: np.ndarray) -> Iterator[int]:
+    """The first of ``found``, to describe; once they are, the rest are counted in ``rep``."""
+    yield from found[:MAX_REPORTED].tolist()
+    rep.count(kind, max(0, len(found) - MAX_REPORTED))
 
 
 def _check_eod(
@@ -115,13 +114,13 @@ def _check_eod(
     offs: np.ndarray,
     lens: np.ndarray,
     eod_id: int,
-    add: Callable[[str, str], None],
+    rep: ProblemReport,
 ) -> None:
     tokens = PbinData(path, storage_options).tokens
     last = (offs + lens) // width - 1
     nonempty = lens > 0
     ok = np.zeros(len(lens), dtype=bool)
     ok[nonempty] = tokens[last[nonempty]] == eod_id
-    for i in np.flatnonzero(~ok)[:MAX_REPORTED]:
+    for i in _listed(rep, "eod", np.flatnonzero(~ok)):
         what = "is empty" if lens[i] == 0 else f"ends with {int(tokens[last[i]])}"
-        add("eod", f"document {i}: {what}, not the end-of-document token {eod_id}")
+        rep.add("eod", f"document {i}: {what}, not the end-of-document token {eod_id}")

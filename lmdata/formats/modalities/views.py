@@ -20,6 +20,7 @@ import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.formats.modalities.reader import PackedTokens, PbinData
+from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
 from lmdata.protocols import normalize_index, normalize_indices
 
 
@@ -211,8 +212,6 @@ class JsonlTokenDocuments:
         jq_pattern: str | None = None,
         index_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        from lmdata.formats.modalities_jsonl import JsonlDocuments
-
         self.documents = JsonlDocuments(path, index_path=index_path)
         self.tokenizer = tokenizer
         self.text_key = text_key

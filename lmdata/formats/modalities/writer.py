@@ -12,13 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from lmdata import _provenance
 from lmdata.errors import InvalidInputError
+from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities.layout import (
     DTYPES,
     HEADER_SIZE,
     TOKEN_WIDTHS,
     PbinHeader,
-    dump_span_index,
     width_for_max_id,
     width_for_vocab,
 )
@@ -57,6 +58,8 @@ class Writer(AtomicWriter):
     largest id written is chosen at close. ``eod_id`` is appended after each document unless
     ``append_eod`` is False or the document already ends with it; an empty document is stored
     as the EOD token alone. The file appears at ``path`` only when the writer closes cleanly.
+    ``provenance`` (what made the tokens, see :mod:`lmdata._provenance`) goes into a sidecar
+    ``<path>.lmdata.json``: the .pbin layout has no room for it.
     """
 
     def __init__(
@@ -69,8 +72,11 @@ class Writer(AtomicWriter):
         append_eod: bool = True,
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
+        provenance: dict[str, Any] | None = None,
     ) -> None:
         width = self._pick_width(vocab_size, token_width)
+        self._provenance = provenance
+        self._overwrite = overwrite
         if eod_id is not None:
             if isinstance(eod_id, bool) or not isinstance(eod_id, (int, np.integer)) or eod_id < 0:
                 raise InvalidInputError(f"eod_id must be a non-negative integer, got {eod_id!r}")
@@ -169,7 +175,13 @@ class Writer(AtomicWriter):
                 self.abort()
                 raise
             self._tmp.unlink(missing_ok=True)
+        store, key = self._out.store, self._out.dest
+        if self._overwrite or not store.exists(key):
+            # a kill after the commit leaves no sidecar rather than one describing the old file
+            _provenance.remove_sidecar(store, key)
         self._out.commit()
+        if self._provenance is not None:
+            _provenance.write_sidecar(store, key, self._provenance)
 
     def _finish(self) -> None:
         self._f.flush()

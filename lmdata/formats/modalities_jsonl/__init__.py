@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from lmdata._report import ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import FormatSpec, detector
 from lmdata.formats.modalities_jsonl.checks import unindexed_problems
@@ -39,8 +40,6 @@ __all__ = [
     "scan",
     "validate",
 ]
-
-MAX_REPORTED = 20
 
 
 def detect(path: str | os.PathLike[str]) -> bool:
@@ -94,14 +93,8 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
     except LmdataError as e:
         return [str(e)]
     p, idx_path = shown_path(store, key), shown_path(istore, ikey)
-    problems: list[str] = []
-    counts: dict[str, int] = {}
-
-    def add(kind: str, msg: str) -> None:
-        counts[kind] = counts.get(kind, 0) + 1
-        if counts[kind] <= MAX_REPORTED:
-            problems.append(msg)
-
+    rep = ProblemReport()
+    add = rep.add
     buf = map_object(store, key)
     try:
         lines = {off: (lineno, ln) for lineno, off, ln in iter_lines(buf)}
@@ -138,13 +131,11 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
                 f"{p.name} line {lineno} (byte {off}): valid JSON but missing from "
                 f"the index; rebuild it with `lmdata index --overwrite {p}`",
             )
-        problems.extend(unindexed_problems(p, idx_path, index, buf))
+        for msg in unindexed_problems(p, idx_path, index, buf):
+            add("unindexed", msg)
     finally:
         release(buf)
-    for kind, n in counts.items():
-        if n > MAX_REPORTED:
-            problems.append(f"{n - MAX_REPORTED} more problems of this kind ({kind})")
-    return problems
+    return rep.finish()
 
 
 SPEC = FormatSpec(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lmdata.formats.modalities.layout import SpanIndex
+from lmdata.formats._span_index import SpanIndex
 from lmdata.formats.modalities_jsonl.lines import LineError, loads
 
 

@@ -13,7 +13,7 @@ from lmdata.errors import (
     InvalidInputError,
     OutputExistsError,
 )
-from lmdata.formats.modalities.layout import dump_span_index
+from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import (
     LineError,
     check,

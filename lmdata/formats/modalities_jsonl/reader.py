@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError
-from lmdata.formats.modalities.layout import SpanIndex, load_span_index
+from lmdata.formats._span_index import SpanIndex, load_span_index
 from lmdata.formats.modalities_jsonl.lines import (
     LineError,
     data_object,

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from lmdata.errors import InvalidInputError
-from lmdata.formats.modalities.layout import dump_span_index
+from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import default_index_path
 from lmdata.storage import AtomicOutput, AtomicWriter, LocalStore, Output, Store, resolve
 

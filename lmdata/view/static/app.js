@@ -73,7 +73,8 @@ function renderInfo(info) {
   const kind = info.kind === "tokens" ? "token sequences" : "records";
   $("subtitle").textContent = `${info.format}, ${kind}` + (info.split ? `, split ${info.split}` : "")
     + (info.tokenizer ? `, decoded with ${info.tokenizer}` : info.kind === "tokens"
-      ? " (ids only: run with --tokenizer FILE to see text)" : "");
+      ? " (ids only: run with --tokenizer FILE to see text)" : "")
+    + (info.tokenizer_note ? ` (${info.tokenizer_note})` : "");
   const rows = [["records", info.records]];
   const i = info.info || {};
   for (const k of ["tokens", "max_token_id", "documents", "samples", "examples", "files", "shards", "bytes_on_disk"]) {

@@ -1,0 +1,303 @@
+"""Where a token dataset came from: the tokenizer that made it, the lmdata version and command.
+
+Every token dataset lmdata tokenizes records this, where its format has room without breaking
+the origin tool: flat-tokens in the root group's zarr attributes (seqax reads only the split
+groups), MDS as a key of ``index.json`` (streaming reads only ``shards`` and ``version``),
+Atlas in a file ``lmdata.json`` beside its root ``meta.json`` (the origin opens folders only),
+Modalities ``.pbin`` in a sidecar ``<file>.lmdata.json`` (the file format has no room). Each
+format's ``info`` returns it under ``"provenance"``; ``lmdata cat --decode`` finds the
+tokenizer file through it.
+
+The record is untrusted input when read back: :func:`parse` keeps only known keys of the
+expected types, so a hand-edited file never reaches a caller as anything but plain values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shlex
+import sys
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+KEY = "lmdata"  # the key holding the record in zarr attributes and index.json
+FILE = "lmdata.json"  # the record's file inside a dataset folder (Atlas)
+SIDECAR_SUFFIX = ".lmdata.json"  # the record's file beside a one-file dataset (Modalities)
+VERSION = 1
+MAX_BYTES = 4 << 20  # a record with every special token of a large vocabulary stays far below
+MAX_SPECIAL = 1024  # special tokens recorded (Llama 3 has 256)
+
+# special tokens looked up by name in tokenizers whose files do not list them
+_KNOWN_SPECIAL = (
+    "<|endoftext|>",
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|eot_id|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|padding|>",
+    "<s>",
+    "</s>",
+    "<unk>",
+    "<pad>",
+    "<bos>",
+    "<eos>",
+    "[CLS]",
+    "[SEP]",
+    "[PAD]",
+    "[UNK]",
+    "[MASK]",
+)
+
+_COMMAND: ContextVar[str | None] = ContextVar("lmdata_command", default=None)
+
+
+@contextlib.contextmanager
+def command_scope(command: str, *, outermost: bool = False) -> Iterator[None]:
+    """Record ``command`` as what made the datasets written inside the ``with`` block; with
+    ``outermost``, only when no enclosing block set one (the CLI's line wins over the call of
+    the library function it makes)."""
+    token = _COMMAND.set(_COMMAND.get() if outermost and _COMMAND.get() else command)
+    try:
+        yield
+    finally:
+        _COMMAND.reset(token)
+
+
+def current_command() -> str:
+    """The command being run: what :func:`command_scope` set, else this process's argv."""
+    cmd = _COMMAND.get()
+    if cmd is not None:
+        return cmd
+    return shlex.join(["python", *sys.argv]) if sys.argv and sys.argv[0] else "python"
+
+
+@dataclass(frozen=True)
+class TokenizerRecord:
+    """The tokenizer of a dataset: enough to find its file again and to size a model."""
+
+    kind: str  # bytes, huggingface, tiktoken, sentencepiece (or the class name)
+    vocab_size: int | None
+    name: str | None = None  # file name
+    path: str | None = None  # absolute path where it was when the dataset was written
+    sha256: str | None = None  # of the file's bytes
+    eod_id: int | None = None  # appended after every document by lmdata (None: nothing)
+    bos_id: int | None = None  # put before every document by the tokenizer's post-processor
+    special_tokens_added: bool = False  # whether the post-processor's tokens were added
+    special_tokens: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What made a token dataset."""
+
+    tokenizer: TokenizerRecord
+    lmdata_version: str
+    command: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": VERSION, **asdict(self)}
+
+
+def _lmdata_version() -> str:
+    from lmdata import __version__
+
+    return __version__
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _kind(tok: Any, path: Path | None) -> str:
+    if getattr(tok, "spec", None) == "bytes":
+        return "bytes"
+    suffix = path.suffix if path is not None else ""
+    return {".json": "huggingface", ".tiktoken": "tiktoken", ".model": "sentencepiece"}.get(
+        suffix, type(tok).__name__
+    )
+
+
+def _listed_special(path: Path) -> dict[str, int]:
+    """The special tokens a Hugging Face ``tokenizer.json`` lists in ``added_tokens``."""
+    from lmdata import _json
+
+    try:
+        obj = _json.read(path, what="tokenizer file", max_bytes=1 << 30)
+    except Exception:  # not JSON after all: the tokenizer loaded, so this is only a listing
+        return {}
+    out: dict[str, int] = {}
+    for t in obj.get("added_tokens") or []:
+        if isinstance(t, dict) and t.get("special") and isinstance(t.get("content"), str):
+            if isinstance(t.get("id"), int):
+                out[t["content"]] = t["id"]
+    return out
+
+
+def _bos(tok: Any) -> int | None:
+    """The id the tokenizer's post-processor puts before a text, if it puts one."""
+    try:
+        with_special, plain = (
+            tok.encode_batch(["a"], add_special_tokens=s)[0].tolist() for s in (True, False)
+        )
+    except Exception:
+        return None
+    # text alone, text + EOS: no BOS; BOS + text (+ EOS): the first id
+    if len(with_special) > len(plain) and with_special[: len(plain)] != plain:
+        return int(with_special[0])
+    return None
+
+
+def describe_tokenizer(tok: Any, eod_id: int | None, special_tokens_added: bool) -> TokenizerRecord:
+    """The record of an lmdata tokenizer (see :mod:`lmdata.tokenize.tokenizers`)."""
+    spec = getattr(tok, "spec", None)
+    path = Path(spec).resolve() if isinstance(spec, str) and spec != "bytes" else None
+    if path is not None and not path.is_file():
+        path = None
+    special: dict[str, int] = _listed_special(path) if path and path.suffix == ".json" else {}
+    token_id = getattr(tok, "token_id", None)
+    if callable(token_id):
+        for name in _KNOWN_SPECIAL:
+            if name not in special:
+                i = token_id(name)
+                if isinstance(i, int) and i >= 0:
+                    special[name] = i
+    special = dict(sorted(special.items(), key=lambda kv: kv[1])[:MAX_SPECIAL])
+    vocab = getattr(tok, "vocab_size", None)
+    return TokenizerRecord(
+        kind=_kind(tok, path),
+        vocab_size=int(vocab) if isinstance(vocab, int) else None,
+        name=path.name if path else None,
+        path=str(path) if path else None,
+        sha256=file_sha256(path) if path else None,
+        eod_id=eod_id,
+        bos_id=_bos(tok) if special_tokens_added else None,
+        special_tokens_added=special_tokens_added,
+        special_tokens=special,
+    )
+
+
+def record(tok: Any, eod_id: int | None, special_tokens_added: bool) -> dict[str, Any]:
+    """The JSON record a token writer stores for a dataset made by ``tok`` now."""
+    return Provenance(
+        tokenizer=describe_tokenizer(tok, eod_id, special_tokens_added),
+        lmdata_version=_lmdata_version(),
+        command=current_command(),
+    ).to_json()
+
+
+# ---- reading back ----------------------------------------------------------------------------
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def parse(obj: Any) -> dict[str, Any] | None:
+    """A stored record as plain JSON values with only the known keys, or None if ``obj`` is
+    not one (then the dataset is treated as having no provenance)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("tokenizer"), dict):
+        return None
+    t = obj["tokenizer"]
+    special = t.get("special_tokens")
+    tokenizer = {
+        "kind": _str(t.get("kind")) or "unknown",
+        "vocab_size": _int(t.get("vocab_size")),
+        "name": _str(t.get("name")),
+        "path": _str(t.get("path")),
+        "sha256": _str(t.get("sha256")),
+        "eod_id": _int(t.get("eod_id")),
+        "bos_id": _int(t.get("bos_id")),
+        "special_tokens_added": t.get("special_tokens_added") is True,
+        "special_tokens": {
+            k: v
+            for k, v in (special.items() if isinstance(special, dict) else ())
+            if isinstance(k, str) and _int(v) is not None
+        },
+    }
+    return {
+        "version": _int(obj.get("version")),
+        "tokenizer": tokenizer,
+        "lmdata_version": _str(obj.get("lmdata_version")),
+        "command": _str(obj.get("command")),
+    }
+
+
+def dumps(obj: dict[str, Any]) -> bytes:
+    """A record as the bytes of a JSON file (sorted keys, indented: people read these)."""
+    import json
+
+    return json.dumps({KEY: obj}, indent=2, sort_keys=True, ensure_ascii=False).encode() + b"\n"
+
+
+def loads(data: bytes, path: str) -> dict[str, Any] | None:
+    """The record in a file written by :func:`dumps`, or None if it holds none."""
+    from lmdata import _json
+    from lmdata.errors import CorruptDataError
+
+    try:
+        obj = _json.from_bytes(data, path=path, what="provenance", max_bytes=MAX_BYTES)
+    except CorruptDataError:
+        return None
+    return parse(obj.get(KEY))
+
+
+def read_file(store: Any, key: str) -> dict[str, Any] | None:
+    """The record in the file ``key`` of ``store`` (Atlas's ``lmdata.json``), or None."""
+    try:
+        if not store.exists(key):
+            return None
+        return loads(store.read(key, MAX_BYTES + 1), store.url(key))
+    except OSError:
+        return None
+
+
+def write_sidecar(store: Any, key: str, obj: dict[str, Any]) -> None:
+    """Store the record of the one-object dataset ``key`` beside it, with the dataset's size
+    (a later dataset written over ``key`` by another tool leaves a sidecar that no longer
+    matches, which :func:`read_sidecar` then ignores)."""
+    obj = {**obj, "dataset_bytes": store.size(key)}
+    out = store.output(key + SIDECAR_SUFFIX, directory=False, overwrite=True)
+    try:
+        out.write("", dumps(obj))
+    except BaseException:
+        out.abort()
+        raise
+    out.commit()
+
+
+def remove_sidecar(store: Any, key: str) -> None:
+    """Drop the sidecar of ``key`` (before a new dataset replaces it)."""
+    with contextlib.suppress(OSError):
+        store.remove(key + SIDECAR_SUFFIX)
+
+
+def read_sidecar(store: Any, key: str) -> dict[str, Any] | None:
+    """The record beside the one-object dataset ``key``, if it is there and still matches."""
+    side = key + SIDECAR_SUFFIX
+    try:
+        if not store.exists(side):
+            return None
+        data = store.read(side, MAX_BYTES + 1)
+        from lmdata import _json
+
+        raw = _json.from_bytes(data, path=store.url(side), what="provenance", max_bytes=MAX_BYTES)
+        inner = raw.get(KEY)
+        if not isinstance(inner, dict) or inner.get("dataset_bytes") != store.size(key):
+            return None
+        return parse(inner)
+    except Exception:  # unreadable or stale: the dataset simply has no provenance
+        return None
