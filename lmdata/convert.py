@@ -196,7 +196,7 @@ def _copy(
         sink = target.tokens.open(
             dst,
             overwrite=overwrite,
-            vocab_size=max(max(int(r.max_token_id) for r in readers) + 1, 1),
+            vocab_size=_vocab_size(readers),
             options=opts,
         )
     else:
@@ -228,6 +228,12 @@ def _copy(
         raise
     out.close()
     return records
+
+
+def _vocab_size(readers: list[Any]) -> int:
+    """The vocabulary the output must hold: one past the largest id of any split read (a
+    later split may use ids the first does not)."""
+    return max(max((int(r.max_token_id) for r in readers), default=0) + 1, 1)
 
 
 def _write_tokens(sink: Any, block: list[Any], split: str) -> None:

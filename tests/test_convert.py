@@ -101,3 +101,28 @@ def test_a_record_the_target_cannot_hold_is_named(tmp_path):
     with pytest.raises(InvalidInputError, match="record 1"):
         convert(tmp_path / "d", tmp_path / "m", "mds")
     assert not (tmp_path / "m").exists()
+
+
+def test_the_vocabulary_covers_every_split_not_just_the_first():
+    from types import SimpleNamespace
+
+    from lmdata.convert import _vocab_size
+
+    splits = [SimpleNamespace(max_token_id=9), SimpleNamespace(max_token_id=70_000)]
+    assert _vocab_size(splits) == 70_001
+    assert _vocab_size([SimpleNamespace(max_token_id=-1)]) == 1  # an empty source
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_no_reader_stays_open_after_an_in_process_job(tmp_path, fails):
+    import lmdata.convert as conv
+
+    src = write_records(tmp_path / "src", "jsonl")
+    if fails:  # a record mds cannot hold: the job fails midway
+        with open(src, "a") as f:
+            f.write('{"id": "x", "text": "y", "source": {"nested": 1}}\n')
+        with pytest.raises(InvalidInputError):
+            convert(src, tmp_path / "m", "mds", source_format="jsonl", engine="inprocess")
+    else:
+        convert(src, tmp_path / "m", "mds", source_format="jsonl", engine="inprocess")
+    assert conv._READER is None

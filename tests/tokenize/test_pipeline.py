@@ -370,3 +370,11 @@ def test_ctrl_c_stops_workers_and_leaves_nothing(tmp_path):
     assert p.returncode != 0
     assert not (tmp_path / "out").exists()
     assert not list(tmp_path.glob(".lmdata-tmp-*"))
+
+
+def test_in_process_job_leaves_the_callers_environment_alone(corpus, tmp_path, monkeypatch):
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    run(corpus, tmp_path / "o", workers=0)
+    assert "RAYON_NUM_THREADS" not in os.environ
+    assert "TOKENIZERS_PARALLELISM" not in os.environ
