@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -219,7 +220,7 @@ def _prepare_work(work: Path, manifest: bytes, resume: bool) -> set[tuple[int, i
                 f"again without --resume (which discards {work})",
                 path=work,
             )
-        done = {_unit_key(f.name) for f in (work / "done").iterdir()}
+        done = _done_units(work)
         for f in (work / "parts").iterdir():  # parts of unfinished units are redone
             if f.name.startswith(".") or _unit_key(f.name) not in done:
                 f.unlink()
@@ -227,7 +228,7 @@ def _prepare_work(work: Path, manifest: bytes, resume: bool) -> set[tuple[int, i
     if work.exists():
         shutil.rmtree(work)
     (work / "parts").mkdir(parents=True)
-    (work / "done").mkdir()
+    (work / DONE_LOG).touch()
     (work / "manifest.json").write_bytes(manifest)
     return set()
 
@@ -245,8 +246,15 @@ def _stage(work: Path, name: str, arrays: dict[str, np.ndarray], meta: dict[str,
     os.replace(tmp, work / "parts" / name)
 
 
-def _mark_done(work: Path, file: int, part: int) -> None:
-    (work / "done" / f"{file:06d}-{part:06d}").touch()
+DONE_LOG = "done.log"  # one line "FFFFFF-PPPPPP" per unit committed, appended in order
+_DONE_LINE = re.compile(r"\d{6,}-\d{6,}")
+
+
+def _done_units(work: Path) -> set[tuple[int, int]]:
+    """The units the done log lists; a last line a kill cut short (no newline) does not count,
+    so that unit is redone."""
+    lines = (work / DONE_LOG).read_text(encoding="ascii", errors="replace").split("\n")[:-1]
+    return {_unit_key(x) for x in lines if _DONE_LINE.fullmatch(x)}
 
 
 # ---- the job ---------------------------------------------------------------------------------
@@ -319,7 +327,9 @@ def tokenize(
         )
         for unit, res in zip(todo, results, strict=True):
             commit.unit(unit, res)
+        commit.close_log()
     except BaseException as e:
+        commit.close_log()
         commit.sink.abort()
         if not isinstance(e, KeyboardInterrupt):
             shutil.rmtree(work, ignore_errors=True)
@@ -369,6 +379,7 @@ class _Committer:
         self.job, self.inputs, self.work, self.summary = job, inputs, work, summary
         self.progress = progress
         self.sink: Any = None
+        self.done_log: Any = None
         self.lines: dict[int, int] = {}  # lines (records) of each file committed so far
         # "input_bytes" is how far the job has read its inputs (compressed sizes), for the ETA
         self.base = np.concatenate([[0], np.cumsum([i.size for i in inputs])]).tolist()
@@ -385,8 +396,16 @@ class _Committer:
         assert (res.file, res.part) == (unit.file_index, unit.part)
         for seq in range(res.parts):
             self.part(self.work / "parts" / _part_name(res.file, res.part, seq), fresh=True)
-        _mark_done(self.work, res.file, res.part)
+        if self.done_log is None:  # one append-only log, not a file per unit (thousands)
+            self.done_log = open(self.work / DONE_LOG, "a", encoding="ascii")
+        self.done_log.write(f"{res.file:06d}-{res.part:06d}\n")
+        self.done_log.flush()
         self.read_up_to(unit)
+
+    def close_log(self) -> None:
+        if self.done_log is not None:
+            self.done_log.close()
+            self.done_log = None
 
     def read_up_to(self, unit: Unit) -> None:
         """Progress: the inputs are read up to the end of ``unit``."""
