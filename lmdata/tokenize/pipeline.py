@@ -18,13 +18,10 @@ no output, keeps the work folder, and ``resume=True`` skips the units already do
 
 from __future__ import annotations
 
-import hashlib
+import io
 import os
-import re
 import shutil
-import tempfile
 import time
-import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -38,6 +35,7 @@ from lmdata import parallel
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import make_executor
 from lmdata.storage import check_dest, is_url, options_scope
+from lmdata.tokenize._staging import Staging, staging_for, unit_key, work_dir_for
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import (
@@ -83,7 +81,7 @@ class TokenizeTask:
     """One unit and what the worker needs to know to tokenize and stage it."""
 
     unit: Unit
-    work: str  # the work folder the worker stages its parts in
+    work: Staging  # where the worker stages its parts
     text_key: str
     batch_docs: int
     skip_invalid: bool
@@ -114,7 +112,7 @@ def _process(task: TokenizeTask) -> StagedUnit:
     seq = done = 0
     for batch in read_batches(unit, task.batch_docs, task.text_key, task.source_format):
         arrays, meta = _tokenize_batch(task, batch, done)
-        _stage(Path(task.work), _part_name(unit.file_index, unit.part, seq), arrays, meta)
+        _stage(task.work, _part_name(unit.file_index, unit.part, seq), arrays, meta)
         seq += 1
         done += len(batch.items)
         parallel.report(len(batch.items))
@@ -190,17 +188,7 @@ def _tokenize_batch(
     return arrays, meta
 
 
-# ---- the work folder -------------------------------------------------------------------------
-
-
-def work_dir_for(dst: Path) -> Path:
-    return dst.parent / f".{dst.name}.lmdata-work"
-
-
-def _url_work_dir(url: str) -> Path:
-    """The local work folder of an output URL (one per URL, so --resume finds it)."""
-    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"lmdata-work-{digest}"
+# ---- the staging area -----------------------------------------------------------------------
 
 
 def _manifest(job: TokenizeJob, inputs: list[InputFile], range_bytes: int) -> bytes:
@@ -211,50 +199,29 @@ def _manifest(job: TokenizeJob, inputs: list[InputFile], range_bytes: int) -> by
     )
 
 
-def _prepare_work(work: Path, manifest: bytes, resume: bool) -> set[tuple[int, int]]:
-    """Create (or, resuming, check and clean) the work folder; return the units already done."""
-    if work.exists() and resume:
-        if (work / "manifest.json").read_bytes() != manifest:
+def _prepare_work(work: Staging, manifest: bytes, resume: bool) -> set[tuple[int, int]]:
+    """Create (or, resuming, check and clean) the staging area; return the units done."""
+    if resume and work.exists():
+        if work.manifest() != manifest:
             raise InvalidInputError(
                 "cannot resume: the inputs or options differ from the interrupted job's; run "
-                f"again without --resume (which discards {work})",
-                path=work,
+                f"again without --resume (which discards {work.where})",
+                path=work.where,
             )
-        done = _done_units(work)
-        for f in (work / "parts").iterdir():  # parts of unfinished units are redone
-            if f.name.startswith(".") or _unit_key(f.name) not in done:
-                f.unlink()
+        done = work.done()
+        for name in work.parts():  # parts of unfinished units (and torn writes) are redone
+            if name.startswith(".") or unit_key(name) not in done:
+                work.remove_part(name)
         return done
-    if work.exists():
-        shutil.rmtree(work)
-    (work / "parts").mkdir(parents=True)
-    (work / DONE_LOG).touch()
-    (work / "manifest.json").write_bytes(manifest)
+    work.reset(manifest)
     return set()
 
 
-def _unit_key(name: str) -> tuple[int, int]:
-    file, part = name.split("-")[:2]
-    return int(file), int(part.split(".")[0])
-
-
-def _stage(work: Path, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    """Write one staged part atomically (a retried task may write the same part again)."""
-    tmp = work / "parts" / f".{name}.{uuid.uuid4().hex}.tmp"
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays, meta=np.frombuffer(orjson.dumps(meta), dtype=np.uint8))
-    os.replace(tmp, work / "parts" / name)
-
-
-DONE_LOG = "done.log"  # one line "FFFFFF-PPPPPP" per unit committed, appended in order
-_DONE_LINE = re.compile(r"\d{6,}-\d{6,}")
-
-
-def _done_units(work: Path) -> set[tuple[int, int]]:
-    """The units the done log lists; a last line a kill cut short (no newline) does not count,
-    so that unit is redone."""
-    lines = (work / DONE_LOG).read_text(encoding="ascii", errors="replace").split("\n")[:-1]
-    return {_unit_key(x) for x in lines if _DONE_LINE.fullmatch(x)}
+def _stage(work: Staging, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    """Write one staged part whole (a retried task may write the same part again)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays, meta=np.frombuffer(orjson.dumps(meta), dtype=np.uint8))
+    work.write_part(name, buf.getvalue())
 
 
 # ---- the job ---------------------------------------------------------------------------------
@@ -287,7 +254,7 @@ def tokenize(
         raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
     t0 = time.perf_counter()
     out = check_dest(dst, overwrite, storage_options)
-    url = is_url(out)  # the work folder stays local: a temp folder named after the URL
+    url = is_url(out)
     dst = out if url else Path(out)  # type: ignore[assignment]
     inputs = list_inputs(list(sources), job.source_format)
     if validation_sources:
@@ -305,7 +272,7 @@ def tokenize(
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink()
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
-    work = _url_work_dir(out) if url else work_dir_for(dst)
+    work = staging_for(out, storage_options)
     done = _prepare_work(work, _manifest(job, inputs, range_bytes), resume)
     units = plan_units(inputs, range_bytes, job.source_format)
     todo = [u for u in units if (u.file_index, u.part) not in done]
@@ -317,8 +284,8 @@ def tokenize(
     with options_scope(storage_options):
         commit.sink = sink_factory(dst, overwrite=overwrite)
     try:
-        for f in sorted((work / "parts").glob("*.npz")):
-            commit.part(f, fresh=False)
+        for name in work.parts():
+            commit.part(name, fresh=False)
         if len(todo) < len(units):  # the units done are a prefix: input read up to its end
             commit.read_up_to(units[len(units) - len(todo) - 1])
         tasks = (_task(job, inputs, work, u) for u in todo)
@@ -327,12 +294,10 @@ def tokenize(
         )
         for unit, res in zip(todo, results, strict=True):
             commit.unit(unit, res)
-        commit.close_log()
     except BaseException as e:
-        commit.close_log()
         commit.sink.abort()
         if not isinstance(e, KeyboardInterrupt):
-            shutil.rmtree(work, ignore_errors=True)
+            work.clear()
         raise
     if summary.documents_read != summary.documents_written + summary.documents_skipped:
         commit.sink.abort()  # an internal invariant: never drop a document silently
@@ -341,18 +306,18 @@ def tokenize(
             f"{summary.documents_written} and skipped {summary.documents_skipped}"
         )
     commit.sink.close()
-    shutil.rmtree(work, ignore_errors=True)
+    work.clear()
     summary.seconds = time.perf_counter() - t0
     return summary
 
 
-def _task(job: TokenizeJob, inputs: list[InputFile], work: Path, unit: Unit) -> TokenizeTask:
+def _task(job: TokenizeJob, inputs: list[InputFile], work: Staging, unit: Unit) -> TokenizeTask:
     special = job.add_special_tokens
     if special is None:  # the target's convention
         special = job.target.special_tokens
     return TokenizeTask(
         unit=unit,
-        work=str(work),
+        work=work,
         text_key=job.text_key,
         batch_docs=job.batch_docs,
         skip_invalid=job.skip_invalid,
@@ -372,14 +337,13 @@ class _Committer:
         self,
         job: TokenizeJob,
         inputs: list[InputFile],
-        work: Path,
+        work: Staging,
         summary: Summary,
         progress: Callable[[dict[str, float]], None] | None,
     ) -> None:
         self.job, self.inputs, self.work, self.summary = job, inputs, work, summary
         self.progress = progress
         self.sink: Any = None
-        self.done_log: Any = None
         self.lines: dict[int, int] = {}  # lines (records) of each file committed so far
         # "input_bytes" is how far the job has read its inputs (compressed sizes), for the ETA
         self.base = np.concatenate([[0], np.cumsum([i.size for i in inputs])]).tolist()
@@ -395,26 +359,18 @@ class _Committer:
         """Commit a finished unit's parts, then mark it done."""
         assert (res.file, res.part) == (unit.file_index, unit.part)
         for seq in range(res.parts):
-            self.part(self.work / "parts" / _part_name(res.file, res.part, seq), fresh=True)
-        if self.done_log is None:  # one append-only log, not a file per unit (thousands)
-            self.done_log = open(self.work / DONE_LOG, "a", encoding="ascii")
-        self.done_log.write(f"{res.file:06d}-{res.part:06d}\n")
-        self.done_log.flush()
+            self.part(_part_name(res.file, res.part, seq), fresh=True)
+        self.work.mark_done(res.file, res.part)
         self.read_up_to(unit)
-
-    def close_log(self) -> None:
-        if self.done_log is not None:
-            self.done_log.close()
-            self.done_log = None
 
     def read_up_to(self, unit: Unit) -> None:
         """Progress: the inputs are read up to the end of ``unit``."""
         end = unit.end if unit.splittable else self.inputs[unit.file_index].size
         self.stats["input_bytes"] = float(self.base[unit.file_index] + end)
 
-    def part(self, path: Path, fresh: bool) -> None:
-        file = _unit_key(path.name)[0]
-        with np.load(path) as z:
+    def part(self, name: str, fresh: bool) -> None:
+        file = unit_key(name)[0]
+        with np.load(io.BytesIO(self.work.read_part(name))) as z:
             tokens, lengths, val = z["tokens"], z["lengths"], z["validation"]
             pending = z["pending"]
             meta = orjson.loads(z["meta"].tobytes())

@@ -532,3 +532,45 @@ def test_workers_stage_tokens_themselves_and_hand_back_only_names(corpus, tmp_pa
     assert s.tokens > 50 * max(sent)
     assert max(staged) > 0  # the parts were staged in the work folder ...
     assert not work.exists()  # ... and removed once committed
+
+
+def test_staging_goes_beside_the_output(tmp_path):
+    from lmdata.tokenize._staging import LocalStaging, StoreStaging, staging_for
+
+    assert staging_for(tmp_path / "o", None) == LocalStaging(str(tmp_path / ".o.lmdata-work"))
+    s3 = staging_for("s3://bucket/runs/tok.zarr", {"anon": True})
+    assert isinstance(s3, StoreStaging) and s3.key == "bucket/runs/.tok.zarr.lmdata-work"
+    assert s3.where == "s3://bucket/runs/.tok.zarr.lmdata-work"
+    assert isinstance(staging_for("memory://b/o", None), LocalStaging)  # one process only
+
+
+def test_parts_staged_on_an_object_store_resume_and_are_removed(corpus, tmp_path, monkeypatch):
+    import uuid
+
+    from lmdata.storage import FsspecStore
+    from lmdata.tokenize import pipeline
+    from lmdata.tokenize._staging import StoreStaging
+
+    run(corpus, tmp_path / "ref", workers=0)
+    store = FsspecStore("memory")
+    staging = StoreStaging(store, f"/p3-{uuid.uuid4().hex[:8]}/.out.lmdata-work")
+    monkeypatch.setattr(pipeline, "staging_for", lambda out, opts: staging)
+    job = TokenizeJob(to="flat-tokens", batch_docs=64, validation_fraction=0.1)
+    calls = {"n": 0}
+
+    def stop_midway(stats):
+        calls["n"] += 1
+        if calls["n"] == 12:  # inside the second input file
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop_midway)
+    assert store.list(staging.key + "/done") == ["000000-000000"]
+    assert len(store.list(staging.key + "/parts")) >= 8  # a.jsonl's parts, and some of b's
+    assert not work_dir_for(tmp_path / "out").exists()  # nothing staged locally
+    seen = []
+    progress = lambda s: seen.append(s["documents"])  # noqa: E731
+    tokenize([corpus], tmp_path / "out", job, workers=0, resume=True, progress=progress)
+    assert seen[-1] == 700  # a.jsonl replayed from the store, not tokenized again
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+    assert not store.exists(staging.key)
