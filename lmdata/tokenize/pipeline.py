@@ -34,8 +34,8 @@ import orjson
 from lmdata import parallel
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import make_executor
+from lmdata.parallel.staging import Staging, staging_for, unit_key, work_dir_for
 from lmdata.storage import check_dest, is_url, options_scope
-from lmdata.tokenize._staging import Staging, staging_for, unit_key, work_dir_for
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import (

@@ -534,22 +534,12 @@ def test_workers_stage_tokens_themselves_and_hand_back_only_names(corpus, tmp_pa
     assert not work.exists()  # ... and removed once committed
 
 
-def test_staging_goes_beside_the_output(tmp_path):
-    from lmdata.tokenize._staging import LocalStaging, StoreStaging, staging_for
-
-    assert staging_for(tmp_path / "o", None) == LocalStaging(str(tmp_path / ".o.lmdata-work"))
-    s3 = staging_for("s3://bucket/runs/tok.zarr", {"anon": True})
-    assert isinstance(s3, StoreStaging) and s3.key == "bucket/runs/.tok.zarr.lmdata-work"
-    assert s3.where == "s3://bucket/runs/.tok.zarr.lmdata-work"
-    assert isinstance(staging_for("memory://b/o", None), LocalStaging)  # one process only
-
-
 def test_parts_staged_on_an_object_store_resume_and_are_removed(corpus, tmp_path, monkeypatch):
     import uuid
 
+    from lmdata.parallel.staging import StoreStaging
     from lmdata.storage import FsspecStore
     from lmdata.tokenize import pipeline
-    from lmdata.tokenize._staging import StoreStaging
 
     run(corpus, tmp_path / "ref", workers=0)
     store = FsspecStore("memory")

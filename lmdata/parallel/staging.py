@@ -1,6 +1,6 @@
-"""Where tokenize's workers stage their parts: a folder beside a local output, or a prefix
-beside an output URL on its object store, so a worker on any node of a cluster writes its own
-results and the driver only commits them.
+"""Where workers stage their results: a folder beside a local output, or a prefix beside an
+output URL on its object store, so a worker on any node of a cluster writes its own results
+and the driver only commits them, in input order (tokenize's parts, convert's token blocks).
 
 Layout: ``manifest.json`` (the job and its inputs, which ``--resume`` must match), ``parts/``
 (``FFFFFF-PPPPPP-SSSSSS.npz``: file, unit, part) and the units done (locally one append-only
