@@ -8,6 +8,7 @@ processes in parallel and written in order, atomically.
 
 from __future__ import annotations
 
+import io
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,8 @@ from lmdata import formats
 from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
 from lmdata.errors import InvalidInputError
-from lmdata.parallel import Executor, make_executor
+from lmdata.parallel import Executor, InProcess, make_executor
+from lmdata.parallel.staging import Staging, staging_for
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_dest, options_scope
 
@@ -51,14 +53,42 @@ def _init(reader: Any) -> None:
 
 @dataclass(frozen=True)
 class Block:
-    """Records ``lo`` up to (not including) ``hi`` of the source reader."""
+    """Records ``lo`` up to (not including) ``hi`` of the source reader; with ``staging``, the
+    worker stages the block's token sequences there as part ``name`` instead of returning
+    them, so tokens never cross the executor."""
 
     lo: int
     hi: int
+    staging: Staging | None = None
+    name: str = ""
 
 
-def _read_block(block: Block) -> list[Any]:
-    return _READER.take(list(range(block.lo, block.hi)))
+@dataclass(frozen=True)
+class StagedBlock:
+    """A block a worker staged: its part's name and how many sequences it holds."""
+
+    name: str
+    records: int
+
+
+def _read_block(block: Block) -> list[Any] | StagedBlock:
+    recs = _READER.take(list(range(block.lo, block.hi)))
+    if block.staging is None:
+        return recs  # type: ignore[no-any-return]
+    lengths = np.fromiter((len(t) for t in recs), dtype=np.int64, count=len(recs))
+    flat = np.concatenate(recs) if recs else np.zeros(0, dtype=np.uint32)
+    buf = io.BytesIO()
+    np.savez(buf, tokens=flat, lengths=lengths)
+    block.staging.write_part(block.name, buf.getvalue())
+    return StagedBlock(block.name, len(recs))
+
+
+def _unstage(staging: Staging, staged: StagedBlock) -> list[Any]:
+    """A staged block's sequences (views of one array), its part removed once read."""
+    with np.load(io.BytesIO(staging.read_part(staged.name))) as z:
+        tokens, lengths = z["tokens"], z["lengths"]
+    staging.remove_part(staged.name)
+    return np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
 
 
 BLOCK = 512  # records per unit
@@ -68,11 +98,18 @@ def _n_blocks(reader: Any) -> int:
     return max(1, -(-len(reader) // BLOCK))
 
 
-def _blocks(reader: Any, pool: Executor) -> Iterator[list[Any]]:
+def _blocks(
+    reader: Any, pool: Executor, staging: Staging | None, split: int
+) -> Iterator[list[Any]]:
+    """The reader's records in blocks, read by ``pool``'s workers (staged, with ``staging``)."""
     n = len(reader)
-    units = [Block(lo, min(n, lo + BLOCK)) for lo in range(0, n, BLOCK)] or [Block(0, 0)]
+    units = [
+        Block(lo, min(n, lo + BLOCK), staging, f"{split:06d}-{lo // BLOCK:06d}-000000.npz")
+        for lo in range(0, n, BLOCK)
+    ] or [Block(0, 0)]
     try:
-        yield from pool.map_ordered(_read_block, units, initializer=_init, initargs=(reader,))
+        for res in pool.map_ordered(_read_block, units, initializer=_init, initargs=(reader,)):
+            yield _unstage(staging, res) if isinstance(res, StagedBlock) else res  # type: ignore[arg-type]
     finally:
         _init(None)  # in-process: no reference to the reader outlives the job
 
@@ -204,9 +241,15 @@ def _copy(
         w = open_writer(dst, target.name, overwrite=overwrite, **opts)
     out: Any = sink if sink is not None else w
     records = 0
+    # token blocks read by workers are staged beside the output and committed from there
+    staging = (
+        None if not tokens or isinstance(pool, InProcess) else staging_for(dst, None, "convert")
+    )
     try:
-        for s, reader in sources:
-            for block in _blocks(reader, pool):
+        if staging is not None:
+            staging.reset(b"convert")
+        for i, (s, reader) in enumerate(sources):
+            for block in _blocks(reader, pool, staging, i):
                 first = records
                 try:
                     if sink is not None:  # one call per block: the error names the block
@@ -226,6 +269,9 @@ def _copy(
     except BaseException:
         out.abort()
         raise
+    finally:
+        if staging is not None:
+            staging.clear()
     out.close()
     return records
 

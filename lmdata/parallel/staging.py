@@ -172,13 +172,17 @@ def work_dir_for(dst: Path) -> Path:
     return dst.parent / f".{dst.name}.lmdata-work"
 
 
-def staging_for(out: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> Staging:
-    """The staging area of output ``out``: beside it (a local folder, or a prefix on its
-    object store); for ``memory://``, which lives in one process, a local temp folder."""
+def staging_for(
+    out: str | os.PathLike[str], storage_options: dict[str, Any] | None, job: str = "work"
+) -> Staging:
+    """The staging area of output ``out`` (``.NAME.lmdata-JOB``): beside it (a local folder,
+    or a prefix on its object store); for ``memory://``, which lives in one process, a local
+    temp folder."""
     store, key = resolve(out, storage_options)
     if store.id == "file":
-        return LocalStaging(str(work_dir_for(Path(key))))
+        k = Path(key)
+        return LocalStaging(str(k.parent / f".{k.name}.lmdata-{job}"))
     if store.id == "memory":
         digest = hashlib.sha256(os.fspath(out).encode()).hexdigest()[:16]
-        return LocalStaging(os.path.join(tempfile.gettempdir(), f"lmdata-work-{digest}"))
-    return StoreStaging(store, join(parent(key), f".{basename(key)}.lmdata-work"))
+        return LocalStaging(os.path.join(tempfile.gettempdir(), f"lmdata-{job}-{digest}"))
+    return StoreStaging(store, join(parent(key), f".{basename(key)}.lmdata-{job}"))
