@@ -3,8 +3,9 @@
 Every pipeline (tokenize, convert, tag, dedupe, mix) depends only on :class:`Executor`. Units
 are small frozen dataclasses naming what to read (paths, byte ranges), results are frozen
 dataclasses too, and the caller commits results in input order, so the output bytes never depend
-on the engine or the number of workers. At most ``window`` units (2 per worker by default) are
-submitted ahead of the consumer, so a slow consumer never makes the driver grow.
+on the engine or the number of workers. Workers stage bulky results themselves
+(:mod:`lmdata.parallel.staging`) and return their names. At most ``window`` units (2 per worker
+by default) are submitted ahead of the consumer, so a slow consumer never makes the driver grow.
 
 Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a spawn pool on this machine)
 and ``"ray"`` (a Ray cluster; :mod:`lmdata.parallel.ray`, imported only when asked for).

@@ -1,7 +1,8 @@
 """The Ray engine: the same units as the local engines, as Ray tasks on a cluster.
 
-Units name what to read (paths, byte ranges), so workers read their inputs themselves; results
-come back to the driver, which takes them in input order from a window of at most ``window``
+Units name what to read (paths, byte ranges), so workers read their inputs themselves and
+stage large results beside the output (:mod:`lmdata.parallel.staging`); the small results come
+back to the driver, which takes them in input order from a window of at most ``window``
 submitted units. A task whose worker dies is retried by Ray (``max_retries``); its result is
 only ever taken once, by the driver, in order, so a retry never duplicates or drops output.
 Imported only when ``engine="ray"`` is asked for; ``import lmdata`` never imports ray.
