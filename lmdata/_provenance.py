@@ -105,7 +105,7 @@ class Provenance:
 
 
 def _lmdata_version() -> str:
-    from lmdata import __version__
+    from lmdata._version import __version__
 
     return __version__
 

@@ -31,6 +31,24 @@ COMMANDS: dict[str, str] = {
     "list": "lmdata.cli.list_taggers",
     "modalities": "lmdata.cli.modalities",
 }
+# the one-line summaries `lmdata --help` lists, so listing the verbs imports none of them
+SUMMARIES: dict[str, str] = {
+    "info": "Show a dataset's format, counts, codecs, size and provenance.",
+    "validate": "Check a dataset against its format's rules.",
+    "cat": "Print records as JSON lines (token ids decoded with --decode).",
+    "stats": "Counts, length distribution, frequent tokens; plots and HTML.",
+    "view": "Serve a read-only page over a dataset on 127.0.0.1.",
+    "demo": "The main job end to end on an embedded corpus.",
+    "tokenize": "Tokenize documents into a token dataset.",
+    "convert": "Convert a dataset into another format, losslessly.",
+    "merge": "Merge datasets (MDS partitions, .pbin files, Atlas) into one.",
+    "index": "Index the lines of a JSONL file for O(1) random access.",
+    "tag": "Tag documents (dolma tag): attributes mirroring documents.",
+    "dedupe": "Flag every copy but the first (dolma dedupe), deterministically.",
+    "mix": "Mix documents with filters and attributes (dolma mix).",
+    "list": "List the taggers `lmdata tag` accepts (dolma list).",
+    "modalities": "Modalities' command lines (`lmdata modalities data ...`).",
+}
 # verbs that read a dolma config given before the verb (`lmdata -c config.yaml mix`)
 CONFIG_VERBS = ("tag", "dedupe", "mix")
 
@@ -38,6 +56,13 @@ CONFIG_VERBS = ("tag", "dedupe", "mix")
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(n for n, m in COMMANDS.items() if importlib.util.find_spec(m) is not None)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The verb list from :data:`SUMMARIES`: `lmdata --help` stays fast (no verb import)."""
+        names = self.list_commands(ctx)
+        if names:
+            with formatter.section("Commands"):
+                formatter.write_dl([(n, SUMMARIES.get(n, "")) for n in names])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         mod = COMMANDS.get(name)

@@ -31,6 +31,41 @@ def test_every_verb_has_help():
         assert r.exit_code == 0 and "Usage:" in r.output, v
 
 
+def test_group_help_lists_every_verb_without_importing_them():
+    import subprocess
+    import sys
+
+    from lmdata.cli.main import COMMANDS, SUMMARIES
+
+    assert set(SUMMARIES) == set(COMMANDS)  # a new verb needs its one-line summary
+    code = (
+        "import sys; from lmdata.cli.main import cli\n"
+        "try: cli(['--help'], prog_name='lmdata')\n"
+        "except SystemExit: pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('lmdata.cli.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "['lmdata.cli.main']"  # no verb module
+    assert "numpy" not in out.stdout
+    listed = " ".join(out.stdout.split())
+    for verb, summary in SUMMARIES.items():
+        assert f"{verb} {summary[:30]}" in listed, verb
+
+
+def test_import_lmdata_is_light_and_names_resolve():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lmdata\n"
+        "print('numpy' in sys.modules)\n"
+        "import lmdata.tokenize.tokenizers\n"
+        "print(callable(lmdata.tokenize), lmdata.open.__module__, lmdata.Loader.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "lmdata._api", "Loader"]
+
+
 def test_info_text_and_json():
     res = run("info", str(SPEC))
     assert res.exit_code == 0
