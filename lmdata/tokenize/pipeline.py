@@ -272,7 +272,7 @@ def tokenize(
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink()
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
-    work = staging_for(out, storage_options)
+    work = staging_for(out, storage_options if url else None)
     done = _prepare_work(work, _manifest(job, inputs, range_bytes), resume)
     units = plan_units(inputs, range_bytes, job.source_format)
     todo = [u for u in units if (u.file_index, u.part) not in done]

@@ -564,3 +564,10 @@ def test_parts_staged_on_an_object_store_resume_and_are_removed(corpus, tmp_path
     assert seen[-1] == 700  # a.jsonl replayed from the store, not tokenized again
     assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
     assert not store.exists(staging.key)
+
+
+def test_storage_options_with_a_local_output_stage_locally(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"text": "hi"}\n')
+    job = TokenizeJob(to="flat-tokens")
+    s = tokenize([tmp_path / "d.jsonl"], tmp_path / "o", job, workers=0, storage_options={"a": 1})
+    assert s.documents_written == 1 and not work_dir_for(tmp_path / "o").exists()
