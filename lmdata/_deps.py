@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "s3fs": ("s3", "s3fs"),
     "gcsfs": ("gcs", "gcsfs"),
     "matplotlib": ("plot", "matplotlib"),
+    "jq": ("jq", "jq"),
 }
 
 

@@ -55,6 +55,7 @@ _KNOWN_SPECIAL = (
 )
 
 _COMMAND: ContextVar[str | None] = ContextVar("lmdata_command", default=None)
+_UNSAVED: ContextVar[str | None] = ContextVar("lmdata_unsaved_tokenizer", default=None)
 
 
 @contextlib.contextmanager
@@ -67,6 +68,18 @@ def command_scope(command: str, *, outermost: bool = False) -> Iterator[None]:
         yield
     finally:
         _COMMAND.reset(token)
+
+
+@contextlib.contextmanager
+def unsaved_tokenizer(path: str | None) -> Iterator[None]:
+    """Inside the block, the tokenizer file at ``path`` is a temporary copy of an object
+    (``lmdata.tokenize(..., tokenizer=obj)``): records keep its name and hash, not its path,
+    so a reader looks for the file beside the dataset rather than where it briefly was."""
+    token = _UNSAVED.set(str(Path(path).resolve()) if path else None)
+    try:
+        yield
+    finally:
+        _UNSAVED.reset(token)
 
 
 def current_command() -> str:
@@ -177,7 +190,7 @@ def describe_tokenizer(tok: Any, eod_id: int | None, special_tokens_added: bool)
         kind=_kind(tok, path),
         vocab_size=int(vocab) if isinstance(vocab, int) else None,
         name=path.name if path else None,
-        path=str(path) if path else None,
+        path=str(path) if path and str(path) != _UNSAVED.get() else None,
         sha256=file_sha256(path) if path else None,
         eod_id=eod_id,
         bos_id=_bos(tok) if special_tokens_added else None,
@@ -196,6 +209,26 @@ def record(tok: Any, eod_id: int | None, special_tokens_added: bool) -> dict[str
 
 
 # ---- reading back ----------------------------------------------------------------------------
+
+
+def _max_ids(d: Any) -> Iterator[int]:
+    """Every ``max_token_id`` in a summary (per split for flat-tokens)."""
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k == "max_token_id" and isinstance(v, int) and not isinstance(v, bool):
+                yield v
+            elif k != "provenance":
+                yield from _max_ids(v)
+
+
+def model_vocab_size(summary: dict[str, Any]) -> int | None:
+    """The smallest vocabulary (embedding rows) a model trained on a dataset needs, from its
+    ``lmdata.info`` summary: the recorded tokenizer's vocabulary, or more if the dataset holds
+    larger ids; None when neither is known."""
+    prov = summary.get("provenance") or {}
+    vocab = (prov.get("tokenizer") or {}).get("vocab_size")
+    sizes = [m + 1 for m in _max_ids(summary)] + ([vocab] if isinstance(vocab, int) else [])
+    return max(sizes) if sizes else None
 
 
 def _int(v: Any) -> int | None:

@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from lmdata import formats
 from lmdata._api import info, validate, writer
 from lmdata._api import open as open_dataset
 from lmdata.convert import convert
 from lmdata.loader import Loader
-from lmdata.storage import disk_usage
+from lmdata.protocols import is_token_reader
 from lmdata.tokenize import ByteTokenizer
-from lmdata.tokenize.pipeline import TokenizeJob, tokenize
+from lmdata.tokenize.api import tokenize
 
 # the byte tokenizer maps byte b to b + 1, so id 0 is free to mark document ends
 EOD_ID = 0
@@ -105,13 +106,26 @@ def _next_steps(out: Path, log: Callable[[str], None]) -> None:
     o = out
     log(f"\nOutputs are in {out}/ (replaced on each run). Try next:")
     for cmd, what in (
-        (f"lmdata info {o}/stdlib.flat-tokens", "splits, counts, codecs, bytes"),
+        (
+            f"lmdata info {o}/stdlib.flat-tokens",
+            "splits, counts, codecs, bytes, and the tokenizer and command that made it",
+        ),
         (f"lmdata stats {o}/stdlib.dolma --html stats.html", "lengths and sources, as a report"),
-        (f"lmdata cat {o}/stdlib.pbin -n 1 --decode --tokenizer bytes", "a document as text"),
-        (f"lmdata view {o}/stdlib.flat-tokens --tokenizer bytes", "browse it on 127.0.0.1"),
+        (
+            f"lmdata cat {o}/stdlib.pbin -n 1 --decode",
+            "a document as text (with the tokenizer the dataset records)",
+        ),
+        (f"lmdata view {o}/stdlib.flat-tokens", "browse it on 127.0.0.1, decoded"),
         (f"lmdata convert {o}/stdlib.pbin my.mds --to mds", "any format into any other"),
     ):
         log(f"  {cmd}\n      {what}")
+
+
+def _split_for(src: Path, fmt: str) -> str | None:
+    """The split to convert: a source with fixed splits the target lacks gives its first
+    (flat-tokens' train split into Modalities), else every split (None)."""
+    source, target = formats.spec(formats.detect(src)), formats.spec(fmt)
+    return source.splits[0] if set(source.splits) - set(target.splits) else None
 
 
 def run(
@@ -156,11 +170,12 @@ def run(
         "atlas": (out / "stdlib.atlas", {}),
     }
     for fmt, (dst, opts) in targets.items():
-        job = TokenizeJob(to=fmt, **opts)
         s = _timed(
             log,
             f"-> {fmt}",
-            lambda job=job, dst=dst: tokenize([dolma], dst, job, workers=workers, overwrite=True),
+            lambda fmt=fmt, dst=dst, opts=opts: tokenize(
+                dolma, dst, to=fmt, workers=workers, overwrite=True, **opts
+            ),
         )
         if s.documents_written != docs:
             raise SystemExit(f"{fmt}: wrote {s.documents_written} of {docs} documents")
@@ -183,13 +198,13 @@ def run(
                 fmt,
                 workers=workers,
                 overwrite=True,
-                # a flat-tokens source into a format without splits: the train split
-                split="train" if src.suffix == ".flat-tokens" and fmt != "flat-tokens" else None,
+                split=_split_for(src, fmt),
             ),
         )
     # 4. validate everything, and read batches from every token dataset
     log("4. validate every output; read shuffled packed batches")
     tok = ByteTokenizer()
+    tokenized = {dst for fmt, (dst, _) in targets.items() if formats.spec(fmt).kind == "records"}
     for path in [dolma, *(t[0] for t in targets.values()), *(c[1] for c in conversions)]:
         problems = validate(path)
         summary = info(path)
@@ -197,13 +212,12 @@ def run(
             "dataset": path.name,
             "format": summary.get("format", "?"),
             "valid": "ok" if not problems else f"{len(problems)} problems",
-            "MB": disk_usage(path) / 1e6,
+            "MB": summary.get("bytes_on_disk", 0) / 1e6,
         }
-        reader = open_dataset(path)
+        # tokenize wrote {"tokens": ids} records into the record formats: read their tokens
+        reader = open_dataset(path, token_column="tokens" if path in tokenized else None)
         row["records"] = len(reader)
-        if tokenized_records(path, targets):  # tokenize wrote {"tokens": ids} records here
-            reader = open_dataset(path, token_column="tokens")
-        if hasattr(reader, "span") and hasattr(reader, "boundaries"):
+        if is_token_reader(reader):
             loader = Loader(reader, seq_len=seq_len, global_batch_size=batch_size, seed=1234)
             t0 = time.perf_counter()
             for step in range(steps):
@@ -230,10 +244,3 @@ def run(
     if bad:
         raise SystemExit(f"{len(bad)} outputs failed validation")
     return {"documents": docs, "datasets": rows}
-
-
-def tokenized_records(path: Path, targets: dict[str, Any]) -> bool:
-    """Whether ``path`` is a records dataset that step 2 tokenized into (a token column)."""
-    from lmdata import formats
-
-    return any(path == t[0] and formats.spec(name).kind == "records" for name, t in targets.items())

@@ -95,3 +95,18 @@ def test_bad_shard_index_codecs_are_a_format_error(tmp_path, bad):
         lmdata.open(p)
     problems = lmdata.validate(p)
     assert any("index" in x and "zarr.json" in x for x in problems), problems
+
+
+def test_jq_programs_name_the_jq_extra(tmp_path, monkeypatch):
+    """jq is the ``lmdata[jq]`` extra: dolma's jq filters and modalities' jq_pattern say so."""
+    from lmdata.dolma.jsonpath import JqExpr
+    from lmdata.formats.modalities.views import JsonlTokenDocuments
+    from lmdata.formats.modalities_jsonl import build_index
+
+    (tmp_path / "d.jsonl").write_bytes(b'{"text": "a"}\n')
+    build_index(tmp_path / "d.jsonl")
+    docs = JsonlTokenDocuments(tmp_path / "d.jsonl", tokenizer=None, jq_pattern=".text")
+    monkeypatch.setitem(sys.modules, "jq", None)
+    for read in (lambda: JqExpr(".x | not").matches({"x": 1}), lambda: docs.text(0)):
+        with pytest.raises(MissingDependencyError, match=r"pip install 'lmdata\[jq\]'"):
+            read()

@@ -100,26 +100,12 @@ def _decoder(
     path: str, fmt: str | None, storage_options: dict[str, Any] | None, tokenizer: str | None
 ) -> TextOf:
     """Token ids -> text with the given tokenizer, or the one the dataset records."""
-    from lmdata.inspect.decode import (
-        decode,
-        recorded_tokenizer,
-        resolve_tokenizer,
-        tokenizer_mismatch,
-    )
+    from lmdata.inspect.decode import dataset_tokenizer, decode
 
     summary = dataset_info(path, format=fmt, storage_options=storage_options)
-    if tokenizer is None:
-        tokenizer = recorded_tokenizer(summary)
-        if tokenizer is None:
-            raise click.UsageError(
-                "--decode needs --tokenizer: the dataset does not record the tokenizer that "
-                "made it; pass 'bytes' or the tokenizer file"
-            )
-    else:
-        warning = tokenizer_mismatch(summary, tokenizer)
-        if warning:
-            click.echo(warning, err=True)
-    tok = resolve_tokenizer(tokenizer)
+    tok, _, warning = dataset_tokenizer(summary, tokenizer, required=True)
+    if warning:
+        click.echo(warning, err=True)
     return lambda ids: decode(ids, tok)  # type: ignore[return-value]
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import click
 
 from lmdata import _json
 from lmdata._api import info
+from lmdata._provenance import model_vocab_size
 from lmdata._units import human_bytes
 from lmdata.cli._common import DatasetPath, format_option, storage_option
 
@@ -30,32 +30,14 @@ def _lines(d: dict[str, Any], indent: int = 0) -> list[str]:
     return out
 
 
-def _max_ids(d: Any) -> Iterator[int]:
-    """Every ``max_token_id`` in a summary (per split for flat-tokens)."""
-    if isinstance(d, dict):
-        for k, v in d.items():
-            if k == "max_token_id" and isinstance(v, int) and not isinstance(v, bool):
-                yield v
-            elif k != "provenance":
-                yield from _max_ids(v)
-
-
-def model_vocab_size(summary: dict[str, Any]) -> int | None:
-    """The smallest vocabulary (embedding rows) a model trained on the dataset needs: the
-    recorded tokenizer's vocabulary, or more if the dataset holds larger ids."""
-    prov = summary.get("provenance") or {}
-    vocab = (prov.get("tokenizer") or {}).get("vocab_size")
-    sizes = [m + 1 for m in _max_ids(summary)] + ([vocab] if isinstance(vocab, int) else [])
-    return max(sizes) if sizes else None
-
-
 def _provenance_lines(prov: dict[str, Any], needed: int | None) -> list[str]:
     t = prov.get("tokenizer") or {}
     out = ["made by:", f"  lmdata {prov.get('lmdata_version')}: {prov.get('command')}"]
     out.append("tokenizer:")
     out.append(f"  kind: {t.get('kind')}")
     if t.get("name"):
-        out.append(f"  file: {t['name']}  (at {t.get('path')})")
+        where = f"at {t['path']}" if t.get("path") else "given as an object, not saved"
+        out.append(f"  file: {t['name']}  ({where})")
         out.append(f"  sha256: {t.get('sha256')}")
     if isinstance(t.get("vocab_size"), int):
         out.append(f"  vocab_size: {t['vocab_size']:,}")

@@ -66,7 +66,11 @@ class _LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         mod = COMMANDS.get(name)
-        if mod is None or importlib.util.find_spec(mod) is None:
+        if mod is None:  # an origin tool's verb lmdata lacks says what to use instead
+            from lmdata.cli.not_provided import command_for
+
+            return command_for(name)
+        if importlib.util.find_spec(mod) is None:
             return None
         return importlib.import_module(mod).command
 
@@ -120,10 +124,13 @@ def cli(ctx: click.Context, config: str | None) -> None:
     data ...` takes modalities'.
     """
     if config is not None and ctx.invoked_subcommand not in CONFIG_VERBS:
-        raise click.UsageError(
-            f"-c CONFIG before the verb is for {', '.join(CONFIG_VERBS)}; "
-            f"`{ctx.invoked_subcommand}` does not read a dolma config"
-        )
+        from lmdata.cli.not_provided import NOT_PROVIDED
+
+        if ctx.invoked_subcommand not in NOT_PROVIDED:  # those: their own error says more
+            raise click.UsageError(
+                f"-c CONFIG before the verb is for {', '.join(CONFIG_VERBS)}; "
+                f"`{ctx.invoked_subcommand}` does not read a dolma config"
+            )
     ctx.obj = {"config": config}
 
 

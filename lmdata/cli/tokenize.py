@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
-from lmdata.cli._common import FormatName, engine_options, storage_option
+from lmdata.cli._common import DatasetPath, FormatName, engine_options, storage_option
 from lmdata.tokenize.api import tokenize
 from lmdata.tokenize.pipeline import work_dir_for
 
@@ -25,7 +26,7 @@ def _accepting(option: str) -> list[str]:
 
 
 @click.command("tokenize")
-@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("sources", nargs=-1, required=True, type=DatasetPath())
 @click.argument("dst", type=click.Path())
 @click.option("--to", "to", required=True, type=FormatName(_token_targets), help="Output format.")
 @click.option(
@@ -66,7 +67,7 @@ def _accepting(option: str) -> list[str]:
     "--validation",
     "validation_sources",
     multiple=True,
-    type=click.Path(exists=True),
+    type=DatasetPath(),
     help="Formats with a validation split (flat-tokens): a separate validation source "
     "(repeatable).",
 )
@@ -147,7 +148,8 @@ def command(
     address: str | None,
 ) -> None:
     """Tokenize the documents in SOURCES (JSONL[.gz|.zst] files or folders, Dolma trees,
-    Modalities raw JSONL, Parquet, text files, or lmdata record datasets) into DST.
+    Modalities raw JSONL, Parquet, text files, or lmdata record datasets; local paths or
+    URLs, which are copied to a temporary folder first) into DST.
 
     The output is written atomically and is the same for any number of workers. Ctrl-C leaves
     no output; run again with --resume to continue.
@@ -180,7 +182,7 @@ def command(
         summary = tokenize(
             list(sources),
             dst,
-            format=to,
+            to=to,
             tokenizer=tokenizer,
             text_key=text_key,
             validation=list(validation_sources),
@@ -204,8 +206,7 @@ def command(
     except KeyboardInterrupt:
         bar.close()
         click.echo(
-            f"interrupted: no output written; `--resume` continues from "
-            f"{work_dir_for(__import__('pathlib').Path(dst))}",
+            f"interrupted: no output written; `--resume` continues from {work_dir_for(Path(dst))}",
             err=True,
         )
         sys.exit(130)

@@ -17,9 +17,11 @@ document whose pattern gives no string is an error naming it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -219,15 +221,16 @@ def _tokenizer(t: Any) -> str:
     return str(path)
 
 
-_NOTHING = object()
+_JQ_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
 
 
 class TextOf:
     """modalities' text of a document: the first result of ``jq_pattern`` on its bytes.
 
-    A path of keys (``.text``, ``.meta.body``) that leads to a string is read with orjson;
-    everything else (other programs, documents where the path gives no string, JSON that
-    only jq accepts) runs through jq itself, so every result is the one jq gives.
+    A path of keys (``.text``, ``.meta.body``) is evaluated here with jq's rules (a missing
+    key or null gives null, indexing anything else but an object is an error), so it needs no
+    jq; any other program runs through jq itself (the ``lmdata[jq]`` extra), so every result
+    is the one jq gives.
     """
 
     def __init__(self, pattern: str) -> None:
@@ -251,16 +254,24 @@ class TextOf:
 
     def __call__(self, raw: bytes) -> Any:
         """The pattern's first result (raises ValueError or StopIteration as jq does)."""
-        if self.keys is not None:
+        if self.keys is None:
+            return self._jq().input_text(raw.decode("utf-8")).first()
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:  # e.g. integers over 64 bits, which jq reads as floats
             try:
-                value = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                value = _NOTHING
-            for key in self.keys:
-                value = value.get(key, _NOTHING) if isinstance(value, dict) else _NOTHING
-            if isinstance(value, str):
-                return value
-        return self._jq().input_text(raw.decode("utf-8")).first()
+                value = json.loads(raw)
+            except ValueError:  # not one JSON value: jq (when installed) decides, else an error
+                if find_spec("jq") is None:
+                    raise
+                return self._jq().input_text(raw.decode("utf-8")).first()
+        for key in self.keys:
+            if isinstance(value, dict):
+                value = value.get(key)
+            elif value is not None:
+                kind = _JQ_TYPES.get(type(value), "number")
+                raise ValueError(f'Cannot index {kind} with "{key}"')
+        return value
 
 
 def _stage_texts(cfg: PackConfig, staged: Path) -> None:

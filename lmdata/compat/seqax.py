@@ -5,12 +5,18 @@ Change ``from tools.flat_tokens import Writer, Config, Chunk, Split`` to
 bit-shuffle, a Delta filter on ``seq_starts``, ``max_token_id`` on each split) and works with
 zarr-python 3, which seqax's own writer does not.
 
-Differs from seqax, on purpose: the dataset appears atomically, when every ``Writer`` on it is
-closed (``close()``, a ``with`` block, garbage collection or the end of the program), instead
-of growing after each ``write``; an exception inside ``with`` leaves nothing. Writers of the
-two splits of one path share that output. Appending to an existing dataset (mode ``a`` or
-``r+`` on a path that exists) is an error; write errors are raised, never lost in a thread;
-ids above 2**31-1 are refused (seqax silently corrupts them); an empty chunk is fine.
+Mode ``a`` or ``r+`` on an existing dataset appends to it as seqax does (each split's arrays
+grow as zarr-python 2 grows them, byte for byte; a missing split is created with the
+``Config``'s chunks; see :mod:`lmdata.compat._seqax_append`); ``r+`` on a missing path is an
+error, as in seqax.
+
+Differs from seqax, on purpose: the data appears when every ``Writer`` on the path is closed
+(``close()``, a ``with`` block, garbage collection or the end of the program), instead of after
+each ``write``: a new dataset atomically, an append with its metadata replaced last; an
+exception inside ``with`` leaves nothing (a new dataset) or the old content (an append). Writers
+of the two splits of one path share that output, and a new dataset always has both splits.
+Write errors are raised, never lost in a thread; ids above 2**31-1 are refused (seqax silently
+corrupts them); an empty chunk is fine.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lmdata.errors import InvalidInputError, OutputExistsError
+from lmdata.compat._seqax_append import SplitAppend
+from lmdata.errors import DatasetNotFoundError, InvalidInputError, OutputExistsError
 from lmdata.formats.flat_tokens import Writer as _FlatWriter
 
 __all__ = ["Chunk", "Config", "Split", "Writer"]
@@ -69,29 +76,73 @@ class Chunk:
 
 
 class _Output:
-    """One dataset being written, shared by the Writers of its splits."""
+    """One dataset being written, shared by the Writers of its splits: a new one (written
+    atomically by lmdata's flat-tokens writer) or an existing one appended to in place."""
 
     def __init__(self, path: Path, mode: str, config: Config) -> None:
-        exists = path.exists() or path.is_symlink()
-        if exists and mode in ("w-", "x"):
-            raise OutputExistsError(f"Output {path} already exists.", path=path)
-        if exists and mode in ("a", "r+"):
-            raise InvalidInputError(
-                "appending to an existing flat-tokens dataset is not supported; write a new "
-                "one (mode 'w' replaces it)",
-                path=path,
-            )
         if mode not in ("w", "w-", "x", "a", "r+"):
             raise InvalidInputError(f"mode must be 'w', 'w-', 'a' or 'r+', got {mode!r}")
         self.config = config
+        self.users = 0
+        self.appends: dict[str, SplitAppend] = {}
+        self.writer: _FlatWriter | None = None
+        exists = path.exists() or path.is_symlink()
+        if exists and mode in ("w-", "x"):
+            raise OutputExistsError(f"Output {path} already exists.", path=path)
+        empty_dir = exists and path.is_dir() and not any(path.iterdir())
+        if exists and mode in ("a", "r+") and not empty_dir:
+            if not (path / ".zgroup").is_file():
+                raise InvalidInputError(
+                    "seqax's Writer appends to a flat-tokens dataset (a zarr v2 group with a "
+                    ".zgroup file) and this is none; pick another path or mode 'w' to "
+                    "replace it",
+                    path=path,
+                )
+            self.root: Path | None = path
+            return
+        if not exists and mode == "r+":
+            raise DatasetNotFoundError(
+                f"{path} does not exist: mode 'r+' appends to an existing dataset ('a' or 'w' "
+                "creates one)",
+                path=path,
+            )
+        self.root = None
         self.writer = _FlatWriter(
             path,
             chunk_tokens=config.tokens_chunk_size,
             seq_starts_chunk=config.seq_starts_chunk_size,
             compression="blosc",
-            overwrite=mode == "w",
+            overwrite=mode == "w" or empty_dir,
         )
-        self.users = 0
+
+    def open_split(self, split: str) -> None:
+        if self.root is not None and split not in self.appends:
+            self.appends[split] = SplitAppend(
+                self.root, split, self.config.tokens_chunk_size, self.config.seq_starts_chunk_size
+            )
+
+    def write(self, split: str, encoded: np.ndarray, starts: np.ndarray, max_id: int) -> None:
+        if self.writer is not None:
+            self.writer.write_many(encoded >> np.uint32(1), np.diff(starts), split)
+        else:
+            self.appends[split].write(encoded, starts.astype(np.uint64), max_id)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            return
+        try:
+            for s in self.appends.values():
+                s.finish()
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.abort()
+        for s in self.appends.values():
+            s.abort()
 
 
 _OPEN: dict[Path, _Output] = {}
@@ -106,10 +157,10 @@ def _release(path: Path, failed: bool) -> None:
         out.users -= 1
         if failed:
             del _OPEN[path]
-            out.writer.abort()
+            out.abort()
         elif out.users == 0:
             del _OPEN[path]
-            out.writer.close()
+            out.close()
 
 
 class Writer:
@@ -132,6 +183,12 @@ class Writer:
                 raise InvalidInputError(
                     "the writers of one dataset must share its Config", path=self.path
                 )
+            try:
+                out.open_split(self.split.value)
+            except BaseException:
+                if not out.users:
+                    del _OPEN[self.path]
+                raise
             out.users += 1
         self._out = out
         self._finalizer = weakref.finalize(self, _release, self.path, False)
@@ -149,7 +206,7 @@ class Writer:
             raise InvalidInputError(
                 f"token id {int(chunk.max_token_id)} does not fit flat-tokens (at most 2**31-1)"
             )
-        self._out.writer.write_many(encoded >> np.uint32(1), np.diff(starts), self.split.value)
+        self._out.write(self.split.value, encoded, starts, int(chunk.max_token_id))
 
     def close(self) -> None:
         """Done with this split; the dataset appears once every writer on it is closed."""

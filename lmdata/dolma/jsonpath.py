@@ -361,8 +361,9 @@ class JqExpr:
     def _prog(self) -> Any:
         prog = _JQ_CACHE.get(self.expr)
         if prog is None:
-            import jq
+            from lmdata._deps import require
 
+            jq = require("jq", f"the jq expression {self.expr!r}")
             try:
                 prog = _JQ_CACHE[self.expr] = jq.compile(self.expr)
             except ValueError as e:

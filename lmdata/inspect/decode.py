@@ -103,6 +103,42 @@ def tokenizer_mismatch(summary: Mapping[str, Any], spec: Any) -> str | None:
     return f"warning: the dataset was made with {_describe(t)}, not {given}"
 
 
+ShownTokenizer = tuple[Any, str | None, str | None]  # (tokenizer or None, its name, a note)
+
+
+def dataset_tokenizer(
+    summary: Mapping[str, Any], tokenizer: Any, *, required: bool = False
+) -> ShownTokenizer:
+    """The tokenizer to show a dataset's ids as text with (its ``lmdata.info`` is
+    ``summary``): ``tokenizer`` if given (a spec or an object; the note warns when the dataset
+    records another), else the one the dataset records when its file is found unchanged.
+    Without one: ``(None, None, why)``, or with ``required`` an InvalidInputError. Resolved
+    before any data is read, so a bad tokenizer fails at once."""
+    note = None
+    if tokenizer is None:
+        try:
+            tokenizer = recorded_tokenizer(summary)
+        except InvalidInputError as e:
+            if required:
+                raise
+            return None, None, str(e)
+        if tokenizer is None:
+            if required:
+                raise InvalidInputError(
+                    "the dataset does not record the tokenizer that made it; pass 'bytes' or "
+                    "the tokenizer file with --tokenizer"
+                )
+            return None, None, None
+    else:
+        note = tokenizer_mismatch(summary, tokenizer)
+    name = (
+        os.fspath(tokenizer)
+        if isinstance(tokenizer, (str, os.PathLike))
+        else getattr(tokenizer, "spec", type(tokenizer).__name__)
+    )
+    return resolve_tokenizer(tokenizer), name, note
+
+
 def is_token_array(v: Any) -> bool:
     """Whether a record's value is a sequence of token ids: a 1-D integer numpy array."""
     return isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iu"

@@ -67,9 +67,11 @@ def text(s: dict[str, Any], width: int = 40) -> str:
     if "tokens" in s:
         lines.append(f"tokens       {s['tokens']:,}")
     if s.get("max_token_id") is not None:
+        lines.append(f"max token id {s['max_token_id']:,}")
+    if s.get("model_vocab_size") is not None:
         lines.append(
-            f"max token id {s['max_token_id']:,} (a model needs a vocabulary of at least "
-            f"{s['max_token_id'] + 1:,})"
+            f"a model needs a vocabulary of at least {s['model_vocab_size']:,} (the "
+            "tokenizer's, or the largest id + 1)"
         )
     if "text_bytes" in s and not (s.get("sample") or {}).get("sampled"):
         lines.append(f"text bytes   {s['text_bytes']:,} (UTF-8)")

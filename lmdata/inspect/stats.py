@@ -18,7 +18,8 @@ import numpy as np
 
 from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
-from lmdata.inspect.decode import is_token_array
+from lmdata._provenance import model_vocab_size
+from lmdata.inspect.decode import ShownTokenizer, dataset_tokenizer, is_token_array
 from lmdata.protocols import is_token_reader
 
 SAMPLE_RECORDS = 20_000  # record datasets larger than this are sampled unless full=True
@@ -303,31 +304,6 @@ def _token_texts(top: list[tuple[int, int]], tok: Any) -> list[str | None]:
     return out
 
 
-def tokenizer_of(summary: dict[str, Any], tokenizer: Any) -> tuple[Any, str | None, str | None]:
-    """(tokenizer object or None, its name, a note) for showing a dataset's ids as text:
-    ``tokenizer`` if given (a spec or an object), else the one the dataset records when its
-    file is found. Resolved before any data is read, so a bad one fails at once."""
-    from lmdata.errors import InvalidInputError
-    from lmdata.inspect.decode import recorded_tokenizer, resolve_tokenizer, tokenizer_mismatch
-
-    note = None
-    if tokenizer is None:
-        try:
-            tokenizer = recorded_tokenizer(summary)
-        except InvalidInputError as e:
-            return None, None, str(e)
-        if tokenizer is None:
-            return None, None, None
-    else:
-        note = tokenizer_mismatch(summary, tokenizer)
-    name = (
-        os.fspath(tokenizer)
-        if isinstance(tokenizer, (str, os.PathLike))
-        else getattr(tokenizer, "spec", type(tokenizer).__name__)
-    )
-    return resolve_tokenizer(tokenizer), name, note
-
-
 def with_attributes(summary: dict[str, Any], options: dict[str, Any] | None) -> dict[str, Any]:
     """Reader options that merge every complete attribute set the dataset's info lists
     (``attribute_sets``: Dolma trees), so records carry their attributes."""
@@ -356,7 +332,7 @@ def compute(
     spec or object; default: the one the dataset records) decodes the most frequent ids.
     ``options`` are :func:`summarize`'s."""
     summary = dataset_info(path, format=format, storage_options=storage_options)
-    tok = tokenizer_of(summary, tokenizer)  # fails before reading anything
+    tok = dataset_tokenizer(summary, tokenizer)  # fails before reading anything
     opts = with_attributes(summary, reader_options)
     reader = open_dataset(path, format=format, split=split, storage_options=storage_options, **opts)
     return summarize(reader, summary, path=path, split=split, tokenizer=tok, **options)
@@ -368,7 +344,7 @@ def summarize(
     *,
     path: str | os.PathLike[str],
     split: str | None = None,
-    tokenizer: tuple[Any, str | None, str | None] = (None, None, None),
+    tokenizer: ShownTokenizer = (None, None, None),
     text_key: str = "text",
     full: bool = False,
     sample_records: int = SAMPLE_RECORDS,
@@ -379,7 +355,7 @@ def summarize(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Statistics of an opened ``reader`` whose dataset ``lmdata.info`` gave ``summary``;
-    ``tokenizer`` is what :func:`tokenizer_of` returned."""
+    ``tokenizer`` is what :func:`dataset_tokenizer` returned."""
     tok, tok_name, tok_note = tokenizer
     report = progress or _nothing
     if is_token_reader(reader):
@@ -404,6 +380,13 @@ def summarize(
         head["splits"] = list(summary["splits"])
     if "bytes_on_disk" in summary:
         head["bytes_on_disk"] = summary["bytes_on_disk"]
+    # the recorded tokenizer's vocabulary, or more if the split read holds larger ids
+    sizes = [model_vocab_size(summary)]
+    if out.get("max_token_id") is not None:
+        sizes.append(out["max_token_id"] + 1)
+    known = [n for n in sizes if n is not None]
+    if known:
+        head["model_vocab_size"] = max(known)
     if tok_name is not None:
         head["tokenizer"] = tok_name
     if tok_note is not None:

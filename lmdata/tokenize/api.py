@@ -1,10 +1,10 @@
 """``lmdata.tokenize``: documents to a token dataset, as one function call.
 
 The same job as ``lmdata tokenize`` (the CLI calls this function): deterministic for any number
-of workers, atomic (the output appears whole or not at all), resumable for file inputs. Inputs
-that are not files (an iterable of strings or dicts, a Hugging Face ``datasets.Dataset``) and
-tokenizers given as objects are first written to a temporary folder, since worker processes
-load both from files.
+of workers, atomic (the output appears whole or not at all), resumable for local file inputs.
+Inputs that are not local files (URLs, an iterable of strings or dicts, a Hugging Face
+``datasets.Dataset``) and tokenizers given as objects are first written to a temporary folder,
+since worker processes load both from files.
 """
 
 from __future__ import annotations
@@ -12,16 +12,21 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from lmdata import _json
-from lmdata._provenance import command_scope
+from lmdata._provenance import command_scope, unsaved_tokenizer
 from lmdata.errors import InvalidInputError
+from lmdata.storage import is_url
 from lmdata.tokenize.job import Summary, TokenizeJob
 
 Paths = str | os.PathLike[str]
+
+
+_COPY_BLOCK = 8 << 20  # bytes per read when a URL input is copied into the temporary folder
+_DOCUMENT_SUFFIXES = (".jsonl", ".json", ".ndjson", ".gz", ".zst", ".zstd", ".parquet", ".txt")
 
 
 def _is_paths(inputs: Any) -> bool:
@@ -32,9 +37,31 @@ def _is_paths(inputs: Any) -> bool:
     )
 
 
-def _write_documents(docs: Iterable[Any], text_key: str, folder: Path) -> Path:
+def _documents(docs: Any, text_key: str) -> Iterable[Any]:
+    """The documents of ``docs``: a Hugging Face ``datasets.Dataset`` (recognised by its
+    ``column_names``, no import) narrowed to the text and id columns, else ``docs`` itself."""
+    if isinstance(docs, Mapping):  # a DatasetDict iterates its split names, a dict its keys
+        keys = ", ".join(map(str, list(docs)[:8]))
+        raise InvalidInputError(
+            f"inputs is a mapping ({type(docs).__name__} of {keys}); pass one split "
+            "(dataset['train']) or a list of documents"
+        )
+    columns = getattr(docs, "column_names", None)
+    if isinstance(columns, (list, tuple)) and all(isinstance(c, str) for c in columns):
+        if text_key not in columns:
+            raise InvalidInputError(
+                f"the dataset has no column {text_key!r} (columns: {', '.join(columns)}); "
+                "pass text_key="
+            )
+        keep = [c for c in (text_key, "id") if c in columns]
+        select = getattr(docs, "select_columns", None)
+        if callable(select) and len(keep) < len(columns):
+            docs = select(keep)  # other columns are never decoded
+    return docs
+
+
+def _write_documents(docs: Iterable[Any], text_key: str, path: Path) -> Path:
     """Documents (strings, or dicts holding ``text_key``) as one JSONL file."""
-    path = folder / "documents.jsonl"
     with open(path, "wb") as f:
         for i, d in enumerate(docs):
             if isinstance(d, str):
@@ -48,9 +75,89 @@ def _write_documents(docs: Iterable[Any], text_key: str, folder: Path) -> Path:
     return path
 
 
+def _records(
+    url: str, text_key: str, fmt: str | None, storage_options: dict[str, Any] | None
+) -> Iterator[Any]:
+    """The records of the dataset at ``url``, each as its text and id (what tokenize reads)."""
+    from lmdata._api import open as open_dataset
+
+    reader = open_dataset(url, format=fmt, storage_options=storage_options)
+    for rec in reader:
+        yield {k: rec[k] for k in (text_key, "id") if k in rec} if isinstance(rec, dict) else {}
+
+
+def _fetch(
+    url: str,
+    text_key: str,
+    fmt: str | None,
+    folder: Path,
+    storage_options: dict[str, Any] | None,
+) -> Path:
+    """A local copy of the input at ``url`` in ``folder``: a file of documents byte for byte
+    under its own name (so it tokenizes exactly as a local copy would), a dataset's records as
+    JSON lines of their text and id."""
+    from lmdata.storage import basename, require_exists, resolve
+
+    require_exists(url, storage_options)
+    store, key = resolve(url, storage_options)
+    name = basename(key)
+    if name.lower().endswith(_DOCUMENT_SUFFIXES) and not store.is_dir(key):
+        size = store.size(key)
+        with open(folder / name, "wb") as f:
+            for start in range(0, size, _COPY_BLOCK):
+                f.write(store.read_range(key, start, min(_COPY_BLOCK, size - start)))
+        return folder / name
+    records = _records(url, text_key, fmt, storage_options)
+    return _write_documents(records, text_key, folder / f"{name or 'records'}.jsonl")
+
+
+def _local(
+    sources: list[Paths],
+    text_key: str,
+    fmt: str | None,
+    temp: Path,
+    storage_options: dict[str, Any] | None,
+) -> list[Paths]:
+    """``sources`` with each URL replaced by a local copy; a missing local path is an error."""
+    out: list[Paths] = []
+    for s in sources:
+        if is_url(s):
+            folder = Path(tempfile.mkdtemp(prefix="url-", dir=temp))
+            out.append(_fetch(os.fspath(s), text_key, fmt, folder, storage_options))
+        elif not os.path.lexists(s):
+            raise InvalidInputError(
+                f"no such file or folder: {str(s)[:80]!r}. Strings in a list are paths; pass "
+                'documents as an iterator (iter(texts)) or as dicts ({"text": ...})'
+            )
+        else:
+            out.append(s)
+    return out
+
+
+def _tiktoken_file(enc: Any, folder: Path) -> str:
+    """A tiktoken ``Encoding`` as a ``*.tiktoken`` ranks file, if loading that file gives the
+    same encoding back (its split pattern and special tokens), else an error."""
+    import base64
+
+    from lmdata.tokenize.tokenizers import TiktokenTokenizer
+
+    path = folder / f"{enc.name}.tiktoken"
+    ranks = sorted(enc._mergeable_ranks.items(), key=lambda kv: kv[1])
+    path.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in ranks))
+    back = TiktokenTokenizer(path)._enc
+    if back._pat_str != enc._pat_str or back._special_tokens != enc._special_tokens:
+        raise InvalidInputError(
+            f"the tiktoken encoding {enc.name!r} has its own split pattern or special tokens, "
+            "which a *.tiktoken file cannot hold; pass an OpenAI encoding (cl100k_base, "
+            "o200k_base, ...) or a tokenizer file"
+        )
+    return str(path)
+
+
 def _tokenizer_file(tokenizer: Any, folder: Path) -> str:
     """A tokenizer spec workers can load: the spec itself, or an object saved into ``folder``
-    (a Hugging Face ``tokenizers.Tokenizer`` or a transformers fast tokenizer)."""
+    (a Hugging Face ``tokenizers.Tokenizer``, a transformers fast tokenizer, a tiktoken
+    ``Encoding``)."""
     if isinstance(tokenizer, (str, os.PathLike)):
         return os.fspath(tokenizer)
     spec = getattr(tokenizer, "spec", None)
@@ -61,10 +168,12 @@ def _tokenizer_file(tokenizer: Any, folder: Path) -> str:
         path = folder / "tokenizer.json"
         backend.save(str(path))
         return str(path)
+    if hasattr(tokenizer, "_mergeable_ranks") and hasattr(tokenizer, "_pat_str"):
+        return _tiktoken_file(tokenizer, folder)
     raise InvalidInputError(
         f"cannot tokenize with a {type(tokenizer).__name__}: pass 'bytes', a tokenizer file "
-        "(tokenizer.json, *.tiktoken, *.model), a tokenizers.Tokenizer or a transformers fast "
-        "tokenizer"
+        "(tokenizer.json, *.tiktoken, *.model), a tokenizers.Tokenizer, a transformers fast "
+        "tokenizer or a tiktoken Encoding"
     )
 
 
@@ -72,7 +181,7 @@ def tokenize(
     inputs: Paths | list[Paths] | Iterable[Any],
     output: Paths,
     *,
-    format: str,
+    to: str = "flat-tokens",
     tokenizer: Any = "bytes",
     text_key: str = "text",
     validation: Paths | list[Paths] | None = None,
@@ -91,46 +200,51 @@ def tokenize(
     overwrite: bool = False,
     progress: Callable[[dict[str, float]], None] | None = None,
     storage_options: dict[str, Any] | None = None,
+    format: str | None = None,
     **writer_options: Any,
 ) -> Summary:
-    """Tokenize ``inputs`` into a ``format`` token dataset at ``output``; return what was done
-    (``documents_read``, ``documents_written``, ``tokens``, ...).
+    """Tokenize ``inputs`` into a token dataset of format ``to`` at ``output``; return what was
+    done (``documents_read``, ``documents_written``, ``tokens``, ...).
 
-    ``inputs``: a path or a list of paths (JSONL[.gz|.zst] files or folders, Dolma trees,
-    Parquet, text files, lmdata record datasets), or documents: any other iterable of strings
-    or of dicts holding ``text_key`` (a generator, a list of dicts, a Hugging Face
-    ``datasets.Dataset``). ``tokenizer``: ``"bytes"``, a local file (``tokenizer.json``,
-    ``*.tiktoken``, ``*.model``), or a ``tokenizers.Tokenizer`` / transformers fast tokenizer
-    object. ``output`` may be a URL (``storage_options`` for its store). The other options
-    are the CLI's (``special_tokens`` is ``--special-tokens/--no-special-tokens``);
-    ``writer_options`` go to the format's writer (``chunk_tokens``, ``compression``).
+    ``inputs``: a path, a URL (``s3://``, ``memory://``, ...) or a list of them (JSONL[.gz|.zst]
+    files or folders, Dolma trees, Parquet, text files, lmdata record datasets), or documents:
+    any other iterable of strings or of dicts holding ``text_key`` (a generator, a list of
+    dicts, a Hugging Face ``datasets.Dataset``). ``tokenizer``: ``"bytes"``, a local file
+    (``tokenizer.json``, ``*.tiktoken``, ``*.model``), or a ``tokenizers.Tokenizer``,
+    transformers fast tokenizer or tiktoken ``Encoding`` object. ``output`` may be a URL;
+    ``storage_options`` are for the URLs of inputs and output. ``format`` is another name
+    for ``to`` (as ``lmdata.open`` calls it). The other options are the CLI's
+    (``special_tokens`` is ``--special-tokens/--no-special-tokens``); ``writer_options`` go to
+    the format's writer (``chunk_tokens``, ``compression``).
 
     The output is the same for every ``engine`` and number of ``workers``, appears only when
     the job succeeds, and records the tokenizer that made it (``lmdata.info(output)``).
     """
     from lmdata.tokenize.pipeline import tokenize as run
 
+    if format is not None:
+        if to not in ("flat-tokens", format):
+            raise InvalidInputError(f"to={to!r} and format={format!r}: give the format once")
+        to = format
     if validation is not None and not _is_paths(validation):
         raise InvalidInputError("validation= takes a path or a list of paths")
+    if isinstance(validation, (str, os.PathLike)):
+        validation = [validation]
     temp = Path(tempfile.mkdtemp(prefix="lmdata-tokenize-"))
     try:
         if _is_paths(inputs):
-            sources = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-            missing = next((s for s in sources if not os.path.lexists(s)), None)
-            if missing is not None:
-                raise InvalidInputError(
-                    f"no such file or folder: {str(missing)[:80]!r}. Strings in a list are "
-                    "paths; pass documents as an iterator (iter(texts)) or as dicts "
-                    '({"text": ...})'
-                )
+            listed = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+            if resume and any(is_url(s) for s in [*listed, *(validation or [])]):
+                raise InvalidInputError("resume=True needs local input files, not URLs")
+            sources = _local(listed, text_key, source_format, temp, storage_options)  # type: ignore[arg-type]
         else:
             if resume:
                 raise InvalidInputError("resume=True needs inputs that are files, not documents")
-            sources = [_write_documents(inputs, text_key, temp)]  # type: ignore[arg-type]
-        if isinstance(validation, (str, os.PathLike)):
-            validation = [validation]
+            docs = _documents(inputs, text_key)
+            sources = [_write_documents(docs, text_key, temp / "documents.jsonl")]
+        held = _local(list(validation or []), text_key, source_format, temp, storage_options)
         job = TokenizeJob(
-            to=format,
+            to=to,
             tokenizer=_tokenizer_file(tokenizer, temp),
             text_key=text_key,
             batch_docs=batch_docs,
@@ -143,25 +257,29 @@ def tokenize(
             source_format=source_format,
             writer_options=writer_options,
         )
-        with command_scope(_describe(inputs, output, job), outermost=True):
+        saved = job.tokenizer if Path(job.tokenizer).parent == temp else None
+        with (
+            command_scope(_describe(inputs, output, job, tokenizer), outermost=True),
+            unsaved_tokenizer(saved),
+        ):
             return run(
-                sources,  # type: ignore[arg-type]
+                sources,
                 output,
                 job,
-                validation_sources=list(validation or []),
+                validation_sources=held,
                 workers=workers,
                 engine=engine,
                 address=address,
                 resume=resume,
                 overwrite=overwrite,
                 progress=progress,
-                storage_options=storage_options,
+                storage_options=storage_options if is_url(output) else None,
             )
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _describe(inputs: Any, output: Paths, job: TokenizeJob) -> str:
+def _describe(inputs: Any, output: Paths, job: TokenizeJob, tokenizer: Any) -> str:
     """How a Python call is recorded in the dataset's provenance."""
     if isinstance(inputs, (str, os.PathLike)):
         what = repr(os.fspath(inputs))
@@ -169,7 +287,9 @@ def _describe(inputs: Any, output: Paths, job: TokenizeJob) -> str:
         what = repr([os.fspath(x) for x in inputs])
     else:
         what = f"<{type(inputs).__name__} of documents>"
-    return (
-        f"lmdata.tokenize({what}, {os.fspath(output)!r}, format={job.to!r}, "
-        f"tokenizer={job.tokenizer!r})"
+    tok = (
+        repr(job.tokenizer)
+        if isinstance(tokenizer, (str, os.PathLike)) or hasattr(tokenizer, "spec")
+        else f"<{type(tokenizer).__name__}>"
     )
+    return f"lmdata.tokenize({what}, {os.fspath(output)!r}, to={job.to!r}, tokenizer={tok})"

@@ -16,8 +16,8 @@ import numpy as np
 from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
 from lmdata.errors import InvalidInputError
-from lmdata.inspect.decode import is_token_array, pieces
-from lmdata.inspect.stats import summarize, tokenizer_of, with_attributes
+from lmdata.inspect.decode import dataset_tokenizer, is_token_array, pieces
+from lmdata.inspect.stats import summarize, with_attributes
 from lmdata.protocols import is_token_reader
 
 MAX_PAGE = 100  # records per request
@@ -75,7 +75,7 @@ class ViewData:
         self.split = split
         self.text_key = text_key
         self.summary = dataset_info(path, format=format, storage_options=storage_options)
-        tok = tokenizer_of(self.summary, tokenizer)  # a bad tokenizer fails before reading
+        tok = dataset_tokenizer(self.summary, tokenizer)  # a bad tokenizer fails before reading
         self.tokenizer, self.tokenizer_name, self.tokenizer_note = tok
         opts = with_attributes(self.summary, reader_options)
         self.reader = open_dataset(

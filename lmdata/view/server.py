@@ -101,8 +101,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(self.server.data.find_id(q.get("id", "")), head_only=head_only)
             else:
                 self._send(HTTPStatus.NOT_FOUND, b"not found", "text/plain", head_only)
-        except LmdataError as e:  # a dataset problem met while reading: said, not a traceback
-            self._json({"error": str(e)}, 500, head_only)
+        except (BrokenPipeError, ConnectionResetError):  # the browser left: nobody to tell
+            return
+        except (LmdataError, OSError) as e:  # a dataset or storage problem met while reading
+            self._json({"error": str(e) or type(e).__name__}, 500, head_only)
 
     def _refuse(self) -> None:
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"read-only", "text/plain")

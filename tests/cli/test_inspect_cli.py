@@ -57,7 +57,7 @@ def test_cat_decode_records_and_usage_errors(tmp_path):
         "n": 1,
     }
     res = CliRunner().invoke(cli, ["cat", str(p), "--decode"])
-    assert res.exit_code == 2 and "--decode needs --tokenizer" in res.output
+    assert res.exit_code == 2 and "does not record the tokenizer" in res.output, res.output
     res = CliRunner().invoke(cli, ["cat", str(p), "--tokenizer", "bytes"])
     assert res.exit_code == 2 and "go with --decode" in res.output
     z = write_tokens(tmp_path / "t.zarr", "bytes")
@@ -118,7 +118,11 @@ def test_demo_table_explains_itself(tmp_path):
     from lmdata.demo import run as run_demo
 
     lines: list[str] = []
-    run_demo(tmp_path, limit=30, steps=2, workers=0, log=lines.append)
+    result = run_demo(tmp_path, limit=30, steps=2, workers=0, log=lines.append)
+    for row in result["datasets"]:  # sizes as lmdata info reports them; tokens for all but docs
+        assert row["MB"] == lmdata.info(tmp_path / row["dataset"])["bytes_on_disk"] / 1e6
+        documents = row["dataset"] == "stdlib.dolma" or row["dataset"].startswith("docs.")
+        assert ("tokens" in row) != documents, row
     text = "\n".join(lines)
     for heading in ("What the columns measured", "Why the counts differ", "Try next:"):
         assert heading in text
@@ -131,7 +135,11 @@ def test_demo_table_explains_itself(tmp_path):
     assert f"{train['sequences']:,} train + {val['sequences']:,} validation" in text
     eod = pbin - train["tokens"] - val["tokens"]
     assert eod == 30 and f"+ {eod:,} EOD" in text  # one EOD per document
-    assert f"lmdata view {tmp_path}/stdlib.flat-tokens --tokenizer bytes" in text
+    assert f"lmdata view {tmp_path}/stdlib.flat-tokens\n" in text
+    # the next steps work as printed: the datasets record their tokenizer
+    cat = next(x for x in text.splitlines() if "lmdata cat " in x)
+    res = run(*cat.split()[1:])
+    assert res.exit_code == 0 and orjson.loads(res.output)["text"].strip(), res.output
 
 
 @pytest.mark.skipif(not shutil.which("make"), reason="make is not installed")
@@ -179,3 +187,50 @@ def test_view_command_serves_on_loopback(tmp_path):
             timeout=120,
         )
     assert busy.returncode == 2 and "choose another with --port" in busy.stderr, busy.stderr
+
+
+def test_cat_decode_raw_prints_the_decoded_field_of_records(tmp_path):
+    p = tmp_path / "a.atlas"
+    tok = load_tokenizer("bytes")
+    with lmdata.writer(p, "atlas") as w:
+        for t in ("first doc", "second doc"):
+            w.write({"id": f"id-{t}", "tokens": tok.encode(t)})
+    res = run("cat", str(p), "--decode", "--tokenizer", "bytes", "--raw")
+    assert res.output == "first doc\nsecond doc\n"  # the text, not the id
+
+
+def test_stats_checks_its_outputs_before_reading(tmp_path, monkeypatch):
+    from lmdata.inspect import stats
+
+    p = write_tokens(tmp_path / "t.zarr", "bytes")
+    monkeypatch.setattr(stats, "open_dataset", lambda *a, **k: pytest.fail("read the dataset"))
+    res = CliRunner().invoke(cli, ["stats", str(p), "--html", str(tmp_path / "no" / "s.html")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+    res = CliRunner().invoke(cli, ["stats", str(p), "--tokenizer", "nope.json"])
+    assert res.exit_code == 2 and "tokenizer file not found" in res.output
+
+
+def test_stats_and_view_take_urls(tmp_path):
+    from lmdata.view.data import ViewData
+
+    url = "memory://inspect3-cli/t.zarr"
+    write_tokens(url, "bytes")
+    res = run("stats", url, "--json", "-q", "--tokenizer", "bytes")
+    assert res.exit_code == 0 and json.loads(res.output)["records"] == len(TEXTS)
+    assert ViewData(url).page(0, 1)["records"] == len(TEXTS)
+    res = run("cat", url, "-n", "1", "--storage-option", "use_listings_cache=false")
+    assert res.exit_code == 0 and json.loads(res.output)["index"] == 0
+
+
+def test_view_reports_a_dataset_error_as_such(tmp_path, monkeypatch):
+    from lmdata import view
+    from lmdata.errors import DatasetNotFoundError
+
+    def missing(*args, **kwargs):  # a FileNotFoundError (an OSError), as a missing shard is
+        raise DatasetNotFoundError("shard 7 is missing", path="ds/7")
+
+    monkeypatch.setattr(view, "ViewData", missing)
+    p = write_tokens(tmp_path / "t.zarr", "bytes")
+    res = CliRunner().invoke(cli, ["view", str(p), "--port", "0"])
+    assert res.exit_code == 2 and "shard 7 is missing" in res.output
+    assert "cannot listen" not in res.output

@@ -7,6 +7,7 @@ import json
 import pickle
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import jq
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from lmdata.cli.main import cli
 from lmdata.compat.modalities import TextOf
+from lmdata.errors import MissingDependencyError
 from tests.compat.modalities_reference import JQ_PROGRAM, LINES
 
 MOD = Path(__file__).parents[1] / "data" / "modalities"
@@ -181,8 +183,29 @@ def test_pack_error_names_the_document(work: Path) -> None:
     assert "docs.jsonl" in res.output and "index entry 0 (byte 0)" in res.output, res.output
 
 
+def test_jq_is_an_extra_key_paths_need_none(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the jq package a key path still packs byte for byte; a jq program is an error
+    naming the extra that installs jq (before any output is written)."""
+    monkeypatch.setitem(sys.modules, "jq", None)  # import jq -> ModuleNotFoundError
+    shutil.copy(MOD / "docs_reordered.idx", "data/docs.idx")
+    res = run("modalities", "data", "pack_encoded_data", _config())
+    assert res.exit_code == 0, res.output
+    assert Path("data/docs.pbin").read_bytes() == (MOD / "docs_reordered_bpe5k.pbin").read_bytes()
+    assert TextOf(".meta.n")(b'{"meta": null}') is None
+    with pytest.raises(ValueError, match="Cannot index array"):
+        TextOf(".meta.n")(b'{"meta": [1]}')
+    with pytest.raises(ValueError):
+        TextOf(".text")(b'{"text": "x"')  # not JSON: jq fails too
+    with pytest.raises(MissingDependencyError, match=r"pip install 'lmdata\[jq\]'"):
+        TextOf(JQ_PROGRAM)
+    cfg = _config("jq.yaml", settings__jq_pattern=JQ_PROGRAM, settings__dst_path="x.pbin")
+    res = run("modalities", "data", "pack_encoded_data", cfg)
+    assert res.exit_code != 0 and "pip install 'lmdata[jq]'" in res.output, res.output
+    assert "jq_pattern" in res.output and not Path("x.pbin").exists()
+
+
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
     lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.sampled_from("ab"), kids),
     max_leaves=8,
 )

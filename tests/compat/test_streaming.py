@@ -2,7 +2,7 @@
 
 The writers must produce the files streaming's writers produce, byte for byte (zstd frames
 included; gzip differs only in the header's mtime); the dataset must return the values
-streaming returns, in streaming's unshuffled order, and resume from streaming's state dict.
+streaming returns and resume from streaming's state dict (the shuffled order: test_streaming_order).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from lmdata.compat.streaming import (
     CSVWriter,
     JSONWriter,
     MDSWriter,
+    Stream,
     StreamingDataset,
     TSVWriter,
     XSVWriter,
@@ -191,7 +192,7 @@ def test_shuffle_is_a_permutation_per_epoch(tmp_path: Path) -> None:
     assert [s["id"] for s in again] == e0
 
 
-def test_ranks_split_every_global_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ranks_split_the_epoch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_ours(tmp_path / "d", "mdstext", 23, "mds")
     seen = []
     for rank in range(3):
@@ -200,8 +201,8 @@ def test_ranks_split_every_global_batch(tmp_path: Path, monkeypatch: pytest.Monk
         ds = StreamingDataset(local=str(tmp_path / "d"), batch_size=2)
         ids = [s["id"] for s in ds]
         assert len(ids) == len(ds) == 8
-        if rank == 1:
-            assert ids[:4] == [2, 3, 8, 9]
+        if rank == 1:  # 3 nodes, 3 canonical nodes: rank 1 reads the second third
+            assert ids[:4] == [7, 8, 9, 10]
         seen += ids
     assert set(seen) == set(range(23))  # every sample, one padded repeat
 
@@ -224,11 +225,23 @@ def test_writer_errors_and_atomicity(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path / "full")) == ["index.json", "shard.00000.mds"]
 
 
-def test_dataset_refuses_remote_and_streams(tmp_path: Path) -> None:
+def test_dataset_refuses_remote_and_bad_knobs(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="local datasets only"):
         StreamingDataset(remote="s3://bucket/x", local=str(tmp_path / "cache"))
-    with pytest.raises(InvalidInputError, match="streams="):
-        StreamingDataset(streams=[object()])
+    with pytest.raises(InvalidInputError, match="local datasets only"):
+        StreamingDataset(streams=[Stream(remote="s3://bucket/x")])
+    write_ours(tmp_path / "d", "mdstext", 5, "mds")
+    d = str(tmp_path / "d")
+    with pytest.raises(InvalidInputError, match="not both"):
+        StreamingDataset(streams=[Stream(local=d)], local=d)
+    with pytest.raises(InvalidInputError, match="At most one"):
+        Stream(local=d, proportion=1, repeat=2)
+    with pytest.raises(InvalidInputError, match="do not mix"):
+        StreamingDataset(streams=[Stream(local=d, proportion=1), Stream(local=d, repeat=2)])
+    with pytest.raises(InvalidInputError, match="streaming's shuffles are py1e, py1s"):
+        StreamingDataset(local=d, shuffle_algo="py3s")
+    with pytest.raises(InvalidInputError, match="stratified"):
+        StreamingDataset(local=d, batching_method="stratified")
 
 
 def test_torch_dataloader_with_workers_keeps_the_order(tmp_path: Path) -> None:
@@ -260,3 +273,25 @@ def test_import_without_torch(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("5 ") and "IterableDataset" not in out.stdout
+
+
+@pytest.mark.parametrize(
+    "env, replication, want",
+    [  # (WORLD_SIZE, LOCAL_WORLD_SIZE, RANK) -> (nodes, ranks per node, node, rank of node)
+        ((8, 4, 5), None, (2, 4, 1, 1)),
+        ((8, 4, 5), 2, (1, 4, 0, 2)),  # 4 groups of 2 ranks: one node of 4
+        ((8, 4, 7), 4, (1, 2, 0, 1)),  # 2 groups: fewer than a node's ranks, one node
+        ((8, 2, 6), 2, (2, 2, 1, 1)),
+    ],
+)
+def test_world_from_the_environment_and_replication(
+    monkeypatch: pytest.MonkeyPatch, env: tuple[int, int, int], replication: Any, want: tuple
+) -> None:
+    from lmdata.compat._streaming_dataset import _world
+
+    for name, value in zip(("WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK"), env, strict=True):
+        monkeypatch.setenv(name, str(value))
+    w = _world(replication, workers=False)
+    assert (w.nodes, w.ranks_per_node, w.node, w.rank_of_node) == want
+    with pytest.raises(InvalidInputError, match="divisible by replication=3"):
+        _world(3, workers=False)

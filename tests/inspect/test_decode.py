@@ -77,3 +77,23 @@ def test_tiktoken_and_multibyte_merge(tmp_path):
     parts = pieces(ids, tok)
     assert "".join(p for _, p in parts) == text
     assert ["日" == p for _, p in parts].count(True) == 1  # three byte tokens, one piece
+
+
+def test_the_tokenizer_of_a_dataset(tmp_path):
+    from lmdata.inspect.decode import dataset_tokenizer
+
+    def made_with(**t):
+        return {"path": str(tmp_path / "ds"), "provenance": {"tokenizer": t}}
+
+    assert dataset_tokenizer({}, None) == (None, None, None)
+    with pytest.raises(InvalidInputError, match="does not record the tokenizer"):
+        dataset_tokenizer({}, None, required=True)
+    tok, name, note = dataset_tokenizer(made_with(kind="bytes"), None)
+    assert name == "bytes" and note is None and tok.decode([105, 106]) == "hi"
+    gone = made_with(kind="huggingface", name="t.json", path=str(tmp_path / "t.json"), sha256="0")
+    tok, name, note = dataset_tokenizer(gone, None)
+    assert tok is None and "not found unchanged" in note and str(tmp_path / "t.json") in note
+    with pytest.raises(InvalidInputError, match="not found unchanged"):
+        dataset_tokenizer(gone, None, required=True)
+    tok, name, note = dataset_tokenizer(gone, "bytes")  # given by hand: used, with a warning
+    assert name == "bytes" and note.startswith("warning: the dataset was made with")

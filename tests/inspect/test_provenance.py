@@ -36,7 +36,7 @@ def made(tmp_path: Path, fmt: str, tokenizer, texts=TEXTS) -> Path:
     eod = {"eod": "<|endoftext|>"} if fmt == "modalities" and tokenizer != "bytes" else {}
     if fmt == "modalities" and tokenizer == "bytes":
         eod = {"eod_id": 0}
-    lmdata.tokenize(iter(texts), out, format=fmt, tokenizer=tokenizer, workers=0, **eod)
+    lmdata.tokenize(iter(texts), out, to=fmt, tokenizer=tokenizer, workers=0, **eod)
     return out
 
 
@@ -172,13 +172,16 @@ def test_cat_decode_of_a_bytes_dataset_needs_no_tokenizer(tmp_path):
     with lmdata.writer(bare, "flat-tokens") as w:
         w.write([1, 2])
     res = CliRunner().invoke(cli, ["cat", str(bare), "--decode"])
-    assert res.exit_code == 2 and "--decode needs --tokenizer" in res.output
+    assert res.exit_code == 2 and "does not record the tokenizer" in res.output, res.output
 
 
 def test_stats_decodes_with_the_recorded_tokenizer(tmp_path):
     out = made(tmp_path, "modalities", "bytes")
     s = json.loads(run("stats", str(out), "--json", "-q", "--top", "3").output)
     assert s["tokenizer"] == "bytes" and all("text" in t for t in s["top_tokens"])
+    assert s["max_token_id"] < 256 and s["model_vocab_size"] == 257  # the tokenizer's vocabulary
+    text = run("stats", str(out), "-q").output
+    assert "a model needs a vocabulary of at least 257" in text
 
 
 # ---- the origin readers ----------------------------------------------------------------------
@@ -199,6 +202,17 @@ def test_zarr2_opens_flat_tokens_with_provenance(tmp_path):
     got = json.loads(res.stdout)
     assert got["seqs"] == [x.tolist() for x in load_tokenizer("bytes").encode_batch(TEXTS)]
     assert got["attrs"]["lmdata"]["tokenizer"]["kind"] == "bytes"
+
+
+def test_zarr3_opens_flat_tokens_with_provenance(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    out = made(tmp_path, "flat-tokens", "bytes")
+    g = zarr.open_group(str(out), mode="r")
+    s = g["train"]
+    e, b = s["encoded_tokens"][:], s["seq_starts"][:]
+    got = [(e[b[i] : b[i + 1]] >> 1).tolist() for i in range(len(b) - 1)]
+    assert got == [x.tolist() for x in load_tokenizer("bytes").encode_batch(TEXTS)]
+    assert g.attrs["lmdata"]["tokenizer"]["kind"] == "bytes"
 
 
 def test_streaming_reads_mds_with_provenance(tmp_path):

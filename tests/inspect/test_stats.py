@@ -57,11 +57,48 @@ def test_token_dataset_exact_figures(tokens_ds):
 
 def test_token_frequencies_are_sampled_above_the_budget(tokens_ds):
     p, seqs = tokens_ds
-    s = compute(p, sample_tokens=100)
-    assert s["sample"]["sampled"] is True and s["sample"]["what"] == "token frequencies"
-    assert s["tokens"] == sum(len(x) for x in seqs)  # counts stay exact
-    assert sum(t["count"] for t in s["top_tokens"]) <= s["sample"]["tokens_read"]
-    assert compute(p, sample_tokens=100, full=True)["sample"]["sampled"] is False
+    total = sum(len(x) for x in seqs)
+    s = compute(p, sample_tokens=100, top=1000)  # every id seen is listed
+    sample = s["sample"]
+    assert sample["sampled"] is True and sample["what"] == "token frequencies"
+    assert s["tokens"] == total  # counts stay exact
+    assert sample["tokens_read"] == 100 < total  # read what the budget allows, not everything
+    assert sum(t["count"] for t in s["top_tokens"]) == sample["tokens_read"]
+    assert sample["windows"] * sample["window_tokens"] == 100
+    assert compute(p, sample_tokens=100, top=1000) == s  # seeded: the same windows
+    full = compute(p, sample_tokens=100, full=True, top=1000)
+    assert full["sample"]["sampled"] is False and full["sample"]["tokens_read"] == total
+    assert sum(t["count"] for t in full["top_tokens"]) == total
+    # a budget that covers the dataset reads everything and does not claim to sample
+    assert compute(p, sample_tokens=total)["sample"]["sampled"] is False
+
+
+def test_the_tokenizer_is_resolved_before_reading(tokens_ds, monkeypatch):
+    from lmdata.errors import InvalidInputError
+    from lmdata.inspect import stats
+
+    p, _ = tokens_ds
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("opened the dataset before checking the tokenizer")
+
+    monkeypatch.setattr(stats, "open_dataset", no_reading)
+    with pytest.raises(InvalidInputError, match="tokenizer file not found"):
+        compute(p, tokenizer="missing-tokenizer.json")
+
+
+def test_token_counter_mixes_dense_and_sparse_counts():
+    from lmdata.inspect.stats import _TokenCounter
+
+    c = _TokenCounter(9)  # ids 0..9 counted densely; a window with a larger id goes sparse
+    c.add(np.array([1, 1, 2], np.uint32))
+    c.add(np.array([1, 50, 50, 3], np.uint16))
+    assert c.top(10) == [(1, 3), (50, 2), (2, 1), (3, 1)]
+    assert c.distinct() == 4 and c.total == 7
+    r = _TokenCounter(-1)  # records: vocabulary unknown
+    for a in ([5, 5], [7], [5]):
+        r.add(np.array(a, np.int64))
+    assert r.top(1) == [(5, 3)] and r.distinct() == 2
 
 
 @pytest.fixture()

@@ -109,6 +109,64 @@ def test_tokens_are_decoded_into_pieces(serve, tokens_ds):
     assert item["tokens"]["ids"] == ByteTokenizer().encode("héllo 0 <b>x</b>").tolist()
 
 
+def test_dataset_errors_and_huge_integers(serve, tmp_path, monkeypatch):
+    from lmdata.errors import CorruptDataError
+
+    p = tmp_path / "big.jsonl"
+    p.write_text(json.dumps({"id": "a", "text": "t", "n": 1 << 70}) + "\n")
+    s = serve(p)
+    status, _, body = _get(s.url + "api/records?start=0&count=1")
+    assert status == 200 and json.loads(body)["items"][0]["fields"]["n"] == 1 << 70
+
+    def broken(start, count):  # a CorruptDataError is a ValueError too: still a dataset error
+        raise CorruptDataError("shard 3 is damaged", path="x")
+
+    monkeypatch.setattr(s.data, "page", broken)
+    status, _, body = _get(s.url + "api/records?start=0&count=1")
+    assert status == 500 and "shard 3 is damaged" in json.loads(body)["error"]
+
+    def unreachable(start, count):  # a store that went away mid-session: said, not a traceback
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(s.data, "page", unreachable)
+    status, _, body = _get(s.url + "api/records?start=0&count=1")
+    assert status == 500 and "Connection refused" in json.loads(body)["error"]
+    # the server still answers afterwards
+    assert _get(s.url + "api/info")[0] == 200
+
+
+def test_opening_reads_the_info_and_opens_once(tokens_ds, monkeypatch):
+    from lmdata.view import data
+
+    calls = {"info": 0, "open": 0}
+    real_info, real_open = data.dataset_info, data.open_dataset
+
+    def count(name, fn):
+        def wrapped(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+
+        return wrapped
+
+    monkeypatch.setattr(data, "dataset_info", count("info", real_info))
+    monkeypatch.setattr(data, "open_dataset", count("open", real_open))
+    monkeypatch.setattr("lmdata.inspect.stats.dataset_info", count("info", real_info))
+    monkeypatch.setattr("lmdata.inspect.stats.open_dataset", count("open", real_open))
+    v = data.ViewData(tokens_ds)
+    assert calls == {"info": 1, "open": 1}
+    assert v.info()["lengths"]["count"] == 15
+
+
+def test_a_recorded_tokenizer_is_used_by_default(serve, tmp_path):
+    p = tmp_path / "t.zarr"
+    lmdata.tokenize(iter(["héllo <b>x</b>"]), p, to="flat-tokens", workers=0)
+    s = serve(p)
+    info = json.loads(_get(s.url + "api/info")[2])
+    assert info["tokenizer"] == "bytes"
+    item = json.loads(_get(s.url + "api/records?start=0&count=1")[2])["items"][0]
+    assert "".join(piece for _, piece in item["tokens"]["pieces"]) == "héllo <b>x</b>"
+
+
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import lmdata
 from lmdata import _provenance
 from lmdata.cli.main import cli
-from lmdata.errors import InvalidInputError
+from lmdata.errors import DatasetNotFoundError, InvalidInputError
 from tests.inspect.conftest import bpe_file  # noqa: F401  (a fixture)
 
 DOCS = [{"id": f"d{i}", "text": f"document {i} " * (i % 7) + "é日本"} for i in range(40)]
@@ -62,7 +62,7 @@ def test_documents_as_python_objects(tmp_path, corpus, bpe_file):  # noqa: F811
     from tokenizers import Tokenizer
 
     want = tmp_path / "from-file"
-    lmdata.tokenize([corpus], want, format="flat-tokens", tokenizer=str(bpe_file), workers=0)
+    lmdata.tokenize([corpus], want, to="flat-tokens", tokenizer=str(bpe_file), workers=0)
     ref = files(want)
     texts = [d["text"] for d in DOCS]
     for i, inputs in enumerate(
@@ -73,28 +73,28 @@ def test_documents_as_python_objects(tmp_path, corpus, bpe_file):  # noqa: F811
         ]
     ):
         out = tmp_path / f"o{i}"
-        s = lmdata.tokenize(inputs, out, format="flat-tokens", tokenizer=bpe_file, workers=0)
+        s = lmdata.tokenize(inputs, out, to="flat-tokens", tokenizer=bpe_file, workers=0)
         assert s.documents_written == len(DOCS)
         assert files(out) == ref, i
     # an already-built tokenizer object
     out = tmp_path / "obj"
     tok = Tokenizer.from_file(str(bpe_file))
-    lmdata.tokenize(DOCS, out, format="flat-tokens", tokenizer=tok, workers=0)
+    lmdata.tokenize(DOCS, out, to="flat-tokens", tokenizer=tok, workers=0)
     assert [f for f, v in files(out).items() if v != ref.get(f)] == [".zattrs"]  # path differs
     assert lmdata.info(out)["provenance"]["tokenizer"]["sha256"] is not None
 
 
 def test_mistakes_are_said_plainly(tmp_path):
     with pytest.raises(InvalidInputError, match="Strings in a list are paths"):
-        lmdata.tokenize(["hello world"], tmp_path / "o", format="flat-tokens")
+        lmdata.tokenize(["hello world"], tmp_path / "o", to="flat-tokens")
     with pytest.raises(InvalidInputError, match="document 1 is a int"):
-        lmdata.tokenize(iter(["a", 2]), tmp_path / "o", format="flat-tokens", workers=0)
+        lmdata.tokenize(iter(["a", 2]), tmp_path / "o", to="flat-tokens", workers=0)
     with pytest.raises(InvalidInputError, match="resume=True needs inputs that are files"):
-        lmdata.tokenize(DOCS, tmp_path / "o", format="flat-tokens", resume=True)
+        lmdata.tokenize(DOCS, tmp_path / "o", to="flat-tokens", resume=True)
     with pytest.raises(InvalidInputError, match="cannot tokenize with a object"):
-        lmdata.tokenize(DOCS, tmp_path / "o", format="flat-tokens", tokenizer=object())
+        lmdata.tokenize(DOCS, tmp_path / "o", to="flat-tokens", tokenizer=object())
     with pytest.raises(InvalidInputError, match="cannot tokenize into"):
-        lmdata.tokenize(DOCS, tmp_path / "o", format="dolma")
+        lmdata.tokenize(DOCS, tmp_path / "o", to="dolma")
     assert not (tmp_path / "o").exists()
 
 
@@ -104,3 +104,115 @@ def test_the_function_survives_imports_of_the_package():
 
     assert callable(lmdata.tokenize) and lmdata.tokenize.__module__ == "lmdata.tokenize.api"
     assert "tokenize" in lmdata.__all__
+
+
+def test_urls_tokenize_as_their_local_copies(tmp_path, corpus):
+    # a file of documents on a store: the same bytes as the local file
+    url = "memory://lmdata-api-test/in/docs.jsonl"
+    with lmdata.writer("memory://lmdata-api-test/in/docs.mds", "mds") as w:
+        for d in DOCS:
+            w.write(d)
+    import fsspec
+
+    fsspec.filesystem("memory").pipe("/lmdata-api-test/in/docs.jsonl", corpus.read_bytes())
+    local, remote = tmp_path / "local", tmp_path / "remote"
+    opts = {"to": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
+    lmdata.tokenize(corpus, local, **opts)
+    s = lmdata.tokenize(url, remote, **opts)
+    assert s.documents_written == len(DOCS) and files(local) == files(remote)
+    assert lmdata.info(remote)["splits"]["validation"]["sequences"] > 0
+    # a dataset on a store: its records' texts and ids, as the local dataset gives them
+    mds = tmp_path / "docs.mds"
+    with lmdata.writer(mds, "mds") as w:
+        for d in DOCS:
+            w.write(d)
+    a, b = tmp_path / "a", tmp_path / "b"
+    lmdata.tokenize(mds, a, to="flat-tokens", workers=0)
+    lmdata.tokenize(["memory://lmdata-api-test/in/docs.mds"], b, to="flat-tokens", workers=0)
+    assert files(a) == files(b)
+    # ... with their ids, which choose the validation split as for JSONL documents
+    c = tmp_path / "c"
+    lmdata.tokenize(["memory://lmdata-api-test/in/docs.mds"], c, **opts)
+    assert files(c) == files(local)
+    with pytest.raises(DatasetNotFoundError, match="no such object"):
+        lmdata.tokenize("memory://lmdata-api-test/in/gone.jsonl", tmp_path / "d", workers=0)
+    with pytest.raises(InvalidInputError, match="needs local input files"):
+        lmdata.tokenize(url, tmp_path / "d", to="flat-tokens", resume=True)
+
+
+class FakeDataset:
+    """What lmdata.tokenize sees of a Hugging Face datasets.Dataset (no dependency)."""
+
+    def __init__(self, rows, selected=None):
+        self.rows, self.selected = rows, selected
+
+    @property
+    def column_names(self):
+        return self.selected or list(self.rows[0])
+
+    def select_columns(self, names):
+        return FakeDataset(self.rows, list(names))
+
+    def __iter__(self):
+        cols = self.column_names
+        assert "blob" not in cols, "decoded a column tokenize does not read"
+        return iter({k: r[k] for k in cols} for r in self.rows)
+
+
+def test_a_datasets_dataset_is_read_by_its_columns(tmp_path):
+    rows = [
+        {"n": i, "body": d["text"], "id": d["id"], "blob": object()} for i, d in enumerate(DOCS)
+    ]
+    ref = tmp_path / "ref"
+    lmdata.tokenize(DOCS, ref, workers=0, validation_fraction=0.2)
+    out = tmp_path / "hf"
+    s = lmdata.tokenize(FakeDataset(rows), out, text_key="body", workers=0, validation_fraction=0.2)
+    assert s.documents_written == len(DOCS) and files(out) == files(ref)  # ids kept, blob unread
+    with pytest.raises(InvalidInputError, match=r"no column 'text'.*body"):
+        lmdata.tokenize(FakeDataset(rows), tmp_path / "x", workers=0)
+    with pytest.raises(InvalidInputError, match="pass one split"):
+        lmdata.tokenize({"train": FakeDataset(rows)}, tmp_path / "x", workers=0)
+    with pytest.raises(InvalidInputError, match="give the format once"):
+        lmdata.tokenize(DOCS, tmp_path / "x", to="mds", format="atlas")
+
+
+def test_tokenizer_objects_are_recorded_by_name_and_hash(tmp_path, bpe_file):  # noqa: F811
+    import base64
+
+    import tiktoken
+    from tiktoken_ext.openai_public import r50k_pat_str
+    from tokenizers import Tokenizer
+
+    out = tmp_path / "hf"
+    lmdata.tokenize(DOCS, out, tokenizer=Tokenizer.from_file(str(bpe_file)), workers=0)
+    t = lmdata.info(out)["provenance"]["tokenizer"]
+    assert t["path"] is None and t["name"] == "tokenizer.json" and t["kind"] == "huggingface"
+    assert lmdata.info(out)["provenance"]["command"].endswith("tokenizer=<Tokenizer>)")
+    text = CliRunner().invoke(cli, ["info", str(out)]).output
+    assert "file: tokenizer.json  (given as an object, not saved)" in text
+    # a tiktoken Encoding: saved as a ranks file that loads back as the same encoding
+    ranks = {bytes([b]): b for b in range(256)} | {b"do": 256, b"cu": 257}
+    enc = tiktoken.Encoding(
+        "tiny", pat_str=r50k_pat_str, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 258}
+    )
+    f = tmp_path / "tiny.tiktoken"
+    f.write_text("".join(f"{base64.b64encode(k).decode()} {v}\n" for k, v in ranks.items()))
+    a, b = tmp_path / "a", tmp_path / "b"
+    lmdata.tokenize(DOCS, a, tokenizer=f, workers=0)
+    lmdata.tokenize(DOCS, b, tokenizer=enc, workers=0)
+    assert [k for k, v in files(a).items() if v != files(b)[k]] == [".zattrs"]  # path only
+    assert lmdata.info(b)["provenance"]["tokenizer"]["sha256"] == _provenance.file_sha256(f)
+    odd = tiktoken.Encoding("odd", pat_str=r"\S+", mergeable_ranks=ranks, special_tokens={})
+    with pytest.raises(InvalidInputError, match="cannot hold"):
+        lmdata.tokenize(DOCS, tmp_path / "c", tokenizer=odd, workers=0)
+
+
+def test_the_cli_takes_url_sources(tmp_path, corpus):
+    import fsspec
+
+    fsspec.filesystem("memory").pipe("/lmdata-api-cli/docs.jsonl", corpus.read_bytes())
+    a, b = tmp_path / "a", tmp_path / "b"
+    for src, dst in ((str(corpus), a), ("memory://lmdata-api-cli/docs.jsonl", b)):
+        res = CliRunner().invoke(cli, ["tokenize", src, str(dst), "--to", "mds", "-q"])
+        assert res.exit_code == 0, res.output
+    assert files(a) == files(b)

@@ -226,8 +226,9 @@ class JsonlTokenDocuments:
         rec = self.documents[i] if record is None else record
         if self.jq_pattern is not None:
             if self._jq is None:
-                import jq
+                from lmdata._deps import require
 
+                jq = require("jq", f"the jq program jq_pattern {self.jq_pattern!r}")
                 self._jq = jq.compile(self.jq_pattern)
             value = self._jq.input_value(rec).first()
             what = f"jq {self.jq_pattern!r} gives"
