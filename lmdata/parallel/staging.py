@@ -79,7 +79,8 @@ class LocalStaging:
         return self.path
 
     def exists(self) -> bool:
-        return os.path.isdir(self.path)
+        """A job's area: its manifest, written last by :meth:`reset`, is there."""
+        return os.path.isfile(os.path.join(self.path, "manifest.json"))
 
     def manifest(self) -> bytes | None:
         try:
@@ -91,7 +92,9 @@ class LocalStaging:
         self.clear()
         os.makedirs(os.path.join(self.path, "parts"))
         Path(self.path, DONE_LOG).touch()
-        Path(self.path, "manifest.json").write_bytes(manifest)
+        tmp = os.path.join(self.path, f".manifest.{uuid.uuid4().hex}.tmp")
+        Path(tmp).write_bytes(manifest)
+        os.replace(tmp, os.path.join(self.path, "manifest.json"))  # a kill leaves none or all
 
     def parts(self) -> list[str]:
         return sorted(os.listdir(os.path.join(self.path, "parts")))

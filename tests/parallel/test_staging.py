@@ -59,3 +59,11 @@ def test_a_torn_last_done_line_is_not_done(tmp_path: Path) -> None:
     with open(tmp_path / "w" / "done.log", "a") as f:
         f.write("000000-000001")  # killed before the newline
     assert s.done() == {(0, 0)}
+
+
+def test_an_area_killed_before_its_manifest_is_no_job(tmp_path: Path) -> None:
+    (tmp_path / "w" / "parts").mkdir(parents=True)  # reset was killed before the manifest
+    s = LocalStaging(str(tmp_path / "w"))
+    assert not s.exists()  # so --resume starts afresh instead of refusing a changed job
+    s.reset(b"m")
+    assert s.exists() and s.manifest() == b"m"
