@@ -3,8 +3,12 @@
 Workload (BENCH_LOADER_TOKENS, default 64 Mi tokens): random ids in [1, 50257), documents of
 1-4000 tokens, an uncompressed flat-tokens store; global batches of 32 shuffled packed rows of
 2048 tokens. The limit is a bare numpy memmap gather of the same rows (encoded tokens, no
-decoding, no segment ids). streaming 0.13.0 iterates an MDS copy of the same tokens cut into
-2048-token rows (it has no packing), shuffled, in its own venv. The second table opens
+decoding, no segment ids); a second reference adds the packed expansion written in plain
+numpy. The in-process paths run interleaved (short rounds A B C .., the median round each), so
+load from other jobs hits them alike. Side venvs (bench/envs.py) run the peers on the same
+tokens: streaming 0.13.0 iterates an MDS copy cut into 2048-token rows (it has no packing),
+Grain 0.2.18 packs the shuffled documents (ConcatThenSplitIterDataset, segment ids and
+positions), LitData 0.2.76 reads shuffled TokensLoader blocks. The second table opens
 simulated flat-tokens stores of 10^6 .. 10^12 tokens (metadata of the full size; the chunk
 files the first batch touches are hard links to one real chunk, the rest absent) in a fresh
 process each and times open, first batch and peak resident memory.
@@ -33,18 +37,22 @@ N_TOKENS = int(os.environ.get("BENCH_LOADER_TOKENS", 64 << 20))
 SEQ_LEN, BATCH = 2048, 32
 HERE = Path(__file__).resolve().parent
 STREAMING_PY = HERE.parent / ".venv" / "extra-streaming" / "bin" / "python"
+PEER_TOKENS = int(os.environ.get("BENCH_LOADER_PEER_TOKENS", 16 << 20))  # Grain, LitData
 
 
-def rate(fn: Callable[[int], int], seconds: float = 1.5, repeats: int = 3) -> float:
-    """Median items/s of ``fn(i)`` (returning the items it handled) over timed runs."""
-    out, i = [], 0
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while (dt := time.perf_counter() - t0) < seconds:
-            n += fn(i)
-            i += 1
-        out.append(n / dt)
-    return statistics.median(out)
+def interleaved(fns: dict[str, Callable[[int], int]], rounds: int = 15, seconds: float = 0.2):
+    """Items/s of each ``fn(i)`` (returning the items it handled): rounds of ``seconds`` each,
+    the paths taking turns, the median round per path."""
+    got: dict[str, list[float]] = {k: [] for k in fns}
+    i = 0
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            n, t0 = 0, time.perf_counter()
+            while (dt := time.perf_counter() - t0) < seconds:
+                n += fn(i)
+                i += 1
+            got[name].append(n / dt)
+    return {k: statistics.median(v) for k, v in got.items()}
 
 
 def make_store(root: Path) -> lmdata.formats.flat_tokens.FlatTokens:
@@ -74,6 +82,21 @@ def throughput(root: Path, r: object) -> dict[str, float]:
         np.asarray(mm[rows[i % 4096]])
         return BATCH
 
+    def numpy_packed(i: int) -> int:
+        """The same gather plus the packed expansion in plain numpy (the numpy floor)."""
+        enc = mm[rows[i % 4096]]
+        bits = (enc & 1).astype(bool)
+        bits[:, 0] = True
+        st = np.flatnonzero(bits)
+        t = (enc >> 1).astype(np.int32)
+        x = np.empty_like(t)
+        x.reshape(-1)[1:] = t.reshape(-1)[:-1]
+        x.reshape(-1)[st] = 0
+        seg_len = np.diff(st, append=t.size)
+        np.arange(t.size, dtype=np.int32) - np.repeat(st, seg_len)  # positions
+        np.repeat(np.arange(len(st)) - np.searchsorted(st, st - st % SEQ_LEN) + 1, seg_len)
+        return BATCH
+
     def lmdata_batch(mode: str) -> Callable[[int], int]:
         ld = lmdata.Loader(
             r, seq_len=SEQ_LEN, global_batch_size=BATCH, mode=mode, rank=0, world_size=1
@@ -85,25 +108,63 @@ def throughput(root: Path, r: object) -> dict[str, float]:
 
         return f
 
-    def prefetched() -> Callable[[int], int]:
+    def prefetched(rounds: int = 15, seconds: float = 0.2) -> float:
+        """Rows/s of iteration with prefetch threads, measured on its own (threads running
+        during the other paths' rounds would take their time): a fresh iterator per round,
+        closed after it, which stops the threads."""
         ld = lmdata.Loader(
             r, seq_len=SEQ_LEN, global_batch_size=BATCH, prefetch=4, rank=0, world_size=1
         )
-        it = iter(ld)
+        got = []
+        for k in range(rounds):
+            ld.step = k * 1000
+            it = iter(ld)
+            n, t0 = 0, time.perf_counter()
+            while (dt := time.perf_counter() - t0) < seconds:
+                next(it)
+                n += BATCH
+            it.close()
+            got.append(n / dt)
+        return statistics.median(got)
 
-        def f(i: int) -> int:
-            next(it)
-            return BATCH
+    res = interleaved(
+        {
+            "numpy memmap gather of the same rows (the practical limit)": memmap_gather,
+            "numpy memmap gather + packed expansion in plain numpy": numpy_packed,
+            "lmdata Loader.batch, packed + segment_ids + positions": lmdata_batch("packed"),
+            "lmdata Loader.batch, eos windows": lmdata_batch("eos"),
+            "lmdata Loader.batch, unpacked (one document per row)": lmdata_batch("unpacked"),
+        }
+    )
+    res["lmdata Loader iteration, packed, prefetch=4 (2 threads, alone)"] = prefetched()
+    return res
 
-        return f
 
-    return {
-        "numpy memmap gather of the same rows (the practical limit)": rate(memmap_gather),
-        "lmdata Loader.batch, packed + segment_ids + positions": rate(lmdata_batch("packed")),
-        "lmdata Loader iteration, packed, prefetch=4 (thread)": rate(prefetched()),
-        "lmdata Loader.batch, eos windows": rate(lmdata_batch("eos")),
-        "lmdata Loader.batch, unpacked (one document per row)": rate(lmdata_batch("unpacked")),
-    }
+def peer(tool: str, script: str, root: Path, r: object) -> dict[str, float] | str:
+    """``script`` in ``tool``'s side venv on the first PEER_TOKENS tokens as documents: its
+    JSON result, or why it could not run."""
+    import envs
+
+    env = envs.ensure(tool)
+    if not env.ok:
+        return f"not installable here ({env.error.splitlines()[-1] if env.error else 'pip'})"
+    n = min(PEER_TOKENS, r.num_tokens)
+    ids, bounds = root / "peer-ids.u32", root / "peer-bounds.npy"
+    if not ids.exists():
+        r.span(0, n).astype(np.uint32).tofile(ids)
+        b = np.asarray(r.boundaries, dtype=np.int64)
+        np.save(bounds, np.append(b[b < n], n))
+    job = {"tokens": str(ids), "bounds": str(bounds), "seq_len": SEQ_LEN, "batch": BATCH}
+    job |= {"seconds": 6, "work": str(root / f"work-{tool}")}
+    proc = subprocess.run(
+        [str(env.python), str(HERE / script), json.dumps(job)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        return f"failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else '?'}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def streaming(root: Path, r: object) -> dict[str, float] | None:
@@ -142,6 +203,7 @@ def hwm():  # peak resident set of this process (ru_maxrss would include the par
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmHWM"))
 
+import lmdata.formats.flat_tokens, lmdata.loader  # import lmdata is lazy: load what open uses
 rss0 = hwm()
 t0 = time.perf_counter()
 r = lmdata.open(sys.argv[1])
@@ -233,8 +295,19 @@ def main() -> None:
             name = "mosaicml-streaming StreamingDataset, shuffled, stacked"
             print(f"| {name:62} | {v:,.0f} | {v * SEQ_LEN / 1e6:,.0f} | {v / limit:.2f} |")
             print(f"streaming: construct {st['open_s']:.2f} s, first sample {st['first_s']:.2f} s")
+        for tool, script, name in (
+            ("grain", "_loader_grain.py", "Grain 0.2.18 shuffled docs, ConcatThenSplit, batch"),
+            ("litdata", "_loader_litdata.py", "LitData 0.2.76 TokensLoader, shuffled"),
+        ):
+            got = peer(tool, script, root, r)
+            if isinstance(got, str):
+                print(f"| {name:62} | {got} | | |")
+                continue
+            v = got["rows_per_s"]
+            print(f"| {name:62} | {v:,.0f} | {v * SEQ_LEN / 1e6:,.0f} | {v / limit:.2f} |")
+            print(f"{tool}: construct {got['open_s']:.2f} s, first batch {got['first_s']:.2f} s")
         print("\nopen + first batch against dataset size (fresh process each, warm cache)")
-        print("| tokens | open s | first batch s | peak RSS MB (after import) |")
+        print("| tokens | open s | first batch s | peak RSS MB (after imports) |")
         print("|---|---|---|---|")
         for exp, t in open_times(root).items():
             print(

@@ -36,6 +36,9 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
         "tokenizers==0.22.2",
     ),
     "streaming": ("mosaicml-streaming==0.13.0",),
+    # the training loader's peers (bench_loader.py); litdata needs torch, from local disk
+    "grain": ("grain==0.2.18",),
+    "litdata": (TORCH_WHEEL, "litdata==0.2.76"),
     "zarr2": ("zarr>=2.18,<3",),
     "zarr3": ("zarr>=3,<4",),
 }

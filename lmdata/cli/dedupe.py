@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from lmdata.cli._common import engine_options
+from lmdata.cli._common import engine_options, storage_option
 from lmdata.dolma.cli_support import DolmaCommand, build, config_path, show_config
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.dedupe import dedupe
@@ -66,6 +68,7 @@ from lmdata.dolma.dedupe import dedupe
 @click.option("--dryrun", is_flag=True, help="Print the resolved config; dedupe nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @engine_options
+@storage_option
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -84,6 +87,7 @@ def command(
     quiet: bool,
     engine: str,
     address: str | None,
+    storage_options: dict[str, Any] | None,
 ) -> None:
     """Write attributes/<name>/ flagging every copy but the first (in input order).
 
@@ -106,7 +110,9 @@ def command(
         show_config(data)
         return
     cfg = DedupeConfig.from_dict(data)
-    res = dedupe(cfg, progress=not quiet, engine=engine, address=address)
+    res = dedupe(
+        cfg, progress=not quiet, engine=engine, address=address, storage_options=storage_options
+    )
     click.echo(
         f"{res.duplicates:,} duplicate {cfg.mode} of {res.keys:,} keys in "
         f"{res.documents:,} documents, {res.files} files, {res.seconds:.1f} s, "

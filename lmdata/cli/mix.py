@@ -3,10 +3,12 @@ span replacement, shards)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import orjson
 
-from lmdata.cli._common import engine_options
+from lmdata.cli._common import engine_options, storage_option
 from lmdata.dolma.cli_support import DolmaCommand, build, config_path
 from lmdata.dolma.config import MixerConfig
 from lmdata.dolma.mixer import mix, plan_shards
@@ -38,6 +40,7 @@ from lmdata.errors import InvalidInputError
 @click.option("--dryrun", is_flag=True, help="Print the shards; write nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @engine_options
+@storage_option
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -48,6 +51,7 @@ def command(
     quiet: bool,
     engine: str,
     address: str | None,
+    storage_options: dict[str, Any] | None,
 ) -> None:
     """Mix documents as `dolma mix` does: same documents, order and texts, with
     metadata.provenance = "<file>:<line>". Existing output shards are kept (resume)."""
@@ -55,7 +59,10 @@ def command(
     if path is None and not sets:
         raise InvalidInputError("mix needs a config: lmdata -c mix.yaml mix (or mix -c mix.yaml)")
     data = build(path, {"processes": processes}, sets)
-    cfg = MixerConfig.from_dict(data)
+    # the options go into the config (not the printed data: they may hold secrets)
+    cfg = MixerConfig.from_dict(
+        {**data, "storage_options": storage_options} if storage_options else data
+    )
     if dryrun or data.get("dryrun"):
         for s in cfg.streams:
             for sh in plan_shards(s):

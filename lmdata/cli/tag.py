@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from lmdata.cli._common import engine_options
+from lmdata.cli._common import engine_options, storage_option
 from lmdata.dolma.cli_support import DolmaCommand, build, config_path, show_config
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.tag import tag
@@ -62,6 +64,7 @@ from lmdata.dolma.taggers import REGISTRY, load_modules
 @click.option("--dryrun", is_flag=True, help="Print the resolved config; tag nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @engine_options
+@storage_option
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -79,6 +82,7 @@ def command(
     quiet: bool,
     engine: str,
     address: str | None,
+    storage_options: dict[str, Any] | None,
 ) -> None:
     """Tag documents: attributes/<experiment or tagger>/ mirrors documents/ row for row.
 
@@ -105,7 +109,9 @@ def command(
         show_config(data)
         return
     cfg = TagConfig.from_dict(data)
-    res = tag(cfg, progress=not quiet, engine=engine, address=address)
+    res = tag(
+        cfg, progress=not quiet, engine=engine, address=address, storage_options=storage_options
+    )
     click.echo(
         f"tagged {res.documents:,} documents in {res.files - res.skipped_files} files "
         f"({res.skipped_files} already done) in {res.seconds:.1f} s, "

@@ -20,7 +20,7 @@ from typing import Any
 import click
 import yaml
 
-from lmdata.dolma.config import apply_overrides, load_config
+from lmdata.dolma.config import apply_overrides, load_config, load_yaml
 from lmdata.errors import InvalidInputError
 
 DOLMA_VERBS = ("tag", "dedupe", "mix", "list")
@@ -34,7 +34,7 @@ def parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise InvalidInputError(f"--set {item!r}: write KEY=VALUE, e.g. dedupe.name=dups")
-        out[key.strip()] = yaml.safe_load(value) if value else ""
+        out[key.strip()] = load_yaml(value) if value else ""
     return out
 
 
@@ -66,7 +66,7 @@ def _is_value(tok: str) -> bool:
 def _yaml_value(tok: str) -> str:
     """A dolma option value as the YAML text ``--set`` parses (a string stays a string)."""
     try:
-        parsed = yaml.safe_load(tok)
+        parsed = load_yaml(tok)
     except yaml.YAMLError:
         parsed = tok
     if isinstance(parsed, (bool, int, float)) or parsed is None:

@@ -1,12 +1,15 @@
 """dolma's configs (YAML or JSON, as ``dolma -c``) parsed into frozen dataclasses, checked
 in one place, with dotted command-line overrides (``processes=2``, ``dedupe.name=x``).
 
-Relative paths are taken from the current directory, as dolma does.
+Relative paths are taken from the current directory, as dolma does. Documents and outputs may
+be local paths or URLs (``s3://``, ``memory://``, ...); ``storage_options`` (fsspec options,
+from the API or ``--storage-option``) reach every store a job opens, in every worker.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,10 +17,29 @@ from typing import Any
 import orjson
 import yaml
 
+from lmdata.dolma.ngrams import Ngrams
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._files import expand_globs, list_documents
+from lmdata.storage import resolve
 
 DEFAULT_MAX_SIZE = 2 * 1024**3  # the dolma CLI's default max_size_in_bytes (2 GiB)
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as dolma's configs are read (OmegaConf): ``1e-9`` is a number, not a string
+    (PyYAML's YAML 1.1 resolver wants a dot in a float)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text (a config file, a ``--set`` value) with dolma's number rules."""
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader: no arbitrary objects
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -28,7 +50,7 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as e:
         raise InvalidInputError(f"cannot read config {p}: {e.strerror}") from None
     try:
-        data = orjson.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        data = orjson.loads(text) if p.suffix == ".json" else load_yaml(text)
     except (orjson.JSONDecodeError, yaml.YAMLError) as e:
         raise InvalidInputError(f"config {p} is not valid YAML/JSON: {e}") from None
     if not isinstance(data, dict):
@@ -63,18 +85,29 @@ def _as_list(v: Any, what: str) -> tuple[str, ...]:
 
 
 def _int(v: Any, what: str, minimum: int = 0) -> int:
+    """``v`` if it is an integer >= ``minimum``; anything else (a quoted number, a float, a
+    boolean) is an InvalidInputError naming the config key."""
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise InvalidInputError(f"{what} must be an integer >= {minimum}, got {v!r}")
+        hint = ""
+        if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+            hint = f" (a quoted string: write {what}: {v.strip()} without quotes)"
+        raise InvalidInputError(f"{what} must be an integer >= {minimum}, got {v!r}{hint}")
     return v
 
 
-def resolve_documents(patterns: tuple[str, ...]) -> list[Path]:
-    """Document files from globs, single files, or tree folders (all of their documents)."""
-    out: list[Path] = []
-    seen: set[Path] = set()
+def resolve_documents(
+    patterns: tuple[str, ...], storage_options: dict[str, Any] | None = None
+) -> list[str]:
+    """Document files (local paths or URLs) from globs, single files, or tree folders (all of
+    their documents)."""
+    out: list[str] = []
+    seen: set[str] = set()
     for pat in patterns:
-        p = Path(pat)
-        found = list_documents(p) if p.is_dir() else expand_globs([pat])
+        store, key = resolve(pat, storage_options)
+        if store.is_dir(key):
+            found = [store.url(k) for k in list_documents(store, key)]
+        else:
+            found = expand_globs([pat], storage_options=storage_options)
         for f in found:
             if f not in seen:
                 seen.add(f)
@@ -82,6 +115,14 @@ def resolve_documents(patterns: tuple[str, ...]) -> list[Path]:
     if not out:
         raise InvalidInputError(f"no document files match {list(patterns)}")
     return out
+
+
+def _options(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise InvalidInputError(f"storage_options must be a mapping of fsspec options, got {v!r}")
+    return dict(v) or None
 
 
 @dataclass(frozen=True)
@@ -94,10 +135,12 @@ class TagConfig:
     seed: int = 0
     ignore_existing: bool = False
     compression: str = "gz"
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TagConfig:
         known = {
+            "storage_options",
             "documents",
             "taggers",
             "experiment",
@@ -134,10 +177,62 @@ class TagConfig:
             seed=_int(d.get("seed", 0), "seed"),
             ignore_existing=bool(d.get("ignore_existing", False)),
             compression=d.get("compression") or "gz",
+            storage_options=_options(d.get("storage_options")),
         )
 
-    def document_files(self) -> list[Path]:
-        return resolve_documents(self.documents)
+    def document_files(self) -> list[str]:
+        return resolve_documents(self.documents, self.storage_options)
+
+
+def _by_ngram(v: Any) -> Ngrams:
+    """``dedupe.paragraphs.by_ngram`` with dolma's defaults (absent or ``ngram_length`` 0:
+    exact paragraphs, as in dolma)."""
+    if v is None:
+        return Ngrams()
+    if not isinstance(v, dict):
+        raise InvalidInputError(f"dedupe.paragraphs.by_ngram must be a mapping, got {v!r}")
+    where = "dedupe.paragraphs.by_ngram"
+    unknown = set(v) - {"ngram_length", "stride", "overlap_threshold", "skip_short_paragraphs"}
+    if unknown:
+        raise InvalidInputError(f"{where}: unknown keys {sorted(unknown)}")
+    thr = v.get("overlap_threshold", 1.0)
+    if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0 <= thr <= 1:
+        raise InvalidInputError(f"{where}.overlap_threshold must be a number in 0..1, got {thr!r}")
+    return Ngrams(
+        length=_int(v.get("ngram_length", 0), f"{where}.ngram_length"),
+        stride=_int(v.get("stride", 0), f"{where}.stride"),
+        threshold=float(thr),
+        skip_short=bool(v.get("skip_short_paragraphs", False)),
+    )
+
+
+BLOOM_KEYS = (
+    "file",
+    "read_only",
+    "size_in_bytes",
+    "estimated_doc_count",
+    "desired_false_positive_rate",
+)
+
+
+def _bloom(v: Any) -> tuple[str, ...]:
+    """The ``bloom_filter`` keys given, checked; lmdata's dedupe is exact and uses none."""
+    if v is None:
+        return ()
+    if not isinstance(v, dict):
+        raise InvalidInputError(f"bloom_filter must be a mapping, got {v!r}")
+    unknown = set(v) - set(BLOOM_KEYS)
+    if unknown:
+        raise InvalidInputError(f"bloom_filter: unknown keys {sorted(unknown)}")
+    for k in ("size_in_bytes", "estimated_doc_count"):
+        if v.get(k) is not None:
+            _int(v[k], f"bloom_filter.{k}")
+    rate = v.get("desired_false_positive_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))):
+        raise InvalidInputError(
+            f"bloom_filter.desired_false_positive_rate must be a number, got {rate!r}"
+        )
+    return tuple(k for k in BLOOM_KEYS if v.get(k) not in (None, False))
 
 
 def _unsupported_dedupe(d: dict[str, Any], dd: dict[str, Any]) -> None:
@@ -149,7 +244,10 @@ def _unsupported_dedupe(d: dict[str, Any], dd: dict[str, Any]) -> None:
             "dedupe: bloom_filter.read_only (checking against a saved dolma Bloom filter) is "
             "not supported; lmdata dedupes exactly within the documents given"
         )
-    if (dd.get("num_partitions") or 1) > 1 or dd.get("file_partition"):
+    parts = dd.get("num_partitions")
+    if _int(1 if parts is None else parts, "dedupe.num_partitions", 1) > 1 or dd.get(
+        "file_partition"
+    ):
         raise InvalidInputError(
             "dedupe: num_partitions/file_partition are not supported; lmdata dedupes all "
             "documents in one pass with memory bounded by on-disk buckets"
@@ -173,6 +271,9 @@ class DedupeConfig:
     work_dir: str | None = None
     compression: str = "gz"
     dolma_offsets: bool = True  # reproduce dolma's paragraph end offsets (see dedupe.py)
+    ngrams: Ngrams = field(default_factory=Ngrams)  # by_ngram (length 0: exact paragraphs)
+    bloom_filter: tuple[str, ...] = ()  # the bloom_filter keys given (accepted, not used)
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DedupeConfig:
@@ -208,11 +309,7 @@ class DedupeConfig:
                 raise InvalidInputError(
                     f"dedupe.documents.key {key!r} is not a JSONPath; did you mean '$.{key}'?"
                 )
-        if pmode and sect.get("by_ngram"):
-            raise InvalidInputError(
-                "dedupe: paragraphs.by_ngram (n-gram overlap) is not "
-                "supported; lmdata dedupes exact paragraphs"
-            )
+        ngrams = _by_ngram(sect.get("by_ngram")) if pmode else Ngrams()
         _unsupported_dedupe(d, dd)
         wd = d.get("work_dir")
         return cls(
@@ -226,15 +323,18 @@ class DedupeConfig:
             min_length=_int(dd.get("min_length", 0) or 0, "dedupe.min_length"),
             min_words=_int(dd.get("min_words", 0) or 0, "dedupe.min_words"),
             dolma_offsets=bool(sect.get("dolma_offsets", True)),
+            ngrams=ngrams,
+            bloom_filter=_bloom(d.get("bloom_filter")),
             processes=_int(d.get("processes", 1), "processes", 1),
             work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
             compression=(d.get("compression") or {}).get("output") or "gz"
             if isinstance(d.get("compression"), dict)
             else "gz",
+            storage_options=_options(d.get("storage_options")),
         )
 
-    def document_files(self) -> list[Path]:
-        return resolve_documents(self.documents)
+    def document_files(self) -> list[str]:
+        return resolve_documents(self.documents, self.storage_options)
 
 
 @dataclass(frozen=True)
@@ -261,6 +361,7 @@ class StreamConfig:
     min_text_length: int = 0
     compression_output: str | None = None  # None: infer (gz)
     shuffle: bool = True
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def _span_replacement(d: Any, where: str) -> SpanReplacement:
@@ -280,7 +381,9 @@ def _span_replacement(d: Any, where: str) -> SpanReplacement:
     )
 
 
-def _stream(d: Any, i: int, shuffle: bool) -> StreamConfig:
+def _stream(
+    d: Any, i: int, shuffle: bool, storage_options: dict[str, Any] | None = None
+) -> StreamConfig:
     where = f"streams[{i}]"
     if not isinstance(d, dict):
         raise InvalidInputError(f"{where} must be a mapping")
@@ -327,6 +430,7 @@ def _stream(d: Any, i: int, shuffle: bool) -> StreamConfig:
         min_text_length=_int(out.get("min_text_length", 0) or 0, f"{where}.output.min_text_length"),
         compression_output=comp.get("output") if isinstance(comp, dict) else None,
         shuffle=shuffle,
+        storage_options=storage_options,
     )
 
 
@@ -344,8 +448,9 @@ class MixerConfig:
             raise InvalidInputError("mix config: `streams` (a list) is required")
         shuffle = d.get("shuffle", True)
         wd = d.get("work_dir")
+        opts = _options(d.get("storage_options"))
         return cls(
-            streams=tuple(_stream(s, i, bool(shuffle)) for i, s in enumerate(streams)),
+            streams=tuple(_stream(s, i, bool(shuffle), opts) for i, s in enumerate(streams)),
             processes=_int(d.get("processes", 1), "processes", 1),
             work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
         )

@@ -4,8 +4,8 @@ dolma inserts keys into one shared Bloom filter from many threads, so which copy
 depends on timing. Here the first occurrence in input order (files sorted, then line, then
 paragraph) is kept, whatever the number of processes, and re-running gives the same result:
 
-1. per file (in parallel): hash each key (xxh3-128) and spill ``(hash, file, line, paragraph)``
-   into hash buckets on disk;
+1. per file (in parallel): hash each key (xxh3-128) and spill ``(hash, file, line, paragraph,
+   n-gram)`` into hash buckets on disk;
 2. per bucket (in parallel): sort and mark every entry but the first of each hash;
 3. per file (in parallel): write the attribute file from the marked positions.
 
@@ -15,11 +15,22 @@ dolma's serde_json writes them): documents mode gives ``{name: [[0, len(key in b
 for a duplicate, nothing for a first copy and ``[]`` for a skipped document; paragraphs mode
 gives ``{name: [[start, end, 1], ...]}`` with the duplicate paragraphs (character offsets, the
 separator included) or ``[]``, and ``{}`` for an empty text.
+
+With ``paragraphs.by_ngram`` each paragraph's n-grams are the keys instead (see
+:mod:`lmdata.dolma.ngrams`), spilled with their place in the paragraph, so the first occurrence
+of an n-gram in input order is the one not counted as duplicate; a flagged paragraph's span
+carries its duplicate fraction as dolma writes it. dolma's ``bloom_filter`` settings are
+accepted and not used (a log line says so): the result is dolma's without false positives.
+
+Documents and attribute files may live in any store (local paths, ``s3://``, ...); the bucket
+spill files go to a local work folder (``work_dir``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import logging
 import shutil
 import tempfile
 import time
@@ -32,19 +43,34 @@ import orjson
 import xxhash
 
 from lmdata import parallel
+from lmdata.dolma import ngrams
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
-from lmdata.formats.dolma._files import attribute_path, iter_raw_lines, open_write
+from lmdata.formats.dolma._files import OutputFile, Stores, attribute_path, iter_raw_lines
 from lmdata.formats.dolma.reader import parse_line
-from lmdata.storage import atomic_file
 
 try:
     import regex as _re
 except ImportError:  # pragma: no cover
     import re as _re  # type: ignore[no-redef]
 
-ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("file", "<u4"), ("line", "<u4"), ("para", "<u4")])
+ENTRY = np.dtype(
+    [
+        ("hi", "<u8"),
+        ("lo", "<u8"),
+        ("file", "<u4"),
+        ("line", "<u4"),
+        ("para", "<u4"),
+        ("sub", "<u4"),
+    ]
+)
+log = logging.getLogger("lmdata.dolma.dedupe")
+BLOOM_NOTE = (
+    "bloom_filter settings ({}) accepted and not used: lmdata dedupes exactly (no false "
+    "positives, memory bounded by on-disk hash buckets) and keeps the first occurrence in input "
+    "order for any number of workers; no filter file is read or written"
+)
 SPILL_EVERY = 1 << 20  # entries buffered per file before writing them to the buckets
 BUCKET_INPUT_BYTES = 32 << 20  # compressed input per bucket (~a few hundred MB when sorting)
 _WORDS = _re.compile(r"\w+")
@@ -98,7 +124,7 @@ def _compiled(key: str) -> Any:
     return compile_path(key)
 
 
-def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: Path, lineno: int) -> str:
+def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: str, lineno: int) -> str:
     found = _compiled(cfg.key).find(doc)
     if not found or not isinstance(found[0], str):
         what = "nothing" if not found else type(found[0]).__name__
@@ -153,9 +179,11 @@ class WriteTask:
 
 def _phase_hash(task: HashTask) -> HashResult:
     """Hash every key of one file into the bucket spill files."""
-    k, path_s, cfg, work, nbuckets = task.k, task.path, task.cfg, task.work, task.nbuckets
-    path = Path(path_s)
-    rows: list[tuple[int, int, int, int, int]] = []
+    k, cfg, work, nbuckets = task.k, task.cfg, task.work, task.nbuckets
+    store, key_ = Stores(cfg.storage_options)(task.path)
+    path = store.url(key_)
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    ng = cfg.ngrams
     nparts = 0
     keys = 0
     docs = 0
@@ -171,22 +199,29 @@ def _phase_hash(task: HashTask) -> HashResult:
         nparts += 1
         rows = []
 
-    for lineno, raw in iter_raw_lines(path):
+    for lineno, raw in iter_raw_lines(store, key_):
         doc = parse_line(raw, path, lineno)
         docs += 1
         if cfg.mode == "documents":
             key = _doc_key(doc, cfg, path, lineno)
             if not _skip(key, cfg, chars=False):
-                rows.append((*_hash(key), k, lineno, 0))
+                rows.append((*_hash(key), k, lineno, 0, 0))
         else:
             text = doc.get("text")
             if not isinstance(text, str):
                 raise CorruptDataError(
                     "document has no string 'text'", path=path, position=f"line {lineno}"
                 )
-            for i, (_s, _e, p) in enumerate(split_paragraphs(text, cfg.paragraph_separator)):
-                if not _skip(p, cfg, chars=True):
-                    rows.append((*_hash(p), k, lineno, i))
+            # an empty text is left out whole, as dolma does (its "" is never a key)
+            paragraphs = split_paragraphs(text, cfg.paragraph_separator) if text else []
+            for i, (_s, _e, p) in enumerate(paragraphs):
+                if _skip(p, cfg, chars=True):
+                    continue
+                if not ng.length:
+                    rows.append((*_hash(p), k, lineno, i, 0))
+                    continue
+                for j, key in enumerate(ngrams.keys(p, ng)[0]):
+                    rows.append((*_hash(key), k, lineno, i, j))
         if len(rows) >= SPILL_EVERY:
             keys += len(rows)
             spill()
@@ -205,7 +240,7 @@ def _phase_mark(task: MarkTask) -> int:
     if not parts:
         return 0
     arr = np.concatenate([np.load(p) for p in parts])
-    order = np.lexsort((arr["para"], arr["line"], arr["file"], arr["lo"], arr["hi"]))
+    order = np.lexsort((arr["sub"], arr["para"], arr["line"], arr["file"], arr["lo"], arr["hi"]))
     s = arr[order]
     dup = np.zeros(len(s), dtype=bool)
     dup[1:] = (s["hi"][1:] == s["hi"][:-1]) & (s["lo"][1:] == s["lo"][:-1])
@@ -214,53 +249,58 @@ def _phase_mark(task: MarkTask) -> int:
         sel = d[d["file"] == f]
         np.save(
             Path(work) / f"d-{f}" / f"{b}.npy",
-            np.stack([sel["line"], sel["para"]]).astype(np.uint32),
+            np.stack([sel["line"], sel["para"], sel["sub"]]).astype(np.uint32),
         )
     return int(dup.sum())
 
 
 def _phase_write(task: WriteTask) -> int:
     """Write one file's attribute rows from the marked duplicates."""
-    k, path_s, cfg, work = task.k, task.path, task.cfg, task.work
-    path = Path(path_s)
+    k, cfg, work = task.k, task.cfg, task.work
+    store, doc_key = Stores(cfg.storage_options)(task.path)
+    path = store.url(doc_key)
     marks = [np.load(p) for p in sorted((Path(work) / f"d-{k}").glob("*.npy"))]
-    dups: set[tuple[int, int]] = set()
+    dups: dict[tuple[int, int], set[int]] = {}
     for m in marks:
-        dups.update(zip(m[0].tolist(), m[1].tolist(), strict=True))
+        for line, para, sub in zip(m[0].tolist(), m[1].tolist(), m[2].tolist(), strict=True):
+            dups.setdefault((line, para), set()).add(sub)
+    ng = cfg.ngrams
+    every = ng.length > 0 and ng.threshold <= 0  # a paragraph with no duplicate may score 0
     name = cfg.attribute_name
-    out = attribute_path(path, cfg.name)
     n = 0
-    with atomic_file(out, overwrite=True) as tmp:
-        f = open_write(tmp, cfg.compression)
-        try:
-            for lineno, raw in iter_raw_lines(path):
-                doc = parse_line(raw, path, lineno)
-                attrs: dict[str, Any] = {}
-                if cfg.mode == "documents":
-                    key = _doc_key(doc, cfg, path, lineno)
-                    if _skip(key, cfg, chars=False):
-                        attrs[name] = []
-                    elif (lineno, 0) in dups:
-                        attrs[name] = [[0, len(key.encode("utf-8", "surrogatepass")), 1]]
-                else:
-                    text = doc["text"]
-                    if text:  # dolma leaves an empty text without the key
-                        spans = []
-                        for i, (s, e, _p) in enumerate(
-                            split_paragraphs(text, cfg.paragraph_separator, cfg.dolma_offsets)
-                        ):
-                            if (lineno, i) in dups:
+    with OutputFile(store, attribute_path(doc_key, cfg.name), cfg.compression) as f:
+        for lineno, raw in iter_raw_lines(store, doc_key):
+            doc = parse_line(raw, path, lineno)
+            attrs: dict[str, Any] = {}
+            if cfg.mode == "documents":
+                key = _doc_key(doc, cfg, path, lineno)
+                if _skip(key, cfg, chars=False):
+                    attrs[name] = []
+                elif (lineno, 0) in dups:
+                    attrs[name] = [[0, len(key.encode("utf-8", "surrogatepass")), 1]]
+            else:
+                text = doc["text"]
+                if text:  # dolma leaves an empty text without the key
+                    spans = []
+                    for i, (s, e, p) in enumerate(
+                        split_paragraphs(text, cfg.paragraph_separator, cfg.dolma_offsets)
+                    ):
+                        subs = dups.get((lineno, i))
+                        if not ng.length:
+                            if subs:
                                 spans.append([s, e, 1])
-                        attrs[name] = spans
-                f.write(
-                    orjson.dumps(
-                        {"attributes": attrs, "id": doc.get("id")}, option=orjson.OPT_SORT_KEYS
-                    )
-                    + b"\n"
+                        elif subs or (every and not _skip(p, cfg, chars=True)):
+                            score = ngrams.score(p, ng, subs or set())
+                            if score is not None:
+                                spans.append([s, e, score])
+                    attrs[name] = spans
+            f.write(
+                orjson.dumps(
+                    {"attributes": attrs, "id": doc.get("id")}, option=orjson.OPT_SORT_KEYS
                 )
-                n += 1
-        finally:
-            f.close()
+                + b"\n"
+            )
+            n += 1
     return n
 
 
@@ -269,13 +309,20 @@ def dedupe(
     progress: bool = False,
     engine: str = "processes",
     address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> DedupeResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``, on
     ``cfg.processes`` workers of ``engine``; the output is the same for any engine and count.
-    The work folder (``cfg.work_dir``) must be visible to every worker (shared on a cluster)."""
+    The work folder (``cfg.work_dir``) must be visible to every worker (shared on a cluster).
+    ``storage_options`` (fsspec options for URLs) replace the config's."""
+    if storage_options is not None:
+        cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
+    if cfg.bloom_filter:
+        log.warning(BLOOM_NOTE.format(", ".join(cfg.bloom_filter)))
     files = cfg.document_files()
     t0 = time.perf_counter()
-    total = sum(f.stat().st_size for f in files)
+    stores = Stores(cfg.storage_options)
+    total = sum(st.size(k) for st, k in map(stores, files))
     nbuckets = int(
         min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total / BUCKET_INPUT_BYTES))))))
     )
@@ -292,7 +339,7 @@ def dedupe(
         )
         counted = run(
             _phase_hash,
-            [HashTask(k, str(f), cfg, work, nbuckets) for k, f in enumerate(files)],
+            [HashTask(k, f, cfg, work, nbuckets) for k, f in enumerate(files)],
             desc="dedupe: hash",
             progress=progress,
         )
@@ -304,7 +351,7 @@ def dedupe(
         )
         run(
             _phase_write,
-            [WriteTask(k, str(f), cfg, work) for k, f in enumerate(files)],
+            [WriteTask(k, f, cfg, work) for k, f in enumerate(files)],
             desc="dedupe: write",
             progress=False,
         )

@@ -13,13 +13,16 @@ Inputs are grouped into shards in order until adding the next file would pass
 shard ends in ``.jsonl.gz``). Shards run in parallel; an existing output is kept (resume), as
 in dolma. Like dolma, a missing attribute file is not merged (a warning says so) and an
 attribute file shorter than its documents leaves the later documents without its attributes;
-ids that do not line up fail the shard with both files and the line.
+ids that do not line up fail the shard with both files and the line. Inputs and outputs may be
+local paths or URLs (``s3://``, ``memory://``, ...); each shard is one object that appears whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,14 +35,16 @@ from lmdata.dolma.config import MixerConfig, SpanReplacement, StreamConfig
 from lmdata.dolma.jsonpath import JqExpr, JsonPath, compile_selector
 from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
 from lmdata.formats.dolma._files import (
+    OutputFile,
+    Stores,
     attribute_path,
     expand_globs,
+    is_file,
     iter_raw_lines,
-    open_write,
     suffix_for,
 )
 from lmdata.formats.dolma.reader import merge_attribute_row, parse_line
-from lmdata.storage import atomic_file
+from lmdata.storage import Store, is_url, join, resolve, scheme
 
 log = logging.getLogger("lmdata.dolma.mix")
 
@@ -84,29 +89,38 @@ class MixResult:
         return self.read / self.seconds if self.seconds > 0 else 0.0
 
 
-def plan_shards(stream: StreamConfig, base: Path | None = None) -> list[Shard]:
+def _under(base: str | os.PathLike[str] | None, path: str) -> str:
+    """``path`` taken from ``base`` when it is a relative local path."""
+    if base is None or is_url(path) or os.path.isabs(path):
+        return path
+    return str(Path(base) / path)
+
+
+def _below_documents(f: str) -> str:
+    """The part of a document path below its last ``documents`` folder (else its name)."""
+    parts = f.split("://", 1)[-1].split("/")
+    if "documents" in parts[:-1]:
+        i = len(parts) - 1 - parts[::-1].index("documents")
+        return "/".join(parts[i + 1 :])
+    return parts[-1]
+
+
+def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None) -> list[Shard]:
     """dolma's sharding: start a new shard when the next input would pass the size limit."""
-    inputs = expand_globs(stream.documents, base)
+    opts = stream.storage_options
+    inputs = expand_globs(stream.documents, base, opts)
     if not inputs:
         raise InvalidInputError(f"stream {stream.name!r}: no files match {list(stream.documents)}")
-    out = Path(stream.output_path)
-    if base is not None and not out.is_absolute():
-        out = base / out
+    out = _under(base, stream.output_path)
     comp = _output_compression(stream)
     if not stream.shuffle:  # one output per input, keeping the path below documents/
-        shards = []
-        for f in inputs:
-            rel = f.name
-            parts = f.parts
-            if "documents" in parts:
-                i = len(parts) - 1 - parts[::-1].index("documents")
-                rel = str(Path(*parts[i + 1 :]))
-            shards.append(Shard(stream, (str(f),), str(out / "documents" / rel)))
-        return shards
-    groups: list[list[Path]] = []
+        return [Shard(stream, (f,), _join(out, "documents", _below_documents(f))) for f in inputs]
+    groups: list[list[str]] = []
     size = 0
+    stores = Stores(opts)
     for f in inputs:
-        s = f.stat().st_size
+        store, key = stores(f)
+        s = store.size(key)
         if groups and groups[-1] and size + s > stream.max_size_in_bytes:
             groups.append([])
             size = 0
@@ -115,11 +129,15 @@ def plan_shards(stream: StreamConfig, base: Path | None = None) -> list[Shard]:
         groups[-1].append(f)
         size += s
     return [
-        Shard(
-            stream, tuple(str(p) for p in g), str(out / f"{stream.name}-{i:04d}{suffix_for(comp)}")
-        )
+        Shard(stream, tuple(g), _join(out, f"{stream.name}-{i:04d}{suffix_for(comp)}"))
         for i, g in enumerate(groups)
     ]
+
+
+def _join(base: str, *parts: str) -> str:
+    if is_url(base) and scheme(base) != "file":
+        return join(base, *parts)
+    return str(Path(base, *parts))
 
 
 def _output_compression(stream: StreamConfig) -> str:
@@ -136,7 +154,7 @@ def _selector(expr: str, syntax: str) -> JsonPath | JqExpr:
     return compile_selector(expr, syntax)
 
 
-def _matches(expr: str, syntax: str, doc: dict[str, Any], where: tuple[Path, int]) -> bool:
+def _matches(expr: str, syntax: str, doc: dict[str, Any], where: tuple[str, int]) -> bool:
     try:
         return _selector(expr, syntax).matches(doc)
     except LmdataError:
@@ -149,7 +167,7 @@ def _matches(expr: str, syntax: str, doc: dict[str, Any], where: tuple[Path, int
         ) from None
 
 
-def keep(stream: StreamConfig, doc: dict[str, Any], where: tuple[Path, int]) -> bool:
+def keep(stream: StreamConfig, doc: dict[str, Any], where: tuple[str, int]) -> bool:
     """dolma's rule: (no include, or any include matches) and no exclude matches."""
     if stream.include and not any(_matches(e, stream.syntax, doc, where) for e in stream.include):
         return False
@@ -211,18 +229,19 @@ def replace_spans(text: str, doc: dict[str, Any], rules: tuple[SpanReplacement, 
 class _AttributeStreams:
     """The attribute files of one document file, read in step with it (dolma's checks)."""
 
-    def __init__(self, doc_file: Path, names: tuple[str, ...], stats: ShardStats) -> None:
-        self.doc_file = doc_file
+    def __init__(self, store: Store, doc_key: str, names: tuple[str, ...], stats: ShardStats):
+        self.doc_file = store.url(doc_key)
         self.streams = []
         self.stats = stats
         for n in names:
-            ap = attribute_path(doc_file, n)
-            if ap.is_file():
-                self.streams.append([ap, iter_raw_lines(ap), True])
+            ak = attribute_path(doc_key, n)
+            ap = store.url(ak)
+            if is_file(store, ak):
+                self.streams.append([ap, iter_raw_lines(store, ak), True])
             else:
                 stats.warnings.append(
                     f"{ap}: missing, so attribute set {n!r} is not merged "
-                    f"for {doc_file} (filters see its keys as absent)"
+                    f"for {self.doc_file} (filters see its keys as absent)"
                 )
 
     def merge(self, doc: dict[str, Any], lineno: int) -> None:
@@ -242,7 +261,7 @@ class _AttributeStreams:
 
 
 def mix_document(
-    stream: StreamConfig, doc: dict[str, Any], where: tuple[Path, int], stats: ShardStats
+    stream: StreamConfig, doc: dict[str, Any], where: tuple[str, int], stats: ShardStats
 ) -> bytes | None:
     """The output line for one document (attributes already merged), or None if dropped."""
     if not keep(stream, doc, where):
@@ -263,48 +282,55 @@ def mix_document(
     meta = doc.get("metadata")
     if not isinstance(meta, dict):
         meta = doc["metadata"] = {}
-    meta["provenance"] = f"{where[0].name}:{where[1]}"
+    meta["provenance"] = f"{where[0].rsplit('/', 1)[-1]}:{where[1]}"
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS) + b"\n"
 
 
 def _mix_shard(shard: Shard) -> ShardStats:
     stats = ShardStats()
-    out = Path(shard.output)
-    if out.exists():
+    stream = shard.stream
+    opts = stream.storage_options
+    out_store, out = resolve(shard.output, opts)
+    if out_store.exists(out):
         stats.skipped = True
         return stats
-    stream = shard.stream
-    comp = _output_compression(stream)
-    with atomic_file(out) as tmp:
-        f = open_write(tmp, comp)
-        try:
-            for inp in map(Path, shard.inputs):
-                attrs = _AttributeStreams(inp, stream.attributes, stats)
-                for lineno, raw in iter_raw_lines(inp):
-                    doc = parse_line(raw, inp, lineno)
-                    attrs.merge(doc, lineno)
-                    stats.read += 1
-                    line = mix_document(stream, doc, (inp, lineno), stats)
-                    if line is not None:
-                        f.write(line)
-                        stats.written += 1
-                    if stats.read % parallel.REPORT_EVERY == 0:
-                        parallel.report(parallel.REPORT_EVERY)
-        finally:
-            f.close()
+    stores = Stores(opts)
+    with OutputFile(out_store, out, _output_compression(stream), overwrite=False) as f:
+        for inp in shard.inputs:
+            store, key = stores(inp)
+            where = store.url(key)
+            attrs = _AttributeStreams(store, key, stream.attributes, stats)
+            for lineno, raw in iter_raw_lines(store, key):
+                doc = parse_line(raw, where, lineno)
+                attrs.merge(doc, lineno)
+                stats.read += 1
+                line = mix_document(stream, doc, (where, lineno), stats)
+                if line is not None:
+                    f.write(line)
+                    stats.written += 1
+                if stats.read % parallel.REPORT_EVERY == 0:
+                    parallel.report(parallel.REPORT_EVERY)
     parallel.report(stats.read % parallel.REPORT_EVERY)
     return stats
 
 
 def mix(
     cfg: MixerConfig,
-    base: Path | None = None,
+    base: str | os.PathLike[str] | None = None,
     progress: bool = False,
     engine: str = "processes",
     address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> MixResult:
     """Run every stream of ``cfg`` on ``cfg.processes`` workers of ``engine`` ("inprocess",
-    "processes", "ray" at ``address``); relative paths are taken from ``base`` (default: cwd)."""
+    "processes", "ray" at ``address``); relative paths are taken from ``base`` (default: cwd).
+    ``storage_options`` (fsspec options for URLs) replace the config's."""
+    if storage_options is not None:
+        opts = dict(storage_options)
+        cfg = dataclasses.replace(
+            cfg,
+            streams=tuple(dataclasses.replace(s, storage_options=opts) for s in cfg.streams),
+        )
     for s in cfg.streams:  # compile every expression up front: config errors before any work
         for e in (*s.include, *s.exclude):
             _selector(e, s.syntax)

@@ -4,14 +4,15 @@ With an experiment name every tagger's keys go to ``attributes/<experiment>/`` (
 ``<experiment>__<tagger>__<type>``); without one each tagger writes ``attributes/<tagger>/``
 with keys ``<tagger>__<tagger>__<type>``, as dolma does. One task per document file; each output
 file appears atomically, and an existing one is kept (resume) unless ``ignore_existing``.
+Documents and attributes live in any store (local paths, ``s3://``, ``memory://``, ...).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -20,9 +21,9 @@ from lmdata import parallel
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
 from lmdata.errors import CorruptDataError, InvalidInputError
-from lmdata.formats.dolma._files import attribute_path, iter_raw_lines, open_write
+from lmdata.formats.dolma._files import OutputFile, attribute_path, is_file, iter_raw_lines
 from lmdata.formats.dolma.reader import parse_line
-from lmdata.storage import atomic_file
+from lmdata.storage import resolve
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class TagResult:
         return self.documents / self.seconds if self.seconds > 0 else 0.0
 
 
-def _outputs(doc_file: Path, cfg: TagConfig) -> list[tuple[Path, str, list[str]]]:
+def _outputs(doc_file: str, cfg: TagConfig) -> list[tuple[str, str, list[str]]]:
     """(attribute file, experiment, tagger names) written for one document file."""
     if cfg.experiment:
         return [(attribute_path(doc_file, cfg.experiment), cfg.experiment, list(cfg.taggers))]
@@ -60,26 +61,31 @@ class TagFileResult:
 
 
 def _tag_file(task: TagTask) -> TagFileResult:
-    path, cfg = Path(task.path), task.cfg
+    cfg = task.cfg
+    store, path = resolve(task.path, cfg.storage_options)
+    where = store.url(path)
     outs = _outputs(path, cfg)
-    if not cfg.ignore_existing and all(o.is_file() for o, _, _ in outs):
+    if not cfg.ignore_existing and all(is_file(store, o) for o, _, _ in outs):
         return TagFileResult(0, True)
     load_modules(cfg.tagger_modules)
     groups = [[(exp, n, make_tagger(n, seed=cfg.seed)) for n in names] for _, exp, names in outs]
     n = 0
-    with _AtomicFiles([o for o, _, _ in outs], cfg.compression) as files:
-        for lineno, raw in iter_raw_lines(path):
-            doc = parse_line(raw, path, lineno)
+    files: list[OutputFile] = []
+    try:
+        for o, _, _ in outs:
+            files.append(OutputFile(store, o, cfg.compression))
+        for lineno, raw in iter_raw_lines(store, path):
+            doc = parse_line(raw, where, lineno)
             if not isinstance(doc.get("text"), str):
                 raise CorruptDataError(
                     "document has no string 'text' to tag; run `lmdata validate` on the tree",
-                    path=path,
+                    path=where,
                     position=f"line {lineno}",
                 )
             if "id" not in doc:
                 raise CorruptDataError(
                     "document has no 'id'; attribute rows are matched by id",
-                    path=path,
+                    path=where,
                     position=f"line {lineno}",
                 )
             source = doc.get("source")
@@ -93,35 +99,28 @@ def _tag_file(task: TagTask) -> TagFileResult:
             n += 1
             if n % parallel.REPORT_EVERY == 0:
                 parallel.report(parallel.REPORT_EVERY)
+    except BaseException:
+        for f in files:
+            f.abort()
+        raise
+    for f in files:  # all of a file's outputs appear together, after every one is written
+        f.commit()
     parallel.report(n % parallel.REPORT_EVERY)
     return TagFileResult(n, False)
 
 
-class _AtomicFiles:
-    """Several output files that all appear together at the end, or none of them."""
-
-    def __init__(self, paths: list[Path], compression: str) -> None:
-        self.paths = paths
-        self.compression = compression
-
-    def __enter__(self) -> list[Any]:
-        self._ctx = [atomic_file(p, overwrite=True) for p in self.paths]
-        self._tmps = [c.__enter__() for c in self._ctx]
-        self.files = [open_write(t, self.compression) for t in self._tmps]
-        return self.files
-
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        for f in self.files:
-            f.close()
-        for c in self._ctx:
-            c.__exit__(et, ev, tb)
-
-
 def tag(
-    cfg: TagConfig, progress: bool = False, engine: str = "processes", address: str | None = None
+    cfg: TagConfig,
+    progress: bool = False,
+    engine: str = "processes",
+    address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> TagResult:
     """Run ``cfg.taggers`` over ``cfg.documents`` on ``cfg.processes`` workers of ``engine``
-    ("inprocess", "processes", "ray" at ``address``); see the module docstring for outputs."""
+    ("inprocess", "processes", "ray" at ``address``); see the module docstring for outputs.
+    ``storage_options`` (fsspec options for URLs) replace the config's."""
+    if storage_options is not None:
+        cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     if not cfg.taggers:
         raise InvalidInputError("no taggers given; name at least one (see `lmdata tag --list`)")
     load_modules(cfg.tagger_modules)
@@ -131,14 +130,14 @@ def tag(
     t0 = time.perf_counter()
     results = parallel.run_all(
         _tag_file,
-        [TagTask(str(f), cfg) for f in files],
+        [TagTask(f, cfg) for f in files],
         engine=engine,
         workers=cfg.processes,
         address=address,
         desc="tag",
         progress=progress,
     )
-    outs = tuple(str(o) for f in files for o, _, _ in _outputs(f, cfg))
+    outs = tuple(o for f in files for o, _, _ in _outputs(f, cfg))
     return TagResult(
         files=len(files),
         skipped_files=sum(r.skipped for r in results),

@@ -15,7 +15,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -26,10 +25,11 @@ from lmdata.loader.packing import PAD_VALUES
 from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
 from lmdata.loader.sources import LONG_DOCS, MODES, Source, open_source
+from lmdata.loader.state import STATE_VERSION, check_state
 
-STATE_VERSION = 1
 _SLOT_TAG = 0x510754  # seeds the order of a mixed global batch's slots
 _BLOCK = 4096  # stream positions whose shuffled rows are computed and cached together
+_BLOCKS_KEPT = 4  # cached blocks per source (a step needs one, two across a block edge)
 _KEYS = {
     "packed": ("inputs", "targets", "segment_ids", "positions"),
     "eos": ("inputs", "targets"),
@@ -123,7 +123,11 @@ class Loader:
             r0, w0 = default_topology()
             rank = r0 if rank is None else rank
             world_size = w0 if world_size is None else world_size
-        if not isinstance(world_size, int) or world_size < 1 or not 0 <= rank < world_size:
+        for name, v in (("rank", rank), ("world_size", world_size)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+                raise InvalidInputError(f"{name} must be an integer, got {v!r}")
+        rank, world_size = int(rank), int(world_size)
+        if world_size < 1 or not 0 <= rank < world_size:
             raise InvalidInputError(
                 f"rank must be in [0, world_size) and world_size >= 1; got rank={rank}, "
                 f"world_size={world_size}"
@@ -182,19 +186,34 @@ class Loader:
                     f"source {k} ({s.reader!r}) has no {what} ({s.num_tokens} tokens); "
                     "lower seq_len or drop the source"
                 )
+        sizes = exact_weights([s.num_rows for s in self.sources])
         if weights is None:
-            weights = [s.num_rows for s in self.sources]
+            weights = sizes
         elif len(weights) != len(self.sources):
             raise InvalidInputError(
                 f"{len(weights)} weights for {len(self.sources)} sources; give one per source"
             )
-        if epochs is not None and len(self.sources) > 1:
+        weights = exact_weights(list(weights))
+        # a finite pass serves every row of every source `epochs` times, all ending together:
+        # its proportions are the sources' sizes
+        self._total = None if epochs is None else self.num_rows * epochs
+        if epochs is not None and weights != sizes:
             raise InvalidInputError(
-                "epochs= (a finite pass) takes one source; evaluate each source with its own Loader"
+                "a finite pass (epochs=) over several sources serves every row of each "
+                "`epochs` times, so its mixture is the sources' sizes; leave weights=None "
+                "(or evaluate each source with its own Loader)"
             )
-        self.mixture = Mixture(exact_weights(list(weights)), global_batch_size)
+        try:
+            self.mixture = Mixture(weights, global_batch_size, total=self._total)
+        except InvalidInputError as e:
+            if epochs is None:
+                raise
+            raise InvalidInputError(
+                f"{e}: in a finite pass a source's share is its size; lower "
+                "global_batch_size or evaluate that source with its own Loader"
+            ) from None
         self.step = int(start_step)
-        self._blocks: dict[tuple[int, int], np.ndarray] = {}
+        self._blocks: list[dict[int, np.ndarray]] = [{} for _ in self.sources]
         self._lock = threading.Lock()
         self.keys = _KEYS[mode] + (
             ("loss_mask",) if epochs is not None and mode != "unpacked" else ()
@@ -231,6 +250,13 @@ class Loader:
         """Full global batches in one epoch of all the data (at least 1)."""
         return max(1, self.num_rows // self.global_batch_size)
 
+    def source_epochs(self, step: int | None = None) -> list[int]:
+        """The epoch each source is in before ``step`` (default: ``self.step``): its served
+        rows over its size. Sources are shuffled and counted independently, so a small source
+        of a mixture is many epochs ahead of a large one."""
+        served = self._served(self.step if step is None else int(step))
+        return [int(v) // s.num_rows for v, s in zip(served.tolist(), self.sources, strict=True)]
+
     def __len__(self) -> int:
         n = self.num_steps
         if n is None:
@@ -247,30 +273,43 @@ class Loader:
         g, b = self.global_batch_size, self.local_batch_size
         c = self.config
         lo = self.rank * b
-        if c.epochs is not None or len(self.sources) == 1:
-            start = step * g if c.epochs is not None else int(self.mixture.served(step)[0])
-            pos = np.arange(start + lo, start + lo + b, dtype=np.int64)
+        served = self._served(step)
+        if len(self.sources) == 1:
+            start = int(served[0]) + lo
             src = np.zeros(b, dtype=np.int64)
-            if c.epochs is None:
-                return src, self._rows_of(0, pos), np.ones(b, dtype=bool)
-            valid = pos < self.num_rows * c.epochs
+            if self._total is None:
+                return src, self._run_of(0, start, b), np.ones(b, dtype=bool)
+            pos = np.arange(start, start + b, dtype=np.int64)
+            valid = pos < self._total
             return src, self._rows_of(0, np.where(valid, pos, 0)), valid
-        served = self.mixture.served(step)
-        counts = self.mixture.served(step + 1) - served
+        counts = self.mixture.counts(step)
+        m = int(counts.sum())  # g, except in the last batch of a finite pass
         src = np.repeat(np.arange(len(self.sources)), counts)
         if c.shuffle:  # spread the sources over the ranks
-            src = src[Permutation(g, derive_seed(c.seed, _SLOT_TAG, step))(np.arange(g))]
+            src = src[Permutation(m, derive_seed(c.seed, _SLOT_TAG, step))(np.arange(m))]
         # each source's rows, in slot order, are its next stream positions
-        order = np.empty(g, dtype=np.int64)
-        order[np.argsort(src, kind="stable")] = np.arange(g)
-        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        pos = (served[src] + order - first[src])[lo : lo + b]
-        src = src[lo : lo + b]
+        order = np.empty(m, dtype=np.int64)
+        order[np.argsort(src, kind="stable")] = np.arange(m)
+        first = np.cumsum(counts) - counts
+        pos = served[src] + order - first[src]
+        if m < g:  # the slots past the end of a finite pass are padding
+            src = np.concatenate([src, np.full(g - m, -1)])
+            pos = np.concatenate([pos, np.zeros(g - m, dtype=np.int64)])
+        src, pos = src[lo : lo + b], pos[lo : lo + b]
+        valid = src >= 0
         rows = np.zeros_like(pos)
-        for k in np.unique(src).tolist():
+        for k in np.unique(src[valid]).tolist():
             sel = src == k
             rows[sel] = self._rows_of(k, pos[sel])
-        return src, rows, np.ones(b, dtype=bool)
+        return np.where(valid, src, 0), rows, valid
+
+    def _run_of(self, k: int, start: int, b: int) -> np.ndarray:
+        """Rows at stream positions ``start .. start + b - 1`` of source ``k``: a slice of one
+        cached block in the common case (a step of one source is a contiguous run)."""
+        kb, at = divmod(start, _BLOCK)
+        if self.config.shuffle and at + b <= _BLOCK:
+            return self._block(k, kb, self.sources[k].num_rows)[at : at + b].copy()
+        return self._rows_of(k, np.arange(start, start + b, dtype=np.int64))
 
     def _rows_of(self, k: int, pos: np.ndarray) -> np.ndarray:
         """Rows at stream positions ``pos`` (increasing) of source ``k``."""
@@ -291,7 +330,8 @@ class Loader:
 
     def _block(self, k: int, kb: int, n: int) -> np.ndarray:
         """Rows of stream positions ``kb*_BLOCK ..`` of source ``k`` (crossing epoch ends)."""
-        got = self._blocks.get((k, kb))
+        cache = self._blocks[k]
+        got = cache.get(kb)
         if got is not None:
             return got
         pos = np.arange(kb * _BLOCK, (kb + 1) * _BLOCK, dtype=np.int64)
@@ -300,16 +340,16 @@ class Loader:
         for e in np.unique(epoch).tolist():
             sel = epoch == e
             out[sel] = Permutation(n, derive_seed(self.config.seed, k, e))(j[sel])
-        with self._lock:
-            while len(self._blocks) >= 8:
-                self._blocks.pop(next(iter(self._blocks)))
-            self._blocks[(k, kb)] = out
+        with self._lock:  # each source keeps its own few blocks: any number of sources mix
+            while len(cache) >= _BLOCKS_KEPT:
+                cache.pop(next(iter(cache)))
+            cache[kb] = out
         return out
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         del state["_lock"]
-        state["_blocks"] = {}
+        state["_blocks"] = [{} for _ in self.sources]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -385,10 +425,7 @@ class Loader:
         }
 
     def _served(self, step: int) -> np.ndarray:
-        if self.config.epochs is not None:
-            return np.array(
-                [min(step * self.global_batch_size, self.num_rows * self.config.epochs)]
-            )
+        """Rows of each source served before ``step`` (a finite pass stops at its end)."""
         return self.mixture.served(step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -398,10 +435,7 @@ class Loader:
         what it had served; a different dataset, seed, sequence length or mode is an error
         naming what differs.
         """
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise InvalidInputError(
-                "not an lmdata Loader state (no 'version': 1); save one with state_dict()"
-            )
+        state = check_state(state)
         mine = self.state_dict()
         diffs = []
         for key in ("seq_len", "mode", "seed", "shuffle", "epochs", "long_docs"):
@@ -421,19 +455,21 @@ class Loader:
                 + "; ".join(diffs)
                 + "); the data order would differ"
             )
-        step = int(state["step"])
-        weights = tuple(Fraction(w) for w in state["weights"])
-        g = int(state["global_batch_size"])
+        step, weights, g = state["step"], state["weights"], state["global_batch_size"]
         if self.config.epochs is not None and g != self.global_batch_size:
             raise InvalidInputError(
                 f"cannot resume a finite pass with global_batch_size {self.global_batch_size} "
                 f"(saved: {g}); use the saved batch size"
             )
         if weights == self.mixture.weights and g == self.global_batch_size:
-            base = Mixture(weights, g, int(state["base_step"]), tuple(state["base_rows"]))
+            base = Mixture(weights, g, state["base_step"], tuple(state["base_rows"]), self._total)
         else:  # re-base: the new rounding starts from what each source has served
             base = Mixture(
-                self.mixture.weights, self.global_batch_size, step, tuple(state["served"])
+                self.mixture.weights,
+                self.global_batch_size,
+                step,
+                tuple(state["served"]),
+                self._total,
             )
         self.mixture = base
         self.step = step

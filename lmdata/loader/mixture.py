@@ -58,13 +58,14 @@ class Mixture:
 
     The base moves only when a resumed run changes the weights or the global batch size: the
     new rounding then starts from what each source had already served, so nothing is repeated
-    or skipped.
+    or skipped. ``total`` ends a finite pass: no more than that many rows are ever served.
     """
 
     weights: tuple[Fraction, ...]
     global_batch_size: int
     base_step: int = 0
     base_rows: tuple[int, ...] = ()
+    total: int | None = None
 
     def __post_init__(self) -> None:
         if not self.base_rows:
@@ -85,6 +86,8 @@ class Mixture:
                 "global batch size changed; earlier batches are not reproducible from this state"
             )
         rows = (step - self.base_step) * self.global_batch_size
+        if self.total is not None:
+            rows = min(rows, self.total - sum(self.base_rows))
         if len(self.weights) == 1:
             return np.array([self.base_rows[0] + rows], dtype=np.int64)
         return cumulative(self.weights, rows) + np.asarray(self.base_rows, dtype=np.int64)

@@ -16,16 +16,19 @@ and ``loss_mask`` False.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
 
 PAD_VALUES = {"segment_ids": 0, "positions": 0, "loss_mask": False}
-
+PACKED_KEYS = ("inputs", "targets", "segment_ids", "positions")
+IO_KEYS = ("inputs", "targets")  # carved from one block; segment ids and positions are computed
 
 _GAP = 1024  # bytes between the arrays of one block (see packed_buffers)
 _I32 = np.dtype(np.int32)
-PACKED_KEYS = ("inputs", "targets", "segment_ids", "positions")
+_ONE = np.uint32(1)
+_LAYOUTS: dict[tuple[int, int, np.dtype, tuple[str, ...]], tuple] = {}
 
 
 def packed_buffers(
@@ -34,29 +37,34 @@ def packed_buffers(
     """Uninitialised outputs ``keys`` (inputs and targets of ``dtype``, the rest int32), shape
     (rows, length), carved from one allocation.
 
-    One block per batch instead of four arrays: the allocator keeps reusing the same memory
-    for it, where four fresh arrays per batch each cost page faults. A gap separates the
-    arrays: ``inputs`` is ``targets`` copied one item over, and two arrays whose distance is
-    a multiple of the 4 KiB page make that copy ~10x slower (4K aliasing of loads and stores).
+    One block per batch instead of several arrays: the allocator keeps reusing the same memory
+    for it, where fresh arrays per batch each cost page faults. A gap separates the arrays:
+    ``inputs`` is ``targets`` copied one item over, and two arrays whose distance is a
+    multiple of the 4 KiB page make that copy ~10x slower (4K aliasing of loads and stores).
+    The layout (offsets, types) is computed once per shape.
     """
-    n = rows * length
-    types = [np.dtype(dtype) if k in ("inputs", "targets") else _I32 for k in keys]
-    offsets, at = [], 0
-    for t in types:
-        offsets.append(at)
-        at += -(-(n * t.itemsize + _GAP) // 64) * 64
-    block = np.empty(at, dtype=np.uint8)
+    key = (rows, length, np.dtype(dtype), keys)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        n = rows * length
+        parts, at = [], 0
+        for k in keys:
+            t = np.dtype(dtype) if k in ("inputs", "targets") else _I32
+            parts.append((k, t, at))
+            at += -(-(n * t.itemsize + _GAP) // 64) * 64
+        if len(_LAYOUTS) > 16:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = (at, tuple(parts))
+    size, parts = layout
+    block = np.empty(size, dtype=np.uint8)
     shape = (rows, length)
-    return {
-        k: np.ndarray(shape, dtype=t, buffer=block, offset=o)
-        for k, t, o in zip(keys, types, offsets, strict=True)
-    }
+    return {k: np.ndarray(shape, dtype=t, buffer=block, offset=o) for k, t, o in parts}
 
 
 def packed_from_encoded(enc: np.ndarray, dtype: np.dtype, bos: int = 0) -> dict[str, np.ndarray]:
     """Packed rows from stored flat-tokens values (``id*2 + start bit``), shape (rows, L)."""
     enc = np.asarray(enc, dtype=np.uint32)
-    out = packed_buffers(*enc.shape, dtype)
+    out = packed_buffers(*enc.shape, dtype, IO_KEYS)
     fill_packed(enc, out, bos)
     return out
 
@@ -67,29 +75,39 @@ def fill_packed(enc: np.ndarray, out: dict[str, np.ndarray], bos: int = 0) -> No
     ``enc`` may be ``out["targets"]`` itself seen as uint32 (decoded in place). Each step is
     one vectorised pass over the batch: no per-row or per-document Python.
     """
-    is_start = np.empty(enc.shape, dtype=bool)
-    np.bitwise_and(enc, np.uint32(1), out=is_start, casting="unsafe")
+    if not enc.size:
+        return
+    is_start = _scratch(enc.shape)
+    np.bitwise_and(enc, _ONE, out=is_start, casting="unsafe")
     is_start[:, 0] = True
     starts = np.flatnonzero(is_start)
     targets = out["targets"]
-    if targets.dtype == np.int32:
-        np.right_shift(enc, np.uint32(1), out=targets.view(np.uint32))  # ids are < 2^31
-    else:
-        np.right_shift(enc, np.uint32(1), out=targets)
+    np.right_shift(enc, _ONE, out=targets.view(np.uint32) if targets.dtype == _I32 else targets)
     _finish(out, starts, bos)
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A reusable bool array of ``shape`` for this thread (the start bits of a batch): a fresh
+    one per batch costs page faults, and prefetch threads each need their own."""
+    a = getattr(_SCRATCH, "bits", None)
+    if a is None or a.shape != shape:
+        a = _SCRATCH.bits = np.empty(shape, dtype=bool)
+    return a
+
+
 def packed_from_starts(
-    targets: np.ndarray, is_start: np.ndarray, dtype: np.dtype, bos: int = 0
+    targets: np.ndarray, starts: np.ndarray, dtype: np.dtype, bos: int = 0
 ) -> dict[str, np.ndarray]:
-    """Packed rows from decoded ids and a boolean map of sequence starts."""
-    st = np.array(is_start, dtype=bool)
-    if st.size:
-        st[:, 0] = True
+    """Packed rows from decoded ids (rows, L) and the sorted flat indices of the sequence starts
+    in them, row starts included (:func:`starts_in_rows`)."""
     targets = np.asarray(targets)
-    out = packed_buffers(*targets.shape, dtype)
+    out = packed_buffers(*targets.shape, dtype, IO_KEYS)
     out["targets"][...] = targets
-    _finish(out, np.flatnonzero(st), bos)
+    if targets.size:
+        _finish(out, starts, bos)
     return out
 
 
@@ -109,74 +127,41 @@ def _arange(n: int) -> np.ndarray:
 
 
 def _finish(out: dict[str, np.ndarray], starts: np.ndarray, bos: int) -> None:
-    """inputs, segment_ids and positions of ``out`` from its targets and the segment starts
-    (flat indices, every row start included, sorted)."""
+    """inputs, positions and segment_ids of ``out`` from its targets and the segment starts
+    (sorted flat indices, every row start included): whole-batch passes, the work per
+    segment is a handful of array entries."""
     targets = out["targets"]
     b, length = targets.shape
-    if not targets.size:
-        return
+    n = b * length
     flat = out["inputs"].reshape(-1)
     flat[1:] = targets.reshape(-1)[:-1]  # one contiguous copy; row starts are in ``starts``
     flat[starts] = bos
-    seg_len = _seg_len(starts, b * length)
-    ar = _arange(b * length)
-    positions = out["positions"].reshape(-1)
-    if ar.dtype == np.int32:  # flat index - its segment's start, written in place
-        np.subtract(ar, np.repeat(starts.astype(np.int32), seg_len), out=positions)
-    else:
-        positions[...] = ar - np.repeat(starts, seg_len)
-    local = _local_ids(starts, length).astype(np.int32)
-    out["segment_ids"].reshape(-1)[...] = np.repeat(local, seg_len)
-
-
-def _seg_len(starts: np.ndarray, n: int) -> np.ndarray:
     seg_len = np.empty_like(starts)
-    if not len(starts):
-        return seg_len
     np.subtract(starts[1:], starts[:-1], out=seg_len[:-1])
     seg_len[-1] = n - starts[-1]
-    return seg_len
-
-
-def _local_ids(starts: np.ndarray, length: int) -> np.ndarray:
-    """The 1-based number of each segment within its row."""
-    row_start = starts % length == 0
-    idx = np.arange(len(starts))
-    return idx - np.maximum.accumulate(np.where(row_start, idx, 0)) + 1
-
-
-def segments(starts: np.ndarray, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-    """(positions, segment_ids), int32 (rows, length), from the flat indices of segment starts
-    (every row start included, sorted)."""
-    positions, segment_ids = _segments_by_repeat(starts, _local_ids(starts, length), rows, length)
-    return positions.reshape(rows, length), segment_ids.reshape(rows, length)
-
-
-def _segments_by_slices(
-    starts: np.ndarray, local: np.ndarray, rows: int, length: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The plain per-segment reference for :func:`_segments_by_repeat` (tests compare them)."""
-    n = rows * length
-    positions = np.empty(n, dtype=np.int32)
-    segment_ids = np.empty(n, dtype=np.int32)
-    ar = _arange(length)
-    ends = [*starts[1:].tolist(), n]
-    for a, z, k in zip(starts.tolist(), ends, local.tolist(), strict=True):
-        positions[a:z] = ar[: z - a]
-        segment_ids[a:z] = k
-    return positions, segment_ids
-
-
-def _segments_by_repeat(
-    starts: np.ndarray, local: np.ndarray, rows: int, length: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Two ``np.repeat`` passes: a segment's id, and (flat index - its start) as position."""
-    n = rows * length
-    seg_len = _seg_len(starts, n)
     ar = _arange(n)
-    positions = np.repeat(starts.astype(ar.dtype), seg_len)
-    np.subtract(ar, positions, out=positions)
-    return positions.astype(np.int32, copy=False), np.repeat(local.astype(np.int32), seg_len)
+    # a segment's id is its number within its row: its index minus its row's first segment's
+    row_first = np.searchsorted(starts, starts - starts % length)
+    local = (_arange(len(starts)) - row_first + 1).astype(np.int32)
+    out["segment_ids"] = np.repeat(local, seg_len).reshape(b, length)
+    # a position is its flat index minus its segment's start (computed in place)
+    pos = np.repeat(starts.astype(ar.dtype), seg_len)
+    np.subtract(ar, pos, out=pos)
+    out["positions"] = pos.reshape(b, length).astype(np.int32, copy=False)
+
+
+def starts_in_rows(seq_starts: np.ndarray, row_starts: np.ndarray, length: int) -> np.ndarray:
+    """Sorted flat indices, in a block of rows ``row_starts[i] : row_starts[i] + length``, of
+    the row starts and of the sequence starts ``seq_starts`` (sorted, non-empty sequences only)
+    inside them. Vectorised: no per-row Python."""
+    rs = np.asarray(row_starts, dtype=np.int64)
+    lo = np.searchsorted(seq_starts, rs)
+    counts = np.searchsorted(seq_starts, rs + length) - lo
+    row = np.repeat(np.arange(len(rs), dtype=np.int64), counts)
+    first = np.cumsum(counts) - counts
+    j = np.arange(int(counts.sum()), dtype=np.int64) - first[row] + lo[row]
+    inner = seq_starts[j] - rs[row] + row * length
+    return np.union1d(inner, np.arange(len(rs), dtype=np.int64) * length)
 
 
 def eos_windows(windows: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
@@ -195,34 +180,52 @@ def eos_from_encoded(enc: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
     out = _eos_buffers(enc.shape[0], enc.shape[1] - 1, dtype)
     for key, part in (("inputs", enc[:, :-1]), ("targets", enc[:, 1:])):
         a = out[key]
-        np.right_shift(part, np.uint32(1), out=a.view(np.uint32) if a.dtype == np.int32 else a)
+        np.right_shift(part, _ONE, out=a.view(np.uint32) if a.dtype == _I32 else a)
     return out
 
 
 def _eos_buffers(rows: int, length: int, dtype: np.dtype) -> dict[str, np.ndarray]:
-    return packed_buffers(rows, max(length, 0), dtype, ("inputs", "targets"))
+    return packed_buffers(rows, max(length, 0), dtype, IO_KEYS)
 
 
 def unpacked_rows(
     pieces: Sequence[np.ndarray], seq_len: int, dtype: np.dtype, bos: int = 0, pad_id: int = 0
 ) -> dict[str, np.ndarray]:
     """One piece (at most ``seq_len`` tokens) per row, right-padded."""
-    n = len(pieces)
-    targets = np.full((n, seq_len), pad_id, dtype=dtype)
-    inputs = np.full((n, seq_len), pad_id, dtype=dtype)
-    mask = np.zeros((n, seq_len), dtype=bool)
+    ids = np.zeros((len(pieces), seq_len), dtype=np.int64)
     for i, p in enumerate(pieces):
-        m = len(p)
-        targets[i, :m] = p
-        if m:
-            inputs[i, 0] = bos
-            inputs[i, 1:m] = p[:-1]
-        mask[i, :m] = True
-    positions = np.where(mask, np.arange(seq_len, dtype=np.int32), 0).astype(np.int32)
+        ids[i, : len(p)] = p
+    lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+    return unpacked_from_windows(ids, lengths, dtype, bos, pad_id)
+
+
+def unpacked_from_windows(
+    ids: np.ndarray, lengths: np.ndarray, dtype: np.dtype, bos: int = 0, pad_id: int = 0
+) -> dict[str, np.ndarray]:
+    """Unpacked rows from windows ``ids`` (rows, seq_len) of which the first ``lengths[i]``
+    tokens of row ``i`` are its piece: whole-batch passes, no per-row Python."""
+    seq_len = ids.shape[1]
+    ar = np.arange(seq_len, dtype=np.int32)
+    mask = np.less(ar, np.asarray(lengths, dtype=np.int32).reshape(-1, 1))
+    segment_ids = mask.astype(np.int32)
+    positions = np.multiply(ar, segment_ids)
+    # padding by arithmetic (x * keep + pad * (1 - keep)): whole-array integer passes, where
+    # masked assignments take an order of magnitude longer
+    keep = segment_ids if np.dtype(dtype) == np.int32 else segment_ids.astype(dtype)
+    fill = np.multiply(np.subtract(1, keep), pad_id, dtype=dtype) if pad_id else None
+    targets = ids.astype(dtype)
+    np.multiply(targets, keep, out=targets)
+    inputs = np.empty_like(targets)
+    inputs[:, 1:] = targets[:, :-1]  # inside a piece, the token before is the piece's
+    inputs[:, :1] = bos
+    np.multiply(inputs, keep, out=inputs)
+    if fill is not None:
+        targets += fill
+        inputs += fill
     return {
         "inputs": inputs,
         "targets": targets,
-        "segment_ids": mask.astype(np.int32),
+        "segment_ids": segment_ids,
         "positions": positions,
         "loss_mask": mask,
     }
@@ -232,18 +235,3 @@ def pad_tail(batch: dict[str, np.ndarray], row: int, valid: int, pad_id: int) ->
     """Turn positions ``valid:`` of ``row`` into padding (a partial last row of an epoch)."""
     for k, a in batch.items():
         a[row, valid:] = PAD_VALUES.get(k, pad_id)
-    if "loss_mask" in batch:
-        batch["loss_mask"][row, :valid] = True
-
-
-def starts_in_rows(boundaries: np.ndarray, row_starts: np.ndarray, seq_len: int) -> np.ndarray:
-    """Boolean (rows, seq_len): True where a non-empty sequence starts, from ``boundaries``."""
-    b = np.asarray(boundaries, dtype=np.int64)
-    nonempty = b[:-1][b[1:] > b[:-1]]
-    out = np.zeros((len(row_starts), seq_len), dtype=bool)
-    rs = np.asarray(row_starts, dtype=np.int64)
-    lo = np.searchsorted(nonempty, rs)
-    hi = np.searchsorted(nonempty, rs + seq_len)
-    for i in range(len(rs)):
-        out[i, nonempty[lo[i] : hi[i]] - rs[i]] = True
-    return out

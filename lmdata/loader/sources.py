@@ -1,8 +1,8 @@
 """One token source as the loader sees it: a count of rows and a way to read any of them.
 
 A source wraps a token-sequence reader (``lmdata.protocols.TokenSequences``). Readers that
-also offer the stored flat-tokens values (``encoded_windows`` / ``packed_rows``, found by duck
-typing) are read without ever touching their sequence index in packed and eos modes: the start
+also offer the stored flat-tokens values (``encoded_windows`` and ``span_encoded``, found by
+duck typing) are read without ever touching their sequence index in packed and eos modes: the start
 bit is in each stored token. Other readers are read through ``span`` and ``boundaries``.
 """
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader.packing import (
+    IO_KEYS,
     eos_from_encoded,
     eos_windows,
     fill_packed,
@@ -24,6 +25,7 @@ from lmdata.loader.packing import (
     packed_from_starts,
     pad_tail,
     starts_in_rows,
+    unpacked_from_windows,
     unpacked_rows,
 )
 
@@ -91,15 +93,19 @@ class Source:
         self.long_docs = long_docs
         self.finite = finite
         self.num_tokens = int(reader.num_tokens)
-        self._windows = getattr(reader, "encoded_windows", None)
-        self._windows_out = self._windows is not None and _takes_out(self._windows)
-        self._encoded = getattr(reader, "span_encoded", None)
+        # stored flat-tokens values (id*2 + start bit): packed/eos reads never need the index
+        encoded = _has(reader, "encoded_windows") and _has(reader, "span_encoded")
+        self._windows = reader.encoded_windows if encoded else None
+        self._in_place = (
+            encoded and mode == "packed" and dtype == np.int32 and _takes_out(self._windows)
+        )
+        self._seq_starts: np.ndarray | None = None  # non-empty sequence starts, read once
+        self._bounds: np.ndarray | None = None
         self._pieces: np.ndarray | None = None
         L = seq_len
         if mode == "unpacked":
             if long_docs == "split":
-                b = np.asarray(reader.boundaries, dtype=np.int64)
-                per_doc = -(-np.diff(b) // L)
+                per_doc = -(-np.diff(self._boundaries()) // L)
                 self._pieces = np.concatenate([[0], np.cumsum(per_doc)])
                 self.num_rows = int(self._pieces[-1])
             else:
@@ -113,6 +119,12 @@ class Source:
     def describe(self) -> dict[str, Any]:
         return {"name": repr(self.reader), "tokens": self.num_tokens, "rows": self.num_rows}
 
+    def _boundaries(self) -> np.ndarray:
+        """The reader's sequence boundaries as int64, converted once."""
+        if self._bounds is None:
+            self._bounds = np.asarray(self.reader.boundaries, dtype=np.int64)
+        return self._bounds
+
     # ---- reading ---------------------------------------------------------------------------
 
     def read(self, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -120,100 +132,85 @@ class Source:
         if self.mode == "unpacked":
             return self._read_unpacked(rows)
         L = self.seq_len
-        full = rows < self.full_rows
-        if full.all():
-            out = self._read_full(rows)
-            if self.finite:
-                out["loss_mask"] = np.ones(out["targets"].shape, dtype=bool)
-            return out
-        # the partial last row of a finite pass: read it short, pad it
-        parts = []
-        length = L if self.mode == "packed" else L + 1
-        for i in np.flatnonzero(~full).tolist():
-            start = int(rows[i]) * L
-            part = self._read_one(start, min(start + length, self.num_tokens), length)
-            part["loss_mask"] = np.ones(part["targets"].shape, dtype=bool)
-            pad_tail(part, 0, self._usable - start, self.pad_id)
-            parts.append((i, part))
-        if full.any():
-            head = self._read_full(rows[full])
-            head["loss_mask"] = np.ones(head["targets"].shape, dtype=bool)
-            parts.append((full, head))
-        out = {}
-        for k, a in parts[0][1].items():
-            out[k] = np.empty((len(rows), *a.shape[1:]), dtype=a.dtype)
-        for where, part in parts:
-            for k, a in part.items():
-                out[k][where] = a[0] if isinstance(where, int) else a
+        starts = rows.astype(np.int64) * L
+        partial = rows >= self.full_rows  # only the last row of a finite pass
+        if self._in_place and not partial.any():
+            # gathered straight into the targets' memory and decoded there
+            out = packed_buffers(len(starts), L, self.dtype, IO_KEYS)
+            enc = out["targets"].view(np.uint32)
+            self._windows(starts, L, out=enc)
+            fill_packed(enc, out, self.bos)
+        else:
+            out = self._layout(*self._tokens(starts, L if self.mode == "packed" else L + 1), starts)
+        if self.finite:
+            out["loss_mask"] = np.ones(out["targets"].shape, dtype=bool)
+            for i in np.flatnonzero(partial).tolist():
+                pad_tail(out, i, self._usable - int(starts[i]), self.pad_id)
         return out
 
-    def _read_full(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        L = self.seq_len
-        length = L if self.mode == "packed" else L + 1
-        starts = rows.astype(np.int64) * L
-        if self._windows is not None:
-            if self.mode == "packed" and self._windows_out and self.dtype == np.int32:
-                # gathered straight into the targets' memory and decoded there
-                out = packed_buffers(len(starts), L, self.dtype)
-                enc = out["targets"].view(np.uint32)
-                self._windows(starts, length, out=enc)
-                fill_packed(enc, out, self.bos)
-                return out
-            enc = self._windows(starts, length)
-        elif self._encoded is not None:
-            enc = np.empty((len(starts), length), dtype=np.uint32)
-            for i, s in enumerate(starts.tolist()):
-                enc[i] = self._encoded(s, s + length)
-        else:
-            return self._read_generic(starts, length)
-        if self.mode == "eos":
-            return eos_from_encoded(enc, self.dtype)
-        return packed_from_encoded(enc, self.dtype, self.bos)
-
-    def _read_generic(self, starts: np.ndarray, length: int) -> dict[str, np.ndarray]:
-        ids = np.empty((len(starts), length), dtype=np.int64)
+    def _tokens(self, starts: np.ndarray, length: int) -> tuple[np.ndarray, bool]:
+        """(windows ``tokens[s : s + length]`` for each start, zero past the end; whether they
+        are stored values ``id*2 + start bit`` rather than ids)."""
+        n = self.num_tokens
+        short = starts + length > n
+        if self._windows is not None and not short.any():
+            return self._windows(starts, length), True
+        encoded = self._windows is not None
+        read = self.reader.span_encoded if encoded else self.reader.span
+        out = np.zeros((len(starts), length), dtype=np.uint32 if encoded else np.int64)
         for i, s in enumerate(starts.tolist()):
-            ids[i] = self.reader.span(s, s + length)
-        if self.mode == "eos":
-            return eos_windows(ids, self.dtype)
-        is_start = starts_in_rows(self.reader.boundaries, starts, length)
-        return packed_from_starts(ids, is_start, self.dtype, self.bos)
+            got = read(s, min(s + length, n))
+            out[i, : len(got)] = got
+        return out, encoded
 
-    def _read_one(self, start: int, stop: int, length: int) -> dict[str, np.ndarray]:
-        """One row from ``start`` to ``stop`` (short), zero-extended to ``length``."""
-        if self._encoded is not None:
-            enc = np.zeros((1, length), dtype=np.uint32)
-            got = self._encoded(start, stop)
-            enc[0, : len(got)] = got
-            if self.mode == "eos":
-                return eos_from_encoded(enc, self.dtype)
-            return packed_from_encoded(enc, self.dtype, self.bos)
-        ids = np.zeros((1, length), dtype=np.int64)
-        got = self.reader.span(start, stop)
-        ids[0, : len(got)] = got
+    def _layout(self, values: np.ndarray, encoded: bool, starts: np.ndarray) -> dict:
+        """The mode's arrays from windows of stored values or of ids (the one dispatch)."""
         if self.mode == "eos":
-            return eos_windows(ids, self.dtype)
-        is_start = starts_in_rows(self.reader.boundaries, np.array([start]), length)
-        return packed_from_starts(ids, is_start, self.dtype, self.bos)
+            return (eos_from_encoded if encoded else eos_windows)(values, self.dtype)
+        if encoded:
+            return packed_from_encoded(values, self.dtype, self.bos)
+        if self._seq_starts is None:
+            b = self._boundaries()
+            self._seq_starts = b[:-1][b[1:] > b[:-1]]
+        flat_starts = starts_in_rows(self._seq_starts, starts, values.shape[1])
+        return packed_from_starts(values, flat_starts, self.dtype, self.bos)
 
     def _read_unpacked(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         L = self.seq_len
-        if self._pieces is None:
-            docs = self.reader.take(rows)
-            if self.long_docs == "error":
-                for d, r in zip(docs, rows.tolist(), strict=True):
-                    if len(d) > L:
-                        raise InvalidInputError(
-                            f"document {r} of {self.reader!r} has {len(d)} tokens, more than "
-                            f"seq_len {L}; pass long_docs='truncate' or 'split'"
-                        )
-            pieces = [d[:L] for d in docs]
-        else:
-            b = self.reader.boundaries
+        if self._pieces is None:  # one document per row: read at most seq_len of it
+            a, z = self._ranges(rows)
+            if self.long_docs == "error" and ((z - a) > L).any():
+                i = int(np.argmax((z - a) > L))
+                raise InvalidInputError(
+                    f"document {int(rows[i])} of {self.reader!r} has {int(z[i] - a[i])} tokens, "
+                    f"more than seq_len {L}; pass long_docs='truncate' or 'split'"
+                )
+            z = np.minimum(z, a + L)
+        else:  # piece k of a document: tokens k*L .. (k+1)*L of it
+            b = self._boundaries()
             doc = np.searchsorted(self._pieces, rows, side="right") - 1
-            k = rows - self._pieces[doc]
-            pieces = []
-            for d, j in zip(doc.tolist(), k.tolist(), strict=True):
-                a, z = int(b[d]), int(b[d + 1])
-                pieces.append(self.reader.span(a + j * L, min(z, a + (j + 1) * L)))
+            a = b[doc] + (rows - self._pieces[doc]) * L
+            z = np.minimum(b[doc + 1], a + L)
+        n = self.num_tokens
+        if self._windows is not None and n >= L:
+            # one gather of L stored tokens from each piece's start (from n - L for pieces in
+            # the last L tokens, moved into place after), decoded, masked past the piece
+            s = np.minimum(a, n - L)
+            ids = self._windows(s, L) >> np.uint32(1)
+            for i in np.flatnonzero(s != a).tolist():
+                k = int(a[i] - s[i])
+                ids[i, : L - k] = ids[i, k:].copy()
+            return unpacked_from_windows(ids, z - a, self.dtype, self.bos, self.pad_id)
+        span = self.reader.span
+        pieces = [span(s, e) for s, e in zip(a.tolist(), z.tolist(), strict=True)]
         return unpacked_rows(pieces, L, self.dtype, self.bos, self.pad_id)
+
+    def _ranges(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, stop) of documents ``docs`` in the concatenated tokens: the reader's own
+        ``sequence_ranges`` where it has one (flat-tokens reads two index entries per
+        document, never the whole index), else its boundaries."""
+        if _has(self.reader, "sequence_ranges"):
+            r = np.asarray(self.reader.sequence_ranges(docs), dtype=np.int64).reshape(-1, 2)
+            return r[:, 0], r[:, 1]
+        b = self._boundaries()
+        return b[docs], b[docs + 1]

@@ -149,12 +149,22 @@ class FsspecOutput:
     readable until commit; commit then deletes the old validating objects first, moves the
     staged objects into place (server-side copies) and writes the new metadata last. The
     validating objects are created conditionally (``If-None-Match: *`` on S3): of two writers
-    racing to one URL, only one commits. ``abort`` removes what this writer wrote.
+    racing to one URL, only one commits. ``abort`` removes what this writer wrote. ``stage``
+    stages a new dataset too (for formats with no validating object, such as Dolma trees, so
+    nothing appears at ``key`` before commit).
     """
 
     sparse = False
 
-    def __init__(self, store: FsspecStore, key: str, *, directory: bool, overwrite: bool) -> None:
+    def __init__(
+        self,
+        store: FsspecStore,
+        key: str,
+        *,
+        directory: bool,
+        overwrite: bool,
+        stage: bool = False,
+    ) -> None:
         self.store = store
         self.dest = key.rstrip("/")
         self.directory = directory
@@ -164,7 +174,7 @@ class FsspecOutput:
                 "output already exists; remove it or pass overwrite=True (--overwrite)",
                 path=store.url(self.dest),
             )
-        self.stage = tmp_key(self.dest) if self._replace else self.dest
+        self.stage = tmp_key(self.dest) if self._replace or stage else self.dest
         self._last: list[tuple[str, bytes]] = []
         self._written: list[str] = []
         self._done = False
@@ -198,6 +208,7 @@ class FsspecOutput:
             for name, _ in self._last:
                 self.store.remove(self._final(name))
             self.store.remove(self.dest)
+        if self.stage != self.dest:
             for name in dict.fromkeys(self._written):
                 fs.copy(self._key(name), self._final(name))
         for i, (name, data) in enumerate(self._last):
@@ -205,14 +216,14 @@ class FsspecOutput:
                 self.store.write_object(self._final(name), data, create=True)
             except FileExistsError:
                 self._done = True
-                if self._replace:
+                if self.stage != self.dest:
                     self.store.remove(self.stage)
                 raise OutputExistsError(
                     "another writer committed a dataset here first; nothing of this writer's "
                     "was committed" + ("" if i == 0 else " but some metadata objects"),
                     path=self.store.url(self._final(name)),
                 ) from None
-        if self._replace:
+        if self.stage != self.dest:
             self.store.remove(self.stage)
         self._done = True
 

@@ -212,3 +212,82 @@ def test_list_shows_the_taggers() -> None:
     names = res.output.split()
     assert {"char_length_v1", "pii_regex_v2", "random_number_v1"} <= set(names)
     assert names == sorted(names)
+
+
+def test_storage_options_reach_tag_dedupe_and_mix(
+    ds: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--storage-option KEY=VALUE (dotted keys nest, JSON values parse) reaches the library
+    call of every verb, and --dryrun never prints it (options may hold secrets)."""
+    import lmdata.cli.dedupe
+    import lmdata.cli.mix
+    import lmdata.cli.tag
+
+    seen: dict[str, object] = {}
+
+    def fake(verb: str):
+        def call(cfg, **kw):
+            seen[verb] = kw.get("storage_options") or cfg.streams[0].storage_options
+            raise SystemExit(0)
+
+        return call
+
+    monkeypatch.setattr(lmdata.cli.tag, "tag", fake("tag"))
+    monkeypatch.setattr(lmdata.cli.dedupe, "dedupe", fake("dedupe"))
+    monkeypatch.setattr(lmdata.cli.mix, "mix", fake("mix"))
+    opts = ["--storage-option", "client_kwargs.endpoint_url=http://127.0.0.1:1"]
+    opts += ["--storage-option", "anon=true", "--storage-option", "secret=s3cr3t"]
+    want = {
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:1"},
+        "anon": True,
+        "secret": "s3cr3t",
+    }
+    docs = f"{ds}/documents/*.jsonl.gz"
+    assert run("tag", "-d", docs, "-t", "char_length_v1", *opts).exit_code == 0
+    assert (
+        run("dedupe", "-d", docs, "--dedupe.paragraphs.attribute_name", "p", *opts).exit_code == 0
+    )
+    assert run("-c", "configs/mix.yaml", "mix", *opts).exit_code == 0
+    assert seen == {"tag": want, "dedupe": want, "mix": want}
+    dry = run("dedupe", "-d", docs, "--dedupe.paragraphs.attribute_name", "p", "--dryrun", *opts)
+    assert dry.exit_code == 0 and "s3cr3t" not in dry.output
+    bad = run("tag", "-d", docs, "-t", "char_length_v1", "--storage-option", "novalue")
+    assert bad.exit_code == 2 and "KEY=VALUE" in bad.output
+
+
+def test_ngram_dedupe_command_line_from_dolma(tmp_path: Path, monkeypatch, caplog) -> None:
+    """dolma's by_ngram and Bloom filter options on the command line: the attribute files of
+    the committed dolma 1.2.1 fixture, and a line saying the filter settings are not used."""
+    fixture = DATA / "ngram"
+    shutil.copytree(fixture / "documents", tmp_path / "ds" / "documents")
+    monkeypatch.chdir(tmp_path)
+    res = run(
+        "dedupe",
+        "--documents",
+        "ds/documents/*.jsonl.gz",
+        "--dedupe.name",
+        "n2s2",
+        "--dedupe.paragraphs.attribute_name",
+        "dup",
+        "--dedupe.paragraphs.by_ngram.ngram_length",
+        "2",
+        "--dedupe.paragraphs.by_ngram.stride",
+        "2",
+        "--dedupe.paragraphs.by_ngram.overlap_threshold",
+        "0.3",
+        "--dedupe.skip_empty",
+        "--bloom_filter.file",
+        "bf.bin",
+        "--no-bloom_filter.read_only",
+        "--bloom_filter.estimated_doc_count",
+        "10000",
+        "--bloom_filter.desired_false_positive_rate",
+        "1e-9",
+        "-q",
+    )
+    assert res.exit_code == 0, res.output
+    assert "accepted and not used: lmdata dedupes exactly" in caplog.text
+    for part in ("part-0.jsonl.gz", "part-1.jsonl.gz"):
+        got = _raw(tmp_path / "ds" / "attributes" / "n2s2" / part)
+        assert got == _raw(fixture / "attributes" / "n2s2" / part)
+    assert not (tmp_path / "bf.bin").exists()

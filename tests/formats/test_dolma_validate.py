@@ -10,6 +10,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+from lmdata._report import MAX_REPORTED, overflow_line
 from lmdata.cli.main import cli
 from lmdata.formats import dolma
 
@@ -132,8 +133,9 @@ def test_missing_and_orphan_attribute_files(tmp_path: Path) -> None:
 def test_many_problems_are_capped_and_counted(tmp_path: Path) -> None:
     docs = [{"id": str(i), "text": "x"} for i in range(120)]
     probs = dolma.validate(_tree(tmp_path, docs))
-    assert len(probs) == 51
-    assert probs[-1] == "... and 70 more problems of kind 'missing-source'"
+    assert len(probs) == MAX_REPORTED + 1
+    assert probs[-1] == overflow_line("missing-source", 120 - MAX_REPORTED)
+    assert all("missing mandatory field 'source'" in p for p in probs[:-1])
 
 
 def test_cli_reports_places_and_exits_1(tmp_path: Path) -> None:

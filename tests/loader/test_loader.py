@@ -81,19 +81,33 @@ def test_segment_ids_and_positions_restart_at_every_document(seqs, L, fast):
 
 
 @settings(max_examples=60, deadline=None)
-@given(data=st.data(), rows=st.integers(1, 6), length=st.integers(1, 40))
-def test_both_segment_fillers_agree(data, rows, length):
-    from lmdata.loader import packing
+@given(data=st.data(), rows=st.integers(1, 6), length=st.integers(1, 40), bos=st.integers(0, 9))
+def test_packed_expansion_equals_the_definition(data, rows, length, bos):
+    from lmdata.loader.packing import packed_from_encoded, packed_from_starts, starts_in_rows
 
-    inner = data.draw(st.sets(st.integers(0, rows * length - 1)))
-    starts = np.array(sorted(inner | set(range(0, rows * length, length))), dtype=np.int64)
-    idx = np.arange(len(starts))
-    local = idx - np.maximum.accumulate(np.where(starts % length == 0, idx, 0)) + 1
-    a = packing._segments_by_slices(starts, local, rows, length)
-    b = packing._segments_by_repeat(starts, local, rows, length)
-    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
-    pos = a[0].reshape(rows, length)
-    assert (pos.reshape(-1)[starts] == 0).all() and (pos[:, 0] == 0).all()
+    n = rows * length
+    ids = np.array(data.draw(st.lists(st.integers(0, 2**30), min_size=n, max_size=n)))
+    bits = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    enc = (ids.astype(np.uint32) << 1 | bits).reshape(rows, length)
+    got = packed_from_encoded(enc, np.dtype(np.int32), bos)
+    seg, pos, inp = [], [], []
+    for r in range(rows):  # the definition, one token at a time
+        s = p = 0
+        for j in range(length):
+            t = r * length + j
+            start = j == 0 or bits[t]
+            s, p = (s + 1, 0) if start else (s, p + 1)
+            seg.append(s)
+            pos.append(p)
+            inp.append(bos if start else int(ids[t - 1]))
+    assert got["targets"].ravel().tolist() == ids.tolist()
+    assert got["inputs"].ravel().tolist() == inp
+    assert got["segment_ids"].ravel().tolist() == seg
+    assert got["positions"].ravel().tolist() == pos
+    # the generic path (sequence starts from boundaries) gives the same arrays
+    flat_starts = starts_in_rows(np.flatnonzero(bits), np.arange(rows) * length, length)
+    again = packed_from_starts(ids.reshape(rows, length), flat_starts, np.dtype(np.int32), bos)
+    assert all(np.array_equal(again[k], got[k]) for k in got)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -311,8 +325,13 @@ def test_bad_configuration_is_a_clear_error(dataset):
         Loader(r, seq_len=8, global_batch_size=2, mode="pack")
     with pytest.raises(InvalidInputError, match="step"):
         Loader(r, seq_len=8, global_batch_size=2).batch(-1)
-    with pytest.raises(InvalidInputError, match="one source"):
-        Loader([r, r], seq_len=8, global_batch_size=2, epochs=1)
+    with pytest.raises(InvalidInputError, match="sizes"):
+        Loader([r, r], seq_len=8, global_batch_size=2, epochs=1, weights=[1, 2])
+    for bad in ("0", 0.0, True):
+        with pytest.raises(InvalidInputError, match="rank must be an integer"):
+            Loader(r, seq_len=8, global_batch_size=2, rank=bad, world_size=1)
+    with pytest.raises(InvalidInputError, match="world_size must be an integer"):
+        Loader(r, seq_len=8, global_batch_size=2, rank=0, world_size="2")
 
 
 def test_prefetch_gives_the_same_batches(dataset):
@@ -357,3 +376,129 @@ def test_mds_and_atlas_sources_give_the_same_batches(tmp_path):
         want = ref.batch(step)
         for got in (mds.batch(step), atlas.batch(step)):
             assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+class _CountingPlain(Plain):
+    """A protocol-only reader that counts what the loader asks of it."""
+
+    def __init__(self, seqs: list) -> None:
+        self.boundary_reads = 0
+        self.spans: list[int] = []
+        super().__init__(seqs)
+
+    @property
+    def boundaries(self):
+        self.boundary_reads += 1
+        return self._b
+
+    @boundaries.setter
+    def boundaries(self, b) -> None:
+        self._b = b
+
+    def span(self, a: int, b: int) -> np.ndarray:
+        self.spans.append(b - a)
+        return super().span(a, b)
+
+    def take(self, idx) -> list:
+        raise AssertionError("unpacked rows read whole documents")
+
+
+def test_generic_packed_reads_convert_the_boundaries_once():
+    r = _CountingPlain(random_seqs(6, 80))
+    loader = Loader(r, seq_len=8, global_batch_size=4, seed=3)
+    for s in range(30):
+        loader.batch(s)
+    assert r.boundary_reads == 1
+
+
+def test_truncated_unpacked_rows_read_only_what_they_keep(tmp_path):
+    seqs = [np.arange(1, n + 1) for n in (3, 50, 9, 400, 12)]
+    r = _CountingPlain(seqs)
+    b = Loader(r, seq_len=10, global_batch_size=5, mode="unpacked", shuffle=False).batch(0)
+    assert max(r.spans) <= 10 and sum(r.spans) == 3 + 10 + 9 + 10 + 10
+    assert b["targets"][3].tolist() == list(range(1, 11))
+    f = write_flat(tmp_path / "u.zarr", seqs)
+    fb = Loader(f, seq_len=10, global_batch_size=5, mode="unpacked", shuffle=False).batch(0)
+    assert all(np.array_equal(fb[k], b[k]) for k in b)
+    assert f._boundaries is None  # two index entries per document, never the whole index
+    with pytest.raises(InvalidInputError, match=r"document 1 .* 50 tokens"):
+        Loader(
+            r, seq_len=10, global_batch_size=5, mode="unpacked", long_docs="error", shuffle=False
+        ).batch(0)
+
+
+def _big_endian_copy(src: Path, dst: Path) -> object:
+    """The flat-tokens store ``src`` with its tokens stored big-endian (``>u4``)."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    arr = dst / "train" / "encoded_tokens"
+    meta = json.loads((arr / ".zarray").read_text())
+    meta["dtype"] = ">u4"
+    (arr / ".zarray").write_text(json.dumps(meta))
+    for f in arr.iterdir():
+        if not f.name.startswith("."):
+            f.write_bytes(np.fromfile(f, dtype="<u4").astype(">u4").tobytes())
+    return lmdata.open(dst)
+
+
+@pytest.mark.parametrize("seq_len", [8, 16, 12])  # rows aligned to the 256-token chunks, or not
+def test_gathered_rows_equal_the_tokens_in_either_byte_order(tmp_path, seq_len):
+    seqs = random_seqs(4, 120)
+    little = write_flat(tmp_path / "le.zarr", seqs)
+    big = _big_endian_copy(tmp_path / "le.zarr", tmp_path / "be.zarr")
+    plain = Plain(seqs)
+    kw = {"seq_len": seq_len, "global_batch_size": 6, "seed": 5}
+    loaders = [Loader(x, **kw) for x in (little, big, plain)]
+    stream = plain.flat
+    for step in range(12):
+        want = loaders[2].batch(step)
+        rows = loaders[0].indices(step)[1]
+        expect = np.stack([stream[r * seq_len : (r + 1) * seq_len] for r in rows.tolist()])
+        assert np.array_equal(want["targets"], expect)
+        for got in (loaders[0].batch(step), loaders[1].batch(step)):
+            assert all(np.array_equal(got[k], want[k]) for k in want), step
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lens=st.lists(st.integers(0, 30), min_size=1, max_size=12),
+    L=st.integers(1, 12),
+    long_docs=st.sampled_from(["truncate", "split"]),
+    pad_id=st.sampled_from([0, -100]),
+)
+def test_unpacked_rows_from_stored_windows_equal_the_generic_path(lens, L, long_docs, pad_id):
+    """The flat-tokens unpacked path (one gather of L stored tokens per row, pieces near the
+    end moved into place) gives the generic reader's rows: every row of a finite pass."""
+    seqs = [np.arange(1, n + 1) * 7 + i for i, n in enumerate(lens)]
+    if sum(lens) == 0:
+        return
+    with tempfile.TemporaryDirectory() as d:
+        flat = write_flat(Path(d) / "u.zarr", seqs, chunk_tokens=8)
+        kw = {"seq_len": L, "global_batch_size": 3, "mode": "unpacked", "long_docs": long_docs}
+        kw |= {"epochs": 1, "shuffle": False, "pad_id": pad_id, "bos_id": 5}
+        a, b = Loader(flat, **kw), Loader(Plain(seqs), **kw)
+        for x, y in zip(a, b, strict=True):
+            assert x.keys() == y.keys()
+            assert all(np.array_equal(x[k], y[k]) for k in x)
+        flat.close()
+
+
+def test_a_corrupt_index_entry_is_named_by_unpacked_reads(tmp_path):
+    seqs = random_seqs(8, 20, max_len=20)
+    write_flat(tmp_path / "c.zarr", seqs, chunk_tokens=64)
+    f = tmp_path / "c.zarr" / "train" / "seq_starts" / "0"
+    starts = np.fromfile(f, dtype="<u8")
+    starts[3] = starts[-1] + 5  # past the tokens (first and last entries intact: opens)
+    starts.tofile(f)
+    loader = Loader(lmdata.open(tmp_path / "c.zarr"), seq_len=8, global_batch_size=20)
+    with pytest.raises(CorruptDataError, match=r"seq_starts\[[23]:[45]\]"):
+        Loader(
+            lmdata.open(tmp_path / "c.zarr"),
+            seq_len=8,
+            global_batch_size=20,
+            mode="unpacked",
+            shuffle=False,
+        ).batch(0)
+    assert loader.batch(0)["targets"].shape == (20, 8)  # packed reads never use the index

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -130,6 +131,11 @@ def test_mixture_batches_hold_each_share_and_sources_run_their_own_epochs(two):
         for e in range(len(seq) // n):  # every epoch of every source is a permutation
             assert sorted(seq[e * n : (e + 1) * n]) == list(range(n))
     assert seq[:nb] != seq[nb : 2 * nb]  # and each reshuffles
+    # each source counts its own epochs: source 1 (3 rows a step) is in epoch 180 // nb
+    assert loader.source_epochs(60) == [360 // na, 180 // nb]
+    assert loader.source_epochs(0) == [0, 0] and loader.source_epochs() == [0, 0]
+    first_wrap = -(-nb // 3)  # the first step after which source 1 has served nb rows
+    assert loader.source_epochs(first_wrap)[1] == 1 and loader.source_epochs(first_wrap - 1)[1] == 0
 
 
 @pytest.mark.parametrize("change", [{"weights": [1, 3]}, {"global_batch_size": 10}])
@@ -169,3 +175,91 @@ def test_generic_sources_resume_too(tmp_path):
     again = _make(p, mode="eos")
     again.load_state_dict(st)
     assert _same(next(iter(again)), nxt)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "named"),
+    [
+        (lambda s: s.pop("step"), "'step'"),
+        (lambda s: s.update(step="3"), "'step'"),
+        (lambda s: s.update(step=-1), "'step'"),
+        (lambda s: s.update(step=True), "'step'"),
+        (lambda s: s.update(served=[1, 2, 3]), "'served'"),
+        (lambda s: s.update(served="12"), "'served'"),
+        (lambda s: s.update(base_rows=[0, -1]), "'base_rows'"),
+        (lambda s: s.update(weights=[0.5, 0.5]), r"weights\[0\]"),
+        (lambda s: s.update(weights=["1/2", "x"]), r"weights\[1\]"),
+        (lambda s: s.update(weights=["1/2", "1/3"]), "do not sum to 1"),
+        (lambda s: s.update(sources=[{"tokens": 1}, {"tokens": 2, "rows": 1}]), r"sources\[0\]"),
+        (lambda s: s.update(sources=None), "'sources'"),
+        (lambda s: s.update(base_step=99), "'base_step'"),
+        (lambda s: s.update(global_batch_size=0), "'global_batch_size'"),
+        (lambda s: s.update(version=2), "'version'"),
+    ],
+)
+def test_a_malformed_state_is_a_clear_error_naming_the_key(two, corrupt, named):
+    loader = _make(list(two), weights=[1, 1])
+    loader.step = 4
+    state = json.loads(json.dumps(loader.state_dict()))
+    corrupt(state)
+    with pytest.raises(InvalidInputError, match="not a valid lmdata Loader state") as e:
+        _make(list(two), weights=[1, 1]).load_state_dict(state)
+    assert re.search(named, str(e.value)), str(e.value)
+    with pytest.raises(InvalidInputError, match="not a dict"):
+        loader.load_state_dict([state])
+
+
+def test_many_sources_keep_their_shuffle_blocks(monkeypatch):
+    from lmdata.loader import loader as loader_module
+
+    srcs = [Plain([np.arange(1, 199 + k)]) for k in range(20)]  # 20 sources, 49-50 rows each
+    made = []
+
+    class Counting(loader_module.Permutation):
+        def __init__(self, n, seed):
+            made.append(n)
+            super().__init__(n, seed)
+
+    monkeypatch.setattr(loader_module, "Permutation", Counting)
+    loader = _make(srcs, seq_len=4, global_batch_size=40)
+    loader.batch(0)
+    first = len(made)
+    for s in range(1, 12):
+        loader.batch(s)
+    # after the first batch only the slot order of each step is drawn: every source's
+    # shuffled block stays cached (an 8-entry cache for 20 sources recomputed them every step)
+    assert made[first:] == [40] * 11
+
+
+def test_a_finite_pass_over_a_mixture_serves_every_row_once_and_resumes(two):
+    a, b = two
+    kw = {"global_batch_size": 12, "epochs": 2, "mode": "eos"}
+    full = _make([a, b], **kw)
+    n = len(full)
+    rows = [s.num_rows for s in full.sources]
+    assert n == -(-2 * sum(rows) // 12)
+    seen = {0: [], 1: []}
+    batches = []
+    for s in range(n):
+        src, r, valid = full.indices(s)
+        for k in (0, 1):
+            seen[k] += r[valid & (src == k)].tolist()
+        batches.append(full.batch(s))
+    for k in (0, 1):  # each source: two epochs, each a permutation of its rows
+        assert len(seen[k]) == 2 * rows[k]
+        for e in range(2):
+            part = seen[k][e * rows[k] : (e + 1) * rows[k]]
+            assert sorted(part) == list(range(rows[k]))
+    last = batches[-1]["loss_mask"]
+    assert not last.all() and last.any()  # padded, not dropped
+    assert list(full) and full.step == n and list(full) == []  # stops
+    assert full.source_epochs() == [2, 2]  # both sources end their second epoch together
+    # resume mid-pass with two ranks gives the rest of the same global batches
+    state = _make([a, b], **kw).state_dict()
+    state["step"], state["served"] = 3, full._served(3).tolist()
+    halves = [_make([a, b], rank=k, world_size=2, **kw) for k in (0, 1)]
+    for h in halves:
+        h.load_state_dict(state)
+    for s, (x, y) in enumerate(zip(*halves, strict=True), start=3):
+        got = {k: np.concatenate([x[k], y[k]]) for k in x}
+        assert _same(got, batches[s]), s

@@ -48,9 +48,10 @@ def test_missing_gcsfs_names_the_extra():
 
 def test_local_only_writers_refuse_urls_without_making_folders(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for fmt, url in [("dolma", "memory://bucket/x")]:
-        with pytest.raises(LmdataError, match=r"local paths only|lmdata\[s3\]"):
-            lmdata.writer(url, fmt)
+    from lmdata.formats.mds.merge import merge
+
+    with pytest.raises(LmdataError, match=r"local paths only"):
+        merge(["memory://bucket/a"], "memory://bucket/x")
     with pytest.raises(InvalidInputError, match="local paths only"):
         check_output("memory://bucket/out.zarr", overwrite=False)
     assert os.listdir(tmp_path) == []
@@ -78,21 +79,8 @@ def test_file_urls_are_local_paths(tmp_path):
     assert lmdata.open(f"file://{tmp_path}/ds.zarr")[0].tolist() == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.parametrize(
-    ("fmt", "name"),
-    [
-        ("dolma", "x"),
-    ],
-)
-def test_local_only_formats_name_themselves(tmp_path, monkeypatch, fmt, name):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(InvalidInputError, match="local paths only"):
-        lmdata.writer(f"memory://bucket/{name}", fmt)
-    store = FsspecStore("memory")
-    store.write_object(f"/lmdata-url-test/{name}", b'{"text": "x"}\n')
-    try:
-        with pytest.raises(InvalidInputError, match="local paths only"):
-            lmdata.open(f"memory://lmdata-url-test/{name}", format=fmt)
-    finally:
-        store.remove("/lmdata-url-test")
-    assert os.listdir(tmp_path) == []
+def test_dolma_serves_urls(memory_root):
+    """Dolma, the last format that was local-only, reads and writes URLs now."""
+    with lmdata.writer(f"{memory_root}/x", "dolma") as w:
+        w.write({"id": "1", "text": "hi", "source": "s"})
+    assert [d["text"] for d in lmdata.open(f"{memory_root}/x", format="dolma")] == ["hi"]

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from lmdata.formats._spec import FormatSpec, detector
-from lmdata.formats.dolma._files import attribute_path, codec_of
+from lmdata.formats.dolma._files import attribute_path, codec_of, is_file, tree_root
 from lmdata.formats.dolma._lines import LineIndex
 from lmdata.formats.dolma.reader import DolmaDocuments, detect
 from lmdata.formats.dolma.validate import attribute_sets, validate
@@ -29,30 +28,31 @@ def open(
     path: str | os.PathLike[str], attributes: list[str] | str | None = None, **options: Any
 ) -> DolmaDocuments:
     """The documents of the tree at ``path`` (a tree root, its ``documents`` folder, or one
-    document file), with the named attribute sets merged into ``doc["attributes"]``."""
+    document file; a local path or a URL), with the named attribute sets merged into
+    ``doc["attributes"]``."""
     return DolmaDocuments(path, attributes=attributes, **options)
 
 
 def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     """Files, documents (one decoding pass), codecs and attribute sets of a tree."""
     reader = DolmaDocuments(path, **options)
-    root = reader.root if Path(path).is_dir() else Path(path)
-    if root.name == "documents":
-        root = root.parent
-    counts = [LineIndex(f, reader.max_line_bytes).num_lines for f in reader.files]
+    store = reader.store
+    root = reader.keys[0] if reader.single_file else tree_root(store, reader.root_key)
+    counts = [LineIndex(store, f, reader.max_line_bytes).num_lines for f in reader.keys]
     attrs: dict[str, Any] = {}
-    for name in attribute_sets(root):
-        present = sum(attribute_path(f, name).is_file() for f in reader.files)
-        attrs[name] = {"files": present, "missing_files": len(reader.files) - present}
+    for name in attribute_sets(store, root):
+        present = sum(is_file(store, attribute_path(f, name)) for f in reader.keys)
+        attrs[name] = {"files": present, "missing_files": len(reader.keys) - present}
+    url = store.url(root)
     return {
         "format": "dolma",
-        "path": str(root),
-        "files": len(reader.files),
+        "path": url,
+        "files": len(reader.keys),
         "documents": sum(counts),
-        "codecs": dict(Counter(codec_of(f) for f in reader.files)),
+        "codecs": dict(Counter(codec_of(f) for f in reader.keys)),
         "attribute_sets": attrs,
-        "bytes_on_disk": disk_usage(root),
-        "apparent_bytes": apparent_size(root),
+        "bytes_on_disk": disk_usage(url),
+        "apparent_bytes": apparent_size(url),
     }
 
 

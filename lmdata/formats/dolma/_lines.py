@@ -4,17 +4,15 @@ gzip cannot seek, so one pass over the file records checkpoints: every ~1 MiB of
 input, a copy of the zlib state (about 40 KB), the line number reached and the partial line
 carried over. Reading line ``n`` restarts from the checkpoint before it and decodes at most one
 segment. zstd decoders cannot be copied, so there a segment is found by decoding from the
-start of the file (documented as slow; gzip is what dolma writes). Reads are positional
-(``os.pread``), so forked workers share nothing mutable.
+start of the file (documented as slow; gzip is what dolma writes). Reads are ranged reads of
+the file's store (``pread`` locally), so forked workers share nothing mutable.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from lmdata.errors import CorruptDataError
@@ -26,7 +24,9 @@ from lmdata.formats.dolma._files import (
     codec_of,
     line_too_long,
     new_decoder,
+    read_chunks,
 )
+from lmdata.storage import LocalStore, Store
 
 CHECKPOINT_EVERY = 1 << 20  # compressed bytes between checkpoints
 SEGMENT_CACHE = 4  # decoded segments kept per file (a few MiB each)
@@ -46,10 +46,12 @@ class LineIndex:
     """Line count and checkpoints of one file, built by one streaming pass. A line longer
     than ``max_line_bytes`` is a CorruptDataError, raised before it is held whole."""
 
-    def __init__(self, path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> None:
-        self.path = path
+    def __init__(self, store: Store, key: str, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.store = store
+        self.key = key
+        self.path = store.url(key)  # as shown in messages
         self.max_line_bytes = max_line_bytes
-        self.codec = codec_of(path)
+        self.codec = codec_of(key)
         self.checkpoints: list[Checkpoint] = []
         self._starts: list[int] = []
         self.num_lines = 0
@@ -63,24 +65,25 @@ class LineIndex:
         raw = 0
         since = 0
         cps = [Checkpoint(0, dec.copy(), 0, 0, b"")]
+        local = isinstance(self.store, LocalStore)
+        chunks = read_chunks(self.store, self.key, READ_CHUNK if local else None)
         try:
-            with open(self.path, "rb") as f:
-                while True:
-                    chunk = f.read(READ_CHUNK)
-                    outs = dec.pieces(chunk) if chunk else iter([dec.flush()])
-                    for out in outs:
-                        raw += len(out)
-                        lines.feed(out)
-                    if not chunk:
-                        break
-                    off += len(chunk)
-                    since += len(chunk)
-                    # inside a long line, wait for its end: a checkpoint keeps the line's start
-                    if since >= CHECKPOINT_EVERY and lines.pending <= MAX_CARRY:
-                        since = 0
-                        carry = lines.carry()
-                        line = lines.lineno - 1
-                        cps.append(Checkpoint(off, dec.copy(), raw - len(carry), line, carry))
+            while True:
+                chunk = next(chunks, b"")
+                outs = dec.pieces(chunk) if chunk else iter([dec.flush()])
+                for out in outs:
+                    raw += len(out)
+                    lines.feed(out)
+                if not chunk:
+                    break
+                off += len(chunk)
+                since += len(chunk)
+                # inside a long line, wait for its end: a checkpoint keeps the line's start
+                if since >= CHECKPOINT_EVERY and lines.pending <= MAX_CARRY:
+                    since = 0
+                    carry = lines.carry()
+                    line = lines.lineno - 1
+                    cps.append(Checkpoint(off, dec.copy(), raw - len(carry), line, carry))
         except CorruptDataError:
             raise
         except DECODE_ERRORS as e:
@@ -96,6 +99,8 @@ class LineIndex:
     def __getstate__(self) -> dict[str, Any]:
         # decoder copies cannot be pickled: keep the count, rebuild checkpoints on first read
         return {
+            "store": self.store,
+            "key": self.key,
             "path": self.path,
             "codec": self.codec,
             "num_lines": self.num_lines,
@@ -131,10 +136,10 @@ class LineIndex:
         parts = [b""] if skip else [cp.carry]  # decoding from the start reproduces the carry
         have = 0
         tail = len(cp.carry)  # bytes since the last newline: bounded, as in the indexing pass
-        fd = os.open(self.path, os.O_RDONLY)
+        step = READ_CHUNK if isinstance(self.store, LocalStore) else READ_CHUNK * 2
         try:
             while have < want:
-                chunk = os.pread(fd, READ_CHUNK, off)
+                chunk = self.store.read_range(self.key, off, step)
                 off += len(chunk)
                 for out in dec.pieces(chunk) if chunk else [dec.flush()]:
                     if skip:
@@ -154,8 +159,6 @@ class LineIndex:
             raise CorruptDataError(
                 f"cannot decompress ({e})", path=self.path, position=f"near line {cp.line + 1}"
             ) from None
-        finally:
-            os.close(fd)
         lines = b"".join(parts).split(b"\n")
         if len(lines) < want:
             raise CorruptDataError(

@@ -3,7 +3,8 @@
 Documents are returned as the JSON objects stored (dicts). With ``attributes=["exp", ...]``,
 each attribute file's ``attributes`` object is merged into ``doc["attributes"]`` in the order
 given (later sets overwrite earlier keys, as dolma's mixer does); an attribute row whose id
-differs from its document's is an error naming both files and the line.
+differs from its document's is an error naming both files and the line. Trees are read through
+their store: local paths and ``memory://``, ``s3://``, ``gs://`` URLs alike.
 """
 
 from __future__ import annotations
@@ -16,21 +17,24 @@ from typing import Any
 import numpy as np
 import orjson
 
-from lmdata.errors import CorruptDataError, FormatError, InvalidInputError
+from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, LmdataError
 from lmdata.formats.dolma._files import (
     MAX_LINE_BYTES,
     attribute_path,
     documents_dir,
     is_doc_file,
+    is_file,
     iter_raw_lines,
     list_documents,
+    shown,
+    walk_files,
 )
 from lmdata.formats.dolma._lines import LineIndex
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import local_path
+from lmdata.storage import Store, basename, parent, resolve
 
 
-def parse_line(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
+def parse_line(raw: bytes, path: str | os.PathLike[str], lineno: int) -> dict[str, Any]:
     """One JSONL line as a dict; anything else is a CorruptDataError with file and line."""
     try:
         obj = orjson.loads(raw)
@@ -49,7 +53,11 @@ def parse_line(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
 
 
 def merge_attribute_row(
-    doc: dict[str, Any], row: dict[str, Any], doc_path: Path, attr_path: Path, lineno: int
+    doc: dict[str, Any],
+    row: dict[str, Any],
+    doc_path: str | os.PathLike[str],
+    attr_path: str | os.PathLike[str],
+    lineno: int,
 ) -> None:
     """Merge one attribute row into ``doc`` after checking that it belongs to it (same id,
     of the same JSON type: 1 and "1" are different documents)."""
@@ -89,6 +97,7 @@ class DolmaDocuments:
         attributes: Sequence[str] | str | None = None,
         *,
         max_line_bytes: int = MAX_LINE_BYTES,
+        storage_options: dict[str, Any] | None = None,
         **_: Any,
     ) -> None:
         if isinstance(max_line_bytes, bool) or not isinstance(max_line_bytes, int):
@@ -98,30 +107,42 @@ class DolmaDocuments:
         if max_line_bytes < 1:
             raise InvalidInputError(f"max_line_bytes must be positive, got {max_line_bytes}")
         self.max_line_bytes = max_line_bytes
-        p = local_path(path, "dolma")
-        if p.is_file():
-            if not is_doc_file(p.name):
+        store, key = resolve(path, storage_options)
+        self.store: Store = store
+        if is_file(store, key):
+            if not is_doc_file(basename(key)):
                 raise FormatError(
                     "not a Dolma document file (*.jsonl.gz, *.jsonl, *.jsonl.zst, *.json.gz)",
-                    path=p,
+                    path=store.url(key),
                 )
-            self.root, self.files = p.parent, [p]
+            self.root_key, self.keys, self.single_file = parent(key), [key], True
         else:
-            self.root, self.files = p, list_documents(p)
+            self.root_key, self.keys = key, list_documents(store, key)
+            self.single_file = False
         if isinstance(attributes, str):
             attributes = [a for a in attributes.split(",") if a]
         self.attributes = tuple(attributes or ())
-        for f in self.files:
+        for f in self.keys:
             for name in self.attributes:
                 ap = attribute_path(f, name)
-                if not ap.is_file():
+                if not is_file(store, ap):
                     raise FormatError(
-                        f"attribute set {name!r} has no file for {f}; tag that file or leave "
-                        f"{name!r} out of attributes=",
-                        path=ap,
+                        f"attribute set {name!r} has no file for {store.url(f)}; tag that file "
+                        f"or leave {name!r} out of attributes=",
+                        path=store.url(ap),
                     )
-        self._idx: dict[Path, LineIndex] = {}
+        self._idx: dict[str, LineIndex] = {}
         self._cum: np.ndarray | None = None
+
+    @property
+    def root(self) -> Path | str:
+        """The folder read (a local Path, or a URL)."""
+        return shown(self.store, self.root_key)
+
+    @property
+    def files(self) -> list[Path | str]:
+        """The document files in input order (local Paths, or URLs)."""
+        return [shown(self.store, k) for k in self.keys]
 
     def __repr__(self) -> str:
         return (
@@ -134,10 +155,10 @@ class DolmaDocuments:
 
     # -- counting -------------------------------------------------------------------------------
 
-    def _index(self, path: Path) -> LineIndex:
-        idx = self._idx.get(path)
+    def _index(self, key: str) -> LineIndex:
+        idx = self._idx.get(key)
         if idx is None:
-            idx = self._idx[path] = LineIndex(path, self.max_line_bytes)
+            idx = self._idx[key] = LineIndex(self.store, key, self.max_line_bytes)
         return idx
 
     @property
@@ -145,16 +166,17 @@ class DolmaDocuments:
         """``len(files) + 1`` offsets: file ``k`` holds documents ``cum[k]:cum[k+1]``."""
         if self._cum is None:
             counts = []
-            for f in self.files:
+            for f in self.keys:
                 n = self._index(f).num_lines
                 for name in self.attributes:
                     ap = attribute_path(f, name)
                     m = self._index(ap).num_lines
                     if m != n:
                         raise CorruptDataError(
-                            f"{m} attribute rows for {n} documents in {f}; attribute files must "
-                            "have one row per document: re-run the tagger on this file",
-                            path=ap,
+                            f"{m} attribute rows for {n} documents in {self.store.url(f)}; "
+                            "attribute files must have one row per document: re-run the "
+                            "tagger on this file",
+                            path=self.store.url(ap),
                         )
                 counts.append(n)
             self._cum = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
@@ -163,11 +185,11 @@ class DolmaDocuments:
     def __len__(self) -> int:
         return int(self.cumulative[-1])
 
-    def locate(self, index: int) -> tuple[Path, int]:
+    def locate(self, index: int) -> tuple[Path | str, int]:
         """(document file, 1-based line) of document ``index``."""
         i = normalize_index(index, len(self))
         k = int(np.searchsorted(self.cumulative, i, side="right")) - 1
-        return self.files[k], i - int(self.cumulative[k]) + 1
+        return shown(self.store, self.keys[k]), i - int(self.cumulative[k]) + 1
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -182,16 +204,20 @@ class DolmaDocuments:
         for k in np.unique(fileno).tolist():
             pos = np.nonzero(fileno == k)[0]
             lines = (idx[pos] - cum[k]).tolist()
-            f = self.files[k]
+            f = self.keys[k]
             raw = self._index(f).lines(lines)
             attr_raw = [
-                (attribute_path(f, n), self._index(attribute_path(f, n)).lines(lines))
+                (
+                    self.store.url(attribute_path(f, n)),
+                    self._index(attribute_path(f, n)).lines(lines),
+                )
                 for n in self.attributes
             ]
+            fu = self.store.url(f)
             for p, ln in zip(pos.tolist(), lines, strict=True):
-                doc = parse_line(raw[ln], f, ln + 1)
+                doc = parse_line(raw[ln], fu, ln + 1)
                 for ap, rows in attr_raw:
-                    merge_attribute_row(doc, parse_line(rows[ln], ap, ln + 1), f, ap, ln + 1)
+                    merge_attribute_row(doc, parse_line(rows[ln], ap, ln + 1), fu, ap, ln + 1)
                 out[p] = doc
         return out
 
@@ -199,10 +225,12 @@ class DolmaDocuments:
         for _path, _line, doc in self.iter_located():
             yield doc
 
-    def iter_located(self) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+    def iter_located(self) -> Iterator[tuple[Path | str, int, dict[str, Any]]]:
         """Every document with its file and 1-based line, streamed file by file."""
-        for f in self.files:
-            yield from iter_file(f, self.attributes, self.max_line_bytes)
+        for f in self.keys:
+            p = shown(self.store, f)
+            for _f, lineno, doc in iter_file(self.store, f, self.attributes, self.max_line_bytes):
+                yield p, lineno, doc
 
     def info(self) -> dict[str, Any]:
         """Files, documents and attribute sets of this reader (counting decodes each file)."""
@@ -225,31 +253,35 @@ class DolmaDocuments:
 
 
 def iter_file(
-    f: Path, attributes: Sequence[str] = (), max_line_bytes: int = MAX_LINE_BYTES
-) -> Iterator[tuple[Path, int, dict]]:
+    store: Store, f: str, attributes: Sequence[str] = (), max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[str, int, dict]]:
     """Documents of one file with their attribute sets merged, checking row alignment."""
+    fu = store.url(f)
     streams = [
-        (attribute_path(f, n), iter_raw_lines(attribute_path(f, n), max_line_bytes=max_line_bytes))
+        (
+            store.url(attribute_path(f, n)),
+            iter_raw_lines(store, attribute_path(f, n), max_line_bytes=max_line_bytes),
+        )
         for n in attributes
     ]
-    for lineno, raw in iter_raw_lines(f, max_line_bytes=max_line_bytes):
-        doc = parse_line(raw, f, lineno)
+    for lineno, raw in iter_raw_lines(store, f, max_line_bytes=max_line_bytes):
+        doc = parse_line(raw, fu, lineno)
         for ap, it in streams:
             row = next(it, None)
             if row is None:
                 raise CorruptDataError(
-                    f"attribute file ends at line {lineno - 1} but {f} has more documents; "
+                    f"attribute file ends at line {lineno - 1} but {fu} has more documents; "
                     "re-run the tagger on this file",
                     path=ap,
                     position=f"line {lineno}",
                 )
-            merge_attribute_row(doc, parse_line(row[1], ap, lineno), f, ap, lineno)
-        yield f, lineno, doc
+            merge_attribute_row(doc, parse_line(row[1], ap, lineno), fu, ap, lineno)
+        yield fu, lineno, doc
     for ap, it in streams:
         extra = next(it, None)
         if extra is not None:
             raise CorruptDataError(
-                f"attribute file has more rows than {f} has documents; re-run the tagger on "
+                f"attribute file has more rows than {fu} has documents; re-run the tagger on "
                 "this file",
                 path=ap,
                 position=f"line {extra[0]}",
@@ -258,14 +290,13 @@ def iter_file(
 
 def detect(path: str | os.PathLike[str]) -> bool:
     """A folder with a ``documents/`` subfolder holding at least one JSONL(.gz/.zst) file."""
-    p = Path(path)
-    if not p.is_dir():
+    try:
+        store, key = resolve(path)
+        if not store.is_dir(key):
+            return False
+        ddir = documents_dir(store, key)
+        if not store.is_dir(ddir):
+            return False
+        return any(is_doc_file(basename(k)) for k in walk_files(store, ddir))
+    except (OSError, LmdataError):
         return False
-    ddir = documents_dir(p)
-    if not ddir.is_dir():
-        return False
-    for _dirpath, dirnames, files in os.walk(ddir):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        if any(is_doc_file(f) for f in files):
-            return True
-    return False

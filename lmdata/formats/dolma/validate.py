@@ -13,43 +13,29 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import xxhash
 
+from lmdata._report import ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats.dolma._files import (
     MAX_LINE_BYTES,
     attribute_path,
     documents_dir,
     is_doc_file,
+    is_file,
     iter_raw_lines,
+    list_documents,
+    tree_root,
+    walk_files,
 )
-from lmdata.formats.dolma.reader import list_documents
+from lmdata.storage import Store, join, resolve
 
-MAX_REPORTED = 50  # per kind of problem; the rest are counted
 REQUIRED = ("id", "text", "source")
 OPTIONAL_STR = ("added", "created", "version")
-
-
-class _Report:
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-        self._counts: dict[str, int] = {}
-
-    def add(self, kind: str, msg: str) -> None:
-        n = self._counts[kind] = self._counts.get(kind, 0) + 1
-        if n <= MAX_REPORTED:
-            self.problems.append(msg)
-
-    def finish(self) -> list[str]:
-        for kind, n in self._counts.items():
-            if n > MAX_REPORTED:
-                self.problems.append(f"... and {n - MAX_REPORTED} more problems of kind '{kind}'")
-        return self.problems
 
 
 def _type(v: Any) -> str:
@@ -68,11 +54,12 @@ def _type(v: Any) -> str:
 
 
 def _lines(
-    path: Path, rep: _Report, max_line_bytes: int = MAX_LINE_BYTES
+    store: Store, key: str, rep: ProblemReport, max_line_bytes: int = MAX_LINE_BYTES
 ) -> Iterator[tuple[int, Any]]:
     """(line, parsed object or None when it is not a JSON object) — problems are reported."""
+    path = store.url(key)
     try:
-        for lineno, raw in iter_raw_lines(path, max_line_bytes=max_line_bytes):
+        for lineno, raw in iter_raw_lines(store, key, max_line_bytes=max_line_bytes):
             where = f"{path}:{lineno}"
             try:
                 obj = orjson.loads(raw)
@@ -90,7 +77,7 @@ def _lines(
         rep.add("file", str(e))
 
 
-def _check_doc(doc: dict[str, Any], where: str, rep: _Report) -> None:
+def _check_doc(doc: dict[str, Any], where: str, rep: ProblemReport) -> None:
     for k in REQUIRED:
         if k not in doc:
             rep.add(
@@ -143,7 +130,7 @@ def check_value(key: str, value: Any) -> str | None:
     return None
 
 
-def _check_attr_row(row: dict[str, Any], doc_id: Any, where: str, rep: _Report) -> None:
+def _check_attr_row(row: dict[str, Any], doc_id: Any, where: str, rep: ProblemReport) -> None:
     if "id" not in row:
         rep.add("attr-id", f"{where}: attribute row has no 'id'")
     elif row["id"] != doc_id or type(row["id"]) is not type(doc_id):
@@ -165,42 +152,47 @@ def _check_attr_row(row: dict[str, Any], doc_id: Any, where: str, rep: _Report) 
             rep.add("attr-span", f"{where}: {msg}")
 
 
-def attribute_sets(root: Path) -> list[str]:
-    adir = root / "attributes"
-    if not adir.is_dir():
-        return []
-    return sorted(d.name for d in adir.iterdir() if d.is_dir() and not d.name.startswith("."))
+def attribute_sets(store: Store, root: str) -> list[str]:
+    """Names of the attribute sets of a tree (the folders below ``attributes/``)."""
+    adir = join(root, "attributes")
+    return sorted(
+        n for n in store.list(adir) if not n.startswith(".") and store.is_dir(join(adir, n))
+    )
 
 
 def validate(
     path: str | os.PathLike[str],
     attributes: list[str] | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    storage_options: dict[str, Any] | None = None,
     **_: object,
 ) -> list[str]:
     """All problems found in the Dolma tree at ``path`` (empty when it is valid); a line
     longer than ``max_line_bytes`` is reported and ends the check of its file."""
-    root = Path(path)
-    if root.name == "documents":
-        root = root.parent
-    rep = _Report()
+    store, key = resolve(path, storage_options)
+    root = tree_root(store, key)
+    rep = ProblemReport()
     try:
-        files = list_documents(root)
+        files = list_documents(store, root)
     except LmdataError as e:
         return [str(e)]
     if not files:
-        return [f"{documents_dir(root)}: no document files (*.jsonl.gz, *.jsonl, *.jsonl.zst)"]
-    names = attribute_sets(root) if attributes is None else list(attributes)
+        return [
+            f"{store.url(documents_dir(store, root))}: no document files "
+            "(*.jsonl.gz, *.jsonl, *.jsonl.zst)"
+        ]
+    names = attribute_sets(store, root) if attributes is None else list(attributes)
     hashes: list[np.ndarray] = []
     where_of: list[np.ndarray] = []
     for k, f in enumerate(files):
         ids: list[Any] = []
         h = []
-        for lineno, doc in _lines(f, rep, max_line_bytes):
+        fu = store.url(f)
+        for lineno, doc in _lines(store, f, rep, max_line_bytes):
             if doc is None:
                 ids.append(None)
                 continue
-            _check_doc(doc, f"{f}:{lineno}", rep)
+            _check_doc(doc, f"{fu}:{lineno}", rep)
             did = doc.get("id")
             ids.append(did)
             if isinstance(did, str) and isinstance(doc.get("source"), str):
@@ -212,52 +204,62 @@ def validate(
             hashes.append(arr[:, 0])
             where_of.append(arr[:, 1])
         for name in names:
-            _check_attribute_file(f, name, ids, rep, max_line_bytes)
+            _check_attribute_file(store, f, name, ids, rep, max_line_bytes)
     for name in names:
-        _orphans(root, name, set(files), rep)
+        _orphans(store, root, name, set(files), rep)
     if hashes:
-        _duplicates(np.concatenate(hashes), np.concatenate(where_of), files, rep)
+        _duplicates(store, np.concatenate(hashes), np.concatenate(where_of), files, rep)
     return rep.finish()
 
 
 def _check_attribute_file(
-    f: Path, name: str, ids: list[Any], rep: _Report, max_line_bytes: int = MAX_LINE_BYTES
+    store: Store,
+    f: str,
+    name: str,
+    ids: list[Any],
+    rep: ProblemReport,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> None:
     ap = attribute_path(f, name)
-    if not ap.is_file():
-        rep.add("attr-missing", f"{ap}: missing: attribute set '{name}' has no file for {f}")
+    apu = store.url(ap)
+    if not is_file(store, ap):
+        rep.add(
+            "attr-missing", f"{apu}: missing: attribute set '{name}' has no file for {store.url(f)}"
+        )
         return
     n = 0
-    for lineno, row in _lines(ap, rep, max_line_bytes):
+    for lineno, row in _lines(store, ap, rep, max_line_bytes):
         n = lineno
         if lineno > len(ids):
             continue
         if row is not None:
-            _check_attr_row(row, ids[lineno - 1], f"{ap}:{lineno}", rep)
+            _check_attr_row(row, ids[lineno - 1], f"{apu}:{lineno}", rep)
     if n != len(ids):
         rep.add(
             "attr-rows",
-            f"{ap}: {n} rows for the {len(ids)} documents of {f} "
+            f"{apu}: {n} rows for the {len(ids)} documents of {store.url(f)} "
             "(one row per document, in the same order)",
         )
 
 
-def _orphans(root: Path, name: str, docs: set[Path], rep: _Report) -> None:
-    adir = root / "attributes" / name
-    for dirpath, _dirs, fnames in os.walk(adir):
-        for fn in fnames:
-            if not is_doc_file(fn):
-                continue
-            rel = (Path(dirpath) / fn).relative_to(adir)
-            if documents_dir(root) / rel not in docs:
-                rep.add(
-                    "attr-orphan",
-                    f"{Path(dirpath) / fn}: attribute file with no document "
-                    f"file documents/{rel.as_posix()}",
-                )
+def _orphans(store: Store, root: str, name: str, docs: set[str], rep: ProblemReport) -> None:
+    adir = join(root, "attributes", name)
+    ddir = documents_dir(store, root)
+    cut = len(adir.rstrip("/")) + 1
+    for k in sorted(walk_files(store, adir)):
+        if not is_doc_file(k.rsplit("/", 1)[-1]):
+            continue
+        rel = k[cut:]
+        if join(ddir, rel) not in docs:
+            rep.add(
+                "attr-orphan",
+                f"{store.url(k)}: attribute file with no document file documents/{rel}",
+            )
 
 
-def _duplicates(h: np.ndarray, where: np.ndarray, files: list[Path], rep: _Report) -> None:
+def _duplicates(
+    store: Store, h: np.ndarray, where: np.ndarray, files: list[str], rep: ProblemReport
+) -> None:
     """Ids seen twice within a source: hash first, then confirm the candidates exactly."""
     order = np.argsort(h, kind="stable")
     hs = h[order]
@@ -272,13 +274,13 @@ def _duplicates(h: np.ndarray, where: np.ndarray, files: list[Path], rep: _Repor
     for k in sorted(wanted):
         last = max(wanted[k])
         try:
-            for lineno, raw in iter_raw_lines(files[k]):
+            for lineno, raw in iter_raw_lines(store, files[k]):
                 if lineno > last:
                     break
                 if lineno in wanted[k]:
                     doc = orjson.loads(raw)
                     key = (doc["source"], doc["id"])
-                    here = f"{files[k]}:{lineno}"
+                    here = f"{store.url(files[k])}:{lineno}"
                     if key in first:
                         rep.add(
                             "dup-id",

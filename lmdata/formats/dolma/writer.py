@@ -1,5 +1,10 @@
 """Writing Dolma trees: ``<path>/documents/part-NNNNN.jsonl.gz``, gzip like dolma.
 
+The tree is written through its store (a local path or a URL) and appears whole when the writer
+closes: locally one rename; on object stores the files are staged under a ``.lmdata-tmp-*``
+sibling and copied into place on close, since a Dolma tree has no metadata object whose
+arrival could mark it complete (a reader sees a partial tree only during those copies).
+
 Documents are JSON objects with string ``id``, ``text`` and ``source``. What other formats hand
 over is made to fit where that is unambiguous: an integer id becomes its decimal string (as
 dolma's fix_ids_type.py does), a missing id becomes the document's position, a missing source
@@ -16,8 +21,8 @@ from typing import Any
 import orjson
 
 from lmdata.errors import InvalidInputError
-from lmdata.formats.dolma._files import open_write, suffix_for
-from lmdata.storage import AtomicOutput, AtomicWriter, local_path
+from lmdata.formats.dolma._files import open_write, shown, suffix_for
+from lmdata.storage import AtomicWriter, FsspecOutput, FsspecStore, basename, resolve
 
 DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
 
@@ -62,18 +67,24 @@ class Writer(AtomicWriter):
         max_file_bytes: int = DEFAULT_FILE_BYTES,
         max_file_docs: int | None = None,
         prefix: str = "part",
+        storage_options: dict[str, Any] | None = None,
         **_: Any,
     ) -> None:
         if compression not in ("gz", "zst", "none"):
             raise InvalidInputError(f"compression {compression!r}: use gz, zst or none")
-        self.path = local_path(path, "dolma")
+        store, key = resolve(path, storage_options)
+        self.path = shown(store, key)
         self.compression = compression
-        self.source = source if source is not None else self.path.name
+        self.source = source if source is not None else basename(key)
         self.max_file_bytes = max_file_bytes
         self.max_file_docs = max_file_docs
         self.prefix = prefix
-        self._out = AtomicOutput(self.path, directory=True, overwrite=overwrite, what="dolma")
-        (self._out.tmp / "documents").mkdir()
+        if isinstance(store, FsspecStore):
+            self._out: Any = FsspecOutput(
+                store, key, directory=True, overwrite=overwrite, stage=True
+            )
+        else:
+            self._out = store.output(key, directory=True, overwrite=overwrite)
         self._file: Any = None
         self._file_no = 0
         self._file_bytes = 0
@@ -85,7 +96,7 @@ class Writer(AtomicWriter):
             self._file.close()
             self._file_no += 1
         name = f"{self.prefix}-{self._file_no:05d}{suffix_for(self.compression)}"
-        self._file = open_write(self._out.tmp / "documents" / name, self.compression)
+        self._file = open_write(self._out.open_write(f"documents/{name}"), self.compression)
         self._file_bytes = 0
         self._file_docs = 0
 
@@ -150,11 +161,15 @@ class Writer(AtomicWriter):
     def close(self) -> None:
         if self._out.done:
             return
-        if self._file is None:
-            self._next_file()  # an empty dataset still has one (empty) documents file
-        self._file.close()
-        self._file = None
-        self._out.finish()
+        try:
+            if self._file is None:
+                self._next_file()  # an empty dataset still has one (empty) documents file
+            self._file.close()
+            self._file = None
+        except BaseException:
+            self.abort()
+            raise
+        self._out.commit()
 
     def abort(self) -> None:
         if self._file is not None:

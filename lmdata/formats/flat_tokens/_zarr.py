@@ -148,10 +148,6 @@ def _index_has_crc(codecs: Any, where: str) -> bool:
     return True
 
 
-def _rows(a: np.ndarray, length: int) -> np.ndarray:
-    return a[: (len(a) // length) * length].reshape(-1, length)
-
-
 class ZArray:
     """Random reads of a 1-D zarr array straight from its chunk objects in a store.
 
@@ -186,7 +182,7 @@ class ZArray:
         self._slot = new_slot(self._cache_bytes)  # decoded units and shard indexes
         # memory maps (no copies, so outside the byte budget); FIFO, cheap lookups
         self._maps: dict[int, np.ndarray] = {}
-        self._views: dict[tuple[int, int], np.ndarray] = {}
+        self._views: dict[int, memoryview] = {}
         self._epoch = -1
         self._mappable = self.raw and self.store.can_mmap  # else read by byte ranges
 
@@ -344,13 +340,13 @@ class ZArray:
             self._slot.put(u, arr, arr.nbytes)
         return arr
 
-    def _rows_view(self, u: int, length: int) -> np.ndarray:
-        """Unit ``u`` seen as rows of ``length`` items, kept while the unit is (views of
-        decoded units are dropped by :meth:`_check_views` once the byte cache evicts)."""
-        v = self._views.get((u, length))
+    def _bytes_view(self, u: int) -> memoryview:
+        """Unit ``u`` as a flat byte memoryview, kept while the unit is (views of decoded units
+        are dropped by :meth:`_check_views` once the byte cache evicts)."""
+        v = self._views.get(u)
         if v is None:
-            v = _rows(self.unit_array(u), length)
-            self._views[(u, length)] = v
+            v = memoryview(np.ascontiguousarray(self.unit_array(u)).view(np.uint8))
+            self._views[u] = v
         return v
 
     def _check_views(self) -> None:
@@ -546,15 +542,18 @@ class ZArray:
         parts = []
         if unit % length == 0 and not (starts % length).any():
             # the common case: rows aligned to the row length never straddle a unit, so a row
-            # is row r % per of unit r // per (copied straight from its view: measured faster
-            # than joining views with one concatenate at 32 rows)
-            per = unit // length
-            for i, r in enumerate((starts // length).tolist()):
-                u, kk = divmod(r, per)
-                v = views.get((u, length))
+            # is row r % per of unit r // per, copied as bytes between memoryviews (a third
+            # of the per-row cost of numpy indexing and assignment)
+            u_of, k_of = np.divmod(starts // length, unit // length)
+            rb = length * self.dtype.itemsize
+            ob = memoryview(out.reshape(-1).view(np.uint8))
+            at = 0
+            for u, o in zip(u_of.tolist(), (k_of * rb).tolist(), strict=True):
+                v = views.get(u)
                 if v is None:
-                    v = self._rows_view(u, length)
-                out[i] = v[kk]
+                    v = self._bytes_view(u)
+                ob[at : at + rb] = v[o : o + rb]
+                at += rb
             return out
         else:
             u_of = starts // unit

@@ -224,6 +224,31 @@ class FlatTokens:
         idx = normalize_indices(indices, len(self))
         return [self.tokens.read(*self._bounds(int(i))) >> 1 for i in idx]
 
+    def sequence_ranges(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """(start, stop) of each sequence in ``indices`` within the concatenated tokens, shape
+        (n, 2) int64: one gather of two ``seq_starts`` entries per sequence, never the whole
+        index (the Loader's truncated unpacked rows read only the tokens they keep)."""
+        idx = normalize_indices(indices, len(self))
+        if self._boundaries is not None:
+            b = self._boundaries
+            pairs = np.stack([b[idx], b[idx + 1]], axis=1)
+        else:
+            pairs = self.seq_starts.gather(idx, 2)
+        a, z = pairs[:, 0], pairs[:, 1]
+        bad = (a > z) | (z > self.num_tokens)
+        if pairs.dtype.kind == "i":  # (unsigned entries are never negative)
+            bad |= a < 0
+        if bad.any():
+            k = int(np.argmax(bad))
+            i = int(idx[k])
+            raise CorruptDataError(
+                f"seq_starts[{i}:{i + 2}] = [{int(a[k])}, {int(z[k])}] is not a range inside "
+                f"the {self.num_tokens} tokens; run `lmdata validate`",
+                path=self.seq_starts.path,
+                position=f"index {i}",
+            )
+        return pairs.astype(np.int64)
+
     def __iter__(self) -> Iterator[np.ndarray]:
         block = 1 << 16
         for lo in range(0, len(self), block):
