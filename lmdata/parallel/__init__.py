@@ -67,7 +67,21 @@ def report(n: int) -> None:
     if callable(_SINK):
         _SINK(n)
     else:
+        global _QUEUED
         _SINK.put(n)
+        _QUEUED += n
+
+
+_QUEUED = 0  # in a worker process: what the running unit has put on the progress queue
+
+
+def _counted(fn: Callable[[T], R], unit: T) -> tuple[R, int]:
+    """Run one unit in a worker; return its result and how much progress it queued, so the
+    parent knows how much to wait for (a queue message may arrive after the result)."""
+    global _QUEUED
+    _QUEUED = 0
+    result = fn(unit)
+    return result, _QUEUED
 
 
 class InProcess:
@@ -117,12 +131,19 @@ class LocalProcesses:
         ctx = mp.get_context("spawn")
         q = ctx.Queue() if on_report is not None else None
 
-        def drain() -> None:
+        received = expected = 0
+
+        def drain(wait: bool = False) -> None:
+            """Pass queued progress on; with ``wait``, until all the finished units queued
+            has arrived (bounded: a worker that died cannot hang the job)."""
+            nonlocal received
             while q is not None and on_report is not None:
                 try:
-                    on_report(q.get_nowait())
+                    n = q.get(timeout=10) if wait and received < expected else q.get_nowait()
                 except queue.Empty:
                     return
+                received += n
+                on_report(n)
 
         it = iter(units)
         with ctx.Pool(
@@ -134,17 +155,19 @@ class LocalProcesses:
                 while True:
                     while not exhausted and len(pending) < self.window:
                         try:
-                            pending.append(pool.apply_async(fn, (next(it),)))
+                            pending.append(pool.apply_async(_counted, (fn, next(it))))
                         except StopIteration:
                             exhausted = True
                     if not pending:
+                        drain(wait=True)
                         break
                     head = pending[0]
                     while not head.ready():
                         head.wait(0.1)
                         drain()
                     pending.popleft()
-                    result = head.get()
+                    result, queued = head.get()
+                    expected += queued
                     drain()
                     yield result
             except BaseException:
