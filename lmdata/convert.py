@@ -8,6 +8,7 @@ processes in parallel and written in order, atomically.
 
 from __future__ import annotations
 
+import io
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,8 @@ from lmdata import formats
 from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
 from lmdata.errors import InvalidInputError
-from lmdata.parallel import Executor, make_executor
+from lmdata.parallel import Executor, InProcess, make_executor
+from lmdata.parallel.staging import Staging, staging_for
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_dest, options_scope
 
@@ -51,25 +53,65 @@ def _init(reader: Any) -> None:
 
 @dataclass(frozen=True)
 class Block:
-    """Records ``lo`` up to (not including) ``hi`` of the source reader."""
+    """Records ``lo`` up to (not including) ``hi`` of the source reader; with ``staging``, the
+    worker stages the block's token sequences there as part ``name`` instead of returning
+    them, so tokens never cross the executor."""
 
     lo: int
     hi: int
+    staging: Staging | None = None
+    name: str = ""
 
 
-def _read_block(block: Block) -> list[Any]:
-    return _READER.take(list(range(block.lo, block.hi)))
+@dataclass(frozen=True)
+class StagedBlock:
+    """A block a worker staged: its part's name and how many sequences it holds."""
+
+    name: str
+    records: int
 
 
-def _blocks(reader: Any, pool: Executor, block: int = 512) -> Iterator[list[Any]]:
+def _read_block(block: Block) -> list[Any] | StagedBlock:
+    recs = _READER.take(list(range(block.lo, block.hi)))
+    if block.staging is None:
+        return recs  # type: ignore[no-any-return]
+    lengths = np.fromiter((len(t) for t in recs), dtype=np.int64, count=len(recs))
+    flat = np.concatenate(recs) if recs else np.zeros(0, dtype=np.uint32)
+    buf = io.BytesIO()
+    np.savez(buf, tokens=flat, lengths=lengths)
+    block.staging.write_part(block.name, buf.getvalue())
+    return StagedBlock(block.name, len(recs))
+
+
+def _unstage(staging: Staging, staged: StagedBlock) -> list[Any]:
+    """A staged block's sequences (views of one array), its part removed once read."""
+    with np.load(io.BytesIO(staging.read_part(staged.name))) as z:
+        tokens, lengths = z["tokens"], z["lengths"]
+    staging.remove_part(staged.name)
+    return np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
+
+
+BLOCK = 512  # records per unit
+
+
+def _n_blocks(reader: Any) -> int:
+    return max(1, -(-len(reader) // BLOCK))
+
+
+def _blocks(
+    reader: Any, pool: Executor, staging: Staging | None, split: int
+) -> Iterator[list[Any]]:
+    """The reader's records in blocks, read by ``pool``'s workers (staged, with ``staging``)."""
     n = len(reader)
-    if n <= block:  # one block: no worker start-up
-        yield from make_executor("inprocess").map_ordered(
-            _read_block, [Block(0, n)], initializer=_init, initargs=(reader,)
-        )
-        return
-    units = (Block(lo, min(n, lo + block)) for lo in range(0, n, block))
-    yield from pool.map_ordered(_read_block, units, initializer=_init, initargs=(reader,))
+    units = [
+        Block(lo, min(n, lo + BLOCK), staging, f"{split:06d}-{lo // BLOCK:06d}-000000.npz")
+        for lo in range(0, n, BLOCK)
+    ] or [Block(0, 0)]
+    try:
+        for res in pool.map_ordered(_read_block, units, initializer=_init, initargs=(reader,)):
+            yield _unstage(staging, res) if isinstance(res, StagedBlock) else res  # type: ignore[arg-type]
+    finally:
+        _init(None)  # in-process: no reference to the reader outlives the job
 
 
 def convert(
@@ -133,7 +175,6 @@ def _convert(
     target = formats.spec(to)
     dst = check_dest(dst, overwrite)
     opts = dict(writer_options or {})
-    pool = make_executor(engine, 0 if workers == 1 else workers, address)
     summary = ConvertSummary(output=str(dst))
     source = formats.spec(source_format) if source_format else formats.spec(formats.detect(src))
     src_splits: list[str | None] = [split]
@@ -148,6 +189,38 @@ def _convert(
     readers = [
         open_dataset(src, format=source.name, split=s, **(reader_options or {})) for s in src_splits
     ]
+    pool = make_executor(engine, workers, address, units=sum(_n_blocks(r) for r in readers))
+    try:
+        summary.records = _copy(
+            src,
+            dst,
+            target,
+            list(zip(src_splits, readers, strict=True)),
+            pool,
+            overwrite,
+            opts,
+            progress,
+        )
+    finally:
+        for r in readers:
+            r.close()
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _copy(
+    src: Any,
+    dst: Any,
+    target: formats.FormatSpec,
+    sources: list[tuple[str | None, Any]],
+    pool: Executor,
+    overwrite: bool,
+    opts: dict[str, Any],
+    progress: Callable[[int], None] | None,
+) -> int:
+    """Every record of ``sources`` (split, reader) into a new ``target`` dataset at ``dst``;
+    returns the number of records."""
+    readers = [r for _, r in sources]
     tokens = all(is_token_reader(r) for r in readers)
     if target.kind == "tokens":
         if not tokens:
@@ -160,40 +233,53 @@ def _convert(
         sink = target.tokens.open(
             dst,
             overwrite=overwrite,
-            vocab_size=max(int(readers[0].max_token_id) + 1, 1),
+            vocab_size=_vocab_size(readers),
             options=opts,
         )
     else:
         sink = None
         w = open_writer(dst, target.name, overwrite=overwrite, **opts)
     out: Any = sink if sink is not None else w
+    records = 0
+    # token blocks read by workers are staged beside the output and committed from there
+    staging = (
+        None if not tokens or isinstance(pool, InProcess) else staging_for(dst, None, "convert")
+    )
     try:
-        for s, reader in zip(src_splits, readers, strict=True):
-            for block in _blocks(reader, pool):
-                first = summary.records
+        if staging is not None:
+            staging.reset(b"convert")
+        for i, (s, reader) in enumerate(sources):
+            for block in _blocks(reader, pool, staging, i):
+                first = records
                 try:
                     if sink is not None:  # one call per block: the error names the block
                         _write_tokens(sink, block, s if s in target.splits else "train")
-                        summary.records += len(block)
+                        records += len(block)
                     else:
                         for rec in block:
                             w.write({"tokens": rec} if tokens else rec)
-                            summary.records += 1
+                            records += 1
                 except InvalidInputError as e:
                     last = first + len(block) - 1
-                    where = (
-                        f"record {summary.records}" if sink is None else f"records {first}-{last}"
-                    )
+                    where = f"record {records}" if sink is None else f"records {first}-{last}"
                     split_name = f"{s} " if s else ""
                     raise InvalidInputError(f"{src}: {split_name}{where}: {e}") from None
                 if progress:
-                    progress(summary.records)
+                    progress(records)
     except BaseException:
         out.abort()
         raise
+    finally:
+        if staging is not None:
+            staging.clear()
     out.close()
-    summary.seconds = time.perf_counter() - t0
-    return summary
+    return records
+
+
+def _vocab_size(readers: list[Any]) -> int:
+    """The vocabulary the output must hold: one past the largest id of any split read (a
+    later split may use ids the first does not)."""
+    return max(max((int(r.max_token_id) for r in readers), default=0) + 1, 1)
 
 
 def _write_tokens(sink: Any, block: list[Any], split: str) -> None:

@@ -101,3 +101,69 @@ def test_a_record_the_target_cannot_hold_is_named(tmp_path):
     with pytest.raises(InvalidInputError, match="record 1"):
         convert(tmp_path / "d", tmp_path / "m", "mds")
     assert not (tmp_path / "m").exists()
+
+
+def test_the_vocabulary_covers_every_split_not_just_the_first():
+    from types import SimpleNamespace
+
+    from lmdata.convert import _vocab_size
+
+    splits = [SimpleNamespace(max_token_id=9), SimpleNamespace(max_token_id=70_000)]
+    assert _vocab_size(splits) == 70_001
+    assert _vocab_size([SimpleNamespace(max_token_id=-1)]) == 1  # an empty source
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_no_reader_stays_open_after_an_in_process_job(tmp_path, fails):
+    import lmdata.convert as conv
+
+    src = write_records(tmp_path / "src", "jsonl")
+    if fails:  # a record mds cannot hold: the job fails midway
+        with open(src, "a") as f:
+            f.write('{"id": "x", "text": "y", "source": {"nested": 1}}\n')
+        with pytest.raises(InvalidInputError):
+            convert(src, tmp_path / "m", "mds", source_format="jsonl", engine="inprocess")
+    else:
+        convert(src, tmp_path / "m", "mds", source_format="jsonl", engine="inprocess")
+    assert conv._READER is None
+
+
+def test_workers_stage_token_blocks_and_the_driver_commits_them(tmp_path, monkeypatch):
+    import os
+    import pickle
+
+    import lmdata.convert as conv
+
+    rng = np.random.default_rng(3)
+    with lmdata.writer(tmp_path / "src.zarr", "flat-tokens") as w:
+        for _ in range(3000):  # 6 blocks
+            w.write(rng.integers(0, 50_000, int(rng.integers(1, 40))))
+    convert(tmp_path / "src.zarr", tmp_path / "ref.pbin", "modalities", split="train", workers=0)
+    sent: list[int] = []  # pickled bytes of each result crossing the executor
+    real = conv.make_executor
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.workers = inner, inner.workers
+
+        def map_ordered(self, fn, units, **kw):
+            for r in self.inner.map_ordered(fn, units, **kw):
+                sent.append(len(pickle.dumps(r)))
+                yield r
+
+    monkeypatch.setattr(conv, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
+    staged: list[int] = []
+    work = tmp_path / ".out.pbin.lmdata-convert"
+    progress = lambda n: staged.append(len(os.listdir(work / "parts")))  # noqa: E731
+    s = convert(
+        tmp_path / "src.zarr",
+        tmp_path / "out.pbin",
+        "modalities",
+        split="train",
+        workers=2,
+        progress=progress,
+    )
+    assert s.records == 3000 and len(sent) == 6 and max(sent) < 512  # names, not tokens
+    assert max(staged) <= 4  # a block's part is removed once committed (window: 4 in flight)
+    assert not work.exists()
+    assert (tmp_path / "out.pbin").read_bytes() == (tmp_path / "ref.pbin").read_bytes()

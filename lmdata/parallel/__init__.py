@@ -3,8 +3,9 @@
 Every pipeline (tokenize, convert, tag, dedupe, mix) depends only on :class:`Executor`. Units
 are small frozen dataclasses naming what to read (paths, byte ranges), results are frozen
 dataclasses too, and the caller commits results in input order, so the output bytes never depend
-on the engine or the number of workers. At most ``window`` units (2 per worker by default) are
-submitted ahead of the consumer, so a slow consumer never makes the driver grow.
+on the engine or the number of workers. Workers stage bulky results themselves
+(:mod:`lmdata.parallel.staging`) and return their names. At most ``window`` units (2 per worker
+by default) are submitted ahead of the consumer, so a slow consumer never makes the driver grow.
 
 Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a spawn pool on this machine)
 and ``"ray"`` (a Ray cluster; :mod:`lmdata.parallel.ray`, imported only when asked for).
@@ -50,6 +51,13 @@ class Executor(Protocol):
 # ---- progress from inside a unit -------------------------------------------------------------
 
 _SINK: Any = None  # a queue (worker process) or a callback (in process); None: nobody listens
+_IN_WORKER = False  # set in worker processes and Ray workers, never in the driver
+
+
+def in_worker() -> bool:
+    """True inside a worker process of an executor: a unit's initializer may then set up the
+    process for itself (environment, thread pools) without touching the caller's."""
+    return _IN_WORKER
 
 
 def report(n: int) -> None:
@@ -59,7 +67,21 @@ def report(n: int) -> None:
     if callable(_SINK):
         _SINK(n)
     else:
+        global _QUEUED
         _SINK.put(n)
+        _QUEUED += n
+
+
+_QUEUED = 0  # in a worker process: what the running unit has put on the progress queue
+
+
+def _counted(fn: Callable[[T], R], unit: T) -> tuple[R, int]:
+    """Run one unit in a worker; return its result and how much progress it queued, so the
+    parent knows how much to wait for (a queue message may arrive after the result)."""
+    global _QUEUED
+    _QUEUED = 0
+    result = fn(unit)
+    return result, _QUEUED
 
 
 class InProcess:
@@ -109,12 +131,19 @@ class LocalProcesses:
         ctx = mp.get_context("spawn")
         q = ctx.Queue() if on_report is not None else None
 
-        def drain() -> None:
+        received = expected = 0
+
+        def drain(wait: bool = False) -> None:
+            """Pass queued progress on; with ``wait``, until all the finished units queued
+            has arrived (bounded: a worker that died cannot hang the job)."""
+            nonlocal received
             while q is not None and on_report is not None:
                 try:
-                    on_report(q.get_nowait())
+                    n = q.get(timeout=10) if wait and received < expected else q.get_nowait()
                 except queue.Empty:
                     return
+                received += n
+                on_report(n)
 
         it = iter(units)
         with ctx.Pool(
@@ -126,17 +155,19 @@ class LocalProcesses:
                 while True:
                     while not exhausted and len(pending) < self.window:
                         try:
-                            pending.append(pool.apply_async(fn, (next(it),)))
+                            pending.append(pool.apply_async(_counted, (fn, next(it))))
                         except StopIteration:
                             exhausted = True
                     if not pending:
+                        drain(wait=True)
                         break
                     head = pending[0]
                     while not head.ready():
                         head.wait(0.1)
                         drain()
                     pending.popleft()
-                    result = head.get()
+                    result, queued = head.get()
+                    expected += queued
                     drain()
                     yield result
             except BaseException:
@@ -150,7 +181,8 @@ class LocalProcesses:
 def _worker_init(
     initializer: Callable[..., None] | None, initargs: tuple[Any, ...], q: Any
 ) -> None:
-    global _SINK
+    global _SINK, _IN_WORKER
+    _IN_WORKER = True
     # Ctrl-C reaches the whole process group: workers ignore it, the parent terminates them
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _SINK = q
@@ -159,10 +191,16 @@ def _worker_init(
 
 
 def make_executor(
-    engine: str = "processes", workers: int | None = None, address: str | None = None
+    engine: str = "processes",
+    workers: int | None = None,
+    address: str | None = None,
+    *,
+    units: int | None = None,
 ) -> Executor:
     """The executor for ``engine``: ``workers=None`` is a worker per core (for Ray: the cluster's
-    CPUs); ``workers=0`` with the processes engine runs in this process."""
+    CPUs). The one place that decides to skip worker start-up: with the processes engine,
+    ``workers=0``, one worker, or at most one of ``units`` (when the caller knows how many) runs
+    in this process, and never more processes than units are started."""
     if engine not in ENGINES:
         raise InvalidInputError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     if address is not None and engine != "ray":
@@ -171,14 +209,12 @@ def make_executor(
         from lmdata.parallel.ray import RayExecutor
 
         return RayExecutor(workers or None, address=address)
-    if engine == "inprocess" or workers == 0:
+    if engine == "inprocess":
         return InProcess()
-    return LocalProcesses(workers)
-
-
-def executor(workers: int | None) -> Executor:
-    """``workers=0``: in this process; ``None``: a process per core; ``N``: N processes."""
-    return make_executor("processes", workers)
+    n = workers if workers is not None else os.cpu_count() or 1
+    if units is not None:
+        n = min(n, units)
+    return InProcess() if n <= 1 else LocalProcesses(n)
 
 
 def run_all(
@@ -191,12 +227,10 @@ def run_all(
     desc: str = "documents",
     progress: bool = True,
 ) -> list[R]:
-    """``[fn(u) for u in units]`` on ``engine`` with a documents/s bar fed by :func:`report`.
-    With the processes engine, one worker (or one unit) runs in this process: no start-up."""
+    """``[fn(u) for u in units]`` on ``engine`` with a documents/s bar fed by :func:`report`."""
     from lmdata._progress import bar as progress_bar
 
-    n = min(workers, len(units))
-    pool = make_executor(engine, 0 if n <= 1 and engine == "processes" else n, address)
+    pool = make_executor(engine, workers, address, units=len(units))
     bar = progress_bar(unit=" docs", desc=desc, quiet=not progress)
     try:
         return list(pool.map_ordered(fn, units, on_report=bar.update))

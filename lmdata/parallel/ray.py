@@ -1,7 +1,8 @@
 """The Ray engine: the same units as the local engines, as Ray tasks on a cluster.
 
-Units name what to read (paths, byte ranges), so workers read their inputs themselves; results
-come back to the driver, which takes them in input order from a window of at most ``window``
+Units name what to read (paths, byte ranges), so workers read their inputs themselves and
+stage large results beside the output (:mod:`lmdata.parallel.staging`); the small results come
+back to the driver, which takes them in input order from a window of at most ``window``
 submitted units. A task whose worker dies is retried by Ray (``max_retries``); its result is
 only ever taken once, by the driver, in order, so a retry never duplicates or drops output.
 Imported only when ``engine="ray"`` is asked for; ``import lmdata`` never imports ray.
@@ -28,8 +29,14 @@ FAIL_ONCE_ENV = "LMDATA_TEST_RAY_FAIL_DIR"
 _READY: set[str] = set()  # jobs whose initializer already ran in this worker process
 
 
-def _run(job: str, setup: list[Any], fn: Callable[[Any], Any], index: int, unit: Any) -> Any:
-    """One unit on a Ray worker: run the job's initializer once per worker, then ``fn``."""
+def _run(
+    job: str, setup: list[Any], fn: Callable[[Any], Any], index: int, unit: Any
+) -> tuple[int, Any]:
+    """One unit on a Ray worker: run the job's initializer once per worker, then ``fn``.
+    Returns (documents reported by the unit, its result) as two objects, so the driver can
+    count a finished unit's progress without fetching its result."""
+    import lmdata.parallel as par
+
     hook = os.environ.get(FAIL_ONCE_ENV)
     if hook:
         try:
@@ -38,6 +45,7 @@ def _run(job: str, setup: list[Any], fn: Callable[[Any], Any], index: int, unit:
             pass
         else:
             os._exit(1)
+    par._IN_WORKER = True
     if job not in _READY:
         import ray
 
@@ -45,7 +53,13 @@ def _run(job: str, setup: list[Any], fn: Callable[[Any], Any], index: int, unit:
         if initializer is not None:
             initializer(*initargs)
         _READY.add(job)
-    return fn(unit)
+    reported = [0]
+    par._SINK = lambda n: reported.__setitem__(0, reported[0] + n)
+    try:
+        result = fn(unit)
+    finally:
+        par._SINK = None
+    return reported[0], result
 
 
 class RayExecutor:
@@ -94,10 +108,11 @@ class RayExecutor:
     ) -> Iterator[R]:
         ray = self.ray
         window = self._window or 2 * self.workers
-        remote = ray.remote(num_cpus=1, max_retries=self.max_retries)(_run)
+        remote = ray.remote(num_cpus=1, max_retries=self.max_retries, num_returns=2)(_run)
         job = uuid.uuid4().hex
         setup = [ray.put((initializer, initargs))]
-        pending: deque[Any] = deque()
+        pending: deque[Any] = deque()  # (count ref, result ref) of submitted units, in order
+        unreported: dict[Any, None] = {}  # count refs of units not yet counted (ordered set)
         it = enumerate(units)
         exhausted = False
         try:
@@ -108,18 +123,32 @@ class RayExecutor:
                     except StopIteration:
                         exhausted = True
                     else:
-                        pending.append(remote.remote(job, setup, fn, i, u))
+                        refs = remote.remote(job, setup, fn, i, u)
+                        pending.append(refs)
+                        unreported[refs[0]] = None
                 if not pending:
                     return
-                head = pending.popleft()
-                try:
-                    result = ray.get(head)
-                except ray.exceptions.RayTaskError as e:
-                    cause = getattr(e, "cause", None)
-                    if isinstance(cause, (LmdataError, KeyboardInterrupt)):
-                        raise cause from None
-                    raise
-                yield result
+                count, head = pending.popleft()
+                # progress as units finish, in any order; the results are taken in order
+                while count in unreported:
+                    ready, _ = ray.wait(list(unreported), num_returns=1, timeout=0.1)
+                    for ref in ready:
+                        del unreported[ref]
+                        n = _get(ray, ref)
+                        if on_report is not None and n:
+                            on_report(n)
+                yield _get(ray, head)
         finally:
-            for ref in pending:  # an error or an early stop: nothing more is wanted
-                ray.cancel(ref, force=True)
+            for refs in pending:  # an error or an early stop: nothing more is wanted
+                ray.cancel(refs[1], force=True)
+
+
+def _get(ray: Any, ref: Any) -> Any:
+    """``ray.get``, raising an lmdata error (or Ctrl-C) of the task as itself."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, (LmdataError, KeyboardInterrupt)):
+            raise cause from None
+        raise

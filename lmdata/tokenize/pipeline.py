@@ -2,24 +2,25 @@
 
 The job runs in two phases:
 
-1. Units (batches of documents of one input file) go to worker processes, which parse,
-   tokenize and return token arrays.
-2. Results arrive in input order; each is staged in a hidden work folder beside the output
-   (one file per unit; an input file is marked done when all its units are) and written
-   through the target format's writer, which produces the output atomically at the end.
-   ``resume`` replays the staged units of finished files, then tokenizes the rest.
+1. Units (an input file, a byte range of a plain JSONL file, a record range of a dataset) go to
+   workers, which read them, parse, tokenize and stage the tokens in a hidden work folder beside
+   the output (one file per batch). A worker hands back only the unit's name and its number of
+   staged parts, so no document or token passes through the driver's executor.
+2. The driver takes the units in input order and commits each staged part through the target
+   format's writer, which produces the output atomically at the end; a unit is marked done
+   when all its parts are. ``resume`` replays the staged parts of finished units, then runs
+   the rest.
 
-The output bytes therefore depend only on the inputs and options, never on the number of
-workers; an interrupted job (Ctrl-C, a kill) leaves no output, keeps the work folder, and
-``resume=True`` skips the input files already done.
+The output bytes therefore depend only on the inputs and options, never on the engine, the
+number of workers or the size of the byte ranges; an interrupted job (Ctrl-C, a kill) leaves
+no output, keeps the work folder, and ``resume=True`` skips the units already done.
 """
 
 from __future__ import annotations
 
-import hashlib
+import io
 import os
 import shutil
-import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -30,12 +31,24 @@ from typing import Any
 import numpy as np
 import orjson
 
+from lmdata import parallel
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import make_executor
+from lmdata.parallel.staging import Staging, staging_for, unit_key, work_dir_for
 from lmdata.storage import check_dest, is_url, options_scope
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
-from lmdata.tokenize.sources import InputFile, Unit, _Missing, iter_units, list_inputs
+from lmdata.tokenize.sources import (
+    RANGE_BYTES,
+    Batch,
+    InputFile,
+    Unit,
+    _Missing,
+    first_line,
+    list_inputs,
+    plan_units,
+    read_batches,
+)
 from lmdata.tokenize.tokenizers import Tokenizer, load_tokenizer
 
 MAX_SKIP_MESSAGES = 20
@@ -50,8 +63,9 @@ _TOKENIZER: Tokenizer | None = None
 
 def _init_worker(spec: str) -> None:
     global _TOKENIZER
-    os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one core per worker process
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if parallel.in_worker():  # one core per worker process; never the caller's environment
+        os.environ.setdefault("RAYON_NUM_THREADS", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _TOKENIZER = load_tokenizer(spec)
 
 
@@ -64,55 +78,64 @@ def _is_validation(key: str, fraction: float) -> bool:
 
 @dataclass(frozen=True)
 class TokenizeTask:
-    """One unit of documents and what the worker needs to know to tokenize it."""
+    """One unit and what the worker needs to know to tokenize and stage it."""
 
     unit: Unit
-    path: str
+    work: Staging  # where the worker stages its parts
     text_key: str
+    batch_docs: int
     skip_invalid: bool
     validation_fraction: float
     validation_file: bool  # every document of the file goes to the validation split
     special_tokens: bool
+    source_format: str | None
 
 
 @dataclass(frozen=True)
-class TokenizeResult:
-    """One unit's tokens, in document order, and its counts."""
+class StagedUnit:
+    """What a worker hands back: the unit it did and how many parts it staged (the tokens stay
+    in the work folder)."""
 
     file: int
     part: int
-    position: int  # bytes of the input file consumed after this unit (-1: all of it)
-    tokens: np.ndarray
-    lengths: np.ndarray
-    validation: np.ndarray
-    read: int
-    skipped: tuple[str, ...]
-    bytes: int
-
-    def meta(self) -> dict[str, Any]:
-        return {"read": self.read, "skipped": list(self.skipped), "bytes": self.bytes}
+    parts: int
 
 
-def _process(task: TokenizeTask) -> TokenizeResult:
-    """Parse and tokenize one unit; raises InvalidInputError on bad input unless skipping."""
-    unit, path, text_key = task.unit, task.path, task.text_key
-    skip_invalid, fraction, val_file = (
-        task.skip_invalid,
-        task.validation_fraction,
-        task.validation_file,
-    )
-    special = task.special_tokens
+def _part_name(file: int, part: int, seq: int) -> str:
+    return f"{file:06d}-{part:06d}-{seq:06d}.npz"
+
+
+def _process(task: TokenizeTask) -> StagedUnit:
+    """Read, parse, tokenize and stage one unit; raises InvalidInputError on bad input unless
+    skipping."""
+    unit = task.unit
+    seq = done = 0
+    for batch in read_batches(unit, task.batch_docs, task.text_key, task.source_format):
+        arrays, meta = _tokenize_batch(task, batch, done)
+        _stage(task.work, _part_name(unit.file_index, unit.part, seq), arrays, meta)
+        seq += 1
+        done += len(batch.items)
+        parallel.report(len(batch.items))
+    return StagedUnit(unit.file_index, unit.part, seq)
+
+
+def _tokenize_batch(
+    task: TokenizeTask, batch: Batch, before: int
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """One batch's tokens and counts. Documents whose validation split depends on their line
+    number (no id) are left ``pending``: the driver knows the line numbers as it commits."""
     assert _TOKENIZER is not None
+    lines = batch.kind == "lines"
+    fraction = task.validation_fraction
     texts: list[str] = []
-    keys: list[str] = []
-    skipped: list[str] = []
-    name = os.path.basename(path)
-    for j, item in enumerate(unit.items):
-        line = unit.first_line + j
+    val: list[bool] = []
+    pending: list[tuple[int, int]] = []  # (document, item index in the batch)
+    skipped: list[tuple[int, str]] = []
+    for j, item in enumerate(batch.items):
         problem = None
         text = None
-        key = f"{name}:{line}"
-        if unit.kind == "lines":
+        key = None
+        if lines:
             try:
                 obj = orjson.loads(item)
             except orjson.JSONDecodeError as e:
@@ -120,103 +143,85 @@ def _process(task: TokenizeTask) -> TokenizeResult:
             else:
                 if not isinstance(obj, dict):
                     problem = "the line is not a JSON object"
-                elif text_key not in obj:
-                    problem = f"no {text_key!r} field (pass --text-key)"
+                elif task.text_key not in obj:
+                    problem = f"no {task.text_key!r} field (pass --text-key)"
                 else:
-                    text = obj[text_key]
+                    text = obj[task.text_key]
                     if isinstance(obj.get("id"), (str, int)):
                         key = f"id:{obj['id']}"
         else:
             text = None if isinstance(item, _Missing) else item
             if text is None:
-                problem = f"no {text_key!r} field (pass --text-key)"
+                problem = f"no {task.text_key!r} field (pass --text-key)"
         if problem is None and not isinstance(text, str):
-            problem = f"field {text_key!r} is {type(text).__name__}, not a string"
+            problem = f"field {task.text_key!r} is {type(text).__name__}, not a string"
         if problem is not None:
-            where = f"line {line}" if unit.kind == "lines" else f"record {line}"
-            if not skip_invalid:
+            if not task.skip_invalid:
+                where = "line" if lines else "record"
                 raise InvalidInputError(
                     f"{problem}; fix it or pass --skip-invalid to skip such documents",
-                    path=path,
-                    position=where,
+                    path=task.unit.path,
+                    position=f"{where} {first_line(task.unit) + before + j}",
                 )
-            skipped.append(f"{path}: {where}: {problem}")
+            skipped.append((j, problem))
             continue
+        if key is None and fraction > 0 and not task.validation_file:
+            pending.append((len(texts), j))
+        val.append(task.validation_file or (key is not None and _is_validation(key, fraction)))
         texts.append(text)  # type: ignore[arg-type]
-        keys.append(key)
-    ids = _TOKENIZER.encode_batch(texts, add_special_tokens=special) if texts else []
+    ids = _TOKENIZER.encode_batch(texts, add_special_tokens=task.special_tokens) if texts else []
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     flat = np.concatenate(ids).astype(np.uint32) if ids else np.zeros(0, np.uint32)
-    val = np.array([val_file or _is_validation(k, fraction) for k in keys], dtype=bool)
-    return TokenizeResult(
-        file=unit.file_index,
-        part=unit.part,
-        position=unit.position,
-        tokens=flat,
-        lengths=lengths,
-        validation=val,
-        read=len(unit.items),
-        skipped=tuple(skipped),
-        bytes=sum(len(x) for x in unit.items if isinstance(x, (bytes, str))),
+    arrays = {
+        "tokens": flat,
+        "lengths": lengths,
+        "validation": np.array(val, dtype=bool),
+        "pending": np.array(pending, dtype=np.int64).reshape(-1, 2),
+    }
+    meta = {
+        "read": len(batch.items),
+        "skipped": skipped,
+        "bytes": sum(len(x) for x in batch.items if isinstance(x, (bytes, str))),
+        "position": batch.position,
+        "kind": "line" if lines else "record",
+    }
+    return arrays, meta
+
+
+# ---- the staging area -----------------------------------------------------------------------
+
+
+def _manifest(job: TokenizeJob, inputs: list[InputFile], range_bytes: int) -> bytes:
+    files = [{**asdict(i), "mtime": int(os.stat(i.path).st_mtime)} for i in inputs]
+    plan = {"range_bytes": range_bytes}  # the units' boundaries, which --resume must reuse
+    return orjson.dumps(
+        {"job": asdict(job), "inputs": files, "plan": plan}, option=orjson.OPT_SORT_KEYS
     )
 
 
-# ---- the work folder -------------------------------------------------------------------------
-
-
-def work_dir_for(dst: Path) -> Path:
-    return dst.parent / f".{dst.name}.lmdata-work"
-
-
-def _url_work_dir(url: str) -> Path:
-    """The local work folder of an output URL (one per URL, so --resume finds it)."""
-    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"lmdata-work-{digest}"
-
-
-def _manifest(job: TokenizeJob, inputs: list[InputFile]) -> bytes:
-    files = [{**asdict(i), "mtime": int(os.stat(i.path).st_mtime)} for i in inputs]
-    return orjson.dumps({"job": asdict(job), "inputs": files}, option=orjson.OPT_SORT_KEYS)
-
-
-def _prepare_work(work: Path, manifest: bytes, resume: bool) -> set[int]:
-    """Create (or, resuming, check and clean) the work folder; return the files already done."""
-    if work.exists() and resume:
-        if (work / "manifest.json").read_bytes() != manifest:
+def _prepare_work(work: Staging, manifest: bytes, resume: bool) -> set[tuple[int, int]]:
+    """Create (or, resuming, check and clean) the staging area; return the units done."""
+    if resume and work.exists():
+        if work.manifest() != manifest:
             raise InvalidInputError(
                 "cannot resume: the inputs or options differ from the interrupted job's; run "
-                f"again without --resume (which discards {work})",
-                path=work,
+                f"again without --resume (which discards {work.where})",
+                path=work.where,
             )
-        done = {int(f.name) for f in (work / "done").iterdir()}
-        for f in (work / "parts").iterdir():  # partial files are redone from their start
-            if f.name.startswith(".") or int(f.name.split("-")[0]) not in done:
-                f.unlink()
+        done = work.done()
+        for name in work.parts():  # parts of unfinished units (and torn writes) are redone
+            if name.startswith(".") or unit_key(name) not in done:
+                work.remove_part(name)
         return done
-    if work.exists():
-        shutil.rmtree(work)
-    (work / "parts").mkdir(parents=True)
-    (work / "done").mkdir()
-    (work / "manifest.json").write_bytes(manifest)
+    work.reset(manifest)
     return set()
 
 
-def _stage(work: Path, res: TokenizeResult) -> None:
-    name = f"{res.file:06d}-{res.part:06d}"
-    tmp = work / "parts" / f".{name}.tmp.npz"
-    with open(tmp, "wb") as fh:
-        np.savez(
-            fh,
-            tokens=res.tokens,
-            lengths=res.lengths,
-            validation=res.validation,
-            meta=np.frombuffer(orjson.dumps(res.meta()), dtype=np.uint8),
-        )
-    os.replace(tmp, work / "parts" / f"{name}.npz")
-
-
-def _mark_done(work: Path, file_index: int) -> None:
-    (work / "done" / f"{file_index:06d}").touch()
+def _stage(work: Staging, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    """Write one staged part whole (a retried task may write the same part again)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays, meta=np.frombuffer(orjson.dumps(meta), dtype=np.uint8))
+    work.write_part(name, buf.getvalue())
 
 
 # ---- the job ---------------------------------------------------------------------------------
@@ -235,17 +240,21 @@ def tokenize(
     overwrite: bool = False,
     progress: Callable[[dict[str, float]], None] | None = None,
     storage_options: dict[str, Any] | None = None,
+    range_bytes: int = RANGE_BYTES,
 ) -> Summary:
     """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst`` (a local
     path, or a URL written through the format's writer with ``storage_options``).
 
     ``engine`` is "inprocess", "processes" (``workers`` processes, default one per core) or
-    "ray" (the cluster at ``address``, default a local one); the output is the same for all.
+    "ray" (the cluster at ``address``, default a local one); plain JSONL files are cut into
+    units of ``range_bytes``. The output is the same for every engine, worker count and range
+    size.
     """
-    pool = make_executor(engine, workers, address)
+    if range_bytes < 1:
+        raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
     t0 = time.perf_counter()
     out = check_dest(dst, overwrite, storage_options)
-    url = is_url(out)  # the work folder stays local: a temp folder named after the URL
+    url = is_url(out)
     dst = out if url else Path(out)  # type: ignore[assignment]
     inputs = list_inputs(list(sources), job.source_format)
     if validation_sources:
@@ -263,123 +272,130 @@ def tokenize(
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink()
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
-    work = _url_work_dir(out) if url else work_dir_for(dst)
-    done = _prepare_work(work, _manifest(job, inputs), resume)
+    work = staging_for(out, storage_options if url else None)
+    done = _prepare_work(work, _manifest(job, inputs, range_bytes), resume)
+    units = plan_units(inputs, range_bytes, job.source_format)
+    todo = [u for u in units if (u.file_index, u.part) not in done]
+    pool = make_executor(engine, workers, address, units=len(todo))
     summary = Summary(output=str(dst))
-    # results go into the output as they arrive (in input order); the staged copies only serve
-    # a later --resume, which replays the files already done before tokenizing the rest
+    commit = _Committer(job, inputs, work, summary, progress)
+    # parts go into the output in input order as their units finish; the staged copies also
+    # serve a later --resume, which replays the units already done before running the rest
     with options_scope(storage_options):
-        sink = sink_factory(dst, overwrite=overwrite)
+        commit.sink = sink_factory(dst, overwrite=overwrite)
     try:
-        for f in sorted((work / "parts").glob("*.npz")):
-            with np.load(f) as z:
-                _consume(
-                    sink,
-                    z["tokens"],
-                    z["lengths"],
-                    z["validation"],
-                    orjson.loads(z["meta"].tobytes()),
-                    summary,
-                )
-        _run_workers(inputs, job, work, done, pool, progress, summary, sink)
+        for name in work.parts():
+            commit.part(name, fresh=False)
+        if len(todo) < len(units):  # the units done are a prefix: input read up to its end
+            commit.read_up_to(units[len(units) - len(todo) - 1])
+        tasks = (_task(job, inputs, work, u) for u in todo)
+        results = pool.map_ordered(
+            _process, tasks, initializer=_init_worker, initargs=(job.tokenizer,)
+        )
+        for unit, res in zip(todo, results, strict=True):
+            commit.unit(unit, res)
     except BaseException as e:
-        sink.abort()
+        commit.sink.abort()
         if not isinstance(e, KeyboardInterrupt):
-            shutil.rmtree(work, ignore_errors=True)
+            work.clear()
         raise
     if summary.documents_read != summary.documents_written + summary.documents_skipped:
-        sink.abort()  # an internal invariant: never drop a document silently
+        commit.sink.abort()  # an internal invariant: never drop a document silently
         raise LmdataError(
             f"internal error: read {summary.documents_read} documents but wrote "
             f"{summary.documents_written} and skipped {summary.documents_skipped}"
         )
-    sink.close()
-    shutil.rmtree(work, ignore_errors=True)
+    commit.sink.close()
+    work.clear()
     summary.seconds = time.perf_counter() - t0
     return summary
 
 
-def _run_workers(
-    inputs: list[InputFile],
-    job: TokenizeJob,
-    work: Path,
-    done: set[int],
-    pool: Any,
-    progress: Callable[[dict[str, float]], None] | None,
-    summary: Summary,
-    sink: Any,
-) -> None:
-    units = iter_units(
-        inputs,
-        job.batch_docs,
-        text_key=job.text_key,
-        skip_files=frozenset(done),
-        fmt=job.source_format,
-    )
+def _task(job: TokenizeJob, inputs: list[InputFile], work: Staging, unit: Unit) -> TokenizeTask:
     special = job.add_special_tokens
     if special is None:  # the target's convention
         special = job.target.special_tokens
-    tasks = (
-        TokenizeTask(
-            unit=u,
-            path=inputs[u.file_index].path,
-            text_key=job.text_key,
-            skip_invalid=job.skip_invalid,
-            validation_fraction=job.validation_fraction,
-            validation_file=inputs[u.file_index].validation,
-            special_tokens=special,
-        )
-        for u in units
+    return TokenizeTask(
+        unit=unit,
+        work=work,
+        text_key=job.text_key,
+        batch_docs=job.batch_docs,
+        skip_invalid=job.skip_invalid,
+        validation_fraction=job.validation_fraction,
+        validation_file=inputs[unit.file_index].validation,
+        special_tokens=special,
+        source_format=job.source_format,
     )
-    # "input_bytes" is how far the job has read its inputs (compressed sizes), for the ETA
-    base = np.concatenate([[0], np.cumsum([i.size for i in inputs])]).tolist()
-    stats = {
-        "documents": 0.0,
-        "tokens": 0.0,
-        "bytes": 0.0,
-        "total_bytes": float(base[-1]),
-        "input_bytes": float(sum(inputs[i].size for i in done)),
-    }
-    current = None
-
-    def handle(res: TokenizeResult) -> None:
-        nonlocal current
-        if current is not None and res.file != current:
-            _mark_done(work, current)
-        current = res.file
-        _stage(work, res)
-        _consume(sink, res.tokens, res.lengths, res.validation, res.meta(), summary)
-        stats["documents"] += res.read
-        stats["tokens"] += len(res.tokens)
-        stats["bytes"] += res.bytes
-        pos = res.position
-        fi = res.file
-        # finished files are always a prefix of the inputs (results arrive in order)
-        stats["input_bytes"] = base[fi] + (inputs[fi].size if pos < 0 else pos)
-        if progress is not None:
-            progress(stats)
-
-    for res in pool.map_ordered(
-        _process, tasks, initializer=_init_worker, initargs=(job.tokenizer,)
-    ):
-        handle(res)
-    if current is not None:
-        _mark_done(work, current)
 
 
-def _consume(
-    sink: Any,
-    tokens: np.ndarray,
-    lengths: np.ndarray,
-    val: np.ndarray,
-    meta: dict[str, Any],
-    summary: Summary,
-) -> None:
-    """Write one unit's documents and count them."""
-    summary.documents_read += meta["read"]
-    summary.documents_skipped += len(meta["skipped"])
-    summary.bytes_read += meta["bytes"]
-    room = MAX_SKIP_MESSAGES - len(summary.skipped)
-    summary.skipped.extend(meta["skipped"][: max(room, 0)])
-    summary.tokens += sink.write_many(tokens, lengths, val)
-    summary.documents_written += len(lengths)
+class _Committer:
+    """The driver's side: writes staged parts into the output in input order, numbers their
+    lines (each file's parts arrive in order), decides the pending validation documents, counts
+    and reports progress."""
+
+    def __init__(
+        self,
+        job: TokenizeJob,
+        inputs: list[InputFile],
+        work: Staging,
+        summary: Summary,
+        progress: Callable[[dict[str, float]], None] | None,
+    ) -> None:
+        self.job, self.inputs, self.work, self.summary = job, inputs, work, summary
+        self.progress = progress
+        self.sink: Any = None
+        self.lines: dict[int, int] = {}  # lines (records) of each file committed so far
+        # "input_bytes" is how far the job has read its inputs (compressed sizes), for the ETA
+        self.base = np.concatenate([[0], np.cumsum([i.size for i in inputs])]).tolist()
+        self.stats = {
+            "documents": 0.0,
+            "tokens": 0.0,
+            "bytes": 0.0,
+            "total_bytes": float(self.base[-1]),
+            "input_bytes": 0.0,
+        }
+
+    def unit(self, unit: Unit, res: StagedUnit) -> None:
+        """Commit a finished unit's parts, then mark it done."""
+        assert (res.file, res.part) == (unit.file_index, unit.part)
+        for seq in range(res.parts):
+            self.part(_part_name(res.file, res.part, seq), fresh=True)
+        self.work.mark_done(res.file, res.part)
+        self.read_up_to(unit)
+
+    def read_up_to(self, unit: Unit) -> None:
+        """Progress: the inputs are read up to the end of ``unit``."""
+        end = unit.end if unit.splittable else self.inputs[unit.file_index].size
+        self.stats["input_bytes"] = float(self.base[unit.file_index] + end)
+
+    def part(self, name: str, fresh: bool) -> None:
+        file = unit_key(name)[0]
+        with np.load(io.BytesIO(self.work.read_part(name))) as z:
+            tokens, lengths, val = z["tokens"], z["lengths"], z["validation"]
+            pending = z["pending"]
+            meta = orjson.loads(z["meta"].tobytes())
+        line0 = self.lines.get(file, 0) + 1
+        self.lines[file] = line0 - 1 + meta["read"]
+        name = os.path.basename(self.inputs[file].path)
+        for doc, j in pending.tolist():
+            val[doc] = _is_validation(f"{name}:{line0 + j}", self.job.validation_fraction)
+        s = self.summary
+        s.documents_read += meta["read"]
+        s.documents_skipped += len(meta["skipped"])
+        s.bytes_read += meta["bytes"]
+        for j, problem in meta["skipped"][: max(MAX_SKIP_MESSAGES - len(s.skipped), 0)]:
+            s.skipped.append(f"{self.inputs[file].path}: {meta['kind']} {line0 + j}: {problem}")
+        s.tokens += self.sink.write_many(tokens, lengths, val)
+        s.documents_written += len(lengths)
+        if not fresh:
+            return
+        self.stats["documents"] += meta["read"]
+        self.stats["tokens"] += len(tokens)
+        self.stats["bytes"] += meta["bytes"]
+        pos = meta["position"]
+        if pos != 0:  # 0: a source that cannot tell
+            self.stats["input_bytes"] = self.base[file] + (
+                self.inputs[file].size if pos < 0 else pos
+            )
+        if self.progress is not None:
+            self.progress(self.stats)

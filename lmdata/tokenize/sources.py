@@ -1,9 +1,10 @@
 """Where documents come from: files and folders of JSONL (plain, .gz, .zst), Dolma trees,
 Modalities raw JSONL, Parquet, plain text, and any lmdata records dataset.
 
-A source is split into *units* — one batch of documents from one input file — that are
-independent of each other, so workers can process them in any order and the pipeline commits
-their results in input order. Raw lines travel to workers as bytes: JSON parsing happens there.
+A source is split into *units* — an input file, a byte range of a plain JSONL file, or a record
+range of a dataset — that are independent of each other, so workers can process them in any
+order and the pipeline commits their results in input order. A unit names what to read; the
+worker reads it (:func:`read_batches`), so documents never travel through the driver.
 """
 
 from __future__ import annotations
@@ -44,14 +45,35 @@ class InputFile:
 
 @dataclass(frozen=True)
 class Unit:
-    """A batch of documents from one input file, as raw lines or texts."""
+    """What one worker reads: a whole input file, a byte range of a plain JSONL file (the lines
+    that start in ``[start, end)``), or a record range ``[start, end)`` of a dataset. Workers
+    read it themselves, so a unit is a few numbers, never documents."""
 
     file_index: int
     part: int
-    first_line: int  # 1-based line (or record) number of the first item
-    kind: str  # "lines" (raw JSON bytes) or "texts"
+    path: str
+    kind: str  # InputFile.kind
+    start: int = 0
+    end: int = -1  # -1: to the end
+
+    @property
+    def splittable(self) -> bool:
+        return self.kind == "jsonl" and not self.path.endswith(COMPRESSED)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Up to ``batch`` documents of a unit: raw JSON lines (``"lines"``) or texts."""
+
+    kind: str  # "lines" | "texts"
     items: list[Any]
-    position: int = -1  # bytes of the input file consumed after this unit (-1: all of it)
+    position: int  # bytes of the input file read after this batch (0: unknown, -1: all)
+
+
+COMPRESSED = (".gz", ".zst", ".zstd")
+RANGE_BYTES = 8 << 20  # a plain JSONL file becomes units of this many bytes
+DATASET_RECORDS = 1 << 16  # records of a dataset input per unit
+BATCH_BYTES = 1 << 20  # a batch also ends after this many bytes, so memory stays small
 
 
 def _kind_of(p: Path) -> str | None:
@@ -127,48 +149,89 @@ def _open_text(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
     return raw, raw
 
 
-def iter_units(
-    inputs: list[InputFile],
-    batch: int = 1000,
-    *,
-    text_key: str = "text",
-    skip_files: frozenset[int] = frozenset(),
-    fmt: str | None = None,
-) -> Iterator[Unit]:
-    """Units of at most ``batch`` documents, in input order."""
+def plan_units(
+    inputs: list[InputFile], range_bytes: int = RANGE_BYTES, fmt: str | None = None
+) -> list[Unit]:
+    """The units of ``inputs``, in input order: a plain JSONL file is cut into byte ranges
+    (a retry redoes only its range), a compressed file or any other input is one unit, and a
+    dataset is cut into record ranges. Reads nothing but a dataset's length."""
+    out: list[Unit] = []
     for fi, inp in enumerate(inputs):
-        if fi in skip_files:
+        if inp.kind == "dataset":
+            n = _dataset_len(inp.path, fmt)
+            for part, lo in enumerate(range(0, max(n, 1), DATASET_RECORDS)):
+                out.append(Unit(fi, part, inp.path, inp.kind, lo, min(n, lo + DATASET_RECORDS)))
             continue
-        if inp.kind == "jsonl":
-            yield from _jsonl_units(fi, inp.path, batch)
-        elif inp.kind == "text":
-            data = Path(inp.path).read_bytes().decode("utf-8", "surrogateescape")
-            yield Unit(fi, 0, 1, "texts", [data])
-        elif inp.kind == "parquet":
-            yield from _parquet_units(fi, inp.path, batch, text_key)
-        else:
-            yield from _dataset_units(fi, inp.path, batch, text_key, fmt)
+        unit = Unit(fi, 0, inp.path, inp.kind)
+        if not unit.splittable:
+            out.append(unit)
+            continue
+        for part, lo in enumerate(range(0, max(inp.size, 1), range_bytes)):
+            out.append(Unit(fi, part, inp.path, inp.kind, lo, min(inp.size, lo + range_bytes)))
+    return out
 
 
-UNIT_BYTES = 1 << 20  # a unit also ends after this many bytes, so workers stay balanced
+def read_batches(
+    unit: Unit, batch: int, text_key: str = "text", fmt: str | None = None
+) -> Iterator[Batch]:
+    """The documents of ``unit`` in non-empty batches of at most ``batch`` documents (and
+    about BATCH_BYTES)."""
+    if unit.kind == "jsonl":
+        yield from _line_batches(unit, batch)
+    elif unit.kind == "text":
+        data = Path(unit.path).read_bytes().decode("utf-8", "surrogateescape")
+        yield Batch("texts", [data], -1)
+    elif unit.kind == "parquet":
+        yield from _parquet_batches(unit.path, batch, text_key)
+    else:
+        yield from _dataset_batches(unit, batch, text_key, fmt)
 
 
-def _jsonl_units(fi: int, path: str, batch: int) -> Iterator[Unit]:
-    fh, under = _open_text(path)
+def first_line(unit: Unit) -> int:
+    """The 1-based line (record) number of the unit's first document. For a byte range this
+    counts the newlines before it: only error messages ask, the driver counts as it commits."""
+    if not unit.splittable or unit.start == 0:
+        return unit.start + 1
+    # the first line starting at or after ``start`` follows the first newline at start-1 or later
+    n, left = 2, unit.start - 1
+    with open(unit.path, "rb") as f:
+        while left > 0:
+            chunk = f.read(min(left, 1 << 24))
+            if not chunk:
+                break
+            n += chunk.count(b"\n")
+            left -= len(chunk)
+    return n
+
+
+def _line_batches(unit: Unit, batch: int) -> Iterator[Batch]:
+    if unit.splittable:  # the lines that start in [start, end)
+        fh = under = open(unit.path, "rb")
+        if unit.start > 0:
+            fh.seek(unit.start - 1)
+            fh.readline()  # up to the first line start at or after ``start``
+        end = unit.end
+    else:
+        fh, under = _open_text(unit.path)
+        end = -1
     with under, fh:
-        part, line_no, first, items, size = 0, 0, 1, [], 0
-        for line in fh:
-            line_no += 1
+        items: list[bytes] = []
+        size, pos = 0, (fh.tell() if end >= 0 else 0)
+        while end < 0 or pos < end:
+            line = fh.readline()
+            if not line:
+                break
+            pos += len(line)
             items.append(line)
             size += len(line)
-            if len(items) >= batch or size >= UNIT_BYTES:
-                yield Unit(fi, part, first, "lines", items, under.tell())
-                part, first, items, size = part + 1, line_no + 1, [], 0
-        if items or part == 0:
-            yield Unit(fi, part, first, "lines", items, under.tell())
+            if len(items) >= batch or size >= BATCH_BYTES:
+                yield Batch("lines", items, min(pos, end) if end >= 0 else under.tell())
+                items, size = [], 0
+        if items:
+            yield Batch("lines", items, end)
 
 
-def _parquet_units(fi: int, path: str, batch: int, text_key: str) -> Iterator[Unit]:
+def _parquet_batches(path: str, batch: int, text_key: str) -> Iterator[Batch]:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
@@ -178,34 +241,36 @@ def _parquet_units(fi: int, path: str, batch: int, text_key: str) -> Iterator[Un
             "pass --text-key",
             path=path,
         )
-    part, first = 0, 1
     for rb in pf.iter_batches(batch_size=batch, columns=[text_key]):
-        texts = rb.column(0).to_pylist()
-        yield Unit(fi, part, first, "texts", texts)
-        part, first = part + 1, first + len(texts)
-    if part == 0:
-        yield Unit(fi, 0, 1, "texts", [])
+        yield Batch("texts", rb.column(0).to_pylist(), 0)
 
 
-def _dataset_units(
-    fi: int, path: str, batch: int, text_key: str, fmt: str | None
-) -> Iterator[Unit]:
+def _dataset_len(path: str, fmt: str | None) -> int:
     from lmdata._api import open as open_dataset
 
     reader = open_dataset(path, format=fmt)
-    n = len(reader)
-    if n == 0:
-        yield Unit(fi, 0, 1, "texts", [])
-        return
-    for part, lo in enumerate(range(0, n, batch)):
-        recs = reader.take(list(range(lo, min(n, lo + batch))))
-        texts = []
-        for j, rec in enumerate(recs):
-            if not isinstance(rec, dict) or text_key not in rec:
-                texts.append(_Missing(lo + j + 1))
-            else:
-                texts.append(rec[text_key])
-        yield Unit(fi, part, lo + 1, "texts", texts)
+    try:
+        return len(reader)
+    finally:
+        reader.close()
+
+
+def _dataset_batches(unit: Unit, batch: int, text_key: str, fmt: str | None) -> Iterator[Batch]:
+    from lmdata._api import open as open_dataset
+
+    reader = open_dataset(unit.path, format=fmt)
+    try:
+        for lo in range(unit.start, unit.end, batch):
+            recs = reader.take(list(range(lo, min(unit.end, lo + batch))))
+            texts = []
+            for j, rec in enumerate(recs):
+                if not isinstance(rec, dict) or text_key not in rec:
+                    texts.append(_Missing(lo + j + 1))
+                else:
+                    texts.append(rec[text_key])
+            yield Batch("texts", texts, 0)
+    finally:
+        reader.close()
 
 
 @dataclass(frozen=True)

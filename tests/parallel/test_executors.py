@@ -101,6 +101,12 @@ def test_make_executor_picks_the_engine_and_rejects_bad_choices() -> None:
     assert isinstance(ex, LocalProcesses) and ex.workers == 3 and ex.window == 6
     with pytest.raises(InvalidInputError, match="unknown engine"):
         make_executor("spark")
+    # the one place that skips worker start-up: nothing to share, or one worker
+    assert isinstance(make_executor("processes", 1), InProcess)
+    assert isinstance(make_executor("processes", 4, units=1), InProcess)
+    assert isinstance(make_executor("processes", 4, units=0), InProcess)
+    assert make_executor("processes", 4, units=3).workers == 3  # never more than units
+    assert isinstance(make_executor("inprocess", 4, units=100), InProcess)
     with pytest.raises(InvalidInputError, match="applies to engine='ray' only"):
         make_executor("processes", 2, address="auto")
 

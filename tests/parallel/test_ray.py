@@ -27,10 +27,11 @@ DOLMA = Path(__file__).parent.parent / "data" / "dolma"
 
 @pytest.fixture(scope="module")
 def fail_dir(tmp_path_factory: pytest.TempPathFactory):
-    """One local Ray instance for the module (each start costs seconds); its workers see the
-    fault-injection folder, where a test drops ``fail-N`` to kill the worker running unit N."""
+    """One local Ray instance for the module, started once (each start costs seconds); its
+    workers see the fault-injection folder, where a test drops ``fail-N`` to kill the worker
+    running unit N."""
     d = tmp_path_factory.mktemp("ray-faults")
-    os.environ[FAIL_ONCE_ENV] = str(d)
+    os.environ[FAIL_ONCE_ENV] = str(d)  # before ray.init: the workers inherit it
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     yield d
     ray.shutdown()
@@ -54,26 +55,37 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _tokenize(corpus: Path, dst: Path, engine: str, **kw: object) -> None:
-    job = TokenizeJob(to="flat-tokens", tokenizer="bytes", batch_docs=50)
+    job = TokenizeJob(to="flat-tokens", tokenizer="bytes", batch_docs=50, validation_fraction=0.2)
     tokenize([corpus], dst, job, engine=engine, workers=2, **kw)
 
 
+@pytest.fixture(scope="module")
+def local_tokens(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    dst = tmp_path_factory.mktemp("local") / "out"
+    _tokenize(corpus, dst, "inprocess")
+    return tree_bytes(dst)
+
+
 @pytest.mark.parametrize("fail", [False, True])
-def test_tokenize_on_ray_is_byte_identical(fail_dir: Path, corpus: Path, tmp_path: Path, fail):
-    _tokenize(corpus, tmp_path / "local", "processes")
-    if fail:  # the worker running unit 3 dies once; Ray retries it
+def test_tokenize_on_ray_is_byte_identical(
+    fail_dir: Path, corpus: Path, local_tokens: dict[str, bytes], tmp_path: Path, fail: bool
+) -> None:
+    from lmdata.tokenize.sources import list_inputs, plan_units
+
+    # a.jsonl (plain) is cut into byte ranges, b.jsonl.gz stays one unit
+    units = plan_units(list_inputs([corpus]), 9000)
+    assert [u.file_index for u in units].count(0) > 4 and units[-1].file_index == 1
+    if fail:  # the worker running unit 3 (a byte range of a.jsonl) dies once; Ray retries it
         (fail_dir / "fail-3").touch()
-    _tokenize(corpus, tmp_path / "ray", "ray")
+    _tokenize(corpus, tmp_path / "ray", "ray", range_bytes=9000)
     assert not (fail_dir / "fail-3").exists()  # the fault did fire
-    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+    assert tree_bytes(tmp_path / "ray") == local_tokens
 
 
 @pytest.mark.parametrize("fail", [False, True])
 def test_convert_on_ray_is_byte_identical(fail_dir: Path, corpus: Path, tmp_path: Path, fail):
-    _tokenize(corpus, tmp_path / "tok", "inprocess")
-    convert(
-        tmp_path / "tok", tmp_path / "local", "mds", split="train", workers=2, engine="processes"
-    )
+    _tokenize(corpus, tmp_path / "tok", "inprocess", overwrite=True)
+    convert(tmp_path / "tok", tmp_path / "local", "mds", split="train", engine="inprocess")
     if fail:
         (fail_dir / "fail-0").touch()
     convert(tmp_path / "tok", tmp_path / "ray", "mds", split="train", workers=2, engine="ray")
@@ -118,14 +130,14 @@ def _dolma_steps(root: Path, engine: str) -> None:
 
 def test_tag_dedupe_mix_on_ray_are_byte_identical(fail_dir: Path, tmp_path: Path) -> None:
     trees = {}
-    for engine in ("processes", "ray"):
+    for engine in ("inprocess", "ray"):  # the local engines agree with each other (tests/dolma)
         root = _dolma_tree(tmp_path, engine)
         if engine == "ray":  # the first unit of the first Ray job dies once
             (fail_dir / "fail-1").touch()
         _dolma_steps(root, engine)
         trees[engine] = tree_bytes(root)
     assert not (fail_dir / "fail-1").exists()
-    assert trees["ray"] == trees["processes"]
+    assert trees["ray"] == trees["inprocess"]
     assert any(k.startswith("dataset/attributes/dedupe_paragraphs") for k in trees["ray"])
     assert any(k.startswith("mixed/") for k in trees["ray"])
 
@@ -144,13 +156,23 @@ def test_ray_window_follows_the_cluster(fail_dir: Path) -> None:
     assert list(ex.map_ordered(abs, range(-30, 0))) == list(range(30, 0, -1))
 
 
+def test_ray_reports_progress_as_units_finish(fail_dir: Path) -> None:
+    from lmdata import parallel
+
+    seen: list[int] = []
+    out = list(
+        make_executor("ray").map_ordered(parallel.report, [5, 0, 7, 3], on_report=seen.append)
+    )
+    assert out == [None] * 4
+    assert sorted(seen) == [3, 5, 7]  # each unit's documents, once (order: as they finish)
+
+
 def test_interrupted_ray_job_resumes_without_redoing_finished_files(
-    fail_dir: Path, corpus: Path, tmp_path: Path
+    fail_dir: Path, corpus: Path, local_tokens: dict[str, bytes], tmp_path: Path
 ) -> None:
     from lmdata.tokenize.pipeline import work_dir_for
 
-    _tokenize(corpus, tmp_path / "ref", "inprocess")
-    job = TokenizeJob(to="flat-tokens", tokenizer="bytes", batch_docs=50)
+    job = TokenizeJob(to="flat-tokens", tokenizer="bytes", batch_docs=50, validation_fraction=0.2)
     calls = {"n": 0}
 
     def stop_midway(stats: dict[str, float]) -> None:
@@ -160,7 +182,7 @@ def test_interrupted_ray_job_resumes_without_redoing_finished_files(
 
     with pytest.raises(KeyboardInterrupt):
         tokenize([corpus], tmp_path / "out", job, engine="ray", workers=2, progress=stop_midway)
-    assert [f.name for f in (work_dir_for(tmp_path / "out") / "done").iterdir()] == ["000000"]
+    assert (work_dir_for(tmp_path / "out") / "done.log").read_text() == "000000-000000\n"
     seen: list[float] = []
     tokenize(
         [corpus],
@@ -172,4 +194,4 @@ def test_interrupted_ray_job_resumes_without_redoing_finished_files(
         progress=lambda s: seen.append(s["documents"]),
     )
     assert seen[-1] == 300  # only the unfinished file (b.jsonl.gz) was tokenized again
-    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+    assert tree_bytes(tmp_path / "out") == local_tokens

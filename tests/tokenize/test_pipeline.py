@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,11 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import lmdata
 from lmdata.errors import InvalidInputError, OutputExistsError
 from lmdata.tokenize import ByteTokenizer
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
+from lmdata.tokenize.sources import RANGE_BYTES, InputFile, first_line, plan_units, read_batches
 
 TRAPS = [
     "",
@@ -80,13 +84,14 @@ def all_texts(corpus: Path) -> list[str]:
 
 
 def run(corpus: Path, dst: Path, workers: int, **kw) -> lmdata.tokenize.pipeline.Summary:
+    range_bytes = kw.pop("range_bytes", RANGE_BYTES)
     job = TokenizeJob(
         to="flat-tokens",
         batch_docs=kw.pop("batch_docs", 64),
         validation_fraction=kw.pop("validation_fraction", 0.1),
         **kw,
     )
-    return tokenize([corpus], dst, job, workers=workers)
+    return tokenize([corpus], dst, job, workers=workers, range_bytes=range_bytes)
 
 
 def test_tokens_are_exact_and_nothing_is_lost(corpus, tmp_path):
@@ -110,6 +115,9 @@ def test_identical_bytes_for_any_number_of_workers(corpus, tmp_path):
     for w in (0, 1, 2, 4):
         run(corpus, tmp_path / f"w{w}", workers=w)
         outs.append(tree_bytes(tmp_path / f"w{w}"))
+    # a.jsonl (plain, ~17 kB) cut into byte ranges, on two worker processes
+    run(corpus, tmp_path / "ranges", workers=2, range_bytes=3000)
+    outs.append(tree_bytes(tmp_path / "ranges"))
     assert all(o == outs[0] for o in outs[1:])
 
 
@@ -135,6 +143,9 @@ def test_error_in_worker_process_names_file_and_line(tmp_path):
     src.write_text('{"text": "ok"}\n' * 10 + '{"txt": "no"}\n')
     with pytest.raises(InvalidInputError, match=r"line 11: no 'text' field"):
         run(src, tmp_path / "o", workers=2, batch_docs=4)
+    for range_bytes in (1, 7, 16, 40):  # the bad line in a byte range: still its file line
+        with pytest.raises(InvalidInputError, match=r"line 11: no 'text' field"):
+            run(src, tmp_path / "o", workers=0, batch_docs=4, range_bytes=range_bytes)
 
 
 def test_text_key_parquet_and_text_files(tmp_path):
@@ -183,7 +194,7 @@ def test_resume_after_interrupt_gives_the_same_bytes(corpus, tmp_path):
         tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop_midway)
     assert not (tmp_path / "out").exists()
     work = work_dir_for(tmp_path / "out")
-    assert [f.name for f in (work / "done").iterdir()] == ["000000"]
+    assert (work / "done.log").read_text() == "000000-000000\n"  # file 0, unit 0
     seen = []
     tokenize(
         [corpus],
@@ -220,7 +231,19 @@ def test_resume_after_sigkill_at_a_random_point(corpus, tmp_path):
             workers=0,
             resume=work_dir_for(tmp_path / "out").exists(),
         )
-    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+    # the child may finish before the kill: its recorded command line is its own
+    assert _without_command(tmp_path / "out") == _without_command(tmp_path / "ref")
+
+
+def _without_command(p: Path) -> dict[str, bytes]:
+    """tree_bytes with the provenance command line (which names the process) blanked."""
+    from lmdata import _provenance as provenance
+
+    out = tree_bytes(p)
+    meta = json.loads(out[".zattrs"])
+    meta[provenance.KEY]["command"] = ""
+    out[".zattrs"] = json.dumps(meta, sort_keys=True).encode()
+    return out
 
 
 def test_resume_refuses_changed_options(corpus, tmp_path):
@@ -370,3 +393,193 @@ def test_ctrl_c_stops_workers_and_leaves_nothing(tmp_path):
     assert p.returncode != 0
     assert not (tmp_path / "out").exists()
     assert not list(tmp_path.glob(".lmdata-tmp-*"))
+
+
+def test_in_process_job_leaves_the_callers_environment_alone(corpus, tmp_path, monkeypatch):
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    run(corpus, tmp_path / "o", workers=0)
+    assert "RAYON_NUM_THREADS" not in os.environ
+    assert "TOKENIZERS_PARALLELISM" not in os.environ
+
+
+def _lines_of(data: bytes) -> list[bytes]:
+    """The lines of ``data`` as JSONL readers see them: split at b"\\n" only."""
+    parts = data.split(b"\n")
+    return [p + b"\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), max_size=25),
+    trailing_newline=st.booleans(),
+    range_bytes=st.integers(1, 70),
+    batch=st.integers(1, 4),
+)
+def test_byte_ranges_hold_every_line_exactly_once(lines, trailing_newline, range_bytes, batch):
+    import tempfile
+
+    data = b"\n".join(lines) + (b"\n" if trailing_newline and lines else b"")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "a.jsonl")
+        with open(path, "wb") as f:
+            f.write(data)
+        units = plan_units([InputFile(path, "jsonl", len(data))], range_bytes)
+        assert all(u.splittable for u in units)
+        got: list[bytes] = []
+        for u in units:
+            items = [x for b in read_batches(u, batch) for x in b.items]
+            offset = sum(map(len, got))
+            for line in items:  # a range holds the lines that start in it
+                assert u.start <= offset < u.end
+                offset += len(line)
+            if items:
+                assert first_line(u) == len(got) + 1  # error messages name the file's line
+            got += items
+    assert got == _lines_of(data)
+
+
+@pytest.fixture(scope="module")
+def ragged(tmp_path_factory) -> Path:
+    """Documents without ids (their split follows their line number), bad and blank lines, a
+    last line without a newline."""
+    rng = np.random.default_rng(1)
+    lines = [
+        json.dumps({"text": TRAPS[i % len(TRAPS)] * int(rng.integers(1, 9))}) for i in range(40)
+    ]
+    lines[7], lines[19], lines[30] = "{broken", "", '{"id": 3}'
+    path = tmp_path_factory.mktemp("ragged") / "r.jsonl"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _ragged_run(src: Path, dst: Path, range_bytes: int) -> tuple[dict[str, bytes], list[str]]:
+    job = TokenizeJob(to="flat-tokens", batch_docs=3, validation_fraction=0.3, skip_invalid=True)
+    s = tokenize([src], dst, job, workers=0, range_bytes=range_bytes)
+    assert (s.documents_read, s.documents_skipped) == (40, 3)
+    return tree_bytes(dst), s.skipped
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(range_bytes=st.integers(1, 2000))
+def test_identical_bytes_for_any_range_size(ragged, tmp_path, range_bytes):
+    ref = tmp_path / "ref"
+    if not ref.exists():
+        ref_out = _ragged_run(ragged, ref, RANGE_BYTES)  # the whole file is one unit
+        (tmp_path / "ref.json").write_text(json.dumps(ref_out[1]))
+    dst = tmp_path / f"r{range_bytes}"
+    shutil.rmtree(dst, ignore_errors=True)
+    tree, skipped = _ragged_run(ragged, dst, range_bytes)
+    assert tree == tree_bytes(ref)
+    assert skipped == json.loads((tmp_path / "ref.json").read_text())  # same line numbers
+    assert any("line 8:" in m for m in skipped)
+
+
+def test_resume_skips_the_byte_ranges_already_done(corpus, tmp_path):
+    run(corpus, tmp_path / "ref", workers=0)  # one unit per file
+    job = TokenizeJob(to="flat-tokens", batch_docs=64, validation_fraction=0.1)
+    calls = {"n": 0}
+
+    def stop_midway(stats):
+        calls["n"] += 1
+        if calls["n"] == 5:  # in the third byte range of a.jsonl
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop_midway, range_bytes=3000)
+    work = work_dir_for(tmp_path / "out")
+    a = corpus / "a.jsonl"
+    a_units = plan_units([InputFile(str(a), "jsonl", a.stat().st_size)], 3000)
+    done = (work / "done.log").read_text().split()
+    assert 2 <= len(done) < len(a_units)  # the first ranges of a.jsonl, in order
+    assert done == [f"000000-{i:06d}" for i in range(len(done))]
+    with open(work / "done.log", "a") as f:
+        f.write(f"000000-{len(done):06d}")  # a kill while marking the next unit: not done
+    skipped = sum(len(b.items) for u in a_units[: len(done)] for b in read_batches(u, 64))
+    seen = []
+    tokenize(
+        [corpus],
+        tmp_path / "out",
+        job,
+        workers=0,
+        resume=True,
+        progress=lambda s: seen.append(s["documents"]),
+        range_bytes=3000,
+    )
+    assert seen[-1] == 1200 - skipped
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+
+
+def test_workers_stage_tokens_themselves_and_hand_back_only_names(corpus, tmp_path, monkeypatch):
+    import pickle
+
+    from lmdata.tokenize import pipeline
+
+    sent: list[int] = []  # pickled bytes of each task and result crossing the executor
+    real = pipeline.make_executor
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.workers = inner, inner.workers
+
+        def map_ordered(self, fn, units, **kw):
+            def tasks():
+                for u in units:
+                    sent.append(len(pickle.dumps(u)))
+                    yield u
+
+            for r in self.inner.map_ordered(fn, tasks(), **kw):
+                sent.append(len(pickle.dumps(r)))
+                yield r
+
+    monkeypatch.setattr(pipeline, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
+    work = work_dir_for(tmp_path / "o")
+    staged: list[int] = []
+    job = TokenizeJob(to="flat-tokens", batch_docs=64)
+    progress = lambda s: staged.append(len(list((work / "parts").glob("*.npz"))))  # noqa: E731
+    s = tokenize([corpus], tmp_path / "o", job, workers=2, range_bytes=3000, progress=progress)
+    assert len(sent) > 2 * 5 and max(sent) < 1024  # names and counts, never documents or tokens
+    assert s.tokens > 50 * max(sent)
+    assert max(staged) > 0  # the parts were staged in the work folder ...
+    assert not work.exists()  # ... and removed once committed
+
+
+def test_parts_staged_on_an_object_store_resume_and_are_removed(corpus, tmp_path, monkeypatch):
+    import uuid
+
+    from lmdata.parallel.staging import StoreStaging
+    from lmdata.storage import FsspecStore
+    from lmdata.tokenize import pipeline
+
+    run(corpus, tmp_path / "ref", workers=0)
+    store = FsspecStore("memory")
+    staging = StoreStaging(store, f"/p3-{uuid.uuid4().hex[:8]}/.out.lmdata-work")
+    monkeypatch.setattr(pipeline, "staging_for", lambda out, opts: staging)
+    job = TokenizeJob(to="flat-tokens", batch_docs=64, validation_fraction=0.1)
+    calls = {"n": 0}
+
+    def stop_midway(stats):
+        calls["n"] += 1
+        if calls["n"] == 12:  # inside the second input file
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop_midway)
+    assert store.list(staging.key + "/done") == ["000000-000000"]
+    assert len(store.list(staging.key + "/parts")) >= 8  # a.jsonl's parts, and some of b's
+    assert not work_dir_for(tmp_path / "out").exists()  # nothing staged locally
+    seen = []
+    progress = lambda s: seen.append(s["documents"])  # noqa: E731
+    tokenize([corpus], tmp_path / "out", job, workers=0, resume=True, progress=progress)
+    assert seen[-1] == 700  # a.jsonl replayed from the store, not tokenized again
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+    assert not store.exists(staging.key)
+
+
+def test_storage_options_with_a_local_output_stage_locally(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"text": "hi"}\n')
+    job = TokenizeJob(to="flat-tokens")
+    s = tokenize([tmp_path / "d.jsonl"], tmp_path / "o", job, workers=0, storage_options={"a": 1})
+    assert s.documents_written == 1 and not work_dir_for(tmp_path / "o").exists()
