@@ -50,7 +50,10 @@ def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
     with _SHARED_LOCK:
         fs = _SHARED.get(key)
         if fs is None:
-            fs = _SHARED[key] = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+            # lmdata keeps its own instances (per process); a user's skip_instance_cache
+            # must not clash with ours
+            opts = {**options, "skip_instance_cache": True}
+            fs = _SHARED[key] = fsspec.filesystem(protocol, **opts)
     fs.invalidate_cache()
     return fs
 

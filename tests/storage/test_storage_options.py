@@ -123,3 +123,12 @@ def test_resolve_scoped_options_do_not_leak():
         assert isinstance(resolve("/tmp/x")[0], LocalStore)  # never for local paths
     assert store.storage_options == {"anon": True}
     assert resolve("s3://bucket/x")[0].storage_options == {}
+
+
+def test_a_users_skip_instance_cache_does_not_clash(s3_root, opts):
+    """lmdata passes skip_instance_cache itself; the same key from the user is no TypeError."""
+    url = f"{s3_root}/sic"
+    both = {**opts, "skip_instance_cache": False}
+    with lmdata.writer(url, "flat-tokens", storage_options=both, chunk_tokens=16) as w:
+        w.write(np.arange(3))
+    assert lmdata.open(url, storage_options=both)[0].tolist() == [0, 1, 2]
