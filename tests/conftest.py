@@ -1,5 +1,5 @@
-"""Fixtures: the store implementations (local disk, memory://, s3:// on a loopback moto
-server), each at a fresh empty location."""
+"""Fixtures shared by every test folder: the store implementations (local disk, memory://,
+s3:// on a loopback moto server, one per test session), each at a fresh empty location."""
 
 from __future__ import annotations
 
