@@ -177,11 +177,14 @@ def _tokenizer_file(tokenizer: Any, folder: Path) -> str:
     )
 
 
+DEFAULT_FORMAT = "flat-tokens"  # seqax's: the one a loader reads fastest
+
+
 def tokenize(
     inputs: Paths | list[Paths] | Iterable[Any],
     output: Paths,
     *,
-    to: str = "flat-tokens",
+    to: str | None = None,
     tokenizer: Any = "bytes",
     text_key: str = "text",
     validation: Paths | list[Paths] | None = None,
@@ -206,7 +209,8 @@ def tokenize(
     """Tokenize ``inputs`` into a token dataset of format ``to`` at ``output``; return what was
     done (``documents_read``, ``documents_written``, ``tokens``, ...).
 
-    ``inputs``: a path, a URL (``s3://``, ``memory://``, ...) or a list of them (JSONL[.gz|.zst]
+    ``to`` defaults to flat-tokens. ``inputs``: a path, a URL (``s3://``, ``memory://``, ...)
+    or a list of them (JSONL[.gz|.zst]
     files or folders, Dolma trees, Parquet, text files, lmdata record datasets), or documents:
     any other iterable of strings or of dicts holding ``text_key`` (a generator, a list of
     dicts, a Hugging Face ``datasets.Dataset``). ``tokenizer``: ``"bytes"``, a local file
@@ -222,10 +226,9 @@ def tokenize(
     """
     from lmdata.tokenize.pipeline import tokenize as run
 
-    if format is not None:
-        if to not in ("flat-tokens", format):
-            raise InvalidInputError(f"to={to!r} and format={format!r}: give the format once")
-        to = format
+    if format is not None and to is not None and format != to:
+        raise InvalidInputError(f"to={to!r} and format={format!r}: give the format once")
+    to = to or format or DEFAULT_FORMAT
     if validation is not None and not _is_paths(validation):
         raise InvalidInputError("validation= takes a path or a list of paths")
     if isinstance(validation, (str, os.PathLike)):
