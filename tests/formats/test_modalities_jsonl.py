@@ -317,3 +317,26 @@ def test_reader_checks_that_the_index_fits_the_line_bounds(tmp_path: Path) -> No
     with pytest.raises(CorruptDataError, match="line boundary") as ei:
         lmdata.open(p, format="modalities-jsonl")
     assert "d.idx" in str(ei.value) and "lmdata index --overwrite" in str(ei.value)
+
+
+def test_build_index_on_a_store_resolves_the_data_once(memory_root, monkeypatch):
+    """The data object is resolved (and checked to exist) once, then scanned as resolved."""
+    from lmdata.formats.modalities_jsonl import lines
+    from lmdata.storage import resolve
+
+    store, key = resolve(f"{memory_root}/d.jsonl")
+    out = store.output(key, directory=False, overwrite=False)
+    out.write_last("", b'{"a": 1}\n{"a": 2}\n')
+    out.commit()
+    calls = []
+
+    def counting(path, storage_options=None):
+        calls.append(path)
+        return resolve(path, storage_options)
+
+    monkeypatch.setattr(lines, "resolve", counting)
+    result = mj.build_index(f"{memory_root}/d.jsonl")
+    assert result.documents == 2
+    assert calls == [f"{memory_root}/d.jsonl"]
+    monkeypatch.undo()
+    assert [r["a"] for r in mj.open(f"{memory_root}/d.jsonl")] == [1, 2]

@@ -23,7 +23,8 @@ from lmdata.formats.modalities_jsonl.lines import (
     read_lines,
     shown_path,
 )
-from lmdata.storage import Store, atomic_file, is_url, local_path, require_exists, resolve
+from lmdata.formats.modalities_jsonl.reader import open_data
+from lmdata.storage import Store, atomic_file, is_url, local_path, require_exists
 
 
 @dataclass(frozen=True)
@@ -139,11 +140,7 @@ def _build_index_on_store(
 ) -> IndexResult:
     """:func:`build_index` where the data or the index is a URL: the index is one object,
     written whole after the scan (a failed scan writes nothing)."""
-    store, key = data_object(path, storage_options)
-    if index_path is not None:
-        istore, ikey = resolve(index_path, storage_options)
-    else:
-        istore, ikey = store, str(default_index_path(key))
+    store, key, istore, ikey = open_data(path, index_path, storage_options)
     if istore.url(ikey) == store.url(key):
         raise InvalidInputError(
             "the index path is the data file itself; choose another", path=istore.url(ikey)
@@ -152,8 +149,8 @@ def _build_index_on_store(
         raise OutputExistsError(
             "index already exists; pass overwrite=True (--overwrite)", path=istore.url(ikey)
         )
-    offsets, lengths, skipped = scan(
-        path, skip_invalid=skip_invalid, progress=progress, storage_options=storage_options
+    offsets, lengths, skipped = scan_object(
+        store, key, skip_invalid=skip_invalid, progress=progress
     )
     out = istore.output(ikey, directory=False, overwrite=overwrite)
     try:
