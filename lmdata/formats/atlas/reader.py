@@ -377,14 +377,25 @@ class Atlas:
             size = self._size(s)
         offs = np.asarray(idx[b : b + _GET_AHEAD_BLOCKS + 1], dtype=np.int64)
         offs = offs[: max(2, int(np.searchsorted(offs, offs[0] + _GET_AHEAD, side="right")))]
-        steps = np.diff(offs)
-        if offs[0] < 0 or offs[-1] > size or steps.min() < 0 or steps.max() > self.max_block_bytes:
+        if not self._one_read(offs, size):
             return None
         start, stop = int(offs[0]), int(offs[-1])
         buf = self.store.read_range(self._data_paths[s], start, stop - start)
         if len(buf) != stop - start:
             return None
         return b, offs.tolist(), buf
+
+    def _one_read(self, offs: np.ndarray, size: int) -> bool:
+        """Whether the blocks between index offsets ``offs`` lie in data.bin (of ``size``
+        bytes), in order and within max_block_bytes, so one read fetches them all; where not,
+        the one-block read says precisely what is wrong."""
+        steps = np.diff(offs)
+        return bool(
+            offs[0] >= 0
+            and offs[-1] <= size
+            and steps.min() >= 0
+            and steps.max() <= self.max_block_bytes
+        )
 
     def _locate(self, i: int) -> tuple[int, int, int]:
         s = bisect_right(self._ends_list, i)
@@ -532,14 +543,8 @@ class Atlas:
             while e < n and idx[e + 1] - idx[b] <= _READ_AHEAD:
                 e += 1
             start, stop = int(idx[b]), int(idx[e])
-            steps = np.diff(idx[b : e + 1])
             buf = b""
-            if (
-                0 <= start
-                and stop <= size
-                and steps.min() >= 0
-                and (steps.max() <= self.max_block_bytes)
-            ):
+            if self._one_read(idx[b : e + 1], size):
                 buf = self.store.read_range(self._data_paths[s], start, stop - start)
             if len(buf) != stop - start or stop < start:
                 for k in range(b, e):  # slow path: raises the precise error
