@@ -96,6 +96,7 @@ class Atlas:
         self._ends_list: list[int] = self._ends.tolist()
         self._starts_list: list[int] = self._starts.tolist()
         self._block_sizes = [sh.meta.block_size for sh in self.shards]
+        self._block_sizes_arr = np.asarray(self._block_sizes, dtype=np.int64)  # for take()
         self._names = [sh.folder.name for sh in self.shards]
         self._data_paths = [str(sh.folder / DATA) for sh in self.shards]
 
@@ -483,7 +484,7 @@ class Atlas:
             return out
         shard = np.searchsorted(self._ends, idx, side="right")
         local = idx - self._starts[shard]
-        bsz = np.asarray(self._block_sizes, dtype=np.int64)[shard]
+        bsz = self._block_sizes_arr[shard]
         block, pos = np.divmod(local, bsz)
         groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
         for k, (s, b, j) in enumerate(
