@@ -265,11 +265,9 @@ class Atlas:
             try:
                 dctx = zstandard.ZstdDecompressor(dict_data=d)
             except zstandard.ZstdError as e:
-                shared = self.shards[s].meta.compression_strategy == 2
-                folder = (self._dict_dir or self.root) if shared else self.shards[s].folder
                 raise CorruptDataError(
                     f"cannot use the zstd dictionary: {e}",
-                    path=folder / DICT,
+                    path=self._dict_path(s),
                     position=self._where(s),
                 ) from None
             per_thread[key] = dctx
