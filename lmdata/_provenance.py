@@ -276,26 +276,23 @@ def dumps(obj: dict[str, Any]) -> bytes:
     return json.dumps({KEY: obj}, indent=2, sort_keys=True, ensure_ascii=False).encode() + b"\n"
 
 
-def loads(data: bytes, path: str) -> dict[str, Any] | None:
-    """The record in a file written by :func:`dumps`, or None if it holds none."""
+def _stored(store: Any, key: str) -> Any:
+    """The value under :data:`KEY` in the JSON file ``key`` of ``store`` (written by
+    :func:`dumps`), or None when the file is missing, unreadable, too large or not JSON."""
     from lmdata import _json
-    from lmdata.errors import CorruptDataError
+    from lmdata.errors import LmdataError
 
     try:
-        obj = _json.from_bytes(data, path=path, what="provenance", max_bytes=MAX_BYTES)
-    except CorruptDataError:
+        data = store.read(key, MAX_BYTES + 1)
+        obj = _json.from_bytes(data, path=store.url(key), what="provenance", max_bytes=MAX_BYTES)
+    except (OSError, LmdataError):  # an oversized file is UnsafeDataError from the read
         return None
-    return parse(obj.get(KEY))
+    return obj.get(KEY)
 
 
 def read_file(store: Any, key: str) -> dict[str, Any] | None:
     """The record in the file ``key`` of ``store`` (Atlas's ``lmdata.json``), or None."""
-    try:
-        if not store.exists(key):
-            return None
-        return loads(store.read(key, MAX_BYTES + 1), store.url(key))
-    except OSError:
-        return None
+    return parse(_stored(store, key))
 
 
 def write_sidecar(store: Any, key: str, obj: dict[str, Any]) -> None:
@@ -320,17 +317,12 @@ def remove_sidecar(store: Any, key: str) -> None:
 
 def read_sidecar(store: Any, key: str) -> dict[str, Any] | None:
     """The record beside the one-object dataset ``key``, if it is there and still matches."""
-    side = key + SIDECAR_SUFFIX
-    try:
-        if not store.exists(side):
-            return None
-        data = store.read(side, MAX_BYTES + 1)
-        from lmdata import _json
-
-        raw = _json.from_bytes(data, path=store.url(side), what="provenance", max_bytes=MAX_BYTES)
-        inner = raw.get(KEY)
-        if not isinstance(inner, dict) or inner.get("dataset_bytes") != store.size(key):
-            return None
-        return parse(inner)
-    except Exception:  # unreadable or stale: the dataset simply has no provenance
+    inner = _stored(store, key + SIDECAR_SUFFIX)
+    if not isinstance(inner, dict):
         return None
+    try:
+        if inner.get("dataset_bytes") != store.size(key):
+            return None  # stale: another dataset was written over ``key``
+    except OSError:
+        return None
+    return parse(inner)
