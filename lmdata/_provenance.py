@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmdata._version import __version__
+
 KEY = "lmdata"  # the key holding the record in zarr attributes and index.json
 FILE = "lmdata.json"  # the record's file inside a dataset folder (Atlas)
 SIDECAR_SUFFIX = ".lmdata.json"  # the record's file beside a one-file dataset (Modalities)
@@ -117,12 +119,6 @@ class Provenance:
         return {"version": VERSION, **asdict(self)}
 
 
-def _lmdata_version() -> str:
-    from lmdata._version import __version__
-
-    return __version__
-
-
 def file_sha256(path: str | os.PathLike[str]) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -203,7 +199,7 @@ def record(tok: Any, eod_id: int | None, special_tokens_added: bool) -> dict[str
     """The JSON record a token writer stores for a dataset made by ``tok`` now."""
     return Provenance(
         tokenizer=describe_tokenizer(tok, eod_id, special_tokens_added),
-        lmdata_version=_lmdata_version(),
+        lmdata_version=__version__,
         command=current_command(),
     ).to_json()
 
