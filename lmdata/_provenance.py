@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmdata._version import __version__
+
 KEY = "lmdata"  # the key holding the record in zarr attributes and index.json
 FILE = "lmdata.json"  # the record's file inside a dataset folder (Atlas)
 SIDECAR_SUFFIX = ".lmdata.json"  # the record's file beside a one-file dataset (Modalities)
@@ -117,12 +119,6 @@ class Provenance:
         return {"version": VERSION, **asdict(self)}
 
 
-def _lmdata_version() -> str:
-    from lmdata._version import __version__
-
-    return __version__
-
-
 def file_sha256(path: str | os.PathLike[str]) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -203,7 +199,7 @@ def record(tok: Any, eod_id: int | None, special_tokens_added: bool) -> dict[str
     """The JSON record a token writer stores for a dataset made by ``tok`` now."""
     return Provenance(
         tokenizer=describe_tokenizer(tok, eod_id, special_tokens_added),
-        lmdata_version=_lmdata_version(),
+        lmdata_version=__version__,
         command=current_command(),
     ).to_json()
 
@@ -276,26 +272,23 @@ def dumps(obj: dict[str, Any]) -> bytes:
     return json.dumps({KEY: obj}, indent=2, sort_keys=True, ensure_ascii=False).encode() + b"\n"
 
 
-def loads(data: bytes, path: str) -> dict[str, Any] | None:
-    """The record in a file written by :func:`dumps`, or None if it holds none."""
+def _stored(store: Any, key: str) -> Any:
+    """The value under :data:`KEY` in the JSON file ``key`` of ``store`` (written by
+    :func:`dumps`), or None when the file is missing, unreadable, too large or not JSON."""
     from lmdata import _json
-    from lmdata.errors import CorruptDataError
+    from lmdata.errors import LmdataError
 
     try:
-        obj = _json.from_bytes(data, path=path, what="provenance", max_bytes=MAX_BYTES)
-    except CorruptDataError:
+        data = store.read(key, MAX_BYTES + 1)
+        obj = _json.from_bytes(data, path=store.url(key), what="provenance", max_bytes=MAX_BYTES)
+    except (OSError, LmdataError):  # an oversized file is UnsafeDataError from the read
         return None
-    return parse(obj.get(KEY))
+    return obj.get(KEY)
 
 
 def read_file(store: Any, key: str) -> dict[str, Any] | None:
     """The record in the file ``key`` of ``store`` (Atlas's ``lmdata.json``), or None."""
-    try:
-        if not store.exists(key):
-            return None
-        return loads(store.read(key, MAX_BYTES + 1), store.url(key))
-    except OSError:
-        return None
+    return parse(_stored(store, key))
 
 
 def write_sidecar(store: Any, key: str, obj: dict[str, Any]) -> None:
@@ -320,17 +313,12 @@ def remove_sidecar(store: Any, key: str) -> None:
 
 def read_sidecar(store: Any, key: str) -> dict[str, Any] | None:
     """The record beside the one-object dataset ``key``, if it is there and still matches."""
-    side = key + SIDECAR_SUFFIX
-    try:
-        if not store.exists(side):
-            return None
-        data = store.read(side, MAX_BYTES + 1)
-        from lmdata import _json
-
-        raw = _json.from_bytes(data, path=store.url(side), what="provenance", max_bytes=MAX_BYTES)
-        inner = raw.get(KEY)
-        if not isinstance(inner, dict) or inner.get("dataset_bytes") != store.size(key):
-            return None
-        return parse(inner)
-    except Exception:  # unreadable or stale: the dataset simply has no provenance
+    inner = _stored(store, key + SIDECAR_SUFFIX)
+    if not isinstance(inner, dict):
         return None
+    try:
+        if inner.get("dataset_bytes") != store.size(key):
+            return None  # stale: another dataset was written over ``key``
+    except OSError:
+        return None
+    return parse(inner)

@@ -39,9 +39,7 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def imports(
-    source: str | ast.AST, module: str, *, is_package: bool, import_time_only: bool
-) -> set[str]:
+def imports(source: str, module: str, *, is_package: bool, import_time_only: bool) -> set[str]:
     """The lmdata modules ``module`` imports: at import time, or anywhere (functions too)."""
     package = module if is_package else module.rpartition(".")[0]
     found: set[str] = set()
@@ -68,13 +66,8 @@ def imports(
                 if t is not None and t != module:
                     found.add(t)
 
-    visit(ast.parse(source) if isinstance(source, str) else source)
+    visit(ast.parse(source))
     return found
-
-
-@functools.cache
-def _tree(module: str) -> ast.AST:
-    return ast.parse(MODULES[module].read_text())
 
 
 @functools.cache

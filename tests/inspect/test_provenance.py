@@ -125,6 +125,15 @@ def test_records_are_parsed_as_untrusted(tmp_path):
     assert "provenance" not in lmdata.info(out)
 
 
+@pytest.mark.parametrize("fmt", ["atlas", "modalities"])
+def test_an_oversized_record_file_is_no_provenance(tmp_path, fmt):
+    out = made(tmp_path, fmt, "bytes")
+    side = out / "lmdata.json" if fmt == "atlas" else Path(str(out) + ".lmdata.json")
+    assert "provenance" in lmdata.info(out)
+    side.write_bytes(b" " * (_provenance.MAX_BYTES + 1) + b"{}")
+    assert "provenance" not in lmdata.info(out)  # not UnsafeDataError from the read
+
+
 def test_info_shows_the_tokenizer_and_the_vocabulary_a_model_needs(tmp_path, bpe_file):  # noqa: F811
     out = made(tmp_path, "flat-tokens", str(bpe_file))
     vocab = load_tokenizer(bpe_file).vocab_size
