@@ -122,5 +122,7 @@ def _line(i: int, rec: Any, text_of: TextOf | None, raw: bool) -> bytes:
     decoded = {k: text_of(v) for k, v in rec.items() if is_token_array(v)}
     if raw:  # the decoded fields' texts; a record without token arrays: its text field
         texts = list(decoded.values()) or [v for k, v in rec.items() if k == "text"]
+        if not texts:  # nothing to print raw: the record as JSON, never a silently dropped line
+            return _json.dumps(rec) + b"\n"
         return b"".join(str(t).encode("utf-8", "surrogatepass") + b"\n" for t in texts)
     return _json.dumps({k: decoded.get(k, v) for k, v in rec.items()}) + b"\n"

@@ -199,6 +199,16 @@ def test_cat_decode_raw_prints_the_decoded_field_of_records(tmp_path):
     assert res.output == "first doc\nsecond doc\n"  # the text, not the id
 
 
+def test_cat_decode_raw_drops_no_record_without_text(tmp_path):
+    p = tmp_path / "a.atlas"
+    with lmdata.writer(p, "atlas") as w:
+        w.write({"id": "a", "text": "has text"})
+        w.write({"id": "b", "body": "no text field"})
+    res = run("cat", str(p), "--decode", "--tokenizer", "bytes", "--raw")
+    lines = res.output.splitlines()
+    assert lines[0] == "has text" and json.loads(lines[1]) == {"id": "b", "body": "no text field"}
+
+
 def test_stats_checks_its_outputs_before_reading(tmp_path, monkeypatch):
     from lmdata.inspect import stats
 
