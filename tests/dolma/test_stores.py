@@ -254,3 +254,16 @@ def test_globs_on_stores_match_local_globs(tmp_path, memory_root, pattern):
 def test_a_bad_glob_range_on_a_store_is_an_input_error(memory_root):
     with pytest.raises(InvalidInputError, match="bad glob pattern"):
         expand_globs([f"{memory_root}/documents/[z-a]*"])
+
+
+def test_detect_on_a_store_lists_documents_once_not_the_whole_tree(memory_root, monkeypatch):
+    from lmdata.formats.dolma import reader
+
+    for n in ("documents/a.jsonl.gz", "documents/sub/b.jsonl.gz"):
+        _put(f"{memory_root}/{n}", b"")
+
+    def no_walk(*a, **k):
+        raise AssertionError("a recursive listing for detection")
+
+    monkeypatch.setattr(reader, "walk_files", no_walk)
+    assert reader.detect(memory_root)
