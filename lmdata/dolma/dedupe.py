@@ -49,6 +49,7 @@ from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
 from lmdata.formats.dolma._files import OutputFile, Stores, attribute_path, iter_raw_lines
 from lmdata.formats.dolma.reader import parse_line
+from lmdata.storage import resolve
 
 try:
     import regex as _re
@@ -180,7 +181,7 @@ class WriteTask:
 def _phase_hash(task: HashTask) -> HashResult:
     """Hash every key of one file into the bucket spill files."""
     k, cfg, work, nbuckets = task.k, task.cfg, task.work, task.nbuckets
-    store, key_ = Stores(cfg.storage_options)(task.path)
+    store, key_ = resolve(task.path, cfg.storage_options)
     path = store.url(key_)
     rows: list[tuple[int, int, int, int, int, int]] = []
     ng = cfg.ngrams
@@ -257,7 +258,7 @@ def _phase_mark(task: MarkTask) -> int:
 def _phase_write(task: WriteTask) -> int:
     """Write one file's attribute rows from the marked duplicates."""
     k, cfg, work = task.k, task.cfg, task.work
-    store, doc_key = Stores(cfg.storage_options)(task.path)
+    store, doc_key = resolve(task.path, cfg.storage_options)
     path = store.url(doc_key)
     marks = [np.load(p) for p in sorted((Path(work) / f"d-{k}").glob("*.npy"))]
     dups: dict[tuple[int, int], set[int]] = {}

@@ -19,7 +19,7 @@ from lmdata.dolma import dedupe as dd
 from lmdata.dolma import tag as tg
 from lmdata.dolma.config import DedupeConfig, MixerConfig, TagConfig, load_config
 from lmdata.dolma.mixer import mix
-from lmdata.errors import CorruptDataError
+from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats import dolma
 from lmdata.formats.dolma._files import expand_globs
 from lmdata.storage import resolve
@@ -234,11 +234,14 @@ def test_abandoned_writer_and_problems_on_a_store(memory_root):
         "**/*.jsonl.gz",
         "documents/[ab]*",
         "documents/?.jsonl.gz",
+        "documents/[^a]*",  # as fnmatch: "^" or "a", not a negation
+        "documents/[[]*",
     ],
 )
 def test_globs_on_stores_match_local_globs(tmp_path, memory_root, pattern):
     names = ["documents/a.jsonl.gz", "documents/sub/b.jsonl.gz", "documents/.h/c.jsonl.gz"]
     names += ["documents/sub/deeper/d.jsonl.gz", "documents/c.txt", "other/e.jsonl.gz"]
+    names += ["documents/^f.jsonl.gz", "documents/[g.jsonl.gz"]
     for n in names:
         (tmp_path / n).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / n).write_bytes(b"")
@@ -246,3 +249,21 @@ def test_globs_on_stores_match_local_globs(tmp_path, memory_root, pattern):
     here = [str(Path(p).relative_to(tmp_path)) for p in expand_globs([f"{tmp_path}/{pattern}"])]
     there = [u[len(memory_root) + 1 :] for u in expand_globs([f"{memory_root}/{pattern}"])]
     assert there == here and here
+
+
+def test_a_bad_glob_range_on_a_store_is_an_input_error(memory_root):
+    with pytest.raises(InvalidInputError, match="bad glob pattern"):
+        expand_globs([f"{memory_root}/documents/[z-a]*"])
+
+
+def test_detect_on_a_store_lists_documents_once_not_the_whole_tree(memory_root, monkeypatch):
+    from lmdata.formats.dolma import reader
+
+    for n in ("documents/a.jsonl.gz", "documents/sub/b.jsonl.gz"):
+        _put(f"{memory_root}/{n}", b"")
+
+    def no_walk(*a, **k):
+        raise AssertionError("a recursive listing for detection")
+
+    monkeypatch.setattr(reader, "walk_files", no_walk)
+    assert reader.detect(memory_root)

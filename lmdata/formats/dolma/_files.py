@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lmdata.errors import CorruptDataError, FormatError
+from lmdata.errors import CorruptDataError, FormatError, InvalidInputError
 from lmdata.storage import LocalStore, Store, basename, is_url, join, parent, resolve, scheme
 
 # Extensions dolma reads (compression is inferred from the name, like smart_open / src/io.rs).
@@ -156,7 +156,8 @@ def _component_regex(part: str) -> str:
                 continue
             body = part[i:end]
             neg = body.startswith("!")
-            body = (body[1:] if neg else body).replace("\\", "\\\\")
+            # as fnmatch: every character of the set literal ("[^a]" is "^" or "a")
+            body = re.sub(r"([\\\[^&~|])", r"\\\1", body[1:] if neg else body)
             out.append("[" + ("^" if neg else "") + body + "]")
             i = end + 1
         else:
@@ -181,7 +182,10 @@ def glob_keys(store: Store, pattern: str) -> list[str]:
         else:
             hidden = "" if p.startswith(".") else r"(?!\.)"
             rx.append(hidden + _component_regex(p) + ("" if last else "/"))
-    regex = re.compile("".join(rx) + r"\Z", re.S)
+    try:
+        regex = re.compile("".join(rx) + r"\Z", re.S)
+    except re.error as e:  # e.g. a reversed range "[z-a]"
+        raise InvalidInputError(f"bad glob pattern {pattern!r}: {e}") from None
     cut = len(top.rstrip("/")) + 1
     hits = [k for k in walk_files(store, top) if regex.match(k[cut:])]
     return sorted(hits)

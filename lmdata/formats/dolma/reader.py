@@ -297,6 +297,10 @@ def detect(path: str | os.PathLike[str]) -> bool:
         ddir = documents_dir(store, key)
         if not store.is_dir(ddir):
             return False
+        # documents/ itself usually holds the files: one listing, not a recursive one (on an
+        # object store, a request per 1000 objects of the whole tree)
+        if any(is_doc_file(n) for n in store.sizes(ddir)):
+            return True
         return any(is_doc_file(basename(k)) for k in walk_files(store, ddir))
     except (OSError, LmdataError):
         return False
