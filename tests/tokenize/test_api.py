@@ -216,3 +216,27 @@ def test_the_cli_takes_url_sources(tmp_path, corpus):
         res = CliRunner().invoke(cli, ["tokenize", src, str(dst), "--to", "mds", "-q"])
         assert res.exit_code == 0, res.output
     assert files(a) == files(b)
+
+
+@pytest.mark.parametrize("url", [False, True])
+def test_cli_ctrl_c_names_the_work_folder_resume_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: bool
+) -> None:
+    from lmdata.parallel.staging import staging_for
+    from lmdata.tokenize.pipeline import work_dir_for
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lmdata.cli.tokenize.tokenize", interrupted)
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "a"}\n')
+    dst = "memory://revA-ctrl-c/out" if url else str(tmp_path / "out")
+    res = CliRunner().invoke(cli, ["tokenize", str(src), dst, "--to", "flat-tokens", "-q"])
+    assert res.exit_code == 130
+    where = staging_for(dst, None).where
+    assert f"`--resume` continues from {where}\n" in res.output
+    if not url:
+        assert where == str(work_dir_for(Path(dst)))
+    else:
+        assert "memory:" not in where  # memory:// stages in a local temp folder
