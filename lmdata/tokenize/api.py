@@ -82,8 +82,11 @@ def _records(
     from lmdata._api import open as open_dataset
 
     reader = open_dataset(url, format=fmt, storage_options=storage_options)
-    for rec in reader:
-        yield {k: rec[k] for k in (text_key, "id") if k in rec} if isinstance(rec, dict) else {}
+    try:
+        for rec in reader:
+            yield {k: rec[k] for k in (text_key, "id") if k in rec} if isinstance(rec, dict) else {}
+    finally:
+        reader.close()
 
 
 def _fetch(

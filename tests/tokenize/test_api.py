@@ -240,3 +240,25 @@ def test_cli_ctrl_c_names_the_work_folder_resume_uses(
         assert where == str(work_dir_for(Path(dst)))
     else:
         assert "memory:" not in where  # memory:// stages in a local temp folder
+
+
+def test_a_dataset_url_is_read_once_and_its_reader_closed(tmp_path, monkeypatch):
+    import lmdata._api
+
+    url = "memory://lmdata-api-close/in/docs.mds"
+    with lmdata.writer(url, "mds") as w:
+        for d in DOCS:
+            w.write(d)
+    real, opened = lmdata._api.open, []
+
+    def recording(*args, **kwargs):
+        reader = real(*args, **kwargs)
+        close, closed = reader.close, []
+        reader.close = lambda: (closed.append(True), close())[1]
+        opened.append(closed)
+        return reader
+
+    monkeypatch.setattr(lmdata._api, "open", recording)
+    s = lmdata.tokenize(url, tmp_path / "o", to="flat-tokens", workers=0)
+    assert s.documents_written == len(DOCS)
+    assert len(opened) == 1 and opened[0]  # copied once, through one reader, closed
