@@ -9,6 +9,7 @@ import click
 
 from lmdata.cli._common import DatasetPath, FormatName, engine_options, storage_option
 from lmdata.parallel.staging import staging_for
+from lmdata.storage import is_url
 from lmdata.tokenize.api import tokenize
 
 
@@ -204,8 +205,11 @@ def command(
         )
     except KeyboardInterrupt:
         bar.close()
-        work = staging_for(dst, storage_options).where  # beside the output, local or a URL
-        click.echo(f"interrupted: no output written; `--resume` continues from {work}", err=True)
+        msg = "interrupted: no output written"
+        if not any(is_url(s) for s in (*sources, *validation_sources)):  # URLs: not resumable
+            work = staging_for(dst, storage_options).where  # beside the output (or its URL)
+            msg += f"; `--resume` continues from {work}"
+        click.echo(msg, err=True)
         sys.exit(130)
     bar.close()
     for msg in summary.skipped:

@@ -262,3 +262,19 @@ def test_a_dataset_url_is_read_once_and_its_reader_closed(tmp_path, monkeypatch)
     s = lmdata.tokenize(url, tmp_path / "o", to="flat-tokens", workers=0)
     assert s.documents_written == len(DOCS)
     assert len(opened) == 1 and opened[0]  # copied once, through one reader, closed
+
+
+def test_cli_ctrl_c_offers_no_resume_for_url_inputs(tmp_path, monkeypatch):
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lmdata.cli.tokenize.tokenize", interrupted)
+    src = "memory://revA-ctrl-c-in/d.jsonl"
+    import fsspec
+
+    fsspec.filesystem("memory").pipe("/revA-ctrl-c-in/d.jsonl", b'{"text": "a"}\n')
+    res = CliRunner().invoke(cli, ["tokenize", src, str(tmp_path / "o"), "--to", "flat-tokens"])
+    assert res.exit_code == 130
+    assert "interrupted: no output written\n" in res.output and "--resume" not in res.output
+    with pytest.raises(InvalidInputError, match="needs local input files"):  # as it would say
+        lmdata.tokenize(src, tmp_path / "o", resume=True)
