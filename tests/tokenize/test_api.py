@@ -278,3 +278,21 @@ def test_cli_ctrl_c_offers_no_resume_for_url_inputs(tmp_path, monkeypatch):
     assert "interrupted: no output written\n" in res.output and "--resume" not in res.output
     with pytest.raises(InvalidInputError, match="needs local input files"):  # as it would say
         lmdata.tokenize(src, tmp_path / "o", resume=True)
+
+
+def test_the_temporary_copies_are_removed_whatever_happens(tmp_path, monkeypatch, corpus):
+    import tempfile
+
+    import fsspec
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    fsspec.filesystem("memory").pipe("/lmdata-api-temp/docs.jsonl", corpus.read_bytes())
+    url = "memory://lmdata-api-temp/docs.jsonl"
+    s = lmdata.tokenize([url, url], tmp_path / "o", workers=0)
+    assert s.documents_written == 2 * len(DOCS)
+    assert list(scratch.iterdir()) == []
+    with pytest.raises(InvalidInputError, match="document 1 is a int"):
+        lmdata.tokenize(iter(["a", 2]), tmp_path / "p", workers=0)
+    assert list(scratch.iterdir()) == []
