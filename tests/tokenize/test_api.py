@@ -296,3 +296,15 @@ def test_the_temporary_copies_are_removed_whatever_happens(tmp_path, monkeypatch
     with pytest.raises(InvalidInputError, match="document 1 is a int"):
         lmdata.tokenize(iter(["a", 2]), tmp_path / "p", workers=0)
     assert list(scratch.iterdir()) == []
+
+
+def test_a_url_input_is_read_as_its_local_copy_would_be(tmp_path):
+    import fsspec
+
+    text = "# Notes\n\nhello world\n"
+    (tmp_path / "notes.md").write_text(text)
+    fsspec.filesystem("memory").pipe("/lmdata-api-md/notes.md", text.encode())
+    a, b = tmp_path / "a", tmp_path / "b"
+    lmdata.tokenize(tmp_path / "notes.md", a, workers=0)  # a text file, by its suffix
+    s = lmdata.tokenize("memory://lmdata-api-md/notes.md", b, workers=0)
+    assert s.documents_written == 1 and files(a) == files(b)
