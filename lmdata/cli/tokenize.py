@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
 from lmdata.cli._common import DatasetPath, FormatName, engine_options, storage_option
+from lmdata.parallel.staging import staging_for
+from lmdata.storage import is_url
 from lmdata.tokenize.api import tokenize
-from lmdata.tokenize.pipeline import work_dir_for
 
 
 def _token_targets() -> list[str]:
@@ -205,10 +205,11 @@ def command(
         )
     except KeyboardInterrupt:
         bar.close()
-        click.echo(
-            f"interrupted: no output written; `--resume` continues from {work_dir_for(Path(dst))}",
-            err=True,
-        )
+        msg = "interrupted: no output written"
+        if not any(is_url(s) for s in (*sources, *validation_sources)):  # URLs: not resumable
+            work = staging_for(dst, storage_options).where  # beside the output (or its URL)
+            msg += f"; `--resume` continues from {work}"
+        click.echo(msg, err=True)
         sys.exit(130)
     bar.close()
     for msg in summary.skipped:

@@ -26,7 +26,6 @@ Paths = str | os.PathLike[str]
 
 
 _COPY_BLOCK = 8 << 20  # bytes per read when a URL input is copied into the temporary folder
-_DOCUMENT_SUFFIXES = (".jsonl", ".json", ".ndjson", ".gz", ".zst", ".zstd", ".parquet", ".txt")
 
 
 def _is_paths(inputs: Any) -> bool:
@@ -82,8 +81,11 @@ def _records(
     from lmdata._api import open as open_dataset
 
     reader = open_dataset(url, format=fmt, storage_options=storage_options)
-    for rec in reader:
-        yield {k: rec[k] for k in (text_key, "id") if k in rec} if isinstance(rec, dict) else {}
+    try:
+        for rec in reader:
+            yield {k: rec[k] for k in (text_key, "id") if k in rec} if isinstance(rec, dict) else {}
+    finally:
+        reader.close()
 
 
 def _fetch(
@@ -97,11 +99,12 @@ def _fetch(
     under its own name (so it tokenizes exactly as a local copy would), a dataset's records as
     JSON lines of their text and id."""
     from lmdata.storage import basename, require_exists, resolve
+    from lmdata.tokenize.sources import _kind_of
 
     require_exists(url, storage_options)
     store, key = resolve(url, storage_options)
     name = basename(key)
-    if name.lower().endswith(_DOCUMENT_SUFFIXES) and not store.is_dir(key):
+    if _kind_of(Path(name)) is not None and not store.is_dir(key):  # as a local file is read
         size = store.size(key)
         with open(folder / name, "wb") as f:
             for start in range(0, size, _COPY_BLOCK):

@@ -54,6 +54,14 @@ class TokenizeJob:
         assert target is not None  # checked in __post_init__
         return target
 
+    @property
+    def special_tokens(self) -> bool:
+        """Whether the tokenizer adds its special tokens: ``add_special_tokens``, else the
+        target's convention."""
+        if self.add_special_tokens is None:
+            return self.target.special_tokens
+        return self.add_special_tokens
+
 
 @dataclass
 class Summary:

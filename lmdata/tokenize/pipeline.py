@@ -312,9 +312,6 @@ def tokenize(
 
 
 def _task(job: TokenizeJob, inputs: list[InputFile], work: Staging, unit: Unit) -> TokenizeTask:
-    special = job.add_special_tokens
-    if special is None:  # the target's convention
-        special = job.target.special_tokens
     return TokenizeTask(
         unit=unit,
         work=work,
@@ -323,7 +320,7 @@ def _task(job: TokenizeJob, inputs: list[InputFile], work: Staging, unit: Unit) 
         skip_invalid=job.skip_invalid,
         validation_fraction=job.validation_fraction,
         validation_file=inputs[unit.file_index].validation,
-        special_tokens=special,
+        special_tokens=job.special_tokens,
         source_format=job.source_format,
     )
 

@@ -102,10 +102,7 @@ def make_sink(job: TokenizeJob, tok: Tokenizer) -> Callable[..., EodSink]:
         )
     eod = resolve_eod(job, tok)
     opts = dict(job.writer_options)
-    special = (
-        job.target.special_tokens if job.add_special_tokens is None else job.add_special_tokens
-    )
-    opts.setdefault("provenance", _provenance.record(tok, eod, special))
+    opts.setdefault("provenance", _provenance.record(tok, eod, job.special_tokens))
 
     def factory(dst: Path, overwrite: bool = False) -> EodSink:
         sink = job.target.open(

@@ -216,3 +216,95 @@ def test_the_cli_takes_url_sources(tmp_path, corpus):
         res = CliRunner().invoke(cli, ["tokenize", src, str(dst), "--to", "mds", "-q"])
         assert res.exit_code == 0, res.output
     assert files(a) == files(b)
+
+
+@pytest.mark.parametrize("url", [False, True])
+def test_cli_ctrl_c_names_the_work_folder_resume_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: bool
+) -> None:
+    from lmdata.parallel.staging import staging_for
+    from lmdata.tokenize.pipeline import work_dir_for
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lmdata.cli.tokenize.tokenize", interrupted)
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "a"}\n')
+    dst = "memory://revA-ctrl-c/out" if url else str(tmp_path / "out")
+    res = CliRunner().invoke(cli, ["tokenize", str(src), dst, "--to", "flat-tokens", "-q"])
+    assert res.exit_code == 130
+    where = staging_for(dst, None).where
+    assert f"`--resume` continues from {where}\n" in res.output
+    if not url:
+        assert where == str(work_dir_for(Path(dst)))
+    else:
+        assert "memory:" not in where  # memory:// stages in a local temp folder
+
+
+def test_a_dataset_url_is_read_once_and_its_reader_closed(tmp_path, monkeypatch):
+    import lmdata._api
+
+    url = "memory://lmdata-api-close/in/docs.mds"
+    with lmdata.writer(url, "mds") as w:
+        for d in DOCS:
+            w.write(d)
+    real, opened = lmdata._api.open, []
+
+    def recording(*args, **kwargs):
+        reader = real(*args, **kwargs)
+        close, closed = reader.close, []
+        reader.close = lambda: (closed.append(True), close())[1]
+        opened.append(closed)
+        return reader
+
+    monkeypatch.setattr(lmdata._api, "open", recording)
+    s = lmdata.tokenize(url, tmp_path / "o", to="flat-tokens", workers=0)
+    assert s.documents_written == len(DOCS)
+    assert len(opened) == 1 and opened[0]  # copied once, through one reader, closed
+
+
+def test_cli_ctrl_c_offers_no_resume_for_url_inputs(tmp_path, monkeypatch):
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lmdata.cli.tokenize.tokenize", interrupted)
+    src = "memory://revA-ctrl-c-in/d.jsonl"
+    import fsspec
+
+    fsspec.filesystem("memory").pipe("/revA-ctrl-c-in/d.jsonl", b'{"text": "a"}\n')
+    res = CliRunner().invoke(cli, ["tokenize", src, str(tmp_path / "o"), "--to", "flat-tokens"])
+    assert res.exit_code == 130
+    assert "interrupted: no output written\n" in res.output and "--resume" not in res.output
+    with pytest.raises(InvalidInputError, match="needs local input files"):  # as it would say
+        lmdata.tokenize(src, tmp_path / "o", resume=True)
+
+
+def test_the_temporary_copies_are_removed_whatever_happens(tmp_path, monkeypatch, corpus):
+    import tempfile
+
+    import fsspec
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    fsspec.filesystem("memory").pipe("/lmdata-api-temp/docs.jsonl", corpus.read_bytes())
+    url = "memory://lmdata-api-temp/docs.jsonl"
+    s = lmdata.tokenize([url, url], tmp_path / "o", workers=0)
+    assert s.documents_written == 2 * len(DOCS)
+    assert list(scratch.iterdir()) == []
+    with pytest.raises(InvalidInputError, match="document 1 is a int"):
+        lmdata.tokenize(iter(["a", 2]), tmp_path / "p", workers=0)
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_url_input_is_read_as_its_local_copy_would_be(tmp_path):
+    import fsspec
+
+    text = "# Notes\n\nhello world\n"
+    (tmp_path / "notes.md").write_text(text)
+    fsspec.filesystem("memory").pipe("/lmdata-api-md/notes.md", text.encode())
+    a, b = tmp_path / "a", tmp_path / "b"
+    lmdata.tokenize(tmp_path / "notes.md", a, workers=0)  # a text file, by its suffix
+    s = lmdata.tokenize("memory://lmdata-api-md/notes.md", b, workers=0)
+    assert s.documents_written == 1 and files(a) == files(b)

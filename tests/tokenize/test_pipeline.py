@@ -38,6 +38,18 @@ TRAPS = [
 ]
 
 
+def interrupt_at(n: int):
+    """A progress callback that raises KeyboardInterrupt (a Ctrl-C) on its ``n``-th call."""
+    calls = {"n": 0}
+
+    def progress(stats):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+
+    return progress
+
+
 def tree_bytes(p: Path) -> dict[str, bytes]:
     return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
 
@@ -183,13 +195,7 @@ def test_refuses_to_overwrite(corpus, tmp_path):
 def test_resume_after_interrupt_gives_the_same_bytes(corpus, tmp_path):
     run(corpus, tmp_path / "ref", workers=0)
     job = TokenizeJob(to="flat-tokens", batch_docs=64, validation_fraction=0.1)
-    calls = {"n": 0}
-
-    def stop_midway(stats):
-        calls["n"] += 1
-        if calls["n"] == 12:  # inside the second input file
-            raise KeyboardInterrupt
-
+    stop_midway = interrupt_at(12)  # inside the second input file
     with pytest.raises(KeyboardInterrupt):
         tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop_midway)
     assert not (tmp_path / "out").exists()
@@ -480,13 +486,7 @@ def test_identical_bytes_for_any_range_size(ragged, tmp_path, range_bytes):
 def test_resume_skips_the_byte_ranges_already_done(corpus, tmp_path):
     run(corpus, tmp_path / "ref", workers=0)  # one unit per file
     job = TokenizeJob(to="flat-tokens", batch_docs=64, validation_fraction=0.1)
-    calls = {"n": 0}
-
-    def stop_midway(stats):
-        calls["n"] += 1
-        if calls["n"] == 5:  # in the third byte range of a.jsonl
-            raise KeyboardInterrupt
-
+    stop_midway = interrupt_at(5)  # in the third byte range of a.jsonl
     with pytest.raises(KeyboardInterrupt):
         tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop_midway, range_bytes=3000)
     work = work_dir_for(tmp_path / "out")
@@ -558,13 +558,7 @@ def test_parts_staged_on_an_object_store_resume_and_are_removed(corpus, tmp_path
     staging = StoreStaging(store, f"/p3-{uuid.uuid4().hex[:8]}/.out.lmdata-work")
     monkeypatch.setattr(pipeline, "staging_for", lambda out, opts: staging)
     job = TokenizeJob(to="flat-tokens", batch_docs=64, validation_fraction=0.1)
-    calls = {"n": 0}
-
-    def stop_midway(stats):
-        calls["n"] += 1
-        if calls["n"] == 12:  # inside the second input file
-            raise KeyboardInterrupt
-
+    stop_midway = interrupt_at(12)  # inside the second input file
     with pytest.raises(KeyboardInterrupt):
         tokenize([corpus], tmp_path / "out", job, workers=0, progress=stop_midway)
     assert store.list(staging.key + "/done") == ["000000-000000"]
