@@ -361,11 +361,13 @@ class StreamingDatasetImpl:
             self._order(),
             epoch,
             sample_in_epoch,
-            int(self.num_canonical_nodes or w.nodes),
-            w.nodes,
-            w.ranks_per_node,
-            w.workers,
-            self.initial_physical_nodes,
+            E.Layout(
+                int(self.num_canonical_nodes or w.nodes),
+                w.nodes,
+                w.ranks_per_node,
+                w.workers,
+                self.initial_physical_nodes,
+            ),
         )
         mine = ids[w.node, w.rank_of_node, w.worker].reshape(-1)
         return mine[mine >= 0]
