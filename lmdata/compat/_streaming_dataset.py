@@ -267,10 +267,7 @@ class StreamingDatasetImpl:
             )
         if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
             raise InvalidInputError("`shuffle_seed` must be a non-negative integer")
-        if shuffle_algo not in E.SHUFFLE_ALGOS:
-            E.shuffle(shuffle_algo, np.zeros(0, np.int64), 1, 0, 0, 1)  # raises, naming them
-        if partition_algo not in E.PARTITION_ALGOS:
-            raise InvalidInputError(f"partition_algo must be one of {E.PARTITION_ALGOS}")
+        E.check_algos(shuffle_algo, partition_algo)
         if batch_size is not None and (
             isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size < 1
         ):

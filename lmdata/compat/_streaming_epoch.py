@@ -31,6 +31,16 @@ SHUFFLE_ALGOS = ("py1e", "py1s", "py1br", "py2s", "naive")
 PARTITION_ALGOS = ("orig", "relaxed")
 
 
+def check_algos(shuffle_algo: str = "py1e", partition_algo: str = "relaxed") -> None:
+    """Refuse a shuffle or partition algorithm streaming does not have, naming those it has."""
+    if shuffle_algo not in SHUFFLE_ALGOS:
+        raise InvalidInputError(
+            f"shuffle_algo {shuffle_algo!r}: streaming's shuffles are {', '.join(SHUFFLE_ALGOS)}"
+        )
+    if partition_algo not in PARTITION_ALGOS:
+        raise InvalidInputError(f"partition_algo must be one of {', '.join(PARTITION_ALGOS)}")
+
+
 # ---- 1. resampling ---------------------------------------------------------------------------
 
 
@@ -213,8 +223,7 @@ def partition(
     initial_nodes: int | None = None,
 ) -> np.ndarray:
     """The (nodes, ranks, workers, batches, batch) array of big ids, -1 where empty."""
-    if algo not in PARTITION_ALGOS:
-        raise InvalidInputError(f"partition_algo must be one of {', '.join(PARTITION_ALGOS)}")
+    check_algos(partition_algo=algo)
     world = nodes * ranks
     if n + world - n % world < drop_first:
         raise InvalidInputError(f"cannot resume at sample {drop_first} of an epoch of {n} samples")
@@ -387,10 +396,7 @@ def shuffle(
     algo: str, units: np.ndarray, canonical: int, seed: int, epoch: int, block: int
 ) -> np.ndarray:
     """The epoch's permutation of big ids (``out[i]`` is what position ``i`` holds)."""
-    if algo not in _SHUFFLES:
-        raise InvalidInputError(
-            f"shuffle_algo {algo!r}: streaming's shuffles are {', '.join(SHUFFLE_ALGOS)}"
-        )
+    check_algos(shuffle_algo=algo)
     return _SHUFFLES[algo](np.asarray(units, np.int64), canonical, seed, epoch, block)
 
 

@@ -240,6 +240,8 @@ def test_dataset_refuses_remote_and_bad_knobs(tmp_path: Path) -> None:
         StreamingDataset(streams=[Stream(local=d, proportion=1), Stream(local=d, repeat=2)])
     with pytest.raises(InvalidInputError, match="streaming's shuffles are py1e, py1s"):
         StreamingDataset(local=d, shuffle_algo="py3s")
+    with pytest.raises(InvalidInputError, match="partition_algo must be one of orig, relaxed"):
+        StreamingDataset(local=d, partition_algo="tree")
     with pytest.raises(InvalidInputError, match="stratified"):
         StreamingDataset(local=d, batching_method="stratified")
     with pytest.raises(InvalidInputError, match="string like '10k'"):
