@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from math import ceil
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ def _count(value: int | str | None, what: str) -> int | None:
         digits = text[:-1] if text[-1:] in units else text
         try:
             value = int(float(digits) * mult)
-        except ValueError:
+        except (ValueError, OverflowError):  # not a number, or inf
             raise InvalidInputError(f"{what} must be an int or a string like '10k'") from None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInputError(f"{what} must be a non-negative number of samples")
@@ -87,7 +88,7 @@ class Stream:
                 "others are derived"
             )
         for k, v in given.items():
-            if v < 0:
+            if isinstance(v, bool) or not isinstance(v, Real) or v < 0:
                 raise InvalidInputError(f"`{k}` must be non-negative")
         if remote is None and local is None:
             raise InvalidInputError("`remote` and/or `local` path must be provided")
@@ -264,13 +265,12 @@ class StreamingDatasetImpl:
                 f"batching_method {batching_method!r}: lmdata.compat.streaming implements "
                 "streaming's `random` (the default) and `per_stream` batching"
             )
-        if seed < 0:
+        if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
             raise InvalidInputError("`shuffle_seed` must be a non-negative integer")
-        if shuffle_algo not in E.SHUFFLE_ALGOS:
-            E.shuffle(shuffle_algo, np.zeros(0, np.int64), 1, 0, 0, 1)  # raises, naming them
-        if partition_algo not in E.PARTITION_ALGOS:
-            raise InvalidInputError(f"partition_algo must be one of {E.PARTITION_ALGOS}")
-        if batch_size is not None and (isinstance(batch_size, bool) or batch_size < 1):
+        E.check_algos(shuffle_algo, partition_algo)
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size < 1
+        ):
             raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size}")
         if replication is not None and replication < 1:
             raise InvalidInputError("Replication factor must be positive.")
@@ -361,11 +361,13 @@ class StreamingDatasetImpl:
             self._order(),
             epoch,
             sample_in_epoch,
-            int(self.num_canonical_nodes or w.nodes),
-            w.nodes,
-            w.ranks_per_node,
-            w.workers,
-            self.initial_physical_nodes,
+            E.Layout(
+                int(self.num_canonical_nodes or w.nodes),
+                w.nodes,
+                w.ranks_per_node,
+                w.workers,
+                self.initial_physical_nodes,
+            ),
         )
         mine = ids[w.node, w.rank_of_node, w.worker].reshape(-1)
         return mine[mine >= 0]

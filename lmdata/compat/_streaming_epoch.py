@@ -31,6 +31,16 @@ SHUFFLE_ALGOS = ("py1e", "py1s", "py1br", "py2s", "naive")
 PARTITION_ALGOS = ("orig", "relaxed")
 
 
+def check_algos(shuffle_algo: str = "py1e", partition_algo: str = "relaxed") -> None:
+    """Refuse a shuffle or partition algorithm streaming does not have, naming those it has."""
+    if shuffle_algo not in SHUFFLE_ALGOS:
+        raise InvalidInputError(
+            f"shuffle_algo {shuffle_algo!r}: streaming's shuffles are {', '.join(SHUFFLE_ALGOS)}"
+        )
+    if partition_algo not in PARTITION_ALGOS:
+        raise InvalidInputError(f"partition_algo must be one of {', '.join(PARTITION_ALGOS)}")
+
+
 # ---- 1. resampling ---------------------------------------------------------------------------
 
 
@@ -213,8 +223,7 @@ def partition(
     initial_nodes: int | None = None,
 ) -> np.ndarray:
     """The (nodes, ranks, workers, batches, batch) array of big ids, -1 where empty."""
-    if algo not in PARTITION_ALGOS:
-        raise InvalidInputError(f"partition_algo must be one of {', '.join(PARTITION_ALGOS)}")
+    check_algos(partition_algo=algo)
     world = nodes * ranks
     if n + world - n % world < drop_first:
         raise InvalidInputError(f"cannot resume at sample {drop_first} of an epoch of {n} samples")
@@ -387,10 +396,7 @@ def shuffle(
     algo: str, units: np.ndarray, canonical: int, seed: int, epoch: int, block: int
 ) -> np.ndarray:
     """The epoch's permutation of big ids (``out[i]`` is what position ``i`` holds)."""
-    if algo not in _SHUFFLES:
-        raise InvalidInputError(
-            f"shuffle_algo {algo!r}: streaming's shuffles are {', '.join(SHUFFLE_ALGOS)}"
-        )
+    check_algos(shuffle_algo=algo)
     return _SHUFFLES[algo](np.asarray(units, np.int64), canonical, seed, epoch, block)
 
 
@@ -412,23 +418,29 @@ class Order:
     proportions: tuple[float, ...] = ()  # each stream's share of the epoch (per_stream)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where an epoch's samples go: the canonical nodes, the physical world (nodes, ranks per
+    node, workers per rank) and, on a resume, the nodes of the run that saved the state."""
+
+    canonical: int
+    nodes: int
+    ranks: int
+    workers: int
+    initial_nodes: int | None = None
+
+
 def epoch_ids(
     order: Order,
     epoch: int,
     sample_in_epoch: int,
-    canonical: int,
-    nodes: int,
-    ranks: int,
-    workers: int,
-    initial_nodes: int | None = None,
+    layout: Layout,
 ) -> np.ndarray:
     """The whole epoch as dataset sample ids, shaped (nodes, ranks, workers, batches, batch),
     -1 where a worker's last batch is short."""
     if order.batching == "per_stream":
-        return _per_stream(order, epoch, sample_in_epoch, canonical, nodes, ranks, workers,
-                           initial_nodes)  # fmt: skip
-    return _ids(order, epoch, None, sample_in_epoch, canonical, nodes, ranks, workers,
-                initial_nodes)  # fmt: skip
+        return _per_stream(order, epoch, sample_in_epoch, layout)
+    return _ids(order, epoch, None, sample_in_epoch, layout)
 
 
 def _ids(
@@ -436,11 +448,7 @@ def _ids(
     epoch: int,
     stream: int | None,
     sample_in_epoch: int,
-    canonical: int,
-    nodes: int,
-    ranks: int,
-    workers: int,
-    initial_nodes: int | None,
+    layout: Layout,
 ) -> np.ndarray:
     """Resample, partition and shuffle the epoch (or one stream's part of it, alone)."""
     units, small = resample(order.sampling, epoch, stream)
@@ -450,16 +458,16 @@ def _ids(
     big = partition(
         order.partition_algo,
         len(small) if stream is not None else order.epoch_size,
-        canonical,
-        nodes,
-        ranks,
-        workers,
+        layout.canonical,
+        layout.nodes,
+        layout.ranks,
+        layout.workers,
         order.batch_size,
         sample_in_epoch,
-        initial_nodes,
+        layout.initial_nodes,
     )
     if order.shuffle:
-        perm = shuffle(order.algo, units, canonical, order.sampling.seed, epoch, block)
+        perm = shuffle(order.algo, units, layout.canonical, order.sampling.seed, epoch, block)
         big = np.where(big >= 0, perm[np.maximum(big, 0)], -1)
     return np.where(big >= 0, small[np.maximum(big, 0)], -1)
 
@@ -468,20 +476,17 @@ def _per_stream(
     order: Order,
     epoch: int,
     sample_in_epoch: int,
-    canonical: int,
-    nodes: int,
-    ranks: int,
-    workers: int,
-    initial_nodes: int | None,
+    layout: Layout,
 ) -> np.ndarray:
     """streaming's ``per_stream`` batching: every global batch from one stream. Each stream is
     laid out alone, cut into global batches (a short last one dropped), and the batches of all
     streams are interleaved in a seeded random order of their streams, each stream's in order;
     a resume restarts at the last whole global batch."""
+    nodes, ranks, workers = layout.nodes, layout.ranks, layout.workers
     glob = order.batch_size * nodes * ranks
     batches, counts = [], []
     for k in range(len(order.sampling.choose_per_stream)):
-        ids = _ids(order, epoch, k, 0, canonical, nodes, ranks, workers, initial_nodes)
+        ids = _ids(order, epoch, k, 0, layout)
         mine = ids.transpose(3, 2, 0, 1, 4).reshape(-1, glob)
         full = int(np.count_nonzero(mine.min(axis=1) >= 0))
         if not full:

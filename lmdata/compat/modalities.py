@@ -299,11 +299,8 @@ def _stage_texts(cfg: PackConfig, staged: Path) -> None:
 
 
 def _json_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", list: "an array"}.get(
-        type(v), "an object"
-    )
+    kind = _JQ_TYPES.get(type(v), "number")
+    return kind if v is None else f"{'an' if kind[0] in 'ao' else 'a'} {kind}"
 
 
 def pack_encoded_data(

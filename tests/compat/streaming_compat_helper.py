@@ -10,43 +10,25 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
-import time
 
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "formats")
 )
 
-import mds_streaming_helper  # noqa: F401  (installs the torchvision/transformers stand-ins)
+import mds_streaming_helper  # installs the torchvision/transformers stand-ins
 from streaming import Stream, StreamingDataset
 from streaming.base.batching import generate_work
-from streaming.base.util import clean_stale_shared_memory
 from streaming.base.world import World
 
 
-def _open(**kw: object) -> StreamingDataset:
-    """A StreamingDataset, retried when another streaming process on this machine took the
-    same shared-memory name at the same moment (streaming picks names by looking at
-    /dev/shm, which concurrent test runs race on)."""
-    for attempt in range(5):
-        clean_stale_shared_memory()
-        try:
-            return StreamingDataset(**kw)
-        except FileExistsError:
-            if attempt == 4:
-                raise
-            time.sleep(0.2 + random.random())
-    raise AssertionError("unreachable")
-
-
 def resume(job: dict) -> dict:
-    ds = _open(local=job["local"], batch_size=job["batch_size"])
+    ds = mds_streaming_helper.open_dataset(local=job["local"], batch_size=job["batch_size"])
     it = iter(ds)
     first = [next(it)["id"] for _ in range(job["k"])]
     state = ds.state_dict(job["k"], False)
     del it
-    ds2 = _open(local=job["local"], batch_size=job["batch_size"])
+    ds2 = mds_streaming_helper.open_dataset(local=job["local"], batch_size=job["batch_size"])
     ds2.load_state_dict(state)
     rest = [s["id"] for s in ds2]
     return {"first": first, "state": state, "rest": rest, "len": len(ds), "size": ds.size}
@@ -58,7 +40,7 @@ def _dataset(job: dict) -> StreamingDataset:
         kw["streams"] = [Stream(**s) for s in job["streams"]]
     else:
         kw["local"] = job["local"]
-    return _open(**kw)
+    return mds_streaming_helper.open_dataset(**kw)
 
 
 def epochs(job: dict) -> dict:

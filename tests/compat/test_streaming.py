@@ -240,8 +240,18 @@ def test_dataset_refuses_remote_and_bad_knobs(tmp_path: Path) -> None:
         StreamingDataset(streams=[Stream(local=d, proportion=1), Stream(local=d, repeat=2)])
     with pytest.raises(InvalidInputError, match="streaming's shuffles are py1e, py1s"):
         StreamingDataset(local=d, shuffle_algo="py3s")
+    with pytest.raises(InvalidInputError, match="partition_algo must be one of orig, relaxed"):
+        StreamingDataset(local=d, partition_algo="tree")
     with pytest.raises(InvalidInputError, match="stratified"):
         StreamingDataset(local=d, batching_method="stratified")
+    with pytest.raises(InvalidInputError, match="string like '10k'"):
+        StreamingDataset(local=d, epoch_size="infk")
+    with pytest.raises(InvalidInputError, match="shuffle_seed"):
+        StreamingDataset(local=d, shuffle_seed="1")
+    with pytest.raises(InvalidInputError, match="batch_size"):
+        StreamingDataset(local=d, batch_size="4")
+    with pytest.raises(InvalidInputError, match="`proportion` must be non-negative"):
+        Stream(local=d, proportion="1")
 
 
 def test_torch_dataloader_with_workers_keeps_the_order(tmp_path: Path) -> None:

@@ -172,11 +172,7 @@ def _ours(case: dict[str, Any]) -> tuple[np.ndarray, Any]:
         ds._order(),
         case["epoch"],
         case.get("sample_in_epoch", 0),
-        ds.num_canonical_nodes,
-        nodes,
-        ranks,
-        workers,
-        case.get("initial_nodes"),
+        E.Layout(ds.num_canonical_nodes, nodes, ranks, workers, case.get("initial_nodes")),
     )
     return ids, ds
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 import sys
 import time
 
@@ -57,9 +58,23 @@ def write(job: dict) -> dict:
     return {"ok": True, "seconds": time.perf_counter() - t}
 
 
+def open_dataset(**kw: object) -> StreamingDataset:
+    """A StreamingDataset, retried when another streaming process on this machine took the
+    same shared-memory name at the same moment (streaming picks names by looking at
+    /dev/shm, which concurrent test runs race on)."""
+    for attempt in range(5):
+        clean_stale_shared_memory()
+        try:
+            return StreamingDataset(**kw)
+        except FileExistsError:
+            if attempt == 4:
+                raise
+            time.sleep(0.2 + random.random())
+    raise AssertionError("unreachable")
+
+
 def _dataset(job: dict) -> StreamingDataset:
-    clean_stale_shared_memory()
-    return StreamingDataset(
+    return open_dataset(
         local=job["local"],
         split=job.get("split"),
         shuffle=False,
@@ -72,10 +87,10 @@ def read(job: dict) -> dict:
     ds = _dataset(job)
     n = ds.size
     picks = job.get("indices") or list(range(n))
-    random = [canonical(ds[i]) for i in picks]
+    at = [canonical(ds[i]) for i in picks]
     iterated = [canonical(s) for s in ds] if job.get("iterate", True) else None
     with open(job["result"], "wb") as f:
-        pickle.dump({"size": n, "random": random, "iterated": iterated}, f)
+        pickle.dump({"size": n, "random": at, "iterated": iterated}, f)
     return {"ok": True, "size": n}
 
 
