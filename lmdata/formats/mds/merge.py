@@ -22,11 +22,11 @@ from lmdata.formats.mds.index import INDEX, load_index_json, split_dirs
 from lmdata.storage import (
     LocalStore,
     atomic_file,
-    is_url,
     join,
     local_path,
     require_exists,
     resolve,
+    scheme,
 )
 
 _FILE_KEYS = ("raw_data", "zip_data", "raw_meta", "zip_meta")
@@ -82,7 +82,7 @@ def _inside(part: Path, out: Path) -> str | None:
 
 def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
     """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary."""
-    if is_url(output) or any(is_url(p) for p in inputs):
+    if any(scheme(p) not in (None, "file") for p in (output, *inputs)):  # file:// is local
         return _merge_on_store(inputs, output, overwrite)
     out = local_path(output, "mds merge")
     parts = _partitions(list(inputs), out)
