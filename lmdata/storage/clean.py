@@ -47,8 +47,8 @@ def parse_age(text: str) -> float:
         value = float(t[:-1] if scale else t)
     except ValueError:
         raise InvalidInputError(f"{text!r} is not an age such as 90, 30s, 15m, 2h or 1d") from None
-    if value < 0:
-        raise InvalidInputError(f"age {text!r} is negative")
+    if not value >= 0:  # negative, or nan (which no age is younger than)
+        raise InvalidInputError(f"age {text!r} is not a number of seconds >= 0")
     return value * (scale or 1)
 
 
