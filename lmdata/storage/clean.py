@@ -76,7 +76,11 @@ def _objects(store: Store, key: str) -> Iterator[tuple[str, int, float | None]]:
             for d in dirs:  # a staged directory killed before its first file is empty
                 if d.startswith(TMP_PREFIX):
                     p = os.path.join(root, d)
-                    yield p, 0, os.stat(p).st_mtime
+                    try:
+                        mtime = os.stat(p).st_mtime
+                    except OSError:  # committed (renamed into place) since the listing
+                        continue
+                    yield p, 0, mtime
             for f in files:
                 p = os.path.join(root, f)
                 try:

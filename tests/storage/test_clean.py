@@ -118,3 +118,23 @@ def test_parse_age():
     for bad in ("", "h", "-1h", "1w", "nan", "nanm"):
         with pytest.raises(InvalidInputError):
             parse_age(bad)
+
+
+def test_local_staged_dir_committed_during_the_walk_is_skipped(tmp_path, monkeypatch):
+    """A running writer renames its staged directory into place between the walk's listing
+    and the stat: that directory is no leftover, and no raw FileNotFoundError escapes."""
+    import sys
+
+    clean_mod = sys.modules["lmdata.storage.clean"]  # (the package's `clean` is the function)
+    staged = AtomicOutput(tmp_path / "ds", directory=True, overwrite=False)
+    real_walk = os.walk
+
+    def walk(top, *a, **kw):
+        for root, dirs, files in real_walk(top, *a, **kw):
+            if str(staged.tmp) in [os.path.join(root, d) for d in dirs]:
+                os.rename(staged.tmp, tmp_path / "ds")  # the commit, just after the listing
+            yield root, dirs, files  # dirs as listed, the staged one among them
+
+    monkeypatch.setattr(clean_mod.os, "walk", walk)
+    assert clean(tmp_path, older_than=0) == []
+    assert (tmp_path / "ds").is_dir()
