@@ -21,7 +21,7 @@ from typing import Any
 
 from lmdata.errors import InvalidInputError
 from lmdata.storage.base import Store, basename, join, parent
-from lmdata.storage.paths import CLAIM, TMP_PREFIX
+from lmdata.storage.paths import CLAIM, TMP_PREFIX, require_exists
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -174,9 +174,11 @@ def clean(
     storage_options: dict[str, Any] | None = None,
 ) -> list[Leftover]:
     """Remove (unless ``dry_run``) what failed writes left below ``path`` (a local folder or a
-    URL), as :func:`find_leftovers` finds it; returns what was (or would be) removed."""
+    URL), as :func:`find_leftovers` finds it; returns what was (or would be) removed.
+    DatasetNotFoundError if nothing is at ``path``."""
     from lmdata.storage.urls import resolve
 
+    require_exists(path, storage_options)  # a mistyped URL is an error, not "0 leftovers"
     store, key = resolve(path, storage_options)
     found = find_leftovers(store, key, older_than=older_than, claims=claims)
     if not dry_run:

@@ -138,3 +138,13 @@ def test_local_staged_dir_committed_during_the_walk_is_skipped(tmp_path, monkeyp
     monkeypatch.setattr(clean_mod.os, "walk", walk)
     assert clean(tmp_path, older_than=0) == []
     assert (tmp_path / "ds").is_dir()
+
+
+def test_clean_of_a_url_with_nothing_there_is_an_error(memory_root):
+    """As for a local path (refused by the CLI): a mistyped URL is no "removed 0 leftovers"."""
+    from lmdata.errors import DatasetNotFoundError
+
+    with pytest.raises(DatasetNotFoundError):
+        clean(f"{memory_root}/no-such-folder", older_than=0)
+    res = CliRunner().invoke(cli, ["clean", f"{memory_root}/no-such-folder"])
+    assert res.exit_code != 0 and "removed" not in res.output
