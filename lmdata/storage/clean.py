@@ -21,7 +21,7 @@ from typing import Any
 
 from lmdata.errors import InvalidInputError
 from lmdata.storage.base import Store, basename, join, parent
-from lmdata.storage.paths import CLAIM, TMP_PREFIX
+from lmdata.storage.paths import CLAIM, TMP_PREFIX, require_exists
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -47,8 +47,8 @@ def parse_age(text: str) -> float:
         value = float(t[:-1] if scale else t)
     except ValueError:
         raise InvalidInputError(f"{text!r} is not an age such as 90, 30s, 15m, 2h or 1d") from None
-    if value < 0:
-        raise InvalidInputError(f"age {text!r} is negative")
+    if not value >= 0:  # negative, or nan (which no age is younger than)
+        raise InvalidInputError(f"age {text!r} is not a number of seconds >= 0")
     return value * (scale or 1)
 
 
@@ -76,7 +76,11 @@ def _objects(store: Store, key: str) -> Iterator[tuple[str, int, float | None]]:
             for d in dirs:  # a staged directory killed before its first file is empty
                 if d.startswith(TMP_PREFIX):
                     p = os.path.join(root, d)
-                    yield p, 0, os.stat(p).st_mtime
+                    try:
+                        mtime = os.stat(p).st_mtime
+                    except OSError:  # committed (renamed into place) since the listing
+                        continue
+                    yield p, 0, mtime
             for f in files:
                 p = os.path.join(root, f)
                 try:
@@ -170,9 +174,11 @@ def clean(
     storage_options: dict[str, Any] | None = None,
 ) -> list[Leftover]:
     """Remove (unless ``dry_run``) what failed writes left below ``path`` (a local folder or a
-    URL), as :func:`find_leftovers` finds it; returns what was (or would be) removed."""
+    URL), as :func:`find_leftovers` finds it; returns what was (or would be) removed.
+    DatasetNotFoundError if nothing is at ``path``."""
     from lmdata.storage.urls import resolve
 
+    require_exists(path, storage_options)  # a mistyped URL is an error, not "0 leftovers"
     store, key = resolve(path, storage_options)
     found = find_leftovers(store, key, older_than=older_than, claims=claims)
     if not dry_run:

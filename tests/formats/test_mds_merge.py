@@ -43,6 +43,15 @@ def test_merge_partitions_outside_the_output_links_them_in(tmp_path: Path) -> No
     assert [x["id"] for x in lmdata.open(tmp_path / "out")] == list(range(6))
 
 
+def test_merge_of_file_urls_is_the_local_merge(tmp_path: Path) -> None:
+    part(tmp_path / "a", "mds", 0, 4)
+    part(tmp_path / "b", "mds", 4, 2)
+    out = tmp_path / "out"
+    merge([(tmp_path / "a").as_uri(), (tmp_path / "b").as_uri()], out.as_uri())
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b", "index.json"]
+    assert [x["id"] for x in lmdata.open(out)] == list(range(6))
+
+
 def test_merge_reads_each_partition_index_once(tmp_path: Path, monkeypatch) -> None:
     from lmdata import _json
 

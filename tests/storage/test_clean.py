@@ -114,6 +114,37 @@ def test_parse_age():
         86400,
         0,
     ]
-    for bad in ("", "h", "-1h", "1w"):
+    # nan compares false with every age, so it would count a running writer's objects too
+    for bad in ("", "h", "-1h", "1w", "nan", "nanm"):
         with pytest.raises(InvalidInputError):
             parse_age(bad)
+
+
+def test_local_staged_dir_committed_during_the_walk_is_skipped(tmp_path, monkeypatch):
+    """A running writer renames its staged directory into place between the walk's listing
+    and the stat: that directory is no leftover, and no raw FileNotFoundError escapes."""
+    import sys
+
+    clean_mod = sys.modules["lmdata.storage.clean"]  # (the package's `clean` is the function)
+    staged = AtomicOutput(tmp_path / "ds", directory=True, overwrite=False)
+    real_walk = os.walk
+
+    def walk(top, *a, **kw):
+        for root, dirs, files in real_walk(top, *a, **kw):
+            if str(staged.tmp) in [os.path.join(root, d) for d in dirs]:
+                os.rename(staged.tmp, tmp_path / "ds")  # the commit, just after the listing
+            yield root, dirs, files  # dirs as listed, the staged one among them
+
+    monkeypatch.setattr(clean_mod.os, "walk", walk)
+    assert clean(tmp_path, older_than=0) == []
+    assert (tmp_path / "ds").is_dir()
+
+
+def test_clean_of_a_url_with_nothing_there_is_an_error(memory_root):
+    """As for a local path (refused by the CLI): a mistyped URL is no "removed 0 leftovers"."""
+    from lmdata.errors import DatasetNotFoundError
+
+    with pytest.raises(DatasetNotFoundError):
+        clean(f"{memory_root}/no-such-folder", older_than=0)
+    res = CliRunner().invoke(cli, ["clean", f"{memory_root}/no-such-folder"])
+    assert res.exit_code != 0 and "removed" not in res.output

@@ -19,7 +19,7 @@ from lmdata.formats.dolma._lines import LineIndex
 from lmdata.formats.dolma.reader import DolmaDocuments, detect
 from lmdata.formats.dolma.validate import attribute_sets, validate
 from lmdata.formats.dolma.writer import Writer
-from lmdata.storage import apparent_size, disk_usage
+from lmdata.storage import usage
 
 __all__ = ["SPEC", "DolmaDocuments", "Writer", "detect", "info", "open", "validate"]
 
@@ -44,6 +44,7 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         present = sum(is_file(store, attribute_path(f, name)) for f in reader.keys)
         attrs[name] = {"files": present, "missing_files": len(reader.keys) - present}
     url = store.url(root)
+    used = usage(url, options.get("storage_options"))  # one walk (one listing) for both sizes
     return {
         "format": "dolma",
         "path": url,
@@ -51,8 +52,8 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         "documents": sum(counts),
         "codecs": dict(Counter(codec_of(f) for f in reader.keys)),
         "attribute_sets": attrs,
-        "bytes_on_disk": disk_usage(url),
-        "apparent_bytes": apparent_size(url),
+        "bytes_on_disk": used.disk,
+        "apparent_bytes": used.apparent,
     }
 
 

@@ -22,11 +22,11 @@ from lmdata.formats.mds.index import INDEX, load_index_json, split_dirs
 from lmdata.storage import (
     LocalStore,
     atomic_file,
-    is_url,
     join,
     local_path,
     require_exists,
     resolve,
+    scheme,
 )
 
 _FILE_KEYS = ("raw_data", "zip_data", "raw_meta", "zip_meta")
@@ -66,6 +66,20 @@ def _partitions(inputs: list[str], out: Path) -> list[Path]:
     return unique
 
 
+def _rebased(shards: list[dict[str, Any]], rel: str) -> list[dict[str, Any]]:
+    """A partition's shard entries with their files named from the output (``rel/NAME``)."""
+    for shard in shards:
+        for key in _FILE_KEYS:
+            if shard.get(key):
+                shard[key]["basename"] = f"{rel}/{shard[key]['basename']}"
+    return shards
+
+
+def _summary(parts: int, shards: list[dict[str, Any]], dest: str) -> str:
+    n = sum(s.get("samples", 0) for s in shards)
+    return f"merged {parts} partitions ({len(shards)} shards, {n} samples) -> {dest}"
+
+
 def _link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst)
@@ -82,7 +96,7 @@ def _inside(part: Path, out: Path) -> str | None:
 
 def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
     """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary."""
-    if is_url(output) or any(is_url(p) for p in inputs):
+    if any(scheme(p) not in (None, "file") for p in (output, *inputs)):  # file:// is local
         return _merge_on_store(inputs, output, overwrite)
     out = local_path(output, "mds merge")
     parts = _partitions(list(inputs), out)
@@ -105,15 +119,10 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
                 )
             shutil.copytree(part, target, copy_function=_link_or_copy)
             rel = part.name
-        for shard in obj["shards"]:
-            for key in _FILE_KEYS:
-                if shard.get(key):
-                    shard[key]["basename"] = f"{rel}/{shard[key]['basename']}"
-            shards.append(shard)
+        shards.extend(_rebased(obj["shards"], rel))
     with atomic_file(dest, overwrite=overwrite) as tmp:
         tmp.write_text(json.dumps({"version": 2, "shards": shards}), encoding="utf-8")
-    n = sum(s.get("samples", 0) for s in shards)
-    return f"merged {len(parts)} partitions ({len(shards)} shards, {n} samples) -> {dest}"
+    return _summary(len(parts), shards, str(dest))
 
 
 def _merge_on_store(inputs: list[str], output: str, overwrite: bool) -> str:
@@ -159,11 +168,7 @@ def _merge_on_store(inputs: list[str], output: str, overwrite: bool) -> str:
                     path=ostore.url(join(okey, rel)),
                 )
             ostore.fs.copy(part, join(okey, rel), recursive=True)  # type: ignore[attr-defined]
-        for shard in obj["shards"]:
-            for k in _FILE_KEYS:
-                if shard.get(k):
-                    shard[k]["basename"] = f"{rel}/{shard[k]['basename']}"
-            shards.append(shard)
+        shards.extend(_rebased(obj["shards"], rel))
     out = ostore.output(dest, directory=False, overwrite=overwrite)
     try:
         out.write_last("", json.dumps({"version": 2, "shards": shards}).encode())
@@ -171,7 +176,4 @@ def _merge_on_store(inputs: list[str], output: str, overwrite: bool) -> str:
     except BaseException:
         out.abort()
         raise
-    n = sum(s.get("samples", 0) for s in shards)
-    return (
-        f"merged {len(parts)} partitions ({len(shards)} shards, {n} samples) -> {ostore.url(dest)}"
-    )
+    return _summary(len(parts), shards, ostore.url(dest))
