@@ -600,19 +600,3 @@ def test_a_missing_seq_starts_chunk_between_others_is_refused_on_open(tmp_path):
     with pytest.raises(CorruptDataError, match=r"chunk\(s\) \[1\] have no file"):
         lmdata.open(p)
     assert any("seq_starts" in x for x in lmdata.validate(p))
-
-
-def test_a_small_array_on_a_store_is_one_chunk_of_its_size(memory_root):
-    """One partial chunk becomes the chunk shape: no padding to chunk_tokens on an object
-    store (which has no sparse files), and zarr reads it as the same array."""
-    from lmdata.storage import resolve
-
-    url = f"{memory_root}/small"
-    with lmdata.writer(url, "flat-tokens") as w:  # the default chunk_tokens (millions)
-        w.write(np.arange(20))
-    store, key = resolve(url)
-    fs = store.fs
-    assert fs.du(key, total=True) < 4096
-    meta = json.loads(store.read(f"{key}/train/encoded_tokens/.zarray", 1 << 16))
-    assert meta["chunks"] == [20] and meta["shape"] == [20]
-    assert lmdata.open(url)[0].tolist() == list(range(20))

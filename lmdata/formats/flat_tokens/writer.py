@@ -130,15 +130,6 @@ class _ArrayWriter:
         self.fill = 0
 
     def close(self) -> None:
-        padded = self._comp is None and not self.out.sparse  # padding as real bytes
-        if padded and self.chunk == 0 and 0 < self.fill < self.chunk_len:
-            # the whole array fits in one partial chunk: make that the chunk shape (zarr v2
-            # chunks are full size, so on an object store it would be padded to chunk_len
-            # items, 32 MiB for a few tokens). Local and compressed outputs keep chunk_len:
-            # their padding costs nothing, and their metadata stays seqax's byte for byte.
-            self.chunk_len = self.fill
-            self.buf = self.buf[: self.fill]
-            self.meta["chunks"] = [self.fill]
         self._flush()
         self.meta["shape"] = [self.length]
         self.out.write_last(join(self.path, ".zarray"), dump_json(self.meta))
