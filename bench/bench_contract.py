@@ -4,13 +4,20 @@ timed with lmdata as it was just before the contract and with this tree, in inte
 "Before" is the parent of the commit that added ``lmdata/formats/_spec.py`` (the FormatSpec
 registry; the storage layer and the conformance fixes came after it), unpacked with
 ``git archive`` into a temporary folder (``LMDATA_BENCH_BEFORE=/path`` uses a checkout
-instead). Each run is a fresh process importing one tree; it times only the operation, and a
-pair counts when both trees give the same output (record digest, problem count, records
-converted). The datasets are written once by this tree; both trees read the same files.
+instead). Each run is a fresh process importing one tree; it times only the operation (the
+modules it imports on first use included), and a pair counts when both trees give the same
+output (record digest, problem count, records converted). The datasets are written once by this
+tree; both trees read the same files. Both trees are byte-compiled first, as an installed
+package is: with ``PYTHONDONTWRITEBYTECODE`` set (as in CI), every run would otherwise compile
+the source of each module it imports, which measures the size of the source.
+
+``LMDATA_BENCH_ROWS="flat-tokens validate,jsonl"`` runs only the rows whose name starts with one
+of the given prefixes; ``LMDATA_BENCH_PAIRS=15`` takes more interleaved pairs per row.
 """
 
 from __future__ import annotations
 
+import compileall
 import io
 import os
 import shutil
@@ -30,6 +37,8 @@ import _compare as C
 import lmdata
 
 N_DOCS = 4_000 if C.QUICK else 20_000
+C.PAIRS = int(os.environ.get("LMDATA_BENCH_PAIRS", C.PAIRS))
+ROWS = [r.strip() for r in os.environ.get("LMDATA_BENCH_ROWS", "").split(",") if r.strip()]
 OPENS = 20  # opens per timed run (one open is too short to time)
 
 # format -> (file or folder name, what `convert` turns it into)
@@ -168,10 +177,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="lmdata-bench-contract-"))
     try:
         before, sha = before_tree(work)
+        for tree in (before, C.ROOT):
+            compileall.compile_dir(tree / "lmdata", quiet=1)
         data = make_datasets(work)
         for fmt, path in data.items():
             to = FORMATS[fmt][1]
             for op in OPS:
+                if ROWS and not any(f"{fmt} {op}".startswith(r) for r in ROWS):
+                    continue
                 out = work / "out" / f"{fmt}-{op}-{{}}.{to}"
                 out.parent.mkdir(exist_ok=True)
                 C.compare(

@@ -1,11 +1,17 @@
 """lmdata has no import cycles: at import time between modules, and between packages even
-through the imports functions make on first use (a lazy import only hides a cycle)."""
+through the imports functions make on first use (a lazy import only hides a cycle). And
+importing stays lazy: opening a dataset imports its own format's modules, no other format's."""
 
 from __future__ import annotations
 
 import ast
 import functools
+import json
+import subprocess
+import sys
 from pathlib import Path
+
+import numpy as np
 
 import lmdata
 
@@ -50,6 +56,9 @@ def imports(source: str, module: str, *, is_package: bool, import_time_only: boo
                 continue
             if isinstance(child, ast.If) and _is_type_checking(child):
                 continue
+            if not import_time_only and isinstance(child, ast.Call):
+                names = _lazy_targets(child)  # lazy("pkg.mod:name"), lazy_exports(..., {...})
+                found.update(t for t in map(_target, names) if t is not None and t != module)
             if isinstance(child, ast.Import):
                 names = [a.name for a in child.names]
             elif isinstance(child, ast.ImportFrom):
@@ -68,6 +77,23 @@ def imports(source: str, module: str, *, is_package: bool, import_time_only: boo
 
     visit(ast.parse(source))
     return found
+
+
+def _lazy_targets(call: ast.Call) -> list[str]:
+    """The modules a spec's ``lazy(...)`` or a package's ``lazy_exports(...)`` import later."""
+    fn = call.func.id if isinstance(call.func, ast.Name) else None
+    args = [a for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    if fn == "lazy" and args:
+        return [args[0].value.partition(":")[0]]
+    if fn == "lazy_exports":
+        return [
+            v.value
+            for d in call.args
+            if isinstance(d, ast.Dict)
+            for v in d.values
+            if isinstance(v, ast.Constant) and isinstance(v.value, str)
+        ]
+    return []
 
 
 @functools.cache
@@ -145,3 +171,57 @@ def test_the_checks_see_lazy_imports_and_cycles() -> None:
     g = graph(import_time_only=False)
     assert "lmdata.formats.modalities_jsonl.reader" in g["lmdata.formats.modalities.views"]
     assert "lmdata.formats._span_index" in g["lmdata.formats.modalities_jsonl.reader"]
+    # a spec's lazy verbs count as imports of the package that names them
+    assert "lmdata.formats.flat_tokens.validate" in g["lmdata.formats.flat_tokens"]
+    assert (
+        "lmdata.formats.flat_tokens.validate"
+        not in graph(import_time_only=True)["lmdata.formats.flat_tokens"]
+    )
+
+
+def _modules_after(code: str) -> dict:
+    """What a fresh interpreter has imported after running ``code`` (which sets ``out``)."""
+    script = (
+        f"import json, sys\n{code}\nout['modules'] = sorted(sys.modules)\nprint(json.dumps(out))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_opening_a_dataset_imports_only_its_own_format(tmp_path: Path) -> None:
+    import lmdata
+
+    path = tmp_path / "d.zarr"
+    with lmdata.writer(path, "flat-tokens") as w:
+        w.write(np.arange(1, 9))
+    got = _modules_after(
+        "import lmdata\n"
+        "out = {'numpy_at_import': 'numpy' in sys.modules}\n"
+        f"r = lmdata.open({str(path)!r})\n"
+        "out['first'] = r[0].tolist()\n"
+        f"out['format'] = lmdata.detect({str(path)!r})"
+    )
+    assert got["numpy_at_import"] is False
+    assert got["first"] == list(range(1, 9)) and got["format"] == "flat-tokens"
+    formats = {m for m in got["modules"] if m.startswith("lmdata.formats.")}
+    assert {m.split(".")[2] for m in formats} <= {"_spec", "flat_tokens"}, sorted(formats)
+    # the reader, not the writer or the validator
+    assert "lmdata.formats.flat_tokens.reader" in formats
+    assert not formats & {
+        "lmdata.formats.flat_tokens.writer",
+        "lmdata.formats.flat_tokens.validate",
+    }
+
+
+def test_format_packages_import_no_verb_module() -> None:
+    """Loading every spec (as detecting a plain JSONL file does) imports detectors only."""
+    got = _modules_after(
+        "from lmdata import formats\nout = {'names': [s.name for s in formats.specs()]}"
+    )
+    assert "jsonl" in got["names"] and "flat-tokens" in got["names"]
+    heavy = {"reader", "writer", "validate", "tokens", "plain"}
+    loaded = [
+        m for m in got["modules"] if m.startswith("lmdata.formats.") and m.split(".")[-1] in heavy
+    ]
+    assert loaded == [], loaded

@@ -7,12 +7,12 @@ token sequences), splits, verbs (``detect``, ``open``, ``writer``, ``validate``,
 line below.
 
 Packages are imported only when used, so a missing optional dependency of one format never
-breaks another.
+breaks another; a package imports its reader, writer and validator only when a verb runs
+(:func:`lmdata.formats._spec.lazy`), so detecting a format costs its detector's imports alone.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 from pathlib import Path
@@ -85,6 +85,8 @@ def specs() -> list[FormatSpec]:
 
 def suggest(name: str) -> str:
     """``"; did you mean 'x'?"`` for a misspelt format name, else an empty string."""
+    import difflib
+
     candidates = list(FORMATS) + [a for s in specs() for a in s.aliases]
     close = difflib.get_close_matches(name.lower().replace("_", "-"), candidates, n=1, cutoff=0.5)
     if not close:
@@ -119,7 +121,8 @@ def detect(path: str | os.PathLike[str]) -> str:
     """The name of the format at ``path``, or FormatError listing what was tried."""
     p = path if isinstance(path, str) else Path(path)  # a URL stays a URL
     asked: set[int] = set()
-    for s in specs():
+    for name in FORMATS:  # spec by spec: a format found early imports no later package
+        s = _load(name)
         if id(s.detect) in asked:
             continue  # one detector serves a whole family (the MDS names)
         asked.add(id(s.detect))

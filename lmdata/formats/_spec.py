@@ -9,15 +9,19 @@ tokenizer's special tokens, and which writer options apply.
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from lmdata.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Kind = Literal["records", "tokens"]
 
@@ -97,6 +101,62 @@ def detector(check: Callable[[Path | str], bool], name: str) -> Callable[[Path |
 
     detect.__qualname__ = f"detect[{name}]"
     return detect
+
+
+def lazy(target: str) -> Callable[..., Any]:
+    """``"package.module:name"`` (or ``"package.module:Class.method"``) as a callable that
+    imports the module on its first call.
+
+    A spec's verbs are lazy so that loading a spec (to detect a format, or to look up its
+    traits) imports no reader, writer or validator: ``lmdata.open`` of a flat-tokens dataset
+    imports the flat-tokens reader and nothing of the other formats.
+    """
+    modname, _, attr = target.partition(":")
+    found: list[Callable[..., Any]] = []
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not found:
+            obj: Any = importlib.import_module(modname)
+            for part in attr.split("."):  # "Class.method" too
+                obj = getattr(obj, part)
+            found.append(obj)
+        return found[0](*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = attr.rpartition(".")[2]
+    call.__module__ = modname
+    call.__doc__ = f"{target} (imported on first call)"
+    return call
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package`` that imports ``exports[name]`` (a module path)
+    on first access of ``name``: the package's public names without importing them up front."""
+
+    def __getattr__(name: str) -> Any:
+        modname = exports.get(name)
+        if modname is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(modname), name)
+        setattr(sys.modules[package], name, value)  # later lookups skip this function
+        return value
+
+    return __getattr__
+
+
+class _FormatPackage(types.ModuleType):
+    """A format package whose verbs share their names with submodules (``validate``,
+    ``merge``): importing the submodule does not replace the verb on the package."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and callable(self.__dict__.get(name)):
+            return  # the import system binding pkg.validate to the submodule: keep the verb
+        super().__setattr__(name, value)
+
+
+def keep_verbs(package: str) -> None:
+    """Make ``package.validate`` (and any other verb named like a submodule) stay the verb
+    when that submodule is imported later, as it did when the package imported it eagerly."""
+    sys.modules[package].__class__ = _FormatPackage
 
 
 # ---- token sinks shared by several formats ---------------------------------------------------

@@ -135,6 +135,10 @@ def test_round_trip(tmp_path_factory, seqs, chunk, compression):
     assert [x.tolist() for x in r.take(list(range(len(seqs)))[::-1])] == [
         s.tolist() for s in seqs[::-1]
     ]
+    lo = len(seqs) // 3  # consecutive sequences: one read of their range, split
+    assert [x.tolist() for x in r.take(list(range(lo, len(seqs))))] == [
+        s.tolist() for s in seqs[lo:]
+    ]
     flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
     assert r.num_tokens == len(flat)
     assert r.max_token_id == (int(flat.max()) if len(flat) else 0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import lmdata
@@ -299,3 +299,44 @@ def test_round_trip_property(
         else 1
     )
     assert [ln for _, ln in index] == [len(d) * width for d in expected]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    docs=st.lists(st.lists(st.integers(0, 300), max_size=6), max_size=12),
+    eod=st.sampled_from([None, 0, 7, 300]),
+    append_eod=st.booleans(),
+    width=st.sampled_from([None, 2]),
+)
+@example(docs=[[7], [], [0, 7], []], eod=7, append_eod=True, width=None)  # empty after an EOD
+@example(docs=[[], []], eod=0, append_eod=True, width=2)
+def test_write_many_is_write_of_each_document(
+    tmp_path: Path, docs: list, eod: int | None, append_eod: bool, width: int | None
+) -> None:
+    """The flat hand-over tokenize and convert use writes the same bytes, counts and width."""
+    kw = {"eod_id": eod, "append_eod": append_eod, "token_width": width, "overwrite": True}
+    one = write(tmp_path / "one.pbin", docs, **kw)
+    flat = np.array([t for d in docs for t in d], dtype=np.uint32)
+    with Writer(tmp_path / "many.pbin", **kw) as w:
+        half = len(docs) // 2  # two calls: counts carry over
+        for part in (docs[:half], docs[half:]):
+            n = sum(len(d) for d in part)
+            w.write_many(flat[:n], np.array([len(d) for d in part]), "train")
+            flat = flat[n:]
+    assert (tmp_path / "many.pbin").read_bytes() == one.read_bytes()
+    assert w.documents == len(docs)
+    assert w.empty_documents == sum(1 for d in docs if not d)
+
+
+def test_write_many_refuses_what_write_refuses(tmp_path: Path) -> None:
+    with Writer(tmp_path / "a.pbin", token_width=1) as w:
+        w.write([1, 2])
+        with pytest.raises(InvalidInputError, match="token id 256 in document 2"):
+            w.write_many(np.array([3, 4, 256]), np.array([2, 1]), "train")
+        with pytest.raises(InvalidInputError, match="do not split"):
+            w.write_many(np.array([3, 4]), np.array([3]), "train")
+        with pytest.raises(InvalidInputError, match="validation"):
+            w.write_many(np.array([3]), np.array([1]), "validation")
+    assert [d.tolist() for d in modalities.open(tmp_path / "a.pbin")] == [[1, 2]]

@@ -8,16 +8,32 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
 from lmdata.errors import InvalidInputError, LmdataError
-from lmdata.formats._spec import FormatSpec, TokenTarget, column_sink, detector
+from lmdata.formats._spec import (
+    FormatSpec,
+    TokenTarget,
+    column_sink,
+    detector,
+    keep_verbs,
+    lazy,
+    lazy_exports,
+)
 from lmdata.formats.atlas.meta import MAX_META_BYTES, Strategy
-from lmdata.formats.atlas.reader import Atlas
-from lmdata.formats.atlas.validate import info, validate
-from lmdata.formats.atlas.writer import Writer
 from lmdata.storage import join, local_path, resolve
+
+if TYPE_CHECKING:
+    from lmdata.formats.atlas.reader import Atlas
+
+# the reader, writer and checks load on first use
+__getattr__ = lazy_exports(
+    __name__, {"Atlas": "lmdata.formats.atlas.reader", "Writer": "lmdata.formats.atlas.writer"}
+)
+keep_verbs(__name__)  # ``validate`` stays the verb when its submodule is imported
+validate = lazy("lmdata.formats.atlas.validate:validate")
+info = lazy("lmdata.formats.atlas.validate:info")
 
 __all__ = [
     "SPEC",
@@ -50,6 +66,8 @@ def open(path: str | os.PathLike[str], **options: Any) -> Atlas:
 
     Options: ``allow_unsafe_pickle`` (trust the file), ``max_block_bytes``, ``cache_bytes``.
     """
+    from lmdata.formats.atlas.reader import Atlas
+
     return Atlas(path, **options)
 
 
@@ -61,6 +79,7 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
     shards tied to another shared dictionary are re-encoded.
     """
     from lmdata.formats.atlas.meta import DICT, DatasetMeta, ShardMeta, shard_dirs
+    from lmdata.formats.atlas.writer import Writer
 
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
@@ -101,10 +120,10 @@ SPEC = FormatSpec(
     summary="pickled examples in zstd blocks and shards (torch-atlas-ds)",
     detect=detector(detect, "atlas"),
     open=open,
-    writer=Writer,
+    writer=lazy("lmdata.formats.atlas.writer:Writer"),
     validate=validate,
     info=info,
     merge=merge,
     # tokenize writes examples {"tokens": ids}; read them back with token_column="tokens"
-    tokens=TokenTarget(open=column_sink(Writer)),
+    tokens=TokenTarget(open=column_sink(lazy("lmdata.formats.atlas.writer:Writer"))),
 )

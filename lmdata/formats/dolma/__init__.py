@@ -11,17 +11,42 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lmdata.formats._spec import FormatSpec, detector
-from lmdata.formats.dolma._files import attribute_path, codec_of, is_file, tree_root
-from lmdata.formats.dolma._lines import LineIndex
-from lmdata.formats.dolma.reader import DolmaDocuments, detect
-from lmdata.formats.dolma.validate import attribute_sets, validate
-from lmdata.formats.dolma.writer import Writer
-from lmdata.storage import usage
+from lmdata.errors import LmdataError
+from lmdata.formats._spec import FormatSpec, detector, keep_verbs, lazy, lazy_exports
+
+if TYPE_CHECKING:
+    from lmdata.formats.dolma.reader import DolmaDocuments
+
+# the reader, writer and checks load on first use
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "DolmaDocuments": "lmdata.formats.dolma.reader",
+        "Writer": "lmdata.formats.dolma.writer",
+    },
+)
+keep_verbs(__name__)  # ``validate`` stays the verb when its submodule is imported
+validate = lazy("lmdata.formats.dolma.validate:validate")
 
 __all__ = ["SPEC", "DolmaDocuments", "Writer", "detect", "info", "open", "validate"]
+
+
+def detect(path: str | os.PathLike[str]) -> bool:
+    """A folder with a ``documents/`` subfolder holding at least one JSONL(.gz/.zst) file
+    (a file is answered without importing the reader)."""
+    from lmdata.storage import resolve
+
+    try:
+        store, key = resolve(path)
+        if not store.is_dir(key):
+            return False
+    except (OSError, LmdataError):
+        return False
+    from lmdata.formats.dolma.reader import detect as detect_tree
+
+    return detect_tree(path)
 
 
 def open(
@@ -30,11 +55,19 @@ def open(
     """The documents of the tree at ``path`` (a tree root, its ``documents`` folder, or one
     document file; a local path or a URL), with the named attribute sets merged into
     ``doc["attributes"]``."""
+    from lmdata.formats.dolma.reader import DolmaDocuments
+
     return DolmaDocuments(path, attributes=attributes, **options)
 
 
 def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     """Files, documents (one decoding pass), codecs and attribute sets of a tree."""
+    from lmdata.formats.dolma._files import attribute_path, codec_of, is_file, tree_root
+    from lmdata.formats.dolma._lines import LineIndex
+    from lmdata.formats.dolma.reader import DolmaDocuments
+    from lmdata.formats.dolma.validate import attribute_sets
+    from lmdata.storage import usage
+
     reader = DolmaDocuments(path, **options)
     store = reader.store
     root = reader.keys[0] if reader.single_file else tree_root(store, reader.root_key)
@@ -63,7 +96,7 @@ SPEC = FormatSpec(
     summary="documents and attribute sets as JSONL(.gz/.zst) trees (AllenAI dolma)",
     detect=detector(detect, "dolma"),
     open=open,
-    writer=Writer,
+    writer=lazy("lmdata.formats.dolma.writer:Writer"),
     validate=validate,
     info=info,
     document_files=True,

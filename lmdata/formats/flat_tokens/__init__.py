@@ -1,39 +1,82 @@
 """flat-tokens (MatX seqax): a zarr group with train/validation splits of encoded tokens.
 
 Exports :data:`SPEC` (the registry's entry) and the verbs behind it: :func:`detect`,
-:func:`open`, :class:`Writer`, :func:`validate`, :func:`info`.
+:func:`open`, :class:`Writer`, :func:`validate`, :func:`info`. The reader, writer and
+validator are imported on first use: detecting the format lists a folder or two.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lmdata.formats._spec import FormatSpec, TokenSink, TokenTarget, detector
-from lmdata.formats.flat_tokens.reader import (
-    SPLITS,
-    FlatTokens,
-    dataset_info,
-    dataset_splits,
-    detect,
+from lmdata.errors import CorruptDataError
+from lmdata.formats._spec import (
+    FormatSpec,
+    TokenSink,
+    TokenTarget,
+    detector,
+    keep_verbs,
+    lazy,
+    lazy_exports,
 )
-from lmdata.formats.flat_tokens.validate import validate
-from lmdata.formats.flat_tokens.writer import Writer
+
+if TYPE_CHECKING:
+    from lmdata.formats.flat_tokens.reader import FlatTokens
+    from lmdata.formats.flat_tokens.writer import Writer
+    from lmdata.storage import Store
 
 __all__ = ["SPEC", "FlatTokens", "Writer", "detect", "info", "open", "validate"]
+
+SPLITS = ("train", "validation")  # the reader's own tuple is this one
+_TOKEN_ARRAYS = ("encoded_tokens", "tokens")
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "FlatTokens": "lmdata.formats.flat_tokens.reader",
+        "Writer": "lmdata.formats.flat_tokens.writer",
+    },
+)
+
+
+def _is_node(store: Store, key: str) -> bool:
+    names = store.list(key)
+    if "zarr.json" in names:  # v3: the metadata says group or array (bounded parse)
+        from lmdata.formats.flat_tokens._zarr import node_kind
+
+        return node_kind(store, key) is not None
+    return ".zarray" in names or ".zgroup" in names
+
+
+def _is_split(store: Store, key: str) -> bool:
+    from lmdata.storage import join
+
+    return any(_is_node(store, join(key, a)) for a in _TOKEN_ARRAYS) and _is_node(
+        store, join(key, "seq_starts")
+    )
+
+
+def detect(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> bool:
+    """A zarr group holding a split (token array + ``seq_starts``), or a split itself."""
+    from lmdata.storage import join, resolve
+
+    try:
+        store, key = resolve(path, storage_options)
+        if not store.is_dir(key):
+            return False
+        if _is_split(store, key):
+            return True
+        return _is_node(store, key) and any(_is_split(store, join(key, s)) for s in SPLITS)
+    except (CorruptDataError, OSError):
+        return False
 
 
 def open(path: str | os.PathLike[str], split: str | None = None, **options: Any) -> FlatTokens:
     """The token-sequence reader of one split (``train`` unless ``split`` says otherwise)."""
+    from lmdata.formats.flat_tokens.reader import FlatTokens
+
     return FlatTokens(path, split=split or "train", **options)
-
-
-def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
-    return dataset_info(path, **options)
-
-
-def splits(path: str | os.PathLike[str]) -> list[str]:
-    return dataset_splits(path)
 
 
 def _token_sink(
@@ -45,8 +88,15 @@ def _token_sink(
     options: dict[str, Any] | None = None,
 ) -> TokenSink:
     # starts are the start bit of each sequence's first token: no EOD, nothing to record
+    from lmdata.formats.flat_tokens.writer import Writer
+
     return Writer(path, overwrite=overwrite, **dict(options or {}))
 
+
+keep_verbs(__name__)  # ``validate`` stays the verb when its submodule is imported
+validate = lazy("lmdata.formats.flat_tokens.validate:validate")
+info = lazy("lmdata.formats.flat_tokens.reader:dataset_info")
+splits = lazy("lmdata.formats.flat_tokens.reader:dataset_splits")
 
 SPEC = FormatSpec(
     name="flat-tokens",
@@ -54,12 +104,12 @@ SPEC = FormatSpec(
     summary="token sequences in a zarr group with train/validation splits (MatX seqax)",
     detect=detector(detect, "flat-tokens"),
     open=open,
-    writer=Writer,
+    writer=lazy("lmdata.formats.flat_tokens.writer:Writer"),
     validate=validate,
     info=info,
     aliases=("flat_tokens", "flat", "zarr", "seqax"),
     has_splits=True,
-    splits=tuple(SPLITS),
+    splits=SPLITS,
     list_splits=splits,
     tokens=TokenTarget(open=_token_sink, options=frozenset({"chunk_tokens", "compression"})),
 )

@@ -231,6 +231,13 @@ class FlatTokens:
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
         idx = normalize_indices(indices, len(self))
+        n = len(idx)
+        if n > 1 and int(idx[-1]) - int(idx[0]) == n - 1 and bool((np.diff(idx) == 1).all()):
+            # consecutive sequences (convert, a full read): their tokens are one range
+            pairs = self.sequence_ranges(idx)
+            base = int(pairs[0, 0])
+            flat = self.tokens.read(base, int(pairs[-1, 1])) >> 1
+            return np.split(flat, (pairs[1:, 0] - base).tolist())
         return [self.tokens.read(*self._bounds(int(i))) >> 1 for i in idx]
 
     def sequence_ranges(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -12,18 +12,36 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, TokenTarget, column_sink
+from lmdata.formats._spec import (
+    FormatSpec,
+    TokenTarget,
+    column_sink,
+    keep_verbs,
+    lazy,
+    lazy_exports,
+)
 from lmdata.formats.mds.index import FORMAT_NAMES, index_head, split_dirs
 from lmdata.formats.mds.merge import merge
-from lmdata.formats.mds.reader import MDSReader
-from lmdata.formats.mds.tokens import MDSTokens
-from lmdata.formats.mds.validate import validate
-from lmdata.formats.mds.writer import Writer
 from lmdata.storage import resolve, usage
+
+if TYPE_CHECKING:
+    from lmdata.formats.mds.reader import MDSReader
+
+# the reader, writer and checks load on first use
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "MDSReader": "lmdata.formats.mds.reader",
+        "MDSTokens": "lmdata.formats.mds.tokens",
+        "Writer": "lmdata.formats.mds.writer",
+    },
+)
+keep_verbs(__name__)  # ``validate`` stays the verb when its submodule is imported
+validate = lazy("lmdata.formats.mds.validate:validate")
 
 __all__ = [
     "SPECS",
@@ -89,8 +107,12 @@ def open(
 ) -> MDSReader:
     """A records reader; with ``token_column``, the token-sequence view (:class:`MDSTokens`)
     of that integer ndarray column."""
+    from lmdata.formats.mds.reader import MDSReader
+
     reader = MDSReader(path, format=format, split=split, **options)
     if token_column is not None:
+        from lmdata.formats.mds.tokens import MDSTokens
+
         return MDSTokens.wrap(reader, token_column)
     return reader
 
@@ -135,18 +157,18 @@ SPECS = tuple(
         summary=summary,
         detect=detect_format,  # one detector for the family: it names what it found
         open=open,
-        writer=Writer,
+        writer=lazy("lmdata.formats.mds.writer:Writer"),
         validate=validate,
         info=info,
         aliases=(name.replace("-", "_"),) + (("streaming",) if name == "mds" else ()),
         has_splits=True,  # index.json files in sub-folders, as streaming's split=
         list_splits=splits,
         merge=merge,
-        token_view=MDSTokens.wrap,
+        token_view=lazy("lmdata.formats.mds.tokens:MDSTokens.wrap"),
         pass_name=True,
         # tokenize writes samples {"tokens": ids}; read them back with token_column="tokens"
         tokens=TokenTarget(
-            open=column_sink(Writer, declare_columns=True),
+            open=column_sink(lazy("lmdata.formats.mds.writer:Writer"), declare_columns=True),
             options=frozenset({"compression"}),
         )
         if name == "mds"

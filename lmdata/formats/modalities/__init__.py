@@ -10,19 +10,39 @@ The raw JSONL + ``.idx`` side is the format ``modalities-jsonl``
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lmdata import _provenance
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, PerDocumentSink, TokenSink, TokenTarget, detector
+from lmdata.formats._spec import (
+    FormatSpec,
+    TokenSink,
+    TokenTarget,
+    detector,
+    keep_verbs,
+    lazy,
+    lazy_exports,
+)
 from lmdata.formats.modalities.layout import HEADER_SIZE, width_for_vocab
-from lmdata.formats.modalities.merge import merge
-from lmdata.formats.modalities.reader import PackedTokens, read_header, sniff
-from lmdata.formats.modalities.validate import validate
-from lmdata.formats.modalities.writer import EOD_POLICY, Writer, eod_policy
-from lmdata.storage import disk_usage, resolve
+
+if TYPE_CHECKING:
+    from lmdata.formats.modalities.reader import PackedTokens
 
 SUFFIX = ".pbin"
+
+# the reader, writer, checks and merge load on first use
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "EOD_POLICY": "lmdata.formats.modalities.writer",
+        "eod_policy": "lmdata.formats.modalities.writer",
+        "Writer": "lmdata.formats.modalities.writer",
+        "PackedTokens": "lmdata.formats.modalities.reader",
+        "read_header": "lmdata.formats.modalities.reader",
+    },
+)
+keep_verbs(__name__)  # ``validate`` and ``merge`` stay the verbs when their submodules load
+validate = lazy("lmdata.formats.modalities.validate:validate")
+merge = lazy("lmdata.formats.modalities.merge:merge")
 
 __all__ = [
     "EOD_POLICY",
@@ -44,6 +64,9 @@ __all__ = [
 def detect(path: str | os.PathLike[str]) -> bool:
     """A ``.pbin`` file (even a damaged one, so that opening it says what is wrong), or any
     file whose header matches its size and whose tail is a pickle."""
+    from lmdata.formats.modalities.layout import sniff
+    from lmdata.storage import resolve
+
     try:
         store, key = resolve(path)
         if not store.exists(key) or store.is_dir(key):
@@ -55,11 +78,17 @@ def detect(path: str | os.PathLike[str]) -> bool:
 
 def open(path: str | os.PathLike[str], **options: Any) -> PackedTokens:
     """The reader of a ``.pbin`` (options: allow_unsafe_pickle, repair_origin_merge)."""
+    from lmdata.formats.modalities.reader import PackedTokens
+
     options.pop("split", None)
     return PackedTokens(path, **options)
 
 
 def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    from lmdata import _provenance
+    from lmdata.formats.modalities.reader import PackedTokens
+    from lmdata.storage import disk_usage
+
     options.pop("split", None)
     with PackedTokens(path, **options) as r:
         out: dict[str, Any] = {"format": "modalities", "path": str(r.path)}
@@ -81,8 +110,11 @@ def _token_sink(
     eod_id: int | None = None,
     options: dict[str, Any] | None = None,
 ) -> TokenSink:
-    # documents arrive with their EOD already appended (the pipeline applies the convention)
-    w = Writer(
+    # documents arrive with their EOD already appended (the pipeline applies the convention);
+    # the writer takes them as one flat array (Writer.write_many)
+    from lmdata.formats.modalities.writer import Writer
+
+    return Writer(
         path,
         overwrite=overwrite,
         vocab_size=vocab_size,
@@ -90,7 +122,6 @@ def _token_sink(
         append_eod=False,
         **dict(options or {}),
     )
-    return PerDocumentSink(w)
 
 
 SPEC = FormatSpec(
@@ -99,7 +130,7 @@ SPEC = FormatSpec(
     summary="packed .pbin token files (Modalities)",
     detect=detector(detect, "modalities"),
     open=open,
-    writer=Writer,
+    writer=lazy("lmdata.formats.modalities.writer:Writer"),
     validate=validate,
     info=info,
     aliases=("pbin",),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
 
 HEADER_SIZE = 12
 TOKEN_WIDTHS = (1, 2, 4)
@@ -105,3 +105,23 @@ def parse_header(raw: bytes, file_size: int, path: str | os.PathLike[str]) -> Pb
         raise CorruptDataError("; ".join(problems), path=path, position="header")
     data_len, width = _HEADER.unpack(raw[:HEADER_SIZE])
     return PbinHeader(data_len=data_len, token_width=width, file_size=file_size)
+
+
+def sniff(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` holds a consistent header followed by a pickle (cheap)."""
+    from lmdata.storage import resolve
+
+    try:
+        store, key = resolve(path)
+        if store.is_dir(key):
+            return False
+        size = store.size(key)
+        raw = store.read_range(key, 0, HEADER_SIZE)
+        if header_problems(raw, size):
+            return False
+        start = HEADER_SIZE + int.from_bytes(raw[:8], "little")
+        head, tail = store.read_ranges(key, [(start, 1), (size - 1, 1 if size else 0)])
+    except (OSError, LmdataError):
+        return False
+    # pickles of protocol 2+ start with PROTO (0x80) and end with STOP (".")
+    return head == b"\x80" and tail == b"."

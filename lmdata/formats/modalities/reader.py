@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError, LmdataError
+from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats._span_index import SpanIndex, load_span_index
 from lmdata.formats.modalities.layout import (
     HEADER_SIZE,
     PbinHeader,
-    header_problems,
     parse_header,
 )
 from lmdata.protocols import normalize_index, normalize_indices
@@ -42,24 +41,6 @@ def read_header(
     """The checked header of the ``.pbin`` at ``path`` (one ranged read, no mapping)."""
     store, key, shown = _open_store(path, storage_options)
     return parse_header(store.read_range(key, 0, HEADER_SIZE), store.size(key), shown)
-
-
-def sniff(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` holds a consistent header followed by a pickle (cheap)."""
-    try:
-        store, key = resolve(path)
-        if store.is_dir(key):
-            return False
-        size = store.size(key)
-        raw = store.read_range(key, 0, HEADER_SIZE)
-        if header_problems(raw, size):
-            return False
-        start = HEADER_SIZE + int.from_bytes(raw[:8], "little")
-        head, tail = store.read_ranges(key, [(start, 1), (size - 1, 1 if size else 0)])
-    except (OSError, LmdataError):
-        return False
-    # pickles of protocol 2+ start with PROTO (0x80) and end with STOP (".")
-    return head == b"\x80" and tail == b"."
 
 
 class PbinData:

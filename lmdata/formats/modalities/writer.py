@@ -15,6 +15,7 @@ import numpy as np
 from lmdata import _provenance
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
+from lmdata.formats._spec import check_single_split
 from lmdata.formats.modalities.layout import (
     DTYPES,
     HEADER_SIZE,
@@ -152,6 +153,47 @@ class Writer(AtomicWriter):
         self._lengths.append(n)
         self.documents += 1
         self.tokens += n
+
+    def write_many(self, flat: Any, lengths: Any, split: str = "train") -> None:
+        """Append documents given as one flat array of token ids and their lengths (how
+        tokenize and convert hand over tokens): the bytes and checks of :meth:`write` for each
+        document, in a few passes over the whole array instead of a few calls per document.
+        A token that does not fit is refused before any of these documents is written."""
+        check_single_split(split, self)
+        arr = as_token_array(flat)
+        lens = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        if lens.size and (int(lens.min()) < 0 or int(lens.sum()) != arr.size):
+            raise InvalidInputError(
+                f"{lens.size} document lengths summing to {int(lens.sum())} do not split "
+                f"{arr.size} tokens"
+            )
+        ends = np.cumsum(lens)
+        if arr.size:
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < 0 or hi >= self._limit:
+                bad = lo if lo < 0 else hi
+                doc = int(np.searchsorted(ends, int(np.flatnonzero(arr == bad)[0]), "right"))
+                raise InvalidInputError(
+                    f"token id {bad} in document {self.documents + doc} does not fit in "
+                    f"{self.token_width or _SPOOL_WIDTH}-byte tokens "
+                    f"(0..{self._limit - 1}); check vocab_size / token_width"
+                )
+            self._max_id = max(self._max_id, hi)
+        out = arr.astype(self._dtype, copy=False)
+        eod = self.eod_id
+        if eod is not None and self.append_eod and lens.size:
+            # an EOD after every document that does not end with it (an empty one included)
+            last = out[np.maximum(ends - 1, 0)] if out.size else np.zeros(lens.size, self._dtype)
+            need = (lens == 0) | (last != eod)
+            if need.any():
+                out = np.insert(out, ends[need], np.asarray(eod, dtype=self._dtype))
+                lens = lens + need
+                self._max_id = max(self._max_id, eod)
+        self._f.write(out.tobytes())
+        self.empty_documents += int(np.count_nonzero(np.asarray(lengths).reshape(-1) == 0))
+        self._lengths.extend(lens.tolist())
+        self.documents += int(lens.size)
+        self.tokens += int(out.size)
 
     def write_batch(self, documents: Any) -> None:
         """Append several documents, in order."""

@@ -7,16 +7,17 @@ Records reader with O(1) access to each line's JSON value; :class:`Writer` write
 from __future__ import annotations
 
 import os
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, detector
-from lmdata.formats.modalities_jsonl.checks import index_problems
-from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
-from lmdata.formats.modalities_jsonl.lines import default_index_path, shown_path
-from lmdata.formats.modalities_jsonl.reader import JsonlDocuments, open_data, read_index
-from lmdata.formats.modalities_jsonl.writer import Writer
-from lmdata.storage import disk_usage, resolve
+from lmdata.formats._spec import FormatSpec, detector, lazy, lazy_exports
+
+if TYPE_CHECKING:
+    from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
+    from lmdata.formats.modalities_jsonl.lines import default_index_path
+    from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
+    from lmdata.formats.modalities_jsonl.writer import Writer
 
 __all__ = [
     "SPEC",
@@ -34,24 +35,46 @@ __all__ = [
 ]
 
 
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "IndexResult": "lmdata.formats.modalities_jsonl.index",
+        "SkippedLine": "lmdata.formats.modalities_jsonl.index",
+        "build_index": "lmdata.formats.modalities_jsonl.index",
+        "scan": "lmdata.formats.modalities_jsonl.index",
+        "default_index_path": "lmdata.formats.modalities_jsonl.lines",
+        "JsonlDocuments": "lmdata.formats.modalities_jsonl.reader",
+        "Writer": "lmdata.formats.modalities_jsonl.writer",
+    },
+)
+
+
 def detect(path: str | os.PathLike[str]) -> bool:
     """A file with a pickled ``<stem>.idx`` beside it (``foo.jsonl`` + ``foo.idx``)."""
+    from lmdata.storage import resolve
+
     try:
         store, key = resolve(path)
         if key.endswith(".idx") or not store.exists(key) or store.is_dir(key):
             return False
-        return store.read_range(str(default_index_path(key)), 0, 1) == b"\x80"
+        # the index is ``foo.idx`` beside ``foo.jsonl`` (lines.default_index_path)
+        return store.read_range(str(Path(key).with_suffix(".idx")), 0, 1) == b"\x80"
     except (OSError, LmdataError):
         return False
 
 
 def open(path: str | os.PathLike[str], **options: Any) -> JsonlDocuments:
     """The Records reader of a JSONL file through its index (``index_path``, ...)."""
+    from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
+
     options.pop("split", None)
     return JsonlDocuments(path, **options)
 
 
 def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
+    from lmdata.storage import disk_usage
+
     options.pop("split", None)
     with JsonlDocuments(path, **options) as r:
         istore, ikey = r.index_store, r.index_key
@@ -73,6 +96,10 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
     that parses as JSON; a line that parses but is missing from the index means the index is
     stale. Lines left out because they are not JSON (``--skip-invalid``) are fine.
     """
+    from lmdata.formats.modalities_jsonl.checks import index_problems
+    from lmdata.formats.modalities_jsonl.lines import shown_path
+    from lmdata.formats.modalities_jsonl.reader import open_data, read_index
+
     try:
         store, key, istore, ikey = open_data(
             path, options.get("index_path"), options.get("storage_options")
@@ -91,7 +118,7 @@ SPEC = FormatSpec(
     summary="raw JSONL with the .idx index modalities builds for it",
     detect=detector(detect, "modalities-jsonl"),
     open=open,
-    writer=Writer,
+    writer=lazy("lmdata.formats.modalities_jsonl.writer:Writer"),
     validate=validate,
     info=info,
     aliases=("modalities_jsonl",),

@@ -18,13 +18,18 @@ from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import (
     LineError,
     check,
+    check_block,
     data_object,
     default_index_path,
+    line_spans,
     read_lines,
+    release,
     shown_path,
 )
 from lmdata.formats.modalities_jsonl.reader import open_data
 from lmdata.storage import Store, atomic_file, is_url, local_path, require_exists
+
+_PROGRESS_LINES = 65536  # lines between progress calls (and lines checked as one block)
 
 
 @dataclass(frozen=True)
@@ -72,25 +77,49 @@ def scan_object(
     offsets: list[int] = []
     lengths: list[int] = []
     skipped: list[SkippedLine] = []
-    with contextlib.closing(read_lines(store, key)) as lines:
-        for lineno, off, line in lines:
-            try:
-                check(line)
-            except LineError as e:
-                reason = "an empty line" if not line else f"not valid JSON ({e})"
-                if not skip_invalid:
-                    raise CorruptDataError(
-                        f"{reason}; fix the line, or pass skip_invalid=True (--skip-invalid) "
-                        "to leave it out of the index",
-                        path=p,
-                        position=f"line {lineno} (byte {off})",
-                    ) from None
-                skipped.append(SkippedLine(lineno, off, reason))
-                continue
-            offsets.append(off)
-            lengths.append(len(line))
-            if progress is not None and lineno % 65536 == 0:
-                progress(off + len(line))
+
+    def take(lineno: int, off: int, line: bytes) -> None:
+        try:
+            check(line)
+        except LineError as e:
+            reason = "an empty line" if not line else f"not valid JSON ({e})"
+            if not skip_invalid:
+                raise CorruptDataError(
+                    f"{reason}; fix the line, or pass skip_invalid=True (--skip-invalid) "
+                    "to leave it out of the index",
+                    path=p,
+                    position=f"line {lineno} (byte {off})",
+                ) from None
+            skipped.append(SkippedLine(lineno, off, reason))
+            return
+        offsets.append(off)
+        lengths.append(len(line))
+        if progress is not None and lineno % _PROGRESS_LINES == 0:
+            progress(off + len(line))
+
+    buf = store.mmap(key)
+    if buf is None:  # an object store: ranged windows
+        with contextlib.closing(read_lines(store, key)) as lines:
+            for lineno, off, line in lines:
+                take(lineno, off, line)
+        return offsets, lengths, skipped
+    try:  # mapped: blocks of lines that orjson parses whole are taken at once
+        lineno = 0
+        for offs_a, lens_a in line_spans(buf if len(buf) else None):
+            for lo in range(0, len(offs_a), _PROGRESS_LINES):
+                offs = offs_a[lo : lo + _PROGRESS_LINES].tolist()
+                lens = lens_a[lo : lo + _PROGRESS_LINES].tolist()
+                if check_block(buf, offs, lens):
+                    offsets += offs
+                    lengths += lens
+                    if progress is not None:
+                        progress(offs[-1] + lens[-1])
+                else:
+                    for j, (off, n) in enumerate(zip(offs, lens, strict=True)):
+                        take(lineno + j + 1, off, buf[off : off + n])
+                lineno += len(offs)
+    finally:
+        release(buf)
     return offsets, lengths, skipped
 
 

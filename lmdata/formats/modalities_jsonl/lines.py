@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
@@ -21,6 +21,7 @@ from lmdata.errors import DatasetNotFoundError, FormatError
 from lmdata.storage import Store, resolve
 
 _SCAN_BYTES = 1 << 26
+_DIGITS = b"0123456789"
 
 
 class LineError(ValueError):
@@ -37,6 +38,38 @@ def loads(line: bytes) -> Any:
         return _json.parse(line)
     except ValueError as e:
         raise LineError(str(e) or type(e).__name__) from None
+
+
+def parse_many(raws: list[bytes], fallback: Callable[[int, bytes], Any]) -> list[Any]:
+    """:func:`loads` of many lines, a Python call less per line: orjson parses each line with
+    fewer than 19 digits (no integer beyond 64 bits, which orjson would turn into a float);
+    ``fallback(position in raws, line)`` takes every other line (all of :func:`loads`, with
+    its errors). The values are those of :func:`loads`."""
+    out: list[Any] = []
+    append = out.append
+    fast = orjson.loads
+    refused = orjson.JSONDecodeError
+    for j, r in enumerate(raws):
+        if len(r) - len(r.translate(None, _DIGITS)) < 19:
+            try:
+                append(fast(r))
+                continue
+            except refused:
+                pass
+        append(fallback(j, r))
+    return out
+
+
+def check_block(buf: Any, offs: list[int], lens: list[int]) -> bool:
+    """Whether orjson parses every line ``buf[off : off + len]`` (then :func:`check` accepts
+    them all); False means some line needs :func:`check` to decide."""
+    fast = orjson.loads
+    try:
+        for off, n in zip(offs, lens, strict=True):
+            fast(buf[off : off + n])
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def check(line: bytes) -> None:

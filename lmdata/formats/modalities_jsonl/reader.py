@@ -16,6 +16,7 @@ from lmdata.formats.modalities_jsonl.lines import (
     data_object,
     default_index_path,
     loads,
+    parse_many,
     release,
     shown_path,
 )
@@ -176,7 +177,7 @@ class JsonlDocuments:
         offs = self.offsets[idx].tolist()
         lens = self.lengths[idx].tolist()
         raws = self._spans(list(zip(offs, lens, strict=True)))
-        return [self._parse(i, r) for i, r in zip(idx.tolist(), raws, strict=True)]
+        return parse_many(raws, lambda j, r: self._parse(int(idx[j]), r))
 
     def __iter__(self) -> Iterator[Any]:
         block = 4096

@@ -1,0 +1,109 @@
+"""Plain JSONL (``*.jsonl``, ``*.ndjson``, format ``jsonl``): the reader, writer and checks.
+
+Opening scans the file once (every line must be JSON; an object store's in ranged windows)
+and keeps the line offsets in memory; reads then go through the same reader as Modalities'
+indexed JSONL (memory-mapped locally, ranged reads on object stores). Lines are
+split on ``\\n`` only, so U+2028 and friends inside strings are not line breaks. The spec and
+detector are :mod:`lmdata.formats.jsonl`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import LmdataError
+from lmdata.formats.modalities_jsonl.index import scan, scan_object
+from lmdata.formats.modalities_jsonl.lines import data_object, default_index_path, shown_path
+from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
+from lmdata.formats.modalities_jsonl.writer import dumps_line
+from lmdata.storage import AtomicWriter, disk_usage, resolve
+
+
+class JsonlFile(JsonlDocuments):
+    """A plain JSONL file as a Records reader (``r[i]`` is the parsed JSON of line ``i``)."""
+
+    format = "jsonl"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        storage_options: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        self.store, self.key = data_object(path, storage_options)
+        self.path = shown_path(self.store, self.key)
+        self.index_path = default_index_path(self.path)
+        self.file_size = self.store.size(self.key)
+        offsets, lengths, _skipped = scan_object(self.store, self.key)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self._buf: Any = None
+
+    def __repr__(self) -> str:
+        return f"JsonlFile({str(self.path)!r})"
+
+
+def open(path: str | os.PathLike[str], **options: Any) -> JsonlFile:
+    return JsonlFile(path, **options)
+
+
+class Writer(AtomicWriter):
+    """Writes records as JSON lines (the file appears only when the writer closes cleanly)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        store, key = resolve(path, storage_options)
+        self._out = store.output(key, directory=False, overwrite=overwrite)
+        self.path = store.url(self._out.dest)
+        self._f = self._out.open_write("")
+        self.documents = 0
+
+    def write(self, record: Any) -> None:
+        self._f.write(dumps_line(record) + b"\n")
+        self.documents += 1
+
+    def close(self) -> None:
+        if self._out.done:
+            return
+        try:
+            self._f.close()
+        except BaseException:
+            self.abort()
+            raise
+        self._out.commit()
+
+    def abort(self) -> None:
+        self._f.close()
+        self._out.abort()
+
+
+def validate(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, **_: Any
+) -> list[str]:
+    try:
+        scan(path, storage_options=storage_options)
+    except LmdataError as e:
+        return [str(e)]
+    return []
+
+
+def info(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, **_: Any
+) -> dict[str, Any]:
+    r = JsonlFile(path, storage_options=storage_options)
+    return {
+        "format": "jsonl",
+        "path": str(path),
+        "documents": len(r),
+        "bytes_on_disk": disk_usage(r.store.url(r.key)),
+    }
