@@ -10,7 +10,6 @@ process, so a pickled or forked store never shares a connection or an event loop
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 import uuid
@@ -409,6 +408,8 @@ def claim_key(dest: str, directory: bool) -> str:
 def claim_body(committing: list[str] | None = None) -> bytes:
     """What a claim holds: who wrote it and when (shown when another writer is refused), and
     from commit on, the names of the objects the commit writes (``committing``)."""
+    import socket  # here, not at import: reading never needs it
+
     from lmdata import _json
 
     body: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
