@@ -60,6 +60,7 @@ class Table:
 
 
 _TABLES: dict[str, Table] = {}
+COMMAND = "make bench"  # how this run was started, for the report (bench/run.py sets it)
 
 
 def compare(table: str, name: str, lmdata: Run, other: Run | None, why: str = "") -> Row:
@@ -160,7 +161,7 @@ def run_header() -> str:
         commit = "?"
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     return (
-        f"`make bench` run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"`{COMMAND}` run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"commit {commit or '?'}, {os.cpu_count()} CPUs, load average at the end {load} "
         "(1 / 5 / 15 min)."
     )

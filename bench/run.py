@@ -32,6 +32,9 @@ def main() -> None:
     sys.path.insert(0, str(here.parent))
     import _compare
 
+    if only:
+        _compare.COMMAND = "python bench/run.py " + " ".join(args)
+
     for f in sorted(here.glob("bench_*.py")):
         if only and not any(o in f.stem for o in only):
             continue
