@@ -71,6 +71,8 @@ def test_reader_matches_expected_tokens_and_counts_by_index() -> None:
     assert r.format == "modalities" and len(r) == 300
     assert [d.tolist() for d in r] == expected
     assert [d.tolist() for d in r.take([5, -1, 0, 5])] == [expected[i] for i in (5, -1, 0, 5)]
+    # documents stored back to back are read as one range and sliced
+    assert [d.tolist() for d in r.take(list(range(140, 160)))] == expected[140:160]
     # document 150 ends in a literal <|endoftext|>: one EOD, and EOD counting would be wrong
     assert expected[150][-1] == 0 and expected[150][-2] != 0
     flat = np.concatenate([np.asarray(e) for e in expected])

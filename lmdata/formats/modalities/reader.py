@@ -289,9 +289,15 @@ class PackedTokens:
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
         idx = normalize_indices(indices, len(self))
-        starts = self._starts[idx].tolist()
-        stops = (self._starts[idx] + self._lens[idx]).tolist()
-        return self.data.read_tokens(list(zip(starts, stops, strict=True)))
+        starts = self._starts[idx]
+        stops = starts + self._lens[idx]
+        if len(idx) > 1 and bool((starts[1:] == stops[:-1]).all()):
+            # documents stored back to back (a sequential read): one read, sliced
+            base = int(starts[0])
+            block = self.data.read_tokens([(base, int(stops[-1]))])[0]
+            rel = zip((starts - base).tolist(), (stops - base).tolist(), strict=True)
+            return [block[a:b] for a, b in rel]
+        return self.data.read_tokens(list(zip(starts.tolist(), stops.tolist(), strict=True)))
 
     def __iter__(self) -> Iterator[np.ndarray]:
         block = 4096
