@@ -89,6 +89,7 @@ class TokenizeTask:
     validation_file: bool  # every document of the file goes to the validation split
     special_tokens: bool
     source_format: str | None
+    storage_options: dict[str, Any] | None = None  # for inputs that are URLs
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,10 @@ def _process(task: TokenizeTask) -> StagedUnit:
     skipping."""
     unit = task.unit
     seq = done = 0
-    for batch in read_batches(unit, task.batch_docs, task.text_key, task.source_format):
+    batches = read_batches(
+        unit, task.batch_docs, task.text_key, task.source_format, task.storage_options
+    )
+    for batch in batches:
         arrays, meta = _tokenize_batch(task, batch, done)
         _stage(task.work, _part_name(unit.file_index, unit.part, seq), arrays, meta)
         seq += 1
@@ -153,6 +157,8 @@ def _tokenize_batch(
             text = None if isinstance(item, _Missing) else item
             if text is None:
                 problem = f"no {task.text_key!r} field (pass --text-key)"
+            elif batch.ids is not None and isinstance(batch.ids[j], (str, int)):
+                key = f"id:{batch.ids[j]}"
         if problem is None and not isinstance(text, str):
             problem = f"field {task.text_key!r} is {type(text).__name__}, not a string"
         if problem is not None:
@@ -161,7 +167,7 @@ def _tokenize_batch(
                 raise InvalidInputError(
                     f"{problem}; fix it or pass --skip-invalid to skip such documents",
                     path=task.unit.path,
-                    position=f"{where} {first_line(task.unit) + before + j}",
+                    position=f"{where} {first_line(task.unit, task.storage_options) + before + j}",
                 )
             skipped.append((j, problem))
             continue
@@ -192,7 +198,11 @@ def _tokenize_batch(
 
 
 def _manifest(job: TokenizeJob, inputs: list[InputFile], range_bytes: int) -> bytes:
-    files = [{**asdict(i), "mtime": int(os.stat(i.path).st_mtime)} for i in inputs]
+    # a URL's size stands for its version (resume takes local inputs only)
+    files = [
+        {**asdict(i), "mtime": 0 if is_url(i.path) else int(os.stat(i.path).st_mtime)}
+        for i in inputs
+    ]
     plan = {"range_bytes": range_bytes}  # the units' boundaries, which --resume must reuse
     return orjson.dumps(
         {"job": asdict(job), "inputs": files, "plan": plan}, option=orjson.OPT_SORT_KEYS
@@ -241,6 +251,7 @@ def tokenize(
     progress: Callable[[dict[str, float]], None] | None = None,
     storage_options: dict[str, Any] | None = None,
     range_bytes: int = RANGE_BYTES,
+    source_options: dict[str, Any] | None = None,
 ) -> Summary:
     """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst`` (a local
     path, or a URL written through the format's writer with ``storage_options``).
@@ -248,7 +259,8 @@ def tokenize(
     ``engine`` is "inprocess", "processes" (``workers`` processes, default one per core) or
     "ray" (the cluster at ``address``, default a local one); plain JSONL files are cut into
     units of ``range_bytes``. The output is the same for every engine, worker count and range
-    size.
+    size. Sources may be URLs (files, folders, globs), read with ``source_options`` by the
+    workers themselves.
     """
     if range_bytes < 1:
         raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
@@ -256,11 +268,11 @@ def tokenize(
     out = check_dest(dst, overwrite, storage_options)
     url = is_url(out)
     dst = out if url else Path(out)  # type: ignore[assignment]
-    inputs = list_inputs(list(sources), job.source_format)
+    inputs = list_inputs(list(sources), job.source_format, source_options)
     if validation_sources:
         inputs += [
             InputFile(i.path, i.kind, i.size, True)
-            for i in list_inputs(list(validation_sources), job.source_format)
+            for i in list_inputs(list(validation_sources), job.source_format, source_options)
         ]
     if validation_sources and "validation" not in job.spec.splits:
         raise InvalidInputError(
@@ -274,9 +286,16 @@ def tokenize(
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
     work = staging_for(out, storage_options if url else None)
     done = _prepare_work(work, _manifest(job, inputs, range_bytes), resume)
-    units = plan_units(inputs, range_bytes, job.source_format)
+    units = plan_units(inputs, range_bytes, job.source_format, source_options)
     todo = [u for u in units if (u.file_index, u.part) not in done]
     pool = make_executor(engine, workers, address, units=len(todo))
+    local = [i.path for i in inputs if _in_this_process(i.path)]
+    if local and not isinstance(pool, parallel.InProcess):
+        raise InvalidInputError(
+            "memory:// inputs live in this process and workers cannot read them; pass "
+            "workers=0 (engine='inprocess'), or call lmdata.tokenize, which copies them",
+            path=local[0],
+        )
     summary = Summary(output=str(dst))
     commit = _Committer(job, inputs, work, summary, progress)
     # parts go into the output in input order as their units finish; the staged copies also
@@ -288,7 +307,7 @@ def tokenize(
             commit.part(name, fresh=False)
         if len(todo) < len(units):  # the units done are a prefix: input read up to its end
             commit.read_up_to(units[len(units) - len(todo) - 1])
-        tasks = (_task(job, inputs, work, u) for u in todo)
+        tasks = (_task(job, inputs, work, u, source_options) for u in todo)
         results = pool.map_ordered(
             _process, tasks, initializer=_init_worker, initargs=(job.tokenizer,)
         )
@@ -311,7 +330,20 @@ def tokenize(
     return summary
 
 
-def _task(job: TokenizeJob, inputs: list[InputFile], work: Staging, unit: Unit) -> TokenizeTask:
+def _in_this_process(path: str) -> bool:
+    """An input on a store that only this process sees (memory://)."""
+    from lmdata.storage import scheme
+
+    return scheme(path) == "memory"
+
+
+def _task(
+    job: TokenizeJob,
+    inputs: list[InputFile],
+    work: Staging,
+    unit: Unit,
+    source_options: dict[str, Any] | None = None,
+) -> TokenizeTask:
     return TokenizeTask(
         unit=unit,
         work=work,
@@ -322,6 +354,7 @@ def _task(job: TokenizeJob, inputs: list[InputFile], work: Staging, unit: Unit) 
         validation_file=inputs[unit.file_index].validation,
         special_tokens=job.special_tokens,
         source_format=job.source_format,
+        storage_options=source_options,
     )
 
 
