@@ -93,6 +93,16 @@ def test_convert_on_ray_is_byte_identical(fail_dir: Path, corpus: Path, tmp_path
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
 
 
+def test_convert_records_on_ray_stage_and_are_byte_identical(fail_dir: Path, tmp_path: Path):
+    docs = [{"id": i, "text": "é" * (i % 40), "blob": {"k": [i, None]}} for i in range(1200)]
+    (tmp_path / "src.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    convert(tmp_path / "src.jsonl", tmp_path / "local", "mds", engine="inprocess")
+    (fail_dir / "fail-1").touch()  # a block's worker dies once: its part is written again
+    convert(tmp_path / "src.jsonl", tmp_path / "ray", "mds", workers=2, engine="ray")
+    assert not (fail_dir / "fail-1").exists()
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+
+
 def _dolma_tree(tmp_path: Path, name: str) -> Path:
     root = tmp_path / name
     shutil.copytree(DOLMA, root)
