@@ -24,6 +24,7 @@ import shutil
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -108,27 +109,68 @@ def _part_name(file: int, part: int, seq: int) -> str:
 
 def _process(task: TokenizeTask) -> StagedUnit:
     """Read, parse, tokenize and stage one unit; raises InvalidInputError on bad input unless
-    skipping."""
+    skipping. The tokenizer (native code, without the GIL) encodes one batch on a thread
+    while this one stages the batch before and reads and parses the next."""
     unit = task.unit
     seq = done = 0
     batches = read_batches(
         unit, task.batch_docs, task.text_key, task.source_format, task.storage_options
     )
-    for batch in batches:
-        arrays, meta = _tokenize_batch(task, batch, done)
-        _stage(task.work, _part_name(unit.file_index, unit.part, seq), arrays, meta)
-        seq += 1
-        done += len(batch.items)
-        parallel.report(len(batch.items))
+    encoding: tuple[Future[tuple[np.ndarray, np.ndarray]], _Parsed] | None = None
+    with ThreadPoolExecutor(1, thread_name_prefix="lmdata-encode") as pool:
+        for batch in batches:
+            parsed = _parse_batch(task, batch, done)
+            done += len(batch.items)
+            ahead = (pool.submit(_encode, parsed.texts, task.special_tokens), parsed)
+            if encoding is not None:
+                _stage_batch(task, seq, *encoding)
+                seq += 1
+            encoding = ahead
+        if encoding is not None:
+            _stage_batch(task, seq, *encoding)
+            seq += 1
     return StagedUnit(unit.file_index, unit.part, seq)
 
 
-def _tokenize_batch(
-    task: TokenizeTask, batch: Batch, before: int
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """One batch's tokens and counts. Documents whose validation split depends on their line
-    number (no id) are left ``pending``: the driver knows the line numbers as it commits."""
+@dataclass
+class _Parsed:
+    """A batch's texts and what the driver needs besides their tokens."""
+
+    texts: list[str]
+    validation: list[bool]
+    pending: list[tuple[int, int]]
+    meta: dict[str, Any]
+
+
+def _encode(texts: list[str], special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens of all ``texts`` as one uint32 array, each text's number of tokens)."""
     assert _TOKENIZER is not None
+    ids = _TOKENIZER.encode_batch(texts, add_special_tokens=special_tokens) if texts else []
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    flat = np.concatenate(ids).astype(np.uint32, copy=False) if ids else np.zeros(0, np.uint32)
+    return flat, lengths
+
+
+def _stage_batch(
+    task: TokenizeTask,
+    seq: int,
+    encoded: Future[tuple[np.ndarray, np.ndarray]],
+    parsed: _Parsed,
+) -> None:
+    flat, lengths = encoded.result()
+    arrays = {
+        "tokens": flat,
+        "lengths": lengths,
+        "validation": np.array(parsed.validation, dtype=bool),
+        "pending": np.array(parsed.pending, dtype=np.int64).reshape(-1, 2),
+    }
+    _stage(task.work, _part_name(task.unit.file_index, task.unit.part, seq), arrays, parsed.meta)
+    parallel.report(parsed.meta["read"])
+
+
+def _parse_batch(task: TokenizeTask, batch: Batch, before: int) -> _Parsed:
+    """A batch's texts and their validation split. Documents whose split depends on their line
+    number (no id) are left ``pending``: the driver knows the line numbers as it commits."""
     lines = batch.kind == "lines"
     fraction = task.validation_fraction
     texts: list[str] = []
@@ -175,15 +217,6 @@ def _tokenize_batch(
             pending.append((len(texts), j))
         val.append(task.validation_file or (key is not None and _is_validation(key, fraction)))
         texts.append(text)  # type: ignore[arg-type]
-    ids = _TOKENIZER.encode_batch(texts, add_special_tokens=task.special_tokens) if texts else []
-    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    flat = np.concatenate(ids).astype(np.uint32) if ids else np.zeros(0, np.uint32)
-    arrays = {
-        "tokens": flat,
-        "lengths": lengths,
-        "validation": np.array(val, dtype=bool),
-        "pending": np.array(pending, dtype=np.int64).reshape(-1, 2),
-    }
     meta = {
         "read": len(batch.items),
         "skipped": skipped,
@@ -191,7 +224,7 @@ def _tokenize_batch(
         "position": batch.position,
         "kind": "line" if lines else "record",
     }
-    return arrays, meta
+    return _Parsed(texts, val, pending, meta)
 
 
 # ---- the staging area -----------------------------------------------------------------------
