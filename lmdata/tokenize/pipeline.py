@@ -23,6 +23,7 @@ import os
 import shutil
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -109,25 +110,27 @@ def _part_name(file: int, part: int, seq: int) -> str:
 
 def _process(task: TokenizeTask) -> StagedUnit:
     """Read, parse, tokenize and stage one unit; raises InvalidInputError on bad input unless
-    skipping. The tokenizer (native code, without the GIL) encodes one batch on a thread
-    while this one stages the batch before and reads and parses the next."""
+    skipping. The tokenizer (native code, without the GIL) encodes on a thread while this one
+    stages the batch before and reads and parses the next. In this process (one worker, the
+    tokenizer's own thread pool on every core) two batches encode at once, so that pool never
+    idles at the end of a batch; a worker process keeps to one."""
     unit = task.unit
     seq = done = 0
     batches = read_batches(
         unit, task.batch_docs, task.text_key, task.source_format, task.storage_options
     )
-    encoding: tuple[Future[tuple[np.ndarray, np.ndarray]], _Parsed] | None = None
-    with ThreadPoolExecutor(1, thread_name_prefix="lmdata-encode") as pool:
+    depth = 1 if parallel.in_worker() else 2
+    encoding: deque[tuple[Future[tuple[np.ndarray, np.ndarray]], _Parsed]] = deque()
+    with ThreadPoolExecutor(depth, thread_name_prefix="lmdata-encode") as pool:
         for batch in batches:
             parsed = _parse_batch(task, batch, done)
             done += len(batch.items)
-            ahead = (pool.submit(_encode, parsed.texts, task.special_tokens), parsed)
-            if encoding is not None:
-                _stage_batch(task, seq, *encoding)
+            encoding.append((pool.submit(_encode, parsed.texts, task.special_tokens), parsed))
+            if len(encoding) > depth:
+                _stage_batch(task, seq, *encoding.popleft())
                 seq += 1
-            encoding = ahead
-        if encoding is not None:
-            _stage_batch(task, seq, *encoding)
+        while encoding:
+            _stage_batch(task, seq, *encoding.popleft())
             seq += 1
     return StagedUnit(unit.file_index, unit.part, seq)
 
