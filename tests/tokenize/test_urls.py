@@ -133,3 +133,46 @@ def test_worker_processes_read_s3_themselves(tmp_path, local_corpus, s3_server, 
     )
     assert s.documents_written == len(DOCS) + len(NO_IDS) + 7 + 1
     assert files(tmp_path / "local") == files(tmp_path / "s3")
+
+
+def test_the_cli_tokenizes_an_s3_folder_given_its_endpoint_by_option(
+    tmp_path, local_corpus, s3_server, s3_root, monkeypatch, no_copies
+):
+    from click.testing import CliRunner
+
+    from lmdata.cli.main import cli
+
+    _put(f"{s3_root}/corpus", s3_server)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # only the option points s3fs at the server
+    endpoint = s3_server["client_kwargs"]["endpoint_url"]
+    flags = ["--storage-option", f"client_kwargs.endpoint_url={endpoint}", "-q"]
+    run = CliRunner().invoke
+    res = run(
+        cli,
+        [
+            "tokenize",
+            str(local_corpus),
+            str(tmp_path / "a"),
+            "--workers",
+            "0",
+            "--to",
+            "flat-tokens",
+            "-q",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    res = run(
+        cli,
+        [
+            "tokenize",
+            f"{s3_root}/corpus/",
+            str(tmp_path / "b"),
+            "--workers",
+            "0",
+            "--to",
+            "flat-tokens",
+            *flags,
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert files(tmp_path / "a") == files(tmp_path / "b")
