@@ -16,7 +16,6 @@ import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader.packing import (
-    IO_KEYS,
     eos_from_encoded,
     eos_windows,
     fill_packed,
@@ -96,8 +95,15 @@ class Source:
         # stored flat-tokens values (id*2 + start bit): packed/eos reads never need the index
         encoded = _has(reader, "encoded_windows") and _has(reader, "span_encoded")
         self._windows = reader.encoded_windows if encoded else None
+        # packed int32 rows are gathered straight into the targets' memory and decoded there:
+        # by row number where the reader has ``packed_rows(rows, L, out=)`` (no per-row numpy)
+        rows_fn = getattr(reader, "packed_rows", None) if _has(reader, "packed_rows") else None
+        self._rows = rows_fn if encoded and _takes_out(rows_fn) else None
         self._in_place = (
-            encoded and mode == "packed" and dtype == np.int32 and _takes_out(self._windows)
+            encoded
+            and mode == "packed"
+            and dtype == np.int32
+            and (self._rows is not None or _takes_out(self._windows))
         )
         self._seq_starts: np.ndarray | None = None  # non-empty sequence starts, read once
         self._bounds: np.ndarray | None = None
@@ -136,9 +142,12 @@ class Source:
         partial = rows >= self.full_rows  # only the last row of a finite pass
         if self._in_place and not partial.any():
             # gathered straight into the targets' memory and decoded there
-            out = packed_buffers(len(starts), L, self.dtype, IO_KEYS)
+            out = packed_buffers(len(starts), L, self.dtype)
             enc = out["targets"].view(np.uint32)
-            self._windows(starts, L, out=enc)
+            if self._rows is not None:
+                self._rows(rows, L, out=enc)
+            else:
+                self._windows(starts, L, out=enc)
             fill_packed(enc, out, self.bos)
         else:
             out = self._layout(*self._tokens(starts, L if self.mode == "packed" else L + 1), starts)

@@ -1,0 +1,48 @@
+"""Recycled batch memory: reused only when no array of a batch is alive."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+from lmdata.loader import Loader, pool
+from lmdata.loader.packing import packed_buffers
+from tests.loader.conftest import random_seqs, write_flat
+
+
+def test_a_block_is_reused_only_when_nothing_holds_it():
+    a = pool.block(1 << 16)
+    addr = a.ctypes.data
+    view = a[10:20]
+    del a
+    b = pool.block(1 << 16)
+    assert b.ctypes.data != addr  # a view of the first block is alive
+    del view, b
+    gc.collect()
+    assert pool.block(1 << 16).ctypes.data == addr  # free again: recycled
+
+
+def test_held_arrays_of_a_batch_are_never_overwritten():
+    keep_one = packed_buffers(2, 8, np.dtype(np.int32))["positions"]  # the rest dropped
+    keep_one[...] = 5
+    mv = memoryview(packed_buffers(2, 8, np.dtype(np.int32))["inputs"])  # buffer protocol
+    np.frombuffer(mv, dtype=np.int32)[...] = 6
+    for _ in range(3 * pool.KEEP):
+        for a in packed_buffers(2, 8, np.dtype(np.int32)).values():
+            a[...] = -1
+    assert (keep_one == 5).all()
+    assert (np.frombuffer(mv, dtype=np.int32) == 6).all()
+
+
+def test_loader_batches_kept_by_the_caller_stay_intact(tmp_path):
+    r = write_flat(tmp_path / "x.zarr", random_seqs(8, 200), chunk_tokens=64)
+    ld = Loader(r, seq_len=16, global_batch_size=4, seed=1)
+    held = [ld.batch(s) for s in range(3)]
+    copies = [{k: v.copy() for k, v in b.items()} for b in held]
+    for s in range(3, 40):
+        ld.batch(s)  # dropped at once: their memory is recycled
+    for b, c in zip(held, copies, strict=True):
+        for k in c:
+            assert np.array_equal(b[k], c[k])
+    assert np.array_equal(ld.batch(1)["targets"], copies[1]["targets"])
