@@ -16,6 +16,7 @@ import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader.packing import (
+    IO_KEYS,
     eos_from_encoded,
     eos_windows,
     fill_packed,
@@ -142,7 +143,7 @@ class Source:
         partial = rows >= self.full_rows  # only the last row of a finite pass
         if self._in_place and not partial.any():
             # gathered straight into the targets' memory and decoded there
-            out = packed_buffers(len(starts), L, self.dtype)
+            out = packed_buffers(len(starts), L, self.dtype, IO_KEYS)
             enc = out["targets"].view(np.uint32)
             if self._rows is not None:
                 self._rows(rows, L, out=enc)
