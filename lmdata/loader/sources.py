@@ -129,7 +129,12 @@ class Source:
     def _boundaries(self) -> np.ndarray:
         """The reader's sequence boundaries as int64, converted once."""
         if self._bounds is None:
-            self._bounds = np.asarray(self.reader.boundaries, dtype=np.int64)
+            b = np.asarray(self.reader.boundaries)
+            # uint64 boundaries (mapped from an index sidecar, shared by every worker) are
+            # seen as int64 without a copy; they are below 2**63
+            if b.dtype == np.uint64 and b.flags.c_contiguous and (len(b) == 0 or b[-1] < 2**63):
+                b = b.view(np.int64)
+            self._bounds = np.asarray(b, dtype=np.int64)
         return self._bounds
 
     # ---- reading ---------------------------------------------------------------------------

@@ -219,8 +219,33 @@ def test_loader_batches_are_the_same_with_and_without_the_sidecar(tmp_path, monk
     for mode in ("packed", "eos", "unpacked"):
         a = lmdata.Loader(plain, mode=mode, **kw)
         b = lmdata.Loader(mapped, mode=mode, **kw)
+        # the loader sees the mapped boundaries as they are: no private copy per worker
+        assert np.shares_memory(b.sources[0]._boundaries(), mapped.boundaries)
         for step in (0, 1, 7):
             x, y = a.batch(step), b.batch(step)
             assert x.keys() == y.keys()
             for k in x:
                 assert np.array_equal(x[k], y[k]), (mode, step, k)
+
+
+def test_a_pickled_reader_maps_the_sidecar_again(tmp_path, monkeypatch):
+    import pickle
+
+    seqs = seqs_of(8, 2000)
+    p = write(tmp_path / "a.pbin", seqs)
+    r = PackedTokens(p)
+    assert isinstance(r.doc_starts.base, np.memmap)  # mapped from the first open on
+    blob = pickle.dumps(r)
+    assert len(blob) < 2000 * 8  # the path of the sidecar, not 24 bytes per document
+
+    def refuse(self):
+        raise AssertionError("the index was unpickled")
+
+    with monkeypatch.context() as m:
+        m.setattr(_pickle._SafeUnpickler, "load", refuse)
+        copy = pickle.loads(blob)
+    assert isinstance(copy.doc_starts.base, np.memmap)
+    assert contents(copy) == contents(r)
+    side(p).unlink()  # gone by the time a worker starts: the index itself
+    again = pickle.loads(blob)
+    assert contents(again) == [s.tolist() for s in seqs]

@@ -237,12 +237,34 @@ class PackedTokens:
             reuse=repair_origin_merge,
             save=repair_origin_merge and not allow_unsafe_pickle,
         )
+        self._options = (allow_unsafe_pickle, repair_origin_merge)
+        self._use(idx)
+        self._max_token_id: int | None = None
+
+    def _use(self, idx: sidecar.IndexArrays) -> None:
         self.repaired_origin_merge = idx.repaired
         self._starts = idx.starts
         self._lens = idx.lengths
         self._boundaries = idx.boundaries
         self.contiguous = idx.contiguous
-        self._max_token_id: int | None = None
+        self._mapped = (idx.sidecar, idx.digest) if idx.sidecar is not None else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A mapped index travels as its sidecar's path (the receiver maps it again), not as
+        arrays of 24 bytes per document."""
+        state = self.__dict__.copy()
+        if self._mapped is not None:
+            state["_starts"] = state["_lens"] = state["_boundaries"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._starts is None:
+            path, digest = self._mapped
+            idx = sidecar.load(path, self.data, digest)  # checked again: it may have changed
+            if idx is None:  # gone or replaced: the index itself
+                idx = _read_index(self.data, *self._options)
+            self._use(idx)
 
     def __repr__(self) -> str:
         return f"PackedTokens({str(self.path)!r})"

@@ -58,6 +58,7 @@ class IndexArrays:
     contiguous: bool
     repaired: bool
     sidecar: Path | None = None  # the file the arrays are mapped from, if any
+    digest: bytes = b""  # the key it was checked against (a copy of the reader re-maps it)
 
 
 def from_spans(offsets: np.ndarray, lengths: np.ndarray, width: int, repaired: bool) -> IndexArrays:
@@ -181,9 +182,9 @@ def load(path: Path, data: object, digest: bytes) -> IndexArrays | None:
     bounds = np.ndarray((n + 1,), dtype=_U64, buffer=mm, offset=o + 16 * n)
     if not _valid(starts, lens, bounds, h.num_tokens):
         return None
-    return IndexArrays(
-        starts, lens, bounds, _contiguous(starts, lens), bool(flags & _REPAIRED), sidecar=path
-    )
+    repaired = bool(flags & _REPAIRED)
+    contiguous = _contiguous(starts, lens)
+    return IndexArrays(starts, lens, bounds, contiguous, repaired, sidecar=path, digest=digest)
 
 
 def _valid(starts: np.ndarray, lens: np.ndarray, bounds: np.ndarray, tokens: int) -> bool:
@@ -261,5 +262,6 @@ def index_arrays(
     if save:
         for p in places:
             if write(p, data, digest, idx):
-                break
+                # mapped: shared with every process that opens the file, not a private copy
+                return load(p, data, digest) or idx
     return idx
