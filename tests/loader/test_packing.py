@@ -94,3 +94,13 @@ def test_row_aligned_fast_path_equals_generic_reader(tmp_path: Path, mode):
         want = b.batch(s)
         for k, v in want.items():
             assert kept[s][k].dtype == v.dtype and np.array_equal(kept[s][k], v), (s, k)
+
+
+def test_encoded_windows_inside_chunks_and_across_them(tmp_path: Path):
+    r = write_flat(tmp_path / "x.zarr", random_seqs(9, 40), chunk_tokens=16)
+    for starts, length in (([0, 3, 17, 40, 3], 5), ([0, 12, 30], 9)):  # inside; straddling
+        want = np.stack([r.span_encoded(s, s + length) for s in starts])
+        out = np.zeros((len(starts), length), dtype=np.uint32)
+        assert r.encoded_windows(np.array(starts), length, out=out) is out
+        assert np.array_equal(out, want)
+        assert np.array_equal(r.encoded_windows(starts, length), want)
