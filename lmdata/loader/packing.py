@@ -25,10 +25,12 @@ from lmdata.loader import pool
 
 PAD_VALUES = {"segment_ids": 0, "positions": 0, "loss_mask": False}
 PACKED_KEYS = ("inputs", "targets", "segment_ids", "positions")
+UNPACKED_KEYS = (*PACKED_KEYS, "loss_mask")
 IO_KEYS = ("inputs", "targets")  # carved from one block; segment ids and positions are computed
 
 _GAP = 1024  # bytes between the arrays of one block (see packed_buffers)
 _I32 = np.dtype(np.int32)
+_TYPES = {"loss_mask": np.dtype(bool)}  # the rest of a block's arrays are int32
 _ONE = np.uint32(1)
 _LAYOUTS: dict[tuple[int, int, np.dtype, tuple[str, ...]], tuple] = {}
 
@@ -36,7 +38,8 @@ _LAYOUTS: dict[tuple[int, int, np.dtype, tuple[str, ...]], tuple] = {}
 def packed_buffers(
     rows: int, length: int, dtype: np.dtype, keys: tuple[str, ...] = PACKED_KEYS
 ) -> dict[str, np.ndarray]:
-    """Uninitialised outputs ``keys`` (inputs and targets of ``dtype``, the rest int32), shape
+    """Uninitialised outputs ``keys`` (inputs and targets of ``dtype``, loss_mask bool, the
+    rest int32), shape
     (rows, length), carved from one allocation.
 
     One block per batch instead of several arrays, recycled once no array of it is alive
@@ -52,7 +55,7 @@ def packed_buffers(
         n = rows * length
         parts, at = [], 0
         for k in keys:
-            t = np.dtype(dtype) if k in ("inputs", "targets") else _I32
+            t = np.dtype(dtype) if k in ("inputs", "targets") else _TYPES.get(k, _I32)
             parts.append((k, t, at))
             at += -(-(n * t.itemsize + _GAP) // 64) * 64
         if len(_LAYOUTS) > 16:
@@ -212,32 +215,31 @@ def unpacked_from_windows(
     ids: np.ndarray, lengths: np.ndarray, dtype: np.dtype, bos: int = 0, pad_id: int = 0
 ) -> dict[str, np.ndarray]:
     """Unpacked rows from windows ``ids`` (rows, seq_len) of which the first ``lengths[i]``
-    tokens of row ``i`` are its piece: whole-batch passes, no per-row Python."""
-    seq_len = ids.shape[1]
-    ar = np.arange(seq_len, dtype=np.int32)
-    mask = np.less(ar, np.asarray(lengths, dtype=np.int32).reshape(-1, 1))
-    segment_ids = mask.astype(np.int32)
-    positions = np.multiply(ar, segment_ids)
+    tokens of row ``i`` are its piece: whole-batch passes into one recycled block, no per-row
+    Python."""
+    rows, seq_len = ids.shape
+    out = packed_buffers(rows, seq_len, dtype, UNPACKED_KEYS)
+    ar = _arange(seq_len)
+    mask = out["loss_mask"]
+    np.less(ar, np.asarray(lengths, dtype=np.int64).reshape(-1, 1), out=mask)
+    segment_ids = out["segment_ids"]
+    np.copyto(segment_ids, mask)
+    np.multiply(ar, segment_ids, out=out["positions"], casting="unsafe")
     # padding by arithmetic (x * keep + pad * (1 - keep)): whole-array integer passes, where
     # masked assignments take an order of magnitude longer
     keep = segment_ids if np.dtype(dtype) == np.int32 else segment_ids.astype(dtype)
     fill = np.multiply(np.subtract(1, keep), pad_id, dtype=dtype) if pad_id else None
-    targets = ids.astype(dtype)
+    targets = out["targets"]
+    np.copyto(targets, ids, casting="unsafe")
     np.multiply(targets, keep, out=targets)
-    inputs = np.empty_like(targets)
+    inputs = out["inputs"]
     inputs[:, 1:] = targets[:, :-1]  # inside a piece, the token before is the piece's
     inputs[:, :1] = bos
     np.multiply(inputs, keep, out=inputs)
     if fill is not None:
         targets += fill
         inputs += fill
-    return {
-        "inputs": inputs,
-        "targets": targets,
-        "segment_ids": segment_ids,
-        "positions": positions,
-        "loss_mask": mask,
-    }
+    return out
 
 
 def pad_tail(batch: dict[str, np.ndarray], row: int, valid: int, pad_id: int) -> None:

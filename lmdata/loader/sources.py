@@ -211,7 +211,8 @@ class Source:
             # one gather of L stored tokens from each piece's start (from n - L for pieces in
             # the last L tokens, moved into place after), decoded, masked past the piece
             s = np.minimum(a, n - L)
-            ids = self._windows(s, L) >> np.uint32(1)
+            ids = self._windows(s, L)
+            np.right_shift(ids, np.uint32(1), out=ids)
             for i in np.flatnonzero(s != a).tolist():
                 k = int(a[i] - s[i])
                 ids[i, : L - k] = ids[i, k:].copy()

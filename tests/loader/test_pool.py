@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 
 from lmdata.loader import Loader, pool
 from lmdata.loader.packing import packed_buffers
@@ -35,9 +36,10 @@ def test_held_arrays_of_a_batch_are_never_overwritten():
     assert (np.frombuffer(mv, dtype=np.int32) == 6).all()
 
 
-def test_loader_batches_kept_by_the_caller_stay_intact(tmp_path):
+@pytest.mark.parametrize("mode", ["packed", "eos", "unpacked"])
+def test_loader_batches_kept_by_the_caller_stay_intact(tmp_path, mode):
     r = write_flat(tmp_path / "x.zarr", random_seqs(8, 200), chunk_tokens=64)
-    ld = Loader(r, seq_len=16, global_batch_size=4, seed=1)
+    ld = Loader(r, seq_len=16, global_batch_size=4, seed=1, mode=mode)
     held = [ld.batch(s) for s in range(3)]
     copies = [{k: v.copy() for k, v in b.items()} for b in held]
     for s in range(3, 40):
