@@ -48,3 +48,20 @@ def test_loader_batches_kept_by_the_caller_stay_intact(tmp_path, mode):
         for k in c:
             assert np.array_equal(b[k], c[k])
     assert np.array_equal(ld.batch(1)["targets"], copies[1]["targets"])
+
+
+def test_held_mixture_and_finite_batches_stay_intact(tmp_path):
+    a = write_flat(tmp_path / "a.zarr", random_seqs(9, 100), chunk_tokens=64)
+    b = write_flat(tmp_path / "b.zarr", random_seqs(10, 150), chunk_tokens=64)
+    for ld in (
+        Loader([a, b], weights=[0.5, 0.5], seq_len=16, global_batch_size=4, seed=2),
+        Loader([a, b], seq_len=16, global_batch_size=4, epochs=1, shuffle=False),
+    ):
+        n = min(12, ld.num_steps or 12)
+        held = [ld.batch(s) for s in range(n)]
+        copies = [{k: v.copy() for k, v in h.items()} for h in held]
+        for s in range(n):
+            ld.batch(s)  # recomputed and dropped
+        for s, (h, c) in enumerate(zip(held, copies, strict=True)):
+            assert all(np.array_equal(h[k], c[k]) for k in c)
+            assert h.keys() == ld.batch(s).keys()
