@@ -3,9 +3,10 @@
 A fresh megabyte per batch costs a page fault per 4 KiB page on first touch (the allocator
 returns freed blocks of that size to the OS): more than the whole batch computation on a
 virtual machine. Each thread keeps a few blocks per size; a block is handed out again only
-when its reference count shows that no array made from it is alive (every numpy view, torch
-tensor, memoryview or JAX buffer of a batch keeps its block referenced). A batch the caller
-still holds, or that sits in a prefetch queue, is never overwritten.
+when its reference count shows that no array made from it is alive (every numpy view,
+``torch.from_numpy`` tensor or memoryview of a batch keeps its block referenced, as anything
+sharing memory through the buffer protocol does). A batch the caller still holds, or that
+sits in a prefetch queue, is never overwritten.
 """
 
 from __future__ import annotations

@@ -65,3 +65,14 @@ def test_held_mixture_and_finite_batches_stay_intact(tmp_path):
         for s, (h, c) in enumerate(zip(held, copies, strict=True)):
             assert all(np.array_equal(h[k], c[k]) for k in c)
             assert h.keys() == ld.batch(s).keys()
+
+
+def test_a_torch_tensor_sharing_a_batch_keeps_it(tmp_path):
+    torch = pytest.importorskip("torch")
+    r = write_flat(tmp_path / "x.zarr", random_seqs(11, 200), chunk_tokens=64)
+    ld = Loader(r, seq_len=16, global_batch_size=4, seed=3)
+    t = torch.from_numpy(ld.batch(0)["inputs"])  # the numpy batch itself is dropped
+    want = t.clone()
+    for s in range(1, 30):
+        ld.batch(s)
+    assert torch.equal(t, want)
