@@ -2,12 +2,12 @@
 no request.
 
 An object store fetches exactly the ranges readers ask for (a random read of a 1 KB record
-costs 1 KB, where fixed blocks would cost a block), and keeps each fetched range as one
-segment of its object in a :class:`~lmdata.storage.cache.Slot` of the process-wide cache,
-within its budget. A later read is put together from the segments it overlaps and fetches only
-the gaps between them (close gaps in one request), so the segments of an object never overlap
-and no byte is fetched twice while it is cached. Segments are evicted least-recently-used with
-every other entry of the cache.
+costs 1 KB, where fixed blocks would cost a block), and keeps each fetched range of up to
+:data:`KEEP_MAX` bytes as one segment of its object in a :class:`~lmdata.storage.cache.Slot`
+of the process-wide cache, within its budget. A later read is put together from the segments
+it overlaps and fetches only the gaps between them (close gaps in one request), so the
+segments of an object never overlap and no byte is fetched twice while it is cached.
+Segments are evicted least-recently-used with every other entry of the cache.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ from lmdata.storage.cache import new_slot
 
 # bytes charged per segment on top of its data: the cache's own bookkeeping of an entry
 SEGMENT_OVERHEAD = 128
+# Larger ranges are not kept: they are streaming reads (scans, copies, merges) or whole
+# compressed chunks and shards, which the readers decode and keep themselves; keeping them
+# would flush the records that random reads come back to, and grow every worker's memory.
+KEEP_MAX = 1 << 20
 
 _bisect = bisect.bisect_right
 Fetch = Callable[[list[tuple[int, int]]], list[bytes]]
@@ -71,7 +75,7 @@ class RangeCache:
         missing = [(a, n) for a, n, _ in merge_ranges(gaps, 0)]
         groups = [(a, n) for a, n, _ in merge_ranges(missing, self.merge_gap)]
         blobs = [bytes(b) for b in fetch(groups)]
-        self._keep(key, groups, blobs)
+        self._keep(key, groups, blobs, missing)
         starts = [a for a, _ in groups]
         out = []
         for plan in plans:
@@ -124,24 +128,36 @@ class RangeCache:
             out.append((pos, end - pos))
         return out
 
-    def _keep(self, key: str, groups: list[tuple[int, int]], blobs: list[bytes]) -> None:
+    def _keep(
+        self,
+        key: str,
+        groups: list[tuple[int, int]],
+        blobs: list[bytes],
+        missing: list[tuple[int, int]],
+    ) -> None:
         """Keep what the fetched ``groups`` hold beyond the segments cached already (the bytes
-        between the gaps of a group too: fetched anyway, they cost nothing to keep)."""
-        limit = self.slot.cache.budget // 4  # one read never flushes the whole cache
+        between the gaps of a group too: fetched anyway, they cost nothing to keep); of a group
+        too large to keep, only the ``missing`` ranges that were asked for."""
+        limit = min(KEEP_MAX, self.slot.cache.budget // 4)
         with self._lock:
             for (a, n), blob in zip(groups, blobs, strict=True):
                 if len(blob) < n:  # the object ends here
                     self._eof[key] = a + len(blob)
-                for p in self._cover(key, a, len(blob)):
-                    if isinstance(p, tuple):
-                        s, m = p
-                        self._put(key, s, blob[s - a : s - a + m], limit)
+                if len(blob) <= limit:
+                    pieces = [(a, len(blob))]
+                else:
+                    pieces = [(s, m) for s, m in missing if a <= s < a + len(blob) and m <= limit]
+                for s0, m0 in pieces:
+                    for p in self._cover(key, s0, m0):
+                        if isinstance(p, tuple):
+                            s, m = p
+                            self._put(key, s, blob[s - a : s - a + m], limit)
             if self._indexed > 4 * len(self.slot) + 1024:
                 self._prune()
 
     def _put(self, key: str, start: int, blob: bytes, limit: int) -> None:
         nbytes = len(blob) + SEGMENT_OVERHEAD
-        if not blob or nbytes > limit:
+        if not blob or nbytes > limit + SEGMENT_OVERHEAD:
             return
         if not self.slot.cache.put(self.slot.ident, (key, start), blob, nbytes, None):
             return

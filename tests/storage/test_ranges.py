@@ -11,20 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmdata.storage import CACHE, resolve, set_cache_bytes
-from lmdata.storage.ranges import SEGMENT_OVERHEAD, RangeCache
+from lmdata.storage.ranges import KEEP_MAX, SEGMENT_OVERHEAD, RangeCache
 
 OBJ = bytes(range(256)) * 40  # 10240 bytes
 
 
 class Fetcher:
-    """Serves OBJ, recording every group asked for."""
+    """Serves ``obj`` (OBJ by default), recording every group asked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, obj: bytes = OBJ) -> None:
+        self.obj = obj
         self.calls: list[list[tuple[int, int]]] = []
 
     def __call__(self, groups: list[tuple[int, int]]) -> list[bytes]:
         self.calls.append(groups)
-        return [OBJ[a : a + n] for a, n in groups]
+        return [self.obj[a : a + n] for a, n in groups]
 
     @property
     def fetched(self) -> int:
@@ -101,6 +102,21 @@ def test_a_read_larger_than_a_quarter_of_the_budget_is_not_kept(budget):
     c.read("k", [(0, 5000)], f)
     c.read("k", [(0, 5000)], f)
     assert len(f.calls) == 2 and c.slot.nbytes == 0
+
+
+def test_streaming_reads_are_not_kept_but_records_in_a_large_fetch_are():
+    big = bytes(range(256)) * (3 * KEEP_MAX // 256)
+    c, f = RangeCache(merge_gap=2 * KEEP_MAX), Fetcher(big)
+    c.read("k", [(0, 2 * KEEP_MAX)], f)  # a scan: fetched, not kept
+    assert c.slot.nbytes == 0
+    # two records fetched in one large group: the records are kept, the bytes between not
+    got = c.read("k", [(10, 100), (KEEP_MAX + 500, 100)], f)
+    assert got == [big[10:110], big[KEEP_MAX + 500 : KEEP_MAX + 600]]
+    assert f.calls[-1] == [(10, KEEP_MAX + 590)]
+    assert c.slot.nbytes == 2 * (100 + SEGMENT_OVERHEAD)
+    f.calls.clear()
+    c.read("k", [(KEEP_MAX + 500, 100), (20, 50)], f)
+    assert f.calls == []
 
 
 def test_store_reads_twice_fetch_once_and_writes_forget(memory_root, monkeypatch):
