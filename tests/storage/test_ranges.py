@@ -163,3 +163,33 @@ def test_a_forked_child_reads_while_a_parent_thread_holds_the_cache(memory_root)
         t.join()
         p.join(60)
     assert p.exitcode == 0
+
+
+def test_a_reader_on_a_store_stays_within_the_process_budget(memory_root, budget, monkeypatch):
+    import lmdata
+    from lmdata.storage import FsspecStore
+
+    url = f"{memory_root}/mds"
+    with lmdata.writer(url, "mds") as w:
+        for i in range(120):
+            w.write({"id": i, "text": "t" * 1000})
+    fetches = []
+    real = FsspecStore._fetch
+    monkeypatch.setattr(FsspecStore, "_fetch", lambda s, k, g: fetches.append(g) or real(s, k, g))
+
+    def passes(limit):
+        budget(limit)
+        r = lmdata.open(url)
+        counts = []
+        for _ in range(2):
+            fetches.clear()
+            for i in range(120):
+                assert r[i]["id"] == i
+                assert CACHE.total <= limit
+            counts.append(len(fetches))
+        return counts
+
+    cold, warm = passes(1 << 20)
+    assert cold >= 120 and warm == 0
+    cold, warm = passes(32 << 10)  # 32 KB for 120 KB of records: evicted, fetched again
+    assert cold >= 120 and warm >= 60
