@@ -52,7 +52,10 @@ class RangeCache:
         starts = self._starts.get(key)
         if not starts:
             return None
-        a = starts[_bisect(starts, start) - 1]  # the last segment starting at or before start
+        try:  # the last segment starting at or before start (the list may shrink meanwhile)
+            a = starts[_bisect(starts, start) - 1]
+        except IndexError:
+            return None
         if a > start:
             return None
         seg = self._peek(self._ident, (key, a))

@@ -193,3 +193,30 @@ def test_a_reader_on_a_store_stays_within_the_process_budget(memory_root, budget
     assert cold >= 120 and warm == 0
     cold, warm = passes(32 << 10)  # 32 KB for 120 KB of records: evicted, fetched again
     assert cold >= 120 and warm >= 60
+
+
+def test_threads_reading_one_store_get_the_right_bytes(memory_root, budget):
+    budget(16 << 10)  # small: evictions and prunes race with the lock-free hits
+    store, key = resolve(f"{memory_root}/obj")
+    store.write_object(key, OBJ)
+    errors = []
+
+    def work(seed):
+        import random
+
+        rng = random.Random(seed)
+        for _ in range(300):
+            s, n = rng.randrange(len(OBJ)), rng.randrange(1, 700)
+            if rng.random() < 0.5:
+                got = store.read_range(key, s, n)
+            else:
+                got = store.read_ranges(key, [(s, n), (n, s % 300)])[0]
+            if got != OBJ[s : s + n]:
+                errors.append((s, n))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
