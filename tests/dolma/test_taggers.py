@@ -8,11 +8,14 @@ from pathlib import Path
 
 import orjson
 import pytest
+import regex
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lmdata.cli.main import cli
 from lmdata.dolma.tag import tag_paths
-from lmdata.dolma.taggers import group_output, make_tagger, tag_document
+from lmdata.dolma.taggers import group_output, make_tagger, tag_document, whitespace_count
 from lmdata.errors import InvalidInputError
 
 DATA = Path(__file__).parent.parent / "data" / "dolma" / "dataset"
@@ -83,6 +86,19 @@ def _tag(name: str, text: str) -> dict:
 )
 def test_paragraph_offsets_on_tricky_text(text: str, want: dict) -> None:
     assert _tag("char_length_with_paragraphs_v1", text) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=40) | st.text(max_size=20))
+def test_whitespace_count_is_the_regex_split(text: str) -> None:
+    # the ASCII fast path counts runs from character classes; every ASCII class boundary
+    # (controls \x1c-\x1f are \s to the regex module, "_" is \w) must agree with the split
+    assert whitespace_count(text) == len(regex.split(r"\w+|[^\w\s]+", text))
+
+
+def test_whitespace_count_examples() -> None:
+    for text, n in (("", 1), (" ", 1), ("a", 2), ("a b", 3), ("a,b", 4), ("x_1 \x1f!", 3)):
+        assert whitespace_count(text) == n, text
 
 
 def test_length_taggers_on_tricky_text() -> None:
