@@ -141,14 +141,22 @@ def test_pii_regex() -> None:
     assert _tag("pii_regex_v2", " ") == {"x__pii_regex_v2__doc": [[0, 1, -1.0]]}
 
 
-def test_random_number_is_seeded_and_order_free(tmp_path: Path) -> None:
+def test_random_number_is_seeded_and_order_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = make_tagger("random_number_v1", seed=1)
     b = make_tagger("random_number_v1", seed=2)
     doc = {"id": "d", "source": "s", "text": "x"}
     assert list(a.predict(doc)) == list(make_tagger("random_number_v1", seed=1).predict(doc))
     assert list(a.predict(doc)) != list(b.predict(doc))
     root = _docs(tmp_path)
-    tag_paths(str(root), ["random_number_v1"], experiment="r1", seed=5, processes=2)
+
+    def not_here(*a: object, **k: object) -> None:
+        raise AssertionError("the driver opened an output: workers write attribute files")
+
+    with monkeypatch.context() as m:  # spawned workers do not see this patch: they write
+        m.setattr("lmdata.dolma.tag.OutputFile", not_here)
+        tag_paths(str(root), ["random_number_v1"], experiment="r1", seed=5, processes=2)
     tag_paths(str(root), ["random_number_v1"], experiment="r2", seed=5)
     r1 = [
         next(iter(r["attributes"].values()))[0][2]
