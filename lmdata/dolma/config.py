@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 import yaml
 
-from lmdata.dolma.ngrams import Ngrams
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._files import expand_globs, list_documents
 from lmdata.storage import resolve
@@ -123,6 +122,17 @@ def _options(v: Any) -> dict[str, Any] | None:
     if not isinstance(v, dict):
         raise InvalidInputError(f"storage_options must be a mapping of fsspec options, got {v!r}")
     return dict(v) or None
+
+
+@dataclass(frozen=True)
+class Ngrams:
+    """The ``by_ngram`` settings of paragraph dedupe (dolma's defaults; ``length`` 0 means
+    exact paragraphs); :mod:`lmdata.dolma.ngrams` computes the keys."""
+
+    length: int = 0
+    stride: int = 0
+    threshold: float = 1.0
+    skip_short: bool = False
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,6 @@ import xxhash
 
 from lmdata.errors import InvalidInputError
 
-try:  # dolma's taggers run under the `regex` module, whose \w also covers marks and joiners
-    import regex as _re
-except ImportError:  # pragma: no cover - regex comes with tiktoken
-    _re = re  # type: ignore[assignment]
-
 
 @dataclass(frozen=True, slots=True)
 class Span:
@@ -208,10 +203,19 @@ class BytesLengthV1(Tagger):
         return _whole(doc["text"], "length", len(doc["text"].encode("utf-8", "surrogatepass")))
 
 
-_WS_TOKENS = _re.compile(r"\w+|[^\w\s]+")
-# Each ASCII character's class under the same regex: "w" word, " " space, "p" anything else.
+@functools.cache
+def _ws_tokens() -> Any:
+    """dolma's pattern under the `regex` module, whose \\w also covers marks and joiners
+    (loaded on the first text that is not ASCII)."""
+    import regex
+
+    return regex.compile(r"\w+|[^\w\s]+")
+
+
+# Each ASCII character's class under that pattern's \w and \s: "w" word, " " space, "p" other
+# (\x1c-\x1f are not \s to the regex module, unlike str.isspace)
 _ASCII_CLASS = bytes(
-    ord("w" if _re.match(r"\w", chr(i)) else " " if _re.match(r"\s", chr(i)) else "p")
+    ord("w") if chr(i).isalnum() or i == 95 else 32 if chr(i) in " \t\n\v\f\r" else ord("p")
     for i in range(128)
 ).ljust(256, b"p")
 
@@ -223,7 +227,7 @@ def whitespace_count(text: str) -> int:
     common case) counts the runs from a class per byte, without the regex: every run starts
     the text, follows a space, or switches class (``wp``/``pw``)."""
     if not text.isascii():
-        return len(_WS_TOKENS.split(text))
+        return len(_ws_tokens().split(text))
     c = text.encode("ascii").translate(_ASCII_CLASS)
     runs = c.count(b" w") + c.count(b" p") + c.count(b"wp") + c.count(b"pw")
     return runs + (c[:1] not in (b"", b" ")) + 1

@@ -96,6 +96,15 @@ def test_whitespace_count_is_the_regex_split(text: str) -> None:
     assert whitespace_count(text) == len(regex.split(r"\w+|[^\w\s]+", text))
 
 
+def test_ascii_classes_are_the_regex_modules() -> None:
+    from lmdata.dolma.taggers import _ASCII_CLASS
+
+    for i in range(128):
+        c = chr(i)
+        want = "w" if regex.match(r"\w", c) else " " if regex.match(r"\s", c) else "p"
+        assert chr(_ASCII_CLASS[i]) == want, i
+
+
 def test_whitespace_count_examples() -> None:
     for text, n in (("", 1), (" ", 1), ("a", 2), ("a b", 3), ("a,b", 4), ("x_1 \x1f!", 3)):
         assert whitespace_count(text) == n, text
