@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -237,3 +239,15 @@ def test_user_tagger_module_and_cli(tmp_path: Path) -> None:
 def test_unknown_tagger_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="unknown tagger 'nope'"):
         tag_paths(str(_docs(tmp_path)), ["nope"])
+
+
+def test_tag_and_mix_workers_import_neither_yaml_nor_regex() -> None:
+    # every spawned worker pays its imports: configs arrive parsed, the regex module is only
+    # needed for text that is not ASCII
+    code = (
+        "import sys, lmdata.dolma.tag, lmdata.dolma.mixer\n"
+        "print(sorted(m for m in ('yaml', 'regex') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert whitespace_count("é x") == 3  # and the regex module still serves non-ASCII text
