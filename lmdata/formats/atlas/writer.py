@@ -134,7 +134,8 @@ class _ShardWriter:
         """Refuse a block the readers would refuse by default: run the readers' allow-list
         unpickler on it, and on failure find and name the first offending example."""
         try:
-            safe_loads(raw)
+            with codec.paused_gc():  # the objects are dropped at once; see paused_gc
+                safe_loads(raw)
             return
         except LmdataError as e:
             problem = e
