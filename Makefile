@@ -69,7 +69,7 @@ test: $(TEST_STAMP)
 # Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
 # created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).
 bench: $(TEST_STAMP)
-	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --update-readme
 
 bench-quick: $(TEST_STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --quick

@@ -48,6 +48,21 @@ class Row:
 _ROWS: list[Row] = []
 
 
+@dataclass(frozen=True)
+class Table:
+    """What a printed table says about its other column, for the markdown report."""
+
+    title: str
+    other: str
+    kind: str
+    sizes: str
+    unit: str = "s"
+
+
+_TABLES: dict[str, Table] = {}
+COMMAND = "make bench"  # how this run was started, for the report (bench/run.py sets it)
+
+
 def compare(table: str, name: str, lmdata: Run, other: Run | None, why: str = "") -> Row:
     """Time `lmdata` and `other` in interleaved pairs; a pair whose outputs differ is dropped."""
     row = Row(table, name)
@@ -99,6 +114,7 @@ LMDATA_ENV = {"PYTHONPATH": str(ROOT)}
 
 def print_table(table: str, title: str, other: str, kind: str, sizes: str, unit: str = "s") -> None:
     """Print one table: which column is the origin tool or a re-implementation, and the sizes."""
+    _TABLES[table] = Table(title, other, kind, sizes, unit)
     rows = [r for r in _ROWS if r.table == table]
     print(f"\n{title}\n  other column: {other} [{kind}]\n  sizes: {sizes}")
     print(f"  pairs: interleaved, median of up to {PAIRS}; ratio = other time / lmdata time")
@@ -111,14 +127,57 @@ def print_table(table: str, title: str, other: str, kind: str, sizes: str, unit:
         print(f"  {r.name:46s}{r.lmdata_s:12.3f}{other_s:>12s}{ratio:>9s}  {note}")
 
 
+def markdown(table: str) -> str:
+    """One printed table as markdown: what the other column is, the sizes, then the rows."""
+    t = _TABLES[table]
+    lines = [
+        f"*{t.title}.* Other column: {t.other} (**{t.kind}**). Sizes: {t.sizes}. "
+        f"Ratio = other time / lmdata time, median of up to {PAIRS} interleaved pairs "
+        "whose outputs agree (above 1: lmdata is faster).",
+        "",
+        f"| row | lmdata {t.unit} | other {t.unit} | ratio | note |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in _ROWS:
+        if r.table != table:
+            continue
+        ratio = f"**{r.ratio:.2f}x**" if r.ratio is not None else "-"
+        other_s = f"{r.other_s:.3f}" if r.other_s else "-"
+        extra = "; ".join(f"{k} {v:,.3g}" for k, v in r.extra.items())
+        note = "; ".join(x for x in (r.note, extra) if x).replace("|", "/")
+        lines.append(f"| {r.name} | {r.lmdata_s:.3f} | {other_s} | {ratio} | {note} |")
+    return "\n".join(lines)
+
+
+def run_header() -> str:
+    """When, on what commit and under what load the run was taken (for the report)."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        commit = "?"
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"`{COMMAND}` run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"commit {commit or '?'}, {os.cpu_count()} CPUs, load average at the end {load} "
+        "(1 / 5 / 15 min)."
+    )
+
+
 def save_and_flag() -> Path:
-    """Write this run's rows as JSON and flag every row slower than in the previous file."""
+    """Write this run's rows as JSON and markdown; flag every row slower than in the previous
+    results file of the same mode."""
     RESULTS.mkdir(exist_ok=True)
     mode = "quick" if QUICK else "full"
     previous = sorted(RESULTS.glob(f"*-{mode}.json"))
     out = RESULTS / f"{time.strftime('%Y%m%dT%H%M%S')}-{mode}.json"
     out.write_text(json.dumps({"mode": mode, "rows": [asdict(r) for r in _ROWS]}, indent=1))
-    print(f"\nresults: {out.relative_to(ROOT)}")
+    report = [run_header(), *(markdown(t) for t in _TABLES)]
+    out.with_suffix(".md").write_text("\n\n".join(report) + "\n")
+    print(f"\nresults: {out.relative_to(ROOT)} (markdown: {out.with_suffix('.md').name})")
     if not previous:
         print("no previous results file to compare with")
         return out
@@ -144,3 +203,30 @@ def save_and_flag() -> Path:
     if not flagged:
         print(f"no row got slower by more than {TOLERANCE:.0%}")
     return out
+
+
+MARK = "<!-- bench:{} -->"
+END = "<!-- /bench:{} -->"
+
+
+def update_readme(readme: Path = ROOT / "README.md") -> list[str]:
+    """Replace each `<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->` block of the README with
+    this run's markdown of TABLE (and the block `bench:run` with the run header). Tables not
+    measured in this run keep their previous text; returns the names of the blocks replaced."""
+    text = readme.read_text()
+    tables = ", ".join(_TABLES) or "none"
+    blocks = {
+        "run": f"{run_header()} Tables of this run: {tables}.",
+        **{t: markdown(t) for t in _TABLES},
+    }
+    done = []
+    for name, body in blocks.items():
+        start, end = MARK.format(name), END.format(name)
+        i = text.find(start)
+        j = text.find(end, i + 1) if i >= 0 else -1
+        if i < 0 or j < 0:
+            continue
+        text = text[: i + len(start)] + "\n" + body + "\n" + text[j:]
+        done.append(name)
+    readme.write_text(text)
+    return done
