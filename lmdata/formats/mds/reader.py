@@ -445,12 +445,13 @@ class MDSReader:
         if loaded.cost:
             # decompressed shards: keep functions only for those the shared cache holds, plus
             # this one (as the slot keeps its last entry), so memory stays bounded by the budget
-            for other in list(self._costly):
-                if self._slot.peek(other) is None:
-                    self._one.pop(other, None)
-                    self._fns.pop(other, None)
-                    self._costly.discard(other)
-            self._costly.add(k)
+            with self._lock:
+                for other in list(self._costly):
+                    if self._slot.peek(other) is None:
+                        self._one.pop(other, None)
+                        self._fns.pop(other, None)
+                        self._costly.discard(other)
+                self._costly.add(k)
         slow = partial(fastpath.slow, dec, loaded, k)
         fns = make(loaded.table, loaded.data, loaded.lo, loaded.size, slow)
         self._fns[k] = fns
