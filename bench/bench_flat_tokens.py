@@ -28,15 +28,31 @@ SEQ_LEN, BATCH = 2048, 32
 
 def rate(fn: Callable[[int], int], seconds: float = 1.5, repeats: int = 3) -> float:
     """Median items/s of ``fn(i)`` (which returns the items it handled) over timed runs."""
-    out = []
-    i = 0
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while (dt := time.perf_counter() - t0) < seconds:
-            n += fn(i)
-            i += 1
-        out.append(n / dt)
-    return statistics.median(out)
+    return rates({"": fn}, seconds / 5, repeats * 5)[""][0]
+
+
+def rates(
+    fns: dict[str, Callable[[int], int]], seconds: float = 0.2, rounds: int = 15
+) -> dict[str, tuple[float, float]]:
+    """(items/s of the median round, 10th-percentile seconds per call) of each ``fn(i)``,
+    interleaved: short rounds taking turns, each path given the same ``i`` sequence (the
+    same batches), so load from other jobs hits them alike."""
+    got: dict[str, list[float]] = {k: [] for k in fns}
+    calls: dict[str, list[float]] = {k: [] for k in fns}
+    start = 0
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            i, n, t0 = start, 0, time.perf_counter()
+            t = t0
+            while t - t0 < seconds:
+                n += fn(i)
+                i += 1
+                t1 = time.perf_counter()
+                calls[name].append(t1 - t)
+                t = t1
+            got[name].append(n / (t - t0))
+        start = i
+    return {k: (statistics.median(v), float(np.percentile(calls[k], 10))) for k, v in got.items()}
 
 
 def make_data() -> list[np.ndarray]:
@@ -75,8 +91,11 @@ def main() -> None:
         mm = np.memmap(mm_path, dtype=np.uint32, mode="r")[: n_rows * SEQ_LEN].reshape(
             n_rows, SEQ_LEN
         )
-        rng = np.random.default_rng(0)
-        batches = [rng.integers(0, n_rows, BATCH) for _ in range(4096)]
+        loader = lmdata.Loader(
+            r_raw, seq_len=SEQ_LEN, global_batch_size=BATCH, seed=0, rank=0, world_size=1
+        )
+        # every path reads the same rows: the Loader's shuffled rows of step i
+        batches = [loader.indices(s)[1] for s in range(4096)]
 
         def memmap_gather(i: int) -> int:
             np.asarray(mm[batches[i % 4096]])
@@ -89,10 +108,8 @@ def main() -> None:
 
             return f
 
-        loader = lmdata.Loader(r_raw, seq_len=SEQ_LEN, global_batch_size=BATCH, seed=0)
-
         def lmdata_loader(i: int) -> int:
-            loader.batch(i)
+            loader.batch(i % 4096)
             return BATCH
 
         def zarr_rows(path: Path) -> Callable[[int], int]:
@@ -110,19 +127,28 @@ def main() -> None:
         assert np.array_equal(r_raw.packed_rows(b, SEQ_LEN), mm[b])
         assert np.array_equal(r_blosc.packed_rows(b, SEQ_LEN), mm[b])
 
-        res = {
-            "memmap gather (limit)": rate(memmap_gather),
-            "lmdata packed_rows, uncompressed": rate(lmdata_rows(r_raw)),
-            "lmdata Loader.batch (packed, segment ids, positions)": rate(lmdata_loader),
-            "zarr-python 3, uncompressed": rate(zarr_rows(root / "raw.zarr"), 1.0, 2),
-            "lmdata packed_rows, seqax blosc": rate(lmdata_rows(r_blosc)),
-            "zarr-python 3, seqax blosc": rate(zarr_rows(root / "blosc.zarr"), 1.0, 2),
-        }
+        load = os.getloadavg()[0]
+        fast = rates(
+            {
+                "memmap gather (limit)": memmap_gather,
+                "lmdata packed_rows, uncompressed": lmdata_rows(r_raw),
+                "lmdata Loader.batch (packed, segment ids, positions)": lmdata_loader,
+                "lmdata packed_rows, seqax blosc": lmdata_rows(r_blosc),
+            }
+        )
+        res = {k: v for k, (v, _) in fast.items()}
+        res["zarr-python 3, uncompressed"] = rate(zarr_rows(root / "raw.zarr"), 1.0, 2)
+        res["zarr-python 3, seqax blosc"] = rate(zarr_rows(root / "blosc.zarr"), 1.0, 2)
         mem = res["memmap gather (limit)"]
+        mem_call = fast["memmap gather (limit)"][1]
         print(f"{N_TOKENS / 2**20:.0f} Mi tokens, random batches of {BATCH} x {SEQ_LEN} tokens")
-        print(f"{'reader':60} {'rows/s':>10} {'Mtok/s':>8} {'vs memmap':>9}")
+        print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
+        head = f"{'reader':60} {'rows/s':>10} {'Mtok/s':>8} {'vs memmap':>9}"
+        print(f"{head} {'p10 us':>8} {'vs':>5}")
         for k, v in res.items():
-            print(f"{k:60} {v:10,.0f} {v * SEQ_LEN / 1e6:8.0f} {v / mem:9.2f}")
+            call = fast[k][1] if k in fast else 0.0
+            tail = f"{call * 1e6:8.0f} {mem_call / call:5.2f}" if call else f"{'-':>8} {'-':>5}"
+            print(f"{k:60} {v:10,.0f} {v * SEQ_LEN / 1e6:8.0f} {v / mem:9.2f} {tail}")
         print(
             f"lmdata / zarr-python, uncompressed: "
             f"{res['lmdata packed_rows, uncompressed'] / res['zarr-python 3, uncompressed']:.0f}x"

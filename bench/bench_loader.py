@@ -40,19 +40,28 @@ STREAMING_PY = HERE.parent / ".venv" / "extra-streaming" / "bin" / "python"
 PEER_TOKENS = int(os.environ.get("BENCH_LOADER_PEER_TOKENS", 16 << 20))  # Grain, LitData
 
 
-def interleaved(fns: dict[str, Callable[[int], int]], rounds: int = 15, seconds: float = 0.2):
-    """Items/s of each ``fn(i)`` (returning the items it handled): rounds of ``seconds`` each,
-    the paths taking turns, the median round per path."""
+def interleaved(
+    fns: dict[str, Callable[[int], int]], rounds: int = 15, seconds: float = 0.2
+) -> dict[str, tuple[float, float]]:
+    """(items/s, 10th-percentile seconds per call) of each ``fn(i)`` (returning the items it
+    handled): rounds of ``seconds`` each, the paths taking turns, the median round per path.
+    Every path gets the same ``i`` sequence, so paths indexing by ``i`` see the same rows."""
     got: dict[str, list[float]] = {k: [] for k in fns}
-    i = 0
+    calls: dict[str, list[float]] = {k: [] for k in fns}
+    start = 0
     for _ in range(rounds):
         for name, fn in fns.items():
-            n, t0 = 0, time.perf_counter()
-            while (dt := time.perf_counter() - t0) < seconds:
+            i, n, t0 = start, 0, time.perf_counter()
+            t = t0
+            while t - t0 < seconds:
                 n += fn(i)
                 i += 1
-            got[name].append(n / dt)
-    return {k: statistics.median(v) for k, v in got.items()}
+                t1 = time.perf_counter()
+                calls[name].append(t1 - t)
+                t = t1
+            got[name].append(n / (t - t0))
+        start = i
+    return {k: (statistics.median(v), float(np.percentile(calls[k], 10))) for k, v in got.items()}
 
 
 def make_store(root: Path) -> lmdata.formats.flat_tokens.FlatTokens:
@@ -66,7 +75,7 @@ def make_store(root: Path) -> lmdata.formats.flat_tokens.FlatTokens:
     return lmdata.open(root / "raw.zarr")
 
 
-def throughput(root: Path, r: object) -> dict[str, float]:
+def throughput(root: Path, r: object) -> dict[str, tuple[float, float]]:
     n_rows = N_TOKENS // SEQ_LEN
     enc = r.span_encoded(0, n_rows * SEQ_LEN)
     enc.tofile(root / "tokens.u32")
@@ -99,11 +108,11 @@ def throughput(root: Path, r: object) -> dict[str, float]:
 
     def lmdata_batch(mode: str) -> Callable[[int], int]:
         ld = lmdata.Loader(
-            r, seq_len=SEQ_LEN, global_batch_size=BATCH, mode=mode, rank=0, world_size=1
+            r, seq_len=SEQ_LEN, global_batch_size=BATCH, mode=mode, seed=0, rank=0, world_size=1
         )
 
         def f(i: int) -> int:
-            ld.batch(i)
+            ld.batch(i % 4096)  # packed: the rows the memmap gather reads for the same i
             return BATCH
 
         return f
@@ -136,7 +145,7 @@ def throughput(root: Path, r: object) -> dict[str, float]:
             "lmdata Loader.batch, unpacked (one document per row)": lmdata_batch("unpacked"),
         }
     )
-    res["lmdata Loader iteration, packed, prefetch=4 (2 threads, alone)"] = prefetched()
+    res["lmdata Loader iteration, packed, prefetch=4 (2 threads, alone)"] = (prefetched(), 0.0)
     return res
 
 
@@ -282,13 +291,19 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-loader-"))
     try:
         r = make_store(root)
+        load = os.getloadavg()[0]
         res = throughput(root, r)
-        limit = next(iter(res.values()))
+        limit, limit_call = next(iter(res.values()))
         print(f"shuffled batches of {BATCH} x {SEQ_LEN} tokens, {N_TOKENS / 2**20:.0f} Mi tokens")
-        print(f"| {'path':62} | rows/s | Mtok/s | vs memmap |")
-        print(f"|{'-' * 64}|---|---|---|")
-        for name, v in res.items():
-            print(f"| {name:62} | {v:,.0f} | {v * SEQ_LEN / 1e6:,.0f} | {v / limit:.2f} |")
+        print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after the in-process rows")
+        print(f"| {'path':62} | rows/s | Mtok/s | vs memmap | per call p10 us | vs memmap |")
+        print(f"|{'-' * 64}|---|---|---|---|---|")
+        for name, (v, call) in res.items():
+            per_call = f"{call * 1e6:,.0f} | {limit_call / call:.2f}" if call else "- | -"
+            print(
+                f"| {name:62} | {v:,.0f} | {v * SEQ_LEN / 1e6:,.0f} | {v / limit:.2f} | "
+                f"{per_call} |"
+            )
         st = streaming(root, r)
         if st:
             v = st["rows_per_s"]

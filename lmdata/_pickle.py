@@ -79,6 +79,94 @@ _FACTORIES.update(
 )
 
 
+# How far each opcode's argument reaches, for the memo check below: n > 0 is the whole opcode's
+# length; the negative codes name argument kinds. tests/test_pickle.py checks the table against
+# pickletools' opcode list. 0 (unknown opcode) ends the walk: the unpickler reports it.
+_COUNT1, _COUNT4, _COUNT8, _LINE, _PUT, _LONG_BINPUT, _TWO_LINES, _STOP = range(-1, -9, -1)
+
+
+def _opcode_table() -> list[int]:
+    table = [0] * 256
+    for c in b"()012NQRSabdelostu}]\x81\x85\x86\x87\x88\x89\x90\x91\x92\x8f\x93\x94\x97\x98":
+        table[c] = 1
+    for c, n in zip(
+        b"KMJGqhj\x80\x82\x83\x84\x95", (1, 2, 4, 8, 1, 1, 4, 1, 1, 2, 4, 8), strict=True
+    ):
+        table[c] = 1 + n
+    for codes, kind in (
+        (b"UC\x8c\x8a", _COUNT1),
+        (b"TBX\x8b", _COUNT4),
+        (b"\x8d\x8e\x96", _COUNT8),
+        (b"ILFSVgP", _LINE),
+        (b"p", _PUT),
+        (b"r", _LONG_BINPUT),
+        (b"ci", _TWO_LINES),
+        (b".", _STOP),
+    ):
+        for c in codes:
+            table[c] = kind
+    return table
+
+
+_OPCODES = _opcode_table()
+
+
+def _check_memo_indices(data: bytes, where: str) -> None:
+    """Refuse a pickle that stores into a memo slot it could not have filled.
+
+    CPython's unpickler grows its memo to twice the largest index a PUT or LONG_BINPUT names
+    and zeroes it: a 10-byte pickle naming slot 10**9 writes 16 GB. A real pickle names slots
+    in order, so an index is never beyond the opcode's offset; this walk (opcodes only, string
+    payloads skipped) checks that before the C unpickler runs. It is Python per opcode, so it
+    costs 1-3x the unpickling itself; ``allow_unsafe=True`` (a trusted file) skips it."""
+    if b"r" not in data and b"p" not in data:  # no PUT or LONG_BINPUT byte at all
+        return
+    slot, at = _early_slot(data)
+    if slot:
+        raise UnsafeDataError(
+            f"pickle stores into memo slot {slot} at byte {at}, which would allocate memory "
+            "the file does not justify; refusing",
+            position=where or None,
+        )
+
+
+def _early_slot(data: bytes) -> tuple[int, int]:
+    """(slot, offset) of the first PUT/LONG_BINPUT naming a slot beyond its offset, else (0, 0)."""
+    n, i, table, from_bytes = len(data), 0, _OPCODES, int.from_bytes
+    try:
+        while i < n:
+            k = table[data[i]]
+            if k > 0:
+                i += k
+            elif k == _COUNT1:
+                i += 2 + data[i + 1]
+            elif k == _COUNT4 or k == _COUNT8:
+                w = 4 if k == _COUNT4 else 8
+                size = from_bytes(data[i + 1 : i + 1 + w], "little", signed=True)
+                if size < 0:
+                    break  # the unpickler refuses it
+                i += 1 + w + size
+            elif k == _LONG_BINPUT or k == _PUT:
+                if k == _LONG_BINPUT:
+                    slot, j = from_bytes(data[i + 1 : i + 5], "little"), i + 5
+                else:
+                    j = data.index(b"\n", i) + 1
+                    text = data[i + 1 : j - 1]
+                    slot = int(text) if text.isdigit() and len(text) < 20 else 0
+                if slot > i:
+                    return slot, i
+                i = j
+            elif k == _LINE:
+                i = data.index(b"\n", i) + 1
+            elif k == _TWO_LINES:
+                i = data.index(b"\n", data.index(b"\n", i) + 1) + 1
+            else:  # STOP, or an opcode the unpickler will refuse
+                break
+    except (IndexError, ValueError):  # truncated: the unpickler says so
+        pass
+    return 0, 0
+
+
 class _SafeUnpickler(pickle.Unpickler):
     def __init__(self, data: bytes, where: str) -> None:
         self._file = io.BytesIO(data)
@@ -153,7 +241,9 @@ def safe_load_prefix(
         if allow_unsafe:
             f = io.BytesIO(bytes(data))
             return pickle.Unpickler(f).load(), f.tell()
-        u = _SafeUnpickler(bytes(data), where)
+        raw = bytes(data)
+        _check_memo_indices(raw, where)
+        u = _SafeUnpickler(raw, where)
         return u.load(), u.consumed()
     except UnsafeDataError as e:
         if path is not None and e.path is None:

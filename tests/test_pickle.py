@@ -82,3 +82,64 @@ def test_allocation_bombs_are_refused():
         safe_loads(pickle.dumps(Prealloc()))
     with pytest.raises(UnsafeDataError, match="unbounded"):
         safe_loads(b"\x80\x04cbuiltins\nbytes\n(L10000000000\ntR.")
+
+
+@pytest.mark.parametrize(
+    "bomb",
+    [
+        b"\x80\x04Nr\x00\x00\x00\x48.",  # LONG_BINPUT into slot 1.2e9: a 19 GB memo
+        b"\x80\x04Np1200000000\n.",  # PUT, the text form
+        b"(lp0\nNap1200000000\n.",  # protocol 0
+    ],
+)
+def test_memo_bombs_are_refused_before_allocating(bomb):
+    with pytest.raises(UnsafeDataError, match="memo slot 12"):
+        safe_loads(bomb, path="f")
+
+
+@given(obj=plain, protocol=st.integers(0, 5))
+def test_memo_check_passes_every_real_pickle(obj, protocol):
+    # protocols 0-3 store every object with PUT/BINPUT/LONG_BINPUT, in order
+    if protocol < 2 and any(isinstance(x, complex) for x in _leaves(obj)):
+        return  # complex pickles need copyreg at protocol < 2, which the allow-list refuses
+    data = pickle.dumps(obj, protocol=protocol)
+    try:
+        got = safe_loads(data)
+    except UnsafeDataError as e:
+        assert "memo" not in str(e)
+        return
+    assert got == obj
+
+
+def _leaves(obj):
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        for x in obj:
+            yield from _leaves(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _leaves(x)
+    else:
+        yield obj
+
+
+def test_opcode_table_matches_pickletools():
+    import pickletools
+
+    from lmdata import _pickle
+
+    for op in pickletools.opcodes:
+        k = _pickle._OPCODES[ord(op.code)]
+        arg = op.arg
+        if arg is None:
+            assert k in (1, _pickle._STOP), op.name
+        elif arg.n >= 0:
+            assert k == 1 + arg.n or k == _pickle._LONG_BINPUT, op.name
+        elif arg.n == pickletools.UP_TO_NEWLINE:
+            assert k in (_pickle._LINE, _pickle._PUT, _pickle._TWO_LINES), op.name
+        elif arg.n == pickletools.TAKEN_FROM_ARGUMENT1:
+            assert k == _pickle._COUNT1, op.name
+        elif arg.n in (pickletools.TAKEN_FROM_ARGUMENT4, pickletools.TAKEN_FROM_ARGUMENT4U):
+            assert k == _pickle._COUNT4, op.name
+        else:
+            assert arg.n == pickletools.TAKEN_FROM_ARGUMENT8U and k == _pickle._COUNT8, op.name
+    assert sum(1 for k in _pickle._OPCODES if k) == len(pickletools.opcodes)

@@ -32,9 +32,9 @@ def command(
 ) -> None:
     """Merge INPUTS into OUTPUT.
 
-    modalities: concatenate .pbin files with a correct index. mds: join the index.json of
-    partition folders (local or on one object store). atlas: link the shards of several
-    datasets into one.
+    modalities: concatenate .pbin files with a correct index (paths or URLs). mds: join the
+    index.json of partition folders (local or on one object store). atlas: link the shards of
+    several datasets into one.
     """
     result = merge(
         list(inputs), output, format=fmt, overwrite=overwrite, storage_options=storage_options

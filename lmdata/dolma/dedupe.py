@@ -22,8 +22,11 @@ of an n-gram in input order is the one not counted as duplicate; a flagged parag
 carries its duplicate fraction as dolma writes it. dolma's ``bloom_filter`` settings are
 accepted and not used (a log line says so): the result is dolma's without false positives.
 
-Documents and attribute files may live in any store (local paths, ``s3://``, ...); the bucket
-spill files go to a local work folder (``work_dir``).
+Documents and attribute files may live in any store (local paths, ``s3://``, ...). The bucket
+spill files go to ``work_dir`` (a local folder or a URL), else to a local temporary folder when
+the attribute files are local, else beside them on their store
+(``<dataset>/.lmdata-tmp-dedupe-*``, removed at the end; ``lmdata clean`` finds what a killed
+job left): workers on several machines then share the buckets with no shared disk.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ import logging
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +54,7 @@ from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
 from lmdata.formats.dolma._files import OutputFile, Stores, attribute_path, iter_raw_lines
 from lmdata.formats.dolma.reader import parse_line
-from lmdata.storage import resolve
+from lmdata.storage import TMP_PREFIX, FsspecStore, join, resolve
 
 try:
     import regex as _re
@@ -144,13 +149,75 @@ def _hash(s: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
+class Spill:
+    """The work folder of one run: ``root``, a local folder or a URL, holding ``h-<bucket>/``
+    (hashed keys per bucket) and ``d-<file>/`` (marked duplicates per document file)."""
+
+    root: str
+    storage_options: dict[str, Any] | None = None
+
+    @functools.cached_property
+    def _remote(self) -> tuple[FsspecStore, str] | None:
+        store, key = resolve(self.root, self.storage_options)
+        return (store, key) if isinstance(store, FsspecStore) else None
+
+    def make(self, nbuckets: int, nfiles: int) -> None:
+        """Create the folders (local only: an object store has no folders to make)."""
+        if self._remote is None:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+            for b in range(nbuckets):
+                (Path(self.root) / f"h-{b}").mkdir()
+            for k in range(nfiles):
+                (Path(self.root) / f"d-{k}").mkdir()
+
+    def save(self, folder: str, name: str, arr: np.ndarray) -> None:
+        remote = self._remote
+        if remote is None:
+            np.save(Path(self.root) / folder / f"{name}.npy", arr)
+            return
+        buf = BytesIO()
+        np.save(buf, arr)
+        remote[0].write_object(join(remote[1], folder, f"{name}.npy"), buf.getbuffer())
+
+    def load(self, folder: str) -> list[np.ndarray]:
+        """Every array saved in ``folder``, in name order (no pickles: plain records)."""
+        remote = self._remote
+        if remote is None:
+            return [np.load(p) for p in sorted((Path(self.root) / folder).glob("*.npy"))]
+        store, key = remote
+        d = join(key, folder)
+        return [np.load(BytesIO(store.read(join(d, n)))) for n in store.list(d)]
+
+    def remove(self) -> None:
+        remote = self._remote
+        if remote is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            remote[0].remove(remote[1])
+
+
+def _spill_root(cfg: DedupeConfig, first_file: str) -> str:
+    """Where this run's buckets go (see the module's docstring)."""
+    remote = f"{TMP_PREFIX}dedupe-{uuid.uuid4().hex[:12]}"  # what `lmdata clean` finds
+    wd = cfg.work_dir
+    if wd and isinstance(resolve(wd, cfg.storage_options)[0], FsspecStore):
+        return join(wd, remote)
+    if wd or not isinstance(resolve(first_file, cfg.storage_options)[0], FsspecStore):
+        if wd:
+            Path(wd).mkdir(parents=True, exist_ok=True)
+        return tempfile.mkdtemp(prefix="lmdata-dedupe-", dir=wd)
+    out = attribute_path(first_file, cfg.name)
+    return join(out[: out.rindex("/attributes/")], remote)  # the dataset's root on its store
+
+
+@dataclass(frozen=True)
 class HashTask:
     """Phase 1: hash the keys of document file number ``k`` into ``nbuckets`` buckets."""
 
     k: int
     path: str
     cfg: DedupeConfig
-    work: str
+    work: Spill
     nbuckets: int
 
 
@@ -165,7 +232,7 @@ class MarkTask:
     """Phase 2: mark the duplicates in bucket ``b`` (all but each hash's first occurrence)."""
 
     b: int
-    work: str
+    work: Spill
 
 
 @dataclass(frozen=True)
@@ -175,7 +242,7 @@ class WriteTask:
     k: int
     path: str
     cfg: DedupeConfig
-    work: str
+    work: Spill
 
 
 def _phase_hash(task: HashTask) -> HashResult:
@@ -196,7 +263,7 @@ def _phase_hash(task: HashTask) -> HashResult:
         arr = np.array(rows, dtype=ENTRY)
         bucket = (arr["hi"] % np.uint64(nbuckets)).astype(np.int64)
         for b in np.unique(bucket).tolist():
-            np.save(Path(work) / f"h-{b}" / f"{k}-{nparts}.npy", arr[bucket == b])
+            work.save(f"h-{b}", f"{k}-{nparts}", arr[bucket == b])
         nparts += 1
         rows = []
 
@@ -237,10 +304,10 @@ def _phase_hash(task: HashTask) -> HashResult:
 def _phase_mark(task: MarkTask) -> int:
     """Mark all but the first occurrence of each hash in one bucket; returns duplicates."""
     b, work = task.b, task.work
-    parts = sorted((Path(work) / f"h-{b}").glob("*.npy"))
+    parts = work.load(f"h-{b}")
     if not parts:
         return 0
-    arr = np.concatenate([np.load(p) for p in parts])
+    arr = np.concatenate(parts)
     order = np.lexsort((arr["sub"], arr["para"], arr["line"], arr["file"], arr["lo"], arr["hi"]))
     s = arr[order]
     dup = np.zeros(len(s), dtype=bool)
@@ -248,9 +315,8 @@ def _phase_mark(task: MarkTask) -> int:
     d = s[dup]
     for f in np.unique(d["file"]).tolist():
         sel = d[d["file"] == f]
-        np.save(
-            Path(work) / f"d-{f}" / f"{b}.npy",
-            np.stack([sel["line"], sel["para"], sel["sub"]]).astype(np.uint32),
+        work.save(
+            f"d-{f}", str(b), np.stack([sel["line"], sel["para"], sel["sub"]]).astype(np.uint32)
         )
     return int(dup.sum())
 
@@ -260,7 +326,7 @@ def _phase_write(task: WriteTask) -> int:
     k, cfg, work = task.k, task.cfg, task.work
     store, doc_key = resolve(task.path, cfg.storage_options)
     path = store.url(doc_key)
-    marks = [np.load(p) for p in sorted((Path(work) / f"d-{k}").glob("*.npy"))]
+    marks = work.load(f"d-{k}")
     dups: dict[tuple[int, int], set[int]] = {}
     for m in marks:
         for line, para, sub in zip(m[0].tolist(), m[1].tolist(), m[2].tolist(), strict=True):
@@ -314,7 +380,8 @@ def dedupe(
 ) -> DedupeResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``, on
     ``cfg.processes`` workers of ``engine``; the output is the same for any engine and count.
-    The work folder (``cfg.work_dir``) must be visible to every worker (shared on a cluster).
+    The work folder (``cfg.work_dir``, a path or URL) must be visible to every worker (shared
+    on a cluster, or on the object store).
     ``storage_options`` (fsspec options for URLs) replace the config's."""
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
@@ -327,14 +394,9 @@ def dedupe(
     nbuckets = int(
         min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total / BUCKET_INPUT_BYTES))))))
     )
-    if cfg.work_dir:
-        Path(cfg.work_dir).mkdir(parents=True, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="lmdata-dedupe-", dir=cfg.work_dir)
+    work = Spill(_spill_root(cfg, files[0]) if files else tempfile.mkdtemp(), cfg.storage_options)
     try:
-        for b in range(nbuckets):
-            (Path(work) / f"h-{b}").mkdir()
-        for k in range(len(files)):
-            (Path(work) / f"d-{k}").mkdir()
+        work.make(nbuckets, len(files))
         run = functools.partial(
             parallel.run_all, engine=engine, workers=cfg.processes, address=address
         )
@@ -357,7 +419,7 @@ def dedupe(
             progress=False,
         )
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        work.remove()
     return DedupeResult(
         files=len(files),
         documents=sum(c.documents for c in counted),

@@ -21,7 +21,7 @@ import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader.mixture import Mixture, exact_weights
-from lmdata.loader.packing import PAD_VALUES
+from lmdata.loader.packing import PAD_VALUES, packed_buffers
 from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
 from lmdata.loader.sources import LONG_DOCS, MODES, Source, open_source
@@ -377,15 +377,10 @@ class Loader:
         return out
 
     def _padding(self, n: int) -> dict[str, np.ndarray]:
-        shape = (n, self.config.seq_len)
-        out = {}
-        for key in self.keys:
-            if key == "loss_mask":
-                out[key] = np.zeros(shape, dtype=bool)
-            elif key in PAD_VALUES:
-                out[key] = np.zeros(shape, dtype=np.int32)
-            else:
-                out[key] = np.full(shape, self.pad_id, dtype=self.dtype)
+        """A batch of padding (the sources' rows are copied in): one recycled block."""
+        out = packed_buffers(n, self.config.seq_len, self.dtype, tuple(self.keys))
+        for key, a in out.items():
+            a.fill(PAD_VALUES.get(key, self.pad_id))
         return out
 
     def _steps(self) -> Iterator[int]:

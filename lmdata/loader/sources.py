@@ -96,8 +96,15 @@ class Source:
         # stored flat-tokens values (id*2 + start bit): packed/eos reads never need the index
         encoded = _has(reader, "encoded_windows") and _has(reader, "span_encoded")
         self._windows = reader.encoded_windows if encoded else None
+        # packed int32 rows are gathered straight into the targets' memory and decoded there:
+        # by row number where the reader has ``packed_rows(rows, L, out=)`` (no per-row numpy)
+        rows_fn = getattr(reader, "packed_rows", None) if _has(reader, "packed_rows") else None
+        self._rows = rows_fn if encoded and _takes_out(rows_fn) else None
         self._in_place = (
-            encoded and mode == "packed" and dtype == np.int32 and _takes_out(self._windows)
+            encoded
+            and mode == "packed"
+            and dtype == np.int32
+            and (self._rows is not None or _takes_out(self._windows))
         )
         self._seq_starts: np.ndarray | None = None  # non-empty sequence starts, read once
         self._bounds: np.ndarray | None = None
@@ -122,7 +129,12 @@ class Source:
     def _boundaries(self) -> np.ndarray:
         """The reader's sequence boundaries as int64, converted once."""
         if self._bounds is None:
-            self._bounds = np.asarray(self.reader.boundaries, dtype=np.int64)
+            b = np.asarray(self.reader.boundaries)
+            # uint64 boundaries (mapped from an index sidecar, shared by every worker) are
+            # seen as int64 without a copy; they are below 2**63
+            if b.dtype == np.uint64 and b.flags.c_contiguous and (len(b) == 0 or b[-1] < 2**63):
+                b = b.view(np.int64)
+            self._bounds = np.asarray(b, dtype=np.int64)
         return self._bounds
 
     # ---- reading ---------------------------------------------------------------------------
@@ -138,7 +150,10 @@ class Source:
             # gathered straight into the targets' memory and decoded there
             out = packed_buffers(len(starts), L, self.dtype, IO_KEYS)
             enc = out["targets"].view(np.uint32)
-            self._windows(starts, L, out=enc)
+            if self._rows is not None:
+                self._rows(rows, L, out=enc)
+            else:
+                self._windows(starts, L, out=enc)
             fill_packed(enc, out, self.bos)
         else:
             out = self._layout(*self._tokens(starts, L if self.mode == "packed" else L + 1), starts)
@@ -196,7 +211,8 @@ class Source:
             # one gather of L stored tokens from each piece's start (from n - L for pieces in
             # the last L tokens, moved into place after), decoded, masked past the piece
             s = np.minimum(a, n - L)
-            ids = self._windows(s, L) >> np.uint32(1)
+            ids = self._windows(s, L)
+            np.right_shift(ids, np.uint32(1), out=ids)
             for i in np.flatnonzero(s != a).tolist():
                 k = int(a[i] - s[i])
                 ids[i, : L - k] = ids[i, k:].copy()

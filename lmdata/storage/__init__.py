@@ -4,7 +4,8 @@
   (``pread``, ``mmap``, rename commits) or :class:`FsspecStore` (``memory://``, ``s3://``,
   ``gs://``: ranged reads, metadata-last commits). A scheme lmdata cannot serve is an error.
 - :data:`CACHE` holds decoded bytes for every reader of the process within one budget
-  (``LMDATA_CACHE_BYTES``, :func:`set_cache_bytes`); each reader takes a :class:`Slot`.
+  (``LMDATA_CACHE_BYTES``, :func:`set_cache_bytes`); each reader takes a :class:`Slot`, and
+  each object store one for the byte ranges it fetched (:mod:`lmdata.storage.ranges`).
 - :func:`clean` removes what killed writers left (``.lmdata-tmp-*``, stale claims).
 - The path-level helpers (:class:`AtomicOutput`, :func:`atomic_dir`, :func:`check_output`,
   ...) serve the writers and tools that still write local files only.

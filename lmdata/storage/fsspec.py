@@ -2,9 +2,11 @@
 
 Reads fetch only the byte ranges asked for (``cat_file`` with start/end; several ranges of one
 object are merged into one request when the gaps are small), never whole objects for small
-reads. Writes put data objects under their final names and the objects that make a dataset
-valid last, after every data object is written. The filesystem object is created lazily in each
-process, so a pickled or forked store never shares a connection or an event loop.
+reads, and keep them in the process cache (:mod:`lmdata.storage.ranges`): the same bytes read
+again cost no request. Writes put data objects under their final names and the objects that
+make a dataset valid last, after every data object is written. The filesystem object is
+created lazily in each process, so a pickled or forked store never shares a connection or an
+event loop.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from lmdata.errors import OutputExistsError, UnsafeDataError
-from lmdata.storage.base import MAX_READ_BYTES, basename, join, merge_ranges, parent
+from lmdata.storage.base import MAX_READ_BYTES, basename, join, parent
 from lmdata.storage.paths import CLAIM, TMP_PREFIX
+from lmdata.storage.ranges import RangeCache
 
 MERGE_GAP = 64 << 10  # ranges closer than this are fetched in one request
 
@@ -30,10 +33,15 @@ _SHARED: dict[tuple[int, str, str], Any] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+# counts forks: a store's cached ranges are of the process that made them (and hold its lock)
+_FORKS = 0
+
+
 def _reset_after_fork() -> None:
-    global _SHARED_LOCK
+    global _SHARED_LOCK, _FORKS
     _SHARED_LOCK = threading.Lock()
     _SHARED.clear()  # the parent's filesystems hold its connections and event loop
+    _FORKS += 1
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -70,6 +78,8 @@ class FsspecStore:
         self._fs: Any = None
         self._pid = -1
         self._lock = threading.Lock()
+        self._cache: RangeCache | None = None  # this process's fetched ranges
+        self._cache_forks = -1
 
     def __getstate__(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "storage_options": self.storage_options}
@@ -137,26 +147,52 @@ class FsspecStore:
                 out[name.rsplit("/", 1)[-1]] = int(e.get("size") or 0)
         return out
 
+    @property
+    def cache(self) -> RangeCache:
+        """The ranges this store fetched in this process (a fresh, empty one after fork or
+        unpickling: a child never takes over a lock or an index of its parent's)."""
+        cache = self._cache
+        if cache is None or self._cache_forks != _FORKS:
+            cache = self._cache = RangeCache(MERGE_GAP)
+            self._cache_forks = _FORKS
+        return cache
+
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        return bytes(self.fs.cat_file(key, start=start, end=start + length))
+        cache = self.cache
+        got = cache.hit(key, start, length)  # the warm path: one lookup, no lock
+        if got is not None:
+            return got
+        return cache.read(key, [(start, length)], lambda groups: self._fetch(key, groups))[0]
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        out: list[bytes] = [b""] * len(ranges)
-        groups = [g for g in merge_ranges(ranges, MERGE_GAP) if g[1] > 0]
-        if not groups:
-            return out
+        cache = self.cache
+        out = []
+        for s, n in ranges:
+            got = cache.hit(key, s, n) if n > 0 else b""
+            if got is None:
+                return cache.read(key, ranges, lambda groups: self._fetch(key, groups))
+            out.append(got)
+        return out
+
+    def _fetch(self, key: str, groups: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of disjoint ``(start, length)`` ranges of ``key``: one request each."""
+        if len(groups) == 1:
+            a, n = groups[0]
+            return [self.fs.cat_file(key, start=a, end=a + n)]
         blobs = self.fs.cat_ranges(
-            [key] * len(groups), [g[0] for g in groups], [g[0] + g[1] for g in groups]
+            [key] * len(groups), [a for a, _ in groups], [a + n for a, n in groups]
         )
-        for (a, _n, members), blob in zip(groups, blobs, strict=True):
+        for blob in blobs:
             if isinstance(blob, BaseException):
                 raise blob
-            for i in members:
-                s, n = ranges[i]
-                out[i] = bytes(blob[s - a : s - a + n]) if n > 0 else b""
-        return out
+        return list(blobs)
+
+    def forget(self) -> None:
+        """Drop the cached ranges of this store (it is about to write or remove objects)."""
+        if self._cache is not None:
+            self._cache.forget()
 
     def read(self, key: str, limit: int = MAX_READ_BYTES) -> bytes:
         if self.size(key) > limit:
@@ -167,15 +203,18 @@ class FsspecStore:
         return None
 
     def output(self, key: str, *, directory: bool, overwrite: bool) -> FsspecOutput:
+        self.forget()
         return FsspecOutput(self, key, directory=directory, overwrite=overwrite)
 
     def remove(self, key: str) -> None:
+        self.forget()
         if self.fs.exists(key):
             self.fs.rm(key, recursive=True)
 
     def write_object(self, key: str, data: bytes | memoryview, create: bool = False) -> None:
         """Store one object; with ``create``, only if none exists (FileExistsError if one
         does: conditional on S3, a check-then-write on stores without conditional writes)."""
+        self.forget()
         if not create:
             self.fs.pipe_file(key, bytes(data))
             return
@@ -326,6 +365,7 @@ class FsspecOutput:
         if self.stage != self.dest:
             self.store.remove(self.stage)
         self._unclaim()
+        self.store.forget()  # ranges read through this store before are of the old objects
         self._done = True
 
     def _unclaim(self) -> None:

@@ -62,3 +62,45 @@ def test_packed_from_encoded_int64_matches_int32():
     for k in a:
         assert np.array_equal(a[k], b[k])
     assert b["targets"].dtype == np.int64 and b["segment_ids"].dtype == np.int32
+
+
+@pytest.mark.parametrize("chunk_tokens", [16, 64])
+def test_packed_rows_aligned_to_chunks_match_the_tokens(tmp_path: Path, chunk_tokens):
+    seqs = random_seqs(6, 80)
+    r = write_flat(tmp_path / "x.zarr", seqs, chunk_tokens=chunk_tokens)
+    L = 8  # divides the chunk: the row-by-row copy path
+    n = r.num_packed_rows(L)
+    rows = np.array([0, n - 1, 3, 3, 5, 1, 2])
+    want = np.stack([r.span_encoded(i * L, (i + 1) * L) for i in rows.tolist()])
+    assert np.array_equal(r.packed_rows(rows, L), want)
+    out = np.full((len(rows), L), 7, dtype=np.uint32)
+    assert r.packed_rows(rows, L, out=out) is out and np.array_equal(out, want)
+    assert np.array_equal(r.packed_rows(np.array([-1]), L), want[1:2])  # from the end
+    assert r.packed_rows(np.zeros(0, dtype=np.int64), L).shape == (0, L)
+    with pytest.raises(IndexError):
+        r.packed_rows(np.array([n]), L)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        r.packed_rows(rows, L, out=np.zeros((len(rows), L + 1), dtype=np.uint32))
+
+
+@pytest.mark.parametrize("mode", ["packed", "eos"])
+def test_row_aligned_fast_path_equals_generic_reader(tmp_path: Path, mode):
+    seqs = random_seqs(7, 120)
+    fast = write_flat(tmp_path / "x.zarr", seqs, chunk_tokens=32)
+    opts = dict(seq_len=8, global_batch_size=6, mode=mode, seed=4)
+    a, b = Loader(fast, **opts), Loader(Plain(seqs), **opts)
+    kept = [a.batch(s) for s in range(20)]
+    for s in range(20):
+        want = b.batch(s)
+        for k, v in want.items():
+            assert kept[s][k].dtype == v.dtype and np.array_equal(kept[s][k], v), (s, k)
+
+
+def test_encoded_windows_inside_chunks_and_across_them(tmp_path: Path):
+    r = write_flat(tmp_path / "x.zarr", random_seqs(9, 40), chunk_tokens=16)
+    for starts, length in (([0, 3, 17, 40, 3], 5), ([0, 12, 30], 9)):  # inside; straddling
+        want = np.stack([r.span_encoded(s, s + length) for s in starts])
+        out = np.zeros((len(starts), length), dtype=np.uint32)
+        assert r.encoded_windows(np.array(starts), length, out=out) is out
+        assert np.array_equal(out, want)
+        assert np.array_equal(r.encoded_windows(starts, length), want)

@@ -53,3 +53,17 @@ def test_merge_partitions_on_s3(s3_server, s3_root, flags):
     assert lmdata.validate(f"{s3_root}/out", storage_options=s3_server) == []
     res = run(cli, args)
     assert res.exit_code != 0 and "already exists" in res.output
+
+
+def test_merge_pbin_files_on_s3(s3_server, s3_root, flags):
+    for n, docs in (("a", [[1, 2], [3]]), ("b", [[4, 5, 6]])):
+        with lmdata.writer(f"{s3_root}/{n}.pbin", "modalities", storage_options=s3_server) as w:
+            for d in docs:
+                w.write(d)
+    out = f"{s3_root}/m.pbin"
+    args = ["merge", f"{s3_root}/a.pbin", f"{s3_root}/b.pbin", "-o", out, *flags]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert f"merged 2 files: 3 documents, 6 tokens (1-byte) -> {out}" in res.output
+    r = lmdata.open(out, storage_options=s3_server)
+    assert [x.tolist() for x in r] == [[1, 2], [3], [4, 5, 6]]

@@ -14,15 +14,16 @@ from lmdata.storage import resolve
 def wire(monkeypatch, s3_server):
     s3fs = pytest.importorskip("s3fs")
     count = {"bytes": 0, "requests": 0}
-    orig = s3fs.S3FileSystem._cat_file
+    orig = s3fs.S3FileSystem._call_s3
 
-    async def counted(self, *a, **kw):
-        out = await orig(self, *a, **kw)
-        count["bytes"] += len(out)
+    async def counted(self, method, *a, **kw):
+        out = await orig(self, method, *a, **kw)
+        if method == "get_object":
+            count["bytes"] += int(out.get("ContentLength") or 0)
         count["requests"] += 1
         return out
 
-    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", counted)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
     return count
 
 

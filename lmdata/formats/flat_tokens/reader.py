@@ -290,10 +290,21 @@ class FlatTokens:
     def num_packed_rows(self, seq_len: int) -> int:
         return self.num_tokens // seq_len
 
-    def packed_rows(self, rows: Sequence[int] | np.ndarray, seq_len: int) -> np.ndarray:
-        """Encoded packed rows: row ``r`` is tokens ``r*seq_len:(r+1)*seq_len`` (one read)."""
-        idx = normalize_indices(rows, self.num_packed_rows(seq_len))
-        return self.tokens.gather(idx * seq_len, seq_len)
+    def packed_rows(
+        self,
+        rows: Sequence[int] | np.ndarray,
+        seq_len: int,
+        *,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Encoded packed rows: row ``r`` is tokens ``r*seq_len:(r+1)*seq_len``, shape
+        (len(rows), seq_len), written into ``out`` (C-contiguous uint32) when given."""
+        n = self.num_packed_rows(seq_len)
+        got = _aligned_rows(self.tokens, rows, n, seq_len, out)
+        if got is not None:
+            return got
+        idx = normalize_indices(rows, n)
+        return self.tokens.gather(idx * seq_len, seq_len, out=out)
 
     def encoded_windows(
         self,
@@ -308,12 +319,14 @@ class FlatTokens:
         Reads only token chunks (never ``seq_starts``): packed and EOS-window loading.
         """
         st = np.asarray(starts, dtype=np.int64).reshape(-1)
-        if len(st) and (int(st.min()) < 0 or int(st.max()) + length > self.num_tokens):
+        lst = st.tolist()
+        if lst and (min(lst) < 0 or max(lst) + length > self.num_tokens):
             raise IndexError(
-                f"a window of {length} tokens at {int(st.max())} or {int(st.min())} is outside "
+                f"a window of {length} tokens at {max(lst)} or {min(lst)} is outside "
                 f"the {self.num_tokens} tokens"
             )
-        return self.tokens.gather(st, length, out=out)
+        got = _copy_windows(self.tokens, lst, length, out)
+        return got if got is not None else self.tokens.gather(st, length, out=out)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -340,6 +353,61 @@ class FlatTokens:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _aligned_rows(
+    arr: ZArray, rows: Sequence[int] | np.ndarray, n: int, length: int, out: np.ndarray | None
+) -> np.ndarray | None:
+    """Rows ``rows`` (each in ``0 .. n-1``) of ``length`` items of ``arr`` by
+    :func:`_copy_windows`, or None when they need the general path (negative or out-of-range
+    rows, which it normalises or reports)."""
+    if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "iu" or rows.ndim != 1:
+        return None
+    lst = rows.tolist()
+    if lst and (min(lst) < 0 or max(lst) >= n):
+        return None
+    return _copy_windows(arr, [r * length for r in lst], length, out)
+
+
+def _copy_windows(
+    arr: ZArray, starts: list[int], length: int, out: np.ndarray | None
+) -> np.ndarray | None:
+    """Items ``s : s + length`` of ``arr`` for each ``s`` in ``starts`` (all inside the array)
+    when each lies inside one unit, else None.
+
+    The random-batch hot path: a window is a byte range of one unit's buffer, copied between
+    memoryviews with Python int arithmetic (a few hundred ns each, where numpy operations on
+    the small row arrays cost microseconds each under load).
+    """
+    unit = arr.unit
+    if length <= 0 or unit <= 0 or (arr.raw and not arr._mappable):
+        return None
+    shape = (len(starts), length)
+    if out is None:
+        out = np.empty(shape, dtype=arr.dtype)
+    elif out.shape != shape or out.dtype != arr.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {arr.dtype} array of shape {shape}")
+    if not starts:
+        return out
+    isz = arr.dtype.itemsize
+    rb = length * isz
+    arr._check_views()
+    views = arr._views
+    ob = memoryview(out.reshape(-1).view(np.uint8))
+    at = 0
+    for s in starts:
+        u, o = divmod(s, unit)
+        if o + length > unit:
+            return None  # straddles two units: the general path (``out`` is rewritten)
+        v = views.get(u)
+        if v is None:
+            v = arr._bytes_view(u)
+        o *= isz
+        if o + rb > len(v):
+            return None
+        ob[at : at + rb] = v[o : o + rb]
+        at += rb
+    return out
 
 
 def dataset_info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:

@@ -2,38 +2,75 @@
 
 modalities' ``merge_packed_data`` shifts each later file's offsets by 12 bytes too few; here
 every offset is shifted by the exact data length before it. Inputs of different token widths
-are widened to the largest (modalities refuses them).
+are widened to the largest (modalities refuses them). Inputs and output may be local paths or
+URLs: tokens are read in blocks (ranged reads on object stores, never a whole file in memory)
+and the output, built locally first, appears whole at the end (a rename on local disk, one
+object behind a claim on an object store), with the same bytes wherever it is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
-from lmdata.formats.modalities.layout import DTYPES, PbinHeader
+from lmdata.formats.modalities.layout import DTYPES, HEADER_SIZE, PbinHeader
 from lmdata.formats.modalities.reader import PackedTokens
-from lmdata.storage import AtomicOutput, require_exists
+from lmdata.storage import LocalOutput, Output, Store, is_url, join, require_exists, resolve
 
 _COPY_TOKENS = 1 << 22
 
 
-def expand_inputs(inputs: list[str | os.PathLike[str]]) -> list[Path]:
-    """Files as given; directories contribute their ``**/*.pbin`` in sorted order."""
-    out: list[Path] = []
+def _find_pbin(store: Store, key: str) -> Iterator[str]:
+    """Keys of the ``.pbin`` objects below directory ``key``, at any depth."""
+    objects = store.sizes(key)
+    for name in store.list(key):
+        if name not in objects:
+            yield from _find_pbin(store, join(key, name))
+        elif name.endswith(".pbin"):
+            yield join(key, name)
+
+
+def expand_inputs(inputs: list[str | os.PathLike[str]]) -> list[str]:
+    """Files as given; directories contribute their ``**/*.pbin`` in sorted order (by path
+    components, as local paths sort)."""
+    out: list[str] = []
     for item in inputs:
-        p = require_exists(item)
-        if p.is_dir():
-            found = sorted(p.glob("**/*.pbin"))
-            if not found:
-                raise InvalidInputError("directory holds no .pbin files", path=p)
-            out.extend(found)
+        require_exists(item)
+        store, key = resolve(item)
+        if not store.is_dir(key):
+            out.append(os.fspath(item))
+            continue
+        if is_url(item):
+            found = [store.url(k) for k in sorted(_find_pbin(store, key), key=_parts)]
         else:
-            out.append(p)
+            found = [str(p) for p in sorted(Path(key).glob("**/*.pbin"))]
+        if not found:
+            raise InvalidInputError("directory holds no .pbin files", path=os.fspath(item))
+        out.extend(found)
     return out
+
+
+def _parts(key: str) -> list[str]:
+    return key.split("/")
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether two inputs name the same file or object."""
+    (sa, ka), (sb, kb) = resolve(a), resolve(b)
+    if sa.id != sb.id:
+        return False
+    if sa.can_mmap:  # local paths: through links and relative forms
+        return Path(ka).resolve() == Path(kb).resolve()
+    return sa.url(ka) == sb.url(kb)
 
 
 def merge(
@@ -43,34 +80,65 @@ def merge(
 ) -> str:
     """Concatenate the ``.pbin`` files ``inputs`` (in order) into ``output``."""
     paths = expand_inputs(inputs)
-    dest = Path(output)
-    if any(p.resolve() == dest.resolve() for p in paths if dest.exists()):
+    dest = os.fspath(output)
+    store, key = resolve(dest)
+    if store.exists(key) and any(_same(p, dest) for p in paths):
         raise InvalidInputError("the output is also an input; write to a new path", path=dest)
     readers = [PackedTokens(p) for p in paths]
+    out = store.output(key, directory=False, overwrite=overwrite)
+    try:
+        with _output_file(out) as f:
+            docs, tokens, width = _write(readers, f)
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        for r in readers:
+            r.close()
+    out.commit()
+    shown = store.url(key)
+    return (
+        f"merged {len(paths)} files: {docs:,} documents, {tokens:,} tokens ({width}-byte) "
+        f"-> {shown}"
+    )
+
+
+@contextlib.contextmanager
+def _output_file(out: Output) -> Iterator[BinaryIO]:
+    """A seekable local file that becomes the output's one object: the output's temporary
+    file on local disk, else a local spool uploaded when the block ends without error."""
+    if isinstance(out, LocalOutput):
+        with open(out.tmp, "wb") as f:
+            yield f
+        return
+    fd, spool = tempfile.mkstemp(prefix=".lmdata-pbin-merge-", suffix=".spool")
+    try:
+        with os.fdopen(fd, "w+b") as f:
+            yield f
+            f.seek(0)
+            with out.open_write("") as dst:
+                shutil.copyfileobj(f, dst, 8 << 20)
+    finally:
+        Path(spool).unlink(missing_ok=True)
+
+
+def _write(readers: list[PackedTokens], f: BinaryIO) -> tuple[int, int, int]:
+    """The merged file into ``f``: (documents, tokens, token width)."""
     width = max(r.token_width for r in readers)
     dtype = DTYPES[width]
     offsets, lengths = [], []
     base = 0  # tokens written so far
-    out = AtomicOutput(dest, directory=False, overwrite=overwrite)
-    try:
-        with open(out.tmp, "wb") as f:
-            f.write(bytes(12))
-            for r in readers:
-                offsets.append((r.doc_starts + base) * width)
-                lengths.append(r.doc_lengths * width)
-                t = r.tokens
-                for lo in range(0, len(t), _COPY_TOKENS):
-                    f.write(np.ascontiguousarray(t[lo : lo + _COPY_TOKENS], dtype=dtype).data)
-                base += len(t)
-                r.close()
-            f.write(dump_span_index(np.concatenate(offsets), np.concatenate(lengths)))
-            f.seek(0)
-            f.write(PbinHeader(base * width, width, 0).pack())
-    except BaseException:
-        out.abort()
-        raise
-    out.finish()
-    docs = sum(len(x) for x in lengths)
-    return (
-        f"merged {len(paths)} files: {docs:,} documents, {base:,} tokens ({width}-byte) -> {dest}"
-    )
+    f.write(bytes(HEADER_SIZE))
+    for r in readers:
+        offsets.append((r.doc_starts + base) * width)
+        lengths.append(r.doc_lengths * width)
+        n = r.header.num_tokens
+        for lo in range(0, n, _COPY_TOKENS):
+            hi = min(n, lo + _COPY_TOKENS)
+            block = r.tokens[lo:hi] if r.data.mapped else r.data.read_tokens([(lo, hi)])[0]
+            f.write(np.ascontiguousarray(block, dtype=dtype).data)
+        base += n
+    f.write(dump_span_index(np.concatenate(offsets), np.concatenate(lengths)))
+    f.seek(0)
+    f.write(PbinHeader(base * width, width, 0).pack())
+    return sum(len(x) for x in lengths), base, width

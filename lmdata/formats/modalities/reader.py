@@ -11,6 +11,7 @@ import numpy as np
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError, LmdataError
 from lmdata.formats._span_index import SpanIndex, load_span_index
+from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import (
     HEADER_SIZE,
     PbinHeader,
@@ -188,6 +189,21 @@ def check_spans(index: SpanIndex, header: PbinHeader, path: Path) -> None:
         )
 
 
+def _read_index(data: PbinData, allow_unsafe: bool, repair: bool) -> sidecar.IndexArrays:
+    """The checked index of ``data`` from its pickle (repaired when ``repair`` and needed)."""
+    h = data.header
+    index = load_span_index(
+        data.read_index_bytes(), path=data.path, where="index", allow_unsafe=allow_unsafe
+    )
+    repaired = False
+    if repair:
+        fixed = undo_origin_merge_shift(index, h.data_len)
+        if fixed is not None:
+            index, repaired = fixed, True
+    check_spans(index, h, data.path)
+    return sidecar.from_spans(index.offsets, index.lengths, h.token_width, repaired)
+
+
 class PackedTokens:
     """A ``.pbin`` file as a token-sequence reader.
 
@@ -210,35 +226,45 @@ class PackedTokens:
     ) -> None:
         self.data = PbinData(path, storage_options)
         self.path = self.data.path
-        h = self.data.header
-        index = load_span_index(
-            self.data.read_index_bytes(),
-            path=self.path,
-            where="index",
-            allow_unsafe=allow_unsafe_pickle,
+
+        def build() -> sidecar.IndexArrays:
+            return _read_index(self.data, allow_unsafe_pickle, repair_origin_merge)
+
+        # a sidecar holds the repaired index; a trusted (unsafe) pickle is never saved as one
+        idx = sidecar.index_arrays(
+            self.data,
+            build,
+            reuse=repair_origin_merge,
+            save=repair_origin_merge and not allow_unsafe_pickle,
         )
-        self.repaired_origin_merge = False
-        if repair_origin_merge:
-            fixed = undo_origin_merge_shift(index, h.data_len)
-            if fixed is not None:
-                index = fixed
-                self.repaired_origin_merge = True
-        check_spans(index, h, self.path)
-        w = h.token_width
-        self._starts = index.offsets // w
-        self._lens = index.lengths // w
-        n = len(index)
-        self.contiguous = bool(
-            n == 0
-            or (
-                self._starts[0] == 0
-                and (self._starts[1:] == self._starts[:-1] + self._lens[:-1]).all()
-            )
-        )
-        b = np.zeros(n + 1, dtype=np.uint64)
-        np.cumsum(self._lens, out=b[1:])
-        self._boundaries = b
+        self._options = (allow_unsafe_pickle, repair_origin_merge)
+        self._use(idx)
         self._max_token_id: int | None = None
+
+    def _use(self, idx: sidecar.IndexArrays) -> None:
+        self.repaired_origin_merge = idx.repaired
+        self._starts = idx.starts
+        self._lens = idx.lengths
+        self._boundaries = idx.boundaries
+        self.contiguous = idx.contiguous
+        self._mapped = (idx.sidecar, idx.digest) if idx.sidecar is not None else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A mapped index travels as its sidecar's path (the receiver maps it again), not as
+        arrays of 24 bytes per document."""
+        state = self.__dict__.copy()
+        if self._mapped is not None:
+            state["_starts"] = state["_lens"] = state["_boundaries"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._starts is None:
+            path, digest = self._mapped
+            idx = sidecar.load(path, self.data, digest)  # checked again: it may have changed
+            if idx is None:  # gone or replaced: the index itself
+                idx = _read_index(self.data, *self._options)
+            self._use(idx)
 
     def __repr__(self) -> str:
         return f"PackedTokens({str(self.path)!r})"

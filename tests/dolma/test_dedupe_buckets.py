@@ -1,0 +1,98 @@
+"""dedupe's hash buckets on an object store (work_dir a URL, or the output on a store): the
+attribute files are byte for byte those of a local run with local buckets, and the spill
+objects are gone at the end, failed run included."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lmdata.dolma import dedupe as dd
+from lmdata.dolma.config import DedupeConfig
+from lmdata.storage import resolve
+
+DATA = Path(__file__).parent.parent / "data" / "dolma" / "dataset" / "documents"
+PARTS = ("part-0.jsonl.gz", "part-1.jsonl.gz")
+MODES = {
+    "paragraphs": {"paragraphs": {"attribute_name": "p"}},
+    "documents": {"documents": {"attribute_name": "u", "key": "$.metadata.url"}},
+}
+
+
+@pytest.fixture
+def spills(monkeypatch):
+    """Every (spill root, folder) saved to, and many small buckets and spills: 1 KB of input
+    per bucket, 50 keys per spill."""
+    seen = []
+    real = dd.Spill.save
+
+    def save(self, folder, name, arr):
+        seen.append((self.root, folder))
+        real(self, folder, name, arr)
+
+    monkeypatch.setattr(dd.Spill, "save", save)
+    monkeypatch.setattr(dd, "BUCKET_INPUT_BYTES", 1 << 10)
+    monkeypatch.setattr(dd, "SPILL_EVERY", 50)
+    return seen
+
+
+def _run(docs: str, mode: dict, **kw) -> dd.DedupeResult:
+    cfg = DedupeConfig.from_dict({"documents": [docs], "dedupe": {"name": "d", **mode}, **kw})
+    return dd.dedupe(cfg, engine="inprocess")
+
+
+def _local(tmp_path: Path, name: str) -> Path:
+    root = tmp_path / name
+    shutil.copytree(DATA, root / "documents")
+    return root
+
+
+def _attrs(root: str) -> list[bytes]:
+    store, key = resolve(root)
+    return [store.read(f"{key}/attributes/d/{p}") for p in PARTS]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_buckets_beside_an_output_on_a_store(tmp_path, memory_root, spills, mode):
+    local = _local(tmp_path, "local")
+    _run(str(local), MODES[mode])
+    assert all(not r.startswith("memory://") for r, _ in spills)  # local output: local buckets
+    spills.clear()
+    store, key = resolve(memory_root)
+    for p in PARTS:
+        store.write_object(f"{key}/documents/{p}", (DATA / p).read_bytes())
+    res = _run(f"{memory_root}/documents/*.gz", MODES[mode])
+    assert res.documents == 200 and res.duplicates > 0
+    assert _attrs(memory_root) == _attrs(str(local))
+    roots = {r for r, _ in spills}
+    assert len(roots) == 1 and next(iter(roots)).startswith(f"{memory_root}/.lmdata-tmp-dedupe-")
+    assert len({f for _, f in spills if f.startswith("h-")}) > 4  # several buckets spilled
+    assert sorted(store.list(key)) == ["attributes", "documents"]  # the spill removed
+
+
+def test_work_dir_url_for_local_documents(tmp_path, memory_root, spills):
+    a, b = _local(tmp_path, "a"), _local(tmp_path, "b")
+    _run(str(a), MODES["paragraphs"])
+    spills.clear()
+    work = f"{memory_root}/scratch"
+    _run(str(b), MODES["paragraphs"], work_dir=work)
+    assert _attrs(str(b)) == _attrs(str(a))
+    assert {r for r, _ in spills} and all(r.startswith(f"{work}/.lmdata-tmp-") for r, _ in spills)
+    store, key = resolve(work)
+    assert store.list(key) == []
+
+
+def test_a_failed_run_removes_its_buckets(memory_root, spills, monkeypatch):
+    store, key = resolve(memory_root)
+    for p in PARTS:
+        store.write_object(f"{key}/documents/{p}", (DATA / p).read_bytes())
+
+    def broken(task):
+        raise OSError("worker lost")
+
+    monkeypatch.setattr(dd, "_phase_write", broken)
+    with pytest.raises(OSError, match="worker lost"):
+        _run(f"{memory_root}/documents/*.gz", MODES["paragraphs"])
+    assert spills and store.list(key) == ["documents"]

@@ -1,0 +1,251 @@
+"""The ``.pbin`` index sidecar: built once, mapped on later opens, never trusted blindly."""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lmdata
+from lmdata import _pickle
+from lmdata.formats.modalities import PackedTokens, Writer, sidecar
+
+
+@pytest.fixture(autouse=True)
+def always_sidecar(monkeypatch, tmp_path):
+    """Sidecars for any index size, and a private cache folder."""
+    monkeypatch.setattr(sidecar, "MIN_INDEX_BYTES", 0)
+    monkeypatch.setenv(sidecar.CACHE_ENV, str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def no_unpickling(monkeypatch):
+    def refuse(self):
+        raise AssertionError("the index was unpickled")
+
+    def arm():
+        monkeypatch.setattr(_pickle._SafeUnpickler, "load", refuse)
+
+    return arm
+
+
+def write(path, seqs, **kw) -> str:
+    with Writer(path, **kw) as w:
+        for s in seqs:
+            w.write(np.asarray(s, dtype=np.int64))
+    return str(path)
+
+
+def seqs_of(seed: int, n: int = 40) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, 500, rng.integers(1, 30)) for _ in range(n)]
+
+
+def contents(r: PackedTokens) -> list[list[int]]:
+    return [r[i].tolist() for i in range(len(r))]
+
+
+def side(path) -> Path:
+    return Path(str(path) + sidecar.SUFFIX)
+
+
+def test_second_open_maps_the_sidecar_and_does_not_unpickle(tmp_path, no_unpickling):
+    seqs = seqs_of(0)
+    p = write(tmp_path / "a.pbin", seqs)
+    first = PackedTokens(p)
+    assert side(p).is_file()
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".lmdata-tmp-")]
+    no_unpickling()
+    second = PackedTokens(p)
+    assert isinstance(second.doc_starts.base, np.memmap)
+    assert contents(second) == [s.tolist() for s in seqs] == contents(first)
+    assert np.array_equal(second.boundaries, first.boundaries)
+    assert second.boundaries.dtype == np.uint64 and second.doc_lengths.dtype == np.int64
+    assert second.contiguous and second.info() == first.info()
+
+
+def test_small_indexes_get_no_sidecar(tmp_path, monkeypatch):
+    monkeypatch.setattr(sidecar, "MIN_INDEX_BYTES", 1 << 20)
+    p = write(tmp_path / "a.pbin", seqs_of(1))
+    PackedTokens(p)
+    assert os.listdir(tmp_path) == ["a.pbin"]
+
+
+def test_a_changed_pbin_makes_the_sidecar_stale(tmp_path):
+    p = write(tmp_path / "a.pbin", [[1, 2, 3], [4, 5], [6]])
+    PackedTokens(p)
+    old = side(p).read_bytes()
+    # the same file size and token data, other document boundaries
+    write(tmp_path / "a.pbin", [[1, 2], [3, 4, 5], [6]], overwrite=True)
+    r = PackedTokens(p)
+    assert contents(r) == [[1, 2], [3, 4, 5], [6]]
+    assert side(p).read_bytes() != old  # rebuilt for the new index
+
+
+def _hostile(raw: bytes) -> list[tuple[str, bytes]]:
+    head = struct.calcsize("<8sIIQQQI4x16s")
+    n = struct.unpack_from("<Q", raw, 16)[0]
+
+    def put(at: int, value: int) -> bytes:
+        b = bytearray(raw)
+        struct.pack_into("<q", b, at, value)
+        return bytes(b)
+
+    return [
+        ("truncated", raw[:-8]),
+        ("empty", b""),
+        ("bad magic", b"X" + raw[1:]),
+        ("bad key", raw[:48] + bytes(16) + raw[64:]),
+        ("huge count", put(16, 1 << 60)),
+        ("start past the data", put(head + 8, 10**9)),
+        ("negative start", put(head + 8, -5)),
+        ("length past the data", put(head + 8 * n, 10**9)),
+        ("boundaries not the running sum", put(head + 16 * n + 16, 2)),
+        ("unknown flag", raw[:12] + b"\x08\x00\x00\x00" + raw[16:]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(10))
+def test_a_corrupt_or_hostile_sidecar_is_rebuilt(tmp_path, case):
+    seqs = seqs_of(2, 5)
+    p = write(tmp_path / "a.pbin", seqs)
+    PackedTokens(p)
+    good = side(p).read_bytes()
+    name, bad = _hostile(good)[case]
+    side(p).write_bytes(bad)
+    r = PackedTokens(p)
+    assert contents(r) == [s.tolist() for s in seqs], name
+    assert side(p).read_bytes() == good, name
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_sidecar_path_that_is_no_file_never_blocks(tmp_path, kind, no_unpickling):
+    seqs = seqs_of(3, 5)
+    p = write(tmp_path / "a.pbin", seqs)
+    if kind == "fifo":
+        os.mkfifo(side(p))
+    else:
+        side(p).mkdir()
+    assert contents(PackedTokens(p)) == [s.tolist() for s in seqs]
+    if kind == "fifo":  # replaced by a sidecar
+        assert side(p).is_file()
+    else:  # left alone: the sidecar went to the cache folder, and is used from there
+        assert side(p).is_dir()
+        assert len(os.listdir(tmp_path / "cache" / sidecar.CACHE_SUBDIR)) == 1
+    no_unpickling()
+    assert contents(PackedTokens(p)) == [s.tolist() for s in seqs]
+
+
+def test_a_read_only_folder_uses_the_cache_folder(tmp_path, monkeypatch, no_unpickling):
+    seqs = seqs_of(4)
+    data = tmp_path / "data"
+    data.mkdir()
+    p = write(data / "a.pbin", seqs)
+    real_open = open
+
+    def read_only(file, mode="r", *a, **kw):
+        if Path(file).parent == data and mode != "r" and mode != "rb":
+            raise OSError(errno.EROFS, "Read-only file system", str(file))
+        return real_open(file, mode, *a, **kw)
+
+    monkeypatch.setattr(sidecar, "open", read_only, raising=False)
+    PackedTokens(p)
+    assert os.listdir(data) == ["a.pbin"]
+    (cached,) = (tmp_path / "cache" / sidecar.CACHE_SUBDIR).iterdir()
+    assert cached.name.endswith("-a.pbin" + sidecar.SUFFIX)
+    no_unpickling()
+    assert contents(PackedTokens(p)) == [s.tolist() for s in seqs]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_chmod_read_only_folder_uses_the_cache_folder(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    p = write(data / "a.pbin", seqs_of(5))
+    data.chmod(0o555)
+    try:
+        PackedTokens(p)
+        assert os.listdir(data) == ["a.pbin"]
+    finally:
+        data.chmod(0o755)
+    assert len(os.listdir(tmp_path / "cache" / sidecar.CACHE_SUBDIR)) == 1
+
+
+def test_object_store_pbin_uses_the_cache_folder(memory_root, tmp_path, no_unpickling):
+    seqs = seqs_of(6)
+    url = write(f"{memory_root}/a.pbin", seqs)
+    first = contents(lmdata.open(url))
+    assert len(os.listdir(tmp_path / "cache" / sidecar.CACHE_SUBDIR)) == 1
+    no_unpickling()
+    assert contents(lmdata.open(url)) == first == [s.tolist() for s in seqs]
+
+
+def test_repaired_origin_merge_is_kept_and_not_served_unrepaired(tmp_path):
+    # every offset 12 bytes short, as modalities' merge writes a file merged after another
+    from lmdata.formats._span_index import dump_span_index
+
+    a, b = [1, 2, 3], [4, 5]
+    w = 2
+    data = np.array(a + b, dtype="<u2").tobytes()
+    idx = [(-12, 3 * w), (3 * w - 12, 2 * w)]
+    raw = struct.pack("<QI", len(data), w) + data
+    raw += dump_span_index([o for o, _ in idx], [n for _, n in idx])
+    p = tmp_path / "m.pbin"
+    p.write_bytes(raw)
+    r = PackedTokens(p)
+    assert r.repaired_origin_merge and contents(r) == [a, b]
+    again = PackedTokens(p)
+    assert again.repaired_origin_merge and contents(again) == [a, b]
+    assert isinstance(again.doc_starts.base, np.memmap)
+    with pytest.raises(lmdata.errors.CorruptDataError):
+        PackedTokens(p, repair_origin_merge=False)  # never the sidecar's repaired index
+
+
+def test_loader_batches_are_the_same_with_and_without_the_sidecar(tmp_path, monkeypatch):
+    seqs = seqs_of(7, 200)
+    p = write(tmp_path / "a.pbin", seqs)
+    kw = dict(seq_len=16, global_batch_size=4, seed=3)
+    monkeypatch.setattr(sidecar, "MIN_INDEX_BYTES", 1 << 40)
+    plain = PackedTokens(p)
+    assert not isinstance(plain.doc_starts.base, np.memmap)
+    monkeypatch.setattr(sidecar, "MIN_INDEX_BYTES", 0)
+    PackedTokens(p)
+    mapped = PackedTokens(p)
+    assert isinstance(mapped.doc_starts.base, np.memmap)
+    for mode in ("packed", "eos", "unpacked"):
+        a = lmdata.Loader(plain, mode=mode, **kw)
+        b = lmdata.Loader(mapped, mode=mode, **kw)
+        # the loader sees the mapped boundaries as they are: no private copy per worker
+        assert np.shares_memory(b.sources[0]._boundaries(), mapped.boundaries)
+        for step in (0, 1, 7):
+            x, y = a.batch(step), b.batch(step)
+            assert x.keys() == y.keys()
+            for k in x:
+                assert np.array_equal(x[k], y[k]), (mode, step, k)
+
+
+def test_a_pickled_reader_maps_the_sidecar_again(tmp_path, monkeypatch):
+    import pickle
+
+    seqs = seqs_of(8, 2000)
+    p = write(tmp_path / "a.pbin", seqs)
+    r = PackedTokens(p)
+    assert isinstance(r.doc_starts.base, np.memmap)  # mapped from the first open on
+    blob = pickle.dumps(r)
+    assert len(blob) < 2000 * 8  # the path of the sidecar, not 24 bytes per document
+
+    def refuse(self):
+        raise AssertionError("the index was unpickled")
+
+    with monkeypatch.context() as m:
+        m.setattr(_pickle._SafeUnpickler, "load", refuse)
+        copy = pickle.loads(blob)
+    assert isinstance(copy.doc_starts.base, np.memmap)
+    assert contents(copy) == contents(r)
+    side(p).unlink()  # gone by the time a worker starts: the index itself
+    again = pickle.loads(blob)
+    assert contents(again) == [s.tolist() for s in seqs]
