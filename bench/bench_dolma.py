@@ -1,10 +1,11 @@
-"""Dolma toolkit: documents/s for tag, dedupe and mix on 1 and 2 processes.
+"""Dolma toolkit in process: documents/s for tag, dedupe and mix on 1 and 2 processes.
 
 Workload shaped like anchors-measured.md W6 (random Zipf words, 1,024-3,072 characters per
 document, id/text/source/added/created/version, 100,000 documents in 4 gzip files; not the
-byte-identical W6 files). dolma cannot be installed here, so its W6 numbers are quoted, not
-re-measured; the practical limit is a bare gzip + orjson read of the same files, measured in
-the same run.
+byte-identical W6 files). dolma itself is measured side by side, CLI against CLI, by
+bench_origin.py on the same generated files (``generate``, ``bare_read``); this table adds
+dedupe and the in-process rates, against the practical limit: a bare gzip + orjson read of
+the same files, measured in the same run.
 """
 
 from __future__ import annotations
@@ -25,14 +26,6 @@ from lmdata.dolma.tag import tag
 
 N_DOCS = 100_000
 N_FILES = 4
-# anchors-measured.md W6 (dolma 1.2.1 CLI, wall time with start-up, 100k docs, 2 cores)
-DOLMA_W6 = {
-    ("tag", 2): 13_300,
-    ("tag", 1): 13_500,
-    ("mix 1 shard", 1): 9_460,
-    ("mix 1 shard/file", 2): 15_800,
-    ("mix 1 shard/file", 1): 17_900,
-}
 
 
 def generate(root: Path) -> list[Path]:
@@ -151,21 +144,14 @@ def main() -> None:
             res = mix(cfg)
             rows.append((label, procs, res.docs_per_second))
         print(
-            f"\n{'operation':<24}{'procs':>6}{'lmdata docs/s':>15}{'dolma W6 (quoted)':>19}"
-            f"{'vs dolma':>10}{'bare gzip+orjson':>18}{'of limit':>10}"
+            f"\n{'operation':<24}{'procs':>6}{'lmdata docs/s':>15}{'bare gzip+orjson':>18}"
+            f"{'of limit':>10}"
         )
         for name, procs, rate in rows:
-            ref = DOLMA_W6.get((name, procs))
-            refs = f"{ref:,}" if ref else "n/a"
-            ratio = f"{rate / ref:.2f}x" if ref else "-"
-            print(
-                f"{name:<24}{procs:>6}{rate:>15,.0f}{refs:>19}{ratio:>10}{limit:>18,.0f}"
-                f"{rate / limit:>10.2f}"
-            )
+            print(f"{name:<24}{procs:>6}{rate:>15,.0f}{limit:>18,.0f}{rate / limit:>10.2f}")
         print(
             "\nbare read = one process, gzip.open + orjson.loads per line (the practical "
-            "limit of a Python reader);\ndolma numbers: its CLI on W6's 100k docs incl. ~1 s "
-            "start-up; dolma has no dedupe-by-text figure."
+            "limit of a Python reader); dolma itself: bench_origin.py's Dolma table."
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

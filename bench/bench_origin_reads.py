@@ -2,9 +2,10 @@
 
 Rows (interleaved pairs via bench/_compare.py, outputs checked equal before a time counts):
 MDS random `r[i]` and iteration vs mosaicml-streaming 0.13.0 (its own venv; only the read loop
-is timed); Atlas sequential `ds[i]`, random `ds[i]` and `take` vs torch-atlas-ds's read path
-re-implemented from its documentation (not on PyPI); flat-tokens random packed rows vs a numpy
-memmap gather (the practical limit); tokenize at 1 and 2 workers vs bare `encode_batch`.
+is timed); Atlas sequential `ds[i]`, random `ds[i]`, `take` and writing vs torch-atlas-ds's
+read and write paths re-implemented from its documentation (not on PyPI); flat-tokens random
+packed rows vs a numpy memmap gather (the practical limit); tokenize at 1 and 2 workers vs bare
+`encode_batch`.
 """
 
 from __future__ import annotations
@@ -111,23 +112,60 @@ def mds(work: Path) -> None:
     )
 
 
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
 def atlas(work: Path) -> None:
     ba = _load("bench_atlas")
     ex = ba.make_examples(N_ATLAS)
     out = work / "atlas"
+
+    def write(origin: bool, workers: int):
+        def go():
+            dest = work / ("w-origin" if origin else "w-lmdata")
+            shutil.rmtree(dest, ignore_errors=True)
+            t = time.perf_counter()
+            if origin:
+                w = ba.OriginWriter(dest, 50_000, 32)
+                for e in ex:
+                    w.write(e)
+                w.close()
+            else:
+                opts = {"shard_size": 50_000, "block_size": 32, "compression_strategy": 2}
+                with lmdata.writer(dest, "atlas", workers=workers, **opts) as w:
+                    for e in ex:
+                        w.write(e)
+            dt = time.perf_counter() - t
+            return dt, _tree_digest(dest)  # byte-identical datasets
+
+        return go
+
     with lmdata.writer(out, "atlas", shard_size=50_000, block_size=32, compression_strategy=2) as w:
         for e in ex:
             w.write(e)
-    del ex
     idx = np.random.default_rng(1).integers(0, N_ATLAS, N_RANDOM).tolist()
     take_idx = np.random.default_rng(2).integers(0, N_ATLAS, 256)
 
-    def run(origin: bool, op: str):
+    def run(origin: bool, op: str, cache: int = 64 << 20):
         def go():
-            ds = ba.OriginStyle(out) if origin else lmdata.open(out)
+            ds = ba.OriginStyle(out) if origin else lmdata.open(out, cache_bytes=cache)
             t = time.perf_counter()
-            if op == "seq":
-                got = [ds[i] for i in range(N_ATLAS)]
+            if op in ("loop", "keep"):
+                # A training loop uses each example and drops it; the ids of all and every 97th
+                # example whole check the outputs. "keep" holds every example in a list, where
+                # the cyclic collector's walks over them dominate on both sides.
+                got, ids = [], []
+                for i in range(N_ATLAS):
+                    x = ds[i]
+                    ids.append(x["id"])
+                    if op == "keep" or i % 97 == 0:
+                        got.append(x)
+                got.append(ids)
             elif op == "rand":
                 got = [ds[i] for i in idx]
             else:
@@ -138,22 +176,30 @@ def atlas(work: Path) -> None:
             dt = time.perf_counter() - t
             if origin:
                 ds.close()
-            return dt, hashlib.sha256(repr(got).encode()).hexdigest()
+            digest = hashlib.sha256(repr(got[::97] if op == "keep" else got).encode())
+            return dt, digest.hexdigest()
 
         return go
 
-    for op, name in (
-        ("seq", f"sequential ds[i], all {N_ATLAS:,}"),
-        ("rand", f"random ds[i], {N_RANDOM:,}"),
-        ("take", "take(256 random) x 20"),
+    for op, name, cache in (
+        ("loop", f"sequential ds[i], all {N_ATLAS:,} (training loop)", 64 << 20),
+        ("loop", "  the same, cache_bytes=1 MiB", 1 << 20),
+        ("keep", f"sequential ds[i], all {N_ATLAS:,} kept in a list", 64 << 20),
+        ("rand", f"random ds[i], {N_RANDOM:,}", 64 << 20),
+        ("rand", "  the same, cache_bytes=8 MiB", 8 << 20),
+        ("take", "take(256 random) x 20", 64 << 20),
     ):
-        C.compare("atlas", name, run(False, op), run(True, op))
+        C.compare("atlas", name, run(False, op, cache), run(True, op, cache))
+    del ex[N_ATLAS // 2 :]  # writing: the first half, so a pair takes seconds, not a minute
+    C.compare("atlas", f"write {N_ATLAS // 2:,}, 1 thread", write(False, 1), write(True, 1))
+    C.compare("atlas", f"write {N_ATLAS // 2:,}, 2 threads", write(False, 2), write(True, 1))
     C.print_table(
         "atlas",
-        "Atlas reads (default cache; fresh reader per run)",
-        "torch-atlas-ds's documented read path (bench_atlas.OriginStyle)",
+        "Atlas reads and writes (default 64 MiB cache unless given; fresh reader per run)",
+        "torch-atlas-ds's documented read and write paths (bench_atlas.OriginStyle/OriginWriter)",
         "RE-IMPLEMENTATION: torch-atlas-ds is not on PyPI",
-        f"{N_ATLAS:,} dict examples, shards of 50,000, block 32, shared-dictionary zstd",
+        f"{N_ATLAS:,} dict examples ({N_ATLAS // 2:,} written), shards of 50,000, block 32, "
+        "shared-dictionary zstd; writes byte-identical",
     )
 
 

@@ -8,9 +8,11 @@ before anything runs. ``allow_unsafe=True`` trusts the file and uses ``pickle.lo
 
 from __future__ import annotations
 
+import functools
 import io
 import pickle
 import reprlib
+import sys
 from typing import Any
 
 from lmdata.errors import CorruptDataError, UnsafeDataError
@@ -118,9 +120,10 @@ def _check_memo_indices(data: bytes, where: str) -> None:
     and zeroes it: a 10-byte pickle naming slot 10**9 writes 16 GB. A real pickle names slots
     in order, so an index is never beyond the opcode's offset; this walk (opcodes only, string
     payloads skipped) checks that before the C unpickler runs. It is Python per opcode, so it
-    costs 1-3x the unpickling itself; ``allow_unsafe=True`` (a trusted file) skips it."""
-    if b"r" not in data and b"p" not in data:  # no PUT or LONG_BINPUT byte at all
-        return
+    costs 1-3x the unpickling itself; it is skipped on Pythons whose unpickler has the fix,
+    and ``allow_unsafe=True`` (a trusted file) skips it too."""
+    if _sparse_memo() or (b"r" not in data and b"p" not in data):
+        return  # this Python cannot be made to allocate so; or no PUT/LONG_BINPUT byte at all
     slot, at = _early_slot(data)
     if slot:
         raise UnsafeDataError(
@@ -128,6 +131,17 @@ def _check_memo_indices(data: bytes, where: str) -> None:
             "the file does not justify; refusing",
             position=where or None,
         )
+
+
+@functools.cache
+def _sparse_memo() -> bool:
+    """Whether this Python's C unpickler keeps a far memo slot without a table up to it
+    (CPython's fix of gh-115952). Probed once: storing into slot 65536 grows an unfixed
+    unpickler by a 1 MiB table, which ``__sizeof__`` reports; a fixed one stays small."""
+    u = pickle.Unpickler(io.BytesIO(b"]r\x00\x00\x01\x00."))
+    before = sys.getsizeof(u)
+    u.load()
+    return sys.getsizeof(u) - before < 65536
 
 
 def _early_slot(data: bytes) -> tuple[int, int]:

@@ -3,7 +3,8 @@
 Records go to record formats as they are (the target's writer infers what it needs, such as
 MDS columns, from the records themselves); token sequences go to token formats as stored (a
 format's fixed splits are kept when the target has them too). Source blocks are read by worker
-processes in parallel and written in order, atomically.
+processes in parallel, staged by them beside the output (token blocks as arrays, record blocks
+through :mod:`lmdata.parallel.records`), and committed in order, atomically.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
 from lmdata.errors import InvalidInputError
 from lmdata.parallel import Executor, InProcess, make_executor
+from lmdata.parallel import records as record_codec
 from lmdata.parallel.staging import Staging, staging_for
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_dest, options_scope
@@ -54,27 +56,37 @@ def _init(reader: Any) -> None:
 @dataclass(frozen=True)
 class Block:
     """Records ``lo`` up to (not including) ``hi`` of the source reader; with ``staging``, the
-    worker stages the block's token sequences there as part ``name`` instead of returning
-    them, so tokens never cross the executor."""
+    worker stages the block there as part ``name`` instead of returning it, so neither tokens
+    nor records cross the executor."""
 
     lo: int
     hi: int
     staging: Staging | None = None
     name: str = ""
+    tokens: bool = False  # token sequences (staged as arrays) or records
 
 
 @dataclass(frozen=True)
 class StagedBlock:
-    """A block a worker staged: its part's name and how many sequences it holds."""
+    """A block a worker staged: its part's name, how many records it holds, and whether they
+    are token sequences."""
 
     name: str
     records: int
+    tokens: bool = True
 
 
 def _read_block(block: Block) -> list[Any] | StagedBlock:
     recs = _READER.take(list(range(block.lo, block.hi)))
     if block.staging is None:
         return recs  # type: ignore[no-any-return]
+    if not block.tokens:
+        try:
+            data = record_codec.pack(recs)
+        except TypeError:  # a value staging cannot hold exactly: the block goes as it is
+            return recs  # type: ignore[no-any-return]
+        block.staging.write_part(block.name, data)
+        return StagedBlock(block.name, len(recs), tokens=False)
     lengths = np.fromiter((len(t) for t in recs), dtype=np.int64, count=len(recs))
     flat = np.concatenate(recs) if recs else np.zeros(0, dtype=np.uint32)
     buf = io.BytesIO()
@@ -84,8 +96,14 @@ def _read_block(block: Block) -> list[Any] | StagedBlock:
 
 
 def _unstage(staging: Staging, staged: StagedBlock) -> list[Any]:
-    """A staged block's sequences (views of one array), its part removed once read."""
-    with np.load(io.BytesIO(staging.read_part(staged.name))) as z:
+    """A staged block's records, or its sequences (views of one array); its part removed once
+    read."""
+    data = staging.read_part(staged.name)
+    if not staged.tokens:
+        recs = record_codec.unpack(data, f"{staging.where}/parts/{staged.name}")
+        staging.remove_part(staged.name)
+        return recs
+    with np.load(io.BytesIO(data)) as z:
         tokens, lengths = z["tokens"], z["lengths"]
     staging.remove_part(staged.name)
     return np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
@@ -99,12 +117,15 @@ def _n_blocks(reader: Any) -> int:
 
 
 def _blocks(
-    reader: Any, pool: Executor, staging: Staging | None, split: int
+    reader: Any, pool: Executor, staging: Staging | None, split: int, tokens: bool
 ) -> Iterator[list[Any]]:
     """The reader's records in blocks, read by ``pool``'s workers (staged, with ``staging``)."""
     n = len(reader)
+    ext = "npz" if tokens else "rec"
     units = [
-        Block(lo, min(n, lo + BLOCK), staging, f"{split:06d}-{lo // BLOCK:06d}-000000.npz")
+        Block(
+            lo, min(n, lo + BLOCK), staging, f"{split:06d}-{lo // BLOCK:06d}-000000.{ext}", tokens
+        )
         for lo in range(0, n, BLOCK)
     ] or [Block(0, 0)]
     try:
@@ -241,15 +262,14 @@ def _copy(
         w = open_writer(dst, target.name, overwrite=overwrite, **opts)
     out: Any = sink if sink is not None else w
     records = 0
-    # token blocks read by workers are staged beside the output and committed from there
-    staging = (
-        None if not tokens or isinstance(pool, InProcess) else staging_for(dst, None, "convert")
-    )
+    # blocks read by workers are staged beside the output and committed from there; a new
+    # job empties what a killed one left
+    staging = None if isinstance(pool, InProcess) else staging_for(dst, None, "convert")
     try:
         if staging is not None:
             staging.reset(b"convert")
         for i, (s, reader) in enumerate(sources):
-            for block in _blocks(reader, pool, staging, i):
+            for block in _blocks(reader, pool, staging, i, tokens):
                 first = records
                 try:
                     if sink is not None:  # one call per block: the error names the block

@@ -167,3 +167,61 @@ def test_workers_stage_token_blocks_and_the_driver_commits_them(tmp_path, monkey
     assert max(staged) <= 4  # a block's part is removed once committed (window: 4 in flight)
     assert not work.exists()
     assert (tmp_path / "out.pbin").read_bytes() == (tmp_path / "ref.pbin").read_bytes()
+
+
+def test_workers_stage_record_blocks_and_the_driver_commits_them(tmp_path, monkeypatch):
+    import os
+    import pickle
+
+    import lmdata.convert as conv
+
+    docs = [
+        {"id": f"d{i}", "text": "é" * (i % 50), "meta": {"n": i, "t": [1.5, None]}}
+        for i in range(1500)  # 3 blocks
+    ]
+    with lmdata.writer(tmp_path / "src.jsonl", "jsonl") as w:
+        for d in docs:
+            w.write(d)
+    convert(tmp_path / "src.jsonl", tmp_path / "ref" / "out", "dolma", workers=0)  # dolma
+    # names its documents' source after the output
+    sent: list[int] = []  # pickled bytes of each result crossing the executor
+    real = conv.make_executor
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.workers = inner, inner.workers
+
+        def map_ordered(self, fn, units, **kw):
+            for r in self.inner.map_ordered(fn, units, **kw):
+                sent.append(len(pickle.dumps(r)))
+                yield r
+
+    monkeypatch.setattr(conv, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
+    work = tmp_path / ".out.lmdata-convert"
+    (work / "parts").mkdir(parents=True)  # what a killed job left: replaced, never committed
+    (work / "parts" / "000000-000000-000000.rec").write_bytes(b"stale")
+    staged: list[int] = []
+    progress = lambda n: staged.append(len(os.listdir(work / "parts")))  # noqa: E731
+    s = convert(tmp_path / "src.jsonl", tmp_path / "out", "dolma", workers=2, progress=progress)
+    assert s.records == 1500 and len(sent) == 3 and max(sent) < 512  # names, not records
+    assert max(staged) <= 4 and not work.exists()
+    tree = lambda r: {str(p.relative_to(r)): p.read_bytes() for p in r.rglob("*") if p.is_file()}  # noqa: E731
+    assert tree(tmp_path / "ref" / "out") == tree(tmp_path / "out") != {}
+
+
+def test_a_record_block_staging_cannot_hold_goes_through_as_it_is(tmp_path):
+    import lmdata.convert as conv
+    from lmdata.parallel.staging import LocalStaging
+
+    class Reader:
+        def take(self, idx):
+            return [{"tags": {"a", "b"}} for _ in idx]  # a set: no exact staged form
+
+    staging = LocalStaging(str(tmp_path / "work"))
+    staging.reset(b"convert")
+    conv._init(Reader())
+    try:
+        res = conv._read_block(conv.Block(0, 2, staging, "000000-000000-000000.rec"))
+    finally:
+        conv._init(None)
+    assert res == [{"tags": {"a", "b"}}] * 2 and staging.parts() == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -143,3 +144,16 @@ def test_opcode_table_matches_pickletools():
         else:
             assert arg.n == pickletools.TAKEN_FROM_ARGUMENT8U and k == _pickle._COUNT8, op.name
     assert sum(1 for k in _pickle._OPCODES if k) == len(pickletools.opcodes)
+
+
+def test_memo_check_runs_where_this_python_needs_it(monkeypatch):
+    from lmdata import _pickle
+
+    probe = _pickle._sparse_memo.__wrapped__
+    if sys.version_info < (3, 12):  # 3.11 has the dense memo table (gh-115952)
+        assert probe() is False
+    # the probe is what decides; where it says the unpickler is fixed, the bomb is harmless
+    bomb = b"\x80\x04Nr\x00\x00\x00\x48."
+    monkeypatch.setattr(_pickle, "_sparse_memo", lambda: False)
+    with pytest.raises(UnsafeDataError, match="memo slot"):
+        safe_loads(bomb)

@@ -149,7 +149,7 @@ def command(
 ) -> None:
     """Tokenize the documents in SOURCES (JSONL[.gz|.zst] files or folders, Dolma trees,
     Modalities raw JSONL, Parquet, text files, or lmdata record datasets; local paths or
-    URLs, which are copied to a temporary folder first) into DST.
+    URLs of files, folders and globs, which the workers read in place) into DST.
 
     The output is written atomically and is the same for any number of workers. Ctrl-C leaves
     no output; run again with --resume to continue.

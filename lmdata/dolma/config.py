@@ -8,6 +8,7 @@ from the API or ``--storage-option``) reach every store a job opens, in every wo
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -15,9 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
-from lmdata.dolma.ngrams import Ngrams
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._files import expand_globs, list_documents
 from lmdata.storage import resolve
@@ -25,21 +24,29 @@ from lmdata.storage import resolve
 DEFAULT_MAX_SIZE = 2 * 1024**3  # the dolma CLI's default max_size_in_bytes (2 GiB)
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML as dolma's configs are read (OmegaConf): ``1e-9`` is a number, not a string
-    (PyYAML's YAML 1.1 resolver wants a dot in a float)."""
+@functools.cache
+def _loader() -> Any:
+    """A SafeLoader reading YAML as dolma's configs are read (OmegaConf): ``1e-9`` is a number,
+    not a string (PyYAML's YAML 1.1 resolver wants a dot in a float). Built on first use, so
+    that workers, which get their configs ready-made, never import yaml."""
+    import yaml
 
+    class Loader(yaml.SafeLoader):
+        pass
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-    list("-+0123456789."),
-)
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+        list("-+0123456789."),
+    )
+    return Loader
 
 
 def load_yaml(text: str) -> Any:
     """YAML text (a config file, a ``--set`` value) with dolma's number rules."""
-    return yaml.load(text, Loader=_Loader)  # a SafeLoader: no arbitrary objects
+    import yaml
+
+    return yaml.load(text, Loader=_loader())  # a SafeLoader: no arbitrary objects
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -49,6 +56,8 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise InvalidInputError(f"cannot read config {p}: {e.strerror}") from None
+    import yaml
+
     try:
         data = orjson.loads(text) if p.suffix == ".json" else load_yaml(text)
     except (orjson.JSONDecodeError, yaml.YAMLError) as e:
@@ -123,6 +132,17 @@ def _options(v: Any) -> dict[str, Any] | None:
     if not isinstance(v, dict):
         raise InvalidInputError(f"storage_options must be a mapping of fsspec options, got {v!r}")
     return dict(v) or None
+
+
+@dataclass(frozen=True)
+class Ngrams:
+    """The ``by_ngram`` settings of paragraph dedupe (dolma's defaults; ``length`` 0 means
+    exact paragraphs); :mod:`lmdata.dolma.ngrams` computes the keys."""
+
+    length: int = 0
+    stride: int = 0
+    threshold: float = 1.0
+    skip_short: bool = False
 
 
 @dataclass(frozen=True)

@@ -88,26 +88,37 @@ def _less(a: Any, b: Any) -> bool:
     return _num(a) and _num(b) and float(a) < float(b)
 
 
+def _lt(a: Any, b: Any) -> bool:
+    if type(a) is float and type(b) is float:  # the usual filter (a score against a bound)
+        return a < b
+    return _less(a, b)
+
+
+def _le(a: Any, b: Any) -> bool:
+    if type(a) is float and type(b) is float:
+        return a <= b
+    return _less(a, b) or json_equal(a, b)
+
+
+# each operator as a function of (left value, right value), looked up once when compiling
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": json_equal,
+    "!=": lambda a, b: not json_equal(a, b),
+    "<": _lt,
+    ">": lambda a, b: _lt(b, a),
+    "<=": _le,
+    ">=": lambda a, b: _le(b, a),
+    "in": lambda a, b: isinstance(b, list) and any(json_equal(a, x) for x in b),
+    "nin": lambda a, b: isinstance(b, list) and not any(json_equal(a, x) for x in b),
+    "~=": lambda a, b: isinstance(a, str) and isinstance(b, str) and re.search(b, a) is not None,
+}
+
+
 def _cmp(op: str, a: Any, b: Any) -> bool:
-    if op == "==":
-        return json_equal(a, b)
-    if op == "!=":
-        return not json_equal(a, b)
-    if op == "<":
-        return _less(a, b)
-    if op == ">":
-        return _less(b, a)
-    if op == "<=":
-        return _less(a, b) or json_equal(a, b)
-    if op == ">=":
-        return _less(b, a) or json_equal(a, b)
-    if op == "in":
-        return isinstance(b, list) and any(json_equal(a, x) for x in b)
-    if op == "nin":
-        return isinstance(b, list) and not any(json_equal(a, x) for x in b)
-    if op == "~=":
-        return isinstance(a, str) and isinstance(b, str) and re.search(b, a) is not None
-    raise InvalidInputError(f"unknown JSONPath operator {op!r}")
+    test = _OPS.get(op)
+    if test is None:
+        raise InvalidInputError(f"unknown JSONPath operator {op!r}")
+    return test(a, b)
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,11 +277,17 @@ class _Parser:
             self.take()
             right = self.operand()
 
-            def compare(n: Any, r: Any, left: Any = left, right: Any = right, op: str = op) -> bool:
+            test = _OPS[op]
+
+            def compare(n: Any, r: Any, left: Any = left, right: Any = right) -> bool:
                 rv = right(n, r)
                 if len(rv) != 1:
                     return False
-                return any(_cmp(op, lv, rv[0]) for lv in left(n, r))
+                b = rv[0]
+                for lv in left(n, r):
+                    if test(lv, b):
+                        return True
+                return False
 
             return compare
         return lambda n, r: any(v is not None for v in left(n, r))

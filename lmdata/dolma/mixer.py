@@ -43,7 +43,7 @@ from lmdata.formats.dolma._files import (
     iter_raw_lines,
     suffix_for,
 )
-from lmdata.formats.dolma.reader import merge_attribute_row, parse_line
+from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
 from lmdata.storage import Store, is_url, join, resolve, scheme
 
 log = logging.getLogger("lmdata.dolma.mix")

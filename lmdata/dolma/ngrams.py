@@ -19,23 +19,16 @@ inserts every key it checks, so this is its result without false positives.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import regex
+
+from lmdata.dolma.config import Ngrams
 
 _BOUNDS = regex.compile(r"(?wV1)\b")  # the WORD flag: Unicode default word boundaries
 _SPACE = regex.compile(r"\p{White_Space}+")  # Rust's char::is_whitespace
 
 
-@dataclass(frozen=True)
-class Ngrams:
-    """The ``by_ngram`` settings (dolma's defaults; ``length`` 0 means exact paragraphs)."""
-
-    length: int = 0
-    stride: int = 0
-    threshold: float = 1.0
-    skip_short: bool = False
+__all__ = ["Ngrams", "keys", "score", "tokens"]
 
 
 def tokens(paragraph: str) -> list[str]:

@@ -22,7 +22,7 @@ from lmdata.dolma.config import TagConfig
 from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats.dolma._files import OutputFile, attribute_path, is_file, iter_raw_lines
-from lmdata.formats.dolma.reader import parse_line
+from lmdata.formats.dolma._rows import parse_line
 from lmdata.storage import resolve
 
 

@@ -22,6 +22,7 @@ unless the tagger lists them in ``defaults`` (then they are ``[]``).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -35,11 +36,6 @@ from typing import Any, ClassVar
 import xxhash
 
 from lmdata.errors import InvalidInputError
-
-try:  # dolma's taggers run under the `regex` module, whose \w also covers marks and joiners
-    import regex as _re
-except ImportError:  # pragma: no cover - regex comes with tiktoken
-    _re = re  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,17 +82,25 @@ def register(cls: type | None = None, *, name: str | None = None) -> Any:
     return add(cls) if cls is not None else add
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
 def make_variable_name(name: str) -> str:
     """dolma's key sanitizer: every character outside ``[A-Za-z0-9_]`` becomes ``_``."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return _UNSAFE.sub("_", name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _key(experiment: str, tagger: str, typ: str) -> str:
+    """The output key of one span type (a handful per job, so computed once each)."""
+    return "__".join(map(make_variable_name, (experiment, tagger, typ)))
 
 
 def group_output(
     spans: Iterable[Any], experiment: str, tagger: str, defaults: Iterable[str] = ()
 ) -> dict[str, list[list[Any]]]:
     """dolma's output grouping for one tagger and one document."""
-    prefix = f"{make_variable_name(experiment)}__{make_variable_name(tagger)}__"
-    out: dict[str, list[list[Any]]] = {f"{prefix}{make_variable_name(t)}": [] for t in defaults}
+    out: dict[str, list[list[Any]]] = {_key(experiment, tagger, t): [] for t in defaults}
     for s in spans:
         if isinstance(s, Span):
             start, end, typ, score = s.start, s.end, s.type, s.score
@@ -104,7 +108,7 @@ def group_output(
             start, end, typ, score = s if len(s) == 4 else (*s, 1.0)
         if not typ:
             continue  # dolma skips empty type names
-        out.setdefault(f"{prefix}{make_variable_name(typ)}", []).append(
+        out.setdefault(_key(experiment, tagger, typ), []).append(
             [int(start), int(end), round(float(score), 5)]
         )
     return out
@@ -199,12 +203,34 @@ class BytesLengthV1(Tagger):
         return _whole(doc["text"], "length", len(doc["text"].encode("utf-8", "surrogatepass")))
 
 
-_WS_TOKENS = _re.compile(r"\w+|[^\w\s]+")
+@functools.cache
+def _ws_tokens() -> Any:
+    """dolma's pattern under the `regex` module, whose \\w also covers marks and joiners
+    (loaded on the first text that is not ASCII)."""
+    import regex
+
+    return regex.compile(r"\w+|[^\w\s]+")
+
+
+# Each ASCII character's class under that pattern's \w and \s: "w" word, " " space, "p" other
+# (\x1c-\x1f are not \s to the regex module, unlike str.isspace)
+_ASCII_CLASS = bytes(
+    ord("w") if chr(i).isalnum() or i == 95 else 32 if chr(i) in " \t\n\v\f\r" else ord("p")
+    for i in range(128)
+).ljust(256, b"p")
 
 
 def whitespace_count(text: str) -> int:
-    """dolma's "whitespace tokenizer" length: pieces between word and symbol runs, plus one."""
-    return len(_WS_TOKENS.split(text))
+    """dolma's "whitespace tokenizer" length: pieces between word and symbol runs, plus one.
+
+    The pieces are one more than the runs of word or of symbol characters. ASCII text (the
+    common case) counts the runs from a class per byte, without the regex: every run starts
+    the text, follows a space, or switches class (``wp``/``pw``)."""
+    if not text.isascii():
+        return len(_ws_tokens().split(text))
+    c = text.encode("ascii").translate(_ASCII_CLASS)
+    runs = c.count(b" w") + c.count(b" p") + c.count(b"wp") + c.count(b"pw")
+    return runs + (c[:1] not in (b"", b" ")) + 1
 
 
 @register

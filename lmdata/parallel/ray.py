@@ -3,8 +3,10 @@
 Units name what to read (paths, byte ranges), so workers read their inputs themselves and
 stage large results beside the output (:mod:`lmdata.parallel.staging`); the small results come
 back to the driver, which takes them in input order from a window of at most ``window``
-submitted units. A task whose worker dies is retried by Ray (``max_retries``); its result is
-only ever taken once, by the driver, in order, so a retry never duplicates or drops output.
+submitted units, of which at most ``workers`` are unfinished (so at most ``workers`` run at
+once, whatever the cluster's size). A task whose worker dies is retried by Ray
+(``max_retries``); its result is only ever taken once, by the driver, in order, so a retry
+never duplicates or drops output.
 Imported only when ``engine="ray"`` is asked for; ``import lmdata`` never imports ray.
 """
 
@@ -64,8 +66,9 @@ def _run(
 
 class RayExecutor:
     """Runs units as Ray tasks on the cluster at ``address`` (default: an already connected
-    one, else a local instance). ``workers`` (default: the cluster's CPUs) sets the window:
-    2 units per worker are submitted ahead of the consumer."""
+    one, else a local instance). At most ``workers`` (default: the cluster's CPUs) units run
+    at once, and at most ``window`` (2 per worker) finished or running units wait for the
+    consumer."""
 
     def __init__(
         self,
@@ -107,17 +110,20 @@ class RayExecutor:
         on_report: Callable[[int], None] | None = None,
     ) -> Iterator[R]:
         ray = self.ray
-        window = self._window or 2 * self.workers
+        window = max(self._window or 2 * self.workers, 1)
         remote = ray.remote(num_cpus=1, max_retries=self.max_retries, num_returns=2)(_run)
         job = uuid.uuid4().hex
         setup = [ray.put((initializer, initargs))]
+        workers = self.workers
         pending: deque[Any] = deque()  # (count ref, result ref) of submitted units, in order
-        unreported: dict[Any, None] = {}  # count refs of units not yet counted (ordered set)
+        unfinished: dict[Any, None] = {}  # count refs of units still running (ordered set)
         it = enumerate(units)
         exhausted = False
         try:
             while True:
-                while not exhausted and len(pending) < window:
+                # a unit is submitted when a worker is free: a queued Ray task would run as
+                # soon as the cluster has a CPU, beyond ``workers``
+                while not exhausted and len(pending) < window and len(unfinished) < workers:
                     try:
                         i, u = next(it)
                     except StopIteration:
@@ -125,19 +131,21 @@ class RayExecutor:
                     else:
                         refs = remote.remote(job, setup, fn, i, u)
                         pending.append(refs)
-                        unreported[refs[0]] = None
+                        unfinished[refs[0]] = None
                 if not pending:
                     return
-                count, head = pending.popleft()
-                # progress as units finish, in any order; the results are taken in order
-                while count in unreported:
-                    ready, _ = ray.wait(list(unreported), num_returns=1, timeout=0.1)
-                    for ref in ready:
-                        del unreported[ref]
-                        n = _get(ray, ref)
-                        if on_report is not None and n:
-                            on_report(n)
-                yield _get(ray, head)
+                count, head = pending[0]
+                if count not in unfinished:  # the oldest unit is done: its result, in order
+                    pending.popleft()
+                    yield _get(ray, head)
+                    continue
+                # progress as units finish, in any order
+                ready, _ = ray.wait(list(unfinished), num_returns=1, timeout=1.0)
+                for ref in ready:
+                    del unfinished[ref]
+                    n = _get(ray, ref)
+                    if on_report is not None and n:
+                        on_report(n)
         finally:
             for refs in pending:  # an error or an early stop: nothing more is wanted
                 ray.cancel(refs[1], force=True)

@@ -2,9 +2,11 @@
 
 The same job as ``lmdata tokenize`` (the CLI calls this function): deterministic for any number
 of workers, atomic (the output appears whole or not at all), resumable for local file inputs.
-Inputs that are not local files (URLs, an iterable of strings or dicts, a Hugging Face
-``datasets.Dataset``) and tokenizers given as objects are first written to a temporary folder,
-since worker processes load both from files.
+URL inputs (files, folders, globs on object stores) are read by the workers themselves. Documents
+given as objects (an iterable of strings or dicts, a Hugging Face ``datasets.Dataset``),
+``memory://`` inputs when workers are other processes (that store lives in this process), and
+tokenizers given as objects are first written to a temporary folder, since workers load them
+from files.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,60 +76,45 @@ def _write_documents(docs: Iterable[Any], text_key: str, path: Path) -> Path:
     return path
 
 
-def _records(
-    url: str, text_key: str, fmt: str | None, storage_options: dict[str, Any] | None
-) -> Iterator[Any]:
-    """The records of the dataset at ``url``, each as its text and id (what tokenize reads)."""
-    from lmdata._api import open as open_dataset
-
-    reader = open_dataset(url, format=fmt, storage_options=storage_options)
-    try:
-        for rec in reader:
-            yield {k: rec[k] for k in (text_key, "id") if k in rec} if isinstance(rec, dict) else {}
-    finally:
-        reader.close()
-
-
-def _fetch(
-    url: str,
-    text_key: str,
-    fmt: str | None,
-    folder: Path,
-    storage_options: dict[str, Any] | None,
-) -> Path:
-    """A local copy of the input at ``url`` in ``folder``: a file of documents byte for byte
-    under its own name (so it tokenizes exactly as a local copy would), a dataset's records as
-    JSON lines of their text and id."""
-    from lmdata.storage import basename, require_exists, resolve
-    from lmdata.tokenize.sources import _kind_of
+def _fetch(url: str, folder: Path, storage_options: dict[str, Any] | None) -> Path:
+    """A local copy of the file or folder at ``url`` in ``folder``, object for object under the
+    same names, so it tokenizes exactly as the URL would."""
+    from lmdata.storage import basename, join, require_exists, resolve
 
     require_exists(url, storage_options)
     store, key = resolve(url, storage_options)
-    name = basename(key)
-    if _kind_of(Path(name)) is not None and not store.is_dir(key):  # as a local file is read
-        size = store.size(key)
-        with open(folder / name, "wb") as f:
-            for start in range(0, size, _COPY_BLOCK):
-                f.write(store.read_range(key, start, min(_COPY_BLOCK, size - start)))
-        return folder / name
-    records = _records(url, text_key, fmt, storage_options)
-    return _write_documents(records, text_key, folder / f"{name or 'records'}.jsonl")
+    dest = folder / (basename(key) or "input")
+    pending = [(key, dest)]
+    while pending:
+        k, d = pending.pop()
+        if not store.is_dir(k):
+            d.parent.mkdir(parents=True, exist_ok=True)
+            size = store.size(k)
+            with open(d, "wb") as f:
+                for start in range(0, size, _COPY_BLOCK):
+                    f.write(store.read_range(k, start, min(_COPY_BLOCK, size - start)))
+            continue
+        d.mkdir(parents=True, exist_ok=True)
+        pending.extend((join(k, n), d / n) for n in store.list(k))
+    return dest
 
 
-def _local(
+def _sources(
     sources: list[Paths],
-    text_key: str,
-    fmt: str | None,
     temp: Path,
     storage_options: dict[str, Any] | None,
+    copy_memory: bool,
 ) -> list[Paths]:
-    """``sources`` with each URL replaced by a local copy; a missing local path is an error."""
+    """``sources`` as the workers read them: local paths and URLs as they are (a missing local
+    path is an error), ``memory://`` ones copied locally when ``copy_memory``."""
+    from lmdata.storage import scheme
+
     out: list[Paths] = []
     for s in sources:
-        if is_url(s):
+        if scheme(s) == "memory" and copy_memory:
             folder = Path(tempfile.mkdtemp(prefix="url-", dir=temp))
-            out.append(_fetch(os.fspath(s), text_key, fmt, folder, storage_options))
-        elif not os.path.lexists(s):
+            out.append(_fetch(os.fspath(s), folder, storage_options))
+        elif not is_url(s) and not os.path.lexists(s):
             raise InvalidInputError(
                 f"no such file or folder: {str(s)[:80]!r}. Strings in a list are paths; pass "
                 'documents as an iterator (iter(texts)) or as dicts ({"text": ...})'
@@ -237,18 +224,20 @@ def tokenize(
     if isinstance(validation, (str, os.PathLike)):
         validation = [validation]
     temp = Path(tempfile.mkdtemp(prefix="lmdata-tokenize-"))
+    # memory:// lives in this process: other processes read a local copy of it
+    in_process = engine == "inprocess" or (workers is not None and workers <= 1)
     try:
         if _is_paths(inputs):
             listed = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
             if resume and any(is_url(s) for s in [*listed, *(validation or [])]):
                 raise InvalidInputError("resume=True needs local input files, not URLs")
-            sources = _local(listed, text_key, source_format, temp, storage_options)  # type: ignore[arg-type]
+            sources = _sources(listed, temp, storage_options, not in_process)  # type: ignore[arg-type]
         else:
             if resume:
                 raise InvalidInputError("resume=True needs inputs that are files, not documents")
             docs = _documents(inputs, text_key)
             sources = [_write_documents(docs, text_key, temp / "documents.jsonl")]
-        held = _local(list(validation or []), text_key, source_format, temp, storage_options)
+        held = _sources(list(validation or []), temp, storage_options, not in_process)
         job = TokenizeJob(
             to=to,
             tokenizer=_tokenizer_file(tokenizer, temp),
@@ -280,6 +269,7 @@ def tokenize(
                 overwrite=overwrite,
                 progress=progress,
                 storage_options=storage_options if is_url(output) else None,
+                source_options=storage_options,
             )
     finally:
         shutil.rmtree(temp, ignore_errors=True)

@@ -23,7 +23,9 @@ import os
 import shutil
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,7 @@ class TokenizeTask:
     validation_file: bool  # every document of the file goes to the validation split
     special_tokens: bool
     source_format: str | None
+    storage_options: dict[str, Any] | None = None  # for inputs that are URLs
 
 
 @dataclass(frozen=True)
@@ -107,24 +110,70 @@ def _part_name(file: int, part: int, seq: int) -> str:
 
 def _process(task: TokenizeTask) -> StagedUnit:
     """Read, parse, tokenize and stage one unit; raises InvalidInputError on bad input unless
-    skipping."""
+    skipping. The tokenizer (native code, without the GIL) encodes on a thread while this one
+    stages the batch before and reads and parses the next. In this process (one worker, the
+    tokenizer's own thread pool on every core) two batches encode at once, so that pool never
+    idles at the end of a batch; a worker process keeps to one."""
     unit = task.unit
     seq = done = 0
-    for batch in read_batches(unit, task.batch_docs, task.text_key, task.source_format):
-        arrays, meta = _tokenize_batch(task, batch, done)
-        _stage(task.work, _part_name(unit.file_index, unit.part, seq), arrays, meta)
-        seq += 1
-        done += len(batch.items)
-        parallel.report(len(batch.items))
+    batches = read_batches(
+        unit, task.batch_docs, task.text_key, task.source_format, task.storage_options
+    )
+    depth = 1 if parallel.in_worker() else 2
+    encoding: deque[tuple[Future[tuple[np.ndarray, np.ndarray]], _Parsed]] = deque()
+    with ThreadPoolExecutor(depth, thread_name_prefix="lmdata-encode") as pool:
+        for batch in batches:
+            parsed = _parse_batch(task, batch, done)
+            done += len(batch.items)
+            encoding.append((pool.submit(_encode, parsed.texts, task.special_tokens), parsed))
+            if len(encoding) > depth:
+                _stage_batch(task, seq, *encoding.popleft())
+                seq += 1
+        while encoding:
+            _stage_batch(task, seq, *encoding.popleft())
+            seq += 1
     return StagedUnit(unit.file_index, unit.part, seq)
 
 
-def _tokenize_batch(
-    task: TokenizeTask, batch: Batch, before: int
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """One batch's tokens and counts. Documents whose validation split depends on their line
-    number (no id) are left ``pending``: the driver knows the line numbers as it commits."""
+@dataclass
+class _Parsed:
+    """A batch's texts and what the driver needs besides their tokens."""
+
+    texts: list[str]
+    validation: list[bool]
+    pending: list[tuple[int, int]]
+    meta: dict[str, Any]
+
+
+def _encode(texts: list[str], special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens of all ``texts`` as one uint32 array, each text's number of tokens)."""
     assert _TOKENIZER is not None
+    ids = _TOKENIZER.encode_batch(texts, add_special_tokens=special_tokens) if texts else []
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    flat = np.concatenate(ids).astype(np.uint32, copy=False) if ids else np.zeros(0, np.uint32)
+    return flat, lengths
+
+
+def _stage_batch(
+    task: TokenizeTask,
+    seq: int,
+    encoded: Future[tuple[np.ndarray, np.ndarray]],
+    parsed: _Parsed,
+) -> None:
+    flat, lengths = encoded.result()
+    arrays = {
+        "tokens": flat,
+        "lengths": lengths,
+        "validation": np.array(parsed.validation, dtype=bool),
+        "pending": np.array(parsed.pending, dtype=np.int64).reshape(-1, 2),
+    }
+    _stage(task.work, _part_name(task.unit.file_index, task.unit.part, seq), arrays, parsed.meta)
+    parallel.report(parsed.meta["read"])
+
+
+def _parse_batch(task: TokenizeTask, batch: Batch, before: int) -> _Parsed:
+    """A batch's texts and their validation split. Documents whose split depends on their line
+    number (no id) are left ``pending``: the driver knows the line numbers as it commits."""
     lines = batch.kind == "lines"
     fraction = task.validation_fraction
     texts: list[str] = []
@@ -153,6 +202,8 @@ def _tokenize_batch(
             text = None if isinstance(item, _Missing) else item
             if text is None:
                 problem = f"no {task.text_key!r} field (pass --text-key)"
+            elif batch.ids is not None and isinstance(batch.ids[j], (str, int)):
+                key = f"id:{batch.ids[j]}"
         if problem is None and not isinstance(text, str):
             problem = f"field {task.text_key!r} is {type(text).__name__}, not a string"
         if problem is not None:
@@ -161,7 +212,7 @@ def _tokenize_batch(
                 raise InvalidInputError(
                     f"{problem}; fix it or pass --skip-invalid to skip such documents",
                     path=task.unit.path,
-                    position=f"{where} {first_line(task.unit) + before + j}",
+                    position=f"{where} {first_line(task.unit, task.storage_options) + before + j}",
                 )
             skipped.append((j, problem))
             continue
@@ -169,15 +220,6 @@ def _tokenize_batch(
             pending.append((len(texts), j))
         val.append(task.validation_file or (key is not None and _is_validation(key, fraction)))
         texts.append(text)  # type: ignore[arg-type]
-    ids = _TOKENIZER.encode_batch(texts, add_special_tokens=task.special_tokens) if texts else []
-    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    flat = np.concatenate(ids).astype(np.uint32) if ids else np.zeros(0, np.uint32)
-    arrays = {
-        "tokens": flat,
-        "lengths": lengths,
-        "validation": np.array(val, dtype=bool),
-        "pending": np.array(pending, dtype=np.int64).reshape(-1, 2),
-    }
     meta = {
         "read": len(batch.items),
         "skipped": skipped,
@@ -185,14 +227,18 @@ def _tokenize_batch(
         "position": batch.position,
         "kind": "line" if lines else "record",
     }
-    return arrays, meta
+    return _Parsed(texts, val, pending, meta)
 
 
 # ---- the staging area -----------------------------------------------------------------------
 
 
 def _manifest(job: TokenizeJob, inputs: list[InputFile], range_bytes: int) -> bytes:
-    files = [{**asdict(i), "mtime": int(os.stat(i.path).st_mtime)} for i in inputs]
+    # a URL's size stands for its version (resume takes local inputs only)
+    files = [
+        {**asdict(i), "mtime": 0 if is_url(i.path) else int(os.stat(i.path).st_mtime)}
+        for i in inputs
+    ]
     plan = {"range_bytes": range_bytes}  # the units' boundaries, which --resume must reuse
     return orjson.dumps(
         {"job": asdict(job), "inputs": files, "plan": plan}, option=orjson.OPT_SORT_KEYS
@@ -241,6 +287,7 @@ def tokenize(
     progress: Callable[[dict[str, float]], None] | None = None,
     storage_options: dict[str, Any] | None = None,
     range_bytes: int = RANGE_BYTES,
+    source_options: dict[str, Any] | None = None,
 ) -> Summary:
     """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst`` (a local
     path, or a URL written through the format's writer with ``storage_options``).
@@ -248,7 +295,8 @@ def tokenize(
     ``engine`` is "inprocess", "processes" (``workers`` processes, default one per core) or
     "ray" (the cluster at ``address``, default a local one); plain JSONL files are cut into
     units of ``range_bytes``. The output is the same for every engine, worker count and range
-    size.
+    size. Sources may be URLs (files, folders, globs), read with ``source_options`` by the
+    workers themselves.
     """
     if range_bytes < 1:
         raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
@@ -256,11 +304,11 @@ def tokenize(
     out = check_dest(dst, overwrite, storage_options)
     url = is_url(out)
     dst = out if url else Path(out)  # type: ignore[assignment]
-    inputs = list_inputs(list(sources), job.source_format)
+    inputs = list_inputs(list(sources), job.source_format, source_options)
     if validation_sources:
         inputs += [
             InputFile(i.path, i.kind, i.size, True)
-            for i in list_inputs(list(validation_sources), job.source_format)
+            for i in list_inputs(list(validation_sources), job.source_format, source_options)
         ]
     if validation_sources and "validation" not in job.spec.splits:
         raise InvalidInputError(
@@ -274,9 +322,16 @@ def tokenize(
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
     work = staging_for(out, storage_options if url else None)
     done = _prepare_work(work, _manifest(job, inputs, range_bytes), resume)
-    units = plan_units(inputs, range_bytes, job.source_format)
+    units = plan_units(inputs, range_bytes, job.source_format, source_options)
     todo = [u for u in units if (u.file_index, u.part) not in done]
     pool = make_executor(engine, workers, address, units=len(todo))
+    local = [i.path for i in inputs if _in_this_process(i.path)]
+    if local and not isinstance(pool, parallel.InProcess):
+        raise InvalidInputError(
+            "memory:// inputs live in this process and workers cannot read them; pass "
+            "workers=0 (engine='inprocess'), or call lmdata.tokenize, which copies them",
+            path=local[0],
+        )
     summary = Summary(output=str(dst))
     commit = _Committer(job, inputs, work, summary, progress)
     # parts go into the output in input order as their units finish; the staged copies also
@@ -288,7 +343,7 @@ def tokenize(
             commit.part(name, fresh=False)
         if len(todo) < len(units):  # the units done are a prefix: input read up to its end
             commit.read_up_to(units[len(units) - len(todo) - 1])
-        tasks = (_task(job, inputs, work, u) for u in todo)
+        tasks = (_task(job, inputs, work, u, source_options) for u in todo)
         results = pool.map_ordered(
             _process, tasks, initializer=_init_worker, initargs=(job.tokenizer,)
         )
@@ -311,7 +366,20 @@ def tokenize(
     return summary
 
 
-def _task(job: TokenizeJob, inputs: list[InputFile], work: Staging, unit: Unit) -> TokenizeTask:
+def _in_this_process(path: str) -> bool:
+    """An input on a store that only this process sees (memory://)."""
+    from lmdata.storage import scheme
+
+    return scheme(path) == "memory"
+
+
+def _task(
+    job: TokenizeJob,
+    inputs: list[InputFile],
+    work: Staging,
+    unit: Unit,
+    source_options: dict[str, Any] | None = None,
+) -> TokenizeTask:
     return TokenizeTask(
         unit=unit,
         work=work,
@@ -322,6 +390,7 @@ def _task(job: TokenizeJob, inputs: list[InputFile], work: Staging, unit: Unit) 
         validation_file=inputs[unit.file_index].validation,
         special_tokens=job.special_tokens,
         source_format=job.source_format,
+        storage_options=source_options,
     )
 
 

@@ -4,20 +4,25 @@ Modalities raw JSONL, Parquet, plain text, and any lmdata records dataset.
 A source is split into *units* — an input file, a byte range of a plain JSONL file, or a record
 range of a dataset — that are independent of each other, so workers can process them in any
 order and the pipeline commits their results in input order. A unit names what to read; the
-worker reads it (:func:`read_batches`), so documents never travel through the driver.
+worker reads it (:func:`read_batches`), so documents never travel through the driver. Inputs
+may be URLs (``s3://b/corpus/``, ``s3://b/corpus/*.jsonl.gz``): the driver only lists them and
+each worker reads its unit from the store itself, by ranged reads.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import io
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
 
 from lmdata.errors import DatasetNotFoundError, InvalidInputError, LmdataError
+from lmdata.storage import Store, is_url, join, resolve
 
 JSONL_SUFFIXES = (
     ".jsonl",
@@ -63,15 +68,18 @@ class Unit:
 
 @dataclass(frozen=True)
 class Batch:
-    """Up to ``batch`` documents of a unit: raw JSON lines (``"lines"``) or texts."""
+    """Up to ``batch`` documents of a unit: raw JSON lines (``"lines"``) or texts (with the
+    records' ids, when a dataset's records have them)."""
 
     kind: str  # "lines" | "texts"
     items: list[Any]
     position: int  # bytes of the input file read after this batch (0: unknown, -1: all)
+    ids: list[Any] | None = None
 
 
 COMPRESSED = (".gz", ".zst", ".zstd")
 RANGE_BYTES = 8 << 20  # a plain JSONL file becomes units of this many bytes
+READ_BYTES = 4 << 20  # bytes per ranged read of an input on an object store
 DATASET_RECORDS = 1 << 16  # records of a dataset input per unit
 BATCH_BYTES = 1 << 20  # a batch also ends after this many bytes, so memory stays small
 
@@ -87,15 +95,23 @@ def _kind_of(p: Path) -> str | None:
     return None
 
 
-def list_inputs(sources: list[str | os.PathLike[str]], fmt: str | None = None) -> list[InputFile]:
+def list_inputs(
+    sources: list[str | os.PathLike[str]],
+    fmt: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> list[InputFile]:
     """Every input file under ``sources`` in a stable (sorted) order.
 
     A Dolma tree contributes its ``documents/`` files; other folders contribute every file with
     a known suffix, recursively. A path that is an lmdata dataset of another kind (Atlas, MDS,
-    ...) is read whole through ``lmdata.open``.
+    ...) is read whole through ``lmdata.open``. URLs are listed on their store (a URL with
+    ``*``, ``?`` or ``[`` in it is a glob), with ``storage_options``; nothing is read.
     """
     out: list[InputFile] = []
     for src in sources:
+        if is_url(src):
+            out.extend(_list_url(os.fspath(src), fmt, storage_options))
+            continue
         p = Path(src)
         if not p.exists():
             raise DatasetNotFoundError("no such file or directory", path=p)
@@ -124,21 +140,132 @@ def list_inputs(sources: list[str | os.PathLike[str]], fmt: str | None = None) -
     return out
 
 
-def _looks_like_dataset(p: Path) -> bool:
+_GLOB = re.compile(r"[*?\[]")
+
+
+def _list_url(url: str, fmt: str | None, storage_options: dict[str, Any] | None) -> list[InputFile]:
+    """The inputs at ``url``, as :func:`list_inputs` finds them in a local folder: a file, a
+    folder's files (a Dolma tree's ``documents/``), a glob's matches, or a whole dataset."""
+    store, key = resolve(url, storage_options)
+    if store.id == "file":  # file:// is a local path
+        return list_inputs([key], fmt)
+    m = _GLOB.search(key)
+    if m is not None:
+        root = key[: m.start()].rsplit("/", 1)[0]
+        depth = None if "**" in key else key.count("/")  # "*" stays within a folder
+        matches = [
+            (rel, size)
+            for rel, size in _walk(store, root)
+            if fnmatch.fnmatchcase(join(root, rel), key)
+            and depth in (None, join(root, rel).count("/"))
+            and _kind_of(Path(rel))
+        ]
+        if not matches:
+            raise InvalidInputError(
+                "the glob matches no documents (*.jsonl[.gz|.zst], *.parquet, *.txt)", path=url
+            )
+        return [_found(store, join(root, rel), size) for rel, size in matches]
+    if not store.exists(key):
+        raise DatasetNotFoundError("no such object or prefix", path=url)
+    folder = store.is_dir(key)
+    if fmt is None and folder and store.is_dir(join(key, "documents")):
+        key = join(key, "documents")  # a Dolma tree
+        url = store.url(key)
+    if fmt is None and not folder and _kind_of(Path(key)):
+        return [_found(store, key, store.size(key))]
+    if fmt is None and folder and not _looks_like_dataset(url, storage_options):
+        files = [(rel, size) for rel, size in _walk(store, key) if _kind_of(Path(rel))]
+        if not files:
+            raise InvalidInputError(
+                "no documents found (looked for *.jsonl[.gz|.zst], *.parquet, *.txt)", path=url
+            )
+        return [_found(store, join(key, rel), size) for rel, size in files]
+    from lmdata.storage import usage
+
+    return [InputFile(url, "dataset", usage(url, storage_options).apparent)]
+
+
+def _found(store: Store, key: str, size: int) -> InputFile:
+    return InputFile(store.url(key), _kind_of(Path(key)) or "", size)
+
+
+def _walk(store: Store, key: str) -> list[tuple[str, int]]:
+    """(path relative to ``key``, size) of every object below ``key``, hidden names (".x")
+    left out, sorted as a local folder's files are."""
+    out: list[tuple[str, int]] = []
+    sizes = store.sizes(key)
+    for name in store.list(key):
+        if name.startswith("."):
+            continue
+        if name in sizes:
+            out.append((name, sizes[name]))
+        else:
+            out.extend((f"{name}/{rel}", n) for rel, n in _walk(store, join(key, name)))
+    return sorted(out, key=lambda x: PurePosixPath(x[0]))
+
+
+def _looks_like_dataset(p: Path | str, storage_options: dict[str, Any] | None = None) -> bool:
     """A folder that some format claims (MDS, Atlas, flat-tokens, ...) and whose documents are
     not plain files this module reads itself (a Dolma tree's are)."""
     from lmdata import formats
+    from lmdata.storage import options_scope
 
     try:
-        spec = formats.spec(formats.detect(p))
+        with options_scope(storage_options):
+            spec = formats.spec(formats.detect(p))
     except (LmdataError, OSError):
         return False
     return not spec.document_files
 
 
-def _open_text(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
+class _StoreFile(io.RawIOBase):
+    """An object on a store as a seekable raw file: every read is one ranged read."""
+
+    def __init__(self, store: Store, key: str) -> None:
+        self.store, self.key = store, key
+        self.size = store.size(key)
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self.pos, self.size)[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, b: Any) -> int:
+        n = max(0, min(len(b), self.size - self.pos))
+        if n == 0:
+            return 0
+        data = self.store.read_range(self.key, self.pos, n)
+        b[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def open_input(path: str, storage_options: dict[str, Any] | None = None) -> IO[bytes]:
+    """A binary file of ``path``: a local file, or an object read in ranges of READ_BYTES
+    (so a worker reading a byte range of a large object fetches about that range only)."""
+    if not is_url(path):
+        return open(path, "rb")
+    store, key = resolve(path, storage_options)
+    if store.id == "file":
+        return open(key, "rb")
+    return io.BufferedReader(_StoreFile(store, key), buffer_size=READ_BYTES)
+
+
+def _open_text(
+    path: str, storage_options: dict[str, Any] | None = None
+) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
     """(decompressed byte stream, the file underneath: its position tells the progress)."""
-    raw = open(path, "rb")
+    raw: Any = open_input(path, storage_options)
     if path.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw, mode="rb"), raw  # type: ignore[return-value]
     if path.endswith((".zst", ".zstd")):
@@ -150,7 +277,10 @@ def _open_text(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
 
 
 def plan_units(
-    inputs: list[InputFile], range_bytes: int = RANGE_BYTES, fmt: str | None = None
+    inputs: list[InputFile],
+    range_bytes: int = RANGE_BYTES,
+    fmt: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> list[Unit]:
     """The units of ``inputs``, in input order: a plain JSONL file is cut into byte ranges
     (a retry redoes only its range), a compressed file or any other input is one unit, and a
@@ -158,7 +288,7 @@ def plan_units(
     out: list[Unit] = []
     for fi, inp in enumerate(inputs):
         if inp.kind == "dataset":
-            n = _dataset_len(inp.path, fmt)
+            n = _dataset_len(inp.path, fmt, storage_options)
             for part, lo in enumerate(range(0, max(n, 1), DATASET_RECORDS)):
                 out.append(Unit(fi, part, inp.path, inp.kind, lo, min(n, lo + DATASET_RECORDS)))
             continue
@@ -172,29 +302,34 @@ def plan_units(
 
 
 def read_batches(
-    unit: Unit, batch: int, text_key: str = "text", fmt: str | None = None
+    unit: Unit,
+    batch: int,
+    text_key: str = "text",
+    fmt: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Iterator[Batch]:
     """The documents of ``unit`` in non-empty batches of at most ``batch`` documents (and
-    about BATCH_BYTES)."""
+    about BATCH_BYTES); a URL is read from its store with ``storage_options``."""
     if unit.kind == "jsonl":
-        yield from _line_batches(unit, batch)
+        yield from _line_batches(unit, batch, storage_options)
     elif unit.kind == "text":
-        data = Path(unit.path).read_bytes().decode("utf-8", "surrogateescape")
+        with open_input(unit.path, storage_options) as f:
+            data = f.read().decode("utf-8", "surrogateescape")
         yield Batch("texts", [data], -1)
     elif unit.kind == "parquet":
-        yield from _parquet_batches(unit.path, batch, text_key)
+        yield from _parquet_batches(unit.path, batch, text_key, storage_options)
     else:
-        yield from _dataset_batches(unit, batch, text_key, fmt)
+        yield from _dataset_batches(unit, batch, text_key, fmt, storage_options)
 
 
-def first_line(unit: Unit) -> int:
+def first_line(unit: Unit, storage_options: dict[str, Any] | None = None) -> int:
     """The 1-based line (record) number of the unit's first document. For a byte range this
     counts the newlines before it: only error messages ask, the driver counts as it commits."""
     if not unit.splittable or unit.start == 0:
         return unit.start + 1
     # the first line starting at or after ``start`` follows the first newline at start-1 or later
     n, left = 2, unit.start - 1
-    with open(unit.path, "rb") as f:
+    with open_input(unit.path, storage_options) as f:
         while left > 0:
             chunk = f.read(min(left, 1 << 24))
             if not chunk:
@@ -204,15 +339,17 @@ def first_line(unit: Unit) -> int:
     return n
 
 
-def _line_batches(unit: Unit, batch: int) -> Iterator[Batch]:
+def _line_batches(
+    unit: Unit, batch: int, storage_options: dict[str, Any] | None = None
+) -> Iterator[Batch]:
     if unit.splittable:  # the lines that start in [start, end)
-        fh = under = open(unit.path, "rb")
+        fh = under = open_input(unit.path, storage_options)  # type: ignore[assignment]
         if unit.start > 0:
             fh.seek(unit.start - 1)
             fh.readline()  # up to the first line start at or after ``start``
         end = unit.end
     else:
-        fh, under = _open_text(unit.path)
+        fh, under = _open_text(unit.path, storage_options)
         end = -1
     with under, fh:
         items: list[bytes] = []
@@ -231,10 +368,12 @@ def _line_batches(unit: Unit, batch: int) -> Iterator[Batch]:
             yield Batch("lines", items, end)
 
 
-def _parquet_batches(path: str, batch: int, text_key: str) -> Iterator[Batch]:
+def _parquet_batches(
+    path: str, batch: int, text_key: str, storage_options: dict[str, Any] | None = None
+) -> Iterator[Batch]:
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(open_input(path, storage_options) if is_url(path) else path)
     if text_key not in pf.schema_arrow.names:
         raise InvalidInputError(
             f"no column {text_key!r} (columns: {', '.join(pf.schema_arrow.names)}); "
@@ -245,30 +384,43 @@ def _parquet_batches(path: str, batch: int, text_key: str) -> Iterator[Batch]:
         yield Batch("texts", rb.column(0).to_pylist(), 0)
 
 
-def _dataset_len(path: str, fmt: str | None) -> int:
+def _open_dataset(path: str, fmt: str | None, storage_options: dict[str, Any] | None) -> Any:
     from lmdata._api import open as open_dataset
 
-    reader = open_dataset(path, format=fmt)
+    so = storage_options if is_url(path) else None
+    return open_dataset(path, format=fmt, storage_options=so)
+
+
+def _dataset_len(path: str, fmt: str | None, storage_options: dict[str, Any] | None) -> int:
+    reader = _open_dataset(path, fmt, storage_options)
     try:
         return len(reader)
     finally:
         reader.close()
 
 
-def _dataset_batches(unit: Unit, batch: int, text_key: str, fmt: str | None) -> Iterator[Batch]:
-    from lmdata._api import open as open_dataset
-
-    reader = open_dataset(unit.path, format=fmt)
+def _dataset_batches(
+    unit: Unit,
+    batch: int,
+    text_key: str,
+    fmt: str | None,
+    storage_options: dict[str, Any] | None = None,
+) -> Iterator[Batch]:
+    """Records' texts and ids (an id decides the validation split as a JSONL line's does)."""
+    reader = _open_dataset(unit.path, fmt, storage_options)
     try:
         for lo in range(unit.start, unit.end, batch):
             recs = reader.take(list(range(lo, min(unit.end, lo + batch))))
-            texts = []
+            texts: list[Any] = []
+            ids: list[Any] = []
             for j, rec in enumerate(recs):
                 if not isinstance(rec, dict) or text_key not in rec:
                     texts.append(_Missing(lo + j + 1))
+                    ids.append(None)
                 else:
                     texts.append(rec[text_key])
-            yield Batch("texts", texts, 0)
+                    ids.append(rec.get("id"))
+            yield Batch("texts", texts, 0, ids)
     finally:
         reader.close()
 

@@ -89,7 +89,9 @@ class HFTokenizer:
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = False
     ) -> list[np.ndarray]:
-        encs = self._tok.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        # the same ids without character offsets, which tokenize never uses (tokenizers>=0.21)
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        encs = encode(list(texts), add_special_tokens=add_special_tokens)
         return [np.asarray(e.ids, dtype=np.uint32) for e in encs]
 
     def token_id(self, token: str) -> int | None:

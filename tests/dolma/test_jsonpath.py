@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lmdata.dolma.jsonpath import compile_path, compile_selector, json_equal
 from lmdata.errors import InvalidInputError
@@ -86,3 +88,30 @@ def test_jq_truthiness() -> None:
     assert compile_selector(".attributes.dup | length > 0", "jq").matches(DOC)
     with pytest.raises(InvalidInputError, match="does not compile"):
         compile_selector(".a[", "jq")
+
+
+_VALUES = st.one_of(
+    st.floats(allow_nan=True),
+    st.integers(-(2**60), 2**60),
+    st.booleans(),
+    st.none(),
+    st.sampled_from([0.5, 1.0, 1, 2**53 + 1, float(2**53)]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(a=_VALUES, b=_VALUES)
+def test_comparisons_are_dolmas_rules_whatever_the_fast_path(a: object, b: object) -> None:
+    # the float fast path must give the general rule: < is numeric on both sides,
+    # <= and >= are "< or typed ==" (so int 1 >= float 1.0 is false), NaN compares false
+    from lmdata.dolma.jsonpath import _OPS
+
+    def less(x: object, y: object) -> bool:
+        num = (int, float)
+        ok = all(isinstance(v, num) and not isinstance(v, bool) for v in (x, y))
+        return ok and float(x) < float(y)  # type: ignore[arg-type]
+
+    assert _OPS["<"](a, b) == less(a, b)
+    assert _OPS[">"](a, b) == less(b, a)
+    assert _OPS["<="](a, b) == (less(a, b) or json_equal(a, b))
+    assert _OPS[">="](a, b) == (less(b, a) or json_equal(a, b))

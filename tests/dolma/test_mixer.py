@@ -103,6 +103,12 @@ def test_processes_do_not_change_output(tmp_path: Path, monkeypatch: pytest.Monk
     cfg = load_config("configs/mix.yaml")
     cfg["processes"] = 2
     cfg["streams"][0]["output"]["path"] = "mixed2"
+
+    def not_here(*a: object, **k: object) -> None:
+        raise AssertionError("the driver opened an output: workers write their shards")
+
+    # the worker processes (spawned: this patch does not reach them) write every shard
+    monkeypatch.setattr("lmdata.dolma.mixer.OutputFile", not_here)
     res = mix(MixerConfig.from_dict(cfg))
     got = [d for o in res.outputs for d in _rows(root / o)]
     assert got == _expected(root)

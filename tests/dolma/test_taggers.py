@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
 import pytest
+import regex
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lmdata.cli.main import cli
 from lmdata.dolma.tag import tag_paths
-from lmdata.dolma.taggers import group_output, make_tagger, tag_document
+from lmdata.dolma.taggers import group_output, make_tagger, tag_document, whitespace_count
 from lmdata.errors import InvalidInputError
 
 DATA = Path(__file__).parent.parent / "data" / "dolma" / "dataset"
@@ -85,6 +90,28 @@ def test_paragraph_offsets_on_tricky_text(text: str, want: dict) -> None:
     assert _tag("char_length_with_paragraphs_v1", text) == want
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=40) | st.text(max_size=20))
+def test_whitespace_count_is_the_regex_split(text: str) -> None:
+    # the ASCII fast path counts runs from character classes; every ASCII class boundary
+    # (controls \x1c-\x1f are \s to the regex module, "_" is \w) must agree with the split
+    assert whitespace_count(text) == len(regex.split(r"\w+|[^\w\s]+", text))
+
+
+def test_ascii_classes_are_the_regex_modules() -> None:
+    from lmdata.dolma.taggers import _ASCII_CLASS
+
+    for i in range(128):
+        c = chr(i)
+        want = "w" if regex.match(r"\w", c) else " " if regex.match(r"\s", c) else "p"
+        assert chr(_ASCII_CLASS[i]) == want, i
+
+
+def test_whitespace_count_examples() -> None:
+    for text, n in (("", 1), (" ", 1), ("a", 2), ("a b", 3), ("a,b", 4), ("x_1 \x1f!", 3)):
+        assert whitespace_count(text) == n, text
+
+
 def test_length_taggers_on_tricky_text() -> None:
     assert _tag("char_length_v1", "") == {"x__char_length_v1__length": [[0, 0, 0.0]]}
     assert _tag("bytes_length_v1", "é👍") == {"x__bytes_length_v1__length": [[0, 2, 6.0]]}
@@ -125,14 +152,22 @@ def test_pii_regex() -> None:
     assert _tag("pii_regex_v2", " ") == {"x__pii_regex_v2__doc": [[0, 1, -1.0]]}
 
 
-def test_random_number_is_seeded_and_order_free(tmp_path: Path) -> None:
+def test_random_number_is_seeded_and_order_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = make_tagger("random_number_v1", seed=1)
     b = make_tagger("random_number_v1", seed=2)
     doc = {"id": "d", "source": "s", "text": "x"}
     assert list(a.predict(doc)) == list(make_tagger("random_number_v1", seed=1).predict(doc))
     assert list(a.predict(doc)) != list(b.predict(doc))
     root = _docs(tmp_path)
-    tag_paths(str(root), ["random_number_v1"], experiment="r1", seed=5, processes=2)
+
+    def not_here(*a: object, **k: object) -> None:
+        raise AssertionError("the driver opened an output: workers write attribute files")
+
+    with monkeypatch.context() as m:  # spawned workers do not see this patch: they write
+        m.setattr("lmdata.dolma.tag.OutputFile", not_here)
+        tag_paths(str(root), ["random_number_v1"], experiment="r1", seed=5, processes=2)
     tag_paths(str(root), ["random_number_v1"], experiment="r2", seed=5)
     r1 = [
         next(iter(r["attributes"].values()))[0][2]
@@ -204,3 +239,15 @@ def test_user_tagger_module_and_cli(tmp_path: Path) -> None:
 def test_unknown_tagger_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="unknown tagger 'nope'"):
         tag_paths(str(_docs(tmp_path)), ["nope"])
+
+
+def test_tag_and_mix_workers_import_neither_yaml_nor_regex() -> None:
+    # every spawned worker pays its imports: configs arrive parsed, the regex module is only
+    # needed for text that is not ASCII
+    code = (
+        "import sys, lmdata.dolma.tag, lmdata.dolma.mixer\n"
+        "print(sorted(m for m in ('yaml', 'regex') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert whitespace_count("é x") == 3  # and the regex module still serves non-ASCII text

@@ -3,6 +3,11 @@ order, from the cache's per-example pickles at random, and never the same object
 
 from __future__ import annotations
 
+import gc
+import os
+import pickle
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -10,8 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lmdata.errors import CorruptDataError
 from lmdata.formats import atlas
-from lmdata.formats.atlas import blocks
+from lmdata.formats.atlas import blocks, codec
 
 from .test_atlas_compat import examples, write
 
@@ -128,3 +134,66 @@ def test_reuse_follows_the_access_pattern() -> None:
         for b in range(1_000):
             u.note((1, b), cached=False)
     assert not u.worth_keeping
+
+
+def test_in_order_reads_skip_the_cache_after_each_shards_first_block(two_shards) -> None:
+    path, ex = two_shards
+    r = atlas.open(path)
+    looked_up: list[tuple[int, int]] = []
+    peek = r._slot.peek
+
+    def counting_peek(key: Any) -> Any:
+        looked_up.append(key)
+        return peek(key)
+
+    r._slot.peek = counting_peek  # type: ignore[method-assign]
+    assert [r[i] for i in range(400)] == ex
+    assert looked_up == [(0, 0), (1, 0)]  # 40 blocks, read on from the previous one
+
+
+_SEEN: list[bool] = []
+
+
+def _probe() -> int:
+    _SEEN.append(gc.isenabled())
+    return 1
+
+
+class _Probe:
+    """Unpickles by calling _probe, which notes whether the collector ran meanwhile."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_probe, ())
+
+
+def test_the_collector_is_paused_while_a_block_unpickles_and_restored() -> None:
+    data = pickle.dumps([_Probe(), _Probe()], protocol=4)
+    _SEEN.clear()
+    assert codec.unpickle_block(data, 2, "b", "p", allow_unsafe=True) == [1, 1]
+    assert _SEEN == [False, False] and gc.isenabled()
+    with pytest.raises(CorruptDataError):
+        codec.unpickle_block(data[:-3], 2, "b", "p", allow_unsafe=True)
+    assert gc.isenabled()
+    gc.disable()  # a caller that turned the collector off keeps it off
+    try:
+        codec.unpickle_block(data, 2, "b", "p", allow_unsafe=True)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_opening_to_read_does_not_import_the_writer(two_shards) -> None:
+    path, _ = two_shards
+    code = (
+        "import sys, lmdata; r = lmdata.open(sys.argv[1]); r[0]; "
+        "print(sorted(m for m in sys.modules if m.startswith('lmdata.formats.atlas.')))"
+    )
+    root = str(Path(atlas.__file__).parents[3])  # this checkout's lmdata
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": root},
+    ).stdout
+    assert "reader" in out and "writer" not in out and ".validate" not in out

@@ -93,6 +93,16 @@ def test_convert_on_ray_is_byte_identical(fail_dir: Path, corpus: Path, tmp_path
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
 
 
+def test_convert_records_on_ray_stage_and_are_byte_identical(fail_dir: Path, tmp_path: Path):
+    docs = [{"id": i, "text": "é" * (i % 40), "blob": {"k": [i, None]}} for i in range(1200)]
+    (tmp_path / "src.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    convert(tmp_path / "src.jsonl", tmp_path / "local", "mds", engine="inprocess")
+    (fail_dir / "fail-1").touch()  # a block's worker dies once: its part is written again
+    convert(tmp_path / "src.jsonl", tmp_path / "ray", "mds", workers=2, engine="ray")
+    assert not (fail_dir / "fail-1").exists()
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+
+
 def _dolma_tree(tmp_path: Path, name: str) -> Path:
     root = tmp_path / name
     shutil.copytree(DOLMA, root)
@@ -154,6 +164,34 @@ def test_ray_window_follows_the_cluster(fail_dir: Path) -> None:
     ex = make_executor("ray")
     assert ex.workers == 2
     assert list(ex.map_ordered(abs, range(-30, 0))) == list(range(30, 0, -1))
+
+
+def test_ray_runs_at_most_workers_units_at_once(fail_dir: Path, tmp_path: Path) -> None:
+    counter = tmp_path / "running"
+    counter.write_text("0 0")
+
+    def unit(i: int) -> int:
+        """Counts the units running now (under a lock) and keeps the highest count seen."""
+        import fcntl
+        import time
+
+        def add(d: int) -> None:
+            with open(counter, "r+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                now, most = map(int, f.read().split())
+                f.seek(0)
+                f.write(f"{now + d} {max(most, now + d)}")
+                f.truncate()
+
+        add(1)
+        time.sleep(0.15)  # long enough for a second task on the other CPU to start
+        add(-1)
+        return i
+
+    # the cluster has 2 CPUs; workers=1 must keep it to one unit at a time
+    ex = make_executor("ray", workers=1)
+    assert list(ex.map_ordered(unit, range(5))) == list(range(5))
+    assert counter.read_text() == "0 1"
 
 
 def test_ray_reports_progress_as_units_finish(fail_dir: Path) -> None:

@@ -352,13 +352,6 @@ def test_atlas_damage_on_a_store_is_reported(where):
     assert raw
 
 
-def test_atlas_merge_refuses_urls(memory_root, tmp_path):
-    from lmdata.formats.atlas import merge
-
-    with pytest.raises(LmdataError, match="local paths only"):
-        merge([f"{memory_root}/a"], str(tmp_path / "out"))
-
-
 def test_atlas_remote_reads_fetch_blocks_not_shards(memory_root, fetched):
     where = f"{memory_root}/atlas"
     with lmdata.writer(where, "atlas", block_size=8, compression_strategy=0) as w:

@@ -242,7 +242,7 @@ def test_cli_ctrl_c_names_the_work_folder_resume_uses(
         assert "memory:" not in where  # memory:// stages in a local temp folder
 
 
-def test_a_dataset_url_is_read_once_and_its_reader_closed(tmp_path, monkeypatch):
+def test_a_dataset_url_is_read_in_place_and_its_readers_closed(tmp_path, monkeypatch):
     import lmdata._api
 
     url = "memory://lmdata-api-close/in/docs.mds"
@@ -261,7 +261,8 @@ def test_a_dataset_url_is_read_once_and_its_reader_closed(tmp_path, monkeypatch)
     monkeypatch.setattr(lmdata._api, "open", recording)
     s = lmdata.tokenize(url, tmp_path / "o", to="flat-tokens", workers=0)
     assert s.documents_written == len(DOCS)
-    assert len(opened) == 1 and opened[0]  # copied once, through one reader, closed
+    # one reader for its length, one for its only unit (no copy), each closed
+    assert len(opened) == 2 and all(opened)
 
 
 def test_cli_ctrl_c_offers_no_resume_for_url_inputs(tmp_path, monkeypatch):

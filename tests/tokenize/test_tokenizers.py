@@ -32,6 +32,8 @@ def test_hf_tokenizer_file():
     ref = Tokenizer.from_file(str(BPE5K))
     got = tok.encode_batch(TEXTS)
     assert [x.tolist() for x in got] == [ref.encode(t, add_special_tokens=False).ids for t in TEXTS]
+    got = tok.encode_batch(TEXTS, add_special_tokens=True)  # the fast path keeps the specials
+    assert [x.tolist() for x in got] == [ref.encode(t, add_special_tokens=True).ids for t in TEXTS]
     assert tok.token_id("<|endoftext|>") == ref.token_to_id("<|endoftext|>")
     assert load_tokenizer(str(BPE5K.parent)).spec == str(BPE5K)
     assert len(pickle.dumps(tok)) < 300  # shipped to workers by path, not by vocabulary

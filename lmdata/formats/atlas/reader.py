@@ -455,13 +455,18 @@ class Atlas:
         if h is not None and h.block == b and h.items[j] is not TAKEN:
             loc.last = (h.lo, len(h.items), h.items)
             return self[i]
-        pickled = self._cached((s, b))
-        if pickled is not None and pickled[j] is not None:
-            return unpickle(pickled[j])
-        in_order = h is not None and h.block == b - 1
+        # Reading on from the previous block into this one's first example: decode it from the
+        # read-ahead, skipping the cache (unpickling a block's kept examples one by one costs
+        # as much as decoding it) and the reuse bookkeeping, which is about coming back.
+        in_order = j == 0 and h is not None and h.block == b - 1
+        if not in_order:
+            pickled = self._cached((s, b))
+            if pickled is not None and pickled[j] is not None:
+                return unpickle(pickled[j])
         items, nbytes = self._decode_raw(s, b, self._raw(s, b, in_order))
-        with self._lock:
-            self._reuse.decoded(nbytes)
+        if not in_order:
+            with self._lock:
+                self._reuse.decoded(nbytes)
         new = Hot(b, i - j, items)
         if self._keeping():  # its pickle, made before the caller can change it
             kept = pickle_one(items[j])

@@ -14,14 +14,20 @@ import pickle
 import re
 import shutil
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from lmdata import _provenance
 from lmdata._pickle import safe_loads
-from lmdata.errors import InvalidInputError, LmdataError
+from lmdata.errors import (
+    CorruptDataError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    LmdataError,
+    OutputExistsError,
+)
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.meta import (
     DATA,
@@ -42,15 +48,18 @@ from lmdata.storage import (
     AtomicWriter,
     LocalStore,
     Output,
-    local_path,
+    Store,
+    join,
     require_exists,
     resolve,
 )
+from lmdata.storage.fsspec import claim_body, claim_key
 
 DEFAULT_SHARD_SIZE = 100_000
 DEFAULT_BLOCK_SIZE = 32
 SPILL = ".pickled-blocks.tmp"  # strategy-3 shards keep raw blocks here until close
 _BATCH_BYTES = 8 << 20  # compress this much at a time across the worker threads
+_FETCH_BYTES = 8 << 20  # one ranged read when copying a shard from an object store
 
 
 class _ShardWriter:
@@ -125,7 +134,8 @@ class _ShardWriter:
         """Refuse a block the readers would refuse by default: run the readers' allow-list
         unpickler on it, and on failure find and name the first offending example."""
         try:
-            safe_loads(raw)
+            with codec.paused_gc():  # the objects are dropped at once; see paused_gc
+                safe_loads(raw)
             return
         except LmdataError as e:
             problem = e
@@ -288,6 +298,7 @@ class Writer(AtomicWriter):
         self._provenance = provenance
         self.shard_sizes: list[int] = []
         self._remote: Output | None = None
+        self._claim: tuple[Store, str] | None = None  # an append's claim on its URL
         self._numbers: list[int] = []
         self._shared: bytes | None = None
         self._train_shard0 = False
@@ -295,7 +306,7 @@ class Writer(AtomicWriter):
         self._written = 0
         if append:
             self._init_append(
-                path,
+                self._append_root(path, storage_options),
                 shard_size,
                 block_size,
                 compression_strategy,
@@ -361,9 +372,41 @@ class Writer(AtomicWriter):
             codec.load_dict(self._shared, "compression_dict")
             (self._root / DICT).write_bytes(self._shared)
 
+    def _append_root(self, path: Any, storage_options: dict[str, Any] | None) -> Path:
+        """The local folder of the dataset to extend. On an object store: a staging copy of
+        it, fetched in ranged reads, which replaces the dataset at close (a staged overwrite:
+        readers see the old dataset until the commit writes the new root meta.json)."""
+        store, key = resolve(path, storage_options)
+        if isinstance(store, LocalStore):
+            return require_exists(key)
+        if not store.exists(key):
+            raise DatasetNotFoundError("no such object or directory", path=store.url(key))
+        DatasetMeta.read(PurePosixPath(key), store)  # an Atlas dataset root, before any copy
+        self._remote = store.output(key, directory=True, overwrite=True)
+        claim = claim_key(key, directory=True)
+        try:  # the replacing output takes no claim: this one keeps out other writers
+            store.write_object(claim, claim_body(), create=True)
+        except FileExistsError:
+            self._remote.abort()
+            raise OutputExistsError(
+                "another writer is writing this dataset; wait for it to finish (or, if none "
+                f"runs, remove what a killed one left with `lmdata clean {store.url(key)} "
+                "--claims`)",
+                path=store.url(claim),
+            ) from None
+        self._claim = (store, claim)
+        self._staging = Path(tempfile.mkdtemp(prefix=".lmdata-atlas-"))
+        self.path = store.url(key)
+        try:
+            fetch_tree(store, key, self._staging / "ds")
+        except BaseException:
+            self._drop_remote()
+            raise
+        return self._staging / "ds"
+
     def _init_append(
         self,
-        path: Any,
+        root: Path,
         shard_size: int | None,
         block_size: int | None,
         strategy: Any,
@@ -371,7 +414,6 @@ class Writer(AtomicWriter):
         fraction: float | None,
         shared: bytes | None,
     ) -> None:
-        root = require_exists(local_path(path, "atlas appending"))
         meta = DatasetMeta.read(root)
         shards = shard_dirs(root)
         last = ShardMeta.read(shards[-1][1]) if shards else None
@@ -414,7 +456,8 @@ class Writer(AtomicWriter):
         # Build the extended dataset in a temporary sibling holding hard links to the existing
         # files, then swap it in: readers see the old dataset or the new one, never a mix.
         self._out = AtomicOutput(root, directory=False, overwrite=True)
-        self.path = root
+        if self._remote is None:
+            self.path = root
         self._root = self._out.tmp
         shutil.copytree(root, self._root, copy_function=_link_or_copy)
         sizes = {n: ShardMeta.read(d).stored_examples for n, d in shards}
@@ -509,19 +552,19 @@ class Writer(AtomicWriter):
         if self._shard is None:
             raise InvalidInputError("the writer is closed", path=self.path)
         src = Atlas(path, **read_options)
-        src_dict = (src._dict_dir / DICT) if src._dict_dir else None
-        local = isinstance(src.store, LocalStore)  # shards of a store are decoded and rewritten
+        src_dict = str(src._dict_dir / DICT) if src._dict_dir else None
         for sh in src.shards:
             if sh.meta.stored_examples == 0:
                 continue
             strategy = sh.meta.compression_strategy
-            if local and strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
-                dict_file = Path(src_dict) if src_dict else None
-                shared = dict_file.read_bytes() if dict_file and dict_file.is_file() else None
+            if strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
+                shared = None
+                if src_dict and src.store.exists(src_dict) and not src.store.is_dir(src_dict):
+                    shared = src.store.read(src_dict)
                 if self._adopt_dictionary(shared):
                     strategy = Strategy.STANDARD_COMPRESSION  # now linkable
-            if local and strategy != Strategy.SHARED_DICTIONARY_COMPRESSION:
-                self._link_shard(Path(sh.folder), sh.meta.stored_examples)
+            if strategy != Strategy.SHARED_DICTIONARY_COMPRESSION:
+                self._link_shard(src.store, sh.folder, sh.meta.stored_examples)
             else:
                 s = src.shards.index(sh)
                 for i in range(int(src._starts[s]), int(src._ends[s])):
@@ -551,8 +594,9 @@ class Writer(AtomicWriter):
             return True
         return False
 
-    def _link_shard(self, folder: Path, count: int) -> None:
-        """Take a finished shard folder as the next shard (after the current one)."""
+    def _link_shard(self, store: Store, folder: PurePath, count: int) -> None:
+        """Take a finished shard folder of ``store`` as the next shard (after the current one):
+        hard-linked from local disk, fetched in ranged reads from an object store."""
         assert self._shard is not None
         if self._shard.count:
             self._close_shard()
@@ -564,7 +608,10 @@ class Writer(AtomicWriter):
             self._shard = None
         number = self._next_number
         self._next_number += 1
-        shutil.copytree(folder, self._root / str(number), copy_function=_link_or_copy)
+        if isinstance(store, LocalStore):
+            shutil.copytree(folder, self._root / str(number), copy_function=_link_or_copy)
+        else:
+            fetch_tree(store, str(folder), self._root / str(number))
         self._numbers.append(number)
         self.shard_sizes.append(count)
         self._written += count
@@ -611,10 +658,10 @@ class Writer(AtomicWriter):
             try:
                 _upload(self._out.dest, self._remote)
             except BaseException:
-                self._remote.abort()
+                self._drop_remote()
                 raise
-            finally:
-                shutil.rmtree(self._staging, ignore_errors=True)
+            self._unclaim()  # the commit replaced the folder holding it; no-op then
+            shutil.rmtree(self._staging, ignore_errors=True)
 
     def abort(self) -> None:
         """Drop everything written; the path is left as it was before the writer started."""
@@ -623,8 +670,20 @@ class Writer(AtomicWriter):
             self._shard = None
         self._out.abort()
         if self._remote is not None:
-            self._remote.abort()
-            shutil.rmtree(self._staging, ignore_errors=True)
+            self._drop_remote()
+
+    def _drop_remote(self) -> None:
+        assert self._remote is not None
+        self._remote.abort()
+        self._unclaim()
+        shutil.rmtree(self._staging, ignore_errors=True)
+
+    def _unclaim(self) -> None:
+        if self._claim is not None:
+            store, claim = self._claim
+            self._claim = None
+            if store.exists(claim):
+                store.remove(claim)
 
 
 def _upload(folder: Path, out: Output) -> None:
@@ -640,6 +699,30 @@ def _upload(folder: Path, out: Output) -> None:
             shutil.copyfileobj(src, dst, 8 << 20)
     out.write_last(META, (folder / META).read_bytes())
     out.commit()
+
+
+def fetch_tree(store: Store, key: str, dest: Path) -> None:
+    """Copy the folder ``key`` of ``store`` into the new local folder ``dest``, each file in
+    ranged reads of at most 8 MiB (lmdata's own objects, such as a writer's claim, stay)."""
+    dest.mkdir()
+    for name in store.list(key):
+        k = join(key, name)
+        if name.startswith(".lmdata-"):
+            continue
+        if store.is_dir(k):
+            fetch_tree(store, k, dest / name)
+            continue
+        size = store.size(k)
+        with open(dest / name, "wb") as f:
+            for start in range(0, size, _FETCH_BYTES):
+                part = store.read_range(k, start, min(_FETCH_BYTES, size - start))
+                if len(part) != min(_FETCH_BYTES, size - start):
+                    raise CorruptDataError(
+                        f"read {len(part)} bytes at offset {start} of a {size}-byte object "
+                        "(it changed while being copied)",
+                        path=store.url(k),
+                    )
+                f.write(part)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
