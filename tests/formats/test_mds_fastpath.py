@@ -236,3 +236,24 @@ def test_sizes_that_do_not_add_up_to_the_sample_are_an_error(tmp_path: Path) -> 
         msg = attempt(read)
         assert isinstance(msg, str) and "shard 0 sample 3" in msg and "after its last" in msg
     assert same(r[2], plain(r, 2))
+
+
+def test_hostile_column_names_are_data_not_code(tmp_path: Path) -> None:
+    # column names reach the generated source only as repr() literals: quotes, newlines,
+    # backslashes and Python syntax in a name must read back as that name, and run nothing
+    marker = tmp_path / "ran"
+    names = [
+        f"a'}} or __import__('pathlib').Path({str(marker)!r}).touch() or {{'",
+        'b"\nimport os\n"',
+        "c\\",
+        "d\x00é",
+    ]
+    cols = {names[0]: "int", names[1]: "str", names[2]: "json", names[3]: "bytes"}
+    with lmdata.writer(tmp_path / "d", "mds", columns=cols) as w:
+        for i in range(5):
+            w.write({names[0]: i, names[1]: f"s{i}", names[2]: [i], names[3]: b"x" * i})
+    r = lmdata.open(tmp_path / "d")
+    want = [{names[0]: i, names[1]: f"s{i}", names[2]: [i], names[3]: b"x" * i} for i in range(5)]
+    assert [r[i] for i in range(5)] == want
+    assert list(r) == want and r.take([4, 0]) == [want[4], want[0]]
+    assert not marker.exists()
