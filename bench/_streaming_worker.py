@@ -2,6 +2,10 @@
 
 Prints {"seconds": ..., "digest": ...}; the digest hashes every decoded sample the same way
 bench_origin_reads.digest does, so the two columns are checked equal before a time counts.
+With ``{"op": "serve", ...}`` it opens the dataset once and then times one request per line
+of stdin (``{"op": "random", "idx": [...]}`` or ``{"op": "iter"}``), answering each with one
+line, so a benchmark can interleave lmdata and streaming runs without paying streaming's
+import and open per run.
 """
 
 import hashlib
@@ -22,15 +26,24 @@ def feed(h, s):
             h.update(k.encode() + repr(v).encode())
 
 
+def run(ds, job):
+    h = hashlib.sha256()
+    t = time.perf_counter()
+    if job["op"] == "random":
+        out = [ds[i] for i in job["idx"]]
+    else:
+        out = list(ds)
+    dt = time.perf_counter() - t
+    for s in out:
+        feed(h, s)
+    return {"seconds": dt, "digest": h.hexdigest()}
+
+
 job = json.loads(sys.argv[1])
 ds = StreamingDataset(local=job["local"], shuffle=False, batch_size=job.get("batch_size", 256))
-h = hashlib.sha256()
-t = time.perf_counter()
-if job["op"] == "random":
-    out = [ds[i] for i in job["idx"]]
+if job["op"] == "serve":
+    print(json.dumps({"ready": ds.size}), flush=True)
+    for line in sys.stdin:
+        print(json.dumps(run(ds, json.loads(line))), flush=True)
 else:
-    out = list(ds)
-dt = time.perf_counter() - t
-for s in out:
-    feed(h, s)
-print(json.dumps({"seconds": dt, "digest": h.hexdigest()}))
+    print(json.dumps(run(ds, job)))

@@ -1,17 +1,21 @@
 """MDS: random access, take() batches, full iteration and writing, against mosaicml-streaming.
 
-Peers measured in the same run on the same shards: streaming 0.13.0's StreamingDataset
-(``ds[i]`` random access and single-process iteration, in its own venv through
-tests/formats/mds_streaming_helper.py) and its MDSWriter; and the practical limit: a bare
-memory-mapped shard sliced by a precomputed numpy offset array with no decoding at all.
-Datasets: ~1 KB text samples (int + str + json columns) and 128-383 token arrays
-(ndarray:uint32), uncompressed and zstd.
+Peers on the same shards: streaming 0.13.0's StreamingDataset (``ds[i]`` random access and
+single-process iteration with ``batch_size=256``) in its own venv, kept open in one server
+process (bench/_streaming_worker.py ``serve``) so lmdata and streaming runs alternate as
+interleaved pairs (bench/_compare.py: a pair counts only when both decoded the same samples,
+the ratio is the median over pairs); its MDSWriter (one run each); and the practical limit: a
+bare memory-mapped shard sliced by precomputed offsets with no decoding at all. Datasets: ~1
+KB text samples (int + str + json columns) and 128-383 token arrays (ndarray:uint32),
+uncompressed and zstd.
 """
 
 from __future__ import annotations
 
+import json
 import mmap
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,32 +26,57 @@ import numpy as np
 
 import lmdata
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.formats.mds_samples import (
-    columns,
-    run_streaming,
-    samples,
-    streaming_python,
-)
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import _compare as C  # noqa: E402
+import envs  # noqa: E402
+from bench_origin_reads import digest  # noqa: E402
 
-N = 50_000
-RANDOM = 20_000
+from tests.formats.mds_samples import columns, run_streaming, samples  # noqa: E402
+
+N = 10_000 if C.QUICK else 50_000
+RANDOM = 4_096 if C.QUICK else 20_480
 TAKE_BATCH = 256
 
 
-def rate(fn: Any, count: int, repeat: int = 3) -> float:
-    """Items per second, best of ``repeat`` runs (the machine is shared; streaming's random
-    access is measured the same way)."""
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return count / best
+class Streaming:
+    """One StreamingDataset, open in its venv, timing the runs it is asked for."""
+
+    def __init__(self, python: Path, local: Path) -> None:
+        job = {"op": "serve", "local": str(local), "batch_size": 256}
+        self.proc = subprocess.Popen(
+            [str(python), str(HERE / "_streaming_worker.py"), json.dumps(job)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._line()  # {"ready": size}
+
+    def _line(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("the streaming worker exited")
+            if line.startswith("{"):
+                return json.loads(line)  # type: ignore[no-any-return]
+
+    def run(self, job: dict[str, Any]) -> tuple[float, str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        got = self._line()
+        return got["seconds"], got["digest"]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
-def limit_random(d: Path, idx: np.ndarray) -> float:
-    """Bare mmap + numpy offsets, bytes only: what any reader of these shards pays at least."""
+def limit_random(d: Path, idx: list[int]) -> float:
+    """Bare mmap + offsets, bytes only: what any reader of these shards pays at least (s)."""
     r = lmdata.open(d, format="mds")
     maps, offs = [], []
     for s in r.shards:
@@ -57,115 +86,135 @@ def limit_random(d: Path, idx: np.ndarray) -> float:
         offs.append(np.frombuffer(m, "<u4", s.samples + 1, 4).tolist())
     starts = r._starts[:-1]
     sid = (np.searchsorted(starts, idx, side="right") - 1).tolist()
-    local = (idx - starts[np.asarray(sid)]).tolist()
-
-    def run() -> None:
+    local = (np.asarray(idx) - starts[np.asarray(sid)]).tolist()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
         for k, j in zip(sid, local, strict=True):
             o = offs[k]
             maps[k][o[j] : o[j + 1]]
+        best = min(best, time.perf_counter() - t)
+    return best
 
-    return rate(run, len(idx))
 
+def measure(recipe: str, comp: str | None, tmp: Path, python: Path | None) -> dict[str, Any]:
+    name = f"{recipe[5:]}{'-zstd' if comp else ''}"
+    data = samples(recipe, N)
+    ours = tmp / f"ours-{name}"
+    t = time.perf_counter()
+    with lmdata.writer(ours, "mds", columns=columns(recipe), compression=comp) as w:
+        for s in data:
+            w.write(s)
+    out: dict[str, Any] = {"write": N / (time.perf_counter() - t)}
+    del data
+    idx = np.random.default_rng(0).integers(0, N, RANDOM)
+    il = idx.tolist()
+    batches = idx.reshape(-1, TAKE_BATCH)
+    r = lmdata.open(ours)
+    list(r)  # warm: maps shards, fills the decompressed cache
 
-def limit_iter(d: Path) -> float:
-    r = lmdata.open(d, format="mds")
+    def random() -> tuple[float, str]:
+        t = time.perf_counter()
+        got = [r[i] for i in il]
+        return time.perf_counter() - t, digest(got)
 
-    def run() -> None:
-        for s in r.shards:
-            with open(d / s.raw_data.basename, "rb") as f:
-                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            o = np.frombuffer(m, "<u4", s.samples + 1, 4).tolist()
-            for j in range(s.samples):
-                m[o[j] : o[j + 1]]
-            del o
+    def take() -> tuple[float, str]:
+        t = time.perf_counter()
+        got = [x for b in batches for x in r.take(b)]
+        return time.perf_counter() - t, digest(got)
 
-    return rate(run, len(r), repeat=1)
+    def iterate() -> tuple[float, str]:
+        t = time.perf_counter()
+        got = list(r)
+        return time.perf_counter() - t, digest(got)
+
+    server = None
+    if python is not None:
+        copy = tmp / f"copy-{name}"
+        shutil.copytree(ours, copy)  # streaming writes decompressed shards beside the zstd
+        server = Streaming(python, copy)
+        server.run({"op": "iter"})  # warm: decompresses every shard
+        res = run_streaming(
+            {
+                "op": "batch",
+                "jobs": [
+                    {
+                        "op": "write",
+                        "out": str(tmp / f"theirs-{name}"),
+                        "recipe": recipe,
+                        "n": N,
+                        "compression": comp,
+                    }
+                ],
+            }
+        )["results"][0]
+        out["write_theirs"] = N / res["seconds"]
+    rand_job = {"op": "random", "idx": il}
+    for op, fn, job, count in (
+        ("random r[i]", random, rand_job, RANDOM),
+        (f"take({TAKE_BATCH})", take, rand_job, RANDOM),
+        ("full iteration", iterate, {"op": "iter"}, N),
+    ):
+        theirs = (lambda job=job: server.run(job)) if server is not None else None
+        row = C.compare("mds-reads", f"{name} {op}", fn, theirs, "streaming venv missing")
+        out[op] = (row, count)
+    if comp is None:
+        out["limit"] = RANDOM / limit_random(ours, il)
+    if server is not None:
+        server.close()
+    for p in (ours, tmp / f"theirs-{name}", tmp / f"copy-{name}"):
+        shutil.rmtree(p, ignore_errors=True)
+    return out
 
 
 def main() -> None:
-    if streaming_python() is None:
-        print("mosaicml-streaming venv (.venv/extra-streaming) missing: run make install")
-        return
+    env = envs.ensure("streaming")
+    python = env.python if env.ok else None
     tmp = Path(tempfile.mkdtemp(prefix="bench-mds-"))
     try:
-        rows: list[tuple[str, ...]] = []
+        lines = []
         for recipe in ("benchtext", "benchtokens"):
-            data = samples(recipe, N)
             for comp in (None, "zstd"):
-                name = f"{recipe[5:]}{'-zstd' if comp else ''}"
-                ours = tmp / f"ours-{name}"
-                t = time.perf_counter()
-                with lmdata.writer(ours, "mds", columns=columns(recipe), compression=comp) as w:
-                    for s in data:
-                        w.write(s)
-                write_ours = N / (time.perf_counter() - t)
-                res = run_streaming(
-                    {
-                        "op": "batch",
-                        "jobs": [
-                            {
-                                "op": "write",
-                                "out": str(tmp / f"theirs-{name}"),
-                                "recipe": recipe,
-                                "n": N,
-                                "compression": comp,
-                            },
-                        ],
-                    }
-                )["results"][0]
-                write_theirs = N / res["seconds"]
-                shutil.copytree(ours, tmp / f"copy-{name}")  # streaming writes beside zstd
-                # batch_size matters to streaming's iteration (1: ~1k samples/s); 256 is its
-                # fast, typical setting. Random access ds[i] does not depend on it.
-                sb = run_streaming(
-                    {
-                        "op": "bench",
-                        "local": str(tmp / f"copy-{name}"),
-                        "random": RANDOM,
-                        "batch_size": 256,
-                    },
-                    timeout=600,
-                )
-                r = lmdata.open(ours)
-                idx = np.random.default_rng(0).integers(0, N, RANDOM)
-                list(r)  # warm: maps shards, fills the decompressed cache
-                ours_random = rate(lambda r=r, idx=idx: [r[i] for i in idx.tolist()], RANDOM)
-                batches = (
-                    idx.reshape(-1, TAKE_BATCH)
-                    if RANDOM % TAKE_BATCH == 0
-                    else np.array_split(idx, RANDOM // TAKE_BATCH)
-                )
-                ours_take = rate(lambda r=r, b=batches: [r.take(x) for x in b], RANDOM)
-                ours_iter = rate(lambda r=r: sum(1 for _ in r), N, repeat=1)
-                lim_r = limit_random(ours, idx) if comp is None else float("nan")
-                lim_i = limit_iter(ours) if comp is None else float("nan")
-                limit_r = f"{lim_r:,.0f}" if comp is None else "-"
-                limit_i = f"{lim_i:,.0f}" if comp is None else "-"
-                for op, ours_rate, theirs, lim in (
-                    ("random r[i]", ours_random, sb["random_per_s"], limit_r),
-                    (f"take({TAKE_BATCH}) random", ours_take, sb["random_per_s"], limit_r),
-                    ("full iteration", ours_iter, sb["iter_per_s"], limit_i),
-                    ("write", write_ours, write_theirs, "-"),
-                ):
-                    rows.append(
-                        (
-                            name,
-                            op,
-                            f"{ours_rate:,.0f}",
-                            f"{theirs:,.0f}",
-                            f"{ours_rate / theirs:.1f}x",
-                            lim,
-                        )
-                    )
-                for p in (ours, tmp / f"theirs-{name}", tmp / f"copy-{name}"):
-                    shutil.rmtree(p, ignore_errors=True)
-        head = ("dataset", "operation", "lmdata/s", "streaming/s", "ratio", "bare mmap/s")
-        widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
-        print(f"{N:,} samples; samples per second (higher is better), one process")
-        for row in [head, *rows]:
-            print("  ".join(str(c).rjust(w) for c, w in zip(row, widths, strict=True)))
+                res = measure(recipe, comp, tmp, python)
+                cells = []
+                for op in ("random r[i]", f"take({TAKE_BATCH})", "full iteration"):
+                    row, count = res[op]
+                    ours = f"{count / row.lmdata_s / 1e3:,.0f}k" if row.lmdata_s else "-"
+                    if row.ratio is None:
+                        cells.append(f"{ours} ({row.note})")
+                    else:
+                        theirs = f"{count / row.other_s / 1e3:,.1f}k"
+                        cells.append(f"{ours} vs {theirs} = {row.ratio:.1f}x")
+                w = f"{res['write'] / 1e3:,.0f}k"
+                if "write_theirs" in res:
+                    w += f" vs {res['write_theirs'] / 1e3:,.0f}k"
+                    w += f" = {res['write'] / res['write_theirs']:.1f}x"
+                lim = f"{res['limit'] / 1e6:.2f} M" if "limit" in res else "-"
+                name = recipe[5:] + (", zstd" if comp else "")
+                lines.append(f"| {name} | {' | '.join(cells)} | {w} | {lim} |")
+        print(
+            f"\nMDS, {N:,} samples, one process; samples/s, lmdata vs streaming 0.13.0 "
+            f"(ratio: median of {C.PAIRS} interleaved pairs; write: one run each)"
+        )
+        print("| dataset | random `r[i]` | `take(256)` | full iteration | write | bare mmap |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(lines))
+        C.print_table(
+            "mds-reads",
+            "MDS reads (read loop only; opening excluded)",
+            "mosaicml-streaming 0.13.0 StreamingDataset",
+            "origin tool itself" if python else "NOT INSTALLED",
+            f"{N:,} samples; {RANDOM:,} random reads",
+        )
+        print(f"load average at the end: {' '.join(f'{x:.1f}' for x in _load())}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load() -> tuple[float, float, float]:
+    import os
+
+    return os.getloadavg()
 
 
 if __name__ == "__main__":

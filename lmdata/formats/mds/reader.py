@@ -10,25 +10,27 @@ beside the originals). ``r[i]`` returns the dict streaming's ``StreamingDataset[
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import os
 import struct
 import threading
+from bisect import bisect_right as _bisect
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, LmdataError
 from lmdata.formats.mds import compression as comp
+from lmdata.formats.mds import fastpath
 from lmdata.formats.mds.hashing import hexdigest, is_hash
 from lmdata.formats.mds.index import FORMAT_NAMES, FileInfo, Index, Shard, find_index, load_index
 from lmdata.formats.mds.mds import SampleDecoder
 from lmdata.formats.mds.text_shards import XSVDecoder, decode_json_line
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import Store, join, new_slot, parent, resolve
+from lmdata.storage.cache import CACHE
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decompressed shards kept in memory
 DEFAULT_MAX_MAPS = 1024  # memory-mapped shards kept open
@@ -45,6 +47,11 @@ _HASH_COST = {
     "blake2b": 7,
 }
 _PAIR = struct.Struct("<II")
+# what a reader builds as it reads: never pickled (a new process builds its own)
+_RUNTIME = (
+    *("_lock", "_cache", "_slot", "_decoders", "_decoder_keys"),
+    *("_one", "_fns", "_factories", "_costly", "_epoch"),
+)
 
 
 class _Loaded:
@@ -309,10 +316,18 @@ class MDSReader:
         self._slot = new_slot(self.cache_bytes)
         self._decoders: dict[int, Callable[[bytes], dict[str, Any]]] = {}
         self._decoder_keys: dict[tuple, Callable[[bytes], dict[str, Any]]] = {}
+        # per shard: the generated read functions (fastpath.py) and, apart, the one of r[i];
+        # dropped together whenever the process-wide cache evicts anything (they hold the
+        # shard's bytes) and when a mapping leaves the open-shard LRU
+        self._one: dict[int, fastpath.One] = {}
+        self._fns: dict[int, fastpath.Fns] = {}
+        self._factories: dict[tuple, fastpath.Factory] = {}
+        self._costly: set[int] = set()  # shards whose functions hold decompressed bytes
+        self._epoch = CACHE.epoch
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_lock", "_cache", "_slot", "_decoders", "_decoder_keys"):
+        for k in _RUNTIME:
             state.pop(k, None)
         return state
 
@@ -329,6 +344,8 @@ class MDSReader:
         with self._lock:
             self._cache.clear()
             self._slot.clear()
+            self._one.clear()
+            self._fns.clear()
         self.index.store.close()
 
     @property
@@ -366,7 +383,9 @@ class MDSReader:
             cache.setdefault(k, loaded)
             # evict least recently used; mappings close when no reader holds them any more
             while len(cache) > self.max_open_shards:
-                cache.popitem(last=False)
+                gone, _ = cache.popitem(last=False)
+                self._one.pop(gone, None)
+                self._fns.pop(gone, None)
             return cache.get(k, loaded)
 
     def _decoder(self, k: int) -> Callable[[bytes], dict[str, Any]]:
@@ -393,37 +412,64 @@ class MDSReader:
             self._decoders[k] = dec
         return dec
 
+    def _functions(self, k: int) -> fastpath.Fns:
+        """The read functions of shard ``k``, built on first use (and again after the shared
+        cache evicted anything, or the shard's mapping left the LRU: they hold its bytes)."""
+        if self._epoch != CACHE.epoch:
+            self._one.clear()
+            self._fns.clear()
+            self._costly.clear()
+            self._epoch = CACHE.epoch
+        fns = self._fns.get(k)
+        if fns is not None:
+            return fns
+        dec = self._decoder(k)
+        loaded = self._shard(k)
+        s = self.index.shards[k]
+        ranged = isinstance(loaded.data, _Ranged)  # one ranged read per sample, then decode
+        key = (s.format, s.column_names, s.column_encodings, s.column_sizes, s.separator, s.newline)
+        make = self._factories.get((*key, ranged))
+        if make is None:
+            if s.format == "mds" and not ranged:
+                plan = SampleDecoder(
+                    s.column_names,
+                    s.column_encodings,
+                    s.column_sizes,
+                    self.allow_unsafe_pickle,
+                    self.select,
+                )
+                make = fastpath.compile_layout(plan, s.column_encodings)
+            else:
+                make = fastpath.generic(dec)
+            self._factories[(*key, ranged)] = make
+        if loaded.cost:
+            # decompressed shards: keep functions only for those the shared cache holds, plus
+            # this one (as the slot keeps its last entry), so memory stays bounded by the budget
+            with self._lock:
+                for other in list(self._costly):
+                    if self._slot.peek(other) is None:
+                        self._one.pop(other, None)
+                        self._fns.pop(other, None)
+                        self._costly.discard(other)
+                self._costly.add(k)
+        slow = partial(fastpath.slow, dec, loaded, k)
+        fns = make(loaded.table, loaded.data, loaded.lo, loaded.size, slow)
+        self._fns[k] = fns
+        self._one[k] = fns[0]
+        return fns
+
     def _raw(self, loaded: _Loaded, k: int, j: int) -> bytes:
-        begin, end = _PAIR.unpack_from(loaded.table, 4 + 4 * j)
-        if not loaded.lo <= begin <= end <= loaded.size:
-            raise CorruptDataError(
-                f"offsets [{begin}, {end}) of sample {j} are not a range inside the "
-                f"{len(loaded.data)}-byte file; run `lmdata validate`",
-                path=loaded.table_path,
-                position=f"shard {k} sample {j}",
-            )
-        return loaded.data[begin:end]
+        return fastpath.raw(loaded, k, j)
 
     def _decode(
         self, dec: Callable[[bytes], Any], data: bytes, loaded: _Loaded, k: int, j: int
     ) -> Any:
-        try:
-            return dec(data)
-        except LmdataError as e:
-            if e.path is not None:
-                raise
-            raise type(e)(str(e), path=loaded.data_path, position=f"shard {k} sample {j}") from None
-        except (ValueError, UnicodeDecodeError, struct.error, StopIteration) as e:
-            raise CorruptDataError(
-                f"cannot decode sample: {e}",
-                path=loaded.data_path,
-                position=f"shard {k} sample {j}",
-            ) from None
+        return fastpath.decode(dec, data, loaded, k, j)
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard number, sample within the shard) of global sample ``index``."""
         i = normalize_index(index, self._n)
-        k = bisect.bisect_right(self._starts_list, i) - 1
+        k = _bisect(self._starts_list, i) - 1
         return k, i - self._starts_list[k]
 
     def raw_sample(self, index: int) -> bytes:
@@ -437,29 +483,27 @@ class MDSReader:
         return self._n
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        # the hot path of random access, inlined: locate, cached shard, offsets, decode
+        # the hot path of random access: locate, then the shard's generated read function
         if index.__class__ is int and 0 <= index < self._n:
             i = index
         else:
             i = normalize_index(index, self._n)
         starts = self._starts_list
-        k = bisect.bisect_right(starts, i) - 1
-        j = i - starts[k]
-        loaded = self._cache.get(k) or self._shard(k)
-        dec = self._decoders.get(k) or self._decoder(k)
-        begin, end = _PAIR.unpack_from(loaded.table, 4 + 4 * j)
-        if not loaded.lo <= begin <= end <= loaded.size:
-            return self._decode(dec, self._raw(loaded, k, j), loaded, k, j)  # raises
-        try:
-            return dec(loaded.data[begin:end])
-        except Exception:  # decode again, slowly, for the error with its place
-            return self._decode(dec, loaded.data[begin:end], loaded, k, j)
+        k = _bisect(starts, i) - 1
+        one = self._one.get(k)
+        if one is None or self._epoch != CACHE.epoch:
+            one = self._functions(k)[0]
+        return one(i - starts[k])  # type: ignore[no-any-return]
 
     def _groups(self, idx: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(shard, local sample numbers, output positions) per shard touched, shard order."""
         if len(idx) == 0:
             return
         sids = np.searchsorted(self._starts[:-1], idx, side="right") - 1
+        if sids[0] == sids[-1] and (sids == sids[0]).all():  # one shard: no sorting
+            k = int(sids[0])
+            yield k, idx - self._starts[k], np.arange(len(idx))
+            return
         order = np.argsort(sids, kind="stable")
         sorted_sids = sids[order]
         cuts = np.flatnonzero(np.diff(sorted_sids)) + 1
@@ -467,34 +511,17 @@ class MDSReader:
             k = int(sids[pos[0]])
             yield k, idx[pos] - self._starts[k], pos
 
-    def _read_many(self, k: int, local: Sequence[int] | range) -> list[Any]:
-        """Decode samples ``local`` of shard ``k`` (loaded once), in that order."""
-        loaded, dec = self._shard(k), self._decoder(k)
-        table, data, lo, size = loaded.table, loaded.data, loaded.lo, loaded.size
-        if isinstance(local, range) and local.step == 1 and len(local):
-            # a run of samples: one unpack for its whole offset table
-            offs = struct.unpack_from(f"<{len(local) + 1}I", table, 4 + 4 * local.start)
-            pairs: Any = itertools.pairwise(offs)
-        else:
-            pairs = (_PAIR.unpack_from(table, 4 + 4 * j) for j in local)
-        out = []
-        append = out.append
-        for j, (begin, end) in zip(local, pairs, strict=True):
-            if lo <= begin <= end <= size:
-                try:
-                    append(dec(data[begin:end]))
-                    continue
-                except Exception:  # decode again, slowly, for the error with its place
-                    pass
-            append(self._decode(dec, self._raw(loaded, k, j), loaded, k, j))
-        return out
-
     def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """Samples at ``indices`` in that order; each shard is loaded once."""
         idx = normalize_indices(indices, self._n)
+        groups = list(self._groups(idx))
+        if len(groups) == 1:
+            k, local, _ = groups[0]
+            return self._functions(k)[1](local.tolist())
         out: list[Any] = [None] * len(idx)
-        for k, local, pos in self._groups(idx):
-            for p, value in zip(pos.tolist(), self._read_many(k, local.tolist()), strict=True):
+        for k, local, pos in groups:
+            values = self._functions(k)[1](local.tolist())
+            for p, value in zip(pos.tolist(), values, strict=True):
                 out[p] = value
         return out
 
@@ -502,7 +529,7 @@ class MDSReader:
         block = 4096  # samples decoded per step: bounded memory, few Python-level calls
         for k, s in enumerate(self.index.shards):
             for lo in range(0, s.samples, block):
-                yield from self._read_many(k, range(lo, min(lo + block, s.samples)))
+                yield from self._functions(k)[2](lo, min(lo + block, s.samples))
 
     # ---- summary -----------------------------------------------------------------------
 

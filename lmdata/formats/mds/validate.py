@@ -1,9 +1,11 @@
 """``lmdata validate`` for streaming datasets: every file, hash, offset and sample.
 
-Checks, per shard: the files exist with the sizes index.json declares; every recorded hash
-(raw hashes over the uncompressed bytes, zip hashes over the compressed file); the header's
-sample count and config; that the offsets start after the header, never decrease and end at
-the file size; and that every sample decodes. Each problem names the shard and the sample.
+On object stores: one listing per directory, then one whole read per shard file, no request
+to ask a size or whether a file exists. Checks, per shard: the files exist with the sizes
+index.json declares; every recorded hash (raw hashes over the uncompressed bytes, zip hashes
+over the compressed file); the header's sample count and config; that the offsets start after
+the header, never decrease and end at the file size; and that every sample decodes. Each
+problem names the shard and the sample.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from lmdata.errors import LmdataError
 from lmdata.formats.mds import compression as comp
 from lmdata.formats.mds.hashing import hexdigest, is_hash
 from lmdata.formats.mds.index import FileInfo, Index, Shard, find_index, load_index
-from lmdata.formats.mds.reader import make_decoder
+from lmdata.formats.mds.reader import file_sizes, make_decoder
 from lmdata.storage import resolve
 
 
@@ -52,21 +54,33 @@ def _check_hashes(rep: _ShardReport, s: Shard, info: FileInfo, data: bytes, what
             )
 
 
+def _fetch(index: Index, key: str, sizes: dict[str, int]) -> bytes | None:
+    """The whole object ``key`` in one read (its size from the listing: no request to ask
+    it), or None when the listing has no such file."""
+    size = sizes.get(key)
+    if size is None:
+        return None
+    return index.store.read_range(key, 0, size) if size else b""
+
+
 def _load(
-    index: Index, rep: _ShardReport, s: Shard, raw: FileInfo, zipped: FileInfo | None, what: str
+    index: Index,
+    rep: _ShardReport,
+    s: Shard,
+    raw: FileInfo,
+    zipped: FileInfo | None,
+    what: str,
+    sizes: dict[str, int],
 ) -> bytes | None:
-    """The uncompressed bytes of one shard file, checking sizes and hashes on the way."""
-    store = index.store
-    raw_key = index.file(raw)
-    data: bytes | None = None
-    if store.exists(raw_key) and not store.is_dir(raw_key):
-        data = store.read(raw_key, 1 << 40)
+    """The uncompressed bytes of one shard file, checking sizes and hashes on the way: one
+    read per file present (``sizes``, from one listing per directory, says which are)."""
+    data = _fetch(index, index.file(raw), sizes)
+    if data is not None:
         if len(data) != raw.bytes:
             rep.add(f"{what} {raw.basename} is {len(data)} bytes, index.json says {raw.bytes}")
         _check_hashes(rep, s, raw, data, what)
-    zkey = index.file(zipped) if zipped is not None else ""
-    if zipped is not None and store.exists(zkey) and not store.is_dir(zkey):
-        blob = store.read(zkey, 1 << 40)
+    blob = _fetch(index, index.file(zipped), sizes) if zipped is not None else None
+    if zipped is not None and blob is not None:
         if len(blob) != zipped.bytes:
             rep.add(
                 f"{what} {zipped.basename} is {len(blob)} bytes, index.json says {zipped.bytes}"
@@ -129,12 +143,14 @@ def _check_config(rep: _ShardReport, s: Shard, text: bytes) -> None:
             rep.add(f"the shard's embedded {key} {cfg.get(key)!r} differ from index.json {want!r}")
 
 
-def _check_shard(index: Index, s: Shard, rep: _ShardReport, allow_unsafe_pickle: bool) -> None:
-    data = _load(index, rep, s, s.raw_data, s.zip_data, "data")
+def _check_shard(
+    index: Index, s: Shard, rep: _ShardReport, allow_unsafe_pickle: bool, sizes: dict[str, int]
+) -> None:
+    data = _load(index, rep, s, s.raw_data, s.zip_data, "data", sizes)
     table = data
     if s.split:
         assert s.raw_meta is not None
-        table = _load(index, rep, s, s.raw_meta, s.zip_meta, "meta")
+        table = _load(index, rep, s, s.raw_meta, s.zip_meta, "meta", sizes)
     if data is None or table is None:
         return
     offs = _offsets(rep, s, table, "meta file" if s.split else "shard")
@@ -201,11 +217,15 @@ def validate(
         index = load_index(store, find_index(store, key, split))
     except LmdataError as e:
         return [str(e)]
+    try:
+        sizes = file_sizes(index)  # one listing per directory, not a request per file
+    except (LmdataError, OSError) as e:
+        return [f"{index.path}: cannot list the shard files: {e}"]
     rep = ProblemReport()
     for s in index.shards:
         sr = _ShardReport(rep, s, index.url(s.raw_data))
         try:
-            _check_shard(index, s, sr, allow_unsafe_pickle)
+            _check_shard(index, s, sr, allow_unsafe_pickle, sizes)
         except (LmdataError, OSError) as e:
             sr.add(str(e))
     return rep.finish()

@@ -1,0 +1,259 @@
+"""The generated read functions (lmdata/formats/mds/fastpath.py) against the precise decoder.
+
+Whatever the bytes, ``r[i]``, ``take`` and iteration must give what the plain decoder gives for
+the same sample: the same value, or an lmdata error with the same message (file and position).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lmdata
+from lmdata.errors import CorruptDataError, LmdataError
+from lmdata.formats.mds.mds import SampleDecoder
+from lmdata.storage.cache import CACHE
+
+# leading ints (read with the size table), json, str, bytes, token arrays, a generic column
+COLS = {
+    "a": "int",
+    "b": "int",
+    "j": "json",
+    "s": "str",
+    "t": "ndarray:uint16",
+    "u": "bytes",
+    "x": "float64",
+}
+
+
+def sample(i: int) -> dict[str, Any]:
+    return {
+        "a": i - 7,
+        "b": 2**62 + i,
+        "j": {"k": [i, None, "é" * (i % 3)]},
+        "s": "héllo Ω " * (i % 4),
+        "t": np.arange(i % 5 + 1, dtype=np.uint16) * 300,
+        "u": bytes(range(i % 7)),
+        "x": i / 3,
+    }
+
+
+def make(d: Path, n: int = 24, **kw: Any) -> Path:
+    kw.setdefault("size_limit", 900)
+    with lmdata.writer(d, "mds", columns=COLS, **kw) as w:
+        for i in range(n):
+            w.write(sample(i))
+    return d
+
+
+def plain(r: Any, i: int) -> Any:
+    """Sample ``i`` through the plain decoder: a value, or the error message."""
+    k, j = r.locate(i)
+    s = r.shards[k]
+    dec = SampleDecoder(s.column_names, s.column_encodings, s.column_sizes)
+    try:
+        loaded = r._shard(k)
+        return r._decode(dec, r._raw(loaded, k, j), loaded, k, j)
+    except LmdataError as e:
+        return f"error: {e}"
+
+
+def attempt(fn: Any) -> Any:
+    try:
+        return fn()
+    except LmdataError as e:
+        return f"error: {e}"
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, np.ndarray) or isinstance(x, np.generic):
+            if type(x) is not type(y) or x.dtype != y.dtype or x.tobytes() != y.tobytes():
+                return False
+        elif isinstance(x, float) and math.isnan(x):
+            if not (isinstance(y, float) and math.isnan(y)):
+                return False
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True
+
+
+def test_values_and_types_match_the_plain_decoder(tmp_path: Path) -> None:
+    r = lmdata.open(make(tmp_path / "d"))
+    assert len(r.shards) > 2
+    want = [plain(r, i) for i in range(len(r))]
+    assert not any(isinstance(w, str) for w in want)
+    assert same(want[5], {**sample(5), "x": np.float64(5 / 3)})
+    assert all(same(r[i], w) for i, w in enumerate(want))
+    assert all(same(a, w) for a, w in zip(r, want, strict=True))
+    order = [7, 0, 23, 7, 12, 1]
+    assert all(same(a, want[i]) for a, i in zip(r.take(order), order, strict=True))
+    assert not r[3]["t"].flags.writeable  # read-only arrays, as streaming returns
+
+
+def test_columns_subset_and_non_leading_ints(tmp_path: Path) -> None:
+    make(tmp_path / "d")
+    r = lmdata.open(tmp_path / "d", columns=["b", "t"])
+    assert r[4].keys() == {"b", "t"} and r[4]["b"] == 2**62 + 4
+    with lmdata.writer(tmp_path / "e", "mds", columns={"s": "str", "z": "int"}) as w:
+        w.write({"s": "x", "z": -(2**63)})
+    assert lmdata.open(tmp_path / "e")[0] == {"s": "x", "z": -(2**63)}
+
+
+def test_json_values_orjson_alone_would_change(tmp_path: Path) -> None:
+    # a 70-bit integer (orjson makes it a float) and NaN (orjson refuses it): json.loads' values
+    with lmdata.writer(tmp_path / "d", "mds", columns={"j": "json"}) as w:
+        w.write({"j": {"big": 2**70, "f": 0.5}})
+        w.write({"j": [float("nan"), 12345678901234567890123]})
+    r = lmdata.open(tmp_path / "d")
+    assert r[0] == {"j": {"big": 2**70, "f": 0.5}} and type(r[0]["j"]["big"]) is int
+    v = r[1]["j"]
+    assert math.isnan(v[0]) and v[1] == 12345678901234567890123
+    assert next(iter(r))["j"]["big"] == 2**70 and r.take([0])[0]["j"]["big"] == 2**70
+
+
+def test_token_header_disagreeing_with_its_size_is_an_error(tmp_path: Path) -> None:
+    d = make(tmp_path / "d", size_limit=None)
+    shard = d / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    r = lmdata.open(d)
+    begin, _ = struct.unpack_from("<II", data, 4 + 4 * 4)
+    del r
+    # sample 4: sizes j, s, t, u; the token array starts after a, b, j and s
+    sj, ss = struct.unpack_from("<2I", data, begin)
+    t_at = begin + 16 + 16 + sj + ss
+    assert data[t_at] >> 2 == 1  # 1-D, shape stored per sample
+    data[t_at + 1] -= 1  # one token fewer than the bytes hold
+    shard.write_bytes(bytes(data))
+    r = lmdata.open(d)
+    for read in (lambda: r[4], lambda: r.take([4]), lambda: list(r)):
+        msg = attempt(read)
+        assert isinstance(msg, str) and "shard 0 sample 4" in msg and "shard.00000.mds" in msg
+    assert msg == plain(r, 4)
+    assert same(r[3], plain(r, 3))
+
+
+def test_decompressed_shards_are_not_held_past_the_cache(tmp_path: Path) -> None:
+    make(tmp_path / "d", n=60, compression="zstd", size_limit=400)
+    r = lmdata.open(tmp_path / "d", cache_bytes=0)
+    for i in np.random.default_rng(0).permutation(60).tolist():
+        assert same(r[i], plain(r, i))
+        assert len(r._fns) <= 1  # only the current shard, as the slot keeps its last entry
+    assert len(r.shards) > 5
+
+
+def test_eviction_elsewhere_drops_held_shards(tmp_path: Path) -> None:
+    make(tmp_path / "d", n=40, compression="zstd", size_limit=400)
+    r = lmdata.open(tmp_path / "d")
+    other = CACHE.slot()
+    gc.collect()
+    other.put("k", b"", 1)  # drops the slots of readers collected before (an eviction too)
+    for i in range(4):
+        assert same(r[i], plain(r, i))
+    assert len(r._fns) == 4 and len(r.shards) > 4
+    other.pop("k")  # any eviction in the process
+    assert same(r[5], plain(r, 5)) and list(r._fns) == [r.locate(5)[0]]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pos=st.integers(0, 5_000),
+    value=st.integers(0, 255),
+    shard=st.integers(0, 3),
+)
+def test_any_corruption_reads_as_the_plain_decoder_reads(
+    tmp_path_factory: Any, pos: int, value: int, shard: int
+) -> None:
+    base = tmp_path_factory.mktemp("fast") / "d"
+    make(base)
+    shards = json.loads((base / "index.json").read_text())["shards"]
+    names = [s["raw_data"]["basename"] for s in shards]
+    target = base / names[shard % len(names)]
+    data = bytearray(target.read_bytes())
+    data[pos % len(data)] = value
+    target.write_bytes(bytes(data))
+    try:
+        r = lmdata.open(base)
+    except LmdataError:
+        shutil.rmtree(base.parent)
+        return
+    want = [plain(r, i) for i in range(len(r))]
+    for i, w in enumerate(want):
+        assert same(attempt(lambda i=i: r[i]), w), i
+        assert same(attempt(lambda i=i: r.take([i])[0]), w), i
+    got = attempt(lambda: list(r))
+    first_bad = next((w for w in want if isinstance(w, str)), None)
+    if first_bad is None:
+        assert all(same(a, w) for a, w in zip(got, want, strict=True))
+    else:
+        assert got == first_bad
+    shutil.rmtree(base.parent)
+
+
+def test_errors_name_file_and_position(tmp_path: Path) -> None:
+    d = make(tmp_path / "d", size_limit=None)
+    shard = d / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    begin, _ = struct.unpack_from("<II", data, 4 + 4 * 2)
+    sj, ss = struct.unpack_from("<2I", data, begin)
+    assert ss > 0
+    data[begin + 16 + 16 + sj] = 0xFF  # sample 2's str column: invalid UTF-8
+    shard.write_bytes(bytes(data))
+    r = lmdata.open(d)
+    try:
+        r[2]
+    except CorruptDataError as e:
+        assert "shard.00000.mds" in str(e) and "shard 0 sample 2" in str(e)
+    else:
+        raise AssertionError("no error")
+
+
+def test_sizes_that_do_not_add_up_to_the_sample_are_an_error(tmp_path: Path) -> None:
+    d = make(tmp_path / "d", size_limit=None)
+    shard = d / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    (end,) = struct.unpack_from("<I", data, 4 + 4 * 4)
+    struct.pack_into("<I", data, 4 + 4 * 4, end + 1)  # sample 3 gains a byte after its columns
+    shard.write_bytes(bytes(data))
+    r = lmdata.open(d)
+    for read in (lambda: r[3], lambda: r.take([3]), lambda: list(r)):
+        msg = attempt(read)
+        assert isinstance(msg, str) and "shard 0 sample 3" in msg and "after its last" in msg
+    assert same(r[2], plain(r, 2))
+
+
+def test_hostile_column_names_are_data_not_code(tmp_path: Path) -> None:
+    # column names reach the generated source only as repr() literals: quotes, newlines,
+    # backslashes and Python syntax in a name must read back as that name, and run nothing
+    marker = tmp_path / "ran"
+    names = [
+        f"a'}} or __import__('pathlib').Path({str(marker)!r}).touch() or {{'",
+        'b"\nimport os\n"',
+        "c\\",
+        "d\x00é",
+    ]
+    cols = {names[0]: "int", names[1]: "str", names[2]: "json", names[3]: "bytes"}
+    with lmdata.writer(tmp_path / "d", "mds", columns=cols) as w:
+        for i in range(5):
+            w.write({names[0]: i, names[1]: f"s{i}", names[2]: [i], names[3]: b"x" * i})
+    r = lmdata.open(tmp_path / "d")
+    want = [{names[0]: i, names[1]: f"s{i}", names[2]: [i], names[3]: b"x" * i} for i in range(5)]
+    assert [r[i] for i in range(5)] == want
+    assert list(r) == want and r.take([4, 0]) == [want[4], want[0]]
+    assert not marker.exists()
