@@ -1,6 +1,7 @@
 """Run the benchmarks under bench/ and print their tables; `--quick` for a few-minute pass.
 
-`python bench/run.py [--quick] [NAME ...]`. The full run executes every bench_*.py with a
+`python bench/run.py [--quick] [--update-readme] [NAME ...]` (NAMEs run in the order
+given). The full run executes every bench_*.py with a
 main(): the side-by-side tables against the origin tools (bench_origin*.py, through
 bench/_compare.py and the side venvs of bench/envs.py) and the per-format tables. `--quick`
 runs only the side-by-side tables, on small inputs with fewer interleaved pairs. Either way the
@@ -35,9 +36,15 @@ def main() -> None:
     if only:
         _compare.COMMAND = "python bench/run.py " + " ".join(args)
 
-    for f in sorted(here.glob("bench_*.py")):
-        if only and not any(o in f.stem for o in only):
-            continue
+    files = sorted(here.glob("bench_*.py"))
+    if only:  # in the order asked; a name matches a module exactly, else as a substring
+        stems = {f.stem for f in files}
+        picked = [
+            [f for f in files if f.stem == o] if o in stems else [f for f in files if o in f.stem]
+            for o in only
+        ]
+        files = list(dict.fromkeys(f for group in picked for f in group))
+    for f in files:
         if quick and not f.stem.startswith("bench_origin"):
             continue
         spec = importlib.util.spec_from_file_location(f.stem, f)
@@ -51,6 +58,8 @@ def main() -> None:
         except Exception as exc:  # one failing benchmark must not hide the others' tables
             print(f"{f.stem} FAILED: {exc!r}", flush=True)
         print(f"({f.stem}: {time.perf_counter() - t0:.0f} s)", flush=True)
+        if readme:  # after each module, so an interrupted run keeps what it measured
+            _compare.update_readme()
     _compare.save_and_flag()
     if readme:
         done = _compare.update_readme()
