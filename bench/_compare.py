@@ -92,6 +92,33 @@ def compare(table: str, name: str, lmdata: Run, other: Run | None, why: str = ""
     return row
 
 
+def interleaved(
+    fns: dict[str, Callable[[int], int]], rounds: int = 15, seconds: float = 0.2
+) -> dict[str, tuple[float, float]]:
+    """In-process throughput, for the benches that report rows/s rather than pairs:
+    (items/s, 10th-percentile seconds per call) of each ``fn(i)`` (returning the items it
+    handled): rounds of ``seconds`` each, the paths taking turns, the median round per path.
+    Every path gets the same ``i`` sequence, so paths indexing by ``i`` see the same rows."""
+    import numpy as np
+
+    got: dict[str, list[float]] = {k: [] for k in fns}
+    calls: dict[str, list[float]] = {k: [] for k in fns}
+    start = 0
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            i, n, t0 = start, 0, time.perf_counter()
+            t = t0
+            while t - t0 < seconds:
+                n += fn(i)
+                i += 1
+                t1 = time.perf_counter()
+                calls[name].append(t1 - t)
+                t = t1
+            got[name].append(n / (t - t0))
+        start = i
+    return {k: (statistics.median(v), float(np.percentile(calls[k], 10))) for k, v in got.items()}
+
+
 def timed_cmd(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> float:
     """Wall time of one command in a fresh process; a failure raises with its stderr tail."""
     full = {**os.environ, **(env or {})}

@@ -11,12 +11,12 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _compare
 import numpy as np
 
 import lmdata
@@ -28,31 +28,7 @@ SEQ_LEN, BATCH = 2048, 32
 
 def rate(fn: Callable[[int], int], seconds: float = 1.5, repeats: int = 3) -> float:
     """Median items/s of ``fn(i)`` (which returns the items it handled) over timed runs."""
-    return rates({"": fn}, seconds / 5, repeats * 5)[""][0]
-
-
-def rates(
-    fns: dict[str, Callable[[int], int]], seconds: float = 0.2, rounds: int = 15
-) -> dict[str, tuple[float, float]]:
-    """(items/s of the median round, 10th-percentile seconds per call) of each ``fn(i)``,
-    interleaved: short rounds taking turns, each path given the same ``i`` sequence (the
-    same batches), so load from other jobs hits them alike."""
-    got: dict[str, list[float]] = {k: [] for k in fns}
-    calls: dict[str, list[float]] = {k: [] for k in fns}
-    start = 0
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            i, n, t0 = start, 0, time.perf_counter()
-            t = t0
-            while t - t0 < seconds:
-                n += fn(i)
-                i += 1
-                t1 = time.perf_counter()
-                calls[name].append(t1 - t)
-                t = t1
-            got[name].append(n / (t - t0))
-        start = i
-    return {k: (statistics.median(v), float(np.percentile(calls[k], 10))) for k, v in got.items()}
+    return _compare.interleaved({"": fn}, rounds=repeats * 5, seconds=seconds / 5)[""][0]
 
 
 def make_data() -> list[np.ndarray]:
@@ -128,7 +104,7 @@ def main() -> None:
         assert np.array_equal(r_blosc.packed_rows(b, SEQ_LEN), mm[b])
 
         load = os.getloadavg()[0]
-        fast = rates(
+        fast = _compare.interleaved(
             {
                 "memmap gather (limit)": memmap_gather,
                 "lmdata packed_rows, uncompressed": lmdata_rows(r_raw),

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _compare
 import numpy as np
 
 import lmdata
@@ -38,30 +39,6 @@ SEQ_LEN, BATCH = 2048, 32
 HERE = Path(__file__).resolve().parent
 STREAMING_PY = HERE.parent / ".venv" / "extra-streaming" / "bin" / "python"
 PEER_TOKENS = int(os.environ.get("BENCH_LOADER_PEER_TOKENS", 16 << 20))  # Grain, LitData
-
-
-def interleaved(
-    fns: dict[str, Callable[[int], int]], rounds: int = 15, seconds: float = 0.2
-) -> dict[str, tuple[float, float]]:
-    """(items/s, 10th-percentile seconds per call) of each ``fn(i)`` (returning the items it
-    handled): rounds of ``seconds`` each, the paths taking turns, the median round per path.
-    Every path gets the same ``i`` sequence, so paths indexing by ``i`` see the same rows."""
-    got: dict[str, list[float]] = {k: [] for k in fns}
-    calls: dict[str, list[float]] = {k: [] for k in fns}
-    start = 0
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            i, n, t0 = start, 0, time.perf_counter()
-            t = t0
-            while t - t0 < seconds:
-                n += fn(i)
-                i += 1
-                t1 = time.perf_counter()
-                calls[name].append(t1 - t)
-                t = t1
-            got[name].append(n / (t - t0))
-        start = i
-    return {k: (statistics.median(v), float(np.percentile(calls[k], 10))) for k, v in got.items()}
 
 
 def make_store(root: Path) -> lmdata.formats.flat_tokens.FlatTokens:
@@ -136,7 +113,7 @@ def throughput(root: Path, r: object) -> dict[str, tuple[float, float]]:
             got.append(n / dt)
         return statistics.median(got)
 
-    res = interleaved(
+    res = _compare.interleaved(
         {
             "numpy memmap gather of the same rows (the practical limit)": memmap_gather,
             "numpy memmap gather + packed expansion in plain numpy": numpy_packed,

@@ -50,21 +50,6 @@ def test_random_reads_fetch_what_they_use(s3_root, wire):
         assert wire["bytes"] <= 1.5 * 1024  # a ~1 KB sample (+ its header), not the shard
 
 
-@pytest.fixture
-def requests(monkeypatch, s3_server):
-    """Every S3 request this process sends, as (method, key)."""
-    s3fs = pytest.importorskip("s3fs")
-    log = []
-    orig = s3fs.S3FileSystem._call_s3
-
-    async def counted(self, method, *a, **kw):
-        log.append((method, kw.get("Key", kw.get("Prefix", ""))))
-        return await orig(self, method, *a, **kw)
-
-    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
-    return log
-
-
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_flat_tokens_reads_cost_one_request_each(s3_root, requests, compression):
     ft = f"{s3_root}/ft"

@@ -7,7 +7,6 @@ import pytest
 
 import lmdata
 from lmdata.storage import resolve
-from tests.storage.test_s3_bytes import requests  # noqa: F401  (the request log fixture)
 
 
 @pytest.mark.parametrize("cached", [True, False])  # s3fs's listings cache on or off
@@ -16,7 +15,7 @@ from tests.storage.test_s3_bytes import requests  # noqa: F401  (the request log
 )
 def test_validate_reads_each_shard_file_once(
     s3_root,
-    requests,  # noqa: F811
+    requests,
     fmt,
     compression,
     cached,
