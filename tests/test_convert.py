@@ -130,28 +130,13 @@ def test_no_reader_stays_open_after_an_in_process_job(tmp_path, fails):
 
 def test_workers_stage_token_blocks_and_the_driver_commits_them(tmp_path, monkeypatch):
     import os
-    import pickle
-
-    import lmdata.convert as conv
 
     rng = np.random.default_rng(3)
     with lmdata.writer(tmp_path / "src.zarr", "flat-tokens") as w:
         for _ in range(3000):  # 6 blocks
             w.write(rng.integers(0, 50_000, int(rng.integers(1, 40))))
     convert(tmp_path / "src.zarr", tmp_path / "ref.pbin", "modalities", split="train", workers=0)
-    sent: list[int] = []  # pickled bytes of each result crossing the executor
-    real = conv.make_executor
-
-    class Recording:
-        def __init__(self, inner):
-            self.inner, self.workers = inner, inner.workers
-
-        def map_ordered(self, fn, units, **kw):
-            for r in self.inner.map_ordered(fn, units, **kw):
-                sent.append(len(pickle.dumps(r)))
-                yield r
-
-    monkeypatch.setattr(conv, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
+    sent = _record_results(monkeypatch)
     staged: list[int] = []
     work = tmp_path / ".out.pbin.lmdata-convert"
     progress = lambda n: staged.append(len(os.listdir(work / "parts")))  # noqa: E731
@@ -171,9 +156,6 @@ def test_workers_stage_token_blocks_and_the_driver_commits_them(tmp_path, monkey
 
 def test_workers_stage_record_blocks_and_the_driver_commits_them(tmp_path, monkeypatch):
     import os
-    import pickle
-
-    import lmdata.convert as conv
 
     docs = [
         {"id": f"d{i}", "text": "é" * (i % 50), "meta": {"n": i, "t": [1.5, None]}}
@@ -184,19 +166,7 @@ def test_workers_stage_record_blocks_and_the_driver_commits_them(tmp_path, monke
             w.write(d)
     convert(tmp_path / "src.jsonl", tmp_path / "ref" / "out", "dolma", workers=0)  # dolma
     # names its documents' source after the output
-    sent: list[int] = []  # pickled bytes of each result crossing the executor
-    real = conv.make_executor
-
-    class Recording:
-        def __init__(self, inner):
-            self.inner, self.workers = inner, inner.workers
-
-        def map_ordered(self, fn, units, **kw):
-            for r in self.inner.map_ordered(fn, units, **kw):
-                sent.append(len(pickle.dumps(r)))
-                yield r
-
-    monkeypatch.setattr(conv, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
+    sent = _record_results(monkeypatch)
     work = tmp_path / ".out.lmdata-convert"
     (work / "parts").mkdir(parents=True)  # what a killed job left: replaced, never committed
     (work / "parts" / "000000-000000-000000.rec").write_bytes(b"stale")
@@ -225,3 +195,25 @@ def test_a_record_block_staging_cannot_hold_goes_through_as_it_is(tmp_path):
     finally:
         conv._init(None)
     assert res == [{"tags": {"a", "b"}}] * 2 and staging.parts() == []
+
+
+def _record_results(monkeypatch) -> list[int]:
+    """The pickled size of every result crossing convert's executor, in order."""
+    import pickle
+
+    import lmdata.convert as conv
+
+    sent: list[int] = []
+    real = conv.make_executor
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.workers = inner, inner.workers
+
+        def map_ordered(self, fn, units, **kw):
+            for r in self.inner.map_ordered(fn, units, **kw):
+                sent.append(len(pickle.dumps(r)))
+                yield r
+
+    monkeypatch.setattr(conv, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
+    return sent
