@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmdata
+from lmdata._pickle import safe_loads
 from lmdata.errors import (
     CorruptDataError,
     FormatError,
@@ -132,6 +133,67 @@ def test_writer_accepts_plain_data_and_numpy(tmp_path: Path) -> None:
     out = write(tmp_path / "d", ex, block_size=2, compression_strategy=1)
     got = list(lmdata.open(out))
     assert got[0] == ex[0] and np.array_equal(got[1][0], ex[1][0]) and got[1][1:] == ex[1][1:]
+
+
+builtin_data = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary(),
+    lambda c: (
+        st.lists(c)
+        | st.tuples(c, c)
+        | st.dictionaries(st.text(), c)
+        | st.frozensets(st.integers())
+        | st.builds(bytearray, st.binary())
+    ),
+    max_leaves=20,
+)
+
+
+@given(block=st.lists(builtin_data, max_size=5), protocol=st.integers(0, 5))
+def test_writer_pickles_blocks_as_pickle_dumps(block: list[Any], protocol: int) -> None:
+    raw, builtin = atlas.codec.pickle_examples(block, protocol)
+    assert raw == pickle.dumps(block, protocol=protocol)  # byte-identical to the origin's
+    if builtin:  # what lets the writer skip its check: the readers' unpickler takes it
+        assert safe_loads(raw) == block
+    # from protocol 4 (the default) built-in data needs no reduction, except bytearray below 5
+    if protocol >= 4:
+        assert builtin == (protocol >= 5 or not any(_has_bytearray(x) for x in block))
+
+
+def _has_bytearray(x: Any) -> bool:
+    if isinstance(x, bytearray):
+        return True
+    if isinstance(x, (list, tuple, frozenset)):
+        return any(_has_bytearray(y) for y in x)
+    return isinstance(x, dict) and any(_has_bytearray(y) for y in x.values())
+
+
+@pytest.mark.parametrize(
+    "example, checked",
+    [
+        ({"a": [1, "x", None], "b": b"y", "c": {1.5}}, False),
+        ({"a": 1j}, True),
+        ({"a": np.arange(3)}, True),
+        (OrderedDict(a=1), True),  # a dict subclass: refused by the check
+    ],
+)
+def test_writer_unpickles_only_blocks_with_more_than_builtins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, example: Any, checked: bool
+) -> None:
+    from lmdata.formats.atlas import shard
+
+    calls = []
+    real = shard.safe_loads
+    monkeypatch.setattr(shard, "safe_loads", lambda raw: calls.append(raw) or real(raw))
+    try:
+        write(tmp_path / "d", [example] * 3, block_size=2, compression_strategy=1)
+    except InvalidInputError:
+        assert type(example) is OrderedDict
+    assert bool(calls) == checked
 
 
 def _lying_frame(declared: int) -> bytes:
