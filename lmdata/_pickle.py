@@ -133,6 +133,12 @@ def _check_memo_indices(data: bytes, where: str) -> None:
         )
 
 
+def memo_check_needed() -> bool:
+    """Whether :func:`safe_loads` walks pickles for memo bombs on this Python (so a caller
+    that remembers which bytes passed saves something by passing ``memo_checked=True``)."""
+    return not _sparse_memo()
+
+
 @functools.cache
 def _sparse_memo() -> bool:
     """Whether this Python's C unpickler keeps a far memo slot without a table up to it
@@ -233,14 +239,19 @@ def safe_loads(
     where: str = "",
     path: str | None = None,
     allow_unsafe: bool = False,
+    memo_checked: bool = False,
 ) -> Any:
     """Unpickle ``data`` allowing only plain data (or anything when ``allow_unsafe``).
 
     Any failure is a :class:`CorruptDataError` or :class:`UnsafeDataError` naming ``path`` and
     ``where``; nothing else escapes. Bytes after the pickle's end are ignored, as by
-    ``pickle.loads``; :func:`safe_load_prefix` says where it ended.
+    ``pickle.loads``; :func:`safe_load_prefix` says where it ended. ``memo_checked=True``
+    skips the memo-bomb walk for bytes equal to ones that passed it before (the allow-list
+    still applies).
     """
-    return safe_load_prefix(data, where=where, path=path, allow_unsafe=allow_unsafe)[0]
+    return safe_load_prefix(
+        data, where=where, path=path, allow_unsafe=allow_unsafe, memo_checked=memo_checked
+    )[0]
 
 
 def safe_load_prefix(
@@ -249,6 +260,7 @@ def safe_load_prefix(
     where: str = "",
     path: str | None = None,
     allow_unsafe: bool = False,
+    memo_checked: bool = False,
 ) -> tuple[Any, int]:
     """(value, number of bytes the pickle took) of the pickle at the start of ``data``."""
     try:
@@ -256,7 +268,8 @@ def safe_load_prefix(
             f = io.BytesIO(bytes(data))
             return pickle.Unpickler(f).load(), f.tell()
         raw = bytes(data)
-        _check_memo_indices(raw, where)
+        if not memo_checked:
+            _check_memo_indices(raw, where)
         u = _SafeUnpickler(raw, where)
         return u.load(), u.consumed()
     except UnsafeDataError as e:

@@ -445,3 +445,50 @@ def test_out_of_range_meta_integers(tmp_path: Path, file: str, key: str, value: 
     if file != "meta.json":
         with pytest.raises(CorruptDataError, match=re.escape(key)):
             atlas.open(out / "1")
+
+
+def _walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The lengths of the pickles the memo-bomb walk runs on from now on (as on Python 3.11)."""
+    from lmdata import _pickle
+
+    walked: list[int] = []
+    check = _pickle._check_memo_indices
+    monkeypatch.setattr(_pickle, "_sparse_memo", lambda: False)
+    monkeypatch.setattr(
+        _pickle, "_check_memo_indices", lambda d, w: walked.append(len(d)) or check(d, w)
+    )
+    return walked
+
+
+@pytest.mark.parametrize("strategy", [0, 2])
+def test_a_block_is_walked_for_memo_bombs_once_per_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: int
+) -> None:
+    walked = _walks(monkeypatch)
+    ex = [{"i": i, "t": "r" * i} for i in range(60)]
+    out = write(tmp_path / "d", ex, shard_size=30, block_size=10, compression_strategy=strategy)
+    r = atlas.open(out, cache_bytes=0)  # nothing kept: each read decodes its block again
+    order = [0, 25, 11, 45, 1, 26, 12, 46, 59, 0, 35, 25]
+    assert [r[i] for i in order] == [ex[i] for i in order]
+    assert len(walked) == 6  # one walk per distinct block, though blocks decode 10 times
+    assert r.take([3, 58, 31]) == [ex[3], ex[58], ex[31]] and len(walked) == 6
+    # a fresh reader, or one that trusts the file, keeps its own account
+    assert atlas.open(out, cache_bytes=0)[25] == ex[25] and len(walked) == 7
+    assert atlas.open(out, allow_unsafe_pickle=True)[25] == ex[25] and len(walked) == 7
+
+
+def test_changed_block_bytes_are_walked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    walked = _walks(monkeypatch)
+    ex = [{"i": i, "t": "x" * 50} for i in range(20)]
+    out = write(tmp_path / "d", ex, block_size=10, compression_strategy=0)
+    r = atlas.open(out, cache_bytes=0)
+    assert r[0] == ex[0] and r[10] == ex[10] and len(walked) == 2
+    # Rewrite block 0 in place, same length, as a memo bomb (stored raw: strategy 0).
+    shard = out / "0"
+    idx = np.load(shard / "index.npy").astype(np.int64)
+    bomb = b"\x80\x04Nr\x00\x00\x00\x48."
+    with open(shard / "data.bin", "r+b") as f:
+        f.write(bomb + b"\x00" * (int(idx[1]) - len(bomb)))
+    with pytest.raises(UnsafeDataError, match="memo slot"):
+        r[1]
+    assert len(walked) == 3

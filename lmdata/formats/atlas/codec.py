@@ -226,12 +226,19 @@ def paused_gc() -> Iterator[None]:
 
 
 def unpickle_block(
-    data: bytes, expected: int, where: str, path: str, allow_unsafe: bool
+    data: bytes,
+    expected: int,
+    where: str,
+    path: str,
+    allow_unsafe: bool,
+    memo_checked: bool = False,
 ) -> list[Any]:
     """The examples of one block: a pickled list of exactly ``expected`` items (unpickled with
-    the collector paused)."""
+    the collector paused; ``memo_checked``: these bytes passed the memo-bomb walk before)."""
     with paused_gc():
-        block = safe_loads(data, where=where, path=path, allow_unsafe=allow_unsafe)
+        block = safe_loads(
+            data, where=where, path=path, allow_unsafe=allow_unsafe, memo_checked=memo_checked
+        )
     if not isinstance(block, list):
         raise CorruptDataError(
             f"block holds a pickled {type(block).__name__}, not the list of examples Atlas stores",

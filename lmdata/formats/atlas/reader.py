@@ -10,6 +10,7 @@ that decodes each needed block once; reading ahead when ``r[i]`` goes in order.
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import os
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from lmdata._pickle import memo_check_needed
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.blocks import (
@@ -42,6 +44,7 @@ MAX_OPEN_FILES = 64
 _READ_AHEAD = 8 << 20  # sequential iteration reads this many bytes of blocks per pread
 _GET_AHEAD = 1 << 20  # r[i] in order reads this many bytes of blocks per pread
 _GET_AHEAD_BLOCKS = 256
+_CHECKED_BLOCKS = 1 << 17  # digests of safely unpickled blocks remembered (about 9 MiB)
 
 
 class Atlas:
@@ -113,6 +116,8 @@ class Atlas:
         # examples of blocks read before, one pickle each, in the process-wide byte cache
         self._slot = new_slot(self.cache_bytes)
         self._reuse = Reuse(self.cache_bytes)
+        self._checked: set[bytes] = set()  # digests of stored blocks that unpickled safely
+        self._memo_walks = memo_check_needed()
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -329,6 +334,7 @@ class Atlas:
         """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
         where = self._where(s, b)
         path = self._data_paths[s]
+        seen = self._fingerprint(s, raw)
         compressed, dict_id, dict_path = self._codec(s)
         if compressed:
             raw = codec.decompress_block(
@@ -341,9 +347,31 @@ class Atlas:
                 dict_path=dict_path,
             )
         items = codec.unpickle_block(
-            raw, self.shards[s].meta.block_len(b), where, path, self.allow_unsafe_pickle
+            raw,
+            self.shards[s].meta.block_len(b),
+            where,
+            path,
+            self.allow_unsafe_pickle,
+            memo_checked=seen in self._checked if seen else False,
         )
+        if seen:
+            self._note_checked(seen)
         return items, len(raw)
+
+    def _fingerprint(self, s: int, stored: bytes) -> bytes:
+        """A digest of block bytes as stored in shard ``s`` (they decode the same way each
+        time: the shard's dictionary is fixed), or b"" where no memo walk runs anyway."""
+        if self.allow_unsafe_pickle or not self._memo_walks:
+            return b""
+        return hashlib.blake2b(stored, digest_size=16, key=s.to_bytes(8, "little")).digest()
+
+    def _note_checked(self, seen: bytes) -> None:
+        """Remember that the block with this digest unpickled safely: decoding the same bytes
+        again (random reads come back to blocks the cache no longer holds) skips the memo
+        walk, which costs as much as the unpickling. Bounded: forgotten all at once."""
+        if len(self._checked) >= _CHECKED_BLOCKS:
+            self._checked.clear()
+        self._checked.add(seen)
 
     def _read_block(self, s: int, b: int) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s``."""
