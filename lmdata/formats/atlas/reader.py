@@ -366,9 +366,8 @@ class Atlas:
         return hashlib.blake2b(stored, digest_size=16, key=s.to_bytes(8, "little")).digest()
 
     def _note_checked(self, seen: bytes) -> None:
-        """Remember that the block with this digest unpickled safely: decoding the same bytes
-        again (random reads come back to blocks the cache no longer holds) skips the memo
-        walk, which costs as much as the unpickling. Bounded: forgotten all at once."""
+        """Remember a block that unpickled safely: decoding the same bytes again (random reads
+        return to blocks the cache lost) skips the memo walk. Bounded: forgotten at once."""
         if len(self._checked) >= _CHECKED_BLOCKS:
             self._checked.clear()
         self._checked.add(seen)
@@ -569,12 +568,13 @@ class Atlas:
 
     def _iter_shard(self, s: int, size: int, idx: np.ndarray) -> Iterator[Any]:
         n = self.shards[s].meta.num_blocks
+        offs: list[int] = idx[: n + 1].tolist()  # plain ints: numpy scalars cost µs a block
         b = 0
         while b < n:
             e = b + 1
-            while e < n and idx[e + 1] - idx[b] <= _READ_AHEAD:
+            while e < n and offs[e + 1] - offs[b] <= _READ_AHEAD:
                 e += 1
-            start, stop = int(idx[b]), int(idx[e])
+            start, stop = offs[b], offs[e]
             buf = b""
             if self._one_read(idx[b : e + 1], size):
                 buf = self.store.read_range(self._data_paths[s], start, stop - start)
@@ -583,7 +583,7 @@ class Atlas:
                     yield from self._read_block(s, k)[0]
             else:
                 for k in range(b, e):
-                    raw = buf[int(idx[k]) - start : int(idx[k + 1]) - start]
+                    raw = buf[offs[k] - start : offs[k + 1] - start]
                     yield from self._decode_raw(s, k, raw)[0]
             b = e
 
