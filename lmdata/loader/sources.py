@@ -106,7 +106,7 @@ class Source:
             and dtype == np.int32
             and (self._rows is not None or _takes_out(self._windows))
         )
-        self._seq_starts: np.ndarray | None = None  # non-empty sequence starts, read once
+        self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
         self._pieces: np.ndarray | None = None
         L = seq_len
@@ -185,8 +185,9 @@ class Source:
         if encoded:
             return packed_from_encoded(values, self.dtype, self.bos)
         if self._seq_starts is None:
-            b = self._boundaries()
-            self._seq_starts = b[:-1][b[1:] > b[:-1]]
+            # every document's start, a view: an empty document's start equals the next one's
+            # and the row's flat starts are deduplicated (a first batch never scans the index)
+            self._seq_starts = self._boundaries()[:-1]
         flat_starts = starts_in_rows(self._seq_starts, starts, values.shape[1])
         return packed_from_starts(values, flat_starts, self.dtype, self.bos)
 
