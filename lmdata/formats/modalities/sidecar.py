@@ -200,6 +200,15 @@ def _trusted(st: os.stat_result) -> bool:
     return geteuid is not None and st.st_uid == geteuid() and not st.st_mode & 0o022
 
 
+def _foreign(path: Path) -> bool:
+    """Whether ``path`` is a file of another user."""
+    geteuid = getattr(os, "geteuid", None)
+    try:
+        return geteuid is not None and os.lstat(path).st_uid != geteuid()
+    except OSError:
+        return False
+
+
 def load(path: Path, data: object, digest: bytes | None = None) -> IndexArrays | None:
     """The arrays of the sidecar at ``path`` if it is whole, was written by this user and
     belongs to ``data`` (same size and layout; same identity, or the same index digest); None
@@ -370,6 +379,8 @@ def index_arrays(
     if before is None or identity(data) != before:  # changed while read: not worth keeping
         before = None
     for p in places:
+        if _foreign(p):  # another user's: left alone (replacing it would make them rebuild)
+            continue
         if write(p, data, digest, idx, before):
             # mapped: shared with every process that opens the file, not a private copy
             return load(p, data, digest) or idx
