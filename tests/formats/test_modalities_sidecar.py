@@ -375,3 +375,21 @@ def test_overwriting_a_pbin_drops_its_sidecar(tmp_path, monkeypatch):
     assert seen == [False]  # gone before the new file appears
     assert not side(p).exists()
     assert contents(PackedTokens(p)) == [[7, 8]]
+
+
+def test_an_s3_pbin_is_known_by_its_etag(s3_root, digests, no_unpickling):
+    seqs = seqs_of(14)
+    url = write(f"{s3_root}/a.pbin", seqs)
+    assert contents(lmdata.open(url)) == [s.tolist() for s in seqs]
+    assert len(list((Path(os.environ[sidecar.CACHE_ENV]) / sidecar.CACHE_SUBDIR).iterdir())) == 1
+    del digests[:]
+    no_unpickling()
+    assert contents(lmdata.open(url)) == [s.tolist() for s in seqs]
+    assert digests == []  # the same ETag: the index is neither read nor hashed
+
+
+def test_an_overwritten_s3_pbin_is_rebuilt(s3_root):
+    url = write(f"{s3_root}/a.pbin", [[1, 2, 3], [4, 5], [6]])
+    lmdata.open(url)
+    write(url, [[1, 2], [3, 4, 5], [6]], overwrite=True)  # the same size, another index
+    assert contents(lmdata.open(url)) == [[1, 2], [3, 4, 5], [6]]
