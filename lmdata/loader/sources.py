@@ -144,23 +144,24 @@ class Source:
         if self.mode == "unpacked":
             return self._read_unpacked(rows)
         L = self.seq_len
-        starts = rows.astype(np.int64) * L
-        partial = rows >= self.full_rows  # only the last row of a finite pass
-        if self._in_place and not partial.any():
+        # only the last row of a finite pass is partial: training rows need no check
+        partial = rows >= self.full_rows if self.finite else None
+        if self._in_place and (partial is None or not partial.any()):
             # gathered straight into the targets' memory and decoded there
-            out = packed_buffers(len(starts), L, self.dtype, IO_KEYS)
+            out = packed_buffers(len(rows), L, self.dtype, IO_KEYS)
             enc = out["targets"].view(np.uint32)
             if self._rows is not None:
                 self._rows(rows, L, out=enc)
             else:
-                self._windows(starts, L, out=enc)
+                self._windows(rows.astype(np.int64) * L, L, out=enc)
             fill_packed(enc, out, self.bos)
         else:
+            starts = rows.astype(np.int64) * L
             out = self._layout(*self._tokens(starts, L if self.mode == "packed" else L + 1), starts)
-        if self.finite:
+        if partial is not None:
             out["loss_mask"] = np.ones(out["targets"].shape, dtype=bool)
             for i in np.flatnonzero(partial).tolist():
-                pad_tail(out, i, self._usable - int(starts[i]), self.pad_id)
+                pad_tail(out, i, self._usable - int(rows[i]) * L, self.pad_id)
         return out
 
     def _tokens(self, starts: np.ndarray, length: int) -> tuple[np.ndarray, bool]:
