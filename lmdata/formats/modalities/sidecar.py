@@ -367,6 +367,8 @@ def index_arrays(
     h = data.header  # type: ignore[attr-defined]
     if h.file_size - h.index_start < MIN_INDEX_BYTES or not (reuse or save):
         return build()
+    if not hasattr(os, "geteuid"):  # no owners to trust a sidecar by: none is ever used
+        return build()
     places = _places(data.store, data.key)  # type: ignore[attr-defined]
     if reuse:
         for p in places:
