@@ -281,7 +281,6 @@ def test_an_open_reads_neither_the_index_nor_the_arrays(tmp_path, monkeypatch, n
 
     monkeypatch.setattr(sidecar, "index_digest", refuse)
     monkeypatch.setattr(PbinData, "read_index_bytes", refuse)
-    monkeypatch.setattr(sidecar, "valid", refuse)
     monkeypatch.setattr(sidecar, "_contiguous", refuse)
     r = PackedTokens(p)
     assert r.contiguous and contents(r) == [s.tolist() for s in seqs]

@@ -14,10 +14,11 @@ and device on local disk; ETag, version or generation on object stores) and a ch
 all that. Opening is O(1) in the number of documents:
 
 - a sidecar is used only if this user wrote it and nothing wrote to it since: owned by the
-  current user, writable by no one else (a file another user could write, or wrote, is rebuilt,
-  into the private cache folder if need be), and its mtime the one recorded in it when it was
+  current user, writable by no one else, and its mtime the one recorded in it when it was
   built (a later write, by any tool, changes it). The arrays were checked like the pickle
-  (every span inside the data) when they were built; only their owner could forge them;
+  (every span inside the data) when they were built; only their owner could forge them. A
+  group-writable one of this user's is rebuilt in place; another user's is left alone and this
+  user's copy goes to the cache folder; where there are no user ids, none is written;
 - when the ``.pbin``'s identity is the recorded one, the digest is not recomputed; when it
   changed (touched, copied, rewritten) the index is hashed once: the same digest records the
   new identity in place, another one rebuilds the sidecar.
@@ -58,7 +59,7 @@ _IDENT_AT = _HEADER.size - 32  # identity and checksum: rewritten in place when 
 _REPAIRED = 1
 _CONTIGUOUS = 2
 _FLAGS = _REPAIRED | _CONTIGUOUS
-_CHUNK = 1 << 20  # entries per validation step (bounded temporaries)
+_CHUNK = 1 << 20  # entries per step of the contiguity check and the writer (bounded temporaries)
 _HASH_CHUNK = 8 << 20
 _I64 = np.dtype("<i8")
 _U64 = np.dtype("<u8")
@@ -282,23 +283,6 @@ def _load(
         sidecar=path,
         digest=key,
     )
-
-
-def valid(idx: IndexArrays, tokens: int) -> bool:
-    """Every span inside the ``tokens`` of data and the boundaries the running sum of the
-    lengths (whole-array passes in bounded steps; ``lmdata validate`` and tests use it)."""
-    starts, lens, signed = idx.starts, idx.lengths, idx.boundaries.view(_I64)
-    if len(signed) != len(starts) + 1 or int(signed[0]) != 0:
-        return False
-    n = len(starts)
-    for lo in range(0, n, _CHUNK):
-        hi = min(lo + _CHUNK, n)
-        s, ln, b = starts[lo:hi], lens[lo:hi], signed[lo : hi + 1]
-        if (s < 0).any() or (ln < 0).any() or (ln > tokens - s).any():
-            return False
-        if (b[1:] < 0).any() or not np.array_equal(b[1:] - b[:-1], ln):
-            return False
-    return True
 
 
 # ---- writing ---------------------------------------------------------------------------------
