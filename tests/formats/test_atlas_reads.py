@@ -218,6 +218,13 @@ def test_blocks_read_ahead_decompress_together_and_check_each_frame(
     r = atlas.open(path, cache_bytes=0)
     assert [r[i] for i in range(400)] == ex
     assert singles == ["shard 0 block 0", "shard 1 block 0"]
+    from lmdata.formats.atlas import reader
+
+    singles.clear()
+    block = (path / "0" / "data.bin").stat().st_size // 20
+    monkeypatch.setattr(reader, "_READ_AHEAD", 7 * block)  # several reads per shard
+    monkeypatch.setattr(reader, "_GET_AHEAD", 3 * block)  # batches of 1-3 blocks per read
+    assert list(atlas.open(path)) == ex and len(singles) < 10  # a batch of one: one by one
     monkeypatch.setattr(codec, "decompress_block", one_by_one)
     # a batch with any frame the one-block path would refuse is not decoded as a batch
     raws = [r.block_bytes(0, b) for b in range(4)]

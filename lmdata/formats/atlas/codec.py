@@ -13,7 +13,7 @@ import io
 import os
 import pickle
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -243,6 +243,30 @@ def decompress_many(
     if [len(g) for g in got] != sizes.tolist():
         return None
     return got
+
+
+def in_batches(
+    buf: bytes,
+    start: int,
+    offs: list[int],
+    blocks: range,
+    limit: int,
+    decode: Callable[[list[bytes]], list[bytes] | None],
+) -> Iterator[tuple[int, bytes, bytes | None]]:
+    """(block, stored bytes, decompressed bytes or None) of ``blocks``, whose index offsets are
+    ``offs`` and which were read into ``buf`` from byte ``start``, handed to ``decode`` (say
+    :func:`decompress_many`) about ``limit`` stored bytes at a time."""
+    k, e = blocks.start, blocks.stop
+    while k < e:
+        j = k + 1
+        while j < e and offs[j + 1] - offs[k] <= limit:
+            j += 1
+        raws = [buf[offs[x] - start : offs[x + 1] - start] for x in range(k, j)]
+        pickled: list[bytes | None] = list(decode(raws) or [None] * len(raws))
+        for x in range(k, j):
+            yield x, raws[x - k], pickled[x - k]
+            pickled[x - k] = None  # handed out once
+        k = j
 
 
 @contextmanager

@@ -10,7 +10,7 @@ that decodes each needed block once; reading ahead when ``r[i]`` goes in order.
 from __future__ import annotations
 
 import copy
-import hashlib
+import functools
 import io
 import os
 import threading
@@ -29,6 +29,7 @@ from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.blocks import (
     MAX_HOT,
     TAKEN,
+    Checked,
     Hot,
     PerThread,
     Reuse,
@@ -45,7 +46,6 @@ MAX_OPEN_FILES = 64
 _READ_AHEAD = 8 << 20  # sequential iteration reads this many bytes of blocks per pread
 _GET_AHEAD = 1 << 20  # r[i] in order reads this many bytes of blocks per pread
 _GET_AHEAD_BLOCKS = 256
-_CHECKED_BLOCKS = 1 << 17  # digests of safely unpickled blocks remembered (about 9 MiB)
 
 
 class Atlas:
@@ -117,8 +117,7 @@ class Atlas:
         # examples of blocks read before, one pickle each, in the process-wide byte cache
         self._slot = new_slot(self.cache_bytes)
         self._reuse = Reuse(self.cache_bytes)
-        self._checked: set[bytes] = set()  # digests of stored blocks that unpickled safely
-        self._memo_walks = memo_check_needed()
+        self._checked = Checked(not self.allow_unsafe_pickle and memo_check_needed())
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -338,7 +337,7 @@ class Atlas:
         their decompressed ``pickled`` bytes when a batch decoded them already)."""
         where = self._where(s, b)
         path = self._data_paths[s]
-        seen = self._fingerprint(s, raw)
+        seen = self._checked.digest(s, raw)
         compressed, dict_id, dict_path = self._codec(s)
         if pickled is not None:
             raw = pickled
@@ -358,25 +357,10 @@ class Atlas:
             where,
             path,
             self.allow_unsafe_pickle,
-            memo_checked=seen in self._checked if seen else False,
+            memo_checked=seen in self._checked,
         )
-        if seen:
-            self._note_checked(seen)
-        return items, len(raw)
-
-    def _fingerprint(self, s: int, stored: bytes) -> bytes:
-        """A digest of block bytes as stored in shard ``s`` (they decode the same way each
-        time: the shard's dictionary is fixed), or b"" where no memo walk runs anyway."""
-        if self.allow_unsafe_pickle or not self._memo_walks:
-            return b""
-        return hashlib.blake2b(stored, digest_size=16, key=s.to_bytes(8, "little")).digest()
-
-    def _note_checked(self, seen: bytes) -> None:
-        """Remember a block that unpickled safely: decoding the same bytes again (random reads
-        return to blocks the cache lost) skips the memo walk. Bounded: forgotten at once."""
-        if len(self._checked) >= _CHECKED_BLOCKS:
-            self._checked.clear()
         self._checked.add(seen)
+        return items, len(raw)
 
     def _read_block(self, s: int, b: int) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s``."""
@@ -599,10 +583,11 @@ class Atlas:
                 for k in range(b, e):  # slow path: raises the precise error
                     yield from self._read_block(s, k)[0]
             else:
-                raws = [buf[offs[k] - start : offs[k + 1] - start] for k in range(b, e)]
-                pickled = self._batch(s, raws)
-                for k in range(b, e):
-                    yield from self._decode_raw(s, k, raws[k - b], pickled and pickled[k - b])[0]
+                batch = functools.partial(self._batch, s)
+                for k, raw, pickled in codec.in_batches(
+                    buf, start, offs, range(b, e), _GET_AHEAD, batch
+                ):
+                    yield from self._decode_raw(s, k, raw, pickled)[0]
             b = e
 
     # ---- extras ----------------------------------------------------------------------------
