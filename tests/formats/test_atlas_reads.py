@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import zstandard
 
 from lmdata.errors import CorruptDataError
 from lmdata.formats import atlas
@@ -29,9 +28,9 @@ def _counting(r: atlas.Atlas) -> tuple[list[tuple[int, int]], list[int]]:
     reads: list[int] = []
     decode, read_range = r._decode_raw, r.store.read_range
 
-    def counting_decode(s: int, b: int, raw: bytes, pickled: bytes | None = None) -> Any:
+    def counting_decode(s: int, b: int, raw: bytes) -> Any:
         decoded.append((s, b))
-        return decode(s, b, raw, pickled)
+        return decode(s, b, raw)
 
     def counting_read(key: str, start: int, length: int) -> bytes:
         if key.endswith("data.bin"):
@@ -198,55 +197,3 @@ def test_opening_to_read_does_not_import_the_writer(two_shards) -> None:
         env={**os.environ, "PYTHONPATH": root},
     ).stdout
     assert "reader" in out and "writer" not in out and ".validate" not in out
-
-
-def test_blocks_read_ahead_decompress_together_and_check_each_frame(
-    two_shards, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path, ex = two_shards
-    monkeypatch.setattr(codec, "default_workers", lambda: 2)
-    one_by_one = codec.decompress_block
-    singles: list[str] = []
-
-    def single(raw: bytes, *args: Any, **kwargs: Any) -> bytes:
-        singles.append(args[2])  # where: "shard S block B"
-        return one_by_one(raw, *args, **kwargs)
-
-    monkeypatch.setattr(codec, "decompress_block", single)
-    # in order, every block comes from a two-thread batch (r[i]: after each shard's first)
-    assert list(atlas.open(path)) == ex and singles == []
-    r = atlas.open(path, cache_bytes=0)
-    assert [r[i] for i in range(400)] == ex
-    assert singles == ["shard 0 block 0", "shard 1 block 0"]
-    from lmdata.formats.atlas import reader
-
-    singles.clear()
-    block = (path / "0" / "data.bin").stat().st_size // 20
-    monkeypatch.setattr(reader, "_READ_AHEAD", 7 * block)  # several reads per shard
-    monkeypatch.setattr(reader, "_GET_AHEAD", 3 * block)  # batches of 1-3 blocks per read
-    assert list(atlas.open(path)) == ex and len(singles) < 10  # a batch of one: one by one
-    monkeypatch.setattr(codec, "decompress_block", one_by_one)
-    # a batch with any frame the one-block path would refuse is not decoded as a batch
-    raws = [r.block_bytes(0, b) for b in range(4)]
-    dctx, want = (
-        r._decompressor(0),
-        [one_by_one(x, r._decompressor(0), 1 << 20, "", "") for x in raws],
-    )
-    assert codec.decompress_many(raws, dctx, 1 << 20, 0) == want
-    for bad in (
-        [*raws[:2], b"junk" + raws[2][4:]],  # not a zstd frame
-        [*raws[:2], zstandard.ZstdCompressor(write_content_size=False).compress(b"x")],
-        [*raws[:2], zstandard.ZstdCompressor(dict_data=_dict()).compress(b"x" * 100)],
-        raws[:1],  # one block: nothing to gain
-    ):
-        assert codec.decompress_many(bad, dctx, 1 << 20, 0) is None
-    assert codec.decompress_many(raws, dctx, min(map(len, want)) - 1, 0) is None  # max_bytes
-    monkeypatch.setattr(codec, "BATCH_BYTES", sum(map(len, want)) - 1)
-    assert codec.decompress_many(raws, dctx, 1 << 20, 0) is None
-    monkeypatch.setattr(codec, "default_workers", lambda: 1)  # one core: one by one
-    assert codec.decompress_many(raws, dctx, 1 << 20, 0) is None
-
-
-def _dict() -> zstandard.ZstdCompressionDict:
-    samples = [pickle.dumps(examples(20, seed=k)) for k in range(40)]
-    return zstandard.train_dictionary(2048, samples)

@@ -46,8 +46,7 @@ class PerThread(threading.local):
     def __init__(self) -> None:
         self.last: tuple[int, int, list[Any]] = (0, 0, _EMPTY)  # (lo, examples, items)
         self.hot: OrderedDict[int, Hot] = OrderedDict()
-        # shard -> (first block, offsets, bytes, their decompressed blocks or None)
-        self.ahead: dict[int, tuple[int, list[int], bytes, Any]] = {}
+        self.ahead: dict[int, tuple[int, list[int], bytes]] = {}  # (first block, offsets, bytes)
         self.by_shard: dict[int, Any] = {}
         self.dctx: dict[Any, Any] = {}
 

@@ -7,13 +7,12 @@ declared size against a bound before allocating.
 
 from __future__ import annotations
 
-import array
 import gc
 import io
 import os
 import pickle
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -206,67 +205,6 @@ def decompress_block(
             position=where,
         )
     return out
-
-
-BATCH_BYTES = 64 << 20  # decompress several blocks together up to this much output
-
-
-def decompress_many(
-    raws: Sequence[bytes], dctx: zstandard.ZstdDecompressor, max_bytes: int, dict_id: int
-) -> list[bytes] | None:
-    """The pickled bytes of consecutive zstd blocks, decoded together on two threads (the GIL
-    released), or None where that does not pay (one core, one block) or any frame fails a check
-    of :func:`decompress_block`, which the caller then runs block by block to say which."""
-    if len(raws) < 2 or default_workers() < 2:
-        return None
-    sizes = array.array("Q")
-    for raw in raws:
-        if raw[:4] != ZSTD_MAGIC:
-            return None
-        try:
-            params = zstandard.get_frame_parameters(raw)
-        except zstandard.ZstdError:
-            return None
-        n = params.content_size
-        if n == zstandard.CONTENTSIZE_UNKNOWN or not 0 <= n <= max_bytes:
-            return None
-        if params.dict_id and params.dict_id != dict_id:
-            return None
-        sizes.append(n)
-    if sum(sizes) > BATCH_BYTES:
-        return None
-    try:
-        out = dctx.multi_decompress_to_buffer(list(raws), decompressed_sizes=sizes, threads=2)
-    except zstandard.ZstdError:
-        return None
-    got = [out[i].tobytes() for i in range(len(out))]
-    if [len(g) for g in got] != sizes.tolist():
-        return None
-    return got
-
-
-def in_batches(
-    buf: bytes,
-    start: int,
-    offs: list[int],
-    blocks: range,
-    limit: int,
-    decode: Callable[[list[bytes]], list[bytes] | None],
-) -> Iterator[tuple[int, bytes, bytes | None]]:
-    """(block, stored bytes, decompressed bytes or None) of ``blocks``, whose index offsets are
-    ``offs`` and which were read into ``buf`` from byte ``start``, handed to ``decode`` (say
-    :func:`decompress_many`) about ``limit`` stored bytes at a time."""
-    k, e = blocks.start, blocks.stop
-    while k < e:
-        j = k + 1
-        while j < e and offs[j + 1] - offs[k] <= limit:
-            j += 1
-        raws = [buf[offs[x] - start : offs[x + 1] - start] for x in range(k, j)]
-        pickled: list[bytes | None] = list(decode(raws) or [None] * len(raws))
-        for x in range(k, j):
-            yield x, raws[x - k], pickled[x - k]
-            pickled[x - k] = None  # handed out once
-        k = j
 
 
 @contextmanager

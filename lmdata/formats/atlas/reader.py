@@ -10,13 +10,11 @@ that decodes each needed block once; reading ahead when ``r[i]`` goes in order.
 from __future__ import annotations
 
 import copy
-import functools
 import io
 import os
 import threading
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from itertools import pairwise
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
@@ -330,18 +328,13 @@ class Atlas:
             self._codecs[s] = c
         return c
 
-    def _decode_raw(
-        self, s: int, b: int, raw: bytes, pickled: bytes | None = None
-    ) -> tuple[list[Any], int]:
-        """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes (and
-        their decompressed ``pickled`` bytes when a batch decoded them already)."""
+    def _decode_raw(self, s: int, b: int, raw: bytes) -> tuple[list[Any], int]:
+        """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
         where = self._where(s, b)
         path = self._data_paths[s]
         seen = self._checked.digest(s, raw)
         compressed, dict_id, dict_path = self._codec(s)
-        if pickled is not None:
-            raw = pickled
-        elif compressed:
+        if compressed:
             raw = codec.decompress_block(
                 raw,
                 self._decompressor(s),
@@ -366,37 +359,28 @@ class Atlas:
         """(examples, pickled size) of block ``b`` of shard ``s``."""
         return self._decode_raw(s, b, self._read_raw(s, b))
 
-    def _raw(self, s: int, b: int, in_order: bool) -> tuple[bytes, bytes | None]:
-        """(stored bytes, decompressed bytes or None) of block ``b`` of shard ``s``: from this
-        thread's read-ahead of the shard, or read ahead now when reads go in order, or one
-        ranged read."""
+    def _raw(self, s: int, b: int, in_order: bool) -> bytes:
+        """The stored bytes of block ``b`` of shard ``s``: from this thread's read-ahead of the
+        shard, or read ahead now when reads go in order, or one ranged read."""
         ahead = self._local.ahead
-        got = ahead.pop(s, None)
-        if got is None or not 0 <= b - got[0] < len(got[1]) - 1:
-            got = self._read_ahead(s, b, len(ahead) < 2) if in_order else None
-        if got is None:
-            return self._read_raw(s, b), None
-        ahead[s] = got
-        first, offs, buf, pickled = got
-        k = b - first
-        raw = buf[offs[k] - offs[0] : offs[k + 1] - offs[0]]
-        if not pickled:
-            return raw, None
-        out, pickled[k] = pickled[k], None  # handed out once: its memory goes with the block
-        return raw, out
+        got = ahead.get(s)
+        if got is not None:
+            first, offs, buf = got
+            k = b - first
+            if 0 <= k < len(offs) - 1:
+                return buf[offs[k] - offs[0] : offs[k + 1] - offs[0]]
+            del ahead[s]
+        if in_order:
+            got = self._read_ahead(s, b)
+            if got is not None:
+                ahead[s] = got
+                offs, buf = got[1], got[2]
+                return buf[: offs[1] - offs[0]]
+        return self._read_raw(s, b)
 
-    def _batch(self, s: int, raws: list[bytes]) -> list[bytes] | None:
-        """The decompressed bytes of consecutive blocks of shard ``s``, or None."""
-        compressed, dict_id, _ = self._codec(s)
-        if not compressed:
-            return None
-        return codec.decompress_many(raws, self._decompressor(s), self.max_block_bytes, dict_id)
-
-    def _read_ahead(self, s: int, b: int, batch: bool) -> tuple[int, list[int], bytes, Any] | None:
-        """(b, offsets, bytes, blocks decompressed when ``batch`` or None) of blocks b, b+1, ...
-        of shard ``s``, about _GET_AHEAD bytes in one read; None where the index looks damaged
-        (the one-block read says precisely how). Batches only while few shards read ahead, so
-        a mixture of many shards keeps compressed bytes."""
+    def _read_ahead(self, s: int, b: int) -> tuple[int, list[int], bytes] | None:
+        """(b, offsets, bytes) of blocks b, b+1, ... of shard ``s``, about _GET_AHEAD bytes in
+        one read; None where the index looks damaged (the one-block read says precisely how)."""
         with self._lock:
             idx = self._shard_index(s)
             size = self._size(s)
@@ -408,9 +392,7 @@ class Atlas:
         buf = self.store.read_range(self._data_paths[s], start, stop - start)
         if len(buf) != stop - start:
             return None
-        o = offs.tolist()
-        raws = [buf[x - o[0] : y - o[0]] for x, y in pairwise(o)] if batch else []
-        return b, o, buf, self._batch(s, raws) if batch else None
+        return b, offs.tolist(), buf
 
     def _one_read(self, offs: np.ndarray, size: int) -> bool:
         """Whether the blocks between index offsets ``offs`` lie in data.bin (of ``size``
@@ -491,7 +473,7 @@ class Atlas:
             pickled = self._cached((s, b))
             if pickled is not None and pickled[j] is not None:
                 return unpickle(pickled[j])
-        items, nbytes = self._decode_raw(s, b, *self._raw(s, b, in_order))
+        items, nbytes = self._decode_raw(s, b, self._raw(s, b, in_order))
         if not in_order:
             with self._lock:
                 self._reuse.decoded(nbytes)
@@ -534,7 +516,7 @@ class Atlas:
                 for k, j in members:
                     out[k] = unpickle(pickled[j])  # type: ignore[arg-type]
                 continue
-            items, nbytes = self._decode_raw(*key, *self._raw(*key, False))
+            items, nbytes = self._decode_raw(*key, self._raw(*key, False))
             with self._lock:
                 self._reuse.decoded(nbytes)
             if self._keeping():
@@ -583,11 +565,9 @@ class Atlas:
                 for k in range(b, e):  # slow path: raises the precise error
                     yield from self._read_block(s, k)[0]
             else:
-                batch = functools.partial(self._batch, s)
-                for k, raw, pickled in codec.in_batches(
-                    buf, start, offs, range(b, e), _GET_AHEAD, batch
-                ):
-                    yield from self._decode_raw(s, k, raw, pickled)[0]
+                for k in range(b, e):
+                    raw = buf[offs[k] - start : offs[k + 1] - start]
+                    yield from self._decode_raw(s, k, raw)[0]
             b = e
 
     # ---- extras ----------------------------------------------------------------------------
