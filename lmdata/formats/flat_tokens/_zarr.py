@@ -82,6 +82,7 @@ class ZArray:
         self._epoch = -1
         self._mappable = self.raw and self.store.can_mmap  # else read by byte ranges
         self._sizes: dict[int, int] | None = None  # chunk object sizes, listed once (remote)
+        self._sized: dict[int, str] = {}  # key of each raw chunk whose size was checked
 
     def close(self) -> None:
         """Drop cached chunks and maps (they are read again if the array is used again)."""
@@ -89,6 +90,7 @@ class ZArray:
             self._slot.clear()
             self._maps.clear()
             self._views.clear()
+            self._sized.clear()
 
     def _parse(self) -> None:
         self.meta, dec = parse_array(self.store, self.key)
@@ -304,6 +306,48 @@ class ZArray:
                 out[i] = ps[0].copy() if len(ps) == 1 else np.concatenate(ps)
         return out  # type: ignore[return-value]
 
+    def _read_one_range(self, start: int, stop: int) -> np.ndarray | None:
+        """Items ``start:stop`` of an uncompressed array on a store that cannot map, when they
+        lie in one chunk whose size was checked before: one ranged read (a range-cache hit when
+        warm), or a slice of a cached block; None sends the read down the general path (a first
+        read of a chunk or block, a chunk never written, a read across chunks or blocks)."""
+        unit = self._unit
+        u = start // unit
+        lo, hi = start - u * unit, stop - u * unit
+        key = self._sized.get(u)
+        if hi > unit or key is None:
+            if hi <= unit:
+                self._check_size(u)
+            return None
+        isz = self.dtype.itemsize
+        if self._block_bytes:
+            per = max(1, self._block_bytes // isz)
+            j = lo // per
+            blk = self._slot.peek(("block", u, j))
+            if blk is None or (hi - 1) // per != j:
+                return None
+            at = (lo - j * per) * isz
+        else:
+            try:
+                blk = self.store.read_range(key, lo * isz, (hi - lo) * isz)
+            except OSError as e:
+                raise CorruptDataError(
+                    f"cannot read chunk: {e}", path=self.store.url(key), position=f"chunk {u}"
+                ) from None
+            at = 0
+        if len(blk) < at + (hi - lo) * isz:
+            return None  # the object changed under the reader: the general path reports it
+        return np.frombuffer(blk, self.dtype, hi - lo, at).copy()
+
+    def _check_size(self, u: int) -> None:
+        """Remember chunk ``u``'s key once its size is known to hold its items (errors and
+        missing chunks are left to the general path, which reports or fills them)."""
+        try:
+            self._raw_size(u)
+        except (OSError, CorruptDataError):
+            return
+        self._sized[u] = self.chunk_key(u)
+
     def _blocked(self, u: int, lo: int, hi: int) -> bytes:
         """Items ``lo:hi`` of uncompressed chunk ``u`` from aligned blocks kept in the byte
         cache: one request per block the first time, none after."""
@@ -391,7 +435,8 @@ class ZArray:
         if stop <= start:
             return np.zeros(0, dtype=self.dtype)
         if not self._mappable and self.raw:
-            return self._read_ranges_raw([(start, stop)])[0]
+            got = self._read_one_range(start, stop)
+            return got if got is not None else self._read_ranges_raw([(start, stop)])[0]
         unit = self._unit
         first, last = start // unit, (stop - 1) // unit
         if first == last:
