@@ -14,10 +14,12 @@ decodes it again and returns it or raises the error naming file and position.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import struct
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -228,6 +230,22 @@ def generic(dec: Callable[[bytes], Any]) -> Factory:
         return one, many, run
 
     return make
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic collector paused while a batch of samples is decoded (left off if the caller
+    had turned it off): each sample makes a dict or two, and a collection triggered among them
+    walks every object the program keeps. The allocations still count, so the next
+    collection comes once the batch is done."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 # ---- the precise path ----------------------------------------------------------------------
