@@ -260,9 +260,8 @@ def test_hostile_column_names_are_data_not_code(tmp_path: Path) -> None:
 
 
 def test_offsets_past_the_file_are_checked_per_sample(tmp_path: Path) -> None:
-    # the functions index a shard's offsets unchecked only when all of them ascend inside the
-    # file: a last sample whose end and str size both grow past the file is an error, not the
-    # str of the bytes that happen to be there
+    # a last sample whose end and str size both grow past the file (its sizes still add up)
+    # is an error, not the str of the bytes that happen to be there
     d = tmp_path / "d"
     with lmdata.writer(d, "mds", columns={"i": "int", "s": "str"}) as w:
         for i in range(6):

@@ -1,15 +1,14 @@
 """Per-shard read functions, generated once per column layout: the hot path of ``r[i]``,
 ``take`` and iteration.
 
-A read takes the sample's two offsets from the shard's table (copied into an array and
-checked once per shard: ascending and inside the file; otherwise each read checks its own),
-reads the variable columns' sizes (one struct call, which also reads leading ``int``
-columns), checks that the sizes add up to the sample, then slices and decodes each column
-inline, with no intermediate copy of the sample and no call per column for ``str``, ``int``,
-``bytes``, ``json`` and 1-D ``ndarray:DTYPE`` columns. It checks no less than the plain
-decoder: whenever anything is off (offsets outside the file, sizes that do not add up, a value
-a column decoder refuses) it hands the sample to ``slow(j)``, the reader's precise path, which
-decodes it again and returns it or raises the error naming file and position.
+A read takes the sample's two offsets from the shard's table, checks they lie in the file,
+reads the variable columns' sizes (one struct call, which also reads leading ``int`` columns),
+checks that the sizes add up to the sample, then slices and decodes each column inline, with
+no intermediate copy of the sample and no call per column for ``str``, ``int``, ``bytes``,
+``json`` and 1-D ``ndarray:DTYPE`` columns. It checks no less than the plain decoder: whenever
+anything is off (offsets outside the file, sizes that do not add up, a value a column decoder
+refuses) it hands the sample to ``slow(j)``, the reader's precise path, which decodes it again
+and returns it or raises the error naming file and position.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from __future__ import annotations
 import gc
 import itertools
 import struct
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,7 +36,6 @@ Fns = tuple[One, Many, Run]
 Factory = Callable[[Any, Any, int, int, Callable[[int], Any]], Fns]
 
 _PAIR = struct.Struct("<II")
-_U32 = struct.Struct("<I").unpack_from
 _DIGITS = b"0123456789"
 _LONG = 19  # a run of this many digits may be an integer orjson would turn into a float
 
@@ -46,19 +43,6 @@ _LONG = 19  # a run of this many digits may be an integer orjson would turn into
 def _runs(table: Any, j0: int, j1: int) -> Iterable[tuple[int, int]]:
     """(begin, end) of samples j0..j1-1 from one unpack of their offsets."""
     return itertools.pairwise(struct.unpack_from(f"<{j1 - j0 + 1}I", table, 4 + 4 * j0))
-
-
-def _offsets(table: Any, lo: int, size: int) -> array[int] | None:
-    """The shard's n + 1 sample offsets as an array, checked once: ascending and inside
-    ``[lo, size]``, so a read indexes it with no per-sample check; None if any is off (the
-    functions then check each sample's offsets as they read it)."""
-    (n,) = _U32(table, 0)
-    offs = np.frombuffer(bytes(table[4 : 8 + 4 * n]), "<u4")  # a copy: no export of a map
-    if offs[0] < lo or offs[-1] > size or bool((offs[1:] < offs[:-1]).any()):
-        return None
-    out = array("I" if array("I").itemsize == 4 else "L")
-    out.frombytes(offs.astype(np.dtype(out.typecode), copy=False).tobytes())
-    return out
 
 
 def _column_lines(
@@ -109,8 +93,6 @@ def compile_layout(plan: SampleDecoder, encodings: tuple[str, ...]) -> Factory:
         "_loads": orjson.loads,
         "_parse": _json.parse,
         "_DIGITS": _DIGITS,
-        "_offsets": _offsets,
-        "_pairwise": itertools.pairwise,
     }
     cols = plan.plan
     # the size table, plus the int columns that come before any other column
@@ -140,14 +122,8 @@ def compile_layout(plan: SampleDecoder, encodings: tuple[str, ...]) -> Factory:
         pos = f"p{c}"
     value = f"{{{', '.join(items)}}}"
 
-    def block(indent: int, done: str, checked: bool) -> list[str]:
+    def block(indent: int, done: str) -> list[str]:
         pad = " " * indent
-        if not checked:  # offsets checked for the whole shard when the functions were made
-            return (
-                [f"{pad}try:"]
-                + [f"{pad}    {line}" for line in body]
-                + [f"{pad}    {done.format(value)}", f"{pad}except Exception:", f"{pad}    pass"]
-            )
         return (
             [f"{pad}if lo <= b <= e <= size:", f"{pad}    try:"]
             + [f"{pad}        {line}" for line in body]
@@ -155,41 +131,30 @@ def compile_layout(plan: SampleDecoder, encodings: tuple[str, ...]) -> Factory:
             + [f"{pad}        pass"]
         )
 
-    def functions(pad: str, checked: bool) -> list[str]:
-        pair = "b, e = _pair(table, 4 + 4 * j)" if checked else "b = o[j]; e = o[j + 1]"
-        runs = "_runs(table, j0, j1)" if checked else "_pairwise(o[j0 : j1 + 1])"
-        src = [
-            "def one(j):",
-            f"    {pair}",
-            *block(4, "return {}", checked),
-            "    return slow(j)",
-            "def many(js):",
-            "    out = []",
-            "    append = out.append",
-            "    for j in js:",
-            f"        {pair}",
-            *block(8, "append({}); continue", checked),
-            "        append(slow(j))",
-            "    return out",
-            "def run(j0, j1):",
-            "    out = []",
-            "    append = out.append",
-            "    j = j0 - 1",
-            f"    for b, e in {runs}:",
-            "        j += 1",
-            *block(8, "append({}); continue", checked),
-            "        append(slow(j))",
-            "    return out",
-            "return one, many, run",
-        ]
-        return [pad + line for line in src]
-
     src = [
         "def make(table, data, lo, size, slow):",
-        "    o = _offsets(table, lo, size)",
-        "    if o is None:",
-        *functions(" " * 8, True),
-        *functions(" " * 4, False),
+        "    def one(j):",
+        "        b, e = _pair(table, 4 + 4 * j)",
+        *block(8, "return {}"),
+        "        return slow(j)",
+        "    def many(js):",
+        "        out = []",
+        "        append = out.append",
+        "        for j in js:",
+        "            b, e = _pair(table, 4 + 4 * j)",
+        *block(12, "append({}); continue"),
+        "            append(slow(j))",
+        "        return out",
+        "    def run(j0, j1):",
+        "        out = []",
+        "        append = out.append",
+        "        j = j0 - 1",
+        "        for b, e in _runs(table, j0, j1):",
+        "            j += 1",
+        *block(12, "append({}); continue"),
+        "            append(slow(j))",
+        "        return out",
+        "    return one, many, run",
     ]
     # only repr()s of column names, integers and the names above go into the source
     exec("\n".join(src), env)
