@@ -13,11 +13,9 @@ and returns it or raises the error naming file and position.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import struct
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -195,22 +193,6 @@ def generic(dec: Callable[[bytes], Any]) -> Factory:
         return one, many, run
 
     return make
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """The cyclic collector paused while a batch of samples is decoded (left off if the caller
-    had turned it off): each sample makes a dict or two, and a collection triggered among them
-    walks every object the program keeps. The allocations still count, so the next
-    collection comes once the batch is done."""
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 # ---- the precise path ----------------------------------------------------------------------

@@ -517,14 +517,10 @@ class MDSReader:
         groups = list(self._groups(idx))
         if len(groups) == 1:
             k, local, _ = groups[0]
-            many = self._functions(k)[1]
-            with fastpath.paused_gc():
-                return many(local.tolist())
+            return self._functions(k)[1](local.tolist())
         out: list[Any] = [None] * len(idx)
         for k, local, pos in groups:
-            many = self._functions(k)[1]
-            with fastpath.paused_gc():
-                values = many(local.tolist())
+            values = self._functions(k)[1](local.tolist())
             for p, value in zip(pos.tolist(), values, strict=True):
                 out[p] = value
         return out
@@ -533,10 +529,7 @@ class MDSReader:
         block = 4096  # samples decoded per step: bounded memory, few Python-level calls
         for k, s in enumerate(self.index.shards):
             for lo in range(0, s.samples, block):
-                run = self._functions(k)[2]
-                with fastpath.paused_gc():  # not across the yields: the caller's code runs there
-                    values = run(lo, min(lo + block, s.samples))
-                yield from values
+                yield from self._functions(k)[2](lo, min(lo + block, s.samples))
 
     # ---- summary -----------------------------------------------------------------------
 
