@@ -24,15 +24,16 @@ PICKLE_PROTOCOL = 4  # what modalities 0.5.0 writes; Python 3.14's default (5) d
 
 # The opcodes a protocol 4/5 pickle of a list of int pairs is made of, as the C pickler writes it:
 # PROTO, FRAME, EMPTY_LIST + MEMOIZE, then MARK, ints (BININT1/BININT2/BININT, LONG1 up to 8
-# bytes), TUPLE2 + MEMOIZE, APPENDS (APPEND for a one-item list), FRAMEs at any opcode boundary,
-# STOP. Every token starts with its own opcode byte and has a fixed length, so a match splits the
-# bytes into opcodes exactly as the unpickler reads them (it does not stop at frame ends). None of
-# these opcodes names a global or a memo slot (MEMOIZE takes the next one), so a pickle that
-# matches needs neither the allow-list nor the memo walk of lmdata._pickle, and can only build
-# ints, pairs and one list. The checks below then make sure that it is a list of pairs.
+# bytes), TUPLE2 + MEMOIZE, BINGET/LONG_BINGET (a pair listed twice, as a reordered raw index
+# has), APPENDS (APPEND for a one-item list), FRAMEs at any opcode boundary, STOP. Every token
+# starts with its own opcode byte and has a fixed length, so a match splits the bytes into
+# opcodes exactly as the unpickler reads them (it does not stop at frame ends). None of these
+# opcodes names a global or stores into a memo slot of its choosing (MEMOIZE takes the next one;
+# a GET of a missing slot is an error), so a pickle that matches needs neither the allow-list
+# nor the memo walk of lmdata._pickle. The checks below then make sure it is a list of pairs.
 _LONG1 = b"|".join(rb"\x%02x.{%d}" % (n, n) for n in range(1, 9))  # 1-8 byte ints
 _PLAIN_INDEX = re.compile(
-    rb"\x80[\x04\x05](?:\x95.{8})?\]\x94(?:J.{4}|M..|K.|\x86\x94|[(ea]|\x95.{8}|\x8a(?:"
+    rb"\x80[\x04\x05](?:\x95.{8})?\]\x94(?:J.{4}|M..|K.|\x86\x94|[(ea]|h.|j.{4}|\x95.{8}|\x8a(?:"
     + _LONG1
     + rb"))*+\.",
     re.S,
@@ -88,7 +89,7 @@ def load_span_index(
     if n == 0:
         return SpanIndex(np.zeros(0, np.int64), np.zeros(0, np.int64), trailing)
     arr = None
-    if plain is not None:  # only ints, pairs and this list: each entry a pair of ints, or an error
+    if plain is not None:  # only ints, pairs and this list: fromiter takes int pairs, or fails
         try:
             arr = np.fromiter(itertools.chain.from_iterable(obj), np.int64, 2 * n).reshape(n, 2)
         except (ValueError, TypeError, OverflowError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -43,6 +44,12 @@ def _outcome(data: bytes) -> object:
     return got.offsets.tolist(), got.lengths.tolist(), got.trailing
 
 
+def _self_listing() -> list:
+    spans: list = [(0, 5)]
+    spans.append(spans)
+    return spans
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 999, 1000, 1001, 2500, 20_000])
 @pytest.mark.parametrize("protocol", [4, 5])
 @pytest.mark.parametrize("pure", [False, True])
@@ -51,8 +58,12 @@ def test_every_index_modalities_writes_takes_the_fast_path(n, protocol, pure):
     rng = np.random.default_rng(n)
     offs = rng.integers(-(2**40), 2**40, n).tolist()
     lens = rng.integers(0, 70_000, n).tolist()
-    data = _dumps(list(zip(offs, lens, strict=True)), protocol, pure)
-    if protocol == 4 and not pure:
+    spans = list(zip(offs, lens, strict=True))
+    if n > 3:
+        spans[3] = spans[1]  # the same pair listed twice: a BINGET
+        offs[3], lens[3] = offs[1], lens[1]
+    data = _dumps(spans, protocol, pure)
+    if protocol == 4 and not pure and n <= 3:
         assert data == dump_span_index(offs, lens)
     assert _span_index._load_plain(data) is not None  # 20,000 pairs: several frames
     got = load_span_index(data + b"tail", path="d.pbin", where="index")
@@ -91,6 +102,22 @@ def test_fast_path_agrees_with_the_checked_path_on_damaged_indexes(spans, edits,
     assert _outcome(data) == _checked(data)
 
 
+def test_origin_indexes_take_the_fast_path():
+    # written by modalities 0.5.0; the reordered raw index lists a document twice (a BINGET)
+    shown = Path(__file__).parent.parent / "data" / "modalities"
+    for name in (
+        "docs_bpe5k.pbin",
+        "docs_reordered_jq_bpe5k.pbin",
+        "docs.idx",
+        "docs_reordered.idx",
+    ):
+        raw = (shown / name).read_bytes()
+        if name.endswith(".pbin"):
+            raw = raw[12 + int.from_bytes(raw[:8], "little") :]
+        assert _span_index._load_plain(raw) is not None, name
+        assert _outcome(raw) == _checked(raw), name
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -118,6 +145,7 @@ def test_globals_in_an_index_are_refused():
         ([(0, 5), 7], "entry 1 is 7", True),
         ([(0, 5), ((1, 2), 3)], "entry 1 is", True),
         ([(0, -5)], "cannot be negative", True),
+        (_self_listing(), "entry 1 is", True),  # the list itself, by BINGET
         ([(0, 2**64)], "entry 0", False),  # a 9-byte int: the fast path's ints fit int64
     ],
 )
