@@ -182,8 +182,10 @@ def _early_slot(data: bytes) -> tuple[int, int]:
                 i += 9 + size
             elif k == _PUT:
                 j = data.index(b"\n", i) + 1
-                text = data[i + 1 : j - 1]
-                slot = int(text) if text.isdigit() and len(text) < 20 else 0
+                try:  # the unpickler reads the line as int() does: sign, spaces, 1_000
+                    slot = int(data[i + 1 : j - 1])
+                except ValueError:
+                    slot = 0  # the unpickler refuses it too
                 if slot > i:
                     return slot, i
                 i = j

@@ -91,6 +91,11 @@ def test_allocation_bombs_are_refused():
         b"\x80\x04Nr\x00\x00\x00\x48.",  # LONG_BINPUT into slot 1.2e9: a 19 GB memo
         b"\x80\x04Np1200000000\n.",  # PUT, the text form
         b"(lp0\nNap1200000000\n.",  # protocol 0
+        # PUT's line is read as int() reads it: a sign, spaces, underscores, leading zeros
+        b"\x80\x04Np+1200000000\n.",
+        b"\x80\x04Np 1200000000 \n.",
+        b"\x80\x04Np1_200_000_000\n.",
+        b"\x80\x04Np" + b"0" * 30 + b"1200000000\n.",
     ],
 )
 def test_memo_bombs_are_refused_before_allocating(bomb):
