@@ -41,7 +41,6 @@ from lmdata.storage import check_dest, is_url, join, options_scope
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import (
-    RANGE_BYTES,
     Batch,
     InputFile,
     Unit,
@@ -50,6 +49,7 @@ from lmdata.tokenize.sources import (
     input_versions,
     list_inputs,
     plan_units,
+    range_bytes_for,
     read_batches,
 )
 from lmdata.tokenize.tokenizers import Tokenizer, load_tokenizer
@@ -306,7 +306,7 @@ def tokenize(
     overwrite: bool = False,
     progress: Callable[[dict[str, float]], None] | None = None,
     storage_options: dict[str, Any] | None = None,
-    range_bytes: int = RANGE_BYTES,
+    range_bytes: int | None = None,
     source_options: dict[str, Any] | None = None,
     origins: dict[str, str] | None = None,
 ) -> Summary:
@@ -315,11 +315,12 @@ def tokenize(
 
     ``engine`` is "inprocess", "processes" (``workers`` processes, default one per core) or
     "ray" (the cluster at ``address``, default a local one); plain JSONL files are cut into
-    units of ``range_bytes``. The output is the same for every engine, worker count and range
-    size. Sources may be URLs (files, folders, globs), read with ``source_options`` by the
-    workers themselves; ``origins`` names the URLs of sources that are local copies.
+    units of ``range_bytes`` (default: from the inputs' size, :func:`range_bytes_for`). The
+    output is the same for every engine, worker count and range size. Sources may be URLs
+    (files, folders, globs), read with ``source_options`` by the workers themselves;
+    ``origins`` names the URLs of sources that are local copies.
     """
-    if range_bytes < 1:
+    if range_bytes is not None and range_bytes < 1:
         raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
     t0 = time.perf_counter()
     out = check_dest(dst, overwrite, storage_options)
@@ -342,6 +343,8 @@ def tokenize(
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
     work = staging_for(out, storage_options if url else None)
+    if range_bytes is None:
+        range_bytes = range_bytes_for(inputs)
     manifest = _manifest(job, inputs, range_bytes, source_options, origins)
     done = _prepare_work(work, manifest, resume)
     units = plan_units(inputs, range_bytes, job.source_format, source_options)
