@@ -7,8 +7,9 @@ on the engine or the number of workers. Workers stage bulky results themselves
 (:mod:`lmdata.parallel.staging`) and return their names. At most ``window`` units (2 per worker
 by default) are submitted ahead of the consumer, so a slow consumer never makes the driver grow.
 
-Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a spawn pool on this machine)
-and ``"ray"`` (a Ray cluster; :mod:`lmdata.parallel.ray`, imported only when asked for).
+Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a spawn pool on this machine,
+kept for the next job of this process; :func:`shutdown` stops it) and ``"ray"`` (a Ray
+cluster; :mod:`lmdata.parallel.ray`, imported only when asked for).
 """
 
 from __future__ import annotations
