@@ -79,7 +79,7 @@ class Batch:
 
 COMPRESSED = (".gz", ".zst", ".zstd")
 RANGE_BYTES = 8 << 20  # a plain JSONL file becomes units of at most this many bytes
-MIN_RANGE_BYTES = 1 << 20  # ... and of at least this many
+MIN_RANGE_BYTES = 4 << 20  # ... and of at least this many (a smaller job runs in one process)
 SPREAD_UNITS = 16  # a job's plain JSONL makes at least this many units when it can
 READ_BYTES = 4 << 20  # bytes per ranged read of an input on an object store
 DATASET_RECORDS = 1 << 16  # records of a dataset input per unit
