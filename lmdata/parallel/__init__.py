@@ -209,8 +209,11 @@ class _Pool:
     pool: Any
     queue: Any
     key: tuple[Any, ...]
+    timer: threading.Timer | None = None  # stops the pool while it is idle
 
     def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         self.pool.terminate()
         self.queue.close()
 
@@ -229,6 +232,8 @@ def _take_pool(workers: int) -> _Pool:
     with _IDLE_LOCK:
         idle = _IDLE.pop() if _IDLE else None
     if idle is not None and idle.key == key:
+        if idle.timer is not None:  # one sleeping timer at most, however many jobs run
+            idle.timer.cancel()
         return idle
     if idle is not None:
         idle.close()
@@ -241,14 +246,14 @@ IDLE_SECONDS = 60.0  # an idle pool stops after this long without a job
 
 
 def _give_back(entry: _Pool) -> None:
+    entry.timer = threading.Timer(IDLE_SECONDS, _expire, args=(entry,))
+    entry.timer.daemon = True
     with _IDLE_LOCK:
         older = _IDLE.pop() if _IDLE else None
         _IDLE.append(entry)
+        entry.timer.start()
     if older is not None:  # two jobs ran at once: keep one idle pool
         older.close()
-    timer = threading.Timer(IDLE_SECONDS, _expire, args=(entry,))
-    timer.daemon = True
-    timer.start()
 
 
 def _expire(entry: _Pool) -> None:

@@ -170,5 +170,11 @@ def test_a_pool_serves_the_next_job_of_this_process_with_its_own_initializer(
         seen.clear()
         assert list(ex.map_ordered(count_docs, [5], on_report=seen.append)) == [5]
         assert sum(seen) == 5
+        # an idle pool stops by itself
+        monkeypatch.setattr(parallel, "IDLE_SECONDS", 0.05)
+        assert list(ex.map_ordered(count_docs, [1, 2])) == [1, 2]
+        (idle,) = parallel._IDLE
+        idle.timer.join(10)
+        assert not parallel._IDLE
     finally:
         parallel.shutdown()
