@@ -157,3 +157,16 @@ def test_memo_check_runs_where_this_python_needs_it(monkeypatch):
     monkeypatch.setattr(_pickle, "_sparse_memo", lambda: False)
     with pytest.raises(UnsafeDataError, match="memo slot"):
         safe_loads(bomb)
+
+
+@given(obj=plain, protocol=st.integers(0, 5), far=st.integers(1, 2**31))
+def test_memo_bomb_after_any_real_pickle_is_found_where_it_is(obj, protocol, far):
+    # the walk steps over every real opcode (strings holding b"r", ints, frames) to reach it
+    from lmdata._pickle import _early_slot
+
+    data = pickle.dumps(obj, protocol=protocol)[:-1]  # without STOP: ends on an opcode
+    at = len(data)
+    slot = at + far
+    assert _early_slot(data + b"r" + slot.to_bytes(4, "little") + b".") == (slot, at)
+    assert _early_slot(data + b"p%d\n." % slot) == (slot, at)
+    assert _early_slot(data + b"r" + at.to_bytes(4, "little") + b".") == (0, 0)

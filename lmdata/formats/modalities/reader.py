@@ -113,6 +113,18 @@ class PbinData:
         )
         return [self._array(r, b - a).copy() for r, (a, b) in zip(raws, spans, strict=True)]
 
+    def read_span(self, a: int, b: int) -> np.ndarray:
+        """Tokens ``a:b`` of the data segment as a fresh array: one ranged read on object
+        stores (a random record read; a range-cache hit when warm), else a slice."""
+        if self._tokens is None and not self.store.can_mmap:
+            h = self.header
+            n = (b - a) * h.token_width
+            raw = self.store.read_range(self.key, HEADER_SIZE + a * h.token_width, n)
+            if len(raw) < n:
+                return self._array(raw, b - a)  # raises: the data ends early
+            return np.frombuffer(raw, h.dtype).copy()
+        return np.array(self.tokens[a:b])
+
     def read_index_bytes(self) -> bytes:
         h = self.header
         return self.store.read_range(self.key, h.index_start, h.file_size - h.index_start)
@@ -319,7 +331,7 @@ class PackedTokens:
     def __getitem__(self, index: int) -> np.ndarray:
         a, b = self.doc_range(index)
         t = self.data._tokens  # the local mapping once made: slice it (the hot path)
-        return np.array(t[a:b]) if t is not None else self.data.read_tokens([(a, b)])[0]
+        return np.array(t[a:b]) if t is not None else self.data.read_span(a, b)
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
         idx = normalize_indices(indices, len(self))
