@@ -24,6 +24,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -292,26 +293,39 @@ def _mix_shard(shard: Shard) -> ShardStats:
     opts = stream.storage_options
     out_store, out = resolve(shard.output, opts)
     if out_store.exists(out):
-        stats.skipped = True
+        # mix() left out the shards that existed before the job, so an earlier attempt of
+        # this task wrote it (a Ray retry after the commit): count what it holds, write nothing
+        _mix_inputs(shard, stats, lambda line: None)
         return stats
-    stores = Stores(opts)
     with OutputFile(out_store, out, _output_compression(stream), overwrite=False) as f:
-        for inp in shard.inputs:
-            store, key = stores(inp)
-            where = store.url(key)
-            attrs = _AttributeStreams(store, key, stream.attributes, stats)
-            for lineno, raw in iter_raw_lines(store, key):
-                doc = parse_line(raw, where, lineno)
-                attrs.merge(doc, lineno)
-                stats.read += 1
-                line = mix_document(stream, doc, (where, lineno), stats)
-                if line is not None:
-                    f.write(line)
-                    stats.written += 1
-                if stats.read % parallel.REPORT_EVERY == 0:
-                    parallel.report(parallel.REPORT_EVERY)
-    parallel.report(stats.read % parallel.REPORT_EVERY)
+        _mix_inputs(shard, stats, f.write)
     return stats
+
+
+def _exists(shard: Shard) -> bool:
+    store, key = resolve(shard.output, shard.stream.storage_options)
+    return bool(store.exists(key))
+
+
+def _mix_inputs(shard: Shard, stats: ShardStats, write: Callable[[bytes], Any]) -> None:
+    """Mix the documents of ``shard``'s inputs, giving the lines kept to ``write``."""
+    stream = shard.stream
+    stores = Stores(stream.storage_options)
+    for inp in shard.inputs:
+        store, key = stores(inp)
+        where = store.url(key)
+        attrs = _AttributeStreams(store, key, stream.attributes, stats)
+        for lineno, raw in iter_raw_lines(store, key):
+            doc = parse_line(raw, where, lineno)
+            attrs.merge(doc, lineno)
+            stats.read += 1
+            line = mix_document(stream, doc, (where, lineno), stats)
+            if line is not None:
+                write(line)
+                stats.written += 1
+            if stats.read % parallel.REPORT_EVERY == 0:
+                parallel.report(parallel.REPORT_EVERY)
+    parallel.report(stats.read % parallel.REPORT_EVERY)
 
 
 def mix(
@@ -338,9 +352,11 @@ def mix(
             _selector(r.span, r.syntax)
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
     t0 = time.perf_counter()
-    stats = parallel.run_all(
+    todo = [sh for sh in shards if not _exists(sh)]  # existing shards are kept (resume)
+    stats = [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
+    stats += parallel.run_all(
         _mix_shard,
-        shards,
+        todo,
         engine=engine,
         workers=cfg.processes,
         address=address,
