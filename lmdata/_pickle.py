@@ -141,9 +141,10 @@ def _check_memo_indices(data: bytes, where: str) -> None:
 
 
 def memo_check_needed() -> bool:
-    """Whether :func:`safe_loads` walks pickles for memo bombs on this Python (so a caller
-    that remembers which bytes passed saves something by passing ``memo_checked=True``)."""
-    return not _sparse_memo()
+    """Whether :func:`safe_loads` walks pickles for memo bombs in Python here (so a caller
+    that remembers which bytes passed saves something by passing ``memo_checked=True``; the C
+    walk costs less than hashing the bytes to remember them)."""
+    return not _sparse_memo() and _c_early_slot is None
 
 
 @functools.cache
