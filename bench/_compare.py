@@ -63,17 +63,21 @@ _TABLES: dict[str, Table] = {}
 COMMAND = "make bench"  # how this run was started, for the report (bench/run.py sets it)
 
 
-def compare(table: str, name: str, lmdata: Run, other: Run | None, why: str = "") -> Row:
-    """Time `lmdata` and `other` in interleaved pairs; a pair whose outputs differ is dropped."""
+def compare(
+    table: str, name: str, lmdata: Run, other: Run | None, why: str = "", pairs: int | None = None
+) -> Row:
+    """Time `lmdata` and `other` in interleaved pairs (``pairs``, default PAIRS, for rows whose
+    runs are long); a pair whose outputs differ is dropped."""
     row = Row(table, name)
+    n = PAIRS if pairs is None else max(1, min(pairs, PAIRS))
     _ROWS.append(row)
     if other is None:
         row.note = why or "other column unavailable"
-        times = [lmdata()[0] for _ in range(max(1, PAIRS // 2))]
+        times = [lmdata()[0] for _ in range(max(1, n // 2))]
         row.lmdata_s = statistics.median(times)
         return row
     ta, tb, ratios, bad = [], [], [], 0
-    for _ in range(PAIRS):
+    for _ in range(n):
         sa, out_a = lmdata()
         sb, out_b = other()
         if out_a != out_b:
