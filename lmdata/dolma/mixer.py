@@ -34,15 +34,9 @@ from lmdata import parallel
 from lmdata.dolma.config import MixerConfig, SpanReplacement, StreamConfig
 from lmdata.dolma.jsonpath import JqExpr, JsonPath, compile_selector
 from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
-from lmdata.formats.dolma._files import (
-    OutputFile,
-    Stores,
-    attribute_path,
-    expand_globs,
-    is_file,
-    iter_raw_lines,
-    suffix_for,
-)
+from lmdata.formats.dolma._files import iter_raw_lines
+from lmdata.formats.dolma._output import OutputFile, suffix_for
+from lmdata.formats.dolma._paths import Stores, attribute_path, expand_globs, is_file
 from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
 from lmdata.storage import Store, is_url, join, resolve, scheme
 

@@ -21,7 +21,9 @@ from lmdata import parallel
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
 from lmdata.errors import CorruptDataError, InvalidInputError
-from lmdata.formats.dolma._files import OutputFile, attribute_path, is_file, iter_raw_lines
+from lmdata.formats.dolma._files import iter_raw_lines
+from lmdata.formats.dolma._output import OutputFile
+from lmdata.formats.dolma._paths import attribute_path, is_file
 from lmdata.formats.dolma._rows import parse_line
 from lmdata.storage import resolve
 
