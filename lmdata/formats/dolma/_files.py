@@ -261,3 +261,67 @@ def iter_raw_lines(
             path=where,
             position=f"after line {lines.lineno - 1}",
         ) from None
+
+
+def splittable(key: str) -> bool:
+    """True if a document file can be read in byte ranges: plain JSONL only (a gzip stream
+    cannot be entered in the middle; zstd frames could, but their ends are not indexed)."""
+    return codec_of(key) == "none"
+
+
+def line_number_at(store: Store, key: str, offset: int) -> int:
+    """The number of the line starting at byte ``offset`` of a plain file (counted only when a
+    ranged unit has to name a line in an error)."""
+    n = 1
+    for pos, chunk in _chunks_between(store, key, 0, offset):
+        n += chunk.count(b"\n", 0, offset - pos)
+    return n
+
+
+def _chunks_between(store: Store, key: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """``(offset, bytes)`` of ``key`` from ``start`` in reads of READ_CHUNK, up to ``end`` (or
+    the end of the file when ``end`` is None)."""
+    pos = start
+    while end is None or pos < end:
+        chunk = store.read_range(key, pos, READ_CHUNK)
+        if not chunk:
+            return
+        yield pos, chunk
+        pos += len(chunk)
+
+
+def iter_range_lines(
+    store: Store, key: str, start: int, end: int, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, bytes]]:
+    """``(byte offset, bytes without the newline)`` of the lines of a plain file that start in
+    ``[start, end)``: the range's first line is the one after the first newline at or past
+    ``start - 1``, and its last line runs past ``end`` to its newline. Every line of a file is
+    owned by exactly one of a set of ranges that tile it."""
+    where = store.url(key)
+    pos = max(start - 1, 0)
+    buf = b""
+    skip = start > 0  # the line under way at ``start - 1`` belongs to the previous range
+    for off, chunk in _chunks_between(store, key, pos, None):
+        buf += chunk
+        if skip:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                pos, buf = off + len(chunk), b""
+                continue
+            pos, buf, skip = pos + nl + 1, buf[nl + 1 :], False
+        cut = 0
+        while True:
+            if pos + cut >= end:
+                return
+            nl = buf.find(b"\n", cut)
+            if nl < 0:
+                break
+            if nl - cut > max_line_bytes:
+                raise line_too_long(where, line_number_at(store, key, pos + cut), max_line_bytes)
+            yield pos + cut, buf[cut:nl]
+            cut = nl + 1
+        pos, buf = pos + cut, buf[cut:]
+        if len(buf) > max_line_bytes:
+            raise line_too_long(where, line_number_at(store, key, pos), max_line_bytes)
+    if buf and pos < end and not skip:
+        yield pos, buf

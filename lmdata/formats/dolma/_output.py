@@ -5,6 +5,8 @@ plain, each output one object that appears whole when committed (:class:`OutputF
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from zlib_ng import zlib_ng as zlib
@@ -13,11 +15,15 @@ from lmdata.errors import FormatError
 from lmdata.storage import Store
 
 
-def open_write(raw: BinaryIO, compression: str, level: int | None = None) -> Any:
+def open_write(
+    raw: BinaryIO, compression: str, level: int | None = None, part: Part | None = None
+) -> Any:
     """A binary stream writing ``compression`` into ``raw`` (gz: mtime 0, so output is
-    reproducible); closing it closes ``raw``."""
+    reproducible); closing it closes ``raw``. With ``part``, the stream is one piece of a
+    file written in pieces (see :class:`Part`)."""
     if compression == "gz":
-        return _Closing(GzipWriter(raw, 6 if level is None else level), raw)
+        w = GzipWriter(raw, 6 if level is None else level, part)
+        return _Closing(w, raw)
     if compression == "zst":
         import zstandard
 
@@ -31,22 +37,36 @@ def open_write(raw: BinaryIO, compression: str, level: int | None = None) -> Any
     raise FormatError(f"unknown compression {compression!r}; use gz, zst or none")
 
 
+@dataclass(frozen=True)
+class Part:
+    """One piece of an output written by several units (the byte ranges of one large input).
+    gzip: the first piece holds the header, every piece a deflate stream of its own that ends
+    on a byte boundary (sync flush), the last piece the final block; :func:`join_parts` adds
+    the trailer, whose CRC-32 it combines from the pieces'. The result is one gzip member.
+    zstd: each piece is a frame; plain: bytes as they are."""
+
+    first: bool
+    last: bool
+
+
 class GzipWriter:
     """One gzip member as Python's ``gzip`` writes it with ``mtime=0`` and no file name
-    (header, raw deflate, CRC-32 and size), compressed with zlib-ng. Small writes (a document
-    each) are gathered into blocks of ``BLOCK`` bytes: one compress call per block."""
+    (header, raw deflate, CRC-32 and size), compressed with zlib-ng, or one piece of it
+    (``part``). Small writes (a document each) are gathered into blocks of ``BLOCK`` bytes:
+    one compress call per block."""
 
     BLOCK = 1 << 18
 
-    def __init__(self, raw: BinaryIO, level: int) -> None:
+    def __init__(self, raw: BinaryIO, level: int, part: Part | None = None) -> None:
         self.raw = raw
+        self.part = part
         self._z = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, zlib.DEF_MEM_LEVEL, 0)
-        self._crc = 0
-        self._size = 0
+        self.crc = 0
+        self.size = 0
         self._buf: list[bytes] = []
         self._pending = 0
-        xfl = b"\x02" if level == 9 else b"\x04" if level == 1 else b"\x00"
-        raw.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00" + xfl + b"\xff")
+        if part is None or part.first:
+            raw.write(gzip_header(level))
 
     def write(self, data: bytes) -> int:
         self._buf.append(data)
@@ -59,16 +79,29 @@ class GzipWriter:
         block = b"".join(self._buf)
         self._buf.clear()
         self._pending = 0
-        self._crc = zlib.crc32(block, self._crc)
-        self._size += len(block)
+        self.crc = zlib.crc32(block, self.crc)
+        self.size += len(block)
         out = self._z.compress(block)
         if out:
             self.raw.write(out)
 
     def close(self) -> None:
         self._compress()
+        if self.part is not None and not self.part.last:
+            self.raw.write(self._z.flush(zlib.Z_SYNC_FLUSH))
+            return
         self.raw.write(self._z.flush())
-        self.raw.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
+        if self.part is None:
+            self.raw.write(gzip_trailer(self.crc, self.size))
+
+
+def gzip_header(level: int) -> bytes:
+    xfl = b"\x02" if level == 9 else b"\x04" if level == 1 else b"\x00"
+    return b"\x1f\x8b\x08\x00\x00\x00\x00\x00" + xfl + b"\xff"
+
+
+def gzip_trailer(crc: int, size: int) -> bytes:
+    return struct.pack("<II", crc, size & 0xFFFFFFFF)
 
 
 class _Closing:
@@ -101,17 +134,33 @@ class OutputFile:
     appears whole on :meth:`commit` (a rename locally, one object upload remotely) and
     :meth:`abort` leaves nothing. Replaces an existing file only with ``overwrite``."""
 
-    def __init__(self, store: Store, key: str, compression: str, *, overwrite: bool = True) -> None:
+    def __init__(
+        self,
+        store: Store,
+        key: str,
+        compression: str,
+        *,
+        overwrite: bool = True,
+        part: Part | None = None,
+    ) -> None:
         self.key = key
         self._out = store.output(key, directory=False, overwrite=overwrite)
         try:
-            self._f = open_write(self._out.open_write(""), compression)
+            self._f = open_write(self._out.open_write(""), compression, part=part)
         except BaseException:
             self._out.abort()
             raise
 
     def write(self, data: bytes) -> None:
         self._f.write(data)
+
+    def checksum(self) -> tuple[int, int]:
+        """(CRC-32, bytes) of what was written, for a gzip piece (0, 0 otherwise); after
+        :meth:`commit`, when the last block is compressed."""
+        if not self._out.done:
+            raise RuntimeError("checksum() before commit()")
+        w = self._f.stream
+        return (w.crc, w.size) if isinstance(w, GzipWriter) else (0, 0)
 
     def commit(self) -> None:
         if self._out.done:
@@ -144,3 +193,30 @@ class OutputFile:
 
 def suffix_for(compression: str) -> str:
     return {"gz": ".jsonl.gz", "zst": ".jsonl.zst", "none": ".jsonl", "": ".jsonl"}[compression]
+
+
+def join_parts(
+    store: Store,
+    key: str,
+    compression: str,
+    parts: Sequence[str],
+    checksums: Sequence[tuple[int, int]],
+    *,
+    overwrite: bool = True,
+) -> None:
+    """Write ``key`` as the concatenation of the pieces ``parts`` (keys written with
+    :class:`Part`), plus the gzip trailer, then remove the pieces. Only the compressed bytes
+    pass through here."""
+    with OutputFile(store, key, "none", overwrite=overwrite) as out:
+        for p in parts:
+            size = store.size(p)
+            for off in range(0, size, 8 << 20):
+                out.write(store.read_range(p, off, min(8 << 20, size - off)))
+        if compression == "gz":
+            crc, total = checksums[0]
+            for c, n in checksums[1:]:
+                crc = zlib.crc32_combine(crc, c, n)
+                total += n
+            out.write(gzip_trailer(crc, total))
+    for p in parts:
+        store.remove(p)
