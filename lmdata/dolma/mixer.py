@@ -10,7 +10,12 @@ write with keys sorted, as dolma's serde_json does.
 Inputs are grouped into shards in order until adding the next file would pass
 ``max_size_in_bytes`` of compressed input; each shard is one output file
 ``<path>/<name>-NNNN.jsonl.gz`` (dolma names its last shard ``.json.gz`` by accident; here every
-shard ends in ``.jsonl.gz``). Shards run in parallel; an existing output is kept (resume), as
+shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive whole input files
+holding at least PIECE_BYTES of input (the last piece less), so a shard of many files is mixed
+by several workers; each piece is written beside the shard (``.lmdata-parts/``) and the pieces
+are joined in order into one file (one gzip member), the same bytes for any engine and number
+of workers. An input file is never split (provenance needs each document's line number, and
+attribute files are read in step from their start). An existing output is kept (resume), as
 in dolma. Like dolma, a missing attribute file is not merged (a warning says so) and an
 attribute file shorter than its documents leaves the later documents without its attributes;
 ids that do not line up fail the shard with both files and the line. Inputs and outputs may be
@@ -35,10 +40,10 @@ from lmdata.dolma.config import MixerConfig, SpanReplacement, StreamConfig
 from lmdata.dolma.jsonpath import JqExpr, JsonPath, compile_selector
 from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
 from lmdata.formats.dolma._files import iter_raw_lines
-from lmdata.formats.dolma._output import OutputFile, suffix_for
+from lmdata.formats.dolma._output import OutputFile, Part, join_parts, suffix_for
 from lmdata.formats.dolma._paths import Stores, attribute_path, expand_globs, is_file
 from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
-from lmdata.storage import Store, is_url, join, resolve, scheme
+from lmdata.storage import Store, basename, is_url, join, parent, resolve, scheme
 
 log = logging.getLogger("lmdata.dolma.mix")
 
@@ -49,11 +54,28 @@ RUST_WHITESPACE = (
 )
 
 
+PIECE_BYTES = 16 << 20  # a shard's inputs are mixed in pieces of at least this many bytes
+
+
 @dataclass(frozen=True)
 class Shard:
     stream: StreamConfig
     inputs: tuple[str, ...]
     output: str
+    cuts: tuple[int, ...] = (0,)  # index in ``inputs`` where each piece starts
+
+
+@dataclass(frozen=True)
+class MixTask:
+    """Piece ``piece`` of ``shard`` (its inputs ``cuts[piece]`` up to the next cut)."""
+
+    shard: Shard
+    piece: int = 0
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        cuts = (*self.shard.cuts, len(self.shard.inputs))
+        return self.shard.inputs[cuts[self.piece] : cuts[self.piece + 1]]
 
 
 @dataclass
@@ -64,6 +86,7 @@ class ShardStats:
     too_short: int = 0
     skipped: bool = False
     warnings: list[str] = field(default_factory=list)
+    checksum: tuple[int, int] = (0, 0)  # of a piece written for joining (gzip: CRC-32, size)
 
 
 @dataclass(frozen=True)
@@ -109,7 +132,7 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
     comp = _output_compression(stream)
     if not stream.shuffle:  # one output per input, keeping the path below documents/
         return [Shard(stream, (f,), _join(out, "documents", _below_documents(f))) for f in inputs]
-    groups: list[list[str]] = []
+    groups: list[list[tuple[str, int]]] = []
     size = 0
     stores = Stores(opts)
     for f in inputs:
@@ -120,12 +143,29 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
             size = 0
         if not groups:
             groups.append([])
-        groups[-1].append(f)
+        groups[-1].append((f, s))
         size += s
     return [
-        Shard(stream, tuple(g), _join(out, f"{stream.name}-{i:04d}{suffix_for(comp)}"))
+        Shard(
+            stream,
+            tuple(f for f, _ in g),
+            _join(out, f"{stream.name}-{i:04d}{suffix_for(comp)}"),
+            _cuts([s for _, s in g]),
+        )
         for i, g in enumerate(groups)
     ]
+
+
+def _cuts(sizes: list[int]) -> tuple[int, ...]:
+    """Where the pieces of a shard start: a piece ends once it holds PIECE_BYTES of input."""
+    cuts = [0]
+    held = 0
+    for i, s in enumerate(sizes[:-1]):
+        held += s
+        if held >= PIECE_BYTES:
+            cuts.append(i + 1)
+            held = 0
+    return tuple(cuts)
 
 
 def _join(base: str, *parts: str) -> str:
@@ -280,7 +320,16 @@ def mix_document(
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS) + b"\n"
 
 
-def _mix_shard(shard: Shard) -> ShardStats:
+def part_key(output: str, piece: int) -> str:
+    """Where piece ``piece`` of a shard is written before the pieces are joined (a hidden
+    folder beside the shard)."""
+    return join(parent(output), ".lmdata-parts", f"{basename(output)}.{piece:06d}")
+
+
+def _mix_shard(task: MixTask | Shard) -> ShardStats:
+    if isinstance(task, Shard):
+        task = MixTask(task)
+    shard = task.shard
     stats = ShardStats()
     stream = shard.stream
     opts = stream.storage_options
@@ -288,9 +337,13 @@ def _mix_shard(shard: Shard) -> ShardStats:
     if out_store.exists(out):
         stats.skipped = True
         return stats
+    n = len(shard.cuts)
+    piece = Part(task.piece == 0, task.piece == n - 1) if n > 1 else None
+    key, overwrite = (out, False) if piece is None else (part_key(out, task.piece), True)
     stores = Stores(opts)
-    with OutputFile(out_store, out, _output_compression(stream), overwrite=False) as f:
-        for inp in shard.inputs:
+    comp = _output_compression(stream)
+    with OutputFile(out_store, key, comp, overwrite=overwrite, part=piece) as f:
+        for inp in task.inputs:
             store, key = stores(inp)
             where = store.url(key)
             attrs = _AttributeStreams(store, key, stream.attributes, stats)
@@ -304,8 +357,35 @@ def _mix_shard(shard: Shard) -> ShardStats:
                     stats.written += 1
                 if stats.read % parallel.REPORT_EVERY == 0:
                     parallel.report(parallel.REPORT_EVERY)
+    stats.checksum = f.checksum()
     parallel.report(stats.read % parallel.REPORT_EVERY)
     return stats
+
+
+def _join_shards(tasks: list[MixTask], stats: list[ShardStats]) -> list[ShardStats]:
+    """One ShardStats per shard (its pieces' summed, in order), after joining the pieces of
+    every shard mixed in several into the shard file."""
+    out = []
+    i = 0
+    while i < len(tasks):
+        shard = tasks[i].shard
+        group = stats[i : i + len(shard.cuts)]
+        i += len(shard.cuts)
+        total = ShardStats(skipped=all(st.skipped for st in group))
+        for st in group:
+            total.read += st.read
+            total.written += st.written
+            total.filtered += st.filtered
+            total.too_short += st.too_short
+            total.warnings.extend(st.warnings)
+        if len(group) > 1 and not total.skipped:
+            store, key = resolve(shard.output, shard.stream.storage_options)
+            pieces = [part_key(key, k) for k in range(len(group))]
+            comp = _output_compression(shard.stream)
+            checksums = [st.checksum for st in group]
+            join_parts(store, key, comp, pieces, checksums, overwrite=False)
+        out.append(total)
+    return out
 
 
 def mix(
@@ -331,16 +411,18 @@ def mix(
         for r in s.span_replacement:
             _selector(r.span, r.syntax)
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
+    tasks = [MixTask(sh, k) for sh in shards for k in range(len(sh.cuts))]
     t0 = time.perf_counter()
     stats = parallel.run_all(
         _mix_shard,
-        shards,
+        tasks,
         engine=engine,
         workers=cfg.processes,
         address=address,
         desc="mix",
         progress=progress,
     )
+    stats = _join_shards(tasks, stats)
     warnings = tuple(w for st in stats for w in st.warnings)
     for w in warnings:
         log.warning(w)
