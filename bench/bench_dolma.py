@@ -135,6 +135,7 @@ def main() -> None:
             rows.append(("dedupe docs by $.text", procs, dedupe(cfg).docs_per_second))
         for procs, label, size in (
             (1, "mix 1 shard", 2 * 1024**3),
+            (2, "mix 1 shard", 2 * 1024**3),
             (1, "mix 1 shard/file", 1),
             (2, "mix 1 shard/file", 1),
         ):

@@ -28,7 +28,7 @@ import envs
 HERE = Path(__file__).resolve().parent
 N_DOLMA = 8_000 if C.QUICK else 100_000
 # A dolma CLI run of 100k documents takes 10-20 s (more under load): 3 interleaved pairs per
-# row keep the five rows within a few minutes on a quiet machine.
+# row keep the six rows within a few minutes on a quiet machine.
 DOLMA_PAIRS = 3
 N_MOD = 2_000 if C.QUICK else 20_000
 
@@ -171,6 +171,7 @@ def dolma(work: Path) -> None:
         shutil.copytree(work / "a" / "attributes", work / "b" / "attributes", dirs_exist_ok=True)
     for procs, label, size in (
         (1, "1 shard", 2 * 1024**3),
+        (2, "1 shard", 2 * 1024**3),
         (1, "1 shard/file", 1),
         (2, "1 shard/file", 1),
     ):
