@@ -11,7 +11,9 @@ Grain 0.2.18 packs the shuffled documents (ConcatThenSplitIterDataset, segment i
 positions), LitData 0.2.76 reads shuffled TokensLoader blocks. The second table opens
 simulated flat-tokens stores of 10^6 .. 10^12 tokens (metadata of the full size; the chunk
 files the first batch touches are hard links to one real chunk, the rest absent) in a fresh
-process each and times open, first batch and peak resident memory.
+process each and times open, first batch and peak resident memory; the third does the same
+for ``.pbin`` files of 10^6 .. 10^9 tokens (sparse token data except the first batch's rows,
+a real index and its sidecar).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -38,6 +41,9 @@ N_TOKENS = int(os.environ.get("BENCH_LOADER_TOKENS", 64 << 20))
 SEQ_LEN, BATCH = 2048, 32
 HERE = Path(__file__).resolve().parent
 STREAMING_PY = HERE.parent / ".venv" / "extra-streaming" / "bin" / "python"
+# .pbin sizes of the open-time table: its index is a pickle (10^9 tokens: 10^6 documents, about
+# 2 s to unpickle once, when the sidecar is built)
+PBIN_EXPS = tuple(int(e) for e in os.environ.get("BENCH_LOADER_PBIN_EXPS", "6,8,9").split(","))
 PEER_TOKENS = int(os.environ.get("BENCH_LOADER_PEER_TOKENS", 16 << 20))  # Grain, LitData
 
 
@@ -245,23 +251,72 @@ def simulated_store(root: Path, n_tokens: int, real_chunk: Path) -> Path:
     return d
 
 
-def open_times(root: Path) -> dict[int, dict[str, float]]:
+def flat_store(root: Path, n_tokens: int) -> Path:
+    """:func:`simulated_store` with its one real chunk made on first use."""
     real = root / "real-chunk"
-    rng = np.random.default_rng(2)
-    enc = rng.integers(1, 50257, CHUNK, dtype=np.uint32) << np.uint32(1)
-    enc[::1000] |= np.uint32(1)
-    enc.tofile(real)
+    if not real.exists():
+        rng = np.random.default_rng(2)
+        enc = rng.integers(1, 50257, CHUNK, dtype=np.uint32) << np.uint32(1)
+        enc[::1000] |= np.uint32(1)
+        enc.tofile(real)
+    return simulated_store(root, n_tokens, real)
+
+
+def simulated_pbin(root: Path, n_tokens: int) -> Path:
+    """A ``.pbin`` of ``n_tokens`` uint16 tokens (a hole: zeros, no disk used) in documents of
+    1000 tokens, opened once here so that its index sidecar exists, as after a first run."""
+    from lmdata.formats._span_index import dump_span_index
+
+    n_docs = max(1, n_tokens // 1000)
+    starts = np.arange(n_docs, dtype=np.int64) * 1000
+    lens = np.diff(np.append(starts, n_tokens))
+    p = root / f"sim-{n_tokens}.pbin"
+    with open(p, "wb") as f:
+        f.write(struct.pack("<QI", 2 * n_tokens, 2))
+        f.seek(12 + 2 * n_tokens)
+        f.write(dump_span_index(2 * starts, 2 * lens))
+    r = lmdata.open(p)
+    # the first batch's rows hold written tokens (in the page cache, as the flat-tokens
+    # table's real chunk): faulting in pages of the hole would time the filesystem
+    rows = lmdata.Loader(r, seq_len=2048, global_batch_size=32, seed=0, rank=0, world_size=1)
+    rng = np.random.default_rng(3)
+    with open(p, "r+b") as f:
+        for row in rows.indices(0)[1].tolist():
+            f.seek(12 + 2 * 2048 * row)
+            f.write(rng.integers(1, 50257, 2048, dtype="<u2").tobytes())
+    lmdata.open(p)  # the sidecar again (the .pbin's identity changed)
+    return p
+
+
+def open_times(root: Path, exps: tuple[int, ...], make: Callable) -> dict[int, dict[str, float]]:
+    """Open + first batch of ``make(root, 10**exp)`` in a fresh process each."""
     out = {}
-    for exp in (6, 8, 10, 12):
-        d = simulated_store(root, 10**exp, real)
+    for exp in exps:
+        d = make(root, 10**exp)
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, str(d)], capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", CHILD, str(d)], capture_output=True, text=True, timeout=600
         )
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-2000:])
         out[exp] = json.loads(proc.stdout)
-        shutil.rmtree(d)
+        if d.is_dir():
+            shutil.rmtree(d)
+        else:
+            d.unlink()
+        for side in root.glob(f"{d.name}.*"):
+            side.unlink()
     return out
+
+
+def print_open_times(title: str, times: dict[int, dict[str, float]]) -> None:
+    print(f"\n{title}")
+    print("| tokens | open s | first batch s | peak RSS MB (after imports) |")
+    print("|---|---|---|---|")
+    for exp, t in times.items():
+        print(
+            f"| 10^{exp} | {t['open']:.3f} | {t['first']:.3f} | "
+            f"{t['rss_mb']:.0f} ({t['rss0_mb']:.0f}) |"
+        )
 
 
 def main() -> None:
@@ -298,14 +353,14 @@ def main() -> None:
             v = got["rows_per_s"]
             print(f"| {name:62} | {v:,.0f} | {v * SEQ_LEN / 1e6:,.0f} | {v / limit:.2f} |")
             print(f"{tool}: construct {got['open_s']:.2f} s, first batch {got['first_s']:.2f} s")
-        print("\nopen + first batch against dataset size (fresh process each, warm cache)")
-        print("| tokens | open s | first batch s | peak RSS MB (after imports) |")
-        print("|---|---|---|---|")
-        for exp, t in open_times(root).items():
-            print(
-                f"| 10^{exp} | {t['open']:.3f} | {t['first']:.3f} | "
-                f"{t['rss_mb']:.0f} ({t['rss0_mb']:.0f}) |"
-            )
+        print_open_times(
+            "flat-tokens: open + first batch against dataset size (fresh process each, warm cache)",
+            open_times(root, (6, 8, 10, 12), flat_store),
+        )
+        print_open_times(
+            ".pbin (documents of 1000 tokens, index sidecar built): open + first batch",
+            open_times(root, PBIN_EXPS, simulated_pbin),
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

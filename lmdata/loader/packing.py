@@ -164,8 +164,8 @@ def _arange(n: int) -> np.ndarray:
 
 def starts_in_rows(seq_starts: np.ndarray, row_starts: np.ndarray, length: int) -> np.ndarray:
     """Sorted flat indices, in a block of rows ``row_starts[i] : row_starts[i] + length``, of
-    the row starts and of the sequence starts ``seq_starts`` (sorted, non-empty sequences only)
-    inside them. Vectorised: no per-row Python."""
+    the row starts and of the sequence starts ``seq_starts`` inside them (sorted; repeats, as
+    empty sequences give, are merged). Vectorised: no per-row Python."""
     rs = np.asarray(row_starts, dtype=np.int64)
     lo = np.searchsorted(seq_starts, rs)
     counts = np.searchsorted(seq_starts, rs + length) - lo

@@ -106,7 +106,7 @@ class Source:
             and dtype == np.int32
             and (self._rows is not None or _takes_out(self._windows))
         )
-        self._seq_starts: np.ndarray | None = None  # non-empty sequence starts, read once
+        self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
         self._pieces: np.ndarray | None = None
         L = seq_len
@@ -144,23 +144,24 @@ class Source:
         if self.mode == "unpacked":
             return self._read_unpacked(rows)
         L = self.seq_len
-        starts = rows.astype(np.int64) * L
-        partial = rows >= self.full_rows  # only the last row of a finite pass
-        if self._in_place and not partial.any():
+        # only the last row of a finite pass is partial: training rows need no check
+        partial = rows >= self.full_rows if self.finite else None
+        if self._in_place and (partial is None or not partial.any()):
             # gathered straight into the targets' memory and decoded there
-            out = packed_buffers(len(starts), L, self.dtype, IO_KEYS)
+            out = packed_buffers(len(rows), L, self.dtype, IO_KEYS)
             enc = out["targets"].view(np.uint32)
             if self._rows is not None:
                 self._rows(rows, L, out=enc)
             else:
-                self._windows(starts, L, out=enc)
+                self._windows(rows.astype(np.int64) * L, L, out=enc)
             fill_packed(enc, out, self.bos)
         else:
+            starts = rows.astype(np.int64) * L
             out = self._layout(*self._tokens(starts, L if self.mode == "packed" else L + 1), starts)
-        if self.finite:
+        if partial is not None:
             out["loss_mask"] = np.ones(out["targets"].shape, dtype=bool)
             for i in np.flatnonzero(partial).tolist():
-                pad_tail(out, i, self._usable - int(starts[i]), self.pad_id)
+                pad_tail(out, i, self._usable - int(rows[i]) * L, self.pad_id)
         return out
 
     def _tokens(self, starts: np.ndarray, length: int) -> tuple[np.ndarray, bool]:
@@ -185,8 +186,9 @@ class Source:
         if encoded:
             return packed_from_encoded(values, self.dtype, self.bos)
         if self._seq_starts is None:
-            b = self._boundaries()
-            self._seq_starts = b[:-1][b[1:] > b[:-1]]
+            # every document's start, a view: an empty document's start equals the next one's
+            # and the row's flat starts are deduplicated (a first batch never scans the index)
+            self._seq_starts = self._boundaries()[:-1]
         flat_starts = starts_in_rows(self._seq_starts, starts, values.shape[1])
         return packed_from_starts(values, flat_starts, self.dtype, self.bos)
 

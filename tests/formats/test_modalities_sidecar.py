@@ -87,7 +87,7 @@ def test_a_changed_pbin_makes_the_sidecar_stale(tmp_path):
 
 
 def _hostile(raw: bytes) -> list[tuple[str, bytes]]:
-    head = struct.calcsize("<8sIIQQQI4x16s")
+    head = sidecar._HEADER.size
     n = struct.unpack_from("<Q", raw, 16)[0]
 
     def put(at: int, value: int) -> bytes:
@@ -100,6 +100,7 @@ def _hostile(raw: bytes) -> list[tuple[str, bytes]]:
         ("empty", b""),
         ("bad magic", b"X" + raw[1:]),
         ("bad key", raw[:48] + bytes(16) + raw[64:]),
+        ("bad identity", raw[: head - 32] + bytes(16) + raw[head - 16 :]),
         ("huge count", put(16, 1 << 60)),
         ("start past the data", put(head + 8, 10**9)),
         ("negative start", put(head + 8, -5)),
@@ -109,7 +110,7 @@ def _hostile(raw: bytes) -> list[tuple[str, bytes]]:
     ]
 
 
-@pytest.mark.parametrize("case", range(10))
+@pytest.mark.parametrize("case", range(11))
 def test_a_corrupt_or_hostile_sidecar_is_rebuilt(tmp_path, case):
     seqs = seqs_of(2, 5)
     p = write(tmp_path / "a.pbin", seqs)
@@ -249,3 +250,145 @@ def test_a_pickled_reader_maps_the_sidecar_again(tmp_path, monkeypatch):
     side(p).unlink()  # gone by the time a worker starts: the index itself
     again = pickle.loads(blob)
     assert contents(again) == [s.tolist() for s in seqs]
+
+
+# ---- O(1) opens: the .pbin's identity and the sidecar's seal ----------------------------------
+
+
+@pytest.fixture
+def digests(monkeypatch):
+    """Counts how often the index is hashed."""
+    calls = []
+    real = sidecar.index_digest
+
+    def counted(data):
+        calls.append(data.path)
+        return real(data)
+
+    monkeypatch.setattr(sidecar, "index_digest", counted)
+    return calls
+
+
+def test_an_open_reads_neither_the_index_nor_the_arrays(tmp_path, monkeypatch, no_unpickling):
+    seqs = seqs_of(9, 300)
+    p = write(tmp_path / "a.pbin", seqs)
+    PackedTokens(p)
+    no_unpickling()
+    from lmdata.formats.modalities.reader import PbinData
+
+    def refuse(*a, **kw):
+        raise AssertionError("read the whole index")
+
+    monkeypatch.setattr(sidecar, "index_digest", refuse)
+    monkeypatch.setattr(PbinData, "read_index_bytes", refuse)
+    monkeypatch.setattr(sidecar, "_contiguous", refuse)
+    r = PackedTokens(p)
+    assert r.contiguous and contents(r) == [s.tolist() for s in seqs]
+
+
+def test_a_touched_pbin_is_hashed_once_and_keeps_its_sidecar(tmp_path, digests, no_unpickling):
+    seqs = seqs_of(10)
+    p = write(tmp_path / "a.pbin", seqs)
+    PackedTokens(p)
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    no_unpickling()
+    del digests[:]
+    assert contents(PackedTokens(p)) == [s.tolist() for s in seqs]
+    assert len(digests) == 1  # the identity changed: the index decides, and it is the same
+    assert contents(PackedTokens(p)) == [s.tolist() for s in seqs]
+    assert len(digests) == 1  # the new identity was recorded: no hashing on later opens
+
+
+def test_changed_bytes_with_the_mtime_set_back_rebuild(tmp_path):
+    # the same size and mtime, another index: the ctime (which no one sets back) tells
+    p = write(tmp_path / "a.pbin", [[1, 2, 3], [4, 5], [6]])
+    PackedTokens(p)
+    st = os.stat(p)
+    other = tmp_path / "b.pbin"
+    write(other, [[1, 2], [3, 4, 5], [6]])
+    raw = other.read_bytes()
+    assert len(raw) == st.st_size
+    with open(p, "r+b") as f:  # in place: the same inode
+        f.write(raw)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(p).st_ino == st.st_ino and os.stat(p).st_mtime_ns == st.st_mtime_ns
+    assert contents(PackedTokens(p)) == [[1, 2], [3, 4, 5], [6]]
+
+
+def test_a_sidecar_written_to_after_it_was_built_is_rebuilt(tmp_path):
+    # an in-place edit of the arrays, header intact: the sidecar's mtime is not its seal
+    seqs = seqs_of(11, 5)
+    p = write(tmp_path / "a.pbin", seqs)
+    PackedTokens(p)
+    good = side(p).read_bytes()
+    n = struct.unpack_from("<Q", good, 16)[0]
+    with open(side(p), "r+b") as f:
+        f.seek(sidecar._HEADER.size + 8 * n)  # the first length
+        f.write(struct.pack("<q", 1))
+    assert contents(PackedTokens(p)) == [s.tolist() for s in seqs]
+    assert side(p).read_bytes() == good
+
+
+@pytest.mark.parametrize("how", ["group-writable", "another owner"])
+def test_a_sidecar_others_could_write_is_never_used(tmp_path, how, no_unpickling):
+    seqs = seqs_of(12, 5)
+    p = write(tmp_path / "a.pbin", seqs)
+    data = PackedTokens(p).data
+    # a forgery that keeps the header and the seal: only its owner could make it
+    raw = bytearray(side(p).read_bytes())
+    n = struct.unpack_from("<Q", raw, 16)[0]
+    struct.pack_into("<q", raw, sidecar._HEADER.size + 8 * n, 1)
+    seal = os.stat(side(p)).st_mtime_ns
+    side(p).write_bytes(bytes(raw))
+    os.utime(side(p), ns=(seal, seal))
+    if how == "group-writable":
+        side(p).chmod(0o664)
+    elif os.geteuid() == 0:
+        os.chown(side(p), 54321, -1)  # keeps the mtime: the seal still matches
+    else:
+        pytest.skip("only root can give a file to another user")
+    assert sidecar.load(side(p), data) is None
+    assert contents(PackedTokens(p)) == [s.tolist() for s in seqs]
+    cached = list((tmp_path / "cache" / sidecar.CACHE_SUBDIR).glob("*"))
+    if how == "group-writable":  # replaced by one only this user can write
+        assert side(p).stat().st_mode & 0o777 == 0o644 and not cached
+    else:  # another user's is left alone: this user's copy goes to the private cache folder
+        assert side(p).read_bytes() == bytes(raw) and len(cached) == 1
+        no_unpickling()
+        assert contents(PackedTokens(p)) == [s.tolist() for s in seqs]
+
+
+def test_overwriting_a_pbin_drops_its_sidecar(tmp_path, monkeypatch):
+    p = write(tmp_path / "a.pbin", seqs_of(13))
+    PackedTokens(p)
+    assert side(p).is_file()
+    seen = []
+
+    def commit_spy(self, real=lmdata.storage.LocalOutput.commit):
+        seen.append(side(p).exists())
+        return real(self)
+
+    monkeypatch.setattr(lmdata.storage.LocalOutput, "commit", commit_spy)
+    write(tmp_path / "a.pbin", [[7, 8]], overwrite=True)
+    assert seen == [False]  # gone before the new file appears
+    assert not side(p).exists()
+    assert contents(PackedTokens(p)) == [[7, 8]]
+
+
+def test_an_s3_pbin_is_known_by_its_etag(s3_root, digests, no_unpickling):
+    seqs = seqs_of(14)
+    url = write(f"{s3_root}/a.pbin", seqs)
+    assert contents(lmdata.open(url)) == [s.tolist() for s in seqs]
+    assert len(list((Path(os.environ[sidecar.CACHE_ENV]) / sidecar.CACHE_SUBDIR).iterdir())) == 1
+    del digests[:]
+    no_unpickling()
+    assert contents(lmdata.open(url)) == [s.tolist() for s in seqs]
+    assert digests == []  # the same ETag: the index is neither read nor hashed
+
+
+def test_an_overwritten_s3_pbin_is_rebuilt(s3_root):
+    url = write(f"{s3_root}/a.pbin", [[1, 2, 3], [4, 5], [6]])
+    lmdata.open(url)
+    write(url, [[1, 2], [3, 4, 5], [6]], overwrite=True)  # the same size, another index
+    assert contents(lmdata.open(url)) == [[1, 2], [3, 4, 5], [6]]

@@ -502,3 +502,27 @@ def test_a_corrupt_index_entry_is_named_by_unpacked_reads(tmp_path):
             shuffle=False,
         ).batch(0)
     assert loader.batch(0)["targets"].shape == (20, 8)  # packed reads never use the index
+
+
+def test_packed_pbin_rows_with_empty_documents(tmp_path):
+    # the generic packed path reads every document start, empty ones included (repeats)
+    import struct
+
+    from lmdata.formats._span_index import dump_span_index
+
+    tokens = np.arange(1, 21, dtype="<u2")
+    spans = [(0, 3), (3, 0), (3, 0), (3, 5), (8, 0), (8, 12), (20, 0)]
+    raw = struct.pack("<QI", 40, 2) + tokens.tobytes()
+    raw += dump_span_index([2 * a for a, _ in spans], [2 * n for _, n in spans])
+    p = tmp_path / "e.pbin"
+    p.write_bytes(raw)
+    r = lmdata.open(p)
+    assert r.boundaries.tolist() == [0, 3, 3, 3, 8, 8, 20, 20]
+    got = Loader(r, seq_len=5, global_batch_size=4, shuffle=False).batch(0)
+    want = Loader(
+        Plain([tokens[:3], tokens[3:8], tokens[8:]]), seq_len=5, global_batch_size=4, shuffle=False
+    ).batch(0)
+    for k in want:
+        assert np.array_equal(got[k], want[k]), k
+    assert got["segment_ids"][0].tolist() == [1, 1, 1, 2, 2]
+    assert got["positions"][1].tolist() == [0, 1, 2, 0, 1]  # each row starts a segment

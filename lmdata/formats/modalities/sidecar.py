@@ -6,12 +6,23 @@ writes the checked index as raw little-endian arrays beside the data (``<file>.l
 or, when that folder is read-only or on an object store, in the cache folder
 (``$LMDATA_CACHE_DIR``, default ``~/.cache/lmdata``, under ``pbin-index/``). Later opens map it.
 
-Layout: a 64-byte header (:data:`_HEADER`), then ``starts`` (int64, n), ``lengths`` (int64, n)
+Layout: a 104-byte header (:data:`_HEADER`), then ``starts`` (int64, n), ``lengths`` (int64, n)
 and ``boundaries`` (uint64, n + 1), all in tokens. The header holds the ``.pbin``'s size, data
-length, token width and a BLAKE2b digest of its header and index bytes: exactly what the
-arrays are derived from, so any change to them makes the sidecar stale. A sidecar is never
-trusted: a wrong size, key or magic, or arrays that fail the same checks as the index (spans
-inside the data, boundaries the running sum of the lengths) is rebuilt from the pickle.
+length and token width, a BLAKE2b digest of its header and index bytes (what the arrays are
+derived from), the ``.pbin``'s identity when the sidecar was checked (size, mtime, ctime, inode
+and device on local disk; ETag, version or generation on object stores) and a checksum of
+all that. Opening is O(1) in the number of documents:
+
+- a sidecar is used only if this user wrote it and nothing wrote to it since: owned by the
+  current user, writable by no one else, and its mtime the one recorded in it when it was
+  built (a later write, by any tool, changes it). The arrays were checked like the pickle
+  (every span inside the data) when they were built; only their owner could forge them. A
+  group-writable one of this user's is rebuilt in place; another user's is left alone and this
+  user's copy goes to the cache folder; where there are no user ids, none is written;
+- when the ``.pbin``'s identity is the recorded one, the digest is not recomputed; when it
+  changed (touched, copied, rewritten) the index is hashed once: the same digest records the
+  new identity in place, another one rebuilds the sidecar.
+
 Written to a temporary sibling and renamed, so a reader sees a whole sidecar or none.
 """
 
@@ -22,6 +33,7 @@ import hashlib
 import os
 import stat
 import struct
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,12 +47,19 @@ SUFFIX = ".lmdata-index"  # beside the .pbin; its provenance record is <file>.lm
 CACHE_ENV = "LMDATA_CACHE_DIR"
 CACHE_SUBDIR = "pbin-index"
 MAGIC = b"LMDPBIX\x00"
-VERSION = 1
-# below this many index bytes (about 80k documents) unpickling takes milliseconds: no sidecar
-MIN_INDEX_BYTES = 1 << 20
-_HEADER = struct.Struct("<8sIIQQQI4x16s")  # magic, version, flags, n, size, data_len, width, key
+VERSION = 2
+# below this many index bytes (about 25k documents; the pickle takes about 10 bytes each)
+# checking and unpickling take milliseconds: no sidecar. Above, mapping one (under a
+# millisecond) wins: 100k documents unpickle in about 0.1 s.
+MIN_INDEX_BYTES = 256 << 10
+# magic, version, flags, n, size, data_len, width, index digest, the sidecar's own mtime (its
+# seal), the .pbin's identity, checksum of all before it
+_HEADER = struct.Struct("<8sIIQQQI4x16sq16s16s")
+_IDENT_AT = _HEADER.size - 32  # identity and checksum: rewritten in place when only they change
 _REPAIRED = 1
-_CHUNK = 1 << 20  # entries per validation step (bounded temporaries)
+_CONTIGUOUS = 2
+_FLAGS = _REPAIRED | _CONTIGUOUS
+_CHUNK = 1 << 20  # entries per step of the contiguity check and the writer (bounded temporaries)
 _HASH_CHUNK = 8 << 20
 _I64 = np.dtype("<i8")
 _U64 = np.dtype("<u8")
@@ -126,116 +145,197 @@ def index_digest(data: object) -> bytes:
     return h.digest()
 
 
+_VERSION_FIELDS = ("ETag", "etag", "VersionId", "version_id", "generation", "md5Hash")
+
+
+def identity(data: object) -> bytes | None:
+    """What changes whenever the ``.pbin``'s bytes may have changed, in O(1): its size, mtime,
+    ctime (which no one can set back), inode and device on local disk; its ETag, version or
+    generation on object stores. None where the store offers nothing of the kind (memory://):
+    the digest is then recomputed on every open."""
+    store, key = data.store, data.key  # type: ignore[attr-defined]
+    try:
+        if getattr(store, "can_mmap", False):
+            st = os.stat(key)
+            parts: tuple = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        else:
+            fs = getattr(store, "fs", None)
+            info = fs.info(key) if fs is not None else {}
+            tags = tuple(str(info[f]) for f in _VERSION_FIELDS if info.get(f))
+            if not tags:
+                return None
+            parts = (info.get("size"), *tags)
+    except Exception:  # no identity means "hash the index", never a failure
+        return None
+    return hashlib.blake2b(repr(parts).encode(), digest_size=16).digest()
+
+
+def _sealed(head: bytes) -> bytes:
+    """``head`` (the header up to its checksum) followed by its checksum."""
+    return head + hashlib.blake2b(head, digest_size=16).digest()
+
+
 # ---- reading ---------------------------------------------------------------------------------
 
 
-def _open_regular(path: Path) -> int | None:
-    """A descriptor of ``path`` if it is a regular file (never blocks on a FIFO), else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+def _open_regular(path: Path) -> tuple[int, bool] | None:
+    """(descriptor, writable) of ``path`` if it is a regular file (never blocks on a FIFO)."""
+    flags = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    for mode, writable in ((os.O_RDWR, True), (os.O_RDONLY, False)):
+        try:
+            fd = os.open(path, mode | flags)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd, writable
+        except OSError:
+            pass
+        os.close(fd)
         return None
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
     return None
 
 
-def load(path: Path, data: object, digest: bytes) -> IndexArrays | None:
-    """The arrays of the sidecar at ``path`` if it is whole, belongs to ``data`` (same size,
-    layout and index digest) and passes the index's checks; None otherwise."""
-    fd = _open_regular(path)
-    if fd is None:
-        return None
+def _trusted(st: os.stat_result) -> bool:
+    """Whether only this user could have written the file: owned by the current user and not
+    writable by group or others. Where there are no user ids, never (the sidecar is rebuilt)."""
+    geteuid = getattr(os, "geteuid", None)
+    return geteuid is not None and st.st_uid == geteuid() and not st.st_mode & 0o022
+
+
+def _foreign(path: Path) -> bool:
+    """Whether ``path`` is a file of another user."""
+    geteuid = getattr(os, "geteuid", None)
     try:
-        size = os.fstat(fd).st_size
-        raw = os.pread(fd, _HEADER.size, 0)
+        return geteuid is not None and os.lstat(path).st_uid != geteuid()
     except OSError:
+        return False
+
+
+def load(path: Path, data: object, digest: bytes | None = None) -> IndexArrays | None:
+    """The arrays of the sidecar at ``path`` if it is whole, was written by this user and
+    belongs to ``data`` (same size and layout; same identity, or the same index digest); None
+    otherwise. ``digest``, if given, must also be the recorded one (a reader sent to another
+    process asks for the index it had)."""
+    opened = _open_regular(path)
+    if opened is None:
+        return None
+    fd, writable = opened
+    try:
+        return _load(fd, writable, path, data, digest)
+    except (OSError, ValueError):
         return None
     finally:
         os.close(fd)
-    if len(raw) < _HEADER.size:
+
+
+def _load(
+    fd: int, writable: bool, path: Path, data: object, digest: bytes | None
+) -> IndexArrays | None:
+    st = os.fstat(fd)
+    if not _trusted(st):
         return None
-    magic, version, flags, n, fsize, data_len, width, key = _HEADER.unpack(raw)
+    size = st.st_size
+    raw = os.pread(fd, _HEADER.size, 0)
+    if len(raw) < _HEADER.size or _sealed(raw[:-16]) != raw:
+        return None
+    magic, version, flags, n, fsize, data_len, width, key, seal, ident, _ = _HEADER.unpack(raw)
     h = data.header  # type: ignore[attr-defined]
     if (
         magic != MAGIC
         or version != VERSION
-        or flags & ~_REPAIRED
-        or (fsize, data_len, width, key) != (h.file_size, h.data_len, h.token_width, digest)
+        or st.st_mtime_ns != seal  # written to since it was built
+        or flags & ~_FLAGS
+        or (fsize, data_len, width) != (h.file_size, h.data_len, h.token_width)
+        or (digest is not None and key != digest)
         or n > (size - _HEADER.size) // 24
         or size != _HEADER.size + 8 * (3 * n + 1)
     ):
         return None
-    try:
-        mm = np.memmap(path, dtype=np.uint8, mode="r")
-    except (OSError, ValueError):
-        return None
-    if len(mm) != size:  # replaced between the stat and the mapping
+    now = identity(data)
+    if now is None or now != ident:
+        # the .pbin may have changed: its index decides (hashed once, O(index bytes))
+        if index_digest(data) != key:
+            return None
+        if now is not None and writable:
+            os.pwrite(fd, _sealed(raw[:_IDENT_AT] + now), 0)
+            os.utime(fd, ns=(st.st_atime_ns, seal))
+    with os.fdopen(os.dup(fd), "rb") as f:  # maps the file checked above, not the path again
+        mm = np.memmap(f, dtype=np.uint8, mode="r")
+    if len(mm) != size:
         return None
     o = _HEADER.size
     starts = np.ndarray((n,), dtype=_I64, buffer=mm, offset=o)
     lens = np.ndarray((n,), dtype=_I64, buffer=mm, offset=o + 8 * n)
     bounds = np.ndarray((n + 1,), dtype=_U64, buffer=mm, offset=o + 16 * n)
-    if not _valid(starts, lens, bounds, h.num_tokens):
+    # O(1) checks of what a torn or foreign file would get wrong first; the spans themselves
+    # were checked when this user built the sidecar
+    if int(bounds[0]) != 0 or int(bounds[n]) > h.num_tokens:
         return None
-    repaired = bool(flags & _REPAIRED)
-    contiguous = _contiguous(starts, lens)
-    return IndexArrays(starts, lens, bounds, contiguous, repaired, sidecar=path, digest=digest)
-
-
-def _valid(starts: np.ndarray, lens: np.ndarray, bounds: np.ndarray, tokens: int) -> bool:
-    """Every span inside the ``tokens`` of data and ``bounds`` the running sum of ``lens``
-    (whole-array passes in bounded steps: a sidecar is checked as strictly as a pickle)."""
-    signed = bounds.view(_I64)
-    if int(signed[0]) != 0:
-        return False
-    n = len(starts)
-    for lo in range(0, n, _CHUNK):
-        hi = min(lo + _CHUNK, n)
-        s, ln, b = starts[lo:hi], lens[lo:hi], signed[lo : hi + 1]
-        if (s < 0).any() or (ln < 0).any() or (ln > tokens - s).any():
-            return False
-        if (b[1:] < 0).any() or not np.array_equal(b[1:] - b[:-1], ln):
-            return False
-    return True
+    if n and (int(starts[0]) < 0 or int(lens[n - 1]) > h.num_tokens - int(starts[n - 1])):
+        return None
+    return IndexArrays(
+        starts,
+        lens,
+        bounds,
+        bool(flags & _CONTIGUOUS),
+        bool(flags & _REPAIRED),
+        sidecar=path,
+        digest=key,
+    )
 
 
 # ---- writing ---------------------------------------------------------------------------------
 
 
-def write(path: Path, data: object, digest: bytes, idx: IndexArrays) -> bool:
-    """Write ``idx`` as the sidecar at ``path`` (temporary sibling, then rename); False if the
-    folder cannot be written."""
+def write(path: Path, data: object, digest: bytes, idx: IndexArrays, ident: bytes | None) -> bool:
+    """Write ``idx`` as the sidecar at ``path`` (temporary sibling, then rename; readable by
+    all, writable by this user only); False if the folder cannot be written."""
     h = data.header  # type: ignore[attr-defined]
     n = len(idx.starts)
+    flags = (_REPAIRED if idx.repaired else 0) | (_CONTIGUOUS if idx.contiguous else 0)
+    # the sidecar's mtime, set after writing and recorded: any later write changes it. Whole
+    # even seconds in the past, exact on every filesystem and never the time of a later write
+    seal = (time.time_ns() // 2_000_000_000 - 1) * 2_000_000_000
     head = _HEADER.pack(
         MAGIC,
         VERSION,
-        _REPAIRED if idx.repaired else 0,
+        flags,
         n,
         h.file_size,
         h.data_len,
         h.token_width,
         digest,
+        seal,
+        ident or bytes(16),
+        bytes(16),
     )
     tmp = path.parent / f"{TMP_PREFIX}{path.name}-{uuid.uuid4().hex[:12]}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "xb") as f:
-            f.write(head)
+            with contextlib.suppress(AttributeError, OSError):
+                os.fchmod(f.fileno(), 0o644)  # a group-writable umask would make it untrusted
+            f.write(_sealed(head[:-16]))
             for a, t in ((idx.starts, _I64), (idx.lengths, _I64), (idx.boundaries, _U64)):
                 for lo in range(0, len(a), _CHUNK):
                     f.write(np.ascontiguousarray(a[lo : lo + _CHUNK], dtype=t).data)
+            f.flush()
+            os.utime(f.fileno(), ns=(seal, seal))
         os.replace(tmp, path)
-    except OSError:
+    except (OSError, NotImplementedError):
         with contextlib.suppress(OSError):
             tmp.unlink()
         return False
     return True
+
+
+def remove(store: object, key: str) -> None:
+    """Drop the sidecar of the local ``.pbin`` at ``key`` (before a new file replaces it); a
+    sidecar in the cache folder is left to go stale (it is keyed to the old file)."""
+    if getattr(store, "can_mmap", False):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.abspath(key) + SUFFIX)
 
 
 def index_arrays(
@@ -251,17 +351,25 @@ def index_arrays(
     h = data.header  # type: ignore[attr-defined]
     if h.file_size - h.index_start < MIN_INDEX_BYTES or not (reuse or save):
         return build()
-    digest = index_digest(data)
+    if not hasattr(os, "geteuid"):  # no owners to trust a sidecar by: none is ever used
+        return build()
     places = _places(data.store, data.key)  # type: ignore[attr-defined]
     if reuse:
         for p in places:
-            got = load(p, data, digest)
+            got = load(p, data)
             if got is not None:
                 return got
+    if not save:
+        return build()
+    before = identity(data)
+    digest = index_digest(data)
     idx = build()
-    if save:
-        for p in places:
-            if write(p, data, digest, idx):
-                # mapped: shared with every process that opens the file, not a private copy
-                return load(p, data, digest) or idx
+    if before is None or identity(data) != before:  # changed while read: not worth keeping
+        before = None
+    for p in places:
+        if _foreign(p):  # another user's: left alone (replacing it would make them rebuild)
+            continue
+        if write(p, data, digest, idx, before):
+            # mapped: shared with every process that opens the file, not a private copy
+            return load(p, data, digest) or idx
     return idx

@@ -16,6 +16,7 @@ from lmdata import _provenance
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
 from lmdata.formats._spec import check_single_split
+from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import (
     DTYPES,
     HEADER_SIZE,
@@ -221,6 +222,7 @@ class Writer(AtomicWriter):
         if self._overwrite or not store.exists(key):
             # a kill after the commit leaves no sidecar rather than one describing the old file
             _provenance.remove_sidecar(store, key)
+            sidecar.remove(store, key)  # the old file's index copy
         self._out.commit()
         if self._provenance is not None:
             _provenance.write_sidecar(store, key, self._provenance)
