@@ -163,3 +163,25 @@ def test_pieces_join_to_the_single_writer_bytes(tmp_path: Path, compression: str
         d = zlib.decompressobj(31)
         d.decompress(many)
         assert d.eof and d.unused_data == b""  # one member, trailer CRC checked by zlib
+
+
+def test_ranges_on_an_object_store_give_the_local_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memory_root: str
+) -> None:
+    data = _docs(120)
+    monkeypatch.setattr(tg, "RANGE_BYTES", 1500)
+    local = _tree(tmp_path / "l", "a.jsonl", data)
+    _run(local)
+    store, key = resolve(f"{memory_root}/documents/a.jsonl")
+    store.write_object(key, data)
+    cfg = TagConfig.from_dict(
+        {
+            "documents": [f"{memory_root}/documents/*.jsonl"],
+            "taggers": TAGGERS,
+            "experiment": "x",
+            "ignore_existing": True,
+        }
+    )
+    assert tg.tag(cfg, engine="inprocess").documents == 120
+    got = store.read(resolve(f"{memory_root}/attributes/x/a.jsonl")[1])
+    assert got == (local / "attributes" / "x" / "a.jsonl").read_bytes()

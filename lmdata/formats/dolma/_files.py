@@ -282,8 +282,9 @@ def _chunks_between(store: Store, key: str, start: int, end: int) -> Iterator[tu
     """``(offset, bytes)`` of ``key`` from ``start`` in reads of READ_CHUNK, up to ``end`` (or
     the end of the file when ``end`` is None)."""
     pos = start
+    step = READ_CHUNK if isinstance(store, LocalStore) else REMOTE_CHUNK
     while end is None or pos < end:
-        chunk = store.read_range(key, pos, READ_CHUNK)
+        chunk = store.read_range(key, pos, step)
         if not chunk:
             return
         yield pos, chunk
