@@ -38,12 +38,13 @@ import orjson
 from lmdata import parallel
 from lmdata.dolma.config import MixerConfig, SpanReplacement, StreamConfig
 from lmdata.dolma.jsonpath import JqExpr, JsonPath, compile_selector
+from lmdata.dolma.pieces import Join, join_all, part_key
 from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
 from lmdata.formats.dolma._files import iter_raw_lines
-from lmdata.formats.dolma._output import OutputFile, Part, join_parts, suffix_for
+from lmdata.formats.dolma._output import OutputFile, Part, suffix_for
 from lmdata.formats.dolma._paths import Stores, attribute_path, expand_globs, is_file
 from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
-from lmdata.storage import Store, basename, is_url, join, parent, resolve, scheme
+from lmdata.storage import Store, is_url, join, resolve, scheme
 
 log = logging.getLogger("lmdata.dolma.mix")
 
@@ -320,12 +321,6 @@ def mix_document(
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS) + b"\n"
 
 
-def part_key(output: str, piece: int) -> str:
-    """Where piece ``piece`` of a shard is written before the pieces are joined (a hidden
-    folder beside the shard)."""
-    return join(parent(output), ".lmdata-parts", f"{basename(output)}.{piece:06d}")
-
-
 def _mix_shard(task: MixTask | Shard) -> ShardStats:
     if isinstance(task, Shard):
         task = MixTask(task)
@@ -362,10 +357,12 @@ def _mix_shard(task: MixTask | Shard) -> ShardStats:
     return stats
 
 
-def _join_shards(tasks: list[MixTask], stats: list[ShardStats]) -> list[ShardStats]:
-    """One ShardStats per shard (its pieces' summed, in order), after joining the pieces of
-    every shard mixed in several into the shard file."""
-    out = []
+def _per_shard(
+    tasks: list[MixTask], stats: list[ShardStats]
+) -> tuple[list[ShardStats], list[Join]]:
+    """One ShardStats per shard (its pieces' summed, in order), and the joins of every shard
+    mixed in several pieces."""
+    out, joins = [], []
     i = 0
     while i < len(tasks):
         shard = tasks[i].shard
@@ -379,13 +376,12 @@ def _join_shards(tasks: list[MixTask], stats: list[ShardStats]) -> list[ShardSta
             total.too_short += st.too_short
             total.warnings.extend(st.warnings)
         if len(group) > 1 and not total.skipped:
-            store, key = resolve(shard.output, shard.stream.storage_options)
-            pieces = [part_key(key, k) for k in range(len(group))]
             comp = _output_compression(shard.stream)
-            checksums = [st.checksum for st in group]
-            join_parts(store, key, comp, pieces, checksums, overwrite=False)
+            sums = tuple(st.checksum for st in group)
+            opts = shard.stream.storage_options
+            joins.append(Join(shard.output, comp, sums, opts, overwrite=False))
         out.append(total)
-    return out
+    return out, joins
 
 
 def mix(
@@ -422,7 +418,8 @@ def mix(
         desc="mix",
         progress=progress,
     )
-    stats = _join_shards(tasks, stats)
+    stats, joins = _per_shard(tasks, stats)
+    join_all(joins, engine, cfg.processes, address)
     warnings = tuple(w for st in stats for w in st.warnings)
     for w in warnings:
         log.warning(w)

@@ -23,6 +23,7 @@ import orjson
 
 from lmdata import parallel
 from lmdata.dolma.config import TagConfig
+from lmdata.dolma.pieces import Join, join_all, part_key
 from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats.dolma._files import (
@@ -31,10 +32,10 @@ from lmdata.formats.dolma._files import (
     line_number_at,
     splittable,
 )
-from lmdata.formats.dolma._output import OutputFile, Part, join_parts
+from lmdata.formats.dolma._output import OutputFile, Part
 from lmdata.formats.dolma._paths import Stores, attribute_path, is_file
 from lmdata.formats.dolma._rows import parse_line
-from lmdata.storage import Store, basename, join, parent, resolve
+from lmdata.storage import Store, resolve
 
 RANGE_BYTES = 64 << 20  # a plain JSONL file larger than this is tagged in ranges of this size
 
@@ -77,12 +78,6 @@ class TagFileResult:
     documents: int
     skipped: bool  # every output existed already
     checksums: tuple[tuple[int, int], ...] = ()  # per output, of a piece (gzip: CRC-32, size)
-
-
-def part_key(output: str, part: int) -> str:
-    """Where piece ``part`` of an attribute file is written before the pieces are joined (a
-    hidden folder, which listings of the tree skip)."""
-    return join(parent(output), ".lmdata-parts", f"{basename(output)}.{part:06d}")
 
 
 def _tag_file(task: TagTask) -> TagFileResult:
@@ -158,8 +153,9 @@ def _lines(store: Store, path: str, task: TagTask) -> Any:
     return ((-(off + 1), raw) for off, raw in iter_range_lines(store, path, task.start, task.end))
 
 
-def _join(cfg: TagConfig, tasks: list[TagTask], results: list[TagFileResult]) -> None:
-    """Join the pieces of every file tagged in ranges into its attribute files, in order."""
+def _joins(cfg: TagConfig, tasks: list[TagTask], results: list[TagFileResult]) -> list[Join]:
+    """The joins of every file tagged in ranges: its pieces into its attribute files."""
+    out = []
     i = 0
     while i < len(tasks):
         t = tasks[i]
@@ -167,10 +163,10 @@ def _join(cfg: TagConfig, tasks: list[TagTask], results: list[TagFileResult]) ->
         i += t.parts
         if t.parts == 1 or all(r.skipped for r in group):
             continue
-        store, path = resolve(t.path, cfg.storage_options)
-        for j, (o, _, _) in enumerate(_outputs(path, cfg)):
-            pieces = [part_key(o, k) for k in range(t.parts)]
-            join_parts(store, o, cfg.compression, pieces, [r.checksums[j] for r in group])
+        for j, (o, _, _) in enumerate(_outputs(t.path, cfg)):
+            sums = tuple(r.checksums[j] for r in group)
+            out.append(Join(o, cfg.compression, sums, cfg.storage_options))
+    return out
 
 
 def tag(
@@ -202,7 +198,7 @@ def tag(
         desc="tag",
         progress=progress,
     )
-    _join(cfg, tasks, results)
+    join_all(_joins(cfg, tasks, results), engine, cfg.processes, address)
     outs = tuple(o for f in files for o, _, _ in _outputs(f, cfg))
     return TagResult(
         files=len(files),

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma import tag as tg
 from lmdata.dolma.config import TagConfig
 from lmdata.errors import CorruptDataError
@@ -182,7 +183,16 @@ def test_ranges_on_an_object_store_give_the_local_bytes(
             "ignore_existing": True,
         }
     )
+    seen = []
+    real = dolma_pieces.parallel.run_all
+
+    def recorded(fn, units, **kw):
+        seen.append(kw["desc"])
+        return real(fn, units, **kw)
+
+    monkeypatch.setattr(dolma_pieces.parallel, "run_all", recorded)
     assert tg.tag(cfg, engine="inprocess").documents == 120
+    assert seen == ["tag", "join"]  # on a store, the join is a unit of the executor
     got = store.read(resolve(f"{memory_root}/attributes/x/a.jsonl")[1])
     assert got == (local / "attributes" / "x" / "a.jsonl").read_bytes()
 
