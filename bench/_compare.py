@@ -60,6 +60,9 @@ class Table:
 
 
 _TABLES: dict[str, Table] = {}
+# README block name -> markdown: a bench module's own tables (per-format rates, not pairs),
+# given by the module (report) or, failing that, its printed output (module_output)
+_OUTPUTS: dict[str, str] = {}
 COMMAND = "make bench"  # how this run was started, for the report (bench/run.py sets it)
 
 
@@ -180,6 +183,24 @@ def markdown(table: str) -> str:
     return "\n".join(lines)
 
 
+def report(block: str, text: str) -> None:
+    """A bench module's own markdown (its per-format table), for README block ``block``."""
+    _OUTPUTS[block] = text.strip()
+
+
+def module_output(block: str, command: str, printed: str) -> None:
+    """What a bench module printed, as README block ``block`` (a fenced copy, since modules
+    print fixed-width tables), unless the module gave its own markdown through report()."""
+    if block in _OUTPUTS or not printed.strip():
+        return
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    fence = "~~~~" if "```" in printed else "```"
+    _OUTPUTS[block] = (
+        f"Output of `{command}` in this run (load average at its end {load}, 1 / 5 / 15 min):"
+        f"\n\n{fence}text\n{printed.strip()}\n{fence}"
+    )
+
+
 def run_header() -> str:
     """When, on what commit and under what load the run was taken (for the report)."""
     try:
@@ -206,7 +227,7 @@ def save_and_flag() -> Path:
     previous = sorted(RESULTS.glob(f"*-{mode}.json"))
     out = RESULTS / f"{time.strftime('%Y%m%dT%H%M%S')}-{mode}.json"
     out.write_text(json.dumps({"mode": mode, "rows": [asdict(r) for r in _ROWS]}, indent=1))
-    report = [run_header(), *(markdown(t) for t in _TABLES)]
+    report = [run_header(), *(markdown(t) for t in _TABLES), *_OUTPUTS.values()]
     out.with_suffix(".md").write_text("\n\n".join(report) + "\n")
     print(f"\nresults: {out.relative_to(ROOT)} (markdown: {out.with_suffix('.md').name})")
     if not previous:
@@ -242,22 +263,25 @@ END = "<!-- /bench:{} -->"
 
 def update_readme(readme: Path = ROOT / "README.md") -> list[str]:
     """Replace each `<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->` block of the README with
-    this run's markdown of TABLE (and the block `bench:run` with the run header). Tables not
-    measured in this run keep their previous text; returns the names of the blocks replaced."""
-    text = readme.read_text()
-    tables = ", ".join(_TABLES) or "none"
+    this run's markdown of TABLE (a side-by-side table, or a bench module's own tables under
+    its module name), and the block `bench:run` with the run header. Tables not measured in
+    this run keep their previous text; returns the names of the blocks replaced."""
+    text = "\n" + readme.read_text()  # a marker on the first line is on a line of its own
+    tables = ", ".join([*_TABLES, *_OUTPUTS]) or "none"
     blocks = {
         "run": f"{run_header()} Tables of this run: {tables}.",
         **{t: markdown(t) for t in _TABLES},
+        **_OUTPUTS,
     }
     done = []
     for name, body in blocks.items():
         start, end = MARK.format(name), END.format(name)
-        i = text.find(start)
-        j = text.find(end, i + 1) if i >= 0 else -1
+        # markers on lines of their own: prose that quotes a marker is not a block
+        i = text.find(f"\n{start}\n")
+        j = text.find(f"\n{end}", i + 1) if i >= 0 else -1
         if i < 0 or j < 0:
             continue
-        text = text[: i + len(start)] + "\n" + body + "\n" + text[j:]
+        text = text[: i + 1 + len(start)] + "\n" + body + text[j:]
         done.append(name)
-    readme.write_text(text)
+    readme.write_text(text[1:])
     return done

@@ -12,10 +12,8 @@ uncompressed and zstd.
 
 from __future__ import annotations
 
-import json
 import mmap
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,48 +29,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import _compare as C  # noqa: E402
 import envs  # noqa: E402
-from bench_origin_reads import digest  # noqa: E402
+from bench_origin_reads import Streaming, digest  # noqa: E402
 
 from tests.formats.mds_samples import columns, run_streaming, samples  # noqa: E402
 
 N = 10_000 if C.QUICK else 50_000
 RANDOM = 4_096 if C.QUICK else 20_480
 TAKE_BATCH = 256
-
-
-class Streaming:
-    """One StreamingDataset, open in its venv, timing the runs it is asked for."""
-
-    def __init__(self, python: Path, local: Path) -> None:
-        job = {"op": "serve", "local": str(local), "batch_size": 256}
-        self.proc = subprocess.Popen(
-            [str(python), str(HERE / "_streaming_worker.py"), json.dumps(job)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self._line()  # {"ready": size}
-
-    def _line(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("the streaming worker exited")
-            if line.startswith("{"):
-                return json.loads(line)  # type: ignore[no-any-return]
-
-    def run(self, job: dict[str, Any]) -> tuple[float, str]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(job) + "\n")
-        self.proc.stdin.flush()
-        got = self._line()
-        return got["seconds"], got["digest"]
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
 
 
 def limit_random(d: Path, idx: list[int]) -> float:
@@ -192,13 +155,24 @@ def main() -> None:
                 lim = f"{res['limit'] / 1e6:.2f} M" if "limit" in res else "-"
                 name = recipe[5:] + (", zstd" if comp else "")
                 lines.append(f"| {name} | {' | '.join(cells)} | {w} | {lim} |")
-        print(
-            f"\nMDS, {N:,} samples, one process; samples/s, lmdata vs streaming 0.13.0 "
-            f"(ratio: median of {C.PAIRS} interleaved pairs; write: one run each)"
+        load = " / ".join(f"{x:.1f}" for x in _load())
+        table = "\n".join(
+            [
+                f"*MDS, {N:,} samples, one process (`python bench/bench_mds.py`).* Samples/s, "
+                f"lmdata vs mosaicml-streaming 0.13.0 (**origin tool itself**"
+                f"{'' if python else ': NOT INSTALLED'}), ratio = median of {C.PAIRS} "
+                "interleaved pairs whose decoded samples agree; write: one run each; bare "
+                "mmap: slicing the stored bytes by precomputed offsets, no decoding (the "
+                f"practical limit of random reads). Load average at the end {load} "
+                "(1 / 5 / 15 min).",
+                "",
+                "| dataset | random `r[i]` | `take(256)` | full iteration | write | bare mmap |",
+                "|---|---|---|---|---|---|",
+                *lines,
+            ]
         )
-        print("| dataset | random `r[i]` | `take(256)` | full iteration | write | bare mmap |")
-        print("|---|---|---|---|---|---|")
-        print("\n".join(lines))
+        print("\n" + table)
+        C.report("bench_mds", table)
         C.print_table(
             "mds-reads",
             "MDS reads (read loop only; opening excluded)",
@@ -206,7 +180,6 @@ def main() -> None:
             "origin tool itself" if python else "NOT INSTALLED",
             f"{N:,} samples; {RANDOM:,} random reads",
         )
-        print(f"load average at the end: {' '.join(f'{x:.1f}' for x in _load())}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -9,16 +9,53 @@ measured rows are saved to bench/results/ (JSON and markdown) and compared with 
 of the same mode; a row that got slower is printed as a REGRESSION line (the run still succeeds).
 `--update-readme` (what `make bench` passes) rewrites the README's generated blocks
 (`<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->`) with this run's tables, so those tables
-always come from one run; a quick run never touches the README.
+always come from one run; a quick run never touches the README. A module's side-by-side
+tables fill the blocks named after them; the per-format tables a module prints itself fill
+the block named after the module (`<!-- bench:bench_loader -->`), as the markdown it hands to
+`_compare.report`, or else a copy of what it printed (a module that fails leaves its block).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+
+class _Tee(io.TextIOBase):
+    """Writes to the terminal and keeps a copy: a module's tables go to the README too."""
+
+    def __init__(self, out: Any) -> None:
+        self.out, self.copy = out, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.out.write(text)  # type: ignore[no-any-return]
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def run_module(path: Path) -> tuple[bool, str]:
+    """Run one bench module's main(), printing as it goes; (succeeded, what it printed)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    tee = _Tee(sys.stdout)
+    ok = True
+    with contextlib.redirect_stdout(tee):
+        try:
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            mod.main()
+        except Exception as exc:  # one failing benchmark must not hide the others' tables
+            print(f"{path.stem} FAILED: {exc!r}", flush=True)
+            ok = False
+    return ok, tee.copy.getvalue()
 
 
 def main() -> None:
@@ -47,16 +84,12 @@ def main() -> None:
     for f in files:
         if quick and not f.stem.startswith("bench_origin"):
             continue
-        spec = importlib.util.spec_from_file_location(f.stem, f)
-        assert spec and spec.loader
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
         print(f"\n=== {f.stem} ===", flush=True)
         t0 = time.perf_counter()
-        try:
-            mod.main()
-        except Exception as exc:  # one failing benchmark must not hide the others' tables
-            print(f"{f.stem} FAILED: {exc!r}", flush=True)
+        tables = len(_compare._TABLES)
+        ok, printed = run_module(f)
+        if ok and len(_compare._TABLES) == tables:  # no side-by-side table: its own are
+            _compare.module_output(f.stem, f"python bench/{f.name}", printed)
         print(f"({f.stem}: {time.perf_counter() - t0:.0f} s)", flush=True)
         if readme:  # after each module, so an interrupted run keeps what it measured
             _compare.update_readme()

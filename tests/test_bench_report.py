@@ -30,14 +30,55 @@ def test_update_readme_rewrites_only_measured_blocks(compare, tmp_path):
     readme.write_text(
         "intro\n<!-- bench:run -->\nold run\n<!-- /bench:run -->\n"
         "<!-- bench:t1 -->\nold t1\n<!-- /bench:t1 -->\n"
-        "<!-- bench:t2 -->\nkept\n<!-- /bench:t2 -->\nend\n"
+        "<!-- bench:t2 -->\nkept\n<!-- /bench:t2 -->\n"
+        "prose quoting `<!-- bench:t1 -->` stays\nend\n"
     )
     assert compare.update_readme(readme) == ["run", "t1"]
     text = readme.read_text()
     assert "old run" not in text and "old t1" not in text
     assert "<!-- bench:t2 -->\nkept\n<!-- /bench:t2 -->" in text  # not measured: untouched
-    assert text.startswith("intro\n") and text.endswith("end\n")
+    assert text.startswith("intro\n") and text.endswith(
+        "prose quoting `<!-- bench:t1 -->` stays\nend\n"
+    )
     assert "| fast row | 0.500 | 1.500 | **3.00x** |" in text
     # a row whose outputs never agreed shows no ratio, and says why
     assert "| differs | 0.000 | - | - | OUTPUTS DIFFER in all" in text
     assert "(**origin tool itself**)" in text and "Tables of this run: t1." in text
+
+
+def test_module_tables_fill_the_block_named_after_the_module(compare, tmp_path):
+    # a module's own markdown wins over its printed output; a module with only printed
+    # fixed-width tables gets a fenced copy of them; blocks of modules not run are kept
+    compare.report("bench_a", "| a | b |\n|---|---|\n| 1 | 2 |\n")
+    compare.module_output("bench_a", "python bench/bench_a.py", "printed, not wanted")
+    compare.module_output("bench_b", "python bench/bench_b.py", "rate      12 docs/s\n")
+    compare.module_output("bench_c", "python bench/bench_c.py", "  \n")  # nothing printed
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "<!-- bench:bench_a -->\nhand a\n<!-- /bench:bench_a -->\n"
+        "<!-- bench:bench_b -->\nhand b\n<!-- /bench:bench_b -->\n"
+        "<!-- bench:bench_c -->\nhand c\n<!-- /bench:bench_c -->\n"
+    )
+    assert compare.update_readme(readme) == ["bench_a", "bench_b"]
+    text = readme.read_text()
+    assert (
+        "<!-- bench:bench_a -->\n| a | b |\n|---|---|\n| 1 | 2 |\n<!-- /bench:bench_a -->" in text
+    )
+    assert "printed, not wanted" not in text and "hand a" not in text and "hand b" not in text
+    assert "`python bench/bench_b.py`" in text and "```text\nrate      12 docs/s\n```" in text
+    assert "hand c" in text
+
+
+def test_run_module_tees_output_and_survives_a_failure(monkeypatch, tmp_path, capsys):
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location("_run_under_test", BENCH / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    good = tmp_path / "bench_good.py"
+    good.write_text("def main():\n    print('| x | 1 |')\n")
+    bad = tmp_path / "bench_bad.py"
+    bad.write_text("def main():\n    print('half')\n    raise ValueError('boom')\n")
+    assert run.run_module(good) == (True, "| x | 1 |\n")
+    ok, printed = run.run_module(bad)
+    assert not ok and printed.startswith("half\n") and "bench_bad FAILED" in printed
+    assert "| x | 1 |" in capsys.readouterr().out  # still printed as it runs

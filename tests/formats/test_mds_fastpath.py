@@ -257,3 +257,26 @@ def test_hostile_column_names_are_data_not_code(tmp_path: Path) -> None:
     assert [r[i] for i in range(5)] == want
     assert list(r) == want and r.take([4, 0]) == [want[4], want[0]]
     assert not marker.exists()
+
+
+def test_offsets_past_the_file_are_checked_per_sample(tmp_path: Path) -> None:
+    # a last sample whose end and str size both grow past the file (its sizes still add up)
+    # is an error, not the str of the bytes that happen to be there
+    d = tmp_path / "d"
+    with lmdata.writer(d, "mds", columns={"i": "int", "s": "str"}) as w:
+        for i in range(6):
+            w.write({"i": i, "s": "abc" * i})
+    shard = d / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    begin, end = struct.unpack_from("<II", data, 4 + 4 * 5)
+    assert end == len(data)
+    struct.pack_into("<I", data, 4 + 4 * 6, end + 5)
+    struct.pack_into("<I", data, begin, struct.unpack_from("<I", data, begin)[0] + 5)
+    shard.write_bytes(bytes(data))
+    r = lmdata.open(d)
+    want = [plain(r, i) for i in range(len(r))]
+    assert isinstance(want[5], str) and "shard 0 sample 5" in want[5]
+    assert want[4] == {"i": 4, "s": "abc" * 4}
+    for i, w in enumerate(want):
+        assert same(attempt(lambda i=i: r[i]), w) and same(attempt(lambda i=i: r.take([i])[0]), w)
+    assert attempt(lambda: list(r)) == want[5]

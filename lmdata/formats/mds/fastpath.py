@@ -58,8 +58,8 @@ def _column_lines(
         # integer beyond 64 bits (orjson refusing the text sends it to the slow path)
         return [
             f"x = {piece}",
-            f"c{c} = _loads(x) if len(x) - len(x.translate(None, _DIGITS)) < {_LONG} "
-            "else _parse(x)",
+            f"c{c} = _loads(x) if len(x) < {_LONG} or "
+            f"len(x) - len(x.translate(None, _DIGITS)) < {_LONG} else _parse(x)",
         ]
     env[f"d{c}"] = dec
     dtype, shape = E.parse_ndarray(encoding) if encoding.startswith("ndarray") else (None, (0,))
