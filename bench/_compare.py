@@ -151,7 +151,8 @@ def print_table(table: str, title: str, other: str, kind: str, sizes: str, unit:
     _TABLES[table] = Table(title, other, kind, sizes, unit)
     rows = [r for r in _ROWS if r.table == table]
     print(f"\n{title}\n  other column: {other} [{kind}]\n  sizes: {sizes}")
-    print(f"  pairs: interleaved, median of up to {PAIRS}; ratio = other time / lmdata time")
+    n = _most_pairs(table)
+    print(f"  pairs: interleaved, median of up to {n}; ratio = other time / lmdata time")
     print(f"  {'row':46s}{'lmdata ' + unit:>12s}{'other ' + unit:>12s}{'ratio':>9s}  note")
     for r in rows:
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
@@ -161,12 +162,17 @@ def print_table(table: str, title: str, other: str, kind: str, sizes: str, unit:
         print(f"  {r.name:46s}{r.lmdata_s:12.3f}{other_s:>12s}{ratio:>9s}  {note}")
 
 
+def _most_pairs(table: str) -> int:
+    """The most pairs a row of ``table`` counted (PAIRS when none was compared)."""
+    return max((r.pairs for r in _ROWS if r.table == table), default=0) or PAIRS
+
+
 def markdown(table: str) -> str:
     """One printed table as markdown: what the other column is, the sizes, then the rows."""
     t = _TABLES[table]
     lines = [
         f"*{t.title}.* Other column: {t.other} (**{t.kind}**). Sizes: {t.sizes}. "
-        f"Ratio = other time / lmdata time, median of up to {PAIRS} interleaved pairs "
+        f"Ratio = other time / lmdata time, median of up to {_most_pairs(table)} interleaved pairs "
         "whose outputs agree (above 1: lmdata is faster).",
         "",
         f"| row | lmdata {t.unit} | other {t.unit} | ratio | note |",
