@@ -4,10 +4,16 @@ dolma inserts keys into one shared Bloom filter from many threads, so which copy
 depends on timing. Here the first occurrence in input order (files sorted, then line, then
 paragraph) is kept, whatever the number of processes, and re-running gives the same result:
 
-1. per file (in parallel): hash each key (xxh3-128) and spill ``(hash, file, line, paragraph,
-   n-gram)`` into hash buckets on disk;
-2. per bucket (in parallel): sort and mark every entry but the first of each hash;
-3. per file (in parallel): write the attribute file from the marked positions.
+1. per group of files (in parallel, one group per worker): hash each key (xxh3-128) and spill
+   ``(hash, file, line, paragraph, n-gram)`` entries, sorted by hash bucket, into one object
+   per spill (a table of each bucket's entries goes back to the driver);
+2. per bucket (in parallel): read its range of every spill object, sort and mark every entry
+   but the first of each hash into one object per bucket, sorted by file;
+3. per group of files (in parallel): read the group's range of every bucket's marks and write
+   the attribute files.
+
+On an object store that is one PUT per spill and per bucket and one ranged GET per (spill,
+bucket) and (group, bucket): O(workers x buckets + files) requests, not files x buckets.
 
 Memory is bounded by the largest bucket (the bucket count grows with the input size), not by
 the number of documents. Output rows are ``{"attributes": {...}, "id": ...}`` (keys sorted, as
@@ -31,6 +37,7 @@ job left): workers on several machines then share the buckets with no shared dis
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import logging
@@ -39,7 +46,6 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +85,10 @@ BLOOM_NOTE = (
     "positives, memory bounded by on-disk hash buckets) and keeps the first occurrence in input "
     "order for any number of workers; no filter file is read or written"
 )
-SPILL_EVERY = 1 << 20  # entries buffered per file before writing them to the buckets
+# what phase 2 writes per duplicate: where it is
+MARK = np.dtype([("file", "<u4"), ("line", "<u4"), ("para", "<u4"), ("sub", "<u4")])
+SPILL_EVERY = 1 << 20  # entries buffered per worker before writing them as one spill object
+WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
 BUCKET_INPUT_BYTES = 32 << 20  # compressed input per bucket (~a few hundred MB when sorting)
 _WORDS = _re.compile(r"\w+")
 
@@ -150,10 +159,16 @@ def _hash(s: str) -> tuple[int, int]:
     return h >> 64, h & 0xFFFFFFFFFFFFFFFF
 
 
+# (object name in the spill folder, first item, end item): a range of one spill object
+Piece = tuple[str, int, int]
+
+
 @dataclass(frozen=True)
 class Spill:
-    """The work folder of one run: ``root``, a local folder or a URL, holding ``h-<bucket>/``
-    (hashed keys per bucket) and ``d-<file>/`` (marked duplicates per document file)."""
+    """The work folder of one run: ``root``, a local folder or a URL, holding ``h/`` (one
+    object of hashed keys per spill, sorted by bucket) and ``d/`` (one object of marked
+    duplicates per bucket, sorted by file). Objects are raw arrays of fixed-size records, so a
+    reader fetches exactly the item range it needs (no pickles)."""
 
     root: str
     storage_options: dict[str, Any] | None = None
@@ -163,32 +178,44 @@ class Spill:
         store, key = resolve(self.root, self.storage_options)
         return (store, key) if isinstance(store, FsspecStore) else None
 
-    def make(self, nbuckets: int, nfiles: int) -> None:
+    def make(self) -> None:
         """Create the folders (local only: an object store has no folders to make)."""
         if self._remote is None:
-            Path(self.root).mkdir(parents=True, exist_ok=True)
-            for b in range(nbuckets):
-                (Path(self.root) / f"h-{b}").mkdir()
-            for k in range(nfiles):
-                (Path(self.root) / f"d-{k}").mkdir()
+            for folder in ("h", "d"):
+                (Path(self.root) / folder).mkdir(parents=True, exist_ok=True)
 
     def save(self, folder: str, name: str, arr: np.ndarray) -> None:
+        """Store ``arr``'s records as object ``folder/name`` (one PUT on a store)."""
         remote = self._remote
+        data = np.ascontiguousarray(arr).tobytes()
         if remote is None:
-            np.save(Path(self.root) / folder / f"{name}.npy", arr)
-            return
-        buf = BytesIO()
-        np.save(buf, arr)
-        remote[0].write_object(join(remote[1], folder, f"{name}.npy"), buf.getbuffer())
+            (Path(self.root) / folder / name).write_bytes(data)
+        else:
+            remote[0].write_object(join(remote[1], folder, name), data)
 
-    def load(self, folder: str) -> list[np.ndarray]:
-        """Every array saved in ``folder``, in name order (no pickles: plain records)."""
+    def load(self, pieces: list[Piece], dtype: np.dtype) -> np.ndarray:
+        """The records of every piece, concatenated in order (one ranged GET per piece on a
+        store; empty pieces cost nothing)."""
+        isz = dtype.itemsize
         remote = self._remote
-        if remote is None:
-            return [np.load(p) for p in sorted((Path(self.root) / folder).glob("*.npy"))]
-        store, key = remote
-        d = join(key, folder)
-        return [np.load(BytesIO(store.read(join(d, n)))) for n in store.list(d)]
+        parts = []
+        for name, a, b in pieces:
+            if b <= a:
+                continue
+            if remote is None:
+                with open(Path(self.root) / name, "rb") as f:
+                    f.seek(a * isz)
+                    raw = f.read((b - a) * isz)
+            else:  # straight from the store: bucket data must not fill the read cache
+                raw = remote[0].fs.cat_file(join(remote[1], name), start=a * isz, end=b * isz)
+            if len(raw) != (b - a) * isz:
+                raise CorruptDataError(
+                    f"spill object ends early ({len(raw)} of {(b - a) * isz} bytes at item "
+                    f"{a}); another process changed the work folder",
+                    path=join(self.root, name),
+                )
+            parts.append(np.frombuffer(raw, dtype=dtype))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
     def remove(self) -> None:
         remote = self._remote
@@ -196,6 +223,24 @@ class Spill:
             shutil.rmtree(self.root, ignore_errors=True)
         else:
             remote[0].remove(remote[1])
+
+
+def _groups(files: list[str], sizes: list[int], n: int) -> list[list[tuple[int, str]]]:
+    """``files`` (numbered in order) cut into at most ``n`` consecutive groups of about equal
+    bytes: the hash and write units, one per worker."""
+    if not files:
+        return []
+    n = max(1, min(n, len(files)))
+    target = sum(sizes) / n
+    out: list[list[tuple[int, str]]] = [[]]
+    acc = 0
+    for k, (f, size) in enumerate(zip(files, sizes, strict=True)):
+        left = len(files) - k  # files not yet placed, this one included
+        if out[-1] and len(out) < n and (acc >= target * len(out) or left <= n - len(out)):
+            out.append([])
+        out[-1].append((k, f))
+        acc += size
+    return out
 
 
 def _spill_root(cfg: DedupeConfig, first_file: str) -> str:
@@ -214,10 +259,11 @@ def _spill_root(cfg: DedupeConfig, first_file: str) -> str:
 
 @dataclass(frozen=True)
 class HashTask:
-    """Phase 1: hash the keys of document file number ``k`` into ``nbuckets`` buckets."""
+    """Phase 1: hash the keys of a group of document files (``(number, path)``, in order) into
+    ``nbuckets`` buckets; ``t`` names this group's spill objects."""
 
-    k: int
-    path: str
+    t: int
+    files: tuple[tuple[int, str], ...]
     cfg: DedupeConfig
     work: Spill
     nbuckets: int
@@ -227,48 +273,78 @@ class HashTask:
 class HashResult:
     documents: int
     keys: int
+    # per spill object: its name and where each bucket's entries start (nbuckets + 1 items)
+    spills: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
 class MarkTask:
-    """Phase 2: mark the duplicates in bucket ``b`` (all but each hash's first occurrence)."""
+    """Phase 2: mark the duplicates in bucket ``b`` (all but each hash's first occurrence),
+    reading its ``pieces`` of the spill objects."""
 
     b: int
     work: Spill
+    pieces: tuple[Piece, ...] = ()
+
+
+@dataclass(frozen=True)
+class MarkResult:
+    duplicates: int
+    # the document file numbers marked, and where each one's marks start (len(files) + 1)
+    files: tuple[int, ...] = ()
+    starts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class WriteTask:
-    """Phase 3: write the attribute rows of document file number ``k``."""
+    """Phase 3: write the attribute rows of a group of document files, from its ``pieces`` of
+    the buckets' marks."""
 
-    k: int
-    path: str
+    files: tuple[tuple[int, str], ...]
     cfg: DedupeConfig
     work: Spill
+    pieces: tuple[Piece, ...] = ()
 
 
 def _phase_hash(task: HashTask) -> HashResult:
-    """Hash every key of one file into the bucket spill files."""
-    k, cfg, work, nbuckets = task.k, task.cfg, task.work, task.nbuckets
-    store, key_ = resolve(task.path, cfg.storage_options)
-    path = store.url(key_)
+    """Hash every key of a group of files into spill objects sorted by bucket."""
+    cfg, work, nbuckets = task.cfg, task.work, task.nbuckets
     rows: list[tuple[int, int, int, int, int, int]] = []
-    ng = cfg.ngrams
-    nparts = 0
+    spills: list[tuple[str, tuple[int, ...]]] = []
     keys = 0
     docs = 0
 
     def spill() -> None:
-        nonlocal nparts, rows
         if not rows:
             return
         arr = np.array(rows, dtype=ENTRY)
         bucket = (arr["hi"] % np.uint64(nbuckets)).astype(np.int64)
-        for b in np.unique(bucket).tolist():
-            work.save(f"h-{b}", f"{k}-{nparts}", arr[bucket == b])
-        nparts += 1
-        rows = []
+        order = np.argsort(bucket, kind="stable")
+        starts = np.zeros(nbuckets + 1, dtype=np.int64)
+        np.cumsum(np.bincount(bucket, minlength=nbuckets), out=starts[1:])
+        name = f"{task.t}-{len(spills)}"
+        work.save("h", name, arr[order])
+        spills.append((f"h/{name}", tuple(starts.tolist())))
+        rows.clear()  # in place: _hash_file appends to this list
 
+    for k, file in task.files:
+        d, n = _hash_file(k, file, cfg, rows, spill)
+        docs, keys = docs + d, keys + n
+    keys += len(rows)
+    spill()
+    return HashResult(docs, keys, tuple(spills))
+
+
+def _hash_file(
+    k: int, file: str, cfg: DedupeConfig, rows: list[Any], spill: Any
+) -> tuple[int, int]:
+    """Append the entries of file number ``k`` to ``rows``, spilling them when many:
+    (documents, keys spilled)."""
+    store, key_ = resolve(file, cfg.storage_options)
+    path = store.url(key_)
+    ng = cfg.ngrams
+    keys = 0
+    docs = 0
     for lineno, raw in iter_raw_lines(store, key_):
         doc = parse_line(raw, path, lineno)
         docs += 1
@@ -297,42 +373,52 @@ def _phase_hash(task: HashTask) -> HashResult:
             spill()
         if docs % parallel.REPORT_EVERY == 0:
             parallel.report(parallel.REPORT_EVERY)
-    keys += len(rows)
-    spill()
     parallel.report(docs % parallel.REPORT_EVERY)
-    return HashResult(docs, keys)
+    return docs, keys
 
 
-def _phase_mark(task: MarkTask) -> int:
-    """Mark all but the first occurrence of each hash in one bucket; returns duplicates."""
+def _phase_mark(task: MarkTask) -> MarkResult:
+    """Mark all but the first occurrence of each hash in one bucket into one object, sorted by
+    document file; returns how many and where each file's marks are."""
     b, work = task.b, task.work
-    parts = work.load(f"h-{b}")
-    if not parts:
-        return 0
-    arr = np.concatenate(parts)
+    arr = work.load(list(task.pieces), ENTRY)
+    if not len(arr):
+        return MarkResult(0)
     order = np.lexsort((arr["sub"], arr["para"], arr["line"], arr["file"], arr["lo"], arr["hi"]))
     s = arr[order]
     dup = np.zeros(len(s), dtype=bool)
     dup[1:] = (s["hi"][1:] == s["hi"][:-1]) & (s["lo"][1:] == s["lo"][:-1])
     d = s[dup]
-    for f in np.unique(d["file"]).tolist():
-        sel = d[d["file"] == f]
-        work.save(
-            f"d-{f}", str(b), np.stack([sel["line"], sel["para"], sel["sub"]]).astype(np.uint32)
-        )
-    return int(dup.sum())
+    if not len(d):
+        return MarkResult(0)
+    d = d[np.argsort(d["file"], kind="stable")]
+    marks = np.zeros(len(d), dtype=MARK)
+    for f in MARK.names:
+        marks[f] = d[f]
+    work.save("d", str(b), marks)
+    files, first = np.unique(marks["file"], return_index=True)
+    return MarkResult(len(d), tuple(files.tolist()), (*first.tolist(), len(marks)))
 
 
 def _phase_write(task: WriteTask) -> int:
-    """Write one file's attribute rows from the marked duplicates."""
-    k, cfg, work = task.k, task.cfg, task.work
-    store, doc_key = resolve(task.path, cfg.storage_options)
-    path = store.url(doc_key)
-    marks = work.load(f"d-{k}")
-    dups: dict[tuple[int, int], set[int]] = {}
-    for m in marks:
-        for line, para, sub in zip(m[0].tolist(), m[1].tolist(), m[2].tolist(), strict=True):
+    """Write the attribute rows of a group of files from the marked duplicates."""
+    marks = task.work.load(list(task.pieces), MARK)
+    n = 0
+    for k, file in task.files:
+        m = marks[marks["file"] == k]
+        dups: dict[tuple[int, int], set[int]] = {}
+        for line, para, sub in zip(
+            m["line"].tolist(), m["para"].tolist(), m["sub"].tolist(), strict=True
+        ):
             dups.setdefault((line, para), set()).add(sub)
+        n += _write_file(file, task.cfg, dups)
+    return n
+
+
+def _write_file(file: str, cfg: DedupeConfig, dups: dict[tuple[int, int], set[int]]) -> int:
+    """Write one file's attribute rows, its duplicates being ``dups``."""
+    store, doc_key = resolve(file, cfg.storage_options)
+    path = store.url(doc_key)
     ng = cfg.ngrams
     every = ng.length > 0 and ng.threshold <= 0  # a paragraph with no duplicate may score 0
     name = cfg.attribute_name
@@ -392,31 +478,42 @@ def dedupe(
     files = cfg.document_files()
     t0 = time.perf_counter()
     stores = Stores(cfg.storage_options)
-    total = sum(st.size(k) for st, k in map(stores, files))
+    sizes = [st.size(k) for st, k in map(stores, files)]
+    total = sum(sizes)
     nbuckets = int(
         min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total / BUCKET_INPUT_BYTES))))))
     )
     work = Spill(_spill_root(cfg, files[0]) if files else tempfile.mkdtemp(), cfg.storage_options)
     try:
-        work.make(nbuckets, len(files))
+        work.make()
         run = functools.partial(
             parallel.run_all, engine=engine, workers=cfg.processes, address=address
         )
+        groups = _groups(files, sizes, cfg.processes)
         counted = run(
             _phase_hash,
-            [HashTask(k, f, cfg, work, nbuckets) for k, f in enumerate(files)],
+            [HashTask(t, tuple(g), cfg, work, nbuckets) for t, g in enumerate(groups)],
             desc="dedupe: hash",
             progress=progress,
         )
-        dups = run(
+        spills = [sp for c in counted for sp in c.spills]
+        marked = run(
             _phase_mark,
-            [MarkTask(b, work) for b in range(nbuckets)],
+            [
+                MarkTask(
+                    b, work, tuple((n, at[b], at[b + 1]) for n, at in spills if at[b] < at[b + 1])
+                )
+                for b in range(nbuckets)
+            ],
             desc="dedupe: mark",
             progress=False,
         )
         run(
             _phase_write,
-            [WriteTask(k, f, cfg, work) for k, f in enumerate(files)],
+            [
+                WriteTask(tuple(g), cfg, work, _marks_of(g, marked))
+                for g in _by_marks(groups, marked, len(files))
+            ],
             desc="dedupe: write",
             progress=False,
         )
@@ -426,6 +523,45 @@ def dedupe(
         files=len(files),
         documents=sum(c.documents for c in counted),
         keys=sum(c.keys for c in counted),
-        duplicates=sum(dups),
+        duplicates=sum(m.duplicates for m in marked),
         seconds=time.perf_counter() - t0,
     )
+
+
+def _marks_of(group: list[tuple[int, str]], marked: list[MarkResult]) -> tuple[Piece, ...]:
+    """The ranges of the buckets' mark objects that hold the marks of ``group``'s files (one
+    per bucket at most: a bucket's marks are sorted by file, and a group's files are
+    consecutive)."""
+    lo, hi = group[0][0], group[-1][0]
+    out = []
+    for b, m in enumerate(marked):
+        if not m.files:
+            continue
+        i = bisect.bisect_left(m.files, lo)
+        j = bisect.bisect_right(m.files, hi)
+        if i < j:
+            out.append((f"d/{b}", m.starts[i], m.starts[j]))
+    return tuple(out)
+
+
+def _by_marks(
+    groups: list[list[tuple[int, str]]], marked: list[MarkResult], nfiles: int
+) -> list[list[tuple[int, str]]]:
+    """``groups`` cut further into consecutive files holding at most :data:`WRITE_MARKS`
+    marks together (a write unit loads its files' marks at once)."""
+    counts = np.zeros(nfiles, dtype=np.int64)
+    for m in marked:
+        if m.files:
+            np.add.at(counts, np.asarray(m.files), np.diff(np.asarray(m.starts)))
+    out = []
+    for g in groups:
+        cur: list[tuple[int, str]] = []
+        held = 0
+        for k, f in g:
+            if cur and held + counts[k] > WRITE_MARKS:
+                out.append(cur)
+                cur, held = [], 0
+            cur.append((k, f))
+            held += int(counts[k])
+        out.append(cur)
+    return out

@@ -8,8 +8,11 @@ packages so neither imports the other.
 
 from __future__ import annotations
 
+import io
+import itertools
 import os
 import pickle
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +21,28 @@ from lmdata._pickle import describe, safe_load_prefix
 from lmdata.errors import CorruptDataError
 
 PICKLE_PROTOCOL = 4  # what modalities 0.5.0 writes; Python 3.14's default (5) differs
+
+# The opcodes a protocol 4/5 pickle of a list of int pairs is made of, as the C pickler writes it:
+# PROTO, FRAME, EMPTY_LIST + MEMOIZE, then MARK, ints (BININT1/BININT2/BININT, LONG1 up to 8
+# bytes), TUPLE2 + MEMOIZE, BINGET/LONG_BINGET (a pair listed twice, as a reordered raw index
+# has), APPENDS (APPEND for a one-item list), FRAMEs at any opcode boundary, STOP. Every token
+# starts with its own opcode byte and has a fixed length, so a match splits the bytes into
+# opcodes exactly as the unpickler reads them (it does not stop at frame ends). None of these
+# opcodes names a global or stores into a memo slot of its choosing (MEMOIZE takes the next one;
+# a GET of a missing slot is an error), so a pickle that matches needs neither the allow-list
+# nor the memo walk of lmdata._pickle. The checks below then make sure it is a list of pairs.
+_LONG1 = b"|".join(rb"\x%02x.{%d}" % (n, n) for n in range(1, 9))  # 1-8 byte ints
+_INT = rb"(?:M..|J.{4}|K.)"
+_PLAIN_INDEX = re.compile(
+    rb"\x80[\x04\x05](?:\x95.{8})?\]\x94(?:"
+    + _INT
+    + _INT
+    + rb"\x86\x94"  # a pair of small ints: only a shortcut for the usual case
+    + rb"|\x86\x94|M..|J.{4}|K.|[(ea]|h.|j.{4}|\x95.{8}|\x8a(?:"
+    + _LONG1
+    + rb"))*+\.",
+    re.S,
+)
 
 
 @dataclass(frozen=True)
@@ -51,7 +76,13 @@ def load_span_index(
             path=path,
             position=where,
         )
-    obj, used = safe_load_prefix(data, where=where, path=os.fspath(path), allow_unsafe=allow_unsafe)
+    plain = _load_plain(data)
+    if plain is not None:
+        obj, used = plain
+    else:
+        obj, used = safe_load_prefix(
+            data, where=where, path=os.fspath(path), allow_unsafe=allow_unsafe
+        )
     trailing = len(data) - used
     if not isinstance(obj, list):
         raise CorruptDataError(
@@ -62,10 +93,17 @@ def load_span_index(
     n = len(obj)
     if n == 0:
         return SpanIndex(np.zeros(0, np.int64), np.zeros(0, np.int64), trailing)
-    try:  # fast path: a regular list of int pairs becomes one (n, 2) int64 array
-        arr = np.array(obj)
-    except (ValueError, TypeError, OverflowError):
-        arr = None
+    arr = None
+    if plain is not None:  # only ints, pairs and this list: fromiter takes int pairs, or fails
+        try:
+            arr = np.fromiter(itertools.chain.from_iterable(obj), np.int64, 2 * n).reshape(n, 2)
+        except (ValueError, TypeError, OverflowError):
+            pass
+    if arr is None:
+        try:  # a regular list of int pairs becomes one (n, 2) int64 array
+            arr = np.array(obj)
+        except (ValueError, TypeError, OverflowError):
+            arr = None
     if arr is not None and arr.dtype == np.int64 and arr.shape == (n, 2):
         offsets, lengths = arr[:, 0].copy(), arr[:, 1].copy()
         if (lengths >= 0).all():
@@ -95,6 +133,19 @@ def load_span_index(
             position=where,
         )
     return SpanIndex(offsets, lengths, trailing)
+
+
+def _load_plain(data: bytes) -> tuple[object, int] | None:
+    """(value, bytes used) of an index pickle made only of :data:`_PLAIN_INDEX`'s opcodes,
+    unpickled at C speed; None for any other pickle (or one the unpickler refuses), which then
+    takes the checked path of :func:`lmdata._pickle.safe_load_prefix` and its error messages."""
+    if _PLAIN_INDEX.match(data) is None:
+        return None
+    f = io.BytesIO(data)
+    try:
+        return pickle.Unpickler(f).load(), f.tell()
+    except Exception:  # APPENDS without a MARK, a FRAME past the end: the checked path says so
+        return None
 
 
 def dump_span_index(offsets: np.ndarray | list[int], lengths: np.ndarray | list[int]) -> bytes:

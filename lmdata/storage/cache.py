@@ -34,6 +34,9 @@ class ByteCache:
         self.budget = budget
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[int, Hashable], tuple[Any, int]] = OrderedDict()
+        # ``lookup((slot, key))``: the entry ``(value, nbytes)`` or None, in one C call (for the
+        # hottest paths; like :meth:`peek`, it takes no lock and does not refresh the age)
+        self.lookup = self._entries.get
         self._slot_bytes: dict[int, int] = {}
         self._slot_keys: dict[int, OrderedDict[Hashable, None]] = {}
         self._ids = itertools.count(1)
@@ -152,8 +155,8 @@ class Slot:
         return self._from_last(key) if got is None else got
 
     def peek(self, key: Hashable) -> Any:
-        got = self.cache.peek(self.ident, key)
-        return self._from_last(key) if got is None else got
+        e = self.cache.lookup((self.ident, key))
+        return self._from_last(key) if e is None else e[0]
 
     def put(self, key: Hashable, value: Any, nbytes: int) -> bool:
         self._last = (key, value)

@@ -12,7 +12,6 @@ Only leftovers untouched for ``older_than`` seconds count, so a running writer k
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import time
 from collections.abc import Iterator
@@ -53,6 +52,8 @@ def parse_age(text: str) -> float:
 
 
 def _mtime(info: dict[str, Any]) -> float | None:
+    import datetime as _dt  # here: every first open imports lmdata.storage, few ever clean
+
     for k in ("LastModified", "mtime", "updated", "last_modified", "created"):
         v = info.get(k)
         if isinstance(v, _dt.datetime):

@@ -159,7 +159,9 @@ class FsspecStore:
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        cache = self.cache
+        cache = self._cache
+        if cache is None or self._cache_forks != _FORKS:
+            cache = self.cache
         got = cache.hit(key, start, length)  # the warm path: one lookup, no lock
         if got is not None:
             return got

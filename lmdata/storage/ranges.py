@@ -35,7 +35,7 @@ class RangeCache:
 
     def __init__(self, merge_gap: int) -> None:
         self.slot = new_slot()
-        self._peek, self._ident = self.slot.cache.peek, self.slot.ident  # for the hot path
+        self._lookup, self._ident = self.slot.cache.lookup, self.slot.ident  # for the hot path
         self.merge_gap = merge_gap
         self._starts: dict[str, list[int]] = {}  # per object, sorted starts of its segments
         self._eof: dict[str, int] = {}  # object sizes learned from short fetches
@@ -49,6 +49,10 @@ class RangeCache:
         """``length`` bytes from ``start`` if one cached segment holds them all, else None.
         Takes no lock: a segment found is checked to cover the range, and any segment of the
         object holds that object's bytes, so a concurrent insert can only cause a miss."""
+        e = self._lookup((self._ident, (key, start)))
+        if e is not None and len(e[0]) >= length:  # a record read again: one lookup
+            seg = e[0]
+            return seg if len(seg) == length else seg[:length]  # type: ignore[no-any-return]
         starts = self._starts.get(key)
         if not starts:
             return None
@@ -58,9 +62,10 @@ class RangeCache:
             return None
         if a > start:
             return None
-        seg = self._peek(self._ident, (key, a))
-        if seg is None or a + len(seg) < start + length:
+        e = self._lookup((self._ident, (key, a)))
+        if e is None or a + len(e[0]) < start + length:
             return None
+        seg = e[0]
         if a == start and len(seg) == length:
             return seg  # type: ignore[no-any-return]
         return seg[start - a : start - a + length]  # type: ignore[no-any-return]

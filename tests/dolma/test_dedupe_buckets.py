@@ -23,13 +23,13 @@ MODES = {
 
 @pytest.fixture
 def spills(monkeypatch):
-    """Every (spill root, folder) saved to, and many small buckets and spills: 1 KB of input
-    per bucket, 50 keys per spill."""
+    """Every (spill root, folder/name) saved to, and many small buckets and spills: 1 KB of
+    input per bucket, 50 keys per spill."""
     seen = []
     real = dd.Spill.save
 
     def save(self, folder, name, arr):
-        seen.append((self.root, folder))
+        seen.append((self.root, f"{folder}/{name}"))
         real(self, folder, name, arr)
 
     monkeypatch.setattr(dd.Spill, "save", save)
@@ -68,7 +68,8 @@ def test_buckets_beside_an_output_on_a_store(tmp_path, memory_root, spills, mode
     assert _attrs(memory_root) == _attrs(str(local))
     roots = {r for r, _ in spills}
     assert len(roots) == 1 and next(iter(roots)).startswith(f"{memory_root}/.lmdata-tmp-dedupe-")
-    assert len({f for _, f in spills if f.startswith("h-")}) > 4  # several buckets spilled
+    assert len({f for _, f in spills if f.startswith("h/")}) > 2  # several spills
+    assert len({f for _, f in spills if f.startswith("d/")}) > 4  # several buckets marked
     assert sorted(store.list(key)) == ["attributes", "documents"]  # the spill removed
 
 

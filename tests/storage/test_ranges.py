@@ -220,3 +220,14 @@ def test_threads_reading_one_store_get_the_right_bytes(memory_root, budget):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_a_hit_at_a_segment_start_gives_exactly_the_bytes_asked_for():
+    c, f = RangeCache(merge_gap=0), Fetcher()
+    c.read("k", [(100, 300)], f)
+    assert c.hit("k", 100, 300) == OBJ[100:400]
+    assert c.hit("k", 100, 40) == OBJ[100:140]  # a shorter read at the same start: a prefix
+    assert c.hit("k", 150, 50) == OBJ[150:200]
+    assert c.hit("k", 100, 301) is None  # past the segment: a miss, never short bytes
+    assert c.hit("k", 99, 10) is None
+    assert c.hit("other", 100, 40) is None

@@ -5,147 +5,34 @@ are read directly through a store: local uncompressed chunks are memory-mapped, 
 read by byte ranges, compressed ones decoded once into the process-wide byte cache. Only what
 flat-tokens needs is supported: 1-D integer arrays, regular chunks,
 the v2 compressors/filters of numcodecs, the v3 codecs ``bytes``, ``transpose``, ``zstd``,
-``gzip``, ``blosc``, ``crc32c``, ``numcodecs.*`` and ``sharding_indexed``.
-
-Declared sizes are checked before anything is allocated, and codecs that would run pickle or
-other object decoders are refused.
+``gzip``, ``blosc``, ``crc32c``, ``numcodecs.*`` and ``sharding_indexed``. The metadata is
+parsed and checked by :mod:`._zarr_meta`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lmdata import _json
-from lmdata._deps import require
-from lmdata.errors import CorruptDataError, FormatError, LmdataError, UnsafeDataError
-from lmdata.formats.flat_tokens._codecs import crc32c_strip, v2_decoder, v3_decoder
+from lmdata.errors import CorruptDataError, LmdataError, UnsafeDataError
+from lmdata.formats.flat_tokens._codecs import crc32c_strip
+from lmdata.formats.flat_tokens._zarr_meta import (
+    MAX_CHUNK_BYTES,
+    ArrayMeta,
+    node_attrs,
+    node_kind,
+    parse_array,
+    read_json,
+)
 from lmdata.storage import Store, join, new_slot
 
-# A declared chunk larger than this is refused rather than allocated (hostile metadata).
-MAX_CHUNK_BYTES = 1 << 31
 DEFAULT_CACHE_BYTES = 256 << 20
 _MISSING = 2**64 - 1
 
-
-def read_json(store: Store, key: str) -> dict[str, Any]:
-    """A zarr metadata object as a dict (bounded in size and nesting, see lmdata._json)."""
-    data = store.read(key, _json.MAX_METADATA_BYTES + 1)
-    return _json.from_bytes(data, path=store.url(key), what="zarr metadata")
-
-
-def _read_json_if_any(store: Store, key: str) -> dict[str, Any] | None:
-    try:
-        return read_json(store, key)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
-def node_kind(store: Store, key: str) -> tuple[int, str] | None:
-    """(zarr_format, 'group'|'array') for a zarr node at ``key``, or None."""
-    names = store.list(key)
-    if "zarr.json" in names:
-        meta = read_json(store, join(key, "zarr.json"))
-        return 3, str(meta.get("node_type", ""))
-    if ".zarray" in names:
-        return 2, "array"
-    if ".zgroup" in names:
-        return 2, "group"
-    return None
-
-
-def node_attrs(store: Store, key: str) -> dict[str, Any]:
-    """The user attributes of a zarr group or array (v2 ``.zattrs`` or v3 ``attributes``)."""
-    v3 = _read_json_if_any(store, join(key, "zarr.json"))
-    if v3 is not None:
-        attrs = v3.get("attributes", {})
-    else:
-        attrs = _read_json_if_any(store, join(key, ".zattrs")) or {}
-    if not isinstance(attrs, dict):
-        raise CorruptDataError("attributes are not a JSON object", path=store.url(key))
-    return attrs
-
-
-# --------------------------------------------------------------------------------------------
-# the array
-
-
-@dataclass(frozen=True)
-class ArrayMeta:
-    """What the reader needs to know about one 1-D zarr array, parsed and checked once."""
-
-    path: str  # where the array is, as shown to users
-    zarr_format: int
-    length: int
-    chunk_len: int
-    dtype: np.dtype
-    fill_value: int
-    codecs: str
-    key_prefix: str  # "" (v2, v3 "v2" encoding) or "c/" / "c." (v3 default)
-    shard_inner: int = 0  # inner chunk length when sharded, else 0
-
-
-def _parse_dtype(raw: Any, where: str) -> np.dtype:
-    v3names = {
-        "uint8": "u1",
-        "uint16": "u2",
-        "uint32": "u4",
-        "uint64": "u8",
-        "int8": "i1",
-        "int16": "i2",
-        "int32": "i4",
-        "int64": "i8",
-    }
-    try:
-        dt = np.dtype(v3names.get(raw, raw) if isinstance(raw, str) else raw)
-    except TypeError:
-        raise FormatError(f"unsupported dtype {raw!r}", path=where) from None
-    if dt.kind not in "iu":
-        raise FormatError(f"dtype {raw!r} is not an integer type", path=where)
-    return dt
-
-
-def _positive_int(obj: Any, what: str, where: str) -> int:
-    if isinstance(obj, list) and len(obj) == 1:
-        obj = obj[0]
-    elif isinstance(obj, list):
-        raise FormatError(f"{what} must be 1-dimensional, got {obj}", path=where)
-    if not isinstance(obj, int) or isinstance(obj, bool) or obj < 0:
-        raise FormatError(f"{what} must be a non-negative integer, got {obj!r}", path=where)
-    if obj > 2**48:  # 2^48 items is petabytes: a typo or a hostile file, not a dataset
-        raise FormatError(f"{what} {obj} is implausibly large", path=where)
-    return obj
-
-
-def _index_has_crc(codecs: Any, where: str) -> bool:
-    """Whether a shard index ends with a crc32c checksum (its codecs: ``bytes``, ``crc32c``)."""
-    if codecs is None:
-        return False
-    if not isinstance(codecs, list):
-        raise FormatError(f"sharding index_codecs must be a list, got {codecs!r:.60}", path=where)
-    names = []
-    for c in codecs:
-        name = c if isinstance(c, str) else c.get("name") if isinstance(c, dict) else None
-        if not isinstance(name, str):
-            raise FormatError(
-                f"sharding index_codecs entry {c!r:.60} is not a codec (an object with a name)",
-                path=where,
-            )
-        names.append(name)
-    unknown = set(names) - {"bytes", "crc32c"}
-    if unknown:
-        raise FormatError(
-            f"unsupported shard index codecs {sorted(unknown)} (supported: bytes, crc32c)",
-            path=where,
-        )
-    if "crc32c" not in names:
-        return False
-    require("google_crc32c", "reading a sharded zarr v3 array (its index has a crc32c checksum)")
-    return True
+__all__ = ["ArrayMeta", "ZArray", "node_attrs", "node_kind", "read_json"]
 
 
 class ZArray:
@@ -169,14 +56,7 @@ class ZArray:
         # > 0: remote uncompressed reads fetch aligned blocks of this size into the byte cache
         # (small arrays read a few items at a time, such as seq_starts), else exact ranges
         self._block_bytes = block_bytes
-        try:
-            self._parse()
-        except (TypeError, AttributeError, KeyError, ValueError, OverflowError) as e:
-            if isinstance(e, (FormatError, UnsafeDataError, CorruptDataError)):
-                raise
-            raise FormatError(  # metadata of the wrong shape: a list where an object belongs...
-                f"malformed zarr metadata ({type(e).__name__}: {e})", path=self.path
-            ) from None
+        self._parse()
         self._init_cache()
 
     # pickling ships only the store and key: each process builds its own caches and maps
@@ -202,6 +82,7 @@ class ZArray:
         self._epoch = -1
         self._mappable = self.raw and self.store.can_mmap  # else read by byte ranges
         self._sizes: dict[int, int] | None = None  # chunk object sizes, listed once (remote)
+        self._sized: dict[int, str] = {}  # key of each raw chunk whose size was checked
 
     def close(self) -> None:
         """Drop cached chunks and maps (they are read again if the array is used again)."""
@@ -209,82 +90,18 @@ class ZArray:
             self._slot.clear()
             self._maps.clear()
             self._views.clear()
+            self._sized.clear()
 
     def _parse(self) -> None:
-        store, key = self.store, self.key
-        p = self.path
-        kind = node_kind(store, key)
-        if kind is None or kind[1] != "array":
-            raise FormatError("not a zarr array (no .zarray or zarr.json)", path=p)
-        sharding = None
-        if kind[0] == 2:
-            meta = read_json(store, join(key, ".zarray"))
-            where = f"{p}/.zarray"
-            length = _positive_int(meta.get("shape"), "shape", where)
-            chunk_len = _positive_int(meta.get("chunks"), "chunks", where)
-            dtype = _parse_dtype(meta.get("dtype"), where)
-            order_ok = meta.get("order", "C") in ("C", "F")
-            if not order_ok:
-                raise FormatError(f"bad order {meta.get('order')!r}", path=where)
-            self._storage_dtype = dtype
-            decode, desc = v2_decoder(meta, dtype, max(chunk_len, 1), p)
-            prefix = ""
-        else:
-            meta = read_json(store, join(key, "zarr.json"))
-            where = f"{p}/zarr.json"
-            length = _positive_int(meta.get("shape"), "shape", where)
-            grid = meta.get("chunk_grid") or {}
-            if grid.get("name") != "regular":
-                raise FormatError(f"unsupported chunk grid {grid.get('name')!r}", path=where)
-            chunk_len = _positive_int(
-                (grid.get("configuration") or {}).get("chunk_shape"), "chunk_shape", where
-            )
-            dtype = _parse_dtype(meta.get("data_type"), where)
-            self._storage_dtype = dtype
-            decode, desc, sharding = v3_decoder(
-                meta.get("codecs") or [], dtype, max(chunk_len, 1), p
-            )
-            enc = meta.get("chunk_key_encoding") or {"name": "default"}
-            sep = (enc.get("configuration") or {}).get("separator", "/")
-            prefix = f"c{sep}" if enc.get("name") == "default" else ""
-        if chunk_len == 0 and length:
-            raise FormatError("chunk length 0 for a non-empty array", path=where)
-        if chunk_len * dtype.itemsize > MAX_CHUNK_BYTES and sharding is None:
-            raise UnsafeDataError(
-                f"declared chunk of {chunk_len} items is larger than {MAX_CHUNK_BYTES} bytes",
-                path=where,
-            )
-        fill = meta.get("fill_value")
-        if fill is None:
-            fill = 0
-        if not isinstance(fill, int) or isinstance(fill, bool):
-            raise FormatError(f"fill_value {fill!r} is not an integer", path=where)
-        shard_inner = 0
-        if sharding is not None:
-            shard_inner = _positive_int(sharding.get("chunk_shape"), "inner chunk_shape", where)
-            if shard_inner == 0 or chunk_len % shard_inner:
-                raise FormatError(
-                    "shard shape is not a multiple of the inner chunk shape", path=where
-                )
-            if shard_inner * dtype.itemsize > MAX_CHUNK_BYTES:
-                raise UnsafeDataError("declared inner chunk is too large", path=where)
-            inner_decode, inner_desc, nested = v3_decoder(
-                sharding.get("codecs") or [{"name": "bytes"}], dtype, shard_inner, p
-            )
-            if nested is not None:
-                raise FormatError("nested sharding is not supported", path=where)
-            self._index_crc = _index_has_crc(sharding.get("index_codecs"), where)
-            self._index_end = sharding.get("index_location", "end") != "start"
-            decode = inner_decode
-            desc = f"sharding({inner_desc})"
-        self._decode = decode
-        self.meta = ArrayMeta(
-            p, kind[0], length, chunk_len, dtype, int(fill), desc, prefix, shard_inner
-        )
+        self.meta, dec = parse_array(self.store, self.key)
+        self._decode = dec.decode
+        self._storage_dtype = dec.storage_dtype
+        self._index_crc, self._index_end = dec.index_crc, dec.index_end
+        dtype = self.meta.dtype
         self.dtype = dtype.newbyteorder("=")
-        self._unit = shard_inner or chunk_len  # the decodable unit
+        self._unit = self.meta.shard_inner or self.meta.chunk_len  # the decodable unit
         self.raw = (
-            decode is None
+            dec.decode is None
             and dtype.byteorder in ("<", "=", "|")
             and (np.little_endian or dtype.itemsize == 1)
         )
@@ -489,6 +306,48 @@ class ZArray:
                 out[i] = ps[0].copy() if len(ps) == 1 else np.concatenate(ps)
         return out  # type: ignore[return-value]
 
+    def _read_one_range(self, start: int, stop: int) -> np.ndarray | None:
+        """Items ``start:stop`` of an uncompressed array on a store that cannot map, when they
+        lie in one chunk whose size was checked before: one ranged read (a range-cache hit when
+        warm), or a slice of a cached block; None sends the read down the general path (a first
+        read of a chunk or block, a chunk never written, a read across chunks or blocks)."""
+        unit = self._unit
+        u = start // unit
+        lo, hi = start - u * unit, stop - u * unit
+        key = self._sized.get(u)
+        if hi > unit or key is None:
+            if hi <= unit:
+                self._check_size(u)
+            return None
+        isz = self.dtype.itemsize
+        if self._block_bytes:
+            per = max(1, self._block_bytes // isz)
+            j = lo // per
+            blk = self._slot.peek(("block", u, j))
+            if blk is None or (hi - 1) // per != j:
+                return None
+            at = (lo - j * per) * isz
+        else:
+            try:
+                blk = self.store.read_range(key, lo * isz, (hi - lo) * isz)
+            except OSError as e:
+                raise CorruptDataError(
+                    f"cannot read chunk: {e}", path=self.store.url(key), position=f"chunk {u}"
+                ) from None
+            at = 0
+        if len(blk) < at + (hi - lo) * isz:
+            return None  # the object changed under the reader: the general path reports it
+        return np.frombuffer(blk, self.dtype, hi - lo, at).copy()
+
+    def _check_size(self, u: int) -> None:
+        """Remember chunk ``u``'s key once its size is known to hold its items (errors and
+        missing chunks are left to the general path, which reports or fills them)."""
+        try:
+            self._raw_size(u)
+        except (OSError, CorruptDataError):
+            return
+        self._sized[u] = self.chunk_key(u)
+
     def _blocked(self, u: int, lo: int, hi: int) -> bytes:
         """Items ``lo:hi`` of uncompressed chunk ``u`` from aligned blocks kept in the byte
         cache: one request per block the first time, none after."""
@@ -576,7 +435,8 @@ class ZArray:
         if stop <= start:
             return np.zeros(0, dtype=self.dtype)
         if not self._mappable and self.raw:
-            return self._read_ranges_raw([(start, stop)])[0]
+            got = self._read_one_range(start, stop)
+            return got if got is not None else self._read_ranges_raw([(start, stop)])[0]
         unit = self._unit
         first, last = start // unit, (stop - 1) // unit
         if first == last:

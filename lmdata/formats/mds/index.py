@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from lmdata import _json
-from lmdata import _provenance as provenance
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
 from lmdata.storage import Store, basename, join, parent, resolve
 
@@ -239,7 +238,17 @@ def load_index_json(store: Store, key: str) -> tuple[Index, dict[str, Any]]:
             path=path,
         )
     shards = tuple(parse_shard(i, s, path) for i, s in enumerate(obj["shards"]))
-    return Index(path, shards, store, key, provenance.parse(obj.get(provenance.KEY))), obj
+    return Index(path, shards, store, key, _provenance(obj)), obj
+
+
+def _provenance(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """lmdata's record of what made the dataset, if index.json holds one (its module, with two
+    dataclasses, is imported only then: opening a dataset without one stays cheap)."""
+    if not isinstance(obj.get("lmdata"), dict):  # lmdata._provenance.KEY
+        return None
+    from lmdata._provenance import KEY, parse
+
+    return parse(obj.get(KEY))
 
 
 def _fail(path: Path, i: int, msg: str) -> CorruptDataError:

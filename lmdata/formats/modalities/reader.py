@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats._span_index import SpanIndex, load_span_index
-from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import (
     HEADER_SIZE,
     PbinHeader,
@@ -19,6 +18,9 @@ from lmdata.formats.modalities.layout import (
 )
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import resolve
+
+if TYPE_CHECKING:  # imported where used: `validate` reads the index without a sidecar
+    from lmdata.formats.modalities import sidecar
 
 # modalities' merge_packed_data shifts the index of every later file by (data_len - 12) instead
 # of data_len, so each file boundary shows up as an overlap of 12 bytes (24 after an empty file).
@@ -111,6 +113,18 @@ class PbinData:
         )
         return [self._array(r, b - a).copy() for r, (a, b) in zip(raws, spans, strict=True)]
 
+    def read_span(self, a: int, b: int) -> np.ndarray:
+        """Tokens ``a:b`` of the data segment as a fresh array: one ranged read on object
+        stores (a random record read; a range-cache hit when warm), else a slice."""
+        if self._tokens is None and not self.store.can_mmap:
+            h = self.header
+            n = (b - a) * h.token_width
+            raw = self.store.read_range(self.key, HEADER_SIZE + a * h.token_width, n)
+            if len(raw) < n:
+                return self._array(raw, b - a)  # raises: the data ends early
+            return np.frombuffer(raw, h.dtype).copy()
+        return np.array(self.tokens[a:b])
+
     def read_index_bytes(self) -> bytes:
         h = self.header
         return self.store.read_range(self.key, h.index_start, h.file_size - h.index_start)
@@ -172,6 +186,8 @@ def check_spans(index: SpanIndex, header: PbinHeader, path: Path) -> None:
 
 def _read_index(data: PbinData, allow_unsafe: bool, repair: bool) -> sidecar.IndexArrays:
     """The checked index of ``data`` from its pickle (repaired when ``repair`` and needed)."""
+    from lmdata.formats.modalities import sidecar
+
     h = data.header
     index = load_span_index(
         data.read_index_bytes(), path=data.path, where="index", allow_unsafe=allow_unsafe
@@ -205,6 +221,8 @@ class PackedTokens:
         repair_origin_merge: bool = True,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
+        from lmdata.formats.modalities import sidecar
+
         self.data = PbinData(path, storage_options)
         self.path = self.data.path
 
@@ -241,6 +259,8 @@ class PackedTokens:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         if self._starts is None:
+            from lmdata.formats.modalities import sidecar
+
             path, digest = self._mapped
             idx = sidecar.load(path, self.data, digest)  # checked again: it may have changed
             if idx is None:  # gone or replaced: the index itself
@@ -311,7 +331,7 @@ class PackedTokens:
     def __getitem__(self, index: int) -> np.ndarray:
         a, b = self.doc_range(index)
         t = self.data._tokens  # the local mapping once made: slice it (the hot path)
-        return np.array(t[a:b]) if t is not None else self.data.read_tokens([(a, b)])[0]
+        return np.array(t[a:b]) if t is not None else self.data.read_span(a, b)
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
         idx = normalize_indices(indices, len(self))
