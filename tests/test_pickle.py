@@ -91,6 +91,11 @@ def test_allocation_bombs_are_refused():
         b"\x80\x04Nr\x00\x00\x00\x48.",  # LONG_BINPUT into slot 1.2e9: a 19 GB memo
         b"\x80\x04Np1200000000\n.",  # PUT, the text form
         b"(lp0\nNap1200000000\n.",  # protocol 0
+        # PUT's line is read as int() reads it: a sign, spaces, underscores, leading zeros
+        b"\x80\x04Np+1200000000\n.",
+        b"\x80\x04Np 1200000000 \n.",
+        b"\x80\x04Np1_200_000_000\n.",
+        b"\x80\x04Np" + b"0" * 30 + b"1200000000\n.",
     ],
 )
 def test_memo_bombs_are_refused_before_allocating(bomb):
@@ -157,3 +162,16 @@ def test_memo_check_runs_where_this_python_needs_it(monkeypatch):
     monkeypatch.setattr(_pickle, "_sparse_memo", lambda: False)
     with pytest.raises(UnsafeDataError, match="memo slot"):
         safe_loads(bomb)
+
+
+@given(obj=plain, protocol=st.integers(0, 5), far=st.integers(1, 2**31))
+def test_memo_bomb_after_any_real_pickle_is_found_where_it_is(obj, protocol, far):
+    # the walk steps over every real opcode (strings holding b"r", ints, frames) to reach it
+    from lmdata._pickle import _early_slot
+
+    data = pickle.dumps(obj, protocol=protocol)[:-1]  # without STOP: ends on an opcode
+    at = len(data)
+    slot = at + far
+    assert _early_slot(data + b"r" + slot.to_bytes(4, "little") + b".") == (slot, at)
+    assert _early_slot(data + b"p%d\n." % slot) == (slot, at)
+    assert _early_slot(data + b"r" + at.to_bytes(4, "little") + b".") == (0, 0)

@@ -9,7 +9,6 @@ import click
 
 from lmdata.cli._common import DatasetPath, FormatName, engine_options, storage_option
 from lmdata.parallel.staging import staging_for
-from lmdata.storage import is_url
 from lmdata.tokenize.api import tokenize
 
 
@@ -96,8 +95,9 @@ def _accepting(option: str) -> list[str]:
 @click.option(
     "--resume",
     is_flag=True,
-    help="Continue an interrupted job: input files already "
-    "done are not tokenized again; the output is the same.",
+    help="Continue an interrupted job: the parts of the inputs (local or URLs) already done "
+    "are not tokenized again; the output is the same. An input whose size or version (mtime, "
+    "ETag) changed is refused.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists.")
 @click.option(
@@ -205,11 +205,8 @@ def command(
         )
     except KeyboardInterrupt:
         bar.close()
-        msg = "interrupted: no output written"
-        if not any(is_url(s) for s in (*sources, *validation_sources)):  # URLs: not resumable
-            work = staging_for(dst, storage_options).where  # beside the output (or its URL)
-            msg += f"; `--resume` continues from {work}"
-        click.echo(msg, err=True)
+        work = staging_for(dst, storage_options).where  # beside the output (or its URL)
+        click.echo(f"interrupted: no output written; `--resume` continues from {work}", err=True)
         sys.exit(130)
     bar.close()
     for msg in summary.skipped:

@@ -29,6 +29,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -330,52 +331,66 @@ def _mix_shard(task: MixTask | Shard) -> ShardStats:
     opts = stream.storage_options
     out_store, out = resolve(shard.output, opts)
     if out_store.exists(out):
-        stats.skipped = True
+        # mix() left out the shards that existed before the job, so an earlier attempt of
+        # this task wrote it (a Ray retry after the commit): count what it holds, write nothing
+        _mix_inputs(task.inputs, stream, stats, lambda line: None)
         return stats
     n = len(shard.cuts)
     piece = Part(task.piece == 0, task.piece == n - 1) if n > 1 else None
     key, overwrite = (out, False) if piece is None else (part_key(out, task.piece), True)
-    stores = Stores(opts)
     comp = _output_compression(stream)
     with OutputFile(out_store, key, comp, overwrite=overwrite, part=piece) as f:
-        for inp in task.inputs:
-            store, key = stores(inp)
-            where = store.url(key)
-            attrs = _AttributeStreams(store, key, stream.attributes, stats)
-            for lineno, raw in iter_raw_lines(store, key):
-                doc = parse_line(raw, where, lineno)
-                attrs.merge(doc, lineno)
-                stats.read += 1
-                line = mix_document(stream, doc, (where, lineno), stats)
-                if line is not None:
-                    f.write(line)
-                    stats.written += 1
-                if stats.read % parallel.REPORT_EVERY == 0:
-                    parallel.report(parallel.REPORT_EVERY)
+        _mix_inputs(task.inputs, stream, stats, f.write)
     stats.checksum = f.checksum()
-    parallel.report(stats.read % parallel.REPORT_EVERY)
     return stats
+
+
+def _exists(shard: Shard) -> bool:
+    store, key = resolve(shard.output, shard.stream.storage_options)
+    return bool(store.exists(key))
+
+
+def _mix_inputs(
+    inputs: tuple[str, ...], stream: StreamConfig, stats: ShardStats, write: Callable[[bytes], Any]
+) -> None:
+    """Mix the documents of ``inputs``, giving the lines kept to ``write``."""
+    stores = Stores(stream.storage_options)
+    for inp in inputs:
+        store, key = stores(inp)
+        where = store.url(key)
+        attrs = _AttributeStreams(store, key, stream.attributes, stats)
+        for lineno, raw in iter_raw_lines(store, key):
+            doc = parse_line(raw, where, lineno)
+            attrs.merge(doc, lineno)
+            stats.read += 1
+            line = mix_document(stream, doc, (where, lineno), stats)
+            if line is not None:
+                write(line)
+                stats.written += 1
+            if stats.read % parallel.REPORT_EVERY == 0:
+                parallel.report(parallel.REPORT_EVERY)
+    parallel.report(stats.read % parallel.REPORT_EVERY)
 
 
 def _per_shard(
     tasks: list[MixTask], stats: list[ShardStats]
 ) -> tuple[list[ShardStats], list[Join]]:
     """One ShardStats per shard (its pieces' summed, in order), and the joins of every shard
-    mixed in several pieces."""
+    mixed in several pieces (unless a retry found it written: then it was joined already)."""
     out, joins = [], []
     i = 0
     while i < len(tasks):
         shard = tasks[i].shard
         group = stats[i : i + len(shard.cuts)]
         i += len(shard.cuts)
-        total = ShardStats(skipped=all(st.skipped for st in group))
+        total = ShardStats()
         for st in group:
             total.read += st.read
             total.written += st.written
             total.filtered += st.filtered
             total.too_short += st.too_short
             total.warnings.extend(st.warnings)
-        if len(group) > 1 and not total.skipped:
+        if len(group) > 1 and not _exists(shard):
             comp = _output_compression(shard.stream)
             sums = tuple(st.checksum for st in group)
             opts = shard.stream.storage_options
@@ -407,9 +422,10 @@ def mix(
         for r in s.span_replacement:
             _selector(r.span, r.syntax)
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
-    tasks = [MixTask(sh, k) for sh in shards for k in range(len(sh.cuts))]
     t0 = time.perf_counter()
-    stats = parallel.run_all(
+    todo = [sh for sh in shards if not _exists(sh)]  # existing shards are kept (resume)
+    tasks = [MixTask(sh, k) for sh in todo for k in range(len(sh.cuts))]
+    done = parallel.run_all(
         _mix_shard,
         tasks,
         engine=engine,
@@ -418,8 +434,9 @@ def mix(
         desc="mix",
         progress=progress,
     )
-    stats, joins = _per_shard(tasks, stats)
+    stats, joins = _per_shard(tasks, done)
     join_all(joins, engine, cfg.processes, address)
+    stats += [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
     warnings = tuple(w for st in stats for w in st.warnings)
     for w in warnings:
         log.warning(w)

@@ -7,18 +7,24 @@ on the engine or the number of workers. Workers stage bulky results themselves
 (:mod:`lmdata.parallel.staging`) and return their names. At most ``window`` units (2 per worker
 by default) are submitted ahead of the consumer, so a slow consumer never makes the driver grow.
 
-Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a spawn pool on this machine)
-and ``"ray"`` (a Ray cluster; :mod:`lmdata.parallel.ray`, imported only when asked for).
+Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a spawn pool on this machine,
+kept for the next job of this process; :func:`shutdown` stops it) and ``"ray"`` (a Ray
+cluster; :mod:`lmdata.parallel.ray`, imported only when asked for).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import signal
+import sys
+import threading
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from lmdata.errors import InvalidInputError
@@ -73,14 +79,25 @@ def report(n: int) -> None:
 
 
 _QUEUED = 0  # in a worker process: what the running unit has put on the progress queue
+_JOB = ""  # in a worker process: the job whose initializer last ran here
 
 
-def _counted(fn: Callable[[T], R], unit: T) -> tuple[R, int]:
+def _counted(fn: Callable[[T], R], unit: T, job: str, setup: bytes, listen: bool) -> tuple[R, int]:
     """Run one unit in a worker; return its result and how much progress it queued, so the
-    parent knows how much to wait for (a queue message may arrive after the result)."""
-    global _QUEUED
+    parent knows how much to wait for (a queue message may arrive after the result). A pool
+    serves job after job: the first unit of a job in a worker runs the job's initializer."""
+    global _QUEUED, _JOB, _SINK
+    if job != _JOB:
+        initializer, initargs = pickle.loads(setup)  # pickled by our own driver
+        if initializer is not None:
+            initializer(*initargs)
+        _JOB = job
     _QUEUED = 0
-    result = fn(unit)
+    _SINK = _QUEUE if listen else None  # a job nobody listens to queues nothing
+    try:
+        result = fn(unit)
+    finally:
+        _SINK = None
     return result, _QUEUED
 
 
@@ -113,7 +130,11 @@ class InProcess:
 class LocalProcesses:
     """A pool of ``workers`` processes started with *spawn* (a forked child would inherit
     tokenizer thread pools and open handles). Units are pulled lazily: at most ``window`` are
-    submitted and not yet consumed. On an exception or Ctrl-C the workers are terminated."""
+    submitted and not yet consumed. On an exception or Ctrl-C the workers are terminated.
+
+    A job that ends normally leaves its pool idle for the next job of this process (the API
+    may run many: a spawn costs about 0.5 s); only a pool started with the same environment
+    (variables, ``sys.path``, working folder) is reused, since workers saw the old one."""
 
     def __init__(self, workers: int | None = None, window: int | None = None) -> None:
         self.workers = max(1, workers if workers is not None else os.cpu_count() or 1)
@@ -128,8 +149,11 @@ class LocalProcesses:
         initargs: tuple[Any, ...] = (),
         on_report: Progress | None = None,
     ) -> Iterator[R]:
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue() if on_report is not None else None
+        job = uuid.uuid4().hex
+        setup = pickle.dumps((initializer, initargs))
+        listen = on_report is not None
+        entry = _take_pool(self.workers)
+        pool, q = entry.pool, entry.queue
 
         received = expected = 0
 
@@ -137,7 +161,7 @@ class LocalProcesses:
             """Pass queued progress on; with ``wait``, until all the finished units queued
             has arrived (bounded: a worker that died cannot hang the job)."""
             nonlocal received
-            while q is not None and on_report is not None:
+            while on_report is not None:
                 try:
                     n = q.get(timeout=10) if wait and received < expected else q.get_nowait()
                 except queue.Empty:
@@ -146,48 +170,118 @@ class LocalProcesses:
                 on_report(n)
 
         it = iter(units)
-        with ctx.Pool(
-            self.workers, initializer=_worker_init, initargs=(initializer, initargs, q)
-        ) as pool:
-            try:
-                pending: deque[Any] = deque()
-                exhausted = False
-                while True:
-                    while not exhausted and len(pending) < self.window:
-                        try:
-                            pending.append(pool.apply_async(_counted, (fn, next(it))))
-                        except StopIteration:
-                            exhausted = True
-                    if not pending:
-                        drain(wait=True)
-                        break
-                    head = pending[0]
-                    while not head.ready():
-                        head.wait(0.1)
-                        drain()
-                    pending.popleft()
-                    result, queued = head.get()
-                    expected += queued
+        finished = False
+        try:
+            pending: deque[Any] = deque()
+            exhausted = False
+            while True:
+                while not exhausted and len(pending) < self.window:
+                    try:
+                        args = (fn, next(it), job, setup, listen)
+                    except StopIteration:
+                        exhausted = True
+                    else:
+                        pending.append(pool.apply_async(_counted, args))
+                if not pending:
+                    drain(wait=True)
+                    break
+                head = pending[0]
+                while not head.ready():
+                    head.wait(0.1)
                     drain()
-                    yield result
-            except BaseException:
-                pool.terminate()
-                raise
-            finally:
-                if q is not None:
-                    q.close()
+                pending.popleft()
+                result, queued = head.get()
+                expected += queued
+                drain()
+                yield result
+            finished = received == expected  # no progress of this job left on the queue
+        finally:
+            if finished:
+                _give_back(entry)
+            else:  # an error, Ctrl-C or a consumer that stopped early: nothing is reused
+                entry.close()
 
 
-def _worker_init(
-    initializer: Callable[..., None] | None, initargs: tuple[Any, ...], q: Any
-) -> None:
-    global _SINK, _IN_WORKER
+@dataclass(eq=False)
+class _Pool:
+    """A worker pool, its progress queue and the environment its workers started in."""
+
+    pool: Any
+    queue: Any
+    key: tuple[Any, ...]
+    timer: threading.Timer | None = None  # stops the pool while it is idle
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.pool.terminate()
+        self.queue.close()
+
+
+_IDLE: list[_Pool] = []  # at most one pool waits for the next job of this process
+_IDLE_LOCK = threading.Lock()
+
+
+def _environment(workers: int) -> tuple[Any, ...]:
+    return (workers, tuple(sorted(os.environ.items())), tuple(sys.path), os.getcwd())
+
+
+def _take_pool(workers: int) -> _Pool:
+    """The idle pool if it fits (same size and environment), else a new one."""
+    key = _environment(workers)
+    with _IDLE_LOCK:
+        idle = _IDLE.pop() if _IDLE else None
+    if idle is not None and idle.key == key:
+        if idle.timer is not None:  # one sleeping timer at most, however many jobs run
+            idle.timer.cancel()
+        return idle
+    if idle is not None:
+        idle.close()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    return _Pool(ctx.Pool(workers, initializer=_worker_init, initargs=(q,)), q, key)
+
+
+IDLE_SECONDS = 60.0  # an idle pool stops after this long without a job
+
+
+def _give_back(entry: _Pool) -> None:
+    entry.timer = threading.Timer(IDLE_SECONDS, _expire, args=(entry,))
+    entry.timer.daemon = True
+    with _IDLE_LOCK:
+        older = _IDLE.pop() if _IDLE else None
+        _IDLE.append(entry)
+        entry.timer.start()
+    if older is not None:  # two jobs ran at once: keep one idle pool
+        older.close()
+
+
+def _expire(entry: _Pool) -> None:
+    """Stop ``entry`` if it is still idle (no job took it since)."""
+    with _IDLE_LOCK:
+        if entry not in _IDLE:
+            return
+        _IDLE.remove(entry)
+    entry.close()
+
+
+def shutdown() -> None:
+    """Stop the idle worker pool of this process (it also stops when the process exits)."""
+    with _IDLE_LOCK:
+        idle = _IDLE.pop() if _IDLE else None
+    if idle is not None:
+        idle.close()
+
+
+_QUEUE: Any = None  # in a worker process: its pool's progress queue
+
+
+def _worker_init(q: Any) -> None:
+    global _QUEUE, _IN_WORKER
     _IN_WORKER = True
     # Ctrl-C reaches the whole process group: workers ignore it, the parent terminates them
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _SINK = q
-    if initializer is not None:
-        initializer(*initargs)
+    _QUEUE = q
 
 
 def make_executor(

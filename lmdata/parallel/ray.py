@@ -25,8 +25,18 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 # test hook: a folder; while it holds a file named "fail-<N>", the worker running unit N deletes
-# it and dies (as a killed node would), so Ray retries the unit once
+# it and dies (as a killed node would), so Ray retries the unit once; "fail-after-<N>": it dies
+# after the unit ran (its outputs written) but before its result reached the driver
 FAIL_ONCE_ENV = "LMDATA_TEST_RAY_FAIL_DIR"
+
+
+def _fail_once(hook: str, name: str) -> None:
+    try:
+        os.unlink(os.path.join(hook, name))
+    except FileNotFoundError:
+        return
+    os._exit(1)
+
 
 _READY: set[str] = set()  # jobs whose initializer already ran in this worker process
 
@@ -41,12 +51,7 @@ def _run(
 
     hook = os.environ.get(FAIL_ONCE_ENV)
     if hook:
-        try:
-            os.unlink(os.path.join(hook, f"fail-{index}"))
-        except FileNotFoundError:
-            pass
-        else:
-            os._exit(1)
+        _fail_once(hook, f"fail-{index}")
     par._IN_WORKER = True
     if job not in _READY:
         import ray
@@ -61,6 +66,8 @@ def _run(
         result = fn(unit)
     finally:
         par._SINK = None
+    if hook:
+        _fail_once(hook, f"fail-after-{index}")
     return reported[0], result
 
 

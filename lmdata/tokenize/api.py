@@ -1,7 +1,8 @@
 """``lmdata.tokenize``: documents to a token dataset, as one function call.
 
 The same job as ``lmdata tokenize`` (the CLI calls this function): deterministic for any number
-of workers, atomic (the output appears whole or not at all), resumable for local file inputs.
+of workers, atomic (the output appears whole or not at all), resumable for inputs that are files
+(local or URLs: a resume checks each input's size and version, such as its ETag).
 URL inputs (files, folders, globs on object stores) are read by the workers themselves. Documents
 given as objects (an iterable of strings or dicts, a Hugging Face ``datasets.Dataset``),
 ``memory://`` inputs when workers are other processes (that store lives in this process), and
@@ -104,16 +105,20 @@ def _sources(
     temp: Path,
     storage_options: dict[str, Any] | None,
     copy_memory: bool,
+    origins: dict[str, str],
 ) -> list[Paths]:
     """``sources`` as the workers read them: local paths and URLs as they are (a missing local
-    path is an error), ``memory://`` ones copied locally when ``copy_memory``."""
+    path is an error), ``memory://`` ones copied locally when ``copy_memory`` (each copy's URL
+    recorded in ``origins``, which is what ``resume`` compares)."""
     from lmdata.storage import scheme
 
     out: list[Paths] = []
     for s in sources:
         if scheme(s) == "memory" and copy_memory:
             folder = Path(tempfile.mkdtemp(prefix="url-", dir=temp))
-            out.append(_fetch(os.fspath(s), folder, storage_options))
+            copy = _fetch(os.fspath(s), folder, storage_options)
+            origins[str(copy)] = os.fspath(s)
+            out.append(copy)
         elif not is_url(s) and not os.path.lexists(s):
             raise InvalidInputError(
                 f"no such file or folder: {str(s)[:80]!r}. Strings in a list are paths; pass "
@@ -226,18 +231,17 @@ def tokenize(
     temp = Path(tempfile.mkdtemp(prefix="lmdata-tokenize-"))
     # memory:// lives in this process: other processes read a local copy of it
     in_process = engine == "inprocess" or (workers is not None and workers <= 1)
+    origins: dict[str, str] = {}  # local copies of URL inputs -> their URLs
     try:
         if _is_paths(inputs):
             listed = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-            if resume and any(is_url(s) for s in [*listed, *(validation or [])]):
-                raise InvalidInputError("resume=True needs local input files, not URLs")
-            sources = _sources(listed, temp, storage_options, not in_process)  # type: ignore[arg-type]
+            sources = _sources(listed, temp, storage_options, not in_process, origins)  # type: ignore[arg-type]
         else:
             if resume:
                 raise InvalidInputError("resume=True needs inputs that are files, not documents")
             docs = _documents(inputs, text_key)
             sources = [_write_documents(docs, text_key, temp / "documents.jsonl")]
-        held = _sources(list(validation or []), temp, storage_options, not in_process)
+        held = _sources(list(validation or []), temp, storage_options, not in_process, origins)
         job = TokenizeJob(
             to=to,
             tokenizer=_tokenizer_file(tokenizer, temp),
@@ -270,6 +274,7 @@ def tokenize(
                 progress=progress,
                 storage_options=storage_options if is_url(output) else None,
                 source_options=storage_options,
+                origins=origins,
             )
     finally:
         shutil.rmtree(temp, ignore_errors=True)

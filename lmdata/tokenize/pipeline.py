@@ -37,18 +37,19 @@ from lmdata import parallel
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import make_executor
 from lmdata.parallel.staging import Staging, staging_for, unit_key, work_dir_for
-from lmdata.storage import check_dest, is_url, options_scope
+from lmdata.storage import check_dest, is_url, join, options_scope
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import (
-    RANGE_BYTES,
     Batch,
     InputFile,
     Unit,
     _Missing,
     first_line,
+    input_versions,
     list_inputs,
     plan_units,
+    range_bytes_for,
     read_batches,
 )
 from lmdata.tokenize.tokenizers import Tokenizer, load_tokenizer
@@ -233,16 +234,35 @@ def _parse_batch(task: TokenizeTask, batch: Batch, before: int) -> _Parsed:
 # ---- the staging area -----------------------------------------------------------------------
 
 
-def _manifest(job: TokenizeJob, inputs: list[InputFile], range_bytes: int) -> bytes:
-    # a URL's size stands for its version (resume takes local inputs only)
-    files = [
-        {**asdict(i), "mtime": 0 if is_url(i.path) else int(os.stat(i.path).st_mtime)}
-        for i in inputs
-    ]
+def _manifest(
+    job: TokenizeJob,
+    inputs: list[InputFile],
+    range_bytes: int,
+    source_options: dict[str, Any] | None,
+    origins: dict[str, str] | None,
+) -> bytes:
+    """What ``--resume`` must find unchanged: the job, the units' boundaries, and each input by
+    name, size and version (a local file's mtime, a URL's ETag). An input read from a local
+    copy (``origins``: copy -> URL) is named and versioned by its URL, so a resume that copies
+    it again to a new place still matches."""
+    named = [_origin(i, origins or {}) for i in inputs]
+    versions = input_versions(named, source_options)
+    files = [{**asdict(i), "version": v} for i, v in zip(named, versions, strict=True)]
     plan = {"range_bytes": range_bytes}  # the units' boundaries, which --resume must reuse
     return orjson.dumps(
         {"job": asdict(job), "inputs": files, "plan": plan}, option=orjson.OPT_SORT_KEYS
     )
+
+
+def _origin(i: InputFile, origins: dict[str, str]) -> InputFile:
+    """``i`` under the URL it was copied from, if it is a local copy."""
+    for copy, url in origins.items():
+        if i.path == copy:
+            return InputFile(url, i.kind, i.size, i.validation)
+        if i.path.startswith(copy + os.sep):
+            rel = os.path.relpath(i.path, copy).replace(os.sep, "/")
+            return InputFile(join(url, rel), i.kind, i.size, i.validation)
+    return i
 
 
 def _prepare_work(work: Staging, manifest: bytes, resume: bool) -> set[tuple[int, int]]:
@@ -286,19 +306,21 @@ def tokenize(
     overwrite: bool = False,
     progress: Callable[[dict[str, float]], None] | None = None,
     storage_options: dict[str, Any] | None = None,
-    range_bytes: int = RANGE_BYTES,
+    range_bytes: int | None = None,
     source_options: dict[str, Any] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> Summary:
     """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst`` (a local
     path, or a URL written through the format's writer with ``storage_options``).
 
     ``engine`` is "inprocess", "processes" (``workers`` processes, default one per core) or
     "ray" (the cluster at ``address``, default a local one); plain JSONL files are cut into
-    units of ``range_bytes``. The output is the same for every engine, worker count and range
-    size. Sources may be URLs (files, folders, globs), read with ``source_options`` by the
-    workers themselves.
+    units of ``range_bytes`` (default: from the inputs' size, :func:`range_bytes_for`). The
+    output is the same for every engine, worker count and range size. Sources may be URLs
+    (files, folders, globs), read with ``source_options`` by the workers themselves;
+    ``origins`` names the URLs of sources that are local copies.
     """
-    if range_bytes < 1:
+    if range_bytes is not None and range_bytes < 1:
         raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
     t0 = time.perf_counter()
     out = check_dest(dst, overwrite, storage_options)
@@ -321,7 +343,10 @@ def tokenize(
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
     work = staging_for(out, storage_options if url else None)
-    done = _prepare_work(work, _manifest(job, inputs, range_bytes), resume)
+    if range_bytes is None:
+        range_bytes = range_bytes_for(inputs)
+    manifest = _manifest(job, inputs, range_bytes, source_options, origins)
+    done = _prepare_work(work, manifest, resume)
     units = plan_units(inputs, range_bytes, job.source_format, source_options)
     todo = [u for u in units if (u.file_index, u.part) not in done]
     pool = make_executor(engine, workers, address, units=len(todo))

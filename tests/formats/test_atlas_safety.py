@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmdata
+from lmdata._pickle import safe_loads
 from lmdata.errors import (
     CorruptDataError,
     FormatError,
@@ -132,6 +133,67 @@ def test_writer_accepts_plain_data_and_numpy(tmp_path: Path) -> None:
     out = write(tmp_path / "d", ex, block_size=2, compression_strategy=1)
     got = list(lmdata.open(out))
     assert got[0] == ex[0] and np.array_equal(got[1][0], ex[1][0]) and got[1][1:] == ex[1][1:]
+
+
+builtin_data = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary(),
+    lambda c: (
+        st.lists(c)
+        | st.tuples(c, c)
+        | st.dictionaries(st.text(), c)
+        | st.frozensets(st.integers())
+        | st.builds(bytearray, st.binary())
+    ),
+    max_leaves=20,
+)
+
+
+@given(block=st.lists(builtin_data, max_size=5), protocol=st.integers(0, 5))
+def test_writer_pickles_blocks_as_pickle_dumps(block: list[Any], protocol: int) -> None:
+    raw, builtin = atlas.codec.pickle_examples(block, protocol)
+    assert raw == pickle.dumps(block, protocol=protocol)  # byte-identical to the origin's
+    if builtin:  # what lets the writer skip its check: the readers' unpickler takes it
+        assert safe_loads(raw) == block
+    # from protocol 4 (the default) built-in data needs no reduction, except bytearray below 5
+    if protocol >= 4:
+        assert builtin == (protocol >= 5 or not any(_has_bytearray(x) for x in block))
+
+
+def _has_bytearray(x: Any) -> bool:
+    if isinstance(x, bytearray):
+        return True
+    if isinstance(x, (list, tuple, frozenset)):
+        return any(_has_bytearray(y) for y in x)
+    return isinstance(x, dict) and any(_has_bytearray(y) for y in x.values())
+
+
+@pytest.mark.parametrize(
+    "example, checked",
+    [
+        ({"a": [1, "x", None], "b": b"y", "c": {1.5}}, False),
+        ({"a": 1j}, True),
+        ({"a": np.arange(3)}, True),
+        (OrderedDict(a=1), True),  # a dict subclass: refused by the check
+    ],
+)
+def test_writer_unpickles_only_blocks_with_more_than_builtins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, example: Any, checked: bool
+) -> None:
+    from lmdata.formats.atlas import shard
+
+    calls = []
+    real = shard.safe_loads
+    monkeypatch.setattr(shard, "safe_loads", lambda raw: calls.append(raw) or real(raw))
+    try:
+        write(tmp_path / "d", [example] * 3, block_size=2, compression_strategy=1)
+    except InvalidInputError:
+        assert type(example) is OrderedDict
+    assert bool(calls) == checked
 
 
 def _lying_frame(declared: int) -> bytes:
@@ -383,3 +445,50 @@ def test_out_of_range_meta_integers(tmp_path: Path, file: str, key: str, value: 
     if file != "meta.json":
         with pytest.raises(CorruptDataError, match=re.escape(key)):
             atlas.open(out / "1")
+
+
+def _walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The lengths of the pickles the memo-bomb walk runs on from now on (as on Python 3.11)."""
+    from lmdata import _pickle
+
+    walked: list[int] = []
+    check = _pickle._check_memo_indices
+    monkeypatch.setattr(_pickle, "_sparse_memo", lambda: False)
+    monkeypatch.setattr(
+        _pickle, "_check_memo_indices", lambda d, w: walked.append(len(d)) or check(d, w)
+    )
+    return walked
+
+
+@pytest.mark.parametrize("strategy", [0, 2])
+def test_a_block_is_walked_for_memo_bombs_once_per_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: int
+) -> None:
+    walked = _walks(monkeypatch)
+    ex = [{"i": i, "t": "r" * i} for i in range(60)]
+    out = write(tmp_path / "d", ex, shard_size=30, block_size=10, compression_strategy=strategy)
+    r = atlas.open(out, cache_bytes=0)  # nothing kept: each read decodes its block again
+    order = [0, 25, 11, 45, 1, 26, 12, 46, 59, 0, 35, 25]
+    assert [r[i] for i in order] == [ex[i] for i in order]
+    assert len(walked) == 6  # one walk per distinct block, though blocks decode 10 times
+    assert r.take([3, 58, 31]) == [ex[3], ex[58], ex[31]] and len(walked) == 6
+    # a fresh reader, or one that trusts the file, keeps its own account
+    assert atlas.open(out, cache_bytes=0)[25] == ex[25] and len(walked) == 7
+    assert atlas.open(out, allow_unsafe_pickle=True)[25] == ex[25] and len(walked) == 7
+
+
+def test_changed_block_bytes_are_walked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    walked = _walks(monkeypatch)
+    ex = [{"i": i, "t": "x" * 50} for i in range(20)]
+    out = write(tmp_path / "d", ex, block_size=10, compression_strategy=0)
+    r = atlas.open(out, cache_bytes=0)
+    assert r[0] == ex[0] and r[10] == ex[10] and len(walked) == 2
+    # Rewrite block 0 in place, same length, as a memo bomb (stored raw: strategy 0).
+    shard = out / "0"
+    idx = np.load(shard / "index.npy").astype(np.int64)
+    bomb = b"\x80\x04Nr\x00\x00\x00\x48."
+    with open(shard / "data.bin", "r+b") as f:
+        f.write(bomb + b"\x00" * (int(idx[1]) - len(bomb)))
+    with pytest.raises(UnsafeDataError, match="memo slot"):
+        r[1]
+    assert len(walked) == 3

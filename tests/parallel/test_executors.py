@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -124,3 +125,56 @@ def test_importing_lmdata_and_its_pipelines_never_imports_ray() -> None:
         "assert 'ray' not in sys.modules, 'ray imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def pid_and_setting(n: int) -> tuple[int, str]:
+    return os.getpid(), SETTING
+
+
+SETTING = "unset"  # what set_setting made of it in this process
+
+
+def set_setting(value: str) -> None:
+    global SETTING
+    SETTING = value
+
+
+def test_a_pool_serves_the_next_job_of_this_process_with_its_own_initializer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second job runs on the first's worker processes (no spawn), each running the new
+    job's initializer; a failed job or another environment gets new workers."""
+    ex = LocalProcesses(2)
+
+    def run(setting: str) -> tuple[set[int], set[str]]:
+        out = list(
+            ex.map_ordered(pid_and_setting, range(8), initializer=set_setting, initargs=(setting,))
+        )
+        return {p for p, _ in out}, {s for _, s in out}
+
+    try:
+        pids, settings = run("a")
+        assert settings == {"a"} and os.getpid() not in pids
+        again, settings = run("b")
+        assert again <= pids and settings == {"b"}  # the same workers, the new initializer
+        with pytest.raises(InvalidInputError):
+            list(ex.map_ordered(fail_on_three, range(6)))
+        after_failure, _ = run("c")
+        assert not after_failure & pids  # a failed job's workers were stopped
+        monkeypatch.setenv("LMDATA_TEST_POOL_ENV", "1")  # workers would not see it
+        assert not run("d")[0] & after_failure
+        # progress of one job never leaks into the next
+        seen: list[int] = []
+        assert list(ex.map_ordered(count_docs, [3, 4], on_report=seen.append)) == [3, 4]
+        assert sum(seen) == 7
+        seen.clear()
+        assert list(ex.map_ordered(count_docs, [5], on_report=seen.append)) == [5]
+        assert sum(seen) == 5
+        # an idle pool stops by itself
+        monkeypatch.setattr(parallel, "IDLE_SECONDS", 0.05)
+        assert list(ex.map_ordered(count_docs, [1, 2])) == [1, 2]
+        (idle,) = parallel._IDLE
+        idle.timer.join(10)
+        assert not parallel._IDLE
+    finally:
+        parallel.shutdown()

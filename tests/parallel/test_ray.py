@@ -233,3 +233,36 @@ def test_interrupted_ray_job_resumes_without_redoing_finished_files(
     )
     assert seen[-1] == 300  # only the unfinished file (b.jsonl.gz) was tokenized again
     assert tree_bytes(tmp_path / "out") == local_tokens
+
+
+def test_a_ray_retry_of_a_written_mix_shard_is_counted_once(fail_dir: Path, tmp_path: Path):
+    """A worker that dies after committing its shard: the retry finds the shard written by its
+    own earlier attempt and counts it (not "kept"), so the counts are the local engine's."""
+    docs = tmp_path / "t" / "documents"
+    docs.mkdir(parents=True)
+    for k in range(3):
+        rows = [{"id": f"{k}-{i}", "text": "w " * (i % 7)} for i in range(40)]
+        (docs / f"p{k}.jsonl.gz").write_bytes(
+            gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
+        )
+
+    def cfg(out: str) -> MixerConfig:
+        output = {"path": str(tmp_path / out), "max_size_in_bytes": 1, "min_text_length": 3}
+        stream = {
+            "name": "s",
+            "documents": [str(docs / "*.gz")],
+            "output": output,
+            "filter": {"exclude": ["$.metadata[?(@.drop > 0.5)]"]},  # (dolma needs one)
+        }
+        return MixerConfig.from_dict({"streams": [stream], "processes": 2})
+
+    local = mix(cfg("local"), engine="inprocess")
+    (fail_dir / "fail-after-1").touch()
+    got = mix(cfg("ray"), engine="ray")
+    assert not (fail_dir / "fail-after-1").exists()  # the fault did fire
+    counts = ("shards", "skipped_shards", "read", "written", "too_short")
+    assert [getattr(got, c) for c in counts] == [getattr(local, c) for c in counts]
+    assert got.skipped_shards == 0 and got.shards == 3 and got.too_short > 0
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+    again = mix(cfg("ray"), engine="ray")  # shards there before the job are kept, as locally
+    assert again.skipped_shards == 3 and again.read == 0

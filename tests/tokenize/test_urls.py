@@ -176,3 +176,113 @@ def test_the_cli_tokenizes_an_s3_folder_given_its_endpoint_by_option(
     )
     assert res.exit_code == 0, res.output
     assert files(tmp_path / "a") == files(tmp_path / "b")
+
+
+# ---- resume with URL inputs ------------------------------------------------------------------
+
+URL_DOCS = len(DOCS) + len(NO_IDS) + 7 + 1  # the documents of CORPUS
+
+
+def test_resume_with_url_inputs_redoes_only_the_unfinished_units(tmp_path, memory_root):
+    from tests.tokenize.test_pipeline import interrupt_at
+
+    _put(f"{memory_root}/corpus")
+    url = f"{memory_root}/corpus"
+    opts = {"to": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
+    lmdata.tokenize(url, tmp_path / "ref", **opts)
+    with pytest.raises(KeyboardInterrupt):  # in the second file: the first is done
+        lmdata.tokenize(url, tmp_path / "out", progress=interrupt_at(2), **opts)
+    seen: list[float] = []
+    progress = lambda s: seen.append(s["documents"])  # noqa: E731
+    lmdata.tokenize(url, tmp_path / "out", resume=True, progress=progress, **opts)
+    assert seen[-1] == URL_DOCS - len(DOCS)  # a.jsonl was not read again
+    assert files(tmp_path / "out") == files(tmp_path / "ref")
+
+
+def test_resume_refuses_a_url_input_that_changed_in_place(
+    tmp_path, memory_root, s3_server, s3_root
+):
+    from tests.tokenize.test_pipeline import interrupt_at
+
+    for root, options in ((memory_root, None), (s3_root, s3_server)):
+        _put(f"{root}/corpus", options)
+        out = tmp_path / root.split(":")[0]
+        job = TokenizeJob(to="flat-tokens")
+        with pytest.raises(KeyboardInterrupt):
+            run(
+                [f"{root}/corpus"],
+                out,
+                job,
+                workers=0,
+                progress=interrupt_at(2),
+                source_options=options,
+            )
+        same_size = _jsonl(DOCS).replace(b"doc 1 ", b"DOC 1 ")  # a new ETag (or time written)
+        assert len(same_size) == len(CORPUS["a.jsonl"])
+        _put(f"{root}/corpus", options, {"a.jsonl": same_size})
+        with pytest.raises(InvalidInputError, match="cannot resume: the inputs or options"):
+            run([f"{root}/corpus"], out, job, workers=0, resume=True, source_options=options)
+
+
+def test_a_local_copy_of_a_url_input_is_recorded_by_its_url(tmp_path, memory_root):
+    """Worker processes read memory:// inputs from a local copy in a new temporary folder each
+    run: the resume record names and versions them by their URL, so a resume still matches."""
+    from lmdata.tokenize.pipeline import _manifest
+
+    _put(f"{memory_root}/corpus")
+    url = f"{memory_root}/corpus"
+    job = TokenizeJob(to="flat-tokens")
+    records = []
+    for run_dir in ("run1", "run2"):
+        copy = tmp_path / run_dir / "corpus"
+        _put(str(copy))
+        inputs = sources.list_inputs([copy])
+        records.append(_manifest(job, inputs, 1 << 20, None, {str(copy): url}))
+    assert records[0] == records[1] and str(tmp_path).encode() not in records[0]
+    assert f"{url}/sub/b.jsonl.gz".encode() in records[0]
+    _put(url, corpus={"z.jsonl": CORPUS["z.jsonl"]})  # written again: its version changes
+    inputs = sources.list_inputs([tmp_path / "run1" / "corpus"])
+    assert (
+        _manifest(job, inputs, 1 << 20, None, {str(tmp_path / "run1" / "corpus"): url})
+        != (records[0])
+    )
+
+
+def test_resume_after_sigkill_with_s3_inputs(tmp_path, local_corpus, s3_server, s3_root):
+    """Killed at a random point while reading S3 inputs, a resumed job gives the bytes of an
+    uninterrupted one (the child finds the S3 server through AWS_ENDPOINT_URL)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+
+    from tests.tokenize.test_pipeline import _without_command, work_dir_for
+
+    _put(f"{s3_root}/corpus", s3_server)
+    job = TokenizeJob(to="flat-tokens", validation_fraction=0.3)
+    run([local_corpus], tmp_path / "ref", job, workers=0, range_bytes=400)
+    code = (
+        "import sys, time; from lmdata.tokenize.pipeline import TokenizeJob, tokenize\n"
+        "job = TokenizeJob(to='flat-tokens', validation_fraction=0.3)\n"
+        "tokenize([sys.argv[1]], sys.argv[2], job, workers=0, range_bytes=400,"
+        " progress=lambda s: time.sleep(0.1))\n"
+    )
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-c", code, f"{s3_root}/corpus", str(out)])
+    time.sleep(float(np.random.default_rng().uniform(1.0, 2.5)))
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    if not out.exists():
+        resume = work_dir_for(out).exists()
+        run(
+            [f"{s3_root}/corpus"],
+            out,
+            job,
+            workers=0,
+            range_bytes=400,
+            resume=resume,
+            source_options=s3_server,
+        )
+    assert _without_command(out) == _without_command(tmp_path / "ref")

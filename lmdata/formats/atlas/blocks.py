@@ -11,6 +11,7 @@ half a decode, so it is done only while recent reads keep coming back to blocks 
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import threading
 from collections import OrderedDict
@@ -19,6 +20,7 @@ from typing import Any
 
 TAKEN = object()  # an example already handed to a caller: a later read makes a fresh one
 MAX_HOT = 64  # blocks a thread keeps decoded (one per shard, the least recent dropped)
+_CHECKED = 1 << 17  # digests of safely unpickled blocks remembered (about 9 MiB)
 _SEEN_KEYS = 1 << 16  # at most this many recent blocks remembered (keys only) for Reuse
 _KEEP_RATE = 0.25  # pickle blocks for the cache while at least this share of reads reuse
 _EMPTY: list[Any] = []
@@ -47,6 +49,31 @@ class PerThread(threading.local):
         self.ahead: dict[int, tuple[int, list[int], bytes]] = {}  # (first block, offsets, bytes)
         self.by_shard: dict[int, Any] = {}
         self.dctx: dict[Any, Any] = {}
+
+
+class Checked:
+    """Digests of stored blocks that unpickled safely, so that decoding the same bytes again
+    (random reads return to blocks the cache lost; a second epoch) skips the memo-bomb walk.
+    Keyed by the stored bytes and shard (whose dictionary is fixed); changed bytes are walked
+    again. Inactive (empty digests) where no walk runs. Bounded: forgotten all at once."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+        self._seen: set[bytes] = set()
+
+    def digest(self, s: int, stored: bytes) -> bytes:
+        if not self.active:
+            return b""
+        return hashlib.blake2b(stored, digest_size=16, key=s.to_bytes(8, "little")).digest()
+
+    def __contains__(self, d: bytes) -> bool:
+        return bool(d) and d in self._seen
+
+    def add(self, d: bytes) -> None:
+        if d:
+            if len(self._seen) >= _CHECKED:
+                self._seen.clear()
+            self._seen.add(d)
 
 
 class Reuse:

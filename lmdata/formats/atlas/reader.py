@@ -21,11 +21,13 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from lmdata._pickle import memo_check_needed
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.blocks import (
     MAX_HOT,
     TAKEN,
+    Checked,
     Hot,
     PerThread,
     Reuse,
@@ -113,6 +115,7 @@ class Atlas:
         # examples of blocks read before, one pickle each, in the process-wide byte cache
         self._slot = new_slot(self.cache_bytes)
         self._reuse = Reuse(self.cache_bytes)
+        self._checked = Checked(not self.allow_unsafe_pickle and memo_check_needed())
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -329,6 +332,7 @@ class Atlas:
         """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
         where = self._where(s, b)
         path = self._data_paths[s]
+        seen = self._checked.digest(s, raw)
         compressed, dict_id, dict_path = self._codec(s)
         if compressed:
             raw = codec.decompress_block(
@@ -341,8 +345,14 @@ class Atlas:
                 dict_path=dict_path,
             )
         items = codec.unpickle_block(
-            raw, self.shards[s].meta.block_len(b), where, path, self.allow_unsafe_pickle
+            raw,
+            self.shards[s].meta.block_len(b),
+            where,
+            path,
+            self.allow_unsafe_pickle,
+            memo_checked=seen in self._checked,
         )
+        self._checked.add(seen)
         return items, len(raw)
 
     def _read_block(self, s: int, b: int) -> tuple[list[Any], int]:
@@ -541,12 +551,13 @@ class Atlas:
 
     def _iter_shard(self, s: int, size: int, idx: np.ndarray) -> Iterator[Any]:
         n = self.shards[s].meta.num_blocks
+        offs: list[int] = idx[: n + 1].tolist()  # plain ints: numpy scalars cost µs a block
         b = 0
         while b < n:
             e = b + 1
-            while e < n and idx[e + 1] - idx[b] <= _READ_AHEAD:
+            while e < n and offs[e + 1] - offs[b] <= _READ_AHEAD:
                 e += 1
-            start, stop = int(idx[b]), int(idx[e])
+            start, stop = offs[b], offs[e]
             buf = b""
             if self._one_read(idx[b : e + 1], size):
                 buf = self.store.read_range(self._data_paths[s], start, stop - start)
@@ -555,7 +566,7 @@ class Atlas:
                     yield from self._read_block(s, k)[0]
             else:
                 for k in range(b, e):
-                    raw = buf[int(idx[k]) - start : int(idx[k + 1]) - start]
+                    raw = buf[offs[k] - start : offs[k + 1] - start]
                     yield from self._decode_raw(s, k, raw)[0]
             b = e
 

@@ -77,13 +77,13 @@ class ShardWriter:
 
     def _emit(self) -> None:
         try:
-            raw = pickle.dumps(self.block, protocol=self.protocol)
+            raw, builtin = codec.pickle_examples(self.block, self.protocol)
         except Exception as e:  # pickle raises many kinds; name the example
             raise InvalidInputError(
                 f"cannot pickle example(s) {self.count - len(self.block)}..{self.count - 1} "
                 f"of shard {self.folder.name}: {type(e).__name__}: {e}"
             ) from e
-        if not self.allow_unsafe_pickle:
+        if not (self.allow_unsafe_pickle or builtin):
             self._check_plain(raw)
         self.block = []
         self.raw_lengths.append(len(raw))

@@ -145,8 +145,9 @@ def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
             f"{f / INDEX}: block {int(b)} has offsets {int(idx[b])}.."
             f"{int(idx[b + 1])} (empty or backwards)",
         )
+    skip = set(back.tolist())
     for b in range(meta.num_blocks):
-        if b in back:
+        if b in skip:
             continue
         try:
             ds._read_block(s, b)
