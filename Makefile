@@ -19,10 +19,11 @@ install-main: $(STAMP)
 install-dev: $(DEV_STAMP)
 
 # the main venv: lmdata and its dependencies, all `make demo` needs
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile lmdata/_memowalk.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
+	@$(BIN)/python -c "import lmdata._memowalk" 2>/dev/null || echo "note: no C compiler built lmdata._memowalk; the safe unpickler's memo check runs in Python (slower)"
 	touch $(STAMP)
 
 # dev tools: pytest, hypothesis, ruff, zarr-python 3, playwright (Python side only), matplotlib

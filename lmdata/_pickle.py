@@ -111,6 +111,12 @@ def _opcode_table() -> list[int]:
 
 
 _OPCODES = _opcode_table()
+_TABLE = bytes(k & 0xFF for k in _OPCODES)  # the same table for the C walk
+
+try:  # built from lmdata/_memowalk.c at install; without a compiler the Python walk does it
+    from lmdata._memowalk import early_slot as _c_early_slot
+except ImportError:
+    _c_early_slot = None
 
 
 def _check_memo_indices(data: bytes, where: str) -> None:
@@ -119,9 +125,10 @@ def _check_memo_indices(data: bytes, where: str) -> None:
     CPython's unpickler grows its memo to twice the largest index a PUT or LONG_BINPUT names
     and zeroes it: a 10-byte pickle naming slot 10**9 writes 16 GB. A real pickle names slots
     in order, so an index is never beyond the opcode's offset; this walk (opcodes only, string
-    payloads skipped) checks that before the C unpickler runs. It is Python per opcode, so it
-    costs 1-3x the unpickling itself; it is skipped on Pythons whose unpickler has the fix,
-    and ``allow_unsafe=True`` (a trusted file) skips it too."""
+    payloads skipped) checks that before the C unpickler runs. In C (``lmdata/_memowalk.c``)
+    it costs about a tenth of the unpickling; the Python walk it falls back to (no compiler at
+    install, or a text-protocol opcode) costs 1-3x. It is skipped on Pythons whose unpickler has
+    the fix, and ``allow_unsafe=True`` (a trusted file) skips it too."""
     if _sparse_memo() or (b"r" not in data and b"p" not in data):
         return  # this Python cannot be made to allocate so; or no PUT/LONG_BINPUT byte at all
     slot, at = _early_slot(data)
@@ -151,7 +158,17 @@ def _sparse_memo() -> bool:
 
 
 def _early_slot(data: bytes) -> tuple[int, int]:
-    """(slot, offset) of the first PUT/LONG_BINPUT naming a slot beyond its offset, else (0, 0).
+    """(slot, offset) of the first PUT/LONG_BINPUT naming a slot beyond its offset, else (0, 0):
+    the C walk, and the Python walk where it stops at a text opcode or was not built."""
+    if _c_early_slot is not None:
+        slot, at = _c_early_slot(data, _TABLE)
+        if slot >= 0:
+            return slot, at
+    return _py_early_slot(data)
+
+
+def _py_early_slot(data: bytes) -> tuple[int, int]:
+    """:func:`_early_slot` in Python.
 
     The loop is laid out for speed (a fixed-width opcode goes straight back to the top; the
     end of the data is the IndexError of reading past it): 15-30% faster than with a bounds

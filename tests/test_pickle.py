@@ -98,9 +98,42 @@ def test_allocation_bombs_are_refused():
         b"\x80\x04Np" + b"0" * 30 + b"1200000000\n.",
     ],
 )
-def test_memo_bombs_are_refused_before_allocating(bomb):
+@pytest.mark.parametrize("walk", ["c", "python"])
+def test_memo_bombs_are_refused_before_allocating(bomb, walk, monkeypatch):
+    from lmdata import _pickle
+
+    if walk == "python":
+        monkeypatch.setattr(_pickle, "_c_early_slot", None)
     with pytest.raises(UnsafeDataError, match="memo slot 12"):
         safe_loads(bomb, path="f")
+
+
+def _c_walk():
+    from lmdata import _pickle
+
+    if _pickle._c_early_slot is None:
+        pytest.skip("lmdata._memowalk was not built (no C compiler at install)")
+    return _pickle
+
+
+@given(
+    obj=plain,
+    protocol=st.integers(0, 5),
+    tail=st.sampled_from([b".", b"r\x00\x00\x00\x48.", b"r\x05\x00", b"r", b"X\xff\xff"]),
+    cut=st.integers(0, 64),
+)
+def test_c_walk_answers_as_the_python_walk(obj, protocol, tail, cut):
+    # real pickles, bombs after them, and truncations anywhere (even inside an opcode)
+    P = _c_walk()
+    data = pickle.dumps(obj, protocol=protocol)[:-1] + tail
+    for d in (data, data[: max(0, len(data) - cut)]):
+        assert P._early_slot(d) == P._py_early_slot(d)
+
+
+@given(junk=st.binary(max_size=200))
+def test_c_walk_answers_as_the_python_walk_on_any_bytes(junk):
+    P = _c_walk()
+    assert P._early_slot(junk) == P._py_early_slot(junk)
 
 
 @given(obj=plain, protocol=st.integers(0, 5))
