@@ -66,17 +66,21 @@ _OUTPUTS: dict[str, str] = {}
 COMMAND = "make bench"  # how this run was started, for the report (bench/run.py sets it)
 
 
-def compare(table: str, name: str, lmdata: Run, other: Run | None, why: str = "") -> Row:
-    """Time `lmdata` and `other` in interleaved pairs; a pair whose outputs differ is dropped."""
+def compare(
+    table: str, name: str, lmdata: Run, other: Run | None, why: str = "", pairs: int | None = None
+) -> Row:
+    """Time `lmdata` and `other` in interleaved pairs (``pairs``, default PAIRS, for rows whose
+    runs are long); a pair whose outputs differ is dropped."""
     row = Row(table, name)
+    n = PAIRS if pairs is None else max(1, min(pairs, PAIRS))
     _ROWS.append(row)
     if other is None:
         row.note = why or "other column unavailable"
-        times = [lmdata()[0] for _ in range(max(1, PAIRS // 2))]
+        times = [lmdata()[0] for _ in range(max(1, n // 2))]
         row.lmdata_s = statistics.median(times)
         return row
     ta, tb, ratios, bad = [], [], [], 0
-    for _ in range(PAIRS):
+    for _ in range(n):
         sa, out_a = lmdata()
         sb, out_b = other()
         if out_a != out_b:
@@ -147,7 +151,8 @@ def print_table(table: str, title: str, other: str, kind: str, sizes: str, unit:
     _TABLES[table] = Table(title, other, kind, sizes, unit)
     rows = [r for r in _ROWS if r.table == table]
     print(f"\n{title}\n  other column: {other} [{kind}]\n  sizes: {sizes}")
-    print(f"  pairs: interleaved, median of up to {PAIRS}; ratio = other time / lmdata time")
+    n = _most_pairs(table)
+    print(f"  pairs: interleaved, median of up to {n}; ratio = other time / lmdata time")
     print(f"  {'row':46s}{'lmdata ' + unit:>12s}{'other ' + unit:>12s}{'ratio':>9s}  note")
     for r in rows:
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
@@ -157,12 +162,17 @@ def print_table(table: str, title: str, other: str, kind: str, sizes: str, unit:
         print(f"  {r.name:46s}{r.lmdata_s:12.3f}{other_s:>12s}{ratio:>9s}  {note}")
 
 
+def _most_pairs(table: str) -> int:
+    """The most pairs a row of ``table`` counted (PAIRS when none was compared)."""
+    return max((r.pairs for r in _ROWS if r.table == table), default=0) or PAIRS
+
+
 def markdown(table: str) -> str:
     """One printed table as markdown: what the other column is, the sizes, then the rows."""
     t = _TABLES[table]
     lines = [
         f"*{t.title}.* Other column: {t.other} (**{t.kind}**). Sizes: {t.sizes}. "
-        f"Ratio = other time / lmdata time, median of up to {PAIRS} interleaved pairs "
+        f"Ratio = other time / lmdata time, median of up to {_most_pairs(table)} interleaved pairs "
         "whose outputs agree (above 1: lmdata is faster).",
         "",
         f"| row | lmdata {t.unit} | other {t.unit} | ratio | note |",

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from lmdata.errors import InvalidInputError
-from lmdata.formats.dolma._files import expand_globs, list_documents
+from lmdata.formats.dolma._paths import expand_globs, list_documents
 from lmdata.storage import resolve
 
 DEFAULT_MAX_SIZE = 2 * 1024**3  # the dolma CLI's default max_size_in_bytes (2 GiB)

@@ -58,7 +58,9 @@ from lmdata.dolma import ngrams
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
-from lmdata.formats.dolma._files import OutputFile, Stores, attribute_path, iter_raw_lines
+from lmdata.formats.dolma._files import iter_raw_lines
+from lmdata.formats.dolma._output import OutputFile
+from lmdata.formats.dolma._paths import Stores, attribute_path
 from lmdata.formats.dolma.reader import parse_line
 from lmdata.storage import TMP_PREFIX, FsspecStore, join, resolve
 

@@ -10,7 +10,12 @@ write with keys sorted, as dolma's serde_json does.
 Inputs are grouped into shards in order until adding the next file would pass
 ``max_size_in_bytes`` of compressed input; each shard is one output file
 ``<path>/<name>-NNNN.jsonl.gz`` (dolma names its last shard ``.json.gz`` by accident; here every
-shard ends in ``.jsonl.gz``). Shards run in parallel; an existing output is kept (resume), as
+shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive whole input files
+holding at least PIECE_BYTES of input (the last piece less), so a shard of many files is mixed
+by several workers; each piece is written beside the shard (``.lmdata-parts/``) and the pieces
+are joined in order into one file (one gzip member), the same bytes for any engine and number
+of workers. An input file is never split (provenance needs each document's line number, and
+attribute files are read in step from their start). An existing output is kept (resume), as
 in dolma. Like dolma, a missing attribute file is not merged (a warning says so) and an
 attribute file shorter than its documents leaves the later documents without its attributes;
 ids that do not line up fail the shard with both files and the line. Inputs and outputs may be
@@ -34,16 +39,11 @@ import orjson
 from lmdata import parallel
 from lmdata.dolma.config import MixerConfig, SpanReplacement, StreamConfig
 from lmdata.dolma.jsonpath import JqExpr, JsonPath, compile_selector
+from lmdata.dolma.pieces import Join, join_all, part_key
 from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
-from lmdata.formats.dolma._files import (
-    OutputFile,
-    Stores,
-    attribute_path,
-    expand_globs,
-    is_file,
-    iter_raw_lines,
-    suffix_for,
-)
+from lmdata.formats.dolma._files import iter_raw_lines
+from lmdata.formats.dolma._output import OutputFile, Part, suffix_for
+from lmdata.formats.dolma._paths import Stores, attribute_path, expand_globs, is_file
 from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
 from lmdata.storage import Store, is_url, join, resolve, scheme
 
@@ -56,11 +56,28 @@ RUST_WHITESPACE = (
 )
 
 
+PIECE_BYTES = 16 << 20  # a shard's inputs are mixed in pieces of at least this many bytes
+
+
 @dataclass(frozen=True)
 class Shard:
     stream: StreamConfig
     inputs: tuple[str, ...]
     output: str
+    cuts: tuple[int, ...] = (0,)  # index in ``inputs`` where each piece starts
+
+
+@dataclass(frozen=True)
+class MixTask:
+    """Piece ``piece`` of ``shard`` (its inputs ``cuts[piece]`` up to the next cut)."""
+
+    shard: Shard
+    piece: int = 0
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        cuts = (*self.shard.cuts, len(self.shard.inputs))
+        return self.shard.inputs[cuts[self.piece] : cuts[self.piece + 1]]
 
 
 @dataclass
@@ -71,6 +88,7 @@ class ShardStats:
     too_short: int = 0
     skipped: bool = False
     warnings: list[str] = field(default_factory=list)
+    checksum: tuple[int, int] = (0, 0)  # of a piece written for joining (gzip: CRC-32, size)
 
 
 @dataclass(frozen=True)
@@ -116,7 +134,7 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
     comp = _output_compression(stream)
     if not stream.shuffle:  # one output per input, keeping the path below documents/
         return [Shard(stream, (f,), _join(out, "documents", _below_documents(f))) for f in inputs]
-    groups: list[list[str]] = []
+    groups: list[list[tuple[str, int]]] = []
     size = 0
     stores = Stores(opts)
     for f in inputs:
@@ -127,12 +145,29 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
             size = 0
         if not groups:
             groups.append([])
-        groups[-1].append(f)
+        groups[-1].append((f, s))
         size += s
     return [
-        Shard(stream, tuple(g), _join(out, f"{stream.name}-{i:04d}{suffix_for(comp)}"))
+        Shard(
+            stream,
+            tuple(f for f, _ in g),
+            _join(out, f"{stream.name}-{i:04d}{suffix_for(comp)}"),
+            _cuts([s for _, s in g]),
+        )
         for i, g in enumerate(groups)
     ]
+
+
+def _cuts(sizes: list[int]) -> tuple[int, ...]:
+    """Where the pieces of a shard start: a piece ends once it holds PIECE_BYTES of input."""
+    cuts = [0]
+    held = 0
+    for i, s in enumerate(sizes[:-1]):
+        held += s
+        if held >= PIECE_BYTES:
+            cuts.append(i + 1)
+            held = 0
+    return tuple(cuts)
 
 
 def _join(base: str, *parts: str) -> str:
@@ -287,7 +322,10 @@ def mix_document(
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS) + b"\n"
 
 
-def _mix_shard(shard: Shard) -> ShardStats:
+def _mix_shard(task: MixTask | Shard) -> ShardStats:
+    if isinstance(task, Shard):
+        task = MixTask(task)
+    shard = task.shard
     stats = ShardStats()
     stream = shard.stream
     opts = stream.storage_options
@@ -295,10 +333,15 @@ def _mix_shard(shard: Shard) -> ShardStats:
     if out_store.exists(out):
         # mix() left out the shards that existed before the job, so an earlier attempt of
         # this task wrote it (a Ray retry after the commit): count what it holds, write nothing
-        _mix_inputs(shard, stats, lambda line: None)
+        _mix_inputs(task.inputs, stream, stats, lambda line: None)
         return stats
-    with OutputFile(out_store, out, _output_compression(stream), overwrite=False) as f:
-        _mix_inputs(shard, stats, f.write)
+    n = len(shard.cuts)
+    piece = Part(task.piece == 0, task.piece == n - 1) if n > 1 else None
+    key, overwrite = (out, False) if piece is None else (part_key(out, task.piece), True)
+    comp = _output_compression(stream)
+    with OutputFile(out_store, key, comp, overwrite=overwrite, part=piece) as f:
+        _mix_inputs(task.inputs, stream, stats, f.write)
+    stats.checksum = f.checksum()
     return stats
 
 
@@ -307,11 +350,12 @@ def _exists(shard: Shard) -> bool:
     return bool(store.exists(key))
 
 
-def _mix_inputs(shard: Shard, stats: ShardStats, write: Callable[[bytes], Any]) -> None:
-    """Mix the documents of ``shard``'s inputs, giving the lines kept to ``write``."""
-    stream = shard.stream
+def _mix_inputs(
+    inputs: tuple[str, ...], stream: StreamConfig, stats: ShardStats, write: Callable[[bytes], Any]
+) -> None:
+    """Mix the documents of ``inputs``, giving the lines kept to ``write``."""
     stores = Stores(stream.storage_options)
-    for inp in shard.inputs:
+    for inp in inputs:
         store, key = stores(inp)
         where = store.url(key)
         attrs = _AttributeStreams(store, key, stream.attributes, stats)
@@ -326,6 +370,33 @@ def _mix_inputs(shard: Shard, stats: ShardStats, write: Callable[[bytes], Any]) 
             if stats.read % parallel.REPORT_EVERY == 0:
                 parallel.report(parallel.REPORT_EVERY)
     parallel.report(stats.read % parallel.REPORT_EVERY)
+
+
+def _per_shard(
+    tasks: list[MixTask], stats: list[ShardStats]
+) -> tuple[list[ShardStats], list[Join]]:
+    """One ShardStats per shard (its pieces' summed, in order), and the joins of every shard
+    mixed in several pieces (unless a retry found it written: then it was joined already)."""
+    out, joins = [], []
+    i = 0
+    while i < len(tasks):
+        shard = tasks[i].shard
+        group = stats[i : i + len(shard.cuts)]
+        i += len(shard.cuts)
+        total = ShardStats()
+        for st in group:
+            total.read += st.read
+            total.written += st.written
+            total.filtered += st.filtered
+            total.too_short += st.too_short
+            total.warnings.extend(st.warnings)
+        if len(group) > 1 and not _exists(shard):
+            comp = _output_compression(shard.stream)
+            sums = tuple(st.checksum for st in group)
+            opts = shard.stream.storage_options
+            joins.append(Join(shard.output, comp, sums, opts, overwrite=False))
+        out.append(total)
+    return out, joins
 
 
 def mix(
@@ -353,16 +424,19 @@ def mix(
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
     t0 = time.perf_counter()
     todo = [sh for sh in shards if not _exists(sh)]  # existing shards are kept (resume)
-    stats = [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
-    stats += parallel.run_all(
+    tasks = [MixTask(sh, k) for sh in todo for k in range(len(sh.cuts))]
+    done = parallel.run_all(
         _mix_shard,
-        todo,
+        tasks,
         engine=engine,
         workers=cfg.processes,
         address=address,
         desc="mix",
         progress=progress,
     )
+    stats, joins = _per_shard(tasks, done)
+    join_all(joins, engine, cfg.processes, address)
+    stats += [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
     warnings = tuple(w for st in stats for w in st.warnings)
     for w in warnings:
         log.warning(w)

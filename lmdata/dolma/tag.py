@@ -2,8 +2,12 @@
 
 With an experiment name every tagger's keys go to ``attributes/<experiment>/`` (keys
 ``<experiment>__<tagger>__<type>``); without one each tagger writes ``attributes/<tagger>/``
-with keys ``<tagger>__<tagger>__<type>``, as dolma does. One task per document file; each output
-file appears atomically, and an existing one is kept (resume) unless ``ignore_existing``.
+with keys ``<tagger>__<tagger>__<type>``, as dolma does. A unit is a document file, or a byte
+range of RANGE_BYTES of a plain (uncompressed) JSONL file, so one large file is tagged by
+several workers; compressed files cannot be entered in the middle and are one unit each. Each
+range writes a piece of the attribute file (``.lmdata-parts/`` beside it) and the pieces are
+joined in input order into one file, the same bytes for any engine and number of workers. Each
+output file appears atomically, and an existing one is kept (resume) unless ``ignore_existing``.
 Documents and attributes live in any store (local paths, ``s3://``, ``memory://``, ...).
 """
 
@@ -19,11 +23,21 @@ import orjson
 
 from lmdata import parallel
 from lmdata.dolma.config import TagConfig
+from lmdata.dolma.pieces import Join, join_all, part_key
 from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
 from lmdata.errors import CorruptDataError, InvalidInputError
-from lmdata.formats.dolma._files import OutputFile, attribute_path, is_file, iter_raw_lines
+from lmdata.formats.dolma._files import (
+    iter_range_lines,
+    iter_raw_lines,
+    line_number_at,
+    splittable,
+)
+from lmdata.formats.dolma._output import OutputFile, Part
+from lmdata.formats.dolma._paths import Stores, attribute_path, is_file
 from lmdata.formats.dolma._rows import parse_line
-from lmdata.storage import resolve
+from lmdata.storage import Store, resolve
+
+RANGE_BYTES = 64 << 20  # a plain JSONL file larger than this is tagged in ranges of this size
 
 
 @dataclass(frozen=True)
@@ -48,16 +62,22 @@ def _outputs(doc_file: str, cfg: TagConfig) -> list[tuple[str, str, list[str]]]:
 
 @dataclass(frozen=True)
 class TagTask:
-    """Tag the documents of one file (the worker reads it)."""
+    """Tag the documents of one file, or of the lines starting in bytes ``[start, end)`` of a
+    plain file (piece ``part`` of ``parts``); the worker reads them itself."""
 
     path: str
     cfg: TagConfig
+    start: int = 0
+    end: int = -1
+    part: int = 0
+    parts: int = 1  # above 1: the outputs are written in pieces, joined by the driver
 
 
 @dataclass(frozen=True)
 class TagFileResult:
     documents: int
     skipped: bool  # every output existed already
+    checksums: tuple[tuple[int, int], ...] = ()  # per output, of a piece (gzip: CRC-32, size)
 
 
 def _tag_file(task: TagTask) -> TagFileResult:
@@ -71,23 +91,20 @@ def _tag_file(task: TagTask) -> TagFileResult:
     groups = [[(exp, n, make_tagger(n, seed=cfg.seed)) for n in names] for _, exp, names in outs]
     n = 0
     files: list[OutputFile] = []
+    piece = Part(task.part == 0, task.part == task.parts - 1) if task.parts > 1 else None
     try:
         for o, _, _ in outs:
-            files.append(OutputFile(store, o, cfg.compression))
-        for lineno, raw in iter_raw_lines(store, path):
-            doc = parse_line(raw, where, lineno)
-            if not isinstance(doc.get("text"), str):
-                raise CorruptDataError(
-                    "document has no string 'text' to tag; run `lmdata validate` on the tree",
-                    path=where,
-                    position=f"line {lineno}",
-                )
-            if "id" not in doc:
-                raise CorruptDataError(
-                    "document has no 'id'; attribute rows are matched by id",
-                    path=where,
-                    position=f"line {lineno}",
-                )
+            key = o if piece is None else part_key(o, task.part)
+            files.append(OutputFile(store, key, cfg.compression, part=piece))
+        for lineno, raw in _lines(store, path, task):
+            try:
+                doc = _document(raw, where, lineno)
+            except CorruptDataError:
+                if lineno > 0:
+                    raise
+                # a ranged unit counts lines only to name one in an error
+                _document(raw, where, line_number_at(store, path, -lineno - 1))
+                raise
             source = doc.get("source")
             for f, group in zip(files, groups, strict=True):
                 row = {
@@ -105,8 +122,51 @@ def _tag_file(task: TagTask) -> TagFileResult:
         raise
     for f in files:  # all of a file's outputs appear together, after every one is written
         f.commit()
+    sums = tuple(f.checksum() for f in files)
     parallel.report(n % parallel.REPORT_EVERY)
-    return TagFileResult(n, False)
+    return TagFileResult(n, False, sums)
+
+
+def _document(raw: bytes, where: str, lineno: int) -> dict[str, Any]:
+    """The document of one line, with the text and id that tagging needs."""
+    doc = parse_line(raw, where, lineno)
+    if not isinstance(doc.get("text"), str):
+        raise CorruptDataError(
+            "document has no string 'text' to tag; run `lmdata validate` on the tree",
+            path=where,
+            position=f"line {lineno}",
+        )
+    if "id" not in doc:
+        raise CorruptDataError(
+            "document has no 'id'; attribute rows are matched by id",
+            path=where,
+            position=f"line {lineno}",
+        )
+    return doc
+
+
+def _lines(store: Store, path: str, task: TagTask) -> Any:
+    """(line number, line) of the unit; a ranged unit gives ``-(offset + 1)`` instead of the
+    line number, which only an error needs (counting lines would read the file up to it)."""
+    if task.parts == 1:
+        return iter_raw_lines(store, path)
+    return ((-(off + 1), raw) for off, raw in iter_range_lines(store, path, task.start, task.end))
+
+
+def _joins(cfg: TagConfig, tasks: list[TagTask], results: list[TagFileResult]) -> list[Join]:
+    """The joins of every file tagged in ranges: its pieces into its attribute files."""
+    out = []
+    i = 0
+    while i < len(tasks):
+        t = tasks[i]
+        group = results[i : i + t.parts]
+        i += t.parts
+        if t.parts == 1 or all(r.skipped for r in group):
+            continue
+        for j, (o, _, _) in enumerate(_outputs(t.path, cfg)):
+            sums = tuple(r.checksums[j] for r in group)
+            out.append(Join(o, cfg.compression, sums, cfg.storage_options))
+    return out
 
 
 def tag(
@@ -128,23 +188,43 @@ def tag(
         make_tagger(name, seed=cfg.seed)  # fail early on unknown names
     files = cfg.document_files()
     t0 = time.perf_counter()
+    tasks = _tasks(cfg, files)
     results = parallel.run_all(
         _tag_file,
-        [TagTask(f, cfg) for f in files],
+        tasks,
         engine=engine,
         workers=cfg.processes,
         address=address,
         desc="tag",
         progress=progress,
     )
+    join_all(_joins(cfg, tasks, results), engine, cfg.processes, address)
     outs = tuple(o for f in files for o, _, _ in _outputs(f, cfg))
     return TagResult(
         files=len(files),
-        skipped_files=sum(r.skipped for r in results),
+        skipped_files=sum(r.skipped for r, t in zip(results, tasks, strict=True) if t.part == 0),
         documents=sum(r.documents for r in results),
         seconds=time.perf_counter() - t0,
         outputs=outs,
     )
+
+
+def _tasks(cfg: TagConfig, files: list[str]) -> list[TagTask]:
+    """One unit per document file, or per RANGE_BYTES of a plain file larger than that."""
+    out = []
+    stores = Stores(cfg.storage_options)
+    for f in files:
+        store, key = stores(f)
+        size = store.size(key) if splittable(key) else 0
+        if size <= RANGE_BYTES:
+            out.append(TagTask(f, cfg))
+            continue
+        n = -(-size // RANGE_BYTES)
+        out += [
+            TagTask(f, cfg, k * RANGE_BYTES, min(size, (k + 1) * RANGE_BYTES), k, n)
+            for k in range(n)
+        ]
+    return out
 
 
 def tag_paths(documents: Sequence[str] | str, taggers: Sequence[str], **options: Any) -> TagResult:

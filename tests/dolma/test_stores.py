@@ -21,7 +21,7 @@ from lmdata.dolma.config import DedupeConfig, MixerConfig, TagConfig, load_confi
 from lmdata.dolma.mixer import mix
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats import dolma
-from lmdata.formats.dolma._files import expand_globs
+from lmdata.formats.dolma._paths import expand_globs
 from lmdata.storage import resolve
 
 DATA = Path(__file__).parent.parent / "data" / "dolma"

@@ -344,7 +344,7 @@ def test_overlong_line_never_held_whole(tmp_path: Path, monkeypatch: pytest.Monk
 def test_gzip_writer_writes_one_gzip_member(chunks: list[bytes], level: int) -> None:
     import io
 
-    from lmdata.formats.dolma._files import GzipWriter
+    from lmdata.formats.dolma._output import GzipWriter
 
     def written(parts: list[bytes], block: int) -> bytes:
         buf = io.BytesIO()

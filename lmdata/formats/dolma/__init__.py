@@ -62,8 +62,8 @@ def open(
 
 def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     """Files, documents (one decoding pass), codecs and attribute sets of a tree."""
-    from lmdata.formats.dolma._files import attribute_path, codec_of, is_file, tree_root
     from lmdata.formats.dolma._lines import LineIndex
+    from lmdata.formats.dolma._paths import attribute_path, codec_of, is_file, tree_root
     from lmdata.formats.dolma.reader import DolmaDocuments
     from lmdata.formats.dolma.validate import attribute_sets
     from lmdata.storage import usage

@@ -21,11 +21,11 @@ from lmdata.formats.dolma._files import (
     MAX_LINE_BYTES,
     READ_CHUNK,
     LineSplitter,
-    codec_of,
     line_too_long,
     new_decoder,
     read_chunks,
 )
+from lmdata.formats.dolma._paths import codec_of
 from lmdata.storage import LocalStore, Store
 
 CHECKPOINT_EVERY = 1 << 20  # compressed bytes between checkpoints

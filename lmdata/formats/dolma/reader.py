@@ -17,18 +17,17 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, LmdataError
-from lmdata.formats.dolma._files import (
-    MAX_LINE_BYTES,
+from lmdata.formats.dolma._files import MAX_LINE_BYTES, iter_raw_lines
+from lmdata.formats.dolma._lines import LineIndex
+from lmdata.formats.dolma._paths import (
     attribute_path,
     documents_dir,
     is_doc_file,
     is_file,
-    iter_raw_lines,
     list_documents,
     shown,
     walk_files,
 )
-from lmdata.formats.dolma._lines import LineIndex
 from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import Store, basename, parent, resolve

@@ -21,13 +21,12 @@ import xxhash
 
 from lmdata._report import ProblemReport
 from lmdata.errors import LmdataError
-from lmdata.formats.dolma._files import (
-    MAX_LINE_BYTES,
+from lmdata.formats.dolma._files import MAX_LINE_BYTES, iter_raw_lines
+from lmdata.formats.dolma._paths import (
     attribute_path,
     documents_dir,
     is_doc_file,
     is_file,
-    iter_raw_lines,
     list_documents,
     tree_root,
     walk_files,

@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 
 from lmdata.errors import InvalidInputError
-from lmdata.formats.dolma._files import open_write, shown, suffix_for
+from lmdata.formats.dolma._output import open_write, suffix_for
+from lmdata.formats.dolma._paths import shown
 from lmdata.storage import AtomicWriter, FsspecOutput, FsspecStore, basename, resolve
 
 DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
