@@ -168,7 +168,15 @@ def main() -> None:
     env = {**os.environ, "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     root = str(Path(__file__).parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    subprocess.run([sys.executable, __file__, CHILD], env=env, check=True)
+    # its lines pass through this process's stdout, so bench/run.py's report gets them too
+    with subprocess.Popen(
+        [sys.executable, __file__, CHILD], env=env, stdout=subprocess.PIPE, text=True
+    ) as child:
+        assert child.stdout is not None
+        for line in child.stdout:
+            print(line, end="", flush=True)
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, child.args)
 
 
 if __name__ == "__main__":

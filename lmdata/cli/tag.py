@@ -46,7 +46,10 @@ from lmdata.dolma.taggers import REGISTRY, load_modules
     "-p",
     type=click.IntRange(min=1),
     default=None,
-    help="Worker processes (one document file per task). Default 1.",
+    help=(
+        "Worker processes (one task per document file, or per 64 MiB of a large plain "
+        "JSONL file). Default 1."
+    ),
 )
 @click.option("--seed", type=int, default=None, help="Seed of random_number_v1 (default 0).")
 @click.option(
