@@ -147,14 +147,7 @@ def test_pieces_join_to_the_single_writer_bytes(tmp_path: Path, compression: str
     with OutputFile(store, f"{root}/whole", compression) as f:
         f.write(b"".join(chunks))
     for pieces in ([b"".join(chunks)], chunks):
-        keys, sums = [], []
-        for k, c in enumerate(pieces):
-            key = f"{root}/p{len(pieces)}.{k}"
-            with OutputFile(store, key, compression, part=Part(k == 0, k == len(pieces) - 1)) as f:
-                f.write(c)
-            sums.append(f.checksum())
-            keys.append(key)
-        join_parts(store, f"{root}/joined{len(pieces)}", compression, keys, sums)
+        keys = _write_and_join(store, f"{root}/joined{len(pieces)}", compression, pieces)
         assert not any(Path(k).exists() for k in keys)
     one = (tmp_path / "joined1").read_bytes()
     assert one == (tmp_path / "whole").read_bytes()
@@ -211,14 +204,7 @@ def test_any_pieces_join_to_their_concatenation(tmp_path: Path, pieces, compress
 
     store, root = resolve(str(tmp_path))
     run = uuid.uuid4().hex
-    keys, sums = [], []
-    for k, data in enumerate(pieces):
-        key = f"{root}/{run}.{k}"
-        with OutputFile(store, key, compression, part=Part(k == 0, k == len(pieces) - 1)) as f:
-            f.write(data)
-        sums.append(f.checksum())
-        keys.append(key)
-    join_parts(store, f"{root}/{run}", compression, keys, sums)
+    _write_and_join(store, f"{root}/{run}", compression, pieces)
     raw = (tmp_path / run).read_bytes()
     if compression == "gz":
         d = zlib.decompressobj(31)
@@ -229,6 +215,20 @@ def test_any_pieces_join_to_their_concatenation(tmp_path: Path, pieces, compress
     else:
         out = raw
     assert out == b"".join(pieces)
+
+
+def _write_and_join(store, key: str, compression: str, pieces: list[bytes]) -> list[str]:
+    """Write each piece as a part (first/last marked) and join them into ``key``; the part keys."""
+    keys, sums = [], []
+    for k, data in enumerate(pieces):
+        with OutputFile(
+            store, f"{key}.{k}", compression, part=Part(k == 0, k == len(pieces) - 1)
+        ) as f:
+            f.write(data)
+        sums.append(f.checksum())
+        keys.append(f"{key}.{k}")
+    join_parts(store, key, compression, keys, sums)
+    return keys
 
 
 def _zstd_frames(raw: bytes):
