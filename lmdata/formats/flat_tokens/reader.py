@@ -33,20 +33,6 @@ def is_split_dir(store: Store, key: str) -> bool:
     )
 
 
-def detect(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> bool:
-    try:
-        store, key = resolve(path, storage_options)
-        if not store.is_dir(key):
-            return False
-        if is_split_dir(store, key):
-            return True
-        return node_kind(store, key) is not None and any(
-            is_split_dir(store, join(key, s)) for s in SPLITS
-        )
-    except (CorruptDataError, OSError):
-        return False
-
-
 def split_names(store: Store, key: str) -> list[str]:
     """The splits present under a dataset root (or ``[""]`` when ``key`` is one split)."""
     if is_split_dir(store, key):
