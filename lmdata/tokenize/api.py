@@ -230,7 +230,8 @@ def tokenize(
         validation = [validation]
     temp = Path(tempfile.mkdtemp(prefix="lmdata-tokenize-"))
     # memory:// lives in this process: other processes read a local copy of it
-    in_process = engine == "inprocess" or (workers is not None and workers <= 1)
+    # (make_executor's rule: one worker runs here, except on Ray, whose workers are processes)
+    in_process = engine == "inprocess" or (engine != "ray" and workers is not None and workers <= 1)
     origins: dict[str, str] = {}  # local copies of URL inputs -> their URLs
     try:
         if _is_paths(inputs):

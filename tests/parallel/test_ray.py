@@ -82,6 +82,24 @@ def test_tokenize_on_ray_is_byte_identical(
     assert tree_bytes(tmp_path / "ray") == local_tokens
 
 
+def test_memory_inputs_on_one_ray_worker_are_copied_for_it(
+    fail_dir: Path, corpus: Path, tmp_path: Path
+) -> None:
+    # one Ray worker is still another process: it reads a local copy of memory:// inputs
+    import fsspec
+
+    import lmdata
+    from tests.tokenize.test_api import files
+
+    fs = fsspec.filesystem("memory")
+    for f in corpus.iterdir():
+        fs.pipe(f"/ray-one/{f.name}", f.read_bytes())
+    opts = dict(to="flat-tokens", tokenizer="bytes", batch_docs=50, validation_fraction=0.2)
+    lmdata.tokenize(corpus, tmp_path / "local", engine="inprocess", **opts)
+    lmdata.tokenize("memory://ray-one/", tmp_path / "ray", engine="ray", workers=1, **opts)
+    assert files(tmp_path / "ray") == files(tmp_path / "local")  # provenance without command
+
+
 @pytest.mark.parametrize("fail", [False, True])
 def test_convert_on_ray_is_byte_identical(fail_dir: Path, corpus: Path, tmp_path: Path, fail):
     _tokenize(corpus, tmp_path / "tok", "inprocess", overwrite=True)
