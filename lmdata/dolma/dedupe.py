@@ -403,9 +403,11 @@ def _phase_mark(task: MarkTask) -> MarkResult:
 def _phase_write(task: WriteTask) -> int:
     """Write the attribute rows of a group of files from the marked duplicates."""
     marks = task.work.load(list(task.pieces), MARK)
+    marks = marks[np.argsort(marks["file"], kind="stable")]  # each file's marks: one slice
     n = 0
     for k, file in task.files:
-        m = marks[marks["file"] == k]
+        lo, hi = np.searchsorted(marks["file"], [k, k + 1])
+        m = marks[lo:hi]
         dups: dict[tuple[int, int], set[int]] = {}
         for line, para, sub in zip(
             m["line"].tolist(), m["para"].tolist(), m["sub"].tolist(), strict=True
