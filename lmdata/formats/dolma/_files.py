@@ -300,15 +300,24 @@ def iter_range_lines(
     owned by exactly one of a set of ranges that tile it."""
     where = store.url(key)
     pos = max(start - 1, 0)
-    buf = b""
+    parts: list[bytes] = []  # the unfinished line's bytes, joined once (when its newline comes)
+    size = 0
     skip = start > 0  # the line under way at ``start - 1`` belongs to the previous range
     for off, chunk in _chunks_between(store, key, pos, None):
-        buf += chunk
+        if not skip and pos >= end:
+            return
+        if b"\n" not in chunk:  # the line under way goes on
+            if skip:
+                pos = off + len(chunk)
+                continue
+            parts.append(chunk)
+            size += len(chunk)
+            if size > max_line_bytes:
+                raise line_too_long(where, line_number_at(store, key, pos), max_line_bytes)
+            continue
+        buf = b"".join((*parts, chunk)) if parts else chunk
         if skip:
             nl = buf.find(b"\n")
-            if nl < 0:
-                pos, buf = off + len(chunk), b""
-                continue
             pos, buf, skip = pos + nl + 1, buf[nl + 1 :], False
         cut = 0
         while True:
@@ -321,8 +330,9 @@ def iter_range_lines(
                 raise line_too_long(where, line_number_at(store, key, pos + cut), max_line_bytes)
             yield pos + cut, buf[cut:nl]
             cut = nl + 1
-        pos, buf = pos + cut, buf[cut:]
-        if len(buf) > max_line_bytes:
+        pos, rest = pos + cut, buf[cut:]
+        if len(rest) > max_line_bytes:
             raise line_too_long(where, line_number_at(store, key, pos), max_line_bytes)
-    if buf and pos < end and not skip:
-        yield pos, buf
+        parts, size = ([rest], len(rest)) if rest else ([], 0)
+    if parts and pos < end and not skip:
+        yield pos, b"".join(parts)
