@@ -26,8 +26,9 @@ MAX_DEPTH = 1024  # nesting levels allowed in JSON records (orjson's own limit)
 
 # orjson turns integers beyond 64 bits into floats; text with long digit runs goes through the
 # standard library instead, so big integers survive exactly.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-_DIGITS = b"0123456789"
+LONG_RUN = 19  # digits from which an integer may be beyond 64 bits
+_LONG_DIGITS = re.compile(rb"[0-9]{%d}" % LONG_RUN)
+DIGITS = b"0123456789"
 _OPEN = np.zeros(256, np.int8)
 _OPEN[[ord("["), ord("{")]] = 1
 _OPEN[[ord("]"), ord("}")]] = -1
@@ -97,7 +98,7 @@ def parse(data: bytes | bytearray | memoryview | str, max_depth: int = MAX_DEPTH
         data = data.encode("utf-8", "surrogatepass")
     elif not isinstance(data, bytes):
         data = bytes(data)
-    fast = len(data) - len(data.translate(None, _DIGITS)) < 19 or not _LONG_DIGITS.search(data)
+    fast = len(data) - len(data.translate(None, DIGITS)) < LONG_RUN or not _LONG_DIGITS.search(data)
     if fast:
         try:
             obj = orjson.loads(data)

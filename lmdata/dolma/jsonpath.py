@@ -114,13 +114,6 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def _cmp(op: str, a: Any, b: Any) -> bool:
-    test = _OPS.get(op)
-    if test is None:
-        raise InvalidInputError(f"unknown JSONPath operator {op!r}")
-    return test(a, b)
-
-
 # --------------------------------------------------------------------------------------------
 # compiled paths: a list of steps, each mapping a list of nodes to a list of nodes
 

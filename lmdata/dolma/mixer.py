@@ -322,9 +322,7 @@ def mix_document(
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS) + b"\n"
 
 
-def _mix_shard(task: MixTask | Shard) -> ShardStats:
-    if isinstance(task, Shard):
-        task = MixTask(task)
+def _mix_shard(task: MixTask) -> ShardStats:
     shard = task.shard
     stats = ShardStats()
     stream = shard.stream

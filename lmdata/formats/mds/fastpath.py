@@ -34,8 +34,6 @@ Fns = tuple[One, Many, Run]
 Factory = Callable[[Any, Any, int, int, Callable[[int], Any]], Fns]
 
 _PAIR = struct.Struct("<II")
-_DIGITS = b"0123456789"
-_LONG = 19  # a run of this many digits may be an integer orjson would turn into a float
 
 
 def _runs(table: Any, j0: int, j1: int) -> Iterable[tuple[int, int]]:
@@ -58,8 +56,8 @@ def _column_lines(
         # integer beyond 64 bits (orjson refusing the text sends it to the slow path)
         return [
             f"x = {piece}",
-            f"c{c} = _loads(x) if len(x) < {_LONG} or "
-            f"len(x) - len(x.translate(None, _DIGITS)) < {_LONG} else _parse(x)",
+            f"c{c} = _loads(x) if len(x) < {_json.LONG_RUN} or "
+            f"len(x) - len(x.translate(None, _DIGITS)) < {_json.LONG_RUN} else _parse(x)",
         ]
     env[f"d{c}"] = dec
     dtype, shape = E.parse_ndarray(encoding) if encoding.startswith("ndarray") else (None, (0,))
@@ -90,7 +88,7 @@ def compile_layout(plan: SampleDecoder, encodings: tuple[str, ...]) -> Factory:
         "_frombuffer": np.frombuffer,
         "_loads": orjson.loads,
         "_parse": _json.parse,
-        "_DIGITS": _DIGITS,
+        "_DIGITS": _json.DIGITS,
     }
     cols = plan.plan
     # the size table, plus the int columns that come before any other column

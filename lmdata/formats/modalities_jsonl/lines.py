@@ -21,7 +21,6 @@ from lmdata.errors import DatasetNotFoundError, FormatError
 from lmdata.storage import Store, resolve
 
 _SCAN_BYTES = 1 << 26
-_DIGITS = b"0123456789"
 
 
 class LineError(ValueError):
@@ -50,7 +49,7 @@ def parse_many(raws: list[bytes], fallback: Callable[[int, bytes], Any]) -> list
     fast = orjson.loads
     refused = orjson.JSONDecodeError
     for j, r in enumerate(raws):
-        if len(r) - len(r.translate(None, _DIGITS)) < 19:
+        if len(r) - len(r.translate(None, _json.DIGITS)) < _json.LONG_RUN:
             try:
                 append(fast(r))
                 continue
