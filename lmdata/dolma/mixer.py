@@ -12,7 +12,7 @@ Inputs are grouped into shards in order until adding the next file would pass
 ``<path>/<name>-NNNN.jsonl.gz`` (dolma names its last shard ``.json.gz`` by accident; here every
 shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive whole input files
 holding at least PIECE_BYTES of input (the last piece less), so a shard of many files is mixed
-by several workers; each piece is written beside the shard (``.lmdata-parts/``) and the pieces
+by several workers; each piece is written beside the shard (``.lmdata-tmp-parts/``) and the pieces
 are joined in order into one file (one gzip member), the same bytes for any engine and number
 of workers. An input file is never split (provenance needs each document's line number, and
 attribute files are read in step from their start). An existing output is kept (resume), as

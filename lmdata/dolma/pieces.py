@@ -1,7 +1,7 @@
 """Outputs written in pieces by several units (tag's byte ranges, mix's shard pieces), and the
 joining of the pieces into the output, in input order.
 
-A piece is written beside its output in a hidden ``.lmdata-parts/`` folder (listings of a tree
+A piece is written beside its output in a hidden ``.lmdata-tmp-parts/`` folder (listings of a tree
 skip it). Joining copies the pieces' compressed bytes into the output (see
 :func:`lmdata.formats.dolma._output.join_parts`): on a local path the driver does it (a file
 copy); on an object store the joins run as units of the job's executor, so the bytes go from
@@ -17,11 +17,14 @@ from typing import Any
 from lmdata import parallel
 from lmdata.formats.dolma._output import join_parts
 from lmdata.storage import LocalStore, basename, join, parent, resolve
+from lmdata.storage.paths import TMP_PREFIX
+
+PARTS = f"{TMP_PREFIX}parts"  # a staged-output name, so `lmdata clean` finds what a killed job left
 
 
 def part_key(output: str, piece: int) -> str:
     """Where piece ``piece`` of ``output`` (a key or URL) is written before the join."""
-    return join(parent(output), ".lmdata-parts", f"{basename(output)}.{piece:06d}")
+    return join(parent(output), PARTS, f"{basename(output)}.{piece:06d}")
 
 
 @dataclass(frozen=True)

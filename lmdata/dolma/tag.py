@@ -5,7 +5,7 @@ With an experiment name every tagger's keys go to ``attributes/<experiment>/`` (
 with keys ``<tagger>__<tagger>__<type>``, as dolma does. A unit is a document file, or a byte
 range of RANGE_BYTES of a plain (uncompressed) JSONL file, so one large file is tagged by
 several workers; compressed files cannot be entered in the middle and are one unit each. Each
-range writes a piece of the attribute file (``.lmdata-parts/`` beside it) and the pieces are
+range writes a piece of the attribute file (``.lmdata-tmp-parts/`` beside it) and the pieces are
 joined in input order into one file, the same bytes for any engine and number of workers. Each
 output file appears atomically, and an existing one is kept (resume) unless ``ignore_existing``.
 Documents and attributes live in any store (local paths, ``s3://``, ``memory://``, ...).

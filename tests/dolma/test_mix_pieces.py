@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from lmdata.dolma import mixer
+from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma.config import MixerConfig, load_config
 from tests.dolma.test_mixer import _copy, _expected
 
@@ -44,7 +45,7 @@ def test_pieces_join_into_the_shard_one_unit_writes(
         raw = (root / res.outputs[0]).read_bytes()
         d = zlib.decompressobj(31)
         assert d.decompress(raw) == one and d.eof and d.unused_data == b""  # one member
-        assert not any((root / f"m{procs}" / ".lmdata-parts").iterdir())
+        assert not any((root / f"m{procs}" / dolma_pieces.PARTS).iterdir())
         got[engine] = raw
     assert got["inprocess"] == got["processes"]
     again = mixer.mix(_one_shard(root, "m1"), engine="inprocess")

@@ -81,7 +81,7 @@ def test_ranges_give_the_rows_of_one_unit_and_bytes_independent_of_workers(
         # one gzip member (a reader that stops after the first member still sees every row)
         d = zlib.decompressobj(31)
         assert d.decompress(raw) == one_unit and d.eof and d.unused_data == b""
-        assert not any((root / "attributes" / "x" / ".lmdata-parts").iterdir())
+        assert not any((root / "attributes" / "x" / dolma_pieces.PARTS).iterdir())
     assert outs["inprocess"] == outs["processes"]
 
 
@@ -238,3 +238,15 @@ def _zstd_frames(raw: bytes):
         d = zstandard.ZstdDecompressor().decompressobj()
         yield d.decompress(raw)
         raw = d.unused_data
+
+
+def test_pieces_a_killed_job_left_are_found_by_clean(tmp_path: Path) -> None:
+    from lmdata.storage.clean import find_leftovers
+
+    store, root = resolve(str(tmp_path))
+    key = dolma_pieces.part_key(f"{root}/attributes/x/a.jsonl.gz", 3)
+    with OutputFile(store, key, "gz", part=Part(False, False)) as f:
+        f.write(b"{}\n")
+    (found,) = find_leftovers(store, root, older_than=0)
+    assert found.kind == "staged" and found.url.endswith(dolma_pieces.PARTS)
+    assert found.bytes > 0 and found.url in found.remove  # the folder goes, with the piece
