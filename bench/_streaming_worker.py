@@ -10,11 +10,17 @@ import and open per run.
 
 import hashlib
 import json
+import os
 import sys
 import time
 
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "formats")
+)
+# the torchvision/transformers stand-ins, and shared-memory names of this process's own (a
+# test run or another benchmark using streaming at the same time cannot take or unlink them)
+import mds_streaming_helper
 import numpy as np
-from streaming import StreamingDataset
 
 
 def feed(h, s):
@@ -40,7 +46,9 @@ def run(ds, job):
 
 
 job = json.loads(sys.argv[1])
-ds = StreamingDataset(local=job["local"], shuffle=False, batch_size=job.get("batch_size", 256))
+ds = mds_streaming_helper.open_dataset(
+    local=job["local"], shuffle=False, batch_size=job.get("batch_size", 256)
+)
 if job["op"] == "serve":
     print(json.dumps({"ready": ds.size}), flush=True)
     for line in sys.stdin:

@@ -2,7 +2,15 @@
 
 Usage: python mds_streaming_helper.py '<json job>' -- prints one JSON line or writes a pickle.
 Jobs: write (streaming's writers), read (StreamingDataset random access and iteration,
-canonicalised into a pickle), merge (streaming's merge_index), bench (timings).
+canonicalised into a pickle), merge (streaming's merge_index), bench (timings), names (the
+shared-memory names a StreamingDataset of this process creates).
+
+streaming names its shared memory (``/dev/shm``) and file locks (the temp dir) ``000000_locals``,
+``000001_locals``, ... machine-wide, picks the first free number by looking at what exists, and
+``clean_stale_shared_memory`` unlinks every such name, including those of a streaming process
+running beside it: two test runs (or a test and a benchmark) at once broke each other. Importing
+this module gives the process names of its own (:func:`private_names`), so its datasets and its
+clean-up touch only what this process created.
 
 streaming imports torchvision and transformers at import time for features these tests never
 use: the stand-ins of streaming_standins.py replace both (transformers is installed in that
@@ -11,12 +19,13 @@ venv but takes seconds to import).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pickle
-import random
 import sys
 import time
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,6 +39,32 @@ from mds_samples import canonical, columns, samples  # noqa: E402
 from streaming import CSVWriter, JSONWriter, MDSWriter, StreamingDataset, TSVWriter  # noqa: E402
 from streaming.base.format.xsv import XSVWriter  # noqa: E402
 from streaming.base.util import clean_stale_shared_memory, merge_index  # noqa: E402
+
+# the modules that name shared memory and file locks with streaming's ``_get_path``
+_NAMING_MODULES = (
+    "streaming.base.shared.prefix",
+    "streaming.base.shared",
+    "streaming.base.dataset",
+    "streaming.base.util",
+)
+TAG = f"lmd{os.getpid()}{uuid.uuid4().hex[:8]}"  # this process's names start with it
+
+
+def private_names(tag: str = TAG) -> None:
+    """Make streaming name everything of this process ``{tag}_{number}_{what}`` (the number
+    counts from 0 among this process's datasets) and clean up only those names at exit."""
+
+    def get_path(prefix_int: int, name: str) -> str:
+        return f"{tag}_{prefix_int:06}_{name}"
+
+    for name in _NAMING_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "_get_path"):
+            module._get_path = get_path  # type: ignore[attr-defined]
+    atexit.register(clean_stale_shared_memory)  # now: only this process's names
+
+
+private_names()
 
 
 def write(job: dict) -> dict:
@@ -59,18 +94,10 @@ def write(job: dict) -> dict:
 
 
 def open_dataset(**kw: object) -> StreamingDataset:
-    """A StreamingDataset, retried when another streaming process on this machine took the
-    same shared-memory name at the same moment (streaming picks names by looking at
-    /dev/shm, which concurrent test runs race on)."""
-    for attempt in range(5):
-        clean_stale_shared_memory()
-        try:
-            return StreamingDataset(**kw)
-        except FileExistsError:
-            if attempt == 4:
-                raise
-            time.sleep(0.2 + random.random())
-    raise AssertionError("unreachable")
+    """A StreamingDataset in this process's own shared-memory names (see :func:`private_names`;
+    streaming picks numbers by looking at what exists, so no other process can take them)."""
+    clean_stale_shared_memory()  # what an earlier dataset of this process left
+    return StreamingDataset(**kw)
 
 
 def _dataset(job: dict) -> StreamingDataset:
@@ -120,12 +147,32 @@ def bench(job: dict) -> dict:
     return {"random_per_s": len(idx) / random_s, "iter_per_s": count / iter_s, "n": count}
 
 
+def names(job: dict) -> dict:
+    """The shared-memory names and temp-dir locks that exist while a dataset is open (this
+    process's tag picks them out), and the tag."""
+    import tempfile
+
+    ds = _dataset(job)
+    ds[0]
+    shm = sorted(n for n in os.listdir("/dev/shm") if TAG in n)
+    locks = sorted(n for n in os.listdir(tempfile.gettempdir()) if TAG in n)
+    prefix = ds._shm_prefix_int
+    return {"tag": TAG, "shm": shm, "locks": locks, "prefix": prefix}
+
+
 def batch(job: dict) -> dict:
     """Several jobs in one process: importing torch and streaming takes seconds."""
     return {"results": [OPS[j["op"]](j) for j in job["jobs"]]}
 
 
-OPS = {"write": write, "read": read, "merge": merge, "bench": bench, "batch": batch}
+OPS = {
+    "write": write,
+    "read": read,
+    "merge": merge,
+    "bench": bench,
+    "names": names,
+    "batch": batch,
+}
 
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])

@@ -153,12 +153,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 "unsafe": key.startswith("pkl"),
             }
         )
-    run_streaming({"op": "batch", "jobs": reads})
+    names = {"op": "names", "local": str(root / "streaming-copies" / "all-None")}
+    *_, shm = run_streaming({"op": "batch", "jobs": [*reads, names]})["results"]
     got = {}
     for key, path in results.items():
         with open(path, "rb") as f:
             got[key] = pickle.load(f)  # written by our helper in this test run
-    return {"root": root, "ours": ours, "got": got}
+    return {"root": root, "ours": ours, "got": got, "names": shm}
 
 
 @pytest.mark.parametrize("k", range(len(SAME_BYTES)))
@@ -221,6 +222,20 @@ def test_merge_matches_streaming_merge_index(world: dict[str, Any]) -> None:
     assert [canonical(x) for x in lmdata.open(root / "ours-merge")] == [
         canonical(x) for x in lmdata.open(root / "theirs-merge")
     ]
+
+
+def test_streaming_helper_uses_shared_memory_names_of_its_own(world: dict[str, Any]) -> None:
+    """Two test runs (or a test and a benchmark) using streaming at once cannot take or
+    unlink each other's shared memory: the helper's names carry its own tag, and it leaves
+    none behind."""
+    import os
+
+    got = world["names"]
+    assert got["tag"].startswith("lmd") and len(got["shm"]) >= 4
+    assert all(n.startswith(f"{got['tag']}_") for n in got["shm"])
+    assert any(n.endswith("_locals") for n in got["shm"])
+    if os.path.isdir("/dev/shm"):
+        assert not [n for n in os.listdir("/dev/shm") if got["tag"] in n]
 
 
 def test_streaming_venv_works_as_it_is(tmp_path):
