@@ -6,7 +6,6 @@ the same sample: the same value, or an lmdata error with the same message (file 
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import shutil
@@ -156,17 +155,27 @@ def test_decompressed_shards_are_not_held_past_the_cache(tmp_path: Path) -> None
     assert len(r.shards) > 5
 
 
-def test_eviction_elsewhere_drops_held_shards(tmp_path: Path) -> None:
-    make(tmp_path / "d", n=40, compression="zstd", size_limit=400)
-    r = lmdata.open(tmp_path / "d")
+def test_eviction_drops_only_the_functions_of_evicted_shards(tmp_path: Path) -> None:
+    make(tmp_path / "z", n=40, compression="zstd", size_limit=400)
+    make(tmp_path / "m", n=40, size_limit=400)  # uncompressed: memory-mapped, costs nothing
+    r, mapped = lmdata.open(tmp_path / "z"), lmdata.open(tmp_path / "m")
+    for i in range(0, 40, 10):
+        assert same(r[i], plain(r, i)) and same(mapped[i], plain(mapped, i))
+    held, held_mapped = dict(r._fns), dict(mapped._fns)
+    assert len(held) == 4 and len(held_mapped) == 4 and len(r.shards) > 4
     other = CACHE.slot()
-    gc.collect()
-    other.put("k", b"", 1)  # drops the slots of readers collected before (an eviction too)
-    for i in range(4):
-        assert same(r[i], plain(r, i))
-    assert len(r._fns) == 4 and len(r.shards) > 4
-    other.pop("k")  # any eviction in the process
-    assert same(r[5], plain(r, 5)) and list(r._fns) == [r.locate(5)[0]]
+    other.put("k", b"", 1)
+    other.pop("k")  # an eviction elsewhere in the process: every shard is still cached
+    assert same(r[35], plain(r, 35)) and same(mapped[35], plain(mapped, 35))
+    assert all(r._fns[k] is fns for k, fns in held.items())
+    assert all(mapped._fns[k] is fns for k, fns in held_mapped.items())
+    gone = r.locate(10)[0]
+    r._slot.pop(gone)  # the shared cache evicts one of r's decompressed shards
+    assert same(r[0], plain(r, 0)) and same(mapped[0], plain(mapped, 0))
+    assert gone not in r._fns and gone not in r._costly  # its bytes are not held any more
+    assert all(r._fns[k] is fns for k, fns in held.items() if k != gone)
+    assert all(mapped._fns[k] is fns for k, fns in held_mapped.items())
+    assert same(r[10], plain(r, 10)) and r._fns[gone] is not held[gone]  # built again
 
 
 @settings(

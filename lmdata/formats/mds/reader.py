@@ -50,7 +50,7 @@ _PAIR = struct.Struct("<II")
 # what a reader builds as it reads: never pickled (a new process builds its own)
 _RUNTIME = (
     *("_lock", "_cache", "_slot", "_decoders", "_decoder_keys"),
-    *("_one", "_fns", "_factories", "_costly", "_epoch"),
+    *("_fns", "_factories", "_costly", "_epoch"),
 )
 
 
@@ -316,13 +316,13 @@ class MDSReader:
         self._slot = new_slot(self.cache_bytes)
         self._decoders: dict[int, Callable[[bytes], dict[str, Any]]] = {}
         self._decoder_keys: dict[tuple, Callable[[bytes], dict[str, Any]]] = {}
-        # per shard: the generated read functions (fastpath.py) and, apart, the one of r[i];
-        # dropped together whenever the process-wide cache evicts anything (they hold the
-        # shard's bytes) and when a mapping leaves the open-shard LRU
-        self._one: dict[int, fastpath.One] = {}
+        # per shard: the generated read functions (fastpath.py), which hold the shard's bytes:
+        # a mapped shard's are dropped when its mapping leaves the open-shard LRU, a
+        # decompressed shard's ("costly") once the process-wide cache no longer holds it (the
+        # cache's epoch counts its removals: checked on reads only while there are such shards)
         self._fns: dict[int, fastpath.Fns] = {}
         self._factories: dict[tuple, fastpath.Factory] = {}
-        self._costly: set[int] = set()  # shards whose functions hold decompressed bytes
+        self._costly: set[int] = set()
         self._epoch = CACHE.epoch
 
     def __getstate__(self) -> dict[str, Any]:
@@ -344,8 +344,8 @@ class MDSReader:
         with self._lock:
             self._cache.clear()
             self._slot.clear()
-            self._one.clear()
             self._fns.clear()
+            self._costly.clear()
         self.index.store.close()
 
     @property
@@ -384,7 +384,6 @@ class MDSReader:
             # evict least recently used; mappings close when no reader holds them any more
             while len(cache) > self.max_open_shards:
                 gone, _ = cache.popitem(last=False)
-                self._one.pop(gone, None)
                 self._fns.pop(gone, None)
             return cache.get(k, loaded)
 
@@ -412,14 +411,21 @@ class MDSReader:
             self._decoders[k] = dec
         return dec
 
+    def _forget_evicted(self) -> None:
+        """Drop the functions of decompressed shards the shared cache no longer holds (they
+        would keep the bytes alive beyond its budget); mapped shards' stay."""
+        self._epoch = CACHE.epoch  # first: a removal during the scan means another scan
+        with self._lock:
+            for other in list(self._costly):
+                if self._slot.peek(other) is None:
+                    self._fns.pop(other, None)
+                    self._costly.discard(other)
+
     def _functions(self, k: int) -> fastpath.Fns:
-        """The read functions of shard ``k``, built on first use (and again after the shared
-        cache evicted anything, or the shard's mapping left the LRU: they hold its bytes)."""
+        """The read functions of shard ``k``, built on first use (and again after its bytes
+        left the shared cache or its mapping left the LRU: the functions hold them)."""
         if self._epoch != CACHE.epoch:
-            self._one.clear()
-            self._fns.clear()
-            self._costly.clear()
-            self._epoch = CACHE.epoch
+            self._forget_evicted()
         fns = self._fns.get(k)
         if fns is not None:
             return fns
@@ -442,20 +448,16 @@ class MDSReader:
             else:
                 make = fastpath.generic(dec)
             self._factories[(*key, ranged)] = make
-        if loaded.cost:
-            # decompressed shards: keep functions only for those the shared cache holds, plus
-            # this one (as the slot keeps its last entry), so memory stays bounded by the budget
-            with self._lock:
-                for other in list(self._costly):
-                    if self._slot.peek(other) is None:
-                        self._one.pop(other, None)
-                        self._fns.pop(other, None)
-                        self._costly.discard(other)
-                self._costly.add(k)
         slow = partial(fastpath.slow, dec, loaded, k)
         fns = make(loaded.table, loaded.data, loaded.lo, loaded.size, slow)
+        if loaded.cost:
+            # kept while the shared cache holds this shard (or the slot's last entry is it),
+            # so the functions never hold more than the budget: loading this one may have
+            # displaced the slot's last entry without any removal from the cache (cap 0)
+            self._forget_evicted()
+            with self._lock:
+                self._costly.add(k)
         self._fns[k] = fns
-        self._one[k] = fns[0]
         return fns
 
     def _raw(self, loaded: _Loaded, k: int, j: int) -> bytes:
@@ -490,10 +492,10 @@ class MDSReader:
             i = normalize_index(index, self._n)
         starts = self._starts_list
         k = _bisect(starts, i) - 1
-        one = self._one.get(k)
-        if one is None or self._epoch != CACHE.epoch:
-            one = self._functions(k)[0]
-        return one(i - starts[k])  # type: ignore[no-any-return]
+        fns = self._fns.get(k)
+        if fns is None or (self._costly and self._epoch != CACHE.epoch):
+            fns = self._functions(k)
+        return fns[0](i - starts[k])
 
     def _groups(self, idx: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(shard, local sample numbers, output positions) per shard touched, shard order."""
