@@ -1,7 +1,10 @@
-"""The generated read functions (lmdata/formats/mds/fastpath.py) against the precise decoder.
+"""The read functions (lmdata/formats/mds/fastpath.py and its C reader, lmdata/_mdsread.c)
+against the precise decoder.
 
 Whatever the bytes, ``r[i]``, ``take`` and iteration must give what the plain decoder gives for
 the same sample: the same value, or an lmdata error with the same message (file and position).
+Every test runs twice: with the C reader (where it is built) and with the generated Python
+functions alone (what an install without a compiler runs).
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmdata
 from lmdata.errors import CorruptDataError, LmdataError
+from lmdata.formats.mds import fastpath
 from lmdata.formats.mds.mds import SampleDecoder
 from lmdata.storage.cache import CACHE
 
@@ -44,6 +49,15 @@ def sample(i: int) -> dict[str, Any]:
         "u": bytes(range(i % 7)),
         "x": i / 3,
     }
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def reader_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "c" and fastpath._mdsread is None:
+        pytest.skip("the C reader is not built (no compiler at install)")
+    if request.param == "python":
+        monkeypatch.setattr(fastpath, "_mdsread", None)
+    return str(request.param)
 
 
 def make(d: Path, n: int = 24, **kw: Any) -> Path:
@@ -76,7 +90,7 @@ def attempt(fn: Any) -> Any:
 def same(a: Any, b: Any) -> bool:
     if isinstance(a, str) or isinstance(b, str):
         return a == b
-    if a.keys() != b.keys():
+    if list(a) != list(b):  # the same keys in the same order
         return False
     for k in a:
         x, y = a[k], b[k]
@@ -102,6 +116,14 @@ def test_values_and_types_match_the_plain_decoder(tmp_path: Path) -> None:
     order = [7, 0, 23, 7, 12, 1]
     assert all(same(a, want[i]) for a, i in zip(r.take(order), order, strict=True))
     assert not r[3]["t"].flags.writeable  # read-only arrays, as streaming returns
+
+
+def test_the_c_reader_serves_where_built(tmp_path: Path, reader_kind: str) -> None:
+    r = lmdata.open(make(tmp_path / "d"))
+    one, many, run = r._functions(0)
+    assert (type(one).__name__ == "Reader") == (reader_kind == "c")
+    assert same(one(2), plain(r, 2)) and same(many([2])[0], plain(r, 2))
+    assert all(same(a, plain(r, j)) for j, a in enumerate(run(0, 3)))
 
 
 def test_columns_subset_and_non_leading_ints(tmp_path: Path) -> None:

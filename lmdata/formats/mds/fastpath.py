@@ -26,6 +26,11 @@ from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.formats.mds import encodings as E
 from lmdata.formats.mds.mds import SampleDecoder
 
+try:  # built from lmdata/_mdsread.c at install; else the generated Python functions serve
+    from lmdata import _mdsread
+except ImportError:  # pragma: no cover
+    _mdsread = None  # type: ignore[assignment]
+
 # one sample: its dict; many: a list of dicts (take); run: samples j0..j1-1 in order
 One = Callable[[int], Any]
 Many = Callable[[Iterable[int]], list[Any]]
@@ -34,6 +39,7 @@ Fns = tuple[One, Many, Run]
 Factory = Callable[[Any, Any, int, int, Callable[[int], Any]], Fns]
 
 _PAIR = struct.Struct("<II")
+_INT, _STR, _BYTES, _JSON, _ND, _OTHER = range(6)  # column kinds of _mdsread.c
 
 
 def _runs(table: Any, j0: int, j1: int) -> Iterable[tuple[int, int]]:
@@ -104,6 +110,9 @@ def compile_layout(plan: SampleDecoder, encodings: tuple[str, ...]) -> Factory:
     total = " + ".join([str(plan.head + fixed), *[f"v{k}" for k in range(plan.nvar)]])
     body += [f"if {total} != e - b:", "    raise ValueError"]
     pos, k, items = f"b + {plan.head}", 0, []
+    spec = tuple(
+        _c_column(n, d, s, kp, e) for (n, d, s, kp), e in zip(cols, encodings, strict=True)
+    )
     for c, (name, dec, size, keep) in enumerate(cols):
         if size is None:
             end = f"v{k}"
@@ -154,7 +163,42 @@ def compile_layout(plan: SampleDecoder, encodings: tuple[str, ...]) -> Factory:
     ]
     # only repr()s of column names, integers and the names above go into the source
     exec("\n".join(src), env)
-    return env["make"]  # type: ignore[no-any-return]
+    make_py: Factory = env["make"]
+    if _mdsread is None:
+        return make_py
+
+    def make(table: Any, data: Any, lo: int, size: int, slow: Callable[[int], Any]) -> Fns:
+        # the C reader, which hands what it declines to the generated ``one``
+        one = make_py(table, data, lo, size, slow)[0]
+        r = _mdsread.Reader(
+            table, data, lo, size, spec, plan.nvar, _json.LONG_RUN, orjson.loads, np.frombuffer, one
+        )
+        return r, r.many, r.run
+
+    return make
+
+
+def _c_column(
+    name: str, dec: Callable[[bytes], Any], size: int | None, keep: bool, encoding: str
+) -> tuple[str | None, int, int, Any, int]:
+    """One column for the C reader: (name or None when not kept, kind, size or -1, dtype or
+    decoder, item size)."""
+    out = name if keep else None
+    width = -1 if size is None else size
+    if dec is E._dec_int and size == 8:
+        return out, _INT, width, None, 0
+    if dec is E._dec_str:
+        return out, _STR, width, None, 0
+    if dec is bytes:
+        return out, _BYTES, width, None, 0
+    if dec is E._dec_json:
+        return out, _JSON, width, None, 0
+    if encoding.startswith("ndarray"):
+        dtype, shape = E.parse_ndarray(encoding)
+        if dtype is not None and shape is None:
+            dt = np.dtype(dtype).newbyteorder("<")
+            return out, _ND, width, dt, dt.itemsize
+    return out, _OTHER, width, dec, 0
 
 
 def generic(dec: Callable[[bytes], Any]) -> Factory:
