@@ -311,3 +311,19 @@ def test_offsets_past_the_file_are_checked_per_sample(tmp_path: Path) -> None:
     for i, w in enumerate(want):
         assert same(attempt(lambda i=i: r[i]), w) and same(attempt(lambda i=i: r.take([i])[0]), w)
     assert attempt(lambda: list(r)) == want[5]
+
+
+def test_indexing_follows_python_rules_across_shards(tmp_path: Path) -> None:
+    r = lmdata.open(make(tmp_path / "d", n=9, size_limit=600))
+    n = len(r)
+    assert len(r.shards) > 2
+    want = [plain(r, i) for i in range(n)]
+    for i in [*range(-n, n), np.int64(3), np.uint8(2), True]:
+        assert same(r[i], want[int(i) % n])
+    for bad in (n, -n - 1, 2**70, np.int64(-n - 1)):
+        with pytest.raises(IndexError):
+            r[bad]
+    with pytest.raises(TypeError):
+        r[None]
+    with pytest.raises(IndexError):
+        lmdata.open(make(tmp_path / "e", n=0))[0]

@@ -50,7 +50,7 @@ _PAIR = struct.Struct("<II")
 # what a reader builds as it reads: never pickled (a new process builds its own)
 _RUNTIME = (
     *("_lock", "_cache", "_slot", "_decoders", "_decoder_keys"),
-    *("_fns", "_factories", "_costly", "_epoch"),
+    *("_fns", "_factories", "_costly", "_epoch", "_get"),
 )
 
 
@@ -324,6 +324,20 @@ class MDSReader:
         self._factories: dict[tuple, fastpath.Factory] = {}
         self._costly: set[int] = set()
         self._epoch = CACHE.epoch
+        # r[i]: index -> shard -> its function, in one C call where the extension is built
+        c = fastpath._mdsread
+        self._get: Callable[[Any], Any] = (
+            self._read
+            if c is None
+            else c.Dispatch(
+                self._starts.tolist(),
+                self._fns,
+                self._costly,
+                CACHE,
+                self._functions,
+                partial(normalize_index, n=self._n),
+            )
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -485,7 +499,10 @@ class MDSReader:
         return self._n
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        # the hot path of random access: locate, then the shard's generated read function
+        return self._get(index)  # type: ignore[no-any-return]
+
+    def _read(self, index: int) -> dict[str, Any]:
+        """``r[i]`` in Python (the C Dispatch does the same): locate, then the shard's function."""
         if index.__class__ is int and 0 <= index < self._n:
             i = index
         else:
