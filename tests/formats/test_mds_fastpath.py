@@ -327,3 +327,16 @@ def test_indexing_follows_python_rules_across_shards(tmp_path: Path) -> None:
         r[None]
     with pytest.raises(IndexError):
         lmdata.open(make(tmp_path / "e", n=0))[0]
+
+
+def test_a_dropped_reader_is_freed_at_once(tmp_path: Path) -> None:
+    """No reference cycle through the read functions: the maps and the decompressed shards in
+    the shared cache go when the last reference does, not at the next collection."""
+    import weakref
+
+    for compression in (None, "zstd"):
+        r = lmdata.open(make(tmp_path / str(compression), compression=compression))
+        assert same(r[5], plain(r, 5)) and len(r.take([1, 20])) == 2 and len(list(r)) == 24
+        gone = weakref.ref(r)
+        del r
+        assert gone() is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import weakref
 from bisect import bisect_right as _bisect
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -324,20 +325,27 @@ class MDSReader:
         self._factories: dict[tuple, fastpath.Factory] = {}
         self._costly: set[int] = set()
         self._epoch = CACHE.epoch
-        # r[i]: index -> shard -> its function, in one C call where the extension is built
+        # r[i]: index -> shard -> its function, in one C call where the extension is built; it
+        # reaches the reader through a weak reference (no cycle: a dropped reader is freed, its
+        # maps and cache entries with it, at once and not at the next collection)
         c = fastpath._mdsread
-        self._get: Callable[[Any], Any] = (
-            self._read
-            if c is None
-            else c.Dispatch(
+        self._get: Callable[[Any], Any] | None = None
+        if c is not None:
+            me = weakref.ref(self)
+
+            def functions(k: int) -> fastpath.Fns:
+                reader = me()
+                assert reader is not None  # the reader holds this function
+                return reader._functions(k)
+
+            self._get = c.Dispatch(
                 self._starts.tolist(),
                 self._fns,
                 self._costly,
                 CACHE,
-                self._functions,
+                functions,
                 partial(normalize_index, n=self._n),
             )
-        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -499,7 +507,8 @@ class MDSReader:
         return self._n
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return self._get(index)  # type: ignore[no-any-return]
+        get = self._get
+        return self._read(index) if get is None else get(index)  # type: ignore[no-any-return]
 
     def _read(self, index: int) -> dict[str, Any]:
         """``r[i]`` in Python (the C Dispatch does the same): locate, then the shard's function."""
