@@ -13,8 +13,9 @@ import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, detector, keep_verbs, lazy, lazy_exports
+from lmdata.formats._spec import FormatSpec, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.dolma.reader import DolmaDocuments
@@ -27,7 +28,6 @@ __getattr__ = lazy_exports(
         "Writer": "lmdata.formats.dolma.writer",
     },
 )
-keep_verbs(__name__)  # ``validate`` stays the verb when its submodule is imported
 validate = lazy("lmdata.formats.dolma.validate:validate")
 
 __all__ = ["SPEC", "DolmaDocuments", "Writer", "detect", "info", "open", "validate"]

@@ -12,15 +12,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import (
     FormatSpec,
     TokenSink,
     TokenTarget,
     detector,
-    keep_verbs,
     lazy,
-    lazy_exports,
 )
 from lmdata.formats.modalities.layout import HEADER_SIZE, width_for_vocab
 
@@ -40,7 +39,6 @@ __getattr__ = lazy_exports(
         "read_header": "lmdata.formats.modalities.reader",
     },
 )
-keep_verbs(__name__)  # ``validate`` and ``merge`` stay the verbs when their submodules load
 validate = lazy("lmdata.formats.modalities.validate:validate")
 merge = lazy("lmdata.formats.modalities.merge:merge")
 

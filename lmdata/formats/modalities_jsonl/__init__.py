@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, detector, lazy, lazy_exports
+from lmdata.formats._spec import FormatSpec, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
