@@ -61,8 +61,10 @@ class FormatSpec:
     the fixed splits a dataset of this format always has (``("train", "validation")`` for
     flat-tokens); ``has_splits`` says whether its readers take ``split=`` at all (MDS: any
     sub-folder with its own index). ``open`` / ``writer`` / ``validate`` / ``info`` take the path
-    first, then keyword options; the registry passes ``format=<name>`` to specs with
-    ``pass_name`` (one implementation behind several names). ``token_view`` is the format's
+    first, then keyword options (``info`` also ``scan=False``: leave out what takes a pass over
+    the data, for callers that need only metadata, sizes and provenance); the registry passes
+    ``format=<name>`` to specs with ``pass_name`` (one implementation behind several names).
+    ``token_view`` is the format's
     own token-sequence view of a records reader's column (``lmdata.open(..., token_column=)``);
     without one, the generic :class:`lmdata.formats._token_view.TokenColumn` serves.
     """

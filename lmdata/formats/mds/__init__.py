@@ -120,8 +120,11 @@ def info(
     *,
     format: str | None = None,
     split: str | None = None,
+    scan: bool = True,
     **options: Any,
 ) -> dict[str, Any]:
+    """Columns, counts and sizes from the index (``scan`` is accepted: nothing here reads the
+    shards)."""
     r = open(path, format=format, split=split, **options)
     out: dict[str, Any] = {"format": r.format, "path": str(path)}
     out.update(r.info())

@@ -82,7 +82,9 @@ def open(path: str | os.PathLike[str], **options: Any) -> PackedTokens:
     return PackedTokens(path, **options)
 
 
-def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
+    """Counts, widths and sizes of a ``.pbin``; ``scan=False`` leaves out the reader's summary
+    (its largest id reads every token)."""
     from lmdata import _provenance
     from lmdata.formats.modalities.reader import PackedTokens
     from lmdata.storage import disk_usage
@@ -90,7 +92,8 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     options.pop("split", None)
     with PackedTokens(path, **options) as r:
         out: dict[str, Any] = {"format": "modalities", "path": str(r.path)}
-        out.update(r.info())
+        if scan:
+            out.update(r.info())
         url = r.data.store.url(r.data.key)
         out["apparent_bytes"] = r.data.store.size(r.data.key)
         prov = _provenance.read_sidecar(r.data.store, r.data.key)

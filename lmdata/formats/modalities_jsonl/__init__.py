@@ -72,7 +72,8 @@ def open(path: str | os.PathLike[str], **options: Any) -> JsonlDocuments:
     return JsonlDocuments(path, **options)
 
 
-def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
+    """Documents (from the index) and sizes; ``scan`` is accepted: nothing here reads the data."""
     from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
     from lmdata.storage import disk_usage
 
