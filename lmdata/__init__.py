@@ -28,21 +28,21 @@ if TYPE_CHECKING:
     from lmdata.loader import Loader
     from lmdata.tokenize.api import tokenize
 
-# public name -> module that defines it; ``tokenize`` stays the function when the package of
-# the same name (lmdata.tokenize) is imported
-_LAZY = {
-    "detect": "lmdata._api",
-    "info": "lmdata._api",
-    "open": "lmdata._api",
-    "validate": "lmdata._api",
-    "writer": "lmdata._api",
-    "decode": "lmdata.inspect.decode",
-    "Loader": "lmdata.loader",
-    "tokenize": "lmdata.tokenize.api",
-}
-
-
-__getattr__ = _lazy.lazy_exports(__name__, _LAZY)
+# public name -> module that defines it, imported on first use; ``tokenize`` stays the
+# function when the package of the same name (lmdata.tokenize) is imported
+__getattr__ = _lazy.lazy_exports(
+    __name__,
+    {
+        "detect": "lmdata._api",
+        "info": "lmdata._api",
+        "open": "lmdata._api",
+        "validate": "lmdata._api",
+        "writer": "lmdata._api",
+        "decode": "lmdata.inspect.decode",
+        "Loader": "lmdata.loader",
+        "tokenize": "lmdata.tokenize.api",
+    },
+)
 
 __all__ = [
     "LmdataError",
