@@ -316,3 +316,30 @@ def test_stats_counts_a_plain_jsonl_file_once(tmp_path, monkeypatch):
     assert len(scans) == 1
     _full_info(monkeypatch)
     assert run("stats", str(p), "--json", "-q").output == fast.output and len(scans) == 3
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "tokens"),
+    [
+        ("flat-tokens", "d.zarr", True),
+        ("modalities", "d.pbin", True),
+        ("atlas", "d.atlas", False),
+        ("mds", "d.mds", False),
+        ("modalities-jsonl", "d.jsonl", False),
+        ("jsonl", "p/d.jsonl", False),
+        ("dolma", "d.dolma", False),
+    ],
+)
+def test_info_without_a_scan_is_part_of_the_full_info(tmp_path, fmt, name, tokens):
+    # what stats and cat --decode use (format, sizes, provenance, attribute sets) is the same
+    import numpy as np
+
+    p = tmp_path / name
+    p.parent.mkdir(exist_ok=True)
+    opts = {"columns": {"id": "str", "text": "str"}} if fmt == "mds" else {}
+    with lmdata.writer(p, fmt, **opts) as w:
+        for i in range(5):
+            rec = {"id": str(i), "text": "a b"} | ({"source": "s"} if fmt == "dolma" else {})
+            w.write(np.arange(1, i + 3) if tokens else rec)
+    full, light = lmdata.info(p), lmdata.info(p, scan=False)
+    assert light.items() <= full.items() and {"format", "bytes_on_disk"} <= light.keys()
