@@ -90,7 +90,8 @@ column(Reader *r, Col *c, const unsigned char *p, Py_ssize_t n)
         if (h >> 2 != 1 || n < 1 + w)
             return NULL;
         unsigned long long m = le(p + 1, w);
-        if (m * (unsigned long long)c->itemsize != (unsigned long long)(n - 1 - w))
+        if (m > (unsigned long long)n || /* no overflow below */
+            m * (unsigned long long)c->itemsize != (unsigned long long)(n - 1 - w))
             return NULL;
         PyObject *x = PyBytes_FromStringAndSize((const char *)p, n);
         if (x == NULL)
@@ -116,7 +117,7 @@ static PyObject *
 decode(Reader *r, const unsigned char *tab, Py_ssize_t tlen, const unsigned char *dat,
        Py_ssize_t dlen, Py_ssize_t j)
 {
-    if (j < 0 || 4 + 4 * j + 8 > tlen)
+    if (j < 0 || tlen < 12 || j > (tlen - 12) / 4) /* the two offsets lie in the table */
         return NULL;
     Py_ssize_t b = (Py_ssize_t)le(tab + 4 + 4 * j, 4), e = (Py_ssize_t)le(tab + 8 + 4 * j, 4);
     Py_ssize_t end = r->size < dlen ? r->size : dlen;
