@@ -9,6 +9,10 @@ no intermediate copy of the sample and no call per column for ``str``, ``int``, 
 anything is off (offsets outside the file, sizes that do not add up, a value a column decoder
 refuses) it hands the sample to ``slow(j)``, the reader's precise path, which decodes it again
 and returns it or raises the error naming file and position.
+
+Where the optional C extension ``lmdata/_mdsread.c`` is built, ``compile_layout``'s functions
+are its ``Reader`` (the same steps in one C call per sample) in front of the generated ``one``,
+which gets every sample the C reader declines; without a compiler the generated functions serve.
 """
 
 from __future__ import annotations
