@@ -595,6 +595,10 @@ PyInit__mdsread(void)
         Py_DECREF(m);
         return NULL;
     }
+    if (PyModule_AddIntConstant(m, "VERSION", 1) < 0) { /* fastpath.py's C_VERSION */
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&DispatchType);
     if (PyModule_AddObject(m, "Dispatch", (PyObject *)&DispatchType) < 0) {
         Py_DECREF(&DispatchType);

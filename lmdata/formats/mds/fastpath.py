@@ -30,8 +30,12 @@ from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.formats.mds import encodings as E
 from lmdata.formats.mds.mds import SampleDecoder
 
+C_VERSION = 1  # the interface of lmdata/_mdsread.c this module calls
 try:  # built from lmdata/_mdsread.c at install; else the generated Python functions serve
     from lmdata import _mdsread
+
+    if getattr(_mdsread, "VERSION", None) != C_VERSION:  # a stale build: not used
+        _mdsread = None  # type: ignore[assignment]
 except ImportError:  # pragma: no cover
     _mdsread = None  # type: ignore[assignment]
 
