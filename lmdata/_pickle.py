@@ -114,9 +114,11 @@ _OPCODES = _opcode_table()
 _TABLE = bytes(k & 0xFF for k in _OPCODES)  # the same table for the C walk
 
 try:  # built from lmdata/_memowalk.c at install; without a compiler the Python walk does it
-    from lmdata._memowalk import early_slot as _c_early_slot
+    from lmdata import _memowalk
 except ImportError:
-    _c_early_slot = None
+    _memowalk = None
+_c_early_slot = getattr(_memowalk, "early_slot", None)
+_c_item_pickle = getattr(_memowalk, "item_pickle", None)  # load_item; None: always whole
 
 
 def _check_memo_indices(data: bytes, where: str) -> None:
@@ -325,3 +327,32 @@ def safe_load_prefix(
         raise CorruptDataError(
             f"cannot unpickle: {type(e).__name__}: {e}", path=path, position=where or None
         ) from None
+
+
+def items_alone() -> bool:
+    """Whether :func:`load_item` can unpickle an item alone here (the C walk was built)."""
+    return _c_item_pickle is not None
+
+
+def load_item(data: bytes, j: int, count: int) -> tuple[bool, Any]:
+    """(True, item ``j``) of the pickled list ``data`` of ``count`` items, unpickled on its own;
+    (False, None) where the C walk cannot vouch for that (then unpickle the list whole, which
+    also reports any damage precisely).
+
+    A reader after one example of a block need not build the other examples: the C walk
+    (``item_pickle`` in ``lmdata/_memowalk.c``) follows the whole pickle, checks it is a list of
+    ``count`` items made only of plain-data opcodes (no globals, no calls, no memo writes but
+    MEMOIZE; so neither the allow-list nor the memo-bomb walk has anything to refuse), and says
+    where item ``j`` lies and which earlier strings or numbers it takes from the memo, and
+    makes a small pickle of it: those memo slots filled (the rest with None, which it never
+    reads), then the item's own opcodes.
+    """
+    if _c_item_pickle is None:
+        return False, None
+    got = _c_item_pickle(data, j)
+    if got is None or got[0] != count:
+        return False, None
+    try:
+        return True, pickle.loads(got[1])
+    except Exception:  # not expected: the whole-list path says what is wrong
+        return False, None

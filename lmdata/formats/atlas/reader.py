@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from lmdata._pickle import memo_check_needed
+from lmdata._pickle import items_alone, load_item, memo_check_needed
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.blocks import (
@@ -116,6 +116,9 @@ class Atlas:
         self._slot = new_slot(self.cache_bytes)
         self._reuse = Reuse(self.cache_bytes)
         self._checked = Checked(not self.allow_unsafe_pickle and memo_check_needed())
+        # shards read whole at random: all of them without the C walk; else those whose
+        # examples the walk could not vouch for
+        self._whole: set[int] = set() if items_alone() else set(range(len(self.shards)))
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -328,32 +331,39 @@ class Atlas:
             self._codecs[s] = c
         return c
 
+    def _pickled(self, s: int, b: int, raw: bytes) -> bytes:
+        """The pickled bytes of block ``b`` of shard ``s`` from its stored bytes."""
+        compressed, dict_id, dict_path = self._codec(s)
+        if not compressed:
+            return raw
+        return codec.decompress_block(
+            raw,
+            self._decompressor(s),
+            self.max_block_bytes,
+            self._where(s, b),
+            self._data_paths[s],
+            dict_id=dict_id,
+            dict_path=dict_path,
+        )
+
     def _decode_raw(self, s: int, b: int, raw: bytes) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
-        where = self._where(s, b)
-        path = self._data_paths[s]
         seen = self._checked.digest(s, raw)
-        compressed, dict_id, dict_path = self._codec(s)
-        if compressed:
-            raw = codec.decompress_block(
-                raw,
-                self._decompressor(s),
-                self.max_block_bytes,
-                where,
-                path,
-                dict_id=dict_id,
-                dict_path=dict_path,
-            )
-        items = codec.unpickle_block(
-            raw,
-            self.shards[s].meta.block_len(b),
-            where,
-            path,
-            self.allow_unsafe_pickle,
-            memo_checked=seen in self._checked,
-        )
+        raw = self._pickled(s, b, raw)
+        items = self._unpickle(s, b, raw, seen in self._checked)
         self._checked.add(seen)
         return items, len(raw)
+
+    def _unpickle(self, s: int, b: int, plain: bytes, memo_checked: bool = False) -> list[Any]:
+        """The examples of block ``b`` of shard ``s`` from its pickled bytes."""
+        return codec.unpickle_block(
+            plain,
+            self.shards[s].meta.block_len(b),
+            self._where(s, b),
+            self._data_paths[s],
+            self.allow_unsafe_pickle,
+            memo_checked=memo_checked,
+        )
 
     def _read_block(self, s: int, b: int) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s``."""
@@ -473,6 +483,11 @@ class Atlas:
             pickled = self._cached((s, b))
             if pickled is not None and pickled[j] is not None:
                 return unpickle(pickled[j])
+            nexts = loc.nexts
+            if nexts.get(s, i) != i and s not in self._whole and not self._keeping():
+                nexts[s] = i + 1
+                return self._alone(s, b, j)
+        loc.nexts[s] = i + 1
         items, nbytes = self._decode_raw(s, b, self._raw(s, b, in_order))
         if not in_order:
             with self._lock:
@@ -487,6 +502,24 @@ class Atlas:
         self._make_hot(s, new)
         loc.last = (new.lo, len(items), items)
         return item
+
+    def _alone(self, s: int, b: int, j: int) -> Any:
+        """Example ``j`` of block ``b`` of shard ``s``, for a read at random with the cache not
+        paying: the block decompressed, the example alone unpickled (see ``load_item``), or the
+        whole block where the walk cannot vouch for the example (then the shard's later reads
+        unpickle whole blocks: its examples hold more than plain data)."""
+        stored = self._raw(s, b, False)
+        plain = self._pickled(s, b, stored)
+        with self._lock:
+            self._reuse.decoded(len(plain))
+        found, item = load_item(plain, j, self.shards[s].meta.block_len(b))
+        if found:
+            return item
+        self._whole.add(s)
+        seen = self._checked.digest(s, stored)
+        items = self._unpickle(s, b, plain, seen in self._checked)
+        self._checked.add(seen)
+        return items[j]
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """The examples at ``indices`` in that order, decoding each needed block once."""
