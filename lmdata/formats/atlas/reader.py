@@ -421,8 +421,9 @@ class Atlas:
         b, j = divmod(i - self._starts_list[s], self._block_sizes[s])
         return s, b, j
 
-    def _cached(self, key: tuple[int, int]) -> list[bytes | None] | None:
-        """The cache's pickles of a block's examples, noting the look-up for :class:`Reuse`."""
+    def _cached(self, key: tuple[int, int]) -> list[bytes | None] | bytes | None:
+        """The cache's pickles of a block's examples, or the block's pickled bytes (kept by
+        :meth:`_alone`), noting the look-up for :class:`Reuse`."""
         pickled = self._slot.peek(key)
         with self._lock:
             self._reuse.note(key, pickled is not None)
@@ -480,11 +481,16 @@ class Atlas:
         # as much as decoding it) and the reuse bookkeeping, which is about coming back.
         in_order = j == 0 and h is not None and h.block == b - 1
         if not in_order:
-            pickled = self._cached((s, b))
-            if pickled is not None and pickled[j] is not None:
-                return unpickle(pickled[j])
+            cached = self._cached((s, b))
+            if type(cached) is bytes:  # a block's pickled bytes: see _alone
+                found, item = load_item(cached, j, self.shards[s].meta.block_len(b))
+                if found:
+                    loc.nexts[s] = i + 1
+                    return item
+            elif cached is not None and cached[j] is not None:
+                return unpickle(cached[j])
             nexts = loc.nexts
-            if nexts.get(s, i) != i and s not in self._whole and not self._keeping():
+            if nexts.get(s, i) != i and s not in self._whole:
                 nexts[s] = i + 1
                 return self._alone(s, b, j)
         loc.nexts[s] = i + 1
@@ -504,14 +510,17 @@ class Atlas:
         return item
 
     def _alone(self, s: int, b: int, j: int) -> Any:
-        """Example ``j`` of block ``b`` of shard ``s``, for a read at random with the cache not
-        paying: the block decompressed, the example alone unpickled (see ``load_item``), or the
-        whole block where the walk cannot vouch for the example (then the shard's later reads
-        unpickle whole blocks: its examples hold more than plain data)."""
+        """Example ``j`` of block ``b`` of shard ``s``, for a read at random: the block
+        decompressed and kept in the cache as it is (a pickle of plain data is its own compact
+        form), the example alone unpickled from it (see ``load_item``); or the whole block where
+        the walk cannot vouch for the example (then the shard's later reads unpickle whole
+        blocks: its examples hold more than plain data)."""
         stored = self._raw(s, b, False)
         plain = self._pickled(s, b, stored)
         with self._lock:
             self._reuse.decoded(len(plain))
+        if self.cache_bytes:
+            self._slot.put((s, b), plain, len(plain))
         found, item = load_item(plain, j, self.shards[s].meta.block_len(b))
         if found:
             return item
@@ -545,6 +554,9 @@ class Atlas:
                     self._hand_out(h.items, members, out)
                     continue
             pickled = self._cached(key)
+            if type(pickled) is bytes:  # the block's pickled bytes (see _alone)
+                self._hand_out(self._unpickle(*key, pickled), members, out)
+                continue
             if pickled is not None and all(pickled[j] is not None for _, j in members):
                 for k, j in members:
                     out[k] = unpickle(pickled[j])  # type: ignore[arg-type]
