@@ -109,6 +109,7 @@ class Atlas:
         self._lock = threading.Lock()
         self._local = PerThread()
         self._sizes: dict[int, int] = {}  # shard -> bytes in data.bin
+        self._spans: dict[int, tuple[np.ndarray, int]] = {}  # shard -> (index, data.bin bytes)
         self._index: dict[int, np.ndarray] = {}
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
         self._codecs: dict[int, tuple[bool, int, str | None]] = {}
@@ -156,6 +157,7 @@ class Atlas:
         """Close open files and drop caches; the reader reopens them if used again."""
         with self._lock:
             self._sizes.clear()
+            self._spans.clear()
             self._slot.clear()
             self._index.clear()
             self._local = PerThread()  # every thread's decoded blocks go with it
@@ -308,8 +310,17 @@ class Atlas:
 
     def _read_raw(self, s: int, b: int) -> bytes:
         """The stored bytes of block ``b`` of shard ``s`` (one ranged read)."""
-        with self._lock:
-            start, stop = self._block_range(s, b)
+        got = self._spans.get(s)
+        if got is not None and 0 <= b < len(got[0]) - 1:  # the usual block, checked quickly
+            idx, size = got
+            start, stop = int(idx[b]), int(idx[b + 1])
+            if not 0 <= start <= stop <= size or stop - start > self.max_block_bytes:
+                with self._lock:
+                    start, stop = self._block_range(s, b)
+        else:
+            with self._lock:
+                start, stop = self._block_range(s, b)
+                self._spans[s] = (self._shard_index(s), self._size(s))
         raw = self.store.read_range(self._data_paths[s], start, stop - start)
         if len(raw) != stop - start:
             raise CorruptDataError(
@@ -336,9 +347,26 @@ class Atlas:
         compressed, dict_id, dict_path = self._codec(s)
         if not compressed:
             return raw
+        dctx = self._decompressor(s)
+        # The checks of codec.decompress_block, spelled out for the usual frame (a random read
+        # pays this per example); anything unusual goes there for the precise error.
+        if raw[:4] == codec.ZSTD_MAGIC:
+            try:
+                params = zstandard.get_frame_parameters(raw)
+                size = params.content_size
+                if (
+                    0 <= size <= self.max_block_bytes
+                    and size != zstandard.CONTENTSIZE_UNKNOWN
+                    and params.dict_id in (0, dict_id)
+                ):
+                    out = dctx.decompress(raw)
+                    if len(out) == size:
+                        return out
+            except zstandard.ZstdError:
+                pass
         return codec.decompress_block(
             raw,
-            self._decompressor(s),
+            dctx,
             self.max_block_bytes,
             self._where(s, b),
             self._data_paths[s],
@@ -511,15 +539,16 @@ class Atlas:
 
     def _alone(self, s: int, b: int, j: int) -> Any:
         """Example ``j`` of block ``b`` of shard ``s``, for a read at random: the block
-        decompressed and kept in the cache as it is (a pickle of plain data is its own compact
-        form), the example alone unpickled from it (see ``load_item``); or the whole block where
-        the walk cannot vouch for the example (then the shard's later reads unpickle whole
-        blocks: its examples hold more than plain data)."""
+        decompressed and, while reads come back to blocks, kept in the cache as it is (a pickle
+        of plain data is its own compact form); the example alone unpickled from it (see
+        ``load_item``), or the whole block where the walk cannot vouch for the example (then
+        the shard's later reads unpickle whole blocks: its examples hold more than plain
+        data)."""
         stored = self._raw(s, b, False)
         plain = self._pickled(s, b, stored)
         with self._lock:
             self._reuse.decoded(len(plain))
-        if self.cache_bytes:
+        if self._keeping():  # reads come back to blocks within the cache's reach
             self._slot.put((s, b), plain, len(plain))
         found, item = load_item(plain, j, self.shards[s].meta.block_len(b))
         if found:
