@@ -7,6 +7,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Opcodes that name or call code (globals, extensions, persistent ids, calls, BUILD): a pickle
+ * without them makes plain values only, whatever unpickler loads it. */
+static unsigned char FOREIGN[256];
+
 static PyObject *
 early_slot(PyObject *self, PyObject *args)
 {
@@ -22,9 +26,11 @@ early_slot(PyObject *self, PyObject *args)
     const unsigned char *p = (const unsigned char *)data.buf;
     const signed char *t = (const signed char *)table.buf;
     Py_ssize_t n = data.len, i = 0;
-    long long slot = 0, at = 0;
+    long long slot = 0, at = 0, end = -1;
+    int foreign = 0;
     while (i < n) {
         int k = t[p[i]];
+        foreign |= FOREIGN[p[i]];
         if (k > 0) {
             i += k;
         } else if (k == -1) { /* count of one byte */
@@ -48,12 +54,13 @@ early_slot(PyObject *self, PyObject *args)
             slot = -1; at = i;
             break;
         } else { /* STOP, or an opcode the unpickler refuses */
+            if (p[i] == '.' && !foreign) end = i + 1;
             break;
         }
     }
     PyBuffer_Release(&data);
     PyBuffer_Release(&table);
-    return Py_BuildValue("(LL)", slot, at);
+    return Py_BuildValue("(LLL)", slot, at, end);
 }
 
 
@@ -355,8 +362,10 @@ done:
 
 static PyMethodDef methods[] = {
     {"early_slot", early_slot, METH_VARARGS,
-     "early_slot(data, table) -> (slot, offset): the first LONG_BINPUT beyond its offset, "
-     "(0, 0) if none, (-1, offset) at a text opcode the caller must walk itself."},
+     "early_slot(data, table) -> (slot, offset, end): the first LONG_BINPUT beyond its offset, "
+     "(0, 0) if none, (-1, offset) at a text opcode the caller must walk itself; end: the "
+     "offset after STOP if the walk reached it and met no opcode that names or calls code, "
+     "else -1."},
     {"item_pickle", item_pickle, METH_VARARGS,
      "item_pickle(data, j) -> (items, pickle) or None: a pickle of item j of the pickled list "
      "data (of that many items) alone, with the memo slots it reads from earlier items. None: "
@@ -368,5 +377,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_memowalk", NULL, -1
 PyMODINIT_FUNC
 PyInit__memowalk(void)
 {
+    /* STACK_GLOBAL, EXT1, EXT2, EXT4, BINPERSID, REDUCE, NEWOBJ, NEWOBJ_EX, BUILD, OBJ (the
+     * text ones, GLOBAL, INST and PERSID, end the walk as text opcodes) */
+    static const unsigned char codes[] = {0x93, 0x82, 0x83, 0x84, 'Q', 'R', 0x81, 0x92, 'b', 'o'};
+    for (size_t c = 0; c < sizeof(codes); c++) FOREIGN[codes[c]] = 1;
     return PyModule_Create(&module);
 }

@@ -135,11 +135,15 @@ def _check_memo_indices(data: bytes, where: str) -> None:
         return  # this Python cannot be made to allocate so; or no PUT/LONG_BINPUT byte at all
     slot, at = _early_slot(data)
     if slot:
-        raise UnsafeDataError(
-            f"pickle stores into memo slot {slot} at byte {at}, which would allocate memory "
-            "the file does not justify; refusing",
-            position=where or None,
-        )
+        _refuse_slot(slot, at, where)
+
+
+def _refuse_slot(slot: int, at: int, where: str) -> None:
+    raise UnsafeDataError(
+        f"pickle stores into memo slot {slot} at byte {at}, which would allocate memory "
+        "the file does not justify; refusing",
+        position=where or None,
+    )
 
 
 def memo_check_needed() -> bool:
@@ -164,7 +168,7 @@ def _early_slot(data: bytes) -> tuple[int, int]:
     """(slot, offset) of the first PUT/LONG_BINPUT naming a slot beyond its offset, else (0, 0):
     the C walk, and the Python walk where it stops at a text opcode or was not built."""
     if _c_early_slot is not None:
-        slot, at = _c_early_slot(data, _TABLE)
+        slot, at, _ = _c_early_slot(data, _TABLE)
         if slot >= 0:
             return slot, at
     return _py_early_slot(data)
@@ -301,7 +305,18 @@ def safe_load_prefix(
             f = io.BytesIO(bytes(data))
             return pickle.Unpickler(f).load(), f.tell()
         raw = bytes(data)
-        if not memo_checked:
+        if _c_early_slot is not None and not memo_checked and not _sparse_memo():
+            slot, at, end = _c_early_slot(raw, _TABLE)
+            if slot > 0:
+                _refuse_slot(slot, at, where)
+            if slot == 0 and end > 0:
+                # Walked to STOP and no opcode names or calls code: nothing for the allow-list
+                # to refuse, and pickle.loads skips the file object and subclass of the
+                # unpickler below (5-10% of a block of small dicts).
+                return pickle.loads(raw), end
+            if slot < 0:  # a text opcode: the Python walk
+                _check_memo_indices(raw, where)
+        elif not memo_checked:
             _check_memo_indices(raw, where)
         u = _SafeUnpickler(raw, where)
         return u.load(), u.consumed()

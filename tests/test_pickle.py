@@ -307,3 +307,14 @@ def test_damaged_lists_never_give_another_item(items, protocol, at, byte, cut):
         found, item = load_item(data, j, len(items))
         if found and isinstance(whole, list) and len(whole) == len(items):
             assert _same(item, whole[j])
+
+
+@given(obj=plain, protocol=st.integers(0, 5), tail=st.binary(max_size=8))
+def test_prefix_length_is_where_the_pickle_ends(obj, protocol, tail):
+    """Whether the C walk vouches for the pickle (plain.loads) or the allow-list unpickler
+    reads it, the value and the length taken are the same."""
+    from lmdata._pickle import safe_load_prefix
+
+    data = pickle.dumps(obj, protocol=protocol)
+    value, used = safe_load_prefix(data + tail)
+    assert used == len(data) and _same(value, pickle.loads(data))
