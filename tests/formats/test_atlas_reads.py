@@ -225,3 +225,13 @@ def test_examples_beyond_plain_lists_read_at_random(tmp_path: Path) -> None:
     r = atlas.open(out, cache_bytes=0)
     for i in (7, 93, 12, 55, 12):
         assert r[i]["i"] == i and np.array_equal(r[i]["a"], ex[i]["a"])
+    # Objects of a trusted file: the same, with the file's own classes.
+    import datetime
+
+    ex = [{"i": i, "t": datetime.date(2020, 1, 1 + i % 28)} for i in range(100)]
+    out = tmp_path / "trusted"
+    with atlas.Writer(out, shard_size=50, block_size=10, allow_unsafe_pickle=True) as w:
+        for e in ex:
+            w.write(e)
+    r = atlas.open(out, cache_bytes=0, allow_unsafe_pickle=True)
+    assert [r[i] for i in (7, 93, 12, 55, 12)] == [ex[i] for i in (7, 93, 12, 55, 12)]
