@@ -7,6 +7,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Atoms find_item follows: > 0, the opcode's whole length; < 0, minus the width of the count of
+ * bytes that follows it. 0: not an atom. */
+static signed char ATOM[256];
+
 /* Opcodes that name or call code (globals, extensions, persistent ids, calls, BUILD): a pickle
  * without them makes plain values only, whatever unpickler loads it. */
 static unsigned char FOREIGN[256];
@@ -155,44 +159,37 @@ find_item(const unsigned char *p, Py_ssize_t n, Py_ssize_t want, Py_ssize_t *o_s
     for (;;) {
         if (i >= n) return 0;
         unsigned char op = p[i];
-        Py_ssize_t at = i, len = 0, w = 0;
-        int push = 0; /* 1: pushes an atom */
-        switch (op) {
-        case 0x95: /* FRAME: noted, the wanted item must not contain one */
+        Py_ssize_t at = i;
+        int a = ATOM[op];
+        if (a) { /* an atom: a fixed-width argument (a > 0: the opcode's length) or a count */
+            Py_ssize_t len;
+            if (a > 0) {
+                len = a;
+            } else {
+                int w = -a;
+                if (i + 1 + w > n) return 0;
+                unsigned long long sz = w == 1 ? p[i + 1] : le(p + i + 1, w);
+                if (sz > (unsigned long long)n) return 0;
+                len = 1 + w + (Py_ssize_t)sz;
+            }
+            if (i + len > n || h == 0) return 0; /* the list comes first */
+            i += len;
+            if (h >= st->cap && stack_reserve(st, h)) return 0;
+            st->start[h] = at; st->aend[h] = i; st->kind[h] = K_ATOM; h++;
+            continue;
+        }
+        if (op == 0x95) { /* FRAME: noted, the wanted item must not contain one */
             /* the C unpickler checks only that the frame's bytes are there */
             if (i + 9 > n || le(p + i + 1, 8) > (unsigned long long)(n - i - 9)) return 0;
             if (note(gets, ngets, &gcap, at, -1)) return 0;
             i += 9;
             continue;
-        case 0x8c: case 'C': case 0x8a: w = 1; push = 1; break; /* SHORT_BINUNICODE, SHORT_BINBYTES, LONG1 */
-        case 'X': case 'B': case 0x8b: w = 4; push = 1; break;   /* BINUNICODE, BINBYTES, LONG4 */
-        case 0x8d: case 0x8e: w = 8; push = 1; break;            /* BINUNICODE8, BINBYTES8 */
-        case 'J': len = 4; push = 1; break;
-        case 'K': len = 1; push = 1; break;
-        case 'M': len = 2; push = 1; break;
-        case 'G': len = 8; push = 1; break;
-        case 'N': case 0x88: case 0x89: push = 1; break;
-        default: break;
         }
         if (h == 0 && !(op == ']' && md == 0)) return 0; /* the list comes first */
-        if (push) {
-            if (w) {
-                if (i + 1 + w > n) return 0;
-                unsigned long long sz = le(p + i + 1, w);
-                if ((w == 4 && (op == 'X' || op == 'B' || op == 0x8b) && sz > 0x7fffffffULL) || sz > (unsigned long long)n)
-                    return 0;
-                len = w + (Py_ssize_t)sz;
-            }
-            if (i + 1 + len > n) return 0;
-            i += 1 + len;
-            if (stack_reserve(st, h)) return 0;
-            st->start[h] = at; st->aend[h] = i; st->kind[h] = K_ATOM; h++;
-            continue;
-        }
         Py_ssize_t fence = md ? marks[md - 1] : 0;
         switch (op) {
         case ']': case '}': case ')': case 0x8f:
-            if (stack_reserve(st, h)) return 0;
+            if (h >= st->cap && stack_reserve(st, h)) return 0;
             st->start[h] = at; st->aend[h] = -1;
             st->kind[h] = op == ']' ? (h == 0 && md == 0 ? K_MAIN : K_LIST) : op == '}' ? K_DICT : op == ')' ? K_TUPLE : K_SET;
             h++; i++;
@@ -258,9 +255,9 @@ find_item(const unsigned char *p, Py_ssize_t n, Py_ssize_t want, Py_ssize_t *o_s
         case 'h': case 'j': { /* BINGET, LONG_BINGET */
             Py_ssize_t w2 = op == 'h' ? 1 : 4;
             if (i + 1 + w2 > n) return 0;
-            unsigned long long idx = le(p + i + 1, (int)w2);
+            unsigned long long idx = op == 'h' ? p[i + 1] : le(p + i + 1, 4);
             if (idx >= (unsigned long long)m->len) return 0;
-            if (stack_reserve(st, h)) return 0;
+            if (h >= st->cap && stack_reserve(st, h)) return 0;
             Py_ssize_t mi = (Py_ssize_t)idx;
             if (m->astart[mi] == -2) return 0; /* the list itself */
             /* a memo'd container is shared by reference: opaque, nothing goes into it; a value
@@ -381,5 +378,12 @@ PyInit__memowalk(void)
      * text ones, GLOBAL, INST and PERSID, end the walk as text opcodes) */
     static const unsigned char codes[] = {0x93, 0x82, 0x83, 0x84, 'Q', 'R', 0x81, 0x92, 'b', 'o'};
     for (size_t c = 0; c < sizeof(codes); c++) FOREIGN[codes[c]] = 1;
+    /* SHORT_BINUNICODE, SHORT_BINBYTES, LONG1; BINUNICODE, BINBYTES, LONG4 (counts the
+     * unpickler reads unsigned except LONG4's, refused above n anyway); BINUNICODE8, BINBYTES8 */
+    ATOM[0x8c] = ATOM['C'] = ATOM[0x8a] = -1;
+    ATOM['X'] = ATOM['B'] = ATOM[0x8b] = -4;
+    ATOM[0x8d] = ATOM[0x8e] = -8;
+    ATOM['J'] = 5; ATOM['K'] = 2; ATOM['M'] = 3; ATOM['G'] = 9; /* BININT, 1, 2, BINFLOAT */
+    ATOM['N'] = ATOM[0x88] = ATOM[0x89] = 1; /* NONE, NEWTRUE, NEWFALSE */
     return PyModule_Create(&module);
 }
