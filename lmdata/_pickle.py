@@ -117,8 +117,11 @@ try:  # built from lmdata/_memowalk.c at install; without a compiler the Python 
     from lmdata import _memowalk
 except ImportError:
     _memowalk = None
-_c_early_slot = getattr(_memowalk, "early_slot", None)
 _c_item_pickle = getattr(_memowalk, "item_pickle", None)  # load_item; None: always whole
+# early_slot answers (slot, offset, end of a pickle free of code) since item_pickle came; an
+# extension built from an older _memowalk.c (an editable install not rebuilt) answers
+# (slot, offset) and is not used: the Python walk is slower but answers the same.
+_c_early_slot = getattr(_memowalk, "early_slot", None) if _c_item_pickle is not None else None
 
 
 def _check_memo_indices(data: bytes, where: str) -> None:
