@@ -30,7 +30,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,15 +80,27 @@ class MixTask:
         return self.shard.inputs[cuts[self.piece] : cuts[self.piece + 1]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ShardStats:
+    """What one unit (a shard or a piece of one) did; pieces add up with ``+``."""
+
     read: int = 0
     written: int = 0
     filtered: int = 0
     too_short: int = 0
     skipped: bool = False
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
     checksum: tuple[int, int] = (0, 0)  # of a piece written for joining (gzip: CRC-32, size)
+
+    def __add__(self, other: ShardStats) -> ShardStats:
+        """The counts and warnings of both, in order (a shard's total over its pieces)."""
+        return ShardStats(
+            read=self.read + other.read,
+            written=self.written + other.written,
+            filtered=self.filtered + other.filtered,
+            too_short=self.too_short + other.too_short,
+            warnings=self.warnings + other.warnings,
+        )
 
 
 @dataclass(frozen=True)
@@ -190,24 +202,21 @@ def _selector(expr: str, syntax: str) -> JsonPath | JqExpr:
     return compile_selector(expr, syntax)
 
 
-def _matches(expr: str, syntax: str, doc: dict[str, Any], where: tuple[str, int]) -> bool:
-    try:
-        return _selector(expr, syntax).matches(doc)
-    except LmdataError:
-        raise
-    except Exception as e:  # a jq runtime error fails the shard in dolma too
-        raise CorruptDataError(
-            f"filter {expr!r} failed on this document: {e}",
-            path=where[0],
-            position=f"line {where[1]}",
-        ) from None
-
-
-def keep(stream: StreamConfig, doc: dict[str, Any], where: tuple[str, int]) -> bool:
-    """dolma's rule: (no include, or any include matches) and no exclude matches."""
-    if stream.include and not any(_matches(e, stream.syntax, doc, where) for e in stream.include):
-        return False
-    return not any(_matches(e, stream.syntax, doc, where) for e in stream.exclude)
+def _any_match(
+    selectors: tuple[tuple[str, JsonPath | JqExpr], ...], doc: dict[str, Any], where: str, line: int
+) -> bool:
+    """True if any selector matches ``doc``; a jq runtime error fails the shard, as in dolma."""
+    for expr, sel in selectors:
+        try:
+            if sel.matches(doc):
+                return True
+        except LmdataError:
+            raise
+        except Exception as e:
+            raise CorruptDataError(
+                f"filter {expr!r} failed on this document: {e}", path=where, position=f"line {line}"
+            ) from None
+    return False
 
 
 def _render(template: str, original: str, doc: dict[str, Any]) -> str:
@@ -265,17 +274,17 @@ def replace_spans(text: str, doc: dict[str, Any], rules: tuple[SpanReplacement, 
 class _AttributeStreams:
     """The attribute files of one document file, read in step with it (dolma's checks)."""
 
-    def __init__(self, store: Store, doc_key: str, names: tuple[str, ...], stats: ShardStats):
+    def __init__(self, store: Store, doc_key: str, names: tuple[str, ...], warnings: list[str]):
         self.doc_file = store.url(doc_key)
         self.streams = []
-        self.stats = stats
+        self.warnings = warnings
         for n in names:
             ak = attribute_path(doc_key, n)
             ap = store.url(ak)
             if is_file(store, ak):
                 self.streams.append([ap, iter_raw_lines(store, ak), True])
             else:
-                stats.warnings.append(
+                warnings.append(
                     f"{ap}: missing, so attribute set {n!r} is not merged "
                     f"for {self.doc_file} (filters see its keys as absent)"
                 )
@@ -288,59 +297,59 @@ class _AttributeStreams:
             nxt = next(it, None)
             if nxt is None:
                 st[2] = False
-                self.stats.warnings.append(
+                self.warnings.append(
                     f"{ap}: missing attributes from line {lineno} on (the file is shorter than "
                     f"{self.doc_file}); later documents get none from it"
                 )
                 continue
-            merge_attribute_row(doc, parse_line(nxt[1], ap, lineno), self.doc_file, ap, lineno)
+            row = _loads(nxt[1])
+            attrs = row.get("attributes") if type(row) is dict else None
+            rid, did = (row.get("id"), doc.get("id")) if attrs is not None else (None, None)
+            # the common case inline: a row of the same id with an attributes object
+            if type(attrs) is dict and rid == did and type(rid) is type(did):
+                target = doc.get("attributes")
+                if type(target) is dict:
+                    target.update(attrs)
+                else:
+                    doc["attributes"] = attrs  # the row is not used again
+            else:  # anything else the careful way, which names what is wrong
+                merge_attribute_row(doc, parse_line(nxt[1], ap, lineno), self.doc_file, ap, lineno)
 
 
-def mix_document(
-    stream: StreamConfig, doc: dict[str, Any], where: tuple[str, int], stats: ShardStats
-) -> bytes | None:
-    """The output line for one document (attributes already merged), or None if dropped."""
-    if not keep(stream, doc, where):
-        stats.filtered += 1
+def _loads(raw: bytes) -> Any:
+    """The JSON value of a line, or None if it is not JSON (the caller then asks parse_line,
+    which names the file and line)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return None
-    text = doc.get("text")
-    if not isinstance(text, str):
-        raise CorruptDataError(
-            "document has no string 'text'", path=where[0], position=f"line {where[1]}"
-        )
-    if stream.span_replacement:
-        doc["text"] = text = replace_spans(text, doc, stream.span_replacement)
-    for f in stream.discard_fields:
-        doc.pop(f, None)
-    if len(text.strip(RUST_WHITESPACE).encode("utf-8", "surrogatepass")) < stream.min_text_length:
-        stats.too_short += 1
-        return None
-    meta = doc.get("metadata")
-    if not isinstance(meta, dict):
-        meta = doc["metadata"] = {}
-    meta["provenance"] = f"{where[0].rsplit('/', 1)[-1]}:{where[1]}"
-    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def _too_short(text: str, min_bytes: int) -> bool:
+    """dolma's length test: the trimmed text has fewer than ``min_bytes`` UTF-8 bytes (a text of
+    at least that many characters is long enough without encoding it)."""
+    trimmed = text.strip(RUST_WHITESPACE)
+    if len(trimmed) >= min_bytes:
+        return False
+    return len(trimmed.encode("utf-8", "surrogatepass")) < min_bytes
 
 
 def _mix_shard(task: MixTask) -> ShardStats:
     shard = task.shard
-    stats = ShardStats()
     stream = shard.stream
     opts = stream.storage_options
     out_store, out = resolve(shard.output, opts)
     if out_store.exists(out):
         # mix() left out the shards that existed before the job, so an earlier attempt of
         # this task wrote it (a Ray retry after the commit): count what it holds, write nothing
-        _mix_inputs(task.inputs, stream, stats, lambda line: None)
-        return stats
+        return _mix_inputs(task.inputs, stream, lambda line: None)
     n = len(shard.cuts)
     piece = Part(task.piece == 0, task.piece == n - 1) if n > 1 else None
     key, overwrite = (out, False) if piece is None else (part_key(out, task.piece), True)
     comp = _output_compression(stream)
     with OutputFile(out_store, key, comp, overwrite=overwrite, part=piece) as f:
-        _mix_inputs(task.inputs, stream, stats, f.write)
-    stats.checksum = f.checksum()
-    return stats
+        stats = _mix_inputs(task.inputs, stream, f.write)
+    return dataclasses.replace(stats, checksum=f.checksum())
 
 
 def _exists(shard: Shard) -> bool:
@@ -349,25 +358,64 @@ def _exists(shard: Shard) -> bool:
 
 
 def _mix_inputs(
-    inputs: tuple[str, ...], stream: StreamConfig, stats: ShardStats, write: Callable[[bytes], Any]
-) -> None:
-    """Mix the documents of ``inputs``, giving the lines kept to ``write``."""
+    inputs: tuple[str, ...], stream: StreamConfig, write: Callable[[bytes], Any]
+) -> ShardStats:
+    """Mix the documents of ``inputs``, giving the lines kept to ``write``. Per document, in
+    dolma's order: parse, merge attributes, filter, replace spans, discard fields, drop a too
+    short text, set the provenance, write with sorted keys (one pass, no per-document calls
+    beyond what a document needs)."""
     stores = Stores(stream.storage_options)
+    include = tuple((e, _selector(e, stream.syntax)) for e in stream.include)
+    exclude = tuple((e, _selector(e, stream.syntax)) for e in stream.exclude)
+    spans, discard, min_bytes = (
+        stream.span_replacement,
+        stream.discard_fields,
+        stream.min_text_length,
+    )
+    dumps, sort = orjson.dumps, orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+    every = parallel.REPORT_EVERY
+    read = written = filtered = too_short = 0
+    warnings: list[str] = []
     for inp in inputs:
         store, key = stores(inp)
         where = store.url(key)
-        attrs = _AttributeStreams(store, key, stream.attributes, stats)
+        name = where.rsplit("/", 1)[-1]
+        attrs = _AttributeStreams(store, key, stream.attributes, warnings)
+        merge = attrs.merge if attrs.streams else None
         for lineno, raw in iter_raw_lines(store, key):
-            doc = parse_line(raw, where, lineno)
-            attrs.merge(doc, lineno)
-            stats.read += 1
-            line = mix_document(stream, doc, (where, lineno), stats)
-            if line is not None:
-                write(line)
-                stats.written += 1
-            if stats.read % parallel.REPORT_EVERY == 0:
-                parallel.report(parallel.REPORT_EVERY)
-    parallel.report(stats.read % parallel.REPORT_EVERY)
+            doc = _loads(raw)
+            if type(doc) is not dict:
+                doc = parse_line(raw, where, lineno)  # raises, naming the line
+            if merge is not None:
+                merge(doc, lineno)
+            read += 1
+            if read % every == 0:
+                parallel.report(every)
+            if (include and not _any_match(include, doc, where, lineno)) or (
+                exclude and _any_match(exclude, doc, where, lineno)
+            ):
+                filtered += 1
+                continue
+            text = doc.get("text")
+            if not isinstance(text, str):
+                raise CorruptDataError(
+                    "document has no string 'text'", path=where, position=f"line {lineno}"
+                )
+            if spans:
+                doc["text"] = text = replace_spans(text, doc, spans)
+            for f in discard:
+                doc.pop(f, None)
+            if min_bytes > 0 and _too_short(text, min_bytes):
+                too_short += 1
+                continue
+            meta = doc.get("metadata")
+            if not isinstance(meta, dict):
+                meta = doc["metadata"] = {}
+            meta["provenance"] = f"{name}:{lineno}"
+            write(dumps(doc, option=sort))
+            written += 1
+    parallel.report(read % every)
+    return ShardStats(read, written, filtered, too_short, warnings=tuple(warnings))
 
 
 def _per_shard(
@@ -381,19 +429,12 @@ def _per_shard(
         shard = tasks[i].shard
         group = stats[i : i + len(shard.cuts)]
         i += len(shard.cuts)
-        total = ShardStats()
-        for st in group:
-            total.read += st.read
-            total.written += st.written
-            total.filtered += st.filtered
-            total.too_short += st.too_short
-            total.warnings.extend(st.warnings)
         if len(group) > 1 and not _exists(shard):
             comp = _output_compression(shard.stream)
             sums = tuple(st.checksum for st in group)
             opts = shard.stream.storage_options
             joins.append(Join(shard.output, comp, sums, opts, overwrite=False))
-        out.append(total)
+        out.append(sum(group, ShardStats()))
     return out, joins
 
 

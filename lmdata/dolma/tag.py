@@ -112,7 +112,7 @@ def _tag_file(task: TagTask) -> TagFileResult:
                     "attributes": tag_document(doc, group),
                     "source": source if isinstance(source, str) else "",
                 }
-                f.write(orjson.dumps(row) + b"\n")
+                f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
             n += 1
             if n % parallel.REPORT_EVERY == 0:
                 parallel.report(parallel.REPORT_EVERY)

@@ -5,7 +5,7 @@ plain, each output one object that appears whole when committed (:class:`OutputF
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -150,9 +150,7 @@ class OutputFile:
         except BaseException:
             self._out.abort()
             raise
-
-    def write(self, data: bytes) -> None:
-        self._f.write(data)
+        self.write: Callable[[bytes], Any] = self._f.stream.write  # one call per document
 
     def checksum(self) -> tuple[int, int]:
         """(CRC-32, bytes) of what was written, for a gzip piece (0, 0 otherwise); after
