@@ -10,26 +10,31 @@ write with keys sorted, as dolma's serde_json does.
 Inputs are grouped into shards in order until adding the next file would pass
 ``max_size_in_bytes`` of compressed input; each shard is one output file
 ``<path>/<name>-NNNN.jsonl.gz`` (dolma names its last shard ``.json.gz`` by accident; here every
-shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive whole input files
-holding at least PIECE_BYTES of input (the last piece less), so a shard of many files is mixed
-by several workers; each piece is written beside the shard (``.lmdata-tmp-parts/``) and the pieces
-are joined in order into one file (one gzip member), the same bytes for any engine and number
-of workers. An input file is never split (provenance needs each document's line number, and
-attribute files are read in step from their start). An existing output is kept (resume), as
-in dolma. Like dolma, a missing attribute file is not merged (a warning says so) and an
-attribute file shorter than its documents leaves the later documents without its attributes;
-ids that do not line up fail the shard with both files and the line. Inputs and outputs may be
-local paths or URLs (``s3://``, ``memory://``, ...); each shard is one object that appears whole.
+shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive sources holding at
+least PIECE_BYTES of input (the last piece less), so a shard is mixed by several workers; each
+piece is written beside the shard (``.lmdata-tmp-parts/``) and the pieces are joined in order
+into one file (one gzip member), the same bytes for any engine and number of workers. A source
+is a whole input file, or a byte range of RANGE_BYTES of a plain JSONL file larger than that:
+the job first counts each range's newlines (one fast unit per range) to number its lines for
+provenance, and a range skips the earlier rows of the attribute files it reads in step. A gzip
+or zstd input is one source (a compressed stream cannot be entered in the middle without an
+index of its members or frames, which dolma's files do not have). An existing output is kept
+(resume), as in dolma. Like dolma, a missing attribute file is not merged (a warning says so)
+and an attribute file shorter than its documents leaves the later documents without its
+attributes; ids that do not line up fail the shard with both files and the line. Inputs and
+outputs may be local paths or URLs (``s3://``, ``memory://``, ...); each shard is one object
+that appears whole.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +46,12 @@ from lmdata.dolma.config import MixerConfig, SpanReplacement, StreamConfig
 from lmdata.dolma.jsonpath import JqExpr, JsonPath, compile_selector
 from lmdata.dolma.pieces import Join, join_all, part_key
 from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
-from lmdata.formats.dolma._files import iter_raw_lines
+from lmdata.formats.dolma._files import (
+    REMOTE_CHUNK,
+    iter_range_lines,
+    iter_raw_lines,
+    splittable,
+)
 from lmdata.formats.dolma._output import OutputFile, Part, suffix_for
 from lmdata.formats.dolma._paths import Stores, attribute_path, expand_globs, is_file
 from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
@@ -57,27 +67,60 @@ RUST_WHITESPACE = (
 
 
 PIECE_BYTES = 16 << 20  # a shard's inputs are mixed in pieces of at least this many bytes
+RANGE_BYTES = 64 << 20  # a plain JSONL input larger than this is mixed in ranges of this size
+
+
+@dataclass(frozen=True)
+class Source:
+    """The documents of one input file: all of it, or (a plain file larger than RANGE_BYTES)
+    the lines starting in bytes ``[start, end)``, the first of which is line ``first_line``
+    (counted by the job before mixing: provenance names every document's line)."""
+
+    path: str
+    start: int = 0
+    end: int = -1  # -1: the whole file
+    first_line: int = 1
+
+    @property
+    def whole(self) -> bool:
+        return self.end < 0
 
 
 @dataclass(frozen=True)
 class Shard:
     stream: StreamConfig
-    inputs: tuple[str, ...]
+    sources: tuple[Source, ...]
     output: str
-    cuts: tuple[int, ...] = (0,)  # index in ``inputs`` where each piece starts
+    cuts: tuple[int, ...] = (0,)  # index in ``sources`` where each piece starts
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The input files, in order (a file read in ranges once)."""
+        return tuple(dict.fromkeys(src.path for src in self.sources))
 
 
 @dataclass(frozen=True)
 class MixTask:
-    """Piece ``piece`` of ``shard`` (its inputs ``cuts[piece]`` up to the next cut)."""
+    """Piece ``piece`` of ``shard`` (its sources ``cuts[piece]`` up to the next cut)."""
 
     shard: Shard
     piece: int = 0
 
     @property
-    def inputs(self) -> tuple[str, ...]:
-        cuts = (*self.shard.cuts, len(self.shard.inputs))
-        return self.shard.inputs[cuts[self.piece] : cuts[self.piece + 1]]
+    def sources(self) -> tuple[Source, ...]:
+        cuts = (*self.shard.cuts, len(self.shard.sources))
+        return self.shard.sources[cuts[self.piece] : cuts[self.piece + 1]]
+
+
+@dataclass(frozen=True)
+class LineCount:
+    """Count the newlines in bytes ``[start, end)`` of a plain input (to number the lines of
+    the ranges after it)."""
+
+    path: str
+    start: int
+    end: int
+    storage_options: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,11 +187,19 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
         raise InvalidInputError(f"stream {stream.name!r}: no files match {list(stream.documents)}")
     out = _under(base, stream.output_path)
     comp = _output_compression(stream)
-    if not stream.shuffle:  # one output per input, keeping the path below documents/
-        return [Shard(stream, (f,), _join(out, "documents", _below_documents(f))) for f in inputs]
-    groups: list[list[tuple[str, int]]] = []
-    size = 0
     stores = Stores(opts)
+    if not stream.shuffle:  # one output per input, keeping the path below documents/
+        shards = []
+        for f in inputs:
+            store, key = stores(f)
+            srcs = _sources(f, store.size(key) if splittable(key) else 0, key)
+            out_f = _join(out, "documents", _below_documents(f))
+            shards.append(
+                Shard(stream, tuple(s for s, _ in srcs), out_f, _cuts([n for _, n in srcs]))
+            )
+        return shards
+    groups: list[list[tuple[Source, int]]] = []
+    size = 0
     for f in inputs:
         store, key = stores(f)
         s = store.size(key)
@@ -157,17 +208,27 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
             size = 0
         if not groups:
             groups.append([])
-        groups[-1].append((f, s))
+        groups[-1].extend(_sources(f, s, key))
         size += s
     return [
         Shard(
             stream,
-            tuple(f for f, _ in g),
+            tuple(src for src, _ in g),
             _join(out, f"{stream.name}-{i:04d}{suffix_for(comp)}"),
-            _cuts([s for _, s in g]),
+            _cuts([n for _, n in g]),
         )
         for i, g in enumerate(groups)
     ]
+
+
+def _sources(f: str, size: int, key: str) -> list[tuple[Source, int]]:
+    """``f`` as one source, or a plain file larger than RANGE_BYTES as ranges of that size
+    (line numbers still to count); each with its bytes."""
+    if size <= RANGE_BYTES or not splittable(key):
+        return [(Source(f), size)]
+    n = -(-size // RANGE_BYTES)
+    bounds = [min(size, k * RANGE_BYTES) for k in range(n + 1)]
+    return [(Source(f, a, b), b - a) for a, b in itertools.pairwise(bounds)]
 
 
 def _cuts(sizes: list[int]) -> tuple[int, ...]:
@@ -274,20 +335,33 @@ def replace_spans(text: str, doc: dict[str, Any], rules: tuple[SpanReplacement, 
 class _AttributeStreams:
     """The attribute files of one document file, read in step with it (dolma's checks)."""
 
-    def __init__(self, store: Store, doc_key: str, names: tuple[str, ...], warnings: list[str]):
+    def __init__(
+        self,
+        store: Store,
+        doc_key: str,
+        names: tuple[str, ...],
+        warnings: list[str],
+        first_line: int = 1,
+    ):
+        """The streams positioned at line ``first_line`` (a range of a document file: its
+        earlier lines are read and skipped). Each warning is given by one range only."""
         self.doc_file = store.url(doc_key)
         self.streams = []
         self.warnings = warnings
         for n in names:
             ak = attribute_path(doc_key, n)
             ap = store.url(ak)
-            if is_file(store, ak):
-                self.streams.append([ap, iter_raw_lines(store, ak), True])
-            else:
-                warnings.append(
-                    f"{ap}: missing, so attribute set {n!r} is not merged "
-                    f"for {self.doc_file} (filters see its keys as absent)"
-                )
+            if not is_file(store, ak):
+                if first_line == 1:
+                    warnings.append(
+                        f"{ap}: missing, so attribute set {n!r} is not merged "
+                        f"for {self.doc_file} (filters see its keys as absent)"
+                    )
+                continue
+            it = iter_raw_lines(store, ak)
+            # an attribute file that ends before this range was reported by the range it ends in
+            alive = all(next(it, None) is not None for _ in range(first_line - 1))
+            self.streams.append([ap, it, alive])
 
     def merge(self, doc: dict[str, Any], lineno: int) -> None:
         for st in self.streams:
@@ -342,13 +416,13 @@ def _mix_shard(task: MixTask) -> ShardStats:
     if out_store.exists(out):
         # mix() left out the shards that existed before the job, so an earlier attempt of
         # this task wrote it (a Ray retry after the commit): count what it holds, write nothing
-        return _mix_inputs(task.inputs, stream, lambda line: None)
+        return _mix_inputs(task.sources, stream, lambda line: None)
     n = len(shard.cuts)
     piece = Part(task.piece == 0, task.piece == n - 1) if n > 1 else None
     key, overwrite = (out, False) if piece is None else (part_key(out, task.piece), True)
     comp = _output_compression(stream)
     with OutputFile(out_store, key, comp, overwrite=overwrite, part=piece) as f:
-        stats = _mix_inputs(task.inputs, stream, f.write)
+        stats = _mix_inputs(task.sources, stream, f.write)
     return dataclasses.replace(stats, checksum=f.checksum())
 
 
@@ -357,10 +431,76 @@ def _exists(shard: Shard) -> bool:
     return bool(store.exists(key))
 
 
+def _lines(store: Store, key: str, src: Source) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of the documents of ``src``."""
+    if src.whole:
+        return iter_raw_lines(store, key)
+    lines = iter_range_lines(store, key, src.start, src.end)
+    return ((src.first_line + k, raw) for k, (_, raw) in enumerate(lines))
+
+
+def _count_lines(c: LineCount) -> int:
+    """The newlines in bytes ``[c.start, c.end)`` of a plain file."""
+    store, key = resolve(c.path, c.storage_options)
+    n = 0
+    pos = c.start
+    while pos < c.end:
+        chunk = store.read_range(key, pos, min(c.end - pos, REMOTE_CHUNK))
+        if not chunk:
+            break
+        n += chunk.count(b"\n")
+        pos += len(chunk)
+    return n
+
+
+def _opts(sh: Shard) -> dict[str, Any] | None:
+    return sh.stream.storage_options
+
+
+def _number_lines(
+    shards: list[Shard], engine: str, workers: int, address: str | None
+) -> list[Shard]:
+    """``shards`` with the first line number of every range after a file's first: the ranges'
+    newlines are counted on the executor's workers (one unit per range, a fast pass)."""
+    counts: list[LineCount] = []
+    for sh in shards:
+        prev = 0  # start of the previous range of the file
+        for src in sh.sources:
+            if not src.whole and src.start > 0:  # its newlines up to the next range's first line
+                counts.append(LineCount(src.path, max(prev - 1, 0), src.start - 1, _opts(sh)))
+            prev = src.start
+    if not counts:
+        return shards
+    got = iter(
+        parallel.run_all(
+            _count_lines,
+            counts,
+            engine=engine,
+            workers=workers,
+            address=address,
+            desc="mix: count lines",
+            progress=False,
+        )
+    )
+    out = []
+    for sh in shards:
+        srcs = []
+        before = 0  # newlines before the current range's start - 1
+        for src in sh.sources:
+            if not src.whole and src.start > 0:
+                before += next(got)
+                src = dataclasses.replace(src, first_line=before + 2)
+            elif not src.whole:
+                before = 0
+            srcs.append(src)
+        out.append(dataclasses.replace(sh, sources=tuple(srcs)))
+    return out
+
+
 def _mix_inputs(
-    inputs: tuple[str, ...], stream: StreamConfig, write: Callable[[bytes], Any]
+    sources: tuple[Source, ...], stream: StreamConfig, write: Callable[[bytes], Any]
 ) -> ShardStats:
-    """Mix the documents of ``inputs``, giving the lines kept to ``write``. Per document, in
+    """Mix the documents of ``sources``, giving the lines kept to ``write``. Per document, in
     dolma's order: parse, merge attributes, filter, replace spans, discard fields, drop a too
     short text, set the provenance, write with sorted keys (one pass, no per-document calls
     beyond what a document needs)."""
@@ -376,13 +516,13 @@ def _mix_inputs(
     every = parallel.REPORT_EVERY
     read = written = filtered = too_short = 0
     warnings: list[str] = []
-    for inp in inputs:
-        store, key = stores(inp)
+    for src in sources:
+        store, key = stores(src.path)
         where = store.url(key)
         name = where.rsplit("/", 1)[-1]
-        attrs = _AttributeStreams(store, key, stream.attributes, warnings)
+        attrs = _AttributeStreams(store, key, stream.attributes, warnings, src.first_line)
         merge = attrs.merge if attrs.streams else None
-        for lineno, raw in iter_raw_lines(store, key):
+        for lineno, raw in _lines(store, key, src):
             doc = _loads(raw)
             if type(doc) is not dict:
                 doc = parse_line(raw, where, lineno)  # raises, naming the line
@@ -463,6 +603,7 @@ def mix(
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
     t0 = time.perf_counter()
     todo = [sh for sh in shards if not _exists(sh)]  # existing shards are kept (resume)
+    todo = _number_lines(todo, engine, cfg.processes, address)
     tasks = [MixTask(sh, k) for sh in todo for k in range(len(sh.cuts))]
     done = parallel.run_all(
         _mix_shard,

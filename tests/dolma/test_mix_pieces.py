@@ -10,6 +10,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lmdata.dolma import mixer
 from lmdata.dolma import pieces as dolma_pieces
@@ -57,3 +59,79 @@ def test_cuts_follow_input_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert mixer._cuts([50, 50, 10, 200, 1, 1]) == (0, 2, 4)
     assert mixer._cuts([500]) == (0,)
     assert mixer._cuts([99, 99, 99]) == (0, 2)
+
+
+def _ranged_tree(root: Path, n: int, short_attrs: int) -> Path:
+    """A plain input of ``n`` documents (lines of varied length, one longer than a range) with
+    one gzip attribute set of ``short_attrs`` rows (shorter than the documents), a second
+    plain document file, and a missing attribute set."""
+    ddir = root / "documents"
+    ddir.mkdir(parents=True)
+    docs = [
+        {"id": f"d{i}", "text": ("w " * (i % 23)) + ("x" * 300 if i == 7 else "") + "end"}
+        for i in range(n)
+    ]
+    (ddir / "big.jsonl").write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    (ddir / "small.jsonl").write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs[:5]))
+    adir = root / "attributes" / "a"
+    adir.mkdir(parents=True)
+    rows = [{"id": f"d{i}", "attributes": {"a__len": [[0, 1, i % 3]]}} for i in range(n)]
+    for name, k in (("big.jsonl.gz", short_attrs), ("small.jsonl.gz", 5)):
+        (adir / name).write_bytes(
+            gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in rows[:k]))
+        )
+    return root
+
+
+def _ranged_cfg(root: Path, out: str, processes: int) -> MixerConfig:
+    return MixerConfig.from_dict(
+        {
+            "processes": processes,
+            "streams": [
+                {
+                    "name": "m",
+                    "documents": [str(root / "documents" / "*.jsonl")],
+                    "attributes": ["a", "gone"],
+                    "filter": {"exclude": ["$.attributes[?(@.a__len[0][2] == 2)]"]},
+                    "output": {"path": str(root / out), "max_size_in_bytes": 10**9},
+                }
+            ],
+        }
+    )
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(range_bytes=st.integers(40, 900), short=st.integers(0, 60))
+def test_one_plain_input_is_mixed_in_ranges_with_its_line_numbers(
+    tmp_path_factory: pytest.TempPathFactory, range_bytes: int, short: int
+) -> None:
+    # a large plain input is cut into byte ranges (units of their own); its documents,
+    # provenance line numbers, attribute rows and warnings are those of one unit, and the
+    # bytes are the same for every engine and worker count
+    root = _ranged_tree(tmp_path_factory.mktemp("r"), 60, short)
+    whole = mixer.mix(_ranged_cfg(root, "whole", 1), engine="inprocess")
+    want = gzip.decompress((root / "whole" / "m-0000.jsonl.gz").read_bytes())
+    for line in want.splitlines():  # document d<i> is line i + 1 of its file
+        doc = orjson.loads(line)
+        assert doc["metadata"]["provenance"].endswith(f":{int(doc['id'][1:]) + 1}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mixer, "RANGE_BYTES", range_bytes)
+        mp.setattr(mixer, "PIECE_BYTES", 1)
+        (shard,) = mixer.plan_shards(_ranged_cfg(root, "x", 1).streams[0])
+        assert len(shard.sources) > 2 and shard.inputs == tuple(
+            str(root / "documents" / f) for f in ("big.jsonl", "small.jsonl")
+        )
+        got = []
+        for engine, procs in (("inprocess", 1), ("processes", 2)):
+            res = mixer.mix(_ranged_cfg(root, f"m{procs}", procs), engine=engine)
+            assert (res.read, res.written, res.filtered) == (
+                whole.read,
+                whole.written,
+                whole.filtered,
+            )
+            assert res.warnings == whole.warnings
+            raw = (root / f"m{procs}" / "m-0000.jsonl.gz").read_bytes()
+            d = zlib.decompressobj(31)
+            assert d.decompress(raw) == want and d.eof and d.unused_data == b""
+            got.append(raw)
+        assert got[0] == got[1]
