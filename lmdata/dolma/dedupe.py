@@ -60,7 +60,7 @@ from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
 from lmdata.formats.dolma._files import iter_raw_lines
 from lmdata.formats.dolma._output import OutputFile
-from lmdata.formats.dolma._paths import Stores, attribute_path
+from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of
 from lmdata.formats.dolma.reader import parse_line
 from lmdata.storage import TMP_PREFIX, FsspecStore, Store, join, resolve
 
@@ -433,7 +433,8 @@ def _write_file(
     every = ng.length > 0 and ng.threshold <= 0  # a paragraph with no duplicate may score 0
     name = cfg.attribute_name
     n = 0
-    with OutputFile(store, attribute_path(doc_key, cfg.name), cfg.compression) as f:
+    out = attribute_path(doc_key, cfg.name)
+    with OutputFile(store, out, codec_of(out)) as f:  # the codec its name says
         for lineno, raw in iter_raw_lines(store, doc_key):
             doc = parse_line(raw, path, lineno)
             attrs: dict[str, Any] = {}

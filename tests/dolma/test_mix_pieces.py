@@ -63,8 +63,8 @@ def test_cuts_follow_input_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _ranged_tree(root: Path, n: int, short_attrs: int) -> Path:
     """A plain input of ``n`` documents (lines of varied length, one longer than a range) with
-    one gzip attribute set of ``short_attrs`` rows (shorter than the documents), a second
-    plain document file, and a missing attribute set."""
+    one attribute set of ``short_attrs`` rows (shorter than the documents; plain, as its name
+    mirrors the document file's), a second plain document file, and a missing attribute set."""
     ddir = root / "documents"
     ddir.mkdir(parents=True)
     docs = [
@@ -76,10 +76,8 @@ def _ranged_tree(root: Path, n: int, short_attrs: int) -> Path:
     adir = root / "attributes" / "a"
     adir.mkdir(parents=True)
     rows = [{"id": f"d{i}", "attributes": {"a__len": [[0, 1, i % 3]]}} for i in range(n)]
-    for name, k in (("big.jsonl.gz", short_attrs), ("small.jsonl.gz", 5)):
-        (adir / name).write_bytes(
-            gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in rows[:k]))
-        )
+    for name, k in (("big.jsonl", short_attrs), ("small.jsonl", 5)):
+        (adir / name).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows[:k]))
     return root
 
 
@@ -111,6 +109,8 @@ def test_one_plain_input_is_mixed_in_ranges_with_its_line_numbers(
     root = _ranged_tree(tmp_path_factory.mktemp("r"), 60, short)
     whole = mixer.mix(_ranged_cfg(root, "whole", 1), engine="inprocess")
     want = gzip.decompress((root / "whole" / "m-0000.jsonl.gz").read_bytes())
+    # the attributes were merged: the rows saying 2 are filtered out (and d2 of small.jsonl)
+    assert whole.filtered == sum(i % 3 == 2 for i in range(min(short, 60))) + 1
     for line in want.splitlines():  # document d<i> is line i + 1 of its file
         doc = orjson.loads(line)
         assert doc["metadata"]["provenance"].endswith(f":{int(doc['id'][1:]) + 1}")
