@@ -16,7 +16,7 @@ piece is written beside the shard (``.lmdata-tmp-parts/``) and the pieces are jo
 into one file (one gzip member), the same bytes for any engine and number of workers. A source
 is a whole input file, or a byte range of RANGE_BYTES of a plain JSONL file larger than that:
 the job first counts each range's newlines (one fast unit per range) to number its lines for
-provenance, and a range skips the earlier rows of the attribute files it reads in step. A gzip
+provenance, and a range enters the attribute files it reads in step at its first row. A gzip
 or zstd input is one source (a compressed stream cannot be entered in the middle without an
 index of its members or frames, which dolma's files do not have). An existing output is kept
 (resume), as in dolma. Like dolma, a missing attribute file is not merged (a warning says so)
@@ -50,6 +50,7 @@ from lmdata.formats.dolma._files import (
     REMOTE_CHUNK,
     iter_range_lines,
     iter_raw_lines,
+    read_chunks,
     splittable,
 )
 from lmdata.formats.dolma._output import OutputFile, Part, suffix_for
@@ -358,10 +359,9 @@ class _AttributeStreams:
                         f"for {self.doc_file} (filters see its keys as absent)"
                     )
                 continue
-            it = iter_raw_lines(store, ak)
+            it = _rows_from(store, ak, first_line)
             # an attribute file that ends before this range was reported by the range it ends in
-            alive = all(next(it, None) is not None for _ in range(first_line - 1))
-            self.streams.append([ap, it, alive])
+            self.streams.append([ap, it if it is not None else iter(()), it is not None])
 
     def merge(self, doc: dict[str, Any], lineno: int) -> None:
         for st in self.streams:
@@ -388,6 +388,28 @@ class _AttributeStreams:
                     doc["attributes"] = attrs  # the row is not used again
             else:  # anything else the careful way, which names what is wrong
                 merge_attribute_row(doc, parse_line(nxt[1], ap, lineno), self.doc_file, ap, lineno)
+
+
+def _rows_from(store: Store, key: str, line: int) -> Iterator[tuple[int, bytes]] | None:
+    """The rows of an attribute file from row ``line`` on (None if it has fewer rows before
+    it). Only a plain document file is read in ranges, and its attribute files mirror its name,
+    so a file entered past its start is plain: at the row's byte offset, found by counting
+    newlines (no rows parsed)."""
+    if line == 1:
+        return iter_raw_lines(store, key)
+    need = line - 1  # newlines before the row
+    pos = 0
+    for chunk in read_chunks(store, key):
+        n = chunk.count(b"\n")
+        if n < need:
+            need -= n
+            pos += len(chunk)
+            continue
+        at = -1
+        for _ in range(need):
+            at = chunk.index(b"\n", at + 1)
+        return iter_range_lines(store, key, pos + at + 1, 1 << 62)
+    return None
 
 
 def _loads(raw: bytes) -> Any:

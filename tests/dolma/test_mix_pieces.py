@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from lmdata.dolma import mixer
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma.config import MixerConfig, load_config
+from lmdata.formats.dolma import _files
 from tests.dolma.test_mixer import _copy, _expected
 
 
@@ -99,9 +100,9 @@ def _ranged_cfg(root: Path, out: str, processes: int) -> MixerConfig:
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
-@given(range_bytes=st.integers(40, 900), short=st.integers(0, 60))
+@given(range_bytes=st.integers(40, 900), short=st.integers(0, 60), chunk=st.integers(5, 300))
 def test_one_plain_input_is_mixed_in_ranges_with_its_line_numbers(
-    tmp_path_factory: pytest.TempPathFactory, range_bytes: int, short: int
+    tmp_path_factory: pytest.TempPathFactory, range_bytes: int, short: int, chunk: int
 ) -> None:
     # a large plain input is cut into byte ranges (units of their own); its documents,
     # provenance line numbers, attribute rows and warnings are those of one unit, and the
@@ -117,6 +118,7 @@ def test_one_plain_input_is_mixed_in_ranges_with_its_line_numbers(
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mixer, "RANGE_BYTES", range_bytes)
         mp.setattr(mixer, "PIECE_BYTES", 1)
+        mp.setattr(_files, "READ_CHUNK", chunk)  # rows found across reads (in this process)
         (shard,) = mixer.plan_shards(_ranged_cfg(root, "x", 1).streams[0])
         assert len(shard.sources) > 2 and shard.inputs == tuple(
             str(root / "documents" / f) for f in ("big.jsonl", "small.jsonl")
