@@ -29,7 +29,6 @@ that appears whole.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import logging
 import os
@@ -42,10 +41,10 @@ from typing import Any
 import orjson
 
 from lmdata import parallel
-from lmdata.dolma.config import MixerConfig, SpanReplacement, StreamConfig
-from lmdata.dolma.jsonpath import JqExpr, JsonPath, compile_selector
+from lmdata.dolma.config import MixerConfig, StreamConfig
 from lmdata.dolma.pieces import Join, join_all, part_key
-from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
+from lmdata.dolma.rules import any_match, replace_spans, selector, shorter_than
+from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats.dolma._files import (
     REMOTE_CHUNK,
     iter_range_lines,
@@ -59,13 +58,6 @@ from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
 from lmdata.storage import Store, is_url, join, resolve, scheme
 
 log = logging.getLogger("lmdata.dolma.mix")
-
-# Rust's str::trim removes Unicode White_Space, a slightly different set from str.strip()'s.
-RUST_WHITESPACE = (
-    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
-    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
-
 
 PIECE_BYTES = 16 << 20  # a shard's inputs are mixed in pieces of at least this many bytes
 RANGE_BYTES = 64 << 20  # a plain JSONL input larger than this is mixed in ranges of this size
@@ -259,80 +251,6 @@ def _output_compression(stream: StreamConfig) -> str:
     )
 
 
-@functools.lru_cache(maxsize=256)
-def _selector(expr: str, syntax: str) -> JsonPath | JqExpr:
-    return compile_selector(expr, syntax)
-
-
-def _any_match(
-    selectors: tuple[tuple[str, JsonPath | JqExpr], ...], doc: dict[str, Any], where: str, line: int
-) -> bool:
-    """True if any selector matches ``doc``; a jq runtime error fails the shard, as in dolma."""
-    for expr, sel in selectors:
-        try:
-            if sel.matches(doc):
-                return True
-        except LmdataError:
-            raise
-        except Exception as e:
-            raise CorruptDataError(
-                f"filter {expr!r} failed on this document: {e}", path=where, position=f"line {line}"
-            ) from None
-    return False
-
-
-def _render(template: str, original: str, doc: dict[str, Any]) -> str:
-    if template.startswith("\\$"):
-        template = template[1:]
-    elif template.startswith("$"):  # a jq selector on the document (dolma PR #200)
-        v = _selector(template[1:] or ".", "jq").first(doc)
-        return v if isinstance(v, str) else orjson.dumps(v).decode()
-    return template.replace("{}", original)
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def replace_spans(text: str, doc: dict[str, Any], rules: tuple[SpanReplacement, ...]) -> str:
-    """Apply every rule's spans at once: sorted by start, a span starting inside an earlier
-    replaced one is skipped; ``min_score <= score < max_score`` selects spans."""
-    todo: list[tuple[int, int, SpanReplacement]] = []
-    for rule in rules:
-        spans = _selector(rule.span, rule.syntax).first(doc)
-        if not isinstance(spans, list):
-            continue
-        for sp in spans:
-            if not (
-                isinstance(sp, list)
-                and len(sp) >= 3
-                and _num(sp[2])
-                and isinstance(sp[0], int)
-                and isinstance(sp[1], int)
-            ):
-                continue
-            score = float(sp[2])
-            if rule.min_score is not None and score < rule.min_score:
-                continue
-            if rule.max_score is not None and score >= rule.max_score:
-                continue
-            todo.append((sp[0], sp[1], rule))
-    if not todo:
-        return text
-    todo.sort(key=lambda t: t[0])
-    out = []
-    pos = 0
-    for s, e, rule in todo:
-        if s < pos or s > len(text):
-            continue
-        e = min(max(e, s), len(text))  # dolma's deduper can end a span one past the text
-        out.append(text[pos:s])
-        out.append(_render(rule.replacement, text[s:e], doc))
-        pos = e
-    out.append(text[pos:])
-    return "".join(out)
-
-
 class _AttributeStreams:
     """The attribute files of one document file, read in step with it (dolma's checks)."""
 
@@ -419,15 +337,6 @@ def _loads(raw: bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-
-
-def _too_short(text: str, min_bytes: int) -> bool:
-    """dolma's length test: the trimmed text has fewer than ``min_bytes`` UTF-8 bytes (a text of
-    at least that many characters is long enough without encoding it)."""
-    trimmed = text.strip(RUST_WHITESPACE)
-    if len(trimmed) >= min_bytes:
-        return False
-    return len(trimmed.encode("utf-8", "surrogatepass")) < min_bytes
 
 
 def _mix_shard(task: MixTask) -> ShardStats:
@@ -527,8 +436,8 @@ def _mix_inputs(
     short text, set the provenance, write with sorted keys (one pass, no per-document calls
     beyond what a document needs)."""
     stores = Stores(stream.storage_options)
-    include = tuple((e, _selector(e, stream.syntax)) for e in stream.include)
-    exclude = tuple((e, _selector(e, stream.syntax)) for e in stream.exclude)
+    include = tuple((e, selector(e, stream.syntax)) for e in stream.include)
+    exclude = tuple((e, selector(e, stream.syntax)) for e in stream.exclude)
     spans, discard, min_bytes = (
         stream.span_replacement,
         stream.discard_fields,
@@ -553,8 +462,8 @@ def _mix_inputs(
             read += 1
             if read % every == 0:
                 parallel.report(every)
-            if (include and not _any_match(include, doc, where, lineno)) or (
-                exclude and _any_match(exclude, doc, where, lineno)
+            if (include and not any_match(include, doc, where, lineno)) or (
+                exclude and any_match(exclude, doc, where, lineno)
             ):
                 filtered += 1
                 continue
@@ -567,7 +476,7 @@ def _mix_inputs(
                 doc["text"] = text = replace_spans(text, doc, spans)
             for f in discard:
                 doc.pop(f, None)
-            if min_bytes > 0 and _too_short(text, min_bytes):
+            if min_bytes > 0 and shorter_than(text, min_bytes):
                 too_short += 1
                 continue
             meta = doc.get("metadata")
@@ -619,9 +528,9 @@ def mix(
         )
     for s in cfg.streams:  # compile every expression up front: config errors before any work
         for e in (*s.include, *s.exclude):
-            _selector(e, s.syntax)
+            selector(e, s.syntax)
         for r in s.span_replacement:
-            _selector(r.span, r.syntax)
+            selector(r.span, r.syntax)
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
     t0 = time.perf_counter()
     todo = [sh for sh in shards if not _exists(sh)]  # existing shards are kept (resume)
