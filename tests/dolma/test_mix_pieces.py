@@ -137,3 +137,35 @@ def test_one_plain_input_is_mixed_in_ranges_with_its_line_numbers(
             assert d.decompress(raw) == want and d.eof and d.unused_data == b""
             got.append(raw)
         assert got[0] == got[1]
+
+
+def test_mix_reads_what_tag_wrote_for_a_plain_file(tmp_path: Path) -> None:
+    # tag writes a plain document file's attributes plainly (their name has no .gz), so mix,
+    # which decodes a file by its name, merges them (gzip bytes there failed the shard)
+    from lmdata.dolma.config import TagConfig
+    from lmdata.dolma.tag import tag
+
+    root = _ranged_tree(tmp_path, 30, 30)
+    docs = str(root / "documents" / "*.jsonl")
+    tag(TagConfig.from_dict({"documents": [docs], "taggers": ["char_length_v1"]}))
+    raw = (root / "attributes" / "char_length_v1" / "big.jsonl").read_bytes()
+    assert orjson.loads(raw.splitlines()[0])["id"] == "d0"
+    cfg = MixerConfig.from_dict(
+        {
+            "streams": [
+                {
+                    "name": "m",
+                    "documents": [docs],
+                    "attributes": ["char_length_v1"],
+                    "filter": {
+                        "include": [
+                            "$.attributes[?(@.char_length_v1__char_length_v1__length[0][2] > 10)]"
+                        ]
+                    },
+                    "output": {"path": str(root / "out"), "max_size_in_bytes": 10**9},
+                }
+            ]
+        }
+    )
+    res = mixer.mix(cfg, engine="inprocess")
+    assert res.read == 35 and 0 < res.written < 35 and not res.warnings
