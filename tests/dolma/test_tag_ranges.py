@@ -82,7 +82,8 @@ def test_ranges_give_the_rows_of_one_unit_and_bytes_independent_of_workers(
         raw = (root / "attributes" / "x" / "a.jsonl").read_bytes()
         outs[engine] = raw
         assert raw == one_unit
-        assert not any((root / "attributes" / "x" / dolma_pieces.PARTS).iterdir())
+        # the pieces and their folder are gone: `lmdata clean` finds nothing after a good run
+        assert not (root / "attributes" / "x" / dolma_pieces.PARTS).exists()
     assert outs["inprocess"] == outs["processes"]
 
 
@@ -251,3 +252,17 @@ def test_pieces_a_killed_job_left_are_found_by_clean(tmp_path: Path) -> None:
     (found,) = find_leftovers(store, root, older_than=0)
     assert found.kind == "staged" and found.url.endswith(dolma_pieces.PARTS)
     assert found.bytes > 0 and found.url in found.remove  # the folder goes, with the piece
+
+
+def test_a_missing_piece_is_an_error_naming_it(tmp_path: Path) -> None:
+    from lmdata.errors import DatasetNotFoundError
+
+    store, root = resolve(str(tmp_path))
+    out = f"{root}/attributes/x/a.jsonl"
+    first = dolma_pieces.part_key(out, 0)
+    with OutputFile(store, first, "none", part=Part(False, False)) as f:
+        f.write(b"{}\n")
+    missing = dolma_pieces.part_key(out, 1)
+    with pytest.raises(DatasetNotFoundError, match=r"piece 1 of .*a\.jsonl is missing"):
+        join_parts(store, out, "none", [first, missing], [(0, 3), (0, 0)])
+    assert not (tmp_path / "attributes" / "x" / "a.jsonl").exists()  # nothing half-written
