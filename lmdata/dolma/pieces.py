@@ -30,7 +30,8 @@ def part_key(output: str, piece: int) -> str:
 
 @dataclass(frozen=True)
 class Join:
-    """Join ``pieces`` pieces of ``output`` (a path or URL) written with ``compression``."""
+    """Join the pieces of ``output`` (a path or URL; one per entry of ``checksums``: the CRC-32
+    and length of its uncompressed bytes) written with ``compression``."""
 
     output: str
     compression: str
