@@ -23,6 +23,11 @@ import numpy as np
 
 from lmdata.loader import pool
 
+try:  # built from lmdata/loader/_kernel.c at install; without a compiler numpy does the same
+    import lmdata.loader._kernel as _C
+except ImportError:  # pragma: no cover - depends on the build
+    _C = None
+
 PAD_VALUES = {"segment_ids": 0, "positions": 0, "loss_mask": False}
 PACKED_KEYS = ("inputs", "targets", "segment_ids", "positions")
 UNPACKED_KEYS = (*PACKED_KEYS, "loss_mask")
@@ -69,19 +74,55 @@ def packed_buffers(
 
 def packed_from_encoded(enc: np.ndarray, dtype: np.dtype, bos: int = 0) -> dict[str, np.ndarray]:
     """Packed rows from stored flat-tokens values (``id*2 + start bit``), shape (rows, L)."""
-    enc = np.asarray(enc, dtype=np.uint32)
-    out = packed_buffers(*enc.shape, dtype, IO_KEYS)
+    enc = np.ascontiguousarray(enc, dtype=np.uint32)
+    out = packed_buffers(*enc.shape, dtype, PACKED_KEYS if _C else IO_KEYS)
     fill_packed(enc, out, bos)
     return out
 
 
-def fill_packed(enc: np.ndarray, out: dict[str, np.ndarray], bos: int = 0) -> None:
-    """Fill ``out`` (from :func:`packed_buffers`) from stored values ``enc`` (rows, L).
+def packed_out(rows: int, length: int, dtype: np.dtype) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Outputs for packed rows and the uint32 array (rows, length) to gather their stored
+    values into before :func:`fill_packed`: memory of the outputs themselves (``positions``
+    for the C kernel, which reads each item before writing it; ``targets`` for numpy's int32
+    in-place decode), so a batch touches one recycled block."""
+    if _C is not None:
+        out = packed_buffers(rows, length, dtype, PACKED_KEYS)
+        return out, out["positions"].view(np.uint32)
+    out = packed_buffers(rows, length, dtype, IO_KEYS)
+    t = out["targets"]
+    return out, t.view(np.uint32) if t.dtype == _I32 else np.empty((rows, length), np.uint32)
 
-    ``enc`` may be ``out["targets"]`` itself seen as uint32 (decoded in place). Each step is
-    one vectorised pass over the batch: no per-row or per-document Python.
+
+def enc_in_c(out: dict[str, np.ndarray]) -> bool:
+    """Whether :func:`fill_packed` expands into ``out`` in C (which then also takes the rows
+    as a list of buffers, one per row, instead of one array)."""
+    return _C is not None and "positions" in out
+
+
+def fill_packed(
+    enc: np.ndarray | list[memoryview], out: dict[str, np.ndarray], bos: int = 0
+) -> None:
+    """Fill ``out`` (from :func:`packed_out` or :func:`packed_buffers`) from stored values
+    ``enc`` (rows, L): one pass in C when the kernel is built and ``out`` holds all four
+    arrays, else vectorised numpy passes over the batch (no per-row or per-document Python).
+
+    ``enc`` may be ``out["targets"]`` (int32) or ``out["positions"]`` seen as uint32, or (C
+    only, :func:`enc_in_c`) a list of one buffer of L stored values per row.
     """
-    if not enc.size:
+    if not len(enc) or not out["targets"].size:
+        return
+    if enc_in_c(out):
+        t = out["targets"]
+        _C.packed(
+            enc,
+            out["inputs"],
+            t,
+            out["segment_ids"],
+            out["positions"],
+            *t.shape,
+            bos,
+            t.dtype != _I32,
+        )
         return
     is_start = _scratch(enc.shape)
     # 0/1 written as uint8 into the bool scratch: a third faster than a cast to bool
@@ -188,8 +229,12 @@ def eos_windows(windows: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
 def eos_from_encoded(enc: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
     """inputs/targets of windows of stored values (``id*2 + start bit``), decoded as they are
     copied into place (one pass each)."""
-    enc = np.asarray(enc, dtype=np.uint32)
+    enc = np.ascontiguousarray(enc, dtype=np.uint32)
     out = _eos_buffers(enc.shape[0], enc.shape[1] - 1, dtype)
+    if _C is not None:
+        t = out["targets"]
+        _C.eos(enc, out["inputs"], t, *t.shape, t.dtype != _I32)
+        return out
     for key, part in (("inputs", enc[:, :-1]), ("targets", enc[:, 1:])):
         a = out[key]
         np.right_shift(part, _ONE, out=a.view(np.uint32) if a.dtype == _I32 else a)
@@ -209,6 +254,47 @@ def unpacked_rows(
         ids[i, : len(p)] = p
     lengths = np.array([len(p) for p in pieces], dtype=np.int64)
     return unpacked_from_windows(ids, lengths, dtype, bos, pad_id)
+
+
+def unpacked_from_encoded(
+    enc: np.ndarray,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    dtype: np.dtype,
+    bos: int = 0,
+    pad_id: int = 0,
+) -> dict[str, np.ndarray]:
+    """Unpacked rows from windows of stored values ``enc`` (rows, seq_len): row ``i``'s piece
+    is ``enc[i, offsets[i] : offsets[i] + lengths[i]]`` decoded (each inside its window).
+    ``enc`` is overwritten on the numpy path."""
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    if _C is not None:
+        rows, seq_len = enc.shape
+        out = packed_buffers(rows, seq_len, dtype, UNPACKED_KEYS)
+        t = out["targets"]
+        _C.unpacked(
+            np.ascontiguousarray(enc, dtype=np.uint32),
+            offsets,
+            lengths,
+            out["inputs"],
+            t,
+            out["segment_ids"],
+            out["positions"],
+            out["loss_mask"],
+            rows,
+            seq_len,
+            bos,
+            pad_id,
+            1,
+            t.dtype != _I32,
+        )
+        return out
+    np.right_shift(enc, _ONE, out=enc)
+    for i in np.flatnonzero(offsets).tolist():
+        k = int(offsets[i])
+        enc[i, : enc.shape[1] - k] = enc[i, k:].copy()
+    return unpacked_from_windows(enc, lengths, dtype, bos, pad_id)
 
 
 def unpacked_from_windows(

@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader.packing import (
-    IO_KEYS,
+    enc_in_c,
     eos_from_encoded,
     eos_windows,
     fill_packed,
-    packed_buffers,
     packed_from_encoded,
     packed_from_starts,
+    packed_out,
     pad_tail,
     starts_in_rows,
-    unpacked_from_windows,
+    unpacked_from_encoded,
     unpacked_rows,
 )
 
@@ -62,6 +63,18 @@ def _takes_out(fn: Any) -> bool:
         return False
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch(shape: tuple[int, int]) -> np.ndarray:
+    """A uint32 array of ``shape`` reused by this thread: stored values are gathered into it
+    and expanded out of it (fresh memory per batch costs page faults)."""
+    a = getattr(_SCRATCH, "enc", None)
+    if a is None or a.shape != shape:
+        a = _SCRATCH.enc = np.empty(shape, dtype=np.uint32)
+    return a
+
+
 def _has(obj: Any, name: str) -> bool:
     """``hasattr`` without evaluating properties (``boundaries`` may read a whole index)."""
     return hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})
@@ -96,15 +109,18 @@ class Source:
         # stored flat-tokens values (id*2 + start bit): packed/eos reads never need the index
         encoded = _has(reader, "encoded_windows") and _has(reader, "span_encoded")
         self._windows = reader.encoded_windows if encoded else None
-        # packed int32 rows are gathered straight into the targets' memory and decoded there:
+        # packed rows are gathered straight into the batch's own memory and expanded there:
         # by row number where the reader has ``packed_rows(rows, L, out=)`` (no per-row numpy)
         rows_fn = getattr(reader, "packed_rows", None) if _has(reader, "packed_rows") else None
         self._rows = rows_fn if encoded and _takes_out(rows_fn) else None
+        # rows as views into the reader's mapped chunks, expanded with no gather copy (C only)
+        parts = (
+            getattr(reader, "packed_row_parts", None) if _has(reader, "packed_row_parts") else None
+        )
+        self._parts = parts if encoded and mode == "packed" else None
+        self._gather_out = encoded and _takes_out(self._windows)
         self._in_place = (
-            encoded
-            and mode == "packed"
-            and dtype == np.int32
-            and (self._rows is not None or _takes_out(self._windows))
+            encoded and mode == "packed" and (self._rows is not None or self._gather_out)
         )
         self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
@@ -147,14 +163,17 @@ class Source:
         # only the last row of a finite pass is partial: training rows need no check
         partial = rows >= self.full_rows if self.finite else None
         if self._in_place and (partial is None or not partial.any()):
-            # gathered straight into the targets' memory and decoded there
-            out = packed_buffers(len(rows), L, self.dtype, IO_KEYS)
-            enc = out["targets"].view(np.uint32)
-            if self._rows is not None:
+            # gathered straight into the batch's memory and expanded there
+            out, enc = packed_out(len(rows), L, self.dtype)
+            parts = self._parts(rows, L) if self._parts is not None and enc_in_c(out) else None
+            if parts is not None:
+                fill_packed(parts, out, self.bos)
+            elif self._rows is not None:
                 self._rows(rows, L, out=enc)
             else:
                 self._windows(rows.astype(np.int64) * L, L, out=enc)
-            fill_packed(enc, out, self.bos)
+            if parts is None:
+                fill_packed(enc, out, self.bos)
         else:
             starts = rows.astype(np.int64) * L
             out = self._layout(*self._tokens(starts, L if self.mode == "packed" else L + 1), starts)
@@ -170,6 +189,8 @@ class Source:
         n = self.num_tokens
         short = starts + length > n
         if self._windows is not None and not short.any():
+            if self._gather_out:  # into a recycled scratch: the layout copies out of it
+                return self._windows(starts, length, out=_scratch((len(starts), length))), True
             return self._windows(starts, length), True
         encoded = self._windows is not None
         read = self.reader.span_encoded if encoded else self.reader.span
@@ -213,12 +234,10 @@ class Source:
             # one gather of L stored tokens from each piece's start (from n - L for pieces in
             # the last L tokens, moved into place after), decoded, masked past the piece
             s = np.minimum(a, n - L)
-            ids = self._windows(s, L)
-            np.right_shift(ids, np.uint32(1), out=ids)
-            for i in np.flatnonzero(s != a).tolist():
-                k = int(a[i] - s[i])
-                ids[i, : L - k] = ids[i, k:].copy()
-            return unpacked_from_windows(ids, z - a, self.dtype, self.bos, self.pad_id)
+            enc = self._windows(s, L, out=_scratch((len(s), L))) if self._gather_out else None
+            if enc is None:
+                enc = self._windows(s, L)
+            return unpacked_from_encoded(enc, a - s, z - a, self.dtype, self.bos, self.pad_id)
         span = self.reader.span
         pieces = [span(s, e) for s, e in zip(a.tolist(), z.tolist(), strict=True)]
         return unpacked_rows(pieces, L, self.dtype, self.bos, self.pad_id)

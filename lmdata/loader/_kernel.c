@@ -1,0 +1,322 @@
+/* The Loader's row layouts (lmdata/loader/packing.py) in one pass each, with the GIL released.
+ *
+ * Each function takes the stored values of a batch (uint32, C order) and writes its output
+ * arrays in place (inputs/targets int32 or int64, segment_ids/positions int32, loss_mask
+ * uint8). Every buffer's length is checked against (rows, length) before the loop, so the
+ * loop reads and writes nothing outside them; packing.py runs the same layouts in numpy where
+ * no compiler built this module, and the tests compare the two. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* Get the buffers of `objs` (writable ones for the outputs), check their byte lengths; on
+ * failure release what was got and set an error. */
+static int
+get_buffers(PyObject **objs, Py_buffer *views, const Py_ssize_t *sizes, const int *writable,
+            int count)
+{
+    for (int k = 0; k < count; k++) {
+        int flags = PyBUF_C_CONTIGUOUS | (writable[k] ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[k], &views[k], flags) < 0) {
+            for (int j = 0; j < k; j++) PyBuffer_Release(&views[j]);
+            return -1;
+        }
+        if (views[k].len != sizes[k]) {
+            PyErr_Format(PyExc_ValueError, "buffer %d has %zd bytes, expected %zd", k,
+                         views[k].len, sizes[k]);
+            for (int j = 0; j <= k; j++) PyBuffer_Release(&views[j]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+release(Py_buffer *views, int count)
+{
+    for (int k = 0; k < count; k++) PyBuffer_Release(&views[k]);
+}
+
+static int
+check_shape(Py_ssize_t rows, Py_ssize_t length)
+{
+    if (rows < 0 || length < 0 || (length > 0 && rows > PY_SSIZE_T_MAX / 8 / length)) {
+        PyErr_SetString(PyExc_ValueError, "bad shape");
+        return -1;
+    }
+    return 0;
+}
+
+/* One row of the packed layout, for T = int32_t or int64_t. enc may be the memory of
+ * targets or of positions: each item is read before the same item of an output is written,
+ * and the input at k comes from `prev`, never from memory. (Blocks of 16 values written as
+ * vectors measured no faster: the pass is bound by the four output arrays' memory traffic.) */
+#define PACKED_ROW(T)                                                                         \
+    static void packed_row_##T(const uint32_t *enc, T *in, T *tg, int32_t *seg, int32_t *pos, \
+                               Py_ssize_t length, T bos)                                      \
+    {                                                                                         \
+        int32_t s = 0, p = 0;                                                                 \
+        T prev = 0;                                                                           \
+        for (Py_ssize_t k = 0; k < length; k++) {                                             \
+            uint32_t x = enc[k];                                                              \
+            int start = k == 0 || (x & 1u);                                                   \
+            T t = (T)(x >> 1);                                                                \
+            s += start;                                                                       \
+            p = start ? 0 : p + 1;                                                            \
+            in[k] = start ? bos : prev;                                                       \
+            tg[k] = t;                                                                        \
+            seg[k] = s;                                                                       \
+            pos[k] = p;                                                                       \
+            prev = t;                                                                         \
+        }                                                                                     \
+    }
+
+PACKED_ROW(int64_t)
+
+#ifdef __SSE2__
+/* The int32 row four values at a time: a group of four without a start bit (nearly all:
+ * documents run for hundreds of tokens) is one load and four vector stores; a group with a
+ * start goes value by value. Loads come before the stores of the same items (enc may be the
+ * memory of targets or positions); the first input of a group comes from `prev`. */
+static void
+packed_row_int32_t(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *seg, int32_t *pos,
+                   Py_ssize_t length, int32_t bos)
+{
+    int32_t s = 0, p = 0, prev = 0;
+    const __m128i step = _mm_set_epi32(4, 3, 2, 1);
+    Py_ssize_t k = 0;
+    while (k < length) {
+        if (k > 0 && k + 4 <= length) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(enc + k));
+            if (!_mm_movemask_ps(_mm_castsi128_ps(_mm_slli_epi32(x, 31)))) {
+                __m128i t = _mm_srli_epi32(x, 1);
+                __m128i i = _mm_or_si128(_mm_slli_si128(t, 4), _mm_cvtsi32_si128(prev));
+                _mm_storeu_si128((__m128i *)(in + k), i);
+                _mm_storeu_si128((__m128i *)(tg + k), t);
+                _mm_storeu_si128((__m128i *)(seg + k), _mm_set1_epi32(s));
+                _mm_storeu_si128((__m128i *)(pos + k), _mm_add_epi32(_mm_set1_epi32(p), step));
+                prev = _mm_cvtsi128_si32(_mm_srli_si128(t, 12));
+                p += 4;
+                k += 4;
+                continue;
+            }
+        }
+        Py_ssize_t end = k + 4 < length ? k + 4 : length;
+        for (; k < end; k++) {
+            uint32_t x = enc[k];
+            int start = k == 0 || (x & 1u);
+            int32_t t = (int32_t)(x >> 1);
+            s += start;
+            p = start ? 0 : p + 1;
+            in[k] = start ? bos : prev;
+            tg[k] = t;
+            seg[k] = s;
+            pos[k] = p;
+            prev = t;
+        }
+    }
+}
+#else
+PACKED_ROW(int32_t)
+#endif
+
+static void
+packed_row(const uint32_t *enc, Py_buffer *v, Py_ssize_t b, Py_ssize_t length, long long bos,
+           int wide)
+{
+    int32_t *seg = (int32_t *)v[3].buf + b, *pos = (int32_t *)v[4].buf + b;
+    if (wide)
+        packed_row_int64_t(enc, (int64_t *)v[1].buf + b, (int64_t *)v[2].buf + b, seg, pos,
+                           length, (int64_t)bos);
+    else
+        packed_row_int32_t(enc, (int32_t *)v[1].buf + b, (int32_t *)v[2].buf + b, seg, pos,
+                           length, (int32_t)bos);
+}
+
+/* packed(enc, inputs, targets, segment_ids, positions, rows, length, bos, wide): enc is the
+ * batch's stored values (rows, length); or, as a list, one buffer of `length` stored values
+ * per row (rows read straight from mapped chunks: no gather copy). */
+static PyObject *
+packed(PyObject *self, PyObject *args)
+{
+    PyObject *objs[5];
+    Py_ssize_t rows, length;
+    long long bos;
+    int wide;
+    if (!PyArg_ParseTuple(args, "OOOOOnnLp", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &rows, &length, &bos, &wide))
+        return NULL;
+    if (check_shape(rows, length) < 0) return NULL;
+    Py_ssize_t n = rows * length, w = wide ? 8 : 4;
+    int parts = PyList_Check(objs[0]);
+    if (parts && PyList_GET_SIZE(objs[0]) != rows) {
+        PyErr_SetString(PyExc_ValueError, "one part per row");
+        return NULL;
+    }
+    Py_ssize_t sizes[5] = {n * 4, n * w, n * w, n * 4, n * 4};
+    int writable[5] = {0, 1, 1, 1, 1};
+    Py_buffer v[5];
+    if (!parts) {
+        if (get_buffers(objs, v, sizes, writable, 5) < 0) return NULL;
+        const uint32_t *enc = (const uint32_t *)v[0].buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t r = 0; r < rows; r++)
+            packed_row(enc + r * length, v, r * length, length, bos, wide);
+        Py_END_ALLOW_THREADS
+        release(v, 5);
+        Py_RETURN_NONE;
+    }
+    /* one buffer per row, each checked to hold one row of aligned uint32 values */
+    if (get_buffers(objs + 1, v + 1, sizes + 1, writable + 1, 4) < 0) return NULL;
+    Py_buffer *part = PyMem_Calloc(rows ? rows : 1, sizeof(Py_buffer));
+    if (part == NULL) {
+        release(v + 1, 4);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t got = 0;
+    for (; got < rows; got++) {
+        Py_buffer *b = &part[got];
+        if (PyObject_GetBuffer(PyList_GET_ITEM(objs[0], got), b, PyBUF_SIMPLE) < 0) break;
+        if (b->len != length * 4 || ((uintptr_t)b->buf & 3u)) {
+            PyErr_Format(PyExc_ValueError, "part %zd has %zd bytes, expected %zd aligned to 4",
+                         got, b->len, length * 4);
+            PyBuffer_Release(b);
+            break;
+        }
+    }
+    if (got == rows) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t r = 0; r < rows; r++)
+            packed_row((const uint32_t *)part[r].buf, v, r * length, length, bos, wide);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t r = 0; r < got; r++) PyBuffer_Release(&part[r]);
+    PyMem_Free(part);
+    release(v + 1, 4);
+    if (got < rows) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* eos(enc, inputs, targets, rows, length, wide): enc holds windows of length + 1 values;
+ * inputs = w[:-1] >> 1, targets = w[1:] >> 1. */
+static PyObject *
+eos(PyObject *self, PyObject *args)
+{
+    PyObject *objs[3];
+    Py_ssize_t rows, length;
+    int wide;
+    if (!PyArg_ParseTuple(args, "OOOnnp", &objs[0], &objs[1], &objs[2], &rows, &length, &wide))
+        return NULL;
+    if (check_shape(rows, length + 1) < 0) return NULL;
+    Py_ssize_t n = rows * length, w = wide ? 8 : 4;
+    Py_ssize_t sizes[3] = {rows * (length + 1) * 4, n * w, n * w};
+    int writable[3] = {0, 1, 1};
+    Py_buffer v[3];
+    if (get_buffers(objs, v, sizes, writable, 3) < 0) return NULL;
+    const uint32_t *enc = (const uint32_t *)v[0].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const uint32_t *e = enc + r * (length + 1);
+        if (wide) {
+            int64_t *in = (int64_t *)v[1].buf + r * length, *tg = (int64_t *)v[2].buf + r * length;
+            for (Py_ssize_t j = 0; j < length; j++) {
+                in[j] = (int64_t)(e[j] >> 1);
+                tg[j] = (int64_t)(e[j + 1] >> 1);
+            }
+        } else {
+            int32_t *in = (int32_t *)v[1].buf + r * length, *tg = (int32_t *)v[2].buf + r * length;
+            for (Py_ssize_t j = 0; j < length; j++) {
+                in[j] = (int32_t)(e[j] >> 1);
+                tg[j] = (int32_t)(e[j + 1] >> 1);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 3);
+    Py_RETURN_NONE;
+}
+
+/* unpacked(ids, offsets, lengths, inputs, targets, segment_ids, positions, loss_mask, rows,
+ * length, bos, pad, shift, wide): row i's piece is ids[i, off[i] : off[i] + len[i]] >> shift
+ * (int64 offsets and lengths, checked to lie inside the row), right-padded with pad. */
+static PyObject *
+unpacked(PyObject *self, PyObject *args)
+{
+    PyObject *objs[8];
+    Py_ssize_t rows, length;
+    long long bos, pad;
+    int shift, wide;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnnLLip", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &objs[6], &objs[7], &rows, &length, &bos, &pad,
+                          &shift, &wide))
+        return NULL;
+    if (check_shape(rows, length) < 0) return NULL;
+    if (shift < 0 || shift > 31) {
+        PyErr_SetString(PyExc_ValueError, "shift must be in 0..31");
+        return NULL;
+    }
+    Py_ssize_t n = rows * length, w = wide ? 8 : 4;
+    Py_ssize_t sizes[8] = {n * 4, rows * 8, rows * 8, n * w, n * w, n * 4, n * 4, n};
+    int writable[8] = {0, 0, 0, 1, 1, 1, 1, 1};
+    Py_buffer v[8];
+    if (get_buffers(objs, v, sizes, writable, 8) < 0) return NULL;
+    const uint32_t *ids = (const uint32_t *)v[0].buf;
+    const int64_t *off = (const int64_t *)v[1].buf, *len = (const int64_t *)v[2].buf;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        if (off[r] < 0 || len[r] < 0 || off[r] > length || len[r] > length - off[r]) {
+            release(v, 8);
+            PyErr_Format(PyExc_ValueError, "row %zd: piece %lld+%lld outside its %zd values", r,
+                         (long long)off[r], (long long)len[r], length);
+            return NULL;
+        }
+    }
+    int32_t *seg = (int32_t *)v[5].buf, *pos = (int32_t *)v[6].buf;
+    uint8_t *mask = (uint8_t *)v[7].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t base = r * length, k = (Py_ssize_t)len[r];
+        const uint32_t *src = ids + base + off[r];
+        for (Py_ssize_t j = 0; j < length; j++) {
+            int keep = j < k;
+            int64_t t = keep ? (int64_t)(src[j] >> shift) : pad;
+            int64_t x = !keep ? pad : j == 0 ? bos : (int64_t)(src[j - 1] >> shift);
+            if (wide) {
+                ((int64_t *)v[3].buf)[base + j] = x;
+                ((int64_t *)v[4].buf)[base + j] = t;
+            } else {
+                ((int32_t *)v[3].buf)[base + j] = (int32_t)x;
+                ((int32_t *)v[4].buf)[base + j] = (int32_t)t;
+            }
+            seg[base + j] = keep;
+            pos[base + j] = keep ? (int32_t)j : 0;
+            mask[base + j] = (uint8_t)keep;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 8);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"packed", packed, METH_VARARGS,
+     "packed(enc, inputs, targets, segment_ids, positions, rows, length, bos, wide): the "
+     "packed layout of stored values enc (id*2 + start bit)."},
+    {"eos", eos, METH_VARARGS,
+     "eos(enc, inputs, targets, rows, length, wide): inputs/targets of windows of length + 1 "
+     "stored values."},
+    {"unpacked", unpacked, METH_VARARGS,
+     "unpacked(ids, offsets, lengths, inputs, targets, segment_ids, positions, loss_mask, rows, "
+     "length, bos, pad, shift, wide): one piece per row, right-padded."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
+                                    "The Loader's row layouts in C.", -1, methods};
+
+PyMODINIT_FUNC
+PyInit__kernel(void)
+{
+    return PyModule_Create(&module);
+}
