@@ -1,10 +1,11 @@
 /* The Loader's row layouts (lmdata/loader/packing.py) in one pass each, with the GIL released.
  *
- * Each function takes the stored values of a batch (uint32, C order) and writes its output
- * arrays in place (inputs/targets int32 or int64, segment_ids/positions int32, loss_mask
- * uint8). Every buffer's length is checked against (rows, length) before the loop, so the
- * loop reads and writes nothing outside them; packing.py runs the same layouts in numpy where
- * no compiler built this module, and the tests compare the two. */
+ * Each function takes the stored values of a batch's rows (uint32: one C-order array, or each
+ * row where it lies in a mapped chunk, see rows_get) and writes its output arrays in place
+ * (inputs/targets int32 or int64, segment_ids/positions int32, loss_mask uint8). Every buffer
+ * and row is checked against (rows, length) before the loop, so the loop reads and writes
+ * nothing outside them; packing.py runs the same layouts in numpy where no compiler built
+ * this module, and the tests compare the two. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -46,6 +47,91 @@ check_shape(Py_ssize_t rows, Py_ssize_t length)
     if (rows < 0 || length < 0 || (length > 0 && rows > PY_SSIZE_T_MAX / 8 / length)) {
         PyErr_SetString(PyExc_ValueError, "bad shape");
         return -1;
+    }
+    return 0;
+}
+
+/* The rows a layout reads: `enc` is either one C-contiguous buffer of rows * width uint32
+ * values, or a pair of lists (bases, offsets): row r is the `width` values at byte offsets[r]
+ * of the buffer bases[r] (rows read where they lie, in mapped chunks: no gather copy). Every
+ * row is checked to lie inside its buffer, aligned to 4; the buffers are held until
+ * rows_release, so the rows can be read with the GIL released. */
+typedef struct {
+    const uint32_t **row;
+    Py_buffer *held;
+    Py_ssize_t nheld;
+} Rows;
+
+static void
+rows_release(Rows *R)
+{
+    for (Py_ssize_t k = 0; k < R->nheld; k++) PyBuffer_Release(&R->held[k]);
+    PyMem_Free(R->held);
+    PyMem_Free((void *)R->row);
+    R->held = NULL;
+    R->row = NULL;
+    R->nheld = 0;
+}
+
+static int
+rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
+{
+    R->nheld = 0;
+    R->held = PyMem_Calloc(rows ? rows : 1, sizeof(Py_buffer));
+    R->row = PyMem_Calloc(rows ? rows : 1, sizeof(uint32_t *));
+    if (R->held == NULL || R->row == NULL) {
+        rows_release(R);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (!PyTuple_Check(enc)) {
+        Py_ssize_t size = rows * width * 4;
+        int bad = PyObject_GetBuffer(enc, &R->held[0], PyBUF_C_CONTIGUOUS) < 0;
+        if (!bad) {
+            R->nheld = 1;
+            if (R->held[0].len != size || ((uintptr_t)R->held[0].buf & 3u)) {
+                PyErr_Format(PyExc_ValueError, "buffer 0 has %zd bytes, expected %zd",
+                             R->held[0].len, size);
+                bad = 1;
+            }
+        }
+        if (bad) {
+            rows_release(R);
+            return -1;
+        }
+        for (Py_ssize_t r = 0; r < rows; r++)
+            R->row[r] = (const uint32_t *)R->held[0].buf + r * width;
+        return 0;
+    }
+    PyObject *bases, *offsets;
+    if (!PyArg_ParseTuple(enc, "O!O!", &PyList_Type, &bases, &PyList_Type, &offsets)) {
+        rows_release(R);
+        return -1;
+    }
+    if (PyList_GET_SIZE(bases) != rows || PyList_GET_SIZE(offsets) != rows) {
+        rows_release(R);
+        PyErr_SetString(PyExc_ValueError, "one base and one offset per row");
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t off = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, r));
+        Py_buffer *b = &R->held[R->nheld];
+        if ((off == -1 && PyErr_Occurred()) ||
+            PyObject_GetBuffer(PyList_GET_ITEM(bases, r), b, PyBUF_SIMPLE) < 0) {
+            rows_release(R);
+            return -1;
+        }
+        R->nheld++;
+        if (off < 0 || off > b->len || width * 4 > b->len - off ||
+            (((uintptr_t)b->buf + (uintptr_t)off) & 3u)) {
+            PyErr_Format(PyExc_ValueError,
+                         "row %zd: %zd bytes at offset %zd are outside its %zd-byte buffer "
+                         "or not aligned to 4",
+                         r, width * 4, off, b->len);
+            rows_release(R);
+            return -1;
+        }
+        R->row[r] = (const uint32_t *)((const char *)b->buf + off);
     }
     return 0;
 }
@@ -136,98 +222,70 @@ packed_row(const uint32_t *enc, Py_buffer *v, Py_ssize_t b, Py_ssize_t length, l
                            length, (int32_t)bos);
 }
 
-/* packed(enc, inputs, targets, segment_ids, positions, rows, length, bos, wide): enc is the
- * batch's stored values (rows, length); or, as a list, one buffer of `length` stored values
- * per row (rows read straight from mapped chunks: no gather copy). */
+/* packed(enc, inputs, targets, segment_ids, positions, rows, length, bos, wide): the packed
+ * layout of rows of `length` stored values (see rows_get). */
 static PyObject *
 packed(PyObject *self, PyObject *args)
 {
-    PyObject *objs[5];
+    PyObject *enc, *objs[4];
     Py_ssize_t rows, length;
     long long bos;
     int wide;
-    if (!PyArg_ParseTuple(args, "OOOOOnnLp", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+    if (!PyArg_ParseTuple(args, "OOOOOnnLp", &enc, &objs[0], &objs[1], &objs[2], &objs[3],
                           &rows, &length, &bos, &wide))
         return NULL;
     if (check_shape(rows, length) < 0) return NULL;
     Py_ssize_t n = rows * length, w = wide ? 8 : 4;
-    int parts = PyList_Check(objs[0]);
-    if (parts && PyList_GET_SIZE(objs[0]) != rows) {
-        PyErr_SetString(PyExc_ValueError, "one part per row");
+    Py_ssize_t sizes[5] = {0, n * w, n * w, n * 4, n * 4};
+    int writable[5] = {0, 1, 1, 1, 1};
+    Py_buffer v[5]; /* v[0] unused: packed_row takes the outputs as v[1..4] */
+    Rows R;
+    if (get_buffers(objs, v + 1, sizes + 1, writable + 1, 4) < 0) return NULL;
+    if (rows_get(enc, rows, length, &R) < 0) {
+        release(v + 1, 4);
         return NULL;
     }
-    Py_ssize_t sizes[5] = {n * 4, n * w, n * w, n * 4, n * 4};
-    int writable[5] = {0, 1, 1, 1, 1};
-    Py_buffer v[5];
-    if (!parts) {
-        if (get_buffers(objs, v, sizes, writable, 5) < 0) return NULL;
-        const uint32_t *enc = (const uint32_t *)v[0].buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t r = 0; r < rows; r++)
-            packed_row(enc + r * length, v, r * length, length, bos, wide);
-        Py_END_ALLOW_THREADS
-        release(v, 5);
-        Py_RETURN_NONE;
-    }
-    /* one buffer per row, each checked to hold one row of aligned uint32 values */
-    if (get_buffers(objs + 1, v + 1, sizes + 1, writable + 1, 4) < 0) return NULL;
-    Py_buffer *part = PyMem_Calloc(rows ? rows : 1, sizeof(Py_buffer));
-    if (part == NULL) {
-        release(v + 1, 4);
-        return PyErr_NoMemory();
-    }
-    Py_ssize_t got = 0;
-    for (; got < rows; got++) {
-        Py_buffer *b = &part[got];
-        if (PyObject_GetBuffer(PyList_GET_ITEM(objs[0], got), b, PyBUF_SIMPLE) < 0) break;
-        if (b->len != length * 4 || ((uintptr_t)b->buf & 3u)) {
-            PyErr_Format(PyExc_ValueError, "part %zd has %zd bytes, expected %zd aligned to 4",
-                         got, b->len, length * 4);
-            PyBuffer_Release(b);
-            break;
-        }
-    }
-    if (got == rows) {
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t r = 0; r < rows; r++)
-            packed_row((const uint32_t *)part[r].buf, v, r * length, length, bos, wide);
-        Py_END_ALLOW_THREADS
-    }
-    for (Py_ssize_t r = 0; r < got; r++) PyBuffer_Release(&part[r]);
-    PyMem_Free(part);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++)
+        packed_row(R.row[r], v, r * length, length, bos, wide);
+    Py_END_ALLOW_THREADS
+    rows_release(&R);
     release(v + 1, 4);
-    if (got < rows) return NULL;
     Py_RETURN_NONE;
 }
 
-/* eos(enc, inputs, targets, rows, length, wide): enc holds windows of length + 1 values;
- * inputs = w[:-1] >> 1, targets = w[1:] >> 1. */
+/* eos(enc, inputs, targets, rows, length, wide): rows of length + 1 stored values (see
+ * rows_get); inputs = w[:-1] >> 1, targets = w[1:] >> 1. */
 static PyObject *
 eos(PyObject *self, PyObject *args)
 {
-    PyObject *objs[3];
+    PyObject *enc, *objs[2];
     Py_ssize_t rows, length;
     int wide;
-    if (!PyArg_ParseTuple(args, "OOOnnp", &objs[0], &objs[1], &objs[2], &rows, &length, &wide))
+    if (!PyArg_ParseTuple(args, "OOOnnp", &enc, &objs[0], &objs[1], &rows, &length, &wide))
         return NULL;
     if (check_shape(rows, length + 1) < 0) return NULL;
     Py_ssize_t n = rows * length, w = wide ? 8 : 4;
-    Py_ssize_t sizes[3] = {rows * (length + 1) * 4, n * w, n * w};
-    int writable[3] = {0, 1, 1};
-    Py_buffer v[3];
-    if (get_buffers(objs, v, sizes, writable, 3) < 0) return NULL;
-    const uint32_t *enc = (const uint32_t *)v[0].buf;
+    Py_ssize_t sizes[2] = {n * w, n * w};
+    int writable[2] = {1, 1};
+    Py_buffer v[2];
+    Rows R;
+    if (get_buffers(objs, v, sizes, writable, 2) < 0) return NULL;
+    if (rows_get(enc, rows, length + 1, &R) < 0) {
+        release(v, 2);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < rows; r++) {
-        const uint32_t *e = enc + r * (length + 1);
+        const uint32_t *e = R.row[r];
         if (wide) {
-            int64_t *in = (int64_t *)v[1].buf + r * length, *tg = (int64_t *)v[2].buf + r * length;
+            int64_t *in = (int64_t *)v[0].buf + r * length, *tg = (int64_t *)v[1].buf + r * length;
             for (Py_ssize_t j = 0; j < length; j++) {
                 in[j] = (int64_t)(e[j] >> 1);
                 tg[j] = (int64_t)(e[j + 1] >> 1);
             }
         } else {
-            int32_t *in = (int32_t *)v[1].buf + r * length, *tg = (int32_t *)v[2].buf + r * length;
+            int32_t *in = (int32_t *)v[0].buf + r * length, *tg = (int32_t *)v[1].buf + r * length;
             for (Py_ssize_t j = 0; j < length; j++) {
                 in[j] = (int32_t)(e[j] >> 1);
                 tg[j] = (int32_t)(e[j + 1] >> 1);
@@ -235,22 +293,24 @@ eos(PyObject *self, PyObject *args)
         }
     }
     Py_END_ALLOW_THREADS
-    release(v, 3);
+    rows_release(&R);
+    release(v, 2);
     Py_RETURN_NONE;
 }
 
-/* unpacked(ids, offsets, lengths, inputs, targets, segment_ids, positions, loss_mask, rows,
- * length, bos, pad, shift, wide): row i's piece is ids[i, off[i] : off[i] + len[i]] >> shift
- * (int64 offsets and lengths, checked to lie inside the row), right-padded with pad. */
+/* unpacked(enc, offsets, lengths, inputs, targets, segment_ids, positions, loss_mask, rows,
+ * length, bos, pad, shift, wide): rows of `length` values (see rows_get); row i's piece is
+ * row[i][off[i] : off[i] + len[i]] >> shift (int64 offsets and lengths, checked to lie inside
+ * the row), right-padded with pad. */
 static PyObject *
 unpacked(PyObject *self, PyObject *args)
 {
-    PyObject *objs[8];
+    PyObject *enc, *objs[7];
     Py_ssize_t rows, length;
     long long bos, pad;
     int shift, wide;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOnnLLip", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &objs[4], &objs[5], &objs[6], &objs[7], &rows, &length, &bos, &pad,
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnnLLip", &enc, &objs[0], &objs[1], &objs[2],
+                          &objs[3], &objs[4], &objs[5], &objs[6], &rows, &length, &bos, &pad,
                           &shift, &wide))
         return NULL;
     if (check_shape(rows, length) < 0) return NULL;
@@ -259,36 +319,40 @@ unpacked(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_ssize_t n = rows * length, w = wide ? 8 : 4;
-    Py_ssize_t sizes[8] = {n * 4, rows * 8, rows * 8, n * w, n * w, n * 4, n * 4, n};
-    int writable[8] = {0, 0, 0, 1, 1, 1, 1, 1};
-    Py_buffer v[8];
-    if (get_buffers(objs, v, sizes, writable, 8) < 0) return NULL;
-    const uint32_t *ids = (const uint32_t *)v[0].buf;
-    const int64_t *off = (const int64_t *)v[1].buf, *len = (const int64_t *)v[2].buf;
+    Py_ssize_t sizes[7] = {rows * 8, rows * 8, n * w, n * w, n * 4, n * 4, n};
+    int writable[7] = {0, 0, 1, 1, 1, 1, 1};
+    Py_buffer v[7];
+    Rows R;
+    if (get_buffers(objs, v, sizes, writable, 7) < 0) return NULL;
+    const int64_t *off = (const int64_t *)v[0].buf, *len = (const int64_t *)v[1].buf;
     for (Py_ssize_t r = 0; r < rows; r++) {
         if (off[r] < 0 || len[r] < 0 || off[r] > length || len[r] > length - off[r]) {
-            release(v, 8);
+            release(v, 7);
             PyErr_Format(PyExc_ValueError, "row %zd: piece %lld+%lld outside its %zd values", r,
                          (long long)off[r], (long long)len[r], length);
             return NULL;
         }
     }
-    int32_t *seg = (int32_t *)v[5].buf, *pos = (int32_t *)v[6].buf;
-    uint8_t *mask = (uint8_t *)v[7].buf;
+    if (rows_get(enc, rows, length, &R) < 0) {
+        release(v, 7);
+        return NULL;
+    }
+    int32_t *seg = (int32_t *)v[4].buf, *pos = (int32_t *)v[5].buf;
+    uint8_t *mask = (uint8_t *)v[6].buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < rows; r++) {
         Py_ssize_t base = r * length, k = (Py_ssize_t)len[r];
-        const uint32_t *src = ids + base + off[r];
+        const uint32_t *src = R.row[r] + off[r];
         for (Py_ssize_t j = 0; j < length; j++) {
             int keep = j < k;
             int64_t t = keep ? (int64_t)(src[j] >> shift) : pad;
             int64_t x = !keep ? pad : j == 0 ? bos : (int64_t)(src[j - 1] >> shift);
             if (wide) {
-                ((int64_t *)v[3].buf)[base + j] = x;
-                ((int64_t *)v[4].buf)[base + j] = t;
+                ((int64_t *)v[2].buf)[base + j] = x;
+                ((int64_t *)v[3].buf)[base + j] = t;
             } else {
-                ((int32_t *)v[3].buf)[base + j] = (int32_t)x;
-                ((int32_t *)v[4].buf)[base + j] = (int32_t)t;
+                ((int32_t *)v[2].buf)[base + j] = (int32_t)x;
+                ((int32_t *)v[3].buf)[base + j] = (int32_t)t;
             }
             seg[base + j] = keep;
             pos[base + j] = keep ? (int32_t)j : 0;
@@ -296,7 +360,8 @@ unpacked(PyObject *self, PyObject *args)
         }
     }
     Py_END_ALLOW_THREADS
-    release(v, 8);
+    rows_release(&R);
+    release(v, 7);
     Py_RETURN_NONE;
 }
 

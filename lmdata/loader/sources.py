@@ -17,10 +17,11 @@ import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader.packing import (
-    enc_in_c,
+    Parts,
     eos_from_encoded,
     eos_windows,
     fill_packed,
+    in_c,
     packed_from_encoded,
     packed_from_starts,
     packed_out,
@@ -113,11 +114,9 @@ class Source:
         # by row number where the reader has ``packed_rows(rows, L, out=)`` (no per-row numpy)
         rows_fn = getattr(reader, "packed_rows", None) if _has(reader, "packed_rows") else None
         self._rows = rows_fn if encoded and _takes_out(rows_fn) else None
-        # rows as views into the reader's mapped chunks, expanded with no gather copy (C only)
-        parts = (
-            getattr(reader, "packed_row_parts", None) if _has(reader, "packed_row_parts") else None
-        )
-        self._parts = parts if encoded and mode == "packed" else None
+        # rows where they lie in the reader's mapped chunks, laid out with no gather copy (C)
+        has_parts = encoded and _has(reader, "encoded_window_parts")
+        self._parts = reader.encoded_window_parts if has_parts else None
         self._gather_out = encoded and _takes_out(self._windows)
         self._in_place = (
             encoded and mode == "packed" and (self._rows is not None or self._gather_out)
@@ -165,7 +164,7 @@ class Source:
         if self._in_place and (partial is None or not partial.any()):
             # gathered straight into the batch's memory and expanded there
             out, enc = packed_out(len(rows), L, self.dtype)
-            parts = self._parts(rows, L) if self._parts is not None and enc_in_c(out) else None
+            parts = self._where(rows * L, L)
             if parts is not None:
                 fill_packed(parts, out, self.bos)
             elif self._rows is not None:
@@ -183,12 +182,20 @@ class Source:
                 pad_tail(out, i, self._usable - int(rows[i]) * L, self.pad_id)
         return out
 
-    def _tokens(self, starts: np.ndarray, length: int) -> tuple[np.ndarray, bool]:
-        """(windows ``tokens[s : s + length]`` for each start, zero past the end; whether they
-        are stored values ``id*2 + start bit`` rather than ids)."""
+    def _where(self, starts: np.ndarray, length: int) -> Parts | None:
+        """The stored windows ``tokens[s : s + length]`` where they lie in memory, when the
+        reader can say and the layouts run in C (:func:`packing.in_c`); else None."""
+        return self._parts(starts, length) if self._parts is not None and in_c() else None
+
+    def _tokens(self, starts: np.ndarray, length: int) -> tuple[np.ndarray | Parts, bool]:
+        """(windows ``tokens[s : s + length]`` for each start, zero past the end, or where
+        they lie; whether they are stored values ``id*2 + start bit`` rather than ids)."""
         n = self.num_tokens
         short = starts + length > n
         if self._windows is not None and not short.any():
+            parts = self._where(starts, length)
+            if parts is not None:
+                return parts, True
             if self._gather_out:  # into a recycled scratch: the layout copies out of it
                 return self._windows(starts, length, out=_scratch((len(starts), length))), True
             return self._windows(starts, length), True
@@ -202,10 +209,14 @@ class Source:
 
     def _layout(self, values: np.ndarray, encoded: bool, starts: np.ndarray) -> dict:
         """The mode's arrays from windows of stored values or of ids (the one dispatch)."""
+        width = self.seq_len + (self.mode == "eos")
+        shape = (len(starts), width)
         if self.mode == "eos":
-            return (eos_from_encoded if encoded else eos_windows)(values, self.dtype)
+            if encoded:
+                return eos_from_encoded(values, self.dtype, shape)
+            return eos_windows(values, self.dtype)
         if encoded:
-            return packed_from_encoded(values, self.dtype, self.bos)
+            return packed_from_encoded(values, self.dtype, self.bos, shape)
         if self._seq_starts is None:
             # every document's start, a view: an empty document's start equals the next one's
             # and the row's flat starts are deduplicated (a first batch never scans the index)
@@ -234,10 +245,14 @@ class Source:
             # one gather of L stored tokens from each piece's start (from n - L for pieces in
             # the last L tokens, moved into place after), decoded, masked past the piece
             s = np.minimum(a, n - L)
-            enc = self._windows(s, L, out=_scratch((len(s), L))) if self._gather_out else None
+            enc = self._where(s, L)
+            if enc is None:
+                enc = self._windows(s, L, out=_scratch((len(s), L))) if self._gather_out else None
             if enc is None:
                 enc = self._windows(s, L)
-            return unpacked_from_encoded(enc, a - s, z - a, self.dtype, self.bos, self.pad_id)
+            return unpacked_from_encoded(
+                enc, a - s, z - a, self.dtype, self.bos, self.pad_id, seq_len=L
+            )
         span = self.reader.span
         pieces = [span(s, e) for s, e in zip(a.tolist(), z.tolist(), strict=True)]
         return unpacked_rows(pieces, L, self.dtype, self.bos, self.pad_id)

@@ -54,6 +54,13 @@ encoded = st.integers(1, 6).flatmap(
 dtypes = st.sampled_from([np.dtype(np.int32), np.dtype(np.int64)])
 
 
+def _parts(values: np.ndarray) -> tuple[list, list]:
+    """The rows of ``values`` where they lie in one bigger buffer (as mapped chunks give)."""
+    big = np.concatenate([np.zeros(3, np.uint32), values.reshape(-1)])
+    bases = [memoryview(big.view(np.uint8))] * len(values)
+    return bases, [(3 + i * values.shape[1]) * 4 for i in range(len(values))]
+
+
 def _sparse_starts(enc: np.ndarray, every: int) -> np.ndarray:
     """Mostly clear start bits (runs long enough for the vector groups of four)."""
     out = enc & ~np.uint32(1)
@@ -75,9 +82,9 @@ def test_packed_c_equals_numpy(enc, dtype, bos, every):
         buf[...] = values
         packing.fill_packed(buf, out, bos)
         _same(out, want)
-        # from one buffer per row (rows read straight from mapped chunks)
+        # from a buffer and a byte offset per row (rows read straight from mapped chunks)
         out, _ = packing.packed_out(*values.shape, dtype)
-        packing.fill_packed([memoryview(r.copy()) for r in values], out, bos)
+        packing.fill_packed(_parts(values), out, bos)
         _same(out, want)
 
 
@@ -105,6 +112,7 @@ def test_eos_c_equals_numpy(enc, dtype):
     assert np.array_equal(want["targets"], (enc[:, 1:] >> 1).astype(dtype))
     if C is not None:
         _same(packing.eos_from_encoded(enc, dtype), want)
+        _same(packing.eos_from_encoded(_parts(enc), dtype, enc.shape), want)
 
 
 @settings(max_examples=80, deadline=None)
@@ -128,6 +136,8 @@ def test_unpacked_c_equals_numpy(enc, dtype, bos, pad, data):
         assert (want["targets"][i, k:] == pad).all() and not want["loss_mask"][i, k:].any()
     if C is not None:
         _same(packing.unpacked_from_encoded(enc.copy(), off, ln, dtype, bos, pad), want)
+        got = packing.unpacked_from_encoded(_parts(enc), off, ln, dtype, bos, pad, length)
+        _same(got, want)
 
 
 @needs_c
@@ -138,12 +148,17 @@ def test_kernel_refuses_buffers_that_do_not_fit():
         C.packed(np.zeros((2, 7), np.uint32), *io, 2, 8, 0, False)
     with pytest.raises(ValueError, match="bytes"):  # int64 claimed for int32 arrays
         C.packed(np.zeros((2, 8), np.uint32), *io, 2, 8, 0, True)
-    with pytest.raises(ValueError, match="part 1"):
-        C.packed([bytes(32), bytes(28)], *io, 2, 8, 0, False)
-    with pytest.raises(ValueError, match="part 0"):  # misaligned
-        C.packed([memoryview(bytes(36))[1:33], bytes(32)], *io, 2, 8, 0, False)
-    with pytest.raises(ValueError, match="one part per row"):
-        C.packed([bytes(32)], *io, 2, 8, 0, False)
+    for bases, offsets, what in (
+        ([bytes(32), bytes(60)], [0, 32], "row 1: 32 bytes at offset 32"),  # past the end
+        ([bytes(64), bytes(64)], [-4, 0], "row 0"),  # before the start
+        ([bytes(64), bytes(64)], [2, 0], "row 0"),  # misaligned
+        ([bytes(64)], [0], "one base"),
+        ([bytes(64), bytes(64)], [0], "one base"),
+    ):
+        with pytest.raises(ValueError, match=what):
+            C.packed((bases, offsets), *io, 2, 8, 0, False)
+    with pytest.raises(TypeError):
+        C.packed(([bytes(64), bytes(64)], [0, "x"]), *io, 2, 8, 0, False)
     with pytest.raises((BufferError, ValueError), match="contiguous"):
         C.packed(np.zeros((2, 16), np.uint32)[:, ::2], *io, 2, 8, 0, False)
     u = packing.packed_buffers(2, 8, np.dtype(np.int32), packing.UNPACKED_KEYS)

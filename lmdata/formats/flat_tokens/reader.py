@@ -299,16 +299,41 @@ class FlatTokens:
         idx = normalize_indices(rows, n)
         return self.tokens.gather(idx * seq_len, seq_len, out=out)
 
-    def packed_row_parts(self, rows: np.ndarray, seq_len: int) -> list[memoryview] | None:
-        """Encoded packed rows ``rows`` (int array, each in ``0 .. num_packed_rows - 1``) as
-        one memoryview of ``seq_len`` uint32 values each, into the mapped or cached chunks (no
-        copy: the Loader expands them straight into the batch); None where a row needs
-        :meth:`packed_rows` (it straddles two chunks, or chunks are read by range)."""
-        n = self.num_packed_rows(seq_len)
-        lst = np.asarray(rows).tolist()
-        if lst and (min(lst) < 0 or max(lst) >= n):
-            raise IndexError(f"a packed row in {min(lst)}..{max(lst)} is outside 0..{n - 1}")
-        return _window_parts(self.tokens, [r * seq_len for r in lst], seq_len)
+    def encoded_window_parts(
+        self, starts: np.ndarray, length: int
+    ) -> tuple[list[memoryview], list[int]] | None:
+        """Where the stored values ``tokens[s : s + length]`` lie in memory, for each ``s`` in
+        ``starts`` (each window inside the tokens): a byte buffer of its mapped or cached
+        chunk and the byte offset of the window in it (the Loader lays batches out from there,
+        no gather copy). None where a window needs :meth:`encoded_windows` (it straddles two
+        chunks, a chunk is short, or chunks are read by range). Python int arithmetic per
+        window: numpy operations on a batch's few numbers cost more."""
+        lst = np.asarray(starts).tolist()
+        if lst and (min(lst) < 0 or max(lst) + length > self.num_tokens):
+            raise IndexError(
+                f"a window of {length} tokens at {min(lst)} or {max(lst)} is outside "
+                f"the {self.num_tokens} tokens"
+            )
+        arr = self.tokens
+        unit = arr.unit
+        if length <= 0 or unit <= 0 or (arr.raw and not arr._mappable):
+            return None
+        isz = arr.dtype.itemsize
+        nb = length * isz
+        arr._check_views()
+        views = arr._views
+        bases, offsets = [], []
+        for st in lst:
+            u, o = divmod(st, unit)
+            if o + length > unit:
+                return None  # straddles two units
+            v = views.get(u) or arr._bytes_view(u)
+            o *= isz
+            if o + nb > len(v):
+                return None  # a short (corrupt) unit: the general path reports it
+            bases.append(v)
+            offsets.append(o)
+        return bases, offsets
 
     def encoded_windows(
         self,
@@ -383,48 +408,35 @@ def _copy_windows(
     memoryviews with Python int arithmetic (a few hundred ns each, where numpy operations on
     the small row arrays cost microseconds each under load).
     """
-    shape = (len(starts), length)
-    if out is not None and (
-        out.shape != shape or out.dtype != arr.dtype or not out.flags.c_contiguous
-    ):
-        raise ValueError(f"out must be a C-contiguous {arr.dtype} array of shape {shape}")
-    parts = _window_parts(arr, starts, length)
-    if parts is None:
-        return None
-    if out is None:
-        out = np.empty(shape, dtype=arr.dtype)
-    ob = memoryview(out.reshape(-1).view(np.uint8))
-    at = 0
-    for v in parts:
-        ob[at : at + len(v)] = v
-        at += len(v)
-    return out
-
-
-def _window_parts(arr: ZArray, starts: list[int], length: int) -> list[memoryview] | None:
-    """The byte ranges of ``arr`` holding items ``s : s + length`` for each ``s`` in
-    ``starts`` (all inside the array), as memoryviews of the mapped or cached units; None when
-    one straddles two units or the units are not held in memory (the general path)."""
     unit = arr.unit
     if length <= 0 or unit <= 0 or (arr.raw and not arr._mappable):
         return None
+    shape = (len(starts), length)
+    if out is None:
+        out = np.empty(shape, dtype=arr.dtype)
+    elif out.shape != shape or out.dtype != arr.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {arr.dtype} array of shape {shape}")
+    if not starts:
+        return out
     isz = arr.dtype.itemsize
     rb = length * isz
     arr._check_views()
     views = arr._views
-    parts = []
+    ob = memoryview(out.reshape(-1).view(np.uint8))
+    at = 0
     for s in starts:
         u, o = divmod(s, unit)
         if o + length > unit:
-            return None
+            return None  # straddles two units: the general path (``out`` is rewritten)
         v = views.get(u)
         if v is None:
             v = arr._bytes_view(u)
         o *= isz
         if o + rb > len(v):
             return None
-        parts.append(v[o : o + rb])
-    return parts
+        ob[at : at + rb] = v[o : o + rb]
+        at += rb
+    return out
 
 
 def dataset_info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
