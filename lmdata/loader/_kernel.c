@@ -9,6 +9,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -298,6 +299,29 @@ eos(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* One unpacked row, for T = int32_t or int64_t: the piece (k values of src, decoded by
+ * `shift`), then padding; plain loops the compiler vectorises. */
+#define UNPACKED_ROW(T)                                                                       \
+    static void unpacked_row_##T(const uint32_t *src, Py_ssize_t k, T *in, T *tg,             \
+                                 int32_t *seg, int32_t *pos, uint8_t *mask, Py_ssize_t length, \
+                                 T bos, T pad, int shift)                                     \
+    {                                                                                         \
+        if (k > 0) in[0] = bos;                                                               \
+        for (Py_ssize_t j = 1; j < k; j++) in[j] = (T)(src[j - 1] >> shift);                  \
+        for (Py_ssize_t j = 0; j < k; j++) tg[j] = (T)(src[j] >> shift);                      \
+        for (Py_ssize_t j = 0; j < k; j++) pos[j] = (int32_t)j;                               \
+        for (Py_ssize_t j = 0; j < k; j++) seg[j] = 1;                                        \
+        memset(mask, 1, (size_t)k);                                                           \
+        for (Py_ssize_t j = k; j < length; j++) in[j] = pad;                                  \
+        for (Py_ssize_t j = k; j < length; j++) tg[j] = pad;                                  \
+        memset(seg + k, 0, (size_t)(length - k) * 4);                                        \
+        memset(pos + k, 0, (size_t)(length - k) * 4);                                         \
+        memset(mask + k, 0, (size_t)(length - k));                                            \
+    }
+
+UNPACKED_ROW(int32_t)
+UNPACKED_ROW(int64_t)
+
 /* unpacked(enc, offsets, lengths, inputs, targets, segment_ids, positions, loss_mask, rows,
  * length, bos, pad, shift, wide): rows of `length` values (see rows_get); row i's piece is
  * row[i][off[i] : off[i] + len[i]] >> shift (int64 offsets and lengths, checked to lie inside
@@ -341,23 +365,15 @@ unpacked(PyObject *self, PyObject *args)
     uint8_t *mask = (uint8_t *)v[6].buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < rows; r++) {
-        Py_ssize_t base = r * length, k = (Py_ssize_t)len[r];
+        Py_ssize_t b = r * length;
         const uint32_t *src = R.row[r] + off[r];
-        for (Py_ssize_t j = 0; j < length; j++) {
-            int keep = j < k;
-            int64_t t = keep ? (int64_t)(src[j] >> shift) : pad;
-            int64_t x = !keep ? pad : j == 0 ? bos : (int64_t)(src[j - 1] >> shift);
-            if (wide) {
-                ((int64_t *)v[2].buf)[base + j] = x;
-                ((int64_t *)v[3].buf)[base + j] = t;
-            } else {
-                ((int32_t *)v[2].buf)[base + j] = (int32_t)x;
-                ((int32_t *)v[3].buf)[base + j] = (int32_t)t;
-            }
-            seg[base + j] = keep;
-            pos[base + j] = keep ? (int32_t)j : 0;
-            mask[base + j] = (uint8_t)keep;
-        }
+        if (wide)
+            unpacked_row_int64_t(src, len[r], (int64_t *)v[2].buf + b, (int64_t *)v[3].buf + b,
+                                 seg + b, pos + b, mask + b, length, bos, pad, shift);
+        else
+            unpacked_row_int32_t(src, len[r], (int32_t *)v[2].buf + b, (int32_t *)v[3].buf + b,
+                                 seg + b, pos + b, mask + b, length, (int32_t)bos,
+                                 (int32_t)pad, shift);
     }
     Py_END_ALLOW_THREADS
     rows_release(&R);
