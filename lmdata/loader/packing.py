@@ -23,8 +23,8 @@ import numpy as np
 
 from lmdata.loader import pool
 
-try:  # built from lmdata/loader/_kernel.c at install; without a compiler numpy does the same
-    import lmdata.loader._kernel as _C
+try:  # built from lmdata/_kernel.c at install; without a compiler numpy does the same
+    from lmdata import _kernel as _C
 except ImportError:  # pragma: no cover - depends on the build
     _C = None
 

@@ -1,4 +1,4 @@
-"""The C row layouts (lmdata/loader/_kernel.c) give exactly the numpy layouts, and refuse
+"""The C row layouts (lmdata/_kernel.c) give exactly the numpy layouts, and refuse
 buffers that do not fit instead of reading or writing outside them.
 
 The numpy path runs in every test run (``numpy_only`` switches the kernel off); the C side of
@@ -211,3 +211,61 @@ def test_a_truncated_chunk_is_an_error_on_both_paths(tmp_path: Path):
             )
             with pytest.raises(CorruptDataError, match="encoded_tokens"):
                 loader.batch(1)
+
+
+@pytest.mark.parametrize("chunk_tokens", [16, 64])
+def test_flat_tokens_rows_are_the_same_with_the_c_gather(tmp_path: Path, chunk_tokens, monkeypatch):
+    from lmdata.formats.flat_tokens import reader as ft
+
+    r = write_flat(tmp_path / "x.zarr", random_seqs(5, 60), chunk_tokens=chunk_tokens)
+    flat = r.span_encoded(0, r.num_tokens)
+    L = 8
+    rows = np.array([3, 0, 5, 3, r.num_packed_rows(L) - 1])
+    want = np.stack([flat[x * L : (x + 1) * L] for x in rows.tolist()])
+    got = r.packed_rows(rows, L)  # rows inside one chunk each: the C copy when built
+    monkeypatch.setattr(ft, "_copy_rows", None)
+    assert np.array_equal(got, want)
+    assert np.array_equal(r.packed_rows(rows, L), want)
+    starts = np.array([0, 5, 14, 30])
+    assert np.array_equal(r.encoded_windows(starts, 9), np.stack([flat[s : s + 9] for s in starts]))
+
+
+def test_window_parts_say_where_rows_lie_or_decline(tmp_path: Path):
+    r = write_flat(tmp_path / "x.zarr", random_seqs(5, 60), chunk_tokens=16)
+    flat = r.span_encoded(0, r.num_tokens)
+    bases, offsets = r.encoded_window_parts(np.array([0, 17, 40]), 8)
+    for b, o, s in zip(bases, offsets, [0, 17, 40], strict=True):
+        assert np.frombuffer(b, np.uint32, 8, o).tolist() == flat[s : s + 8].tolist()
+    assert r.encoded_window_parts(np.array([12]), 8) is None  # straddles two chunks
+    with pytest.raises(IndexError, match="outside"):
+        r.encoded_window_parts(np.array([r.num_tokens - 4]), 8)
+
+
+@needs_c
+def test_unit_windows_finds_declines_and_asks_for_missing_units():
+    unit = 8
+    views = {0: memoryview(np.arange(8, dtype=np.uint32).view(np.uint8))}
+    views[1] = memoryview(np.arange(8, 16, dtype=np.uint32).view(np.uint8))
+    views[2] = memoryview(np.arange(16, 20, dtype=np.uint32).view(np.uint8))  # short
+    bases, offsets = C.unit_windows(views, unit, np.array([1, 8, 12]), 4, 100)
+    got = [np.frombuffer(b, np.uint32, 4, o).tolist() for b, o in zip(bases, offsets, strict=True)]
+    assert got == [[1, 2, 3, 4], [8, 9, 10, 11], [12, 13, 14, 15]]
+    assert C.unit_windows(views, unit, np.array([1, 40, 35]), 4, 100) == [5, 4]  # missing
+    assert C.unit_windows(views, unit, np.array([6]), 4, 100) is False  # straddles
+    assert C.unit_windows(views, unit, np.array([18]), 4, 100) is False  # past a short unit
+    assert C.unit_windows(views, unit, np.array([-1]), 1, 100) is False  # outside
+    assert C.unit_windows(views, unit, np.array([97]), 4, 100) is False
+    with pytest.raises(ValueError, match="int64"):
+        C.unit_windows(views, unit, np.array([1], dtype=np.int32), 4, 100)
+
+
+def test_a_truncated_chunk_is_an_error_from_packed_rows(tmp_path: Path):
+    import lmdata
+
+    write_flat(tmp_path / "c.zarr", random_seqs(3, 200), chunk_tokens=64)
+    chunk = tmp_path / "c.zarr" / "train" / "encoded_tokens" / "1"
+    chunk.write_bytes(chunk.read_bytes()[:100])
+    r = lmdata.open(tmp_path / "c.zarr")
+    assert r.packed_rows(np.array([0]), 32).shape == (1, 32)  # chunk 0 is whole
+    with pytest.raises(CorruptDataError, match="encoded_tokens"):
+        r.packed_rows(np.array([0, 3]), 32)

@@ -1,4 +1,5 @@
-/* The Loader's row layouts (lmdata/loader/packing.py) in one pass each, with the GIL released.
+/* The Loader's row layouts (lmdata/loader/packing.py) in one pass each, with the GIL released,
+ * and the flat-tokens reader's row gather (copy_rows).
  *
  * Each function takes the stored values of a batch's rows (uint32: one C-order array, or each
  * row where it lies in a mapped chunk, see rows_get) and writes its output arrays in place
@@ -381,7 +382,108 @@ unpacked(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* copy_rows(enc, out, rows, width): the rows (see rows_get) copied into `out`, a C-contiguous
+ * array of rows * width uint32 values: a gather from mapped chunks with the GIL released. */
+static PyObject *
+copy_rows(PyObject *self, PyObject *args)
+{
+    PyObject *enc, *obj;
+    Py_ssize_t rows, width;
+    if (!PyArg_ParseTuple(args, "OOnn", &enc, &obj, &rows, &width)) return NULL;
+    if (check_shape(rows, width) < 0) return NULL;
+    Py_ssize_t size = rows * width * 4;
+    int writable = 1;
+    Py_buffer v;
+    Rows R;
+    if (get_buffers(&obj, &v, &size, &writable, 1) < 0) return NULL;
+    if (rows_get(enc, rows, width, &R) < 0) {
+        release(&v, 1);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++)
+        memcpy((uint32_t *)v.buf + r * width, R.row[r], (size_t)width * 4);
+    Py_END_ALLOW_THREADS
+    rows_release(&R);
+    release(&v, 1);
+    Py_RETURN_NONE;
+}
+
+/* unit_windows(views, unit, starts, width, total): where items s .. s + width of an array
+ * stored in units of `unit` items lie, for each s in `starts` (int64; each window must lie in
+ * 0 .. total, else False): (bases, offsets) as rows_get
+ * takes them, from `views`, which maps a unit's number to a buffer of its bytes (4-byte
+ * items). Returns a list of the unit numbers missing from `views` instead (the caller adds
+ * them and calls again), or False when a window straddles two units or a unit is short (the
+ * caller's general path). The per-window lookup in C: Python arithmetic per window costs
+ * more than copying it. */
+static PyObject *
+unit_windows(PyObject *self, PyObject *args)
+{
+    PyObject *views, *obj;
+    Py_ssize_t unit, width, total;
+    if (!PyArg_ParseTuple(args, "O!nOnn", &PyDict_Type, &views, &unit, &obj, &width, &total))
+        return NULL;
+    if (unit <= 0 || width <= 0 || width > unit) Py_RETURN_FALSE;
+    Py_buffer sv;
+    if (PyObject_GetBuffer(obj, &sv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (sv.len % 8) {
+        PyBuffer_Release(&sv);
+        PyErr_SetString(PyExc_ValueError, "starts must be int64");
+        return NULL;
+    }
+    Py_ssize_t rows = sv.len / 8;
+    const int64_t *st = (const int64_t *)sv.buf;
+    PyObject *result = NULL, *missing = NULL, *bases = PyList_New(rows),
+             *offsets = PyList_New(rows);
+    if (bases == NULL || offsets == NULL) goto done;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t u = (Py_ssize_t)(st[r] / unit), o = (Py_ssize_t)(st[r] % unit);
+        if (st[r] < 0 || st[r] > total - width || o + width > unit) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        PyObject *key = PyLong_FromSsize_t(u);
+        if (key == NULL) goto done;
+        PyObject *v = PyDict_GetItemWithError(views, key); /* borrowed */
+        if (v == NULL) {
+            int bad = PyErr_Occurred() != NULL ||
+                      (missing == NULL && (missing = PyList_New(0)) == NULL) ||
+                      PyList_Append(missing, key) < 0;
+            Py_DECREF(key);
+            if (bad) goto done;
+            v = Py_None;
+        } else {
+            Py_DECREF(key);
+            Py_buffer b; /* a short unit: the general path reads and reports it */
+            if (PyObject_GetBuffer(v, &b, PyBUF_SIMPLE) < 0) goto done;
+            int short_unit = (o + width) * 4 > b.len;
+            PyBuffer_Release(&b);
+            if (short_unit) {
+                result = Py_NewRef(Py_False);
+                goto done;
+            }
+        }
+        PyObject *ob = PyLong_FromSsize_t(o * 4);
+        if (ob == NULL) goto done;
+        PyList_SET_ITEM(bases, r, Py_NewRef(v));
+        PyList_SET_ITEM(offsets, r, ob);
+    }
+    result = missing != NULL ? Py_NewRef(missing) : PyTuple_Pack(2, bases, offsets);
+done:
+    Py_XDECREF(missing);
+    Py_XDECREF(bases);
+    Py_XDECREF(offsets);
+    PyBuffer_Release(&sv);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"unit_windows", unit_windows, METH_VARARGS,
+     "unit_windows(views, unit, starts, width, total): (bases, offsets) of windows of a "
+     "unit-stored array, or the missing units, or False."},
+    {"copy_rows", copy_rows, METH_VARARGS,
+     "copy_rows(enc, out, rows, width): rows of width uint32 values copied into out."},
     {"packed", packed, METH_VARARGS,
      "packed(enc, inputs, targets, segment_ids, positions, rows, length, bos, wide): the "
      "packed layout of stored values enc (id*2 + start bit)."},
