@@ -5,7 +5,12 @@ Workload (BENCH_LOADER_TOKENS, default 64 Mi tokens): random ids in [1, 50257), 
 2048 tokens. The limit is a bare numpy memmap gather of the same rows (encoded tokens, no
 decoding, no segment ids); a second reference adds the packed expansion written in plain
 numpy. The in-process paths run interleaved (short rounds A B C .., the median round each), so
-load from other jobs hits them alike. Side venvs (bench/envs.py) run the peers on the same
+load from other jobs hits them alike: ``Loader.batch(step)`` per call (rows/s of the median
+round, and the p10 time of one call). The iteration rows (``for batch in loader``, the
+consumer doing nothing else: the worst case for prefetch threads, which only pay off when a
+training step runs meanwhile) are measured alone after them. The Loader lays rows out in C
+(``lmdata/_kernel.c``) where it was built, in numpy otherwise.
+Side venvs (bench/envs.py) run the peers on the same
 tokens: streaming 0.13.0 iterates an MDS copy cut into 2048-token rows (it has no packing),
 Grain 0.2.18 packs the shuffled documents (ConcatThenSplitIterDataset, segment ids and
 positions), LitData 0.2.76 reads shuffled TokensLoader blocks. The second table opens
@@ -100,12 +105,12 @@ def throughput(root: Path, r: object) -> dict[str, tuple[float, float]]:
 
         return f
 
-    def prefetched(rounds: int = 15, seconds: float = 0.2) -> float:
-        """Rows/s of iteration with prefetch threads, measured on its own (threads running
-        during the other paths' rounds would take their time): a fresh iterator per round,
-        closed after it, which stops the threads."""
+    def iterated(prefetch: int, rounds: int = 15, seconds: float = 0.2) -> float:
+        """Rows/s of ``for batch in loader`` with nothing else to do, measured on its own
+        (prefetch threads running during the other paths' rounds would take their time): a
+        fresh iterator per round, closed after it, which stops the threads."""
         ld = lmdata.Loader(
-            r, seq_len=SEQ_LEN, global_batch_size=BATCH, prefetch=4, rank=0, world_size=1
+            r, seq_len=SEQ_LEN, global_batch_size=BATCH, prefetch=prefetch, rank=0, world_size=1
         )
         got = []
         for k in range(rounds):
@@ -128,7 +133,9 @@ def throughput(root: Path, r: object) -> dict[str, tuple[float, float]]:
             "lmdata Loader.batch, unpacked (one document per row)": lmdata_batch("unpacked"),
         }
     )
-    res["lmdata Loader iteration, packed, prefetch=4 (2 threads, alone)"] = (prefetched(), 0.0)
+    for depth, name in ((0, "no prefetch"), (4, "prefetch=4 (2 threads)")):
+        label = f"lmdata `for batch in loader`, packed, {name}, alone"
+        res[label] = (iterated(depth), 0.0)
     return res
 
 

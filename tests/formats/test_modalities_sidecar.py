@@ -376,6 +376,25 @@ def test_overwriting_a_pbin_drops_its_sidecar(tmp_path, monkeypatch):
     assert contents(PackedTokens(p)) == [[7, 8]]
 
 
+def test_merging_over_a_pbin_drops_its_sidecar(tmp_path, monkeypatch):
+    from lmdata.formats.modalities.merge import merge
+
+    p = write(tmp_path / "a.pbin", seqs_of(15))
+    PackedTokens(p)
+    assert side(p).is_file()
+    parts = [write(tmp_path / f"p{k}.pbin", [[k, k + 1]] * (k + 1)) for k in range(2)]
+    seen = []
+
+    def commit_spy(self, real=lmdata.storage.LocalOutput.commit):
+        seen.append(side(p).exists())
+        return real(self)
+
+    monkeypatch.setattr(lmdata.storage.LocalOutput, "commit", commit_spy)
+    merge(parts, p, overwrite=True)
+    assert seen == [False]  # gone before the merged file appears
+    assert contents(PackedTokens(p)) == [[0, 1], [1, 2], [1, 2]]
+
+
 def test_an_s3_pbin_is_known_by_its_etag(s3_root, digests, no_unpickling):
     seqs = seqs_of(14)
     url = write(f"{s3_root}/a.pbin", seqs)
