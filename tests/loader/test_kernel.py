@@ -25,12 +25,16 @@ needs_c = pytest.mark.skipif(C is None, reason="the C kernel is not built")
 
 @contextmanager
 def numpy_only():
-    """The numpy fallback, as where no compiler built the kernel."""
-    saved, packing._C = packing._C, None
+    """The fallbacks, as where no compiler built the kernel: numpy layouts, and the
+    flat-tokens reader's row lookup and copy in Python."""
+    from lmdata.formats.flat_tokens import reader as ft
+
+    saved = packing._C, ft._copy_rows, ft._unit_windows
+    packing._C = ft._copy_rows = ft._unit_windows = None
     try:
         yield
     finally:
-        packing._C = saved
+        packing._C, ft._copy_rows, ft._unit_windows = saved
 
 
 def _same(a: dict, b: dict) -> None:
@@ -214,31 +218,29 @@ def test_a_truncated_chunk_is_an_error_on_both_paths(tmp_path: Path):
 
 
 @pytest.mark.parametrize("chunk_tokens", [16, 64])
-def test_flat_tokens_rows_are_the_same_with_the_c_gather(tmp_path: Path, chunk_tokens, monkeypatch):
-    from lmdata.formats.flat_tokens import reader as ft
-
+def test_flat_tokens_rows_are_the_same_with_the_c_gather(tmp_path: Path, chunk_tokens):
     r = write_flat(tmp_path / "x.zarr", random_seqs(5, 60), chunk_tokens=chunk_tokens)
     flat = r.span_encoded(0, r.num_tokens)
     L = 8
     rows = np.array([3, 0, 5, 3, r.num_packed_rows(L) - 1])
     want = np.stack([flat[x * L : (x + 1) * L] for x in rows.tolist()])
-    got = r.packed_rows(rows, L)  # rows inside one chunk each: the C copy when built
-    monkeypatch.setattr(ft, "_copy_rows", None)
-    assert np.array_equal(got, want)
-    assert np.array_equal(r.packed_rows(rows, L), want)
-    starts = np.array([0, 5, 14, 30])
-    assert np.array_equal(r.encoded_windows(starts, 9), np.stack([flat[s : s + 9] for s in starts]))
+    windows = np.stack([flat[s : s + 9] for s in [0, 5, 14, 30]])
+    for ctx in (_nothing(), numpy_only()):  # the C lookup and copy when built, then Python
+        with ctx:
+            assert np.array_equal(r.packed_rows(rows, L), want)
+            assert np.array_equal(r.encoded_windows(np.array([0, 5, 14, 30]), 9), windows)
+            parts = r.encoded_window_parts(np.array([0, 17, 40]), 8)
+            got = [np.frombuffer(b, np.uint32, 8, o) for b, o in zip(*parts, strict=True)]
+            assert [g.tolist() for g in got] == [flat[s : s + 8].tolist() for s in [0, 17, 40]]
 
 
-def test_window_parts_say_where_rows_lie_or_decline(tmp_path: Path):
+def test_window_parts_decline_straddling_windows_and_refuse_outside_ones(tmp_path: Path):
     r = write_flat(tmp_path / "x.zarr", random_seqs(5, 60), chunk_tokens=16)
-    flat = r.span_encoded(0, r.num_tokens)
-    bases, offsets = r.encoded_window_parts(np.array([0, 17, 40]), 8)
-    for b, o, s in zip(bases, offsets, [0, 17, 40], strict=True):
-        assert np.frombuffer(b, np.uint32, 8, o).tolist() == flat[s : s + 8].tolist()
-    assert r.encoded_window_parts(np.array([12]), 8) is None  # straddles two chunks
-    with pytest.raises(IndexError, match="outside"):
-        r.encoded_window_parts(np.array([r.num_tokens - 4]), 8)
+    for ctx in (_nothing(), numpy_only()):
+        with ctx:
+            assert r.encoded_window_parts(np.array([12]), 8) is None  # straddles two chunks
+            with pytest.raises(IndexError, match="outside"):
+                r.encoded_window_parts(np.array([r.num_tokens - 4]), 8)
 
 
 @needs_c
