@@ -271,3 +271,27 @@ def test_a_truncated_chunk_is_an_error_from_packed_rows(tmp_path: Path):
     assert r.packed_rows(np.array([0]), 32).shape == (1, 32)  # chunk 0 is whole
     with pytest.raises(CorruptDataError, match="encoded_tokens"):
         r.packed_rows(np.array([0, 3]), 32)
+
+
+@needs_c
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 80), min_size=1, max_size=5),
+    offsets=st.lists(st.integers(-8, 90), min_size=1, max_size=5),
+    width=st.integers(1, 12),
+)
+def test_rows_outside_their_buffers_are_refused_never_read(sizes, offsets, width):
+    n = min(len(sizes), len(offsets))
+    bases = [np.arange(k, dtype=np.uint8).tobytes() for k in sizes[:n]]
+    offs = offsets[:n]
+    out = np.zeros((n, width), np.uint32)
+    fits = all(
+        0 <= o and o % 4 == 0 and o + width * 4 <= len(b) for b, o in zip(bases, offs, strict=True)
+    )
+    if not fits:
+        with pytest.raises(ValueError, match="outside"):
+            C.copy_rows((bases, offs), out, n, width)
+        return
+    C.copy_rows((bases, offs), out, n, width)
+    for i, (b, o) in enumerate(zip(bases, offs, strict=True)):
+        assert out[i].tolist() == np.frombuffer(b, np.uint32, width, o).tolist()
