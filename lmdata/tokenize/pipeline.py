@@ -62,14 +62,24 @@ __all__ = ["Summary", "TokenizeJob", "tokenize", "work_dir_for"]
 # ---- the worker side -------------------------------------------------------------------------
 
 _TOKENIZER: Tokenizer | None = None
+_LOADED: tuple[Any, ...] = ()  # what _TOKENIZER was loaded from: spec and the file's stat
 
 
 def _init_worker(spec: str) -> None:
-    global _TOKENIZER
+    """Load the job's tokenizer, unless this worker loaded the same file for a job before (a
+    kept pool serves job after job; a large tokenizer takes a tenth of a second to load)."""
+    global _TOKENIZER, _LOADED
     if parallel.in_worker():  # one core per worker process; never the caller's environment
         os.environ.setdefault("RAYON_NUM_THREADS", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _TOKENIZER = load_tokenizer(spec)
+    try:
+        st = os.stat(spec)
+        key: tuple[Any, ...] = (os.getpid(), spec, st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:  # "bytes", a name
+        key = (os.getpid(), spec)
+    if _TOKENIZER is None or key != _LOADED or not parallel.in_worker():
+        _TOKENIZER = load_tokenizer(spec)
+        _LOADED = key
 
 
 def _is_validation(key: str, fraction: float) -> bool:
