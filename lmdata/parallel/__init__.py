@@ -263,7 +263,7 @@ def _take_pool(workers: int) -> _Pool:
         return _Pool(start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,)), q, key)
     # a forked child of a process whose tokenizer used its thread pool runs single-threaded
     # (one core per worker, as wanted): with the variable set, tokenizers says nothing of it
-    os.environ[_PARALLELISM] = "false"  # only this thread runs (start_method checked)
+    os.environ[_PARALLELISM] = "false"  # no other thread reads it (start_method checked)
     try:
         pool = start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,))
     finally:
@@ -281,7 +281,8 @@ def start_method() -> str:
     """How worker processes start: *fork* on Linux when this process runs no other thread
     (a worker then costs a few ms: it has every module this process imported, where a spawned
     one imports numpy, the tokenizer and lmdata again, about 0.25 s of CPU each), else *spawn*
-    (a forked child of a threaded process may inherit a lock some thread held). Workers never
+    (a forked child of a threaded process may inherit a lock some thread held; after
+    ``ray.init``, say). Workers never
     use a parent's thread pools: tokenizers disables its own in a forked child, and a
     job's setup and units reach workers pickled either way. ``LMDATA_START_METHOD`` overrides."""
     chosen = os.environ.get(START_METHOD_ENV)
@@ -292,9 +293,15 @@ def start_method() -> str:
                 f"one of {', '.join(mp.get_all_start_methods())}"
             )
         return chosen
-    if sys.platform.startswith("linux") and threading.active_count() == 1:
+    if sys.platform.startswith("linux") and all(map(_idle_thread, threading.enumerate())):
         return "fork"
     return "spawn"
+
+
+def _idle_thread(t: threading.Thread) -> bool:
+    """The main thread, or one that a fork cannot catch holding a lock a worker would need:
+    tqdm's monitor (a progress bar starts it; it only ever takes tqdm's own lock)."""
+    return t is threading.main_thread() or type(t).__name__ == "TMonitor"
 
 
 IDLE_SECONDS = 60.0  # an idle pool stops after this long without a job
