@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -265,7 +266,9 @@ def _take_pool(workers: int) -> _Pool:
     # (one core per worker, as wanted): with the variable set, tokenizers says nothing of it
     os.environ[_PARALLELISM] = "false"  # no other thread reads it (start_method checked)
     try:
-        pool = start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,))
+        with warnings.catch_warnings():  # 3.12+ warns of any thread; those left are idle
+            warnings.filterwarnings("ignore", ".*multi-threaded.*fork", DeprecationWarning)
+            pool = start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,))
     finally:
         del os.environ[_PARALLELISM]
     return _Pool(pool, q, key)
@@ -300,8 +303,13 @@ def start_method() -> str:
 
 def _idle_thread(t: threading.Thread) -> bool:
     """The main thread, or one that a fork cannot catch holding a lock a worker would need:
-    tqdm's monitor (a progress bar starts it; it only ever takes tqdm's own lock)."""
-    return t is threading.main_thread() or type(t).__name__ == "TMonitor"
+    tqdm's monitor (a progress bar starts it; it only ever takes tqdm's own lock) and the
+    timer of an idle pool (it takes only ``_IDLE_LOCK``, which workers never use)."""
+    return (
+        t is threading.main_thread()
+        or type(t).__name__ == "TMonitor"
+        or getattr(t, "function", None) is _expire
+    )
 
 
 IDLE_SECONDS = 60.0  # an idle pool stops after this long without a job

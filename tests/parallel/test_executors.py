@@ -248,3 +248,19 @@ def test_forked_workers_start_clean_and_the_start_method_can_be_chosen(monkeypat
         parallel.start_method()
     monkeypatch.delenv(parallel.START_METHOD_ENV)
     assert parallel.start_method() in ("fork", "spawn")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
+def test_workers_are_spawned_while_another_thread_runs(monkeypatch) -> None:
+    import threading
+
+    monkeypatch.delenv(parallel.START_METHOD_ENV, raising=False)
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread()])
+    assert parallel.start_method() == "fork"
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait)  # could hold any lock when a fork happens
+    idle = threading.Timer(60, parallel._expire, args=(None,))  # an idle pool's timer
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), idle])
+    assert parallel.start_method() == "fork"
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), busy])
+    assert parallel.start_method() == "spawn"
