@@ -341,3 +341,32 @@ def test_streamed_url_inputs_leave_the_range_cache_alone(tmp_path, memory_root):
     s = lmdata.tokenize(f"{memory_root}/c/*.jsonl", tmp_path / "out", workers=0)
     assert s.documents_written == 3000 + len(DOCS)
     assert cache_bytes()[0] == before  # neither the tail of a file nor a small file kept
+
+
+def test_an_s3_folder_is_listed_in_one_recursive_listing(s3_server, s3_root, monkeypatch):
+    import s3fs
+
+    from lmdata.formats.dolma._paths import walk_files
+    from lmdata.storage import resolve
+
+    _put(s3_root, s3_server, GLOB_CORPUS)
+    store, key = resolve(s3_root, s3_server)
+    lists: list[str] = []
+    real = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        if "list" in str(method).lower():
+            lists.append(kwargs.get("Prefix", ""))
+        return await real(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    keys = sorted(k for k in walk_files(store, key) if sources._kind_of(Path(k)))
+    found = sources._with_sizes(store, keys)
+    cut = len(key.rstrip("/")) + 1
+    assert {k[cut:]: size for k, size in found} == {
+        name: len(data) for name, data in GLOB_CORPUS.items() if name in {k[cut:] for k in keys}
+    }
+    assert len(found) == 7  # all but the hidden folder's file
+    # one recursive listing for the names, and the sizes from what it cached (the old walk
+    # listed every folder twice: its names, then their sizes)
+    assert len(lists) == 1, lists
