@@ -2,8 +2,9 @@
 
 Workload: random-word JSONL documents (1-3 k chars) in 4 plain files, cut into byte-range
 units (``BENCH_PAR_RANGE`` bytes: about 40), the byte-level BPE of the Modalities reference
-files, flat-tokens output. Every worker gets one core (``RAYON_NUM_THREADS=1``, the 1-worker
-local row runs in this process), so the rows measure the engines, not the tokenizer's threads.
+files, flat-tokens output. Every worker gets one core (``RAYON_NUM_THREADS=1``,
+``TOKENIZERS_PARALLELISM=false``: one batch encodes at a time, also in the 1-worker local row,
+which runs in this process), so the rows measure the engines, not the tokenizer's threads.
 One local Ray instance (``num_cpus=2``) serves both Ray rows: ``workers`` bounds the tasks
 running at once. The four rows run in turn, ``BENCH_PAR_REPS`` rounds (5), so a load change
 during the run moves rows together; scaling is printed as the median of the rounds' ratios, as
@@ -216,7 +217,8 @@ def measure() -> None:
             )
         print(
             "driver CPU: the driver's CPU time / the job's time (it commits the staged parts; "
-            "at 2 workers it competes with them for the 2 cores); all CPU: driver + workers"
+            "at 2 workers it competes with them for the 2 cores; the 1-worker local row runs in "
+            "the driver: near 100% is one core); all CPU: driver + workers"
         )
         cold, warm = (statistics.median(x[i] for x in spawn) for i in (0, 1))
         print(

@@ -605,3 +605,38 @@ def test_a_kept_pool_reloads_a_tokenizer_file_changed_between_jobs(tmp_path):
     a = np.concatenate(list(lmdata.open(tmp_path / "a")))
     b = np.concatenate(list(lmdata.open(tmp_path / "b")))
     assert len(a) == len(b) and (b == n - 1 - a).all()
+
+
+def test_one_tokenizer_thread_means_one_batch_encoding_at_a_time(corpus, tmp_path, monkeypatch):
+    """In this process two batches encode at once for the tokenizer's thread pool, unless the
+    environment keeps the tokenizer to one thread: then two would take two cores."""
+    import threading
+
+    from lmdata.tokenize import pipeline
+
+    real = pipeline._encode
+    lock = threading.Lock()
+    now = peak = 0
+
+    def encode(texts, special):
+        nonlocal now, peak
+        with lock:
+            now += 1
+            peak = max(peak, now)
+        time.sleep(0.005)  # long enough for the next batch to start encoding
+        try:
+            return real(texts, special)
+        finally:
+            with lock:
+                now -= 1
+
+    monkeypatch.setattr(pipeline, "_encode", encode)
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    run(corpus, tmp_path / "a", workers=0, batch_docs=100)
+    assert peak == 2
+    peak = 0
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    run(corpus, tmp_path / "b", workers=0, batch_docs=100)
+    assert peak == 1
+    assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
