@@ -64,6 +64,15 @@ _TABLES: dict[str, Table] = {}
 # given by the module (report) or, failing that, its printed output (module_output)
 _OUTPUTS: dict[str, str] = {}
 COMMAND = "make bench"  # how this run was started, for the report (bench/run.py sets it)
+STARTED = time.time()  # when this run began, for the report
+# bench module -> why it measured nothing (a shallow clone has no "before" tree, ...)
+SKIPPED: dict[str, str] = {}
+
+
+def skip(module: str, why: str) -> None:
+    """Record that ``module`` measured nothing and why: printed now, named in the run header."""
+    SKIPPED[module] = why
+    print(f"{module} SKIPPED: {why}", flush=True)
 
 
 def compare(
@@ -218,10 +227,12 @@ def run_header() -> str:
     except OSError:
         commit = "?"
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    start, end = (time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) for t in (STARTED, time.time()))
+    when = start if start == end else f"{start}-{end[11:] if end[:10] == start[:10] else end}"
+    skipped = "".join(f" Skipped {m}: {why}." for m, why in SKIPPED.items())
     return (
-        f"`{COMMAND}` run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"commit {commit or '?'}, {os.cpu_count()} CPUs, load average at the end {load} "
-        "(1 / 5 / 15 min)."
+        f"`{COMMAND}` run of {when} UTC, commit {commit or '?'}, {os.cpu_count()} CPUs, "
+        f"load average at the end {load} (1 / 5 / 15 min).{skipped}"
     )
 
 
@@ -265,29 +276,58 @@ def save_and_flag() -> Path:
 
 MARK = "<!-- bench:{} -->"
 END = "<!-- /bench:{} -->"
+_TABLES_MARKS = (" Tables: ", " Tables of this run: ")  # the second: headers before the merge
+
+
+def merge_runs(old: str, header: str, tables: list[str]) -> str:
+    """The ``bench:run`` block: one line per run whose tables are still in the README, this
+    run's first. A table measured now leaves its older run's line; a line left with no table
+    goes, as does a line that names no tables (it cannot be attributed)."""
+    fresh = set(tables)
+    lines = [f"- {header} Tables: {', '.join(tables) or 'none'}."]
+    for line in old.splitlines():
+        text = line.strip().removeprefix("- ")
+        found = [(text.rfind(m), m) for m in _TABLES_MARKS if m in text]
+        if not found:
+            continue
+        k, mark = max(found)
+        rest = text[k + len(mark) :]
+        cut = rest.find(";")
+        names = rest[:cut] if cut >= 0 else rest.rstrip().removesuffix(".")
+        kept = [n for n in (x.strip() for x in names.split(",")) if n and n not in fresh]
+        if kept and kept != ["none"]:
+            tail = rest[len(names) :] if cut >= 0 else "."
+            lines.append(f"- {text[:k]} Tables: {', '.join(kept)}{tail}")
+    return "\n".join(lines)
+
+
+def _block(text: str, name: str) -> tuple[int, int] | None:
+    """Where block ``name``'s body starts and ends in ``text`` (markers on lines of their own:
+    prose that quotes a marker is not a block)."""
+    start, end = MARK.format(name), END.format(name)
+    i = text.find(f"\n{start}\n")
+    j = text.find(f"\n{end}", i + 1) if i >= 0 else -1
+    return None if i < 0 or j < 0 else (i + 1 + len(start) + 1, j)
 
 
 def update_readme(readme: Path = ROOT / "README.md") -> list[str]:
     """Replace each `<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->` block of the README with
     this run's markdown of TABLE (a side-by-side table, or a bench module's own tables under
-    its module name), and the block `bench:run` with the run header. Tables not measured in
-    this run keep their previous text; returns the names of the blocks replaced."""
+    its module name), and merge this run's header into the block `bench:run` (merge_runs), so
+    the README says which run measured each table. Tables not measured in this run keep
+    their previous text; returns the names of the blocks replaced."""
     text = "\n" + readme.read_text()  # a marker on the first line is on a line of its own
-    tables = ", ".join([*_TABLES, *_OUTPUTS]) or "none"
-    blocks = {
-        "run": f"{run_header()} Tables of this run: {tables}.",
-        **{t: markdown(t) for t in _TABLES},
-        **_OUTPUTS,
-    }
+    tables = [*_TABLES, *_OUTPUTS]
+    blocks = {**{t: markdown(t) for t in _TABLES}, **_OUTPUTS}
+    run = _block(text, "run")
+    if run:
+        blocks = {"run": merge_runs(text[run[0] : run[1]], run_header(), tables), **blocks}
     done = []
     for name, body in blocks.items():
-        start, end = MARK.format(name), END.format(name)
-        # markers on lines of their own: prose that quotes a marker is not a block
-        i = text.find(f"\n{start}\n")
-        j = text.find(f"\n{end}", i + 1) if i >= 0 else -1
-        if i < 0 or j < 0:
+        where = _block(text, name)
+        if where is None:
             continue
-        text = text[: i + 1 + len(start)] + "\n" + body + text[j:]
+        text = text[: where[0]] + body + text[where[1] :]
         done.append(name)
     readme.write_text(text[1:])
     return done

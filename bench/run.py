@@ -8,8 +8,10 @@ runs only the side-by-side tables, on small inputs with fewer interleaved pairs.
 measured rows are saved to bench/results/ (JSON and markdown) and compared with the previous run
 of the same mode; a row that got slower is printed as a REGRESSION line (the run still succeeds).
 `--update-readme` (what `make bench` passes) rewrites the README's generated blocks
-(`<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->`) with this run's tables, so those tables
-always come from one run; a quick run never touches the README. A module's side-by-side
+(`<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->`) with this run's tables, each table from
+one run, and merges this run's header (command, time, commit, load, tables) into the block
+`<!-- bench:run -->`, which keeps one line per run that still owns a table in the README; a
+quick run never touches the README. A module's side-by-side
 tables fill the blocks named after them; the per-format tables a module prints itself fill
 the block named after the module (`<!-- bench:bench_loader -->`), as the markdown it hands to
 `_compare.report`, or else a copy of what it printed (a module that fails leaves its block).
@@ -88,7 +90,8 @@ def main() -> None:
         t0 = time.perf_counter()
         tables = len(_compare._TABLES)
         ok, printed = run_module(f)
-        if ok and len(_compare._TABLES) == tables:  # no side-by-side table: its own are
+        measured = f.stem not in _compare.SKIPPED
+        if ok and measured and len(_compare._TABLES) == tables:  # its own tables, if no pairs
             _compare.module_output(f.stem, f"python bench/{f.name}", printed)
         print(f"({f.stem}: {time.perf_counter() - t0:.0f} s)", flush=True)
         if readme:  # after each module, so an interrupted run keeps what it measured

@@ -16,10 +16,9 @@ numpy and the format packages are imported when a function first needs them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from lmdata import errors
+from lmdata import _lazy, errors
 from lmdata._version import __version__
 from lmdata.errors import LmdataError
 
@@ -29,38 +28,21 @@ if TYPE_CHECKING:
     from lmdata.loader import Loader
     from lmdata.tokenize.api import tokenize
 
-# public name -> module that defines it
-_LAZY = {
-    "detect": "lmdata._api",
-    "info": "lmdata._api",
-    "open": "lmdata._api",
-    "validate": "lmdata._api",
-    "writer": "lmdata._api",
-    "decode": "lmdata.inspect.decode",
-    "Loader": "lmdata.loader",
-    "tokenize": "lmdata.tokenize.api",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lmdata' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
-
-# ``lmdata.tokenize`` is both a function (the public one) and the internal package of the
-# same name. Importing the package binds the attribute to the module, once: do that now (the
-# package is light), then drop the binding so the name resolves to the function on first use.
-import lmdata.tokenize  # noqa: E402, F401
-
-del globals()["tokenize"]
+# public name -> module that defines it, imported on first use; ``tokenize`` stays the
+# function when the package of the same name (lmdata.tokenize) is imported
+__getattr__ = _lazy.lazy_exports(
+    __name__,
+    {
+        "detect": "lmdata._api",
+        "info": "lmdata._api",
+        "open": "lmdata._api",
+        "validate": "lmdata._api",
+        "writer": "lmdata._api",
+        "decode": "lmdata.inspect.decode",
+        "Loader": "lmdata.loader",
+        "tokenize": "lmdata.tokenize.api",
+    },
+)
 
 __all__ = [
     "LmdataError",

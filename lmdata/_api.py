@@ -108,13 +108,18 @@ def info(
     path: str | os.PathLike[str],
     format: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    *,
+    scan: bool = True,
     **options: Any,
 ) -> dict[str, Any]:
-    """A summary of the dataset at ``path`` (format, counts, sizes, codecs)."""
+    """A summary of the dataset at ``path`` (format, counts, sizes, codecs). ``scan=False``
+    leaves out what takes a pass over the data (the documents of JSONL files, the largest id
+    of a ``.pbin``): for callers that need only the metadata, sizes and provenance."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
-        return spec.info(p, **_named(spec, options))
+        light = {} if scan else {"scan": False}  # a spec's info may predate the option
+        return spec.info(p, **light, **_named(spec, options))
 
 
 def merge(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def test_update_readme_rewrites_only_measured_blocks(compare, tmp_path):
     assert "| fast row | 0.500 | 1.500 | **3.00x** |" in text
     # a row whose outputs never agreed shows no ratio, and says why
     assert "| differs | 0.000 | - | - | OUTPUTS DIFFER in all" in text
-    assert "(**origin tool itself**)" in text and "Tables of this run: t1." in text
+    assert "(**origin tool itself**)" in text and " Tables: t1." in text
 
 
 def test_module_tables_fill_the_block_named_after_the_module(compare, tmp_path):
@@ -82,3 +83,82 @@ def test_run_module_tees_output_and_survives_a_failure(monkeypatch, tmp_path, ca
     ok, printed = run.run_module(bad)
     assert not ok and printed.startswith("half\n") and "bench_bad FAILED" in printed
     assert "| x | 1 |" in capsys.readouterr().out  # still printed as it runs
+
+
+def test_run_block_names_the_run_of_every_table(compare, tmp_path):
+    # a later run of some modules keeps the earlier run's line for the tables it did not redo
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "<!-- bench:run -->\n`make bench` run of 2026-01-01 10:00 UTC, commit abc. "
+        "Tables of this run: t1, t2; t3's table by hand.\n<!-- /bench:run -->\n"
+        "<!-- bench:t1 -->\nold t1\n<!-- /bench:t1 -->\n"
+    )
+    compare.COMMAND = "python bench/run.py --update-readme t1"
+    compare.compare("t1", "row", lambda: (0.5, "same"), lambda: (1.0, "same"))
+    compare.print_table("t1", "Title", "the tool", "origin tool itself", "10 docs")
+    assert compare.update_readme(readme) == ["run", "t1"]
+    assert compare.update_readme(readme) == ["run", "t1"]  # after each module: no pile-up
+    run = readme.read_text().split("<!-- bench:run -->\n")[1].split("\n<!-- /bench:run")[0]
+    new, old = run.splitlines()
+    assert new.startswith("- `python bench/run.py --update-readme t1` run of ")
+    assert "commit " in new and "load average at the end" in new and new.endswith(" Tables: t1.")
+    assert old == (
+        "- `make bench` run of 2026-01-01 10:00 UTC, commit abc. Tables: t2; t3's table by hand."
+    )
+    # a run that redoes t2 too leaves only its own line
+    compare.compare("t2", "row", lambda: (0.5, "same"), lambda: (1.0, "same"))
+    compare.print_table("t2", "Title", "the tool", "origin tool itself", "10 docs")
+    compare.skip("bench_x", "no history")
+    compare.update_readme(readme)
+    run = readme.read_text().split("<!-- bench:run -->\n")[1].split("\n<!-- /bench:run")[0]
+    assert len(run.splitlines()) == 1 and run.endswith(
+        "Skipped bench_x: no history. Tables: t1, t2."
+    )
+
+
+def _git(*args: str, cwd=None) -> str:
+    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=m"]
+    done = subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_bench_contract_skips_without_history(compare, monkeypatch, tmp_path, capsys):
+    # the "before" tree comes from the history: a shallow clone says so and measures nothing
+    repo = tmp_path / "repo"
+    (repo / "lmdata" / "formats").mkdir(parents=True)
+    (repo / "lmdata" / "__init__.py").write_text("OLD = 1\n")
+    _git("init", "-q", str(repo))
+    _git("add", ".", cwd=repo)
+    _git("commit", "-qm", "before", cwd=repo)
+    (repo / "lmdata" / "formats" / "_spec.py").write_text("")
+    _git("add", ".", cwd=repo)
+    _git("commit", "-qm", "contract", cwd=repo)
+    _git("clone", "-q", "--depth", "1", f"file://{repo}", str(tmp_path / "shallow"))
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "_compare", compare)
+    spec = importlib.util.spec_from_file_location(
+        "_contract_under_test", BENCH / "bench_contract.py"
+    )
+    contract = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(contract)
+
+    compare.ROOT = repo  # full history: the parent of the commit adding _spec.py
+    (tmp_path / "w1").mkdir()
+    tree, sha = contract.before_tree(tmp_path / "w1")
+    assert (tree / "lmdata" / "__init__.py").read_text() == "OLD = 1\n" and sha
+    assert not (tree / "lmdata" / "formats" / "_spec.py").exists()
+
+    compare.ROOT = tmp_path / "shallow"
+    (tmp_path / "w2").mkdir()
+    why = contract.before_tree(tmp_path / "w2")
+    assert "shallow clone" in why and "git fetch --unshallow" in why
+    compare.ROOT = tmp_path / "not-a-repo"
+    compare.ROOT.mkdir()
+    assert "not a git repository" in contract.before_tree(tmp_path / "w2")
+
+    compare.ROOT = tmp_path / "shallow"
+    contract.main()  # no crash, no rows, the reason printed and kept for the run header
+    assert compare._ROWS == [] and "shallow clone" in compare.SKIPPED["bench_contract"]
+    assert "bench_contract SKIPPED: " in capsys.readouterr().out
+    assert "Skipped bench_contract: " in compare.run_header()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +82,8 @@ def imports(source: str, module: str, *, is_package: bool, import_time_only: boo
 
 def _lazy_targets(call: ast.Call) -> list[str]:
     """The modules a spec's ``lazy(...)`` or a package's ``lazy_exports(...)`` import later."""
-    fn = call.func.id if isinstance(call.func, ast.Name) else None
+    f = call.func
+    fn = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
     args = [a for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
     if fn == "lazy" and args:
         return [args[0].value.partition(":")[0]]
@@ -171,6 +173,8 @@ def test_the_checks_see_lazy_imports_and_cycles() -> None:
     g = graph(import_time_only=False)
     assert "lmdata.formats.modalities_jsonl.reader" in g["lmdata.formats.modalities.views"]
     assert "lmdata.formats._span_index" in g["lmdata.formats.modalities_jsonl.reader"]
+    # lmdata's lazy public names count as its imports
+    assert {"lmdata._api", "lmdata.loader", "lmdata.tokenize.api"} <= g["lmdata"]
     # a spec's lazy verbs count as imports of the package that names them
     assert "lmdata.formats.flat_tokens.validate" in g["lmdata.formats.flat_tokens"]
     assert (
@@ -235,16 +239,18 @@ def test_every_lazy_target_resolves() -> None:
     seen = 0
     for path in MODULES.values():
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            if not isinstance(node, ast.Call):
                 continue
-            if node.func.id == "lazy" and node.args and isinstance(node.args[0], ast.Constant):
+            f = node.func  # lazy(...), lazy_exports(...) or _lazy.lazy_exports(...)
+            fn = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if fn == "lazy" and node.args and isinstance(node.args[0], ast.Constant):
                 modname, _, attr = str(node.args[0].value).partition(":")
                 obj = importlib.import_module(modname)
                 for part in attr.split("."):
                     obj = getattr(obj, part)
                 assert callable(obj), node.args[0].value
                 seen += 1
-            elif node.func.id == "lazy_exports":
+            elif fn == "lazy_exports":
                 for d in node.args:
                     if isinstance(d, ast.Dict):
                         for k, v in zip(d.keys, d.values, strict=True):
@@ -252,3 +258,56 @@ def test_every_lazy_target_resolves() -> None:
                             assert hasattr(importlib.import_module(v.value), k.value), k.value
                             seen += 1
     assert seen > 20  # the specs' verbs are found
+
+
+def test_public_names_are_lazy_listed_and_stay_callable() -> None:
+    """``lmdata.<verb>`` and a format's verbs stay functions when the submodule of the same name
+    is imported first (``lmdata.tokenize``, ``atlas.validate``); ``dir`` lists the lazy names;
+    ``import lmdata`` loads no module behind them and no optional dependency."""
+    got = _modules_after(
+        "import lmdata\n"
+        "out = {'at_import': sorted(sys.modules), 'dir': dir(lmdata)}\n"
+        "import lmdata.tokenize.pipeline, lmdata.formats.atlas.validate\n"
+        "import lmdata.formats.modalities.merge, lmdata.formats.modalities.validate\n"
+        "from lmdata.formats import atlas, modalities\n"
+        "out['callable'] = [callable(f) for f in (lmdata.tokenize, lmdata.validate,\n"
+        "    atlas.validate, modalities.validate, modalities.merge)]\n"
+        "out['names'] = [lmdata.tokenize.__module__, atlas.validate.__module__]\n"
+        "out['atlas_dir'] = dir(atlas)\n"
+        "out['writer'] = atlas.Writer.__module__\n"
+        "import lmdata.tokenize as pkg\n"
+        "out['pkg'] = type(pkg).__name__"
+    )
+    assert set(lmdata.__all__) <= set(got["dir"])
+    assert {"Atlas", "Writer", "validate", "SPEC"} <= set(got["atlas_dir"])
+    assert got["callable"] == [True] * 5
+    assert got["names"] == ["lmdata.tokenize.api", "lmdata.formats.atlas.validate"]
+    assert got["writer"] == "lmdata.formats.atlas.writer"
+    assert got["pkg"] == "function"  # ``import a.b as m`` reads the attribute: the public name
+    heavy = {"numpy", "torch", "jax", "ray", "matplotlib", "zstandard", "transformers"}
+    loaded = {m.partition(".")[0] for m in got["at_import"]}
+    assert not heavy & loaded, heavy & loaded
+    assert not {"lmdata._api", "lmdata.loader", "lmdata.tokenize"} & set(got["at_import"])
+
+
+def test_lazy_package_keeps_only_public_names_from_submodules() -> None:
+    """A submodule import rebinds names the package does not export (the usual behaviour)."""
+    import types
+
+    from lmdata._lazy import lazy_exports
+
+    name = "lmdata_lazy_probe"
+    pkg = types.ModuleType(name)
+    sys.modules[name] = pkg
+    try:
+        pkg.__getattr__ = lazy_exports(name, {"sep": "os"})  # type: ignore[method-assign]
+        pkg.verb = len
+        sub, other = types.ModuleType(f"{name}.verb"), types.ModuleType(f"{name}.plain")
+        pkg.verb = sub  # the import system binding a same-named submodule
+        pkg.plain = other
+        pkg.sep = types.ModuleType(f"{name}.sep")
+        assert pkg.verb is len and pkg.plain is other
+        assert pkg.sep == os.sep  # the export, loaded on first read
+        assert "sep" in dir(pkg) and "plain" in dir(pkg)
+    finally:
+        del sys.modules[name]

@@ -102,7 +102,7 @@ def _decoder(
     """Token ids -> text with the given tokenizer, or the one the dataset records."""
     from lmdata.inspect.decode import dataset_tokenizer, decode
 
-    summary = dataset_info(path, format=fmt, storage_options=storage_options)
+    summary = dataset_info(path, format=fmt, storage_options=storage_options, scan=False)
     tok, _, warning = dataset_tokenizer(summary, tokenizer, required=True)
     if warning:
         click.echo(warning, err=True)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
-import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +61,10 @@ class FormatSpec:
     the fixed splits a dataset of this format always has (``("train", "validation")`` for
     flat-tokens); ``has_splits`` says whether its readers take ``split=`` at all (MDS: any
     sub-folder with its own index). ``open`` / ``writer`` / ``validate`` / ``info`` take the path
-    first, then keyword options; the registry passes ``format=<name>`` to specs with
-    ``pass_name`` (one implementation behind several names). ``token_view`` is the format's
+    first, then keyword options (``info`` also ``scan=False``: leave out what takes a pass over
+    the data, for callers that need only metadata, sizes and provenance); the registry passes
+    ``format=<name>`` to specs with ``pass_name`` (one implementation behind several names).
+    ``token_view`` is the format's
     own token-sequence view of a records reader's column (``lmdata.open(..., token_column=)``);
     without one, the generic :class:`lmdata.formats._token_view.TokenColumn` serves.
     """
@@ -126,37 +126,6 @@ def lazy(target: str) -> Callable[..., Any]:
     call.__module__ = modname
     call.__doc__ = f"{target} (imported on first call)"
     return call
-
-
-def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package`` that imports ``exports[name]`` (a module path)
-    on first access of ``name``: the package's public names without importing them up front."""
-
-    def __getattr__(name: str) -> Any:
-        modname = exports.get(name)
-        if modname is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(modname), name)
-        setattr(sys.modules[package], name, value)  # later lookups skip this function
-        return value
-
-    return __getattr__
-
-
-class _FormatPackage(types.ModuleType):
-    """A format package whose verbs share their names with submodules (``validate``,
-    ``merge``): importing the submodule does not replace the verb on the package."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and callable(self.__dict__.get(name)):
-            return  # the import system binding pkg.validate to the submodule: keep the verb
-        super().__setattr__(name, value)
-
-
-def keep_verbs(package: str) -> None:
-    """Make ``package.validate`` (and any other verb named like a submodule) stay the verb
-    when that submodule is imported later, as it did when the package imported it eagerly."""
-    sys.modules[package].__class__ = _FormatPackage
 
 
 # ---- token sinks shared by several formats ---------------------------------------------------

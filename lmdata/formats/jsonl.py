@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, detector, lazy, lazy_exports
+from lmdata.formats._spec import FormatSpec, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.modalities_jsonl.plain import JsonlFile, Writer

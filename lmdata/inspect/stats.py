@@ -331,7 +331,8 @@ def compute(
     """Statistics of the dataset at ``path`` (see the module docstring); ``tokenizer`` (a
     spec or object; default: the one the dataset records) decodes the most frequent ids.
     ``options`` are :func:`summarize`'s."""
-    summary = dataset_info(path, format=format, storage_options=storage_options)
+    # the metadata, sizes and provenance: the reader below counts and reads what stats needs
+    summary = dataset_info(path, format=format, storage_options=storage_options, scan=False)
     tok = dataset_tokenizer(summary, tokenizer)  # fails before reading anything
     opts = with_attributes(summary, reader_options)
     reader = open_dataset(path, format=format, split=split, storage_options=storage_options, **opts)

@@ -244,3 +244,102 @@ def test_view_reports_a_dataset_error_as_such(tmp_path, monkeypatch):
     res = CliRunner().invoke(cli, ["view", str(p), "--port", "0"])
     assert res.exit_code == 2 and "shard 7 is missing" in res.output
     assert "cannot listen" not in res.output
+
+
+def _full_info(monkeypatch):
+    """Make stats and cat --decode ask for the whole ``info`` again (the old behaviour)."""
+    import lmdata.cli.cat
+    import lmdata.inspect.stats
+    from lmdata._api import info
+
+    def full(*args, scan=True, **kwargs):
+        return info(*args, **kwargs)
+
+    monkeypatch.setattr(lmdata.inspect.stats, "dataset_info", full)
+    monkeypatch.setattr(lmdata.cli.cat, "dataset_info", full)
+
+
+def test_stats_decodes_a_dolma_tree_once_with_the_same_output(tmp_path, monkeypatch):
+    from lmdata.formats.dolma import _lines
+
+    p = tmp_path / "tree"
+    with lmdata.writer(p, "dolma", max_file_docs=2) as w:
+        for i, t in enumerate(["a b", "c", "d e f", "g"]):
+            w.write({"id": str(i), "text": t, "source": "s"})
+    files = len(list((p / "documents").rglob("*.gz")))
+    built = []
+    build = _lines.LineIndex._build
+    monkeypatch.setattr(_lines.LineIndex, "_build", lambda self: (built.append(1), build(self)))
+    fast = run("stats", str(p), "--json", "-q")
+    assert fast.exit_code == 0, fast.output
+    assert len(built) == files == 2  # the reader's pass only: info counted them all again
+    built.clear()
+    _full_info(monkeypatch)
+    assert run("stats", str(p), "--json", "-q").output == fast.output and len(built) == 2 * files
+
+
+def test_stats_and_cat_decode_do_not_scan_a_pbin_for_info(tmp_path, monkeypatch):
+    from lmdata.formats.modalities.reader import PackedTokens
+
+    p = tmp_path / "o.pbin"
+    lmdata.tokenize(iter(TEXTS), p, tokenizer="bytes", to="modalities", append_eod=False)
+    scans = []
+    prop = PackedTokens.max_token_id
+
+    def counted(self):  # a pass over the tokens when not yet cached
+        if self._max_token_id is None:
+            scans.append(1)
+        return prop.fget(self)
+
+    monkeypatch.setattr(PackedTokens, "max_token_id", property(counted))
+    cat = run("cat", str(p), "--decode")
+    assert [orjson.loads(x)["text"] for x in cat.output.splitlines()] == TEXTS
+    assert scans == []  # the tokenizer comes from the provenance: no pass over the tokens
+    stats = run("stats", str(p), "--json", "-q")
+    assert stats.exit_code == 0 and len(scans) == 1  # stats' own largest id (it was 2)
+    _full_info(monkeypatch)
+    assert run("cat", str(p), "--decode").output == cat.output
+    assert run("stats", str(p), "--json", "-q").output == stats.output
+    assert orjson.loads(stats.output)["model_vocab_size"] == 257
+
+
+def test_stats_counts_a_plain_jsonl_file_once(tmp_path, monkeypatch):
+    from lmdata.formats.modalities_jsonl import plain
+
+    p = tmp_path / "d.jsonl"
+    p.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    scans = []
+    scan = plain.scan_object
+    monkeypatch.setattr(plain, "scan_object", lambda *a: (scans.append(1), scan(*a))[1])
+    fast = run("stats", str(p), "--json", "-q")
+    assert fast.exit_code == 0 and orjson.loads(fast.output)["records"] == len(TEXTS)
+    assert len(scans) == 1
+    _full_info(monkeypatch)
+    assert run("stats", str(p), "--json", "-q").output == fast.output and len(scans) == 3
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "tokens"),
+    [
+        ("flat-tokens", "d.zarr", True),
+        ("modalities", "d.pbin", True),
+        ("atlas", "d.atlas", False),
+        ("mds", "d.mds", False),
+        ("modalities-jsonl", "d.jsonl", False),
+        ("jsonl", "p/d.jsonl", False),
+        ("dolma", "d.dolma", False),
+    ],
+)
+def test_info_without_a_scan_is_part_of_the_full_info(tmp_path, fmt, name, tokens):
+    # what stats and cat --decode use (format, sizes, provenance, attribute sets) is the same
+    import numpy as np
+
+    p = tmp_path / name
+    p.parent.mkdir(exist_ok=True)
+    opts = {"columns": {"id": "str", "text": "str"}} if fmt == "mds" else {}
+    with lmdata.writer(p, fmt, **opts) as w:
+        for i in range(5):
+            rec = {"id": str(i), "text": "a b"} | ({"source": "s"} if fmt == "dolma" else {})
+            w.write(np.arange(1, i + 3) if tokens else rec)
+    full, light = lmdata.info(p), lmdata.info(p, scan=False)
+    assert light.items() <= full.items() and {"format", "bytes_on_disk"} <= light.keys()

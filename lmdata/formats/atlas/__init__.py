@@ -11,15 +11,14 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
+from lmdata._lazy import lazy_exports
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.formats._spec import (
     FormatSpec,
     TokenTarget,
     column_sink,
     detector,
-    keep_verbs,
     lazy,
-    lazy_exports,
 )
 from lmdata.formats.atlas.meta import MAX_META_BYTES, Strategy
 from lmdata.storage import LocalStore, join, resolve
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 __getattr__ = lazy_exports(
     __name__, {"Atlas": "lmdata.formats.atlas.reader", "Writer": "lmdata.formats.atlas.writer"}
 )
-keep_verbs(__name__)  # ``validate`` stays the verb when its submodule is imported
 validate = lazy("lmdata.formats.atlas.validate:validate")
 info = lazy("lmdata.formats.atlas.validate:info")
 

@@ -155,8 +155,9 @@ def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
             rep.add("block", str(e))
 
 
-def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
-    """A summary for ``lmdata info``: counts, strategies, block sizes, sizes on disk."""
+def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
+    """A summary for ``lmdata info``: counts, strategies, block sizes, sizes on disk (from the
+    metadata: ``scan`` is accepted, nothing here reads the data)."""
     ds = Atlas(path, **options)
     strategies: dict[str, int] = {}
     block_sizes: dict[str, int] = {}

@@ -13,8 +13,9 @@ import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, detector, keep_verbs, lazy, lazy_exports
+from lmdata.formats._spec import FormatSpec, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.dolma.reader import DolmaDocuments
@@ -27,7 +28,6 @@ __getattr__ = lazy_exports(
         "Writer": "lmdata.formats.dolma.writer",
     },
 )
-keep_verbs(__name__)  # ``validate`` stays the verb when its submodule is imported
 validate = lazy("lmdata.formats.dolma.validate:validate")
 
 __all__ = ["SPEC", "DolmaDocuments", "Writer", "detect", "info", "open", "validate"]
@@ -60,8 +60,9 @@ def open(
     return DolmaDocuments(path, attributes=attributes, **options)
 
 
-def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
-    """Files, documents (one decoding pass), codecs and attribute sets of a tree."""
+def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
+    """Files, documents (one decoding pass; not counted with ``scan=False``), codecs and
+    attribute sets of a tree."""
     from lmdata.formats.dolma._lines import LineIndex
     from lmdata.formats.dolma._paths import attribute_path, codec_of, is_file, tree_root
     from lmdata.formats.dolma.reader import DolmaDocuments
@@ -71,7 +72,11 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     reader = DolmaDocuments(path, **options)
     store = reader.store
     root = reader.keys[0] if reader.single_file else tree_root(store, reader.root_key)
-    counts = [LineIndex(store, f, reader.max_line_bytes).num_lines for f in reader.keys]
+    counts = (
+        [LineIndex(store, f, reader.max_line_bytes).num_lines for f in reader.keys]
+        if scan
+        else None
+    )
     attrs: dict[str, Any] = {}
     for name in attribute_sets(store, root):
         present = sum(is_file(store, attribute_path(f, name)) for f in reader.keys)
@@ -82,7 +87,7 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         "format": "dolma",
         "path": url,
         "files": len(reader.keys),
-        "documents": sum(counts),
+        **({"documents": sum(counts)} if counts is not None else {}),
         "codecs": dict(Counter(codec_of(f) for f in reader.keys)),
         "attribute_sets": attrs,
         "bytes_on_disk": used.disk,

@@ -10,15 +10,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from lmdata._lazy import lazy_exports
 from lmdata.errors import CorruptDataError
 from lmdata.formats._spec import (
     FormatSpec,
     TokenSink,
     TokenTarget,
     detector,
-    keep_verbs,
     lazy,
-    lazy_exports,
 )
 
 if TYPE_CHECKING:
@@ -93,7 +92,6 @@ def _token_sink(
     return Writer(path, overwrite=overwrite, **dict(options or {}))
 
 
-keep_verbs(__name__)  # ``validate`` stays the verb when its submodule is imported
 validate = lazy("lmdata.formats.flat_tokens.validate:validate")
 info = lazy("lmdata.formats.flat_tokens.reader:dataset_info")
 splits = lazy("lmdata.formats.flat_tokens.reader:dataset_splits")

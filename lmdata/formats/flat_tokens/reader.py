@@ -403,8 +403,11 @@ def _copy_windows(
     return out
 
 
-def dataset_info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
-    """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored."""
+def dataset_info(
+    path: str | os.PathLike[str], *, scan: bool = True, **options: Any
+) -> dict[str, Any]:
+    """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored
+    (from the metadata: ``scan`` is accepted, nothing here reads the tokens)."""
     from lmdata.storage import usage
 
     store, key = resolve(path, options.get("storage_options"))

@@ -15,14 +15,13 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
+from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import (
     FormatSpec,
     TokenTarget,
     column_sink,
-    keep_verbs,
     lazy,
-    lazy_exports,
 )
 from lmdata.formats.mds.index import FORMAT_NAMES, index_head, split_dirs
 from lmdata.formats.mds.merge import merge
@@ -40,7 +39,6 @@ __getattr__ = lazy_exports(
         "Writer": "lmdata.formats.mds.writer",
     },
 )
-keep_verbs(__name__)  # ``validate`` stays the verb when its submodule is imported
 validate = lazy("lmdata.formats.mds.validate:validate")
 
 __all__ = [
@@ -122,8 +120,11 @@ def info(
     *,
     format: str | None = None,
     split: str | None = None,
+    scan: bool = True,
     **options: Any,
 ) -> dict[str, Any]:
+    """Columns, counts and sizes from the index (``scan`` is accepted: nothing here reads the
+    shards)."""
     r = open(path, format=format, split=split, **options)
     out: dict[str, Any] = {"format": r.format, "path": str(path)}
     out.update(r.info())

@@ -12,15 +12,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import (
     FormatSpec,
     TokenSink,
     TokenTarget,
     detector,
-    keep_verbs,
     lazy,
-    lazy_exports,
 )
 from lmdata.formats.modalities.layout import HEADER_SIZE, width_for_vocab
 
@@ -40,7 +39,6 @@ __getattr__ = lazy_exports(
         "read_header": "lmdata.formats.modalities.reader",
     },
 )
-keep_verbs(__name__)  # ``validate`` and ``merge`` stay the verbs when their submodules load
 validate = lazy("lmdata.formats.modalities.validate:validate")
 merge = lazy("lmdata.formats.modalities.merge:merge")
 
@@ -84,7 +82,9 @@ def open(path: str | os.PathLike[str], **options: Any) -> PackedTokens:
     return PackedTokens(path, **options)
 
 
-def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
+    """Counts, widths and sizes of a ``.pbin``; ``scan=False`` leaves out the reader's summary
+    (its largest id reads every token)."""
     from lmdata import _provenance
     from lmdata.formats.modalities.reader import PackedTokens
     from lmdata.storage import disk_usage
@@ -92,7 +92,8 @@ def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     options.pop("split", None)
     with PackedTokens(path, **options) as r:
         out: dict[str, Any] = {"format": "modalities", "path": str(r.path)}
-        out.update(r.info())
+        if scan:
+            out.update(r.info())
         url = r.data.store.url(r.data.key)
         out["apparent_bytes"] = r.data.store.size(r.data.key)
         prov = _provenance.read_sidecar(r.data.store, r.data.key)

@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, detector, lazy, lazy_exports
+from lmdata.formats._spec import FormatSpec, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
@@ -71,7 +72,8 @@ def open(path: str | os.PathLike[str], **options: Any) -> JsonlDocuments:
     return JsonlDocuments(path, **options)
 
 
-def info(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
+    """Documents (from the index) and sizes; ``scan`` is accepted: nothing here reads the data."""
     from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
     from lmdata.storage import disk_usage
 

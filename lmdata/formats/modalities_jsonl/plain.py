@@ -98,8 +98,17 @@ def validate(
 
 
 def info(
-    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, **_: Any
+    path: str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    scan: bool = True,
+    **_: Any,
 ) -> dict[str, Any]:
+    """Documents and size of a JSONL file; ``scan=False`` does not count the documents (a
+    pass over the file)."""
+    if not scan:
+        store, key = data_object(path, storage_options)
+        return {"format": "jsonl", "path": str(path), "bytes_on_disk": disk_usage(store.url(key))}
     r = JsonlFile(path, storage_options=storage_options)
     return {
         "format": "jsonl",
