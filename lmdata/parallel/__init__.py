@@ -137,12 +137,13 @@ class InProcess:
 
 class LocalProcesses:
     """A pool of ``workers`` processes (started as :func:`start_method` says). Units are
-    pulled lazily: at most ``window`` are
-    submitted and not yet consumed. On an exception or Ctrl-C the workers are terminated.
+    pulled lazily: at most ``window`` are submitted and not yet consumed. On an exception or
+    Ctrl-C the workers are terminated.
 
     A job that ends normally leaves its pool idle for the next job of this process (the API
-    may run many: a spawn costs about 0.5 s); only a pool started with the same environment
-    (variables, ``sys.path``, working folder) is reused, since workers saw the old one."""
+    may run many: a spawned pool costs about 0.5 s to start); only a pool started with the
+    same environment (variables, ``sys.path``, working folder) is reused, since workers saw
+    the old one."""
 
     def __init__(self, workers: int | None = None, window: int | None = None) -> None:
         self.workers = max(1, workers if workers is not None else os.cpu_count() or 1)
@@ -159,8 +160,9 @@ class LocalProcesses:
     ) -> Iterator[R]:
         job = uuid.uuid4().hex
         listen = on_report is not None
-        # the setup goes to a private file that each worker reads once: a reader or a
-        # tokenizer pickled into every unit would be copied and unpickled per unit
+        # the setup goes to a file that each worker reads once (mode 0600: a reader's storage
+        # options may hold secrets; removed with the job): a reader pickled into every unit
+        # would be copied through the pipe per unit
         fd, setup = tempfile.mkstemp(prefix="lmdata-job-", suffix=".pickle")
         with os.fdopen(fd, "wb") as fh:
             pickle.dump((initializer, initargs), fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -285,9 +287,9 @@ def start_method() -> str:
     (a worker then costs a few ms: it has every module this process imported, where a spawned
     one imports numpy, the tokenizer and lmdata again, about 0.25 s of CPU each), else *spawn*
     (a forked child of a threaded process may inherit a lock some thread held; after
-    ``ray.init``, say). Workers never
-    use a parent's thread pools: tokenizers disables its own in a forked child, and a
-    job's setup and units reach workers pickled either way. ``LMDATA_START_METHOD`` overrides."""
+    ``ray.init``, say). Workers never use a parent's thread pools: tokenizers disables its own
+    in a forked child, and a job's setup and units reach workers pickled either way.
+    ``LMDATA_START_METHOD`` overrides."""
     chosen = os.environ.get(START_METHOD_ENV)
     if chosen:
         if chosen not in mp.get_all_start_methods():
