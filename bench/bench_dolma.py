@@ -14,12 +14,14 @@ import gzip
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import orjson
 
+from lmdata import parallel
 from lmdata.dolma.config import DedupeConfig, MixerConfig, TagConfig
 from lmdata.dolma.dedupe import dedupe
 from lmdata.dolma.mixer import mix
@@ -98,6 +100,16 @@ def bare_read(files: list[Path]) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def _timed(procs: int, run: Callable[[], int]) -> tuple[float, float]:
+    """(documents/s, driver CPU share) of one run, with a fresh worker pool as a CLI run has:
+    the driver's CPU time over the wall time times the processes."""
+    parallel.shutdown()
+    t0, c0 = time.perf_counter(), time.process_time()
+    docs = run()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return docs / wall, cpu / (wall * procs)
+
+
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="lmdata-bench-dolma-"))
     try:
@@ -110,17 +122,23 @@ def main() -> None:
         )
         limit = max(bare_read(files) for _ in range(2))
         docs = [str(work / "ds" / "documents" / "*.jsonl.gz")]
-        rows: list[tuple[str, int, float]] = []
-        for procs in (1, 2):
-            cfg = TagConfig.from_dict(
-                {
-                    "documents": docs,
-                    "processes": procs,
-                    "taggers": ["char_length_v1", "whitespace_tokenizer_v1"],
-                    "ignore_existing": True,
-                }
-            )
-            rows.append(("tag", procs, tag(cfg).docs_per_second))
+        plain = work / "plain" / "documents"  # the same documents in one plain JSONL file
+        plain.mkdir(parents=True)
+        with open(plain / "all.jsonl", "wb") as out:
+            for f in files:
+                out.write(gzip.decompress(f.read_bytes()))
+        rows: list[tuple[str, int, float, float]] = []
+        for label, where in (("tag", docs), ("tag 1 plain file", [str(plain / "*.jsonl")])):
+            for procs in (1, 2):
+                cfg = TagConfig.from_dict(
+                    {
+                        "documents": where,
+                        "processes": procs,
+                        "taggers": ["char_length_v1", "whitespace_tokenizer_v1"],
+                        "ignore_existing": True,
+                    }
+                )
+                rows.append((label, procs, *_timed(procs, lambda cfg=cfg: tag(cfg).documents)))
         for procs in (1, 2):
             cfg = DedupeConfig.from_dict(
                 {
@@ -132,21 +150,25 @@ def main() -> None:
                     },
                 }
             )
-            rows.append(("dedupe docs by $.text", procs, dedupe(cfg).docs_per_second))
-        for procs, label, size in (
-            (1, "mix 1 shard", 2 * 1024**3),
-            (2, "mix 1 shard", 2 * 1024**3),
-            (1, "mix 1 shard/file", 1),
-            (2, "mix 1 shard/file", 1),
+            rows.append(
+                ("dedupe docs by $.text", procs, *_timed(procs, lambda c=cfg: dedupe(c).documents))
+            )
+        for procs, label, size, where in (
+            (1, "mix 1 shard", 2 * 1024**3, docs),
+            (2, "mix 1 shard", 2 * 1024**3, docs),
+            (1, "mix 1 shard/file", 1, docs),
+            (2, "mix 1 shard/file", 1, docs),
+            (1, "mix 1 plain file", 1, [str(plain / "*.jsonl")]),
+            (2, "mix 1 plain file", 1, [str(plain / "*.jsonl")]),
         ):
-            out = work / f"mixed-{procs}-{size}"
+            out = work / f"mixed-{procs}-{size}-{len(rows)}"
             cfg = MixerConfig.from_dict(
                 {
                     "processes": procs,
                     "streams": [
                         {
                             "name": "m",
-                            "documents": docs,
+                            "documents": where,
                             "attributes": ["char_length_v1", "whitespace_tokenizer_v1"],
                             "filter": {
                                 "include": [
@@ -158,19 +180,29 @@ def main() -> None:
                     ],
                 }
             )
-            res = mix(cfg)
-            rows.append((label, procs, res.docs_per_second))
+            rows.append((label, procs, *_timed(procs, lambda c=cfg: mix(c).read)))
         print(
             f"\n{'operation':<24}{'procs':>6}{'lmdata docs/s':>15}{'bare gzip+orjson':>18}"
-            f"{'of limit':>10}"
+            f"{'of limit':>10}{'1->2 procs':>12}{'driver cpu':>12}"
         )
-        for name, procs, rate in rows:
+        one: dict[str, float] = {}
+        for name, procs, rate, driver in rows:
             frac = rate / (limit * procs)
-            print(f"{name:<24}{procs:>6}{rate:>15,.0f}{limit:>18,.0f}{frac:>10.2f}")
+            gain = f"{rate / one[name]:.2f}x" if procs == 2 and name in one else ""
+            one.setdefault(name, rate)
+            print(
+                f"{name:<24}{procs:>6}{rate:>15,.0f}{limit:>18,.0f}{frac:>10.2f}{gain:>12}"
+                f"{driver:>11.0%}"
+            )
         print(
             "\nbare read = one process, gzip.open + orjson.loads per line (the practical "
             "limit of a Python reader); 'of limit' = lmdata's rate over the bare read's times the "
-            "processes; dolma itself: bench_origin.py's Dolma table."
+            "processes; '1->2 procs' = the 2-process rate over the 1-process rate (a fresh worker "
+            "pool each row, as a CLI run has); 'driver cpu' = the calling process's CPU time over "
+            "the row's wall time times the processes (the serial share: planning, joins, "
+            "progress; at 1 process the work itself runs there); 'tag/mix 1 plain file' = the "
+            "same documents in one plain JSONL file, cut into 64 MiB byte ranges; dolma itself: "
+            "bench_origin.py's Dolma table."
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

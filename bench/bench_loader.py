@@ -5,8 +5,13 @@ Workload (BENCH_LOADER_TOKENS, default 64 Mi tokens): random ids in [1, 50257), 
 2048 tokens. The limit is a bare numpy memmap gather of the same rows (encoded tokens, no
 decoding, no segment ids); a second reference adds the packed expansion written in plain
 numpy. The in-process paths run interleaved (short rounds A B C .., the median round each), so
-load from other jobs hits them alike. Side venvs (bench/envs.py) run the peers on the same
-tokens: streaming 0.13.0 iterates an MDS copy cut into 2048-token rows (it has no packing),
+load from other jobs hits them alike: ``Loader.batch(step)`` per call (rows/s of the median
+round, and the p10 time of one call). The iteration rows (``for batch in loader``, the
+consumer doing nothing else: the worst case for prefetch threads, which only pay off when a
+training step runs meanwhile) are measured after them, alternating with each other. The
+Loader lays rows out in C (``lmdata/_kernel.c``) where it was built, in numpy otherwise.
+Side venvs (bench/envs.py) run the peers on the same tokens: streaming 0.13.0 iterates an
+MDS copy cut into 2048-token rows (it has no packing),
 Grain 0.2.18 packs the shuffled documents (ConcatThenSplitIterDataset, segment ids and
 positions), LitData 0.2.76 reads shuffled TokensLoader blocks. The second table opens
 simulated flat-tokens stores of 10^6 .. 10^12 tokens (metadata of the full size; the chunk
@@ -100,24 +105,31 @@ def throughput(root: Path, r: object) -> dict[str, tuple[float, float]]:
 
         return f
 
-    def prefetched(rounds: int = 15, seconds: float = 0.2) -> float:
-        """Rows/s of iteration with prefetch threads, measured on its own (threads running
-        during the other paths' rounds would take their time): a fresh iterator per round,
-        closed after it, which stops the threads."""
-        ld = lmdata.Loader(
-            r, seq_len=SEQ_LEN, global_batch_size=BATCH, prefetch=4, rank=0, world_size=1
-        )
-        got = []
+    def iterated(depths: tuple[int, ...], rounds: int = 15, seconds: float = 0.2) -> list[float]:
+        """Rows/s of ``for batch in loader`` with nothing else to do, for each prefetch depth,
+        in alternating rounds (so load from other jobs hits them alike), measured apart from
+        the per-call paths (prefetch threads running during their rounds would take their
+        time): a fresh iterator per round, closed after it, which stops the threads."""
+        got: list[list[float]] = [[] for _ in depths]
         for k in range(rounds):
-            ld.step = k * 1000
-            it = iter(ld)
-            n, t0 = 0, time.perf_counter()
-            while (dt := time.perf_counter() - t0) < seconds:
-                next(it)
-                n += BATCH
-            it.close()
-            got.append(n / dt)
-        return statistics.median(got)
+            for j, depth in enumerate(depths):
+                ld = lmdata.Loader(
+                    r,
+                    seq_len=SEQ_LEN,
+                    global_batch_size=BATCH,
+                    prefetch=depth,
+                    rank=0,
+                    world_size=1,
+                    start_step=k * 1000,
+                )
+                it = iter(ld)
+                n, t0 = 0, time.perf_counter()
+                while (dt := time.perf_counter() - t0) < seconds:
+                    next(it)
+                    n += BATCH
+                it.close()
+                got[j].append(n / dt)
+        return [statistics.median(g) for g in got]
 
     res = _compare.interleaved(
         {
@@ -128,7 +140,9 @@ def throughput(root: Path, r: object) -> dict[str, tuple[float, float]]:
             "lmdata Loader.batch, unpacked (one document per row)": lmdata_batch("unpacked"),
         }
     )
-    res["lmdata Loader iteration, packed, prefetch=4 (2 threads, alone)"] = (prefetched(), 0.0)
+    names = ("no prefetch", "prefetch=4 (2 threads)")
+    for name, v in zip(names, iterated((0, 4)), strict=True):
+        res[f"lmdata `for batch in loader`, packed, {name}"] = (v, 0.0)
     return res
 
 

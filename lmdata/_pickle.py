@@ -114,9 +114,14 @@ _OPCODES = _opcode_table()
 _TABLE = bytes(k & 0xFF for k in _OPCODES)  # the same table for the C walk
 
 try:  # built from lmdata/_memowalk.c at install; without a compiler the Python walk does it
-    from lmdata._memowalk import early_slot as _c_early_slot
+    from lmdata import _memowalk
 except ImportError:
-    _c_early_slot = None
+    _memowalk = None
+_c_item_pickle = getattr(_memowalk, "item_pickle", None)  # load_item; None: always whole
+# early_slot answers (slot, offset, end of a pickle free of code) since item_pickle came; an
+# extension built from an older _memowalk.c (an editable install not rebuilt) answers
+# (slot, offset) and is not used: the Python walk is slower but answers the same.
+_c_early_slot = getattr(_memowalk, "early_slot", None) if _c_item_pickle is not None else None
 
 
 def _check_memo_indices(data: bytes, where: str) -> None:
@@ -133,11 +138,15 @@ def _check_memo_indices(data: bytes, where: str) -> None:
         return  # this Python cannot be made to allocate so; or no PUT/LONG_BINPUT byte at all
     slot, at = _early_slot(data)
     if slot:
-        raise UnsafeDataError(
-            f"pickle stores into memo slot {slot} at byte {at}, which would allocate memory "
-            "the file does not justify; refusing",
-            position=where or None,
-        )
+        _refuse_slot(slot, at, where)
+
+
+def _refuse_slot(slot: int, at: int, where: str) -> None:
+    raise UnsafeDataError(
+        f"pickle stores into memo slot {slot} at byte {at}, which would allocate memory "
+        "the file does not justify; refusing",
+        position=where or None,
+    )
 
 
 def memo_check_needed() -> bool:
@@ -162,7 +171,7 @@ def _early_slot(data: bytes) -> tuple[int, int]:
     """(slot, offset) of the first PUT/LONG_BINPUT naming a slot beyond its offset, else (0, 0):
     the C walk, and the Python walk where it stops at a text opcode or was not built."""
     if _c_early_slot is not None:
-        slot, at = _c_early_slot(data, _TABLE)
+        slot, at, _ = _c_early_slot(data, _TABLE)
         if slot >= 0:
             return slot, at
     return _py_early_slot(data)
@@ -299,7 +308,18 @@ def safe_load_prefix(
             f = io.BytesIO(bytes(data))
             return pickle.Unpickler(f).load(), f.tell()
         raw = bytes(data)
-        if not memo_checked:
+        if _c_early_slot is not None and not memo_checked and not _sparse_memo():
+            slot, at, end = _c_early_slot(raw, _TABLE)
+            if slot > 0:
+                _refuse_slot(slot, at, where)
+            if slot == 0 and end > 0:
+                # Walked to STOP and no opcode names or calls code: nothing for the allow-list
+                # to refuse, and pickle.loads skips the file object and subclass of the
+                # unpickler below (5-10% of a block of small dicts).
+                return pickle.loads(raw), end
+            if slot < 0:  # a text opcode: the Python walk
+                _check_memo_indices(raw, where)
+        elif not memo_checked:
             _check_memo_indices(raw, where)
         u = _SafeUnpickler(raw, where)
         return u.load(), u.consumed()
@@ -325,3 +345,32 @@ def safe_load_prefix(
         raise CorruptDataError(
             f"cannot unpickle: {type(e).__name__}: {e}", path=path, position=where or None
         ) from None
+
+
+def items_alone() -> bool:
+    """Whether :func:`load_item` can unpickle an item alone here (the C walk was built)."""
+    return _c_item_pickle is not None
+
+
+def load_item(data: bytes, j: int, count: int) -> tuple[bool, Any]:
+    """(True, item ``j``) of the pickled list ``data`` of ``count`` items, unpickled on its own;
+    (False, None) where the C walk cannot vouch for that (then unpickle the list whole, which
+    also reports any damage precisely).
+
+    A reader after one example of a block need not build the other examples: the C walk
+    (``item_pickle`` in ``lmdata/_memowalk.c``) follows the whole pickle, checks it is a list of
+    ``count`` items made only of plain-data opcodes (no globals, no calls, no memo writes but
+    MEMOIZE; so neither the allow-list nor the memo-bomb walk has anything to refuse), and says
+    where item ``j`` lies and which earlier strings or numbers it takes from the memo, and
+    makes a small pickle of it: those memo slots filled (the rest with None, which it never
+    reads), then the item's own opcodes.
+    """
+    if _c_item_pickle is None:
+        return False, None
+    got = _c_item_pickle(data, j)
+    if got is None or got[0] != count:
+        return False, None
+    try:
+        return True, pickle.loads(got[1])
+    except Exception:  # not expected: the whole-list path says what is wrong
+        return False, None

@@ -30,10 +30,17 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+# compiled extensions (built from these C sources) import no lmdata module: never on a cycle
+EXTENSIONS = {
+    ".".join(["lmdata", *p.relative_to(ROOT).with_suffix("").parts]) for p in ROOT.rglob("*.c")
+}
 
 
 def _target(name: str) -> str | None:
-    """The lmdata module an imported name lives in (``a.b.f`` -> ``a.b`` if ``f`` is no module)."""
+    """The lmdata module an imported name lives in (``a.b.f`` -> ``a.b`` if ``f`` is no module);
+    None for a compiled extension."""
+    if name in EXTENSIONS:
+        return None
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None

@@ -209,3 +209,112 @@ def test_memo_bomb_after_any_real_pickle_is_found_where_it_is(obj, protocol, far
     assert _early_slot(data + b"r" + slot.to_bytes(4, "little") + b".") == (slot, at)
     assert _early_slot(data + b"p%d\n." % slot) == (slot, at)
     assert _early_slot(data + b"r" + at.to_bytes(4, "little") + b".") == (0, 0)
+
+
+# ---- one item of a pickled list, unpickled alone (load_item) ---------------------------------
+
+needs_c_walk = pytest.mark.skipif(
+    getattr(__import__("lmdata._pickle").__dict__["_pickle"], "_c_item_pickle", None) is None,
+    reason="lmdata._memowalk was not built (no C compiler at install)",
+)
+
+
+def _same(a, b) -> bool:
+    """Equal, of the same types all the way down (repr tells a tuple from a list, 1 from 1.0)."""
+    return a == b and repr(a) == repr(b)
+
+
+@needs_c_walk
+@given(
+    items=st.lists(plain, max_size=12),
+    shared=st.lists(st.integers(0, 11), max_size=6),
+    protocol=st.integers(2, 5),
+)
+def test_one_item_alone_equals_that_item_of_the_whole(items, shared, protocol):
+    from lmdata._pickle import load_item
+
+    # Some items refer to objects of earlier ones (memo gets across items).
+    items = items + [{"again": items[k]} for k in shared if k < len(items)]
+    data = pickle.dumps(items, protocol=protocol)
+    whole = pickle.loads(data)
+    for j in range(len(items)):
+        found, item = load_item(data, j, len(items))
+        assert (found and _same(item, whole[j])) or (not found and item is None)
+    assert not any(load_item(data, j, len(items) + 1)[0] for j in range(len(items)))
+
+
+@needs_c_walk
+def test_examples_like_datasets_load_alone():
+    from lmdata._pickle import load_item
+
+    ex = [
+        {"id": i, "text": "word " * (i % 7), "tags": ["news", "sport"][: i % 3], "x": (i, 1.5)}
+        for i in range(40)
+    ]
+    big = ["x" * 30_000 + str(i) for i in range(8)]  # several protocol-4 frames
+    for items in (ex, big, [None], []):
+        for protocol in (4, 5):
+            data = pickle.dumps(items, protocol=protocol)
+            for j in range(len(items)):
+                assert load_item(data, j, len(items)) == (True, items[j])
+    # Older protocols write memo slots explicitly (BINPUT): the whole list is unpickled.
+    assert load_item(pickle.dumps(ex, protocol=2), 3, 40) == (False, None)
+
+
+@needs_c_walk
+@pytest.mark.parametrize(
+    "data",
+    [
+        pickle.dumps([1, os.system], protocol=4),  # a global: the allow-list must see it
+        pickle.dumps([1, np.arange(3)], protocol=4),  # REDUCE
+        b"\x80\x04]\x94(K\x01r\x00\x00\x00\x40e.",  # a memo write by index (a bomb)
+        b"\x80\x04]\x94(K\x01h\x05e.",  # a memo get of a slot never made
+        b"\x80\x04]\x94(K\x01K\x02ue.",  # setitems into the list
+        b"\x80\x04]\x94(" + b"]" * 100 + b"(" * 100 + b"e.",  # deeper than the walk follows
+        b"\x80\x04]\x94(K\x01K\x02e",  # no STOP
+        b"\x80\x04]\x94K\x01a]\x94h\x00a.",  # an item holds the list itself
+    ],
+)
+def test_anything_outside_plain_lists_is_left_to_the_whole_load(data):
+    from lmdata._pickle import load_item
+
+    assert load_item(data, 0, 1) == (False, None)
+    assert load_item(data, 0, 2) == (False, None)
+
+
+@needs_c_walk
+@given(
+    items=st.lists(plain, min_size=1, max_size=6),
+    protocol=st.integers(4, 5),
+    at=st.integers(0, 10_000),
+    byte=st.integers(0, 255),
+    cut=st.integers(0, 10_000),
+)
+def test_damaged_lists_never_give_another_item(items, protocol, at, byte, cut):
+    """A byte changed or the end cut: where the whole list still loads, the item found alone is
+    the whole load's. (Where it does not, an item whose own bytes are intact may still be found,
+    as in formats that store items apart: a bad string in item 2 does not hide item 0.)"""
+    from lmdata._pickle import load_item
+
+    data = bytearray(pickle.dumps(items, protocol=protocol))
+    data[at % len(data)] = byte
+    data = bytes(data[: len(data) - cut % 4])
+    try:
+        whole = pickle.loads(data)
+    except Exception:
+        whole = None
+    for j in range(len(items)):
+        found, item = load_item(data, j, len(items))
+        if found and isinstance(whole, list) and len(whole) == len(items):
+            assert _same(item, whole[j])
+
+
+@given(obj=plain, protocol=st.integers(0, 5), tail=st.binary(max_size=8))
+def test_prefix_length_is_where_the_pickle_ends(obj, protocol, tail):
+    """Whether the C walk vouches for the pickle (plain.loads) or the allow-list unpickler
+    reads it, the value and the length taken are the same."""
+    from lmdata._pickle import safe_load_prefix
+
+    data = pickle.dumps(obj, protocol=protocol)
+    value, used = safe_load_prefix(data + tail)
+    assert used == len(data) and _same(value, pickle.loads(data))

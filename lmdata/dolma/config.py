@@ -154,7 +154,9 @@ class TagConfig:
     processes: int = 1
     seed: int = 0
     ignore_existing: bool = False
-    compression: str = "gz"
+    compression: str = (
+        "gz"  # accepted; an attribute file is written as its name says (.gz, .zst, plain)
+    )
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -289,7 +291,9 @@ class DedupeConfig:
     min_words: int = 0
     processes: int = 1
     work_dir: str | None = None
-    compression: str = "gz"
+    compression: str = (
+        "gz"  # accepted; an attribute file is written as its name says (.gz, .zst, plain)
+    )
     dolma_offsets: bool = True  # reproduce dolma's paragraph end offsets (see dedupe.py)
     ngrams: Ngrams = field(default_factory=Ngrams)  # by_ngram (length 0: exact paragraphs)
     bloom_filter: tuple[str, ...] = ()  # the bloom_filter keys given (accepted, not used)

@@ -60,9 +60,9 @@ from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
 from lmdata.formats.dolma._files import iter_raw_lines
 from lmdata.formats.dolma._output import OutputFile
-from lmdata.formats.dolma._paths import Stores, attribute_path
+from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of
 from lmdata.formats.dolma.reader import parse_line
-from lmdata.storage import TMP_PREFIX, FsspecStore, join, resolve
+from lmdata.storage import TMP_PREFIX, FsspecStore, Store, join, resolve
 
 try:
     import regex as _re
@@ -206,7 +206,10 @@ class Spill:
                 with open(Path(self.root) / name, "rb") as f:
                     f.seek(a * isz)
                     raw = f.read((b - a) * isz)
-            else:  # straight from the store: bucket data must not fill the read cache
+            else:
+                # one ranged GET on the store's filesystem, not Store.read_range: that would keep
+                # the bytes in the process's range cache, where bucket data read once would
+                # evict what readers reuse (the Store protocol has no uncached read yet)
                 raw = remote[0].fs.cat_file(join(remote[1], name), start=a * isz, end=b * isz)
             if len(raw) != (b - a) * isz:
                 raise CorruptDataError(
@@ -327,8 +330,9 @@ def _phase_hash(task: HashTask) -> HashResult:
         spills.append((f"h/{name}", tuple(starts.tolist())))
         rows.clear()  # in place: _hash_file appends to this list
 
+    stores = Stores(cfg.storage_options)  # one filesystem client for the unit's files
     for k, file in task.files:
-        d, n = _hash_file(k, file, cfg, rows, spill)
+        d, n = _hash_file(k, stores(file), cfg, rows, spill)
         docs, keys = docs + d, keys + n
     keys += len(rows)
     spill()
@@ -336,11 +340,11 @@ def _phase_hash(task: HashTask) -> HashResult:
 
 
 def _hash_file(
-    k: int, file: str, cfg: DedupeConfig, rows: list[Any], spill: Any
+    k: int, where: tuple[Store, str], cfg: DedupeConfig, rows: list[Any], spill: Any
 ) -> tuple[int, int]:
     """Append the entries of file number ``k`` to ``rows``, spilling them when many:
     (documents, keys spilled)."""
-    store, key_ = resolve(file, cfg.storage_options)
+    store, key_ = where
     path = store.url(key_)
     ng = cfg.ngrams
     keys = 0
@@ -405,6 +409,7 @@ def _phase_write(task: WriteTask) -> int:
     marks = task.work.load(list(task.pieces), MARK)
     marks = marks[np.argsort(marks["file"], kind="stable")]  # each file's marks: one slice
     n = 0
+    stores = Stores(task.cfg.storage_options)  # one filesystem client for the unit's files
     for k, file in task.files:
         lo, hi = np.searchsorted(marks["file"], [k, k + 1])
         m = marks[lo:hi]
@@ -413,19 +418,23 @@ def _phase_write(task: WriteTask) -> int:
             m["line"].tolist(), m["para"].tolist(), m["sub"].tolist(), strict=True
         ):
             dups.setdefault((line, para), set()).add(sub)
-        n += _write_file(file, task.cfg, dups)
+        n += _write_file(stores(file), task.cfg, dups)
     return n
 
 
-def _write_file(file: str, cfg: DedupeConfig, dups: dict[tuple[int, int], set[int]]) -> int:
-    """Write one file's attribute rows, its duplicates being ``dups``."""
-    store, doc_key = resolve(file, cfg.storage_options)
+def _write_file(
+    where: tuple[Store, str], cfg: DedupeConfig, dups: dict[tuple[int, int], set[int]]
+) -> int:
+    """Write the attribute rows of one document file (its store and key), its duplicates
+    being ``dups``."""
+    store, doc_key = where
     path = store.url(doc_key)
     ng = cfg.ngrams
     every = ng.length > 0 and ng.threshold <= 0  # a paragraph with no duplicate may score 0
     name = cfg.attribute_name
     n = 0
-    with OutputFile(store, attribute_path(doc_key, cfg.name), cfg.compression) as f:
+    out = attribute_path(doc_key, cfg.name)
+    with OutputFile(store, out, codec_of(out)) as f:  # the codec its name says
         for lineno, raw in iter_raw_lines(store, doc_key):
             doc = parse_line(raw, path, lineno)
             attrs: dict[str, Any] = {}

@@ -124,6 +124,7 @@ def _child(name: str) -> Step:
     def step(nodes: list[Any], root: Any) -> list[Any]:
         return [n[name] for n in nodes if isinstance(n, dict) and name in n]
 
+    step.plain = (True, name)  # type: ignore[attr-defined]
     return step
 
 
@@ -135,7 +136,29 @@ def _index(i: int) -> Step:
                 out.append(n[i])
         return out
 
+    step.plain = (False, i)  # type: ignore[attr-defined]
     return step
+
+
+def _walker(steps: list[Step] | tuple[Step, ...]) -> Callable[[Any], list[Any]] | None:
+    """For a path of names and indices only (``@.a.b[0][2]``, the usual filter), a function
+    that follows it from one node without building a list per step; None for other paths."""
+    plain = [getattr(s, "plain", None) for s in steps]
+    if any(p is None for p in plain):
+        return None
+    chain = tuple(plain)
+
+    def walk(node: Any) -> list[Any]:
+        for is_name, k in chain:
+            if is_name:
+                if not isinstance(node, dict) or k not in node:
+                    return []
+            elif not isinstance(node, list) or not -len(node) <= k < len(node):
+                return []
+            node = node[k]
+        return [node]
+
+    return walk
 
 
 def _wildcard(nodes: list[Any], root: Any) -> list[Any]:
@@ -271,6 +294,17 @@ class _Parser:
             right = self.operand()
 
             test = _OPS[op]
+            lit = getattr(right, "literal", None)
+            if lit is not None:  # the usual filter compares with a constant: take it once
+                (b,) = lit
+
+                def compare_literal(n: Any, r: Any) -> bool:
+                    for lv in left(n, r):
+                        if test(lv, b):
+                            return True
+                    return False
+
+                return compare_literal
 
             def compare(n: Any, r: Any, left: Any = left, right: Any = right) -> bool:
                 rv = right(n, r)
@@ -290,6 +324,9 @@ class _Parser:
         if val in ("@", "$"):
             steps = self.steps()
             current = val == "@"
+            walk = _walker(steps)
+            if walk is not None:
+                return (lambda n, r: walk(n)) if current else (lambda n, r: walk(r))
 
             def run(n: Any, r: Any) -> list[Any]:
                 nodes = [n if current else r]
@@ -301,7 +338,12 @@ class _Parser:
 
             return run
         lit = self.literal(kind, val)
-        return lambda n, r: [lit]
+
+        def constant(n: Any, r: Any) -> list[Any]:
+            return [lit]
+
+        constant.literal = (lit,)  # type: ignore[attr-defined]
+        return constant
 
     def literal(self, kind: str, val: str) -> Any:
         if kind == "num":

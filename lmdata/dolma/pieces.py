@@ -10,6 +10,7 @@ store to store through the workers, never through the driver.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,8 @@ def part_key(output: str, piece: int) -> str:
 
 @dataclass(frozen=True)
 class Join:
-    """Join ``pieces`` pieces of ``output`` (a path or URL) written with ``compression``."""
+    """Join the pieces of ``output`` (a path or URL; one per entry of ``checksums``: the CRC-32
+    and length of its uncompressed bytes) written with ``compression``."""
 
     output: str
     compression: str
@@ -42,6 +44,11 @@ def run_join(j: Join) -> int:
     store, key = resolve(j.output, j.storage_options)
     keys = [part_key(key, k) for k in range(len(j.checksums))]
     join_parts(store, key, j.compression, keys, j.checksums, overwrite=j.overwrite)
+    if isinstance(store, LocalStore):
+        try:  # the last join of a folder leaves no empty parts folder behind for `lmdata clean`
+            os.rmdir(parent(keys[0]))
+        except OSError:
+            pass  # other outputs' pieces are still there
     return len(keys)
 
 

@@ -33,7 +33,7 @@ from lmdata.formats.dolma._files import (
     splittable,
 )
 from lmdata.formats.dolma._output import OutputFile, Part
-from lmdata.formats.dolma._paths import Stores, attribute_path, is_file
+from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of, is_file
 from lmdata.formats.dolma._rows import parse_line
 from lmdata.storage import Store, resolve
 
@@ -95,7 +95,8 @@ def _tag_file(task: TagTask) -> TagFileResult:
     try:
         for o, _, _ in outs:
             key = o if piece is None else part_key(o, task.part)
-            files.append(OutputFile(store, key, cfg.compression, part=piece))
+            # written in the codec the name says, as readers (dolma's too) decode it
+            files.append(OutputFile(store, key, codec_of(o), part=piece))
         for lineno, raw in _lines(store, path, task):
             try:
                 doc = _document(raw, where, lineno)
@@ -112,7 +113,7 @@ def _tag_file(task: TagTask) -> TagFileResult:
                     "attributes": tag_document(doc, group),
                     "source": source if isinstance(source, str) else "",
                 }
-                f.write(orjson.dumps(row) + b"\n")
+                f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
             n += 1
             if n % parallel.REPORT_EVERY == 0:
                 parallel.report(parallel.REPORT_EVERY)
@@ -165,7 +166,7 @@ def _joins(cfg: TagConfig, tasks: list[TagTask], results: list[TagFileResult]) -
             continue
         for j, (o, _, _) in enumerate(_outputs(t.path, cfg)):
             sums = tuple(r.checksums[j] for r in group)
-            out.append(Join(o, cfg.compression, sums, cfg.storage_options))
+            out.append(Join(o, codec_of(o), sums, cfg.storage_options))
     return out
 
 

@@ -23,6 +23,11 @@ import numpy as np
 
 from lmdata.loader import pool
 
+try:  # built from lmdata/_kernel.c at install; without a compiler numpy does the same
+    from lmdata import _kernel as _C
+except ImportError:  # pragma: no cover - depends on the build
+    _C = None
+
 PAD_VALUES = {"segment_ids": 0, "positions": 0, "loss_mask": False}
 PACKED_KEYS = ("inputs", "targets", "segment_ids", "positions")
 UNPACKED_KEYS = (*PACKED_KEYS, "loss_mask")
@@ -33,6 +38,7 @@ _I32 = np.dtype(np.int32)
 _TYPES = {"loss_mask": np.dtype(bool)}  # the rest of a block's arrays are int32
 _ONE = np.uint32(1)
 _LAYOUTS: dict[tuple[int, int, np.dtype, tuple[str, ...]], tuple] = {}
+Parts = tuple[list, list]  # rows where they lie: (a buffer per row, byte offsets) (C only)
 
 
 def packed_buffers(
@@ -67,21 +73,63 @@ def packed_buffers(
     return {k: np.ndarray(shape, dtype=t, buffer=block, offset=o) for k, t, o in parts}
 
 
-def packed_from_encoded(enc: np.ndarray, dtype: np.dtype, bos: int = 0) -> dict[str, np.ndarray]:
-    """Packed rows from stored flat-tokens values (``id*2 + start bit``), shape (rows, L)."""
-    enc = np.asarray(enc, dtype=np.uint32)
-    out = packed_buffers(*enc.shape, dtype, IO_KEYS)
+def packed_from_encoded(
+    enc: np.ndarray | Parts, dtype: np.dtype, bos: int = 0, shape: tuple[int, int] | None = None
+) -> dict[str, np.ndarray]:
+    """Packed rows from stored flat-tokens values (``id*2 + start bit``), shape (rows, L)
+    (``shape`` is needed for :data:`Parts`)."""
+    if isinstance(enc, tuple):
+        assert shape is not None and _C is not None
+    else:
+        enc = np.ascontiguousarray(enc, dtype=np.uint32)
+        shape = enc.shape
+    out = packed_buffers(*shape, dtype, PACKED_KEYS if _C else IO_KEYS)
     fill_packed(enc, out, bos)
     return out
 
 
-def fill_packed(enc: np.ndarray, out: dict[str, np.ndarray], bos: int = 0) -> None:
-    """Fill ``out`` (from :func:`packed_buffers`) from stored values ``enc`` (rows, L).
+def packed_out(rows: int, length: int, dtype: np.dtype) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Outputs for packed rows and the uint32 array (rows, length) to gather their stored
+    values into before :func:`fill_packed`: memory of the outputs themselves (``positions``
+    for the C kernel, which reads each item before writing it; ``targets`` for numpy's int32
+    in-place decode), so a batch touches one recycled block."""
+    if _C is not None:
+        out = packed_buffers(rows, length, dtype, PACKED_KEYS)
+        return out, out["positions"].view(np.uint32)
+    out = packed_buffers(rows, length, dtype, IO_KEYS)
+    t = out["targets"]
+    return out, t.view(np.uint32) if t.dtype == _I32 else np.empty((rows, length), np.uint32)
 
-    ``enc`` may be ``out["targets"]`` itself seen as uint32 (decoded in place). Each step is
-    one vectorised pass over the batch: no per-row or per-document Python.
+
+def in_c() -> bool:
+    """Whether the layouts run in C, which also take a batch's rows where they lie (a pair
+    of lists: a buffer per row and the byte offset of the row's stored values in it, as
+    ``encoded_window_parts`` of flat-tokens gives) instead of one array."""
+    return _C is not None
+
+
+def fill_packed(enc: np.ndarray | Parts, out: dict[str, np.ndarray], bos: int = 0) -> None:
+    """Fill ``out`` (from :func:`packed_out` or :func:`packed_buffers`) from stored values
+    ``enc`` (rows, L): one pass in C when the kernel is built and ``out`` holds all four
+    arrays, else vectorised numpy passes over the batch (no per-row or per-document Python).
+
+    ``enc`` may be ``out["targets"]`` (int32) or ``out["positions"]`` seen as uint32, or (C
+    only, :func:`in_c`) the rows where they lie.
     """
-    if not enc.size:
+    if not out["targets"].size:
+        return
+    if _C is not None and "positions" in out:
+        t = out["targets"]
+        _C.packed(
+            enc,
+            out["inputs"],
+            t,
+            out["segment_ids"],
+            out["positions"],
+            *t.shape,
+            bos,
+            t.dtype != _I32,
+        )
         return
     is_start = _scratch(enc.shape)
     # 0/1 written as uint8 into the bool scratch: a third faster than a cast to bool
@@ -185,11 +233,22 @@ def eos_windows(windows: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
     return out
 
 
-def eos_from_encoded(enc: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
-    """inputs/targets of windows of stored values (``id*2 + start bit``), decoded as they are
-    copied into place (one pass each)."""
-    enc = np.asarray(enc, dtype=np.uint32)
-    out = _eos_buffers(enc.shape[0], enc.shape[1] - 1, dtype)
+def eos_from_encoded(
+    enc: np.ndarray | Parts, dtype: np.dtype, shape: tuple[int, int] | None = None
+) -> dict[str, np.ndarray]:
+    """inputs/targets of windows of stored values (``id*2 + start bit``), shape (rows, L + 1),
+    decoded as they are copied into place (one pass; ``shape`` is needed for
+    :data:`Parts`)."""
+    if isinstance(enc, tuple):
+        assert shape is not None and _C is not None
+    else:
+        enc = np.ascontiguousarray(enc, dtype=np.uint32)
+        shape = enc.shape
+    out = _eos_buffers(shape[0], shape[1] - 1, dtype)
+    if _C is not None:
+        t = out["targets"]
+        _C.eos(enc, out["inputs"], t, *t.shape, t.dtype != _I32)
+        return out
     for key, part in (("inputs", enc[:, :-1]), ("targets", enc[:, 1:])):
         a = out[key]
         np.right_shift(part, _ONE, out=a.view(np.uint32) if a.dtype == _I32 else a)
@@ -209,6 +268,53 @@ def unpacked_rows(
         ids[i, : len(p)] = p
     lengths = np.array([len(p) for p in pieces], dtype=np.int64)
     return unpacked_from_windows(ids, lengths, dtype, bos, pad_id)
+
+
+def unpacked_from_encoded(
+    enc: np.ndarray | Parts,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    dtype: np.dtype,
+    bos: int = 0,
+    pad_id: int = 0,
+    seq_len: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Unpacked rows from windows of stored values ``enc`` (rows, seq_len): row ``i``'s piece
+    is ``enc[i, offsets[i] : offsets[i] + lengths[i]]`` decoded (each inside its window).
+    ``enc`` is overwritten on the numpy path; ``seq_len`` is needed for :data:`Parts`."""
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    if _C is not None:
+        if isinstance(enc, tuple):
+            assert seq_len is not None
+        else:
+            enc = np.ascontiguousarray(enc, dtype=np.uint32)
+            seq_len = enc.shape[1]
+        rows = len(offsets)
+        out = packed_buffers(rows, seq_len, dtype, UNPACKED_KEYS)
+        t = out["targets"]
+        _C.unpacked(
+            enc,
+            offsets,
+            lengths,
+            out["inputs"],
+            t,
+            out["segment_ids"],
+            out["positions"],
+            out["loss_mask"],
+            rows,
+            seq_len,
+            bos,
+            pad_id,
+            1,
+            t.dtype != _I32,
+        )
+        return out
+    np.right_shift(enc, _ONE, out=enc)
+    for i in np.flatnonzero(offsets).tolist():
+        k = int(offsets[i])
+        enc[i, : enc.shape[1] - k] = enc[i, k:].copy()
+    return unpacked_from_windows(enc, lengths, dtype, bos, pad_id)
 
 
 def unpacked_from_windows(

@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader.packing import (
-    IO_KEYS,
+    Parts,
     eos_from_encoded,
     eos_windows,
     fill_packed,
-    packed_buffers,
+    in_c,
     packed_from_encoded,
     packed_from_starts,
+    packed_out,
     pad_tail,
     starts_in_rows,
-    unpacked_from_windows,
+    unpacked_from_encoded,
     unpacked_rows,
 )
 
@@ -62,6 +64,18 @@ def _takes_out(fn: Any) -> bool:
         return False
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch(shape: tuple[int, int]) -> np.ndarray:
+    """A uint32 array of ``shape`` reused by this thread: stored values are gathered into it
+    and expanded out of it (fresh memory per batch costs page faults)."""
+    a = getattr(_SCRATCH, "enc", None)
+    if a is None or a.shape != shape:
+        a = _SCRATCH.enc = np.empty(shape, dtype=np.uint32)
+    return a
+
+
 def _has(obj: Any, name: str) -> bool:
     """``hasattr`` without evaluating properties (``boundaries`` may read a whole index)."""
     return hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})
@@ -96,15 +110,16 @@ class Source:
         # stored flat-tokens values (id*2 + start bit): packed/eos reads never need the index
         encoded = _has(reader, "encoded_windows") and _has(reader, "span_encoded")
         self._windows = reader.encoded_windows if encoded else None
-        # packed int32 rows are gathered straight into the targets' memory and decoded there:
+        # packed rows are gathered straight into the batch's own memory and expanded there:
         # by row number where the reader has ``packed_rows(rows, L, out=)`` (no per-row numpy)
         rows_fn = getattr(reader, "packed_rows", None) if _has(reader, "packed_rows") else None
         self._rows = rows_fn if encoded and _takes_out(rows_fn) else None
+        # rows where they lie in the reader's mapped chunks, laid out with no gather copy (C)
+        has_parts = encoded and _has(reader, "encoded_window_parts")
+        self._parts = reader.encoded_window_parts if has_parts else None
+        self._gather_out = encoded and _takes_out(self._windows)
         self._in_place = (
-            encoded
-            and mode == "packed"
-            and dtype == np.int32
-            and (self._rows is not None or _takes_out(self._windows))
+            encoded and mode == "packed" and (self._rows is not None or self._gather_out)
         )
         self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
@@ -147,14 +162,17 @@ class Source:
         # only the last row of a finite pass is partial: training rows need no check
         partial = rows >= self.full_rows if self.finite else None
         if self._in_place and (partial is None or not partial.any()):
-            # gathered straight into the targets' memory and decoded there
-            out = packed_buffers(len(rows), L, self.dtype, IO_KEYS)
-            enc = out["targets"].view(np.uint32)
-            if self._rows is not None:
+            # gathered straight into the batch's memory and expanded there
+            out, enc = packed_out(len(rows), L, self.dtype)
+            parts = self._where(rows * L, L)
+            if parts is not None:
+                fill_packed(parts, out, self.bos)
+            elif self._rows is not None:
                 self._rows(rows, L, out=enc)
             else:
                 self._windows(rows.astype(np.int64) * L, L, out=enc)
-            fill_packed(enc, out, self.bos)
+            if parts is None:
+                fill_packed(enc, out, self.bos)
         else:
             starts = rows.astype(np.int64) * L
             out = self._layout(*self._tokens(starts, L if self.mode == "packed" else L + 1), starts)
@@ -164,12 +182,22 @@ class Source:
                 pad_tail(out, i, self._usable - int(rows[i]) * L, self.pad_id)
         return out
 
-    def _tokens(self, starts: np.ndarray, length: int) -> tuple[np.ndarray, bool]:
-        """(windows ``tokens[s : s + length]`` for each start, zero past the end; whether they
-        are stored values ``id*2 + start bit`` rather than ids)."""
+    def _where(self, starts: np.ndarray, length: int) -> Parts | None:
+        """The stored windows ``tokens[s : s + length]`` where they lie in memory, when the
+        reader can say and the layouts run in C (:func:`packing.in_c`); else None."""
+        return self._parts(starts, length) if self._parts is not None and in_c() else None
+
+    def _tokens(self, starts: np.ndarray, length: int) -> tuple[np.ndarray | Parts, bool]:
+        """(windows ``tokens[s : s + length]`` for each start, zero past the end, or where
+        they lie; whether they are stored values ``id*2 + start bit`` rather than ids)."""
         n = self.num_tokens
         short = starts + length > n
         if self._windows is not None and not short.any():
+            parts = self._where(starts, length)
+            if parts is not None:
+                return parts, True
+            if self._gather_out:  # into a recycled scratch: the layout copies out of it
+                return self._windows(starts, length, out=_scratch((len(starts), length))), True
             return self._windows(starts, length), True
         encoded = self._windows is not None
         read = self.reader.span_encoded if encoded else self.reader.span
@@ -181,10 +209,14 @@ class Source:
 
     def _layout(self, values: np.ndarray, encoded: bool, starts: np.ndarray) -> dict:
         """The mode's arrays from windows of stored values or of ids (the one dispatch)."""
+        width = self.seq_len + (self.mode == "eos")
+        shape = (len(starts), width)
         if self.mode == "eos":
-            return (eos_from_encoded if encoded else eos_windows)(values, self.dtype)
+            if encoded:
+                return eos_from_encoded(values, self.dtype, shape)
+            return eos_windows(values, self.dtype)
         if encoded:
-            return packed_from_encoded(values, self.dtype, self.bos)
+            return packed_from_encoded(values, self.dtype, self.bos, shape)
         if self._seq_starts is None:
             # every document's start, a view: an empty document's start equals the next one's
             # and the row's flat starts are deduplicated (a first batch never scans the index)
@@ -213,12 +245,14 @@ class Source:
             # one gather of L stored tokens from each piece's start (from n - L for pieces in
             # the last L tokens, moved into place after), decoded, masked past the piece
             s = np.minimum(a, n - L)
-            ids = self._windows(s, L)
-            np.right_shift(ids, np.uint32(1), out=ids)
-            for i in np.flatnonzero(s != a).tolist():
-                k = int(a[i] - s[i])
-                ids[i, : L - k] = ids[i, k:].copy()
-            return unpacked_from_windows(ids, z - a, self.dtype, self.bos, self.pad_id)
+            enc = self._where(s, L)
+            if enc is None:
+                enc = self._windows(s, L, out=_scratch((len(s), L))) if self._gather_out else None
+            if enc is None:
+                enc = self._windows(s, L)
+            return unpacked_from_encoded(
+                enc, a - s, z - a, self.dtype, self.bos, self.pad_id, seq_len=L
+            )
         span = self.reader.span
         pieces = [span(s, e) for s, e in zip(a.tolist(), z.tolist(), strict=True)]
         return unpacked_rows(pieces, L, self.dtype, self.bos, self.pad_id)

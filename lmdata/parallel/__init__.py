@@ -7,21 +7,26 @@ on the engine or the number of workers. Workers stage bulky results themselves
 (:mod:`lmdata.parallel.staging`) and return their names. At most ``window`` units (2 per worker
 by default) are submitted ahead of the consumer, so a slow consumer never makes the driver grow.
 
-Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a spawn pool on this machine,
+Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a pool on this machine,
 kept for the next job of this process; :func:`shutdown` stops it) and ``"ray"`` (a Ray
-cluster; :mod:`lmdata.parallel.ray`, imported only when asked for).
+cluster; :mod:`lmdata.parallel.ray`, imported only when asked for). A job's setup (its
+initializer and arguments, such as a pickled reader) reaches each worker once, not with every
+unit.
 """
 
 from __future__ import annotations
 
+import contextvars
 import multiprocessing as mp
 import os
 import pickle
 import queue
 import signal
 import sys
+import tempfile
 import threading
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -82,13 +87,16 @@ _QUEUED = 0  # in a worker process: what the running unit has put on the progres
 _JOB = ""  # in a worker process: the job whose initializer last ran here
 
 
-def _counted(fn: Callable[[T], R], unit: T, job: str, setup: bytes, listen: bool) -> tuple[R, int]:
+def _counted(fn: Callable[[T], R], unit: T, job: str, setup: str, listen: bool) -> tuple[R, int]:
     """Run one unit in a worker; return its result and how much progress it queued, so the
     parent knows how much to wait for (a queue message may arrive after the result). A pool
-    serves job after job: the first unit of a job in a worker runs the job's initializer."""
+    serves job after job: the first unit of a job in a worker reads the job's setup (from the
+    file ``setup``, so it crosses the pipe once per worker, not with every unit) and runs its
+    initializer."""
     global _QUEUED, _JOB, _SINK
     if job != _JOB:
-        initializer, initargs = pickle.loads(setup)  # pickled by our own driver
+        with open(setup, "rb") as fh:
+            initializer, initargs = pickle.load(fh)  # pickled by our own driver
         if initializer is not None:
             initializer(*initargs)
         _JOB = job
@@ -128,13 +136,14 @@ class InProcess:
 
 
 class LocalProcesses:
-    """A pool of ``workers`` processes started with *spawn* (a forked child would inherit
-    tokenizer thread pools and open handles). Units are pulled lazily: at most ``window`` are
-    submitted and not yet consumed. On an exception or Ctrl-C the workers are terminated.
+    """A pool of ``workers`` processes (started as :func:`start_method` says). Units are
+    pulled lazily: at most ``window`` are submitted and not yet consumed. On an exception or
+    Ctrl-C the workers are terminated.
 
     A job that ends normally leaves its pool idle for the next job of this process (the API
-    may run many: a spawn costs about 0.5 s); only a pool started with the same environment
-    (variables, ``sys.path``, working folder) is reused, since workers saw the old one."""
+    may run many: a spawned pool costs about 0.5 s to start); only a pool started with the
+    same environment (variables, ``sys.path``, working folder) is reused, since workers saw
+    the old one."""
 
     def __init__(self, workers: int | None = None, window: int | None = None) -> None:
         self.workers = max(1, workers if workers is not None else os.cpu_count() or 1)
@@ -150,9 +159,18 @@ class LocalProcesses:
         on_report: Progress | None = None,
     ) -> Iterator[R]:
         job = uuid.uuid4().hex
-        setup = pickle.dumps((initializer, initargs))
         listen = on_report is not None
-        entry = _take_pool(self.workers)
+        # the setup goes to a file that each worker reads once (mode 0600: a reader's storage
+        # options may hold secrets; removed with the job): a reader pickled into every unit
+        # would be copied through the pipe per unit
+        fd, setup = tempfile.mkstemp(prefix="lmdata-job-", suffix=".pickle")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump((initializer, initargs), fh, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            entry = _take_pool(self.workers)
+        except BaseException:
+            os.unlink(setup)
+            raise
         pool, q = entry.pool, entry.queue
 
         received = expected = 0
@@ -200,6 +218,7 @@ class LocalProcesses:
                 _give_back(entry)
             else:  # an error, Ctrl-C or a consumer that stopped early: nothing is reused
                 entry.close()
+            os.unlink(setup)  # every unit of the job has finished (or its workers are gone)
 
 
 @dataclass(eq=False)
@@ -237,9 +256,62 @@ def _take_pool(workers: int) -> _Pool:
         return idle
     if idle is not None:
         idle.close()
-    ctx = mp.get_context("spawn")
+    method = start_method()
+    ctx = mp.get_context(method)
     q = ctx.Queue()
-    return _Pool(ctx.Pool(workers, initializer=_worker_init, initargs=(q,)), q, key)
+    # a forked worker keeps the context variables of the thread that forked it (such as
+    # storage options in scope): it starts from an empty context instead
+    start = contextvars.Context().run
+    if method != "fork" or _PARALLELISM in os.environ:
+        return _Pool(start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,)), q, key)
+    # a forked child of a process whose tokenizer used its thread pool runs single-threaded
+    # (one core per worker, as wanted): with the variable set, tokenizers says nothing of it
+    os.environ[_PARALLELISM] = "false"  # no other thread reads it (start_method checked)
+    try:
+        with warnings.catch_warnings():  # 3.12+ warns of any thread; those left are idle
+            warnings.filterwarnings("ignore", ".*multi-threaded.*fork", DeprecationWarning)
+            pool = start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,))
+    finally:
+        del os.environ[_PARALLELISM]
+    return _Pool(pool, q, key)
+
+
+_PARALLELISM = "TOKENIZERS_PARALLELISM"
+
+
+START_METHOD_ENV = "LMDATA_START_METHOD"  # "fork", "spawn" or "forkserver": overrides the choice
+
+
+def start_method() -> str:
+    """How worker processes start: *fork* on Linux when this process runs no other thread
+    (a worker then costs a few ms: it has every module this process imported, where a spawned
+    one imports numpy, the tokenizer and lmdata again, about 0.25 s of CPU each), else *spawn*
+    (a forked child of a threaded process may inherit a lock some thread held; after
+    ``ray.init``, say). Workers never use a parent's thread pools: tokenizers disables its own
+    in a forked child, and a job's setup and units reach workers pickled either way.
+    ``LMDATA_START_METHOD`` overrides."""
+    chosen = os.environ.get(START_METHOD_ENV)
+    if chosen:
+        if chosen not in mp.get_all_start_methods():
+            raise InvalidInputError(
+                f"{START_METHOD_ENV}={chosen!r} is not a start method of this platform; use "
+                f"one of {', '.join(mp.get_all_start_methods())}"
+            )
+        return chosen
+    if sys.platform.startswith("linux") and all(map(_idle_thread, threading.enumerate())):
+        return "fork"
+    return "spawn"
+
+
+def _idle_thread(t: threading.Thread) -> bool:
+    """The main thread, or one that a fork cannot catch holding a lock a worker would need:
+    tqdm's monitor (a progress bar starts it; it only ever takes tqdm's own lock) and the
+    timer of an idle pool (it takes only ``_IDLE_LOCK``, which workers never use)."""
+    return (
+        t is threading.main_thread()
+        or type(t).__name__ == "TMonitor"
+        or getattr(t, "function", None) is _expire
+    )
 
 
 IDLE_SECONDS = 60.0  # an idle pool stops after this long without a job

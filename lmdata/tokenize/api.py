@@ -81,6 +81,7 @@ def _fetch(url: str, folder: Path, storage_options: dict[str, Any] | None) -> Pa
     """A local copy of the file or folder at ``url`` in ``folder``, object for object under the
     same names, so it tokenizes exactly as the URL would."""
     from lmdata.storage import basename, join, require_exists, resolve
+    from lmdata.tokenize.sources import open_input
 
     require_exists(url, storage_options)
     store, key = resolve(url, storage_options)
@@ -90,10 +91,8 @@ def _fetch(url: str, folder: Path, storage_options: dict[str, Any] | None) -> Pa
         k, d = pending.pop()
         if not store.is_dir(k):
             d.parent.mkdir(parents=True, exist_ok=True)
-            size = store.size(k)
-            with open(d, "wb") as f:
-                for start in range(0, size, _COPY_BLOCK):
-                    f.write(store.read_range(k, start, min(_COPY_BLOCK, size - start)))
+            with open_input(store.url(k), storage_options) as src, open(d, "wb") as f:
+                shutil.copyfileobj(src, f, _COPY_BLOCK)  # past the range cache, as workers read
             continue
         d.mkdir(parents=True, exist_ok=True)
         pending.extend((join(k, n), d / n) for n in store.list(k))

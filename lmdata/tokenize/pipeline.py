@@ -62,14 +62,24 @@ __all__ = ["Summary", "TokenizeJob", "tokenize", "work_dir_for"]
 # ---- the worker side -------------------------------------------------------------------------
 
 _TOKENIZER: Tokenizer | None = None
+_LOADED: tuple[Any, ...] = ()  # what _TOKENIZER was loaded from: spec and the file's stat
 
 
 def _init_worker(spec: str) -> None:
-    global _TOKENIZER
+    """Load the job's tokenizer, unless this worker loaded the same file for a job before (a
+    kept pool serves job after job; a large tokenizer takes a tenth of a second to load)."""
+    global _TOKENIZER, _LOADED
     if parallel.in_worker():  # one core per worker process; never the caller's environment
         os.environ.setdefault("RAYON_NUM_THREADS", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _TOKENIZER = load_tokenizer(spec)
+    try:
+        st = os.stat(spec)
+        key: tuple[Any, ...] = (os.getpid(), spec, st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:  # "bytes", a name
+        key = (os.getpid(), spec)
+    if _TOKENIZER is None or key != _LOADED or not parallel.in_worker():
+        _TOKENIZER = load_tokenizer(spec)
+        _LOADED = key
 
 
 def _is_validation(key: str, fraction: float) -> bool:
@@ -114,13 +124,14 @@ def _process(task: TokenizeTask) -> StagedUnit:
     skipping. The tokenizer (native code, without the GIL) encodes on a thread while this one
     stages the batch before and reads and parses the next. In this process (one worker, the
     tokenizer's own thread pool on every core) two batches encode at once, so that pool never
-    idles at the end of a batch; a worker process keeps to one."""
+    idles at the end of a batch; a worker process keeps to one, and so does this process when
+    the tokenizer is told to use one thread (two encoding batches would then take two cores)."""
     unit = task.unit
     seq = done = 0
     batches = read_batches(
         unit, task.batch_docs, task.text_key, task.source_format, task.storage_options
     )
-    depth = 1 if parallel.in_worker() else 2
+    depth = 1 if parallel.in_worker() or _one_tokenizer_thread() else 2
     encoding: deque[tuple[Future[tuple[np.ndarray, np.ndarray]], _Parsed]] = deque()
     with ThreadPoolExecutor(depth, thread_name_prefix="lmdata-encode") as pool:
         for batch in batches:
@@ -134,6 +145,18 @@ def _process(task: TokenizeTask) -> StagedUnit:
             _stage_batch(task, seq, *encoding.popleft())
             seq += 1
     return StagedUnit(unit.file_index, unit.part, seq)
+
+
+def _one_tokenizer_thread() -> bool:
+    """Whether the environment keeps the tokenizer to one thread (its pool of one thread, or no
+    pool: each call then encodes on the calling thread)."""
+    off = os.environ.get("TOKENIZERS_PARALLELISM", "").strip().lower() in (
+        "false",
+        "0",
+        "off",
+        "no",
+    )
+    return off or os.environ.get("RAYON_NUM_THREADS", "").strip() == "1"
 
 
 @dataclass

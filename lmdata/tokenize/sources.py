@@ -11,18 +11,18 @@ each worker reads its unit from the store itself, by ranged reads.
 
 from __future__ import annotations
 
-import fnmatch
+import glob
 import gzip
 import io
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from lmdata.errors import DatasetNotFoundError, InvalidInputError, LmdataError
-from lmdata.storage import Store, is_url, join, resolve
+from lmdata.formats.dolma._paths import glob_keys, walk_files
+from lmdata.storage import Store, basename, is_url, join, parent, resolve
 
 JSONL_SUFFIXES = (
     ".jsonl",
@@ -142,31 +142,21 @@ def list_inputs(
     return out
 
 
-_GLOB = re.compile(r"[*?\[]")
-
-
 def _list_url(url: str, fmt: str | None, storage_options: dict[str, Any] | None) -> list[InputFile]:
     """The inputs at ``url``, as :func:`list_inputs` finds them in a local folder: a file, a
-    folder's files (a Dolma tree's ``documents/``), a glob's matches, or a whole dataset."""
+    folder's files (a Dolma tree's ``documents/``), a glob's matches, or a whole dataset.
+    Folders and globs are walked as ``lmdata tag`` walks them (one recursive listing), so
+    both commands read the same files for the same pattern."""
     store, key = resolve(url, storage_options)
     if store.id == "file":  # file:// is a local path
         return list_inputs([key], fmt)
-    m = _GLOB.search(key)
-    if m is not None:
-        root = key[: m.start()].rsplit("/", 1)[0]
-        depth = None if "**" in key else key.count("/")  # "*" stays within a folder
-        matches = [
-            (rel, size)
-            for rel, size in _walk(store, root)
-            if fnmatch.fnmatchcase(join(root, rel), key)
-            and depth in (None, join(root, rel).count("/"))
-            and _kind_of(Path(rel))
-        ]
+    if glob.has_magic(key):
+        matches = [k for k in glob_keys(store, key) if _kind_of(Path(k))]
         if not matches:
             raise InvalidInputError(
                 "the glob matches no documents (*.jsonl[.gz|.zst], *.parquet, *.txt)", path=url
             )
-        return [_found(store, join(root, rel), size) for rel, size in matches]
+        return [_found(store, k, size) for k, size in _with_sizes(store, matches)]
     if not store.exists(key):
         raise DatasetNotFoundError("no such object or prefix", path=url)
     folder = store.is_dir(key)
@@ -176,12 +166,17 @@ def _list_url(url: str, fmt: str | None, storage_options: dict[str, Any] | None)
     if fmt is None and not folder and _kind_of(Path(key)):
         return [_found(store, key, store.size(key))]
     if fmt is None and folder and not _looks_like_dataset(url, storage_options):
-        files = [(rel, size) for rel, size in _walk(store, key) if _kind_of(Path(rel))]
-        if not files:
+        top = key.rstrip("/") + "/"
+        found = [
+            k
+            for k in walk_files(store, key)
+            if _kind_of(Path(k)) and not any(p.startswith(".") for p in k[len(top) :].split("/"))
+        ]
+        if not found:
             raise InvalidInputError(
                 "no documents found (looked for *.jsonl[.gz|.zst], *.parquet, *.txt)", path=url
             )
-        return [_found(store, join(key, rel), size) for rel, size in files]
+        return [_found(store, k, size) for k, size in _with_sizes(store, found)]
     from lmdata.storage import usage
 
     return [InputFile(url, "dataset", usage(url, storage_options).apparent)]
@@ -191,19 +186,18 @@ def _found(store: Store, key: str, size: int) -> InputFile:
     return InputFile(store.url(key), _kind_of(Path(key)) or "", size)
 
 
-def _walk(store: Store, key: str) -> list[tuple[str, int]]:
-    """(path relative to ``key``, size) of every object below ``key``, hidden names (".x")
-    left out, sorted as a local folder's files are."""
-    out: list[tuple[str, int]] = []
-    sizes = store.sizes(key)
-    for name in store.list(key):
-        if name.startswith("."):
-            continue
-        if name in sizes:
-            out.append((name, sizes[name]))
-        else:
-            out.extend((f"{name}/{rel}", n) for rel, n in _walk(store, join(key, name)))
-    return sorted(out, key=lambda x: PurePosixPath(x[0]))
+def _with_sizes(store: Store, keys: list[str]) -> list[tuple[str, int]]:
+    """(key, size) of ``keys``, sorted as a local folder's files are (by path component),
+    from one listing per folder (which the recursive walk has usually cached already)."""
+    listed: dict[str, dict[str, int]] = {}
+    out = []
+    for k in sorted(set(keys), key=PurePosixPath):
+        folder = parent(k)
+        if folder not in listed:
+            listed[folder] = store.sizes(folder)
+        size = listed[folder].get(basename(k))
+        out.append((k, store.size(k) if size is None else size))
+    return out
 
 
 def _looks_like_dataset(p: Path | str, storage_options: dict[str, Any] | None = None) -> bool:
@@ -221,12 +215,16 @@ def _looks_like_dataset(p: Path | str, storage_options: dict[str, Any] | None = 
 
 
 class _StoreFile(io.RawIOBase):
-    """An object on a store as a seekable raw file: every read is one ranged read."""
+    """An object on a store as a seekable raw file: every read is one ranged read, past the
+    process-wide range cache (a scan of gigabytes read once would evict the ranges readers of
+    this process come back to, and the small tail of every file would stay in it)."""
 
     def __init__(self, store: Store, key: str) -> None:
         self.store, self.key = store, key
         self.size = store.size(key)
         self.pos = 0
+        fs = getattr(store, "fs", None)  # an fsspec store: read through its filesystem
+        self._cat = getattr(fs, "cat_file", None)
 
     def readable(self) -> bool:
         return True
@@ -246,7 +244,10 @@ class _StoreFile(io.RawIOBase):
         n = max(0, min(len(b), self.size - self.pos))
         if n == 0:
             return 0
-        data = self.store.read_range(self.key, self.pos, n)
+        if self._cat is not None:
+            data = self._cat(self.key, start=self.pos, end=self.pos + n)
+        else:
+            data = self.store.read_range(self.key, self.pos, n)
         b[: len(data)] = data
         self.pos += len(data)
         return len(data)

@@ -115,3 +115,35 @@ def test_comparisons_are_dolmas_rules_whatever_the_fast_path(a: object, b: objec
     assert _OPS[">"](a, b) == less(b, a)
     assert _OPS["<="](a, b) == (less(a, b) or json_equal(a, b))
     assert _OPS[">="](a, b) == (less(b, a) or json_equal(a, b))
+
+
+_JSON = st.recursive(
+    st.one_of(st.integers(-3, 3), st.floats(allow_nan=False), st.none(), st.sampled_from("ab")),
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=3), st.dictionaries(st.sampled_from("abc"), kids, max_size=3)
+    ),
+    max_leaves=12,
+)
+_STEP = st.one_of(
+    st.sampled_from([".a", ".b", ".c", "['b']"]), st.integers(-3, 3).map("[{}]".format)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=_JSON, path=st.lists(_STEP, min_size=1, max_size=4), lit=st.integers(-3, 3))
+def test_plain_paths_in_filters_agree_with_the_general_steps(
+    doc: object, path: list[str], lit: int
+) -> None:
+    # a filter's names-and-indices path is walked without a list per step (and a constant
+    # right side is taken once): the same values and verdicts as the step-by-step evaluation
+    from lmdata.dolma.jsonpath import _OPS, _walker
+
+    expr = "$" + "".join(path)
+    walk = _walker(compile_path(expr).steps)
+    assert walk is not None
+    assert walk(doc) == compile_path(expr).find(doc)
+    nodes = doc if isinstance(doc, list) else [doc]
+    for op in ("==", ">=", "<"):
+        fast = compile_path(f"$[?(@{''.join(path)} {op} {lit})]").matches(doc)
+        slow = any(any(_OPS[op](v, lit) for v in compile_path(expr).find(n)) for n in nodes)
+        assert fast == slow

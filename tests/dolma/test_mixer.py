@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from lmdata.cli.main import cli
 from lmdata.dolma.config import MixerConfig, SpanReplacement, load_config
-from lmdata.dolma.mixer import mix, plan_shards, replace_spans
+from lmdata.dolma.mixer import mix, plan_shards
+from lmdata.dolma.rules import replace_spans
 from lmdata.errors import CorruptDataError, InvalidInputError
 
 FIXTURE = Path(__file__).parent.parent / "data" / "dolma"

@@ -197,3 +197,41 @@ def test_opening_to_read_does_not_import_the_writer(two_shards) -> None:
         env={**os.environ, "PYTHONPATH": root},
     ).stdout
     assert "reader" in out and "writer" not in out and ".validate" not in out
+
+
+@pytest.mark.skipif(
+    not __import__("lmdata._pickle").__dict__["_pickle"].items_alone(), reason="no C walk"
+)
+def test_random_reads_beyond_the_cache_unpickle_one_example(two_shards) -> None:
+    """With no cache to fill, a read at random unpickles its example alone, not the block;
+    reading on in order from there decodes blocks again (once each)."""
+    path, ex = two_shards
+    r = atlas.open(path, cache_bytes=0)
+    decoded, _ = _counting(r)
+    idx = np.random.default_rng(3).permutation(400)[:150].tolist()
+    got = [r[i] for i in idx]
+    # whole blocks: a shard's first read (a pass may start there) and chance neighbours
+    assert got == [ex[i] for i in idx] and len(decoded) <= 6
+    assert len({id(x) for x in got}) == len(got)
+    del decoded[:]
+    assert [r[i] for i in range(33, 60)] == ex[33:60]
+    assert decoded == [(0, 3), (0, 4), (0, 5)]
+
+
+def test_examples_beyond_plain_lists_read_at_random(tmp_path: Path) -> None:
+    """Examples the walk does not follow (numpy arrays: a global and a call) read whole."""
+    ex = [{"i": i, "a": np.arange(i % 5)} for i in range(100)]
+    out = write(tmp_path / "d", ex, shard_size=50, block_size=10, compression_strategy=1)
+    r = atlas.open(out, cache_bytes=0)
+    for i in (7, 93, 12, 55, 12):
+        assert r[i]["i"] == i and np.array_equal(r[i]["a"], ex[i]["a"])
+    # Objects of a trusted file: the same, with the file's own classes.
+    import datetime
+
+    ex = [{"i": i, "t": datetime.date(2020, 1, 1 + i % 28)} for i in range(100)]
+    out = tmp_path / "trusted"
+    with atlas.Writer(out, shard_size=50, block_size=10, allow_unsafe_pickle=True) as w:
+        for e in ex:
+            w.write(e)
+    r = atlas.open(out, cache_bytes=0, allow_unsafe_pickle=True)
+    assert [r[i] for i in (7, 93, 12, 55, 12)] == [ex[i] for i in (7, 93, 12, 55, 12)]

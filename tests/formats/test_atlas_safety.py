@@ -456,6 +456,7 @@ def _walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     check = _pickle._check_memo_indices
     monkeypatch.setattr(_pickle, "_sparse_memo", lambda: False)
     monkeypatch.setattr(_pickle, "_c_early_slot", None)
+    monkeypatch.setattr(_pickle, "_c_item_pickle", None)  # built with the walk, or not at all
     monkeypatch.setattr(
         _pickle, "_check_memo_indices", lambda d, w: walked.append(len(d)) or check(d, w)
     )

@@ -261,9 +261,9 @@ def digests(monkeypatch):
     calls = []
     real = sidecar.index_digest
 
-    def counted(data):
+    def counted(data, raw=None):
         calls.append(data.path)
-        return real(data)
+        return real(data, raw)
 
     monkeypatch.setattr(sidecar, "index_digest", counted)
     return calls
@@ -374,6 +374,43 @@ def test_overwriting_a_pbin_drops_its_sidecar(tmp_path, monkeypatch):
     assert seen == [False]  # gone before the new file appears
     assert not side(p).exists()
     assert contents(PackedTokens(p)) == [[7, 8]]
+
+
+def test_merging_over_a_pbin_drops_its_sidecar(tmp_path, monkeypatch):
+    from lmdata.formats.modalities.merge import merge
+
+    p = write(tmp_path / "a.pbin", seqs_of(15))
+    PackedTokens(p)
+    assert side(p).is_file()
+    parts = [write(tmp_path / f"p{k}.pbin", [[k, k + 1]] * (k + 1)) for k in range(2)]
+    seen = []
+
+    def commit_spy(self, real=lmdata.storage.LocalOutput.commit):
+        seen.append(side(p).exists())
+        return real(self)
+
+    monkeypatch.setattr(lmdata.storage.LocalOutput, "commit", commit_spy)
+    merge(parts, p, overwrite=True)
+    assert seen == [False]  # gone before the merged file appears
+    assert contents(PackedTokens(p)) == [[0, 1], [1, 2], [1, 2]]
+
+
+def test_building_a_sidecar_reads_the_index_once(s3_root, monkeypatch):
+    from lmdata.formats.modalities import reader
+
+    seqs = seqs_of(16)
+    url = write(f"{s3_root}/a.pbin", seqs)
+    reads = []
+    real = reader.PbinData.read_index_bytes
+
+    def counting(self):
+        reads.append(1)
+        return real(self)
+
+    monkeypatch.setattr(reader.PbinData, "read_index_bytes", counting)
+    assert contents(lmdata.open(url)) == [s.tolist() for s in seqs]
+    assert len(reads) == 1  # hashed and parsed from one download
+    assert len(list((Path(os.environ[sidecar.CACHE_ENV]) / sidecar.CACHE_SUBDIR).iterdir())) == 1
 
 
 def test_an_s3_pbin_is_known_by_its_etag(s3_root, digests, no_unpickling):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 
 import pytest
@@ -153,8 +154,10 @@ def test_a_pool_serves_the_next_job_of_this_process_with_its_own_initializer(
         return {p for p, _ in out}, {s for _, s in out}
 
     try:
-        pids, settings = run("a")
-        assert settings == {"a"} and os.getpid() not in pids
+        used, settings = run("a")
+        assert settings == {"a"} and os.getpid() not in used
+        pids = {p.pid for p in parallel._IDLE[0].pool._pool}  # the pool's workers
+        assert used <= pids
         again, settings = run("b")
         assert again <= pids and settings == {"b"}  # the same workers, the new initializer
         with pytest.raises(InvalidInputError):
@@ -178,3 +181,86 @@ def test_a_pool_serves_the_next_job_of_this_process_with_its_own_initializer(
         assert not parallel._IDLE
     finally:
         parallel.shutdown()
+
+
+class CountsUnpickling:
+    """An initializer argument that counts, per process, how often it was unpickled."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_unpickled, (self.payload,))
+
+
+UNPICKLED = 0
+
+
+def _unpickled(payload: bytes) -> CountsUnpickling:
+    global UNPICKLED
+    UNPICKLED += 1
+    return CountsUnpickling(payload)
+
+
+def unpickled_so_far(n: int) -> tuple[int, int]:
+    return os.getpid(), UNPICKLED
+
+
+def keep(arg: CountsUnpickling) -> None:
+    assert len(arg.payload) == 1 << 20
+
+
+def test_a_jobs_setup_reaches_each_worker_once_and_leaves_no_file(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ex = LocalProcesses(2)
+    try:
+        big = CountsUnpickling(b"x" * (1 << 20))  # as a pickled reader can be
+        out = list(ex.map_ordered(unpickled_so_far, range(40), initializer=keep, initargs=(big,)))
+        per_worker: dict[int, set[int]] = {}
+        for pid, n in out:
+            per_worker.setdefault(pid, set()).add(n)
+        assert all(counts == {1} for counts in per_worker.values())  # once, not once per unit
+        assert list(tmp_path.iterdir()) == []  # the setup file is gone with the job
+    finally:
+        parallel.shutdown()
+
+
+def scoped_options(n: int) -> object:
+    from lmdata.storage import urls
+
+    return urls._SCOPED.get()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
+def test_forked_workers_start_clean_and_the_start_method_can_be_chosen(monkeypatch) -> None:
+    from lmdata.storage import options_scope
+
+    monkeypatch.setenv(parallel.START_METHOD_ENV, "fork")
+    assert parallel.start_method() == "fork"
+    try:
+        with options_scope({"anon": True}):  # the driver's scope is not the workers'
+            got = list(LocalProcesses(2).map_ordered(scoped_options, range(4)))
+        assert got == [None] * 4
+    finally:
+        parallel.shutdown()
+    monkeypatch.setenv(parallel.START_METHOD_ENV, "thread")
+    with pytest.raises(InvalidInputError, match="start method"):
+        parallel.start_method()
+    monkeypatch.delenv(parallel.START_METHOD_ENV)
+    assert parallel.start_method() in ("fork", "spawn")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
+def test_workers_are_spawned_while_another_thread_runs(monkeypatch) -> None:
+    import threading
+
+    monkeypatch.delenv(parallel.START_METHOD_ENV, raising=False)
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread()])
+    assert parallel.start_method() == "fork"
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait)  # could hold any lock when a fork happens
+    idle = threading.Timer(60, parallel._expire, args=(None,))  # an idle pool's timer
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), idle])
+    assert parallel.start_method() == "fork"
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), busy])
+    assert parallel.start_method() == "spawn"

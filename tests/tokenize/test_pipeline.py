@@ -577,3 +577,66 @@ def test_storage_options_with_a_local_output_stage_locally(tmp_path):
     job = TokenizeJob(to="flat-tokens")
     s = tokenize([tmp_path / "d.jsonl"], tmp_path / "o", job, workers=0, storage_options={"a": 1})
     assert s.documents_written == 1 and not work_dir_for(tmp_path / "o").exists()
+
+
+def test_a_kept_pool_reloads_a_tokenizer_file_changed_between_jobs(tmp_path):
+    """Workers keep a loaded tokenizer for the next job of a kept pool, unless its file
+    changed: a reversed vocabulary must give reversed ids, not the first job's."""
+    from lmdata import parallel
+
+    bpe = Path(__file__).parents[1] / "data/modalities/tokenizers/bpe5k/tokenizer.json"
+    tok = tmp_path / "tokenizer.json"
+    shutil.copy(bpe, tok)
+    src = tmp_path / "docs"
+    src.mkdir()
+    for k in range(4):
+        (src / f"{k}.jsonl").write_text(json.dumps({"text": f"hello world {k} " * 50}) + "\n")
+    job = TokenizeJob(to="flat-tokens", tokenizer=str(tok))
+    try:
+        tokenize([src], tmp_path / "a", job, workers=2)
+        spec = json.loads(tok.read_text())
+        vocab = spec["model"]["vocab"]
+        n = len(vocab)
+        spec["model"]["vocab"] = {t: n - 1 - i for t, i in vocab.items()}
+        tok.write_text(json.dumps(spec))
+        tokenize([src], tmp_path / "b", job, workers=2)  # the same pool, a changed file
+    finally:
+        parallel.shutdown()
+    a = np.concatenate(list(lmdata.open(tmp_path / "a")))
+    b = np.concatenate(list(lmdata.open(tmp_path / "b")))
+    assert len(a) == len(b) and (b == n - 1 - a).all()
+
+
+def test_one_tokenizer_thread_means_one_batch_encoding_at_a_time(corpus, tmp_path, monkeypatch):
+    """In this process two batches encode at once for the tokenizer's thread pool, unless the
+    environment keeps the tokenizer to one thread: then two would take two cores."""
+    import threading
+
+    from lmdata.tokenize import pipeline
+
+    real = pipeline._encode
+    lock = threading.Lock()
+    now = peak = 0
+
+    def encode(texts, special):
+        nonlocal now, peak
+        with lock:
+            now += 1
+            peak = max(peak, now)
+        time.sleep(0.005)  # long enough for the next batch to start encoding
+        try:
+            return real(texts, special)
+        finally:
+            with lock:
+                now -= 1
+
+    monkeypatch.setattr(pipeline, "_encode", encode)
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    run(corpus, tmp_path / "a", workers=0, batch_docs=100)
+    assert peak == 2
+    peak = 0
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    run(corpus, tmp_path / "b", workers=0, batch_docs=100)
+    assert peak == 1
+    assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")

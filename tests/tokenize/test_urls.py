@@ -75,8 +75,10 @@ def test_a_folder_and_a_glob_on_a_store_tokenize_as_local_ones(
     s = lmdata.tokenize(f"{memory_root}/corpus/*.jsonl", tmp_path / "r2", **opts)
     assert s.documents_written == len(DOCS) + 7
     assert files(tmp_path / "l2") == files(tmp_path / "r2")
-    s = lmdata.tokenize(f"{memory_root}/corpus/**.jsonl*", tmp_path / "r3", workers=0)
-    assert s.documents_written == len(DOCS) + len(NO_IDS) + 7  # and below it, with "**"
+    s = lmdata.tokenize(f"{memory_root}/corpus/**/*.jsonl*", tmp_path / "r3", workers=0)
+    assert s.documents_written == len(DOCS) + len(NO_IDS) + 7  # and below it, with "**/"
+    s = lmdata.tokenize(f"{memory_root}/corpus/**.jsonl*", tmp_path / "r4", workers=0)
+    assert s.documents_written == len(DOCS) + 7  # "**" within a name is "*", as in glob.glob
 
 
 def test_byte_ranges_of_an_object_are_ranged_reads(tmp_path, memory_root, monkeypatch):
@@ -87,10 +89,14 @@ def test_byte_ranges_of_an_object_are_ranged_reads(tmp_path, memory_root, monkey
     job = TokenizeJob(to="flat-tokens", validation_fraction=0.2)
     run([tmp_path / "big.jsonl"], tmp_path / "whole", job, engine="inprocess")
     read: list[int] = []
-    real = type(store).read_range
-    monkeypatch.setattr(
-        type(store), "read_range", lambda s, k, a, n: (read.append(n), real(s, k, a, n))[1]
-    )
+    fs = type(store.fs)
+    real = fs.cat_file
+
+    def cat_file(self, path, start=None, end=None, **kw):
+        read.append(end - start)
+        return real(self, path, start=start, end=end, **kw)
+
+    monkeypatch.setattr(fs, "cat_file", cat_file)
     monkeypatch.setattr(sources, "READ_BYTES", 512)
     range_bytes = len(data) // 9
     s = run(
@@ -286,3 +292,81 @@ def test_resume_after_sigkill_with_s3_inputs(tmp_path, local_corpus, s3_server, 
             source_options=s3_server,
         )
     assert _without_command(out) == _without_command(tmp_path / "ref")
+
+
+GLOB_CORPUS = {  # names where a walk of its own and dolma's glob used to disagree
+    "top.jsonl": b'{"text": "t"}\n',
+    "a/x.jsonl": b'{"text": "ax"}\n',
+    "a-b/x.jsonl": b'{"text": "abx"}\n',
+    "a/deep/er/y.jsonl.gz": gzip.compress(b'{"text": "y"}\n', mtime=0),
+    ".hidden/h.jsonl": b'{"text": "h"}\n',
+    "a/.h.jsonl": b'{"text": "h"}\n',
+    "b1.jsonl": b'{"text": "b1"}\n',
+    "b2.txt": b"b2\n",
+}
+GLOBS = ["*.jsonl", "*/*.jsonl", "**/*.jsonl*", "a/**", "b[12].*", "a*/x.jsonl", "**", "a/.*"]
+
+
+def _same_files_as_tag(root: str, options: dict | None) -> None:
+    from lmdata.formats.dolma._paths import expand_globs
+
+    _put(root, options, GLOB_CORPUS)
+    for pat in GLOBS:
+        tagged = [u for u in expand_globs([f"{root}/{pat}"], storage_options=options)]
+        want = sorted(
+            (u for u in tagged if sources._kind_of(Path(u))),
+            key=lambda u: [x for x in u.split("/")],  # input order: by path component
+        )
+        try:
+            got = [i.path for i in sources.list_inputs([f"{root}/{pat}"], None, options)]
+        except InvalidInputError:
+            got = []
+        assert got == want, pat
+
+
+def test_tokenize_globs_match_the_files_tag_globs_match_on_memory(memory_root):
+    _same_files_as_tag(f"{memory_root}/g", None)
+
+
+def test_tokenize_globs_match_the_files_tag_globs_match_on_s3(s3_server, s3_root):
+    _same_files_as_tag(s3_root, s3_server)
+
+
+def test_streamed_url_inputs_leave_the_range_cache_alone(tmp_path, memory_root):
+    from lmdata.storage import cache_bytes
+
+    big = _jsonl([{"text": "w " * 500} for _ in range(3000)])  # 3 MB: units of ranged reads
+    _put(f"{memory_root}/c", None, {"big.jsonl": big, "small.jsonl": _jsonl(DOCS)})
+    before = cache_bytes()[0]
+    s = lmdata.tokenize(f"{memory_root}/c/*.jsonl", tmp_path / "out", workers=0)
+    assert s.documents_written == 3000 + len(DOCS)
+    assert cache_bytes()[0] == before  # neither the tail of a file nor a small file kept
+
+
+def test_an_s3_folder_is_listed_in_one_recursive_listing(s3_server, s3_root, monkeypatch):
+    import s3fs
+
+    from lmdata.formats.dolma._paths import walk_files
+    from lmdata.storage import resolve
+
+    _put(s3_root, s3_server, GLOB_CORPUS)
+    store, key = resolve(s3_root, s3_server)
+    lists: list[str] = []
+    real = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        if "list" in str(method).lower():
+            lists.append(kwargs.get("Prefix", ""))
+        return await real(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    keys = sorted(k for k in walk_files(store, key) if sources._kind_of(Path(k)))
+    found = sources._with_sizes(store, keys)
+    cut = len(key.rstrip("/")) + 1
+    assert {k[cut:]: size for k, size in found} == {
+        name: len(data) for name, data in GLOB_CORPUS.items() if name in {k[cut:] for k in keys}
+    }
+    assert len(found) == 7  # all but the hidden folder's file
+    # one recursive listing for the names, and the sizes from what it cached (the old walk
+    # listed every folder twice: its names, then their sizes)
+    assert len(lists) == 1, lists

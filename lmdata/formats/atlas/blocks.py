@@ -45,6 +45,7 @@ class PerThread(threading.local):
 
     def __init__(self) -> None:
         self.last: tuple[int, int, list[Any]] = (0, 0, _EMPTY)  # (lo, examples, items)
+        self.nexts: dict[int, int] = {}  # shard -> the index after the last r[i] read there
         self.hot: OrderedDict[int, Hot] = OrderedDict()
         self.ahead: dict[int, tuple[int, list[int], bytes]] = {}  # (first block, offsets, bytes)
         self.by_shard: dict[int, Any] = {}

@@ -26,7 +26,10 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DICT_MAGIC = b"\x37\xa4\x30\xec"
 MAX_BLOCK_BYTES = 1 << 30  # default bound on one decompressed block
 MIN_DICT_BLOCKS = 7  # fastCover needs 5 training + 1 test samples at split 0.75 (see research)
-DICT_SAMPLE_BYTES = 1 << 30  # train on at most this much; fastCover fails at >= 4 GiB
+# Train on at most this much (the origin trains on every block of the shard, and fastCover
+# fails at >= 4 GiB): on 25 MB of JSON-like blocks, 8 MiB trains in 0.4x the time for a
+# data.bin 0.13% larger; smaller samples lose more (1 MiB: 2%).
+DICT_SAMPLE_BYTES = 8 << 20
 PICKLE_PROTOCOL = 4  # the origin's default pickle protocol on Python 3.8-3.13
 
 
@@ -39,11 +42,12 @@ def choose_samples(
     lengths: Sequence[int], budget: int = DICT_SAMPLE_BYTES
 ) -> list[tuple[int, int]]:
     """(block, bytes to use) of the training samples: every block whole when they fit in
-    ``budget`` (so the dictionary is the origin's), else an evenly spaced subset, each cut to at
-    most ``budget // 8`` bytes so that there are always enough samples.
+    ``budget`` (so the dictionary is the origin's, byte for byte), else an evenly spaced
+    subset, each cut to at most ``budget // 8`` bytes so that there are always enough samples.
 
-    This is what lets a shard of more than 4 GiB train a dictionary, where the origin's trainer
-    fails on the total size.
+    Training time grows faster than the sample, so a bounded sample is most of what makes a
+    dictionary shard quick to write; it also lets a shard of more than 4 GiB train, where the
+    origin's trainer fails on the total size.
     """
     total = sum(lengths)
     if total <= budget:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from lmdata._pickle import memo_check_needed
+from lmdata._pickle import items_alone, load_item, memo_check_needed
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.blocks import (
@@ -109,6 +109,7 @@ class Atlas:
         self._lock = threading.Lock()
         self._local = PerThread()
         self._sizes: dict[int, int] = {}  # shard -> bytes in data.bin
+        self._spans: dict[int, tuple[np.ndarray, int]] = {}  # shard -> (index, data.bin bytes)
         self._index: dict[int, np.ndarray] = {}
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
         self._codecs: dict[int, tuple[bool, int, str | None]] = {}
@@ -116,6 +117,9 @@ class Atlas:
         self._slot = new_slot(self.cache_bytes)
         self._reuse = Reuse(self.cache_bytes)
         self._checked = Checked(not self.allow_unsafe_pickle and memo_check_needed())
+        # shards read whole at random: all of them without the C walk; else those whose
+        # examples the walk could not vouch for
+        self._whole: set[int] = set() if items_alone() else set(range(len(self.shards)))
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -153,6 +157,7 @@ class Atlas:
         """Close open files and drop caches; the reader reopens them if used again."""
         with self._lock:
             self._sizes.clear()
+            self._spans.clear()
             self._slot.clear()
             self._index.clear()
             self._local = PerThread()  # every thread's decoded blocks go with it
@@ -305,8 +310,17 @@ class Atlas:
 
     def _read_raw(self, s: int, b: int) -> bytes:
         """The stored bytes of block ``b`` of shard ``s`` (one ranged read)."""
-        with self._lock:
-            start, stop = self._block_range(s, b)
+        got = self._spans.get(s)
+        if got is not None and 0 <= b < len(got[0]) - 1:  # the usual block, checked quickly
+            idx, size = got
+            start, stop = int(idx[b]), int(idx[b + 1])
+            if not 0 <= start <= stop <= size or stop - start > self.max_block_bytes:
+                with self._lock:
+                    start, stop = self._block_range(s, b)
+        else:
+            with self._lock:
+                start, stop = self._block_range(s, b)
+                self._spans[s] = (self._shard_index(s), self._size(s))
         raw = self.store.read_range(self._data_paths[s], start, stop - start)
         if len(raw) != stop - start:
             raise CorruptDataError(
@@ -328,32 +342,56 @@ class Atlas:
             self._codecs[s] = c
         return c
 
+    def _pickled(self, s: int, b: int, raw: bytes) -> bytes:
+        """The pickled bytes of block ``b`` of shard ``s`` from its stored bytes."""
+        compressed, dict_id, dict_path = self._codec(s)
+        if not compressed:
+            return raw
+        dctx = self._decompressor(s)
+        # The checks of codec.decompress_block, spelled out for the usual frame (a random read
+        # pays this per example); anything unusual goes there for the precise error.
+        if raw[:4] == codec.ZSTD_MAGIC:
+            try:
+                params = zstandard.get_frame_parameters(raw)
+                size = params.content_size
+                if (
+                    0 <= size <= self.max_block_bytes
+                    and size != zstandard.CONTENTSIZE_UNKNOWN
+                    and params.dict_id in (0, dict_id)
+                ):
+                    out = dctx.decompress(raw)
+                    if len(out) == size:
+                        return out
+            except zstandard.ZstdError:
+                pass
+        return codec.decompress_block(
+            raw,
+            dctx,
+            self.max_block_bytes,
+            self._where(s, b),
+            self._data_paths[s],
+            dict_id=dict_id,
+            dict_path=dict_path,
+        )
+
     def _decode_raw(self, s: int, b: int, raw: bytes) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
-        where = self._where(s, b)
-        path = self._data_paths[s]
         seen = self._checked.digest(s, raw)
-        compressed, dict_id, dict_path = self._codec(s)
-        if compressed:
-            raw = codec.decompress_block(
-                raw,
-                self._decompressor(s),
-                self.max_block_bytes,
-                where,
-                path,
-                dict_id=dict_id,
-                dict_path=dict_path,
-            )
-        items = codec.unpickle_block(
-            raw,
-            self.shards[s].meta.block_len(b),
-            where,
-            path,
-            self.allow_unsafe_pickle,
-            memo_checked=seen in self._checked,
-        )
+        raw = self._pickled(s, b, raw)
+        items = self._unpickle(s, b, raw, seen in self._checked)
         self._checked.add(seen)
         return items, len(raw)
+
+    def _unpickle(self, s: int, b: int, plain: bytes, memo_checked: bool = False) -> list[Any]:
+        """The examples of block ``b`` of shard ``s`` from its pickled bytes."""
+        return codec.unpickle_block(
+            plain,
+            self.shards[s].meta.block_len(b),
+            self._where(s, b),
+            self._data_paths[s],
+            self.allow_unsafe_pickle,
+            memo_checked=memo_checked,
+        )
 
     def _read_block(self, s: int, b: int) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s``."""
@@ -411,8 +449,9 @@ class Atlas:
         b, j = divmod(i - self._starts_list[s], self._block_sizes[s])
         return s, b, j
 
-    def _cached(self, key: tuple[int, int]) -> list[bytes | None] | None:
-        """The cache's pickles of a block's examples, noting the look-up for :class:`Reuse`."""
+    def _cached(self, key: tuple[int, int]) -> list[bytes | None] | bytes | None:
+        """The cache's pickles of a block's examples, or the block's pickled bytes (kept by
+        :meth:`_alone`), noting the look-up for :class:`Reuse`."""
         pickled = self._slot.peek(key)
         with self._lock:
             self._reuse.note(key, pickled is not None)
@@ -470,9 +509,19 @@ class Atlas:
         # as much as decoding it) and the reuse bookkeeping, which is about coming back.
         in_order = j == 0 and h is not None and h.block == b - 1
         if not in_order:
-            pickled = self._cached((s, b))
-            if pickled is not None and pickled[j] is not None:
-                return unpickle(pickled[j])
+            cached = self._cached((s, b))
+            if type(cached) is bytes:  # a block's pickled bytes: see _alone
+                found, item = load_item(cached, j, self.shards[s].meta.block_len(b))
+                if found:
+                    loc.nexts[s] = i + 1
+                    return item
+            elif cached is not None and cached[j] is not None:
+                return unpickle(cached[j])
+            nexts = loc.nexts
+            if nexts.get(s, i) != i and s not in self._whole:
+                nexts[s] = i + 1
+                return self._alone(s, b, j)
+        loc.nexts[s] = i + 1
         items, nbytes = self._decode_raw(s, b, self._raw(s, b, in_order))
         if not in_order:
             with self._lock:
@@ -487,6 +536,28 @@ class Atlas:
         self._make_hot(s, new)
         loc.last = (new.lo, len(items), items)
         return item
+
+    def _alone(self, s: int, b: int, j: int) -> Any:
+        """Example ``j`` of block ``b`` of shard ``s``, for a read at random: the block
+        decompressed and, while reads come back to blocks, kept in the cache as it is (a pickle
+        of plain data is its own compact form); the example alone unpickled from it (see
+        ``load_item``), or the whole block where the walk cannot vouch for the example (then
+        the shard's later reads unpickle whole blocks: its examples hold more than plain
+        data)."""
+        stored = self._raw(s, b, False)
+        plain = self._pickled(s, b, stored)
+        with self._lock:
+            self._reuse.decoded(len(plain))
+        if self._keeping():  # reads come back to blocks within the cache's reach
+            self._slot.put((s, b), plain, len(plain))
+        found, item = load_item(plain, j, self.shards[s].meta.block_len(b))
+        if found:
+            return item
+        self._whole.add(s)
+        seen = self._checked.digest(s, stored)
+        items = self._unpickle(s, b, plain, seen in self._checked)
+        self._checked.add(seen)
+        return items[j]
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """The examples at ``indices`` in that order, decoding each needed block once."""
@@ -512,6 +583,9 @@ class Atlas:
                     self._hand_out(h.items, members, out)
                     continue
             pickled = self._cached(key)
+            if type(pickled) is bytes:  # the block's pickled bytes (see _alone)
+                self._hand_out(self._unpickle(*key, pickled), members, out)
+                continue
             if pickled is not None and all(pickled[j] is not None for _, j in members):
                 for k, j in members:
                     out[k] = unpickle(pickled[j])  # type: ignore[arg-type]

@@ -3,8 +3,11 @@ deterministic (metas, index.npy, pickled blocks, frames given the same dictionar
 
 Beyond the origin: the dataset appears at its path only when the writer closes without an
 exception; blocks are compressed on several threads; strategy-3 shards spill their pickled
-blocks to disk instead of RAM; dictionaries train on a sample of at most ``dict_sample_bytes``
-(so shards over 4 GiB work); and ``append=True`` adds shards to an existing dataset.
+blocks to disk instead of RAM; dictionaries train on an evenly spread sample of at most
+``dict_sample_bytes`` (8 MiB by default; the origin trains on the whole shard, which costs about
+2.5x the time on a 25 MB shard for a 0.1% smaller data.bin, and fails over 4 GiB), so a
+dictionary equals the origin's only for shards within that; and ``append=True`` adds shards
+to an existing dataset.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ class Writer(AtomicWriter):
     used by all) or 3/"dictionary" (one per shard); ``compression_level`` (zstd, up to 22) and
     ``compression_dict_size`` (dictionary bytes as a fraction of a shard's pickled bytes) have
     the origin's meaning. ``compression_dict`` supplies the shared dictionary instead of training
-    one. ``workers`` threads compress blocks. ``append=True`` adds shards to the dataset at
+    one; a trained one learns from at most ``dict_sample_bytes`` of the shard's blocks.
+    ``workers`` threads compress blocks. ``append=True`` adds shards to the dataset at
     ``path``, keeping its strategy, shared dictionary, level and block size unless given.
     ``storage_options`` are fsspec's options for a URL ``path`` (``s3://...``), as for every
     writer.

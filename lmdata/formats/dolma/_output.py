@@ -5,13 +5,13 @@ plain, each output one object that appears whole when committed (:class:`OutputF
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from zlib_ng import zlib_ng as zlib
 
-from lmdata.errors import FormatError
+from lmdata.errors import DatasetNotFoundError, FormatError
 from lmdata.storage import Store
 
 
@@ -150,9 +150,7 @@ class OutputFile:
         except BaseException:
             self._out.abort()
             raise
-
-    def write(self, data: bytes) -> None:
-        self._f.write(data)
+        self.write: Callable[[bytes], Any] = self._f.stream.write  # one call per document
 
     def checksum(self) -> tuple[int, int]:
         """(CRC-32, bytes) of what was written, for a gzip piece (0, 0 otherwise); after
@@ -208,8 +206,15 @@ def join_parts(
     :class:`Part`), plus the gzip trailer, then remove the pieces. Only the compressed bytes
     pass through here."""
     with OutputFile(store, key, "none", overwrite=overwrite) as out:
-        for p in parts:
-            size = store.size(p)
+        for i, p in enumerate(parts):
+            try:
+                size = store.size(p)
+            except FileNotFoundError:
+                raise DatasetNotFoundError(
+                    f"{p}: piece {i} of {key} is missing (a worker wrote it to a folder this "
+                    "process cannot see, or it was removed, e.g. by `lmdata clean`); rerun the "
+                    "job with --resume, with outputs on a folder or URL every worker shares"
+                ) from None
             for off in range(0, size, 8 << 20):
                 out.write(store.read_range(p, off, min(8 << 20, size - off)))
         if compression == "gz":

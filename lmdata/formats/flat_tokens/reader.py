@@ -13,6 +13,12 @@ from lmdata.formats.flat_tokens._zarr import DEFAULT_CACHE_BYTES, ZArray, node_a
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import Store, basename, join, resolve
 
+try:  # row lookup and gather in C (lmdata/_kernel.c); without a compiler, Python per row
+    from lmdata._kernel import copy_rows as _copy_rows
+    from lmdata._kernel import unit_windows as _unit_windows
+except ImportError:  # pragma: no cover - depends on the build
+    _copy_rows = _unit_windows = None
+
 SPLITS = ("train", "validation")
 # The spec's example block calls the array "tokens"; every tool writes "encoded_tokens".
 TOKEN_ARRAY_NAMES = ("encoded_tokens", "tokens")
@@ -299,6 +305,23 @@ class FlatTokens:
         idx = normalize_indices(rows, n)
         return self.tokens.gather(idx * seq_len, seq_len, out=out)
 
+    def encoded_window_parts(
+        self, starts: np.ndarray, length: int
+    ) -> tuple[list[memoryview], list[int]] | None:
+        """Where the stored values ``tokens[s : s + length]`` lie in memory, for each ``s`` in
+        ``starts`` (each window inside the tokens): a byte buffer of its mapped or cached
+        chunk and the byte offset of the window in it (the Loader lays batches out from there,
+        no gather copy). None where a window needs :meth:`encoded_windows` (it straddles two
+        chunks, a chunk is short, or chunks are read by range). Python int arithmetic per
+        window: numpy operations on a batch's few numbers cost more."""
+        lst = np.asarray(starts).tolist()
+        if lst and (min(lst) < 0 or max(lst) + length > self.num_tokens):
+            raise IndexError(
+                f"a window of {length} tokens at {min(lst)} or {max(lst)} is outside "
+                f"the {self.num_tokens} tokens"
+            )
+        return _window_parts(self.tokens, starts, length, self.num_tokens)
+
     def encoded_windows(
         self,
         starts: Sequence[int] | np.ndarray,
@@ -356,17 +379,63 @@ def _aligned_rows(
     rows, which it normalises or reports)."""
     if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "iu" or rows.ndim != 1:
         return None
-    lst = rows.tolist()
-    if lst and (min(lst) < 0 or max(lst) >= n):
+    if _unit_windows is None and len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n):
+        return None  # (the C lookup checks them: rows outside take the general path)
+    return _copy_windows(arr, rows.astype(np.int64) * length, length, out, n * length)
+
+
+def _window_parts(
+    arr: ZArray, starts: list[int] | np.ndarray, length: int, total: int
+) -> tuple[list, list] | None:
+    """(a byte buffer per window, the window's byte offset in it) for items ``s : s + length``
+    of ``arr``, each ``s`` in ``starts``, into the mapped or cached units; None when one
+    straddles two units, a unit is short, or units are read by range. Windows must lie in
+    ``0 .. total`` (``len(arr)`` at most): outside, the C lookup returns None too (callers
+    without it check first).
+    Looked up in C where built, else with Python int arithmetic per window (numpy operations
+    on a batch's few numbers cost more)."""
+    unit = arr.unit
+    if length <= 0 or unit <= 0 or (arr.raw and not arr._mappable):
         return None
-    return _copy_windows(arr, [r * length for r in lst], length, out)
+    if _unit_windows is not None and arr.dtype.itemsize == 4:
+        st = np.ascontiguousarray(starts, dtype=np.int64)
+        for _ in range(2):  # the second time with the units the first found missing
+            arr._check_views()
+            got = _unit_windows(arr._views, unit, st, length, total)
+            if not isinstance(got, list):
+                return got or None
+            for u in got:
+                arr._bytes_view(u)
+        # the views were dropped in between (the byte cache evicted): Python below
+    if isinstance(starts, np.ndarray):
+        starts = starts.tolist()
+    isz = arr.dtype.itemsize
+    nb = length * isz
+    arr._check_views()
+    views = arr._views
+    bases, offsets = [], []
+    for st in starts:
+        u, o = divmod(st, unit)
+        if o + length > unit:
+            return None  # straddles two units
+        v = views.get(u) or arr._bytes_view(u)
+        o *= isz
+        if o + nb > len(v):
+            return None  # a short (corrupt) unit: the general path reports it
+        bases.append(v)
+        offsets.append(o)
+    return bases, offsets
 
 
 def _copy_windows(
-    arr: ZArray, starts: list[int], length: int, out: np.ndarray | None
+    arr: ZArray,
+    starts: list[int] | np.ndarray,
+    length: int,
+    out: np.ndarray | None,
+    total: int | None = None,
 ) -> np.ndarray | None:
-    """Items ``s : s + length`` of ``arr`` for each ``s`` in ``starts`` (all inside the array)
-    when each lies inside one unit, else None.
+    """Items ``s : s + length`` of ``arr`` for each ``s`` in ``starts`` (all inside the array
+    or ``0 .. total``, as :func:`_window_parts`) when each lies inside one unit, else None.
 
     The random-batch hot path: a window is a byte range of one unit's buffer, copied between
     memoryviews with Python int arithmetic (a few hundred ns each, where numpy operations on
@@ -380,8 +449,16 @@ def _copy_windows(
         out = np.empty(shape, dtype=arr.dtype)
     elif out.shape != shape or out.dtype != arr.dtype or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous {arr.dtype} array of shape {shape}")
-    if not starts:
+    if not len(starts):
         return out
+    if _copy_rows is not None and arr.dtype.itemsize == 4:
+        parts = _window_parts(arr, starts, length, len(arr) if total is None else total)
+        if parts is None:
+            return None
+        _copy_rows(parts, out, len(starts), length)  # one C loop, the GIL released
+        return out
+    if isinstance(starts, np.ndarray):
+        starts = starts.tolist()
     isz = arr.dtype.itemsize
     rb = length * isz
     arr._check_views()

@@ -20,8 +20,10 @@ from typing import BinaryIO
 
 import numpy as np
 
+from lmdata import _provenance
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
+from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import DTYPES, HEADER_SIZE, PbinHeader
 from lmdata.formats.modalities.reader import PackedTokens
 from lmdata.storage import LocalOutput, Output, Store, is_url, join, require_exists, resolve
@@ -95,6 +97,10 @@ def merge(
     finally:
         for r in readers:
             r.close()
+    if overwrite or not store.exists(key):
+        # as the writer: a kill after the commit leaves no sidecar describing the old file
+        _provenance.remove_sidecar(store, key)
+        sidecar.remove(store, key)  # the old file's index copy
     out.commit()
     shown = store.url(key)
     return (

@@ -184,14 +184,17 @@ def check_spans(index: SpanIndex, header: PbinHeader, path: Path) -> None:
         )
 
 
-def _read_index(data: PbinData, allow_unsafe: bool, repair: bool) -> sidecar.IndexArrays:
-    """The checked index of ``data`` from its pickle (repaired when ``repair`` and needed)."""
+def _read_index(
+    data: PbinData, allow_unsafe: bool, repair: bool, raw: bytes | None = None
+) -> sidecar.IndexArrays:
+    """The checked index of ``data`` from its pickle (repaired when ``repair`` and needed);
+    ``raw`` is the index bytes if the caller has read them."""
     from lmdata.formats.modalities import sidecar
 
     h = data.header
-    index = load_span_index(
-        data.read_index_bytes(), path=data.path, where="index", allow_unsafe=allow_unsafe
-    )
+    if raw is None:
+        raw = data.read_index_bytes()
+    index = load_span_index(raw, path=data.path, where="index", allow_unsafe=allow_unsafe)
     repaired = False
     if repair:
         fixed = undo_origin_merge_shift(index, h.data_len)
@@ -226,8 +229,8 @@ class PackedTokens:
         self.data = PbinData(path, storage_options)
         self.path = self.data.path
 
-        def build() -> sidecar.IndexArrays:
-            return _read_index(self.data, allow_unsafe_pickle, repair_origin_merge)
+        def build(raw: bytes | None) -> sidecar.IndexArrays:
+            return _read_index(self.data, allow_unsafe_pickle, repair_origin_merge, raw)
 
         # a sidecar holds the repaired index; a trusted (unsafe) pickle is never saved as one
         idx = sidecar.index_arrays(

@@ -128,11 +128,15 @@ def _places(store: object, key: str) -> list[Path]:
 # ---- the key ---------------------------------------------------------------------------------
 
 
-def index_digest(data: object) -> bytes:
-    """BLAKE2b-128 of a ``.pbin``'s header and index bytes (the sidecar's inputs)."""
+def index_digest(data: object, raw: bytes | None = None) -> bytes:
+    """BLAKE2b-128 of a ``.pbin``'s header and index bytes (the sidecar's inputs); ``raw``
+    is the index bytes when the caller has read them already."""
     h = hashlib.blake2b(digest_size=16)
     header = data.header  # type: ignore[attr-defined]
     h.update(header.pack())
+    if raw is not None:
+        h.update(raw)
+        return h.digest()
     store, key = data.store, data.key  # type: ignore[attr-defined]
     start, end = header.index_start, header.file_size
     buf = store.mmap(key) if store.can_mmap and end else None
@@ -340,19 +344,20 @@ def remove(store: object, key: str) -> None:
 
 def index_arrays(
     data: object,
-    build: Callable[[], IndexArrays],
+    build: Callable[[bytes | None], IndexArrays],
     *,
     reuse: bool = True,
     save: bool = True,
 ) -> IndexArrays:
     """The index of the ``.pbin`` behind ``data`` (a ``PbinData``): mapped from a valid
-    sidecar when ``reuse``, else from ``build()`` (the pickle), saved as a sidecar when
-    ``save`` and the index is large enough to be worth it."""
+    sidecar when ``reuse``, else from ``build(raw)`` (the pickle: its bytes, or None to read
+    them), saved as a sidecar when ``save`` and the index is large enough to be worth it.
+    The index is read once to be hashed and parsed (a download, on an object store)."""
     h = data.header  # type: ignore[attr-defined]
     if h.file_size - h.index_start < MIN_INDEX_BYTES or not (reuse or save):
-        return build()
+        return build(None)
     if not hasattr(os, "geteuid"):  # no owners to trust a sidecar by: none is ever used
-        return build()
+        return build(None)
     places = _places(data.store, data.key)  # type: ignore[attr-defined]
     if reuse:
         for p in places:
@@ -360,10 +365,12 @@ def index_arrays(
             if got is not None:
                 return got
     if not save:
-        return build()
+        return build(None)
     before = identity(data)
-    digest = index_digest(data)
-    idx = build()
+    raw = data.read_index_bytes()  # type: ignore[attr-defined]
+    digest = index_digest(data, raw)
+    idx = build(raw)
+    del raw
     if before is None or identity(data) != before:  # changed while read: not worth keeping
         before = None
     for p in places:

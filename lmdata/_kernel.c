@@ -1,0 +1,505 @@
+/* The Loader's row layouts (lmdata/loader/packing.py) in one pass each, with the GIL released,
+ * and the flat-tokens reader's row gather (copy_rows).
+ *
+ * Each function takes the stored values of a batch's rows (uint32: one C-order array, or each
+ * row where it lies in a mapped chunk, see rows_get) and writes its output arrays in place
+ * (inputs/targets int32 or int64, segment_ids/positions int32, loss_mask uint8). Every buffer
+ * and row is checked against (rows, length) before the loop, so the loop reads and writes
+ * nothing outside them; packing.py runs the same layouts in numpy where no compiler built
+ * this module, and the tests compare the two. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* Get the buffers of `objs` (writable ones for the outputs), check their byte lengths; on
+ * failure release what was got and set an error. */
+static int
+get_buffers(PyObject **objs, Py_buffer *views, const Py_ssize_t *sizes, const int *writable,
+            int count)
+{
+    for (int k = 0; k < count; k++) {
+        int flags = PyBUF_C_CONTIGUOUS | (writable[k] ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[k], &views[k], flags) < 0) {
+            for (int j = 0; j < k; j++) PyBuffer_Release(&views[j]);
+            return -1;
+        }
+        if (views[k].len != sizes[k]) {
+            PyErr_Format(PyExc_ValueError, "buffer %d has %zd bytes, expected %zd", k,
+                         views[k].len, sizes[k]);
+            for (int j = 0; j <= k; j++) PyBuffer_Release(&views[j]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+release(Py_buffer *views, int count)
+{
+    for (int k = 0; k < count; k++) PyBuffer_Release(&views[k]);
+}
+
+static int
+check_shape(Py_ssize_t rows, Py_ssize_t length)
+{
+    if (rows < 0 || length < 0 || (length > 0 && rows > PY_SSIZE_T_MAX / 8 / length)) {
+        PyErr_SetString(PyExc_ValueError, "bad shape");
+        return -1;
+    }
+    return 0;
+}
+
+/* The rows a layout reads: `enc` is either one C-contiguous buffer of rows * width uint32
+ * values, or a pair of lists (bases, offsets): row r is the `width` values at byte offsets[r]
+ * of the buffer bases[r] (rows read where they lie, in mapped chunks: no gather copy). Every
+ * row is checked to lie inside its buffer, aligned to 4; the buffers are held until
+ * rows_release, so the rows can be read with the GIL released. */
+typedef struct {
+    const uint32_t **row;
+    Py_buffer *held;
+    Py_ssize_t nheld;
+} Rows;
+
+static void
+rows_release(Rows *R)
+{
+    for (Py_ssize_t k = 0; k < R->nheld; k++) PyBuffer_Release(&R->held[k]);
+    PyMem_Free(R->held);
+    PyMem_Free((void *)R->row);
+    R->held = NULL;
+    R->row = NULL;
+    R->nheld = 0;
+}
+
+static int
+rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
+{
+    R->nheld = 0;
+    R->held = PyMem_Calloc(rows ? rows : 1, sizeof(Py_buffer));
+    R->row = PyMem_Calloc(rows ? rows : 1, sizeof(uint32_t *));
+    if (R->held == NULL || R->row == NULL) {
+        rows_release(R);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (!PyTuple_Check(enc)) {
+        Py_ssize_t size = rows * width * 4;
+        int bad = PyObject_GetBuffer(enc, &R->held[0], PyBUF_C_CONTIGUOUS) < 0;
+        if (!bad) {
+            R->nheld = 1;
+            if (R->held[0].len != size || ((uintptr_t)R->held[0].buf & 3u)) {
+                PyErr_Format(PyExc_ValueError, "buffer 0 has %zd bytes, expected %zd",
+                             R->held[0].len, size);
+                bad = 1;
+            }
+        }
+        if (bad) {
+            rows_release(R);
+            return -1;
+        }
+        for (Py_ssize_t r = 0; r < rows; r++)
+            R->row[r] = (const uint32_t *)R->held[0].buf + r * width;
+        return 0;
+    }
+    PyObject *bases, *offsets;
+    if (!PyArg_ParseTuple(enc, "O!O!", &PyList_Type, &bases, &PyList_Type, &offsets)) {
+        rows_release(R);
+        return -1;
+    }
+    if (PyList_GET_SIZE(bases) != rows || PyList_GET_SIZE(offsets) != rows) {
+        rows_release(R);
+        PyErr_SetString(PyExc_ValueError, "one base and one offset per row");
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t off = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, r));
+        Py_buffer *b = &R->held[R->nheld];
+        if ((off == -1 && PyErr_Occurred()) ||
+            PyObject_GetBuffer(PyList_GET_ITEM(bases, r), b, PyBUF_SIMPLE) < 0) {
+            rows_release(R);
+            return -1;
+        }
+        R->nheld++;
+        if (off < 0 || off > b->len || width * 4 > b->len - off ||
+            (((uintptr_t)b->buf + (uintptr_t)off) & 3u)) {
+            PyErr_Format(PyExc_ValueError,
+                         "row %zd: %zd bytes at offset %zd are outside its %zd-byte buffer "
+                         "or not aligned to 4",
+                         r, width * 4, off, b->len);
+            rows_release(R);
+            return -1;
+        }
+        R->row[r] = (const uint32_t *)((const char *)b->buf + off);
+    }
+    return 0;
+}
+
+/* One row of the packed layout, for T = int32_t or int64_t. enc may be the memory of
+ * targets or of positions: each item is read before the same item of an output is written,
+ * and the input at k comes from `prev`, never from memory. (Blocks of 16 values written as
+ * vectors measured no faster: the pass is bound by the four output arrays' memory traffic.) */
+#define PACKED_ROW(T)                                                                         \
+    static void packed_row_##T(const uint32_t *enc, T *in, T *tg, int32_t *seg, int32_t *pos, \
+                               Py_ssize_t length, T bos)                                      \
+    {                                                                                         \
+        int32_t s = 0, p = 0;                                                                 \
+        T prev = 0;                                                                           \
+        for (Py_ssize_t k = 0; k < length; k++) {                                             \
+            uint32_t x = enc[k];                                                              \
+            int start = k == 0 || (x & 1u);                                                   \
+            T t = (T)(x >> 1);                                                                \
+            s += start;                                                                       \
+            p = start ? 0 : p + 1;                                                            \
+            in[k] = start ? bos : prev;                                                       \
+            tg[k] = t;                                                                        \
+            seg[k] = s;                                                                       \
+            pos[k] = p;                                                                       \
+            prev = t;                                                                         \
+        }                                                                                     \
+    }
+
+PACKED_ROW(int64_t)
+
+#ifdef __SSE2__
+/* The int32 row four values at a time: a group of four without a start bit (nearly all:
+ * documents run for hundreds of tokens) is one load and four vector stores; a group with a
+ * start goes value by value. Loads come before the stores of the same items (enc may be the
+ * memory of targets or positions); the first input of a group comes from `prev`. */
+static void
+packed_row_int32_t(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *seg, int32_t *pos,
+                   Py_ssize_t length, int32_t bos)
+{
+    int32_t s = 0, p = 0, prev = 0;
+    const __m128i step = _mm_set_epi32(4, 3, 2, 1);
+    Py_ssize_t k = 0;
+    while (k < length) {
+        if (k > 0 && k + 4 <= length) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(enc + k));
+            if (!_mm_movemask_ps(_mm_castsi128_ps(_mm_slli_epi32(x, 31)))) {
+                __m128i t = _mm_srli_epi32(x, 1);
+                __m128i i = _mm_or_si128(_mm_slli_si128(t, 4), _mm_cvtsi32_si128(prev));
+                _mm_storeu_si128((__m128i *)(in + k), i);
+                _mm_storeu_si128((__m128i *)(tg + k), t);
+                _mm_storeu_si128((__m128i *)(seg + k), _mm_set1_epi32(s));
+                _mm_storeu_si128((__m128i *)(pos + k), _mm_add_epi32(_mm_set1_epi32(p), step));
+                prev = _mm_cvtsi128_si32(_mm_srli_si128(t, 12));
+                p += 4;
+                k += 4;
+                continue;
+            }
+        }
+        Py_ssize_t end = k + 4 < length ? k + 4 : length;
+        for (; k < end; k++) {
+            uint32_t x = enc[k];
+            int start = k == 0 || (x & 1u);
+            int32_t t = (int32_t)(x >> 1);
+            s += start;
+            p = start ? 0 : p + 1;
+            in[k] = start ? bos : prev;
+            tg[k] = t;
+            seg[k] = s;
+            pos[k] = p;
+            prev = t;
+        }
+    }
+}
+#else
+PACKED_ROW(int32_t)
+#endif
+
+static void
+packed_row(const uint32_t *enc, Py_buffer *v, Py_ssize_t b, Py_ssize_t length, long long bos,
+           int wide)
+{
+    int32_t *seg = (int32_t *)v[3].buf + b, *pos = (int32_t *)v[4].buf + b;
+    if (wide)
+        packed_row_int64_t(enc, (int64_t *)v[1].buf + b, (int64_t *)v[2].buf + b, seg, pos,
+                           length, (int64_t)bos);
+    else
+        packed_row_int32_t(enc, (int32_t *)v[1].buf + b, (int32_t *)v[2].buf + b, seg, pos,
+                           length, (int32_t)bos);
+}
+
+/* packed(enc, inputs, targets, segment_ids, positions, rows, length, bos, wide): the packed
+ * layout of rows of `length` stored values (see rows_get). */
+static PyObject *
+packed(PyObject *self, PyObject *args)
+{
+    PyObject *enc, *objs[4];
+    Py_ssize_t rows, length;
+    long long bos;
+    int wide;
+    if (!PyArg_ParseTuple(args, "OOOOOnnLp", &enc, &objs[0], &objs[1], &objs[2], &objs[3],
+                          &rows, &length, &bos, &wide))
+        return NULL;
+    if (check_shape(rows, length) < 0) return NULL;
+    Py_ssize_t n = rows * length, w = wide ? 8 : 4;
+    Py_ssize_t sizes[5] = {0, n * w, n * w, n * 4, n * 4};
+    int writable[5] = {0, 1, 1, 1, 1};
+    Py_buffer v[5]; /* v[0] unused: packed_row takes the outputs as v[1..4] */
+    Rows R;
+    if (get_buffers(objs, v + 1, sizes + 1, writable + 1, 4) < 0) return NULL;
+    if (rows_get(enc, rows, length, &R) < 0) {
+        release(v + 1, 4);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++)
+        packed_row(R.row[r], v, r * length, length, bos, wide);
+    Py_END_ALLOW_THREADS
+    rows_release(&R);
+    release(v + 1, 4);
+    Py_RETURN_NONE;
+}
+
+/* eos(enc, inputs, targets, rows, length, wide): rows of length + 1 stored values (see
+ * rows_get); inputs = w[:-1] >> 1, targets = w[1:] >> 1. */
+static PyObject *
+eos(PyObject *self, PyObject *args)
+{
+    PyObject *enc, *objs[2];
+    Py_ssize_t rows, length;
+    int wide;
+    if (!PyArg_ParseTuple(args, "OOOnnp", &enc, &objs[0], &objs[1], &rows, &length, &wide))
+        return NULL;
+    if (check_shape(rows, length + 1) < 0) return NULL;
+    Py_ssize_t n = rows * length, w = wide ? 8 : 4;
+    Py_ssize_t sizes[2] = {n * w, n * w};
+    int writable[2] = {1, 1};
+    Py_buffer v[2];
+    Rows R;
+    if (get_buffers(objs, v, sizes, writable, 2) < 0) return NULL;
+    if (rows_get(enc, rows, length + 1, &R) < 0) {
+        release(v, 2);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const uint32_t *e = R.row[r];
+        if (wide) {
+            int64_t *in = (int64_t *)v[0].buf + r * length, *tg = (int64_t *)v[1].buf + r * length;
+            for (Py_ssize_t j = 0; j < length; j++) {
+                in[j] = (int64_t)(e[j] >> 1);
+                tg[j] = (int64_t)(e[j + 1] >> 1);
+            }
+        } else {
+            int32_t *in = (int32_t *)v[0].buf + r * length, *tg = (int32_t *)v[1].buf + r * length;
+            for (Py_ssize_t j = 0; j < length; j++) {
+                in[j] = (int32_t)(e[j] >> 1);
+                tg[j] = (int32_t)(e[j + 1] >> 1);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    rows_release(&R);
+    release(v, 2);
+    Py_RETURN_NONE;
+}
+
+/* One unpacked row, for T = int32_t or int64_t: the piece (k values of src, decoded by
+ * `shift`), then padding; plain loops the compiler vectorises. */
+#define UNPACKED_ROW(T)                                                                       \
+    static void unpacked_row_##T(const uint32_t *src, Py_ssize_t k, T *in, T *tg,             \
+                                 int32_t *seg, int32_t *pos, uint8_t *mask, Py_ssize_t length, \
+                                 T bos, T pad, int shift)                                     \
+    {                                                                                         \
+        if (k > 0) in[0] = bos;                                                               \
+        for (Py_ssize_t j = 1; j < k; j++) in[j] = (T)(src[j - 1] >> shift);                  \
+        for (Py_ssize_t j = 0; j < k; j++) tg[j] = (T)(src[j] >> shift);                      \
+        for (Py_ssize_t j = 0; j < k; j++) pos[j] = (int32_t)j;                               \
+        for (Py_ssize_t j = 0; j < k; j++) seg[j] = 1;                                        \
+        memset(mask, 1, (size_t)k);                                                           \
+        for (Py_ssize_t j = k; j < length; j++) in[j] = pad;                                  \
+        for (Py_ssize_t j = k; j < length; j++) tg[j] = pad;                                  \
+        memset(seg + k, 0, (size_t)(length - k) * 4);                                        \
+        memset(pos + k, 0, (size_t)(length - k) * 4);                                         \
+        memset(mask + k, 0, (size_t)(length - k));                                            \
+    }
+
+UNPACKED_ROW(int32_t)
+UNPACKED_ROW(int64_t)
+
+/* unpacked(enc, offsets, lengths, inputs, targets, segment_ids, positions, loss_mask, rows,
+ * length, bos, pad, shift, wide): rows of `length` values (see rows_get); row i's piece is
+ * row[i][off[i] : off[i] + len[i]] >> shift (int64 offsets and lengths, checked to lie inside
+ * the row), right-padded with pad. */
+static PyObject *
+unpacked(PyObject *self, PyObject *args)
+{
+    PyObject *enc, *objs[7];
+    Py_ssize_t rows, length;
+    long long bos, pad;
+    int shift, wide;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnnLLip", &enc, &objs[0], &objs[1], &objs[2],
+                          &objs[3], &objs[4], &objs[5], &objs[6], &rows, &length, &bos, &pad,
+                          &shift, &wide))
+        return NULL;
+    if (check_shape(rows, length) < 0) return NULL;
+    if (shift < 0 || shift > 31) {
+        PyErr_SetString(PyExc_ValueError, "shift must be in 0..31");
+        return NULL;
+    }
+    Py_ssize_t n = rows * length, w = wide ? 8 : 4;
+    Py_ssize_t sizes[7] = {rows * 8, rows * 8, n * w, n * w, n * 4, n * 4, n};
+    int writable[7] = {0, 0, 1, 1, 1, 1, 1};
+    Py_buffer v[7];
+    Rows R;
+    if (get_buffers(objs, v, sizes, writable, 7) < 0) return NULL;
+    const int64_t *off = (const int64_t *)v[0].buf, *len = (const int64_t *)v[1].buf;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        if (off[r] < 0 || len[r] < 0 || off[r] > length || len[r] > length - off[r]) {
+            release(v, 7);
+            PyErr_Format(PyExc_ValueError, "row %zd: piece %lld+%lld outside its %zd values", r,
+                         (long long)off[r], (long long)len[r], length);
+            return NULL;
+        }
+    }
+    if (rows_get(enc, rows, length, &R) < 0) {
+        release(v, 7);
+        return NULL;
+    }
+    int32_t *seg = (int32_t *)v[4].buf, *pos = (int32_t *)v[5].buf;
+    uint8_t *mask = (uint8_t *)v[6].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t b = r * length;
+        const uint32_t *src = R.row[r] + off[r];
+        if (wide)
+            unpacked_row_int64_t(src, len[r], (int64_t *)v[2].buf + b, (int64_t *)v[3].buf + b,
+                                 seg + b, pos + b, mask + b, length, bos, pad, shift);
+        else
+            unpacked_row_int32_t(src, len[r], (int32_t *)v[2].buf + b, (int32_t *)v[3].buf + b,
+                                 seg + b, pos + b, mask + b, length, (int32_t)bos,
+                                 (int32_t)pad, shift);
+    }
+    Py_END_ALLOW_THREADS
+    rows_release(&R);
+    release(v, 7);
+    Py_RETURN_NONE;
+}
+
+/* copy_rows(enc, out, rows, width): the rows (see rows_get) copied into `out`, a C-contiguous
+ * array of rows * width uint32 values: a gather from mapped chunks with the GIL released. */
+static PyObject *
+copy_rows(PyObject *self, PyObject *args)
+{
+    PyObject *enc, *obj;
+    Py_ssize_t rows, width;
+    if (!PyArg_ParseTuple(args, "OOnn", &enc, &obj, &rows, &width)) return NULL;
+    if (check_shape(rows, width) < 0) return NULL;
+    Py_ssize_t size = rows * width * 4;
+    int writable = 1;
+    Py_buffer v;
+    Rows R;
+    if (get_buffers(&obj, &v, &size, &writable, 1) < 0) return NULL;
+    if (rows_get(enc, rows, width, &R) < 0) {
+        release(&v, 1);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++)
+        memcpy((uint32_t *)v.buf + r * width, R.row[r], (size_t)width * 4);
+    Py_END_ALLOW_THREADS
+    rows_release(&R);
+    release(&v, 1);
+    Py_RETURN_NONE;
+}
+
+/* unit_windows(views, unit, starts, width, total): where items s .. s + width of an array
+ * stored in units of `unit` items lie, for each s in `starts` (int64; each window must lie in
+ * 0 .. total, else False): (bases, offsets) as rows_get
+ * takes them, from `views`, which maps a unit's number to a buffer of its bytes (4-byte
+ * items). Returns a list of the unit numbers missing from `views` instead (the caller adds
+ * them and calls again), or False when a window straddles two units or a unit is short (the
+ * caller's general path). The per-window lookup in C: Python arithmetic per window costs
+ * more than copying it. */
+static PyObject *
+unit_windows(PyObject *self, PyObject *args)
+{
+    PyObject *views, *obj;
+    Py_ssize_t unit, width, total;
+    if (!PyArg_ParseTuple(args, "O!nOnn", &PyDict_Type, &views, &unit, &obj, &width, &total))
+        return NULL;
+    if (unit <= 0 || width <= 0 || width > unit) Py_RETURN_FALSE;
+    Py_buffer sv;
+    if (PyObject_GetBuffer(obj, &sv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (sv.len % 8) {
+        PyBuffer_Release(&sv);
+        PyErr_SetString(PyExc_ValueError, "starts must be int64");
+        return NULL;
+    }
+    Py_ssize_t rows = sv.len / 8;
+    const int64_t *st = (const int64_t *)sv.buf;
+    PyObject *result = NULL, *missing = NULL, *bases = PyList_New(rows),
+             *offsets = PyList_New(rows);
+    if (bases == NULL || offsets == NULL) goto done;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t u = (Py_ssize_t)(st[r] / unit), o = (Py_ssize_t)(st[r] % unit);
+        if (st[r] < 0 || st[r] > total - width || o + width > unit) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        PyObject *key = PyLong_FromSsize_t(u);
+        if (key == NULL) goto done;
+        PyObject *v = PyDict_GetItemWithError(views, key); /* borrowed */
+        if (v == NULL) {
+            int bad = PyErr_Occurred() != NULL ||
+                      (missing == NULL && (missing = PyList_New(0)) == NULL) ||
+                      PyList_Append(missing, key) < 0;
+            Py_DECREF(key);
+            if (bad) goto done;
+            v = Py_None;
+        } else {
+            Py_DECREF(key);
+            Py_buffer b; /* a short unit: the general path reads and reports it */
+            if (PyObject_GetBuffer(v, &b, PyBUF_SIMPLE) < 0) goto done;
+            int short_unit = (o + width) * 4 > b.len;
+            PyBuffer_Release(&b);
+            if (short_unit) {
+                result = Py_NewRef(Py_False);
+                goto done;
+            }
+        }
+        PyObject *ob = PyLong_FromSsize_t(o * 4);
+        if (ob == NULL) goto done;
+        PyList_SET_ITEM(bases, r, Py_NewRef(v));
+        PyList_SET_ITEM(offsets, r, ob);
+    }
+    result = missing != NULL ? Py_NewRef(missing) : PyTuple_Pack(2, bases, offsets);
+done:
+    Py_XDECREF(missing);
+    Py_XDECREF(bases);
+    Py_XDECREF(offsets);
+    PyBuffer_Release(&sv);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"unit_windows", unit_windows, METH_VARARGS,
+     "unit_windows(views, unit, starts, width, total): (bases, offsets) of windows of a "
+     "unit-stored array, or the missing units, or False."},
+    {"copy_rows", copy_rows, METH_VARARGS,
+     "copy_rows(enc, out, rows, width): rows of width uint32 values copied into out."},
+    {"packed", packed, METH_VARARGS,
+     "packed(enc, inputs, targets, segment_ids, positions, rows, length, bos, wide): the "
+     "packed layout of stored values enc (id*2 + start bit)."},
+    {"eos", eos, METH_VARARGS,
+     "eos(enc, inputs, targets, rows, length, wide): inputs/targets of windows of length + 1 "
+     "stored values."},
+    {"unpacked", unpacked, METH_VARARGS,
+     "unpacked(ids, offsets, lengths, inputs, targets, segment_ids, positions, loss_mask, rows, "
+     "length, bos, pad, shift, wide): one piece per row, right-padded."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
+                                    "The Loader's row layouts in C.", -1, methods};
+
+PyMODINIT_FUNC
+PyInit__kernel(void)
+{
+    return PyModule_Create(&module);
+}

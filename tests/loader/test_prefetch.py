@@ -1,0 +1,64 @@
+"""Prefetch: batches in step order, errors at their step, and a consumer that computes the
+unstarted steps of its window instead of sleeping on a busy thread."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future
+
+import pytest
+
+from lmdata.loader.prefetch import _help, prefetched
+
+
+def _running() -> Future:
+    f: Future = Future()
+    assert f.set_running_or_notify_cancel()  # taken by a thread: cannot be cancelled
+    return f
+
+
+def test_a_waiting_consumer_computes_the_unstarted_steps_itself():
+    calls = []
+
+    def fn(s: int) -> int:
+        calls.append((s, threading.current_thread().name))
+        if s == 6:
+            raise ValueError("bad step 6")
+        return s * 10
+
+    head = _running()
+    window = deque([(4, head), (5, Future()), (6, Future()), (7, _running())])
+    _help(fn, window)
+    assert window[0] == (4, head) and not head.done()  # a thread's step is left to it
+    assert window[1][1].result() == 50
+    with pytest.raises(ValueError, match="step 6"):  # raised when the consumer reaches 6
+        window[2][1].result()
+    assert not window[3][1].done()
+    me = threading.current_thread().name
+    assert calls == [(5, me), (6, me)]
+    # once the first step is done, nothing more is computed here
+    head.set_result(40)
+    window = deque([(4, head), (5, Future())])
+    _help(fn, window)
+    assert len(calls) == 2 and not window[1][1].done()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("depth", [1, 3, 8])
+def test_prefetched_keeps_step_order_and_raises_at_the_failing_step(depth, threads):
+    gate = threading.Event()
+
+    def fn(s: int) -> int:
+        if s == 0:
+            gate.wait(0.2)  # a slow first step: the consumer helps with the later ones
+        if s == 9:
+            raise RuntimeError("step 9")
+        gate.set()
+        return -s
+
+    got = []
+    with pytest.raises(RuntimeError, match="step 9"):
+        for s, v in prefetched(fn, range(20), depth, threads):
+            got.append((s, v))
+    assert got == [(s, -s) for s in range(9)]
