@@ -110,6 +110,12 @@ class FlatTokens:
         token_dir = find_token_array(store, self.dir)
         assert token_dir is not None
         self.tokens = ZArray(store, token_dir, cache_bytes)
+        if self.tokens.dtype != np.uint32:
+            raise FormatError(
+                f"encoded_tokens has dtype {self.tokens.meta.dtype}; the flat-tokens spec allows "
+                "only uint32 (id*2 + start bit): write its tokens as uint32",
+                path=self.tokens.path,
+            )
         starts_cache = min(cache_bytes, max(cache_bytes // 8, 1 << 20))
         # sequence starts are read two at a time: by 64 KiB blocks, cached (one block serves
         # 8192 sequences), where reading tokens fetches exact ranges
@@ -395,9 +401,9 @@ def _window_parts(
     Looked up in C where built, else with Python int arithmetic per window (numpy operations
     on a batch's few numbers cost more)."""
     unit = arr.unit
-    if length <= 0 or unit <= 0 or (arr.raw and not arr._mappable):
-        return None
-    if _unit_windows is not None and arr.dtype.itemsize == 4:
+    if length <= 0 or unit <= 0 or (arr.raw and not arr._mappable) or arr.dtype.itemsize != 4:
+        return None  # (the C row readers take 4-byte items only)
+    if _unit_windows is not None:
         st = np.ascontiguousarray(starts, dtype=np.int64)
         for _ in range(2):  # the second time with the units the first found missing
             arr._check_views()
