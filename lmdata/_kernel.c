@@ -15,14 +15,28 @@
 #include <emmintrin.h>
 #endif
 
-/* Get the buffers of `objs` (writable ones for the outputs), check their byte lengths; on
- * failure release what was got and set an error. */
+/* A buffer's items must be `itemsize` bytes, aligned to it: the loops read and write them as
+ * such (a view of other items, or unaligned memory, is refused rather than misread). */
 static int
-get_buffers(PyObject **objs, Py_buffer *views, const Py_ssize_t *sizes, const int *writable,
-            int count)
+check_items(const Py_buffer *v, Py_ssize_t itemsize, int k)
+{
+    if (v->itemsize != itemsize || ((uintptr_t)v->buf % (uintptr_t)itemsize)) {
+        PyErr_Format(PyExc_ValueError,
+                     "buffer %d has %zd-byte items, expected %zd-byte items aligned to %zd", k,
+                     v->itemsize, itemsize, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+/* Get the buffers of `objs` (writable ones for the outputs), check their byte lengths and
+ * item sizes; on failure release what was got and set an error. */
+static int
+get_buffers(PyObject **objs, Py_buffer *views, const Py_ssize_t *sizes,
+            const Py_ssize_t *itemsizes, const int *writable, int count)
 {
     for (int k = 0; k < count; k++) {
-        int flags = PyBUF_C_CONTIGUOUS | (writable[k] ? PyBUF_WRITABLE : 0);
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable[k] ? PyBUF_WRITABLE : 0);
         if (PyObject_GetBuffer(objs[k], &views[k], flags) < 0) {
             for (int j = 0; j < k; j++) PyBuffer_Release(&views[j]);
             return -1;
@@ -30,6 +44,10 @@ get_buffers(PyObject **objs, Py_buffer *views, const Py_ssize_t *sizes, const in
         if (views[k].len != sizes[k]) {
             PyErr_Format(PyExc_ValueError, "buffer %d has %zd bytes, expected %zd", k,
                          views[k].len, sizes[k]);
+            for (int j = 0; j <= k; j++) PyBuffer_Release(&views[j]);
+            return -1;
+        }
+        if (check_items(&views[k], itemsizes[k], k) < 0) {
             for (int j = 0; j <= k; j++) PyBuffer_Release(&views[j]);
             return -1;
         }
@@ -43,10 +61,12 @@ release(Py_buffer *views, int count)
     for (int k = 0; k < count; k++) PyBuffer_Release(&views[k]);
 }
 
+/* rows * length * 8 and rows * 8 (the int64 offsets of unpacked) must not wrap. */
 static int
 check_shape(Py_ssize_t rows, Py_ssize_t length)
 {
-    if (rows < 0 || length < 0 || (length > 0 && rows > PY_SSIZE_T_MAX / 8 / length)) {
+    if (rows < 0 || length < 0 || rows > PY_SSIZE_T_MAX / 8 ||
+        (length > 0 && rows > PY_SSIZE_T_MAX / 8 / length)) {
         PyErr_SetString(PyExc_ValueError, "bad shape");
         return -1;
     }
@@ -88,14 +108,15 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
     }
     if (!PyTuple_Check(enc)) {
         Py_ssize_t size = rows * width * 4;
-        int bad = PyObject_GetBuffer(enc, &R->held[0], PyBUF_C_CONTIGUOUS) < 0;
+        int bad = PyObject_GetBuffer(enc, &R->held[0], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0;
         if (!bad) {
             R->nheld = 1;
-            if (R->held[0].len != size || ((uintptr_t)R->held[0].buf & 3u)) {
+            if (R->held[0].len != size) {
                 PyErr_Format(PyExc_ValueError, "buffer 0 has %zd bytes, expected %zd",
                              R->held[0].len, size);
                 bad = 1;
-            }
+            } else
+                bad = check_items(&R->held[0], 4, 0) < 0;
         }
         if (bad) {
             rows_release(R);
@@ -105,23 +126,27 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
             R->row[r] = (const uint32_t *)R->held[0].buf + r * width;
         return 0;
     }
-    PyObject *bases, *offsets;
-    if (!PyArg_ParseTuple(enc, "O!O!", &PyList_Type, &bases, &PyList_Type, &offsets)) {
+    PyObject *bl, *ol;
+    if (!PyArg_ParseTuple(enc, "O!O!", &PyList_Type, &bl, &PyList_Type, &ol)) {
         rows_release(R);
         return -1;
     }
-    if (PyList_GET_SIZE(bases) != rows || PyList_GET_SIZE(offsets) != rows) {
+    /* tuples of the items: __index__ or a buffer export may change the lists, not these */
+    PyObject *bases = PySequence_Tuple(bl), *offsets = bases ? PySequence_Tuple(ol) : NULL;
+    if (offsets == NULL) {
+        Py_XDECREF(bases);
         rows_release(R);
-        PyErr_SetString(PyExc_ValueError, "one base and one offset per row");
         return -1;
     }
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        Py_ssize_t off = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, r));
+    int bad = PyTuple_GET_SIZE(bases) != rows || PyTuple_GET_SIZE(offsets) != rows;
+    if (bad) PyErr_SetString(PyExc_ValueError, "one base and one offset per row");
+    for (Py_ssize_t r = 0; r < rows && !bad; r++) {
+        Py_ssize_t off = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, r));
         Py_buffer *b = &R->held[R->nheld];
         if ((off == -1 && PyErr_Occurred()) ||
-            PyObject_GetBuffer(PyList_GET_ITEM(bases, r), b, PyBUF_SIMPLE) < 0) {
-            rows_release(R);
-            return -1;
+            PyObject_GetBuffer(PyTuple_GET_ITEM(bases, r), b, PyBUF_SIMPLE) < 0) {
+            bad = 1;
+            break;
         }
         R->nheld++;
         if (off < 0 || off > b->len || width * 4 > b->len - off ||
@@ -130,10 +155,16 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
                          "row %zd: %zd bytes at offset %zd are outside its %zd-byte buffer "
                          "or not aligned to 4",
                          r, width * 4, off, b->len);
-            rows_release(R);
-            return -1;
+            bad = 1;
+            break;
         }
         R->row[r] = (const uint32_t *)((const char *)b->buf + off);
+    }
+    Py_DECREF(bases);
+    Py_DECREF(offsets);
+    if (bad) {
+        rows_release(R);
+        return -1;
     }
     return 0;
 }
@@ -146,7 +177,7 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
     static void packed_row_##T(const uint32_t *enc, T *in, T *tg, int32_t *seg, int32_t *pos, \
                                Py_ssize_t length, T bos)                                      \
     {                                                                                         \
-        int32_t s = 0, p = 0;                                                                 \
+        Py_ssize_t s = 0, p = 0;                                                              \
         T prev = 0;                                                                           \
         for (Py_ssize_t k = 0; k < length; k++) {                                             \
             uint32_t x = enc[k];                                                              \
@@ -156,8 +187,8 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
             p = start ? 0 : p + 1;                                                            \
             in[k] = start ? bos : prev;                                                       \
             tg[k] = t;                                                                        \
-            seg[k] = s;                                                                       \
-            pos[k] = p;                                                                       \
+            seg[k] = (int32_t)s;                                                              \
+            pos[k] = (int32_t)p;                                                              \
             prev = t;                                                                         \
         }                                                                                     \
     }
@@ -173,7 +204,8 @@ static void
 packed_row_int32_t(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *seg, int32_t *pos,
                    Py_ssize_t length, int32_t bos)
 {
-    int32_t s = 0, p = 0, prev = 0;
+    Py_ssize_t s = 0, p = 0;
+    int32_t prev = 0;
     const __m128i step = _mm_set_epi32(4, 3, 2, 1);
     Py_ssize_t k = 0;
     while (k < length) {
@@ -184,8 +216,9 @@ packed_row_int32_t(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *seg, 
                 __m128i i = _mm_or_si128(_mm_slli_si128(t, 4), _mm_cvtsi32_si128(prev));
                 _mm_storeu_si128((__m128i *)(in + k), i);
                 _mm_storeu_si128((__m128i *)(tg + k), t);
-                _mm_storeu_si128((__m128i *)(seg + k), _mm_set1_epi32(s));
-                _mm_storeu_si128((__m128i *)(pos + k), _mm_add_epi32(_mm_set1_epi32(p), step));
+                _mm_storeu_si128((__m128i *)(seg + k), _mm_set1_epi32((int32_t)s));
+                _mm_storeu_si128((__m128i *)(pos + k),
+                                 _mm_add_epi32(_mm_set1_epi32((int32_t)p), step));
                 prev = _mm_cvtsi128_si32(_mm_srli_si128(t, 12));
                 p += 4;
                 k += 4;
@@ -201,8 +234,8 @@ packed_row_int32_t(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *seg, 
             p = start ? 0 : p + 1;
             in[k] = start ? bos : prev;
             tg[k] = t;
-            seg[k] = s;
-            pos[k] = p;
+            seg[k] = (int32_t)s;
+            pos[k] = (int32_t)p;
             prev = t;
         }
     }
@@ -224,6 +257,17 @@ packed_row(const uint32_t *enc, Py_buffer *v, Py_ssize_t b, Py_ssize_t length, l
                            length, (int32_t)bos);
 }
 
+/* A value written into int32 outputs (wide false) must fit them: refused, never truncated. */
+static int
+check_value(long long x, int wide, const char *what)
+{
+    if (!wide && (x < INT32_MIN || x > INT32_MAX)) {
+        PyErr_Format(PyExc_ValueError, "%s %lld does not fit int32 outputs", what, x);
+        return -1;
+    }
+    return 0;
+}
+
 /* packed(enc, inputs, targets, segment_ids, positions, rows, length, bos, wide): the packed
  * layout of rows of `length` stored values (see rows_get). */
 static PyObject *
@@ -236,13 +280,13 @@ packed(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOOnnLp", &enc, &objs[0], &objs[1], &objs[2], &objs[3],
                           &rows, &length, &bos, &wide))
         return NULL;
-    if (check_shape(rows, length) < 0) return NULL;
+    if (check_shape(rows, length) < 0 || check_value(bos, wide, "bos") < 0) return NULL;
     Py_ssize_t n = rows * length, w = wide ? 8 : 4;
-    Py_ssize_t sizes[5] = {0, n * w, n * w, n * 4, n * 4};
+    Py_ssize_t sizes[5] = {0, n * w, n * w, n * 4, n * 4}, items[5] = {0, w, w, 4, 4};
     int writable[5] = {0, 1, 1, 1, 1};
     Py_buffer v[5]; /* v[0] unused: packed_row takes the outputs as v[1..4] */
     Rows R;
-    if (get_buffers(objs, v + 1, sizes + 1, writable + 1, 4) < 0) return NULL;
+    if (get_buffers(objs, v + 1, sizes + 1, items + 1, writable + 1, 4) < 0) return NULL;
     if (rows_get(enc, rows, length, &R) < 0) {
         release(v + 1, 4);
         return NULL;
@@ -266,13 +310,16 @@ eos(PyObject *self, PyObject *args)
     int wide;
     if (!PyArg_ParseTuple(args, "OOOnnp", &enc, &objs[0], &objs[1], &rows, &length, &wide))
         return NULL;
-    if (check_shape(rows, length + 1) < 0) return NULL;
+    if (length < 0 || length == PY_SSIZE_T_MAX || check_shape(rows, length + 1) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad shape");
+        return NULL;
+    }
     Py_ssize_t n = rows * length, w = wide ? 8 : 4;
-    Py_ssize_t sizes[2] = {n * w, n * w};
+    Py_ssize_t sizes[2] = {n * w, n * w}, items[2] = {w, w};
     int writable[2] = {1, 1};
     Py_buffer v[2];
     Rows R;
-    if (get_buffers(objs, v, sizes, writable, 2) < 0) return NULL;
+    if (get_buffers(objs, v, sizes, items, writable, 2) < 0) return NULL;
     if (rows_get(enc, rows, length + 1, &R) < 0) {
         release(v, 2);
         return NULL;
@@ -338,28 +385,43 @@ unpacked(PyObject *self, PyObject *args)
                           &objs[3], &objs[4], &objs[5], &objs[6], &rows, &length, &bos, &pad,
                           &shift, &wide))
         return NULL;
-    if (check_shape(rows, length) < 0) return NULL;
+    if (check_shape(rows, length) < 0 || check_value(bos, wide, "bos") < 0 ||
+        check_value(pad, wide, "pad") < 0)
+        return NULL;
     if (shift < 0 || shift > 31) {
         PyErr_SetString(PyExc_ValueError, "shift must be in 0..31");
         return NULL;
     }
     Py_ssize_t n = rows * length, w = wide ? 8 : 4;
     Py_ssize_t sizes[7] = {rows * 8, rows * 8, n * w, n * w, n * 4, n * 4, n};
+    Py_ssize_t items[7] = {8, 8, w, w, 4, 4, 1};
     int writable[7] = {0, 0, 1, 1, 1, 1, 1};
     Py_buffer v[7];
     Rows R;
-    if (get_buffers(objs, v, sizes, writable, 7) < 0) return NULL;
-    const int64_t *off = (const int64_t *)v[0].buf, *len = (const int64_t *)v[1].buf;
+    if (get_buffers(objs, v, sizes, items, writable, 7) < 0) return NULL;
+    /* the pieces are checked in a copy, and only the copy is used: the loop runs without the
+     * GIL, and the offsets/lengths memory may be written meanwhile (even by the loop itself) */
+    Py_ssize_t *piece = PyMem_Malloc((size_t)(rows ? rows : 1) * 2 * sizeof(Py_ssize_t));
+    if (piece == NULL) {
+        release(v, 7);
+        PyErr_NoMemory();
+        return NULL;
+    }
     for (Py_ssize_t r = 0; r < rows; r++) {
-        if (off[r] < 0 || len[r] < 0 || off[r] > length || len[r] > length - off[r]) {
+        int64_t o = ((const int64_t *)v[0].buf)[r], k = ((const int64_t *)v[1].buf)[r];
+        if (o < 0 || k < 0 || o > length || k > length - o) {
             release(v, 7);
+            PyMem_Free(piece);
             PyErr_Format(PyExc_ValueError, "row %zd: piece %lld+%lld outside its %zd values", r,
-                         (long long)off[r], (long long)len[r], length);
+                         (long long)o, (long long)k, length);
             return NULL;
         }
+        piece[2 * r] = (Py_ssize_t)o;
+        piece[2 * r + 1] = (Py_ssize_t)k;
     }
     if (rows_get(enc, rows, length, &R) < 0) {
         release(v, 7);
+        PyMem_Free(piece);
         return NULL;
     }
     int32_t *seg = (int32_t *)v[4].buf, *pos = (int32_t *)v[5].buf;
@@ -367,18 +429,20 @@ unpacked(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < rows; r++) {
         Py_ssize_t b = r * length;
-        const uint32_t *src = R.row[r] + off[r];
+        const uint32_t *src = R.row[r] + piece[2 * r];
+        Py_ssize_t k = piece[2 * r + 1];
         if (wide)
-            unpacked_row_int64_t(src, len[r], (int64_t *)v[2].buf + b, (int64_t *)v[3].buf + b,
+            unpacked_row_int64_t(src, k, (int64_t *)v[2].buf + b, (int64_t *)v[3].buf + b,
                                  seg + b, pos + b, mask + b, length, bos, pad, shift);
         else
-            unpacked_row_int32_t(src, len[r], (int32_t *)v[2].buf + b, (int32_t *)v[3].buf + b,
+            unpacked_row_int32_t(src, k, (int32_t *)v[2].buf + b, (int32_t *)v[3].buf + b,
                                  seg + b, pos + b, mask + b, length, (int32_t)bos,
                                  (int32_t)pad, shift);
     }
     Py_END_ALLOW_THREADS
     rows_release(&R);
     release(v, 7);
+    PyMem_Free(piece);
     Py_RETURN_NONE;
 }
 
@@ -391,11 +455,11 @@ copy_rows(PyObject *self, PyObject *args)
     Py_ssize_t rows, width;
     if (!PyArg_ParseTuple(args, "OOnn", &enc, &obj, &rows, &width)) return NULL;
     if (check_shape(rows, width) < 0) return NULL;
-    Py_ssize_t size = rows * width * 4;
+    Py_ssize_t size = rows * width * 4, item = 4;
     int writable = 1;
     Py_buffer v;
     Rows R;
-    if (get_buffers(&obj, &v, &size, &writable, 1) < 0) return NULL;
+    if (get_buffers(&obj, &v, &size, &item, &writable, 1) < 0) return NULL;
     if (rows_get(enc, rows, width, &R) < 0) {
         release(&v, 1);
         return NULL;
@@ -424,10 +488,11 @@ unit_windows(PyObject *self, PyObject *args)
     Py_ssize_t unit, width, total;
     if (!PyArg_ParseTuple(args, "O!nOnn", &PyDict_Type, &views, &unit, &obj, &width, &total))
         return NULL;
-    if (unit <= 0 || width <= 0 || width > unit) Py_RETURN_FALSE;
+    if (unit <= 0 || unit > PY_SSIZE_T_MAX / 4 || width <= 0 || width > unit || width > total)
+        Py_RETURN_FALSE;
     Py_buffer sv;
-    if (PyObject_GetBuffer(obj, &sv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (sv.len % 8) {
+    if (PyObject_GetBuffer(obj, &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (sv.itemsize != 8 || ((uintptr_t)sv.buf & 7u)) {
         PyBuffer_Release(&sv);
         PyErr_SetString(PyExc_ValueError, "starts must be int64");
         return NULL;
@@ -438,35 +503,47 @@ unit_windows(PyObject *self, PyObject *args)
              *offsets = PyList_New(rows);
     if (bases == NULL || offsets == NULL) goto done;
     for (Py_ssize_t r = 0; r < rows; r++) {
+        if (st[r] < 0 || st[r] > total - width) { /* (0 < width <= total: no wrap) */
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
         Py_ssize_t u = (Py_ssize_t)(st[r] / unit), o = (Py_ssize_t)(st[r] % unit);
-        if (st[r] < 0 || st[r] > total - width || o + width > unit) {
+        if (o + width > unit) { /* (both <= unit <= PY_SSIZE_T_MAX / 4: no wrap below) */
             result = Py_NewRef(Py_False);
             goto done;
         }
         PyObject *key = PyLong_FromSsize_t(u);
         if (key == NULL) goto done;
-        PyObject *v = PyDict_GetItemWithError(views, key); /* borrowed */
+        PyObject *v = PyDict_GetItemWithError(views, key); /* borrowed: held below */
         if (v == NULL) {
             int bad = PyErr_Occurred() != NULL ||
                       (missing == NULL && (missing = PyList_New(0)) == NULL) ||
                       PyList_Append(missing, key) < 0;
             Py_DECREF(key);
             if (bad) goto done;
-            v = Py_None;
+            v = Py_NewRef(Py_None);
         } else {
             Py_DECREF(key);
-            Py_buffer b; /* a short unit: the general path reads and reports it */
-            if (PyObject_GetBuffer(v, &b, PyBUF_SIMPLE) < 0) goto done;
+            Py_INCREF(v); /* exporting a buffer may run code that changes `views` */
+            Py_buffer b;  /* a short unit: the general path reads and reports it */
+            if (PyObject_GetBuffer(v, &b, PyBUF_SIMPLE) < 0) {
+                Py_DECREF(v);
+                goto done;
+            }
             int short_unit = (o + width) * 4 > b.len;
             PyBuffer_Release(&b);
             if (short_unit) {
+                Py_DECREF(v);
                 result = Py_NewRef(Py_False);
                 goto done;
             }
         }
         PyObject *ob = PyLong_FromSsize_t(o * 4);
-        if (ob == NULL) goto done;
-        PyList_SET_ITEM(bases, r, Py_NewRef(v));
+        if (ob == NULL) {
+            Py_DECREF(v);
+            goto done;
+        }
+        PyList_SET_ITEM(bases, r, v); /* (steals the reference held) */
         PyList_SET_ITEM(offsets, r, ob);
     }
     result = missing != NULL ? Py_NewRef(missing) : PyTuple_Pack(2, bases, offsets);

@@ -51,3 +51,88 @@ def _store_key(d: Path):
     from lmdata.storage import resolve
 
     return resolve(str(d), None)
+
+
+def _unpacked_args(rows: int, length: int, wide: bool = False) -> list:
+    dt = np.int64 if wide else np.int32
+    out = [np.zeros((rows, length), t) for t in (dt, dt, np.int32, np.int32, np.uint8)]
+    return [
+        np.zeros((rows, length), np.uint32),
+        np.zeros(rows, np.int64),
+        np.zeros(rows, np.int64),
+        *out,
+    ]
+
+
+@needs_c
+def test_row_counts_that_would_wrap_are_refused():
+    # unpacked with length 0: rows * 8 (the offsets' bytes) wrapped to 8, and the check read on
+    off = np.zeros(1 << 18, np.int64)[-1:]  # the last 8 bytes of an allocation
+    e = np.zeros(0, np.int32)
+    with pytest.raises(ValueError, match="bad shape"):
+        C.unpacked(np.zeros(0, np.uint32), off, off, e, e, e, e, np.zeros(0, np.uint8),
+                   2**61 + 1, 0, 0, 0, 1, False)  # fmt: skip
+    # eos: length + 1 overflowed, and a negative length passed the shape check
+    for length in (2**63 - 1, -1):
+        with pytest.raises(ValueError, match="bad shape"):
+            C.eos(np.zeros(0, np.uint32), e, e, 1, length, False)
+
+
+@needs_c
+def test_unpacked_uses_the_pieces_it_checked():
+    """The lengths overlap inputs[0]: row 0's padding rewrites row 1's (checked) length while
+    the kernel runs; the kernel must lay out row 1 with the length it checked."""
+    enc, off, _, inputs, tg, seg, pos, mask = _unpacked_args(2, 4, wide=True)
+    lengths = inputs.reshape(-1)[1:3]
+    lengths[...] = [0, 1]
+    C.unpacked(enc, off, lengths, inputs, tg, seg, pos, mask, 2, 4, 0, 1 << 40, 1, True)
+    assert mask.tolist() == [[0, 0, 0, 0], [1, 0, 0, 0]]
+    assert tg[1].tolist() == [0] + [1 << 40] * 3
+
+
+@needs_c
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**32 + 7])
+def test_ids_that_do_not_fit_int32_outputs_are_refused_not_truncated(value):
+    enc = np.array([[3, 4, 6, 9]], np.uint32)
+    for wide in (False, True):
+        out, _ = packing.packed_out(1, 4, np.dtype(np.int64 if wide else np.int32))
+        args = (enc, out["inputs"], out["targets"], out["segment_ids"], out["positions"], 1, 4)
+        un = _unpacked_args(1, 4, wide)
+        un[2][...] = 2
+        if wide:
+            C.packed(*args, value, wide)
+            assert out["inputs"][0, 0] == value
+            C.unpacked(*un, 1, 4, value, value, 1, wide)
+            assert un[3][0].tolist() == [value, 0, value, value]
+            continue
+        with pytest.raises(ValueError, match=r"bos .* int32"):
+            C.packed(*args, value, wide)
+        with pytest.raises(ValueError, match=r"bos .* int32"):
+            C.unpacked(*un, 1, 4, value, 0, 1, wide)
+        with pytest.raises(ValueError, match=r"pad .* int32"):
+            C.unpacked(*un, 1, 4, 0, value, 1, wide)
+
+
+@needs_c
+def test_buffers_of_other_items_or_unaligned_are_refused():
+    # the right byte count, the wrong items: int64 outputs where uint32 rows go
+    with pytest.raises(ValueError, match="8-byte items, expected 4"):
+        C.copy_rows(np.zeros((1, 4), np.uint32), np.zeros(2, np.int64), 1, 4)
+    with pytest.raises(ValueError, match="int64"):
+        C.unit_windows({}, 8, np.zeros(8, np.uint8), 4, 100)
+    # int64 offsets at an odd address
+    raw = bytearray(8 * 3)
+    off = np.frombuffer(raw, np.int64, 2, 1)
+    assert not off.flags.aligned
+    args = _unpacked_args(2, 4)
+    with pytest.raises(ValueError, match="aligned"):
+        C.unpacked(args[0], off, off, *args[3:], 2, 4, 0, 0, 1, False)
+
+
+@needs_c
+def test_unit_windows_with_huge_units_or_widths_decline():
+    views = {0: memoryview(np.arange(8, dtype=np.uint32).view(np.uint8))}
+    # (o + width) * 4 wrapped for units past 2**61, and gave a negative offset
+    assert C.unit_windows(views, 2**62, np.array([2**62 - 8]), 4, 2**63 - 1) is False
+    assert C.unit_windows(views, 8, np.array([0]), 4, 2) is False  # wider than the array
+    assert C.unit_windows(views, 8, np.array([0]), 4, -(2**63)) is False
