@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import InvalidInputError
+from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.loader.packing import (
     Parts,
     eos_from_encoded,
@@ -149,7 +149,9 @@ class Source:
             # seen as int64 without a copy; they are below 2**63
             if b.dtype == np.uint64 and b.flags.c_contiguous and (len(b) == 0 or b[-1] < 2**63):
                 b = b.view(np.int64)
-            self._bounds = np.asarray(b, dtype=np.int64)
+            b = np.asarray(b, dtype=np.int64)
+            _check_boundaries(b, self.num_tokens, self.reader)
+            self._bounds = b
         return self._bounds
 
     # ---- reading ---------------------------------------------------------------------------
@@ -266,3 +268,25 @@ class Source:
             return r[:, 0], r[:, 1]
         b = self._boundaries()
         return b[docs], b[docs + 1]
+
+
+def _check_boundaries(b: np.ndarray, num_tokens: int, reader: Any) -> None:
+    """Sequence boundaries as the split layout divides them: from 0, never decreasing, to the
+    token count (entries past 2**63 are negative as int64). Checked once, whole, so corrupt
+    ones are an error instead of wrong pieces (or a raw error from the kernel)."""
+    bad = ""
+    if not len(b):
+        bad = "it is empty"
+    elif b[0] != 0 or b[-1] != num_tokens:
+        bad = f"it runs from {int(b[0])} to {int(b[-1])}, not 0 to the token count {num_tokens}"
+    elif len(b) > 1 and (d := np.diff(b)).min() < 0:
+        i = int(np.argmax(d < 0))
+        bad = f"entry {i + 1} ({int(b[i + 1])}) is less than the one before ({int(b[i])})"
+    elif b.min() < 0:
+        bad = "an entry is negative (or past 2**63)"
+    if bad:
+        where = getattr(reader, "boundaries_path", None) or getattr(reader, "root", None)
+        raise CorruptDataError(
+            f"the sequence boundaries are corrupt: {bad}; run `lmdata validate`",
+            path=str(where or reader),
+        )

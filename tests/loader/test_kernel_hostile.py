@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import lmdata
-from lmdata.errors import FormatError
+from lmdata.errors import CorruptDataError, FormatError
 from lmdata.formats.flat_tokens import reader as ft
 from lmdata.formats.flat_tokens._zarr import ZArray
-from lmdata.loader import packing
+from lmdata.loader import Loader, packing
 from tests.loader.conftest import write_flat
 from tests.loader.test_kernel import _nothing, numpy_only
 
@@ -136,3 +136,26 @@ def test_unit_windows_with_huge_units_or_widths_decline():
     assert C.unit_windows(views, 2**62, np.array([2**62 - 8]), 4, 2**63 - 1) is False
     assert C.unit_windows(views, 8, np.array([0]), 4, 2) is False  # wider than the array
     assert C.unit_windows(views, 8, np.array([0]), 4, -(2**63)) is False
+
+
+@pytest.mark.parametrize(
+    "starts", [[0, 50, 5, 30, 40, 45, 60], [0, 10, 100, 30, 40, 50, 60], [0, 10, 2**63 + 5, 60]]
+)
+def test_corrupt_seq_starts_are_an_error_in_split_mode(tmp_path: Path, starts):
+    """Decreasing, past the end or past 2**63 (the ends are right, so opening passes): the
+    split layout refuses them on both paths instead of serving wrong pieces."""
+    p = tmp_path / "h.zarr"
+    write_flat(p, [np.arange(1, 11)] * 6, chunk_tokens=16)
+    chunk = p / "train" / "seq_starts" / "0"
+    raw = np.frombuffer(chunk.read_bytes(), np.uint64).copy()
+    raw[: len(starts)] = starts
+    raw[len(starts) - 1 : 7] = 60
+    chunk.write_bytes(raw.tobytes())
+    for ctx in (_nothing(), numpy_only()):
+        with ctx, pytest.raises(CorruptDataError, match="boundaries are corrupt") as e:
+            loader = Loader(
+                lmdata.open(p), seq_len=8, global_batch_size=4, mode="unpacked",
+                long_docs="split", shuffle=False,
+            )  # fmt: skip
+            loader.batch(0)
+        assert "seq_starts" in str(e.value)

@@ -197,6 +197,11 @@ class FlatTokens:
         return self._max_token_id
 
     @property
+    def boundaries_path(self) -> str:
+        """Where :attr:`boundaries` are read from (for errors)."""
+        return self.seq_starts.path
+
+    @property
     def boundaries(self) -> np.ndarray:
         """``seq_starts`` as uint64, read once on first use."""
         if self._boundaries is None:
