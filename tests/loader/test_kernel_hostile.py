@@ -159,3 +159,12 @@ def test_corrupt_seq_starts_are_an_error_in_split_mode(tmp_path: Path, starts):
             )  # fmt: skip
             loader.batch(0)
         assert "seq_starts" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_packed_rows_refuses_a_row_number_that_wraps(tmp_path: Path, dtype):
+    """(2**61 + 1) * 8 wraps to row 1's start: refused on both paths, never row 1's tokens."""
+    r = write_flat(tmp_path / "w.zarr", [np.arange(1, 65)], chunk_tokens=64)
+    for ctx in (_nothing(), numpy_only()):
+        with ctx, pytest.raises(IndexError, match="out of range"):
+            r.packed_rows(np.array([2**61 + 1], dtype=dtype), 8)

@@ -390,8 +390,8 @@ def _aligned_rows(
     rows, which it normalises or reports)."""
     if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "iu" or rows.ndim != 1:
         return None
-    if _unit_windows is None and len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n):
-        return None  # (the C lookup checks them: rows outside take the general path)
+    if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n):
+        return None  # (rows * length would wrap for huge ones: checked here, not in C)
     return _copy_windows(arr, rows.astype(np.int64) * length, length, out, n * length)
 
 
