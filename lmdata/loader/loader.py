@@ -158,6 +158,13 @@ class Loader:
         self.local_batch_size = global_batch_size // world_size
         self.dtype = np.dtype(dtype)
         self.bos_id, self.pad_id = int(bos_id), int(pad_id)
+        info = np.iinfo(self.dtype)
+        for name, v in (("bos_id", self.bos_id), ("pad_id", self.pad_id)):
+            if not info.min <= v <= info.max:
+                raise InvalidInputError(
+                    f"{name} {v} does not fit the {dtype} outputs; pass an id in "
+                    f"{info.min}..{info.max} (or dtype='int64')"
+                )
         self.prefetch = int(prefetch)
 
         many = isinstance(sources, (list, tuple))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lmdata
-from lmdata.errors import CorruptDataError, FormatError
+from lmdata.errors import CorruptDataError, FormatError, InvalidInputError
 from lmdata.formats.flat_tokens import reader as ft
 from lmdata.formats.flat_tokens._zarr import ZArray
 from lmdata.loader import Loader, packing
@@ -168,3 +168,13 @@ def test_packed_rows_refuses_a_row_number_that_wraps(tmp_path: Path, dtype):
     for ctx in (_nothing(), numpy_only()):
         with ctx, pytest.raises(IndexError, match="out of range"):
             r.packed_rows(np.array([2**61 + 1], dtype=dtype), 8)
+
+
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1])
+@pytest.mark.parametrize("name", ["bos_id", "pad_id"])
+def test_loader_refuses_ids_that_do_not_fit_its_dtype(tmp_path: Path, name, value):
+    r = write_flat(tmp_path / "d.zarr", [np.arange(1, 33)] * 2, chunk_tokens=64)
+    with pytest.raises(InvalidInputError, match=f"{name} .* int32"):
+        Loader(r, seq_len=8, global_batch_size=2, dtype="int32", **{name: value})
+    b = Loader(r, seq_len=8, global_batch_size=2, dtype="int64", mode="unpacked", **{name: value})
+    assert b.batch(0)["targets"].dtype == np.int64  # int64 outputs take it
