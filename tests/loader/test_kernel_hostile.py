@@ -5,6 +5,7 @@ is refused with an error, never read wrong, on both the C and the numpy paths.""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -178,3 +179,34 @@ def test_loader_refuses_ids_that_do_not_fit_its_dtype(tmp_path: Path, name, valu
         Loader(r, seq_len=8, global_batch_size=2, dtype="int32", **{name: value})
     b = Loader(r, seq_len=8, global_batch_size=2, dtype="int64", mode="unpacked", **{name: value})
     assert b.batch(0)["targets"].dtype == np.int64  # int64 outputs take it
+
+
+@needs_c
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Python buffer exporters need 3.12")
+def test_a_buffer_export_that_empties_the_lists_is_survived():
+    """Exporting a buffer may run code (``__buffer__``) that drops the only references to
+    the other rows or views: the kernel holds its own."""
+    bases: list = []
+    offsets = [0, 0]
+
+    class Hostile:
+        def __buffer__(self, flags):
+            bases.clear()
+            offsets.clear()
+            return memoryview(np.arange(4, dtype=np.uint32).view(np.uint8))
+
+    bases += [Hostile(), np.arange(4, 8, dtype=np.uint32).tobytes()]
+    out = np.zeros((2, 4), np.uint32)
+    C.copy_rows((bases, offsets), out, 2, 4)
+    assert out.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+    views: dict = {}
+
+    class Dropper:
+        def __buffer__(self, flags):
+            views.clear()  # the dict held the only reference to self
+            return memoryview(bytearray(64))
+
+    views[0] = Dropper()
+    got = C.unit_windows(views, 16, np.array([0]), 4, 100)
+    assert isinstance(got[0][0], Dropper) and got[1] == [0]
