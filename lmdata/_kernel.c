@@ -77,12 +77,22 @@ check_shape(Py_ssize_t rows, Py_ssize_t length)
  * values, or a pair of lists (bases, offsets): row r is the `width` values at byte offsets[r]
  * of the buffer bases[r] (rows read where they lie, in mapped chunks: no gather copy). Every
  * row is checked to lie inside its buffer, aligned to 4; the buffers are held until
- * rows_release, so the rows can be read with the GIL released. */
+ * rows_release, so the rows can be read with the GIL released. One buffer needs no
+ * per-row memory (row r is base + r * width): however many rows, nothing is allocated for
+ * them beyond what the lists themselves hold. */
 typedef struct {
-    const uint32_t **row;
+    const uint32_t **row; /* the pair of lists: each row's start */
+    const uint32_t *base; /* one buffer */
+    Py_ssize_t width;
     Py_buffer *held;
     Py_ssize_t nheld;
 } Rows;
+
+static inline const uint32_t *
+row_at(const Rows *R, Py_ssize_t r)
+{
+    return R->row ? R->row[r] : R->base + r * R->width;
+}
 
 static void
 rows_release(Rows *R)
@@ -99,10 +109,11 @@ static int
 rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
 {
     R->nheld = 0;
-    R->held = PyMem_Calloc(rows ? rows : 1, sizeof(Py_buffer));
-    R->row = PyMem_Calloc(rows ? rows : 1, sizeof(uint32_t *));
-    if (R->held == NULL || R->row == NULL) {
-        rows_release(R);
+    R->row = NULL;
+    R->base = NULL;
+    R->width = width;
+    R->held = PyMem_Calloc(1, sizeof(Py_buffer));
+    if (R->held == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -122,8 +133,7 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
             rows_release(R);
             return -1;
         }
-        for (Py_ssize_t r = 0; r < rows; r++)
-            R->row[r] = (const uint32_t *)R->held[0].buf + r * width;
+        R->base = (const uint32_t *)R->held[0].buf;
         return 0;
     }
     PyObject *bl, *ol;
@@ -131,7 +141,7 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
         rows_release(R);
         return -1;
     }
-    /* tuples of the items: __index__ or a buffer export may change the lists, not these */
+    /* tuples of the items: a buffer export may run code that changes the lists, not these */
     PyObject *bases = PySequence_Tuple(bl), *offsets = bases ? PySequence_Tuple(ol) : NULL;
     if (offsets == NULL) {
         Py_XDECREF(bases);
@@ -139,7 +149,17 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
         return -1;
     }
     int bad = PyTuple_GET_SIZE(bases) != rows || PyTuple_GET_SIZE(offsets) != rows;
-    if (bad) PyErr_SetString(PyExc_ValueError, "one base and one offset per row");
+    if (bad)
+        PyErr_SetString(PyExc_ValueError, "one base and one offset per row");
+    else { /* (rows is now bounded by the lists' lengths) */
+        PyMem_Free(R->held);
+        R->held = PyMem_Calloc(rows ? rows : 1, sizeof(Py_buffer));
+        R->row = PyMem_Calloc(rows ? rows : 1, sizeof(uint32_t *));
+        if (R->held == NULL || R->row == NULL) {
+            PyErr_NoMemory();
+            bad = 1;
+        }
+    }
     for (Py_ssize_t r = 0; r < rows && !bad; r++) {
         Py_ssize_t off = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, r));
         Py_buffer *b = &R->held[R->nheld];
@@ -292,8 +312,8 @@ packed(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < rows; r++)
-        packed_row(R.row[r], v, r * length, length, bos, wide);
+    for (Py_ssize_t r = 0; r < (length ? rows : 0); r++) /* (empty rows: nothing to do) */
+        packed_row(row_at(&R, r), v, r * length, length, bos, wide);
     Py_END_ALLOW_THREADS
     rows_release(&R);
     release(v + 1, 4);
@@ -325,8 +345,8 @@ eos(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        const uint32_t *e = R.row[r];
+    for (Py_ssize_t r = 0; r < (length ? rows : 0); r++) {
+        const uint32_t *e = row_at(&R, r);
         if (wide) {
             int64_t *in = (int64_t *)v[0].buf + r * length, *tg = (int64_t *)v[1].buf + r * length;
             for (Py_ssize_t j = 0; j < length; j++) {
@@ -429,7 +449,7 @@ unpacked(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < rows; r++) {
         Py_ssize_t b = r * length;
-        const uint32_t *src = R.row[r] + piece[2 * r];
+        const uint32_t *src = row_at(&R, r) + piece[2 * r];
         Py_ssize_t k = piece[2 * r + 1];
         if (wide)
             unpacked_row_int64_t(src, k, (int64_t *)v[2].buf + b, (int64_t *)v[3].buf + b,
@@ -465,8 +485,8 @@ copy_rows(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < rows; r++)
-        memcpy((uint32_t *)v.buf + r * width, R.row[r], (size_t)width * 4);
+    for (Py_ssize_t r = 0; r < (width ? rows : 0); r++)
+        memcpy((uint32_t *)v.buf + r * width, row_at(&R, r), (size_t)width * 4);
     Py_END_ALLOW_THREADS
     rows_release(&R);
     release(&v, 1);

@@ -210,3 +210,15 @@ def test_a_buffer_export_that_empties_the_lists_is_survived():
     views[0] = Dropper()
     got = C.unit_windows(views, 16, np.array([0]), 4, 100)
     assert isinstance(got[0][0], Dropper) and got[1] == [0]
+
+
+@needs_c
+def test_many_empty_rows_allocate_and_loop_nothing():
+    """Rows of no values from one buffer: nothing per row is allocated or visited (it was a
+    rows-sized allocation, and a loop of 2**59 empty rows with the GIL released)."""
+    e = np.zeros(0, np.uint32)
+    assert C.copy_rows(e, e, 2**59, 0) is None
+    z = np.zeros(0, np.int32)
+    assert C.packed(e, z, z, z, z, 2**59, 0, 0, False) is None
+    with pytest.raises(ValueError, match="one base and one offset per row"):
+        C.copy_rows(([], []), e, 2**59, 0)
