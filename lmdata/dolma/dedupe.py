@@ -57,7 +57,7 @@ from lmdata import parallel
 from lmdata.dolma import ngrams
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
-from lmdata.errors import CorruptDataError
+from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats.dolma._files import iter_raw_lines
 from lmdata.formats.dolma._output import OutputFile
 from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of
@@ -189,7 +189,10 @@ class Spill:
         remote = self._remote
         data = np.ascontiguousarray(arr).tobytes()
         if remote is None:
-            (Path(self.root) / folder / name).write_bytes(data)
+            try:
+                (Path(self.root) / folder / name).write_bytes(data)
+            except FileNotFoundError:
+                raise self._unseen(join(folder, name)) from None
         else:
             remote[0].write_object(join(remote[1], folder, name), data)
 
@@ -203,9 +206,12 @@ class Spill:
             if b <= a:
                 continue
             if remote is None:
-                with open(Path(self.root) / name, "rb") as f:
-                    f.seek(a * isz)
-                    raw = f.read((b - a) * isz)
+                try:
+                    with open(Path(self.root) / name, "rb") as f:
+                        f.seek(a * isz)
+                        raw = f.read((b - a) * isz)
+                except FileNotFoundError:
+                    raise self._unseen(name) from None
             else:
                 # one ranged GET on the store's filesystem, not Store.read_range: that would keep
                 # the bytes in the process's range cache, where bucket data read once would
@@ -219,6 +225,16 @@ class Spill:
                 )
             parts.append(np.frombuffer(raw, dtype=dtype))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    def _unseen(self, name: str) -> InvalidInputError:
+        """The error for a local work folder this worker cannot see (a worker on another
+        machine of a cluster: the driver's temporary folder is not there)."""
+        return InvalidInputError(
+            "dedupe's local work folder is not visible on this worker (on a cluster of several "
+            "machines, each has its own disk); set work_dir to a folder shared by every worker "
+            "or to an object-store URL (s3://..., gs://...)",
+            path=join(self.root, name),
+        )
 
     def remove(self) -> None:
         remote = self._remote
@@ -255,7 +271,7 @@ def _spill_root(cfg: DedupeConfig, first_file: str) -> str:
     if wd or not isinstance(resolve(first_file, cfg.storage_options)[0], FsspecStore):
         if wd:
             Path(wd).mkdir(parents=True, exist_ok=True)
-        return tempfile.mkdtemp(prefix="lmdata-dedupe-", dir=wd)
+        return tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-", dir=wd)  # `lmdata clean` finds it
     out = attribute_path(first_file, cfg.name)
     return join(out[: out.rindex("/attributes/")], remote)  # the dataset's root on its store
 
@@ -494,7 +510,10 @@ def dedupe(
     nbuckets = int(
         min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total / BUCKET_INPUT_BYTES))))))
     )
-    work = Spill(_spill_root(cfg, files[0]) if files else tempfile.mkdtemp(), cfg.storage_options)
+    work = Spill(
+        _spill_root(cfg, files[0]) if files else tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-"),
+        cfg.storage_options,
+    )
     try:
         work.make()
         run = functools.partial(

@@ -97,3 +97,43 @@ def test_a_failed_run_removes_its_buckets(memory_root, spills, monkeypatch):
     with pytest.raises(OSError, match="worker lost"):
         _run(f"{memory_root}/documents/*.gz", MODES["paragraphs"])
     assert spills and store.list(key) == ["documents"]
+
+
+def test_a_killed_run_leaves_what_lmdata_clean_finds(tmp_path, spills, monkeypatch):
+    """A killed job runs no cleanup: its local work folder must carry the prefix `lmdata clean`
+    looks for."""
+    from lmdata.storage.clean import find_leftovers
+
+    root = _local(tmp_path, "ds")
+
+    def killed(task):
+        raise KeyboardInterrupt  # the job dies once the spills are written
+
+    monkeypatch.setattr(dd, "_phase_mark", killed)
+    monkeypatch.setattr(dd.Spill, "remove", lambda self: None)  # no cleanup after a kill
+    with pytest.raises(KeyboardInterrupt):
+        _run(str(root), MODES["paragraphs"], work_dir=str(tmp_path / "work"))
+    store, key = resolve(str(tmp_path / "work"))
+    found = find_leftovers(store, key, older_than=0)
+    assert spills and found
+    assert {Path(r).name for r, _ in spills} <= {Path(f.url).name for f in found}
+
+
+def test_a_work_folder_a_worker_cannot_see_is_an_lmdata_error(tmp_path, spills, monkeypatch):
+    """A worker on another machine does not see the driver's local folder: saving or loading
+    there is an error saying to set work_dir, not a bare FileNotFoundError."""
+    from lmdata.errors import InvalidInputError
+
+    root = _local(tmp_path, "ds")
+    for phase in ("_phase_hash", "_phase_mark"):
+        real = getattr(dd, phase)
+
+        def elsewhere(task, real=real):
+            shutil.rmtree(task.work.root)  # as seen from another machine: nothing there
+            return real(task)
+
+        monkeypatch.setattr(dd, phase, elsewhere)
+        with pytest.raises(InvalidInputError, match="set work_dir") as e:
+            _run(str(root), MODES["paragraphs"])
+        assert "not visible on this worker" in str(e.value)
+        monkeypatch.setattr(dd, phase, real)
