@@ -15,8 +15,11 @@ paragraph) is kept, whatever the number of processes, and re-running gives the s
 On an object store that is one PUT per spill and per bucket and one ranged GET per (spill,
 bucket) and (group, bucket): O(workers x buckets + files) requests, not files x buckets.
 
-Memory is bounded by the largest bucket (the bucket count grows with the input size), not by
-the number of documents. Output rows are ``{"attributes": {...}, "id": ...}`` (keys sorted, as
+Memory is bounded, not by the number of documents: the bucket count grows with the input's
+expected keys (a per-mode estimate of keys per compressed byte) and a bucket the spill tables
+count above :data:`BUCKET_ENTRIES` (4M) entries is marked in several passes, so a mark unit
+holds at most ~64 B per entry (the 32 B records, the sort order and the two hash columns
+sorted), ~256 MiB; a hash unit buffers :data:`SPILL_EVERY` entries. Output rows are ``{"attributes": {...}, "id": ...}`` (keys sorted, as
 dolma's serde_json writes them): documents mode gives ``{name: [[0, len(key in bytes), 1]]}``
 for a duplicate, nothing for a first copy and ``[]`` for a skipped document; paragraphs mode
 gives ``{name: [[start, end, 1], ...]}`` with the duplicate paragraphs (character offsets, the
@@ -37,7 +40,6 @@ job left): workers on several machines then share the buckets with no shared dis
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import logging
@@ -45,6 +47,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,7 +92,11 @@ BLOOM_NOTE = (
 MARK = np.dtype([("file", "<u4"), ("line", "<u4"), ("para", "<u4"), ("sub", "<u4")])
 SPILL_EVERY = 1 << 20  # entries buffered per worker before writing them as one spill object
 WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
-BUCKET_INPUT_BYTES = 32 << 20  # compressed input per bucket (~a few hundred MB when sorting)
+BUCKET_ENTRIES = 1 << 22  # entries a mark unit sorts at most (~60 B each at its peak)
+MAX_BUCKETS = 1 << 16  # hash buckets at most (each spill's table has one int64 per bucket)
+# keys per byte of compressed input (measured on dolma-style text): sizes the hash buckets; a
+# bucket that still holds more than BUCKET_ENTRIES is marked in several passes
+DENSITY = {"documents": 0.01, "paragraphs": 0.05, "by_ngram": 1.0}
 _WORDS = _re.compile(r"\w+")
 
 
@@ -196,9 +203,14 @@ class Spill:
         else:
             remote[0].write_object(join(remote[1], folder, name), data)
 
-    def load(self, pieces: list[Piece], dtype: np.dtype) -> np.ndarray:
+    def load(
+        self,
+        pieces: list[Piece],
+        dtype: np.dtype,
+        keep: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> np.ndarray:
         """The records of every piece, concatenated in order (one ranged GET per piece on a
-        store; empty pieces cost nothing)."""
+        store; empty pieces cost nothing); only those ``keep`` is true for, if given."""
         isz = dtype.itemsize
         remote = self._remote
         parts = []
@@ -223,7 +235,8 @@ class Spill:
                     f"{a}); another process changed the work folder",
                     path=join(self.root, name),
                 )
-            parts.append(np.frombuffer(raw, dtype=dtype))
+            got = np.frombuffer(raw, dtype=dtype)
+            parts.append(got if keep is None else got[keep(got)])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
     def _unseen(self, name: str) -> InvalidInputError:
@@ -293,25 +306,39 @@ class HashResult:
     documents: int
     keys: int
     # per spill object: its name and where each bucket's entries start (nbuckets + 1 items)
-    spills: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    spills: tuple[tuple[str, np.ndarray], ...] = ()
 
 
 @dataclass(frozen=True)
 class MarkTask:
-    """Phase 2: mark the duplicates in bucket ``b`` (all but each hash's first occurrence),
-    reading its ``pieces`` of the spill objects."""
+    """Phase 2: mark the duplicates in part ``part`` of ``parts`` of bucket ``b`` (all but each
+    hash's first occurrence), reading its ``pieces`` of the spill objects. A bucket too big to
+    sort at once is read once per part, each keeping the hashes whose next bits pick it."""
 
     b: int
     work: Spill
     pieces: tuple[Piece, ...] = ()
+    nbuckets: int = 1
+    part: int = 0
+    parts: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"d/{self.b}" if self.parts == 1 else f"d/{self.b}-{self.part}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MarkResult:
     duplicates: int
-    # the document file numbers marked, and where each one's marks start (len(files) + 1)
-    files: tuple[int, ...] = ()
-    starts: tuple[int, ...] = ()
+    # the document file numbers marked, and where each one's marks start (len(files) + 1):
+    # int64 arrays (a driver holds one per bucket)
+    files: Any = ()
+    starts: Any = ()
+    name: str = ""  # the marks object
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", np.asarray(self.files, dtype=np.int64))
+        object.__setattr__(self, "starts", np.asarray(self.starts, dtype=np.int64))
 
 
 @dataclass(frozen=True)
@@ -343,7 +370,7 @@ def _phase_hash(task: HashTask) -> HashResult:
         np.cumsum(np.bincount(bucket, minlength=nbuckets), out=starts[1:])
         name = f"{task.t}-{len(spills)}"
         work.save("h", name, arr[order])
-        spills.append((f"h/{name}", tuple(starts.tolist())))
+        spills.append((f"h/{name}", starts))
         rows.clear()  # in place: _hash_file appends to this list
 
     stores = Stores(cfg.storage_options)  # one filesystem client for the unit's files
@@ -400,24 +427,36 @@ def _hash_file(
 def _phase_mark(task: MarkTask) -> MarkResult:
     """Mark all but the first occurrence of each hash in one bucket into one object, sorted by
     document file; returns how many and where each file's marks are."""
-    b, work = task.b, task.work
-    arr = work.load(list(task.pieces), ENTRY)
+    work = task.work
+    keep = None
+    if task.parts > 1:
+        nb, parts, part = np.uint64(task.nbuckets), np.uint64(task.parts), np.uint64(task.part)
+
+        def keep(a: np.ndarray) -> np.ndarray:
+            return (a["hi"] // nb) % parts == part
+
+    arr = work.load(list(task.pieces), ENTRY, keep)
     if not len(arr):
         return MarkResult(0)
-    order = np.lexsort((arr["sub"], arr["para"], arr["line"], arr["file"], arr["lo"], arr["hi"]))
-    s = arr[order]
-    dup = np.zeros(len(s), dtype=bool)
-    dup[1:] = (s["hi"][1:] == s["hi"][:-1]) & (s["lo"][1:] == s["lo"][:-1])
-    d = s[dup]
-    if not len(d):
+    # the pieces are in input order (file, line, paragraph, n-gram), so a stable sort by hash
+    # alone puts each hash's first occurrence first: no need to sort (or copy) the rest
+    order = np.lexsort((arr["lo"], arr["hi"]))
+    hi, lo = arr["hi"][order], arr["lo"][order]
+    dup = np.zeros(len(arr), dtype=bool)
+    np.logical_and(hi[1:] == hi[:-1], lo[1:] == lo[:-1], out=dup[1:])
+    del hi, lo
+    at = order[dup]
+    del order, dup
+    if not len(at):
         return MarkResult(0)
-    d = d[np.argsort(d["file"], kind="stable")]
-    marks = np.zeros(len(d), dtype=MARK)
+    at = at[np.argsort(arr["file"][at], kind="stable")]
+    marks = np.empty(len(at), dtype=MARK)
     for f in MARK.names:
-        marks[f] = d[f]
-    work.save("d", str(b), marks)
+        marks[f] = arr[f][at]
+    folder, name = task.name.split("/")
+    work.save(folder, name, marks)
     files, first = np.unique(marks["file"], return_index=True)
-    return MarkResult(len(d), tuple(files.tolist()), (*first.tolist(), len(marks)))
+    return MarkResult(len(at), files, np.append(first, len(marks)), task.name)
 
 
 def _phase_write(task: WriteTask) -> int:
@@ -507,9 +546,7 @@ def dedupe(
     stores = Stores(cfg.storage_options)
     sizes = [st.size(k) for st, k in map(stores, files)]
     total = sum(sizes)
-    nbuckets = int(
-        min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total / BUCKET_INPUT_BYTES))))))
-    )
+    nbuckets = _nbuckets(cfg, total)
     work = Spill(
         _spill_root(cfg, files[0]) if files else tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-"),
         cfg.storage_options,
@@ -526,15 +563,9 @@ def dedupe(
             desc="dedupe: hash",
             progress=progress,
         )
-        spills = [sp for c in counted for sp in c.spills]
         marked = run(
             _phase_mark,
-            [
-                MarkTask(
-                    b, work, tuple((n, at[b], at[b + 1]) for n, at in spills if at[b] < at[b + 1])
-                )
-                for b in range(nbuckets)
-            ],
+            _mark_tasks([sp for c in counted for sp in c.spills], nbuckets, work),
             desc="dedupe: mark",
             progress=False,
         )
@@ -558,19 +589,41 @@ def dedupe(
     )
 
 
+def _nbuckets(cfg: DedupeConfig, total: int) -> int:
+    """Hash buckets for ``total`` bytes of compressed input: a power of two, each bucket
+    expected to hold about :data:`BUCKET_ENTRIES` entries in ``cfg``'s mode."""
+    mode = "by_ngram" if cfg.mode != "documents" and cfg.ngrams.length else cfg.mode
+    expected = total * DENSITY[mode] / BUCKET_ENTRIES
+    return int(min(MAX_BUCKETS, 2 ** int(np.ceil(np.log2(max(1.0, expected))))))
+
+
+def _mark_tasks(spills: list[tuple[str, np.ndarray]], nbuckets: int, work: Spill) -> list[MarkTask]:
+    """One mark unit per bucket, or per part of a bucket holding more than
+    :data:`BUCKET_ENTRIES` entries (counted from the spills' tables), so none sorts more."""
+    if not spills:
+        return []
+    names = [n for n, _ in spills]
+    starts = np.stack([at for _, at in spills])  # (spill, bucket + 1)
+    sizes = np.diff(starts, axis=1)
+    out = []
+    for b in range(nbuckets):
+        has = np.flatnonzero(sizes[:, b])
+        pieces = tuple((names[i], int(starts[i, b]), int(starts[i, b + 1])) for i in has)
+        parts = max(1, -(-int(sizes[has, b].sum()) // BUCKET_ENTRIES))
+        out += [MarkTask(b, work, pieces, nbuckets, p, parts) for p in range(parts)]
+    return out
+
+
 def _marks_of(group: list[tuple[int, str]], marked: list[MarkResult]) -> tuple[Piece, ...]:
     """The ranges of the buckets' mark objects that hold the marks of ``group``'s files (one
     per bucket at most: a bucket's marks are sorted by file, and a group's files are
     consecutive)."""
     lo, hi = group[0][0], group[-1][0]
     out = []
-    for b, m in enumerate(marked):
-        if not m.files:
-            continue
-        i = bisect.bisect_left(m.files, lo)
-        j = bisect.bisect_right(m.files, hi)
+    for m in marked:
+        i, j = np.searchsorted(m.files, [lo, hi + 1])
         if i < j:
-            out.append((f"d/{b}", m.starts[i], m.starts[j]))
+            out.append((m.name, int(m.starts[i]), int(m.starts[j])))
     return tuple(out)
 
 
@@ -581,8 +634,8 @@ def _by_marks(
     marks together (a write unit loads its files' marks at once)."""
     counts = np.zeros(nfiles, dtype=np.int64)
     for m in marked:
-        if m.files:
-            np.add.at(counts, np.asarray(m.files), np.diff(np.asarray(m.starts)))
+        if len(m.files):
+            np.add.at(counts, m.files, np.diff(m.starts))
     out = []
     for g in groups:
         cur: list[tuple[int, str]] = []
