@@ -19,11 +19,13 @@ Memory is bounded, not by the number of documents: the bucket count grows with t
 expected keys (a per-mode estimate of keys per compressed byte) and a bucket the spill tables
 count above :data:`BUCKET_ENTRIES` (4M) entries is marked in several passes, so a mark unit
 holds at most ~64 B per entry (the 32 B records, the sort order and the two hash columns
-sorted), ~256 MiB; a hash unit buffers :data:`SPILL_EVERY` entries. Output rows are ``{"attributes": {...}, "id": ...}`` (keys sorted, as
-dolma's serde_json writes them): documents mode gives ``{name: [[0, len(key in bytes), 1]]}``
-for a duplicate, nothing for a first copy and ``[]`` for a skipped document; paragraphs mode
-gives ``{name: [[start, end, 1], ...]}`` with the duplicate paragraphs (character offsets, the
-separator included) or ``[]``, and ``{}`` for an empty text.
+sorted), ~256 MiB; a hash unit buffers :data:`SPILL_EVERY` entries.
+
+Output rows are ``{"attributes": {...}, "id": ...}`` (keys sorted, as dolma's serde_json writes
+them): documents mode gives ``{name: [[0, len(key in bytes), 1]]}`` for a duplicate, nothing
+for a first copy and ``[]`` for a skipped document; paragraphs mode gives ``{name: [[start,
+end, 1], ...]}`` with the duplicate paragraphs (character offsets, the separator included) or
+``[]``, and ``{}`` for an empty text.
 
 With ``paragraphs.by_ngram`` each paragraph's n-grams are the keys instead (see
 :mod:`lmdata.dolma.ngrams`), spilled with their place in the paragraph, so the first occurrence
@@ -47,6 +49,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,9 +164,38 @@ def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: str, lineno: int) -> 
     return found[0]
 
 
-def _hash(s: str) -> tuple[int, int]:
-    h = xxhash.xxh3_128_intdigest(s.encode("utf-8", "surrogatepass"))
-    return h >> 64, h & 0xFFFFFFFFFFFFFFFF
+class _Rows:
+    """A hash unit's buffered entries as columns: each key's xxh3-128 digest (16 bytes, high
+    half first, big-endian) and its ``(file, line, paragraph, n-gram)`` (four uint32), 32 B an
+    entry instead of a Python tuple of ints (~200 B)."""
+
+    def __init__(self) -> None:
+        self.digests = bytearray()
+        self.where: array[int] = array("I")
+
+    def __len__(self) -> int:
+        return len(self.where) // 4
+
+    def add(self, key: str, k: int, line: int, para: int, sub: int) -> None:
+        self.digests += _digest(key.encode("utf-8", "surrogatepass"))
+        self.where.extend((k, line, para, sub))
+
+    def entries(self) -> np.ndarray:
+        """The buffered entries as :data:`ENTRY` records, in the order added."""
+        out = np.empty(len(self), dtype=ENTRY)
+        h = np.frombuffer(self.digests, dtype=">u8").reshape(-1, 2)
+        out["hi"], out["lo"] = h[:, 0], h[:, 1]
+        w = np.frombuffer(self.where, dtype=np.uint32).reshape(-1, 4)
+        for i, f in enumerate(("file", "line", "para", "sub")):
+            out[f] = w[:, i]
+        return out
+
+    def clear(self) -> None:
+        self.digests = bytearray()
+        self.where = array("I")
+
+
+_digest = xxhash.xxh3_128_digest
 
 
 # (object name in the spill folder, first item, end item): a range of one spill object
@@ -355,7 +387,7 @@ class WriteTask:
 def _phase_hash(task: HashTask) -> HashResult:
     """Hash every key of a group of files into spill objects sorted by bucket."""
     cfg, work, nbuckets = task.cfg, task.work, task.nbuckets
-    rows: list[tuple[int, int, int, int, int, int]] = []
+    rows = _Rows()
     spills: list[tuple[str, tuple[int, ...]]] = []
     keys = 0
     docs = 0
@@ -363,7 +395,7 @@ def _phase_hash(task: HashTask) -> HashResult:
     def spill() -> None:
         if not rows:
             return
-        arr = np.array(rows, dtype=ENTRY)
+        arr = rows.entries()
         bucket = (arr["hi"] % np.uint64(nbuckets)).astype(np.int64)
         order = np.argsort(bucket, kind="stable")
         starts = np.zeros(nbuckets + 1, dtype=np.int64)
@@ -371,7 +403,7 @@ def _phase_hash(task: HashTask) -> HashResult:
         name = f"{task.t}-{len(spills)}"
         work.save("h", name, arr[order])
         spills.append((f"h/{name}", starts))
-        rows.clear()  # in place: _hash_file appends to this list
+        rows.clear()  # in place: _hash_file adds to these columns
 
     stores = Stores(cfg.storage_options)  # one filesystem client for the unit's files
     for k, file in task.files:
@@ -383,22 +415,23 @@ def _phase_hash(task: HashTask) -> HashResult:
 
 
 def _hash_file(
-    k: int, where: tuple[Store, str], cfg: DedupeConfig, rows: list[Any], spill: Any
+    k: int, where: tuple[Store, str], cfg: DedupeConfig, rows: _Rows, spill: Any
 ) -> tuple[int, int]:
-    """Append the entries of file number ``k`` to ``rows``, spilling them when many:
+    """Add the entries of file number ``k`` to ``rows``, spilling them when many:
     (documents, keys spilled)."""
     store, key_ = where
     path = store.url(key_)
     ng = cfg.ngrams
     keys = 0
     docs = 0
+    add = rows.add
     for lineno, raw in iter_raw_lines(store, key_):
         doc = parse_line(raw, path, lineno)
         docs += 1
         if cfg.mode == "documents":
             key = _doc_key(doc, cfg, path, lineno)
             if not _skip(key, cfg, chars=False):
-                rows.append((*_hash(key), k, lineno, 0, 0))
+                add(key, k, lineno, 0, 0)
         else:
             text = doc.get("text")
             if not isinstance(text, str):
@@ -411,10 +444,10 @@ def _hash_file(
                 if _skip(p, cfg, chars=True):
                     continue
                 if not ng.length:
-                    rows.append((*_hash(p), k, lineno, i, 0))
+                    add(p, k, lineno, i, 0)
                     continue
                 for j, key in enumerate(ngrams.keys(p, ng)[0]):
-                    rows.append((*_hash(key), k, lineno, i, j))
+                    add(key, k, lineno, i, j)
         if len(rows) >= SPILL_EVERY:
             keys += len(rows)
             spill()

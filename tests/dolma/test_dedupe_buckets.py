@@ -222,3 +222,21 @@ def test_an_oversized_bucket_is_marked_in_parts(tmp_path, monkeypatch):
     total = sorted_sizes[0][1]
     assert sum(n for n, _ in sorted_sizes) == total  # each entry in exactly one part
     assert max(n for n, _ in sorted_sizes) < total / 3  # each part a share of the bucket
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.text(), st.lists(st.integers(0, 2**32 - 1), min_size=4, max_size=4))))
+def test_buffered_columns_are_the_keys_hashes_and_places(rows):
+    """The hash unit's column buffer gives each key's xxh3-128 halves and its place, in order."""
+    import xxhash
+
+    buf = dd._Rows()
+    for key, where in rows:
+        buf.add(key, *where)
+    got = buf.entries()
+    assert len(buf) == len(got) == len(rows)
+    for rec, (key, where) in zip(got.tolist(), rows, strict=True):
+        h = xxhash.xxh3_128_intdigest(key.encode("utf-8", "surrogatepass"))
+        assert rec == (h >> 64, h & (2**64 - 1), *where)
+    buf.clear()
+    assert len(buf) == 0 and len(buf.entries()) == 0
