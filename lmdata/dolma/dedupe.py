@@ -495,24 +495,41 @@ def _phase_mark(task: MarkTask) -> MarkResult:
 def _phase_write(task: WriteTask) -> int:
     """Write the attribute rows of a group of files from the marked duplicates."""
     marks = task.work.load(list(task.pieces), MARK)
-    marks = marks[np.argsort(marks["file"], kind="stable")]  # each file's marks: one slice
+    # each file's marks one slice, in the order its rows are written
+    marks = marks[np.lexsort((marks["sub"], marks["para"], marks["line"], marks["file"]))]
     n = 0
     stores = Stores(task.cfg.storage_options)  # one filesystem client for the unit's files
     for k, file in task.files:
         lo, hi = np.searchsorted(marks["file"], [k, k + 1])
-        m = marks[lo:hi]
-        dups: dict[tuple[int, int], set[int]] = {}
-        for line, para, sub in zip(
-            m["line"].tolist(), m["para"].tolist(), m["sub"].tolist(), strict=True
-        ):
-            dups.setdefault((line, para), set()).add(sub)
-        n += _write_file(stores(file), task.cfg, dups)
+        n += _write_file(stores(file), task.cfg, _Dups(marks[lo:hi]))
     return n
 
 
-def _write_file(
-    where: tuple[Store, str], cfg: DedupeConfig, dups: dict[tuple[int, int], set[int]]
-) -> int:
+class _Dups:
+    """One file's marks (sorted by line, paragraph, n-gram), asked for in that order: a
+    pointer walks them, so they stay numpy arrays (no Python object per mark)."""
+
+    def __init__(self, marks: np.ndarray) -> None:
+        where = (marks["line"].astype(np.uint64) << np.uint64(32)) | marks["para"]
+        self.keys, first = np.unique(where, return_index=True)
+        self.first = np.append(first, len(marks))
+        self.sub = marks["sub"]
+        self.at = 0
+
+    def get(self, line: int, para: int) -> set[int] | None:
+        """The n-gram numbers marked in paragraph ``para`` of line ``line``, or None; each call
+        must ask for a place after the previous one's."""
+        q = (line << 32) | para
+        keys, at = self.keys, self.at
+        while at < len(keys) and keys[at] < q:
+            at += 1
+        self.at = at
+        if at < len(keys) and keys[at] == q:
+            return set(self.sub[self.first[at] : self.first[at + 1]].tolist())
+        return None
+
+
+def _write_file(where: tuple[Store, str], cfg: DedupeConfig, dups: _Dups) -> int:
     """Write the attribute rows of one document file (its store and key), its duplicates
     being ``dups``."""
     store, doc_key = where
@@ -530,7 +547,7 @@ def _write_file(
                 key = _doc_key(doc, cfg, path, lineno)
                 if _skip(key, cfg, chars=False):
                     attrs[name] = []
-                elif (lineno, 0) in dups:
+                elif dups.get(lineno, 0) is not None:
                     attrs[name] = [[0, len(key.encode("utf-8", "surrogatepass")), 1]]
             else:
                 text = doc["text"]
@@ -539,7 +556,7 @@ def _write_file(
                     for i, (s, e, p) in enumerate(
                         split_paragraphs(text, cfg.paragraph_separator, cfg.dolma_offsets)
                     ):
-                        subs = dups.get((lineno, i))
+                        subs = dups.get(lineno, i)
                         if not ng.length:
                             if subs:
                                 spans.append([s, e, 1])

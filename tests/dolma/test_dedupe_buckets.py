@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -240,3 +241,22 @@ def test_buffered_columns_are_the_keys_hashes_and_places(rows):
         assert rec == (h >> 64, h & (2**64 - 1), *where)
     buf.clear()
     assert len(buf) == 0 and len(buf.entries()) == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(0, 4), st.integers(0, 5)), unique=True),
+    st.data(),
+)
+def test_a_files_marks_walked_in_order_are_its_marks(places, data):
+    """Asked for paragraphs in write order, the pointer walk gives each paragraph's marked
+    n-grams, as a dict of sets would, and None where nothing is marked."""
+    marks = np.array(places, dtype=dd.MARK.descr[1:])  # (line, para, sub)
+    marks = marks[np.lexsort((marks["sub"], marks["para"], marks["line"]))]
+    want: dict = {}
+    for line, para, sub in places:
+        want.setdefault((line, para), set()).add(sub)
+    asked = data.draw(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 5)), unique=True))
+    walk = dd._Dups(marks)
+    for line, para in sorted(asked):
+        assert walk.get(line, para) == want.get((line, para))
