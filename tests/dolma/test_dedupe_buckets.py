@@ -7,13 +7,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import numpy as np
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lmdata.dolma import dedupe as dd
+from lmdata.dolma._buckets import ENTRY
 from lmdata.dolma.config import DedupeConfig
 from lmdata.storage import resolve
 
@@ -210,7 +210,7 @@ def test_an_oversized_bucket_is_marked_in_parts(tmp_path, monkeypatch):
 
     def counted(self, pieces, dtype, keep=None):
         out = load(self, pieces, dtype, keep)
-        if dtype == dd.ENTRY:
+        if dtype == ENTRY:
             sorted_sizes.append((len(out), sum(b - a for _, a, b in pieces)))
         return out
 
@@ -223,40 +223,3 @@ def test_an_oversized_bucket_is_marked_in_parts(tmp_path, monkeypatch):
     total = sorted_sizes[0][1]
     assert sum(n for n, _ in sorted_sizes) == total  # each entry in exactly one part
     assert max(n for n, _ in sorted_sizes) < total / 3  # each part a share of the bucket
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(st.text(), st.lists(st.integers(0, 2**32 - 1), min_size=4, max_size=4))))
-def test_buffered_columns_are_the_keys_hashes_and_places(rows):
-    """The hash unit's column buffer gives each key's xxh3-128 halves and its place, in order."""
-    import xxhash
-
-    buf = dd._Rows()
-    for key, where in rows:
-        buf.add(key, *where)
-    got = buf.entries()
-    assert len(buf) == len(got) == len(rows)
-    for rec, (key, where) in zip(got.tolist(), rows, strict=True):
-        h = xxhash.xxh3_128_intdigest(key.encode("utf-8", "surrogatepass"))
-        assert rec == (h >> 64, h & (2**64 - 1), *where)
-    buf.clear()
-    assert len(buf) == 0 and len(buf.entries()) == 0
-
-
-@settings(max_examples=50, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(1, 6), st.integers(0, 4), st.integers(0, 5)), unique=True),
-    st.data(),
-)
-def test_a_files_marks_walked_in_order_are_its_marks(places, data):
-    """Asked for paragraphs in write order, the pointer walk gives each paragraph's marked
-    n-grams, as a dict of sets would, and None where nothing is marked."""
-    marks = np.array(places, dtype=dd.MARK.descr[1:])  # (line, para, sub)
-    marks = marks[np.lexsort((marks["sub"], marks["para"], marks["line"]))]
-    want: dict = {}
-    for line, para, sub in places:
-        want.setdefault((line, para), set()).add(sub)
-    asked = data.draw(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 5)), unique=True))
-    walk = dd._Dups(marks)
-    for line, para in sorted(asked):
-        assert walk.get(line, para) == want.get((line, para))
