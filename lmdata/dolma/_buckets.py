@@ -7,6 +7,7 @@ range it needs (no pickles), and no phase holds a Python object per key.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shutil
 import tempfile
@@ -179,7 +180,7 @@ def spill_root(cfg: DedupeConfig, first_file: str) -> str:
     return join(out[: out.rindex("/attributes/")], remote)  # the dataset's root on its store
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MarkTask:
     """Phase 2: mark the duplicates in part ``part`` of ``parts`` of bucket ``b`` (all but each
     hash's first occurrence), reading its ``pieces`` of the spill objects. A bucket too big to
@@ -187,10 +188,16 @@ class MarkTask:
 
     b: int
     work: Spill
-    pieces: tuple[Piece, ...] = ()
+    # (t, i, first, end) rows: a range of spill object ``h/<t>-<i>`` (int64, not a Python
+    # tuple per piece: a driver holds one row per spill and bucket)
+    pieces: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 4), np.int64))
     nbuckets: int = 1
     part: int = 0
     parts: int = 1
+
+    def ranges(self) -> list[Piece]:
+        """The pieces as ranges of named spill objects."""
+        return [(f"h/{t}-{i}", a, b) for t, i, a, b in self.pieces.tolist()]
 
     @property
     def name(self) -> str:
@@ -222,7 +229,7 @@ def phase_mark(task: MarkTask) -> MarkResult:
         def keep(a: np.ndarray) -> np.ndarray:
             return (a["hi"] // nb) % parts == part
 
-    arr = work.load(list(task.pieces), ENTRY, keep)
+    arr = work.load(task.ranges(), ENTRY, keep)
     if not len(arr):
         return MarkResult(0)
     # the pieces are in input order (file, line, paragraph, n-gram), so a stable sort by hash

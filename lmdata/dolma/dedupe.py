@@ -192,7 +192,9 @@ class HashResult:
     documents: int
     keys: int
     # per spill object: its name and where each bucket's entries start (nbuckets + 1 items)
-    spills: tuple[tuple[str, np.ndarray], ...] = ()
+    # per spill object (``h/<t>-<i>`` for the i-th): where each bucket's entries start
+    spills: tuple[np.ndarray, ...] = ()
+    t: int = 0
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,7 @@ def _phase_hash(task: HashTask) -> HashResult:
     """Hash every key of a group of files into spill objects sorted by bucket."""
     cfg, work, nbuckets = task.cfg, task.work, task.nbuckets
     rows = Rows()
-    spills: list[tuple[str, tuple[int, ...]]] = []
+    spills: list[np.ndarray] = []
     keys = 0
     docs = 0
 
@@ -224,7 +226,7 @@ def _phase_hash(task: HashTask) -> HashResult:
         np.cumsum(np.bincount(bucket, minlength=nbuckets), out=starts[1:])
         name = f"{task.t}-{len(spills)}"
         work.save("h", name, arr[order])
-        spills.append((f"h/{name}", starts))
+        spills.append(starts)
         rows.clear()  # in place: _hash_file adds to these columns
 
     stores = Stores(cfg.storage_options)  # one filesystem client for the unit's files
@@ -233,7 +235,7 @@ def _phase_hash(task: HashTask) -> HashResult:
         docs, keys = docs + d, keys + n
     keys += len(rows)
     spill()
-    return HashResult(docs, keys, tuple(spills))
+    return HashResult(docs, keys, tuple(spills), task.t)
 
 
 def _hash_file(
@@ -378,7 +380,7 @@ def dedupe(
         )
         marked = run(
             _phase_mark,
-            _mark_tasks([sp for c in counted for sp in c.spills], nbuckets, work),
+            _mark_tasks(counted, nbuckets, work),
             desc="dedupe: mark",
             progress=False,
         )
@@ -410,18 +412,18 @@ def _nbuckets(cfg: DedupeConfig, total: int) -> int:
     return int(min(MAX_BUCKETS, 2 ** int(np.ceil(np.log2(max(1.0, expected))))))
 
 
-def _mark_tasks(spills: list[tuple[str, np.ndarray]], nbuckets: int, work: Spill) -> list[MarkTask]:
+def _mark_tasks(counted: list[HashResult], nbuckets: int, work: Spill) -> list[MarkTask]:
     """One mark unit per bucket, or per part of a bucket holding more than
     :data:`BUCKET_ENTRIES` entries (counted from the spills' tables), so none sorts more."""
-    if not spills:
+    ids = np.array([(c.t, i) for c in counted for i in range(len(c.spills))], dtype=np.int64)
+    if not len(ids):
         return []
-    names = [n for n, _ in spills]
-    starts = np.stack([at for _, at in spills])  # (spill, bucket + 1)
+    starts = np.stack([at for c in counted for at in c.spills])  # (spill, bucket + 1)
     sizes = np.diff(starts, axis=1)
     out = []
     for b in range(nbuckets):
         has = np.flatnonzero(sizes[:, b])
-        pieces = tuple((names[i], int(starts[i, b]), int(starts[i, b + 1])) for i in has)
+        pieces = np.column_stack((ids[has], starts[has, b], starts[has, b + 1]))
         parts = max(1, -(-int(sizes[has, b].sum()) // BUCKET_ENTRIES))
         out += [MarkTask(b, work, pieces, nbuckets, p, parts) for p in range(parts)]
     return out

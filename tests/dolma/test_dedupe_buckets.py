@@ -195,7 +195,7 @@ def test_any_bucket_count_part_count_and_spill_size_gives_the_same_bytes(
         got = run("got")
     assert got == want
     assert b"[[" in b"".join(want) or mode == "by_ngram"  # duplicates are flagged
-    biggest = max((sum(b - a for _, a, b in t.pieces) for t in tasks), default=0)
+    biggest = max((sum(b - a for _, a, b in t.ranges()) for t in tasks), default=0)
     assert max((t.parts for t in tasks), default=1) >= -(-biggest // entries)
 
 
