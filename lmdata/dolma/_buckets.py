@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import uuid
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ from lmdata.dolma.config import DedupeConfig
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats.dolma._paths import attribute_path
 from lmdata.storage import TMP_PREFIX, FsspecStore, join, resolve
+
+FETCH_BYTES = 64 << 20  # bytes of spill pieces a worker fetches from a store at once
 
 # what phase 1 spills per key: its xxh3-128 hash and where the key is
 ENTRY = np.dtype(
@@ -119,25 +121,12 @@ class Spill:
         keep: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> np.ndarray:
         """The records of every piece, concatenated in order (one ranged GET per piece on a
-        store; empty pieces cost nothing); only those ``keep`` is true for, if given."""
+        store, several at once; empty pieces cost nothing); only those ``keep`` is true for,
+        if given."""
         isz = dtype.itemsize
-        remote = self._remote
         parts = []
-        for name, a, b in pieces:
-            if b <= a:
-                continue
-            if remote is None:
-                try:
-                    with open(Path(self.root) / name, "rb") as f:
-                        f.seek(a * isz)
-                        raw = f.read((b - a) * isz)
-                except FileNotFoundError:
-                    raise self._unseen(name) from None
-            else:
-                # one ranged GET on the store's filesystem, not Store.read_range: that would keep
-                # the bytes in the process's range cache, where bucket data read once would
-                # evict what readers reuse (the Store protocol has no uncached read yet)
-                raw = remote[0].fs.cat_file(join(remote[1], name), start=a * isz, end=b * isz)
+        todo = [p for p in pieces if p[2] > p[1]]
+        for (name, a, b), raw in zip(todo, self._fetch(todo, isz), strict=True):
             if len(raw) != (b - a) * isz:
                 raise CorruptDataError(
                     f"spill object ends early ({len(raw)} of {(b - a) * isz} bytes at item "
@@ -147,6 +136,37 @@ class Spill:
             got = np.frombuffer(raw, dtype=dtype)
             parts.append(got if keep is None else got[keep(got)])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    def _fetch(self, pieces: list[Piece], isz: int) -> Iterator[bytes]:
+        """The bytes of each (non-empty) piece, in order: read from the local folder, or on a
+        store fetched concurrently, :data:`FETCH_BYTES` at a time."""
+        remote = self._remote
+        if remote is None:
+            for name, a, b in pieces:
+                try:
+                    with open(Path(self.root) / name, "rb") as f:
+                        f.seek(a * isz)
+                        yield f.read((b - a) * isz)
+                except FileNotFoundError:
+                    raise self._unseen(name) from None
+            return
+        # ranged GETs on the store's filesystem (concurrent where it is async, as s3fs is), not
+        # Store.read_range: that would keep the bytes in the process's range cache, where bucket
+        # data read once would evict what readers reuse (the Store protocol has no uncached read)
+        fs, root = remote
+        batch: list[Piece] = []
+        held = 0
+        for k, piece in enumerate(pieces):
+            batch.append(piece)
+            held += (piece[2] - piece[1]) * isz
+            if held >= FETCH_BYTES or k == len(pieces) - 1:
+                yield from fs.fs.cat_ranges(
+                    [join(root, n) for n, _, _ in batch],
+                    [a * isz for _, a, _ in batch],
+                    [b * isz for _, _, b in batch],
+                    on_error="raise",
+                )
+                batch, held = [], 0
 
     def _unseen(self, name: str) -> InvalidInputError:
         """The error for a local work folder this worker cannot see (a worker on another

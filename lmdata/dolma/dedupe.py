@@ -13,13 +13,15 @@ paragraph) is kept, whatever the number of processes, and re-running gives the s
    the attribute files.
 
 On an object store that is one PUT per spill and per bucket and one ranged GET per (spill,
-bucket) and (group, bucket): O(workers x buckets + files) requests, not files x buckets.
+bucket) and (group, bucket): O(workers x buckets + files) requests, not files x buckets; a
+unit sends its GETs several at once (``cat_ranges``, concurrent on async stores as s3fs).
 
 Memory is bounded, not by the number of documents: the bucket count grows with the input's
 expected keys (a per-mode estimate of keys per compressed byte) and a bucket the spill tables
 count above :data:`BUCKET_ENTRIES` (4M) entries is marked in several passes, so a mark unit
 holds at most ~64 B per entry (the 32 B records, the sort order and the two hash columns
-sorted), ~256 MiB; a hash unit buffers :data:`SPILL_EVERY` entries.
+sorted), ~256 MiB; a hash unit buffers :data:`SPILL_EVERY` (2M) entries as columns, 64 MiB
+(~300 MiB while it sorts and writes them); a write unit holds :data:`WRITE_MARKS` marks.
 
 Output rows are ``{"attributes": {...}, "id": ...}`` (keys sorted, as dolma's serde_json writes
 them): documents mode gives ``{name: [[0, len(key in bytes), 1]]}`` for a duplicate, nothing
@@ -86,7 +88,7 @@ BLOOM_NOTE = (
     "positives, memory bounded by on-disk hash buckets) and keeps the first occurrence in input "
     "order for any number of workers; no filter file is read or written"
 )
-SPILL_EVERY = 1 << 20  # entries buffered per worker before writing them as one spill object
+SPILL_EVERY = 1 << 21  # entries a hash unit buffers (32 B each) before writing one spill object
 WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
 BUCKET_ENTRIES = 1 << 22  # entries a mark unit sorts at most (~60 B each at its peak)
 MAX_BUCKETS = 1 << 16  # hash buckets at most (each spill's table has one int64 per bucket)
