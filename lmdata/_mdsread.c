@@ -9,6 +9,12 @@
 #include <Python.h>
 #include <stddef.h>
 
+#if SIZEOF_SIZE_T < 8
+/* Sizes and offsets (uint32 in MDS) are summed in Py_ssize_t: only sound on 64-bit builds.
+ * The extension is optional, so a 32-bit build skips it and the Python reader runs. */
+#error "lmdata._mdsread needs a 64-bit build"
+#endif
+
 enum { K_INT = 0, K_STR = 1, K_BYTES = 2, K_JSON = 3, K_ND = 4, K_OTHER = 5 };
 
 typedef struct {
@@ -432,11 +438,13 @@ dispatch_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObje
     PyObject *key = PyLong_FromSsize_t(lo);
     if (key == NULL)
         return NULL;
-    PyObject *fns = PyDict_GetItemWithError(d->fns, key); /* borrowed */
+    /* owned at once: the epoch lookup below may run code that evicts this shard's entry */
+    PyObject *fns = Py_XNewRef(PyDict_GetItemWithError(d->fns, key));
     int refresh = fns == NULL;
     if (!refresh && PySet_GET_SIZE(d->costly) > 0) {
         PyObject *epoch = PyObject_GetAttr(d->cache, epoch_name);
         if (epoch == NULL) {
+            Py_DECREF(fns);
             Py_DECREF(key);
             return NULL;
         }
@@ -445,6 +453,7 @@ dispatch_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObje
             Py_SETREF(d->seen, Py_NewRef(epoch));
         Py_DECREF(epoch);
         if (same < 0) {
+            Py_DECREF(fns);
             Py_DECREF(key);
             return NULL;
         }
@@ -452,12 +461,12 @@ dispatch_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObje
     }
     if (refresh) {
         if (PyErr_Occurred()) {
+            Py_XDECREF(fns);
             Py_DECREF(key);
             return NULL;
         }
+        Py_XDECREF(fns);
         fns = PyObject_CallOneArg(d->functions, key);
-    } else {
-        Py_INCREF(fns);
     }
     Py_DECREF(key);
     if (fns == NULL)

@@ -10,6 +10,7 @@ The conformance suite (``tests/formats/test_conformance.py``) checks every forma
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -81,8 +82,8 @@ def is_token_reader(reader: object) -> bool:
 def normalize_index(index: int, n: int, where: str = "") -> int:
     """Python semantics for one index: negatives count from the end, out of range is IndexError."""
     try:
-        i = int(index)
-    except (TypeError, ValueError):
+        i = operator.index(index)  # as a list does: 0.5 and "0" are not indices
+    except TypeError:
         raise TypeError(f"indices must be integers, not {type(index).__name__}") from None
     if i < 0:
         i += n

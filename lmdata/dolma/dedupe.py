@@ -13,14 +13,21 @@ paragraph) is kept, whatever the number of processes, and re-running gives the s
    the attribute files.
 
 On an object store that is one PUT per spill and per bucket and one ranged GET per (spill,
-bucket) and (group, bucket): O(workers x buckets + files) requests, not files x buckets.
+bucket) and (group, bucket): O(workers x buckets + files) requests, not files x buckets; a
+unit sends its GETs several at once (``cat_ranges``, concurrent on async stores as s3fs).
 
-Memory is bounded by the largest bucket (the bucket count grows with the input size), not by
-the number of documents. Output rows are ``{"attributes": {...}, "id": ...}`` (keys sorted, as
-dolma's serde_json writes them): documents mode gives ``{name: [[0, len(key in bytes), 1]]}``
-for a duplicate, nothing for a first copy and ``[]`` for a skipped document; paragraphs mode
-gives ``{name: [[start, end, 1], ...]}`` with the duplicate paragraphs (character offsets, the
-separator included) or ``[]``, and ``{}`` for an empty text.
+Memory is bounded, not by the number of documents: the bucket count grows with the input's
+expected keys (a per-mode estimate of keys per compressed byte) and a bucket the spill tables
+count above :data:`BUCKET_ENTRIES` (4M) entries is marked in several passes, so a mark unit
+holds at most ~64 B per entry (the 32 B records, the sort order and the two hash columns
+sorted), ~256 MiB; a hash unit buffers :data:`SPILL_EVERY` (2M) entries as columns, 64 MiB
+(~300 MiB while it sorts and writes them); a write unit holds :data:`WRITE_MARKS` marks.
+
+Output rows are ``{"attributes": {...}, "id": ...}`` (keys sorted, as dolma's serde_json writes
+them): documents mode gives ``{name: [[0, len(key in bytes), 1]]}`` for a duplicate, nothing
+for a first copy and ``[]`` for a skipped document; paragraphs mode gives ``{name: [[start,
+end, 1], ...]}`` with the duplicate paragraphs (character offsets, the separator included) or
+``[]``, and ``{}`` for an empty text.
 
 With ``paragraphs.by_ngram`` each paragraph's n-grams are the keys instead (see
 :mod:`lmdata.dolma.ngrams`), spilled with their place in the paragraph, so the first occurrence
@@ -37,24 +44,30 @@ job left): workers on several machines then share the buckets with no shared dis
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import logging
-import shutil
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
-import xxhash
 
 from lmdata import parallel
 from lmdata.dolma import ngrams
+from lmdata.dolma._buckets import (
+    MARK,
+    Dups,
+    MarkResult,
+    MarkTask,
+    Piece,
+    Rows,
+    Spill,
+    spill_root,
+)
+from lmdata.dolma._buckets import phase_mark as _phase_mark
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
@@ -62,34 +75,26 @@ from lmdata.formats.dolma._files import iter_raw_lines
 from lmdata.formats.dolma._output import OutputFile
 from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of
 from lmdata.formats.dolma.reader import parse_line
-from lmdata.storage import TMP_PREFIX, FsspecStore, Store, join, resolve
+from lmdata.storage import TMP_PREFIX, Store
 
 try:
     import regex as _re
 except ImportError:  # pragma: no cover
     import re as _re  # type: ignore[no-redef]
 
-ENTRY = np.dtype(
-    [
-        ("hi", "<u8"),
-        ("lo", "<u8"),
-        ("file", "<u4"),
-        ("line", "<u4"),
-        ("para", "<u4"),
-        ("sub", "<u4"),
-    ]
-)
 log = logging.getLogger("lmdata.dolma.dedupe")
 BLOOM_NOTE = (
     "bloom_filter settings ({}) accepted and not used: lmdata dedupes exactly (no false "
     "positives, memory bounded by on-disk hash buckets) and keeps the first occurrence in input "
     "order for any number of workers; no filter file is read or written"
 )
-# what phase 2 writes per duplicate: where it is
-MARK = np.dtype([("file", "<u4"), ("line", "<u4"), ("para", "<u4"), ("sub", "<u4")])
-SPILL_EVERY = 1 << 20  # entries buffered per worker before writing them as one spill object
+SPILL_EVERY = 1 << 21  # entries a hash unit buffers (32 B each) before writing one spill object
 WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
-BUCKET_INPUT_BYTES = 32 << 20  # compressed input per bucket (~a few hundred MB when sorting)
+BUCKET_ENTRIES = 1 << 22  # entries a mark unit sorts at most (~60 B each at its peak)
+MAX_BUCKETS = 1 << 16  # hash buckets at most (each spill's table has one int64 per bucket)
+# keys per byte of compressed input (measured on dolma-style text): sizes the hash buckets; a
+# bucket that still holds more than BUCKET_ENTRIES is marked in several passes
+DENSITY = {"documents": 0.01, "paragraphs": 0.05, "by_ngram": 1.0}
 _WORDS = _re.compile(r"\w+")
 
 
@@ -154,80 +159,6 @@ def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: str, lineno: int) -> 
     return found[0]
 
 
-def _hash(s: str) -> tuple[int, int]:
-    h = xxhash.xxh3_128_intdigest(s.encode("utf-8", "surrogatepass"))
-    return h >> 64, h & 0xFFFFFFFFFFFFFFFF
-
-
-# (object name in the spill folder, first item, end item): a range of one spill object
-Piece = tuple[str, int, int]
-
-
-@dataclass(frozen=True)
-class Spill:
-    """The work folder of one run: ``root``, a local folder or a URL, holding ``h/`` (one
-    object of hashed keys per spill, sorted by bucket) and ``d/`` (one object of marked
-    duplicates per bucket, sorted by file). Objects are raw arrays of fixed-size records, so a
-    reader fetches exactly the item range it needs (no pickles)."""
-
-    root: str
-    storage_options: dict[str, Any] | None = None
-
-    @functools.cached_property
-    def _remote(self) -> tuple[FsspecStore, str] | None:
-        store, key = resolve(self.root, self.storage_options)
-        return (store, key) if isinstance(store, FsspecStore) else None
-
-    def make(self) -> None:
-        """Create the folders (local only: an object store has no folders to make)."""
-        if self._remote is None:
-            for folder in ("h", "d"):
-                (Path(self.root) / folder).mkdir(parents=True, exist_ok=True)
-
-    def save(self, folder: str, name: str, arr: np.ndarray) -> None:
-        """Store ``arr``'s records as object ``folder/name`` (one PUT on a store)."""
-        remote = self._remote
-        data = np.ascontiguousarray(arr).tobytes()
-        if remote is None:
-            (Path(self.root) / folder / name).write_bytes(data)
-        else:
-            remote[0].write_object(join(remote[1], folder, name), data)
-
-    def load(self, pieces: list[Piece], dtype: np.dtype) -> np.ndarray:
-        """The records of every piece, concatenated in order (one ranged GET per piece on a
-        store; empty pieces cost nothing)."""
-        isz = dtype.itemsize
-        remote = self._remote
-        parts = []
-        for name, a, b in pieces:
-            if b <= a:
-                continue
-            if remote is None:
-                with open(Path(self.root) / name, "rb") as f:
-                    f.seek(a * isz)
-                    raw = f.read((b - a) * isz)
-            else:
-                # one ranged GET on the store's filesystem, not Store.read_range: that would keep
-                # the bytes in the process's range cache, where bucket data read once would
-                # evict what readers reuse (the Store protocol has no uncached read yet)
-                raw = remote[0].fs.cat_file(join(remote[1], name), start=a * isz, end=b * isz)
-            if len(raw) != (b - a) * isz:
-                raise CorruptDataError(
-                    f"spill object ends early ({len(raw)} of {(b - a) * isz} bytes at item "
-                    f"{a}); another process changed the work folder",
-                    path=join(self.root, name),
-                )
-            parts.append(np.frombuffer(raw, dtype=dtype))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-
-    def remove(self) -> None:
-        remote = self._remote
-        if remote is None:
-            shutil.rmtree(self.root, ignore_errors=True)
-        else:
-            remote[0].remove(remote[1])
-
-
 def _groups(files: list[str], sizes: list[int], n: int) -> list[list[tuple[int, str]]]:
     """``files`` (numbered in order) cut into at most ``n`` consecutive groups of about equal
     bytes: the hash and write units, one per worker."""
@@ -244,20 +175,6 @@ def _groups(files: list[str], sizes: list[int], n: int) -> list[list[tuple[int, 
         out[-1].append((k, f))
         acc += size
     return out
-
-
-def _spill_root(cfg: DedupeConfig, first_file: str) -> str:
-    """Where this run's buckets go (see the module's docstring)."""
-    remote = f"{TMP_PREFIX}dedupe-{uuid.uuid4().hex[:12]}"  # what `lmdata clean` finds
-    wd = cfg.work_dir
-    if wd and isinstance(resolve(wd, cfg.storage_options)[0], FsspecStore):
-        return join(wd, remote)
-    if wd or not isinstance(resolve(first_file, cfg.storage_options)[0], FsspecStore):
-        if wd:
-            Path(wd).mkdir(parents=True, exist_ok=True)
-        return tempfile.mkdtemp(prefix="lmdata-dedupe-", dir=wd)
-    out = attribute_path(first_file, cfg.name)
-    return join(out[: out.rindex("/attributes/")], remote)  # the dataset's root on its store
 
 
 @dataclass(frozen=True)
@@ -277,25 +194,9 @@ class HashResult:
     documents: int
     keys: int
     # per spill object: its name and where each bucket's entries start (nbuckets + 1 items)
-    spills: tuple[tuple[str, tuple[int, ...]], ...] = ()
-
-
-@dataclass(frozen=True)
-class MarkTask:
-    """Phase 2: mark the duplicates in bucket ``b`` (all but each hash's first occurrence),
-    reading its ``pieces`` of the spill objects."""
-
-    b: int
-    work: Spill
-    pieces: tuple[Piece, ...] = ()
-
-
-@dataclass(frozen=True)
-class MarkResult:
-    duplicates: int
-    # the document file numbers marked, and where each one's marks start (len(files) + 1)
-    files: tuple[int, ...] = ()
-    starts: tuple[int, ...] = ()
+    # per spill object (``h/<t>-<i>`` for the i-th): where each bucket's entries start
+    spills: tuple[np.ndarray, ...] = ()
+    t: int = 0
 
 
 @dataclass(frozen=True)
@@ -312,23 +213,23 @@ class WriteTask:
 def _phase_hash(task: HashTask) -> HashResult:
     """Hash every key of a group of files into spill objects sorted by bucket."""
     cfg, work, nbuckets = task.cfg, task.work, task.nbuckets
-    rows: list[tuple[int, int, int, int, int, int]] = []
-    spills: list[tuple[str, tuple[int, ...]]] = []
+    rows = Rows()
+    spills: list[np.ndarray] = []
     keys = 0
     docs = 0
 
     def spill() -> None:
         if not rows:
             return
-        arr = np.array(rows, dtype=ENTRY)
+        arr = rows.entries()
         bucket = (arr["hi"] % np.uint64(nbuckets)).astype(np.int64)
         order = np.argsort(bucket, kind="stable")
         starts = np.zeros(nbuckets + 1, dtype=np.int64)
         np.cumsum(np.bincount(bucket, minlength=nbuckets), out=starts[1:])
         name = f"{task.t}-{len(spills)}"
         work.save("h", name, arr[order])
-        spills.append((f"h/{name}", tuple(starts.tolist())))
-        rows.clear()  # in place: _hash_file appends to this list
+        spills.append(starts)
+        rows.clear()  # in place: _hash_file adds to these columns
 
     stores = Stores(cfg.storage_options)  # one filesystem client for the unit's files
     for k, file in task.files:
@@ -336,26 +237,27 @@ def _phase_hash(task: HashTask) -> HashResult:
         docs, keys = docs + d, keys + n
     keys += len(rows)
     spill()
-    return HashResult(docs, keys, tuple(spills))
+    return HashResult(docs, keys, tuple(spills), task.t)
 
 
 def _hash_file(
-    k: int, where: tuple[Store, str], cfg: DedupeConfig, rows: list[Any], spill: Any
+    k: int, where: tuple[Store, str], cfg: DedupeConfig, rows: Rows, spill: Any
 ) -> tuple[int, int]:
-    """Append the entries of file number ``k`` to ``rows``, spilling them when many:
+    """Add the entries of file number ``k`` to ``rows``, spilling them when many:
     (documents, keys spilled)."""
     store, key_ = where
     path = store.url(key_)
     ng = cfg.ngrams
     keys = 0
     docs = 0
+    add = rows.add
     for lineno, raw in iter_raw_lines(store, key_):
         doc = parse_line(raw, path, lineno)
         docs += 1
         if cfg.mode == "documents":
             key = _doc_key(doc, cfg, path, lineno)
             if not _skip(key, cfg, chars=False):
-                rows.append((*_hash(key), k, lineno, 0, 0))
+                add(key, k, lineno, 0, 0)
         else:
             text = doc.get("text")
             if not isinstance(text, str):
@@ -368,10 +270,10 @@ def _hash_file(
                 if _skip(p, cfg, chars=True):
                     continue
                 if not ng.length:
-                    rows.append((*_hash(p), k, lineno, i, 0))
+                    add(p, k, lineno, i, 0)
                     continue
                 for j, key in enumerate(ngrams.keys(p, ng)[0]):
-                    rows.append((*_hash(key), k, lineno, i, j))
+                    add(key, k, lineno, i, j)
         if len(rows) >= SPILL_EVERY:
             keys += len(rows)
             spill()
@@ -381,50 +283,20 @@ def _hash_file(
     return docs, keys
 
 
-def _phase_mark(task: MarkTask) -> MarkResult:
-    """Mark all but the first occurrence of each hash in one bucket into one object, sorted by
-    document file; returns how many and where each file's marks are."""
-    b, work = task.b, task.work
-    arr = work.load(list(task.pieces), ENTRY)
-    if not len(arr):
-        return MarkResult(0)
-    order = np.lexsort((arr["sub"], arr["para"], arr["line"], arr["file"], arr["lo"], arr["hi"]))
-    s = arr[order]
-    dup = np.zeros(len(s), dtype=bool)
-    dup[1:] = (s["hi"][1:] == s["hi"][:-1]) & (s["lo"][1:] == s["lo"][:-1])
-    d = s[dup]
-    if not len(d):
-        return MarkResult(0)
-    d = d[np.argsort(d["file"], kind="stable")]
-    marks = np.zeros(len(d), dtype=MARK)
-    for f in MARK.names:
-        marks[f] = d[f]
-    work.save("d", str(b), marks)
-    files, first = np.unique(marks["file"], return_index=True)
-    return MarkResult(len(d), tuple(files.tolist()), (*first.tolist(), len(marks)))
-
-
 def _phase_write(task: WriteTask) -> int:
     """Write the attribute rows of a group of files from the marked duplicates."""
     marks = task.work.load(list(task.pieces), MARK)
-    marks = marks[np.argsort(marks["file"], kind="stable")]  # each file's marks: one slice
+    # each file's marks one slice, in the order its rows are written
+    marks = marks[np.lexsort((marks["sub"], marks["para"], marks["line"], marks["file"]))]
     n = 0
     stores = Stores(task.cfg.storage_options)  # one filesystem client for the unit's files
     for k, file in task.files:
         lo, hi = np.searchsorted(marks["file"], [k, k + 1])
-        m = marks[lo:hi]
-        dups: dict[tuple[int, int], set[int]] = {}
-        for line, para, sub in zip(
-            m["line"].tolist(), m["para"].tolist(), m["sub"].tolist(), strict=True
-        ):
-            dups.setdefault((line, para), set()).add(sub)
-        n += _write_file(stores(file), task.cfg, dups)
+        n += _write_file(stores(file), task.cfg, Dups(marks[lo:hi]))
     return n
 
 
-def _write_file(
-    where: tuple[Store, str], cfg: DedupeConfig, dups: dict[tuple[int, int], set[int]]
-) -> int:
+def _write_file(where: tuple[Store, str], cfg: DedupeConfig, dups: Dups) -> int:
     """Write the attribute rows of one document file (its store and key), its duplicates
     being ``dups``."""
     store, doc_key = where
@@ -442,7 +314,7 @@ def _write_file(
                 key = _doc_key(doc, cfg, path, lineno)
                 if _skip(key, cfg, chars=False):
                     attrs[name] = []
-                elif (lineno, 0) in dups:
+                elif dups.get(lineno, 0) is not None:
                     attrs[name] = [[0, len(key.encode("utf-8", "surrogatepass")), 1]]
             else:
                 text = doc["text"]
@@ -451,7 +323,7 @@ def _write_file(
                     for i, (s, e, p) in enumerate(
                         split_paragraphs(text, cfg.paragraph_separator, cfg.dolma_offsets)
                     ):
-                        subs = dups.get((lineno, i))
+                        subs = dups.get(lineno, i)
                         if not ng.length:
                             if subs:
                                 spans.append([s, e, 1])
@@ -491,10 +363,11 @@ def dedupe(
     stores = Stores(cfg.storage_options)
     sizes = [st.size(k) for st, k in map(stores, files)]
     total = sum(sizes)
-    nbuckets = int(
-        min(4096, max(1, 2 ** int(np.ceil(np.log2(max(1, total / BUCKET_INPUT_BYTES))))))
+    nbuckets = _nbuckets(cfg, total)
+    work = Spill(
+        spill_root(cfg, files[0]) if files else tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-"),
+        cfg.storage_options,
     )
-    work = Spill(_spill_root(cfg, files[0]) if files else tempfile.mkdtemp(), cfg.storage_options)
     try:
         work.make()
         run = functools.partial(
@@ -507,15 +380,9 @@ def dedupe(
             desc="dedupe: hash",
             progress=progress,
         )
-        spills = [sp for c in counted for sp in c.spills]
         marked = run(
             _phase_mark,
-            [
-                MarkTask(
-                    b, work, tuple((n, at[b], at[b + 1]) for n, at in spills if at[b] < at[b + 1])
-                )
-                for b in range(nbuckets)
-            ],
+            _mark_tasks(counted, nbuckets, work),
             desc="dedupe: mark",
             progress=False,
         )
@@ -539,19 +406,41 @@ def dedupe(
     )
 
 
+def _nbuckets(cfg: DedupeConfig, total: int) -> int:
+    """Hash buckets for ``total`` bytes of compressed input: a power of two, each bucket
+    expected to hold about :data:`BUCKET_ENTRIES` entries in ``cfg``'s mode."""
+    mode = "by_ngram" if cfg.mode != "documents" and cfg.ngrams.length else cfg.mode
+    expected = total * DENSITY[mode] / BUCKET_ENTRIES
+    return int(min(MAX_BUCKETS, 2 ** int(np.ceil(np.log2(max(1.0, expected))))))
+
+
+def _mark_tasks(counted: list[HashResult], nbuckets: int, work: Spill) -> list[MarkTask]:
+    """One mark unit per bucket, or per part of a bucket holding more than
+    :data:`BUCKET_ENTRIES` entries (counted from the spills' tables), so none sorts more."""
+    ids = np.array([(c.t, i) for c in counted for i in range(len(c.spills))], dtype=np.int64)
+    if not len(ids):
+        return []
+    starts = np.stack([at for c in counted for at in c.spills])  # (spill, bucket + 1)
+    sizes = np.diff(starts, axis=1)
+    out = []
+    for b in range(nbuckets):
+        has = np.flatnonzero(sizes[:, b])
+        pieces = np.column_stack((ids[has], starts[has, b], starts[has, b + 1]))
+        parts = max(1, -(-int(sizes[has, b].sum()) // BUCKET_ENTRIES))
+        out += [MarkTask(b, work, pieces, nbuckets, p, parts) for p in range(parts)]
+    return out
+
+
 def _marks_of(group: list[tuple[int, str]], marked: list[MarkResult]) -> tuple[Piece, ...]:
     """The ranges of the buckets' mark objects that hold the marks of ``group``'s files (one
     per bucket at most: a bucket's marks are sorted by file, and a group's files are
     consecutive)."""
     lo, hi = group[0][0], group[-1][0]
     out = []
-    for b, m in enumerate(marked):
-        if not m.files:
-            continue
-        i = bisect.bisect_left(m.files, lo)
-        j = bisect.bisect_right(m.files, hi)
+    for m in marked:
+        i, j = np.searchsorted(m.files, [lo, hi + 1])
         if i < j:
-            out.append((f"d/{b}", m.starts[i], m.starts[j]))
+            out.append((m.name, int(m.starts[i]), int(m.starts[j])))
     return tuple(out)
 
 
@@ -562,8 +451,8 @@ def _by_marks(
     marks together (a write unit loads its files' marks at once)."""
     counts = np.zeros(nfiles, dtype=np.int64)
     for m in marked:
-        if m.files:
-            np.add.at(counts, np.asarray(m.files), np.diff(np.asarray(m.starts)))
+        if len(m.files):
+            np.add.at(counts, m.files, np.diff(m.starts))
     out = []
     for g in groups:
         cur: list[tuple[int, str]] = []

@@ -60,7 +60,7 @@ def test_byte_identical_to_dolma_on_one_and_two_processes(
 
 def test_many_buckets_give_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _docs(tmp_path)
-    monkeypatch.setattr(dd, "BUCKET_INPUT_BYTES", 100)  # -> 256 buckets
+    monkeypatch.setattr(dd, "BUCKET_ENTRIES", 7)  # -> many buckets, split in parts
     monkeypatch.setattr(dd, "SPILL_EVERY", 7)
     dd.dedupe(_cfg(root, "p", PARA))
     for part in ("part-0.jsonl.gz", "part-1.jsonl.gz"):

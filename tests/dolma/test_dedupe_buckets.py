@@ -7,9 +7,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lmdata.dolma import dedupe as dd
+from lmdata.dolma._buckets import ENTRY
 from lmdata.dolma.config import DedupeConfig
 from lmdata.storage import resolve
 
@@ -33,7 +37,7 @@ def spills(monkeypatch):
         real(self, folder, name, arr)
 
     monkeypatch.setattr(dd.Spill, "save", save)
-    monkeypatch.setattr(dd, "BUCKET_INPUT_BYTES", 1 << 10)
+    monkeypatch.setattr(dd, "BUCKET_ENTRIES", 30)
     monkeypatch.setattr(dd, "SPILL_EVERY", 50)
     return seen
 
@@ -97,3 +101,125 @@ def test_a_failed_run_removes_its_buckets(memory_root, spills, monkeypatch):
     with pytest.raises(OSError, match="worker lost"):
         _run(f"{memory_root}/documents/*.gz", MODES["paragraphs"])
     assert spills and store.list(key) == ["documents"]
+
+
+def test_a_killed_run_leaves_what_lmdata_clean_finds(tmp_path, spills, monkeypatch):
+    """A killed job runs no cleanup: its local work folder must carry the prefix `lmdata clean`
+    looks for."""
+    from lmdata.storage.clean import find_leftovers
+
+    root = _local(tmp_path, "ds")
+
+    def killed(task):
+        raise KeyboardInterrupt  # the job dies once the spills are written
+
+    monkeypatch.setattr(dd, "_phase_mark", killed)
+    monkeypatch.setattr(dd.Spill, "remove", lambda self: None)  # no cleanup after a kill
+    with pytest.raises(KeyboardInterrupt):
+        _run(str(root), MODES["paragraphs"], work_dir=str(tmp_path / "work"))
+    store, key = resolve(str(tmp_path / "work"))
+    found = find_leftovers(store, key, older_than=0)
+    assert spills and found
+    assert {Path(r).name for r, _ in spills} <= {Path(f.url).name for f in found}
+
+
+def test_a_work_folder_a_worker_cannot_see_is_an_lmdata_error(tmp_path, spills, monkeypatch):
+    """A worker on another machine does not see the driver's local folder: saving or loading
+    there is an error saying to set work_dir, not a bare FileNotFoundError."""
+    from lmdata.errors import InvalidInputError
+
+    root = _local(tmp_path, "ds")
+    for phase in ("_phase_hash", "_phase_mark"):
+        real = getattr(dd, phase)
+
+        def elsewhere(task, real=real):
+            shutil.rmtree(task.work.root)  # as seen from another machine: nothing there
+            return real(task)
+
+        monkeypatch.setattr(dd, phase, elsewhere)
+        with pytest.raises(InvalidInputError, match="set work_dir") as e:
+            _run(str(root), MODES["paragraphs"])
+        assert "not visible on this worker" in str(e.value)
+        monkeypatch.setattr(dd, phase, real)
+
+
+_WORDS = ["a b c", "d e f g", "a b c d e", "x y", "z"]
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    texts=st.lists(
+        st.lists(st.sampled_from(_WORDS), min_size=1, max_size=4).map("\n".join),
+        min_size=2,
+        max_size=12,
+    ),
+    entries=st.integers(1, 40),
+    spill_every=st.integers(1, 30),
+    max_buckets=st.sampled_from([1, 2, 8, 64]),
+    mode=st.sampled_from(["documents", "paragraphs", "by_ngram"]),
+)
+def test_any_bucket_count_part_count_and_spill_size_gives_the_same_bytes(
+    tmp_path_factory, texts, entries, spill_every, max_buckets, mode
+):
+    """Few or many buckets, buckets marked in several parts, tiny or large spills: the
+    attribute files are byte for byte those of a run with the defaults."""
+    root = tmp_path_factory.mktemp("ds")
+    (root / "documents").mkdir()
+    for k in range(2):  # two files, so the duplicates cross files
+        rows = [orjson.dumps({"id": f"{k}-{i}", "text": t}) + b"\n" for i, t in enumerate(texts)]
+        (root / "documents" / f"f{k}.jsonl").write_bytes(b"".join(rows))
+    spec = {
+        "documents": {"documents": {"attribute_name": "u", "key": "$.text"}},
+        "paragraphs": MODES["paragraphs"],
+        "by_ngram": {"paragraphs": {"attribute_name": "p", "by_ngram": {"ngram_length": 2}}},
+    }[mode]
+
+    def run(name: str) -> list[bytes]:
+        cfg = DedupeConfig.from_dict(
+            {"documents": [str(root / "documents" / "*")], "dedupe": {"name": name, **spec}}
+        )
+        dd.dedupe(cfg, engine="inprocess")
+        return [(root / "attributes" / name / f"f{k}.jsonl").read_bytes() for k in range(2)]
+
+    want = run("want")
+    tasks = []
+    mark = dd._phase_mark
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dd, "BUCKET_ENTRIES", entries)
+        mp.setattr(dd, "SPILL_EVERY", spill_every)
+        mp.setattr(dd, "MAX_BUCKETS", max_buckets)
+        mp.setattr(dd, "DENSITY", dict.fromkeys(dd.DENSITY, 1.0))  # small input, many buckets
+        mp.setattr(dd, "_phase_mark", lambda t: tasks.append(t) or mark(t))
+        got = run("got")
+    assert got == want
+    assert b"[[" in b"".join(want) or mode == "by_ngram"  # duplicates are flagged
+    biggest = max((sum(b - a for _, a, b in t.ranges()) for t in tasks), default=0)
+    assert max((t.parts for t in tasks), default=1) >= -(-biggest // entries)
+
+
+def test_an_oversized_bucket_is_marked_in_parts(tmp_path, monkeypatch):
+    """One bucket holding more than BUCKET_ENTRIES entries is read in several parts, none
+    sorting more than about its share, and the output does not change."""
+    root = _local(tmp_path, "ds")
+    _run(str(root), MODES["paragraphs"])
+    want = _attrs(str(root))
+    sorted_sizes = []
+    load = dd.Spill.load
+
+    def counted(self, pieces, dtype, keep=None):
+        out = load(self, pieces, dtype, keep)
+        if dtype == ENTRY:
+            sorted_sizes.append((len(out), sum(b - a for _, a, b in pieces)))
+        return out
+
+    monkeypatch.setattr(dd.Spill, "load", counted)
+    monkeypatch.setattr(dd, "MAX_BUCKETS", 1)
+    monkeypatch.setattr(dd, "BUCKET_ENTRIES", 100)
+    _run(str(root), MODES["paragraphs"])
+    assert _attrs(str(root)) == want
+    assert len(sorted_sizes) > 5 and len({total for _, total in sorted_sizes}) == 1
+    total = sorted_sizes[0][1]
+    assert sum(n for n, _ in sorted_sizes) == total  # each entry in exactly one part
+    assert max(n for n, _ in sorted_sizes) < total / 3  # each part a share of the bucket

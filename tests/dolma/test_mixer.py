@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 from pathlib import Path
 
@@ -105,11 +106,17 @@ def test_processes_do_not_change_output(tmp_path: Path, monkeypatch: pytest.Monk
     cfg["processes"] = 2
     cfg["streams"][0]["output"]["path"] = "mixed2"
 
-    def not_here(*a: object, **k: object) -> None:
-        raise AssertionError("the driver opened an output: workers write their shards")
+    from lmdata.dolma import mixer as mixer_mod
 
-    # the worker processes (spawned: this patch does not reach them) write every shard
-    monkeypatch.setattr("lmdata.dolma.mixer.OutputFile", not_here)
+    real, driver = mixer_mod.OutputFile, os.getpid()
+
+    def not_here(*a: object, **k: object) -> object:
+        if os.getpid() == driver:
+            raise AssertionError("the driver opened an output: workers write their shards")
+        return real(*a, **k)  # a forked worker inherits the patch
+
+    # the worker processes write every shard
+    monkeypatch.setattr(mixer_mod, "OutputFile", not_here)
     res = mix(MixerConfig.from_dict(cfg))
     got = [d for o in res.outputs for d in _rows(root / o)]
     assert got == _expected(root)

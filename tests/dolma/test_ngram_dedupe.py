@@ -49,7 +49,7 @@ def test_any_worker_and_bucket_count_gives_the_same_bytes(tmp_path, monkeypatch)
     shutil.copytree(FIXTURE / "documents", root / "documents")
     name, by_ngram, extra = oracle.CONFIGS[0]
     _run(root, name, by_ngram, extra, processes=2)
-    monkeypatch.setattr(dd, "BUCKET_INPUT_BYTES", 100)  # 1310 bytes of input: 16 buckets
+    monkeypatch.setattr(dd, "BUCKET_ENTRIES", 20)  # many buckets, split in parts
     monkeypatch.setattr(dd, "SPILL_EVERY", 5)
     _run(root, "again", by_ngram, extra)
     for part in PARTS:

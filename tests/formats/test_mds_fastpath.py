@@ -323,10 +323,24 @@ def test_indexing_follows_python_rules_across_shards(tmp_path: Path) -> None:
     for bad in (n, -n - 1, 2**70, np.int64(-n - 1)):
         with pytest.raises(IndexError):
             r[bad]
-    with pytest.raises(TypeError):
-        r[None]
+    for bad in (None, 0.5, 1.0, "0"):  # as a list: only integers index
+        with pytest.raises(TypeError):
+            r[bad]
     with pytest.raises(IndexError):
         lmdata.open(make(tmp_path / "e", n=0))[0]
+
+
+def test_an_int_column_of_the_wrong_size_is_an_error_not_a_value(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    with lmdata.writer(d, "mds", columns={"s": "str", "z": "bytes"}) as w:
+        w.write({"s": "a", "z": b"\x01\x02\x03\x04"})
+    ix = json.loads((d / "index.json").read_text())
+    ix["shards"][0]["column_encodings"] = ["str", "int"]  # 4 bytes where an int holds 8
+    (d / "index.json").write_text(json.dumps(ix))
+    r = lmdata.open(d)
+    for read in (lambda: r[0], lambda: r.take([0]), lambda: list(r)):
+        with pytest.raises(CorruptDataError, match="holds 8 bytes, found 4"):
+            read()
 
 
 def test_a_dropped_reader_is_freed_at_once(tmp_path: Path) -> None:

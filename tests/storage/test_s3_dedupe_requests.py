@@ -25,7 +25,7 @@ def _run(docs: str, **kw) -> dd.DedupeResult:
 def test_spill_requests_grow_with_buckets_plus_files_not_their_product(
     tmp_path, s3_root, requests, monkeypatch
 ):
-    monkeypatch.setattr(dd, "BUCKET_INPUT_BYTES", 6 << 10)  # 83 KB of input: 16 buckets
+    monkeypatch.setattr(dd, "BUCKET_ENTRIES", 300)  # 83 KB of input: 16 buckets
     tasks: list = []
     mark = dd._phase_mark
 

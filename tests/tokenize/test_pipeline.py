@@ -379,17 +379,25 @@ def test_naming_an_eod_appends_it(tmp_path):
 def test_ctrl_c_stops_workers_and_leaves_nothing(tmp_path):
     src = tmp_path / "d.jsonl"
     src.write_text("".join(json.dumps({"text": "word " * 400}) + "\n" for _ in range(20000)))
+    started = tmp_path / "started"
+    # the job is under way (its first progress report) when Ctrl-C comes, and slow enough
+    # (0.5 s per report, 16 or more units) that it cannot finish first on a fast machine
     code = (
-        "import sys, time; from lmdata.tokenize.pipeline import TokenizeJob, tokenize\n"
+        "import pathlib, sys, time; from lmdata.tokenize.pipeline import TokenizeJob, tokenize\n"
+        "def progress(s):\n"
+        "    pathlib.Path(sys.argv[3]).touch(); time.sleep(0.5)\n"
         "tokenize([sys.argv[1]], sys.argv[2], TokenizeJob(to='flat-tokens', batch_docs=8),"
-        " workers=2, progress=lambda s: time.sleep(0.01))\n"
+        " workers=2, progress=progress)\n"
     )
     p = subprocess.Popen(
-        [sys.executable, "-c", code, str(src), str(tmp_path / "out")],
+        [sys.executable, "-c", code, str(src), str(tmp_path / "out"), str(started)],
         start_new_session=True,
         stderr=subprocess.PIPE,
     )
-    time.sleep(2.5)
+    deadline = time.monotonic() + 60
+    while not started.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), p.stderr.read().decode()[-2000:]
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
     try:
         p.wait(timeout=30)

@@ -56,12 +56,18 @@ def _runs(table: Any, j0: int, j1: int) -> Iterable[tuple[int, int]]:
 
 
 def _column_lines(
-    c: int, name: str, encoding: str, dec: Callable[[bytes], Any], piece: str, env: dict
+    c: int,
+    name: str,
+    encoding: str,
+    dec: Callable[[bytes], Any],
+    size: int | None,
+    piece: str,
+    env: dict,
 ) -> list[str]:
     """Statements assigning column ``c``'s value to ``c{c}`` from the slice ``piece``."""
     if dec is E._dec_str:
         return [f"c{c} = {piece}.decode('utf-8')"]
-    if dec is E._dec_int:
+    if dec is E._dec_int and size == 8:  # any other size: the decoder refuses it
         return [f"c{c} = _from_bytes({piece}, 'little', signed=True)"]
     if dec is bytes:
         return [f"c{c} = {piece}"]
@@ -130,7 +136,7 @@ def compile_layout(plan: SampleDecoder, encodings: tuple[str, ...]) -> Factory:
         body.append(f"p{c} = {pos} + {end}")
         if keep:
             if c >= lead:
-                body += _column_lines(c, name, encodings[c], dec, f"data[{pos}:p{c}]", env)
+                body += _column_lines(c, name, encodings[c], dec, size, f"data[{pos}:p{c}]", env)
             items.append(f"{name!r}: c{c}")
         pos = f"p{c}"
     value = f"{{{', '.join(items)}}}"

@@ -194,7 +194,7 @@ class SampleDecoder:
                 piece = f"data[{pos}:{end}]"
                 if enc == "_dec_str":
                     expr = f"{piece}.decode('utf-8')"
-                elif enc == "_dec_int":
+                elif enc == "_dec_int" and size == 8:  # any other size: the decoder refuses it
                     expr = f"_from_bytes({piece}, 'little', signed=True)"
                 elif dec is bytes:
                     expr = piece

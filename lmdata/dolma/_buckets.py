@@ -1,0 +1,297 @@
+"""dedupe's hash buckets: the work folder (:class:`Spill`), the entries a hash unit buffers,
+and phase 2, which marks each bucket's duplicates; see :mod:`lmdata.dolma.dedupe`.
+
+Entries and marks are raw arrays of fixed-size records, so a reader fetches exactly the item
+range it needs (no pickles), and no phase holds a Python object per key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import shutil
+import tempfile
+import uuid
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from lmdata.dolma.config import DedupeConfig
+from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.formats.dolma._paths import attribute_path
+from lmdata.storage import TMP_PREFIX, FsspecStore, join, resolve
+
+FETCH_BYTES = 64 << 20  # bytes of spill pieces a worker fetches from a store at once
+
+# what phase 1 spills per key: its xxh3-128 hash and where the key is
+ENTRY = np.dtype(
+    [
+        ("hi", "<u8"),
+        ("lo", "<u8"),
+        ("file", "<u4"),
+        ("line", "<u4"),
+        ("para", "<u4"),
+        ("sub", "<u4"),
+    ]
+)
+
+# what phase 2 writes per duplicate: where it is
+MARK = np.dtype([("file", "<u4"), ("line", "<u4"), ("para", "<u4"), ("sub", "<u4")])
+
+
+class Rows:
+    """A hash unit's buffered entries as columns: each key's xxh3-128 digest (16 bytes, high
+    half first, big-endian) and its ``(file, line, paragraph, n-gram)`` (four uint32), 32 B an
+    entry instead of a Python tuple of ints (~200 B)."""
+
+    def __init__(self) -> None:
+        self.digests = bytearray()
+        self.where: array[int] = array("I")
+
+    def __len__(self) -> int:
+        return len(self.where) // 4
+
+    def add(self, key: str, k: int, line: int, para: int, sub: int) -> None:
+        self.digests += _digest(key.encode("utf-8", "surrogatepass"))
+        self.where.extend((k, line, para, sub))
+
+    def entries(self) -> np.ndarray:
+        """The buffered entries as :data:`ENTRY` records, in the order added."""
+        out = np.empty(len(self), dtype=ENTRY)
+        h = np.frombuffer(self.digests, dtype=">u8").reshape(-1, 2)
+        out["hi"], out["lo"] = h[:, 0], h[:, 1]
+        w = np.frombuffer(self.where, dtype=np.uint32).reshape(-1, 4)
+        for i, f in enumerate(("file", "line", "para", "sub")):
+            out[f] = w[:, i]
+        return out
+
+    def clear(self) -> None:
+        self.digests = bytearray()
+        self.where = array("I")
+
+
+_digest = xxhash.xxh3_128_digest
+
+# (object name in the spill folder, first item, end item): a range of one spill object
+Piece = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class Spill:
+    """The work folder of one run: ``root``, a local folder or a URL, holding ``h/`` (one
+    object of hashed keys per spill, sorted by bucket) and ``d/`` (one object of marked
+    duplicates per bucket, sorted by file). Objects are raw arrays of fixed-size records, so a
+    reader fetches exactly the item range it needs (no pickles)."""
+
+    root: str
+    storage_options: dict[str, Any] | None = None
+
+    @functools.cached_property
+    def _remote(self) -> tuple[FsspecStore, str] | None:
+        store, key = resolve(self.root, self.storage_options)
+        return (store, key) if isinstance(store, FsspecStore) else None
+
+    def make(self) -> None:
+        """Create the folders (local only: an object store has no folders to make)."""
+        if self._remote is None:
+            for folder in ("h", "d"):
+                (Path(self.root) / folder).mkdir(parents=True, exist_ok=True)
+
+    def save(self, folder: str, name: str, arr: np.ndarray) -> None:
+        """Store ``arr``'s records as object ``folder/name`` (one PUT on a store)."""
+        remote = self._remote
+        data = np.ascontiguousarray(arr).tobytes()
+        if remote is None:
+            try:
+                (Path(self.root) / folder / name).write_bytes(data)
+            except FileNotFoundError:
+                raise self._unseen(join(folder, name)) from None
+        else:
+            remote[0].write_object(join(remote[1], folder, name), data)
+
+    def load(
+        self,
+        pieces: list[Piece],
+        dtype: np.dtype,
+        keep: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """The records of every piece, concatenated in order (one ranged GET per piece on a
+        store, several at once; empty pieces cost nothing); only those ``keep`` is true for,
+        if given."""
+        isz = dtype.itemsize
+        parts = []
+        todo = [p for p in pieces if p[2] > p[1]]
+        for (name, a, b), raw in zip(todo, self._fetch(todo, isz), strict=True):
+            if len(raw) != (b - a) * isz:
+                raise CorruptDataError(
+                    f"spill object ends early ({len(raw)} of {(b - a) * isz} bytes at item "
+                    f"{a}); another process changed the work folder",
+                    path=join(self.root, name),
+                )
+            got = np.frombuffer(raw, dtype=dtype)
+            parts.append(got if keep is None else got[keep(got)])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    def _fetch(self, pieces: list[Piece], isz: int) -> Iterator[bytes]:
+        """The bytes of each (non-empty) piece, in order: read from the local folder, or on a
+        store fetched concurrently, :data:`FETCH_BYTES` at a time."""
+        remote = self._remote
+        if remote is None:
+            for name, a, b in pieces:
+                try:
+                    with open(Path(self.root) / name, "rb") as f:
+                        f.seek(a * isz)
+                        yield f.read((b - a) * isz)
+                except FileNotFoundError:
+                    raise self._unseen(name) from None
+            return
+        # ranged GETs on the store's filesystem (concurrent where it is async, as s3fs is), not
+        # Store.read_range: that would keep the bytes in the process's range cache, where bucket
+        # data read once would evict what readers reuse (the Store protocol has no uncached read)
+        fs, root = remote
+        batch: list[Piece] = []
+        held = 0
+        for k, piece in enumerate(pieces):
+            batch.append(piece)
+            held += (piece[2] - piece[1]) * isz
+            if held >= FETCH_BYTES or k == len(pieces) - 1:
+                yield from fs.fs.cat_ranges(
+                    [join(root, n) for n, _, _ in batch],
+                    [a * isz for _, a, _ in batch],
+                    [b * isz for _, _, b in batch],
+                    on_error="raise",
+                )
+                batch, held = [], 0
+
+    def _unseen(self, name: str) -> InvalidInputError:
+        """The error for a local work folder this worker cannot see (a worker on another
+        machine of a cluster: the driver's temporary folder is not there)."""
+        return InvalidInputError(
+            "dedupe's local work folder is not visible on this worker (on a cluster of several "
+            "machines, each has its own disk); set work_dir to a folder shared by every worker "
+            "or to an object-store URL (s3://..., gs://...)",
+            path=join(self.root, name),
+        )
+
+    def remove(self) -> None:
+        remote = self._remote
+        if remote is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            remote[0].remove(remote[1])
+
+
+def spill_root(cfg: DedupeConfig, first_file: str) -> str:
+    """Where this run's buckets go (see the module's docstring)."""
+    remote = f"{TMP_PREFIX}dedupe-{uuid.uuid4().hex[:12]}"  # what `lmdata clean` finds
+    wd = cfg.work_dir
+    if wd and isinstance(resolve(wd, cfg.storage_options)[0], FsspecStore):
+        return join(wd, remote)
+    if wd or not isinstance(resolve(first_file, cfg.storage_options)[0], FsspecStore):
+        if wd:
+            Path(wd).mkdir(parents=True, exist_ok=True)
+        return tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-", dir=wd)  # `lmdata clean` finds it
+    out = attribute_path(first_file, cfg.name)
+    return join(out[: out.rindex("/attributes/")], remote)  # the dataset's root on its store
+
+
+@dataclass(frozen=True, eq=False)
+class MarkTask:
+    """Phase 2: mark the duplicates in part ``part`` of ``parts`` of bucket ``b`` (all but each
+    hash's first occurrence), reading its ``pieces`` of the spill objects. A bucket too big to
+    sort at once is read once per part, each keeping the hashes whose next bits pick it."""
+
+    b: int
+    work: Spill
+    # (t, i, first, end) rows: a range of spill object ``h/<t>-<i>`` (int64, not a Python
+    # tuple per piece: a driver holds one row per spill and bucket)
+    pieces: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 4), np.int64))
+    nbuckets: int = 1
+    part: int = 0
+    parts: int = 1
+
+    def ranges(self) -> list[Piece]:
+        """The pieces as ranges of named spill objects."""
+        return [(f"h/{t}-{i}", a, b) for t, i, a, b in self.pieces.tolist()]
+
+    @property
+    def name(self) -> str:
+        return f"d/{self.b}" if self.parts == 1 else f"d/{self.b}-{self.part}"
+
+
+@dataclass(frozen=True, eq=False)
+class MarkResult:
+    duplicates: int
+    # the document file numbers marked, and where each one's marks start (len(files) + 1):
+    # int64 arrays (a driver holds one per bucket)
+    files: Any = ()
+    starts: Any = ()
+    name: str = ""  # the marks object
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", np.asarray(self.files, dtype=np.int64))
+        object.__setattr__(self, "starts", np.asarray(self.starts, dtype=np.int64))
+
+
+def phase_mark(task: MarkTask) -> MarkResult:
+    """Mark all but the first occurrence of each hash in one bucket into one object, sorted by
+    document file; returns how many and where each file's marks are."""
+    work = task.work
+    keep = None
+    if task.parts > 1:
+        nb, parts, part = np.uint64(task.nbuckets), np.uint64(task.parts), np.uint64(task.part)
+
+        def keep(a: np.ndarray) -> np.ndarray:
+            return (a["hi"] // nb) % parts == part
+
+    arr = work.load(task.ranges(), ENTRY, keep)
+    if not len(arr):
+        return MarkResult(0)
+    # the pieces are in input order (file, line, paragraph, n-gram), so a stable sort by hash
+    # alone puts each hash's first occurrence first: no need to sort (or copy) the rest
+    order = np.lexsort((arr["lo"], arr["hi"]))
+    hi, lo = arr["hi"][order], arr["lo"][order]
+    dup = np.zeros(len(arr), dtype=bool)
+    np.logical_and(hi[1:] == hi[:-1], lo[1:] == lo[:-1], out=dup[1:])
+    del hi, lo
+    at = order[dup]
+    del order, dup
+    if not len(at):
+        return MarkResult(0)
+    at = at[np.argsort(arr["file"][at], kind="stable")]
+    marks = np.empty(len(at), dtype=MARK)
+    for f in MARK.names:
+        marks[f] = arr[f][at]
+    folder, name = task.name.split("/")
+    work.save(folder, name, marks)
+    files, first = np.unique(marks["file"], return_index=True)
+    return MarkResult(len(at), files, np.append(first, len(marks)), task.name)
+
+
+class Dups:
+    """One file's marks (sorted by line, paragraph, n-gram), asked for in that order: a
+    pointer walks them, so they stay numpy arrays (no Python object per mark)."""
+
+    def __init__(self, marks: np.ndarray) -> None:
+        where = (marks["line"].astype(np.uint64) << np.uint64(32)) | marks["para"]
+        self.keys, first = np.unique(where, return_index=True)
+        self.first = np.append(first, len(marks))
+        self.sub = marks["sub"]
+        self.at = 0
+
+    def get(self, line: int, para: int) -> set[int] | None:
+        """The n-gram numbers marked in paragraph ``para`` of line ``line``, or None; each call
+        must ask for a place after the previous one's."""
+        q = (line << 32) | para
+        keys, at = self.keys, self.at
+        while at < len(keys) and keys[at] < q:
+            at += 1
+        self.at = at
+        if at < len(keys) and keys[at] == q:
+            return set(self.sub[self.first[at] : self.first[at + 1]].tolist())
+        return None
