@@ -383,7 +383,11 @@ def test_ctrl_c_stops_workers_and_leaves_nothing(tmp_path):
     # the job is under way (its first progress report) when Ctrl-C comes, and slow enough
     # (0.5 s per report, 16 or more units) that it cannot finish first on a fast machine
     code = (
-        "import pathlib, sys, time; from lmdata.tokenize.pipeline import TokenizeJob, tokenize\n"
+        "import pathlib, signal, sys, time\n"
+        "from lmdata.tokenize.pipeline import TokenizeJob, tokenize\n"
+        # as at a terminal, even when the suite runs in the background (where the shell starts
+        # it, and so this child, with Ctrl-C ignored)
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "def progress(s):\n"
         "    pathlib.Path(sys.argv[3]).touch(); time.sleep(0.5)\n"
         "tokenize([sys.argv[1]], sys.argv[2], TokenizeJob(to='flat-tokens', batch_docs=8),"
