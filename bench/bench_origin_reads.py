@@ -291,7 +291,9 @@ def tokenize(work: Path) -> None:
 
     def ours(workers: int):
         def go():
-            s, n = bt.pipeline(src, work / f"w{workers}", workers)
+            # one worker runs in the process: its tokenizer gets one thread, as the bare one
+            threads = 1 if workers == 1 else None
+            s, n = bt.pipeline(src, work / f"w{workers}", workers, threads=threads)
             return s, n
 
         return go
@@ -323,7 +325,10 @@ def tokenize(work: Path) -> None:
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="lmdata-bench-reads-"))
     try:
+        only = os.environ.get("LMDATA_BENCH_PARTS")  # e.g. "tokenize,mds": those row sets
         for part in (mds, atlas, flat_tokens, tokenize):
+            if only and part.__name__ not in only.split(","):
+                continue
             (work / part.__name__).mkdir()
             try:
                 part(work / part.__name__)

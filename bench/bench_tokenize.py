@@ -54,8 +54,14 @@ def make_docs(path: Path) -> int:
     return total
 
 
-def pipeline(src: Path, dst: Path, workers: int, to: str = "flat-tokens") -> tuple[float, int]:
+def pipeline(
+    src: Path, dst: Path, workers: int, to: str = "flat-tokens", threads: int | None = None
+) -> tuple[float, int]:
+    """(job seconds, tokens) of `lmdata tokenize`; ``threads`` caps the tokenizer's own thread
+    pool (RAYON_NUM_THREADS) where the job runs in the one process (``workers=1``), which
+    otherwise encodes on every core."""
     extra = ["--eod", "<|endoftext|>"] if to == "modalities" else []
+    env = {**os.environ, "RAYON_NUM_THREADS": str(threads)} if threads else None
     out = subprocess.run(
         [
             sys.executable,
@@ -77,6 +83,7 @@ def pipeline(src: Path, dst: Path, workers: int, to: str = "flat-tokens") -> tup
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     )
     # "...; N tokens in S s ..." — the job's own time, process start-up excluded
     words = out.stdout.split()
