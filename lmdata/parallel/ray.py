@@ -154,8 +154,15 @@ class RayExecutor:
                     if on_report is not None and n:
                         on_report(n)
         finally:
-            for refs in pending:  # an error or an early stop: nothing more is wanted
-                ray.cancel(refs[1], force=True)
+            # an error or an early stop: nothing more is wanted. Only units still running are
+            # cancelled: cancelling a task that has already ended races with its reply inside
+            # Ray (2.60 aborts the driver: "Tried to complete task that was not pending")
+            running = [(c, r) for c, r in pending if c in unfinished]
+            if running:
+                ended, _ = ray.wait([c for c, _ in running], num_returns=len(running), timeout=0)
+                for c, r in running:
+                    if c not in ended:
+                        ray.cancel(r, force=True)
 
 
 def _get(ray: Any, ref: Any) -> Any:
