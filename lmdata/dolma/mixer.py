@@ -47,6 +47,7 @@ from lmdata.dolma.rules import any_match, replace_spans, selector, shorter_than
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats.dolma._files import (
     REMOTE_CHUNK,
+    chunks_between,
     iter_range_lines,
     iter_raw_lines,
     read_chunks,
@@ -373,15 +374,9 @@ def _lines(store: Store, key: str, src: Source) -> Iterator[tuple[int, bytes]]:
 def _count_lines(c: LineCount) -> int:
     """The newlines in bytes ``[c.start, c.end)`` of a plain file."""
     store, key = resolve(c.path, c.storage_options)
-    n = 0
-    pos = c.start
-    while pos < c.end:
-        chunk = store.read_range(key, pos, min(c.end - pos, REMOTE_CHUNK))
-        if not chunk:
-            break
-        n += chunk.count(b"\n")
-        pos += len(chunk)
-    return n
+    return sum(
+        chunk.count(b"\n") for _, chunk in chunks_between(store, key, c.start, c.end, REMOTE_CHUNK)
+    )
 
 
 def _opts(sh: Shard) -> dict[str, Any] | None:

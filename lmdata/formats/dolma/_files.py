@@ -215,17 +215,7 @@ class LineSplitter:
 def read_chunks(store: Store, key: str, step: int | None = None) -> Iterator[bytes]:
     """The bytes of ``key`` in ranged reads of ``step`` bytes (default 1 MiB locally, 8 MiB
     from object stores); the end is where a read comes back empty (remotely: short)."""
-    if step is None:
-        step = READ_CHUNK if isinstance(store, LocalStore) else REMOTE_CHUNK
-    off = 0
-    while True:
-        chunk = store.read_range(key, off, step)
-        if not chunk:
-            return
-        yield chunk
-        off += len(chunk)
-        if len(chunk) < step and not isinstance(store, LocalStore):
-            return  # an object store's short read is its end (saves one request)
+    return (chunk for _, chunk in chunks_between(store, key, 0, None, step))
 
 
 def iter_raw_lines(
@@ -273,22 +263,29 @@ def line_number_at(store: Store, key: str, offset: int) -> int:
     """The number of the line starting at byte ``offset`` of a plain file (counted only when a
     ranged unit has to name a line in an error)."""
     n = 1
-    for pos, chunk in _chunks_between(store, key, 0, offset):
+    for pos, chunk in chunks_between(store, key, 0, offset):
         n += chunk.count(b"\n", 0, offset - pos)
     return n
 
 
-def _chunks_between(store: Store, key: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:
-    """``(offset, bytes)`` of ``key`` from ``start`` in reads of READ_CHUNK, up to ``end`` (or
-    the end of the file when ``end`` is None)."""
+def chunks_between(
+    store: Store, key: str, start: int, end: int | None, step: int | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """``(offset, bytes)`` of ``key`` from ``start`` in ranged reads of ``step`` bytes (default
+    1 MiB locally, 8 MiB from object stores), up to ``end`` or, with ``end`` None, to the end
+    of the file: where a read comes back empty (remotely: short)."""
+    if step is None:
+        step = READ_CHUNK if isinstance(store, LocalStore) else REMOTE_CHUNK
     pos = start
-    step = READ_CHUNK if isinstance(store, LocalStore) else REMOTE_CHUNK
     while end is None or pos < end:
-        chunk = store.read_range(key, pos, step)
+        n = step if end is None else min(step, end - pos)
+        chunk = store.read_range(key, pos, n)
         if not chunk:
             return
         yield pos, chunk
         pos += len(chunk)
+        if len(chunk) < n and not isinstance(store, LocalStore):
+            return  # an object store's short read is its end (saves one request)
 
 
 def iter_range_lines(
@@ -303,7 +300,7 @@ def iter_range_lines(
     parts: list[bytes] = []  # the unfinished line's bytes, joined once (when its newline comes)
     size = 0
     skip = start > 0  # the line under way at ``start - 1`` belongs to the previous range
-    for off, chunk in _chunks_between(store, key, pos, None):
+    for off, chunk in chunks_between(store, key, pos, None):
         if not skip and pos >= end:
             return
         if b"\n" not in chunk:  # the line under way goes on
