@@ -418,10 +418,17 @@ def _window_parts(
             for u in got:
                 arr._bytes_view(u)
         # the views were dropped in between (the byte cache evicted): Python below
+    return _py_window_parts(arr, starts, length)
+
+
+def _py_window_parts(
+    arr: ZArray, starts: list[int] | np.ndarray, length: int
+) -> tuple[list[Any], list[int]] | None:
+    """:func:`_window_parts` with Python int arithmetic, for items of any size."""
     if isinstance(starts, np.ndarray):
         starts = starts.tolist()
-    isz = arr.dtype.itemsize
-    nb = length * isz
+    unit = arr.unit
+    nb = length * arr.dtype.itemsize
     arr._check_views()
     views = arr._views
     bases, offsets = [], []
@@ -430,7 +437,7 @@ def _window_parts(
         if o + length > unit:
             return None  # straddles two units
         v = views.get(u) or arr._bytes_view(u)
-        o *= isz
+        o *= arr.dtype.itemsize
         if o + nb > len(v):
             return None  # a short (corrupt) unit: the general path reports it
         bases.append(v)
@@ -468,26 +475,13 @@ def _copy_windows(
             return None
         _copy_rows(parts, out, len(starts), length)  # one C loop, the GIL released
         return out
-    if isinstance(starts, np.ndarray):
-        starts = starts.tolist()
-    isz = arr.dtype.itemsize
-    rb = length * isz
-    arr._check_views()
-    views = arr._views
+    parts = _py_window_parts(arr, starts, length)
+    if parts is None:
+        return None  # a window straddles two units or a unit is short: the general path
+    rb = length * arr.dtype.itemsize
     ob = memoryview(out.reshape(-1).view(np.uint8))
-    at = 0
-    for s in starts:
-        u, o = divmod(s, unit)
-        if o + length > unit:
-            return None  # straddles two units: the general path (``out`` is rewritten)
-        v = views.get(u)
-        if v is None:
-            v = arr._bytes_view(u)
-        o *= isz
-        if o + rb > len(v):
-            return None
-        ob[at : at + rb] = v[o : o + rb]
-        at += rb
+    for k, (v, o) in enumerate(zip(*parts, strict=True)):
+        ob[k * rb : (k + 1) * rb] = v[o : o + rb]
     return out
 
 
