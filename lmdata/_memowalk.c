@@ -40,12 +40,15 @@ early_slot(PyObject *self, PyObject *args)
         } else if (k == -1) { /* count of one byte */
             if (i + 1 >= n) break;
             i += 2 + (Py_ssize_t)p[i + 1];
-        } else if (k == -2 || k == -3) { /* count of 4 or 8 bytes, signed */
+        } else if (k == -2 || k == -3) {
+            /* a count of 4 bytes, unsigned as CPython's unpickler reads it (a string of 2-4 GiB
+             * is skipped, not a stop that would hide a memo write after it), or of 8 bytes,
+             * which it refuses from 2**63 on */
             int w = k == -2 ? 4 : 8;
             if (i + w >= n) break;
             unsigned long long u = 0;
             for (int b = w - 1; b >= 0; b--) u = (u << 8) | p[i + 1 + b];
-            long long size = w == 4 ? (long long)(int32_t)(uint32_t)u : (long long)u;
+            long long size = (long long)u;
             if (size < 0 || size > n) break; /* the unpickler refuses it, or it is truncated */
             i += 1 + w + (Py_ssize_t)size;
         } else if (k == -6) { /* LONG_BINPUT */

@@ -318,3 +318,24 @@ def test_prefix_length_is_where_the_pickle_ends(obj, protocol, tail):
     data = pickle.dumps(obj, protocol=protocol)
     value, used = safe_load_prefix(data + tail)
     assert used == len(data) and _same(value, pickle.loads(data))
+
+
+@pytest.mark.parametrize("walk", ["c", "python"])
+def test_four_byte_lengths_are_unsigned_as_the_unpickler_reads_them(walk):
+    # A string of 2 GiB (length 0x80000000: negative if read as signed) is skipped, so a memo
+    # bomb after it is still found. The string's pages are never touched (anonymous mmap).
+    import mmap
+
+    from lmdata import _pickle
+
+    if walk == "c":
+        _c_walk()
+    size = 1 << 31
+    mm = mmap.mmap(-1, 2 + 5 + size + 6)
+    try:
+        mm[:7] = b"\x80\x04B" + size.to_bytes(4, "little")
+        mm[7 + size :] = b"r" + (4 * 10**9).to_bytes(4, "little") + b"."
+        walked = _pickle._early_slot(mm) if walk == "c" else _pickle._py_early_slot(mm)
+        assert walked == (4 * 10**9, 7 + size)
+    finally:
+        mm.close()
