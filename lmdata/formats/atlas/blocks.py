@@ -16,7 +16,10 @@ import pickle
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lmdata.formats.atlas.ahead import Stream
 
 TAKEN = object()  # an example already handed to a caller: a later read makes a fresh one
 MAX_HOT = 64  # blocks a thread keeps decoded (one per shard, the least recent dropped)
@@ -41,13 +44,13 @@ class Hot:
 
 class PerThread(threading.local):
     """What one thread keeps: the block it read last (the fast path of ``r[i]``), its current
-    block of each shard, raw bytes read ahead per shard, and its zstd decompressors."""
+    block of each shard, blocks read ahead per shard, and its zstd decompressors."""
 
     def __init__(self) -> None:
         self.last: tuple[int, int, list[Any]] = (0, 0, _EMPTY)  # (lo, examples, items)
         self.nexts: dict[int, int] = {}  # shard -> the index after the last r[i] read there
         self.hot: OrderedDict[int, Hot] = OrderedDict()
-        self.ahead: dict[int, tuple[int, list[int], bytes]] = {}  # (first block, offsets, bytes)
+        self.ahead: OrderedDict[int, Stream] = OrderedDict()  # shard -> its blocks read ahead
         self.by_shard: dict[int, Any] = {}
         self.dctx: dict[Any, Any] = {}
 

@@ -4,7 +4,8 @@ Fixes over the origin's reader: positional reads through the store (``pread`` lo
 workers forked after the parent has read get correct examples; an allow-list unpickler unless
 the file is trusted; a bound on the decompressed size of a block; a block cache (see
 :mod:`.blocks`) that never hands the same object out twice; correct negative indices; ``take``
-that decodes each needed block once; reading ahead when ``r[i]`` goes in order.
+that decodes each needed block once; reading ahead when ``r[i]`` goes in order, with the next
+blocks decompressed on a background thread (see :mod:`.ahead`).
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import weakref
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
+from itertools import pairwise
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import numpy as np
 import zstandard
 
-from lmdata._pickle import items_alone, load_item, memo_check_needed
+from lmdata._pickle import items_alone, load_item, load_list, memo_check_needed
 from lmdata.errors import DatasetNotFoundError, FormatError
 from lmdata.formats.atlas import codec
+from lmdata.formats.atlas.ahead import RAW_AHEAD, Decoder, Run, Stream, frame_sizes
 from lmdata.formats.atlas.blocks import (
     MAX_HOT,
     TAKEN,
@@ -41,9 +45,11 @@ from lmdata.storage import LocalStore, new_slot, resolve
 
 DEFAULT_CACHE_BYTES = 64 << 20  # pickled examples of earlier blocks kept for later reads
 MAX_OPEN_FILES = 64
-_READ_AHEAD = 8 << 20  # sequential iteration reads this many bytes of blocks per pread
-_GET_AHEAD = 1 << 20  # r[i] in order reads this many bytes of blocks per pread
-_GET_AHEAD_BLOCKS = 256
+# Reading in order, at most this many decoded bytes ahead per thread (and half the cache's
+# budget: the rest keeps blocks for reads that come back), over at most _AHEAD_SHARDS shards.
+_AHEAD_BYTES = 4 << 20
+_AHEAD_SHARDS = 4
+_AHEAD_BLOCKS = 1024  # blocks per read ahead at most
 
 
 class Atlas(ShardFiles):
@@ -53,7 +59,8 @@ class Atlas(ShardFiles):
     object every time, so changing it never changes later reads. ``allow_unsafe_pickle=True``
     trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
     ``cache_bytes`` bounds the examples of earlier blocks kept between reads (as pickles; each
-    thread's current block of every shard is kept decoded regardless, see :mod:`.blocks`).
+    thread's current block of every shard is kept decoded regardless, see :mod:`.blocks`) and
+    the blocks decompressed ahead of reads in order (half of it, at most 4 MiB a thread).
     ``compression_dict`` gives the shared dictionary's bytes (a shard opened on its own, away
     from its dataset root).
     """
@@ -111,11 +118,17 @@ class Atlas(ShardFiles):
         self._sizes: dict[int, int] = {}  # shard -> bytes in data.bin
         self._spans: dict[int, tuple[np.ndarray, int]] = {}  # shard -> (index, data.bin bytes)
         self._index: dict[int, np.ndarray] = {}
+        self._offsets: dict[int, list[int]] = {}  # shard -> its index as plain ints
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
         self._codecs: dict[int, tuple[bool, int, str | None]] = {}
-        # examples of blocks read before, one pickle each, in the process-wide byte cache
-        self._slot = new_slot(self.cache_bytes)
-        self._reuse = Reuse(self.cache_bytes)
+        # in order: decoded blocks ahead; the rest of the budget: examples of blocks read
+        # before, one pickle each, in the process-wide byte cache
+        self._ahead_bytes = min(self.cache_bytes // 2, _AHEAD_BYTES)
+        self._slot = new_slot(self.cache_bytes - self._ahead_bytes)
+        self._reuse = Reuse(self.cache_bytes - self._ahead_bytes)
+        self._decoder: Decoder | None = None  # started by the first read in order
+        self._decoder_dctx: dict[Any, zstandard.ZstdDecompressor] = {}  # its decompressors
+        self._ratio = 4.0  # pickled / stored bytes of blocks, learnt from runs read ahead
         self._checked = Checked(not self.allow_unsafe_pickle and memo_check_needed())
         # shards read whole at random: all of them without the C walk; else those whose
         # examples the walk could not vouch for
@@ -160,7 +173,11 @@ class Atlas(ShardFiles):
             self._spans.clear()
             self._slot.clear()
             self._index.clear()
+            self._offsets.clear()
             self._local = PerThread()  # every thread's decoded blocks go with it
+            if self._decoder is not None:
+                self._decoder.stop()
+                self._decoder = None
 
     @property
     def _cached_bytes(self) -> int:
@@ -178,13 +195,21 @@ class Atlas(ShardFiles):
 
     # ---- low-level access ------------------------------------------------------------------
 
-    def _decode_raw(self, s: int, b: int, raw: bytes) -> tuple[list[Any], int]:
-        """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes."""
+    def _decode_raw(
+        self, s: int, b: int, raw: bytes, plain: bytes | None = None
+    ) -> tuple[list[Any], int]:
+        """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes (and
+        its pickled bytes, where decompressed ahead)."""
+        if plain is None:
+            plain = self._pickled(s, b, raw)
+        if not self._checked.active:
+            items = load_list(plain, self.shards[s].meta.block_len(b))
+            if items is not None:
+                return items, len(plain)
         seen = self._checked.digest(s, raw)
-        raw = self._pickled(s, b, raw)
-        items = self._unpickle(s, b, raw, seen in self._checked)
+        items = self._unpickle(s, b, plain, seen in self._checked)
         self._checked.add(seen)
-        return items, len(raw)
+        return items, len(plain)
 
     def _unpickle(self, s: int, b: int, plain: bytes, memo_checked: bool = False) -> list[Any]:
         """The examples of block ``b`` of shard ``s`` from its pickled bytes."""
@@ -201,51 +226,98 @@ class Atlas(ShardFiles):
         """(examples, pickled size) of block ``b`` of shard ``s``."""
         return self._decode_raw(s, b, self._read_raw(s, b))
 
-    def _raw(self, s: int, b: int, in_order: bool) -> bytes:
-        """The stored bytes of block ``b`` of shard ``s``: from this thread's read-ahead of the
-        shard, or read ahead now when reads go in order, or one ranged read."""
+    def _raw(self, s: int, b: int, in_order: bool) -> tuple[bytes, bytes | None]:
+        """(stored bytes, pickled bytes or None) of block ``b`` of shard ``s``: from this
+        thread's stream of the shard, or a new stream when reads go in order (block ``b`` is
+        read on its own while the next ones are read and decompressed ahead), or one ranged
+        read."""
         ahead = self._local.ahead
-        got = ahead.get(s)
-        if got is not None:
-            first, offs, buf = got
-            k = b - first
-            if 0 <= k < len(offs) - 1:
-                return buf[offs[k] - offs[0] : offs[k + 1] - offs[0]]
+        st = ahead.get(s)
+        if st is not None:
+            got = st.get(b)
+            if got is not None:
+                return got
             del ahead[s]
         if in_order:
-            got = self._read_ahead(s, b)
-            if got is not None:
-                ahead[s] = got
-                offs, buf = got[1], got[2]
-                return buf[: offs[1] - offs[0]]
-        return self._read_raw(s, b)
+            st = ahead[s] = self._stream(s, b + 1, self._ahead_bytes // (len(ahead) + 1))
+            if len(ahead) > _AHEAD_SHARDS:
+                ahead.popitem(last=False)
+            st.fill()
+        return self._read_raw(s, b), None
 
-    def _read_ahead(self, s: int, b: int) -> tuple[int, list[int], bytes] | None:
-        """(b, offsets, bytes) of blocks b, b+1, ... of shard ``s``, about _GET_AHEAD bytes in
-        one read; None where the index looks damaged (the one-block read says precisely how)."""
-        with self._lock:
-            idx = self._shard_index(s)
-            size = self._size(s)
-        offs = np.asarray(idx[b : b + _GET_AHEAD_BLOCKS + 1], dtype=np.int64)
-        offs = offs[: max(2, int(np.searchsorted(offs, offs[0] + _GET_AHEAD, side="right")))]
-        if not self._one_read(offs, size):
+    def _stream(self, s: int, first: int, budget: int) -> Stream:
+        """Shard ``s`` read in order from block ``first``, decompressing up to ``budget``
+        bytes ahead (stored blocks: read ahead only)."""
+        compressed = self._codec(s)[0]
+        return Stream(lambda b, size: self._run(s, b, size), first, budget if compressed else 0)
+
+    def _run(self, s: int, b: int, decoded: int) -> Run | None:
+        """Blocks b, b+1, ... of shard ``s`` in one read: about ``decoded`` bytes of them once
+        decompressed, handed to the decoder thread (about RAW_AHEAD stored bytes when 0); None
+        past the shard's end or where the index looks damaged (the one-block read says
+        precisely how)."""
+        n = self.shards[s].meta.num_blocks
+        if b >= n:
             return None
-        start, stop = int(offs[0]), int(offs[-1])
+        offsets = self._offsets.get(s)
+        if offsets is None:  # plain ints: numpy calls cost µs and release the GIL
+            with self._lock:
+                offsets = self._offsets[s] = self._shard_index(s).tolist()
+                self._size(s)
+        want = int(decoded / self._ratio) if decoded else RAW_AHEAD
+        last = min(n, b + _AHEAD_BLOCKS)
+        e = max(b + 1, bisect_right(offsets, offsets[b] + want, b, last + 1) - 1)
+        offs = offsets[b : e + 1]
+        if not self._one_read(offs, self._sizes[s]):
+            return None
+        start, stop = offs[0], offs[-1]
         buf = self.store.read_range(self._data_paths[s], start, stop - start)
         if len(buf) != stop - start:
             return None
-        return b, offs.tolist(), buf
+        run = Run(b, offs, buf)
+        if decoded:
+            _, dict_id, _ = self._codec(s)
+            k, total, sizes = frame_sizes(buf, offs, self.max_block_bytes, dict_id, decoded)
+            if k:
+                run.offs = offs[: k + 1]
+                self._ratio = max(1.0, total / (run.offs[-1] - run.offs[0] or 1))
+                run.decoded = total
+                decoder = self._decoder_for(s)
+                if decoder is None or not decoder[0].submit(run, decoder[1], sizes):
+                    run.decoded = 0
+        return run
 
-    def _one_read(self, offs: np.ndarray, size: int) -> bool:
+    def _decoder_for(self, s: int) -> tuple[Decoder, zstandard.ZstdDecompressor] | None:
+        """This reader's decoder thread (started once per process) and a decompressor of
+        shard ``s``'s dictionary for it (the thread's own: they are not thread-safe); None
+        where the dictionary is unusable (each block's read then says so)."""
+        with self._lock:
+            if self._decoder is None or self._decoder.pid != os.getpid():
+                self._decoder = Decoder()
+                self._decoder_dctx.clear()
+                weakref.finalize(self, self._decoder.stop)
+            dctx = self._decoder_dctx.get(s)
+            if dctx is None:
+                d = self._dict_for(s)
+                key = ("dict", None if d is None else id(d))
+                dctx = self._decoder_dctx.get(key)
+                if dctx is None:
+                    try:
+                        dctx = zstandard.ZstdDecompressor(dict_data=d)
+                    except zstandard.ZstdError:
+                        return None
+                self._decoder_dctx[key] = self._decoder_dctx[s] = dctx
+            return self._decoder, dctx
+
+    def _one_read(self, offs: list[int], size: int) -> bool:
         """Whether the blocks between index offsets ``offs`` lie in data.bin (of ``size``
         bytes), in order and within max_block_bytes, so one read fetches them all; where not,
         the one-block read says precisely what is wrong."""
-        steps = np.diff(offs)
-        return bool(
-            offs[0] >= 0
+        bound = self.max_block_bytes
+        return (
+            0 <= offs[0]
             and offs[-1] <= size
-            and steps.min() >= 0
-            and steps.max() <= self.max_block_bytes
+            and all(0 <= y - x <= bound for x, y in pairwise(offs))
         )
 
     def _locate(self, i: int) -> tuple[int, int, int]:
@@ -313,6 +385,7 @@ class Atlas(ShardFiles):
         # as much as decoding it) and the reuse bookkeeping, which is about coming back.
         in_order = j == 0 and h is not None and h.block == b - 1
         if not in_order:
+            loc.ahead.pop(s, None)  # reads at random: no more blocks ahead
             cached = self._cached((s, b))
             if type(cached) is bytes:  # a block's pickled bytes: see _alone
                 found, item = load_item(cached, j, self.shards[s].meta.block_len(b))
@@ -326,7 +399,7 @@ class Atlas(ShardFiles):
                 nexts[s] = i + 1
                 return self._alone(s, b, j)
         loc.nexts[s] = i + 1
-        items, nbytes = self._decode_raw(s, b, self._raw(s, b, in_order))
+        items, nbytes = self._decode_raw(s, b, *self._raw(s, b, in_order))
         if not in_order:
             with self._lock:
                 self._reuse.decoded(nbytes)
@@ -348,7 +421,7 @@ class Atlas(ShardFiles):
         ``load_item``), or the whole block where the walk cannot vouch for the example (then
         the shard's later reads unpickle whole blocks: its examples hold more than plain
         data)."""
-        stored = self._raw(s, b, False)
+        stored = self._read_raw(s, b)
         plain = self._pickled(s, b, stored)
         with self._lock:
             self._reuse.decoded(len(plain))
@@ -394,7 +467,7 @@ class Atlas(ShardFiles):
                 for k, j in members:
                     out[k] = unpickle(pickled[j])  # type: ignore[arg-type]
                 continue
-            items, nbytes = self._decode_raw(*key, self._raw(*key, False))
+            items, nbytes = self._decode_raw(*key, self._read_raw(*key))
             with self._lock:
                 self._reuse.decoded(nbytes)
             if self._keeping():
@@ -417,36 +490,17 @@ class Atlas(ShardFiles):
                 items[j] = TAKEN
 
     def __iter__(self) -> Iterator[Any]:
-        """Every example in order, reading several blocks per system call."""
+        """Every example in order: blocks read in large ranged reads and decompressed ahead
+        on the decoder thread (see :mod:`.ahead`)."""
         self._check_pid()
         for s, sh in enumerate(self.shards):
-            if sh.meta.num_blocks == 0:
-                continue
-            with self._lock:
-                idx = np.asarray(self._shard_index(s), dtype=np.int64)
-                size = self._size(s)
-            yield from self._iter_shard(s, size, idx)
-
-    def _iter_shard(self, s: int, size: int, idx: np.ndarray) -> Iterator[Any]:
-        n = self.shards[s].meta.num_blocks
-        offs: list[int] = idx[: n + 1].tolist()  # plain ints: numpy scalars cost µs a block
-        b = 0
-        while b < n:
-            e = b + 1
-            while e < n and offs[e + 1] - offs[b] <= _READ_AHEAD:
-                e += 1
-            start, stop = offs[b], offs[e]
-            buf = b""
-            if self._one_read(idx[b : e + 1], size):
-                buf = self.store.read_range(self._data_paths[s], start, stop - start)
-            if len(buf) != stop - start or stop < start:
-                for k in range(b, e):  # slow path: raises the precise error
-                    yield from self._read_block(s, k)[0]
-            else:
-                for k in range(b, e):
-                    raw = buf[offs[k] - start : offs[k + 1] - start]
-                    yield from self._decode_raw(s, k, raw)[0]
-            b = e
+            st = self._stream(s, 0, self._ahead_bytes)
+            for b in range(sh.meta.num_blocks):
+                got = st.get(b)
+                if got is None:  # the one-block read says precisely what is wrong
+                    yield from self._read_block(s, b)[0]
+                else:
+                    yield from self._decode_raw(s, b, *got)[0]
 
     # ---- extras ----------------------------------------------------------------------------
 

@@ -1,0 +1,159 @@
+"""Reading in order decompresses the next blocks on one background thread: within the budget,
+errors raised when the damaged block is read, the thread gone at close, GC and after fork."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lmdata
+from lmdata.errors import CorruptDataError
+from lmdata.formats import atlas
+from lmdata.formats.atlas import ahead
+
+from .test_atlas_compat import examples, write
+
+N = 600
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    ex = examples(N)
+    path = tmp_path_factory.mktemp("atlas") / "d"
+    return write(path, ex, shard_size=300, block_size=10, compression_strategy=3), ex
+
+
+def _decoders() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "lmdata-atlas-decoder"]
+
+
+def _on_main(r: atlas.Atlas) -> list[tuple[int, int]]:
+    """Blocks the reading thread decompresses itself from now on."""
+    calls: list[tuple[int, int]] = []
+    pickled = r._pickled
+
+    def counting(s: int, b: int, raw: bytes) -> bytes:
+        calls.append((s, b))
+        return pickled(s, b, raw)
+
+    r._pickled = counting  # type: ignore[method-assign]
+    return calls
+
+
+@pytest.mark.parametrize("how", ["r[i]", "iter"])
+def test_in_order_blocks_are_decompressed_on_the_decoder_thread(dataset, how) -> None:
+    path, ex = dataset
+    r = atlas.open(path)
+    on_main = _on_main(r)
+    got = [r[i] for i in range(N)] if how == "r[i]" else list(r)
+    assert got == ex
+    # r[i]: each shard's first two blocks are read before reads look in order
+    assert len(on_main) <= (4 if how == "r[i]" else 0)
+    assert r._decoder is not None
+    r.close()
+
+
+def test_cache_bytes_zero_decompresses_nothing_ahead(dataset) -> None:
+    path, ex = dataset
+    r = atlas.open(path, cache_bytes=0)
+    on_main = _on_main(r)
+    assert [r[i] for i in range(N)] == ex
+    assert len(on_main) == 60 and r._decoder is None
+
+
+def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> None:
+    path, ex = dataset
+    r = atlas.open(path, cache_bytes=40_000)  # half of it ahead: blocks of about 2 KB
+    budget = r._ahead_bytes
+    assert budget == 20_000
+    most = [0]
+    fill = ahead.Stream.fill
+
+    def watching(st: ahead.Stream) -> None:
+        fill(st)
+        most[0] = max(most[0], sum(run.decoded for run in st._runs))
+
+    monkeypatch.setattr(ahead.Stream, "fill", watching)
+    assert [r[i] for i in range(N)] == ex
+    assert list(r) == ex
+    assert 0 < most[0] <= budget
+
+
+def test_random_reads_stop_reading_ahead(dataset) -> None:
+    path, ex = dataset
+    r = atlas.open(path)
+    assert [r[i] for i in range(50)] == ex[:50]
+    assert 0 in r._local.ahead
+    assert r[250] == ex[250]
+    assert 0 not in r._local.ahead
+
+
+@pytest.mark.parametrize("damage", ["payload", "magic", "size"])
+@pytest.mark.parametrize("how", ["r[i]", "iter"])
+def test_a_damaged_block_fails_when_read_naming_it(tmp_path: Path, damage, how) -> None:
+    ex = examples(300)
+    path = write(tmp_path / "d", ex, shard_size=300, block_size=10, compression_strategy=1)
+    r0 = atlas.open(path)
+    start, stop = r0._block_range(0, 7)
+    data = bytearray((path / "0" / "data.bin").read_bytes())
+    if damage == "payload":  # the run fails on the thread; the read decodes it again
+        data[stop - 6 : stop] = bytes(6)
+    elif damage == "magic":  # the run stops before it
+        data[start] ^= 0xFF
+    else:  # a declared size beyond max_block_bytes: never handed to the thread
+        data[start + 5] = 0xFF  # the single-byte content size of these small frames
+    (path / "0" / "data.bin").write_bytes(bytes(data))
+    r = atlas.open(path, max_block_bytes=5000 if damage == "size" else 1 << 30)
+    got: list[Any] = []
+    with pytest.raises(CorruptDataError) as err:
+        if how == "iter":
+            for x in r:
+                got.append(x)
+        else:
+            for i in range(300):
+                got.append(r[i])
+    assert got == ex[:70]  # every example before the damaged block
+    assert err.value.path is not None and str(err.value.path).endswith("data.bin")
+    assert "shard 0 block 7" in str(err.value)
+
+
+def test_close_and_garbage_collection_end_the_thread(dataset) -> None:
+    path, ex = dataset
+    before = set(_decoders())
+    r = atlas.open(path)
+    assert [r[i] for i in range(N)] == ex
+    (mine,) = set(_decoders()) - before
+    r.close()
+    mine.join(5)
+    assert not mine.is_alive()
+    assert [r[i] for i in range(N)] == ex  # a closed reader reads again, with a new thread
+    (again,) = set(_decoders()) - before
+    del r
+    gc.collect()
+    again.join(5)
+    assert not again.is_alive()
+
+
+_READER: Any = None
+
+
+def _in_child(k: int) -> bool:
+    n = len(_READER)
+    return [_READER[i] for i in range(n)] == list(_READER) and _READER[k] is not None
+
+
+def test_forked_children_read_in_order_without_the_parents_thread(dataset) -> None:
+    global _READER
+    path, ex = dataset
+    _READER = lmdata.open(path)
+    # the parent reads in order: its thread runs, with runs handed to it when the fork comes
+    assert [_READER[i] for i in range(25)] == ex[:25]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2) as pool:
+        assert pool.map_async(_in_child, range(4)).get(timeout=120) == [True] * 4
+    assert [_READER[i] for i in range(25, N)] == ex[25:]
