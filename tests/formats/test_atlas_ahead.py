@@ -19,6 +19,7 @@ from lmdata.formats.atlas import ahead
 from .test_atlas_compat import examples, write
 
 N = 600
+pytestmark = pytest.mark.skipif(ahead._cpus() < 2, reason="one CPU: nothing is read ahead")
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +67,24 @@ def test_cache_bytes_zero_decompresses_nothing_ahead(dataset) -> None:
     assert len(on_main) == 60 and r._decoder is None
 
 
+def test_the_budget_comes_out_of_the_cache() -> None:
+    mib = 1 << 20
+    for cache, want in (
+        (0, 0),
+        (mib // 2, mib // 2),
+        (mib, mib),
+        (8 * mib, mib),
+        (64 * mib, 4 * mib),
+    ):
+        assert ahead.ahead_budget(cache) == want
+
+
 def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> None:
     path, ex = dataset
-    r = atlas.open(path, cache_bytes=40_000)  # half of it ahead: blocks of about 2 KB
+    r = atlas.open(path, cache_bytes=40_000)  # blocks of about 2 KB
     budget = r._ahead_bytes
-    assert budget == 20_000
+    assert budget == ahead.ahead_budget(40_000) == 40_000  # at least 1 MiB where it can
+    assert r._slot.cap == 0  # the rest of the cache: nothing
     most = [0]
     fill = ahead.Stream.fill
 

@@ -28,6 +28,30 @@ from lmdata.formats.atlas.codec import ZSTD_MAGIC
 
 RAW_AHEAD = 1 << 20  # stored bytes per ranged read when nothing is decompressed ahead
 _MAX_RUN_BLOCKS = 1024
+_MOST = 4 << 20  # decoded bytes ahead per reading thread, at most
+_LEAST = 1 << 20  # ... and at least (within the cache): less leaves the reader waiting
+
+
+def ahead_budget(cache_bytes: int) -> int:
+    """Decoded bytes a reader may hold ahead of each thread reading in order, out of its
+    ``cache_bytes`` (the rest keeps blocks for reads that come back): an eighth of the cache,
+    within 1-4 MiB where the cache allows; 0 with one CPU, where the thread would only take
+    turns with the reader.
+
+    Less than about 1 MiB ahead (runs of 512 KiB) and the reader often waits for the thread,
+    which needs the GIL back after each run while the reader runs Python: 0.5 MiB ahead cut
+    a pass over 200k examples from 0.61 s to 0.55 s, 1 MiB to 0.51 s, 4 MiB to 0.50 s.
+    """
+    if _cpus() < 2:
+        return 0
+    return max(min(cache_bytes // 8, _MOST), min(cache_bytes, _LEAST))
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 class Run:

@@ -26,7 +26,14 @@ import zstandard
 from lmdata._pickle import items_alone, load_item, load_list, memo_check_needed
 from lmdata.errors import DatasetNotFoundError, FormatError
 from lmdata.formats.atlas import codec
-from lmdata.formats.atlas.ahead import RAW_AHEAD, Decoder, Run, Stream, frame_sizes
+from lmdata.formats.atlas.ahead import (
+    RAW_AHEAD,
+    Decoder,
+    Run,
+    Stream,
+    ahead_budget,
+    frame_sizes,
+)
 from lmdata.formats.atlas.blocks import (
     MAX_HOT,
     TAKEN,
@@ -45,10 +52,7 @@ from lmdata.storage import LocalStore, new_slot, resolve
 
 DEFAULT_CACHE_BYTES = 64 << 20  # pickled examples of earlier blocks kept for later reads
 MAX_OPEN_FILES = 64
-# Reading in order, at most this many decoded bytes ahead per thread (and half the cache's
-# budget: the rest keeps blocks for reads that come back), over at most _AHEAD_SHARDS shards.
-_AHEAD_BYTES = 4 << 20
-_AHEAD_SHARDS = 4
+_AHEAD_SHARDS = 4  # a thread reads ahead in at most this many shards (sharing its budget)
 _AHEAD_BLOCKS = 1024  # blocks per read ahead at most
 
 
@@ -60,7 +64,7 @@ class Atlas(ShardFiles):
     trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
     ``cache_bytes`` bounds the examples of earlier blocks kept between reads (as pickles; each
     thread's current block of every shard is kept decoded regardless, see :mod:`.blocks`) and
-    the blocks decompressed ahead of reads in order (half of it, at most 4 MiB a thread).
+    the blocks decompressed ahead of reads in order (see :func:`.ahead.ahead_budget`).
     ``compression_dict`` gives the shared dictionary's bytes (a shard opened on its own, away
     from its dataset root).
     """
@@ -123,7 +127,7 @@ class Atlas(ShardFiles):
         self._codecs: dict[int, tuple[bool, int, str | None]] = {}
         # in order: decoded blocks ahead; the rest of the budget: examples of blocks read
         # before, one pickle each, in the process-wide byte cache
-        self._ahead_bytes = min(self.cache_bytes // 2, _AHEAD_BYTES)
+        self._ahead_bytes = ahead_budget(self.cache_bytes)
         self._slot = new_slot(self.cache_bytes - self._ahead_bytes)
         self._reuse = Reuse(self.cache_bytes - self._ahead_bytes)
         self._decoder: Decoder | None = None  # started by the first read in order
