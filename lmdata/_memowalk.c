@@ -294,6 +294,7 @@ item_pickle(PyObject *self, PyObject *args)
     Memo m = {0};
     Py_ssize_t *gets = NULL, ngets = 0, rs = 0, re = 0, items = 0;
     unsigned char *used = NULL;
+    Py_ssize_t *rank = NULL;
     PyObject *out = NULL;
     const unsigned char *p = (const unsigned char *)data.buf;
     int ok = want >= 0 && find_item(p, data.len, want, &rs, &re, &items, &m, &st, &gets, &ngets);
@@ -311,39 +312,53 @@ item_pickle(PyObject *self, PyObject *args)
         }
     }
     if (ok) {
-        /* PROTO; per earlier slot: the atom, MEMOIZE, POP if the item uses it, else NONE,
-         * MEMOIZE per unused slot in a row, POP; the item's opcodes; STOP */
+        /* PROTO; per earlier slot the item gets: the atom, MEMOIZE, POP; the item's opcodes
+         * without FRAMEs, each BINGET/LONG_BINGET renumbered (earlier slots the item does not
+         * get are left out, so the slots it makes itself move down by as many); STOP */
+        Py_ssize_t nused = 0;
         size = 2 + (re - rs) + 1;
-        for (Py_ssize_t k = 0; k < before; k++)
-            size += used[k] ? m.aend[k] - m.astart[k] + 2 : 3;
+        for (Py_ssize_t k = 0; k < before; k++) {
+            if (used[k]) {
+                size += m.aend[k] - m.astart[k] + 2;
+                nused++;
+            }
+        }
+        rank = PyMem_Malloc(((size_t)before + 1) * sizeof(Py_ssize_t));
+        if (!rank) { PyErr_NoMemory(); goto done; }
+        for (Py_ssize_t k = 0, r = 0; k < before; k++) rank[k] = used[k] ? r++ : -1;
         out = PyBytes_FromStringAndSize(NULL, size);
         if (!out) goto done;
         unsigned char *q = (unsigned char *)PyBytes_AS_STRING(out);
         *q++ = p[0]; *q++ = p[1];
-        for (Py_ssize_t k = 0; k < before;) {
+        for (Py_ssize_t k = 0; k < before; k++) {
             if (used[k]) {
                 memcpy(q, p + m.astart[k], (size_t)(m.aend[k] - m.astart[k]));
                 q += m.aend[k] - m.astart[k];
                 *q++ = 0x94; *q++ = '0';
-                k++;
-            } else {
-                *q++ = 'N';
-                while (k < before && !used[k]) { *q++ = 0x94; k++; }
-                *q++ = '0';
             }
         }
-        Py_ssize_t from = rs; /* the item's opcodes, without the FRAMEs among them */
+        Py_ssize_t from = rs;
         for (Py_ssize_t g = 0; g < ngets; g++) {
-            Py_ssize_t at = gets[2 * g];
-            if (gets[2 * g + 1] >= 0 || at < rs || at >= re) continue;
+            Py_ssize_t at = gets[2 * g], mi = gets[2 * g + 1];
+            if (at < rs || at >= re) continue;
             memcpy(q, p + from, (size_t)(at - from));
             q += at - from;
-            from = at + 9;
+            if (mi < 0) { /* a FRAME: left out */
+                from = at + 9;
+                continue;
+            }
+            /* never more than the old number: a BINGET's one byte still holds it */
+            unsigned long long to = mi < before ? (unsigned long long)rank[mi]
+                                                : (unsigned long long)(mi - before + nused);
+            *q++ = p[at];
+            int w = p[at] == 'h' ? 1 : 4;
+            for (int b = 0; b < w; b++) *q++ = (unsigned char)(to >> (8 * b));
+            from = at + 1 + w;
         }
         memcpy(q, p + from, (size_t)(re - from));
         q += re - from;
         *q++ = '.';
-        /* runs of unused slots and FRAMEs take less than counted: trim */
+        /* FRAMEs take less than counted: trim */
         if (_PyBytes_Resize(&out, (Py_ssize_t)(q - (unsigned char *)PyBytes_AS_STRING(out))) < 0) {
             out = NULL;
             goto done;
@@ -355,7 +370,7 @@ item_pickle(PyObject *self, PyObject *args)
 done:
     PyMem_Free(st.start); PyMem_Free(st.aend); PyMem_Free(st.kind);
     PyMem_Free(m.astart); PyMem_Free(m.aend); PyMem_Free(m.pos);
-    PyMem_Free(gets); PyMem_Free(used);
+    PyMem_Free(gets); PyMem_Free(used); PyMem_Free(rank);
     PyBuffer_Release(&data);
     return out;
 }
