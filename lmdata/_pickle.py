@@ -123,6 +123,7 @@ _c_item_pickle = getattr(_memowalk, "item_pickle", None)  # load_item; None: alw
 # extension built from an older _memowalk.c (an editable install not rebuilt) answers
 # (slot, offset) and is not used: the Python walk is slower but answers the same.
 _c_early_slot = getattr(_memowalk, "early_slot", None) if _c_item_pickle is not None else None
+_c_early_slots = getattr(_memowalk, "early_slots", None) if _c_early_slot is not None else None
 
 
 def _check_memo_indices(data: bytes, where: str) -> None:
@@ -345,15 +346,27 @@ def safe_load_prefix(
         ) from None
 
 
-def load_list(data: bytes | memoryview, count: int) -> list[Any] | None:
+def walk_all(buffers: Any) -> memoryview | None:
+    """The C walk's (slot, offset, end) of each of ``buffers`` (a sequence of bytes-like
+    objects), as int64s, walked without the GIL (so that a thread walks blocks while another
+    runs Python); None where the C walk was not built."""
+    if _c_early_slots is None:
+        return None
+    return memoryview(_c_early_slots(buffers, _TABLE)).cast("q")
+
+
+def load_list(
+    data: bytes | memoryview, count: int, walked: tuple[int, int, int] | None = None
+) -> list[Any] | None:
     """The pickled list ``data`` of ``count`` items where the C walk vouches for it (no memo
     write beyond its offset, no opcode that names or calls code: plain values whatever loads
     it), unpickled with the collector paused; else None, and the caller unpickles it with
     :func:`safe_loads`, which reports any problem precisely. The hot path of reading blocks:
-    one walk and ``pickle.loads``, without the layers of ``safe_loads``."""
+    one walk and ``pickle.loads``, without the layers of ``safe_loads``. ``walked``: the walk's
+    answer for these very bytes, made earlier (see :func:`walk_all`)."""
     if _c_early_slot is None:
         return None
-    slot, _, end = _c_early_slot(data, _TABLE)
+    slot, _, end = _c_early_slot(data, _TABLE) if walked is None else walked
     if slot or end <= 0:
         return None
     paused = gc.isenabled()

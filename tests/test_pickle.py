@@ -339,3 +339,17 @@ def test_four_byte_lengths_are_unsigned_as_the_unpickler_reads_them(walk):
         assert walked == (4 * 10**9, 7 + size)
     finally:
         mm.close()
+
+
+@given(
+    objs=st.lists(plain, max_size=6),
+    tail=st.sampled_from([b".", b"r\x00\x00\x00\x48.", b"X\xff\xff"]),
+)
+def test_walk_all_answers_as_one_walk_per_buffer(objs, tail):
+    P = _c_walk()
+    bufs = [pickle.dumps(o, protocol=4)[:-1] + tail for o in objs]
+    walked = P.walk_all([memoryview(b) for b in bufs])
+    assert walked is not None
+    assert [tuple(walked[3 * k : 3 * k + 3]) for k in range(len(bufs))] == [
+        P._c_early_slot(b, P._TABLE) for b in bufs
+    ]

@@ -171,3 +171,24 @@ def test_forked_children_read_in_order_without_the_parents_thread(dataset) -> No
     with ctx.Pool(2) as pool:
         assert pool.map_async(_in_child, range(4)).get(timeout=120) == [True] * 4
     assert [_READER[i] for i in range(25, N)] == ex[25:]
+
+
+def test_a_memo_bomb_read_ahead_is_refused_when_read(tmp_path: Path) -> None:
+    import numpy as np
+    import zstandard
+
+    from lmdata.errors import UnsafeDataError
+
+    ex = examples(200)
+    path = write(tmp_path / "d", ex, shard_size=200, block_size=10, compression_strategy=1)
+    data = (path / "0" / "data.bin").read_bytes()
+    idx = np.load(path / "0" / "index.npy")
+    frames = [data[idx[k] : idx[k + 1]] for k in range(len(idx) - 1)]
+    frames[9] = zstandard.ZstdCompressor().compress(b"\x80\x04]r\x00\x00\x00\x48.")
+    (path / "0" / "data.bin").write_bytes(b"".join(frames))
+    offsets = np.cumsum([0] + [len(f) for f in frames]).astype(idx.dtype)
+    np.save(path / "0" / "index.npy", offsets)
+    r = atlas.open(path)
+    assert [r[i] for i in range(90)] == ex[:90]
+    with pytest.raises(UnsafeDataError, match="memo slot"):
+        r[90]

@@ -28,9 +28,9 @@ def _counting(r: atlas.Atlas) -> tuple[list[tuple[int, int]], list[int]]:
     reads: list[int] = []
     decode, read_range = r._decode_raw, r.store.read_range
 
-    def counting_decode(s: int, b: int, raw: bytes, plain: Any = None) -> Any:
+    def counting_decode(s: int, b: int, raw: bytes, *ahead: Any) -> Any:
         decoded.append((s, b))
-        return decode(s, b, raw, plain)
+        return decode(s, b, raw, *ahead)
 
     def counting_read(key: str, start: int, length: int) -> bytes:
         if key.endswith("data.bin"):

@@ -11,6 +11,8 @@ block by block when read, which raises the precise error naming the file and blo
 checked before they are handed over (zstd magic, a declared content size within the bound,
 the shard's dictionary id), so the thread allocates only what the headers justify, and the
 decoded bytes ahead of the reader stay within the budget the reader gives (part of its cache).
+The thread also runs the memo walk of the safe unpickler over the run (in C, without the GIL),
+so the reader only unpickles.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 
 import zstandard
 
+from lmdata._pickle import walk_all
 from lmdata.formats.atlas.codec import ZSTD_MAGIC
 
 RAW_AHEAD = 1 << 20  # stored bytes per ranged read when nothing is decompressed ahead
@@ -58,7 +61,7 @@ class Run:
     """Blocks ``first .. first + len(offs) - 2`` of a shard: their stored bytes ``buf`` (block
     ``k`` at ``offs[k] - offs[0]``), and once the decoder has run, their pickled bytes."""
 
-    __slots__ = ("_done", "_out", "buf", "decoded", "first", "offs", "pid")
+    __slots__ = ("_done", "_out", "_walked", "buf", "decoded", "first", "offs", "pid")
 
     def __init__(self, first: int, offs: list[int], buf: bytes, decoded: int = 0) -> None:
         self.first = first
@@ -67,6 +70,7 @@ class Run:
         self.decoded = decoded  # bytes the decoder produces for this run (0: none)
         self.pid = os.getpid()
         self._out: zstandard.BufferWithSegmentsCollection | None = None
+        self._walked: memoryview | None = None
         self._done: threading.Lock | None = None
 
     @property
@@ -78,20 +82,23 @@ class Run:
         base = self.offs[0]
         return self.buf[self.offs[k] - base : self.offs[k + 1] - base]
 
-    def plain(self, b: int) -> memoryview | None:
-        """Block ``b``'s pickled bytes from the decoder (waiting for it), or None: nothing was
-        decompressed ahead, the decoder failed, or this process is a fork of the one that
-        asked (whose thread it does not have)."""
+    def plain(self, b: int) -> tuple[memoryview | None, tuple[int, int, int] | None]:
+        """(block ``b``'s pickled bytes from the decoder (waiting for it), the memo walk's
+        answer for them); None for the bytes where nothing was decompressed ahead, the
+        decoder failed, or this process is a fork of the one that asked (whose thread it does
+        not have)."""
         done = self._done
         if done is not None:
             if self.pid != os.getpid():
-                return None
+                return None, None
             done.acquire()  # released once by the decoder; this run has one reader
             self._done = None
         out = self._out
         if out is None:
-            return None
-        return memoryview(out[b - self.first])
+            return None, None
+        k = b - self.first
+        w = self._walked
+        return memoryview(out[k]), (None if w is None else (w[3 * k], w[3 * k + 1], w[3 * k + 2]))
 
     def frames(self) -> zstandard.BufferWithSegments:
         """The run's stored blocks as python-zstandard's segmented buffer."""
@@ -109,11 +116,13 @@ class Run:
         frames: zstandard.BufferWithSegments,
         sizes: bytes,
     ) -> None:
-        """On the decoder thread: every block of the run in one call; never raises."""
+        """On the decoder thread: every block of the run in one call, then the memo walk of
+        each; never raises."""
         try:
             self._out = dctx.multi_decompress_to_buffer(frames, decompressed_sizes=sizes)
+            self._walked = walk_all(self._out)
         except BaseException:  # the read decodes the block again and reports it
-            self._out = None
+            self._out = self._walked = None
         finally:
             assert self._done is not None
             self._done.release()
@@ -181,9 +190,10 @@ class Stream:
         self._next = first  # the first block no run covers yet
         self.budget = budget
 
-    def get(self, b: int) -> tuple[bytes, memoryview | None] | None:
-        """(stored bytes, pickled bytes or None) of block ``b``, or None if ``b`` is not the
-        block this stream reads next (the caller then reads it on its own)."""
+    def get(self, b: int) -> tuple[bytes, memoryview | None, tuple[int, int, int] | None] | None:
+        """(stored bytes, pickled bytes or None, their memo walk or None) of block ``b``, or
+        None if ``b`` is not the block this stream reads next (the caller then reads it on its
+        own)."""
         runs = self._runs
         while runs and runs[0].stop <= b:
             runs.popleft()
@@ -194,7 +204,7 @@ class Stream:
             if not runs or runs[0].first > b:
                 return None
         run = runs[0]
-        got = run.stored(b), run.plain(b)
+        got = (run.stored(b), *run.plain(b))
         if b + 1 >= run.stop:  # read the next runs before the reader needs them
             runs.popleft()
             self.fill()

@@ -200,14 +200,19 @@ class Atlas(ShardFiles):
     # ---- low-level access ------------------------------------------------------------------
 
     def _decode_raw(
-        self, s: int, b: int, raw: bytes, plain: bytes | None = None
+        self,
+        s: int,
+        b: int,
+        raw: bytes,
+        plain: bytes | memoryview | None = None,
+        walked: tuple[int, int, int] | None = None,
     ) -> tuple[list[Any], int]:
         """(examples, pickled size) of block ``b`` of shard ``s`` from its stored bytes (and
-        its pickled bytes, where decompressed ahead)."""
+        its pickled bytes and their memo walk, where decompressed ahead)."""
         if plain is None:
-            plain = self._pickled(s, b, raw)
+            plain, walked = self._pickled(s, b, raw), None
         if not self._checked.active:
-            items = load_list(plain, self.shards[s].meta.block_len(b))
+            items = load_list(plain, self.shards[s].meta.block_len(b), walked)
             if items is not None:
                 return items, len(plain)
         seen = self._checked.digest(s, raw)
@@ -230,7 +235,7 @@ class Atlas(ShardFiles):
         """(examples, pickled size) of block ``b`` of shard ``s``."""
         return self._decode_raw(s, b, self._read_raw(s, b))
 
-    def _raw(self, s: int, b: int, in_order: bool) -> tuple[bytes, bytes | None]:
+    def _raw(self, s: int, b: int, in_order: bool) -> tuple[Any, ...]:
         """(stored bytes, pickled bytes or None) of block ``b`` of shard ``s``: from this
         thread's stream of the shard, or a new stream when reads go in order (block ``b`` is
         read on its own while the next ones are read and decompressed ahead), or one ranged
@@ -247,7 +252,7 @@ class Atlas(ShardFiles):
             if len(ahead) > _AHEAD_SHARDS:
                 ahead.popitem(last=False)
             st.fill()
-        return self._read_raw(s, b), None
+        return (self._read_raw(s, b),)
 
     def _stream(self, s: int, first: int, budget: int) -> Stream:
         """Shard ``s`` read in order from block ``first``, decompressing up to ``budget``
