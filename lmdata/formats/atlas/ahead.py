@@ -2,17 +2,17 @@
 next blocks decompressed on a background thread while the reader unpickles the current ones.
 
 python-zstandard releases the GIL while it decompresses, so the reading thread is left with
-the unpickling (about two thirds of a block's decode). The thread gets each run of blocks as
-ONE ``multi_decompress_to_buffer`` call and does nothing else: a thread that wants the GIL back
-waits up to the switch interval (5 ms) while the reader runs Python, so it must come back once
-per run, not once per block (nor for numpy calls, which release the GIL too: the reader's side
-uses plain lists). Nothing raises on the thread: a run it could not decompress is decoded again
-block by block when read, which raises the precise error naming the file and block. Runs are
-checked before they are handed over (zstd magic, a declared content size within the bound,
-the shard's dictionary id), so the thread allocates only what the headers justify, and the
-decoded bytes ahead of the reader stay within the budget the reader gives (part of its cache).
-The thread also runs the memo walk of the safe unpickler over the run (in C, without the GIL),
-so the reader only unpickles.
+the unpickling (about two thirds of a block's decode). The thread takes each run of blocks in
+two calls that release the GIL, ``multi_decompress_to_buffer`` and the safe unpickler's memo
+walk of every block (``_pickle.walk_all``, in C), and does nothing else: a thread that wants
+the GIL back waits up to the switch interval (5 ms) while the reader runs Python, so it must
+come back once per run, not once per block (nor for numpy calls, which release the GIL too:
+the reader's side uses plain lists). Nothing raises on the thread: a run it could not
+decompress is decoded again block by block when read, which raises the precise error naming
+the file and block. Runs are checked before they are handed over (zstd magic, a declared
+content size within the bound, the shard's dictionary id), so the thread allocates only what
+the headers justify, and the decoded bytes ahead of the reader stay within the budget the
+reader gives (part of its cache).
 """
 
 from __future__ import annotations
