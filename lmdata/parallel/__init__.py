@@ -392,13 +392,28 @@ def run_all(
     address: str | None = None,
     desc: str = "documents",
     progress: bool = True,
+    tick: Callable[[], None] | None = None,
 ) -> list[R]:
-    """``[fn(u) for u in units]`` on ``engine`` with a documents/s bar fed by :func:`report`."""
+    """``[fn(u) for u in units]`` on ``engine`` with a documents/s bar fed by :func:`report`;
+    ``tick`` (if given) is called in this process as each result and progress report arrives
+    (to keep a long job's staged files recent, say)."""
     from lmdata._progress import bar as progress_bar
 
     pool = make_executor(engine, workers, address, units=len(units))
     bar = progress_bar(unit=" docs", desc=desc, quiet=not progress)
+    on_report: Progress = bar.update
+    if tick is not None:
+
+        def on_report(n: int) -> None:
+            bar.update(n)
+            tick()
+
     try:
-        return list(pool.map_ordered(fn, units, on_report=bar.update))
+        out = []
+        for r in pool.map_ordered(fn, units, on_report=on_report):
+            out.append(r)
+            if tick is not None:
+                tick()
+        return out
     finally:
         bar.close()
