@@ -1,13 +1,14 @@
 """Outputs written in pieces by several units (tag's byte ranges, mix's shard pieces), and the
 joining of the pieces into the output, in input order.
 
-The pieces of one output go to a hidden folder beside it, ``.lmdata-tmp-parts-<job>/`` (listings
-of a tree skip it; ``lmdata clean`` finds what a killed job left), where ``<job>`` is a digest of
-everything the output's bytes depend on (:func:`job_id`): a job run again with the same inputs
-and options finds its pieces, and no other job or output shares the folder. A piece appears
-whole (a rename, or one PUT) and is followed by its marker ``NAME.NNNNNN.done`` holding the
-unit's result (the piece's checksum, its counts), so a resumed job takes the pieces that have a
-marker and redoes only the others (:func:`done_pieces`); a piece a kill cut short has no marker.
+The pieces of output ``NAME`` go to a hidden folder beside it, ``.lmdata-tmp-parts-<job>-NAME/``
+(listings of a tree skip it; ``lmdata clean`` finds what a killed job left), where ``<job>`` is a
+digest of everything the output's bytes depend on (:func:`job_id`): a job run again with the
+same inputs and options finds its pieces, and no other job or output shares the folder. A
+piece appears whole (a rename, or one PUT) and is followed by its marker ``NAME.NNNNNN.done``
+holding the unit's result (the piece's checksum, its counts), so a resumed job takes the pieces
+that have a marker and redoes only the others (:func:`done_pieces`); a piece a kill cut short
+has no marker.
 While a job runs, :class:`Fresh` keeps its folders recent, so ``lmdata clean`` (which judges a
 folder by its newest entry) never takes pieces that still wait for their join. Joins copy the
 pieces' compressed bytes into the output (:func:`lmdata.formats.dolma._output.join_parts`) as
@@ -44,9 +45,10 @@ def job_id(*identity: Any) -> str:
 
 
 def parts_folder(output: str, job: str = "") -> str:
-    """The folder holding the pieces of ``output`` (a key or URL) written by ``job`` (empty: the
-    one folder every output of a directory shares, for callers without a job id)."""
-    return join(parent(output), f"{PARTS}-{job}" if job else PARTS)
+    """The folder holding the pieces of ``output`` (a key or URL) written by ``job``, its own
+    (empty ``job``: the one folder every output of a directory shares, for callers without a
+    job id)."""
+    return join(parent(output), f"{PARTS}-{job}-{basename(output)}" if job else PARTS)
 
 
 def part_key(output: str, piece: int, job: str = "") -> str:
