@@ -218,3 +218,31 @@ def test_a_running_job_keeps_its_waiting_pieces_fresh_for_clean(
     seen.clear()
     tg.tag(_tag_cfg(root, "*/*.jsonl", ignore_existing=True), engine="inprocess")
     assert seen and dolma_pieces.PARTS in seen[0][0].url
+
+
+def test_a_stopped_tag_on_an_object_store_resumes_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memory_root: str
+) -> None:
+    data = _docs(150)
+    monkeypatch.setattr(tg, "RANGE_BYTES", 701)
+    ref = _tag_tree(tmp_path, {"a.jsonl": data})
+    tg.tag(_tag_cfg(ref), engine="inprocess")
+    store, key = resolve(f"{memory_root}/documents/a.jsonl")
+    store.write_object(key, data)
+    cfg = TagConfig.from_dict(
+        {"documents": [f"{memory_root}/documents/*.jsonl"], "taggers": TAGGERS, "experiment": "x"}
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        _counting(mp, tg, "_tag_file", stop_after=2)
+        with pytest.raises(Killed):
+            tg.tag(cfg, engine="inprocess")
+    _, attrs = resolve(f"{memory_root}/attributes/x")
+    (folder,) = store.list(attrs)
+    assert folder.startswith(dolma_pieces.PARTS)
+    dolma_pieces.touch(f"{memory_root}/attributes/x/{folder}")  # an object store: an object
+    assert "alive" in store.list(f"{attrs}/{folder}")
+    ran = _counting(monkeypatch, tg, "_tag_file")
+    tg.tag(cfg, engine="inprocess")
+    assert sorted(t.part for t in ran) == list(range(2, -(-len(data) // 701)))
+    assert store.read(f"{attrs}/a.jsonl") == (ref / "attributes" / "x" / "a.jsonl").read_bytes()
+    assert store.list(attrs) == ["a.jsonl"]  # pieces, markers and the folder are gone
