@@ -44,7 +44,7 @@ from lmdata.dolma.mixing import ShardStats, Source, mix_documents
 from lmdata.dolma.pieces import (
     Fresh,
     Join,
-    done_pieces,
+    done_many,
     job_id,
     join_all,
     mark_done,
@@ -242,21 +242,28 @@ def _mix_shard(task: MixTask) -> ShardStats:
     return stats
 
 
-def _done(shard: Shard) -> dict[int, ShardStats]:
-    """The pieces of ``shard`` an earlier run of its job completed, with their results."""
-    if len(shard.cuts) == 1:
-        return {}
-    store, key = resolve(shard.output, shard.stream.storage_options)
-    out = {}
-    for k, rec in done_pieces(store, key, shard.job).items():
-        try:
-            st = ShardStats(**rec)
-            st = dataclasses.replace(
-                st, warnings=tuple(map(str, st.warnings)), checksum=tuple(st.checksum)
-            )
-        except TypeError:
-            continue  # not a marker this version wrote: the piece is redone
-        out[k] = st
+def _done(shards: list[Shard]) -> list[dict[int, ShardStats]]:
+    """Per shard, the pieces an earlier run of its job completed, with their results (each
+    stream's output folder listed once; a piece folder read only where there is one)."""
+    out = []
+    for _, group in itertools.groupby(shards, key=lambda sh: sh.stream.name):
+        shs = list(group)
+        store, _ = resolve(shs[0].output, _opts(shs[0]))
+        keys = [resolve(sh.output, _opts(sh))[1] for sh in shs]
+        found = done_many(store, [(k, sh.job) for k, sh in zip(keys, shs, strict=True) if sh.job])
+        records = iter(found)
+        for sh in shs:
+            got = {}
+            for k, rec in (next(records) if sh.job else {}).items():
+                try:
+                    st = ShardStats(**rec)
+                    st = dataclasses.replace(
+                        st, warnings=tuple(map(str, st.warnings)), checksum=tuple(st.checksum)
+                    )
+                except TypeError:
+                    continue  # not a marker this version wrote: the piece is redone
+                got[k] = st
+            out.append(got)
     return out
 
 
@@ -362,7 +369,7 @@ def mix(
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
     t0 = time.perf_counter()
     todo = [sh for sh in shards if not _exists(sh)]  # existing shards are kept (resume)
-    prior = [_done(sh) for sh in todo]  # pieces an earlier run completed are kept too
+    prior = _done(todo)  # pieces an earlier run completed are kept too
     left = [(sh, d) for sh, d in zip(todo, prior, strict=True) if len(d) < len(sh.cuts)]
     numbered = _number_lines([sh for sh, _ in left], engine, cfg.processes, address)
     tasks = [

@@ -88,6 +88,20 @@ def done_pieces(store: Store, output: str, job: str) -> dict[int, dict[str, Any]
     return out
 
 
+def done_many(store: Store, outputs: Sequence[tuple[str, str]]) -> list[dict[int, dict[str, Any]]]:
+    """:func:`done_pieces` of each (output, job) of ``outputs`` on ``store``: each directory is
+    listed once, and only the piece folders it holds are read (a fresh job reads nothing more)."""
+    listed: dict[str, set[str]] = {}
+    out = []
+    for o, job in outputs:
+        d = parent(o)
+        if d not in listed:
+            listed[d] = set(store.list(d))
+        there = basename(parts_folder(o, job)) in listed[d]
+        out.append(done_pieces(store, o, job) if there else {})
+    return out
+
+
 class Fresh:
     """Marks the piece folders of a running job recent, at most every REFRESH_SECONDS: called
     as results and progress arrive (``lmdata clean`` judges a folder by its newest entry, and a
