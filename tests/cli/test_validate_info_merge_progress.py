@@ -17,7 +17,7 @@ import lmdata
 from lmdata import _progress
 from lmdata.cli.main import cli
 
-LINE = re.compile(r"^(validate|info|merge): [\d.]+ k?B of [\d.]+ k?B \(\d+%\)")
+LINE = re.compile(r"^(validate|info|merge): [\d.]+ [kMG]?B of [\d.]+ [kMG]?B \((\d+)%\)")
 
 
 def run(*args: str, interval: str | None = "0"):
@@ -36,22 +36,24 @@ def mds(tmp_path: Path) -> Path:
     return path
 
 
-def _progress_lines(stderr: str, verb: str) -> list[str]:
+def _percents(stderr: str, verb: str) -> list[int]:
+    """The percentages of ``verb``'s progress lines, checked: from 0 to 100, never backwards,
+    then the closing line."""
     lines = stderr.splitlines()
     assert lines, "no progress on stderr"
     assert lines[-1].startswith(f"{verb}: done, "), lines
-    body = lines[:-1]
-    assert len(body) >= 3 and all(LINE.match(x) and x.startswith(verb) for x in body), lines
-    pcts = [int(re.search(r"\((\d+)%\)", x).group(1)) for x in body]
+    found = [LINE.match(x) for x in lines[:-1]]
+    assert len(found) >= 3 and all(m and m.group(1) == verb for m in found), lines
+    pcts = [int(m.group(2)) for m in found if m]
     assert pcts == sorted(pcts) and pcts[0] == 0 and pcts[-1] == 100, lines
-    return lines
+    return pcts
 
 
 def test_validate_prints_progress_lines_to_stderr_and_nothing_when_quiet(mds: Path) -> None:
     res = run("validate", str(mds))
     assert res.exit_code == 0
     assert res.stdout == f"{mds}: valid mds dataset\n"
-    _progress_lines(res.stderr, "validate")
+    _percents(res.stderr, "validate")
     quiet = run("validate", "--quiet", str(mds))
     assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""
 
@@ -79,13 +81,13 @@ def test_info_json_stdout_is_unchanged_and_progress_goes_to_stderr(mds: Path) ->
     assert default.stderr == "" and json.loads(default.output)["samples"] == 40
 
 
-def test_info_scanning_a_jsonl_file_reports_per_mib(tmp_path: Path, monkeypatch) -> None:
+def test_info_scanning_a_jsonl_file_reports_as_it_scans(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr("lmdata.formats.modalities_jsonl.index._PROGRESS_LINES", 8)
     path = tmp_path / "a.jsonl"
     path.write_text("".join(f'{{"n": {i}}}\n' for i in range(40)))
     res = run("info", str(path))
     assert res.exit_code == 0 and "documents: 40" in res.stdout
-    _progress_lines(res.stderr, "info")
+    _percents(res.stderr, "info")
 
 
 def test_merge_prints_progress_and_its_summary(tmp_path: Path) -> None:
@@ -131,3 +133,13 @@ def test_lines_that_do_not_leave_say_done_only_after_progress_lines() -> None:
     p.close()
     lines = slow.getvalue().splitlines()
     assert len(lines) == 3 and lines[-1].startswith("done, 10 B in "), lines
+
+
+def test_validate_of_one_large_dolma_file_reports_within_it(tmp_path: Path) -> None:
+    docs = tmp_path / "tree" / "documents"
+    docs.mkdir(parents=True)
+    line = '{{"id": "{}", "text": "' + "w " * 400 + '", "source": "s"}}\n'
+    (docs / "a.jsonl").write_text("".join(line.format(i) for i in range(3000)))  # 2.4 MB
+    res = run("validate", str(tmp_path / "tree"))
+    assert res.exit_code == 0, res.output
+    assert any(0 < p < 100 for p in _percents(res.stderr, "validate"))  # one file, read in MiBs

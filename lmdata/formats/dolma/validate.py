@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -54,12 +54,17 @@ def _type(v: Any) -> str:
 
 
 def _lines(
-    store: Store, key: str, rep: ProblemReport, max_line_bytes: int = MAX_LINE_BYTES
+    store: Store,
+    key: str,
+    rep: ProblemReport,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    read: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, Any]]:
-    """(line, parsed object or None when it is not a JSON object) — problems are reported."""
+    """(line, parsed object or None when it is not a JSON object) — problems are reported;
+    ``read(n)`` is told of the stored bytes read, chunk by chunk."""
     path = store.url(key)
     try:
-        for lineno, raw in iter_raw_lines(store, key, max_line_bytes=max_line_bytes):
+        for lineno, raw in iter_raw_lines(store, key, max_line_bytes=max_line_bytes, read=read):
             where = f"{path}:{lineno}"
             try:
                 obj = orjson.loads(raw)
@@ -170,7 +175,7 @@ def validate(
 ) -> list[str]:
     """All problems found in the Dolma tree at ``path`` (empty when it is valid); a line
     longer than ``max_line_bytes`` is reported and ends the check of its file. ``progress``
-    counts the bytes of the document files (as stored), file by file."""
+    counts the bytes of the document files (as stored) as they are read."""
     store, key = resolve(path, storage_options)
     root = tree_root(store, key)
     rep = ProblemReport()
@@ -192,7 +197,9 @@ def validate(
         ids: list[Any] = []
         h = []
         fu = store.url(f)
-        for lineno, doc in _lines(store, f, rep, max_line_bytes):
+        before = tick.done
+        read = tick.add if progress is not None else None  # within a file too, chunk by chunk
+        for lineno, doc in _lines(store, f, rep, max_line_bytes, read):
             if doc is None:
                 ids.append(None)
                 continue
@@ -209,7 +216,7 @@ def validate(
             where_of.append(arr[:, 1])
         for name in names:
             _check_attribute_file(store, f, name, ids, rep, max_line_bytes)
-        tick.add(sizes[k])
+        tick.to(before + sizes[k])
     for name in names:
         _orphans(store, root, name, set(files), rep)
     if hashes:
