@@ -101,8 +101,9 @@ def validate(
 ) -> list[str]:
     """Every problem found in the dataset at ``path``; an empty list means valid.
 
-    ``progress(done, total)`` is called as the check goes, in bytes of the dataset's data
-    (first with 0 and the total; see :data:`lmdata.formats._spec.Progress`)."""
+    ``progress(done, total)`` is called as the check goes, in bytes of the dataset's data:
+    first with ``done=0`` to announce the total, then per shard, chunk, file or MiB, never
+    backwards, last with ``done == total`` when the check got to the end."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
