@@ -381,3 +381,19 @@ def test_progress_is_monotonic_and_ends_at_the_total(name: str, tmp_path: Path) 
     merge([path, other], out, format=name, progress=rec)
     rec.check_complete(steps=2)
     assert lmdata.validate(out, format=name) == []
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_progress_on_an_object_store(name: str, memory_root: str) -> None:
+    """The same reports where no file can be mapped or listed locally (memory://)."""
+    path = f"{memory_root}/{name}{SUFFIX.get(name, '')}"
+    opts: dict[str, Any] = dict(_SMALL_SHARDS.get(name, {}))
+    if name in ("mds-csv", "mds-tsv", "mds-jsonl"):
+        opts["columns"] = {"text": "str", "n": "int"}
+    with lmdata.writer(path, name, **opts) as w:
+        for item in _sample(name):
+            w.write(item)
+    for verb in (lmdata.validate, lmdata.info):
+        rec = _Progress()
+        verb(path, format=name, progress=rec)
+        rec.check_complete(steps=1)
