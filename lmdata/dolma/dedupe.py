@@ -2,13 +2,14 @@
 
 dolma inserts keys into one shared Bloom filter from many threads, so which copy survives
 depends on timing. Here the first occurrence in input order (files sorted, then line, then
-paragraph) is kept, whatever the number of processes, and re-running gives the same result:
+paragraph) is kept, whatever the number of processes, and re-running gives the same result.
 
 The input is cut into spans (:mod:`lmdata.dolma._spans`): a document file whole, or, for a
 plain JSONL file larger than :data:`RANGE_BYTES` (64 MiB), the lines starting in each 64 MiB
 byte range of it, so one 50 GB file is ~800 units and a retry redoes one range. A gzip or zstd
 file is one span (it cannot be entered in the middle). Spans are numbered in input order, and
-a key's place is (span, line in the span, paragraph, n-gram), which sorts in input order.
+a key's place is (span, line in the span, paragraph, n-gram), which sorts in input order. Three
+phases run on the executor:
 
 1. per group of consecutive spans (in parallel: one group per worker, or per 64 MiB of input
    when larger): hash each key (xxh3-128) and spill ``(hash, span, line, paragraph, n-gram)``
