@@ -43,7 +43,8 @@ class Span:
 
 def plan(files: Sequence[str], sizes: Sequence[int], range_bytes: int) -> list[tuple[Span, int]]:
     """Every span of ``files`` (of ``sizes`` bytes) in input order, with its size: a plain file
-    larger than ``range_bytes`` is cut into ranges of that size, any other file is whole."""
+    larger than ``range_bytes`` is cut into the fewest ranges of equal size (to a byte) not
+    larger than that, any other file is whole."""
     out: list[tuple[Span, int]] = []
     for f, size in zip(files, sizes, strict=True):
         if size <= range_bytes or not splittable(f):
@@ -51,7 +52,7 @@ def plan(files: Sequence[str], sizes: Sequence[int], range_bytes: int) -> list[t
             continue
         n = -(-size // range_bytes)
         for k in range(n):
-            a, b = k * range_bytes, min(size, (k + 1) * range_bytes)
+            a, b = k * size // n, (k + 1) * size // n
             out.append((Span(f, a, b, k, n), b - a))
     return out
 
