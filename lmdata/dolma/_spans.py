@@ -59,7 +59,8 @@ def plan(files: Sequence[str], sizes: Sequence[int], range_bytes: int) -> list[t
 
 def groups(items: Sequence[T], sizes: Sequence[int], n: int) -> list[list[tuple[int, T]]]:
     """``items`` (numbered in order) cut into at most ``n`` consecutive groups of about equal
-    bytes: the hash and write units."""
+    bytes: the hash and write units. An item goes to the group its middle byte falls in, so
+    ranges of a share each get a group of their own."""
     if not items:
         return []
     n = max(1, min(n, len(items)))
@@ -68,7 +69,8 @@ def groups(items: Sequence[T], sizes: Sequence[int], n: int) -> list[list[tuple[
     acc = 0
     for k, (item, size) in enumerate(zip(items, sizes, strict=True)):
         left = len(items) - k  # items not yet placed, this one included
-        if out[-1] and len(out) < n and (acc >= target * len(out) or left <= n - len(out)):
+        middle = acc + size / 2
+        if out[-1] and len(out) < n and (middle >= target * len(out) or left <= n - len(out)):
             out.append([])
         out[-1].append((k, item))
         acc += size

@@ -185,3 +185,28 @@ def test_ranges_on_an_object_store_give_the_local_bytes(tmp_path, memory_root):
     for name, want in _attrs(root, "d").items():
         assert store.read(f"{key}/attributes/d/{name}") == want
     assert sorted(store.list(f"{key}/attributes/d")) == ["big.jsonl", "small.jsonl"]
+
+
+def test_a_small_job_has_a_range_per_worker(tmp_path, monkeypatch):
+    """Under RANGE_BYTES per worker, ranges shrink to the job's size per worker (not below
+    MIN_RANGE_BYTES), so every worker has a unit; the bytes do not change."""
+    root = _big(tmp_path)
+    _run(root, "want", "paragraphs", WHOLE)
+    seen = []
+    real = dd._phase_hash
+    monkeypatch.setattr(dd, "_phase_hash", lambda t: seen.append(t) or real(t))
+    monkeypatch.setattr(dd, "MIN_RANGE_BYTES", 100)
+    cfg = DedupeConfig.from_dict(
+        {
+            "documents": [str(root / "documents" / "*")],
+            "dedupe": {"name": "got", **SPECS["paragraphs"]},
+            "processes": 3,
+        }
+    )
+    dd.dedupe(cfg, engine="inprocess")  # the default range_bytes: 64 MiB
+    assert len(seen) == 3 and [s.parts for _, s in seen[0].spans] == [3]
+    assert _attrs(root, "got") == _attrs(root, "want")
+    seen.clear()
+    monkeypatch.setattr(dd, "MIN_RANGE_BYTES", 1 << 20)  # a floor above the file: one unit
+    dd.dedupe(cfg, engine="inprocess")
+    assert [[s.parts for _, s in t.spans] for t in seen] == [[1], [1]]
