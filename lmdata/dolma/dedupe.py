@@ -6,7 +6,7 @@ paragraph) is kept, whatever the number of processes, and re-running gives the s
 
 The input is cut into spans (:mod:`lmdata.dolma._spans`): a document file whole, or, for a
 plain JSONL file larger than :data:`RANGE_BYTES` (64 MiB), the lines starting in each of its
-byte ranges of equal size up to 64 MiB (smaller in a small job, so that every worker has one),
+byte ranges of equal size up to 64 MiB (smaller, so that each worker has as many),
 so one 50 GB file is ~800 units and a retry redoes one range. A gzip or zstd
 file is one span (it cannot be entered in the middle). Spans are numbered in input order, and
 a key's place is (span, line in the span, paragraph, n-gram), which sorts in input order. Three
@@ -105,7 +105,7 @@ SPILL_EVERY = 1 << 21  # entries a hash unit buffers (32 B each) before writing 
 WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
 BUCKET_ENTRIES = 1 << 22  # entries a mark unit sorts at most (~60 B each at its peak)
 RANGE_BYTES = 64 << 20  # a plain document file larger than this is read in ranges of this size
-MIN_RANGE_BYTES = 4 << 20  # ... or smaller, down to this, so a small job has a unit per worker
+MIN_RANGE_BYTES = 4 << 20  # ... or smaller, down to this, so that each worker has as many
 MAX_BUCKETS = 1 << 16  # hash buckets at most (each spill's table has one int64 per bucket)
 # keys per byte of compressed input (measured on dolma-style text): sizes the hash buckets; a
 # bucket that still holds more than BUCKET_ENTRIES is marked in several passes
@@ -386,7 +386,7 @@ def dedupe(
     on a cluster, or on the object store).
     ``storage_options`` (fsspec options for URLs) replace the config's; a plain file larger
     than ``range_bytes`` (default :data:`RANGE_BYTES`) is read in ranges of at most that size
-    (smaller for a job of less than that per worker, down to :data:`MIN_RANGE_BYTES`)."""
+    (smaller, down to :data:`MIN_RANGE_BYTES`, so that each worker has as many)."""
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     if cfg.bloom_filter:
@@ -399,8 +399,7 @@ def dedupe(
     stores = Stores(cfg.storage_options)
     sizes = [st.size(k) for st, k in map(stores, files)]
     total = sum(sizes)
-    # a job smaller than a range per worker: smaller ranges (not below MIN_RANGE_BYTES)
-    step = min(step, max(MIN_RANGE_BYTES, -(-total // max(1, cfg.processes))))
+    step = _range_size(step, total, cfg.processes)
     nbuckets = _nbuckets(cfg, total)
     planned = _spans.plan(files, sizes, step)
     spans = [s for s, _ in planned]
@@ -460,6 +459,15 @@ def _joins(cfg: DedupeConfig, spans: list[Span], written: list[WriteResult]) -> 
             pieces = tuple(sums[j] for j in range(first, k + 1))
             out.append(Join(o, codec_of(o), pieces, cfg.storage_options))
     return out
+
+
+def _range_size(most: int, total: int, workers: int) -> int:
+    """The size of a range: ``total`` bytes of input over the smallest multiple of ``workers``
+    that keeps ranges within ``most``, so each worker has as many (a job of less than ``most``
+    per worker included), but not below :data:`MIN_RANGE_BYTES`; ``most`` if that is less."""
+    workers = max(1, workers)
+    rounds = max(1, -(-total // (workers * most)))
+    return min(most, max(MIN_RANGE_BYTES, -(-total // (workers * rounds))))
 
 
 def _nbuckets(cfg: DedupeConfig, total: int) -> int:

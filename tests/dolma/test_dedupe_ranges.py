@@ -210,3 +210,14 @@ def test_a_small_job_has_a_range_per_worker(tmp_path, monkeypatch):
     monkeypatch.setattr(dd, "MIN_RANGE_BYTES", 1 << 20)  # a floor above the file: one unit
     dd.dedupe(cfg, engine="inprocess")
     assert [[s.parts for _, s in t.spans] for t in seen] == [[1], [1]]
+
+
+def test_range_size_gives_each_worker_as_many_ranges():
+    mib, most = 1 << 20, dd.RANGE_BYTES
+    assert dd._range_size(most, 150 * 10**6, 2) == 37_500_000  # 4 ranges, not 64 + 64 + 22
+    assert dd._range_size(most, 30 * 10**6, 2) == 15 * 10**6
+    assert dd._range_size(most, 50 * 10**9, 8) <= most  # a large job: ranges near the most
+    assert dd._range_size(most, 50 * 10**9, 8) > most * 0.99
+    assert dd._range_size(most, 5 * mib, 4) == dd.MIN_RANGE_BYTES  # never below the floor
+    assert dd._range_size(1000, 10**6, 2) == 1000  # ... unless the most is below it
+    assert dd._range_size(most, 0, 3) == dd.MIN_RANGE_BYTES
