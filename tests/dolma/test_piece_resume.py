@@ -246,3 +246,63 @@ def test_a_stopped_tag_on_an_object_store_resumes_and_leaves_nothing(
     assert sorted(t.part for t in ran) == list(range(2, -(-len(data) // 701)))
     assert store.read(f"{attrs}/a.jsonl") == (ref / "attributes" / "x" / "a.jsonl").read_bytes()
     assert store.list(attrs) == ["a.jsonl"]  # pieces, markers and the folder are gone
+
+
+def slow_tag_file(task: tg.TagTask) -> tg.TagFileResult:
+    """tag's unit, slowed down so a test can kill the job between units."""
+    time.sleep(0.1)
+    return _REAL_TAG_FILE(task)
+
+
+_REAL_TAG_FILE = tg._tag_file
+
+KILLED_DRIVER = """
+import sys
+from lmdata.dolma import tag as tg
+from lmdata.dolma.config import TagConfig
+from tests.dolma.test_piece_resume import slow_tag_file, TAGGERS
+tg.RANGE_BYTES = 701
+tg._tag_file = slow_tag_file
+cfg = TagConfig.from_dict({"documents": [sys.argv[1]], "taggers": TAGGERS, "experiment": "x",
+                           "processes": 2})
+tg.tag(cfg)
+"""
+
+
+def test_a_job_killed_with_sigkill_resumes_without_redoing_marked_ranges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    data = _docs(300)
+    monkeypatch.setattr(tg, "RANGE_BYTES", 701)
+    n = -(-len(data) // 701)
+    ref = _tag_tree(tmp_path / "ref", {"a.jsonl": data})
+    tg.tag(_tag_cfg(ref), engine="inprocess")
+    root = _tag_tree(tmp_path / "r", {"a.jsonl": data})
+    attrs = root / "attributes" / "x"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_DRIVER, str(root / "documents" / "*.jsonl")],
+        env=env,
+        start_new_session=True,  # the driver and its workers are killed together
+    )
+    try:
+        deadline = time.monotonic() + 60
+        marked: list[str] = []
+        while len(marked) < 4 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+            marked = [str(p) for p in attrs.glob(f"{dolma_pieces.PARTS}*/*{dolma_pieces.DONE}")]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert not (attrs / "a.jsonl").exists()
+    done = {int(m[-len(dolma_pieces.DONE) - 6 : -len(dolma_pieces.DONE)]) for m in marked}
+    assert len(done) >= 4
+    ran = _counting(monkeypatch, tg, "_tag_file")
+    tg.tag(_tag_cfg(root), engine="inprocess")
+    assert not done & {t.part for t in ran} and len(ran) <= n - len(done)
+    assert (attrs / "a.jsonl").read_bytes() == (ref / "attributes" / "x" / "a.jsonl").read_bytes()
