@@ -50,6 +50,7 @@ from lmdata.dolma.pieces import (
     mark_done,
     part_key,
     parts_folder,
+    version,
 )
 from lmdata.dolma.rules import selector
 from lmdata.errors import InvalidInputError
@@ -180,7 +181,8 @@ def _shard(stream: StreamConfig, sources: list[tuple[Source, int]], output: str)
     srcs = tuple(s for s, _ in sources)
     if len(cuts) == 1:
         return Shard(stream, srcs, output)
-    job = job_id("mix", repr(stream), repr(srcs), [n for _, n in sources], cuts, output)
+    versions = [version(*resolve(s.path, stream.storage_options)) for s in srcs]
+    job = job_id("mix", repr(stream), repr(srcs), [n for _, n in sources], versions, cuts, output)
     return Shard(stream, srcs, output, cuts, job)
 
 

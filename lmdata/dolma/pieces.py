@@ -44,6 +44,12 @@ def job_id(*identity: Any) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
+def version(store: Store, key: str) -> int | None:
+    """What tells a local input's content apart beyond its size, for :func:`job_id`: its
+    modification time (None on an object store, where the size alone stands for it)."""
+    return os.stat(key).st_mtime_ns if isinstance(store, LocalStore) else None
+
+
 def parts_folder(output: str, job: str = "") -> str:
     """The folder holding the pieces of ``output`` (a key or URL) written by ``job``, its own
     (empty ``job``: the one folder every output of a directory shares, for callers without a

@@ -34,6 +34,7 @@ from lmdata.dolma.pieces import (
     mark_done,
     part_key,
     parts_folder,
+    version,
 )
 from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
 from lmdata.errors import CorruptDataError, InvalidInputError
@@ -55,7 +56,7 @@ RANGE_BYTES = 64 << 20  # a plain JSONL file larger than this is tagged in range
 class TagResult:
     files: int
     skipped_files: int
-    documents: int
+    documents: int  # tagged by this run (not those of pieces an earlier run completed)
     seconds: float
     outputs: tuple[str, ...]
 
@@ -201,7 +202,15 @@ def _plan(cfg: TagConfig, files: list[str]) -> list[_File]:
             continue
         n = -(-size // RANGE_BYTES)
         job = job_id(
-            "tag", store.url(key), size, RANGE_BYTES, cfg.taggers, cfg.experiment, cfg.seed
+            "tag",
+            store.url(key),
+            size,
+            version(store, key),
+            RANGE_BYTES,
+            cfg.taggers,
+            cfg.experiment,
+            cfg.seed,
+            cfg.tagger_modules,
         )
         done = {} if cfg.ignore_existing else _done(store, outs, job)
         tasks = [

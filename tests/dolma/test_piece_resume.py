@@ -103,7 +103,7 @@ def test_a_stopped_tag_resumes_without_redoing_finished_ranges(
     assert ran == []  # the file's outputs exist: no unit at all
 
 
-def test_a_changed_input_or_tagger_set_does_not_take_old_pieces(
+def test_a_changed_input_or_ignore_existing_does_not_take_old_pieces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tg, "RANGE_BYTES", 701)
@@ -127,6 +127,17 @@ def test_a_changed_input_or_tagger_set_does_not_take_old_pieces(
             tg.tag(_tag_cfg(root, ignore_existing=True), engine="inprocess")
     ran.clear()
     tg.tag(_tag_cfg(root, ignore_existing=True), engine="inprocess")
+    assert sorted(t.part for t in ran) == list(range(n))
+    # a local input rewritten at the same size (a newer modification time) is another job
+    (root / "attributes" / "x" / "a.jsonl").unlink()
+    with pytest.MonkeyPatch.context() as mp:
+        _counting(mp, tg, "_tag_file", stop_after=3)
+        with pytest.raises(Killed):
+            tg.tag(_tag_cfg(root), engine="inprocess")
+    doc = root / "documents" / "a.jsonl"
+    os.utime(doc, ns=(doc.stat().st_mtime_ns + 10**9,) * 2)
+    ran.clear()
+    tg.tag(_tag_cfg(root), engine="inprocess")
     assert sorted(t.part for t in ran) == list(range(n))
 
 
