@@ -96,6 +96,23 @@ def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> Non
     assert [r[i] for i in range(N)] == ex
     assert list(r) == ex
     assert 0 < most[0] <= budget
+    # two shards read in turn share the thread's budget (runs made before the second stream
+    # came keep their size until read)
+    r2 = atlas.open(path, cache_bytes=40_000)
+    total = [0]
+
+    def watching_all(st: ahead.Stream) -> None:
+        fill(st)
+        streams = r2._local.ahead.values()
+        total[0] = max(total[0], sum(run.decoded for s in streams for run in s._runs))
+
+    monkeypatch.setattr(ahead.Stream, "fill", watching_all)
+    half = N // 2
+    assert [r2[i + k] for i in range(half) for k in (0, half)] == [
+        ex[i + k] for i in range(half) for k in (0, half)
+    ]
+    assert [st.budget for st in r2._local.ahead.values()] == [budget // 2] * 2
+    assert 0 < total[0] <= budget * 3 // 2
 
 
 def test_random_reads_stop_reading_ahead(dataset) -> None:

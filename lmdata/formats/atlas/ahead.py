@@ -182,13 +182,14 @@ class Stream:
     """One thread's in-order reading of one shard: runs read (and decompressed) ahead, at most
     ``budget`` decoded bytes ahead of the block being read."""
 
-    __slots__ = ("_next", "_post", "_runs", "budget")
+    __slots__ = ("_next", "_post", "_runs", "budget", "decoding")
 
-    def __init__(self, post: Post, first: int, budget: int) -> None:
+    def __init__(self, post: Post, first: int, budget: int, decoding: bool = True) -> None:
         self._post = post
         self._runs: deque[Run] = deque()
         self._next = first  # the first block no run covers yet
-        self.budget = budget
+        self.decoding = decoding  # whether its blocks are compressed (else: read ahead only)
+        self.budget = budget if decoding else 0
 
     def get(self, b: int) -> tuple[bytes, memoryview | None, tuple[int, int, int] | None] | None:
         """(stored bytes, pickled bytes or None, their memo walk or None) of block ``b``, or

@@ -236,10 +236,10 @@ class Atlas(ShardFiles):
         return self._decode_raw(s, b, self._read_raw(s, b))
 
     def _raw(self, s: int, b: int, in_order: bool) -> tuple[Any, ...]:
-        """(stored bytes, pickled bytes or None) of block ``b`` of shard ``s``: from this
-        thread's stream of the shard, or a new stream when reads go in order (block ``b`` is
-        read on its own while the next ones are read and decompressed ahead), or one ranged
-        read."""
+        """(stored bytes[, pickled bytes or None, their memo walk or None]) of block ``b`` of
+        shard ``s``: from this thread's stream of the shard, or a new stream when reads go in
+        order (block ``b`` is read on its own while the next ones are read and decompressed
+        ahead; the thread's streams share its budget), or one ranged read."""
         ahead = self._local.ahead
         st = ahead.get(s)
         if st is not None:
@@ -248,17 +248,19 @@ class Atlas(ShardFiles):
                 return got
             del ahead[s]
         if in_order:
-            st = ahead[s] = self._stream(s, b + 1, self._ahead_bytes // (len(ahead) + 1))
+            st = ahead[s] = self._stream(s, b + 1, 0)
             if len(ahead) > _AHEAD_SHARDS:
                 ahead.popitem(last=False)
+            share = self._ahead_bytes // len(ahead)
+            for other in ahead.values():
+                other.budget = share if other.decoding else 0
             st.fill()
         return (self._read_raw(s, b),)
 
     def _stream(self, s: int, first: int, budget: int) -> Stream:
         """Shard ``s`` read in order from block ``first``, decompressing up to ``budget``
         bytes ahead (stored blocks: read ahead only)."""
-        compressed = self._codec(s)[0]
-        return Stream(lambda b, size: self._run(s, b, size), first, budget if compressed else 0)
+        return Stream(lambda b, size: self._run(s, b, size), first, budget, self._codec(s)[0])
 
     def _run(self, s: int, b: int, decoded: int) -> Run | None:
         """Blocks b, b+1, ... of shard ``s`` in one read: about ``decoded`` bytes of them once
