@@ -331,7 +331,10 @@ def test_four_byte_lengths_are_unsigned_as_the_unpickler_reads_them(walk):
     if walk == "c":
         _c_walk()
     size = 1 << 31
-    mm = mmap.mmap(-1, 2 + 5 + size + 6)
+    try:
+        mm = mmap.mmap(-1, 2 + 5 + size + 6)
+    except OSError:  # strict overcommit: the untouched pages still count
+        pytest.skip("cannot map 2 GiB of address space here")
     try:
         mm[:7] = b"\x80\x04B" + size.to_bytes(4, "little")
         mm[7 + size :] = b"r" + (4 * 10**9).to_bytes(4, "little") + b"."
