@@ -346,7 +346,7 @@ class Atlas(ShardFiles):
 
     def _keeping(self) -> bool:
         """Whether blocks are worth pickling into the cache now."""
-        return self.cache_bytes != 0 and self._reuse.worth_keeping
+        return self._slot.cap != 0 and self._reuse.worth_keeping  # (cache less read-ahead)
 
     def _make_hot(self, s: int, h: Hot) -> None:
         """Make ``h`` this thread's block of shard ``s``; the one it replaces is retired."""
