@@ -264,6 +264,70 @@ packed_row_int32_t(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *seg, 
 PACKED_ROW(int32_t)
 #endif
 
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define HAVE_AVX2_ROW 1
+#include <immintrin.h>
+/* The int32 row eight values at a time where the CPU has AVX2 (chosen at run time): half the
+ * stores of the SSE2 row, which measured ~1.4x faster on a whole batch (the pass is bound by
+ * stores). Same rules: a group's loads come before its stores, a group with a start bit goes
+ * value by value, the first input of a group comes from `prev`. */
+__attribute__((target("avx2"))) static void
+packed_row_int32_avx2(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *seg, int32_t *pos,
+                      Py_ssize_t length, int32_t bos)
+{
+    Py_ssize_t s = 0, p = 0;
+    int32_t prev = 0;
+    const __m256i step = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8);
+    const __m256i back = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6); /* lane i takes i - 1 */
+    Py_ssize_t k = 0;
+    while (k < length) {
+        if (k > 0 && k + 8 <= length) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(enc + k));
+            if (!_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(x, 31)))) {
+                __m256i t = _mm256_srli_epi32(x, 1);
+                __m256i i = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(t, back),
+                                               _mm256_set1_epi32(prev), 1);
+                _mm256_storeu_si256((__m256i *)(in + k), i);
+                _mm256_storeu_si256((__m256i *)(tg + k), t);
+                _mm256_storeu_si256((__m256i *)(seg + k), _mm256_set1_epi32((int32_t)s));
+                _mm256_storeu_si256((__m256i *)(pos + k),
+                                    _mm256_add_epi32(_mm256_set1_epi32((int32_t)p), step));
+                prev = _mm256_extract_epi32(t, 7);
+                p += 8;
+                k += 8;
+                continue;
+            }
+        }
+        Py_ssize_t end = k + 8 < length ? k + 8 : length;
+        for (; k < end; k++) {
+            uint32_t x = enc[k];
+            int start = k == 0 || (x & 1u);
+            int32_t t = (int32_t)(x >> 1);
+            s += start;
+            p = start ? 0 : p + 1;
+            in[k] = start ? bos : prev;
+            tg[k] = t;
+            seg[k] = (int32_t)s;
+            pos[k] = (int32_t)p;
+            prev = t;
+        }
+    }
+}
+
+static int max_simd = 2; /* simd(): 1 keeps to SSE2, for the tests of that row */
+
+static int
+has_avx2(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") ? 1 : 0;
+    }
+    return known;
+}
+#endif
+
 static void
 packed_row(const uint32_t *enc, Py_buffer *v, Py_ssize_t b, Py_ssize_t length, long long bos,
            int wide)
@@ -272,6 +336,11 @@ packed_row(const uint32_t *enc, Py_buffer *v, Py_ssize_t b, Py_ssize_t length, l
     if (wide)
         packed_row_int64_t(enc, (int64_t *)v[1].buf + b, (int64_t *)v[2].buf + b, seg, pos,
                            length, (int64_t)bos);
+#ifdef HAVE_AVX2_ROW
+    else if (max_simd >= 2 && has_avx2())
+        packed_row_int32_avx2(enc, (int32_t *)v[1].buf + b, (int32_t *)v[2].buf + b, seg, pos,
+                              length, (int32_t)bos);
+#endif
     else
         packed_row_int32_t(enc, (int32_t *)v[1].buf + b, (int32_t *)v[2].buf + b, seg, pos,
                            length, (int32_t)bos);
@@ -575,7 +644,26 @@ done:
     return result;
 }
 
+/* simd(level): the widest vector row used from now on (2: AVX2 where the CPU has it, 1: SSE2);
+ * returns the level used before. For the tests, which compare every row with numpy. */
+static PyObject *
+simd(PyObject *self, PyObject *args)
+{
+    int level;
+    if (!PyArg_ParseTuple(args, "i", &level)) return NULL;
+#ifdef HAVE_AVX2_ROW
+    int before = max_simd >= 2 && has_avx2() ? 2 : 1;
+    max_simd = level;
+#else
+    int before = 1;
+#endif
+    return PyLong_FromLong(before);
+}
+
 static PyMethodDef methods[] = {
+    {"simd", simd, METH_VARARGS,
+     "simd(level): the widest vector row used (2: AVX2 where present, 1: SSE2); returns the "
+     "level before."},
     {"unit_windows", unit_windows, METH_VARARGS,
      "unit_windows(views, unit, starts, width, total): (bases, offsets) of windows of a "
      "unit-stored array, or the missing units, or False."},

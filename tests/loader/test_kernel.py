@@ -78,18 +78,28 @@ def test_packed_c_equals_numpy(enc, dtype, bos, every):
     for values in (enc, _sparse_starts(enc, every)):
         with numpy_only():
             want = _copy(packing.packed_from_encoded(values.copy(), dtype, bos))
-        if C is None:
-            continue
-        _same(packing.packed_from_encoded(values.copy(), dtype, bos), want)
-        # in place, from the batch's own positions memory (as the Loader gathers)
-        out, buf = packing.packed_out(*values.shape, dtype)
-        buf[...] = values
-        packing.fill_packed(buf, out, bos)
-        _same(out, want)
-        # from a buffer and a byte offset per row (rows read straight from mapped chunks)
-        out, _ = packing.packed_out(*values.shape, dtype)
-        packing.fill_packed(_parts(values), out, bos)
-        _same(out, want)
+        for level in (1, 2) if C is not None else ():  # the SSE2 row and the AVX2 one
+            with simd(level):
+                _same(packing.packed_from_encoded(values.copy(), dtype, bos), want)
+                # in place, from the batch's own positions memory (as the Loader gathers)
+                out, buf = packing.packed_out(*values.shape, dtype)
+                buf[...] = values
+                packing.fill_packed(buf, out, bos)
+                _same(out, want)
+                # from a buffer and a byte offset per row (rows read straight from chunks)
+                out, _ = packing.packed_out(*values.shape, dtype)
+                packing.fill_packed(_parts(values), out, bos)
+                _same(out, want)
+
+
+@contextmanager
+def simd(level: int):
+    """The kernel's vector rows up to ``level`` (1: SSE2, 2: AVX2 where the CPU has it)."""
+    before = C.simd(level)
+    try:
+        yield
+    finally:
+        C.simd(before)
 
 
 def test_packed_layout_by_hand():
