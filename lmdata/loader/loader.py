@@ -220,6 +220,8 @@ class Loader:
                 "global_batch_size or evaluate that source with its own Loader"
             ) from None
         self.step = int(start_step)
+        # one endless source: a step's rows are a run of its stream, never padding (batch)
+        self._one = len(self.sources) == 1 and epochs is None
         self._blocks: list[dict[int, np.ndarray]] = [{} for _ in self.sources]
         self._lock = threading.Lock()
         self.keys = _KEYS[mode] + (
@@ -367,6 +369,12 @@ class Loader:
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This rank's batch of ``step``: a dict of ``(local_batch_size, seq_len)`` arrays."""
+        if self._one and step.__class__ is int and step >= self.mixture.base_step:
+            # the common case in few operations (as indices() computes it): at 30 us a
+            # batch, each microsecond of Python here is 3% of the loader's speed
+            m, b = self.mixture, self.local_batch_size
+            start = m.base_rows[0] + (step - m.base_step) * m.global_batch_size + self.rank * b
+            return self.sources[0].read(self._run_of(0, start, b))
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise InvalidInputError(f"step must be a non-negative integer, got {step!r}")
         n = self.num_steps

@@ -320,18 +320,28 @@ class FlatTokens:
         self, starts: np.ndarray, length: int
     ) -> tuple[list[memoryview], list[int]] | None:
         """Where the stored values ``tokens[s : s + length]`` lie in memory, for each ``s`` in
-        ``starts`` (each window inside the tokens): a byte buffer of its mapped or cached
-        chunk and the byte offset of the window in it (the Loader lays batches out from there,
-        no gather copy). None where a window needs :meth:`encoded_windows` (it straddles two
-        chunks, a chunk is short, or chunks are read by range). Python int arithmetic per
-        window: numpy operations on a batch's few numbers cost more."""
+        ``starts`` (each window inside the tokens, else IndexError): a byte buffer of its
+        mapped or cached chunk and the byte offset of the window in it (the Loader lays
+        batches out from there, no gather copy). None where a window needs
+        :meth:`encoded_windows` (it straddles two chunks, a chunk is short, or chunks are read
+        by range). The lookup is one C call where built, which also declines windows outside
+        the tokens: only then are they checked here, to say which."""
+        if _unit_windows is None:
+            self._check_windows(starts, length)
+            return _window_parts(self.tokens, starts, length, self.num_tokens)
+        got = _window_parts(self.tokens, starts, length, self.num_tokens)
+        if got is None:
+            self._check_windows(starts, length)
+        return got
+
+    def _check_windows(self, starts: Sequence[int] | np.ndarray, length: int) -> None:
+        """IndexError unless every window ``s : s + length`` lies inside the tokens."""
         lst = np.asarray(starts).tolist()
         if lst and (min(lst) < 0 or max(lst) + length > self.num_tokens):
             raise IndexError(
                 f"a window of {length} tokens at {min(lst)} or {max(lst)} is outside "
                 f"the {self.num_tokens} tokens"
             )
-        return _window_parts(self.tokens, starts, length, self.num_tokens)
 
     def encoded_windows(
         self,
@@ -413,7 +423,7 @@ def _window_parts(
         for _ in range(2):  # the second time with the units the first found missing
             arr._check_views()
             got = _unit_windows(arr._views, unit, st, length, total)
-            if not isinstance(got, list):
+            if got.__class__ is not list:
                 return got or None
             for u in got:
                 arr._bytes_view(u)
