@@ -270,10 +270,12 @@ PACKED_ROW(int32_t)
 /* The int32 row eight values at a time where the CPU has AVX2 (chosen at run time): half the
  * stores of the SSE2 row, which measured ~1.4x faster on a whole batch (the pass is bound by
  * stores). Same rules: a group's loads come before its stores, a group with a start bit goes
- * value by value, the first input of a group comes from `prev`. */
+ * value by value, the first input of a group comes from `prev`. `next` (or NULL) is the row
+ * laid out after this one: its lines are prefetched meanwhile, a line per 16 values (rows of
+ * a random batch lie in memory the caches have not seen: 39 -> 33 us a 32x2048 batch). */
 __attribute__((target("avx2"))) static void
 packed_row_int32_avx2(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *seg, int32_t *pos,
-                      Py_ssize_t length, int32_t bos)
+                      Py_ssize_t length, int32_t bos, const uint32_t *next)
 {
     Py_ssize_t s = 0, p = 0;
     int32_t prev = 0;
@@ -281,6 +283,8 @@ packed_row_int32_avx2(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *se
     const __m256i back = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6); /* lane i takes i - 1 */
     Py_ssize_t k = 0;
     while (k < length) {
+        if (next != NULL && !(k & 15)) /* the next row's line at k, as a hint (never read) */
+            _mm_prefetch((const char *)(next + k), _MM_HINT_T0);
         if (k > 0 && k + 8 <= length) {
             __m256i x = _mm256_loadu_si256((const __m256i *)(enc + k));
             if (!_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(x, 31)))) {
@@ -330,7 +334,7 @@ has_avx2(void)
 
 static void
 packed_row(const uint32_t *enc, Py_buffer *v, Py_ssize_t b, Py_ssize_t length, long long bos,
-           int wide)
+           int wide, const uint32_t *next)
 {
     int32_t *seg = (int32_t *)v[3].buf + b, *pos = (int32_t *)v[4].buf + b;
     if (wide)
@@ -339,7 +343,7 @@ packed_row(const uint32_t *enc, Py_buffer *v, Py_ssize_t b, Py_ssize_t length, l
 #ifdef HAVE_AVX2_ROW
     else if (max_simd >= 2 && has_avx2())
         packed_row_int32_avx2(enc, (int32_t *)v[1].buf + b, (int32_t *)v[2].buf + b, seg, pos,
-                              length, (int32_t)bos);
+                              length, (int32_t)bos, next);
 #endif
     else
         packed_row_int32_t(enc, (int32_t *)v[1].buf + b, (int32_t *)v[2].buf + b, seg, pos,
@@ -382,7 +386,8 @@ packed(PyObject *self, PyObject *args)
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < (length ? rows : 0); r++) /* (empty rows: nothing to do) */
-        packed_row(row_at(&R, r), v, r * length, length, bos, wide);
+        packed_row(row_at(&R, r), v, r * length, length, bos, wide,
+                   r + 1 < rows ? row_at(&R, r + 1) : NULL);
     Py_END_ALLOW_THREADS
     rows_release(&R);
     release(v + 1, 4);
