@@ -567,9 +567,10 @@ copy_rows(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* unit_windows(views, unit, starts, width, total): where items s .. s + width of an array
- * stored in units of `unit` items lie, for each s in `starts` (int64; each window must lie in
- * 0 .. total, else False): (bases, offsets) as rows_get
+/* unit_windows(views, unit, starts, width, total[, scale]): where items s .. s + width of an
+ * array stored in units of `unit` items lie, for each s = start * scale, start in `starts`
+ * (int64: row numbers when scale is the row length; each window must lie in 0 .. total, else
+ * False): (bases, offsets) as rows_get
  * takes them, from `views`, which maps a unit's number to a buffer of its bytes (4-byte
  * items). Returns a list of the unit numbers missing from `views` instead (the caller adds
  * them and calls again), or False when a window straddles two units or a unit is short (the
@@ -579,10 +580,12 @@ static PyObject *
 unit_windows(PyObject *self, PyObject *args)
 {
     PyObject *views, *obj;
-    Py_ssize_t unit, width, total;
-    if (!PyArg_ParseTuple(args, "O!nOnn", &PyDict_Type, &views, &unit, &obj, &width, &total))
+    Py_ssize_t unit, width, total, scale = 1;
+    if (!PyArg_ParseTuple(args, "O!nOnn|n", &PyDict_Type, &views, &unit, &obj, &width, &total,
+                          &scale))
         return NULL;
-    if (unit <= 0 || unit > PY_SSIZE_T_MAX / 4 || width <= 0 || width > unit || width > total)
+    if (unit <= 0 || unit > PY_SSIZE_T_MAX / 4 || width <= 0 || width > unit || width > total ||
+        scale <= 0)
         Py_RETURN_FALSE;
     Py_buffer sv;
     if (PyObject_GetBuffer(obj, &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
@@ -597,11 +600,13 @@ unit_windows(PyObject *self, PyObject *args)
              *offsets = PyList_New(rows);
     if (bases == NULL || offsets == NULL) goto done;
     for (Py_ssize_t r = 0; r < rows; r++) {
-        if (st[r] < 0 || st[r] > total - width) { /* (0 < width <= total: no wrap) */
+        /* (0 < width <= total: no wrap; st <= (total - width) / scale: the product neither) */
+        if (st[r] < 0 || st[r] > (total - width) / scale) {
             result = Py_NewRef(Py_False);
             goto done;
         }
-        Py_ssize_t u = (Py_ssize_t)(st[r] / unit), o = (Py_ssize_t)(st[r] % unit);
+        Py_ssize_t at = (Py_ssize_t)st[r] * scale;
+        Py_ssize_t u = at / unit, o = at % unit;
         if (o + width > unit) { /* (both <= unit <= PY_SSIZE_T_MAX / 4: no wrap below) */
             result = Py_NewRef(Py_False);
             goto done;
@@ -670,8 +675,8 @@ static PyMethodDef methods[] = {
      "simd(level): the widest vector row used (2: AVX2 where present, 1: SSE2); returns the "
      "level before."},
     {"unit_windows", unit_windows, METH_VARARGS,
-     "unit_windows(views, unit, starts, width, total): (bases, offsets) of windows of a "
-     "unit-stored array, or the missing units, or False."},
+     "unit_windows(views, unit, starts, width, total[, scale]): (bases, offsets) of windows "
+     "at starts * scale of a unit-stored array, or the missing units, or False."},
     {"copy_rows", copy_rows, METH_VARARGS,
      "copy_rows(enc, out, rows, width): rows of width uint32 values copied into out."},
     {"packed", packed, METH_VARARGS,

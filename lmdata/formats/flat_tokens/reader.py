@@ -400,19 +400,23 @@ def _aligned_rows(
     rows, which it normalises or reports)."""
     if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "iu" or rows.ndim != 1:
         return None
+    if _unit_windows is not None and _copy_rows is not None and arr.dtype.itemsize == 4:
+        # row numbers as they are: the C lookup checks each below n, then multiplies (two
+        # numpy reductions and a product here cost a fifth of the whole gather)
+        return _copy_windows(arr, rows, length, out, n * length, scale=length)
     if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n):
-        return None  # (rows * length would wrap for huge ones: checked here, not in C)
+        return None  # (rows * length would wrap for huge ones: checked before it)
     return _copy_windows(arr, rows.astype(np.int64) * length, length, out, n * length)
 
 
 def _window_parts(
-    arr: ZArray, starts: list[int] | np.ndarray, length: int, total: int
+    arr: ZArray, starts: list[int] | np.ndarray, length: int, total: int, scale: int = 1
 ) -> tuple[list, list] | None:
     """(a byte buffer per window, the window's byte offset in it) for items ``s : s + length``
-    of ``arr``, each ``s`` in ``starts``, into the mapped or cached units; None when one
-    straddles two units, a unit is short, or units are read by range. Windows must lie in
-    ``0 .. total`` (``len(arr)`` at most): outside, the C lookup returns None too (callers
-    without it check first).
+    of ``arr``, each ``s`` in ``starts`` times ``scale``, into the mapped or cached units;
+    None when one straddles two units, a unit is short, or units are read by range. Windows
+    must lie in ``0 .. total`` (``len(arr)`` at most): outside, the C lookup returns None too
+    (callers without it check first; ``scale`` other than 1 needs the C lookup).
     Looked up in C where built, else with Python int arithmetic per window (numpy operations
     on a batch's few numbers cost more)."""
     unit = arr.unit
@@ -422,12 +426,15 @@ def _window_parts(
         st = np.ascontiguousarray(starts, dtype=np.int64)
         for _ in range(2):  # the second time with the units the first found missing
             arr._check_views()
-            got = _unit_windows(arr._views, unit, st, length, total)
+            got = _unit_windows(arr._views, unit, st, length, total, scale)
             if got.__class__ is not list:
                 return got or None
             for u in got:
                 arr._bytes_view(u)
-        # the views were dropped in between (the byte cache evicted): Python below
+        # the views were dropped in between (the byte cache evicted): Python below, from
+        # starts the lookup found inside 0 .. total (a missing unit is reported after all
+        # windows are checked)
+        starts = st * scale if scale != 1 else starts
     return _py_window_parts(arr, starts, length)
 
 
@@ -461,9 +468,11 @@ def _copy_windows(
     length: int,
     out: np.ndarray | None,
     total: int | None = None,
+    scale: int = 1,
 ) -> np.ndarray | None:
     """Items ``s : s + length`` of ``arr`` for each ``s`` in ``starts`` (all inside the array
-    or ``0 .. total``, as :func:`_window_parts`) when each lies inside one unit, else None.
+    or ``0 .. total``, as :func:`_window_parts`; ``starts`` times ``scale``, which needs the
+    C lookup) when each lies inside one unit, else None.
 
     The random-batch hot path: a window is a byte range of one unit's buffer, copied between
     memoryviews with Python int arithmetic (a few hundred ns each, where numpy operations on
@@ -480,7 +489,7 @@ def _copy_windows(
     if not len(starts):
         return out
     if _copy_rows is not None and arr.dtype.itemsize == 4:
-        parts = _window_parts(arr, starts, length, len(arr) if total is None else total)
+        parts = _window_parts(arr, starts, length, len(arr) if total is None else total, scale)
         if parts is None:
             return None
         _copy_rows(parts, out, len(starts), length)  # one C loop, the GIL released
