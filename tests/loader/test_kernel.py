@@ -269,6 +269,25 @@ def test_unit_windows_finds_declines_and_asks_for_missing_units():
     assert C.unit_windows(views, unit, np.array([97]), 4, 100) is False
     with pytest.raises(ValueError, match="int64"):
         C.unit_windows(views, unit, np.array([1], dtype=np.int32), 4, 100)
+    # row numbers times a scale (the row length): checked against total before multiplying
+    bases, offsets = C.unit_windows(views, unit, np.array([1, 2]), 4, 16, 4)
+    got = [np.frombuffer(b, np.uint32, 4, o).tolist() for b, o in zip(bases, offsets, strict=True)]
+    assert got == [[4, 5, 6, 7], [8, 9, 10, 11]]
+    assert C.unit_windows(views, unit, np.array([3]), 4, 16, 4) is not False  # the last row
+    assert C.unit_windows(views, unit, np.array([4]), 4, 16, 4) is False  # past the end
+    assert C.unit_windows(views, unit, np.array([2**62]), 4, 16, 4) is False  # 2**64 wraps to 0
+    assert C.unit_windows(views, unit, np.array([0]), 4, 16, 0) is False
+
+
+def test_packed_rows_refuse_rows_whose_start_would_wrap(tmp_path: Path):
+    r = write_flat(tmp_path / "x.zarr", random_seqs(5, 60), chunk_tokens=16)
+    for ctx in (_nothing(), numpy_only()):
+        with ctx:
+            for bad in (2**61, 2**62 + 1, -(2**62)):  # times 8 these wrap to (near) row 0
+                with pytest.raises(IndexError):
+                    r.packed_rows(np.array([0, bad]), 8)
+            last = r.num_packed_rows(8) - 1
+            assert np.array_equal(r.packed_rows(np.array([-1]), 8), r.packed_rows([last], 8))
 
 
 def test_a_truncated_chunk_is_an_error_from_packed_rows(tmp_path: Path):
