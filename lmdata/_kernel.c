@@ -318,6 +318,24 @@ packed_row_int32_avx2(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *se
     }
 }
 
+/* The int32 eos row eight values at a time (its first values up to a multiple of 8; the
+ * rest are the caller's), prefetching `next` as the packed row does. A window holds
+ * length + 1 values: the load at j + 1 stays inside it. Returns the values done. */
+__attribute__((target("avx2"))) static Py_ssize_t
+eos_row_int32_avx2(const uint32_t *e, int32_t *in, int32_t *tg, Py_ssize_t length,
+                   const uint32_t *next)
+{
+    Py_ssize_t j = 0;
+    for (; j + 8 <= length; j += 8) {
+        if (next != NULL && !(j & 15)) _mm_prefetch((const char *)(next + j), _MM_HINT_T0);
+        __m256i a = _mm256_loadu_si256((const __m256i *)(e + j));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(e + j + 1));
+        _mm256_storeu_si256((__m256i *)(in + j), _mm256_srli_epi32(a, 1));
+        _mm256_storeu_si256((__m256i *)(tg + j), _mm256_srli_epi32(b, 1));
+    }
+    return j;
+}
+
 static int max_simd = 2; /* simd(): 1 keeps to SSE2, for the tests of that row */
 
 static int
@@ -429,7 +447,12 @@ eos(PyObject *self, PyObject *args)
             }
         } else {
             int32_t *in = (int32_t *)v[0].buf + r * length, *tg = (int32_t *)v[1].buf + r * length;
-            for (Py_ssize_t j = 0; j < length; j++) {
+            Py_ssize_t j = 0;
+#ifdef HAVE_AVX2_ROW
+            if (max_simd >= 2 && has_avx2())
+                j = eos_row_int32_avx2(e, in, tg, length, r + 1 < rows ? row_at(&R, r + 1) : NULL);
+#endif
+            for (; j < length; j++) {
                 in[j] = (int32_t)(e[j] >> 1);
                 tg[j] = (int32_t)(e[j + 1] >> 1);
             }
@@ -654,7 +677,7 @@ done:
     return result;
 }
 
-/* simd(level): the widest vector row used from now on (2: AVX2 where the CPU has it, 1: SSE2);
+/* simd(level): the widest vector rows used from now on (2: AVX2 where the CPU has it, 1: SSE2);
  * returns the level used before. For the tests, which compare every row with numpy. */
 static PyObject *
 simd(PyObject *self, PyObject *args)

@@ -124,9 +124,10 @@ def test_eos_c_equals_numpy(enc, dtype):
     with numpy_only():
         want = _copy(packing.eos_from_encoded(enc, dtype))
     assert np.array_equal(want["targets"], (enc[:, 1:] >> 1).astype(dtype))
-    if C is not None:
-        _same(packing.eos_from_encoded(enc, dtype), want)
-        _same(packing.eos_from_encoded(_parts(enc), dtype, enc.shape), want)
+    for level in (1, 2) if C is not None else ():
+        with simd(level):
+            _same(packing.eos_from_encoded(enc, dtype), want)
+            _same(packing.eos_from_encoded(_parts(enc), dtype, enc.shape), want)
 
 
 @settings(max_examples=80, deadline=None)
