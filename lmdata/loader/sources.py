@@ -17,11 +17,13 @@ import numpy as np
 
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.loader.packing import (
+    PACKED_KEYS,
     Parts,
     eos_from_encoded,
     eos_windows,
     fill_packed,
     in_c,
+    packed_buffers,
     packed_from_encoded,
     packed_from_starts,
     packed_out,
@@ -121,6 +123,8 @@ class Source:
         self._in_place = (
             encoded and mode == "packed" and (self._rows is not None or self._gather_out)
         )
+        # training's packed rows laid out in C from where they lie: read()'s first branch
+        self._direct = mode == "packed" and self._parts is not None and not finite
         self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
         self._pieces: np.ndarray | None = None
@@ -158,9 +162,15 @@ class Source:
 
     def read(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The rows ``rows`` (int64 row numbers, each < ``num_rows``)."""
+        L = self.seq_len
+        if self._direct and in_c():  # the common case, in few operations
+            parts = self._parts(rows * L, L)
+            if parts is not None:
+                out = packed_buffers(len(rows), L, self.dtype, PACKED_KEYS)
+                fill_packed(parts, out, self.bos)
+                return out
         if self.mode == "unpacked":
             return self._read_unpacked(rows)
-        L = self.seq_len
         # only the last row of a finite pass is partial: training rows need no check
         partial = rows >= self.full_rows if self.finite else None
         if self._in_place and (partial is None or not partial.any()):
