@@ -8,6 +8,7 @@ from typing import Any
 from lmdata import formats
 from lmdata.errors import InvalidInputError
 from lmdata.formats import FormatSpec
+from lmdata.formats._spec import Progress
 from lmdata.storage import options_scope, require_exists, resolve
 
 # storage_options= (every verb): fsspec options for URLs (s3://, gs://, ...), such as
@@ -95,13 +96,22 @@ def validate(
     path: str | os.PathLike[str],
     format: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
     **options: Any,
 ) -> list[str]:
-    """Every problem found in the dataset at ``path``; an empty list means valid."""
+    """Every problem found in the dataset at ``path``; an empty list means valid.
+
+    ``progress(done, total)`` is called as the check goes, in bytes of the dataset's data:
+    first with ``done=0`` to announce the total, then per shard, chunk, file or MiB, never
+    backwards, last with ``done == total`` when the check got to the end."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
-        return list(spec.validate(p, **_named(spec, options)))
+        return list(spec.validate(p, **_reporting(progress), **_named(spec, options)))
+
+
+def _reporting(progress: Progress | None) -> dict[str, Any]:
+    return {} if progress is None else {"progress": progress}
 
 
 def info(
@@ -110,16 +120,18 @@ def info(
     storage_options: dict[str, Any] | None = None,
     *,
     scan: bool = True,
+    progress: Progress | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """A summary of the dataset at ``path`` (format, counts, sizes, codecs). ``scan=False``
     leaves out what takes a pass over the data (the documents of JSONL files, the largest id
-    of a ``.pbin``): for callers that need only the metadata, sizes and provenance."""
+    of a ``.pbin``): for callers that need only the metadata, sizes and provenance.
+    ``progress(done, total)``: as for :func:`validate`, in bytes of the data summarised."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
         light = {} if scan else {"scan": False}  # a spec's info may predate the option
-        return spec.info(p, **light, **_named(spec, options))
+        return spec.info(p, **light, **_reporting(progress), **_named(spec, options))
 
 
 def merge(
@@ -128,9 +140,11 @@ def merge(
     format: str | None = None,
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> str:
     """Join datasets of one format into one at ``output``; returns a one-line summary.
-    URLs (where the format's merge supports them) use ``storage_options``."""
+    URLs (where the format's merge supports them) use ``storage_options``.
+    ``progress(done, total)``: as for :func:`validate`, in bytes of the inputs' data joined."""
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
     with options_scope(storage_options):
@@ -140,4 +154,6 @@ def merge(
             raise InvalidInputError(
                 f"{spec.name} datasets cannot be merged; formats with merge: {', '.join(mergeable)}"
             )
-        return spec.merge([str(p) for p in inputs], str(output), overwrite=overwrite)
+        return spec.merge(
+            [str(p) for p in inputs], str(output), overwrite=overwrite, **_reporting(progress)
+        )

@@ -30,6 +30,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *table, *data, *fallback, *loads, *frombuffer;
     Py_ssize_t lo, size, nvar, head, fixed, ncols, long_run;
+    int ranged; /* data is fetch(begin, length), not the shard's buffer */
     Col *cols;
 } Reader;
 
@@ -118,17 +119,11 @@ column(Reader *r, Col *c, const unsigned char *p, Py_ssize_t n)
     }
 }
 
-/* sample j's dict, or NULL: with an error set to propagate, else "use the fallback" */
+/* The sample in dat[b:e] (its size table first) as a dict, or NULL: with an error set to
+ * propagate, else "use the fallback". The caller checked b <= e inside dat and e - b >= head. */
 static PyObject *
-decode(Reader *r, const unsigned char *tab, Py_ssize_t tlen, const unsigned char *dat,
-       Py_ssize_t dlen, Py_ssize_t j)
+sample(Reader *r, const unsigned char *dat, Py_ssize_t b, Py_ssize_t e)
 {
-    if (j < 0 || tlen < 12 || j > (tlen - 12) / 4) /* the two offsets lie in the table */
-        return NULL;
-    Py_ssize_t b = (Py_ssize_t)le(tab + 4 + 4 * j, 4), e = (Py_ssize_t)le(tab + 8 + 4 * j, 4);
-    Py_ssize_t end = r->size < dlen ? r->size : dlen;
-    if (!(r->lo <= b && b <= e && e <= end) || e - b < r->head)
-        return NULL;
     Py_ssize_t total = r->head + r->fixed;
     for (Py_ssize_t k = 0; k < r->nvar; k++)
         total += (Py_ssize_t)le(dat + b + 4 * k, 4);
@@ -157,18 +152,69 @@ decode(Reader *r, const unsigned char *tab, Py_ssize_t tlen, const unsigned char
     return out;
 }
 
+/* Sample j's offsets from the table, checked against the file's [lo, size), into *b and *e;
+ * 0 when they are not a range of at least a size table inside it. */
+static int
+offsets(Reader *r, const unsigned char *tab, Py_ssize_t tlen, Py_ssize_t j, Py_ssize_t size,
+        Py_ssize_t *b, Py_ssize_t *e)
+{
+    if (j < 0 || tlen < 12 || j > (tlen - 12) / 4) /* the two offsets lie in the table */
+        return 0;
+    *b = (Py_ssize_t)le(tab + 4 + 4 * j, 4);
+    *e = (Py_ssize_t)le(tab + 8 + 4 * j, 4);
+    return r->lo <= *b && *b <= *e && *e <= size && *e - *b >= r->head;
+}
+
+/* sample j's dict from the shard's buffer, or NULL (as sample()) */
+static PyObject *
+decode(Reader *r, const unsigned char *tab, Py_ssize_t tlen, const unsigned char *dat,
+       Py_ssize_t dlen, Py_ssize_t j)
+{
+    Py_ssize_t b, e;
+    if (!offsets(r, tab, tlen, j, r->size < dlen ? r->size : dlen, &b, &e))
+        return NULL;
+    return sample(r, dat, b, e);
+}
+
+/* sample j's dict from a shard read by ranges (r->data is fetch(begin, length) -> bytes, the
+ * sample's bytes from the store or its range cache), or NULL (as sample()) */
+static PyObject *
+decode_ranged(Reader *r, const unsigned char *tab, Py_ssize_t tlen, Py_ssize_t j)
+{
+    Py_ssize_t b, e;
+    if (!offsets(r, tab, tlen, j, r->size, &b, &e))
+        return NULL;
+    PyObject *blob = PyObject_CallFunction(r->data, "nn", b, e - b);
+    if (blob == NULL)
+        return NULL;
+    Py_buffer d;
+    PyObject *v = NULL;
+    if (PyObject_GetBuffer(blob, &d, PyBUF_SIMPLE) == 0) {
+        if (d.len == e - b)
+            v = sample(r, d.buf, 0, d.len);
+        PyBuffer_Release(&d);
+    }
+    Py_DECREF(blob);
+    return v;
+}
+
 static PyObject *
 read_one(Reader *r, Py_ssize_t j)
 {
     Py_buffer t, d;
+    PyObject *v;
     if (PyObject_GetBuffer(r->table, &t, PyBUF_SIMPLE) < 0)
         return NULL;
-    if (PyObject_GetBuffer(r->data, &d, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&t);
-        return NULL;
+    if (r->ranged) {
+        v = decode_ranged(r, t.buf, t.len, j);
+    } else {
+        if (PyObject_GetBuffer(r->data, &d, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&t);
+            return NULL;
+        }
+        v = decode(r, t.buf, t.len, d.buf, d.len, j);
+        PyBuffer_Release(&d);
     }
-    PyObject *v = decode(r, t.buf, t.len, d.buf, d.len, j);
-    PyBuffer_Release(&d);
     PyBuffer_Release(&t);
     if (v != NULL)
         return v;
@@ -259,7 +305,8 @@ free_cols(Col *cols, Py_ssize_t n)
 }
 
 /* Reader(table, data, lo, size, columns, nvar, long_run, loads, frombuffer, fallback);
- * columns: ((name or None, kind, size or -1, aux, itemsize), ...) in the shard's order */
+ * data: the shard's buffer, or a callable fetch(begin, length) -> bytes for a shard read by
+ * ranges; columns: ((name or None, kind, size or -1, aux, itemsize), ...) in the shard's order */
 static PyObject *
 reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
@@ -268,6 +315,11 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTuple(args, "OOnnO!nnOOO", &table, &data, &lo, &size, &PyTuple_Type, &spec,
                           &nvar, &long_run, &loads, &frombuffer, &fallback))
         return NULL;
+    int ranged = !PyObject_CheckBuffer(data);
+    if (ranged && !PyCallable_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "data is a buffer or a fetch(begin, length) callable");
+        return NULL;
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(spec);
     Col *cols = PyMem_Calloc(n > 0 ? n : 1, sizeof(Col));
     if (cols == NULL)
@@ -316,6 +368,7 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->fallback = Py_NewRef(fallback);
     self->lo = lo;
     self->size = size;
+    self->ranged = ranged;
     self->nvar = nvar;
     self->head = 4 * nvar;
     self->fixed = fixed;
@@ -604,7 +657,7 @@ PyInit__mdsread(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "VERSION", 1) < 0) { /* fastpath.py's C_VERSION */
+    if (PyModule_AddIntConstant(m, "VERSION", 2) < 0) { /* fastpath.py's C_VERSION */
         Py_DECREF(m);
         return NULL;
     }

@@ -4,13 +4,17 @@ seconds when stderr is a log file or a pipe (a cluster job), so the log shows ho
 ``bar(...)`` returns an object with tqdm's small interface (``update``, ``n``, ``total``,
 ``set_postfix_str``, ``format_dict``, ``close``, context manager). ``quiet=True`` silences it.
 The interval of the plain lines is ``LMDATA_PROGRESS_INTERVAL`` seconds (default 5).
+``reporting(...)`` gives the ``progress(done, total)`` callback the library's long verbs
+(validate, info, merge) take, drawn as such a bar.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 DEFAULT_INTERVAL = 5.0
@@ -48,8 +52,10 @@ class LogLines:
         unit_scale: bool = False,
         file: TextIO | None = None,
         interval: float | None = None,
+        leave: bool = True,
     ) -> None:
         self.total = total
+        self.leave = leave  # False: no closing line for work done before the first line
         self.n: float = 0
         self.unit = unit.strip() or "it"
         self.desc = desc
@@ -60,6 +66,7 @@ class LogLines:
         self._start = time.monotonic()
         self._last = self._start
         self._closed = False
+        self._printed = False
 
     @property
     def format_dict(self) -> dict[str, Any]:
@@ -90,6 +97,7 @@ class LogLines:
         f = self._file or sys.stderr
         f.write(self._line(final) + "\n")
         f.flush()
+        self._printed = True
 
     def refresh(self) -> None:
         now = time.monotonic()
@@ -107,7 +115,7 @@ class LogLines:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            if self.n:
+            if self.n and (self.leave or self._printed):
                 self._emit(final=True)
 
     def __enter__(self) -> LogLines:
@@ -124,15 +132,47 @@ def bar(
     quiet: bool = False,
     unit_scale: bool = False,
     disable: bool = False,
+    leave: bool = True,
     **tqdm_options: Any,
 ) -> Any:
     """A progress bar for a terminal, plain lines for anything else, nothing when ``quiet``
-    (or ``disable``, tqdm's name, for work too small to report)."""
+    (or ``disable``, tqdm's name, for work too small to report). ``leave=False``: the bar
+    goes when closed, and plain lines end with no summary unless progress lines came first
+    (quick work leaves the log clean)."""
     from tqdm import tqdm
 
     if quiet or disable:
         return tqdm(total=total, disable=True)
     if sys.stderr.isatty():
         tqdm_options.setdefault("dynamic_ncols", True)
-        return tqdm(total=total, unit=unit, desc=desc, unit_scale=unit_scale, **tqdm_options)
-    return LogLines(total=total, unit=unit, desc=desc, unit_scale=unit_scale)
+        return tqdm(
+            total=total, unit=unit, desc=desc, unit_scale=unit_scale, leave=leave, **tqdm_options
+        )
+    return LogLines(total=total, unit=unit, desc=desc, unit_scale=unit_scale, leave=leave)
+
+
+@contextlib.contextmanager
+def reporting(desc: str, quiet: bool = False) -> Iterator[Callable[[int, int], None] | None]:
+    """A ``progress(done, total)`` callback in bytes (what ``lmdata.validate``, ``info`` and
+    ``merge`` take) drawn as a bar on stderr: gone when done on a terminal, and in a log
+    nothing for work quicker than the interval. None when ``quiet`` (the verbs then skip
+    what they do only to report, such as listing file sizes). The bar closes when the block
+    ends."""
+    if quiet:
+        yield None
+        return
+    b = bar(unit="B", unit_scale=True, desc=desc, leave=False, delay=0.5)
+
+    def progress(done: int, total: int) -> None:
+        if b.total != total:
+            b.total = total
+        b.update(done - b.n)
+
+    try:
+        yield progress
+    except BaseException:
+        if isinstance(b, LogLines):
+            b._closed = True  # no "done" line for work that failed
+        raise
+    finally:
+        b.close()

@@ -8,6 +8,7 @@ import click
 
 from lmdata import _json
 from lmdata._api import info
+from lmdata._progress import reporting
 from lmdata._provenance import model_vocab_size
 from lmdata._units import human_bytes
 from lmdata.cli._common import DatasetPath, format_option, storage_option
@@ -71,12 +72,26 @@ def _provenance_lines(prov: dict[str, Any], needed: int | None) -> list[str]:
     help="Print one JSON object instead of text (with model_vocab_size: the vocabulary a "
     "model needs, from the recorded tokenizer and the largest id stored).",
 )
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No progress on stderr (it counts the bytes of data summarised or scanned).",
+)
 def command(
-    path: str, fmt: str | None, storage_options: dict[str, Any] | None, as_json: bool
+    path: str,
+    fmt: str | None,
+    storage_options: dict[str, Any] | None,
+    as_json: bool,
+    quiet: bool,
 ) -> None:
     """Show a dataset's format, splits, sequence and token counts, codecs and size on disk,
-    and for token datasets lmdata made, the tokenizer and command that made them."""
-    summary = info(path, format=fmt, storage_options=storage_options)
+    and for token datasets lmdata made, the tokenizer and command that made them.
+
+    Formats whose counts take a pass over the data (Dolma, JSONL, the largest id of a .pbin)
+    show progress on stderr; stdout holds only the summary."""
+    with reporting("info", quiet) as progress:
+        summary = info(path, format=fmt, storage_options=storage_options, progress=progress)
     needed = model_vocab_size(summary)
     if as_json:
         if needed is not None:

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from lmdata._api import merge
+from lmdata._progress import reporting
 from lmdata.cli._common import DatasetPath, FormatName, storage_option
 
 
@@ -23,12 +24,19 @@ from lmdata.cli._common import DatasetPath, FormatName, storage_option
 )
 @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
 @storage_option
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No progress on stderr (it counts the bytes of the inputs' data joined).",
+)
 def command(
     inputs: tuple[str, ...],
     output: str,
     fmt: str | None,
     overwrite: bool,
     storage_options: dict[str, Any] | None,
+    quiet: bool,
 ) -> None:
     """Merge INPUTS into OUTPUT.
 
@@ -36,7 +44,13 @@ def command(
     index.json of partition folders (local or on one object store). atlas: link the shards of
     several datasets into one.
     """
-    result = merge(
-        list(inputs), output, format=fmt, overwrite=overwrite, storage_options=storage_options
-    )
+    with reporting("merge", quiet) as progress:
+        result = merge(
+            list(inputs),
+            output,
+            format=fmt,
+            overwrite=overwrite,
+            storage_options=storage_options,
+            progress=progress,
+        )
     click.echo(result if isinstance(result, str) else f"merged {len(inputs)} inputs -> {output}")

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from lmdata._api import detect, validate
+from lmdata._progress import reporting
 from lmdata.cli._common import DatasetPath, format_option, storage_option, unsafe_pickle_option
 
 
@@ -15,7 +16,12 @@ from lmdata.cli._common import DatasetPath, format_option, storage_option, unsaf
 @click.argument("path", type=DatasetPath())
 @format_option
 @storage_option
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing; only the exit status tells.")
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="Print nothing, not even progress; only the exit status tells.",
+)
 @unsafe_pickle_option
 def command(
     path: str,
@@ -27,10 +33,19 @@ def command(
     """Check a dataset against its format's rules.
 
     Exit status 0 when valid, 1 when problems were found (each printed with its place),
-    2 when the dataset cannot be opened at all.
+    2 when the dataset cannot be opened at all. Progress goes to stderr (a bar on a
+    terminal, a line every LMDATA_PROGRESS_INTERVAL seconds in a log), counting the bytes
+    of the dataset's data checked.
     """
     name = fmt or detect(path, storage_options)
-    problems = validate(path, format=name, storage_options=storage_options, **reader_options)
+    with reporting("validate", quiet) as progress:
+        problems = validate(
+            path,
+            format=name,
+            storage_options=storage_options,
+            progress=progress,
+            **reader_options,
+        )
     if not problems:
         if not quiet:
             click.echo(f"{path}: valid {name} dataset")

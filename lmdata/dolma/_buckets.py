@@ -28,7 +28,9 @@ from lmdata.storage import TMP_PREFIX, FsspecStore, join, resolve
 
 FETCH_BYTES = 64 << 20  # bytes of spill pieces a worker fetches from a store at once
 
-# what phase 1 spills per key: its xxh3-128 hash and where the key is
+# what phase 1 spills per key: its xxh3-128 hash and where the key is: "file" numbers the
+# input's spans in order (a document file, or a byte range of a large plain one, see
+# lmdata.dolma._spans) and "line" counts lines within the span, so places sort in input order
 ENTRY = np.dtype(
     [
         ("hi", "<u8"),
@@ -46,7 +48,7 @@ MARK = np.dtype([("file", "<u4"), ("line", "<u4"), ("para", "<u4"), ("sub", "<u4
 
 class Rows:
     """A hash unit's buffered entries as columns: each key's xxh3-128 digest (16 bytes, high
-    half first, big-endian) and its ``(file, line, paragraph, n-gram)`` (four uint32), 32 B an
+    half first, big-endian) and its ``(span, line, paragraph, n-gram)`` (four uint32), 32 B an
     entry instead of a Python tuple of ints (~200 B)."""
 
     def __init__(self) -> None:
@@ -85,7 +87,7 @@ Piece = tuple[str, int, int]
 class Spill:
     """The work folder of one run: ``root``, a local folder or a URL, holding ``h/`` (one
     object of hashed keys per spill, sorted by bucket) and ``d/`` (one object of marked
-    duplicates per bucket, sorted by file). Objects are raw arrays of fixed-size records, so a
+    duplicates per bucket, sorted by span). Objects are raw arrays of fixed-size records, so a
     reader fetches exactly the item range it needs (no pickles)."""
 
     root: str
@@ -227,7 +229,7 @@ class MarkTask:
 @dataclass(frozen=True, eq=False)
 class MarkResult:
     duplicates: int
-    # the document file numbers marked, and where each one's marks start (len(files) + 1):
+    # the span numbers marked, and where each one's marks start (len(files) + 1):
     # int64 arrays (a driver holds one per bucket)
     files: Any = ()
     starts: Any = ()
@@ -240,7 +242,7 @@ class MarkResult:
 
 def phase_mark(task: MarkTask) -> MarkResult:
     """Mark all but the first occurrence of each hash in one bucket into one object, sorted by
-    document file; returns how many and where each file's marks are."""
+    span; returns how many and where each span's marks are."""
     work = task.work
     keep = None
     if task.parts > 1:
@@ -274,7 +276,7 @@ def phase_mark(task: MarkTask) -> MarkResult:
 
 
 class Dups:
-    """One file's marks (sorted by line, paragraph, n-gram), asked for in that order: a
+    """One span's marks (sorted by line, paragraph, n-gram), asked for in that order: a
     pointer walks them, so they stay numpy arrays (no Python object per mark)."""
 
     def __init__(self, marks: np.ndarray) -> None:

@@ -2,18 +2,29 @@
 
 dolma inserts keys into one shared Bloom filter from many threads, so which copy survives
 depends on timing. Here the first occurrence in input order (files sorted, then line, then
-paragraph) is kept, whatever the number of processes, and re-running gives the same result:
+paragraph) is kept, whatever the number of processes, and re-running gives the same result.
 
-1. per group of files (in parallel, one group per worker): hash each key (xxh3-128) and spill
-   ``(hash, file, line, paragraph, n-gram)`` entries, sorted by hash bucket, into one object
-   per spill (a table of each bucket's entries goes back to the driver);
+The input is cut into spans (:mod:`lmdata.dolma._spans`): a document file whole, or, for a
+plain JSONL file larger than :data:`RANGE_BYTES` (64 MiB), the lines starting in each of its
+byte ranges of equal size up to 64 MiB (smaller, so that each worker has as many),
+so one 50 GB file is ~800 units and a retry redoes one range. A gzip or zstd
+file is one span (it cannot be entered in the middle). Spans are numbered in input order, and
+a key's place is (span, line in the span, paragraph, n-gram), which sorts in input order. Three
+phases run on the executor:
+
+1. per group of consecutive spans (in parallel: one group per worker, or per 64 MiB of input
+   when larger): hash each key (xxh3-128) and spill ``(hash, span, line, paragraph, n-gram)``
+   entries, sorted by hash bucket, into one object per spill (a table of each bucket's
+   entries goes back to the driver);
 2. per bucket (in parallel): read its range of every spill object, sort and mark every entry
-   but the first of each hash into one object per bucket, sorted by file;
-3. per group of files (in parallel): read the group's range of every bucket's marks and write
-   the attribute files.
+   but the first of each hash into one object per bucket, sorted by span;
+3. per group of spans (in parallel): read the group's range of every bucket's marks and write
+   the attribute files; a range writes a piece of its file's (``.lmdata-tmp-parts/``), and
+   the pieces are joined in order (:mod:`lmdata.dolma.pieces`, as tag's), so the bytes are
+   the same for any range size, engine and worker count.
 
 On an object store that is one PUT per spill and per bucket and one ranged GET per (spill,
-bucket) and (group, bucket): O(workers x buckets + files) requests, not files x buckets; a
+bucket) and (group, bucket): O(groups x buckets + files) requests, not files x buckets; a
 unit sends its GETs several at once (``cat_ranges``, concurrent on async stores as s3fs).
 
 Memory is bounded, not by the number of documents: the bucket count grows with the input's
@@ -49,6 +60,7 @@ import functools
 import logging
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +68,7 @@ import numpy as np
 import orjson
 
 from lmdata import parallel
-from lmdata.dolma import ngrams
+from lmdata.dolma import _spans, ngrams
 from lmdata.dolma._buckets import (
     MARK,
     Dups,
@@ -68,11 +80,12 @@ from lmdata.dolma._buckets import (
     spill_root,
 )
 from lmdata.dolma._buckets import phase_mark as _phase_mark
+from lmdata.dolma._spans import Span
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
-from lmdata.errors import CorruptDataError
-from lmdata.formats.dolma._files import iter_raw_lines
-from lmdata.formats.dolma._output import OutputFile
+from lmdata.dolma.pieces import Join, join_all, part_key
+from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.formats.dolma._output import OutputFile, Part
 from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of
 from lmdata.formats.dolma.reader import parse_line
 from lmdata.storage import TMP_PREFIX, Store
@@ -91,6 +104,8 @@ BLOOM_NOTE = (
 SPILL_EVERY = 1 << 21  # entries a hash unit buffers (32 B each) before writing one spill object
 WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
 BUCKET_ENTRIES = 1 << 22  # entries a mark unit sorts at most (~60 B each at its peak)
+RANGE_BYTES = 64 << 20  # a plain document file larger than this is read in ranges of this size
+MIN_RANGE_BYTES = 4 << 20  # ... or smaller, down to this, so that each worker has as many
 MAX_BUCKETS = 1 << 16  # hash buckets at most (each spill's table has one int64 per bucket)
 # keys per byte of compressed input (measured on dolma-style text): sizes the hash buckets; a
 # bucket that still holds more than BUCKET_ENTRIES is marked in several passes
@@ -159,31 +174,44 @@ def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: str, lineno: int) -> 
     return found[0]
 
 
-def _groups(files: list[str], sizes: list[int], n: int) -> list[list[tuple[int, str]]]:
-    """``files`` (numbered in order) cut into at most ``n`` consecutive groups of about equal
-    bytes: the hash and write units, one per worker."""
-    if not files:
-        return []
-    n = max(1, min(n, len(files)))
-    target = sum(sizes) / n
-    out: list[list[tuple[int, str]]] = [[]]
-    acc = 0
-    for k, (f, size) in enumerate(zip(files, sizes, strict=True)):
-        left = len(files) - k  # files not yet placed, this one included
-        if out[-1] and len(out) < n and (acc >= target * len(out) or left <= n - len(out)):
-            out.append([])
-        out[-1].append((k, f))
-        acc += size
-    return out
+def _document(raw: bytes, cfg: DedupeConfig, path: str, lineno: int) -> tuple[dict[str, Any], str]:
+    """The document of one line and what is deduped of it: its key (documents mode) or its
+    text (paragraphs)."""
+    doc = parse_line(raw, path, lineno)
+    if cfg.mode == "documents":
+        return doc, _doc_key(doc, cfg, path, lineno)
+    text = doc.get("text")
+    if not isinstance(text, str):
+        raise CorruptDataError(
+            "document has no string 'text'", path=path, position=f"line {lineno}"
+        )
+    return doc, text
+
+
+def _read(
+    store: Store, key: str, span: Span, cfg: DedupeConfig
+) -> Iterator[tuple[int, dict[str, Any], str]]:
+    """``(line in the span, document, key or text)`` for every line of ``span``; an error
+    names the line's number in the file (counted for a range only then)."""
+    path = store.url(key)
+    for i, where, raw in _spans.lines(store, key, span):
+        try:
+            doc, value = _document(raw, cfg, path, where)
+        except CorruptDataError:
+            if where > 0:
+                raise
+            _document(raw, cfg, path, _spans.line_of(store, key, where))
+            raise
+        yield i, doc, value
 
 
 @dataclass(frozen=True)
 class HashTask:
-    """Phase 1: hash the keys of a group of document files (``(number, path)``, in order) into
+    """Phase 1: hash the keys of consecutive spans (``(number, span)``, in order) into
     ``nbuckets`` buckets; ``t`` names this group's spill objects."""
 
     t: int
-    files: tuple[tuple[int, str], ...]
+    spans: tuple[tuple[int, Span], ...]
     cfg: DedupeConfig
     work: Spill
     nbuckets: int
@@ -193,7 +221,6 @@ class HashTask:
 class HashResult:
     documents: int
     keys: int
-    # per spill object: its name and where each bucket's entries start (nbuckets + 1 items)
     # per spill object (``h/<t>-<i>`` for the i-th): where each bucket's entries start
     spills: tuple[np.ndarray, ...] = ()
     t: int = 0
@@ -201,17 +228,24 @@ class HashResult:
 
 @dataclass(frozen=True)
 class WriteTask:
-    """Phase 3: write the attribute rows of a group of document files, from its ``pieces`` of
-    the buckets' marks."""
+    """Phase 3: write the attribute rows of consecutive spans, from its ``pieces`` of the
+    buckets' marks."""
 
-    files: tuple[tuple[int, str], ...]
+    spans: tuple[tuple[int, Span], ...]
     cfg: DedupeConfig
     work: Spill
     pieces: tuple[Piece, ...] = ()
 
 
+@dataclass(frozen=True)
+class WriteResult:
+    rows: int
+    # per range written: (its span number, (CRC-32, bytes) of its piece), for the join
+    pieces: tuple[tuple[int, tuple[int, int]], ...] = ()
+
+
 def _phase_hash(task: HashTask) -> HashResult:
-    """Hash every key of a group of files into spill objects sorted by bucket."""
+    """Hash every key of a group of spans into spill objects sorted by bucket."""
     cfg, work, nbuckets = task.cfg, task.work, task.nbuckets
     rows = Rows()
     spills: list[np.ndarray] = []
@@ -229,51 +263,43 @@ def _phase_hash(task: HashTask) -> HashResult:
         name = f"{task.t}-{len(spills)}"
         work.save("h", name, arr[order])
         spills.append(starts)
-        rows.clear()  # in place: _hash_file adds to these columns
+        rows.clear()  # in place: _hash_span adds to these columns
 
     stores = Stores(cfg.storage_options)  # one filesystem client for the unit's files
-    for k, file in task.files:
-        d, n = _hash_file(k, stores(file), cfg, rows, spill)
+    for k, span in task.spans:
+        d, n = _hash_span(k, span, stores(span.path), cfg, rows, spill)
         docs, keys = docs + d, keys + n
     keys += len(rows)
     spill()
     return HashResult(docs, keys, tuple(spills), task.t)
 
 
-def _hash_file(
-    k: int, where: tuple[Store, str], cfg: DedupeConfig, rows: Rows, spill: Any
+def _hash_span(
+    k: int, span: Span, where: tuple[Store, str], cfg: DedupeConfig, rows: Rows, spill: Any
 ) -> tuple[int, int]:
-    """Add the entries of file number ``k`` to ``rows``, spilling them when many:
+    """Add the entries of span number ``k`` to ``rows``, spilling them when many:
     (documents, keys spilled)."""
     store, key_ = where
-    path = store.url(key_)
     ng = cfg.ngrams
     keys = 0
     docs = 0
     add = rows.add
-    for lineno, raw in iter_raw_lines(store, key_):
-        doc = parse_line(raw, path, lineno)
+    for i, _doc, value in _read(store, key_, span, cfg):
         docs += 1
         if cfg.mode == "documents":
-            key = _doc_key(doc, cfg, path, lineno)
-            if not _skip(key, cfg, chars=False):
-                add(key, k, lineno, 0, 0)
+            if not _skip(value, cfg, chars=False):
+                add(value, k, i, 0, 0)
         else:
-            text = doc.get("text")
-            if not isinstance(text, str):
-                raise CorruptDataError(
-                    "document has no string 'text'", path=path, position=f"line {lineno}"
-                )
             # an empty text is left out whole, as dolma does (its "" is never a key)
-            paragraphs = split_paragraphs(text, cfg.paragraph_separator) if text else []
-            for i, (_s, _e, p) in enumerate(paragraphs):
+            paragraphs = split_paragraphs(value, cfg.paragraph_separator) if value else []
+            for p_i, (_s, _e, p) in enumerate(paragraphs):
                 if _skip(p, cfg, chars=True):
                     continue
                 if not ng.length:
-                    add(p, k, lineno, i, 0)
+                    add(p, k, i, p_i, 0)
                     continue
                 for j, key in enumerate(ngrams.keys(p, ng)[0]):
-                    add(key, k, lineno, i, j)
+                    add(key, k, i, p_i, j)
         if len(rows) >= SPILL_EVERY:
             keys += len(rows)
             spill()
@@ -283,55 +309,59 @@ def _hash_file(
     return docs, keys
 
 
-def _phase_write(task: WriteTask) -> int:
-    """Write the attribute rows of a group of files from the marked duplicates."""
+def _phase_write(task: WriteTask) -> WriteResult:
+    """Write the attribute rows of a group of spans from the marked duplicates."""
     marks = task.work.load(list(task.pieces), MARK)
-    # each file's marks one slice, in the order its rows are written
+    # each span's marks one slice, in the order its rows are written
     marks = marks[np.lexsort((marks["sub"], marks["para"], marks["line"], marks["file"]))]
     n = 0
+    pieces = []
     stores = Stores(task.cfg.storage_options)  # one filesystem client for the unit's files
-    for k, file in task.files:
+    for k, span in task.spans:
         lo, hi = np.searchsorted(marks["file"], [k, k + 1])
-        n += _write_file(stores(file), task.cfg, Dups(marks[lo:hi]))
-    return n
+        rows, checksum = _write_span(stores(span.path), span, task.cfg, Dups(marks[lo:hi]))
+        n += rows
+        if span.ranged:
+            pieces.append((k, checksum))
+    return WriteResult(n, tuple(pieces))
 
 
-def _write_file(where: tuple[Store, str], cfg: DedupeConfig, dups: Dups) -> int:
-    """Write the attribute rows of one document file (its store and key), its duplicates
-    being ``dups``."""
+def _write_span(
+    where: tuple[Store, str], span: Span, cfg: DedupeConfig, dups: Dups
+) -> tuple[int, tuple[int, int]]:
+    """Write the attribute rows of one span of a document file (its store and key), its
+    duplicates being ``dups``: the attribute file, or a range's piece of it. Returns the rows
+    and the piece's checksum (for the join)."""
     store, doc_key = where
-    path = store.url(doc_key)
     ng = cfg.ngrams
     every = ng.length > 0 and ng.threshold <= 0  # a paragraph with no duplicate may score 0
     name = cfg.attribute_name
     n = 0
     out = attribute_path(doc_key, cfg.name)
-    with OutputFile(store, out, codec_of(out)) as f:  # the codec its name says
-        for lineno, raw in iter_raw_lines(store, doc_key):
-            doc = parse_line(raw, path, lineno)
+    key = part_key(out, span.part) if span.ranged else out
+    piece = Part(span.part == 0, span.part == span.parts - 1) if span.ranged else None
+    with OutputFile(store, key, codec_of(out), part=piece) as f:  # the codec its name says
+        for i, doc, value in _read(store, doc_key, span, cfg):
             attrs: dict[str, Any] = {}
             if cfg.mode == "documents":
-                key = _doc_key(doc, cfg, path, lineno)
-                if _skip(key, cfg, chars=False):
+                if _skip(value, cfg, chars=False):
                     attrs[name] = []
-                elif dups.get(lineno, 0) is not None:
-                    attrs[name] = [[0, len(key.encode("utf-8", "surrogatepass")), 1]]
-            else:
-                text = doc["text"]
-                if text:  # dolma leaves an empty text without the key
-                    spans = []
-                    for i, (s, e, p) in enumerate(
-                        split_paragraphs(text, cfg.paragraph_separator, cfg.dolma_offsets)
-                    ):
-                        subs = dups.get(lineno, i)
-                        if not ng.length:
-                            if subs:
-                                spans.append([s, e, 1])
-                        elif subs or (every and not _skip(p, cfg, chars=True)):
-                            score = ngrams.score(p, ng, subs or set())
-                            if score is not None:
-                                spans.append([s, e, score])
-                    attrs[name] = spans
+                elif dups.get(i, 0) is not None:
+                    attrs[name] = [[0, len(value.encode("utf-8", "surrogatepass")), 1]]
+            elif value:  # dolma leaves an empty text without the key
+                spans = []
+                for p_i, (s, e, p) in enumerate(
+                    split_paragraphs(value, cfg.paragraph_separator, cfg.dolma_offsets)
+                ):
+                    subs = dups.get(i, p_i)
+                    if not ng.length:
+                        if subs:
+                            spans.append([s, e, 1])
+                    elif subs or (every and not _skip(p, cfg, chars=True)):
+                        score = ngrams.score(p, ng, subs or set())
+                        if score is not None:
+                            spans.append([s, e, score])
+                attrs[name] = spans
             f.write(
                 orjson.dumps(
                     {"attributes": attrs, "id": doc.get("id")}, option=orjson.OPT_SORT_KEYS
@@ -339,7 +369,7 @@ def _write_file(where: tuple[Store, str], cfg: DedupeConfig, dups: Dups) -> int:
                 + b"\n"
             )
             n += 1
-    return n
+    return n, f.checksum()
 
 
 def dedupe(
@@ -348,22 +378,33 @@ def dedupe(
     engine: str = "processes",
     address: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    range_bytes: int | None = None,
 ) -> DedupeResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``, on
     ``cfg.processes`` workers of ``engine``; the output is the same for any engine and count.
     The work folder (``cfg.work_dir``, a path or URL) must be visible to every worker (shared
     on a cluster, or on the object store).
-    ``storage_options`` (fsspec options for URLs) replace the config's."""
+    ``storage_options`` (fsspec options for URLs) replace the config's; a plain file larger
+    than ``range_bytes`` (default :data:`RANGE_BYTES`) is read in ranges of at most that size
+    (smaller, down to :data:`MIN_RANGE_BYTES`, so that each worker has as many)."""
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     if cfg.bloom_filter:
         log.warning(BLOOM_NOTE.format(", ".join(cfg.bloom_filter)))
+    step = RANGE_BYTES if range_bytes is None else range_bytes
+    if step < 1:
+        raise InvalidInputError(f"range_bytes must be at least 1, not {step}")
     files = cfg.document_files()
     t0 = time.perf_counter()
     stores = Stores(cfg.storage_options)
     sizes = [st.size(k) for st, k in map(stores, files)]
     total = sum(sizes)
+    step = _range_size(step, total, cfg.processes)
     nbuckets = _nbuckets(cfg, total)
+    planned = _spans.plan(files, sizes, step)
+    spans = [s for s, _ in planned]
+    # one group per worker, or per range of input when larger: a retry redoes one group
+    groups = _spans.groups(spans, [z for _, z in planned], max(cfg.processes, -(-total // step)))
     work = Spill(
         spill_root(cfg, files[0]) if files else tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-"),
         cfg.storage_options,
@@ -373,7 +414,6 @@ def dedupe(
         run = functools.partial(
             parallel.run_all, engine=engine, workers=cfg.processes, address=address
         )
-        groups = _groups(files, sizes, cfg.processes)
         counted = run(
             _phase_hash,
             [HashTask(t, tuple(g), cfg, work, nbuckets) for t, g in enumerate(groups)],
@@ -386,17 +426,18 @@ def dedupe(
             desc="dedupe: mark",
             progress=False,
         )
-        run(
+        written = run(
             _phase_write,
             [
                 WriteTask(tuple(g), cfg, work, _marks_of(g, marked))
-                for g in _by_marks(groups, marked, len(files))
+                for g in _by_marks(groups, marked, len(spans))
             ],
             desc="dedupe: write",
             progress=False,
         )
     finally:
         work.remove()
+    join_all(_joins(cfg, spans, written), engine, cfg.processes, address)
     return DedupeResult(
         files=len(files),
         documents=sum(c.documents for c in counted),
@@ -404,6 +445,29 @@ def dedupe(
         duplicates=sum(m.duplicates for m in marked),
         seconds=time.perf_counter() - t0,
     )
+
+
+def _joins(cfg: DedupeConfig, spans: list[Span], written: list[WriteResult]) -> list[Join]:
+    """The joins of every file written in ranges: its pieces, in order, into its attribute
+    file."""
+    sums = dict(p for w in written for p in w.pieces)
+    out = []
+    for k, span in enumerate(spans):
+        if span.ranged and span.part == span.parts - 1:
+            o = attribute_path(span.path, cfg.name)
+            first = k - span.part
+            pieces = tuple(sums[j] for j in range(first, k + 1))
+            out.append(Join(o, codec_of(o), pieces, cfg.storage_options))
+    return out
+
+
+def _range_size(most: int, total: int, workers: int) -> int:
+    """The size of a range: ``total`` bytes of input over the smallest multiple of ``workers``
+    that keeps ranges within ``most``, so each worker has as many (a job of less than ``most``
+    per worker included), but not below :data:`MIN_RANGE_BYTES`; ``most`` if that is less."""
+    workers = max(1, workers)
+    rounds = max(1, -(-total // (workers * most)))
+    return min(most, max(MIN_RANGE_BYTES, -(-total // (workers * rounds))))
 
 
 def _nbuckets(cfg: DedupeConfig, total: int) -> int:
@@ -431,9 +495,9 @@ def _mark_tasks(counted: list[HashResult], nbuckets: int, work: Spill) -> list[M
     return out
 
 
-def _marks_of(group: list[tuple[int, str]], marked: list[MarkResult]) -> tuple[Piece, ...]:
-    """The ranges of the buckets' mark objects that hold the marks of ``group``'s files (one
-    per bucket at most: a bucket's marks are sorted by file, and a group's files are
+def _marks_of(group: list[tuple[int, Span]], marked: list[MarkResult]) -> tuple[Piece, ...]:
+    """The ranges of the buckets' mark objects that hold the marks of ``group``'s spans (one
+    per bucket at most: a bucket's marks are sorted by span, and a group's spans are
     consecutive)."""
     lo, hi = group[0][0], group[-1][0]
     out = []
@@ -445,23 +509,23 @@ def _marks_of(group: list[tuple[int, str]], marked: list[MarkResult]) -> tuple[P
 
 
 def _by_marks(
-    groups: list[list[tuple[int, str]]], marked: list[MarkResult], nfiles: int
-) -> list[list[tuple[int, str]]]:
-    """``groups`` cut further into consecutive files holding at most :data:`WRITE_MARKS`
-    marks together (a write unit loads its files' marks at once)."""
-    counts = np.zeros(nfiles, dtype=np.int64)
+    groups: list[list[tuple[int, Span]]], marked: list[MarkResult], nspans: int
+) -> list[list[tuple[int, Span]]]:
+    """``groups`` cut further into consecutive spans holding at most :data:`WRITE_MARKS`
+    marks together (a write unit loads its spans' marks at once)."""
+    counts = np.zeros(nspans, dtype=np.int64)
     for m in marked:
         if len(m.files):
             np.add.at(counts, m.files, np.diff(m.starts))
     out = []
     for g in groups:
-        cur: list[tuple[int, str]] = []
+        cur: list[tuple[int, Span]] = []
         held = 0
-        for k, f in g:
+        for k, s in g:
             if cur and held + counts[k] > WRITE_MARKS:
                 out.append(cur)
                 cur, held = [], 0
-            cur.append((k, f))
+            cur.append((k, s))
             held += int(counts[k])
         out.append(cur)
     return out

@@ -21,8 +21,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from lmdata.errors import DatasetNotFoundError, InvalidInputError, LmdataError
-from lmdata.formats.dolma._paths import glob_keys, walk_files
 from lmdata.storage import Store, basename, is_url, join, parent, resolve
+from lmdata.storage.listing import glob_keys, walk_files
 
 JSONL_SUFFIXES = (
     ".jsonl",

@@ -310,7 +310,7 @@ def test_stats_counts_a_plain_jsonl_file_once(tmp_path, monkeypatch):
     p.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
     scans = []
     scan = plain.scan_object
-    monkeypatch.setattr(plain, "scan_object", lambda *a: (scans.append(1), scan(*a))[1])
+    monkeypatch.setattr(plain, "scan_object", lambda *a, **k: (scans.append(1), scan(*a, **k))[1])
     fast = run("stats", str(p), "--json", "-q")
     assert fast.exit_code == 0 and orjson.loads(fast.output)["records"] == len(TEXTS)
     assert len(scans) == 1

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import lmdata
 from lmdata import formats
+from lmdata._api import merge
 from lmdata.convert import convert
 from lmdata.errors import LmdataError
 from lmdata.protocols import Records, TokenSequences
@@ -93,11 +94,11 @@ def _plain(x: Any) -> Any:
     return x
 
 
-def _write(root: Path, name: str, items: list[Any]) -> Path:
+def _write(root: Path, name: str, items: list[Any], **options: Any) -> Path:
     path = root / f"{name}{SUFFIX.get(name, '')}"
     if path.exists():
         shutil.rmtree(path) if path.is_dir() else path.unlink()
-    opts: dict[str, Any] = {}
+    opts: dict[str, Any] = dict(options)
     if name == "mds-csv" or name == "mds-tsv" or name == "mds-jsonl":
         opts["columns"] = {"text": "str", "n": "int"}
     if name == "mds" and not items:
@@ -234,15 +235,20 @@ def _files(path: Path) -> list[Path]:
 
 
 def _exercise(path: Path) -> None:
-    """Everything a user does with a dataset: open, read all, read at random, validate."""
+    """Everything a user does with a dataset: open, read all, read at random, validate (with
+    progress reported: never backwards, never beyond the total, even on damaged data)."""
     with lmdata.open(path) as r:
         n = len(r)
         list(r)
         if n:
             r.take(list(range(n))[::-1])
             r[n - 1]
-    lmdata.validate(path)
-    lmdata.info(path)
+    for verb in (lmdata.validate, lmdata.info):
+        rec = _Progress()
+        try:
+            verb(path, progress=rec)
+        finally:
+            rec.check_monotonic()
 
 
 def _names_a_file(err: LmdataError, root: Path, files: list[Path]) -> bool:
@@ -305,3 +311,89 @@ def test_corruption_is_an_lmdata_error_naming_the_file(name: str, tmp_path_facto
             assert _names_a_file(e, path, files), f"{how} {victim.name}: {e}"
 
     check()
+
+
+# ---- progress --------------------------------------------------------------------------------
+
+
+class _Progress:
+    """Records the ``progress(done, total)`` calls of one verb."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, done: int, total: int) -> None:
+        self.calls.append((done, total))
+
+    def check_monotonic(self) -> None:
+        if not self.calls:
+            return
+        assert self.calls[0][0] == 0, "the first call announces the total"
+        assert len({t for _, t in self.calls}) == 1, f"the total changed: {self.calls}"
+        dones = [d for d, _ in self.calls]
+        assert dones == sorted(dones), f"progress went backwards: {self.calls}"
+        assert 0 <= dones[-1] <= self.calls[0][1]
+
+    def check_complete(self, steps: int) -> None:
+        """Monotonic, ending at the total after at least ``steps`` reports of progress."""
+        assert self.calls, "no progress reported"
+        self.check_monotonic()
+        total = self.calls[0][1]
+        assert self.calls[-1] == (total, total), f"did not end at the total: {self.calls}"
+        assert len({d for d, _ in self.calls[1:] if d}) >= steps, self.calls
+
+
+# writer options that give the sample several shards / chunks / files
+_SMALL_SHARDS: dict[str, dict[str, Any]] = {
+    "flat-tokens": {"chunk_tokens": 16, "seq_starts_chunk": 4},
+    "atlas": {"shard_size": 6, "block_size": 2},
+    "mds": {"size_limit": 100},
+    "mds-csv": {"size_limit": 100},
+    "mds-tsv": {"size_limit": 100},
+    "mds-jsonl": {"size_limit": 100},
+    "dolma": {"max_file_docs": 6},
+}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_progress_is_monotonic_and_ends_at_the_total(name: str, tmp_path: Path) -> None:
+    """validate, info and merge report bytes of progress: the total first, then one report
+    per shard, chunk or file (several for a dataset of several), ending at the total."""
+    spec = formats.spec(name)
+    small = _SMALL_SHARDS.get(name, {})
+    (tmp_path / "a").mkdir()
+    path = _write(tmp_path / "a", name, _sample(name), **small)
+    rec = _Progress()
+    assert lmdata.validate(path, format=name, progress=rec) == []
+    rec.check_complete(steps=3 if small else 1)
+    assert rec.calls[0][1] > 0
+    rec = _Progress()
+    assert lmdata.info(path, format=name, progress=rec)["format"] == name
+    rec.check_complete(steps=1)
+    if spec.merge is None:
+        return
+    (tmp_path / "b").mkdir()
+    other = _write(tmp_path / "b", name, _sample(name)[::-1], **small)
+    if other.is_dir():  # MDS partitions are brought into the output by name: not twice one
+        other = other.rename(other.with_name("second"))
+    out = tmp_path / f"merged{SUFFIX.get(name, '')}"
+    rec = _Progress()
+    merge([path, other], out, format=name, progress=rec)
+    rec.check_complete(steps=2)
+    assert lmdata.validate(out, format=name) == []
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_progress_on_an_object_store(name: str, memory_root: str) -> None:
+    """The same reports where no file can be mapped or listed locally (memory://)."""
+    path = f"{memory_root}/{name}{SUFFIX.get(name, '')}"
+    opts: dict[str, Any] = dict(_SMALL_SHARDS.get(name, {}))
+    if name in ("mds-csv", "mds-tsv", "mds-jsonl"):
+        opts["columns"] = {"text": "str", "n": "int"}
+    with lmdata.writer(path, name, **opts) as w:
+        for item in _sample(name):
+            w.write(item)
+    for verb in (lmdata.validate, lmdata.info):
+        rec = _Progress()
+        verb(path, format=name, progress=rec)
+        rec.check_complete(steps=1)

@@ -354,3 +354,64 @@ def test_a_dropped_reader_is_freed_at_once(tmp_path: Path) -> None:
         gone = weakref.ref(r)
         del r
         assert gone() is None
+
+
+def to_memory(d: Path) -> str:
+    """The dataset at ``d`` copied to a fresh ``memory://`` folder: a store that cannot map
+    files, so every shard is read by ranges (one fetch per sample, as on S3)."""
+    import uuid
+
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"/mds-{uuid.uuid4().hex}"
+    for f in d.iterdir():
+        fs.pipe(f"{root}/{f.name}", f.read_bytes())
+    return f"memory://{root}"
+
+
+def test_ranged_shards_match_the_plain_decoder(tmp_path: Path, reader_kind: str) -> None:
+    r = lmdata.open(to_memory(make(tmp_path / "d")))
+    one = r._functions(1)[0]
+    assert (type(one).__name__ == "Reader") == (reader_kind == "c")
+    want = [plain(r, i) for i in range(len(r))]
+    assert not any(isinstance(w, str) for w in want)
+    assert all(same(r[i], w) for i, w in enumerate(want))
+    assert all(same(a, w) for a, w in zip(r, want, strict=True))
+    order = [7, 0, 23, 7, 12, 1]
+    assert all(same(a, want[i]) for a, i in zip(r.take(order), order, strict=True))
+    assert all(same(r[i], w) for i, w in enumerate(want))  # warm: from the range cache
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(pos=st.integers(0, 5_000), value=st.integers(0, 255), shard=st.integers(0, 3))
+def test_corruption_read_by_ranges_reads_as_the_plain_decoder_reads(
+    tmp_path_factory: Any, pos: int, value: int, shard: int
+) -> None:
+    base = tmp_path_factory.mktemp("ranged") / "d"
+    make(base)
+    shards = json.loads((base / "index.json").read_text())["shards"]
+    names = [s["raw_data"]["basename"] for s in shards]
+    target = base / names[shard % len(names)]
+    data = bytearray(target.read_bytes())
+    data[pos % len(data)] = value
+    target.write_bytes(bytes(data))
+    try:
+        r = lmdata.open(to_memory(base))
+    except LmdataError:
+        shutil.rmtree(base.parent)
+        return
+    want = [plain(r, i) for i in range(len(r))]
+    for i, w in enumerate(want):
+        assert same(attempt(lambda i=i: r[i]), w), i
+        assert same(attempt(lambda i=i: r.take([i])[0]), w), i
+    shutil.rmtree(base.parent)
+
+
+def test_the_c_reader_refuses_data_that_is_neither_buffer_nor_fetch() -> None:
+    if fastpath._mdsread is None:
+        pytest.skip("the C reader is not built (no compiler at install)")
+    with pytest.raises(TypeError, match="fetch"):
+        fastpath._mdsread.Reader(b"", 5, 0, 0, (), 0, 20, None, None, None)

@@ -284,3 +284,46 @@ def test_a_ray_retry_of_a_written_mix_shard_is_counted_once(fail_dir: Path, tmp_
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
     again = mix(cfg("ray"), engine="ray")  # shards there before the job are kept, as locally
     assert again.skipped_shards == 3 and again.read == 0
+
+
+def test_dedupe_of_one_large_file_on_ray_is_split_and_byte_identical(
+    fail_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One plain file larger than range_bytes is hashed and written as several Ray units; a
+    hash unit dying before it ran and a write unit dying after it wrote its piece are retried,
+    and the attribute file is that of one local unit for the whole file."""
+    import lmdata.parallel as par
+
+    texts = ["a b\nc d", "c d", "e f g", "a b", "x\n\ny z"]
+    rows = [{"id": f"d{i}", "text": texts[i % 5] + f"\n{i % 13}"} for i in range(400)]
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    (docs / "big.jsonl").write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
+    cfg = DedupeConfig.from_dict(
+        {
+            "documents": [str(docs / "*")],
+            "dedupe": {"name": "d", "paragraphs": {"attribute_name": "p"}},
+            "processes": 2,
+        }
+    )
+    want = dedupe(cfg, engine="inprocess", range_bytes=1 << 40)
+    whole = (tmp_path / "attributes" / "d" / "big.jsonl").read_bytes()
+    units: dict[str, int] = {}
+    real = par.run_all
+
+    def faulty(fn, tasks, **kw):
+        tasks = list(tasks)
+        units[kw["desc"]] = len(tasks)
+        if kw["desc"] == "dedupe: hash":
+            (fail_dir / "fail-1").touch()
+        elif kw["desc"] == "dedupe: write":
+            (fail_dir / "fail-after-2").touch()
+        return real(fn, tasks, **kw)
+
+    monkeypatch.setattr(par, "run_all", faulty)
+    got = dedupe(cfg, engine="ray", range_bytes=2000)
+    assert not (fail_dir / "fail-1").exists() and not (fail_dir / "fail-after-2").exists()
+    assert units["dedupe: hash"] >= 6 and units["dedupe: write"] >= 6
+    assert (got.documents, got.keys, got.duplicates) == (want.documents, want.keys, want.duplicates)
+    assert (tmp_path / "attributes" / "d" / "big.jsonl").read_bytes() == whole
+    assert sorted(p.name for p in (tmp_path / "attributes" / "d").iterdir()) == ["big.jsonl"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lmdata.dolma import _spans
 from lmdata.dolma import dedupe as dd
 from lmdata.dolma.config import DedupeConfig
 from lmdata.storage import resolve
@@ -19,7 +20,7 @@ DATA = Path(__file__).parent.parent / "data" / "dolma" / "dataset" / "documents"
 @given(st.lists(st.integers(0, 1000), max_size=30), st.integers(1, 12))
 def test_groups_are_consecutive_and_cover_every_file(sizes, n):
     files = [f"f{i}" for i in range(len(sizes))]
-    groups = dd._groups(files, sizes, n)
+    groups = _spans.groups(files, sizes, n)
     assert [kf for g in groups for kf in g] == list(enumerate(files))  # all, in order
     assert all(groups) and len(groups) == min(n, len(files))  # as many units as workers
 
@@ -40,7 +41,7 @@ def test_write_units_hold_at_most_the_mark_limit(counts, limit):
     held = dd.WRITE_MARKS
     dd.WRITE_MARKS = limit
     try:
-        units = dd._by_marks(dd._groups(files, [1] * len(files), 2), marked, len(files))
+        units = dd._by_marks(_spans.groups(files, [1] * len(files), 2), marked, len(files))
     finally:
         dd.WRITE_MARKS = held
     assert [kf for u in units for kf in u] == list(enumerate(files))

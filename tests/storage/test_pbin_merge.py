@@ -91,7 +91,7 @@ def test_a_failed_merge_leaves_nothing_and_no_claim(memory_root, monkeypatch):
     parts = _inputs(memory_root)
     m = importlib.import_module("lmdata.formats.modalities.merge")  # (merge is also a function)
 
-    def broken(readers, f):
+    def broken(readers, f, *_):
         f.write(b"partial")
         raise OSError("disk gone")
 

@@ -346,8 +346,8 @@ def test_streamed_url_inputs_leave_the_range_cache_alone(tmp_path, memory_root):
 def test_an_s3_folder_is_listed_in_one_recursive_listing(s3_server, s3_root, monkeypatch):
     import s3fs
 
-    from lmdata.formats.dolma._paths import walk_files
     from lmdata.storage import resolve
+    from lmdata.storage.listing import walk_files
 
     _put(s3_root, s3_server, GLOB_CORPUS)
     store, key = resolve(s3_root, s3_server)

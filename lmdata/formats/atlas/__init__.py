@@ -15,6 +15,8 @@ from lmdata._lazy import lazy_exports
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.formats._spec import (
     FormatSpec,
+    Progress,
+    Ticker,
     TokenTarget,
     column_sink,
     detector,
@@ -70,14 +72,17 @@ def open(path: str | os.PathLike[str], **options: Any) -> Atlas:
     return Atlas(path, **options)
 
 
-def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
+def merge(
+    inputs: list[str], output: str, overwrite: bool = False, progress: Progress | None = None
+) -> str:
     """Join Atlas datasets into one at ``output``, examples in input order.
 
     The result takes the first input's strategy, dictionary, block and shard sizes. Shards that
     decode on their own or share that dictionary are taken as they are: hard-linked on local
     disk (copied across filesystems), fetched in ranged reads from an object store; shards tied
     to another shared dictionary are re-encoded. Inputs and output may be paths or URLs (the
-    output on a store is uploaded at close, its root meta.json last).
+    output on a store is uploaded at close, its root meta.json last). ``progress`` counts the
+    inputs' data.bin bytes, input by input.
     """
     from lmdata.formats.atlas.meta import DICT, DatasetMeta, ShardMeta, shard_dirs
     from lmdata.formats.atlas.writer import Writer
@@ -108,10 +113,21 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
         compression_dict=shared,
         overwrite=overwrite,
     ) as w:
-        for p in inputs:
+        sizes = [_data_bytes(p) if progress is not None else 0 for p in inputs]
+        tick = Ticker(progress, sum(sizes))
+        for p, size in zip(inputs, sizes, strict=True):
             w.add_dataset(p)
+            tick.add(size)
         total = w.count
     return f"merged {len(inputs)} Atlas datasets ({total:,} examples) -> {output}"
+
+
+def _data_bytes(path: str) -> int:
+    """The bytes of the data.bin files of the Atlas dataset at ``path``."""
+    from lmdata.formats.atlas.reader import Atlas
+    from lmdata.formats.atlas.validate import data_sizes
+
+    return sum(data_sizes(Atlas(path)))
 
 
 SPEC = FormatSpec(

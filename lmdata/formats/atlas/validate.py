@@ -11,6 +11,7 @@ import numpy as np
 from lmdata import _provenance
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.atlas.meta import (
     DATA,
     DICT,
@@ -26,19 +27,35 @@ from lmdata.storage import usage
 
 
 def validate(
-    path: str | os.PathLike[str], *, allow_unsafe_pickle: bool = False, **options: Any
+    path: str | os.PathLike[str],
+    *,
+    allow_unsafe_pickle: bool = False,
+    progress: Progress | None = None,
+    **options: Any,
 ) -> list[str]:
     """All problems in the Atlas dataset at ``path`` (empty when valid): metas, folder names,
-    every offset, every block decoded and counted."""
+    every offset, every block decoded and counted; ``progress`` counts data.bin bytes, shard
+    by shard."""
     rep = ProblemReport()
     try:
         ds = Atlas(path, allow_unsafe_pickle=allow_unsafe_pickle, **options)
     except LmdataError as e:
         return [str(e)]
+    sizes = data_sizes(ds) if progress is not None else [0] * len(ds.shards)
+    tick = Ticker(progress, sum(sizes))
     _check_layout(ds, ds.root, rep)
     for s in range(len(ds.shards)):
         _check_shard(ds, s, rep)
+        tick.add(sizes[s])
     return rep.finish()
+
+
+def data_sizes(ds: Atlas) -> list[int]:
+    """The bytes of each shard's data.bin (0 where it is missing)."""
+    return [
+        ds.store.size(str(sh.folder / DATA)) if _is_file(ds, sh.folder / DATA) else 0
+        for sh in ds.shards
+    ]
 
 
 def _is_file(ds: Atlas, p: PurePath) -> bool:
@@ -155,9 +172,16 @@ def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
             rep.add("block", str(e))
 
 
-def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
+def info(
+    path: str | os.PathLike[str],
+    *,
+    scan: bool = True,
+    progress: Progress | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """A summary for ``lmdata info``: counts, strategies, block sizes, sizes on disk (from the
-    metadata: ``scan`` is accepted, nothing here reads the data)."""
+    metadata: ``scan`` is accepted, nothing here reads the data; ``progress`` gets the data
+    bytes summarised, once they are known)."""
     ds = Atlas(path, **options)
     strategies: dict[str, int] = {}
     block_sizes: dict[str, int] = {}
@@ -165,9 +189,8 @@ def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> 
         name = sh.meta.compression_strategy.name.lower()
         strategies[name] = strategies.get(name, 0) + 1
         block_sizes[str(sh.meta.block_size)] = block_sizes.get(str(sh.meta.block_size), 0) + 1
-    data_bytes = sum(
-        ds.store.size(str(sh.folder / DATA)) for sh in ds.shards if _is_file(ds, sh.folder / DATA)
-    )
+    data_bytes = sum(data_sizes(ds))
+    Ticker(progress, data_bytes).finish()
     url = ds.store.url(str(ds.root))
     out: dict[str, Any] = {
         "format": "atlas",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, detector, lazy
+from lmdata.formats._spec import FormatSpec, Progress, Ticker, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.dolma.reader import DolmaDocuments
@@ -60,23 +60,33 @@ def open(
     return DolmaDocuments(path, attributes=attributes, **options)
 
 
-def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
+def info(
+    path: str | os.PathLike[str],
+    *,
+    scan: bool = True,
+    progress: Progress | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Files, documents (one decoding pass; not counted with ``scan=False``), codecs and
-    attribute sets of a tree."""
+    attribute sets of a tree; ``progress`` counts the document files' bytes, file by file."""
     from lmdata.formats.dolma._lines import LineIndex
     from lmdata.formats.dolma._paths import attribute_path, codec_of, is_file, tree_root
     from lmdata.formats.dolma.reader import DolmaDocuments
-    from lmdata.formats.dolma.validate import attribute_sets
+    from lmdata.formats.dolma.validate import attribute_sets, file_sizes
     from lmdata.storage import usage
 
     reader = DolmaDocuments(path, **options)
     store = reader.store
     root = reader.keys[0] if reader.single_file else tree_root(store, reader.root_key)
-    counts = (
-        [LineIndex(store, f, reader.max_line_bytes).num_lines for f in reader.keys]
-        if scan
-        else None
-    )
+    sizes = file_sizes(store, reader.keys) if progress is not None else [0] * len(reader.keys)
+    tick = Ticker(progress, sum(sizes))
+    counts: list[int] | None = None
+    if scan:
+        counts = []
+        for f, size in zip(reader.keys, sizes, strict=True):
+            counts.append(LineIndex(store, f, reader.max_line_bytes).num_lines)
+            tick.add(size)
+    tick.finish()
     attrs: dict[str, Any] = {}
     for name in attribute_sets(store, root):
         present = sum(is_file(store, attribute_path(f, name)) for f in reader.keys)

@@ -6,7 +6,7 @@ extension as dolma does) and the line reader every tool uses. Files are read thr
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # zlib-ng, which dolma's Rust I/O (flate2) uses too: at level 6 it compresses ~1.5x and
@@ -219,12 +219,16 @@ def read_chunks(store: Store, key: str, step: int | None = None) -> Iterator[byt
 
 
 def iter_raw_lines(
-    store: Store, key: str, start_line: int = 1, max_line_bytes: int = MAX_LINE_BYTES
+    store: Store,
+    key: str,
+    start_line: int = 1,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    read: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, bytes]]:
     """``(line number, bytes without the newline)`` for every line of a document or attribute
     file, decoded chunk by chunk. A final line without newline counts; truncated or garbled
     compression, or a line longer than ``max_line_bytes``, is a CorruptDataError naming the
-    file and line."""
+    file and line. ``read(n)`` is told of each chunk of ``n`` stored bytes read (progress)."""
     where = store.url(key)
     dec = new_decoder(codec_of(key))
     lines = LineSplitter(where, start_line, max_line_bytes)
@@ -232,6 +236,8 @@ def iter_raw_lines(
     try:
         while True:
             chunk = next(chunks, b"")
+            if read is not None and chunk:
+                read(len(chunk))
             outs = dec.pieces(chunk) if chunk else iter([dec.flush()])
             for out in outs:
                 first = lines.lineno

@@ -1,19 +1,20 @@
-"""Paths of a Dolma tree: which names are documents, where their attributes live, and the
-listing and globbing of files in any :class:`lmdata.storage.Store` (local paths and
-``memory://``, ``s3://``, ``gs://`` URLs alike).
+"""Paths of a Dolma tree: which names are documents and where their attributes live, in any
+:class:`lmdata.storage.Store` (the listing and globbing are :mod:`lmdata.storage.listing`'s).
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lmdata.errors import FormatError, InvalidInputError
+from lmdata.errors import FormatError
 from lmdata.storage import LocalStore, Store, basename, is_url, join, parent, resolve, scheme
+
+# re-exported: the Dolma modules take their listing from here
+from lmdata.storage.listing import glob_keys, walk_files
+from lmdata.storage.listing import is_file as is_file
 
 # Extensions dolma reads (compression is inferred from the name, like smart_open / src/io.rs).
 DOC_SUFFIXES = (
@@ -59,17 +60,6 @@ class Stores:
         return self._by_id.setdefault(store.id, store), key
 
 
-def is_file(store: Store, key: str) -> bool:
-    """True if ``key`` is a file (one metadata request on object stores, not two)."""
-    if isinstance(store, LocalStore):
-        return os.path.isfile(key)
-    try:
-        store.size(key)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return False
-    return True
-
-
 def documents_dir(store: Store, root: str) -> str:
     """The ``documents`` folder of a tree given as the tree root or as the folder itself."""
     if basename(root) == "documents" and store.is_dir(root):
@@ -80,33 +70,6 @@ def documents_dir(store: Store, root: str) -> str:
 def tree_root(store: Store, key: str) -> str:
     """The tree of a path given as the tree root or as its ``documents`` folder."""
     return parent(key) if basename(key) == "documents" and store.is_dir(key) else key
-
-
-def walk_files(store: Store, top: str) -> Iterator[str]:
-    """Keys of every file below ``top`` (hidden folders skipped), in no particular order."""
-    if isinstance(store, LocalStore):  # scandir: one call per folder
-        for dirpath, dirnames, files in os.walk(top):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            yield from (os.path.join(dirpath, f) for f in files)
-        return
-    fs = getattr(store, "fs", None)
-    if fs is not None:  # fsspec: one recursive listing, not one request per folder and entry
-        base = top.rstrip("/") + "/"
-        for k in fs.find(top):
-            hidden = any(p.startswith(".") for p in k[len(base) :].split("/")[:-1])
-            if k.startswith(base) and not hidden:
-                yield k
-        return
-    todo = [top]
-    while todo:
-        d = todo.pop()
-        for name in store.list(d):
-            key = join(d, name)
-            if store.is_dir(key):
-                if not name.startswith("."):
-                    todo.append(key)
-            else:
-                yield key
 
 
 def list_documents(store: Store, root: str) -> list[str]:
@@ -121,60 +84,6 @@ def list_documents(store: Store, root: str) -> list[str]:
     out = [k for k in walk_files(store, ddir) if is_doc_file(basename(k))]
     cut = len(ddir.rstrip("/")) + 1
     return sorted(out, key=lambda k: k[cut:].replace(os.sep, "/"))
-
-
-def _component_regex(part: str) -> str:
-    """A glob of one path component as a regex that never crosses a ``/``."""
-    out = []
-    i = 0
-    while i < len(part):
-        c = part[i]
-        i += 1
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            start = i + (part[i : i + 1] == "!")
-            end = part.find("]", start + (part[start : start + 1] == "]"))
-            if end < 0:
-                out.append(re.escape(c))
-                continue
-            body = part[i:end]
-            neg = body.startswith("!")
-            # as fnmatch: every character of the set literal ("[^a]" is "^" or "a")
-            body = re.sub(r"([\\\[^&~|])", r"\\\1", body[1:] if neg else body)
-            out.append("[" + ("^" if neg else "") + body + "]")
-            i = end + 1
-        else:
-            out.append(re.escape(c))
-    return "".join(out)
-
-
-def glob_keys(store: Store, pattern: str) -> list[str]:
-    """Keys of the files matching ``pattern`` (``*``, ``?``, ``[..]`` within a name, ``**``
-    over folders; names starting with a dot only when the pattern says so), sorted."""
-    parts = pattern.split("/")
-    first = next((i for i, p in enumerate(parts) if glob.has_magic(p)), len(parts))
-    if first == len(parts):
-        return [pattern] if is_file(store, pattern) else []
-    top = "/".join(parts[:first]) or "/"
-    rest = parts[first:]
-    rx = []
-    for i, p in enumerate(rest):
-        last = i == len(rest) - 1
-        if p == "**":
-            rx.append(r"[^/.][^/]*(?:/[^/.][^/]*)*" if last else r"(?:[^/.][^/]*/)*")
-        else:
-            hidden = "" if p.startswith(".") else r"(?!\.)"
-            rx.append(hidden + _component_regex(p) + ("" if last else "/"))
-    try:
-        regex = re.compile("".join(rx) + r"\Z", re.S)
-    except re.error as e:  # e.g. a reversed range "[z-a]"
-        raise InvalidInputError(f"bad glob pattern {pattern!r}: {e}") from None
-    cut = len(top.rstrip("/")) + 1
-    hits = [k for k in walk_files(store, top) if regex.match(k[cut:])]
-    return sorted(hits)
 
 
 def expand_globs(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ import xxhash
 
 from lmdata._report import ProblemReport
 from lmdata.errors import LmdataError
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.dolma._files import MAX_LINE_BYTES, iter_raw_lines
 from lmdata.formats.dolma._paths import (
     attribute_path,
@@ -31,7 +32,7 @@ from lmdata.formats.dolma._paths import (
     tree_root,
     walk_files,
 )
-from lmdata.storage import Store, join, resolve
+from lmdata.storage import Store, basename, join, parent, resolve
 
 REQUIRED = ("id", "text", "source")
 OPTIONAL_STR = ("added", "created", "version")
@@ -53,12 +54,17 @@ def _type(v: Any) -> str:
 
 
 def _lines(
-    store: Store, key: str, rep: ProblemReport, max_line_bytes: int = MAX_LINE_BYTES
+    store: Store,
+    key: str,
+    rep: ProblemReport,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    read: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, Any]]:
-    """(line, parsed object or None when it is not a JSON object) — problems are reported."""
+    """(line, parsed object or None when it is not a JSON object) — problems are reported;
+    ``read(n)`` is told of the stored bytes read, chunk by chunk."""
     path = store.url(key)
     try:
-        for lineno, raw in iter_raw_lines(store, key, max_line_bytes=max_line_bytes):
+        for lineno, raw in iter_raw_lines(store, key, max_line_bytes=max_line_bytes, read=read):
             where = f"{path}:{lineno}"
             try:
                 obj = orjson.loads(raw)
@@ -164,10 +170,12 @@ def validate(
     attributes: list[str] | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
     storage_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
     **_: object,
 ) -> list[str]:
     """All problems found in the Dolma tree at ``path`` (empty when it is valid); a line
-    longer than ``max_line_bytes`` is reported and ends the check of its file."""
+    longer than ``max_line_bytes`` is reported and ends the check of its file. ``progress``
+    counts the bytes of the document files (as stored) as they are read."""
     store, key = resolve(path, storage_options)
     root = tree_root(store, key)
     rep = ProblemReport()
@@ -183,11 +191,15 @@ def validate(
     names = attribute_sets(store, root) if attributes is None else list(attributes)
     hashes: list[np.ndarray] = []
     where_of: list[np.ndarray] = []
+    sizes = file_sizes(store, files) if progress is not None else [0] * len(files)
+    tick = Ticker(progress, sum(sizes))
     for k, f in enumerate(files):
         ids: list[Any] = []
         h = []
         fu = store.url(f)
-        for lineno, doc in _lines(store, f, rep, max_line_bytes):
+        before = tick.done
+        read = tick.add if progress is not None else None  # within a file too, chunk by chunk
+        for lineno, doc in _lines(store, f, rep, max_line_bytes, read):
             if doc is None:
                 ids.append(None)
                 continue
@@ -204,11 +216,28 @@ def validate(
             where_of.append(arr[:, 1])
         for name in names:
             _check_attribute_file(store, f, name, ids, rep, max_line_bytes)
+        tick.to(before + sizes[k])
     for name in names:
         _orphans(store, root, name, set(files), rep)
     if hashes:
         _duplicates(store, np.concatenate(hashes), np.concatenate(where_of), files, rep)
     return rep.finish()
+
+
+def file_sizes(store: Store, keys: list[str]) -> list[int]:
+    """The stored bytes of each file in ``keys``, from one listing per folder (0 for a file
+    the listing does not show)."""
+    listed: dict[str, dict[str, int]] = {}
+    out = []
+    for k in keys:
+        d = parent(k)
+        if d not in listed:
+            try:
+                listed[d] = store.sizes(d)
+            except OSError:
+                listed[d] = {}
+        out.append(listed[d].get(basename(k), 0))
+    return out
 
 
 def _check_attribute_file(

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.flat_tokens._zarr import DEFAULT_CACHE_BYTES, ZArray, node_attrs, node_kind
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import Store, basename, join, resolve
@@ -505,17 +506,26 @@ def _copy_windows(
 
 
 def dataset_info(
-    path: str | os.PathLike[str], *, scan: bool = True, **options: Any
+    path: str | os.PathLike[str],
+    *,
+    scan: bool = True,
+    progress: Progress | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored
-    (from the metadata: ``scan`` is accepted, nothing here reads the tokens)."""
+    (from the metadata: ``scan`` is accepted, nothing here reads the tokens; ``progress``
+    counts the bytes of the splits' arrays summarised)."""
     from lmdata.storage import usage
 
     store, key = resolve(path, options.get("storage_options"))
-    splits = {}
     names = split_names(store, key)
-    for s in names:
-        splits[s or basename(key)] = FlatTokens(path, split=s or None, **options).info()
+    readers = {s or basename(key): FlatTokens(path, split=s or None, **options) for s in names}
+    sizes = {n: r.num_tokens * 4 + (len(r) + 1) * 8 for n, r in readers.items()}
+    tick = Ticker(progress, sum(sizes.values()))
+    splits = {}
+    for n, r in readers.items():
+        splits[n] = r.info()
+        tick.add(sizes[n])
     out: dict[str, Any] = {
         "format": "flat-tokens",
         "path": store.url(key),

@@ -9,6 +9,7 @@ import numpy as np
 
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind, read_json
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS, find_token_array
 from lmdata.storage import Store, basename, join, resolve
@@ -18,9 +19,13 @@ MAX_UNWRITTEN = 1 << 23
 
 
 def validate(
-    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None, **_: object
+    path: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+    **_: object,
 ) -> list[str]:
-    """All problems found in the dataset at ``path`` (empty when it is valid)."""
+    """All problems found in the dataset at ``path`` (empty when it is valid); ``progress``
+    counts the bytes of the arrays (seq_starts, then token chunk by chunk)."""
     store, key = resolve(path, storage_options)
     root = store.url(key)
     rep = ProblemReport()
@@ -32,22 +37,43 @@ def validate(
         return [str(e)]
     try:
         if find_token_array(store, key) is not None:
-            _check_split(store, key, basename(key), rep)
+            tick = Ticker(progress, _split_bytes(store, key))
+            _check_split(store, key, basename(key), rep, tick)
             return rep.finish()
     except LmdataError as e:
         return [str(e)]
     if kind is None or kind[1] != "group":
         rep.add("root", f"{root}: not a zarr group (no .zgroup or zarr.json)")
     _check_zgroup(store, key, rep)
+    present = [s for s in SPLITS if store.is_dir(join(key, s))]
+    tick = Ticker(progress, sum(_split_bytes(store, join(key, s)) for s in present))
     for split in SPLITS:
-        if not store.is_dir(join(key, split)):
+        if split not in present:
             rep.add("split", f"{split}: missing (a flat-tokens dataset has train and validation)")
             continue
         try:
-            _check_split(store, join(key, split), split, rep)
+            _check_split(store, join(key, split), split, rep, tick)
         except LmdataError as e:  # metadata too broken to look further into this split
             rep.add("split", f"{split}: {e}")
     return rep.finish()
+
+
+def _split_bytes(store: Store, d: str) -> int:
+    """The bytes of a split's two arrays, from their metadata (0 where it is unreadable: the
+    check reports that)."""
+    total = 0
+    try:
+        arrays = [find_token_array(store, d), join(d, "seq_starts")]
+    except LmdataError:
+        return 0
+    for a in arrays:
+        try:
+            arr = ZArray(store, a, cache_bytes=0) if a is not None else None
+        except LmdataError:
+            continue
+        if arr is not None:
+            total += len(arr) * arr.meta.dtype.itemsize
+    return total
 
 
 def _sorted_unique(a: np.ndarray, ordered: bool) -> np.ndarray:
@@ -76,7 +102,7 @@ def _check_zgroup(store: Store, d: str, rep: ProblemReport) -> None:
         rep.add("group", f"{store.url(f)}: zarr_format is {fmt!r}, must be 2")
 
 
-def _check_split(store: Store, d: str, split: str, rep: ProblemReport) -> None:
+def _check_split(store: Store, d: str, split: str, rep: ProblemReport, tick: Ticker) -> None:
     _check_zgroup(store, d, rep)
     try:
         attrs = node_attrs(store, d)
@@ -131,6 +157,7 @@ def _check_split(store: Store, d: str, split: str, rep: ProblemReport) -> None:
     except LmdataError as e:
         rep.add("read", f"{split}/seq_starts: {e}")
         return
+    tick.add(len(ss) * starts.meta.dtype.itemsize)
     sname = f"{split}/seq_starts"
     if len(ss) == 0:
         rep.add("starts", f"{sname}: empty (must start with 0 and end with {n_tok})")
@@ -173,8 +200,10 @@ def _check_split(store: Store, d: str, split: str, rep: ProblemReport) -> None:
             f"{tname}: {n_units - len(present)} of {n_units} chunks have no file (they read as "
             f"fill value {tokens.meta.fill_value}); first missing: {first[:MAX_REPORTED]}",
         )
+    width = tokens.meta.dtype.itemsize
     for u in present:
         lo, hi = u * unit, min((u + 1) * unit, n_tok)
+        tick.add((hi - lo) * width)
         try:
             chunk = tokens.read(lo, hi)
         except LmdataError as e:

@@ -19,6 +19,8 @@ from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import (
     FormatSpec,
+    Progress,
+    Ticker,
     TokenTarget,
     column_sink,
     lazy,
@@ -121,11 +123,17 @@ def info(
     format: str | None = None,
     split: str | None = None,
     scan: bool = True,
+    progress: Progress | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Columns, counts and sizes from the index (``scan`` is accepted: nothing here reads the
-    shards)."""
+    shards; ``progress`` gets their uncompressed bytes once the index is read)."""
     r = open(path, format=format, split=split, **options)
+    shards = r.index.shards
+    Ticker(
+        progress,
+        sum(s.raw_data.bytes + (s.raw_meta.bytes if s.raw_meta else 0) for s in shards),
+    ).finish()
     out: dict[str, Any] = {"format": r.format, "path": str(path)}
     out.update(r.info())
     root = r.index.store.url(r.index.root)

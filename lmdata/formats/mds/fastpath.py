@@ -30,7 +30,7 @@ from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.formats.mds import encodings as E
 from lmdata.formats.mds.mds import SampleDecoder
 
-C_VERSION = 1  # the interface of lmdata/_mdsread.c this module calls
+C_VERSION = 2  # the interface of lmdata/_mdsread.c this module calls
 try:  # built from lmdata/_mdsread.c at install; else the generated Python functions serve
     from lmdata import _mdsread
 
@@ -124,9 +124,7 @@ def compile_layout(plan: SampleDecoder, encodings: tuple[str, ...]) -> Factory:
     total = " + ".join([str(plan.head + fixed), *[f"v{k}" for k in range(plan.nvar)]])
     body += [f"if {total} != e - b:", "    raise ValueError"]
     pos, k, items = f"b + {plan.head}", 0, []
-    spec = tuple(
-        _c_column(n, d, s, kp, e) for (n, d, s, kp), e in zip(cols, encodings, strict=True)
-    )
+    spec = _c_spec(plan, encodings)
     for c, (name, dec, size, keep) in enumerate(cols):
         if size is None:
             end = f"v{k}"
@@ -190,6 +188,41 @@ def compile_layout(plan: SampleDecoder, encodings: tuple[str, ...]) -> Factory:
         return r, r.many, r.run
 
     return make
+
+
+def ranged(plan: SampleDecoder, encodings: tuple[str, ...], dec: Callable[[bytes], Any]) -> Factory:
+    """``make`` for MDS shards read by ranges (``data`` has ``fetch(begin, length)``, one read
+    of a sample's bytes from the store or its range cache): the C reader decodes them where it
+    is built, else :func:`generic` with ``dec``, which is also what the C reader declines to."""
+    make_py = generic(dec)
+    if _mdsread is None:
+        return make_py
+    spec = _c_spec(plan, encodings)
+
+    def make(table: Any, data: Any, lo: int, size: int, slow: Callable[[int], Any]) -> Fns:
+        one = make_py(table, data, lo, size, slow)[0]
+        r = _mdsread.Reader(
+            table,
+            data.fetch,
+            lo,
+            size,
+            spec,
+            plan.nvar,
+            _json.LONG_RUN,
+            orjson.loads,
+            np.frombuffer,
+            one,
+        )
+        return r, r.many, r.run
+
+    return make
+
+
+def _c_spec(plan: SampleDecoder, encodings: tuple[str, ...]) -> tuple:
+    """The C reader's column spec of this layout."""
+    return tuple(
+        _c_column(n, d, s, kp, e) for (n, d, s, kp), e in zip(plan.plan, encodings, strict=True)
+    )
 
 
 def _c_column(

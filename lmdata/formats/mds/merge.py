@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lmdata.errors import InvalidInputError, OutputExistsError
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.mds.index import INDEX, load_index_json, split_dirs
 from lmdata.storage import (
     LocalStore,
@@ -80,6 +81,16 @@ def _summary(parts: int, shards: list[dict[str, Any]], dest: str) -> str:
     return f"merged {parts} partitions ({len(shards)} shards, {n} samples) -> {dest}"
 
 
+def _part_bytes(obj: dict[str, Any]) -> int:
+    """The uncompressed bytes of a partition's shards, as its index.json declares them."""
+    n = 0
+    for shard in obj["shards"]:
+        for key in ("raw_data", "raw_meta"):
+            b = (shard.get(key) or {}).get("bytes")
+            n += b if isinstance(b, int) and b > 0 else 0
+    return n
+
+
 def _link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst)
@@ -94,10 +105,14 @@ def _inside(part: Path, out: Path) -> str | None:
     return Path(rel).as_posix()
 
 
-def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
-    """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary."""
+def merge(
+    inputs: list[str], output: str, overwrite: bool = False, progress: Progress | None = None
+) -> str:
+    """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary.
+    ``progress`` counts the partitions' shard bytes (from their indexes), partition by
+    partition, once every index is read."""
     if any(scheme(p) not in (None, "file") for p in (output, *inputs)):  # file:// is local
-        return _merge_on_store(inputs, output, overwrite)
+        return _merge_on_store(inputs, output, overwrite, progress)
     out = local_path(output, "mds merge")
     parts = _partitions(list(inputs), out)
     dest = out / INDEX
@@ -107,8 +122,9 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
         )
     out.mkdir(parents=True, exist_ok=True)
     shards: list[dict[str, Any]] = []
-    for part in parts:
-        _, obj = load_index_json(LocalStore(), str(part / INDEX))  # checked, parsed once
+    objs = [load_index_json(LocalStore(), str(p / INDEX))[1] for p in parts]  # checked, once
+    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs))
+    for part, obj in zip(parts, objs, strict=True):
         rel = _inside(part, out)
         if rel is None:
             target = out / part.name
@@ -119,13 +135,16 @@ def merge(inputs: list[str], output: str, overwrite: bool = False) -> str:
                 )
             shutil.copytree(part, target, copy_function=_link_or_copy)
             rel = part.name
+        tick.add(_part_bytes(obj))
         shards.extend(_rebased(obj["shards"], rel))
     with atomic_file(dest, overwrite=overwrite) as tmp:
         tmp.write_text(json.dumps({"version": 2, "shards": shards}), encoding="utf-8")
     return _summary(len(parts), shards, str(dest))
 
 
-def _merge_on_store(inputs: list[str], output: str, overwrite: bool) -> str:
+def _merge_on_store(
+    inputs: list[str], output: str, overwrite: bool, progress: Progress | None
+) -> str:
     """:func:`merge` on an object store: the partitions are found by listing, those outside
     ``output`` are copied below it (server-side, same store only), and the merged index.json
     is written last as one object."""
@@ -156,8 +175,9 @@ def _merge_on_store(inputs: list[str], output: str, overwrite: bool) -> str:
             )
         parts.extend(p for p in found if p not in parts)
     shards: list[dict[str, Any]] = []
-    for part in parts:
-        _, obj = load_index_json(ostore, join(part, INDEX))
+    objs = [load_index_json(ostore, join(p, INDEX))[1] for p in parts]
+    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs))
+    for part, obj in zip(parts, objs, strict=True):
         if part.startswith(okey + "/"):
             rel = part[len(okey) + 1 :]
         else:
@@ -168,6 +188,7 @@ def _merge_on_store(inputs: list[str], output: str, overwrite: bool) -> str:
                     path=ostore.url(join(okey, rel)),
                 )
             ostore.fs.copy(part, join(okey, rel), recursive=True)  # type: ignore[attr-defined]
+        tick.add(_part_bytes(obj))
         shards.extend(_rebased(obj["shards"], rel))
     out = ostore.output(dest, directory=False, overwrite=overwrite)
     try:

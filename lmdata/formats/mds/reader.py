@@ -72,10 +72,11 @@ class _Ranged:
     """An object in a store that cannot map it, sliced like bytes: ``r[a:b]`` is one ranged
     read (so a sample costs its own bytes, never the whole shard)."""
 
-    __slots__ = ("key", "size", "store")
+    __slots__ = ("fetch", "key", "size", "store")
 
     def __init__(self, store: Store, key: str, size: int) -> None:
         self.store, self.key, self.size = store, key, size
+        self.fetch = partial(store.read_range, key)  # fetch(begin, length): one ranged read
 
     def __len__(self) -> int:
         return self.size
@@ -458,7 +459,7 @@ class MDSReader:
         key = (s.format, s.column_names, s.column_encodings, s.column_sizes, s.separator, s.newline)
         make = self._factories.get((*key, ranged))
         if make is None:
-            if s.format == "mds" and not ranged:
+            if s.format == "mds":
                 plan = SampleDecoder(
                     s.column_names,
                     s.column_encodings,
@@ -466,7 +467,10 @@ class MDSReader:
                     self.allow_unsafe_pickle,
                     self.select,
                 )
-                make = fastpath.compile_layout(plan, s.column_encodings)
+                if ranged:  # one fetch per sample, then the C decode where it is built
+                    make = fastpath.ranged(plan, s.column_encodings, dec)
+                else:
+                    make = fastpath.compile_layout(plan, s.column_encodings)
             else:
                 make = fastpath.generic(dec)
             self._factories[(*key, ranged)] = make

@@ -19,6 +19,7 @@ import numpy as np
 from lmdata import _json
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.mds import compression as comp
 from lmdata.formats.mds.hashing import hexdigest, is_hash
 from lmdata.formats.mds.index import FileInfo, Index, Shard, find_index, load_index
@@ -209,9 +210,12 @@ def validate(
     split: str | None = None,
     allow_unsafe_pickle: bool = False,
     storage_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
     **_: Any,
 ) -> list[str]:
-    """All problems found in the streaming dataset at ``path`` (empty when it is valid)."""
+    """All problems found in the streaming dataset at ``path`` (empty when it is valid);
+    ``progress`` counts the shards' uncompressed bytes (as index.json gives them), shard by
+    shard."""
     try:
         store, key = resolve(path, storage_options)
         index = load_index(store, find_index(store, key, split))
@@ -222,10 +226,17 @@ def validate(
     except (LmdataError, OSError) as e:
         return [f"{index.path}: cannot list the shard files: {e}"]
     rep = ProblemReport()
+    tick = Ticker(progress, sum(shard_bytes(s) for s in index.shards))
     for s in index.shards:
         sr = _ShardReport(rep, s, index.url(s.raw_data))
         try:
             _check_shard(index, s, sr, allow_unsafe_pickle, sizes)
         except (LmdataError, OSError) as e:
             sr.add(str(e))
+        tick.add(shard_bytes(s))
     return rep.finish()
+
+
+def shard_bytes(s: Shard) -> int:
+    """The uncompressed bytes of a shard's files, as index.json declares them."""
+    return s.raw_data.bytes + (s.raw_meta.bytes if s.raw_meta is not None else 0)

@@ -16,6 +16,8 @@ from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import (
     FormatSpec,
+    Progress,
+    Ticker,
     TokenSink,
     TokenTarget,
     detector,
@@ -82,9 +84,15 @@ def open(path: str | os.PathLike[str], **options: Any) -> PackedTokens:
     return PackedTokens(path, **options)
 
 
-def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
+def info(
+    path: str | os.PathLike[str],
+    *,
+    scan: bool = True,
+    progress: Progress | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Counts, widths and sizes of a ``.pbin``; ``scan=False`` leaves out the reader's summary
-    (its largest id reads every token)."""
+    (its largest id reads every token; ``progress`` counts the token bytes read)."""
     from lmdata import _provenance
     from lmdata.formats.modalities.reader import PackedTokens
     from lmdata.storage import disk_usage
@@ -93,7 +101,10 @@ def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> 
     with PackedTokens(path, **options) as r:
         out: dict[str, Any] = {"format": "modalities", "path": str(r.path)}
         if scan:
+            r.find_max_token_id(progress)
             out.update(r.info())
+        else:
+            Ticker(progress, r.header.data_len).finish()
         url = r.data.store.url(r.data.key)
         out["apparent_bytes"] = r.data.store.size(r.data.key)
         prov = _provenance.read_sidecar(r.data.store, r.data.key)

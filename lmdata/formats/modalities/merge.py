@@ -23,6 +23,7 @@ import numpy as np
 from lmdata import _provenance
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import DTYPES, HEADER_SIZE, PbinHeader
 from lmdata.formats.modalities.reader import PackedTokens
@@ -79,8 +80,10 @@ def merge(
     inputs: list[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     overwrite: bool = False,
+    progress: Progress | None = None,
 ) -> str:
-    """Concatenate the ``.pbin`` files ``inputs`` (in order) into ``output``."""
+    """Concatenate the ``.pbin`` files ``inputs`` (in order) into ``output``; ``progress``
+    counts the inputs' token bytes copied."""
     paths = expand_inputs(inputs)
     dest = os.fspath(output)
     store, key = resolve(dest)
@@ -90,7 +93,8 @@ def merge(
     out = store.output(key, directory=False, overwrite=overwrite)
     try:
         with _output_file(out) as f:
-            docs, tokens, width = _write(readers, f)
+            tick = Ticker(progress, sum(r.header.data_len for r in readers))
+            docs, tokens, width = _write(readers, f, tick)
     except BaseException:
         out.abort()
         raise
@@ -128,7 +132,7 @@ def _output_file(out: Output) -> Iterator[BinaryIO]:
         Path(spool).unlink(missing_ok=True)
 
 
-def _write(readers: list[PackedTokens], f: BinaryIO) -> tuple[int, int, int]:
+def _write(readers: list[PackedTokens], f: BinaryIO, tick: Ticker) -> tuple[int, int, int]:
     """The merged file into ``f``: (documents, tokens, token width)."""
     width = max(r.token_width for r in readers)
     dtype = DTYPES[width]
@@ -143,6 +147,7 @@ def _write(readers: list[PackedTokens], f: BinaryIO) -> tuple[int, int, int]:
             hi = min(n, lo + _COPY_TOKENS)
             block = r.tokens[lo:hi] if r.data.mapped else r.data.read_tokens([(lo, hi)])[0]
             f.write(np.ascontiguousarray(block, dtype=dtype).data)
+            tick.add((hi - lo) * r.token_width)
         base += n
     f.write(dump_span_index(np.concatenate(offsets), np.concatenate(lengths)))
     f.seek(0)

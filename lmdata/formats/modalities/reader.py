@@ -11,6 +11,7 @@ import numpy as np
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats._span_index import SpanIndex, load_span_index
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities.layout import (
     HEADER_SIZE,
     PbinHeader,
@@ -316,12 +317,20 @@ class PackedTokens:
     @property
     def max_token_id(self) -> int:
         """The largest id stored (scans the data once, then cached)."""
+        return self.find_max_token_id()
+
+    def find_max_token_id(self, progress: Progress | None = None) -> int:
+        """:attr:`max_token_id`, reporting the token bytes scanned to ``progress`` (nothing
+        when it is cached already)."""
         if self._max_token_id is None:
             t = self.tokens
+            tick = Ticker(progress, len(t) * t.itemsize)
             m = 0
             step = 1 << 24
             for lo in range(0, len(t), step):
-                m = max(m, int(t[lo : lo + step].max()))
+                block = t[lo : lo + step]
+                m = max(m, int(block.max()))
+                tick.add(len(block) * t.itemsize)
             self._max_token_id = m
         return self._max_token_id
 

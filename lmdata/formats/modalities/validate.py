@@ -12,6 +12,7 @@ import numpy as np
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats._span_index import SpanIndex, load_span_index
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities.layout import HEADER_SIZE, header_problems
 from lmdata.formats.modalities.reader import PbinData, undo_origin_merge_shift
 from lmdata.storage import resolve
@@ -23,16 +24,19 @@ def validate(
     eod_id: int | None = None,
     allow_unsafe_pickle: bool = False,
     storage_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
     **_: object,
 ) -> list[str]:
     """All problems in the ``.pbin`` at ``path`` (empty when valid).
 
-    With ``eod_id``, also every document that does not end with it.
+    With ``eod_id``, also every document that does not end with it. ``progress`` counts the
+    file's bytes: the header and index once read, the token data once checked.
     """
     store, key = resolve(path, storage_options)
     p = Path(key) if store.can_mmap else store.url(key)
     name = PurePosixPath(key).name  # every problem names the file: "d.pbin index entry 3: ..."
     size = store.size(key)
+    tick = Ticker(progress, size)
     raw = store.read_range(key, 0, HEADER_SIZE)
     problems = [f"{name} header: {m}" for m in header_problems(raw, size)]
     if problems:
@@ -46,6 +50,7 @@ def validate(
         )
     except LmdataError as e:
         return [str(e)]
+    tick.add(HEADER_SIZE + len(index_bytes))
     rep = ProblemReport()
     add = rep.add
     if index.trailing:
@@ -99,6 +104,7 @@ def validate(
         add("order", f"{name} index: empty, but the header says {data_len} bytes of data")
     if eod_id is not None and len(index) and not len(misaligned) and not len(outside):
         _check_eod(path, storage_options, width, index, eod_id, rep, name)
+    tick.finish()
     return rep.finish()
 
 

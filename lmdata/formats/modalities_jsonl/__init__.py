@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import FormatSpec, detector, lazy
+from lmdata.formats._spec import FormatSpec, Progress, Ticker, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
@@ -72,14 +72,22 @@ def open(path: str | os.PathLike[str], **options: Any) -> JsonlDocuments:
     return JsonlDocuments(path, **options)
 
 
-def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> dict[str, Any]:
-    """Documents (from the index) and sizes; ``scan`` is accepted: nothing here reads the data."""
+def info(
+    path: str | os.PathLike[str],
+    *,
+    scan: bool = True,
+    progress: Progress | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Documents (from the index) and sizes; ``scan`` is accepted: nothing here reads the data
+    (``progress`` gets the file's bytes once the index is read)."""
     from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
     from lmdata.storage import disk_usage
 
     options.pop("split", None)
     with JsonlDocuments(path, **options) as r:
         istore, ikey = r.index_store, r.index_key
+        Ticker(progress, r.file_size).finish()
         return {
             "format": "modalities-jsonl",
             "path": r.store.url(r.key),
@@ -91,12 +99,15 @@ def info(path: str | os.PathLike[str], *, scan: bool = True, **options: Any) -> 
         }
 
 
-def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
+def validate(
+    path: str | os.PathLike[str], progress: Progress | None = None, **options: Any
+) -> list[str]:
     """Every disagreement between the file and its index, with line numbers.
 
     Each entry must be exactly one line (from its start up to, not including, the newline)
     that parses as JSON; a line that parses but is missing from the index means the index is
     stale. Lines left out because they are not JSON (``--skip-invalid``) are fine.
+    ``progress`` counts the bytes of the file checked.
     """
     from lmdata.formats.modalities_jsonl.checks import index_problems
     from lmdata.formats.modalities_jsonl.lines import shown_path
@@ -111,7 +122,7 @@ def validate(path: str | os.PathLike[str], **options: Any) -> list[str]:
         )
     except LmdataError as e:
         return [str(e)]
-    return index_problems(store, key, shown_path(istore, ikey), index)
+    return index_problems(store, key, shown_path(istore, ikey), index, progress)
 
 
 SPEC = FormatSpec(

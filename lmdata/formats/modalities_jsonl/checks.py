@@ -11,8 +11,11 @@ import numpy as np
 
 from lmdata._report import ProblemReport
 from lmdata.formats._span_index import SpanIndex
+from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities_jsonl.lines import LineError, loads, read_lines, shown_path
 from lmdata.storage import Store
+
+PROGRESS_BYTES = 1 << 20  # bytes of lines between progress reports
 
 
 def _json_error(line: bytes) -> str | None:
@@ -23,13 +26,22 @@ def _json_error(line: bytes) -> str | None:
     return None
 
 
-def index_problems(store: Store, key: str, index_path: PurePath, index: SpanIndex) -> list[str]:
+def index_problems(
+    store: Store,
+    key: str,
+    index_path: PurePath,
+    index: SpanIndex,
+    progress: Progress | None = None,
+) -> list[str]:
     """Every disagreement between object ``key`` and its ``index`` (already range-checked).
 
     The lines are read once, in order (ranged windows on object stores), against the entries
-    sorted by offset, so memory holds the index, not a table of every line.
+    sorted by offset, so memory holds the index, not a table of every line. ``progress``
+    counts the bytes of the file checked, a report per MiB.
     """
     path = shown_path(store, key)
+    tick = Ticker(progress, store.size(key) if progress is not None else 0)
+    report_at = PROGRESS_BYTES if progress is not None else -1
     rep = ProblemReport()
     order = np.argsort(index.offsets, kind="stable")
     entries = order.tolist()
@@ -47,6 +59,9 @@ def index_problems(store: Store, key: str, index_path: PurePath, index: SpanInde
 
     with contextlib.closing(read_lines(store, key)) as lines:
         for lineno, off, line in lines:
+            if off >= report_at >= 0:
+                tick.to(off)
+                report_at = off + PROGRESS_BYTES
             while j < n and offs[j] < off:
                 not_a_start(j)
                 j += 1
@@ -77,6 +92,7 @@ def index_problems(store: Store, key: str, index_path: PurePath, index: SpanInde
                 )
             end = off + len(line)
             tail = None if indexed else (off, line)
+    tick.finish()
     for k in range(j, n):
         not_a_start(k)
     if index.trailing:

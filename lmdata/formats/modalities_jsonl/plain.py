@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import LmdataError
-from lmdata.formats.modalities_jsonl.index import scan, scan_object
+from lmdata.formats._spec import Progress, Ticker
+from lmdata.formats.modalities_jsonl.index import scan_object
 from lmdata.formats.modalities_jsonl.lines import data_object, default_index_path, shown_path
 from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
 from lmdata.formats.modalities_jsonl.writer import dumps_line
@@ -88,12 +89,20 @@ class Writer(AtomicWriter):
 
 
 def validate(
-    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, **_: Any
+    path: str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+    **_: Any,
 ) -> list[str]:
+    """The first line that is not JSON, if any; ``progress`` counts the bytes scanned."""
     try:
-        scan(path, storage_options=storage_options)
+        store, key = data_object(path, storage_options)
+        tick = Ticker(progress, store.size(key) if progress is not None else 0)
+        scan_object(store, key, progress=tick.to)
     except LmdataError as e:
         return [str(e)]
+    tick.finish()
     return []
 
 
@@ -102,17 +111,17 @@ def info(
     *,
     storage_options: dict[str, Any] | None = None,
     scan: bool = True,
+    progress: Progress | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     """Documents and size of a JSONL file; ``scan=False`` does not count the documents (a
-    pass over the file)."""
-    if not scan:
-        store, key = data_object(path, storage_options)
-        return {"format": "jsonl", "path": str(path), "bytes_on_disk": disk_usage(store.url(key))}
-    r = JsonlFile(path, storage_options=storage_options)
-    return {
-        "format": "jsonl",
-        "path": str(path),
-        "documents": len(r),
-        "bytes_on_disk": disk_usage(r.store.url(r.key)),
-    }
+    pass over the file; ``progress`` counts its bytes)."""
+    store, key = data_object(path, storage_options)
+    tick = Ticker(progress, store.size(key))
+    out: dict[str, Any] = {"format": "jsonl", "path": str(path)}
+    if scan:
+        offsets, _lengths, _skipped = scan_object(store, key, progress=tick.to)
+        out["documents"] = len(offsets)
+    tick.finish()
+    out["bytes_on_disk"] = disk_usage(store.url(key))
+    return out
