@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import lmdata
 from lmdata.errors import CorruptDataError
 from lmdata.loader import Loader, packing
 from tests.loader.conftest import random_seqs, write_flat
@@ -325,3 +326,33 @@ def test_rows_outside_their_buffers_are_refused_never_read(sizes, offsets, width
     C.copy_rows((bases, offs), out, n, width)
     for i, (b, o) in enumerate(zip(bases, offs, strict=True)):
         assert out[i].tolist() == np.frombuffer(b, np.uint32, width, o).tolist()
+
+
+@pytest.mark.parametrize("compression", [None, "blosc"])
+@pytest.mark.parametrize("seq_starts_chunk", [3, 4, 1 << 20])
+def test_sequence_ranges_by_the_c_lookup_equal_the_index(
+    tmp_path: Path, seq_starts_chunk, compression
+):
+    """Pairs of seq_starts entries read in C (chunks of 3 and 4 entries: pairs straddle them
+    and go to the general path) equal the index, on both paths."""
+    from lmdata.formats.flat_tokens import Writer
+    from lmdata.formats.flat_tokens.reader import _pairs
+
+    seqs = random_seqs(11, 40)
+    path = tmp_path / "x.zarr"
+    with Writer(
+        path, chunk_tokens=64, seq_starts_chunk=seq_starts_chunk, compression=compression
+    ) as w:
+        for s in seqs:
+            w.write(np.asarray(s, dtype=np.int64))
+    b = np.cumsum([0] + [len(s) for s in seqs])
+    idx = np.random.default_rng(0).integers(0, len(seqs), 50)
+    want = np.stack([b[idx], b[idx + 1]], axis=1)
+    for in_c, ctx in ((C is not None, _nothing()), (False, numpy_only())):
+        with ctx:
+            r = lmdata.open(path)  # (no boundaries read: the pairs come from the chunks)
+            if in_c and seq_starts_chunk > len(seqs):  # one chunk: the C lookup serves all
+                assert _pairs(r.seq_starts, idx) is not None
+            assert np.array_equal(r.sequence_ranges(idx), want)
+            assert np.array_equal(r.sequence_ranges(idx[::-1].copy()), want[::-1])
+            assert r.sequence_ranges(np.array([], dtype=np.int64)).shape == (0, 2)

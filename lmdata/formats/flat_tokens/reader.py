@@ -253,7 +253,9 @@ class FlatTokens:
             b = self._boundaries
             pairs = np.stack([b[idx], b[idx + 1]], axis=1)
         else:
-            pairs = self.seq_starts.gather(idx, 2)
+            pairs = _pairs(self.seq_starts, idx)
+            if pairs is None:
+                pairs = self.seq_starts.gather(idx, 2)
         a, z = pairs[:, 0], pairs[:, 1]
         bad = (a > z) | (z > self.num_tokens)
         if pairs.dtype.kind == "i":  # (unsigned entries are never negative)
@@ -408,6 +410,36 @@ def _aligned_rows(
     if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n):
         return None  # (rows * length would wrap for huge ones: checked before it)
     return _copy_windows(arr, rows.astype(np.int64) * length, length, out, n * length)
+
+
+def _pairs(arr: ZArray, idx: np.ndarray) -> np.ndarray | None:
+    """Items ``i, i + 1`` of an array of 8-byte items for each ``i`` in ``idx`` (each below
+    ``len(arr) - 1``), shape (n, 2), by the C lookup and copy: each pair is four 4-byte
+    values at ``2 * i``. None where that is not built or declines (a pair straddles two
+    units, a unit is short, units are read by range): ``gather``, which loops in Python."""
+    unit = arr.unit
+    if (
+        _unit_windows is None
+        or _copy_rows is None
+        or arr.dtype.itemsize != 8
+        or unit <= 0
+        or (arr.raw and not arr._mappable)
+        or not len(idx)
+    ):
+        return None
+    st = np.ascontiguousarray(idx, dtype=np.int64)
+    for _ in range(2):  # the second time with the units the first found missing
+        arr._check_views()
+        got = _unit_windows(arr._views, 2 * unit, st, 4, 2 * len(arr), 2)
+        if got.__class__ is not list:
+            break
+        for u in got:
+            arr._bytes_view(u)
+    if not isinstance(got, tuple):
+        return None
+    out = np.empty((len(st), 4), dtype=np.uint32)
+    _copy_rows(got, out, len(st), 4)
+    return out.view(arr.dtype)
 
 
 def _window_parts(
