@@ -466,10 +466,10 @@ eos(PyObject *self, PyObject *args)
 
 /* One unpacked row, for T = int32_t or int64_t: the piece (k values of src, decoded by
  * `shift`), then padding; plain loops the compiler vectorises. */
-#define UNPACKED_ROW(T)                                                                       \
-    static void unpacked_row_##T(const uint32_t *src, Py_ssize_t k, T *in, T *tg,             \
-                                 int32_t *seg, int32_t *pos, uint8_t *mask, Py_ssize_t length, \
-                                 T bos, T pad, int shift)                                     \
+#define UNPACKED_ROW(T, NAME, ATTR)                                                           \
+    ATTR static void NAME(const uint32_t *src, Py_ssize_t k, T *in, T *tg, int32_t *seg,      \
+                          int32_t *pos, uint8_t *mask, Py_ssize_t length, T bos, T pad,       \
+                          int shift)                                                          \
     {                                                                                         \
         if (k > 0) in[0] = bos;                                                               \
         for (Py_ssize_t j = 1; j < k; j++) in[j] = (T)(src[j - 1] >> shift);                  \
@@ -484,8 +484,12 @@ eos(PyObject *self, PyObject *args)
         memset(mask + k, 0, (size_t)(length - k));                                            \
     }
 
-UNPACKED_ROW(int32_t)
-UNPACKED_ROW(int64_t)
+UNPACKED_ROW(int32_t, unpacked_row_int32_t, )
+UNPACKED_ROW(int64_t, unpacked_row_int64_t, )
+#ifdef HAVE_AVX2_ROW
+/* the same loops, vectorised by the compiler for AVX2 (chosen at run time) */
+UNPACKED_ROW(int32_t, unpacked_row_int32_avx2, __attribute__((target("avx2"))))
+#endif
 
 /* unpacked(enc, offsets, lengths, inputs, targets, segment_ids, positions, loss_mask, rows,
  * length, bos, pad, shift, wide): rows of `length` values (see rows_get); row i's piece is
@@ -551,6 +555,12 @@ unpacked(PyObject *self, PyObject *args)
         if (wide)
             unpacked_row_int64_t(src, k, (int64_t *)v[2].buf + b, (int64_t *)v[3].buf + b,
                                  seg + b, pos + b, mask + b, length, bos, pad, shift);
+#ifdef HAVE_AVX2_ROW
+        else if (max_simd >= 2 && has_avx2())
+            unpacked_row_int32_avx2(src, k, (int32_t *)v[2].buf + b, (int32_t *)v[3].buf + b,
+                                    seg + b, pos + b, mask + b, length, (int32_t)bos,
+                                    (int32_t)pad, shift);
+#endif
         else
             unpacked_row_int32_t(src, k, (int32_t *)v[2].buf + b, (int32_t *)v[3].buf + b,
                                  seg + b, pos + b, mask + b, length, (int32_t)bos,
