@@ -119,6 +119,9 @@ class Source:
         # rows where they lie in the reader's mapped chunks, laid out with no gather copy (C)
         has_parts = encoded and _has(reader, "encoded_window_parts")
         self._parts = reader.encoded_window_parts if has_parts else None
+        self._row_parts = (  # the same by row number (packed rows)
+            reader.packed_row_parts if has_parts and _has(reader, "packed_row_parts") else None
+        )
         self._gather_out = encoded and _takes_out(self._windows)
         self._in_place = (
             encoded and mode == "packed" and (self._rows is not None or self._gather_out)
@@ -164,7 +167,7 @@ class Source:
         """The rows ``rows`` (int64 row numbers, each < ``num_rows``)."""
         L = self.seq_len
         if self._direct and in_c():  # the common case, in few operations
-            parts = self._parts(rows * L, L)
+            parts = self._row_parts(rows, L) if self._row_parts else self._parts(rows * L, L)
             if parts is not None:
                 out = packed_buffers(len(rows), L, self.dtype, PACKED_KEYS)
                 fill_packed(parts, out, self.bos)

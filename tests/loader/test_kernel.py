@@ -284,11 +284,22 @@ def test_unit_windows_finds_declines_and_asks_for_missing_units():
 
 def test_packed_rows_refuse_rows_whose_start_would_wrap(tmp_path: Path):
     r = write_flat(tmp_path / "x.zarr", random_seqs(5, 60), chunk_tokens=16)
+    flat = r.span_encoded(0, r.num_tokens)
     for ctx in (_nothing(), numpy_only()):
         with ctx:
-            for bad in (2**61, 2**62 + 1, -(2**62)):  # times 8 these wrap to (near) row 0
+            for bad in (2**61, 2**62 + 1, -(2**62), -1, r.num_packed_rows(8)):
+                # (times 8 the first three wrap to (near) row 0)
                 with pytest.raises(IndexError):
-                    r.packed_rows(np.array([0, bad]), 8)
+                    r.packed_row_parts(np.array([0, bad]), 8)
+                if bad >= 0 or bad < -r.num_packed_rows(8):  # (-1 is the last row there)
+                    with pytest.raises(IndexError):
+                        r.packed_rows(np.array([0, bad]), 8)
+            rows = np.array([3, 0, 1])  # chunks of 16 tokens: rows of 8 never straddle
+            got = [
+                np.frombuffer(b, np.uint32, 8, o)
+                for b, o in zip(*r.packed_row_parts(rows, 8), strict=True)
+            ]
+            assert [g.tolist() for g in got] == [flat[x * 8 : x * 8 + 8].tolist() for x in rows]
             last = r.num_packed_rows(8) - 1
             assert np.array_equal(r.packed_rows(np.array([-1]), 8), r.packed_rows([last], 8))
 

@@ -337,6 +337,23 @@ class FlatTokens:
             self._check_windows(starts, length)
         return got
 
+    def packed_row_parts(
+        self, rows: np.ndarray, seq_len: int
+    ) -> tuple[list[memoryview], list[int]] | None:
+        """:meth:`encoded_window_parts` of packed rows by number (row ``r`` is tokens
+        ``r*seq_len : (r+1)*seq_len``, each below :meth:`num_packed_rows`, else IndexError):
+        the row numbers go to the C lookup as they are, which checks each before multiplying
+        (no numpy product per batch)."""
+        n = self.num_packed_rows(seq_len)
+        if _unit_windows is not None:
+            got = _window_parts(self.tokens, rows, seq_len, n * seq_len, seq_len)
+            if got is not None:
+                return got
+        lst = np.asarray(rows).tolist()
+        if lst and (min(lst) < 0 or max(lst) >= n):
+            raise IndexError(f"a row of {min(lst)} .. {max(lst)} is outside the {n} rows")
+        return self.encoded_window_parts(np.asarray(lst, dtype=np.int64) * seq_len, seq_len)
+
     def _check_windows(self, starts: Sequence[int] | np.ndarray, length: int) -> None:
         """IndexError unless every window ``s : s + length`` lies inside the tokens."""
         lst = np.asarray(starts).tolist()
