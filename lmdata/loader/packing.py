@@ -51,8 +51,10 @@ def packed_buffers(
     (:mod:`lmdata.loader.pool`): fresh memory per batch costs page faults. A gap separates
     the arrays: ``inputs`` is ``targets`` copied one item over, and two arrays whose distance
     is a multiple of the 4 KiB page make that copy ~10x slower (4K aliasing of loads and
-    stores). The layout is computed once per shape; consecutive arrays of one type are one
-    strided array per block (kept by the pool), whose items are the batch's fresh views.
+    stores). Each array starts on a 64-byte cache line: a block from the allocator starts 16
+    bytes past a page, and outputs there laid out a batch 15% slower (vector stores split
+    across lines). The layout is computed once per shape; consecutive arrays of one type are
+    one strided array per block (kept by the pool), whose items are the batch's fresh views.
     """
     key = (rows, length, dtype, keys)
     layout = _LAYOUTS.get(key)
@@ -89,18 +91,19 @@ def _layout(rows: int, length: int, dtype: np.dtype, keys: tuple[str, ...]) -> t
     shape = (rows, length)
 
     def carve(block: np.ndarray) -> tuple[np.ndarray, ...]:
+        first = -block.ctypes.data % 64  # every array starts on a cache line
         return tuple(
             np.ndarray(
                 (len(g), *shape),
                 dtype=t,
                 buffer=block,
-                offset=o,
+                offset=first + o,
                 strides=(step, length * t.itemsize, t.itemsize),
             )
             for g, t, o, step in groups
         )
 
-    return at, tuple(tuple(g[0]) for g in groups), carve
+    return at + 64, tuple(tuple(g[0]) for g in groups), carve
 
 
 def packed_from_encoded(
