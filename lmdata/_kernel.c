@@ -318,6 +318,59 @@ packed_row_int32_avx2(const uint32_t *enc, int32_t *in, int32_t *tg, int32_t *se
     }
 }
 
+/* The int64 packed row the same way: the group's int32 values widened to two vectors of four
+ * int64 for inputs and targets (values are below 2^31: a stored value shifted right by one);
+ * bos, which may not fit int32, only ever goes through the value-by-value path. */
+__attribute__((target("avx2"))) static void
+packed_row_int64_avx2(const uint32_t *enc, int64_t *in, int64_t *tg, int32_t *seg, int32_t *pos,
+                      Py_ssize_t length, int64_t bos, const uint32_t *next)
+{
+    Py_ssize_t s = 0, p = 0;
+    int64_t prev = 0;
+    const __m256i step = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8);
+    const __m256i back = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    Py_ssize_t k = 0;
+    while (k < length) {
+        if (next != NULL && !(k & 15)) _mm_prefetch((const char *)(next + k), _MM_HINT_T0);
+        if (k > 0 && k + 8 <= length) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(enc + k));
+            if (!_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(x, 31)))) {
+                __m256i t = _mm256_srli_epi32(x, 1);
+                __m256i i = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(t, back),
+                                               _mm256_set1_epi32((int32_t)prev), 1);
+                _mm256_storeu_si256((__m256i *)(in + k),
+                                    _mm256_cvtepu32_epi64(_mm256_castsi256_si128(i)));
+                _mm256_storeu_si256((__m256i *)(in + k + 4),
+                                    _mm256_cvtepu32_epi64(_mm256_extracti128_si256(i, 1)));
+                _mm256_storeu_si256((__m256i *)(tg + k),
+                                    _mm256_cvtepu32_epi64(_mm256_castsi256_si128(t)));
+                _mm256_storeu_si256((__m256i *)(tg + k + 4),
+                                    _mm256_cvtepu32_epi64(_mm256_extracti128_si256(t, 1)));
+                _mm256_storeu_si256((__m256i *)(seg + k), _mm256_set1_epi32((int32_t)s));
+                _mm256_storeu_si256((__m256i *)(pos + k),
+                                    _mm256_add_epi32(_mm256_set1_epi32((int32_t)p), step));
+                prev = (int64_t)(uint32_t)_mm256_extract_epi32(t, 7);
+                p += 8;
+                k += 8;
+                continue;
+            }
+        }
+        Py_ssize_t end = k + 8 < length ? k + 8 : length;
+        for (; k < end; k++) {
+            uint32_t x = enc[k];
+            int start = k == 0 || (x & 1u);
+            int64_t t = (int64_t)(x >> 1);
+            s += start;
+            p = start ? 0 : p + 1;
+            in[k] = start ? bos : prev;
+            tg[k] = t;
+            seg[k] = (int32_t)s;
+            pos[k] = (int32_t)p;
+            prev = t;
+        }
+    }
+}
+
 /* The int32 eos row eight values at a time (its first values up to a multiple of 8; the
  * rest are the caller's), prefetching `next` as the packed row does. A window holds
  * length + 1 values: the load at j + 1 stays inside it. Returns the values done. */
@@ -355,6 +408,12 @@ packed_row(const uint32_t *enc, Py_buffer *v, Py_ssize_t b, Py_ssize_t length, l
            int wide, const uint32_t *next)
 {
     int32_t *seg = (int32_t *)v[3].buf + b, *pos = (int32_t *)v[4].buf + b;
+#ifdef HAVE_AVX2_ROW
+    if (wide && max_simd >= 2 && has_avx2())
+        packed_row_int64_avx2(enc, (int64_t *)v[1].buf + b, (int64_t *)v[2].buf + b, seg, pos,
+                              length, (int64_t)bos, next);
+    else
+#endif
     if (wide)
         packed_row_int64_t(enc, (int64_t *)v[1].buf + b, (int64_t *)v[2].buf + b, seg, pos,
                            length, (int64_t)bos);

@@ -114,6 +114,19 @@ def test_packed_layout_by_hand():
             assert a["positions"].tolist() == [[0, 1, 2, 0], [0, 0, 1, 2]]
 
 
+def test_packed_int64_with_a_bos_past_int32_in_every_row():
+    """The AVX2 int64 row widens int32 groups; a bos that needs 64 bits goes value by value."""
+    rng = np.random.default_rng(3)
+    enc = rng.integers(0, 2**32, (3, 70), dtype=np.uint64).astype(np.uint32) & ~np.uint32(1)
+    enc[:, ::23] |= 1
+    with numpy_only():
+        want = _copy(packing.packed_from_encoded(enc.copy(), np.dtype(np.int64), 2**40))
+    for level in (1, 2) if C is not None else ():
+        with simd(level):
+            _same(packing.packed_from_encoded(enc.copy(), np.dtype(np.int64), 2**40), want)
+    assert (want["inputs"][:, ::23] == 2**40).all()
+
+
 @contextmanager
 def _nothing():
     yield
