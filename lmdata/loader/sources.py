@@ -126,8 +126,9 @@ class Source:
         self._in_place = (
             encoded and mode == "packed" and (self._rows is not None or self._gather_out)
         )
-        # training's packed rows laid out in C from where they lie: read()'s first branch
-        self._direct = mode == "packed" and self._parts is not None and not finite
+        # training's packed rows and eos windows laid out in C from where they lie: read()'s
+        # first branch
+        self._direct = mode in ("packed", "eos") and self._parts is not None and not finite
         self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
         self._pieces: np.ndarray | None = None
@@ -166,12 +167,17 @@ class Source:
     def read(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The rows ``rows`` (int64 row numbers, each < ``num_rows``)."""
         L = self.seq_len
-        if self._direct and in_c():  # the common case, in few operations
-            parts = self._row_parts(rows, L) if self._row_parts else self._parts(rows * L, L)
-            if parts is not None:
-                out = packed_buffers(len(rows), L, self.dtype, PACKED_KEYS)
-                fill_packed(parts, out, self.bos)
-                return out
+        if self._direct and in_c():  # the common cases, in few operations
+            if self.mode == "eos":  # windows of L + 1 from row starts (inside: full rows)
+                parts = self._parts(rows * L, L + 1)
+                if parts is not None:
+                    return eos_from_encoded(parts, self.dtype, (len(rows), L + 1))
+            else:
+                parts = self._row_parts(rows, L) if self._row_parts else self._parts(rows * L, L)
+                if parts is not None:
+                    out = packed_buffers(len(rows), L, self.dtype, PACKED_KEYS)
+                    fill_packed(parts, out, self.bos)
+                    return out
         if self.mode == "unpacked":
             return self._read_unpacked(rows)
         # only the last row of a finite pass is partial: training rows need no check

@@ -208,6 +208,7 @@ OPTIONS = [
     dict(mode="packed", dtype="int64", bos_id=5),
     dict(mode="packed", epochs=1, shuffle=False),
     dict(mode="eos"),
+    dict(mode="eos", dtype="int64"),
     dict(mode="eos", dtype="int64", epochs=1),
     dict(mode="unpacked"),
     dict(mode="unpacked", dtype="int64", bos_id=2, pad_id=9, long_docs="split"),
