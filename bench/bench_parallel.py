@@ -12,9 +12,10 @@ the ratio of the median times and as the rounds' range, and (local rows) as the 
 time of both jobs sets on 2 cores. Each row shows the driver's CPU share (at 2 workers it
 competes with them). Every output is checked byte-identical to the first. Prints Ray's
 start-up (``ray.init``) and first job, the local pool's start-up (a new pool, which the CLI's
-one job pays, and a reused one, as the local rows and Ray's workers are), and ``lmdata
-tokenize`` of 2 documents end to end in a new process with 1 and 2 workers (forked, and
-spawned). Skips Ray when it is not installed (``pip install 'lmdata[ray]'``).
+one job pays, and a reused one, as the local rows and Ray's workers are; a new pool both in a
+process without Ray, forked as the CLI's, and in this one, spawned after ``ray.init``), and
+``lmdata tokenize`` of 2 documents end to end in a new process with 1 and 2 workers (forked,
+and spawned). Skips Ray when it is not installed (``pip install 'lmdata[ray]'``).
 
 Runs itself in a fresh interpreter, so the tokenizer's thread pool is sized before first use.
 ``python bench/bench_parallel.py`` alone takes about three minutes on an idle 2-core machine.
@@ -42,6 +43,7 @@ RANGE = int(os.environ.get("BENCH_PAR_RANGE", 512 << 10))
 REPS = int(os.environ.get("BENCH_PAR_REPS", 2 if QUICK else 5))
 TOKENIZER = Path(__file__).parents[1] / "tests/data/modalities/tokenizers/bpe5k/tokenizer.json"
 CHILD = "--child"
+START_UP = "--start-up"  # child mode: a new pool's cost, in a process without Ray's threads
 
 
 def _docs(path: Path, seed: int) -> None:
@@ -109,6 +111,34 @@ def _cli_job(tiny: Path, out: Path, workers: int, method: str | None) -> float:
     return seconds
 
 
+def _tiny_jobs(tiny: Path, out: Path) -> tuple[float, float]:
+    """A 2-document job on 2 worker processes with a new pool, then with that pool reused
+    (after a first job, so imports and the page cache are warm in both)."""
+    from lmdata import parallel
+    from lmdata.tokenize.pipeline import TokenizeJob, tokenize
+
+    job = TokenizeJob(to="flat-tokens", tokenizer=str(TOKENIZER))
+    got = []
+    for k in range(3):
+        if k < 2:
+            parallel.shutdown()  # the first job warms up; the second starts a new pool
+        t0 = time.perf_counter()
+        tokenize([tiny], out, job, workers=2, engine="processes")
+        got.append(time.perf_counter() - t0)
+        shutil.rmtree(out)
+    parallel.shutdown()
+    return got[1], got[2]
+
+
+def _start_up(tiny: Path, out: Path) -> tuple[float, float]:
+    """:func:`_tiny_jobs` in a new process that, like the CLI, runs no Ray, so its pool is
+    forked on Linux; this process's pools are spawned once ray.init started Ray's threads."""
+    cmd = [sys.executable, __file__, START_UP, str(tiny), str(out)]
+    res = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    cold, warm = json.loads(res.stdout.strip().splitlines()[-1])
+    return cold, warm
+
+
 def measure() -> None:
     from lmdata import parallel
     from lmdata.tokenize.pipeline import TokenizeJob, tokenize
@@ -155,8 +185,8 @@ def measure() -> None:
             return time.perf_counter() - t0
 
         def start_up() -> tuple[float, float]:
-            """A 2-document job on 2 worker processes, with a new pool (what the CLI's one job
-            pays) and then with that pool reused (a later job of the same process)."""
+            """A 2-document job on 2 worker processes, with a new pool and then with that pool
+            reused (a later job of the same process), in this process (after ray.init, spawned)."""
             parallel.shutdown()
             return tiny_job(), tiny_job()
 
@@ -178,8 +208,10 @@ def measure() -> None:
         run("processes", 1)  # warm the page cache and the tokenizer
         got: dict[tuple[str, int], list[tuple[float, float, float]]] = {r: [] for r in rows}
         spawn: list[tuple[float, float]] = []
+        forked: list[tuple[float, float]] = []  # as the CLI's one job pays it
         cli: dict[str, list[float]] = {"1": [], "2": [], "2 spawn": []}
         for _ in range(REPS):
+            forked.append(_start_up(tiny, tmp / "tiny-fork"))
             spawn.append(start_up())  # leaves a warm pool: the local rows reuse it, as Ray's do
             for r in rows:
                 got[r].append(run(*r))
@@ -221,10 +253,12 @@ def measure() -> None:
             "the driver: near 100% is one core); all CPU: driver + workers"
         )
         cold, warm = (statistics.median(x[i] for x in spawn) for i in (0, 1))
+        fcold, fwarm = (statistics.median(x[i] for x in forked) for i in (0, 1))
         print(
             f"local 2-document job, 2 worker processes: {cold:.2f} s with a new pool "
             f"({parallel.start_method()}), {warm:.2f} s reusing it (later jobs of a process; "
-            "the rows above)"
+            f"the rows above); in a process without Ray: {fcold:.2f} s with a new pool "
+            f"({'fork' if sys.platform.startswith('linux') else 'spawn'}), {fwarm:.2f} s reused"
         )
         c1, c2, cs = (statistics.median(cli[k]) for k in ("1", "2", "2 spawn"))
         print(
@@ -237,11 +271,19 @@ def measure() -> None:
             f"processes: 1 -> 2 workers at most {2 * cpu1 / cpu2:.2f}x on 2 cores by CPU time "
             f"(2 x {cpu1:.2f} s / {cpu2:.2f} s: what the 2-worker job spends beyond the 1-worker)"
         )
-        with_start = statistics.median(
-            a / (b + c[0] - c[1])
-            for a, b, c in zip(times[rows[0]], times[rows[1]], spawn, strict=True)
+
+        def with_start(pools: list[tuple[float, float]]) -> float:
+            """Scaling when the 2-worker job also starts its pool (the 1-worker one runs in
+            the driver): the pool's cost is a new pool's tiny job less a reused pool's."""
+            return statistics.median(
+                a / (b + c[0] - c[1])
+                for a, b, c in zip(times[rows[0]], times[rows[1]], pools, strict=True)
+            )
+
+        print(
+            f"processes: 1 -> 2 workers, a new pool per job {with_start(forked):.2f}x "
+            f"(forked, as the CLI's one job), {with_start(spawn):.2f}x (spawned)"
         )
-        print(f"processes: 1 -> 2 workers, a new pool per job {with_start:.2f}x")
         if len(rows) == 4:
             print(f"ray:       1 -> 2 workers {ratio(rows[2], rows[3])} (goal >= 1.8x)")
             for w, (a, b) in ((1, (rows[2], rows[0])), (2, (rows[3], rows[1]))):
@@ -271,7 +313,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if CHILD in sys.argv:
+    if START_UP in sys.argv:
+        print(json.dumps(_tiny_jobs(Path(sys.argv[2]), Path(sys.argv[3]))))
+    elif CHILD in sys.argv:
         measure()
     else:
         main()

@@ -12,8 +12,9 @@ Inputs are grouped into shards in order until adding the next file would pass
 ``<path>/<name>-NNNN.jsonl.gz`` (dolma names its last shard ``.json.gz`` by accident; here every
 shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive sources holding at
 least PIECE_BYTES of input (the last piece less), so a shard is mixed by several workers; each
-piece is written beside the shard (``.lmdata-tmp-parts/``) and the pieces are joined in order
-into one file (one gzip member), the same bytes for any engine and number of workers. A source
+piece is written beside the shard (:mod:`lmdata.dolma.pieces`: a folder named after the shard's
+job) and the pieces are joined in order into one file (one gzip member), the same bytes for any
+engine and number of workers; a job run again redoes only the pieces not complete. A source
 is a whole input file, or a byte range of RANGE_BYTES of a plain JSONL file larger than that:
 the job first counts each range's newlines (one fast unit per range) to number its lines for
 provenance, and a range enters the attribute files it reads in step at its first row. A gzip
@@ -33,30 +34,34 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from lmdata import parallel
 from lmdata.dolma.config import MixerConfig, StreamConfig
-from lmdata.dolma.pieces import Join, join_all, part_key
-from lmdata.dolma.rules import any_match, replace_spans, selector, shorter_than
-from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.dolma.mixing import ShardStats, Source, mix_documents
+from lmdata.dolma.pieces import (
+    Fresh,
+    Join,
+    done_many,
+    job_id,
+    join_all,
+    mark_done,
+    part_key,
+    parts_folder,
+    version,
+)
+from lmdata.dolma.rules import selector
+from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._files import (
     REMOTE_CHUNK,
     chunks_between,
-    iter_range_lines,
-    iter_raw_lines,
-    read_chunks,
     splittable,
 )
 from lmdata.formats.dolma._output import OutputFile, Part, suffix_for
-from lmdata.formats.dolma._paths import Stores, attribute_path, expand_globs, is_file
-from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
-from lmdata.storage import Store, is_url, join, resolve, scheme
+from lmdata.formats.dolma._paths import Stores, expand_globs
+from lmdata.storage import is_url, join, resolve, scheme
 
 log = logging.getLogger("lmdata.dolma.mix")
 
@@ -65,27 +70,12 @@ RANGE_BYTES = 64 << 20  # a plain JSONL input larger than this is mixed in range
 
 
 @dataclass(frozen=True)
-class Source:
-    """The documents of one input file: all of it, or (a plain file larger than RANGE_BYTES)
-    the lines starting in bytes ``[start, end)``, the first of which is line ``first_line``
-    (counted by the job before mixing: provenance names every document's line)."""
-
-    path: str
-    start: int = 0
-    end: int = -1  # -1: the whole file
-    first_line: int = 1
-
-    @property
-    def whole(self) -> bool:
-        return self.end < 0
-
-
-@dataclass(frozen=True)
 class Shard:
     stream: StreamConfig
     sources: tuple[Source, ...]
     output: str
     cuts: tuple[int, ...] = (0,)  # index in ``sources`` where each piece starts
+    job: str = ""  # in pieces: names their folder (pieces.job_id)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -115,29 +105,6 @@ class LineCount:
     start: int
     end: int
     storage_options: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class ShardStats:
-    """What one unit (a shard or a piece of one) did; pieces add up with ``+``."""
-
-    read: int = 0
-    written: int = 0
-    filtered: int = 0
-    too_short: int = 0
-    skipped: bool = False
-    warnings: tuple[str, ...] = ()
-    checksum: tuple[int, int] = (0, 0)  # of a piece written for joining (gzip: CRC-32, size)
-
-    def __add__(self, other: ShardStats) -> ShardStats:
-        """The counts and warnings of both, in order (a shard's total over its pieces)."""
-        return ShardStats(
-            read=self.read + other.read,
-            written=self.written + other.written,
-            filtered=self.filtered + other.filtered,
-            too_short=self.too_short + other.too_short,
-            warnings=self.warnings + other.warnings,
-        )
 
 
 @dataclass(frozen=True)
@@ -187,10 +154,7 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
         for f in inputs:
             store, key = stores(f)
             srcs = _sources(f, store.size(key) if splittable(key) else 0, key)
-            out_f = _join(out, "documents", _below_documents(f))
-            shards.append(
-                Shard(stream, tuple(s for s, _ in srcs), out_f, _cuts([n for _, n in srcs]))
-            )
+            shards.append(_shard(stream, srcs, _join(out, "documents", _below_documents(f))))
         return shards
     groups: list[list[tuple[Source, int]]] = []
     size = 0
@@ -205,14 +169,21 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
         groups[-1].extend(_sources(f, s, key))
         size += s
     return [
-        Shard(
-            stream,
-            tuple(src for src, _ in g),
-            _join(out, f"{stream.name}-{i:04d}{suffix_for(comp)}"),
-            _cuts([n for _, n in g]),
-        )
+        _shard(stream, g, _join(out, f"{stream.name}-{i:04d}{suffix_for(comp)}"))
         for i, g in enumerate(groups)
     ]
+
+
+def _shard(stream: StreamConfig, sources: list[tuple[Source, int]], output: str) -> Shard:
+    """The shard of ``sources`` (each with its bytes), in pieces as :func:`_cuts` says; one in
+    several pieces is named by a digest of all its pieces depend on (storage options aside)."""
+    cuts = _cuts([n for _, n in sources])
+    srcs = tuple(s for s, _ in sources)
+    if len(cuts) == 1:
+        return Shard(stream, srcs, output)
+    versions = [version(*resolve(s.path, stream.storage_options)) for s in srcs]
+    job = job_id("mix", repr(stream), repr(srcs), [n for _, n in sources], versions, cuts, output)
+    return Shard(stream, srcs, output, cuts, job)
 
 
 def _sources(f: str, size: int, key: str) -> list[tuple[Source, int]]:
@@ -252,94 +223,6 @@ def _output_compression(stream: StreamConfig) -> str:
     )
 
 
-class _AttributeStreams:
-    """The attribute files of one document file, read in step with it (dolma's checks)."""
-
-    def __init__(
-        self,
-        store: Store,
-        doc_key: str,
-        names: tuple[str, ...],
-        warnings: list[str],
-        first_line: int = 1,
-    ):
-        """The streams positioned at line ``first_line`` (a range of a document file: its
-        earlier lines are read and skipped). Each warning is given by one range only."""
-        self.doc_file = store.url(doc_key)
-        self.streams = []
-        self.warnings = warnings
-        for n in names:
-            ak = attribute_path(doc_key, n)
-            ap = store.url(ak)
-            if not is_file(store, ak):
-                if first_line == 1:
-                    warnings.append(
-                        f"{ap}: missing, so attribute set {n!r} is not merged "
-                        f"for {self.doc_file} (filters see its keys as absent)"
-                    )
-                continue
-            it = _rows_from(store, ak, first_line)
-            # an attribute file that ends before this range was reported by the range it ends in
-            self.streams.append([ap, it if it is not None else iter(()), it is not None])
-
-    def merge(self, doc: dict[str, Any], lineno: int) -> None:
-        for st in self.streams:
-            ap, it, alive = st
-            if not alive:
-                continue
-            nxt = next(it, None)
-            if nxt is None:
-                st[2] = False
-                self.warnings.append(
-                    f"{ap}: missing attributes from line {lineno} on (the file is shorter than "
-                    f"{self.doc_file}); later documents get none from it"
-                )
-                continue
-            row = _loads(nxt[1])
-            attrs = row.get("attributes") if type(row) is dict else None
-            rid, did = (row.get("id"), doc.get("id")) if attrs is not None else (None, None)
-            # the common case inline: a row of the same id with an attributes object
-            if type(attrs) is dict and rid == did and type(rid) is type(did):
-                target = doc.get("attributes")
-                if type(target) is dict:
-                    target.update(attrs)
-                else:
-                    doc["attributes"] = attrs  # the row is not used again
-            else:  # anything else the careful way, which names what is wrong
-                merge_attribute_row(doc, parse_line(nxt[1], ap, lineno), self.doc_file, ap, lineno)
-
-
-def _rows_from(store: Store, key: str, line: int) -> Iterator[tuple[int, bytes]] | None:
-    """The rows of an attribute file from row ``line`` on (None if it has fewer rows before
-    it). Only a plain document file is read in ranges, and its attribute files mirror its name,
-    so a file entered past its start is plain: at the row's byte offset, found by counting
-    newlines (no rows parsed)."""
-    if line == 1:
-        return iter_raw_lines(store, key)
-    need = line - 1  # newlines before the row
-    pos = 0
-    for chunk in read_chunks(store, key):
-        n = chunk.count(b"\n")
-        if n < need:
-            need -= n
-            pos += len(chunk)
-            continue
-        at = -1
-        for _ in range(need):
-            at = chunk.index(b"\n", at + 1)
-        return iter_range_lines(store, key, pos + at + 1, 1 << 62)
-    return None
-
-
-def _loads(raw: bytes) -> Any:
-    """The JSON value of a line, or None if it is not JSON (the caller then asks parse_line,
-    which names the file and line)."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-
-
 def _mix_shard(task: MixTask) -> ShardStats:
     shard = task.shard
     stream = shard.stream
@@ -348,27 +231,47 @@ def _mix_shard(task: MixTask) -> ShardStats:
     if out_store.exists(out):
         # mix() left out the shards that existed before the job, so an earlier attempt of
         # this task wrote it (a Ray retry after the commit): count what it holds, write nothing
-        return _mix_inputs(task.sources, stream, lambda line: None)
+        return mix_documents(task.sources, stream, lambda line: None)
     n = len(shard.cuts)
     piece = Part(task.piece == 0, task.piece == n - 1) if n > 1 else None
-    key, overwrite = (out, False) if piece is None else (part_key(out, task.piece), True)
+    key, overwrite = (out, False) if piece is None else (part_key(out, task.piece, shard.job), True)
     comp = _output_compression(stream)
     with OutputFile(out_store, key, comp, overwrite=overwrite, part=piece) as f:
-        stats = _mix_inputs(task.sources, stream, f.write)
-    return dataclasses.replace(stats, checksum=f.checksum())
+        stats = mix_documents(task.sources, stream, f.write)
+    stats = dataclasses.replace(stats, checksum=f.checksum())
+    if piece is not None:  # the piece is complete: a resumed job takes it as it is
+        mark_done(out_store, out, task.piece, shard.job, dataclasses.asdict(stats))
+    return stats
+
+
+def _done(shards: list[Shard]) -> list[dict[int, ShardStats]]:
+    """Per shard, the pieces an earlier run of its job completed, with their results (each
+    stream's output folder listed once; a piece folder read only where there is one)."""
+    out = []
+    for _, group in itertools.groupby(shards, key=lambda sh: sh.stream.name):
+        shs = list(group)
+        store, _ = resolve(shs[0].output, _opts(shs[0]))
+        keys = [resolve(sh.output, _opts(sh))[1] for sh in shs]
+        found = done_many(store, [(k, sh.job) for k, sh in zip(keys, shs, strict=True) if sh.job])
+        records = iter(found)
+        for sh in shs:
+            got = {}
+            for k, rec in (next(records) if sh.job else {}).items():
+                try:
+                    st = ShardStats(**rec)
+                    st = dataclasses.replace(
+                        st, warnings=tuple(map(str, st.warnings)), checksum=tuple(st.checksum)
+                    )
+                except TypeError:
+                    continue  # not a marker this version wrote: the piece is redone
+                got[k] = st
+            out.append(got)
+    return out
 
 
 def _exists(shard: Shard) -> bool:
     store, key = resolve(shard.output, shard.stream.storage_options)
     return bool(store.exists(key))
-
-
-def _lines(store: Store, key: str, src: Source) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) of the documents of ``src``."""
-    if src.whole:
-        return iter_raw_lines(store, key)
-    lines = iter_range_lines(store, key, src.start, src.end)
-    return ((src.first_line + k, raw) for k, (_, raw) in enumerate(lines))
 
 
 def _count_lines(c: LineCount) -> int:
@@ -423,83 +326,22 @@ def _number_lines(
     return out
 
 
-def _mix_inputs(
-    sources: tuple[Source, ...], stream: StreamConfig, write: Callable[[bytes], Any]
-) -> ShardStats:
-    """Mix the documents of ``sources``, giving the lines kept to ``write``. Per document, in
-    dolma's order: parse, merge attributes, filter, replace spans, discard fields, drop a too
-    short text, set the provenance, write with sorted keys (one pass, no per-document calls
-    beyond what a document needs)."""
-    stores = Stores(stream.storage_options)
-    include = tuple((e, selector(e, stream.syntax)) for e in stream.include)
-    exclude = tuple((e, selector(e, stream.syntax)) for e in stream.exclude)
-    spans, discard, min_bytes = (
-        stream.span_replacement,
-        stream.discard_fields,
-        stream.min_text_length,
-    )
-    dumps, sort = orjson.dumps, orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
-    every = parallel.REPORT_EVERY
-    read = written = filtered = too_short = 0
-    warnings: list[str] = []
-    for src in sources:
-        store, key = stores(src.path)
-        where = store.url(key)
-        name = where.rsplit("/", 1)[-1]
-        attrs = _AttributeStreams(store, key, stream.attributes, warnings, src.first_line)
-        merge = attrs.merge if attrs.streams else None
-        for lineno, raw in _lines(store, key, src):
-            doc = _loads(raw)
-            if type(doc) is not dict:
-                doc = parse_line(raw, where, lineno)  # raises, naming the line
-            if merge is not None:
-                merge(doc, lineno)
-            read += 1
-            if read % every == 0:
-                parallel.report(every)
-            if (include and not any_match(include, doc, where, lineno)) or (
-                exclude and any_match(exclude, doc, where, lineno)
-            ):
-                filtered += 1
-                continue
-            text = doc.get("text")
-            if not isinstance(text, str):
-                raise CorruptDataError(
-                    "document has no string 'text'", path=where, position=f"line {lineno}"
-                )
-            if spans:
-                doc["text"] = text = replace_spans(text, doc, spans)
-            for f in discard:
-                doc.pop(f, None)
-            if min_bytes > 0 and shorter_than(text, min_bytes):
-                too_short += 1
-                continue
-            meta = doc.get("metadata")
-            if not isinstance(meta, dict):
-                meta = doc["metadata"] = {}
-            meta["provenance"] = f"{name}:{lineno}"
-            write(dumps(doc, option=sort))
-            written += 1
-    parallel.report(read % every)
-    return ShardStats(read, written, filtered, too_short, warnings=tuple(warnings))
-
-
 def _per_shard(
-    tasks: list[MixTask], stats: list[ShardStats]
+    shards: list[Shard], prior: list[dict[int, ShardStats]], ran: list[ShardStats]
 ) -> tuple[list[ShardStats], list[Join]]:
-    """One ShardStats per shard (its pieces' summed, in order), and the joins of every shard
-    mixed in several pieces (unless a retry found it written: then it was joined already)."""
+    """One ShardStats per shard (its pieces' summed, in order: those this job ran, in the order
+    of ``ran``, and those of ``prior``, an earlier run's), and the joins of every shard mixed
+    in several pieces (unless a retry found it written: then it was joined already)."""
     out, joins = [], []
-    i = 0
-    while i < len(tasks):
-        shard = tasks[i].shard
-        group = stats[i : i + len(shard.cuts)]
-        i += len(shard.cuts)
-        if len(group) > 1 and not _exists(shard):
+    got = iter(ran)
+    for shard, done in zip(shards, prior, strict=True):
+        n = len(shard.cuts)
+        group = [done[k] if k in done else next(got) for k in range(n)]
+        if n > 1 and not _exists(shard):
             comp = _output_compression(shard.stream)
             sums = tuple(st.checksum for st in group)
             opts = shard.stream.storage_options
-            joins.append(Join(shard.output, comp, sums, opts, overwrite=False))
+            joins.append(Join(shard.output, comp, sums, opts, overwrite=False, job=shard.job))
         out.append(sum(group, ShardStats()))
     return out, joins
 
@@ -529,9 +371,17 @@ def mix(
     shards = [sh for s in cfg.streams for sh in plan_shards(s, base)]
     t0 = time.perf_counter()
     todo = [sh for sh in shards if not _exists(sh)]  # existing shards are kept (resume)
-    todo = _number_lines(todo, engine, cfg.processes, address)
-    tasks = [MixTask(sh, k) for sh in todo for k in range(len(sh.cuts))]
-    done = parallel.run_all(
+    prior = _done(todo)  # pieces an earlier run completed are kept too
+    left = [(sh, d) for sh, d in zip(todo, prior, strict=True) if len(d) < len(sh.cuts)]
+    numbered = _number_lines([sh for sh, _ in left], engine, cfg.processes, address)
+    tasks = [
+        MixTask(sh, k)
+        for sh, (_, d) in zip(numbered, left, strict=True)
+        for k in range(len(sh.cuts))
+        if k not in d
+    ]
+    fresh = Fresh((parts_folder(sh.output, sh.job), _opts(sh)) for sh in todo if sh.job)
+    ran = parallel.run_all(
         _mix_shard,
         tasks,
         engine=engine,
@@ -539,8 +389,9 @@ def mix(
         address=address,
         desc="mix",
         progress=progress,
+        tick=fresh,
     )
-    stats, joins = _per_shard(tasks, done)
+    stats, joins = _per_shard(todo, prior, ran)
     join_all(joins, engine, cfg.processes, address)
     stats += [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
     warnings = tuple(w for st in stats for w in st.warnings)

@@ -5,9 +5,11 @@ With an experiment name every tagger's keys go to ``attributes/<experiment>/`` (
 with keys ``<tagger>__<tagger>__<type>``, as dolma does. A unit is a document file, or a byte
 range of RANGE_BYTES of a plain (uncompressed) JSONL file, so one large file is tagged by
 several workers; compressed files cannot be entered in the middle and are one unit each. Each
-range writes a piece of the attribute file (``.lmdata-tmp-parts/`` beside it) and the pieces are
-joined in input order into one file, the same bytes for any engine and number of workers. Each
-output file appears atomically, and an existing one is kept (resume) unless ``ignore_existing``.
+range writes a piece of the attribute file (:mod:`lmdata.dolma.pieces`: a folder beside it named
+after the job) and the pieces are joined in input order into one file, the same bytes for any
+engine and number of workers. Each output file appears atomically, and an existing one is kept
+(resume) unless ``ignore_existing``; a file tagged in ranges is kept or redone as a whole (decided
+once, before the job), and a job run again redoes only the ranges whose pieces are not complete.
 Documents and attributes live in any store (local paths, ``s3://``, ``memory://``, ...).
 """
 
@@ -16,14 +18,24 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from lmdata import parallel
 from lmdata.dolma.config import TagConfig
-from lmdata.dolma.pieces import Join, join_all, part_key
+from lmdata.dolma.pieces import (
+    Fresh,
+    Join,
+    done_pieces,
+    job_id,
+    join_all,
+    mark_done,
+    part_key,
+    parts_folder,
+    version,
+)
 from lmdata.dolma.taggers import load_modules, make_tagger, tag_document
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats.dolma._files import (
@@ -44,7 +56,7 @@ RANGE_BYTES = 64 << 20  # a plain JSONL file larger than this is tagged in range
 class TagResult:
     files: int
     skipped_files: int
-    documents: int
+    documents: int  # tagged by this run (not those of pieces an earlier run completed)
     seconds: float
     outputs: tuple[str, ...]
 
@@ -70,7 +82,8 @@ class TagTask:
     start: int = 0
     end: int = -1
     part: int = 0
-    parts: int = 1  # above 1: the outputs are written in pieces, joined by the driver
+    parts: int = 1  # above 1: the outputs are written in pieces, then joined
+    job: str = ""  # names the pieces' folder (pieces.job_id)
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,8 @@ def _tag_file(task: TagTask) -> TagFileResult:
     store, path = resolve(task.path, cfg.storage_options)
     where = store.url(path)
     outs = _outputs(path, cfg)
-    if not cfg.ignore_existing and all(is_file(store, o) for o, _, _ in outs):
+    # a file tagged in ranges is kept or redone as a whole: the driver decided, once
+    if task.parts == 1 and not cfg.ignore_existing and all(is_file(store, o) for o, _, _ in outs):
         return TagFileResult(0, True)
     load_modules(cfg.tagger_modules)
     groups = [[(exp, n, make_tagger(n, seed=cfg.seed)) for n in names] for _, exp, names in outs]
@@ -94,7 +108,7 @@ def _tag_file(task: TagTask) -> TagFileResult:
     piece = Part(task.part == 0, task.part == task.parts - 1) if task.parts > 1 else None
     try:
         for o, _, _ in outs:
-            key = o if piece is None else part_key(o, task.part)
+            key = o if piece is None else part_key(o, task.part, task.job)
             # written in the codec the name says, as readers (dolma's too) decode it
             files.append(OutputFile(store, key, codec_of(o), part=piece))
         for lineno, raw in _lines(store, path, task):
@@ -124,6 +138,9 @@ def _tag_file(task: TagTask) -> TagFileResult:
     for f in files:  # all of a file's outputs appear together, after every one is written
         f.commit()
     sums = tuple(f.checksum() for f in files)
+    if piece is not None:  # each piece complete: a resumed job takes it as it is
+        for (o, _, _), c in zip(outs, sums, strict=True):
+            mark_done(store, o, task.part, task.job, {"documents": n, "checksum": list(c)})
     parallel.report(n % parallel.REPORT_EVERY)
     return TagFileResult(n, False, sums)
 
@@ -154,19 +171,84 @@ def _lines(store: Store, path: str, task: TagTask) -> Any:
     return ((-(off + 1), raw) for off, raw in iter_range_lines(store, path, task.start, task.end))
 
 
-def _joins(cfg: TagConfig, tasks: list[TagTask], results: list[TagFileResult]) -> list[Join]:
-    """The joins of every file tagged in ranges: its pieces into its attribute files."""
+@dataclass
+class _File:
+    """How one document file is tagged: its units (one, or a unit per range not done yet), and
+    for a file in ranges its pieces and what an earlier run of the job completed."""
+
+    path: str
+    tasks: list[TagTask]
+    skipped: bool = False  # in ranges, and every output existed before the job
+    parts: int = 1
+    job: str = ""
+    done: dict[int, TagFileResult] = field(default_factory=dict)
+
+
+def _plan(cfg: TagConfig, files: list[str]) -> list[_File]:
+    """One unit per document file, or per RANGE_BYTES of a plain file larger than that; such a
+    file is skipped (its outputs exist) or tagged as a whole, decided here once, and its
+    ranges whose pieces an earlier run of the job completed are taken as they are."""
     out = []
-    i = 0
-    while i < len(tasks):
-        t = tasks[i]
-        group = results[i : i + t.parts]
-        i += t.parts
-        if t.parts == 1 or all(r.skipped for r in group):
+    stores = Stores(cfg.storage_options)
+    for f in files:
+        store, key = stores(f)
+        size = store.size(key) if splittable(key) else 0
+        if size <= RANGE_BYTES:
+            out.append(_File(f, [TagTask(f, cfg)]))
             continue
-        for j, (o, _, _) in enumerate(_outputs(t.path, cfg)):
+        outs = [o for o, _, _ in _outputs(key, cfg)]
+        if not cfg.ignore_existing and all(is_file(store, o) for o in outs):
+            out.append(_File(f, [], skipped=True))
+            continue
+        n = -(-size // RANGE_BYTES)
+        job = job_id(
+            "tag",
+            store.url(key),
+            size,
+            version(store, key),
+            RANGE_BYTES,
+            cfg.taggers,
+            cfg.experiment,
+            cfg.seed,
+            cfg.tagger_modules,
+        )
+        done = {} if cfg.ignore_existing else _done(store, outs, job)
+        tasks = [
+            TagTask(f, cfg, k * RANGE_BYTES, min(size, (k + 1) * RANGE_BYTES), k, n, job)
+            for k in range(n)
+            if k not in done
+        ]
+        out.append(_File(f, tasks, parts=n, job=job, done=done))
+    return out
+
+
+def _done(store: Store, outputs: list[str], job: str) -> dict[int, TagFileResult]:
+    """The pieces complete in every output (their results), from a killed run of ``job``."""
+    found = [done_pieces(store, o, job) for o in outputs]
+    out = {}
+    for k in set.intersection(*(set(d) for d in found)):
+        try:
+            docs = int(found[0][k]["documents"])
+            sums = tuple((int(d[k]["checksum"][0]), int(d[k]["checksum"][1])) for d in found)
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue  # not a marker this version wrote: the range is redone
+        out[k] = TagFileResult(docs, False, sums)
+    return out
+
+
+def _joins(cfg: TagConfig, plan: list[_File], results: list[TagFileResult]) -> list[Join]:
+    """The joins of every file tagged in ranges: its pieces (this job's and those an earlier
+    run completed) into its attribute files."""
+    out = []
+    got = iter(results)
+    for p in plan:
+        ran = {t.part: next(got) for t in p.tasks}
+        if p.parts == 1 or p.skipped:
+            continue
+        group = [ran[k] if k in ran else p.done[k] for k in range(p.parts)]
+        for j, (o, _, _) in enumerate(_outputs(p.path, cfg)):
             sums = tuple(r.checksums[j] for r in group)
-            out.append(Join(o, codec_of(o), sums, cfg.storage_options))
+            out.append(Join(o, codec_of(o), sums, cfg.storage_options, job=p.job))
     return out
 
 
@@ -189,7 +271,14 @@ def tag(
         make_tagger(name, seed=cfg.seed)  # fail early on unknown names
     files = cfg.document_files()
     t0 = time.perf_counter()
-    tasks = _tasks(cfg, files)
+    plan = _plan(cfg, files)
+    tasks = [t for p in plan for t in p.tasks]
+    fresh = Fresh(
+        (parts_folder(o, p.job), cfg.storage_options)
+        for p in plan
+        if p.job
+        for o, _, _ in _outputs(p.path, cfg)
+    )
     results = parallel.run_all(
         _tag_file,
         tasks,
@@ -198,34 +287,19 @@ def tag(
         address=address,
         desc="tag",
         progress=progress,
+        tick=fresh,
     )
-    join_all(_joins(cfg, tasks, results), engine, cfg.processes, address)
+    join_all(_joins(cfg, plan, results), engine, cfg.processes, address)
     outs = tuple(o for f in files for o, _, _ in _outputs(f, cfg))
+    skipped = sum(p.skipped for p in plan)
+    skipped += sum(r.skipped for r, t in zip(results, tasks, strict=True) if t.parts == 1)
     return TagResult(
         files=len(files),
-        skipped_files=sum(r.skipped for r, t in zip(results, tasks, strict=True) if t.part == 0),
+        skipped_files=skipped,
         documents=sum(r.documents for r in results),
         seconds=time.perf_counter() - t0,
         outputs=outs,
     )
-
-
-def _tasks(cfg: TagConfig, files: list[str]) -> list[TagTask]:
-    """One unit per document file, or per RANGE_BYTES of a plain file larger than that."""
-    out = []
-    stores = Stores(cfg.storage_options)
-    for f in files:
-        store, key = stores(f)
-        size = store.size(key) if splittable(key) else 0
-        if size <= RANGE_BYTES:
-            out.append(TagTask(f, cfg))
-            continue
-        n = -(-size // RANGE_BYTES)
-        out += [
-            TagTask(f, cfg, k * RANGE_BYTES, min(size, (k + 1) * RANGE_BYTES), k, n)
-            for k in range(n)
-        ]
-    return out
 
 
 def tag_paths(documents: Sequence[str] | str, taggers: Sequence[str], **options: Any) -> TagResult:

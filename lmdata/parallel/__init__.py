@@ -11,7 +11,8 @@ Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a pool on this
 kept for the next job of this process; :func:`shutdown` stops it) and ``"ray"`` (a Ray
 cluster; :mod:`lmdata.parallel.ray`, imported only when asked for). A job's setup (its
 initializer and arguments, such as a pickled reader) reaches each worker once, not with every
-unit.
+unit: workers forked for the job inherit it, workers of a kept pool read it from a temp file
+that is removed as soon as each of them has read it.
 """
 
 from __future__ import annotations
@@ -85,20 +86,36 @@ def report(n: int) -> None:
 
 _QUEUED = 0  # in a worker process: what the running unit has put on the progress queue
 _JOB = ""  # in a worker process: the job whose initializer last ran here
+# (job, pickled setup) of the job a pool is forked for: its workers inherit it, no file needed
+_BIRTH: tuple[str, bytes] | None = None
+INHERITED = ""  # the ``setup`` of a unit whose workers inherited the job's setup
 
 
-def _counted(fn: Callable[[T], R], unit: T, job: str, setup: str, listen: bool) -> tuple[R, int]:
-    """Run one unit in a worker; return its result and how much progress it queued, so the
-    parent knows how much to wait for (a queue message may arrive after the result). A pool
-    serves job after job: the first unit of a job in a worker reads the job's setup (from the
-    file ``setup``, so it crosses the pipe once per worker, not with every unit) and runs its
-    initializer."""
-    global _QUEUED, _JOB, _SINK
+def _counted(
+    fn: Callable[[T], R], unit: T, job: str, setup: str | None, listen: bool
+) -> tuple[R, int, int]:
+    """Run one unit in a worker; return its result, how much progress it queued (the parent
+    knows how much to wait for: a queue message may arrive after the result) and this
+    worker's pid if the unit loaded the job's setup (else 0). A pool serves job after job:
+    the first unit of a job in a worker loads the job's setup (``setup``: None if there is
+    none; INHERITED if the worker was forked with it; else a file read once per worker, not
+    sent with every unit) and runs its initializer."""
+    global _QUEUED, _JOB, _SINK, _BIRTH
+    loaded = 0
     if job != _JOB:
-        with open(setup, "rb") as fh:
-            initializer, initargs = pickle.load(fh)  # pickled by our own driver
-        if initializer is not None:
-            initializer(*initargs)
+        if setup is not None:
+            if setup == INHERITED:
+                if _BIRTH is None or _BIRTH[0] != job:
+                    raise RuntimeError("a worker started after its job began has no job setup")
+                blob = _BIRTH[1]
+            else:
+                with open(setup, "rb") as fh:
+                    blob = fh.read()
+            initializer, initargs = pickle.loads(blob)  # pickled by our own driver
+            if initializer is not None:
+                initializer(*initargs)
+            loaded = os.getpid()
+        _BIRTH = None  # the next job's setup comes by file
         _JOB = job
     _QUEUED = 0
     _SINK = _QUEUE if listen else None  # a job nobody listens to queues nothing
@@ -106,7 +123,7 @@ def _counted(fn: Callable[[T], R], unit: T, job: str, setup: str, listen: bool) 
         result = fn(unit)
     finally:
         _SINK = None
-    return result, _QUEUED
+    return result, _QUEUED, loaded
 
 
 class InProcess:
@@ -160,18 +177,15 @@ class LocalProcesses:
     ) -> Iterator[R]:
         job = uuid.uuid4().hex
         listen = on_report is not None
-        # the setup goes to a file that each worker reads once (mode 0600: a reader's storage
-        # options may hold secrets; removed with the job): a reader pickled into every unit
-        # would be copied through the pipe per unit
-        fd, setup = tempfile.mkstemp(prefix="lmdata-job-", suffix=".pickle")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump((initializer, initargs), fh, protocol=pickle.HIGHEST_PROTOCOL)
-        try:
-            entry = _take_pool(self.workers)
-        except BaseException:
-            os.unlink(setup)
-            raise
+        blob = None
+        if initializer is not None:  # pickled here: workers get a copy, never shared state
+            blob = pickle.dumps((initializer, initargs), protocol=pickle.HIGHEST_PROTOCOL)
+        entry = _take_pool(self.workers, (job, blob) if blob is not None else None)
         pool, q = entry.pool, entry.queue
+        setup: str | None = None  # no setup, or the workers inherited it
+        if blob is not None:
+            setup = INHERITED if entry.born_for == job else _setup_file(blob)
+        loaded: set[int] = set()  # workers that loaded the setup: the file goes once all have
 
         received = expected = 0
 
@@ -208,8 +222,13 @@ class LocalProcesses:
                     head.wait(0.1)
                     drain()
                 pending.popleft()
-                result, queued = head.get()
+                result, queued, pid = head.get()
                 expected += queued
+                if pid and setup not in (None, INHERITED):
+                    loaded.add(pid)
+                    if len(loaded) >= self.workers:  # a SIGKILL from now on leaves no file
+                        _unlink(setup)
+                        setup = None
                 drain()
                 yield result
             finished = received == expected  # no progress of this job left on the queue
@@ -218,7 +237,25 @@ class LocalProcesses:
                 _give_back(entry)
             else:  # an error, Ctrl-C or a consumer that stopped early: nothing is reused
                 entry.close()
-            os.unlink(setup)  # every unit of the job has finished (or its workers are gone)
+            if setup not in (None, INHERITED):  # every unit has finished (or its workers are gone)
+                _unlink(setup)
+
+
+def _setup_file(blob: bytes) -> str:
+    """A temp file holding a job's pickled setup, for workers of a kept pool to read once (mode
+    0600: a reader's storage options may hold secrets): a reader pickled into every unit would
+    be copied through the pipe per unit."""
+    fd, path = tempfile.mkstemp(prefix="lmdata-job-", suffix=".pickle")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(blob)
+    return path
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 @dataclass(eq=False)
@@ -229,6 +266,7 @@ class _Pool:
     queue: Any
     key: tuple[Any, ...]
     timer: threading.Timer | None = None  # stops the pool while it is idle
+    born_for: str = ""  # the job whose setup the workers inherited (forked for it)
 
     def close(self) -> None:
         if self.timer is not None:
@@ -245,8 +283,9 @@ def _environment(workers: int) -> tuple[Any, ...]:
     return (workers, tuple(sorted(os.environ.items())), tuple(sys.path), os.getcwd())
 
 
-def _take_pool(workers: int) -> _Pool:
-    """The idle pool if it fits (same size and environment), else a new one."""
+def _take_pool(workers: int, setup: tuple[str, bytes] | None = None) -> _Pool:
+    """The idle pool if it fits (same size and environment), else a new one; forked workers
+    of a new pool inherit ``setup`` (job, pickled setup) in memory."""
     key = _environment(workers)
     with _IDLE_LOCK:
         idle = _IDLE.pop() if _IDLE else None
@@ -262,18 +301,24 @@ def _take_pool(workers: int) -> _Pool:
     # a forked worker keeps the context variables of the thread that forked it (such as
     # storage options in scope): it starts from an empty context instead
     start = contextvars.Context().run
-    if method != "fork" or _PARALLELISM in os.environ:
+    if method != "fork":
         return _Pool(start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,)), q, key)
+    global _BIRTH
+    _BIRTH = setup  # the workers forked now have it; this process keeps no copy
     # a forked child of a process whose tokenizer used its thread pool runs single-threaded
     # (one core per worker, as wanted): with the variable set, tokenizers says nothing of it
-    os.environ[_PARALLELISM] = "false"  # no other thread reads it (start_method checked)
+    ours = _PARALLELISM not in os.environ
+    if ours:
+        os.environ[_PARALLELISM] = "false"  # no other thread reads it (start_method checked)
     try:
         with warnings.catch_warnings():  # 3.12+ warns of any thread; those left are idle
             warnings.filterwarnings("ignore", ".*multi-threaded.*fork", DeprecationWarning)
             pool = start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,))
     finally:
-        del os.environ[_PARALLELISM]
-    return _Pool(pool, q, key)
+        _BIRTH = None
+        if ours:
+            del os.environ[_PARALLELISM]
+    return _Pool(pool, q, key, born_for=setup[0] if setup is not None else "")
 
 
 _PARALLELISM = "TOKENIZERS_PARALLELISM"
@@ -392,13 +437,28 @@ def run_all(
     address: str | None = None,
     desc: str = "documents",
     progress: bool = True,
+    tick: Callable[[], None] | None = None,
 ) -> list[R]:
-    """``[fn(u) for u in units]`` on ``engine`` with a documents/s bar fed by :func:`report`."""
+    """``[fn(u) for u in units]`` on ``engine`` with a documents/s bar fed by :func:`report`;
+    ``tick`` (if given) is called in this process as each result and progress report arrives
+    (to keep a long job's staged files recent, say)."""
     from lmdata._progress import bar as progress_bar
 
     pool = make_executor(engine, workers, address, units=len(units))
     bar = progress_bar(unit=" docs", desc=desc, quiet=not progress)
+    on_report: Progress = bar.update
+    if tick is not None:
+
+        def on_report(n: int) -> None:
+            bar.update(n)
+            tick()
+
     try:
-        return list(pool.map_ordered(fn, units, on_report=bar.update))
+        out = []
+        for r in pool.map_ordered(fn, units, on_report=on_report):
+            out.append(r)
+            if tick is not None:
+                tick()
+        return out
     finally:
         bar.close()

@@ -148,3 +148,23 @@ def test_clean_of_a_url_with_nothing_there_is_an_error(memory_root):
         clean(f"{memory_root}/no-such-folder", older_than=0)
     res = CliRunner().invoke(cli, ["clean", f"{memory_root}/no-such-folder"])
     assert res.exit_code != 0 and "removed" not in res.output
+
+
+def test_a_staged_folder_is_judged_by_its_newest_entry(tmp_path, memory_root):
+    # a running job's piece folder whose old pieces wait for their join stays while the job
+    # marks it recent: locally the folder's own time, on a store an object in it
+    old = 7200
+    folder = tmp_path / ".lmdata-tmp-parts-abc-a.jsonl"
+    folder.mkdir()
+    for name in ("a.jsonl.000000", "a.jsonl.000000.done"):
+        (folder / name).write_bytes(b"x")
+        os.utime(folder / name, (os.path.getmtime(folder) - old,) * 2)
+    aged = os.path.getmtime(folder) - old
+    os.utime(folder, (aged, aged))
+    assert [f.url for f in clean(tmp_path, older_than=3600, dry_run=True)] == [str(folder)]
+    os.utime(folder)  # the job marks it fresh
+    assert clean(tmp_path, older_than=3600) == [] and folder.exists()
+    store, key = resolve(f"{memory_root}/.lmdata-tmp-parts-abc-a.jsonl/alive")
+    store.write_object(key, b"")
+    assert clean(memory_root, older_than=3600) == []
+    assert len(clean(memory_root, older_than=0)) == 1
