@@ -308,6 +308,8 @@ def test_packed_rows_refuse_rows_whose_start_would_wrap(tmp_path: Path):
                 if bad >= 0 or bad < -r.num_packed_rows(8):  # (-1 is the last row there)
                     with pytest.raises(IndexError):
                         r.packed_rows(np.array([0, bad]), 8)
+            with pytest.raises(TypeError):
+                r.packed_row_parts(np.array([1.5]), 8)
             rows = np.array([3, 0, 1])  # chunks of 16 tokens: rows of 8 never straddle
             got = [
                 np.frombuffer(b, np.uint32, 8, o)

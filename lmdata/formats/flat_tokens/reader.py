@@ -345,6 +345,9 @@ class FlatTokens:
         the row numbers go to the C lookup as they are, which checks each before multiplying
         (no numpy product per batch)."""
         n = self.num_packed_rows(seq_len)
+        rows = np.asarray(rows)
+        if rows.dtype.kind not in "iu":
+            raise TypeError(f"rows must be integers, not {rows.dtype}")
         if _unit_windows is not None:
             got = _window_parts(self.tokens, rows, seq_len, n * seq_len, seq_len)
             if got is not None:
@@ -439,7 +442,8 @@ def _pairs(arr: ZArray, idx: np.ndarray) -> np.ndarray | None:
         _unit_windows is None
         or _copy_rows is None
         or arr.dtype.itemsize != 8
-        or unit <= 0
+        or not 0 < unit < 2**60
+        or len(arr) >= 2**60  # (doubled below: kept inside the C lookup's integers)
         or (arr.raw and not arr._mappable)
         or not len(idx)
     ):
