@@ -10,8 +10,9 @@ Threads pay only while the consumer spends time between batches (a training step
 batch from a thread costs a scheduler round trip and GIL turns, which made ``for batch in
 loader`` with prefetch slower than without when the consumer asks for the next batch at once.
 So the consumer's time away is measured against a batch's cost: a consumer away for less
-than half a batch's cost gets its batches computed inline, as without prefetch (no thread
-starts until one is worth it); a slower one gets the window filled by the threads. A consumer
+than half a batch's cost (or less than 50 us, about what a hand-off costs) gets its batches
+computed inline, as without prefetch (no thread starts until one is worth it); a slower one
+gets the window filled by the threads. A consumer
 that finds its next batch unfinished does not sleep on it while a step of the window is still
 unstarted: it computes that step itself.
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 _SMOOTH = 0.25  # weight of the newest measurement in the running averages
 _AHEAD = 0.5  # threads fill the window while the consumer is away this share of a batch
+_MIN_AWAY = 50e-6  # ... and at least this long: a hand-off from a thread costs tens of us
 
 
 def prefetched(
@@ -47,9 +49,10 @@ def prefetched(
         finally:
             cost[0] += _SMOOTH * (time.perf_counter() - t0 - cost[0])
 
+    back = time.perf_counter()  # when the consumer last asked for a batch
     try:
         while True:
-            ahead = away >= _AHEAD * cost[0] and cost[0] > 0
+            ahead = away >= _AHEAD * cost[0] and away >= _MIN_AWAY
             if ahead:
                 if pool is None:
                     pool = ThreadPoolExecutor(
@@ -64,14 +67,17 @@ def prefetched(
                 _help(timed, window)
                 s, fut = window.popleft()
                 result = fut.result()
+                t = time.perf_counter()
             else:
                 s = next(it, None)
                 if s is None:
                     return
-                result = timed(s)
-            t0 = time.perf_counter()
+                result = fn(s)  # (timed from the consumer's return: two clock reads a batch)
+                t = time.perf_counter()
+                cost[0] += _SMOOTH * (t - back - cost[0])
             yield s, result
-            away += _SMOOTH * (time.perf_counter() - t0 - away)
+            back = time.perf_counter()
+            away += _SMOOTH * (back - t - away)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
