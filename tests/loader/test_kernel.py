@@ -376,6 +376,10 @@ def test_sequence_ranges_by_the_c_lookup_equal_the_index(
     b = np.cumsum([0] + [len(s) for s in seqs])
     idx = np.random.default_rng(0).integers(0, len(seqs), 50)
     want = np.stack([b[idx], b[idx + 1]], axis=1)
+
+    def want_of(i: list[int]) -> np.ndarray:
+        return np.stack([b[i], b[np.array(i) + 1]], axis=1)
+
     for in_c, ctx in ((C is not None, _nothing()), (False, numpy_only())):
         with ctx:
             r = lmdata.open(path)  # (no boundaries read: the pairs come from the chunks)
@@ -384,3 +388,8 @@ def test_sequence_ranges_by_the_c_lookup_equal_the_index(
             assert np.array_equal(r.sequence_ranges(idx), want)
             assert np.array_equal(r.sequence_ranges(idx[::-1].copy()), want[::-1])
             assert r.sequence_ranges(np.array([], dtype=np.int64)).shape == (0, 2)
+            assert np.array_equal(r.sequence_ranges(np.array([-1, 0])), want_of([39, 0]))
+            assert np.array_equal(r.sequence_ranges([3, 5]), want_of([3, 5]))
+            for bad in ([40], [0, -41], [2**62]):
+                with pytest.raises(IndexError):
+                    r.sequence_ranges(np.array(bad))

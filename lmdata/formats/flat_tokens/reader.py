@@ -248,14 +248,25 @@ class FlatTokens:
         """(start, stop) of each sequence in ``indices`` within the concatenated tokens, shape
         (n, 2) int64: one gather of two ``seq_starts`` entries per sequence, never the whole
         index (the Loader's truncated unpacked rows read only the tokens they keep)."""
-        idx = normalize_indices(indices, len(self))
-        if self._boundaries is not None:
-            b = self._boundaries
-            pairs = np.stack([b[idx], b[idx + 1]], axis=1)
-        else:
+        pairs = None
+        tried = (
+            self._boundaries is None
+            and isinstance(indices, np.ndarray)
+            and indices.ndim == 1
+            and indices.dtype.kind in "iu"
+        )
+        if tried:  # the C lookup checks each index inside 0 .. len - 1 (else declines)
+            idx = indices
             pairs = _pairs(self.seq_starts, idx)
-            if pairs is None:
-                pairs = self.seq_starts.gather(idx, 2)
+        if pairs is None:
+            idx = normalize_indices(indices, len(self))
+            if self._boundaries is not None:
+                b = self._boundaries
+                pairs = np.stack([b[idx], b[idx + 1]], axis=1)
+            else:
+                pairs = None if tried and (idx == indices).all() else _pairs(self.seq_starts, idx)
+                if pairs is None:
+                    pairs = self.seq_starts.gather(idx, 2)
         a, z = pairs[:, 0], pairs[:, 1]
         bad = (a > z) | (z > self.num_tokens)
         if pairs.dtype.kind == "i":  # (unsigned entries are never negative)
