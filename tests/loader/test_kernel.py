@@ -28,7 +28,7 @@ needs_c = pytest.mark.skipif(C is None, reason="the C kernel is not built")
 def numpy_only():
     """The fallbacks, as where no compiler built the kernel: numpy layouts, and the
     flat-tokens reader's row lookup and copy in Python."""
-    from lmdata.formats.flat_tokens import reader as ft
+    from lmdata.formats.flat_tokens import _windows as ft
 
     saved = packing._C, ft._copy_rows, ft._unit_windows
     packing._C = ft._copy_rows = ft._unit_windows = None
@@ -364,7 +364,7 @@ def test_sequence_ranges_by_the_c_lookup_equal_the_index(
     """Pairs of seq_starts entries read in C (chunks of 3 and 4 entries: pairs straddle them
     and go to the general path) equal the index, on both paths."""
     from lmdata.formats.flat_tokens import Writer
-    from lmdata.formats.flat_tokens.reader import _pairs
+    from lmdata.formats.flat_tokens._windows import pairs
 
     seqs = random_seqs(11, 40)
     path = tmp_path / "x.zarr"
@@ -384,7 +384,7 @@ def test_sequence_ranges_by_the_c_lookup_equal_the_index(
         with ctx:
             r = lmdata.open(path)  # (no boundaries read: the pairs come from the chunks)
             if in_c and seq_starts_chunk > len(seqs):  # one chunk: the C lookup serves all
-                assert _pairs(r.seq_starts, idx) is not None
+                assert pairs(r.seq_starts, idx) is not None
             assert np.array_equal(r.sequence_ranges(idx), want)
             assert np.array_equal(r.sequence_ranges(idx[::-1].copy()), want[::-1])
             assert r.sequence_ranges(np.array([], dtype=np.int64)).shape == (0, 2)
