@@ -12,9 +12,8 @@ loader`` with prefetch slower than without when the consumer asks for the next b
 So the consumer's time away is measured against a batch's cost: a consumer away for less
 than half a batch's cost (or less than 50 us, about what a hand-off costs) gets its batches
 computed inline, as without prefetch (no thread starts until one is worth it); a slower one
-gets the window filled by the threads. A consumer
-that finds its next batch unfinished does not sleep on it while a step of the window is still
-unstarted: it computes that step itself.
+gets the window filled by the threads. A consumer that finds its next batch unfinished does
+not sleep on it while a step of the window is still unstarted: it computes that step itself.
 """
 
 from __future__ import annotations
