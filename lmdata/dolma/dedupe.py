@@ -60,6 +60,7 @@ import functools
 import logging
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +84,7 @@ from lmdata.dolma._buckets import phase_mark as _phase_mark
 from lmdata.dolma._spans import Span
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
-from lmdata.dolma.pieces import Join, join_all, part_key
+from lmdata.dolma.pieces import Fresh, Join, join_all, part_key, parts_folder
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats.dolma._output import OutputFile, Part
 from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of
@@ -235,6 +236,7 @@ class WriteTask:
     cfg: DedupeConfig
     work: Spill
     pieces: tuple[Piece, ...] = ()
+    job: str = ""  # names the folder of the ranges' pieces (pieces.parts_folder)
 
 
 @dataclass(frozen=True)
@@ -319,7 +321,9 @@ def _phase_write(task: WriteTask) -> WriteResult:
     stores = Stores(task.cfg.storage_options)  # one filesystem client for the unit's files
     for k, span in task.spans:
         lo, hi = np.searchsorted(marks["file"], [k, k + 1])
-        rows, checksum = _write_span(stores(span.path), span, task.cfg, Dups(marks[lo:hi]))
+        rows, checksum = _write_span(
+            stores(span.path), span, task.cfg, Dups(marks[lo:hi]), task.job
+        )
         n += rows
         if span.ranged:
             pieces.append((k, checksum))
@@ -327,7 +331,7 @@ def _phase_write(task: WriteTask) -> WriteResult:
 
 
 def _write_span(
-    where: tuple[Store, str], span: Span, cfg: DedupeConfig, dups: Dups
+    where: tuple[Store, str], span: Span, cfg: DedupeConfig, dups: Dups, job: str = ""
 ) -> tuple[int, tuple[int, int]]:
     """Write the attribute rows of one span of a document file (its store and key), its
     duplicates being ``dups``: the attribute file, or a range's piece of it. Returns the rows
@@ -338,7 +342,7 @@ def _write_span(
     name = cfg.attribute_name
     n = 0
     out = attribute_path(doc_key, cfg.name)
-    key = part_key(out, span.part) if span.ranged else out
+    key = part_key(out, span.part, job) if span.ranged else out
     piece = Part(span.part == 0, span.part == span.parts - 1) if span.ranged else None
     with OutputFile(store, key, codec_of(out), part=piece) as f:  # the codec its name says
         for i, doc, value in _read(store, doc_key, span, cfg):
@@ -409,10 +413,22 @@ def dedupe(
         spill_root(cfg, files[0]) if files else tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-"),
         cfg.storage_options,
     )
+    # this run's own pieces folders (a rerun redoes every phase, so it takes none over), and
+    # they and the work folder kept recent while the job runs: `lmdata clean` (default age
+    # 1 h) judges them by their newest entry, and a phase can outlast that
+    job = uuid.uuid4().hex[:16]
+    fresh = Fresh(
+        [(work.root, cfg.storage_options)]
+        + [
+            (parts_folder(attribute_path(s.path, cfg.name), job), cfg.storage_options)
+            for s in spans
+            if s.ranged and s.part == 0
+        ]
+    )
     try:
         work.make()
         run = functools.partial(
-            parallel.run_all, engine=engine, workers=cfg.processes, address=address
+            parallel.run_all, engine=engine, workers=cfg.processes, address=address, tick=fresh
         )
         counted = run(
             _phase_hash,
@@ -429,7 +445,7 @@ def dedupe(
         written = run(
             _phase_write,
             [
-                WriteTask(tuple(g), cfg, work, _marks_of(g, marked))
+                WriteTask(tuple(g), cfg, work, _marks_of(g, marked), job)
                 for g in _by_marks(groups, marked, len(spans))
             ],
             desc="dedupe: write",
@@ -437,7 +453,7 @@ def dedupe(
         )
     finally:
         work.remove()
-    join_all(_joins(cfg, spans, written), engine, cfg.processes, address)
+    join_all(_joins(cfg, spans, written, job), engine, cfg.processes, address)
     return DedupeResult(
         files=len(files),
         documents=sum(c.documents for c in counted),
@@ -447,7 +463,9 @@ def dedupe(
     )
 
 
-def _joins(cfg: DedupeConfig, spans: list[Span], written: list[WriteResult]) -> list[Join]:
+def _joins(
+    cfg: DedupeConfig, spans: list[Span], written: list[WriteResult], job: str
+) -> list[Join]:
     """The joins of every file written in ranges: its pieces, in order, into its attribute
     file."""
     sums = dict(p for w in written for p in w.pieces)
@@ -457,7 +475,7 @@ def _joins(cfg: DedupeConfig, spans: list[Span], written: list[WriteResult]) -> 
             o = attribute_path(span.path, cfg.name)
             first = k - span.part
             pieces = tuple(sums[j] for j in range(first, k + 1))
-            out.append(Join(o, codec_of(o), pieces, cfg.storage_options))
+            out.append(Join(o, codec_of(o), pieces, cfg.storage_options, job=job))
     return out
 
 

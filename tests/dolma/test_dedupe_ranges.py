@@ -7,6 +7,8 @@ stay one unit."""
 from __future__ import annotations
 
 import gzip
+import os
+import time
 from pathlib import Path
 
 import orjson
@@ -19,7 +21,7 @@ from lmdata.dolma import dedupe as dd
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma.config import DedupeConfig
 from lmdata.errors import CorruptDataError, InvalidInputError
-from lmdata.storage import resolve
+from lmdata.storage import find_leftovers, resolve
 
 WHOLE = 1 << 40  # a range size no test file reaches: one unit per file
 SPECS = {
@@ -128,7 +130,7 @@ def test_a_large_file_is_several_units_on_every_engine(tmp_path, monkeypatch, mo
         res = _run(root, name, mode, 1000, engine, procs)
         assert res.files == 2 and res.documents == 309
         assert _attrs(root, name) == want
-        assert not (root / "attributes" / name / dolma_pieces.PARTS).exists()
+        assert not [p for p in (root / "attributes" / name).iterdir() if p.name.startswith(".")]
         # a hash unit per range of the input at most (the small file may ride with the last)
         assert -(-size // 1000) <= units["dedupe: hash"] <= -(-size // 1000) + 1
         assert units["dedupe: hash"] > 5
@@ -221,3 +223,48 @@ def test_range_size_gives_each_worker_as_many_ranges():
     assert dd._range_size(most, 5 * mib, 4) == dd.MIN_RANGE_BYTES  # never below the floor
     assert dd._range_size(1000, 10**6, 2) == 1000  # ... unless the most is below it
     assert dd._range_size(most, 0, 3) == dd.MIN_RANGE_BYTES
+
+
+def test_a_running_dedupe_keeps_its_work_and_pieces_fresh_for_clean(tmp_path, monkeypatch):
+    """Over an hour may pass between a job's writes to its work folder or a file's pieces and
+    the phase or join that reads them: `lmdata clean` (default age 1 h) must not take them."""
+    root = _big(tmp_path)
+    docs = root / "documents"
+    (docs / "zz.jsonl").write_bytes((docs / "big.jsonl").read_bytes().replace(b'"d', b'"z'))
+    work = tmp_path / "work"
+    seen: list[list] = []
+    real = dd._phase_write
+
+    def unit(task):
+        if task.spans[0][1].path.endswith("zz.jsonl"):
+            if not seen:  # big.jsonl's pieces wait for their join: they and the work folder
+                hour_ago = time.time() - 7200  # age two hours while zz.jsonl is written
+                for p in [*work.rglob("*"), *(root / "attributes").rglob("*")]:
+                    os.utime(p, (hour_ago, hour_ago))
+                seen.append([])
+            else:  # a later unit: after the refresh that came with the last result
+                for folder in (work, root / "attributes"):
+                    seen.append(find_leftovers(*resolve(str(folder)), older_than=3600))
+        return real(task)
+
+    monkeypatch.setattr(dd, "_phase_write", unit)
+    monkeypatch.setattr(dolma_pieces, "REFRESH_SECONDS", 0.0)
+
+    def run(name: str) -> None:
+        cfg = DedupeConfig.from_dict(
+            {
+                "documents": [str(docs / "*")],
+                "dedupe": {"name": name, **SPECS["paragraphs"]},
+                "work_dir": str(work),
+            }
+        )
+        dd.dedupe(cfg, engine="inprocess", range_bytes=700)
+
+    run("fresh")
+    assert len(seen) > 2 and all(found == [] for found in seen[1:])
+
+    monkeypatch.setattr(dolma_pieces, "REFRESH_SECONDS", 1e9)  # without the refresh: taken
+    seen.clear()
+    run("stale")
+    found = {o.url for f in seen[1:] for o in f}
+    assert any("dedupe-" in u for u in found) and any(dolma_pieces.PARTS in u for u in found)
