@@ -244,6 +244,25 @@ def test_a_truncated_chunk_is_an_error_on_both_paths(tmp_path: Path):
                 loader.batch(1)
 
 
+def test_a_truncated_seq_starts_chunk_is_an_error_for_unpacked_rows(tmp_path: Path):
+    """The C pair lookup declines a short chunk; the general read reports it."""
+    from lmdata.formats.flat_tokens import Writer
+
+    path = tmp_path / "s.zarr"
+    with Writer(path, chunk_tokens=64, seq_starts_chunk=16) as w:
+        for s in random_seqs(5, 60):
+            w.write(np.asarray(s, dtype=np.int64))
+    chunk = path / "train" / "seq_starts" / "1"
+    chunk.write_bytes(chunk.read_bytes()[:20])
+    for ctx in (numpy_only(), _nothing()):
+        with ctx:
+            r = lmdata.open(path)
+            loader = Loader(r, seq_len=8, global_batch_size=4, mode="unpacked", shuffle=False)
+            with pytest.raises(CorruptDataError, match="seq_starts"):
+                for s in range(6):  # documents 16-23: their pairs lie in the short chunk
+                    loader.batch(s)
+
+
 @pytest.mark.parametrize("chunk_tokens", [16, 64])
 def test_flat_tokens_rows_are_the_same_with_the_c_gather(tmp_path: Path, chunk_tokens):
     r = write_flat(tmp_path / "x.zarr", random_seqs(5, 60), chunk_tokens=chunk_tokens)
