@@ -49,6 +49,7 @@ STREAMING_PY = HERE.parent / ".venv" / "extra-streaming" / "bin" / "python"
 # .pbin sizes of the open-time table: its index is a pickle (10^9 tokens: 10^6 documents, about
 # 2 s to unpickle once, when the sidecar is built)
 PBIN_EXPS = tuple(int(e) for e in os.environ.get("BENCH_LOADER_PBIN_EXPS", "6,8,9").split(","))
+STEP_S = 200e-6  # the consumer's step in the iteration rows that model training (a sleep)
 PEER_TOKENS = int(os.environ.get("BENCH_LOADER_PEER_TOKENS", 16 << 20))  # Grain, LitData
 
 
@@ -105,11 +106,15 @@ def throughput(root: Path, r: object) -> dict[str, tuple[float, float]]:
 
         return f
 
-    def iterated(depths: tuple[int, ...], rounds: int = 15, seconds: float = 0.2) -> list[float]:
-        """Rows/s of ``for batch in loader`` with nothing else to do, for each prefetch depth,
-        in alternating rounds (so load from other jobs hits them alike), measured apart from
-        the per-call paths (prefetch threads running during their rounds would take their
-        time): a fresh iterator per round, closed after it, which stops the threads."""
+    def iterated(
+        depths: tuple[int, ...], step_s: float = 0.0, rounds: int = 15, seconds: float = 0.2
+    ) -> list[float]:
+        """Rows/s of ``for batch in loader``, for each prefetch depth, the consumer doing
+        nothing else (``step_s`` 0) or sleeping ``step_s`` per batch (a training step on an
+        accelerator: the CPU waits, the GIL is free), in alternating rounds (so load from
+        other jobs hits them alike), measured apart from the per-call paths (prefetch threads
+        running during their rounds would take their time): a fresh iterator per round,
+        closed after it, which stops the threads."""
         got: list[list[float]] = [[] for _ in depths]
         for k in range(rounds):
             for j, depth in enumerate(depths):
@@ -127,6 +132,8 @@ def throughput(root: Path, r: object) -> dict[str, tuple[float, float]]:
                 while (dt := time.perf_counter() - t0) < seconds:
                     next(it)
                     n += BATCH
+                    if step_s:
+                        time.sleep(step_s)
                 it.close()
                 got[j].append(n / dt)
         return [statistics.median(g) for g in got]
@@ -143,6 +150,9 @@ def throughput(root: Path, r: object) -> dict[str, tuple[float, float]]:
     names = ("no prefetch", "prefetch=4 (2 threads)")
     for name, v in zip(names, iterated((0, 4)), strict=True):
         res[f"lmdata `for batch in loader`, packed, {name}"] = (v, 0.0)
+    # a 200 us step per batch (GIL released): prefetch computes the next batch meanwhile
+    for name, v in zip(names, iterated((0, 4), STEP_S), strict=True):
+        res[f"... with a {STEP_S * 1e6:.0f} us training step per batch, {name}"] = (v, 0.0)
     return res
 
 

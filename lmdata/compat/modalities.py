@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -271,7 +272,24 @@ class TextOf:
             elif value is not None:
                 kind = _JQ_TYPES.get(type(value), "number")
                 raise ValueError(f'Cannot index {kind} with "{key}"')
+        return value if isinstance(value, str) else _as_jq(value)
+
+
+def _as_jq(value: Any) -> Any:
+    """``value`` with its numbers as jq holds them, IEEE doubles: an integer beyond 2**53
+    becomes the nearest double (past the largest, that double), as jq gives it back."""
+    if isinstance(value, bool) or not isinstance(value, int | list | dict):
         return value
+    if isinstance(value, int):
+        if -(2**53) <= value <= 2**53:
+            return value
+        try:
+            return int(float(value))
+        except OverflowError:
+            return sys.float_info.max if value > 0 else -sys.float_info.max
+    if isinstance(value, list):
+        return [_as_jq(v) for v in value]
+    return {k: _as_jq(v) for k, v in value.items()}
 
 
 def _stage_texts(cfg: PackConfig, staged: Path) -> None:

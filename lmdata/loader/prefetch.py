@@ -1,46 +1,85 @@
-"""Background batches: up to ``depth`` steps computed ahead by a small pool of threads.
+"""Background batches: up to ``depth`` steps computed ahead by a small pool of threads, when
+that can help.
 
 The C kernel and numpy release the GIL for the copies and layouts that dominate a batch, so
 threads hide the loading time behind the training step (and use a second core when there is
 one). Batches come back in step order; the window is bounded; an error in a thread is raised
 in the consumer at the step where it happened; closing the consumer cancels what is pending.
 
-A consumer that finds its next batch unfinished does not sleep on it while a step of the
-window is still unstarted: it computes that step itself. Waking a sleeping thread costs a
-scheduler round trip (and the GIL handed back and forth) per batch, which made iteration with
-prefetch slower than calling ``Loader.batch`` directly when the training step is short; a
-consumer that helps is never slower than the direct calls, and as fast as the threads allow
-when the training step is long.
+Threads pay only while the consumer spends time between batches (a training step): handing a
+batch from a thread costs a scheduler round trip and GIL turns, which made ``for batch in
+loader`` with prefetch slower than without when the consumer asks for the next batch at once.
+So the consumer's time away is measured against a batch's cost: a consumer away for less
+than half a batch's cost (or less than 50 us, about what a hand-off costs) gets its batches
+computed inline, as without prefetch (no thread starts until one is worth it); a slower one
+gets the window filled by the threads. A consumer that finds its next batch unfinished does
+not sleep on it while a step of the window is still unstarted: it computes that step itself.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import islice
 from typing import Any
+
+_SMOOTH = 0.25  # weight of the newest measurement in the running averages
+_AHEAD = 0.5  # threads fill the window while the consumer is away this share of a batch
+_MIN_AWAY = 50e-6  # ... and at least this long: a hand-off from a thread costs tens of us
 
 
 def prefetched(
     fn: Callable[[int], Any], steps: Iterable[int], depth: int, threads: int = 2
 ) -> Iterator[tuple[int, Any]]:
-    """``(step, fn(step))`` for each step in order, up to ``depth`` steps computed ahead."""
+    """``(step, fn(step))`` for each step in order, up to ``depth`` steps computed ahead while
+    the consumer spends time between batches (inline otherwise)."""
     it = iter(steps)
-    pool = ThreadPoolExecutor(max(1, min(threads, depth)), thread_name_prefix="lmdata-prefetch")
+    depth = max(1, depth)
+    pool: ThreadPoolExecutor | None = None
     window: deque[tuple[int, Future[Any]]] = deque()
+    cost = [0.0]  # running average of one fn call (updated by the threads too)
+    away = 0.0  # running average of the consumer's time between batches
+
+    def timed(s: int) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(s)
+        finally:
+            cost[0] += _SMOOTH * (time.perf_counter() - t0 - cost[0])
+
+    back = time.perf_counter()  # when the consumer last asked for a batch
     try:
-        for s in islice(it, max(1, depth)):
-            window.append((s, pool.submit(fn, s)))
-        while window:
-            _help(fn, window)
-            s, fut = window.popleft()
-            result = fut.result()
-            for nxt in islice(it, 1):
-                window.append((nxt, pool.submit(fn, nxt)))
+        while True:
+            ahead = away >= _AHEAD * cost[0] and away >= _MIN_AWAY
+            if ahead:
+                if pool is None:
+                    pool = ThreadPoolExecutor(
+                        max(1, min(threads, depth)), thread_name_prefix="lmdata-prefetch"
+                    )
+                while len(window) < depth:
+                    nxt = next(it, None)
+                    if nxt is None:
+                        break
+                    window.append((nxt, pool.submit(timed, nxt)))
+            if window:
+                _help(timed, window)
+                s, fut = window.popleft()
+                result = fut.result()
+                t = time.perf_counter()
+            else:
+                s = next(it, None)
+                if s is None:
+                    return
+                result = fn(s)  # (timed from the consumer's return: two clock reads a batch)
+                t = time.perf_counter()
+                cost[0] += _SMOOTH * (t - back - cost[0])
             yield s, result
+            back = time.perf_counter()
+            away += _SMOOTH * (back - t - away)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _help(fn: Callable[[int], Any], window: deque[tuple[int, Future[Any]]]) -> None:

@@ -17,11 +17,13 @@ import numpy as np
 
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.loader.packing import (
+    PACKED_KEYS,
     Parts,
     eos_from_encoded,
     eos_windows,
     fill_packed,
     in_c,
+    packed_buffers,
     packed_from_encoded,
     packed_from_starts,
     packed_out,
@@ -117,10 +119,16 @@ class Source:
         # rows where they lie in the reader's mapped chunks, laid out with no gather copy (C)
         has_parts = encoded and _has(reader, "encoded_window_parts")
         self._parts = reader.encoded_window_parts if has_parts else None
+        self._row_parts = (  # the same by row number (packed rows)
+            reader.packed_row_parts if has_parts and _has(reader, "packed_row_parts") else None
+        )
         self._gather_out = encoded and _takes_out(self._windows)
         self._in_place = (
             encoded and mode == "packed" and (self._rows is not None or self._gather_out)
         )
+        # training's packed rows and eos windows laid out in C from where they lie: read()'s
+        # first branch
+        self._direct = mode in ("packed", "eos") and self._parts is not None and not finite
         self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
         self._pieces: np.ndarray | None = None
@@ -158,9 +166,20 @@ class Source:
 
     def read(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The rows ``rows`` (int64 row numbers, each < ``num_rows``)."""
+        L = self.seq_len
+        if self._direct and in_c():  # the common cases, in few operations
+            if self.mode == "eos":  # windows of L + 1 from row starts (inside: full rows)
+                parts = self._parts(rows * L, L + 1)
+                if parts is not None:
+                    return eos_from_encoded(parts, self.dtype, (len(rows), L + 1))
+            else:
+                parts = self._row_parts(rows, L) if self._row_parts else self._parts(rows * L, L)
+                if parts is not None:
+                    out = packed_buffers(len(rows), L, self.dtype, PACKED_KEYS)
+                    fill_packed(parts, out, self.bos)
+                    return out
         if self.mode == "unpacked":
             return self._read_unpacked(rows)
-        L = self.seq_len
         # only the last row of a finite pass is partial: training rows need no check
         partial = rows >= self.full_rows if self.finite else None
         if self._in_place and (partial is None or not partial.any()):

@@ -14,7 +14,7 @@ import jq
 import pytest
 import yaml
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lmdata.cli.main import cli
@@ -228,6 +228,8 @@ def _jq_first(pattern: str, raw: bytes) -> object:
 
 @settings(max_examples=200, deadline=None)
 @given(doc=_json, pattern=st.sampled_from([".a", ".a.b", ".b.a.a", ".a.a"]))
+@example(doc={"a": 2**53 + 1}, pattern=".a")  # jq holds numbers as doubles
+@example(doc={"a": [-(2**64) - 1, {"b": 10**400}]}, pattern=".a")
 def test_key_paths_read_directly_give_what_jq_gives(doc: object, pattern: str) -> None:
     raw = json.dumps(doc).encode()
     try:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import lmdata
 from lmdata.errors import CorruptDataError
 from lmdata.loader import Loader, packing
 from tests.loader.conftest import random_seqs, write_flat
@@ -27,7 +28,7 @@ needs_c = pytest.mark.skipif(C is None, reason="the C kernel is not built")
 def numpy_only():
     """The fallbacks, as where no compiler built the kernel: numpy layouts, and the
     flat-tokens reader's row lookup and copy in Python."""
-    from lmdata.formats.flat_tokens import reader as ft
+    from lmdata.formats.flat_tokens import _windows as ft
 
     saved = packing._C, ft._copy_rows, ft._unit_windows
     packing._C = ft._copy_rows = ft._unit_windows = None
@@ -78,18 +79,28 @@ def test_packed_c_equals_numpy(enc, dtype, bos, every):
     for values in (enc, _sparse_starts(enc, every)):
         with numpy_only():
             want = _copy(packing.packed_from_encoded(values.copy(), dtype, bos))
-        if C is None:
-            continue
-        _same(packing.packed_from_encoded(values.copy(), dtype, bos), want)
-        # in place, from the batch's own positions memory (as the Loader gathers)
-        out, buf = packing.packed_out(*values.shape, dtype)
-        buf[...] = values
-        packing.fill_packed(buf, out, bos)
-        _same(out, want)
-        # from a buffer and a byte offset per row (rows read straight from mapped chunks)
-        out, _ = packing.packed_out(*values.shape, dtype)
-        packing.fill_packed(_parts(values), out, bos)
-        _same(out, want)
+        for level in (1, 2) if C is not None else ():  # the SSE2 row and the AVX2 one
+            with simd(level):
+                _same(packing.packed_from_encoded(values.copy(), dtype, bos), want)
+                # in place, from the batch's own positions memory (as the Loader gathers)
+                out, buf = packing.packed_out(*values.shape, dtype)
+                buf[...] = values
+                packing.fill_packed(buf, out, bos)
+                _same(out, want)
+                # from a buffer and a byte offset per row (rows read straight from chunks)
+                out, _ = packing.packed_out(*values.shape, dtype)
+                packing.fill_packed(_parts(values), out, bos)
+                _same(out, want)
+
+
+@contextmanager
+def simd(level: int):
+    """The kernel's vector rows up to ``level`` (1: SSE2, 2: AVX2 where the CPU has it)."""
+    before = C.simd(level)
+    try:
+        yield
+    finally:
+        C.simd(before)
 
 
 def test_packed_layout_by_hand():
@@ -103,6 +114,19 @@ def test_packed_layout_by_hand():
             assert a["positions"].tolist() == [[0, 1, 2, 0], [0, 0, 1, 2]]
 
 
+def test_packed_int64_with_a_bos_past_int32_in_every_row():
+    """The AVX2 int64 row widens int32 groups; a bos that needs 64 bits goes value by value."""
+    rng = np.random.default_rng(3)
+    enc = rng.integers(0, 2**32, (3, 70), dtype=np.uint64).astype(np.uint32) & ~np.uint32(1)
+    enc[:, ::23] |= 1
+    with numpy_only():
+        want = _copy(packing.packed_from_encoded(enc.copy(), np.dtype(np.int64), 2**40))
+    for level in (1, 2) if C is not None else ():
+        with simd(level):
+            _same(packing.packed_from_encoded(enc.copy(), np.dtype(np.int64), 2**40), want)
+    assert (want["inputs"][:, ::23] == 2**40).all()
+
+
 @contextmanager
 def _nothing():
     yield
@@ -114,9 +138,10 @@ def test_eos_c_equals_numpy(enc, dtype):
     with numpy_only():
         want = _copy(packing.eos_from_encoded(enc, dtype))
     assert np.array_equal(want["targets"], (enc[:, 1:] >> 1).astype(dtype))
-    if C is not None:
-        _same(packing.eos_from_encoded(enc, dtype), want)
-        _same(packing.eos_from_encoded(_parts(enc), dtype, enc.shape), want)
+    for level in (1, 2) if C is not None else ():
+        with simd(level):
+            _same(packing.eos_from_encoded(enc, dtype), want)
+            _same(packing.eos_from_encoded(_parts(enc), dtype, enc.shape), want)
 
 
 @settings(max_examples=80, deadline=None)
@@ -138,10 +163,11 @@ def test_unpacked_c_equals_numpy(enc, dtype, bos, pad, data):
         k = int(ln[i])
         assert want["targets"][i, :k].tolist() == ids[i, off[i] : off[i] + k].tolist()
         assert (want["targets"][i, k:] == pad).all() and not want["loss_mask"][i, k:].any()
-    if C is not None:
-        _same(packing.unpacked_from_encoded(enc.copy(), off, ln, dtype, bos, pad), want)
-        got = packing.unpacked_from_encoded(_parts(enc), off, ln, dtype, bos, pad, length)
-        _same(got, want)
+    for level in (1, 2) if C is not None else ():
+        with simd(level):
+            _same(packing.unpacked_from_encoded(enc.copy(), off, ln, dtype, bos, pad), want)
+            got = packing.unpacked_from_encoded(_parts(enc), off, ln, dtype, bos, pad, length)
+            _same(got, want)
 
 
 @needs_c
@@ -182,6 +208,7 @@ OPTIONS = [
     dict(mode="packed", dtype="int64", bos_id=5),
     dict(mode="packed", epochs=1, shuffle=False),
     dict(mode="eos"),
+    dict(mode="eos", dtype="int64"),
     dict(mode="eos", dtype="int64", epochs=1),
     dict(mode="unpacked"),
     dict(mode="unpacked", dtype="int64", bos_id=2, pad_id=9, long_docs="split"),
@@ -215,6 +242,25 @@ def test_a_truncated_chunk_is_an_error_on_both_paths(tmp_path: Path):
             )
             with pytest.raises(CorruptDataError, match="encoded_tokens"):
                 loader.batch(1)
+
+
+def test_a_truncated_seq_starts_chunk_is_an_error_for_unpacked_rows(tmp_path: Path):
+    """The C pair lookup declines a short chunk; the general read reports it."""
+    from lmdata.formats.flat_tokens import Writer
+
+    path = tmp_path / "s.zarr"
+    with Writer(path, chunk_tokens=64, seq_starts_chunk=16) as w:
+        for s in random_seqs(5, 60):
+            w.write(np.asarray(s, dtype=np.int64))
+    chunk = path / "train" / "seq_starts" / "1"
+    chunk.write_bytes(chunk.read_bytes()[:20])
+    for ctx in (numpy_only(), _nothing()):
+        with ctx:
+            r = lmdata.open(path)
+            loader = Loader(r, seq_len=8, global_batch_size=4, mode="unpacked", shuffle=False)
+            with pytest.raises(CorruptDataError, match="seq_starts"):
+                for s in range(6):  # documents 16-23: their pairs lie in the short chunk
+                    loader.batch(s)
 
 
 @pytest.mark.parametrize("chunk_tokens", [16, 64])
@@ -259,6 +305,38 @@ def test_unit_windows_finds_declines_and_asks_for_missing_units():
     assert C.unit_windows(views, unit, np.array([97]), 4, 100) is False
     with pytest.raises(ValueError, match="int64"):
         C.unit_windows(views, unit, np.array([1], dtype=np.int32), 4, 100)
+    # row numbers times a scale (the row length): checked against total before multiplying
+    bases, offsets = C.unit_windows(views, unit, np.array([1, 2]), 4, 16, 4)
+    got = [np.frombuffer(b, np.uint32, 4, o).tolist() for b, o in zip(bases, offsets, strict=True)]
+    assert got == [[4, 5, 6, 7], [8, 9, 10, 11]]
+    assert C.unit_windows(views, unit, np.array([3]), 4, 16, 4) is not False  # the last row
+    assert C.unit_windows(views, unit, np.array([4]), 4, 16, 4) is False  # past the end
+    assert C.unit_windows(views, unit, np.array([2**62]), 4, 16, 4) is False  # 2**64 wraps to 0
+    assert C.unit_windows(views, unit, np.array([0]), 4, 16, 0) is False
+
+
+def test_packed_rows_refuse_rows_whose_start_would_wrap(tmp_path: Path):
+    r = write_flat(tmp_path / "x.zarr", random_seqs(5, 60), chunk_tokens=16)
+    flat = r.span_encoded(0, r.num_tokens)
+    for ctx in (_nothing(), numpy_only()):
+        with ctx:
+            for bad in (2**61, 2**62 + 1, -(2**62), -1, r.num_packed_rows(8)):
+                # (times 8 the first three wrap to (near) row 0)
+                with pytest.raises(IndexError):
+                    r.packed_row_parts(np.array([0, bad]), 8)
+                if bad >= 0 or bad < -r.num_packed_rows(8):  # (-1 is the last row there)
+                    with pytest.raises(IndexError):
+                        r.packed_rows(np.array([0, bad]), 8)
+            with pytest.raises(TypeError):
+                r.packed_row_parts(np.array([1.5]), 8)
+            rows = np.array([3, 0, 1])  # chunks of 16 tokens: rows of 8 never straddle
+            got = [
+                np.frombuffer(b, np.uint32, 8, o)
+                for b, o in zip(*r.packed_row_parts(rows, 8), strict=True)
+            ]
+            assert [g.tolist() for g in got] == [flat[x * 8 : x * 8 + 8].tolist() for x in rows]
+            last = r.num_packed_rows(8) - 1
+            assert np.array_equal(r.packed_rows(np.array([-1]), 8), r.packed_rows([last], 8))
 
 
 def test_a_truncated_chunk_is_an_error_from_packed_rows(tmp_path: Path):
@@ -295,3 +373,42 @@ def test_rows_outside_their_buffers_are_refused_never_read(sizes, offsets, width
     C.copy_rows((bases, offs), out, n, width)
     for i, (b, o) in enumerate(zip(bases, offs, strict=True)):
         assert out[i].tolist() == np.frombuffer(b, np.uint32, width, o).tolist()
+
+
+@pytest.mark.parametrize("compression", [None, "blosc"])
+@pytest.mark.parametrize("seq_starts_chunk", [3, 4, 1 << 20])
+def test_sequence_ranges_by_the_c_lookup_equal_the_index(
+    tmp_path: Path, seq_starts_chunk, compression
+):
+    """Pairs of seq_starts entries read in C (chunks of 3 and 4 entries: pairs straddle them
+    and go to the general path) equal the index, on both paths."""
+    from lmdata.formats.flat_tokens import Writer
+    from lmdata.formats.flat_tokens._windows import pairs
+
+    seqs = random_seqs(11, 40)
+    path = tmp_path / "x.zarr"
+    with Writer(
+        path, chunk_tokens=64, seq_starts_chunk=seq_starts_chunk, compression=compression
+    ) as w:
+        for s in seqs:
+            w.write(np.asarray(s, dtype=np.int64))
+    b = np.cumsum([0] + [len(s) for s in seqs])
+    idx = np.random.default_rng(0).integers(0, len(seqs), 50)
+    want = np.stack([b[idx], b[idx + 1]], axis=1)
+
+    def want_of(i: list[int]) -> np.ndarray:
+        return np.stack([b[i], b[np.array(i) + 1]], axis=1)
+
+    for in_c, ctx in ((C is not None, _nothing()), (False, numpy_only())):
+        with ctx:
+            r = lmdata.open(path)  # (no boundaries read: the pairs come from the chunks)
+            if in_c and seq_starts_chunk > len(seqs):  # one chunk: the C lookup serves all
+                assert pairs(r.seq_starts, idx) is not None
+            assert np.array_equal(r.sequence_ranges(idx), want)
+            assert np.array_equal(r.sequence_ranges(idx[::-1].copy()), want[::-1])
+            assert r.sequence_ranges(np.array([], dtype=np.int64)).shape == (0, 2)
+            assert np.array_equal(r.sequence_ranges(np.array([-1, 0])), want_of([39, 0]))
+            assert np.array_equal(r.sequence_ranges([3, 5]), want_of([3, 5]))
+            for bad in ([40], [0, -41], [2**62]):
+                with pytest.raises(IndexError):
+                    r.sequence_ranges(np.array(bad))

@@ -13,7 +13,7 @@ import pytest
 
 import lmdata
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError
-from lmdata.formats.flat_tokens import reader as ft
+from lmdata.formats.flat_tokens import _windows as ft
 from lmdata.formats.flat_tokens._zarr import ZArray
 from lmdata.loader import Loader, packing
 from tests.loader.conftest import write_flat
@@ -45,7 +45,7 @@ def test_tokens_that_are_not_uint32_are_refused_at_open(tmp_path: Path, dtype):
         assert "encoded_tokens" in str(e.value)
     arr = ZArray(*_store_key(d))
     if arr.dtype.itemsize != 4:  # the row lookup itself declines them (the C reads uint32)
-        assert ft._window_parts(arr, np.array([0, 8]), 8, len(arr)) is None
+        assert ft.window_parts(arr, np.array([0, 8]), 8, len(arr)) is None
 
 
 def _store_key(d: Path):

@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 
-from lmdata.loader import Loader, pool
+from lmdata.loader import Loader, packing, pool
 from lmdata.loader.packing import packed_buffers
 from tests.loader.conftest import random_seqs, write_flat
 
@@ -34,6 +34,18 @@ def test_held_arrays_of_a_batch_are_never_overwritten():
             a[...] = -1
     assert (keep_one == 5).all()
     assert (np.frombuffer(mv, dtype=np.int32) == 6).all()
+
+
+def test_a_batch_array_changed_in_place_does_not_change_later_batches():
+    a = packed_buffers(2, 8, np.dtype(np.int64), packing.UNPACKED_KEYS)
+    a["targets"].shape = (16,)  # the caller's own view: reshaped, then dropped
+    a["loss_mask"].flags.writeable = False
+    del a
+    for _ in range(2 * pool.KEEP):
+        b = packed_buffers(2, 8, np.dtype(np.int64), packing.UNPACKED_KEYS)
+        assert {k: v.shape for k, v in b.items()} == dict.fromkeys(packing.UNPACKED_KEYS, (2, 8))
+        assert all(v.flags.writeable and v.flags.c_contiguous for v in b.values())
+        assert b["targets"].dtype == np.int64 and b["loss_mask"].dtype == bool
 
 
 @pytest.mark.parametrize("mode", ["packed", "eos", "unpacked"])

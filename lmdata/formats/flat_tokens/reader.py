@@ -10,15 +10,11 @@ import numpy as np
 
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats._spec import Progress, Ticker
+from lmdata.formats.flat_tokens import _windows
+from lmdata.formats.flat_tokens._windows import aligned_rows, copy_windows, window_parts
 from lmdata.formats.flat_tokens._zarr import DEFAULT_CACHE_BYTES, ZArray, node_attrs, node_kind
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import Store, basename, join, resolve
-
-try:  # row lookup and gather in C (lmdata/_kernel.c); without a compiler, Python per row
-    from lmdata._kernel import copy_rows as _copy_rows
-    from lmdata._kernel import unit_windows as _unit_windows
-except ImportError:  # pragma: no cover - depends on the build
-    _copy_rows = _unit_windows = None
 
 SPLITS = ("train", "validation")
 # The spec's example block calls the array "tokens"; every tool writes "encoded_tokens".
@@ -248,12 +244,26 @@ class FlatTokens:
         """(start, stop) of each sequence in ``indices`` within the concatenated tokens, shape
         (n, 2) int64: one gather of two ``seq_starts`` entries per sequence, never the whole
         index (the Loader's truncated unpacked rows read only the tokens they keep)."""
-        idx = normalize_indices(indices, len(self))
-        if self._boundaries is not None:
-            b = self._boundaries
-            pairs = np.stack([b[idx], b[idx + 1]], axis=1)
-        else:
-            pairs = self.seq_starts.gather(idx, 2)
+        pairs = None
+        tried = (
+            self._boundaries is None
+            and isinstance(indices, np.ndarray)
+            and indices.ndim == 1
+            and indices.dtype.kind in "iu"
+        )
+        if tried:  # the C lookup checks each index inside 0 .. len - 1 (else declines)
+            idx = indices
+            pairs = _windows.pairs(self.seq_starts, idx)
+        if pairs is None:
+            idx = normalize_indices(indices, len(self))
+            if self._boundaries is not None:
+                b = self._boundaries
+                pairs = np.stack([b[idx], b[idx + 1]], axis=1)
+            else:
+                again = not (tried and (idx == indices).all())
+                pairs = _windows.pairs(self.seq_starts, idx) if again else None
+                if pairs is None:
+                    pairs = self.seq_starts.gather(idx, 2)
         a, z = pairs[:, 0], pairs[:, 1]
         bad = (a > z) | (z > self.num_tokens)
         if pairs.dtype.kind == "i":  # (unsigned entries are never negative)
@@ -311,7 +321,7 @@ class FlatTokens:
         """Encoded packed rows: row ``r`` is tokens ``r*seq_len:(r+1)*seq_len``, shape
         (len(rows), seq_len), written into ``out`` (C-contiguous uint32) when given."""
         n = self.num_packed_rows(seq_len)
-        got = _aligned_rows(self.tokens, rows, n, seq_len, out)
+        got = aligned_rows(self.tokens, rows, n, seq_len, out)
         if got is not None:
             return got
         idx = normalize_indices(rows, n)
@@ -321,18 +331,48 @@ class FlatTokens:
         self, starts: np.ndarray, length: int
     ) -> tuple[list[memoryview], list[int]] | None:
         """Where the stored values ``tokens[s : s + length]`` lie in memory, for each ``s`` in
-        ``starts`` (each window inside the tokens): a byte buffer of its mapped or cached
-        chunk and the byte offset of the window in it (the Loader lays batches out from there,
-        no gather copy). None where a window needs :meth:`encoded_windows` (it straddles two
-        chunks, a chunk is short, or chunks are read by range). Python int arithmetic per
-        window: numpy operations on a batch's few numbers cost more."""
+        ``starts`` (each window inside the tokens, else IndexError): a byte buffer of its
+        mapped or cached chunk and the byte offset of the window in it (the Loader lays
+        batches out from there, no gather copy). None where a window needs
+        :meth:`encoded_windows` (it straddles two chunks, a chunk is short, or chunks are read
+        by range). The lookup is one C call where built, which also declines windows outside
+        the tokens: only then are they checked here, to say which."""
+        if not _windows.in_c():
+            self._check_windows(starts, length)
+            return window_parts(self.tokens, starts, length, self.num_tokens)
+        got = window_parts(self.tokens, starts, length, self.num_tokens)
+        if got is None:
+            self._check_windows(starts, length)
+        return got
+
+    def packed_row_parts(
+        self, rows: np.ndarray, seq_len: int
+    ) -> tuple[list[memoryview], list[int]] | None:
+        """:meth:`encoded_window_parts` of packed rows by number (row ``r`` is tokens
+        ``r*seq_len : (r+1)*seq_len``, each below :meth:`num_packed_rows`, else IndexError):
+        the row numbers go to the C lookup as they are, which checks each before multiplying
+        (no numpy product per batch)."""
+        n = self.num_packed_rows(seq_len)
+        rows = np.asarray(rows)
+        if rows.dtype.kind not in "iu":
+            raise TypeError(f"rows must be integers, not {rows.dtype}")
+        if _windows.in_c():
+            got = window_parts(self.tokens, rows, seq_len, n * seq_len, seq_len)
+            if got is not None:
+                return got
+        lst = np.asarray(rows).tolist()
+        if lst and (min(lst) < 0 or max(lst) >= n):
+            raise IndexError(f"a row of {min(lst)} .. {max(lst)} is outside the {n} rows")
+        return self.encoded_window_parts(np.asarray(lst, dtype=np.int64) * seq_len, seq_len)
+
+    def _check_windows(self, starts: Sequence[int] | np.ndarray, length: int) -> None:
+        """IndexError unless every window ``s : s + length`` lies inside the tokens."""
         lst = np.asarray(starts).tolist()
         if lst and (min(lst) < 0 or max(lst) + length > self.num_tokens):
             raise IndexError(
                 f"a window of {length} tokens at {min(lst)} or {max(lst)} is outside "
                 f"the {self.num_tokens} tokens"
             )
-        return _window_parts(self.tokens, starts, length, self.num_tokens)
 
     def encoded_windows(
         self,
@@ -353,7 +393,7 @@ class FlatTokens:
                 f"a window of {length} tokens at {max(lst)} or {min(lst)} is outside "
                 f"the {self.num_tokens} tokens"
             )
-        got = _copy_windows(self.tokens, lst, length, out)
+        got = copy_windows(self.tokens, lst, length, out)
         return got if got is not None else self.tokens.gather(st, length, out=out)
 
     def info(self) -> dict[str, Any]:
@@ -381,109 +421,6 @@ class FlatTokens:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _aligned_rows(
-    arr: ZArray, rows: Sequence[int] | np.ndarray, n: int, length: int, out: np.ndarray | None
-) -> np.ndarray | None:
-    """Rows ``rows`` (each in ``0 .. n-1``) of ``length`` items of ``arr`` by
-    :func:`_copy_windows`, or None when they need the general path (negative or out-of-range
-    rows, which it normalises or reports)."""
-    if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "iu" or rows.ndim != 1:
-        return None
-    if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n):
-        return None  # (rows * length would wrap for huge ones: checked here, not in C)
-    return _copy_windows(arr, rows.astype(np.int64) * length, length, out, n * length)
-
-
-def _window_parts(
-    arr: ZArray, starts: list[int] | np.ndarray, length: int, total: int
-) -> tuple[list, list] | None:
-    """(a byte buffer per window, the window's byte offset in it) for items ``s : s + length``
-    of ``arr``, each ``s`` in ``starts``, into the mapped or cached units; None when one
-    straddles two units, a unit is short, or units are read by range. Windows must lie in
-    ``0 .. total`` (``len(arr)`` at most): outside, the C lookup returns None too (callers
-    without it check first).
-    Looked up in C where built, else with Python int arithmetic per window (numpy operations
-    on a batch's few numbers cost more)."""
-    unit = arr.unit
-    if length <= 0 or unit <= 0 or (arr.raw and not arr._mappable) or arr.dtype.itemsize != 4:
-        return None  # (the C row readers take 4-byte items only)
-    if _unit_windows is not None:
-        st = np.ascontiguousarray(starts, dtype=np.int64)
-        for _ in range(2):  # the second time with the units the first found missing
-            arr._check_views()
-            got = _unit_windows(arr._views, unit, st, length, total)
-            if not isinstance(got, list):
-                return got or None
-            for u in got:
-                arr._bytes_view(u)
-        # the views were dropped in between (the byte cache evicted): Python below
-    return _py_window_parts(arr, starts, length)
-
-
-def _py_window_parts(
-    arr: ZArray, starts: list[int] | np.ndarray, length: int
-) -> tuple[list[Any], list[int]] | None:
-    """:func:`_window_parts` with Python int arithmetic, for items of any size."""
-    if isinstance(starts, np.ndarray):
-        starts = starts.tolist()
-    unit = arr.unit
-    nb = length * arr.dtype.itemsize
-    arr._check_views()
-    views = arr._views
-    bases, offsets = [], []
-    for st in starts:
-        u, o = divmod(st, unit)
-        if o + length > unit:
-            return None  # straddles two units
-        v = views.get(u) or arr._bytes_view(u)
-        o *= arr.dtype.itemsize
-        if o + nb > len(v):
-            return None  # a short (corrupt) unit: the general path reports it
-        bases.append(v)
-        offsets.append(o)
-    return bases, offsets
-
-
-def _copy_windows(
-    arr: ZArray,
-    starts: list[int] | np.ndarray,
-    length: int,
-    out: np.ndarray | None,
-    total: int | None = None,
-) -> np.ndarray | None:
-    """Items ``s : s + length`` of ``arr`` for each ``s`` in ``starts`` (all inside the array
-    or ``0 .. total``, as :func:`_window_parts`) when each lies inside one unit, else None.
-
-    The random-batch hot path: a window is a byte range of one unit's buffer, copied between
-    memoryviews with Python int arithmetic (a few hundred ns each, where numpy operations on
-    the small row arrays cost microseconds each under load).
-    """
-    unit = arr.unit
-    if length <= 0 or unit <= 0 or (arr.raw and not arr._mappable):
-        return None
-    shape = (len(starts), length)
-    if out is None:
-        out = np.empty(shape, dtype=arr.dtype)
-    elif out.shape != shape or out.dtype != arr.dtype or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous {arr.dtype} array of shape {shape}")
-    if not len(starts):
-        return out
-    if _copy_rows is not None and arr.dtype.itemsize == 4:
-        parts = _window_parts(arr, starts, length, len(arr) if total is None else total)
-        if parts is None:
-            return None
-        _copy_rows(parts, out, len(starts), length)  # one C loop, the GIL released
-        return out
-    parts = _py_window_parts(arr, starts, length)
-    if parts is None:
-        return None  # a window straddles two units or a unit is short: the general path
-    rb = length * arr.dtype.itemsize
-    ob = memoryview(out.reshape(-1).view(np.uint8))
-    for k, (v, o) in enumerate(zip(*parts, strict=True)):
-        ob[k * rb : (k + 1) * rb] = v[o : o + rb]
-    return out
 
 
 def dataset_info(
