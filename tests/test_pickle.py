@@ -220,8 +220,10 @@ needs_c_walk = pytest.mark.skipif(
 
 
 def _same(a, b) -> bool:
-    """Equal, of the same types all the way down (repr tells a tuple from a list, 1 from 1.0)."""
-    return a == b and repr(a) == repr(b)
+    """Equal, of the same types all the way down: the repr of these plain values is exact (it
+    tells a tuple from a list, 1 from 1.0, -0.0 from 0.0) and, unlike ==, holds a NaN equal to
+    a NaN (two NaN objects inside tuples compare unequal)."""
+    return repr(a) == repr(b)
 
 
 @needs_c_walk
