@@ -5,15 +5,24 @@ MDS columns, from the records themselves); token sequences go to token formats a
 format's fixed splits are kept when the target has them too). Source blocks are read by worker
 processes in parallel, staged by them beside the output (token blocks as arrays, record blocks
 through :mod:`lmdata.parallel.records`), and committed in order, atomically.
+
+Resume follows tokenize: a block is marked done once the writer took it, and its staged part
+stays until the output is committed, so an interrupted job (Ctrl-C, a kill, an error that is
+not the data's) leaves no output and keeps the staging area; ``resume=True`` checks the job's
+manifest (source, its size and version, splits, target, options, block size), replays the
+blocks done into a new writer and reads only the rest. The bytes are an uninterrupted run's.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,12 +30,13 @@ import numpy as np
 from lmdata import formats
 from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
-from lmdata.errors import InvalidInputError
+from lmdata._version import __version__
+from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
 from lmdata.parallel import Executor, InProcess, make_executor
 from lmdata.parallel import records as record_codec
-from lmdata.parallel.staging import Staging, staging_for
+from lmdata.parallel.staging import Staging, prepare, staging_for, tree_version, unit_key
 from lmdata.protocols import is_token_reader
-from lmdata.storage import check_dest, options_scope
+from lmdata.storage import check_dest, is_url, options_scope
 
 
 @dataclass
@@ -34,11 +44,13 @@ class ConvertSummary:
     records: int = 0
     seconds: float = 0.0
     output: str = ""
+    resumed: int = 0  # records replayed from an interrupted job's staged blocks
 
     def line(self) -> str:
         rate = self.records / self.seconds if self.seconds else 0.0
+        again = f", {self.resumed:,} of them from the interrupted job" if self.resumed else ""
         return (
-            f"converted {self.records:,} records in {self.seconds:.1f} s ({rate:,.0f}/s) "
+            f"converted {self.records:,} records in {self.seconds:.1f} s ({rate:,.0f}/s{again}) "
             f"-> {self.output}"
         )
 
@@ -96,16 +108,13 @@ def _read_block(block: Block) -> list[Any] | StagedBlock:
 
 
 def _unstage(staging: Staging, staged: StagedBlock) -> list[Any]:
-    """A staged block's records, or its sequences (views of one array); its part removed once
-    read."""
+    """A staged block's records, or its sequences (views of one array). The part stays until
+    the output is committed: a resumed job replays it."""
     data = staging.read_part(staged.name)
     if not staged.tokens:
-        recs = record_codec.unpack(data, f"{staging.where}/parts/{staged.name}")
-        staging.remove_part(staged.name)
-        return recs
+        return record_codec.unpack(data, f"{staging.where}/parts/{staged.name}")
     with np.load(io.BytesIO(data)) as z:
         tokens, lengths = z["tokens"], z["lengths"]
-    staging.remove_part(staged.name)
     return np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
 
 
@@ -117,9 +126,16 @@ def _n_blocks(reader: Any) -> int:
 
 
 def _blocks(
-    reader: Any, pool: Executor, staging: Staging | None, split: int, tokens: bool
-) -> Iterator[list[Any]]:
-    """The reader's records in blocks, read by ``pool``'s workers (staged, with ``staging``)."""
+    reader: Any,
+    pool: Executor,
+    staging: Staging | None,
+    split: int,
+    tokens: bool,
+    done: set[tuple[int, int]],
+) -> Iterator[tuple[int, list[Any], bool]]:
+    """The reader's records in blocks, in order: (block number, its records, whether this job
+    staged it). Blocks ``done`` (split, block) by an interrupted job are replayed from
+    ``staging``; the rest are read by ``pool``'s workers (staged, with ``staging``)."""
     n = len(reader)
     ext = "npz" if tokens else "rec"
     units = [
@@ -128,10 +144,26 @@ def _blocks(
         )
         for lo in range(0, n, BLOCK)
     ] or [Block(0, 0)]
+    todo = [u for k, u in enumerate(units) if (split, k) not in done]
+    results: Iterator[Any] = iter(())
+    if todo:
+        results = pool.map_ordered(_read_block, todo, initializer=_init, initargs=(reader,))
     try:
-        for res in pool.map_ordered(_read_block, units, initializer=_init, initargs=(reader,)):
-            yield _unstage(staging, res) if isinstance(res, StagedBlock) else res  # type: ignore[arg-type]
+        for k, unit in enumerate(units):
+            if (split, k) in done:
+                assert staging is not None
+                yield k, _unstage(staging, StagedBlock(unit.name, unit.hi - unit.lo, tokens)), False
+                continue
+            res = next(results)
+            if isinstance(res, StagedBlock):
+                assert staging is not None
+                yield k, _unstage(staging, res), True
+            else:
+                yield k, res, False
     finally:
+        close = getattr(results, "close", None)
+        if close is not None:  # stops the workers of a job that ends early
+            close()
         _init(None)  # in-process: no reference to the reader outlives the job
 
 
@@ -150,6 +182,7 @@ def convert(
     reader_options: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
     storage_options: dict[str, Any] | None = None,
+    resume: bool = False,
 ) -> ConvertSummary:
     """Convert the dataset at ``src`` into format ``to`` at ``dst``.
 
@@ -160,6 +193,12 @@ def convert(
     ``workers`` choose where source blocks are read; the output is the same for all.
     ``storage_options`` go to the stores of URLs (``src`` and ``dst`` alike); an output URL is
     written through the target format's writer, which commits it metadata-last.
+
+    Blocks read by workers are staged beside the output (:func:`work_area`) until it is
+    committed; an interrupted job keeps them, and ``resume=True`` (the same source, unchanged,
+    and options) reads only the blocks not done, with the same output bytes. A job running in
+    this process (``workers`` 0 or 1, or one block) stages only with ``resume=True``, so pass
+    it from the first run to make such a job resumable.
     """
     with options_scope(storage_options):
         return _convert(
@@ -175,7 +214,40 @@ def convert(
             writer_options,
             reader_options,
             progress,
+            resume,
         )
+
+
+def work_area(
+    dst: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> Staging:
+    """Where convert stages the blocks of output ``dst`` (``.NAME.lmdata-convert`` beside it):
+    an interrupted job keeps it for ``resume``."""
+    return staging_for(dst, storage_options, "convert")
+
+
+def _manifest(
+    src: Any,
+    source: formats.FormatSpec,
+    splits: list[str | None],
+    reader_options: dict[str, Any] | None,
+    target: formats.FormatSpec,
+    opts: dict[str, Any],
+) -> bytes:
+    """What ``resume`` must find unchanged: the source (by path or URL, size and version), how
+    it is read, the target and its options, the block size, and lmdata's version."""
+    job = {
+        "source": os.fspath(src) if is_url(src) else os.path.abspath(src),
+        "source_format": source.name,
+        "splits": splits,
+        "reader_options": reader_options or {},
+        "to": target.name,
+        "writer_options": opts,
+        "block": BLOCK,
+        "lmdata": __version__,
+    }
+    manifest = {"job": job, "source": tree_version(src)}
+    return json.dumps(manifest, sort_keys=True, default=repr).encode()
 
 
 def _convert(
@@ -191,6 +263,7 @@ def _convert(
     writer_options: dict[str, Any] | None,
     reader_options: dict[str, Any] | None,
     progress: Callable[[int], None] | None,
+    resume: bool,
 ) -> ConvertSummary:
     t0 = time.perf_counter()
     target = formats.spec(to)
@@ -210,8 +283,16 @@ def _convert(
     readers = [
         open_dataset(src, format=source.name, split=s, **(reader_options or {})) for s in src_splits
     ]
-    pool = make_executor(engine, workers, address, units=sum(_n_blocks(r) for r in readers))
     try:
+        units = sum(_n_blocks(r) for r in readers)
+        job = (src, source, src_splits, reader_options, target, opts)
+        staging, done = _resume(dst, _manifest(*job)) if resume else (None, set())
+        pool = make_executor(engine, workers, address, units=units - len(done))
+        if staging is None and not isinstance(pool, InProcess):
+            # blocks read by workers are staged beside the output and committed from there; a
+            # new job empties what a killed one left
+            staging = work_area(dst)
+            prepare(staging, _manifest(*job), False, "convert")
         summary.records = _copy(
             src,
             dst,
@@ -221,12 +302,28 @@ def _convert(
             overwrite,
             opts,
             progress,
+            staging,
+            done,
+            summary,
         )
     finally:
         for r in readers:
             r.close()
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _resume(dst: str, manifest: bytes) -> tuple[Staging, set[tuple[int, int]]]:
+    """The staging area of a resumed job and its blocks done (split, block) whose parts are
+    there; a new area if there is none. Stages even in this process, so that a later resume
+    has blocks to replay."""
+    if not is_url(dst):  # a killed writer's half-written output (never a dataset) goes
+        out = Path(os.path.abspath(dst))
+        for stale in out.parent.glob(f".lmdata-tmp-{out.name}-*"):
+            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink()
+    staging = work_area(dst)
+    done = prepare(staging, manifest, True, "convert")
+    return staging, done & {unit_key(n) for n in staging.parts() if not n.startswith(".")}
 
 
 def _copy(
@@ -238,62 +335,91 @@ def _copy(
     overwrite: bool,
     opts: dict[str, Any],
     progress: Callable[[int], None] | None,
+    staging: Staging | None,
+    done: set[tuple[int, int]],
+    summary: ConvertSummary,
 ) -> int:
     """Every record of ``sources`` (split, reader) into a new ``target`` dataset at ``dst``;
-    returns the number of records."""
-    readers = [r for _, r in sources]
-    tokens = all(is_token_reader(r) for r in readers)
-    if target.kind == "tokens":
-        if not tokens:
-            raise InvalidInputError(
-                f"{target.name} stores token sequences and {src} holds records; use `lmdata "
-                "tokenize` to turn documents into tokens, or token_column= (--token-column) "
-                "for a records dataset whose column holds token ids"
-            )
-        assert target.tokens is not None
-        sink = target.tokens.open(
-            dst,
-            overwrite=overwrite,
-            vocab_size=_vocab_size(readers),
-            options=opts,
-        )
-    else:
-        sink = None
-        w = open_writer(dst, target.name, overwrite=overwrite, **opts)
-    out: Any = sink if sink is not None else w
-    records = 0
-    # blocks read by workers are staged beside the output and committed from there; a new
-    # job empties what a killed one left
-    staging = None if isinstance(pool, InProcess) else staging_for(dst, None, "convert")
+    returns the number of records. Blocks ``done`` are replayed from ``staging``; at an
+    interruption the staging area is kept if a resume could use it, else removed."""
+    marked = len(done)  # blocks done: what a resume would not read again
+    tokens = all(is_token_reader(r) for _, r in sources)
     try:
-        if staging is not None:
-            staging.reset(b"convert")
+        out = _open_output(src, dst, target, [r for _, r in sources], tokens, overwrite, opts)
+    except BaseException:
+        if staging is not None and not marked:
+            staging.clear()
+        raise
+    records = 0
+    closing = False
+    try:
         for i, (s, reader) in enumerate(sources):
-            for block in _blocks(reader, pool, staging, i, tokens):
+            for k, block, fresh in _blocks(reader, pool, staging, i, tokens, done):
                 first = records
                 try:
-                    if sink is not None:  # one call per block: the error names the block
-                        _write_tokens(sink, block, s if s in target.splits else "train")
+                    if target.kind == "tokens":  # one call per block: the error names it
+                        _write_tokens(out, block, s if s in target.splits else "train")
                         records += len(block)
                     else:
                         for rec in block:
-                            w.write({"tokens": rec} if tokens else rec)
+                            out.write({"tokens": rec} if tokens else rec)
                             records += 1
                 except InvalidInputError as e:
                     last = first + len(block) - 1
-                    where = f"record {records}" if sink is None else f"records {first}-{last}"
+                    where = f"records {first}-{last}" if target.kind == "tokens" else ""
+                    where = where or f"record {records}"
                     split_name = f"{s} " if s else ""
                     raise InvalidInputError(f"{src}: {split_name}{where}: {e}") from None
+                if fresh:  # the writer has it: a resumed job replays it
+                    assert staging is not None
+                    staging.mark_done(i, k)
+                    marked += 1
+                elif (i, k) in done:
+                    summary.resumed += len(block)
                 if progress:
                     progress(records)
-    except BaseException:
-        out.abort()
-        raise
-    finally:
-        if staging is not None:
+        closing = True
+        out.close()  # the output is committed: the staged blocks are of no more use
+    except BaseException as e:
+        if not closing:
+            out.abort()
+        if staging is not None and not (marked and _resumable(e)):
             staging.clear()
-    out.close()
+        raise
+    if staging is not None:
+        staging.clear()
     return records
+
+
+def _resumable(e: BaseException) -> bool:
+    """Whether a job stopped by ``e`` may be resumed: not when the data or the options are at
+    fault (the same job would stop there again); yes for Ctrl-C, a dead worker, a full disk, a
+    missing dependency, a store's hiccup."""
+    return not isinstance(e, (InvalidInputError, FormatError, CorruptDataError, UnsafeDataError))
+
+
+def _open_output(
+    src: Any,
+    dst: Any,
+    target: formats.FormatSpec,
+    readers: list[Any],
+    tokens: bool,
+    overwrite: bool,
+    opts: dict[str, Any],
+) -> Any:
+    """The target's token sink or record writer at ``dst``."""
+    if target.kind != "tokens":
+        return open_writer(dst, target.name, overwrite=overwrite, **opts)
+    if not tokens:
+        raise InvalidInputError(
+            f"{target.name} stores token sequences and {src} holds records; use `lmdata "
+            "tokenize` to turn documents into tokens, or token_column= (--token-column) "
+            "for a records dataset whose column holds token ids"
+        )
+    assert target.tokens is not None
+    return target.tokens.open(
+        dst, overwrite=overwrite, vocab_size=_vocab_size(readers), options=opts
+    )
 
 
 def _vocab_size(readers: list[Any]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -49,6 +50,15 @@ from lmdata.convert import convert
     default=None,
     help="Processes reading SRC in parallel (default: all cores).",
 )
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted convert: the source blocks already done are not read again "
+    "(their staged copies are replayed); the output is the same. A source whose size or version "
+    "(mtime, ETag) changed, or other options, is refused. A job run in this process (--workers 0 "
+    "or 1, or one block) stages its blocks only with --resume: pass it from the first run to "
+    "make such a job resumable.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists.")
 @storage_option
 @unsafe_pickle_option
@@ -62,6 +72,7 @@ def command(
     split: str | None,
     token_column: str | None,
     workers: int | None,
+    resume: bool,
     overwrite: bool,
     storage_options: dict[str, Any] | None,
     reader_options: dict[str, Any],
@@ -73,27 +84,48 @@ def command(
     sequences, losslessly, or an error naming the field the target cannot hold.
 
     A format's fixed splits (flat-tokens: train and validation) are kept when the target has
-    them too; otherwise --split picks one.
+    them too; otherwise --split picks one. The output is written atomically: Ctrl-C or a kill
+    leaves none, and --resume continues from the blocks done.
     """
     from lmdata._progress import bar as progress_bar
+    from lmdata.convert import work_area
+    from lmdata.errors import LmdataError
+    from lmdata.storage import options_scope
 
     bar = progress_bar(unit="rec", quiet=quiet, desc="convert")
     ropts = dict(reader_options)
     if token_column is not None:
         ropts["token_column"] = token_column
-    summary = convert(
-        src,
-        dst,
-        to,
-        source_format=source_format,
-        split=split,
-        workers=workers,
-        engine=engine,
-        address=address,
-        overwrite=overwrite,
-        reader_options=ropts,
-        progress=lambda n: bar.update(n - bar.n),
-        storage_options=storage_options,
-    )
+    try:
+        summary = convert(
+            src,
+            dst,
+            to,
+            source_format=source_format,
+            split=split,
+            workers=workers,
+            engine=engine,
+            address=address,
+            overwrite=overwrite,
+            reader_options=ropts,
+            progress=lambda n: bar.update(n - bar.n),
+            storage_options=storage_options,
+            resume=resume,
+        )
+    except (KeyboardInterrupt, Exception) as e:
+        bar.close()
+        with options_scope(storage_options):
+            work = work_area(dst)
+            if not work.exists():  # removed: nothing a resume could use
+                raise
+        again = f"no output written; `--resume` continues from {work.where}"
+        if isinstance(e, KeyboardInterrupt):
+            click.echo(f"interrupted: {again}", err=True)
+            sys.exit(130)
+        if not isinstance(e, LmdataError):
+            click.echo(again, err=True)
+            raise
+        click.echo(f"error: {e}\n{again}", err=True)
+        sys.exit(2)
     bar.close()
     click.echo(summary.line())

@@ -12,6 +12,7 @@ same part again replaces it, never half of it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from lmdata.errors import InvalidInputError
 from lmdata.storage import basename, join, parent, resolve
 
 DONE_LOG = "done.log"  # local: one line "FFFFFF-PPPPPP" per unit committed, appended in order
@@ -189,3 +191,87 @@ def staging_for(
         digest = hashlib.sha256(os.fspath(out).encode()).hexdigest()[:16]
         return LocalStaging(os.path.join(tempfile.gettempdir(), f"lmdata-{job}-{digest}"))
     return StoreStaging(store, join(parent(key), f".{basename(key)}.lmdata-{job}"))
+
+
+# ---- resuming ----------------------------------------------------------------------------------
+
+
+def prepare(work: Staging, manifest: bytes, resume: bool, job: str = "job") -> set[tuple[int, int]]:
+    """Start ``work`` for a new job (emptying what another left), or, resuming, check that
+    ``manifest`` is the interrupted job's and drop the parts of its unfinished units; return
+    the units done. A different job is refused, naming what changed."""
+    if resume and work.exists():
+        old = work.manifest()
+        if old != manifest:
+            changed = manifest_changes(old, manifest)
+            what = "the inputs or options differ"
+            if changed:
+                what = f"{', '.join(changed[:4])} {'differs' if len(changed) == 1 else 'differ'}"
+            raise InvalidInputError(
+                f"cannot resume: {what} from the interrupted {job}'s; run again without "
+                f"--resume (which discards {work.where})",
+                path=work.where,
+            )
+        done = work.done()
+        for name in work.parts():  # parts of unfinished units (and torn writes) are redone
+            if name.startswith(".") or unit_key(name) not in done:
+                work.remove_part(name)
+        return done
+    work.reset(manifest)
+    return set()
+
+
+def manifest_changes(old: bytes | None, new: bytes) -> list[str]:
+    """Where two JSON manifests differ, as dotted paths (``source.digest``); [] when either
+    is no JSON object."""
+    try:
+        a, b = json.loads(old or b""), json.loads(new)
+    except ValueError:
+        return []
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return []
+    out: list[str] = []
+
+    def walk(x: Any, y: Any, at: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in sorted(set(x) | set(y)):
+                walk(x.get(k), y.get(k), f"{at}.{k}" if at else str(k))
+        elif x != y:
+            out.append(at)
+
+    walk(a, b, "")
+    return out
+
+
+# what a store's listing says identifies an object's content (an ETag, a generation), else
+# when it was written
+_VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id")
+_VERSION_KEYS += ("LastModified", "last_modified", "mtime", "updated", "created")
+
+
+def tree_version(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The size, number of files and a digest of a file or of every file below a folder (local
+    or on a store, with the storage options in scope): each file's name, size and modification
+    time (on a store: its ETag or generation, else the time written), so a resumed job notices
+    a source that changed since it was interrupted."""
+    store, key = resolve(path)
+    h = hashlib.sha256()
+    size = files = 0
+    fs = getattr(store, "fs", None)
+    if fs is None:
+        root = Path(key)
+        found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for p in found:
+            st = p.stat()
+            rel = p.relative_to(root).as_posix()
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            size, files = size + st.st_size, files + 1
+        return {"size": size, "files": files, "digest": h.hexdigest()}
+    info = fs.info(key)
+    listed = fs.find(key, detail=True) if info.get("type") == "directory" else {key: info}
+    for name in sorted(listed):
+        e = listed[name]
+        tag = next((f"{k}={e[k]}" for k in _VERSION_KEYS if e.get(k) not in (None, "")), "")
+        h.update(f"{name}\0{e.get('size')}\0{tag}\n".encode())
+        size, files = size + int(e.get("size") or 0), files + 1
+    return {"size": size, "files": files, "digest": h.hexdigest()}
