@@ -268,3 +268,27 @@ def test_cli_resume(tmp_path, monkeypatch):
 def test_cli_help_documents_resume():
     res = CliRunner().invoke(cli, ["convert", "--help"])
     assert "--resume" in res.output and "not read again" in res.output
+
+
+def test_resume_on_every_store(where):
+    """Source and output local, on memory:// or on S3 (moto): the staging area beside the
+    output (on S3: `done/` markers), the source's version from the store's listing."""
+    from lmdata.convert import work_area
+    from lmdata.storage import resolve
+
+    src = records_source(where, n=60)  # type: ignore[arg-type]
+    out = f"{where}-out"
+    with pytest.raises(Stop):
+        convert(src, out, "mds-jsonl", workers=0, resume=True, progress=stop_after(2))
+    assert work_area(out).done() == {(0, 0), (0, 1)}
+    store, key = resolve(where)
+    if hasattr(store, "write_object"):  # the source changed: a file more
+        store.write_object(f"{key}/NOTES.txt", b"a file more")
+    else:
+        Path(key, "NOTES.txt").write_bytes(b"a file more")
+    with pytest.raises(InvalidInputError, match=r"source\.(digest|files|size)"):
+        convert(src, out, "mds-jsonl", workers=0, resume=True)
+    store.remove(f"{key}/NOTES.txt")
+    s = convert(src, out, "mds-jsonl", workers=0, resume=True)
+    assert s.resumed == 2 * BLOCK and not work_area(out).exists()
+    assert [r["n"] for r in lmdata.open(out)] == list(range(60))
