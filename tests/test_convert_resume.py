@@ -265,6 +265,28 @@ def test_cli_resume(tmp_path, monkeypatch):
     assert (tmp_path / "o.jsonl").read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
 
 
+def test_cli_error_that_a_resume_survives_says_where_to_resume(tmp_path, monkeypatch):
+    from lmdata.errors import DatasetNotFoundError
+
+    src = records_source(tmp_path / "src.mds")
+    real = conv._read_block
+    calls: list[int] = []
+
+    def vanished(block):  # a piece of the source went missing on its store for a moment
+        calls.append(block.lo)
+        if len(calls) == 3:
+            raise DatasetNotFoundError("gone", path="shard")
+        return real(block)
+
+    monkeypatch.setattr(conv, "_read_block", vanished)
+    args = ["convert", str(src), str(tmp_path / "o"), "--to", "mds", "--workers", "0", "--resume"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2
+    assert res.stderr.splitlines()[0] == "error: shard: gone"
+    assert "no output written; `--resume` continues from" in res.stderr.splitlines()[1]
+    assert (tmp_path / ".o.lmdata-convert" / "done.log").read_text().count("\n") == 2
+
+
 def test_cli_help_documents_resume():
     res = CliRunner().invoke(cli, ["convert", "--help"])
     assert "--resume" in res.output and "not read again" in res.output

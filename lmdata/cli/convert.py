@@ -87,6 +87,7 @@ def command(
     them too; otherwise --split picks one. The output is written atomically: Ctrl-C or a kill
     leaves none, and --resume continues from the blocks done.
     """
+    from lmdata._progress import LogLines
     from lmdata._progress import bar as progress_bar
     from lmdata.convert import work_area
     from lmdata.errors import LmdataError
@@ -113,7 +114,8 @@ def command(
             resume=resume,
         )
     except (KeyboardInterrupt, Exception) as e:
-        bar.close()
+        if not isinstance(bar, LogLines):  # a log gets no "done" line for work that failed
+            bar.close()
         with options_scope(storage_options):
             work = work_area(dst)
             if not work.exists():  # removed: nothing a resume could use
