@@ -149,6 +149,19 @@ def test_records_resume_in_process_reads_no_finished_block_again(tmp_path, monke
 
 
 # the autouse fixture only sets BLOCK, which each example sets itself
+def test_a_resumed_job_interrupted_again_resumes_from_both_runs(tmp_path, monkeypatch):
+    src = records_source(tmp_path / "src.mds")
+    convert(src, tmp_path / "ref.jsonl", "jsonl", workers=0)
+    with pytest.raises(Stop):
+        convert(src, tmp_path / "o.jsonl", "jsonl", workers=2, progress=stop_after(2))
+    with pytest.raises(Stop):  # 2 blocks replayed, 3 read, then Ctrl-C again
+        convert(src, tmp_path / "o.jsonl", "jsonl", workers=2, resume=True, progress=stop_after(5))
+    seen = read_units(monkeypatch)
+    s = convert(src, tmp_path / "o.jsonl", "jsonl", workers=2, resume=True)
+    assert seen == list(range(5 * BLOCK, 150, BLOCK)) and s.resumed == 5 * BLOCK
+    assert (tmp_path / "o.jsonl").read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
+
+
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
