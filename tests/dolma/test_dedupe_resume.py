@@ -96,24 +96,28 @@ def _ids(name: str, tasks: list) -> set:
     return {t.last for t in tasks}
 
 
-def _reference(tmp_path: Path) -> tuple[dd.DedupeResult, dict[str, bytes], dict[str, set]]:
+def _reference(
+    tmp_path: Path, rb: int = RB
+) -> tuple[dd.DedupeResult, dict[str, bytes], dict[str, set]]:
     """An uninterrupted resumable run: its result, attribute files and every phase's units."""
     root = _tree(tmp_path / "ref")
     with pytest.MonkeyPatch.context() as mp:
         units = {p: _counting(mp, p) for p in PHASES}
         res = dd.dedupe(
-            _cfg(str(root), tmp_path / "rw"), engine="inprocess", range_bytes=RB, resume=True
+            _cfg(str(root), tmp_path / "rw"), engine="inprocess", range_bytes=rb, resume=True
         )
     return res, _attrs(root), {p: _ids(p, u) for p, u in units.items()}
 
 
-def _stop(root: str, work: Path | None, phase: str, after: int, **kw) -> dict[str, list]:
+def _stop(
+    root: str, work: Path | None, phase: str, after: int, rb: int = RB, **kw
+) -> dict[str, list]:
     """Run a resumable job on ``root`` until ``after`` units of ``phase`` ran: every phase's
     units that ran."""
     with pytest.MonkeyPatch.context() as mp:
         ran = {p: _counting(mp, p, after if p == phase else None) for p in PHASES}
         with pytest.raises(Killed):
-            dd.dedupe(_cfg(root, work, **kw), engine="inprocess", range_bytes=RB, resume=True)
+            dd.dedupe(_cfg(root, work, **kw), engine="inprocess", range_bytes=rb, resume=True)
     return ran
 
 
@@ -149,16 +153,17 @@ def test_a_stopped_dedupe_resumes_without_redoing_finished_units(
     assert sorted(left) == ["a.jsonl", "b.jsonl.gz", "c.jsonl"]  # no pieces folder left
 
 
-def test_a_resume_with_other_workers_keeps_the_stopped_runs_units(tmp_path: Path) -> None:
+def test_a_resume_on_other_workers_keeps_the_stopped_runs_units(tmp_path: Path) -> None:
     _, want, _ = _reference(tmp_path)
     root, work = _tree(tmp_path / "r"), tmp_path / "w"
     _stop(str(root), work, "_phase_mark", 3)
-    cfg = dataclasses.replace(_cfg(str(root), work), processes=1)
+    # on 2 worker processes (which write the markers) instead of 3, with another range size
+    cfg = dataclasses.replace(_cfg(str(root), work), processes=2)
     with pytest.MonkeyPatch.context() as mp:
         hashed = _counting(mp, "_phase_hash")
-        dd.dedupe(cfg, engine="inprocess", range_bytes=10 * RB, resume=True)
+        dd.dedupe(cfg, engine="processes", range_bytes=10 * RB, resume=True)
     assert hashed == []  # the plan (ranges, groups, buckets) is the stopped run's
-    assert _attrs(root) == want
+    assert _attrs(root) == want and list(work.iterdir()) == []
 
 
 def test_a_changed_input_or_option_is_not_resumed(tmp_path: Path) -> None:
@@ -217,3 +222,23 @@ def test_the_command_line_resumes(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     assert _attrs(root) == want and list((tmp_path / "w").iterdir()) == []
+
+
+def test_a_stopped_dedupe_on_s3_resumes(
+    tmp_path: Path, s3_root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an object store the markers are objects, read back concurrently (the hash units'
+    spill tables with them)."""
+    monkeypatch.setattr(dd, "BUCKET_ENTRIES", 150)  # fewer units: fewer requests
+    _, want, units = _reference(tmp_path, 1000)
+    store, key = resolve(s3_root)
+    for p in sorted((tmp_path / "ref" / "documents").iterdir()):
+        store.write_object(f"{key}/documents/{p.name}", p.read_bytes())
+    _stop(s3_root, None, "_phase_mark", 1, 1000)
+    with pytest.MonkeyPatch.context() as mp:
+        ran = {p: _counting(mp, p) for p in PHASES}
+        dd.dedupe(_cfg(s3_root, None), engine="inprocess", range_bytes=1000, resume=True)
+    assert ran["_phase_hash"] == [] and len(ran["_phase_mark"]) == len(units["_phase_mark"]) - 1
+    got = {n: store.read(f"{key}/attributes/d/{n}") for n in store.list(f"{key}/attributes/d")}
+    assert got == want and len(units["_phase_mark"]) > 1
+    assert sorted(store.list(key)) == ["attributes", "documents"]
