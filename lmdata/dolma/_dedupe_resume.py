@@ -41,7 +41,7 @@ from lmdata.dolma.pieces import Join, job_id, part_key, parts_folder, version
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import join_parts
 from lmdata.formats.dolma._paths import attribute_path
-from lmdata.storage import LocalStore, Store, resolve, scheme
+from lmdata.storage import LocalStore, Store, basename, resolve, scheme
 
 MANIFEST = "manifest.json"
 # options that change no output byte (and storage options, which may hold secrets)
@@ -99,6 +99,24 @@ class Done:
         if not isinstance(n, int) or len(arr) != n * (nbuckets + 1):
             return None
         return int(meta["documents"]), int(meta["keys"]), tuple(arr.reshape(n, nbuckets + 1))
+
+    def drop_missing(
+        self, spans: Sequence[Span], name: str, job: str, opts: dict[str, Any] | None
+    ) -> None:
+        """Forget the pieces marked done that are not in their folder (``lmdata clean`` took
+        them, say): they are written again (one listing per file with such pieces)."""
+        by_file: dict[int, list[int]] = {}
+        for k in self.pieces:
+            s = spans[k] if k < len(spans) else None
+            if s is not None and s.ranged and k - s.part + s.parts - 1 not in self.joined:
+                by_file.setdefault(k - s.part, []).append(k)
+        for first, ks in by_file.items():
+            out = attribute_path(spans[first].path, name)
+            store, key = resolve(out, opts)
+            there = set(store.list(parts_folder(key, job)))
+            for k in ks:
+                if basename(part_key(key, spans[k].part, job)) not in there:
+                    del self.pieces[k]
 
     def span(self, k: int, span: Span) -> bool:
         """True if span ``k``'s attribute rows are written (a file, a range's piece, or the

@@ -358,6 +358,7 @@ def dedupe(
             state.begin(plan, [parts_folder(o, job) for o in ranged])
         else:
             done = Done.read(work)
+            done.drop_missing(spans, cfg.name, job, cfg.storage_options)
     else:
         # this run's own folders (a rerun without resume redoes every phase)
         root = (

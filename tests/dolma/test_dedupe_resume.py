@@ -242,3 +242,18 @@ def test_a_stopped_dedupe_on_s3_resumes(
     got = {n: store.read(f"{key}/attributes/d/{n}") for n in store.list(f"{key}/attributes/d")}
     assert got == want and len(units["_phase_mark"]) > 1
     assert sorted(store.list(key)) == ["attributes", "documents"]
+
+
+def test_a_piece_marked_done_but_gone_is_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, want, _ = _reference(tmp_path)
+    root, work = _tree(tmp_path / "r"), tmp_path / "w"
+    first = _stop(str(root), work, "_phase_write", 2)
+    assert _ids("_phase_write", first["_phase_write"]) == {0, 1}  # two ranges of a.jsonl
+    (parts,) = [p for p in (root / "attributes" / "d").iterdir() if p.is_dir()]
+    (parts / "a.jsonl.000001").unlink()  # `lmdata clean` took it, say
+    ran = _counting(monkeypatch, "_phase_write")
+    dd.dedupe(_cfg(str(root), work), engine="inprocess", range_bytes=RB, resume=True)
+    assert 0 not in _ids("_phase_write", ran) and 1 in _ids("_phase_write", ran)
+    assert _attrs(root) == want
