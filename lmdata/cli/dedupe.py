@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -65,6 +66,15 @@ from lmdata.dolma.dedupe import dedupe
 @click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any config key (dotted)."
 )
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Make the job resumable, or continue it: its work is kept in a folder named by the "
+    "job and each finished unit is marked, so a run stopped part way (a kill, Ctrl-C, a lost "
+    "worker) and started again with --resume redoes only the unfinished units; the output is "
+    "the same. Start the job with --resume too. A resume whose inputs (size, local mtime) or "
+    "options changed is refused; a run without --resume starts afresh.",
+)
 @click.option("--dryrun", is_flag=True, help="Print the resolved config; dedupe nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @engine_options
@@ -83,6 +93,7 @@ def command(
     processes: int | None,
     work_dir: str | None,
     sets: tuple[str, ...],
+    resume: bool,
     dryrun: bool,
     quiet: bool,
     engine: str,
@@ -110,9 +121,20 @@ def command(
         show_config(data)
         return
     cfg = DedupeConfig.from_dict(data)
-    res = dedupe(
-        cfg, progress=not quiet, engine=engine, address=address, storage_options=storage_options
-    )
+    try:
+        res = dedupe(
+            cfg,
+            progress=not quiet,
+            engine=engine,
+            address=address,
+            storage_options=storage_options,
+            resume=resume,
+        )
+    except KeyboardInterrupt:
+        if not resume:
+            raise
+        click.echo("interrupted: run again with --resume to continue", err=True)
+        sys.exit(130)
     click.echo(
         f"{res.duplicates:,} duplicate {cfg.mode} of {res.keys:,} keys in "
         f"{res.documents:,} documents, {res.files} files, {res.seconds:.1f} s, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import shutil
 import tempfile
 import uuid
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import xxhash
 
 from lmdata.dolma.config import DedupeConfig
@@ -88,7 +90,8 @@ class Spill:
     """The work folder of one run: ``root``, a local folder or a URL, holding ``h/`` (one
     object of hashed keys per spill, sorted by bucket) and ``d/`` (one object of marked
     duplicates per bucket, sorted by span). Objects are raw arrays of fixed-size records, so a
-    reader fetches exactly the item range it needs (no pickles)."""
+    reader fetches exactly the item range it needs (no pickles). A resumable job's folder also
+    holds its ``manifest.json`` and ``done/``, one marker per finished unit (:meth:`mark`)."""
 
     root: str
     storage_options: dict[str, Any] | None = None
@@ -101,7 +104,7 @@ class Spill:
     def make(self) -> None:
         """Create the folders (local only: an object store has no folders to make)."""
         if self._remote is None:
-            for folder in ("h", "d"):
+            for folder in ("h", "d", "done"):
                 (Path(self.root) / folder).mkdir(parents=True, exist_ok=True)
 
     def save(self, folder: str, name: str, arr: np.ndarray) -> None:
@@ -115,6 +118,71 @@ class Spill:
                 raise self._unseen(join(folder, name)) from None
         else:
             remote[0].write_object(join(remote[1], folder, name), data)
+
+    def put(self, name: str, data: bytes) -> None:
+        """Store object ``name`` whole: a kill leaves it as it was or complete (a rename
+        locally, one PUT on a store)."""
+        remote = self._remote
+        if remote is None:
+            path = Path(self.root) / name
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            try:
+                tmp.write_bytes(data)
+            except FileNotFoundError:
+                raise self._unseen(name) from None
+            os.replace(tmp, path)
+        else:
+            remote[0].write_object(join(remote[1], name), data)
+
+    def get(self, name: str) -> bytes | None:
+        """Object ``name``, or None if there is none."""
+        remote = self._remote
+        try:
+            if remote is None:
+                return (Path(self.root) / name).read_bytes()
+            key = join(remote[1], name)
+            return bytes(remote[0].fs.cat_file(key)) if remote[0].exists(key) else None
+        except FileNotFoundError:
+            return None
+
+    def mark(self, name: str, meta: dict[str, Any] | None = None, arr: Any = None) -> None:
+        """Record that unit ``name`` finished, with its small result: ``meta`` (JSON) and an
+        int64 array. Written whole and after the unit's objects, so a marker means a whole unit
+        (a unit a kill interrupted has none and is redone, rewriting its objects)."""
+        data = orjson.dumps(meta or {}) + b"\n"
+        if arr is not None:
+            data += np.ascontiguousarray(arr, dtype="<i8").tobytes()
+        self.put(join("done", name), data)
+
+    def markers(self, read: tuple[str, ...] = ()) -> dict[str, tuple[dict[str, Any], np.ndarray]]:
+        """The markers of the units a run of this job finished, by name (one listing): the
+        result of those whose name starts with one of ``read`` (one read each, concurrent on a
+        store), an empty one for the others (their name says all)."""
+        remote = self._remote
+        if remote is None:
+            names = [n for n in _listdir(Path(self.root) / "done") if not n.startswith(".")]
+        else:
+            names = remote[0].list(join(remote[1], "done"))
+        want = [n for n in names if n.startswith(read)] if read else []
+        if remote is None:
+            raw = [(Path(self.root) / "done" / n).read_bytes() for n in want]
+        else:
+            paths = [join(remote[1], "done", n) for n in want]
+            none = [None] * len(paths)  # whole objects, fetched concurrently on async stores
+            raw = remote[0].fs.cat_ranges(paths, none, none, on_error="raise") if paths else []
+        out = dict.fromkeys(names, ({}, np.zeros(0, np.int64)))
+        for n, data in zip(want, raw, strict=True):
+            head, _, rest = bytes(data).partition(b"\n")
+            try:
+                meta = orjson.loads(head)
+                arr = np.frombuffer(rest, dtype="<i8")
+            except (orjson.JSONDecodeError, ValueError):
+                meta = None
+            if isinstance(meta, dict):
+                out[n] = (meta, arr)
+            else:  # not a marker this version wrote: the unit is redone
+                del out[n]
+        return out
 
     def load(
         self,
@@ -188,15 +256,25 @@ class Spill:
             remote[0].remove(remote[1])
 
 
-def spill_root(cfg: DedupeConfig, first_file: str) -> str:
-    """Where this run's buckets go (see the module's docstring)."""
-    remote = f"{TMP_PREFIX}dedupe-{uuid.uuid4().hex[:12]}"  # what `lmdata clean` finds
+def _listdir(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
+
+
+def spill_root(cfg: DedupeConfig, first_file: str, job: str = "") -> str:
+    """Where this run's buckets go (see :mod:`lmdata.dolma.dedupe`): a folder of its own, or
+    the one named by ``job`` (a resumable job's, the same for every run of it; not created)."""
+    remote = f"{TMP_PREFIX}dedupe-{job or uuid.uuid4().hex[:12]}"  # what `lmdata clean` finds
     wd = cfg.work_dir
     if wd and isinstance(resolve(wd, cfg.storage_options)[0], FsspecStore):
         return join(wd, remote)
     if wd or not isinstance(resolve(first_file, cfg.storage_options)[0], FsspecStore):
         if wd:
             Path(wd).mkdir(parents=True, exist_ok=True)
+        if job:
+            return os.path.join(os.path.abspath(wd or tempfile.gettempdir()), remote)
         return tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-", dir=wd)  # `lmdata clean` finds it
     out = attribute_path(first_file, cfg.name)
     return join(out[: out.rindex("/attributes/")], remote)  # the dataset's root on its store
@@ -216,6 +294,7 @@ class MarkTask:
     nbuckets: int = 1
     part: int = 0
     parts: int = 1
+    mark: bool = False  # a resumable job: leave a marker holding the result (Spill.mark)
 
     def ranges(self) -> list[Piece]:
         """The pieces as ranges of named spill objects."""
@@ -242,7 +321,24 @@ class MarkResult:
 
 def phase_mark(task: MarkTask) -> MarkResult:
     """Mark all but the first occurrence of each hash in one bucket into one object, sorted by
-    span; returns how many and where each span's marks are."""
+    span; returns how many and where each span's marks are (and, in a resumable job, leaves
+    that in its marker ``done/m-<bucket>[-<part>]``)."""
+    res = _mark(task)
+    if task.mark:
+        meta = {"duplicates": res.duplicates, "name": res.name}
+        task.work.mark("m-" + task.name[2:], meta, np.concatenate((res.files, res.starts)))
+    return res
+
+
+def marked(meta: dict[str, Any], arr: np.ndarray) -> MarkResult:
+    """The result a mark unit's marker holds (see :func:`phase_mark`)."""
+    n = len(arr) // 2  # spans, then where each one's marks start (n + 1)
+    if len(arr) and len(arr) != 2 * n + 1:
+        raise ValueError(f"a mark marker holds {len(arr)} numbers")
+    return MarkResult(int(meta["duplicates"]), arr[:n], arr[n:], str(meta["name"]))
+
+
+def _mark(task: MarkTask) -> MarkResult:
     work = task.work
     keep = None
     if task.parts > 1:

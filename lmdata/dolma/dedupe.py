@@ -61,7 +61,6 @@ import logging
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,20 +80,23 @@ from lmdata.dolma._buckets import (
     spill_root,
 )
 from lmdata.dolma._buckets import phase_mark as _phase_mark
-from lmdata.dolma._spans import Span
+from lmdata.dolma._dedupe_resume import (
+    Done,
+    JoinTask,
+    Plan,
+    Resumable,
+    forget_joined,
+    run_join_marked,
+)
+from lmdata.dolma._spans import Span, split_paragraphs
+from lmdata.dolma._spans import read as _read
+from lmdata.dolma._spans import skip as _skip
 from lmdata.dolma.config import DedupeConfig
-from lmdata.dolma.jsonpath import compile_path
 from lmdata.dolma.pieces import Fresh, Join, join_all, part_key, parts_folder
-from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import OutputFile, Part
 from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of
-from lmdata.formats.dolma.reader import parse_line
 from lmdata.storage import TMP_PREFIX, Store
-
-try:
-    import regex as _re
-except ImportError:  # pragma: no cover
-    import re as _re  # type: ignore[no-redef]
 
 log = logging.getLogger("lmdata.dolma.dedupe")
 BLOOM_NOTE = (
@@ -111,7 +113,6 @@ MAX_BUCKETS = 1 << 16  # hash buckets at most (each spill's table has one int64 
 # keys per byte of compressed input (measured on dolma-style text): sizes the hash buckets; a
 # bucket that still holds more than BUCKET_ENTRIES is marked in several passes
 DENSITY = {"documents": 0.01, "paragraphs": 0.05, "by_ngram": 1.0}
-_WORDS = _re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -127,85 +128,6 @@ class DedupeResult:
         return self.documents / self.seconds if self.seconds > 0 else 0.0
 
 
-def split_paragraphs(text: str, sep: str, dolma_offsets: bool = True) -> list[tuple[int, int, str]]:
-    """``(start, end, paragraph)`` in code points, ``end`` counting the separator after it.
-
-    dolma (src/deduper.rs) adds the separator only while the character offset is below the
-    text's length in *bytes* minus one. On ASCII text that drops the newline of a paragraph
-    followed by a final empty one (``"a\n"`` gives ``[0, 1]``); on non-ASCII text the last span
-    ends one past the text. ``dolma_offsets=True`` reproduces that, so attribute files are
-    byte-identical to dolma's; ``False`` gives the exact spans (readers clamp either way).
-    """
-    out = []
-    pos = 0
-    pieces = text.split(sep)
-    limit = len(text.encode("utf-8", "surrogatepass")) - 1
-    for i, p in enumerate(pieces):
-        start = pos
-        pos += len(p)
-        if (pos < limit) if dolma_offsets else (i + 1 < len(pieces)):
-            pos += len(sep)
-        out.append((start, pos, p))
-    return out
-
-
-def _skip(key: str, cfg: DedupeConfig, chars: bool) -> bool:
-    if cfg.skip_empty and not key.strip():
-        return True
-    if cfg.min_length and (len(key) if chars else len(key.encode())) < cfg.min_length:
-        return True
-    return bool(cfg.min_words) and len(_WORDS.findall(key)) < cfg.min_words
-
-
-@functools.lru_cache(maxsize=16)
-def _compiled(key: str) -> Any:
-    return compile_path(key)
-
-
-def _doc_key(doc: dict[str, Any], cfg: DedupeConfig, path: str, lineno: int) -> str:
-    found = _compiled(cfg.key).find(doc)
-    if not found or not isinstance(found[0], str):
-        what = "nothing" if not found else type(found[0]).__name__
-        raise CorruptDataError(
-            f"dedupe key {cfg.key} selects {what}; it must select a string in every document "
-            "(dolma requires the same)",
-            path=path,
-            position=f"line {lineno}",
-        )
-    return found[0]
-
-
-def _document(raw: bytes, cfg: DedupeConfig, path: str, lineno: int) -> tuple[dict[str, Any], str]:
-    """The document of one line and what is deduped of it: its key (documents mode) or its
-    text (paragraphs)."""
-    doc = parse_line(raw, path, lineno)
-    if cfg.mode == "documents":
-        return doc, _doc_key(doc, cfg, path, lineno)
-    text = doc.get("text")
-    if not isinstance(text, str):
-        raise CorruptDataError(
-            "document has no string 'text'", path=path, position=f"line {lineno}"
-        )
-    return doc, text
-
-
-def _read(
-    store: Store, key: str, span: Span, cfg: DedupeConfig
-) -> Iterator[tuple[int, dict[str, Any], str]]:
-    """``(line in the span, document, key or text)`` for every line of ``span``; an error
-    names the line's number in the file (counted for a range only then)."""
-    path = store.url(key)
-    for i, where, raw in _spans.lines(store, key, span):
-        try:
-            doc, value = _document(raw, cfg, path, where)
-        except CorruptDataError:
-            if where > 0:
-                raise
-            _document(raw, cfg, path, _spans.line_of(store, key, where))
-            raise
-        yield i, doc, value
-
-
 @dataclass(frozen=True)
 class HashTask:
     """Phase 1: hash the keys of consecutive spans (``(number, span)``, in order) into
@@ -216,6 +138,7 @@ class HashTask:
     cfg: DedupeConfig
     work: Spill
     nbuckets: int
+    mark: bool = False  # a resumable job: leave a marker holding the result (Spill.mark)
 
 
 @dataclass(frozen=True)
@@ -237,6 +160,7 @@ class WriteTask:
     work: Spill
     pieces: tuple[Piece, ...] = ()
     job: str = ""  # names the folder of the ranges' pieces (pieces.parts_folder)
+    mark: bool = False  # a resumable job: mark each span written (Spill.mark)
 
 
 @dataclass(frozen=True)
@@ -273,6 +197,9 @@ def _phase_hash(task: HashTask) -> HashResult:
         docs, keys = docs + d, keys + n
     keys += len(rows)
     spill()
+    if task.mark:
+        meta = {"documents": docs, "keys": keys, "spills": len(spills)}
+        work.mark(f"h-{task.t}", meta, np.concatenate(spills) if spills else None)
     return HashResult(docs, keys, tuple(spills), task.t)
 
 
@@ -327,6 +254,8 @@ def _phase_write(task: WriteTask) -> WriteResult:
         n += rows
         if span.ranged:
             pieces.append((k, checksum))
+        if task.mark:  # after the file (or piece) is whole; a piece's checksum in the name
+            task.work.mark(f"p-{k}-{checksum[0]}-{checksum[1]}" if span.ranged else f"w-{k}")
     return WriteResult(n, tuple(pieces))
 
 
@@ -383,6 +312,7 @@ def dedupe(
     address: str | None = None,
     storage_options: dict[str, Any] | None = None,
     range_bytes: int | None = None,
+    resume: bool = False,
 ) -> DedupeResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``, on
     ``cfg.processes`` workers of ``engine``; the output is the same for any engine and count.
@@ -390,7 +320,11 @@ def dedupe(
     on a cluster, or on the object store).
     ``storage_options`` (fsspec options for URLs) replace the config's; a plain file larger
     than ``range_bytes`` (default :data:`RANGE_BYTES`) is read in ranges of at most that size
-    (smaller, down to :data:`MIN_RANGE_BYTES`, so that each worker has as many)."""
+    (smaller, down to :data:`MIN_RANGE_BYTES`, so that each worker has as many).
+    ``resume``: keep the job's work in a folder of its own and mark each unit done, so that a
+    run stopped part way and started again with ``resume`` runs only the unfinished units (a
+    changed input or option is an InvalidInputError; see :mod:`lmdata.dolma._dedupe_resume`);
+    without it, a run starts afresh, discarding what a stopped resumable run left."""
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     if cfg.bloom_filter:
@@ -404,56 +338,84 @@ def dedupe(
     sizes = [st.size(k) for st, k in map(stores, files)]
     total = sum(sizes)
     step = _range_size(step, total, cfg.processes)
-    nbuckets = _nbuckets(cfg, total)
-    planned = _spans.plan(files, sizes, step)
-    spans = [s for s, _ in planned]
     # one group per worker, or per range of input when larger: a retry redoes one group
-    groups = _spans.groups(spans, [z for _, z in planned], max(cfg.processes, -(-total // step)))
-    work = Spill(
-        spill_root(cfg, files[0]) if files else tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-"),
-        cfg.storage_options,
-    )
-    # this run's own pieces folders (a rerun redoes every phase, so it takes none over), and
-    # they and the work folder kept recent while the job runs: `lmdata clean` (default age
-    # 1 h) judges them by their newest entry, and a phase can outlast that
-    job = uuid.uuid4().hex[:16]
+    plan = Plan(step, max(cfg.processes, -(-total // step)), _nbuckets(cfg, total))
+    state = Resumable(cfg, files, sizes, stores) if files else None
+    old = state.previous() if state else None
+    if resume and state and old is not None:
+        plan = state.check(old)  # the interrupted run's units, whatever the worker count now
+    elif state and old is not None:
+        state.discard(old)
+    planned = _spans.plan(files, sizes, plan.range_bytes)
+    spans = [s for s, _ in planned]
+    groups = _spans.groups(spans, [z for _, z in planned], plan.groups)
+    ranged = [attribute_path(s.path, cfg.name) for s in spans if s.ranged and s.part == 0]
+    keep = resume and state is not None
+    done = Done()
+    if state is not None and keep:
+        work, job = state.work, state.job(plan)
+        if old is None:
+            state.begin(plan, [parts_folder(o, job) for o in ranged])
+        else:
+            done = Done.read(work)
+            done.drop_missing(spans, cfg.name, job, cfg.storage_options)
+    else:
+        # this run's own folders (a rerun without resume redoes every phase)
+        root = (
+            spill_root(cfg, files[0]) if files else tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-")
+        )
+        work, job = Spill(root, cfg.storage_options), uuid.uuid4().hex[:16]
+    # the pieces folders and the work folder kept recent while the job runs: `lmdata clean`
+    # (default age 1 h) judges them by their newest entry, and a phase can outlast that
     fresh = Fresh(
         [(work.root, cfg.storage_options)]
-        + [
-            (parts_folder(attribute_path(s.path, cfg.name), job), cfg.storage_options)
-            for s in spans
-            if s.ranged and s.part == 0
-        ]
+        + [(parts_folder(o, job), cfg.storage_options) for o in ranged]
     )
     try:
         work.make()
-        run = functools.partial(
-            parallel.run_all, engine=engine, workers=cfg.processes, address=address, tick=fresh
+        counted, marked, written = _phases(
+            cfg,
+            spans,
+            groups,
+            plan,
+            work,
+            job,
+            done,
+            keep,
+            functools.partial(
+                parallel.run_all,
+                engine=engine,
+                workers=cfg.processes,
+                address=address,
+                tick=fresh,
+            ),
+            progress,
         )
-        counted = run(
-            _phase_hash,
-            [HashTask(t, tuple(g), cfg, work, nbuckets) for t, g in enumerate(groups)],
-            desc="dedupe: hash",
-            progress=progress,
-        )
-        marked = run(
-            _phase_mark,
-            _mark_tasks(counted, nbuckets, work),
-            desc="dedupe: mark",
-            progress=False,
-        )
-        written = run(
-            _phase_write,
-            [
-                WriteTask(tuple(g), cfg, work, _marks_of(g, marked), job)
-                for g in _by_marks(groups, marked, len(spans))
-            ],
-            desc="dedupe: write",
-            progress=False,
-        )
-    finally:
+    except BaseException:
+        if not keep:  # a resumable job's work stays for the next run
+            work.remove()
+        raise
+    if not keep:
         work.remove()
-    join_all(_joins(cfg, spans, written, job), engine, cfg.processes, address)
+    before = WriteResult(0, tuple(done.pieces.items()))  # the pieces earlier runs wrote
+    joins = _joins(cfg, spans, [*written, before], job, done.joined)
+    if keep:
+        tasks = [JoinTask(j, work, k) for k, j in joins]
+        if tasks:
+            parallel.run_all(
+                run_join_marked,
+                tasks,
+                engine=engine,
+                workers=cfg.processes,
+                address=address,
+                desc="join",
+                progress=False,
+            )
+        joined = [attribute_path(spans[k].path, cfg.name) for k in done.joined if k < len(spans)]
+        forget_joined(joined, job, cfg.storage_options)
+        work.remove()
+    else:
+        join_all([j for _, j in joins], engine, cfg.processes, address)
     return DedupeResult(
         files=len(files),
         documents=sum(c.documents for c in counted),
@@ -463,19 +425,68 @@ def dedupe(
     )
 
 
+def _phases(
+    cfg: DedupeConfig,
+    spans: list[Span],
+    groups: list[list[tuple[int, Span]]],
+    plan: Plan,
+    work: Spill,
+    job: str,
+    done: Done,
+    keep: bool,
+    run: Any,
+    progress: bool,
+) -> tuple[list[HashResult], list[MarkResult], list[WriteResult]]:
+    """Run the three phases, each unit not ``done`` (the others' results from their markers);
+    ``keep``: mark each unit done."""
+
+    def run_some(fn: Any, units: list[Any], desc: str, progress: bool = False) -> list[Any]:
+        return run(fn, units, desc=desc, progress=progress) if units else []
+
+    nb = plan.nbuckets
+    hashed = {t: HashResult(*h, t) for t in range(len(groups)) if (h := done.hash(t, nb))}
+    ran = run_some(
+        _phase_hash,
+        [
+            HashTask(t, tuple(g), cfg, work, nb, keep)
+            for t, g in enumerate(groups)
+            if t not in hashed
+        ],
+        desc="dedupe: hash",
+        progress=progress,
+    )
+    counted = sorted([*hashed.values(), *ran], key=lambda c: c.t)
+    tasks = _mark_tasks(counted, nb, work, keep)
+    new = iter(
+        run_some(_phase_mark, [m for m in tasks if m.name not in done.marked], "dedupe: mark")
+    )
+    marked = [done.marked[m.name] if m.name in done.marked else next(new) for m in tasks]
+    units = []
+    for g in _by_marks(groups, marked, len(spans)):
+        todo = [(k, s) for k, s in g if not done.span(k, s)]
+        if todo:
+            units.append(WriteTask(tuple(todo), cfg, work, _marks_of(todo, marked), job, keep))
+    written = run_some(_phase_write, units, "dedupe: write")
+    return counted, marked, written
+
+
 def _joins(
-    cfg: DedupeConfig, spans: list[Span], written: list[WriteResult], job: str
-) -> list[Join]:
-    """The joins of every file written in ranges: its pieces, in order, into its attribute
-    file."""
+    cfg: DedupeConfig,
+    spans: list[Span],
+    written: list[WriteResult],
+    job: str,
+    joined: set[int] | frozenset[int] = frozenset(),
+) -> list[tuple[int, Join]]:
+    """The joins of every file written in ranges (by its last span), but those ``joined``
+    already: its pieces, in order, into its attribute file."""
     sums = dict(p for w in written for p in w.pieces)
     out = []
     for k, span in enumerate(spans):
-        if span.ranged and span.part == span.parts - 1:
+        if span.ranged and span.part == span.parts - 1 and k not in joined:
             o = attribute_path(span.path, cfg.name)
             first = k - span.part
             pieces = tuple(sums[j] for j in range(first, k + 1))
-            out.append(Join(o, codec_of(o), pieces, cfg.storage_options, job=job))
+            out.append((k, Join(o, codec_of(o), pieces, cfg.storage_options, job=job)))
     return out
 
 
@@ -496,9 +507,12 @@ def _nbuckets(cfg: DedupeConfig, total: int) -> int:
     return int(min(MAX_BUCKETS, 2 ** int(np.ceil(np.log2(max(1.0, expected))))))
 
 
-def _mark_tasks(counted: list[HashResult], nbuckets: int, work: Spill) -> list[MarkTask]:
+def _mark_tasks(
+    counted: list[HashResult], nbuckets: int, work: Spill, mark: bool = False
+) -> list[MarkTask]:
     """One mark unit per bucket, or per part of a bucket holding more than
-    :data:`BUCKET_ENTRIES` entries (counted from the spills' tables), so none sorts more."""
+    :data:`BUCKET_ENTRIES` entries (counted from the spills' tables), so none sorts more;
+    ``mark``: each leaves a marker when done (a resumable job)."""
     ids = np.array([(c.t, i) for c in counted for i in range(len(c.spills))], dtype=np.int64)
     if not len(ids):
         return []
@@ -509,7 +523,7 @@ def _mark_tasks(counted: list[HashResult], nbuckets: int, work: Spill) -> list[M
         has = np.flatnonzero(sizes[:, b])
         pieces = np.column_stack((ids[has], starts[has, b], starts[has, b + 1]))
         parts = max(1, -(-int(sizes[has, b].sum()) // BUCKET_ENTRIES))
-        out += [MarkTask(b, work, pieces, nbuckets, p, parts) for p in range(parts)]
+        out += [MarkTask(b, work, pieces, nbuckets, p, parts, mark) for p in range(parts)]
     return out
 
 
