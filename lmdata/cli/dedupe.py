@@ -69,11 +69,11 @@ from lmdata.dolma.dedupe import dedupe
 @click.option(
     "--resume",
     is_flag=True,
-    help="Make the job resumable, or continue it: its work is kept in a folder named by the "
-    "job and each finished unit is marked, so a run stopped part way (a kill, Ctrl-C, a lost "
-    "worker) and started again with --resume redoes only the unfinished units; the output is "
-    "the same. Start the job with --resume too. A resume whose inputs (size, local mtime) or "
-    "options changed is refused; a run without --resume starts afresh.",
+    help="Continue a job stopped part way (a kill, Ctrl-C, a lost worker): every run keeps "
+    "its work in a folder named by the job and marks each finished unit, so --resume redoes "
+    "only the unfinished units; the output is the same. A resume whose inputs (size, local "
+    "mtime) or options changed is refused; a run without --resume starts afresh (discarding "
+    "a stopped run's work).",
 )
 @click.option("--dryrun", is_flag=True, help="Print the resolved config; dedupe nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
@@ -131,8 +131,6 @@ def command(
             resume=resume,
         )
     except KeyboardInterrupt:
-        if not resume:
-            raise
         click.echo("interrupted: run again with --resume to continue", err=True)
         sys.exit(130)
     click.echo(

@@ -321,10 +321,11 @@ def dedupe(
     ``storage_options`` (fsspec options for URLs) replace the config's; a plain file larger
     than ``range_bytes`` (default :data:`RANGE_BYTES`) is read in ranges of at most that size
     (smaller, down to :data:`MIN_RANGE_BYTES`, so that each worker has as many).
-    ``resume``: keep the job's work in a folder of its own and mark each unit done, so that a
-    run stopped part way and started again with ``resume`` runs only the unfinished units (a
-    changed input or option is an InvalidInputError; see :mod:`lmdata.dolma._dedupe_resume`);
-    without it, a run starts afresh, discarding what a stopped resumable run left."""
+    Every run keeps its work in a folder named by the job and marks each unit done, so a run
+    stopped part way (a kill, Ctrl-C, a lost worker) and started again with ``resume`` runs
+    only the unfinished units (a changed input or option is an InvalidInputError; see
+    :mod:`lmdata.dolma._dedupe_resume`); without ``resume``, a run starts afresh, discarding
+    what a stopped run left."""
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     if cfg.bloom_filter:
@@ -345,12 +346,13 @@ def dedupe(
     if resume and state and old is not None:
         plan = state.check(old)  # the interrupted run's units, whatever the worker count now
     elif state and old is not None:
-        state.discard(old)
+        state.discard(old)  # a stopped run's work: this run starts afresh
+        old = None
     planned = _spans.plan(files, sizes, plan.range_bytes)
     spans = [s for s, _ in planned]
     groups = _spans.groups(spans, [z for _, z in planned], plan.groups)
     ranged = [attribute_path(s.path, cfg.name) for s in spans if s.ranged and s.part == 0]
-    keep = resume and state is not None
+    keep = state is not None  # every run resumable, as tokenize's: work kept, units marked
     done = Done()
     if state is not None and keep:
         work, job = state.work, state.job(plan)

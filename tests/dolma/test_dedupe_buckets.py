@@ -89,10 +89,13 @@ def test_work_dir_url_for_local_documents(tmp_path, memory_root, spills):
     assert store.list(key) == []
 
 
-def test_a_failed_run_removes_its_buckets(memory_root, spills, monkeypatch):
+def test_a_failed_run_keeps_its_buckets_for_resume_and_a_fresh_run_removes_them(
+    memory_root, spills, monkeypatch
+):
     store, key = resolve(memory_root)
     for p in PARTS:
         store.write_object(f"{key}/documents/{p}", (DATA / p).read_bytes())
+    real = dd._phase_write
 
     def broken(task):
         raise OSError("worker lost")
@@ -100,7 +103,11 @@ def test_a_failed_run_removes_its_buckets(memory_root, spills, monkeypatch):
     monkeypatch.setattr(dd, "_phase_write", broken)
     with pytest.raises(OSError, match="worker lost"):
         _run(f"{memory_root}/documents/*.gz", MODES["paragraphs"])
-    assert spills and store.list(key) == ["documents"]
+    left = [n for n in store.list(key) if n.startswith(".lmdata-tmp-dedupe-")]
+    assert spills and left  # kept for --resume
+    monkeypatch.setattr(dd, "_phase_write", real)
+    _run(f"{memory_root}/documents/*.gz", MODES["paragraphs"])  # without resume: afresh
+    assert sorted(store.list(key)) == ["attributes", "documents"]
 
 
 def test_a_killed_run_leaves_what_lmdata_clean_finds(tmp_path, spills, monkeypatch):
