@@ -339,6 +339,18 @@ def test_packed_rows_refuse_rows_whose_start_would_wrap(tmp_path: Path):
             assert np.array_equal(r.packed_rows(np.array([-1]), 8), r.packed_rows([last], 8))
 
 
+def test_windows_past_int64_are_an_index_error_on_both_paths(tmp_path: Path):
+    """Starts given as Python ints beyond int64 are outside the tokens, as the Python
+    lookup says, not an OverflowError from the conversion for the C lookup."""
+    r = write_flat(tmp_path / "x.zarr", random_seqs(5, 60), chunk_tokens=16)
+    for ctx in (_nothing(), numpy_only()):
+        with ctx:
+            for bad in ([2**63], [0, -(2**63) - 1], [10**30]):
+                with pytest.raises(IndexError, match="outside"):
+                    r.encoded_window_parts(bad, 8)
+            assert r.encoded_window_parts([0, 16], 8) is not None
+
+
 def test_a_truncated_chunk_is_an_error_from_packed_rows(tmp_path: Path):
     import lmdata
 

@@ -85,7 +85,10 @@ def window_parts(
     if length <= 0 or unit <= 0 or (arr.raw and not arr._mappable) or arr.dtype.itemsize != 4:
         return None  # (the C row readers take 4-byte items only)
     if _unit_windows is not None:
-        st = np.ascontiguousarray(starts, dtype=np.int64)
+        try:
+            st = np.ascontiguousarray(starts, dtype=np.int64)
+        except OverflowError:  # a start past int64 (a list of Python ints): outside, as
+            return None  # the C lookup declines those (the callers say which window)
         for _ in range(2):  # the second time with the units the first found missing
             arr._check_views()
             got = _unit_windows(arr._views, unit, st, length, total, scale)
