@@ -424,3 +424,21 @@ def test_sequence_ranges_by_the_c_lookup_equal_the_index(
             for bad in ([40], [0, -41], [2**62]):
                 with pytest.raises(IndexError):
                     r.sequence_ranges(np.array(bad))
+
+
+def test_the_avx2_rows_serve_where_the_cpu_has_them() -> None:
+    """simd(level) returns the level in effect before: on a CPU with AVX2 (and a GCC/Clang x86
+    build), the AVX2 rows must be the ones in use, not silently the SSE2 ones."""
+    import platform
+    from pathlib import Path
+
+    kernel = pytest.importorskip("lmdata._kernel")
+    info = Path("/proc/cpuinfo")
+    flags = info.read_text() if info.exists() else ""
+    if platform.machine() != "x86_64" or " avx2" not in flags:
+        pytest.skip("no AVX2 on this CPU")
+    before = kernel.simd(2)
+    try:
+        assert kernel.simd(2) == 2
+    finally:
+        kernel.simd(before)
