@@ -122,7 +122,7 @@ class Atlas(ShardFiles):
         self._sizes: dict[int, int] = {}  # shard -> bytes in data.bin
         self._spans: dict[int, tuple[np.ndarray, int]] = {}  # shard -> (index, data.bin bytes)
         self._index: dict[int, np.ndarray] = {}
-        self._offsets: dict[int, list[int]] = {}  # shard -> its index as plain ints
+        self._offsets: dict[int, tuple[list[int], int]] = {}  # shard -> (index as ints, size)
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
         self._codecs: dict[int, tuple[bool, int, str | None]] = {}
         # in order: decoded blocks ahead; the rest of the budget: examples of blocks read
@@ -270,16 +270,16 @@ class Atlas(ShardFiles):
         n = self.shards[s].meta.num_blocks
         if b >= n:
             return None
-        offsets = self._offsets.get(s)
-        if offsets is None:  # plain ints: numpy calls cost µs and release the GIL
-            with self._lock:
-                offsets = self._offsets[s] = self._shard_index(s).tolist()
-                self._size(s)
+        got = self._offsets.get(s)
+        if got is None:  # plain ints: numpy calls cost µs and release the GIL
+            with self._lock:  # cached together: a missing data.bin caches neither
+                got = self._offsets[s] = (self._shard_index(s).tolist(), self._size(s))
+        offsets, size = got
         want = int(decoded / self._ratio) if decoded else RAW_AHEAD
         last = min(n, b + _AHEAD_BLOCKS)
         e = max(b + 1, bisect_right(offsets, offsets[b] + want, b, last + 1) - 1)
         offs = offsets[b : e + 1]
-        if not self._one_read(offs, self._sizes[s]):
+        if not self._one_read(offs, size):
             return None
         start, stop = offs[0], offs[-1]
         buf = self.store.read_range(self._data_paths[s], start, stop - start)
