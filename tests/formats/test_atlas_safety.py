@@ -407,7 +407,7 @@ def test_a_missing_data_bin_is_reported_on_every_read(tmp_path: Path) -> None:
     (out / "1" / "data.bin").unlink()
     r = lmdata.open(out)
     for _ in range(3):
-        with pytest.raises(CorruptDataError, match="missing data.bin") as e:
+        with pytest.raises(CorruptDataError, match=r"missing data\.bin") as e:
             list(r)
         assert e.value.path == str(out / "1" / "data.bin")
 
