@@ -209,3 +209,33 @@ def test_a_memo_bomb_read_ahead_is_refused_when_read(tmp_path: Path) -> None:
     assert [r[i] for i in range(90)] == ex[:90]
     with pytest.raises(UnsafeDataError, match="memo slot"):
         r[90]
+
+
+def test_stored_bytes_ahead_stay_within_the_budget_too(tmp_path: Path, monkeypatch) -> None:
+    # Frames that declare little content but take much room (here a skippable frame of padding
+    # after each, which both decoders pass over) once had runs read while their declared sizes
+    # left room: the shard's whole data.bin held ahead of the block being read.
+    import numpy as np
+
+    ex = examples(1800)
+    path = write(tmp_path / "d", ex, shard_size=1800, block_size=10, compression_strategy=1)
+    data = (path / "0" / "data.bin").read_bytes()
+    idx = np.load(path / "0" / "index.npy")
+    pad = b"\x50\x2a\x4d\x18" + (32 << 10).to_bytes(4, "little") + bytes(32 << 10)
+    frames = [data[idx[k] : idx[k + 1]] + pad for k in range(len(idx) - 1)]
+    (path / "0" / "data.bin").write_bytes(b"".join(frames))
+    np.save(path / "0" / "index.npy", np.cumsum([0] + [len(f) for f in frames]).astype(idx.dtype))
+    r = atlas.open(path, cache_bytes=8 << 20)
+    budget = r._ahead_bytes
+    assert budget == 1 << 20 and sum(map(len, frames)) > 4 * budget
+    most = [0]
+    fill = ahead.Stream.fill
+
+    def watching(st: ahead.Stream) -> None:
+        fill(st)
+        most[0] = max(most[0], sum(len(run.buf) for run in st._runs))
+
+    monkeypatch.setattr(ahead.Stream, "fill", watching)
+    assert list(r) == ex
+    assert [r[i] for i in range(len(ex))] == ex
+    assert 0 < most[0] <= budget + 2 * len(frames[0])

@@ -213,10 +213,11 @@ class Stream:
 
     def fill(self) -> None:
         """Read (and hand to the decoder) runs of up to half the budget each, while the
-        decoded bytes ahead leave room for one."""
+        bytes ahead leave room for one (decoded, or stored where more: frames that declare
+        little content can take much room)."""
         runs = self._runs
         per_run = self.budget // 2
-        ahead = sum(r.decoded for r in runs)
+        ahead = sum(max(r.decoded, len(r.buf)) for r in runs)
         while True:
             if runs and (ahead > self.budget - per_run or not runs[-1].decoded):
                 return  # a raw run (nothing decoded ahead) is read one at a time
@@ -224,7 +225,7 @@ class Stream:
             if run is None:
                 return
             runs.append(run)
-            ahead += run.decoded
+            ahead += max(run.decoded, len(run.buf))
             self._next = run.stop
 
 
