@@ -239,3 +239,32 @@ def test_stored_bytes_ahead_stay_within_the_budget_too(tmp_path: Path, monkeypat
     assert list(r) == ex
     assert [r[i] for i in range(len(ex))] == ex
     assert 0 < most[0] <= budget + 2 * len(frames[0])
+
+
+def test_runs_let_go_are_not_decompressed(dataset, monkeypatch) -> None:
+    # Short reads in order at random places (three examples across a block boundary): each
+    # begins a stream whose runs the next jump lets go. The decoder once decompressed every
+    # one of them, queued behind each other without bound when reads outpace it.
+    path, ex = dataset
+    r = atlas.open(path)
+    gate = threading.Event()
+    decompressed: list[int] = []
+    decode = ahead.Run.decode
+
+    def gated(run: ahead.Run, *args: Any) -> None:
+        gate.wait(10)
+        decode(run, *args)
+        if run._out is not None:
+            decompressed.append(run.first)
+
+    monkeypatch.setattr(ahead.Run, "decode", gated)
+    before = set(_decoders())
+    for i in (18, 138, 58, 218, 98, 178, 3):  # the last lets the one before go
+        assert [r[i], r[i + 1], r[i + 2]] == ex[i : i + 3]
+    assert not r._local.ahead
+    (mine,) = set(_decoders()) - before
+    gate.set()
+    r.close()
+    mine.join(10)
+    assert not mine.is_alive() and decompressed == []
+    assert [r[i] for i in range(N)] == ex and decompressed  # reads in order still use it

@@ -247,10 +247,11 @@ class Atlas(ShardFiles):
             if got is not None:
                 return got
             del ahead[s]
+            st.drop()
         if in_order:
             st = ahead[s] = self._stream(s, b + 1, 0)
             if len(ahead) > _AHEAD_SHARDS:
-                ahead.popitem(last=False)
+                ahead.popitem(last=False)[1].drop()
             share = self._ahead_bytes // len(ahead)
             for other in ahead.values():
                 other.budget = share if other.decoding else 0
@@ -396,7 +397,9 @@ class Atlas(ShardFiles):
         # as much as decoding it) and the reuse bookkeeping, which is about coming back.
         in_order = j == 0 and h is not None and h.block == b - 1
         if not in_order:
-            loc.ahead.pop(s, None)  # reads at random: no more blocks ahead
+            st = loc.ahead.pop(s, None)  # reads at random: no more blocks ahead
+            if st is not None:
+                st.drop()
             cached = self._cached((s, b))
             if type(cached) is bytes:  # a block's pickled bytes: see _alone
                 found, item = load_item(cached, j, self.shards[s].meta.block_len(b))
