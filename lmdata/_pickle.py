@@ -334,8 +334,7 @@ def safe_load_prefix(
         ValueError,
         TypeError,
         AttributeError,
-        IndexError,
-        KeyError,
+        LookupError,  # IndexError, KeyError, and _codecs.encode's unknown encoding
         MemoryError,
         OverflowError,
         ImportError,

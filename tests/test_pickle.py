@@ -358,3 +358,13 @@ def test_walk_all_answers_as_one_walk_per_buffer(objs, tail):
     assert [tuple(walked[3 * k : 3 * k + 3]) for k in range(len(bufs))] == [
         P._c_early_slot(b, P._TABLE) for b in bufs
     ]
+
+
+def test_an_unknown_encoding_in_a_protocol_2_bytes_pickle_is_corrupt_data():
+    # protocol 2 spells bytes as _codecs.encode(str, 'latin1'), an allowed global: a damaged
+    # encoding name raised a raw LookupError from the codec registry
+    data = pickle.dumps(b"ab", protocol=2)
+    assert safe_loads(data) == b"ab"
+    with pytest.raises(CorruptDataError, match="unknown encoding") as e:
+        safe_loads(data.replace(b"latin1", b"latn1x"), where="block 3", path="f")
+    assert e.value.path == "f" and e.value.position == "block 3"
