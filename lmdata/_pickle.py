@@ -30,7 +30,6 @@ _ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("__builtin__", "set"),
         ("__builtin__", "frozenset"),
         ("__builtin__", "complex"),
-        ("_codecs", "encode"),  # protocol < 3 spells bytes as _codecs.encode(str, 'latin1')
         ("copy_reg", "_reconstructor"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
@@ -69,6 +68,17 @@ def _reconstruct(cls: Any, shape: Any, dtype: Any) -> Any:
     return np.ndarray.__new__(np.ndarray, shape, dtype)
 
 
+def _latin1(*args: Any) -> Any:
+    """``_codecs.encode`` as protocol 0-2 pickles of bytes call it, ``(str, 'latin1')``; any
+    other codec is refused: some cost far more than their input (punycode is quadratic: a
+    pickle of 100 KB would run for half an hour)."""
+    if len(args) != 2 or type(args[0]) is not str or args[1] not in ("latin1", "latin-1"):
+        raise UnsafeDataError(
+            f"pickle calls _codecs.encode{describe(args)}; plain data only encodes as latin1"
+        )
+    return args[0].encode("latin1")
+
+
 _FACTORIES: dict[tuple[str, str], Any] = {
     (mod, t.__name__): _no_int_size(t)
     for mod in ("builtins", "__builtin__")
@@ -80,6 +90,7 @@ _FACTORIES.update(
         for mod in ("numpy.core.multiarray", "numpy._core.multiarray")
     }
 )
+_FACTORIES[("_codecs", "encode")] = _latin1  # protocol < 3 spells bytes so
 
 
 # How far each opcode's argument reaches, for the memo check below: n > 0 is the whole opcode's

@@ -360,11 +360,28 @@ def test_walk_all_answers_as_one_walk_per_buffer(objs, tail):
     ]
 
 
-def test_an_unknown_encoding_in_a_protocol_2_bytes_pickle_is_corrupt_data():
+def test_an_unknown_encoding_in_a_protocol_2_bytes_pickle_is_an_lmdata_error():
     # protocol 2 spells bytes as _codecs.encode(str, 'latin1'), an allowed global: a damaged
     # encoding name raised a raw LookupError from the codec registry
     data = pickle.dumps(b"ab", protocol=2)
     assert safe_loads(data) == b"ab"
-    with pytest.raises(CorruptDataError, match="unknown encoding") as e:
+    with pytest.raises(UnsafeDataError, match="latn1x") as e:
         safe_loads(data.replace(b"latin1", b"latn1x"), where="block 3", path="f")
     assert e.value.path == "f" and e.value.position == "block 3"
+
+
+def test_bytes_decode_from_latin1_only():
+    # _codecs.encode is allowed for the bytes of protocols 0-2, with any arguments it once was:
+    # punycode is quadratic (a pickle of 100 KB ran for half an hour), other codecs allocate
+    import time
+
+    for protocol in (0, 1, 2):
+        for b in (b"", b"ab\xff\x00", bytearray(b"xy")):
+            assert _same(safe_loads(pickle.dumps(b, protocol=protocol)), b)
+    text = "".join(chr(0x100 + k) for k in range(20_000))
+    slow = b"\x80\x02c_codecs\nencode\nX" + len(text.encode()).to_bytes(4, "little")
+    slow += text.encode() + b"X\x08\x00\x00\x00punycode\x86R."
+    t = time.perf_counter()
+    with pytest.raises(UnsafeDataError, match="latin1") as e:
+        safe_loads(slow, where="block 3", path="f")
+    assert time.perf_counter() - t < 5 and e.value.path == "f"
