@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import io
 import pickle
 import reprlib
@@ -33,8 +34,6 @@ _ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("copy_reg", "_reconstructor"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "scalar"),
         ("numpy.core.numeric", "_frombuffer"),
         ("numpy._core.numeric", "_frombuffer"),
     }
@@ -91,6 +90,27 @@ _FACTORIES.update(
     }
 )
 _FACTORIES[("_codecs", "encode")] = _latin1  # protocol < 3 spells bytes so
+
+
+def _scalar(module: str) -> Any:
+    """numpy's scalar reconstructor as numpy's pickles call it, with the scalar's bytes (or
+    object): called without them it allocates and zeroes the dtype's itemsize, which a pickle
+    of a few bytes sets to gigabytes (``dtype('V800000000')``)."""
+
+    def make(*args: Any) -> Any:
+        if len(args) != 2:
+            raise UnsafeDataError(
+                f"pickle calls numpy's scalar with {len(args)} argument(s), not the dtype and "
+                "its bytes: an allocation the file does not pay for"
+            )
+        return importlib.import_module(module).scalar(*args)
+
+    return make
+
+
+_FACTORIES.update(
+    {(mod, "scalar"): _scalar(mod) for mod in ("numpy.core.multiarray", "numpy._core.multiarray")}
+)
 
 
 # How far each opcode's argument reaches, for the memo check below: n > 0 is the whole opcode's
