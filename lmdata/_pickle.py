@@ -47,6 +47,12 @@ def _no_int_size(factory: type) -> Any:
     def make(*args: Any) -> Any:
         if args and isinstance(args[0], int):
             raise UnsafeDataError(f"pickle calls {factory.__name__}(int), an unbounded allocation")
+        if len(args) > 1 and args[1:] != ("latin-1",) and args[1:] != ("latin1",):
+            # bytearray pickles of protocol < 3 pass (str, 'latin-1'); another codec can cost
+            # far more than its input (punycode is quadratic)
+            raise UnsafeDataError(
+                f"pickle calls {factory.__name__}{describe(args)}; plain data uses latin-1"
+            )
         return factory(*args)
 
     return make

@@ -385,6 +385,16 @@ def test_bytes_decode_from_latin1_only():
     with pytest.raises(UnsafeDataError, match="latin1") as e:
         safe_loads(slow, where="block 3", path="f")
     assert time.perf_counter() - t < 5 and e.value.path == "f"
+    # bytearray(str, encoding) likewise: protocols 0-2 pass 'latin-1'
+    for protocol in (0, 1, 2):
+        assert _same(
+            safe_loads(pickle.dumps(bytearray(b"a\xff"), protocol=protocol)), bytearray(b"a\xff")
+        )
+    slow = slow.replace(b"c_codecs\nencode\n", b"cbuiltins\nbytearray\n")
+    t = time.perf_counter()
+    with pytest.raises(UnsafeDataError, match="latin-1"):
+        safe_loads(slow, where="block 3", path="f")
+    assert time.perf_counter() - t < 5
 
 
 def test_numpy_scalars_load_but_not_a_scalar_without_its_bytes():
