@@ -190,11 +190,24 @@ def test_forked_children_read_in_order_without_the_parents_thread(dataset) -> No
     assert [_READER[i] for i in range(25, N)] == ex[25:]
 
 
-def test_a_memo_bomb_read_ahead_is_refused_when_read(tmp_path: Path) -> None:
+def test_a_memo_bomb_read_ahead_is_refused_when_read(tmp_path: Path, monkeypatch) -> None:
+    import pickle
+
     import numpy as np
     import zstandard
 
     from lmdata.errors import UnsafeDataError
+
+    # never handed to pickle.loads (where a lazily mapped 19 GB memo would pass unnoticed)
+    loads = pickle.loads
+    bombs: list[bytes] = []
+
+    def watching(data: Any, *args: Any, **kw: Any) -> Any:
+        if b"r\x00\x00\x00\x48" in bytes(data):
+            bombs.append(bytes(data))
+        return loads(data, *args, **kw)
+
+    monkeypatch.setattr(pickle, "loads", watching)
 
     ex = examples(200)
     path = write(tmp_path / "d", ex, shard_size=200, block_size=10, compression_strategy=1)
@@ -209,6 +222,7 @@ def test_a_memo_bomb_read_ahead_is_refused_when_read(tmp_path: Path) -> None:
     assert [r[i] for i in range(90)] == ex[:90]
     with pytest.raises(UnsafeDataError, match="memo slot"):
         r[90]
+    assert bombs == []
 
 
 def test_stored_bytes_ahead_stay_within_the_budget_too(tmp_path: Path, monkeypatch) -> None:
