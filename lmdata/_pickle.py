@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import io
 import pickle
 import reprlib
@@ -30,12 +31,9 @@ _ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("__builtin__", "set"),
         ("__builtin__", "frozenset"),
         ("__builtin__", "complex"),
-        ("_codecs", "encode"),  # protocol < 3 spells bytes as _codecs.encode(str, 'latin1')
         ("copy_reg", "_reconstructor"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "scalar"),
         ("numpy.core.numeric", "_frombuffer"),
         ("numpy._core.numeric", "_frombuffer"),
     }
@@ -49,6 +47,12 @@ def _no_int_size(factory: type) -> Any:
     def make(*args: Any) -> Any:
         if args and isinstance(args[0], int):
             raise UnsafeDataError(f"pickle calls {factory.__name__}(int), an unbounded allocation")
+        if len(args) > 1 and args[1:] != ("latin-1",) and args[1:] != ("latin1",):
+            # bytearray pickles of protocol < 3 pass (str, 'latin-1'); another codec can cost
+            # far more than its input (punycode is quadratic)
+            raise UnsafeDataError(
+                f"pickle calls {factory.__name__}{describe(args)}; plain data uses latin-1"
+            )
         return factory(*args)
 
     return make
@@ -69,6 +73,17 @@ def _reconstruct(cls: Any, shape: Any, dtype: Any) -> Any:
     return np.ndarray.__new__(np.ndarray, shape, dtype)
 
 
+def _latin1(*args: Any) -> Any:
+    """``_codecs.encode`` as protocol 0-2 pickles of bytes call it, ``(str, 'latin1')``; any
+    other codec is refused: some cost far more than their input (punycode is quadratic: a
+    pickle of 100 KB would run for half an hour)."""
+    if len(args) != 2 or type(args[0]) is not str or args[1] not in ("latin1", "latin-1"):
+        raise UnsafeDataError(
+            f"pickle calls _codecs.encode{describe(args)}; plain data only encodes as latin1"
+        )
+    return args[0].encode("latin1")
+
+
 _FACTORIES: dict[tuple[str, str], Any] = {
     (mod, t.__name__): _no_int_size(t)
     for mod in ("builtins", "__builtin__")
@@ -79,6 +94,28 @@ _FACTORIES.update(
         (mod, "_reconstruct"): _reconstruct
         for mod in ("numpy.core.multiarray", "numpy._core.multiarray")
     }
+)
+_FACTORIES[("_codecs", "encode")] = _latin1  # protocol < 3 spells bytes so
+
+
+def _scalar(module: str) -> Any:
+    """numpy's scalar reconstructor as numpy's pickles call it, with the scalar's bytes (or
+    object): called without them it allocates and zeroes the dtype's itemsize, which a pickle
+    of a few bytes sets to gigabytes (``dtype('V800000000')``)."""
+
+    def make(*args: Any) -> Any:
+        if len(args) != 2:
+            raise UnsafeDataError(
+                f"pickle calls numpy's scalar with {len(args)} argument(s), not the dtype and "
+                "its bytes: an allocation the file does not pay for"
+            )
+        return importlib.import_module(module).scalar(*args)
+
+    return make
+
+
+_FACTORIES.update(
+    {(mod, "scalar"): _scalar(mod) for mod in ("numpy.core.multiarray", "numpy._core.multiarray")}
 )
 
 
@@ -334,8 +371,7 @@ def safe_load_prefix(
         ValueError,
         TypeError,
         AttributeError,
-        IndexError,
-        KeyError,
+        LookupError,  # IndexError, KeyError, and _codecs.encode's unknown encoding
         MemoryError,
         OverflowError,
         ImportError,

@@ -358,3 +358,57 @@ def test_walk_all_answers_as_one_walk_per_buffer(objs, tail):
     assert [tuple(walked[3 * k : 3 * k + 3]) for k in range(len(bufs))] == [
         P._c_early_slot(b, P._TABLE) for b in bufs
     ]
+
+
+def test_an_unknown_encoding_in_a_protocol_2_bytes_pickle_is_an_lmdata_error():
+    # protocol 2 spells bytes as _codecs.encode(str, 'latin1'), an allowed global: a damaged
+    # encoding name raised a raw LookupError from the codec registry
+    data = pickle.dumps(b"ab", protocol=2)
+    assert safe_loads(data) == b"ab"
+    with pytest.raises(UnsafeDataError, match="latn1x") as e:
+        safe_loads(data.replace(b"latin1", b"latn1x"), where="block 3", path="f")
+    assert e.value.path == "f" and e.value.position == "block 3"
+
+
+def test_bytes_decode_from_latin1_only():
+    # _codecs.encode is allowed for the bytes of protocols 0-2, with any arguments it once was:
+    # punycode is quadratic (a pickle of 100 KB ran for half an hour), other codecs allocate
+    import time
+
+    for protocol in (0, 1, 2):
+        for b in (b"", b"ab\xff\x00", bytearray(b"xy")):
+            assert _same(safe_loads(pickle.dumps(b, protocol=protocol)), b)
+    text = "".join(chr(0x100 + k) for k in range(20_000))
+    slow = b"\x80\x02c_codecs\nencode\nX" + len(text.encode()).to_bytes(4, "little")
+    slow += text.encode() + b"X\x08\x00\x00\x00punycode\x86R."
+    t = time.perf_counter()
+    with pytest.raises(UnsafeDataError, match="latin1") as e:
+        safe_loads(slow, where="block 3", path="f")
+    assert time.perf_counter() - t < 5 and e.value.path == "f"
+    # bytearray(str, encoding) likewise: protocols 0-2 pass 'latin-1'
+    for protocol in (0, 1, 2):
+        assert _same(
+            safe_loads(pickle.dumps(bytearray(b"a\xff"), protocol=protocol)), bytearray(b"a\xff")
+        )
+    slow = slow.replace(b"c_codecs\nencode\n", b"cbuiltins\nbytearray\n")
+    t = time.perf_counter()
+    with pytest.raises(UnsafeDataError, match="latin-1"):
+        safe_loads(slow, where="block 3", path="f")
+    assert time.perf_counter() - t < 5
+
+
+def test_numpy_scalars_load_but_not_a_scalar_without_its_bytes():
+    # numpy's scalar reconstructor without the bytes allocates and zeroes the dtype's itemsize:
+    # 60 bytes of pickle once made 800 MB
+    for x in (np.float32(1.5), np.int64(-3), np.void(b"ab"), np.str_("hé"), np.datetime64(5, "D")):
+        for protocol in (2, 4, 5):
+            assert _same(safe_loads(pickle.dumps(x, protocol=protocol)), x)
+
+    def s(text: str) -> bytes:
+        return b"\x8c" + bytes([len(text)]) + text.encode()
+
+    dtype = s("numpy") + s("dtype") + b"\x93" + s("V800000000") + b"\x85R"
+    bomb = b"\x80\x04" + s("numpy._core.multiarray") + s("scalar") + b"\x93" + dtype + b"\x85R."
+    with pytest.raises(UnsafeDataError, match="scalar with 1 argument") as e:
+        safe_loads(bomb, where="block 3", path="f")
+    assert e.value.path == "f"

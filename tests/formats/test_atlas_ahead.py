@@ -190,11 +190,24 @@ def test_forked_children_read_in_order_without_the_parents_thread(dataset) -> No
     assert [_READER[i] for i in range(25, N)] == ex[25:]
 
 
-def test_a_memo_bomb_read_ahead_is_refused_when_read(tmp_path: Path) -> None:
+def test_a_memo_bomb_read_ahead_is_refused_when_read(tmp_path: Path, monkeypatch) -> None:
+    import pickle
+
     import numpy as np
     import zstandard
 
     from lmdata.errors import UnsafeDataError
+
+    # never handed to pickle.loads (where a lazily mapped 19 GB memo would pass unnoticed)
+    loads = pickle.loads
+    bombs: list[bytes] = []
+
+    def watching(data: Any, *args: Any, **kw: Any) -> Any:
+        if b"r\x00\x00\x00\x48" in bytes(data):
+            bombs.append(bytes(data))
+        return loads(data, *args, **kw)
+
+    monkeypatch.setattr(pickle, "loads", watching)
 
     ex = examples(200)
     path = write(tmp_path / "d", ex, shard_size=200, block_size=10, compression_strategy=1)
@@ -209,3 +222,63 @@ def test_a_memo_bomb_read_ahead_is_refused_when_read(tmp_path: Path) -> None:
     assert [r[i] for i in range(90)] == ex[:90]
     with pytest.raises(UnsafeDataError, match="memo slot"):
         r[90]
+    assert bombs == []
+
+
+def test_stored_bytes_ahead_stay_within_the_budget_too(tmp_path: Path, monkeypatch) -> None:
+    # Frames that declare little content but take much room (here a skippable frame of padding
+    # after each, which both decoders pass over) once had runs read while their declared sizes
+    # left room: the shard's whole data.bin held ahead of the block being read.
+    import numpy as np
+
+    ex = examples(1800)
+    path = write(tmp_path / "d", ex, shard_size=1800, block_size=10, compression_strategy=1)
+    data = (path / "0" / "data.bin").read_bytes()
+    idx = np.load(path / "0" / "index.npy")
+    pad = b"\x50\x2a\x4d\x18" + (32 << 10).to_bytes(4, "little") + bytes(32 << 10)
+    frames = [data[idx[k] : idx[k + 1]] + pad for k in range(len(idx) - 1)]
+    (path / "0" / "data.bin").write_bytes(b"".join(frames))
+    np.save(path / "0" / "index.npy", np.cumsum([0] + [len(f) for f in frames]).astype(idx.dtype))
+    r = atlas.open(path, cache_bytes=8 << 20)
+    budget = r._ahead_bytes
+    assert budget == 1 << 20 and sum(map(len, frames)) > 4 * budget
+    most = [0]
+    fill = ahead.Stream.fill
+
+    def watching(st: ahead.Stream) -> None:
+        fill(st)
+        most[0] = max(most[0], sum(len(run.buf) for run in st._runs))
+
+    monkeypatch.setattr(ahead.Stream, "fill", watching)
+    assert list(r) == ex
+    assert [r[i] for i in range(len(ex))] == ex
+    assert 0 < most[0] <= budget + 2 * len(frames[0])
+
+
+def test_runs_let_go_are_not_decompressed(dataset, monkeypatch) -> None:
+    # Short reads in order at random places (three examples across a block boundary): each
+    # begins a stream whose runs the next jump lets go. The decoder once decompressed every
+    # one of them, queued behind each other without bound when reads outpace it.
+    path, ex = dataset
+    r = atlas.open(path)
+    gate = threading.Event()
+    decompressed: list[int] = []
+    decode = ahead.Run.decode
+
+    def gated(run: ahead.Run, *args: Any) -> None:
+        gate.wait(10)
+        decode(run, *args)
+        if run._out is not None:
+            decompressed.append(run.first)
+
+    monkeypatch.setattr(ahead.Run, "decode", gated)
+    before = set(_decoders())
+    for i in (18, 138, 58, 218, 98, 178, 3):  # the last lets the one before go
+        assert [r[i], r[i + 1], r[i + 2]] == ex[i : i + 3]
+    assert not r._local.ahead
+    (mine,) = set(_decoders()) - before
+    gate.set()
+    r.close()
+    mine.join(10)
+    assert not mine.is_alive() and decompressed == []
+    assert [r[i] for i in range(N)] == ex and decompressed  # reads in order still use it

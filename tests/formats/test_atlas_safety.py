@@ -399,6 +399,19 @@ def test_missing_shard_is_an_error_not_fewer_examples(tmp_path: Path, damage: st
     assert len(problems) == 1 and "missing shard" in problems[0]
 
 
+def test_a_missing_data_bin_is_reported_on_every_read(tmp_path: Path) -> None:
+    # Reading in order caches a shard's offsets and size together: the second pass once met
+    # the offsets cached without the size and raised a KeyError.
+    out = tmp_path / "d"
+    shutil.copytree(FIXTURE, out)
+    (out / "1" / "data.bin").unlink()
+    r = lmdata.open(out)
+    for _ in range(3):
+        with pytest.raises(CorruptDataError, match=r"missing data\.bin") as e:
+            list(r)
+        assert e.value.path == str(out / "1" / "data.bin")
+
+
 def test_unlisted_or_resized_shard_is_an_error(tmp_path: Path) -> None:
     out = tmp_path / "d"
     shutil.copytree(FIXTURE, out)

@@ -61,13 +61,14 @@ class Run:
     """Blocks ``first .. first + len(offs) - 2`` of a shard: their stored bytes ``buf`` (block
     ``k`` at ``offs[k] - offs[0]``), and once the decoder has run, their pickled bytes."""
 
-    __slots__ = ("_done", "_out", "_walked", "buf", "decoded", "first", "offs", "pid")
+    __slots__ = ("_done", "_out", "_walked", "buf", "decoded", "dropped", "first", "offs", "pid")
 
     def __init__(self, first: int, offs: list[int], buf: bytes, decoded: int = 0) -> None:
         self.first = first
         self.offs = offs
         self.buf = buf
         self.decoded = decoded  # bytes the decoder produces for this run (0: none)
+        self.dropped = False  # its stream let go of it: the decoder skips it if not begun
         self.pid = os.getpid()
         self._out: zstandard.BufferWithSegmentsCollection | None = None
         self._walked: memoryview | None = None
@@ -119,8 +120,9 @@ class Run:
         """On the decoder thread: every block of the run in one call, then the memo walk of
         each; never raises."""
         try:
-            self._out = dctx.multi_decompress_to_buffer(frames, decompressed_sizes=sizes)
-            self._walked = walk_all(self._out)
+            if not self.dropped:
+                self._out = dctx.multi_decompress_to_buffer(frames, decompressed_sizes=sizes)
+                self._walked = walk_all(self._out)
         except BaseException:  # the read decodes the block again and reports it
             self._out = self._walked = None
         finally:
@@ -197,7 +199,7 @@ class Stream:
         own)."""
         runs = self._runs
         while runs and runs[0].stop <= b:
-            runs.popleft()
+            runs.popleft().dropped = True
         if not runs or runs[0].first > b:
             if runs or b != self._next:
                 return None
@@ -211,12 +213,20 @@ class Stream:
             self.fill()
         return got
 
+    def drop(self) -> None:
+        """Let go of the runs ahead (the reads went elsewhere): the decoder skips those it has
+        not begun, so that jumps between short reads in order do not queue work without end."""
+        for run in self._runs:
+            run.dropped = True
+        self._runs.clear()
+
     def fill(self) -> None:
         """Read (and hand to the decoder) runs of up to half the budget each, while the
-        decoded bytes ahead leave room for one."""
+        bytes ahead leave room for one (decoded, or stored where more: frames that declare
+        little content can take much room)."""
         runs = self._runs
         per_run = self.budget // 2
-        ahead = sum(r.decoded for r in runs)
+        ahead = sum(max(r.decoded, len(r.buf)) for r in runs)
         while True:
             if runs and (ahead > self.budget - per_run or not runs[-1].decoded):
                 return  # a raw run (nothing decoded ahead) is read one at a time
@@ -224,7 +234,7 @@ class Stream:
             if run is None:
                 return
             runs.append(run)
-            ahead += run.decoded
+            ahead += max(run.decoded, len(run.buf))
             self._next = run.stop
 
 

@@ -122,7 +122,7 @@ class Atlas(ShardFiles):
         self._sizes: dict[int, int] = {}  # shard -> bytes in data.bin
         self._spans: dict[int, tuple[np.ndarray, int]] = {}  # shard -> (index, data.bin bytes)
         self._index: dict[int, np.ndarray] = {}
-        self._offsets: dict[int, list[int]] = {}  # shard -> its index as plain ints
+        self._offsets: dict[int, tuple[list[int], int]] = {}  # shard -> (index as ints, size)
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
         self._codecs: dict[int, tuple[bool, int, str | None]] = {}
         # in order: decoded blocks ahead; the rest of the budget: examples of blocks read
@@ -247,10 +247,11 @@ class Atlas(ShardFiles):
             if got is not None:
                 return got
             del ahead[s]
+            st.drop()
         if in_order:
             st = ahead[s] = self._stream(s, b + 1, 0)
             if len(ahead) > _AHEAD_SHARDS:
-                ahead.popitem(last=False)
+                ahead.popitem(last=False)[1].drop()
             share = self._ahead_bytes // len(ahead)
             for other in ahead.values():
                 other.budget = share if other.decoding else 0
@@ -270,16 +271,16 @@ class Atlas(ShardFiles):
         n = self.shards[s].meta.num_blocks
         if b >= n:
             return None
-        offsets = self._offsets.get(s)
-        if offsets is None:  # plain ints: numpy calls cost µs and release the GIL
-            with self._lock:
-                offsets = self._offsets[s] = self._shard_index(s).tolist()
-                self._size(s)
+        got = self._offsets.get(s)
+        if got is None:  # plain ints: numpy calls cost µs and release the GIL
+            with self._lock:  # cached together: a missing data.bin caches neither
+                got = self._offsets[s] = (self._shard_index(s).tolist(), self._size(s))
+        offsets, size = got
         want = int(decoded / self._ratio) if decoded else RAW_AHEAD
         last = min(n, b + _AHEAD_BLOCKS)
         e = max(b + 1, bisect_right(offsets, offsets[b] + want, b, last + 1) - 1)
         offs = offsets[b : e + 1]
-        if not self._one_read(offs, self._sizes[s]):
+        if not self._one_read(offs, size):
             return None
         start, stop = offs[0], offs[-1]
         buf = self.store.read_range(self._data_paths[s], start, stop - start)
@@ -396,7 +397,9 @@ class Atlas(ShardFiles):
         # as much as decoding it) and the reuse bookkeeping, which is about coming back.
         in_order = j == 0 and h is not None and h.block == b - 1
         if not in_order:
-            loc.ahead.pop(s, None)  # reads at random: no more blocks ahead
+            st = loc.ahead.pop(s, None)  # reads at random: no more blocks ahead
+            if st is not None:
+                st.drop()
             cached = self._cached((s, b))
             if type(cached) is bytes:  # a block's pickled bytes: see _alone
                 found, item = load_item(cached, j, self.shards[s].meta.block_len(b))
