@@ -36,7 +36,7 @@ import orjson
 from lmdata import parallel
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import make_executor
-from lmdata.parallel.staging import Staging, staging_for, unit_key, work_dir_for
+from lmdata.parallel.staging import Staging, prepare, staging_for, unit_key, work_dir_for
 from lmdata.storage import check_dest, is_url, join, options_scope
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
@@ -288,24 +288,6 @@ def _origin(i: InputFile, origins: dict[str, str]) -> InputFile:
     return i
 
 
-def _prepare_work(work: Staging, manifest: bytes, resume: bool) -> set[tuple[int, int]]:
-    """Create (or, resuming, check and clean) the staging area; return the units done."""
-    if resume and work.exists():
-        if work.manifest() != manifest:
-            raise InvalidInputError(
-                "cannot resume: the inputs or options differ from the interrupted job's; run "
-                f"again without --resume (which discards {work.where})",
-                path=work.where,
-            )
-        done = work.done()
-        for name in work.parts():  # parts of unfinished units (and torn writes) are redone
-            if name.startswith(".") or unit_key(name) not in done:
-                work.remove_part(name)
-        return done
-    work.reset(manifest)
-    return set()
-
-
 def _stage(work: Staging, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Write one staged part whole (a retried task may write the same part again)."""
     buf = io.BytesIO()
@@ -369,7 +351,7 @@ def tokenize(
     if range_bytes is None:
         range_bytes = range_bytes_for(inputs)
     manifest = _manifest(job, inputs, range_bytes, source_options, origins)
-    done = _prepare_work(work, manifest, resume)
+    done = prepare(work, manifest, resume)
     units = plan_units(inputs, range_bytes, job.source_format, source_options)
     todo = [u for u in units if (u.file_index, u.part) not in done]
     pool = make_executor(engine, workers, address, units=len(todo))

@@ -226,7 +226,7 @@ def test_resume_refuses_a_url_input_that_changed_in_place(
         same_size = _jsonl(DOCS).replace(b"doc 1 ", b"DOC 1 ")  # a new ETag (or time written)
         assert len(same_size) == len(CORPUS["a.jsonl"])
         _put(f"{root}/corpus", options, {"a.jsonl": same_size})
-        with pytest.raises(InvalidInputError, match="cannot resume: the inputs or options"):
+        with pytest.raises(InvalidInputError, match="cannot resume: inputs differs"):
             run([f"{root}/corpus"], out, job, workers=0, resume=True, source_options=options)
 
 
