@@ -20,14 +20,11 @@ from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma.config import DedupeConfig
 from lmdata.errors import InvalidInputError
 from lmdata.storage import resolve
+from tests.dolma._units import Killed, counting
 
 PHASES = ["_phase_hash", "_phase_mark", "_phase_write", "run_join_marked"]
 RB = 400  # bytes per range: the plain files are cut into several
 TEXTS = ["a b c", "d e f g", "a b c\nd e f g", "x y", "z", "", "é ü\nx y\n\nz", "q r\ns t"]
-
-
-class Killed(Exception):
-    """Stands for a kill of the job between two units."""
 
 
 @pytest.fixture(autouse=True)
@@ -69,22 +66,6 @@ def _attrs(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((root / "attributes" / "d").iterdir())}
 
 
-def _counting(mp: pytest.MonkeyPatch, name: str, stop_after: int | None = None) -> list:
-    """Record each unit ``dd.name`` runs (the engine is in-process); stop the job (``Killed``)
-    once ``stop_after`` units have run."""
-    real = getattr(dd, name)
-    ran: list = []
-
-    def unit(task):
-        if stop_after is not None and len(ran) == stop_after:
-            raise Killed
-        ran.append(task)
-        return real(task)
-
-    mp.setattr(dd, name, unit)
-    return ran
-
-
 def _ids(name: str, tasks: list) -> set:
     """What names each unit of a phase: the group, the marks object, the spans, the file."""
     if name == "_phase_hash":
@@ -102,7 +83,7 @@ def _reference(
     """An uninterrupted resumable run: its result, attribute files and every phase's units."""
     root = _tree(tmp_path / "ref")
     with pytest.MonkeyPatch.context() as mp:
-        units = {p: _counting(mp, p) for p in PHASES}
+        units = {p: counting(mp, dd, p) for p in PHASES}
         res = dd.dedupe(
             _cfg(str(root), tmp_path / "rw"), engine="inprocess", range_bytes=rb, resume=True
         )
@@ -115,7 +96,7 @@ def _stop(
     """Run a resumable job on ``root`` until ``after`` units of ``phase`` ran: every phase's
     units that ran."""
     with pytest.MonkeyPatch.context() as mp:
-        ran = {p: _counting(mp, p, after if p == phase else None) for p in PHASES}
+        ran = {p: counting(mp, dd, p, after if p == phase else None) for p in PHASES}
         with pytest.raises(Killed):
             dd.dedupe(_cfg(root, work, **kw), engine="inprocess", range_bytes=rb, resume=True)
     return ran
@@ -134,7 +115,7 @@ def test_a_stopped_dedupe_resumes_without_redoing_finished_units(
     if phase == "_phase_hash":  # a unit whose marker a kill prevented is not finished: redone
         (folder / "done" / "h-0").unlink()
 
-    ran = {p: _counting(monkeypatch, p) for p in PHASES}
+    ran = {p: counting(monkeypatch, dd, p) for p in PHASES}
     res = dd.dedupe(_cfg(str(root), work), engine="inprocess", range_bytes=RB, resume=True)
     assert _attrs(root) == want
     assert (res.documents, res.keys, res.duplicates) == (ref.documents, ref.keys, ref.duplicates)
@@ -160,7 +141,7 @@ def test_a_resume_on_other_workers_keeps_the_stopped_runs_units(tmp_path: Path) 
     # on 2 worker processes (which write the markers) instead of 3, with another range size
     cfg = dataclasses.replace(_cfg(str(root), work), processes=2)
     with pytest.MonkeyPatch.context() as mp:
-        hashed = _counting(mp, "_phase_hash")
+        hashed = counting(mp, dd, "_phase_hash")
         dd.dedupe(cfg, engine="processes", range_bytes=10 * RB, resume=True)
     assert hashed == []  # the plan (ranges, groups, buckets) is the stopped run's
     assert _attrs(root) == want and list(work.iterdir()) == []
@@ -181,7 +162,7 @@ def test_a_changed_input_or_option_is_not_resumed(tmp_path: Path) -> None:
     (folder,) = work.iterdir()  # a refused resume changes nothing
     # without resume the job starts afresh: the stopped run's work and pieces go
     with pytest.MonkeyPatch.context() as mp:
-        hashed = _counting(mp, "_phase_hash")
+        hashed = counting(mp, dd, "_phase_hash")
         dd.dedupe(_cfg(str(root), work), engine="inprocess", range_bytes=RB)
     assert hashed and not folder.exists() and not parts.exists()
     fresh = _tree(tmp_path / "f")
@@ -200,7 +181,7 @@ def test_a_stopped_dedupe_on_memory_resumes(tmp_path: Path) -> None:
         _stop(url, None, "_phase_write", 2)
         assert any(n.startswith(".lmdata-tmp-dedupe-") for n in store.list(key))
         with pytest.MonkeyPatch.context() as mp:
-            marked = _counting(mp, "_phase_mark")
+            marked = counting(mp, dd, "_phase_mark")
             dd.dedupe(_cfg(url, None), engine="inprocess", range_bytes=RB, resume=True)
         assert marked == []
         got = {n: store.read(f"{key}/attributes/d/{n}") for n in store.list(f"{key}/attributes/d")}
@@ -236,7 +217,7 @@ def test_a_stopped_dedupe_on_s3_resumes(
         store.write_object(f"{key}/documents/{p.name}", p.read_bytes())
     _stop(s3_root, None, "_phase_mark", 1, 1000)
     with pytest.MonkeyPatch.context() as mp:
-        ran = {p: _counting(mp, p) for p in PHASES}
+        ran = {p: counting(mp, dd, p) for p in PHASES}
         dd.dedupe(_cfg(s3_root, None), engine="inprocess", range_bytes=1000, resume=True)
     assert ran["_phase_hash"] == [] and len(ran["_phase_mark"]) == len(units["_phase_mark"]) - 1
     got = {n: store.read(f"{key}/attributes/d/{n}") for n in store.list(f"{key}/attributes/d")}
@@ -253,7 +234,7 @@ def test_a_piece_marked_done_but_gone_is_written_again(
     assert _ids("_phase_write", first["_phase_write"]) == {0, 1}  # two ranges of a.jsonl
     (parts,) = [p for p in (root / "attributes" / "d").iterdir() if p.is_dir()]
     (parts / "a.jsonl.000001").unlink()  # `lmdata clean` took it, say
-    ran = _counting(monkeypatch, "_phase_write")
+    ran = counting(monkeypatch, dd, "_phase_write")
     dd.dedupe(_cfg(str(root), work), engine="inprocess", range_bytes=RB, resume=True)
     assert 0 not in _ids("_phase_write", ran) and 1 in _ids("_phase_write", ran)
     assert _attrs(root) == want

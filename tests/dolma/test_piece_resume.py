@@ -20,13 +20,10 @@ from lmdata.dolma import tag as tg
 from lmdata.dolma.config import TagConfig
 from lmdata.storage import resolve
 from lmdata.storage.clean import find_leftovers
+from tests.dolma._units import Killed, counting
 from tests.dolma.test_mix_pieces import _ranged_cfg, _ranged_tree
 
 TAGGERS = ["char_length_v1", "whitespace_tokenizer_v1"]
-
-
-class Killed(Exception):
-    """Stands for a kill of the job between two units."""
 
 
 def _docs(n: int) -> bytes:
@@ -48,22 +45,6 @@ def _tag_cfg(root: Path, pattern: str = "*.jsonl", **kw) -> TagConfig:
     return TagConfig.from_dict({"documents": docs, "taggers": TAGGERS, "experiment": "x", **kw})
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch, module, name: str, stop_after: int | None = None):
-    """Wrap ``module.name`` (a unit function; the engine is in-process) to record each unit it
-    runs, and to stop the job (``Killed``) once ``stop_after`` units have run."""
-    real = getattr(module, name)
-    ran: list = []
-
-    def unit(task):
-        if stop_after is not None and len(ran) == stop_after:
-            raise Killed
-        ran.append(task)
-        return real(task)
-
-    monkeypatch.setattr(module, name, unit)
-    return ran
-
-
 def _parts_left(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if p.name.startswith(dolma_pieces.PARTS)]
 
@@ -81,7 +62,7 @@ def test_a_stopped_tag_resumes_without_redoing_finished_ranges(
     root = _tag_tree(tmp_path / "r", {"a.jsonl": data})
     attrs = root / "attributes" / "x"
     with pytest.MonkeyPatch.context() as mp:
-        _counting(mp, tg, "_tag_file", stop_after=5)
+        counting(mp, tg, "_tag_file", stop_after=5)
         with pytest.raises(Killed):
             tg.tag(_tag_cfg(root), engine="inprocess")
     assert not (attrs / "a.jsonl").exists()
@@ -91,7 +72,7 @@ def test_a_stopped_tag_resumes_without_redoing_finished_ranges(
     # a piece whose marker a kill prevented is not complete: it is redone
     (folder / "a.jsonl.000002.done").unlink()
 
-    ran = _counting(monkeypatch, tg, "_tag_file")
+    ran = counting(monkeypatch, tg, "_tag_file")
     res = tg.tag(_tag_cfg(root), engine="inprocess")
     assert sorted(t.part for t in ran) == [2, *range(5, n)]
     assert (attrs / "a.jsonl").read_bytes() == want
@@ -109,20 +90,20 @@ def test_a_changed_input_or_ignore_existing_does_not_take_old_pieces(
     monkeypatch.setattr(tg, "RANGE_BYTES", 701)
     root = _tag_tree(tmp_path, {"a.jsonl": _docs(200)})
     with pytest.MonkeyPatch.context() as mp:
-        _counting(mp, tg, "_tag_file", stop_after=3)
+        counting(mp, tg, "_tag_file", stop_after=3)
         with pytest.raises(Killed):
             tg.tag(_tag_cfg(root), engine="inprocess")
     # the file grew: the job differs (its folder is another), every range is tagged anew
     _tag_tree(root, {"a.jsonl": _docs(210)})
     n = -(-len(_docs(210)) // 701)
-    ran = _counting(monkeypatch, tg, "_tag_file")
+    ran = counting(monkeypatch, tg, "_tag_file")
     tg.tag(_tag_cfg(root), engine="inprocess")
     assert sorted(t.part for t in ran) == list(range(n))
     rows = (root / "attributes" / "x" / "a.jsonl").read_bytes().splitlines()
     assert [orjson.loads(r)["id"] for r in rows] == [f"d{i}" for i in range(210)]
     # ignore_existing redoes the finished pieces of a stopped run too
     with pytest.MonkeyPatch.context() as mp:
-        _counting(mp, tg, "_tag_file", stop_after=3)
+        counting(mp, tg, "_tag_file", stop_after=3)
         with pytest.raises(Killed):
             tg.tag(_tag_cfg(root, ignore_existing=True), engine="inprocess")
     ran.clear()
@@ -131,7 +112,7 @@ def test_a_changed_input_or_ignore_existing_does_not_take_old_pieces(
     # a local input rewritten at the same size (a newer modification time) is another job
     (root / "attributes" / "x" / "a.jsonl").unlink()
     with pytest.MonkeyPatch.context() as mp:
-        _counting(mp, tg, "_tag_file", stop_after=3)
+        counting(mp, tg, "_tag_file", stop_after=3)
         with pytest.raises(Killed):
             tg.tag(_tag_cfg(root), engine="inprocess")
     doc = root / "documents" / "a.jsonl"
@@ -181,12 +162,12 @@ def test_a_stopped_mix_resumes_without_redoing_finished_pieces(
     assert n > 5
     full = mixer.mix(_ranged_cfg(root, "full", 2), engine="processes")  # in pieces, no stop
     with pytest.MonkeyPatch.context() as mp:
-        _counting(mp, mixer, "_mix_shard", stop_after=4)
+        counting(mp, mixer, "_mix_shard", stop_after=4)
         with pytest.raises(Killed):
             mixer.mix(_ranged_cfg(root, "m", 1), engine="inprocess")
     assert not (root / "m" / "m-0000.jsonl.gz").exists()
 
-    ran = _counting(monkeypatch, mixer, "_mix_shard")
+    ran = counting(monkeypatch, mixer, "_mix_shard")
     res = mixer.mix(_ranged_cfg(root, "m", 1), engine="inprocess")
     assert [t.piece for t in ran] == list(range(4, n))
     raw = (root / "m" / "m-0000.jsonl.gz").read_bytes()
@@ -244,7 +225,7 @@ def test_a_stopped_tag_on_an_object_store_resumes_and_leaves_nothing(
         {"documents": [f"{memory_root}/documents/*.jsonl"], "taggers": TAGGERS, "experiment": "x"}
     )
     with pytest.MonkeyPatch.context() as mp:
-        _counting(mp, tg, "_tag_file", stop_after=2)
+        counting(mp, tg, "_tag_file", stop_after=2)
         with pytest.raises(Killed):
             tg.tag(cfg, engine="inprocess")
     _, attrs = resolve(f"{memory_root}/attributes/x")
@@ -252,7 +233,7 @@ def test_a_stopped_tag_on_an_object_store_resumes_and_leaves_nothing(
     assert folder.startswith(dolma_pieces.PARTS)
     dolma_pieces.touch(f"{memory_root}/attributes/x/{folder}")  # an object store: an object
     assert "alive" in store.list(f"{attrs}/{folder}")
-    ran = _counting(monkeypatch, tg, "_tag_file")
+    ran = counting(monkeypatch, tg, "_tag_file")
     tg.tag(cfg, engine="inprocess")
     assert sorted(t.part for t in ran) == list(range(2, -(-len(data) // 701)))
     assert store.read(f"{attrs}/a.jsonl") == (ref / "attributes" / "x" / "a.jsonl").read_bytes()
@@ -313,7 +294,7 @@ def test_a_job_killed_with_sigkill_resumes_without_redoing_marked_ranges(
     assert not (attrs / "a.jsonl").exists()
     done = {int(m[-len(dolma_pieces.DONE) - 6 : -len(dolma_pieces.DONE)]) for m in marked}
     assert len(done) >= 4
-    ran = _counting(monkeypatch, tg, "_tag_file")
+    ran = counting(monkeypatch, tg, "_tag_file")
     tg.tag(_tag_cfg(root), engine="inprocess")
     assert not done & {t.part for t in ran} and len(ran) <= n - len(done)
     assert (attrs / "a.jsonl").read_bytes() == (ref / "attributes" / "x" / "a.jsonl").read_bytes()
