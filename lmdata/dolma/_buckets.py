@@ -263,19 +263,18 @@ def _listdir(folder: Path) -> list[str]:
         return []
 
 
-def spill_root(cfg: DedupeConfig, first_file: str, job: str = "") -> str:
-    """Where this run's buckets go (see :mod:`lmdata.dolma.dedupe`): a folder of its own, or
-    the one named by ``job`` (a resumable job's, the same for every run of it; not created)."""
-    remote = f"{TMP_PREFIX}dedupe-{job or uuid.uuid4().hex[:12]}"  # what `lmdata clean` finds
+def spill_root(cfg: DedupeConfig, first_file: str, job: str) -> str:
+    """Where a job's buckets go (see :mod:`lmdata.dolma.dedupe`): the folder named by ``job``,
+    the same for every run of it (not created): in ``work_dir``, the temp folder, or the
+    dataset's root on its store."""
+    remote = f"{TMP_PREFIX}dedupe-{job}"  # what `lmdata clean` finds
     wd = cfg.work_dir
     if wd and isinstance(resolve(wd, cfg.storage_options)[0], FsspecStore):
         return join(wd, remote)
     if wd or not isinstance(resolve(first_file, cfg.storage_options)[0], FsspecStore):
         if wd:
             Path(wd).mkdir(parents=True, exist_ok=True)
-        if job:
-            return os.path.join(os.path.abspath(wd or tempfile.gettempdir()), remote)
-        return tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-", dir=wd)  # `lmdata clean` finds it
+        return os.path.join(os.path.abspath(wd or tempfile.gettempdir()), remote)
     out = attribute_path(first_file, cfg.name)
     return join(out[: out.rindex("/attributes/")], remote)  # the dataset's root on its store
 

@@ -58,9 +58,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +75,6 @@ from lmdata.dolma._buckets import (
     Piece,
     Rows,
     Spill,
-    spill_root,
 )
 from lmdata.dolma._buckets import phase_mark as _phase_mark
 from lmdata.dolma._dedupe_resume import (
@@ -92,11 +89,11 @@ from lmdata.dolma._spans import Span, split_paragraphs
 from lmdata.dolma._spans import read as _read
 from lmdata.dolma._spans import skip as _skip
 from lmdata.dolma.config import DedupeConfig
-from lmdata.dolma.pieces import Fresh, Join, join_all, part_key, parts_folder
+from lmdata.dolma.pieces import Fresh, Join, part_key, parts_folder
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import OutputFile, Part
 from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of
-from lmdata.storage import TMP_PREFIX, Store
+from lmdata.storage import Store
 
 log = logging.getLogger("lmdata.dolma.dedupe")
 BLOOM_NOTE = (
@@ -341,83 +338,67 @@ def dedupe(
     step = _range_size(step, total, cfg.processes)
     # one group per worker, or per range of input when larger: a retry redoes one group
     plan = Plan(step, max(cfg.processes, -(-total // step)), _nbuckets(cfg, total))
-    state = Resumable(cfg, files, sizes, stores) if files else None
-    old = state.previous() if state else None
-    if resume and state and old is not None:
+    if not files:
+        return DedupeResult(0, 0, 0, 0, time.perf_counter() - t0)
+    # every run is resumable, as tokenize's: its work in the job's folder, each unit marked
+    state = Resumable(cfg, files, sizes, stores)
+    old = state.previous()
+    if resume and old is not None:
         plan = state.check(old)  # the interrupted run's units, whatever the worker count now
-    elif state and old is not None:
+    elif old is not None:
         state.discard(old)  # a stopped run's work: this run starts afresh
         old = None
     planned = _spans.plan(files, sizes, plan.range_bytes)
     spans = [s for s, _ in planned]
     groups = _spans.groups(spans, [z for _, z in planned], plan.groups)
     ranged = [attribute_path(s.path, cfg.name) for s in spans if s.ranged and s.part == 0]
-    keep = state is not None  # every run resumable, as tokenize's: work kept, units marked
     done = Done()
-    if state is not None and keep:
-        work, job = state.work, state.job(plan)
-        if old is None:
-            state.begin(plan, [parts_folder(o, job) for o in ranged])
-        else:
-            done = Done.read(work)
-            done.drop_missing(spans, cfg.name, job, cfg.storage_options)
+    work, job = state.work, state.job(plan)
+    if old is None:
+        state.begin(plan, [parts_folder(o, job) for o in ranged])
     else:
-        # this run's own folders (a rerun without resume redoes every phase)
-        root = (
-            spill_root(cfg, files[0]) if files else tempfile.mkdtemp(prefix=f"{TMP_PREFIX}dedupe-")
-        )
-        work, job = Spill(root, cfg.storage_options), uuid.uuid4().hex[:16]
+        done = Done.read(work)
+        done.drop_missing(spans, cfg.name, job, cfg.storage_options)
     # the pieces folders and the work folder kept recent while the job runs: `lmdata clean`
     # (default age 1 h) judges them by their newest entry, and a phase can outlast that
     fresh = Fresh(
         [(work.root, cfg.storage_options)]
         + [(parts_folder(o, job), cfg.storage_options) for o in ranged]
     )
-    try:
-        work.make()
-        counted, marked, written = _phases(
-            cfg,
-            spans,
-            groups,
-            plan,
-            work,
-            job,
-            done,
-            keep,
-            functools.partial(
-                parallel.run_all,
-                engine=engine,
-                workers=cfg.processes,
-                address=address,
-                tick=fresh,
-            ),
-            progress,
-        )
-    except BaseException:
-        if not keep:  # a resumable job's work stays for the next run
-            work.remove()
-        raise
-    if not keep:
-        work.remove()
+    work.make()  # kept on an error or Ctrl-C: the work of a resumable job, for the next run
+    counted, marked, written = _phases(
+        cfg,
+        spans,
+        groups,
+        plan,
+        work,
+        job,
+        done,
+        functools.partial(
+            parallel.run_all,
+            engine=engine,
+            workers=cfg.processes,
+            address=address,
+            tick=fresh,
+        ),
+        progress,
+    )
     before = WriteResult(0, tuple(done.pieces.items()))  # the pieces earlier runs wrote
     joins = _joins(cfg, spans, [*written, before], job, done.joined)
-    if keep:
-        tasks = [JoinTask(j, work, k) for k, j in joins]
-        if tasks:
-            parallel.run_all(
-                run_join_marked,
-                tasks,
-                engine=engine,
-                workers=cfg.processes,
-                address=address,
-                desc="join",
-                progress=False,
-            )
-        joined = [attribute_path(spans[k].path, cfg.name) for k in done.joined if k < len(spans)]
-        forget_joined(joined, job, cfg.storage_options)
-        work.remove()
-    else:
-        join_all([j for _, j in joins], engine, cfg.processes, address)
+    tasks = [JoinTask(j, work, k) for k, j in joins]
+    if tasks:
+        parallel.run_all(
+            run_join_marked,
+            tasks,
+            engine=engine,
+            workers=cfg.processes,
+            address=address,
+            desc="join",
+            progress=False,
+        )
+    joined = [attribute_path(spans[k].path, cfg.name) for k in done.joined if k < len(spans)]
+    forget_joined(joined, job, cfg.storage_options)
+    work.remove()
     return DedupeResult(
         files=len(files),
         documents=sum(c.documents for c in counted),
@@ -435,12 +416,11 @@ def _phases(
     work: Spill,
     job: str,
     done: Done,
-    keep: bool,
     run: Any,
     progress: bool,
 ) -> tuple[list[HashResult], list[MarkResult], list[WriteResult]]:
-    """Run the three phases, each unit not ``done`` (the others' results from their markers);
-    ``keep``: mark each unit done."""
+    """Run the three phases, each unit not ``done`` (the others' results from their markers),
+    each unit leaving its marker."""
 
     def run_some(fn: Any, units: list[Any], desc: str, progress: bool = False) -> list[Any]:
         return run(fn, units, desc=desc, progress=progress) if units else []
@@ -450,7 +430,7 @@ def _phases(
     ran = run_some(
         _phase_hash,
         [
-            HashTask(t, tuple(g), cfg, work, nb, keep)
+            HashTask(t, tuple(g), cfg, work, nb, mark=True)
             for t, g in enumerate(groups)
             if t not in hashed
         ],
@@ -458,7 +438,7 @@ def _phases(
         progress=progress,
     )
     counted = sorted([*hashed.values(), *ran], key=lambda c: c.t)
-    tasks = _mark_tasks(counted, nb, work, keep)
+    tasks = _mark_tasks(counted, nb, work, mark=True)
     new = iter(
         run_some(_phase_mark, [m for m in tasks if m.name not in done.marked], "dedupe: mark")
     )
@@ -467,7 +447,7 @@ def _phases(
     for g in _by_marks(groups, marked, len(spans)):
         todo = [(k, s) for k, s in g if not done.span(k, s)]
         if todo:
-            units.append(WriteTask(tuple(todo), cfg, work, _marks_of(todo, marked), job, keep))
+            units.append(WriteTask(tuple(todo), cfg, work, _marks_of(todo, marked), job, mark=True))
     written = run_some(_phase_write, units, "dedupe: write")
     return counted, marked, written
 
