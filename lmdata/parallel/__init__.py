@@ -271,30 +271,8 @@ class _Pool:
     def close(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        _terminate(self.pool)
+        self.pool.terminate()
         self.queue.close()
-
-
-TERMINATE_WAIT = 5.0  # seconds Pool.terminate() may take before its result lock is freed
-
-
-def _terminate(pool: Any) -> None:
-    """``pool.terminate()``, which can hang for good: it SIGTERMs the workers, and one killed
-    while sending a result leaves the result queue's write lock taken, so the pool's own
-    ``put(None)`` waits forever. The workers are dead once that wait begins: after
-    TERMINATE_WAIT the lock is released for them (a few times at most), and terminate ends."""
-    t = threading.Thread(target=pool.terminate, name="lmdata-pool-terminate", daemon=True)
-    t.start()
-    t.join(TERMINATE_WAIT)
-    lock = getattr(getattr(pool, "_outqueue", None), "_wlock", None)
-    for _ in range(3):
-        if not t.is_alive() or lock is None:
-            return
-        try:
-            lock.release()
-        except ValueError:  # not taken: terminate waits on something else
-            pass
-        t.join(TERMINATE_WAIT)
 
 
 _IDLE: list[_Pool] = []  # at most one pool waits for the next job of this process

@@ -264,20 +264,3 @@ def test_workers_are_spawned_while_another_thread_runs(monkeypatch) -> None:
     assert parallel.start_method() == "fork"
     monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), busy])
     assert parallel.start_method() == "spawn"
-
-
-def test_closing_a_pool_survives_a_worker_killed_holding_the_result_lock(monkeypatch):
-    """Pool.terminate() SIGTERMs its workers; one killed while sending a result leaves the
-    result queue's write lock taken, and terminate then waited for it forever (a test of
-    convert's resume hung so)."""
-    import threading
-
-    from lmdata import parallel
-
-    monkeypatch.setattr(parallel, "TERMINATE_WAIT", 0.3)
-    entry = parallel._take_pool(2)
-    assert entry.pool._outqueue._wlock.acquire(timeout=5)  # as the killed worker left it
-    t = threading.Thread(target=entry.close, daemon=True)
-    t.start()
-    t.join(30)
-    assert not t.is_alive()
