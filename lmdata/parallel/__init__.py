@@ -17,23 +17,22 @@ that is removed as soon as each of them has read it.
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import multiprocessing as mp
 import os
 import pickle
-import queue
-import signal
 import sys
 import tempfile
 import threading
 import uuid
 import warnings
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from lmdata.errors import InvalidInputError
+from lmdata.parallel import _workers
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -62,7 +61,7 @@ class Executor(Protocol):
 
 # ---- progress from inside a unit -------------------------------------------------------------
 
-_SINK: Any = None  # a queue (worker process) or a callback (in process); None: nobody listens
+_SINK: Progress | None = None  # where the running unit's progress goes; None: nobody listens
 _IN_WORKER = False  # set in worker processes and Ray workers, never in the driver
 
 
@@ -74,17 +73,10 @@ def in_worker() -> bool:
 
 def report(n: int) -> None:
     """Add ``n`` (documents) to the job's progress, from a worker or from this process."""
-    if n <= 0 or _SINK is None:
-        return
-    if callable(_SINK):
+    if n > 0 and _SINK is not None:
         _SINK(n)
-    else:
-        global _QUEUED
-        _SINK.put(n)
-        _QUEUED += n
 
 
-_QUEUED = 0  # in a worker process: what the running unit has put on the progress queue
 _JOB = ""  # in a worker process: the job whose initializer last ran here
 # (job, pickled setup) of the job a pool is forked for: its workers inherit it, no file needed
 _BIRTH: tuple[str, bytes] | None = None
@@ -92,15 +84,14 @@ INHERITED = ""  # the ``setup`` of a unit whose workers inherited the job's setu
 
 
 def _counted(
-    fn: Callable[[T], R], unit: T, job: str, setup: str | None, listen: bool
-) -> tuple[R, int, int]:
-    """Run one unit in a worker; return its result, how much progress it queued (the parent
-    knows how much to wait for: a queue message may arrive after the result) and this
-    worker's pid if the unit loaded the job's setup (else 0). A pool serves job after job:
-    the first unit of a job in a worker loads the job's setup (``setup``: None if there is
-    none; INHERITED if the worker was forked with it; else a file read once per worker, not
-    sent with every unit) and runs its initializer."""
-    global _QUEUED, _JOB, _SINK, _BIRTH
+    fn: Callable[[T], R], unit: T, job: str, setup: str | None, sink: Progress | None
+) -> tuple[R, int]:
+    """Run one unit in a worker; return its result and this worker's pid if the unit loaded
+    the job's setup (else 0). A pool serves job after job: the first unit of a job in a worker
+    loads the job's setup (``setup``: None if there is none; INHERITED if the worker was forked
+    with it; else a file read once per worker, not sent with every unit) and runs its
+    initializer. ``sink`` takes the unit's progress (None: nobody listens)."""
+    global _JOB, _SINK, _BIRTH
     loaded = 0
     if job != _JOB:
         if setup is not None:
@@ -117,13 +108,11 @@ def _counted(
             loaded = os.getpid()
         _BIRTH = None  # the next job's setup comes by file
         _JOB = job
-    _QUEUED = 0
-    _SINK = _QUEUE if listen else None  # a job nobody listens to queues nothing
+    _SINK = sink
     try:
-        result = fn(unit)
+        return fn(unit), loaded
     finally:
         _SINK = None
-    return result, _QUEUED, loaded
 
 
 class InProcess:
@@ -153,14 +142,15 @@ class InProcess:
 
 
 class LocalProcesses:
-    """A pool of ``workers`` processes (started as :func:`start_method` says). Units are
-    pulled lazily: at most ``window`` are submitted and not yet consumed. On an exception or
-    Ctrl-C the workers are terminated.
+    """``workers`` processes of this machine (started as :func:`start_method` says), each fed
+    by its own pipe (:mod:`lmdata.parallel._workers`). Units are pulled lazily: at most
+    ``window`` are submitted and not yet consumed. On an exception, Ctrl-C or a consumer that
+    stops early the workers are killed; a worker that dies fails the job, naming its unit.
 
-    A job that ends normally leaves its pool idle for the next job of this process (the API
-    may run many: a spawned pool costs about 0.5 s to start); only a pool started with the
-    same environment (variables, ``sys.path``, working folder) is reused, since workers saw
-    the old one."""
+    A job that ends normally leaves its workers idle for the next job of this process (the API
+    may run many: a spawned worker costs about 0.5 s to start); only workers started with the
+    same environment (variables, ``sys.path``, working folder) are reused, since they saw the
+    old one."""
 
     def __init__(self, workers: int | None = None, window: int | None = None) -> None:
         self.workers = max(1, workers if workers is not None else os.cpu_count() or 1)
@@ -181,57 +171,39 @@ class LocalProcesses:
         if initializer is not None:  # pickled here: workers get a copy, never shared state
             blob = pickle.dumps((initializer, initargs), protocol=pickle.HIGHEST_PROTOCOL)
         entry = _take_pool(self.workers, (job, blob) if blob is not None else None)
-        pool, q = entry.pool, entry.queue
         setup: str | None = None  # no setup, or the workers inherited it
         if blob is not None:
             setup = INHERITED if entry.born_for == job else _setup_file(blob)
         loaded: set[int] = set()  # workers that loaded the setup: the file goes once all have
-
-        received = expected = 0
-
-        def drain(wait: bool = False) -> None:
-            """Pass queued progress on; with ``wait``, until all the finished units queued
-            has arrived (bounded: a worker that died cannot hang the job)."""
-            nonlocal received
-            while on_report is not None:
-                try:
-                    n = q.get(timeout=10) if wait and received < expected else q.get_nowait()
-                except queue.Empty:
-                    return
-                received += n
-                on_report(n)
-
-        it = iter(units)
         finished = False
         try:
-            pending: deque[Any] = deque()
+            session = _workers.Session(entry.workers, on_report)
+            it = iter(units)
+            pulled = head = 0  # units taken from ``units``; results yielded
             exhausted = False
             while True:
-                while not exhausted and len(pending) < self.window:
+                while not exhausted and pulled - head < self.window and session.room():
                     try:
-                        args = (fn, next(it), job, setup, listen)
+                        unit = next(it)
                     except StopIteration:
                         exhausted = True
                     else:
-                        pending.append(pool.apply_async(_counted, args))
-                if not pending:
-                    drain(wait=True)
-                    break
-                head = pending[0]
-                while not head.ready():
-                    head.wait(0.1)
-                    drain()
-                pending.popleft()
-                result, queued, pid = head.get()
-                expected += queued
+                        session.submit(pulled, unit, (fn, unit, job, setup, listen))
+                        pulled += 1
+                if head not in session.done:
+                    if exhausted and head == pulled:
+                        break
+                    session.receive()
+                    continue
+                result, pid = session.done.pop(head)
+                head += 1
                 if pid and setup not in (None, INHERITED):
                     loaded.add(pid)
                     if len(loaded) >= self.workers:  # a SIGKILL from now on leaves no file
                         _unlink(setup)
                         setup = None
-                drain()
                 yield result
-            finished = received == expected  # no progress of this job left on the queue
+            finished = True
         finally:
             if finished:
                 _give_back(entry)
@@ -260,10 +232,9 @@ def _unlink(path: str) -> None:
 
 @dataclass(eq=False)
 class _Pool:
-    """A worker pool, its progress queue and the environment its workers started in."""
+    """Worker processes and the environment they started in."""
 
-    pool: Any
-    queue: Any
+    workers: list[_workers.Worker]
     key: tuple[Any, ...]
     timer: threading.Timer | None = None  # stops the pool while it is idle
     born_for: str = ""  # the job whose setup the workers inherited (forked for it)
@@ -271,8 +242,7 @@ class _Pool:
     def close(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        self.pool.terminate()
-        self.queue.close()
+        _workers.stop(self.workers)
 
 
 _IDLE: list[_Pool] = []  # at most one pool waits for the next job of this process
@@ -284,25 +254,24 @@ def _environment(workers: int) -> tuple[Any, ...]:
 
 
 def _take_pool(workers: int, setup: tuple[str, bytes] | None = None) -> _Pool:
-    """The idle pool if it fits (same size and environment), else a new one; forked workers
-    of a new pool inherit ``setup`` (job, pickled setup) in memory."""
+    """The idle pool if it fits (same size and environment, every worker alive), else a new
+    one; forked workers of a new pool inherit ``setup`` (job, pickled setup) in memory."""
     key = _environment(workers)
     with _IDLE_LOCK:
         idle = _IDLE.pop() if _IDLE else None
-    if idle is not None and idle.key == key:
-        if idle.timer is not None:  # one sleeping timer at most, however many jobs run
-            idle.timer.cancel()
+    if idle is not None and idle.timer is not None:  # one sleeping timer at most
+        idle.timer.cancel()
+    if idle is not None and idle.key == key and _workers.alive(idle.workers):
         return idle
     if idle is not None:
         idle.close()
     method = start_method()
     ctx = mp.get_context(method)
-    q = ctx.Queue()
     # a forked worker keeps the context variables of the thread that forked it (such as
     # storage options in scope): it starts from an empty context instead
     start = contextvars.Context().run
     if method != "fork":
-        return _Pool(start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,)), q, key)
+        return _Pool(start(_workers.start, ctx, workers, _worker_init, _counted), key)
     global _BIRTH
     _BIRTH = setup  # the workers forked now have it; this process keeps no copy
     # a forked child of a process whose tokenizer used its thread pool runs single-threaded
@@ -313,12 +282,12 @@ def _take_pool(workers: int, setup: tuple[str, bytes] | None = None) -> _Pool:
     try:
         with warnings.catch_warnings():  # 3.12+ warns of any thread; those left are idle
             warnings.filterwarnings("ignore", ".*multi-threaded.*fork", DeprecationWarning)
-            pool = start(ctx.Pool, workers, initializer=_worker_init, initargs=(q,))
+            procs = start(_workers.start, ctx, workers, _worker_init, _counted)
     finally:
         _BIRTH = None
         if ours:
             del os.environ[_PARALLELISM]
-    return _Pool(pool, q, key, born_for=setup[0] if setup is not None else "")
+    return _Pool(procs, key, born_for=setup[0] if setup is not None else "")
 
 
 _PARALLELISM = "TOKENIZERS_PARALLELISM"
@@ -390,15 +359,13 @@ def shutdown() -> None:
         idle.close()
 
 
-_QUEUE: Any = None  # in a worker process: its pool's progress queue
-
-
-def _worker_init(q: Any) -> None:
-    global _QUEUE, _IN_WORKER
+def _worker_init() -> None:
+    global _IN_WORKER
     _IN_WORKER = True
-    # Ctrl-C reaches the whole process group: workers ignore it, the parent terminates them
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _QUEUE = q
+    _workers.ignore_ctrl_c()
+
+
+atexit.register(shutdown)  # before multiprocessing's own exit handler (it runs last)
 
 
 def make_executor(

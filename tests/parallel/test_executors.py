@@ -156,7 +156,7 @@ def test_a_pool_serves_the_next_job_of_this_process_with_its_own_initializer(
     try:
         used, settings = run("a")
         assert settings == {"a"} and os.getpid() not in used
-        pids = {p.pid for p in parallel._IDLE[0].pool._pool}  # the pool's workers
+        pids = {w.process.pid for w in parallel._IDLE[0].workers}  # the pool's workers
         assert used <= pids
         again, settings = run("b")
         assert again <= pids and settings == {"b"}  # the same workers, the new initializer

@@ -1,0 +1,259 @@
+"""lmdata's own worker processes: one duplex pipe per worker, no lock shared between them.
+
+A :class:`multiprocessing.Pool` shares one result queue, guarded by one lock, among its workers:
+a worker killed while it holds that lock (half-way through sending a result) leaves it taken,
+and the parent then hangs for ever when it stops the pool. Here each worker has its own pipe:
+the parent sends it units, it sends back progress reports and results on the same pipe (so a
+unit's progress always arrives before its result), and the parent waits on every pipe and every
+process's sentinel at once, so a worker that dies is seen at once and killing workers never
+waits for anything they hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import signal
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any
+
+from lmdata.errors import LmdataError
+
+PROTOCOL = 5
+PER_WORKER = 2  # units sent to a worker and not yet answered: it never idles between units
+# a unit pickled larger than this is sent only to a worker with nothing queued, which reads it
+# at once: a worker that sends a large result while the parent sends it a large unit would
+# otherwise wait on each other (a pipe holds a few hundred KiB)
+QUEUED_BYTES = 32 << 10
+JOIN_SECONDS = 5.0  # a killed worker is gone within this (it is not waited for longer)
+
+PROGRESS, RESULT, ERROR = 0, 1, 2  # the first field of every message a worker sends
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker (the ``__cause__`` of the re-raise)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+# ---- in the worker -------------------------------------------------------------------------
+
+
+def serve(conn: Any, inherited: list[Any], begin: Callable[[], None], run: Callable) -> None:
+    """A worker's life: run each unit that arrives on ``conn`` with ``run(fn, unit, job, setup,
+    sink)`` and send back its progress and its result (or error); end when the parent closes
+    its end (or is gone). ``inherited``: the parent's pipe ends a forked worker inherited,
+    closed here so that each worker sees its parent's end close."""
+    for c in inherited:
+        c.close()
+    begin()
+    send = conn.send_bytes
+
+    def sink(n: int) -> None:
+        send(pickle.dumps((PROGRESS, n), PROTOCOL))
+
+    while True:
+        try:
+            message = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        unit: Any = None
+        try:
+            fn, unit, job, setup, listen = pickle.loads(message)
+            result, loaded = run(fn, unit, job, setup, sink if listen else None)
+            answer = pickle.dumps((RESULT, result, loaded), PROTOCOL)
+        except Exception as e:
+            answer = _error(e, unit)
+        try:
+            send(answer)
+        except OSError:  # the parent is gone
+            return
+
+
+def _error(e: Exception, unit: Any) -> bytes:
+    """The message for an exception raised by a unit (or by pickling its result): the
+    exception itself if it pickles, and its traceback as text either way."""
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    try:
+        exc: bytes | None = pickle.dumps(e, PROTOCOL)
+    except Exception:
+        exc = None
+    return pickle.dumps((ERROR, text, exc, _name(unit)), PROTOCOL)
+
+
+def _name(unit: Any) -> str:
+    text = repr(unit)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def ignore_ctrl_c() -> None:
+    """Ctrl-C reaches the whole process group: workers ignore it, the parent stops them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# ---- in the parent -------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Worker:
+    """One worker process, the parent's end of its pipe and its units not yet answered (in
+    the order sent: a worker answers them in that order)."""
+
+    process: Any
+    conn: Any
+    units: deque[tuple[int, Any]] = field(default_factory=deque)  # (sequence number, unit)
+    queued: int = 0  # bytes of units sent and not yet read by the worker (an estimate)
+
+
+def start(ctx: Any, n: int, begin: Callable[[], None], run: Callable) -> list[Worker]:
+    """Start ``n`` workers in multiprocessing context ``ctx``; a forked worker closes the
+    parent's ends of the pipes it inherited."""
+    workers: list[Worker] = []
+    forked = ctx.get_start_method() == "fork"
+    try:
+        for _ in range(n):
+            ours, theirs = ctx.Pipe(duplex=True)
+            inherited = [w.conn for w in workers] + [ours] if forked else []
+            p = ctx.Process(
+                target=serve, args=(theirs, inherited, begin, run), name="lmdata-worker"
+            )
+            p.daemon = True  # stopped with this process at the latest
+            p.start()
+            theirs.close()  # the worker's end lives in the worker only: its exit closes it
+            workers.append(Worker(p, ours))
+    except BaseException:
+        stop(workers)
+        raise
+    return workers
+
+
+def stop(workers: list[Worker]) -> None:
+    """Kill ``workers`` and reap them. They hold nothing the parent needs (results not yet
+    sent are lost with the job that stopped), so SIGKILL at once; never blocks for long."""
+    for w in workers:
+        w.conn.close()
+        with contextlib.suppress(Exception):
+            w.process.kill()
+    for w in workers:
+        with contextlib.suppress(Exception):
+            w.process.join(JOIN_SECONDS)
+    workers.clear()
+
+
+def alive(workers: list[Worker]) -> bool:
+    """Every worker still runs (an idle pool's worker may have been killed meanwhile)."""
+    return all(w.process.is_alive() for w in workers)
+
+
+class Session:
+    """One job on a list of workers: sends units, hands back results by sequence number and
+    passes progress on; a worker that dies raises an error naming its unit."""
+
+    def __init__(self, workers: list[Worker], on_report: Callable[[int], None] | None) -> None:
+        self.workers = list(workers)  # those still running (the pool keeps its own list)
+        self.on_report = on_report
+        self.done: dict[int, tuple[Any, int]] = {}  # sequence number -> (result, loaded pid)
+        self.held: tuple[int, Any, bytes] | None = None  # a large unit waiting for a free worker
+
+    def room(self) -> bool:
+        """A worker can take another unit now."""
+        return self.held is None and any(len(w.units) < PER_WORKER for w in self.workers)
+
+    def submit(self, seq: int, unit: Any, message: tuple[Any, ...]) -> None:
+        """Send unit ``seq`` to the least busy worker (or hold it: see QUEUED_BYTES)."""
+        try:
+            data = pickle.dumps(message, PROTOCOL)
+        except Exception as e:
+            raise LmdataError(
+                f"work unit {_name(unit)} cannot be sent to a worker process: {e}"
+            ) from e
+        self.held = (seq, unit, data)
+        self._send_held()
+
+    def _send_held(self) -> None:
+        if self.held is None:
+            return
+        seq, unit, data = self.held
+        w = min(self.workers, key=lambda w: len(w.units))
+        if len(w.units) >= PER_WORKER or (w.units and len(data) > QUEUED_BYTES):
+            return
+        self.held = None
+        w.units.append((seq, unit))
+        try:
+            w.conn.send_bytes(data)
+        except OSError:  # it died: say so, naming its unit
+            self._died(w)
+
+    def receive(self) -> None:
+        """Wait until some worker sends something (or dies) and take it in."""
+        if not self.workers:
+            raise LmdataError("every worker process of this job has stopped")
+        by_conn = {w.conn: w for w in self.workers}
+        by_sentinel = {w.process.sentinel: w for w in self.workers}
+        for ready in wait([*by_conn, *by_sentinel]):
+            w = by_conn.get(ready) or by_sentinel[ready]
+            if w.conn.closed:  # handled already this round (its pipe and its sentinel)
+                continue
+            if ready in by_conn:
+                try:
+                    self._take(w, w.conn.recv_bytes())
+                except (EOFError, OSError):
+                    self._died(w)
+            else:
+                self._died(w)
+        self._send_held()
+
+    def _take(self, w: Worker, data: bytes) -> None:
+        message = pickle.loads(data)  # sent by our own worker
+        kind = message[0]
+        if kind == PROGRESS:
+            if self.on_report is not None:
+                self.on_report(message[1])
+            return
+        seq, _ = w.units.popleft()
+        if kind == RESULT:
+            self.done[seq] = (message[1], message[2])
+            return
+        _, text, exc, name = message
+        error: BaseException | None = None
+        if exc is not None:
+            try:
+                error = pickle.loads(exc)
+            except Exception:
+                error = None
+        if not isinstance(error, BaseException):
+            raise LmdataError(
+                f"work unit {name} failed in a worker process with an error that cannot be "
+                f"passed back (it does not pickle); the worker's traceback:\n{text}"
+            )
+        error.__cause__ = RemoteTraceback(text)
+        raise error
+
+    def _died(self, w: Worker) -> None:
+        """``w`` stopped: take in what it sent before, then fail if it owed a result."""
+        try:
+            while w.conn.poll():
+                self._take(w, w.conn.recv_bytes())
+        except (EOFError, OSError):
+            pass
+        w.process.join(JOIN_SECONDS)
+        w.conn.close()
+        self.workers.remove(w)
+        if w.units:
+            code = w.process.exitcode
+            how = f"exited with code {code}"
+            if code is not None and code < 0:
+                try:
+                    how = f"was killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"was killed by signal {-code}"
+            raise LmdataError(
+                f"a worker process (pid {w.process.pid}) {how} while running work unit "
+                f"{_name(w.units[0][1])}; the job was stopped (out of memory? see the system "
+                "log, or rerun with workers=0 to see the error in this process)"
+            )
