@@ -66,9 +66,20 @@ def serve(conn: Any, inherited: list[Any], begin: Callable[[], None], run: Calla
         try:
             fn, unit, job, setup, listen = pickle.loads(message)
             result, loaded = run(fn, unit, job, setup, sink if listen else None)
-            answer = pickle.dumps((RESULT, result, loaded), PROTOCOL)
         except Exception as e:
             answer = _error(e, unit)
+        else:
+            try:
+                answer = pickle.dumps((RESULT, result, loaded), PROTOCOL)
+            except Exception as e:
+                answer = _error(
+                    LmdataError(
+                        f"the result of work unit {_name(unit)} cannot be passed back from its "
+                        f"worker process: it does not pickle ({type(e).__name__}: {e})"
+                    ),
+                    unit,
+                )
+            del result
         try:
             send(answer)
         except OSError:  # the parent is gone
