@@ -118,7 +118,6 @@ class Worker:
     process: Any
     conn: Any
     units: deque[tuple[int, Any]] = field(default_factory=deque)  # (sequence number, unit)
-    queued: int = 0  # bytes of units sent and not yet read by the worker (an estimate)
 
 
 def start(ctx: Any, n: int, begin: Callable[[], None], run: Callable) -> list[Worker]:
