@@ -15,7 +15,8 @@ start-up (``ray.init``) and first job, the local pool's start-up (a new pool, wh
 one job pays, and a reused one, as the local rows and Ray's workers are; a new pool both in a
 process without Ray, forked as the CLI's, and in this one, spawned after ``ray.init``), and
 ``lmdata tokenize`` of 2 documents end to end in a new process with 1 and 2 workers (forked,
-and spawned). Skips Ray when it is not installed (``pip install 'lmdata[ray]'``).
+and spawned). Skips Ray when it is not installed (``pip install 'lmdata[ray]'``) or
+``BENCH_PAR_RAY=0``.
 
 Runs itself in a fresh interpreter, so the tokenizer's thread pool is sized before first use.
 ``python bench/bench_parallel.py`` alone takes about three minutes on an idle 2-core machine.
@@ -41,6 +42,7 @@ QUICK = bool(os.environ.get("LMDATA_BENCH_QUICK"))
 N_DOCS = int(os.environ.get("BENCH_PAR_DOCS", 300 if QUICK else 2000))  # per file, 4 files
 RANGE = int(os.environ.get("BENCH_PAR_RANGE", 512 << 10))
 REPS = int(os.environ.get("BENCH_PAR_REPS", 2 if QUICK else 5))
+RAY = os.environ.get("BENCH_PAR_RAY", "1") != "0"  # BENCH_PAR_RAY=0: the local rows only
 TOKENIZER = Path(__file__).parents[1] / "tests/data/modalities/tokenizers/bpe5k/tokenizer.json"
 CHILD = "--child"
 START_UP = "--start-up"  # child mode: a new pool's cost, in a process without Ray's threads
@@ -191,7 +193,7 @@ def measure() -> None:
             return tiny_job(), tiny_job()
 
         rows = [("processes", 1), ("processes", 2)]
-        if importlib.util.find_spec("ray"):
+        if RAY and importlib.util.find_spec("ray"):
             import ray
 
             t0 = time.perf_counter()
@@ -204,7 +206,9 @@ def measure() -> None:
             print(f"first ray job (worker processes start, then the job): {first:.1f} s")
             rows += [("ray", 1), ("ray", 2)]
         else:
-            print("ray not installed: local rows only (pip install 'lmdata[ray]')")
+            print(
+                "ray not installed or BENCH_PAR_RAY=0: local rows only (pip install 'lmdata[ray]')"
+            )
         run("processes", 1)  # warm the page cache and the tokenizer
         got: dict[tuple[str, int], list[tuple[float, float, float]]] = {r: [] for r in rows}
         spawn: list[tuple[float, float]] = []
