@@ -104,3 +104,63 @@ def test_no_previous_run_or_no_slower_row_says_so(compare, capsys):
     compare.save_and_flag()
     printed = capsys.readouterr().out
     assert "REGRESSION" not in printed and "no row got slower by more than 10%" in printed
+
+
+@pytest.fixture
+def envs(monkeypatch, tmp_path):
+    spec = importlib.util.spec_from_file_location("_envs_acceptance", BENCH / "envs.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # its dataclass looks the module up
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "VENVS", tmp_path)
+    monkeypatch.setattr(mod, "REUSE", {})
+    return mod
+
+
+def test_side_environments_pin_the_origin_tools_the_issue_names(envs):
+    req = envs.REQUIREMENTS
+    assert set(req["dolma"]) == {
+        "dolma==1.2.1",
+        "fsspec==2023.6.0",
+        "s3fs==2023.6.0",
+        "aiobotocore==2.5.4",
+        "botocore==1.31.17",
+        "boto3==1.28.17",
+    }
+    assert {"modalities==0.5.0", "transformers==4.57.6", "tokenizers==0.22.2"} <= set(
+        req["modalities"]
+    )
+    torch = [r for r in req["modalities"] if "torch" in r]
+    assert len(torch) == 1 and "torch-2.13.0" in torch[0] and torch[0].endswith(".whl")
+    assert req["streaming"] == ("mosaicml-streaming==0.13.0",)
+    assert req["zarr2"] == ("zarr>=2.18,<3",) and req["zarr3"] == ("zarr>=3,<4",)
+
+
+def test_a_side_environment_is_made_once_and_a_failed_install_is_reported(envs, monkeypatch):
+    calls: list[list[str]] = []
+
+    class Done:
+        def __init__(self, code: int) -> None:
+            self.returncode, self.stdout, self.stderr = code, "", "pip: no such version\n"
+
+    def create(self, path):
+        (Path(path) / "bin").mkdir(parents=True)
+        (Path(path) / "bin" / "python").write_text("")
+
+    monkeypatch.setattr(envs.venv.EnvBuilder, "create", create)
+    code = {"n": 0}
+    monkeypatch.setattr(
+        envs.subprocess, "run", lambda argv, **kw: calls.append(argv) or Done(code["n"])
+    )
+    first = envs.ensure("streaming", log=lambda *a, **k: None)
+    assert first.ok and calls[-1][-1] == "mosaicml-streaming==0.13.0"
+    again = envs.ensure("streaming", log=lambda *a, **k: None)
+    assert again.python == first.python and len(calls) == 1  # reused: pip not run again
+    code["n"] = 1
+    bad = envs.ensure("zarr3", log=lambda *a, **k: None)
+    assert not bad.ok and "no such version" in bad.error and len(calls) == 2
+    still = envs.ensure("zarr3", log=lambda *a, **k: None)
+    assert not still.ok and len(calls) == 2  # the failure is remembered, not retried each run
+    monkeypatch.setitem(envs.REQUIREMENTS, "zarr3", ("zarr>=3.1,<4",))
+    code["n"] = 0
+    assert envs.ensure("zarr3", log=lambda *a, **k: None).ok and len(calls) == 3  # new pins
