@@ -152,6 +152,7 @@ def stop(workers: list[Worker]) -> None:
     for w in workers:
         with contextlib.suppress(Exception):
             w.process.join(JOIN_SECONDS)
+            w.process.close()  # its sentinel's file descriptor now, not when collected
     workers.clear()
 
 
