@@ -25,6 +25,7 @@ import pickle
 import sys
 import tempfile
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -202,7 +203,10 @@ class LocalProcesses:
                     if len(loaded) >= self.workers:  # a SIGKILL from now on leaves no file
                         _unlink(setup)
                         setup = None
+                away = time.perf_counter()
                 yield result
+                slow = time.perf_counter() - away > _workers.SLOW_CONSUMER
+                session.depth = _workers.PER_WORKER if slow else 1
             finished = True
         finally:
             if finished:
