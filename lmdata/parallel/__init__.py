@@ -205,8 +205,7 @@ class LocalProcesses:
                         setup = None
                 away = time.perf_counter()
                 yield result
-                slow = time.perf_counter() - away > _workers.SLOW_CONSUMER
-                session.depth = _workers.PER_WORKER if slow else 1
+                session.consumer_kept(time.perf_counter() - away)
             finished = True
         finally:
             if finished:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import pickle
 import signal
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -24,11 +25,12 @@ from typing import Any
 from lmdata.errors import LmdataError
 
 PROTOCOL = 5
-# units sent to a worker and not yet answered: one while this process waits for results (it
+# units sent to a worker and not yet answered: two while units are short or the consumer is
+# slow (the worker never idles between units waiting for this process), else one (this process
 # answers a worker at once, and a unit queued behind a long one would wait while another worker
-# idles: measured 1-4% slower on uneven units), two while its consumer is slow (the worker
-# never idles between units while nobody answers it)
+# idles: measured 1-4% slower on uneven units of 20-120 ms)
 PER_WORKER = 2
+SHORT_UNIT = 0.02  # seconds: a unit shorter than this is queued behind another
 SLOW_CONSUMER = 0.002  # seconds the consumer keeps a result before asking for the next
 # a unit pickled larger than this is sent only to a worker with nothing queued, which reads it
 # at once: a worker that sends a large result while the parent sends it a large unit would
@@ -70,12 +72,14 @@ def serve(conn: Any, inherited: list[Any], begin: Callable[[], None], run: Calla
         unit: Any = None
         try:
             fn, unit, job, setup, listen = pickle.loads(message)
+            began = time.perf_counter()
             result, loaded = run(fn, unit, job, setup, sink if listen else None)
+            took = time.perf_counter() - began
         except Exception as e:
             answer = _error(e, unit)
         else:
             try:
-                answer = pickle.dumps((RESULT, result, loaded), PROTOCOL)
+                answer = pickle.dumps((RESULT, result, loaded, took), PROTOCOL)
             except Exception as e:
                 answer = _error(
                     LmdataError(
@@ -175,7 +179,14 @@ class Session:
         self.on_report = on_report
         self.done: dict[int, tuple[Any, int]] = {}  # sequence number -> (result, loaded pid)
         self.held: tuple[int, Any, bytes] | None = None  # a large unit waiting for a free worker
-        self.depth = 1  # units a worker may hold (PER_WORKER while the consumer is slow)
+        self.depth = 1  # units a worker may hold: see PER_WORKER
+        self.short = False  # the last unit took less than SHORT_UNIT
+        self.slow = False  # the consumer kept the last result longer than SLOW_CONSUMER
+
+    def consumer_kept(self, seconds: float) -> None:
+        """The consumer kept the last result ``seconds`` before asking for the next."""
+        self.slow = seconds > SLOW_CONSUMER
+        self.depth = PER_WORKER if self.short or self.slow else 1
 
     def room(self) -> bool:
         """A worker can take another unit now."""
@@ -235,6 +246,8 @@ class Session:
         seq, _ = w.units.popleft()
         if kind == RESULT:
             self.done[seq] = (message[1], message[2])
+            self.short = message[3] < SHORT_UNIT
+            self.depth = PER_WORKER if self.short or self.slow else 1
             return
         _, text, exc, name = message
         error: BaseException | None = None
