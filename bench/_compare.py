@@ -288,7 +288,7 @@ def save_and_flag() -> Path:
         print("no previous results file to compare with")
         return out
     rows, values = _latest(previous)
-    print(f"compared with {previous[-1].name} (a row it lacks: the latest earlier run of it):")
+    print(f"compared with {previous[-1].name} (a row it lacks: with the latest earlier run of it):")
     newest = previous[-1].name
     flagged = [*_row_regressions(rows, newest), *_value_regressions(values, newest)]
     for line in flagged:
