@@ -101,8 +101,27 @@ def record(
     ``name`` the row and column): saved with the run, and flagged REGRESSION when it is more
     than TOLERANCE worse than the last run of the same mode that recorded it. Returns ``value``,
     so a module can record where it prints."""
-    _VALUES.append(Value(table, name, float(value), higher_is_better, unit))
+    got = Value(table, name, float(value), higher_is_better, unit)
+    if os.environ.get(RELAY) == "1":  # measured in a child process: the parent records it
+        print(_RELAY_MARK + json.dumps(asdict(got)), flush=True)
+    else:
+        _VALUES.append(got)
     return value
+
+
+# A module that measures in a child process sets RELAY=1 in the child's environment and passes
+# each line the child prints through relayed(): record() calls cross as marked lines.
+RELAY = "LMDATA_BENCH_RELAY"
+_RELAY_MARK = "@@lmdata-bench-record "
+
+
+def relayed(line: str) -> bool:
+    """True when ``line`` (a child's output, with RELAY=1 set for it) was a record() call, now
+    recorded in this process; the caller prints every other line."""
+    if not line.startswith(_RELAY_MARK):
+        return False
+    _VALUES.append(Value(**json.loads(line[len(_RELAY_MARK) :])))
+    return True
 
 
 def compare(

@@ -258,3 +258,25 @@ def test_run_saves_each_modules_wall_time_and_quick_runs_named_modules(
         if "bench_own" in ran:
             assert saved["values"][0]["name"] == "rate" and saved["values"][0]["value"] == 5.0
     sys.modules.pop("_compare", None)
+
+
+def test_a_value_recorded_in_a_child_process_reaches_the_parents_results(
+    compare, monkeypatch, capsys
+):
+    # bench_parallel measures in a fresh interpreter: its record() calls must not be lost
+    monkeypatch.setenv(compare.RELAY, "1")
+    compare.record("par", "processes 1 -> 2 workers", 1.8, unit="x")
+    child_out = capsys.readouterr().out
+    monkeypatch.delenv(compare.RELAY)
+    assert compare._VALUES == []  # the child keeps nothing itself
+    lines = [*child_out.splitlines(), "an ordinary line"]
+    shown = [line for line in lines if not compare.relayed(line)]
+    assert shown == ["an ordinary line"]
+    (v,) = compare._VALUES
+    assert (v.table, v.name, v.value, v.higher_is_better, v.unit) == (
+        "par",
+        "processes 1 -> 2 workers",
+        1.8,
+        True,
+        "x",
+    )
