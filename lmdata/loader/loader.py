@@ -435,6 +435,7 @@ class Loader:
             "base_step": m.base_step,
             "base_rows": list(m.base_rows),
             "served": self._served(self.step).tolist(),
+            "rounding": m.rounding,
         }
 
     def _served(self, step: int) -> np.ndarray:
@@ -462,6 +463,11 @@ class Loader:
                 for key in ("tokens", "rows"):
                     if a.get(key) != b[key]:
                         diffs.append(f"source {k} has {a.get(key)} {key} saved, {b[key]} here")
+                if a.get("content", b["content"]) != b["content"] and a.get("rows") == b["rows"]:
+                    diffs.append(  # older states hold no digest: only sizes are compared
+                        f"source {k} holds other tokens than the saved one ({a.get('name')}), "
+                        "of the same size"
+                    )
         if diffs:
             raise InvalidInputError(
                 "cannot resume: the saved state is for different data or settings ("
@@ -474,9 +480,11 @@ class Loader:
                 f"cannot resume a finite pass with global_batch_size {self.global_batch_size} "
                 f"(saved: {g}); use the saved batch size"
             )
-        if weights == self.mixture.weights and g == self.global_batch_size:
+        same_rounding = state.get("rounding", "remainder") == self.mixture.rounding
+        if weights == self.mixture.weights and g == self.global_batch_size and same_rounding:
             base = Mixture(weights, g, state["base_step"], tuple(state["base_rows"]), self._total)
-        else:  # re-base: the new rounding starts from what each source has served
+        else:  # re-base: the new rounding starts from what each source has served (also for a
+            # state of an older lmdata, whose mixture rounded otherwise)
             base = Mixture(
                 self.mixture.weights,
                 self.global_batch_size,
