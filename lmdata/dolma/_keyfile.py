@@ -176,14 +176,21 @@ def write(
         if n:
             mm = np.memmap(tmp, dtype=KEY, mode="r+", shape=(n,))
             at = starts[:-1].copy()
+            touched = np.zeros(GROUPS, dtype=np.int64)  # parts holding keys of each group
             for p in parts:
-                keys = load_part(p)
+                keys = load_part(p)  # distinct keys sorted by hash
                 g = group(keys["hi"])
                 order = np.argsort(g, kind="stable")
                 g = g[order]
                 first = np.searchsorted(g, g, side="left")
                 mm[at[g] + np.arange(len(g)) - first] = keys[order]
-                at += np.bincount(g, minlength=GROUPS)
+                held = np.bincount(g, minlength=GROUPS)
+                at += held
+                touched += held > 0
+            # a group filled from several parts of a bucket: sorted too, so the bytes are the
+            # same whatever the bucket count
+            for g in np.flatnonzero(touched > 1).tolist():
+                mm[starts[g] : starts[g + 1]].sort(order=("hi", "lo"))
             mm.flush()
             del mm
         store, key = resolve(url, storage_options)

@@ -100,7 +100,7 @@ log = logging.getLogger("lmdata.dolma.dedupe")
 BLOOM_NOTE = (
     "bloom_filter: lmdata keeps exact keys, not a Bloom filter (no false positives, memory "
     "bounded by on-disk hash buckets; the first occurrence in input order is kept for any "
-    "number of workers); sizing settings accepted and not used: {}; {}"
+    "number of workers){}; {}"
 )
 SPILL_EVERY = 1 << 21  # entries a hash unit buffers (32 B each) before writing one spill object
 WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
@@ -330,7 +330,8 @@ def dedupe(
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     bloom = cfg.bloom_filter
     if bloom.given or bloom.file:
-        log.warning(BLOOM_NOTE.format(", ".join(bloom.given) or "-", _keyfile.note(cfg)))
+        sizing = f"; sizing settings accepted and not used: {', '.join(bloom.given)}"
+        log.warning(BLOOM_NOTE.format(sizing if bloom.given else "", _keyfile.note(cfg)))
     step = RANGE_BYTES if range_bytes is None else range_bytes
     if step < 1:
         raise InvalidInputError(f"range_bytes must be at least 1, not {step}")
