@@ -284,3 +284,61 @@ def test_dolma_bloom_filters_and_other_files_are_clear_errors(tmp_path: Path) ->
     _run(_cfg(root, URL, bloom={"file": keys, "read_only": False}))
     with pytest.raises(InvalidInputError, match="raw keys and this run hashes ngram-3"):
         _run(_cfg(root, ngram, bloom={"file": keys, "read_only": True}))
+
+
+def test_cli_builds_and_checks_a_key_file(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from lmdata.cli.main import cli
+
+    evals, train = tmp_path / "eval", tmp_path / "train"
+    _write(evals, [["q1\nq2"]])
+    _write(train, [["q2\nt1"]])
+    keys = str(tmp_path / "keys.bin")
+    para = ["--dedupe.paragraphs.attribute_name", "a", "--dedupe.name", "n", "-q"]
+    r = CliRunner().invoke(
+        cli,
+        ["dedupe", "-d", str(evals / "documents" / "*.gz"), *para, "--bloom_filter.file", keys],
+    )
+    assert r.exit_code == 0, r.output
+    assert f"key file (exact keys, lmdata's format) -> {keys}" in r.output
+    args = ["dedupe", "-d", str(train / "documents" / "*.gz"), *para, "--bloom_filter.file", keys]
+    r = CliRunner().invoke(cli, [*args, "--bloom_filter.read_only", "--dedupe.num_partitions", "1"])
+    assert r.exit_code == 0, r.output
+    assert "-> attributes/n/" in r.output and "key file" not in r.output
+    assert _attrs(train, "n", 1) == [[{"a": [[0, 3, 1]]}]]
+
+
+@pytest.mark.parametrize("stop", ["_phase_mark", "_phase_write", "keys"])
+def test_a_stopped_run_with_a_key_file_resumes_to_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: str
+) -> None:
+    from tests.dolma._units import Killed, counting
+
+    root = tmp_path / "ds"
+    _write(root, [["a\nb", "b\nc"], ["c\nd", "a"]])
+    keys = tmp_path / "keys.bin"
+    _write(tmp_path / "ev", [["d\ne"]])
+    _run(_cfg(tmp_path / "ev", PARA, bloom={"file": str(keys), "read_only": False}))
+    prior = keys.read_bytes()
+    cfg = _cfg(root, PARA, bloom={"file": str(keys), "read_only": False}, work_dir=None)
+    _run(cfg)
+    want, want_keys = _attrs(root, "n", 2), keys.read_bytes()
+    keys.write_bytes(prior)
+    with monkeypatch.context() as mp:
+        if stop == "keys":  # stopped after the key file is written, before the cleanup
+            real = dd.Spill.mark
+
+            def mark(self, name, *a, **kw):
+                real(self, name, *a, **kw)
+                if name == "keys":
+                    raise Killed
+
+            mp.setattr(dd.Spill, "mark", mark)
+        else:
+            counting(mp, dd, stop, 0)
+        with pytest.raises(Killed):
+            _run(cfg)
+    assert keys.read_bytes() == (want_keys if stop == "keys" else prior)
+    dd.dedupe(cfg, engine="inprocess", resume=True)
+    assert _attrs(root, "n", 2) == want and keys.read_bytes() == want_keys
