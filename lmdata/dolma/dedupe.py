@@ -43,8 +43,13 @@ end, 1], ...]}`` with the duplicate paragraphs (character offsets, the separator
 With ``paragraphs.by_ngram`` each paragraph's n-grams are the keys instead (see
 :mod:`lmdata.dolma.ngrams`), spilled with their place in the paragraph, so the first occurrence
 of an n-gram in input order is the one not counted as duplicate; a flagged paragraph's span
-carries its duplicate fraction as dolma writes it. dolma's ``bloom_filter`` settings are
-accepted and not used (a log line says so): the result is dolma's without false positives.
+carries its duplicate fraction as dolma writes it. dolma's Bloom filter sizes are accepted and
+not used (a log line says so): the result is dolma's without false positives. Its
+``bloom_filter.file`` is an exact key file here (:mod:`lmdata.dolma._keyfile`): its keys come
+before the input's in each mark unit (with ``read_only`` only they mark), and the buckets'
+distinct keys make the new file. With ``num_partitions`` a hash unit spills only the keys of
+its partition (:class:`lmdata.dolma._buckets.Rows`); ``file_partition`` takes only the files
+of its partition (:meth:`DedupeConfig.document_files`).
 
 Documents and attribute files may live in any store (local paths, ``s3://``, ...). The bucket
 spill files go to ``work_dir`` (a local folder or a URL), else to a local temporary folder when
