@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 import xxhash
 
+from lmdata.dolma import _keyfile
 from lmdata.dolma.config import DedupeConfig
 from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.storage import TMP_PREFIX, FsspecStore, join, resolve
@@ -369,6 +370,8 @@ def _mark(task: MarkTask) -> MarkResult:
             return (a["hi"] // nb) % parts == part
 
     arr = work.load(task.ranges(), ENTRY, keep)
+    if task.read_only and not task.keys and not len(arr):
+        return MarkResult(0)  # no input key in the bucket: nothing to check
     if task.prior is not None or task.keys:
         return _mark_keys(task, arr, keep)
     if not len(arr):
@@ -391,8 +394,6 @@ def _mark_keys(task: MarkTask, arr: np.ndarray, keep: Any) -> MarkResult:
     """:func:`_mark` with a key file: the prior keys (its range of the file) come before the
     input's entries, so an entry whose key is there is a duplicate; with ``read_only`` only
     those are; with ``keys`` the distinct keys of both are saved for the new key file."""
-    from lmdata.dolma import _keyfile
-
     prior = np.zeros(0, dtype=_keyfile.KEY)
     if task.prior is not None:
         prior = _keyfile.load(task.prior, task.work.storage_options)
