@@ -103,10 +103,11 @@ def command(
     """Write attributes/<name>/ flagging every copy but the first (in input order).
 
     dolma's options all apply: dedupe.num_partitions + partition_index (a run considers the
-    keys of its hash partition; attributes/<name>_<i>/), dedupe.file_partition (a run takes
-    the files of its partition), dedupe.document_dir, and bloom_filter.file: lmdata's exact
-    key file instead of a Bloom filter (read if it exists, written with the run's keys; with
-    bloom_filter.read_only only read: keys found there are flagged).
+    keys of its hash partition; attributes/<name>_<i>/), dedupe.file_partition (a run also
+    takes only the files of its partition, as dolma), dedupe.document_dir, and
+    bloom_filter.file: lmdata's exact key file instead of a Bloom filter (read if it exists,
+    written with the run's keys; with bloom_filter.read_only only read: keys found there
+    are flagged).
 
     Example: lmdata dedupe -d 'ds/documents/*.gz' --dedupe.name dedupe_docs
     --dedupe.documents.key '$.metadata.url' --dedupe.documents.attribute_name bff_duplicate_url

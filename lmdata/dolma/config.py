@@ -341,7 +341,7 @@ class DedupeConfig:
     document_dir: str = "documents"  # the path component replaced by attributes/<name>
     num_partitions: int = 1  # keys split by hash: this run considers partition_index's
     partition_index: int = 0
-    file_partition: bool = False  # ... or the files split by path: this run takes its part
+    file_partition: bool = False  # ... and the files split by path: this run takes its part
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -408,8 +408,9 @@ class DedupeConfig:
 
     @property
     def key_partitions(self) -> int:
-        """Into how many partitions the keys are split (1: all keys are this run's)."""
-        return 1 if self.file_partition else self.num_partitions
+        """Into how many partitions the keys are split (1: all keys are this run's). dolma
+        1.2.1 splits them with ``file_partition`` too (checked by running it)."""
+        return self.num_partitions
 
     @property
     def suffix(self) -> str:
@@ -432,7 +433,8 @@ class DedupeConfig:
 
     def document_files(self) -> list[str]:
         """The document files this run dedupes: all, or with ``file_partition`` those whose
-        path (from the ``document_dir`` component on) hashes to ``partition_index``."""
+        path (from the ``document_dir`` component on) hashes to ``partition_index`` (dolma
+        hashes the whole path with Rust's DefaultHasher: another split of the files)."""
         files = resolve_documents(self.documents, self.storage_options)
         if not self.file_partition or self.num_partitions == 1:
             return files

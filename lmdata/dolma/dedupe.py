@@ -48,8 +48,8 @@ not used (a log line says so): the result is dolma's without false positives. It
 ``bloom_filter.file`` is an exact key file here (:mod:`lmdata.dolma._keyfile`): its keys come
 before the input's in each mark unit (with ``read_only`` only they mark), and the buckets'
 distinct keys make the new file. With ``num_partitions`` a hash unit spills only the keys of
-its partition (:class:`lmdata.dolma._buckets.Rows`); ``file_partition`` takes only the files
-of its partition (:meth:`DedupeConfig.document_files`).
+its partition (:class:`lmdata.dolma._buckets.Rows`); ``file_partition`` also takes only the
+files of its partition (:meth:`DedupeConfig.document_files`).
 
 Documents and attribute files may live in any store (local paths, ``s3://``, ...). The bucket
 spill files go to ``work_dir`` (a local folder or a URL), else to a local temporary folder when

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from lmdata.dolma import _keyfile
 from lmdata.dolma import dedupe as dd
+from lmdata.dolma._buckets import in_partition as from_partition
 from lmdata.dolma._dedupe_resume import Resumable
 from lmdata.dolma.config import DedupeConfig, file_partition
 from lmdata.errors import CorruptDataError, InvalidInputError
@@ -134,35 +135,42 @@ def test_ngram_partitions_split_the_score(tmp_path: Path) -> None:
 
 
 def test_file_partitions_split_the_files(tmp_path: Path) -> None:
-    """With file_partition each run dedupes the files whose path hashes to its index (all
-    their keys), into the one attributes folder: every file is written by exactly one run."""
+    """With file_partition each run takes the files whose path hashes to its index, and, as
+    dolma 1.2.1 does, still only the keys of its key partition, into ``<name>_<i>``: every
+    file is written by exactly one run, with what a key-partitioned run of all the files
+    would write for it if its files were the only ones."""
     root = tmp_path / "ds"
-    files = [[f"t{k}", "same", f"t{k}"] for k in range(8)]
+    files = [[f"t{k}", "same", f"t{k}", "same"] for k in range(8)]
     _write(root, files)
-    owners = {}
+    owners: dict[str, int] = {}
     for i in range(3):
         cfg = _cfg(root, URL, num_partitions=3, partition_index=i, file_partition=True)
-        assert cfg.out_name == "n" and cfg.out_attribute == "a"
+        assert (cfg.out_name, cfg.out_attribute) == (f"n_{i}", f"a_{i}")
         mine = cfg.document_files()
-        before = set((root / "attributes" / "n").glob("*")) if i else set()
-        res = _run(cfg) if mine else None
         for f in mine:
-            owners.setdefault(Path(f).name, []).append(i)
-        after = set((root / "attributes" / "n").glob("*")) if mine or i else set()
-        assert {p.name for p in after - before} == {Path(f).name for f in mine}
-        if res is not None:
-            assert res.files == len(mine)
+            assert Path(f).name not in owners
+            owners[Path(f).name] = i
+        if mine:
+            assert _run(cfg).files == len(mine)
+            written = sorted(p.name for p in (root / "attributes" / f"n_{i}").glob("*"))
+            assert written == sorted(Path(f).name for f in mine)
     assert sorted(owners) == [f"f{k}.jsonl.gz" for k in range(8)]
-    assert all(len(v) == 1 for v in owners.values())
-    assert len({v[0] for v in owners.values()}) > 1  # the files do spread
-    for k, rows in enumerate(_attrs(root, "n", 8)):
-        # each file deduped with the others of its run: its own repeat always flagged
-        assert rows[0] == {} and rows[2] == {"a": [[0, len(f"t{k}"), 1]]}
+    assert len(set(owners.values())) > 1  # the files do spread
+    for k in range(8):
+        i = owners[f"f{k}.jsonl.gz"]
+        cfg = _cfg(root, URL, num_partitions=3, partition_index=i)
+        raw = gzip.decompress((root / "attributes" / f"n_{i}" / f"f{k}.jsonl.gz").read_bytes())
+        rows = [orjson.loads(line)["attributes"] for line in raw.splitlines()]
+        for text, j in ((f"t{k}", 0), ("same", 1)):
+            if from_partition(text, cfg):
+                assert rows[j + 2] == {f"a_{i}": [[0, len(text), 1]]}  # its own repeat
+            else:  # a key of another partition: dolma's []
+                assert rows[j] == rows[j + 2] == {f"a_{i}": []}
     # the partition is of the path from the documents folder on: a moved copy keeps it
     cfg = _cfg(root, URL, num_partitions=3, file_partition=True)
-    for name in owners:
+    for name, i in owners.items():
         here = file_partition(str(root / "documents" / name), cfg)
-        assert here == file_partition(f"s3://b/x/documents/{name}", cfg) == owners[name][0]
+        assert here == file_partition(f"s3://b/x/documents/{name}", cfg) == i
 
 
 def test_document_dir_names_the_folder_replaced(tmp_path: Path) -> None:
