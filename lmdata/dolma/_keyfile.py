@@ -229,15 +229,22 @@ def prior(cfg: DedupeConfig) -> KeyFile | None:
 
 
 def note(cfg: DedupeConfig) -> str:
-    """What the run does with ``bloom_filter.file``, for the log line."""
+    """The log line saying what lmdata does instead of dolma's Bloom filter."""
     b = cfg.bloom_filter
+    sizing = f"; sizing settings accepted and not used: {', '.join(b.given)}" if b.given else ""
     if not b.file:
-        return "no key file is read or written"
-    if b.read_only:
-        return f"keys in the key file {b.file} are marked as duplicates, none added"
-    if not b.save:
-        return f"keys in the key file {b.file} (if it exists) count as seen; it is not rewritten"
+        what = "no key file is read or written"
+    elif b.read_only:
+        what = f"keys in the key file {b.file} are marked as duplicates, none added"
+    elif not b.save:
+        what = f"keys in the key file {b.file} (if it exists) count as seen; it is not rewritten"
+    else:
+        what = (
+            f"the key file {b.file} (lmdata's format: exact xxh3-128 keys) is read if it "
+            "exists and written with this run's keys added"
+        )
     return (
-        f"the key file {b.file} (lmdata's format: exact xxh3-128 keys) is read if it exists "
-        "and written with this run's keys added"
+        "bloom_filter: lmdata keeps exact keys, not a Bloom filter (no false positives, memory "
+        "bounded by on-disk hash buckets; the first occurrence in input order is kept for any "
+        f"number of workers){sizing}; {what}"
     )

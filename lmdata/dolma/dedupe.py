@@ -102,11 +102,7 @@ from lmdata.formats.dolma._paths import Stores, codec_of
 from lmdata.storage import Store
 
 log = logging.getLogger("lmdata.dolma.dedupe")
-BLOOM_NOTE = (
-    "bloom_filter: lmdata keeps exact keys, not a Bloom filter (no false positives, memory "
-    "bounded by on-disk hash buckets; the first occurrence in input order is kept for any "
-    "number of workers){}; {}"
-)
+PRIOR_PARTS = "prior-parts"  # the mark parts of each bucket of a job with a key file
 SPILL_EVERY = 1 << 21  # entries a hash unit buffers (32 B each) before writing one spill object
 WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
 BUCKET_ENTRIES = 1 << 22  # entries a mark unit sorts at most (~60 B each at its peak)
@@ -335,8 +331,7 @@ def dedupe(
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     bloom = cfg.bloom_filter
     if bloom.given or bloom.file:
-        sizing = f"; sizing settings accepted and not used: {', '.join(bloom.given)}"
-        log.warning(BLOOM_NOTE.format(sizing if bloom.given else "", _keyfile.note(cfg)))
+        log.warning(_keyfile.note(cfg))
     step = RANGE_BYTES if range_bytes is None else range_bytes
     if step < 1:
         raise InvalidInputError(f"range_bytes must be at least 1, not {step}")
@@ -539,12 +534,21 @@ def _mark_tasks(
     sizes = np.diff(starts, axis=1)
     extra = prior.per_bucket(nbuckets) if prior is not None else np.zeros(nbuckets, np.int64)
     read_only = bool(bloom and bloom.read_only)
+    held = sizes.sum(axis=0) + extra
+    split = np.maximum(1, -(-held // BUCKET_ENTRIES))
+    if prior is not None:
+        # with a key file, the parts are fixed by the job's first run: a resumed run may find
+        # the file already rewritten (a stop after the key file), its marks are the first's
+        saved = work.get(PRIOR_PARTS)
+        if saved is not None and len(saved) == 8 * nbuckets:
+            split = np.frombuffer(saved, dtype="<i8")
+        else:
+            work.put(PRIOR_PARTS, split.astype("<i8").tobytes())
     out = []
     for b in range(nbuckets):
         has = np.flatnonzero(sizes[:, b])
         pieces = np.column_stack((ids[has], starts[has, b], starts[has, b + 1]))
-        held = int(sizes[has, b].sum()) + int(extra[b])
-        parts = max(1, -(-held // BUCKET_ENTRIES))
+        parts = int(split[b])
         where = prior.bucket(b, nbuckets) if prior is not None else None
         out += [
             MarkTask(b, work, pieces, nbuckets, p, parts, mark, where, read_only, keys)
