@@ -317,12 +317,13 @@ def test_cli_builds_and_checks_a_key_file(tmp_path: Path) -> None:
     assert _attrs(train, "n", 1) == [[{"a": [[0, 3, 1]]}]]
 
 
-@pytest.mark.parametrize("stop", ["_phase_mark", "_phase_write", "keys"])
+@pytest.mark.parametrize("stop", ["_phase_mark", "_phase_write", "write", "keys"])
 def test_a_stopped_run_with_a_key_file_resumes_to_the_same_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: str
 ) -> None:
     from tests.dolma._units import Killed, counting
 
+    monkeypatch.setattr(dd, "BUCKET_ENTRIES", 2)  # parts that depend on the key file's size
     root = tmp_path / "ds"
     _write(root, [["a\nb", "b\nc"], ["c\nd", "a"]])
     keys = tmp_path / "keys.bin"
@@ -343,10 +344,18 @@ def test_a_stopped_run_with_a_key_file_resumes_to_the_same_bytes(
                     raise Killed
 
             mp.setattr(dd.Spill, "mark", mark)
+        elif stop == "write":  # stopped after the key file, before its marker
+
+            def write(*a, **kw):
+                real_write(*a, **kw)
+                raise Killed
+
+            real_write = _keyfile.write
+            mp.setattr(_keyfile, "write", write)
         else:
             counting(mp, dd, stop, 0)
         with pytest.raises(Killed):
             _run(cfg)
-    assert keys.read_bytes() == (want_keys if stop == "keys" else prior)
+    assert keys.read_bytes() == (want_keys if stop in ("write", "keys") else prior)
     dd.dedupe(cfg, engine="inprocess", resume=True)
     assert _attrs(root, "n", 2) == want and keys.read_bytes() == want_keys
