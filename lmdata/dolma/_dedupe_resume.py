@@ -14,7 +14,10 @@ marker ``done/NAME`` holding its small result:
 - ``m-<bucket>[-<part>]``: the mark unit's count and where each span's marks are;
 - ``w-<span>``: a document file's attribute file is written; ``p-<span>-<crc>-<bytes>``: a
   range's piece is (in the job's pieces folder, :func:`lmdata.dolma.pieces.parts_folder`);
-- ``j-<span>``: a file written in ranges is joined (named by its last range).
+- ``j-<span>``: a file written in ranges is joined (named by its last range);
+- ``keys``: the key file (``bloom_filter.file``) is written: the job is done. With a key file
+  the folder also holds ``prior-parts``, the mark parts of each bucket as the first run chose
+  them, so a run resumed after the file was rewritten keeps its units.
 
 A resumed run lists the markers once and runs only the units without one, taking the others'
 results from their markers, so the output is the bytes of an uninterrupted run. A resume whose

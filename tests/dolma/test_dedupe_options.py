@@ -359,3 +359,24 @@ def test_a_stopped_run_with_a_key_file_resumes_to_the_same_bytes(
     assert keys.read_bytes() == (want_keys if stop in ("write", "keys") else prior)
     dd.dedupe(cfg, engine="inprocess", resume=True)
     assert _attrs(root, "n", 2) == want and keys.read_bytes() == want_keys
+
+
+@SETTINGS
+@given(evals=corpora, train=corpora)
+def test_read_only_flags_exactly_the_paragraphs_in_the_key_file(
+    tmp_path_factory: pytest.TempPathFactory, evals: list[list[str]], train: list[list[str]]
+) -> None:
+    from lmdata.dolma._spans import split_paragraphs
+
+    root = tmp_path_factory.mktemp("k")
+    _write(root / "ev", evals)
+    _write(root / "tr", train)
+    keys = str(root / "keys.bin")
+    _run(_cfg(root / "ev", PARA, bloom={"file": keys, "read_only": False}))
+    seen = {p for texts in evals for t in texts if t for _, _, p in split_paragraphs(t, "\n")}
+    assert _keyfile.KeyFile(keys, None).keys == len(seen)
+    _run(_cfg(root / "tr", PARA, bloom={"file": keys, "read_only": True}))
+    for texts, rows in zip(train, _attrs(root / "tr", "n", len(train)), strict=True):
+        for t, row in zip(texts, rows, strict=True):
+            want = [[s, e, 1] for s, e, p in split_paragraphs(t, "\n") if p in seen] if t else None
+            assert row.get("a") == want
