@@ -18,8 +18,9 @@ from typing import Any
 import orjson
 
 from lmdata.errors import InvalidInputError
-from lmdata.formats.dolma._paths import attribute_path, expand_globs, list_documents
-from lmdata.storage import resolve
+from lmdata.formats.dolma._paths import attribute_path, expand_globs, is_doc_file, list_documents
+from lmdata.storage import basename, join, resolve
+from lmdata.storage.listing import walk_files
 
 DEFAULT_MAX_SIZE = 2 * 1024**3  # the dolma CLI's default max_size_in_bytes (2 GiB)
 
@@ -105,15 +106,24 @@ def _int(v: Any, what: str, minimum: int = 0) -> int:
 
 
 def resolve_documents(
-    patterns: tuple[str, ...], storage_options: dict[str, Any] | None = None
+    patterns: tuple[str, ...],
+    storage_options: dict[str, Any] | None = None,
+    documents: str = "documents",
 ) -> list[str]:
     """Document files (local paths or URLs) from globs, single files, or tree folders (all of
-    their documents)."""
+    their documents; the ``documents`` folder may have another name, dedupe's
+    ``document_dir``)."""
     out: list[str] = []
     seen: set[str] = set()
     for pat in patterns:
         store, key = resolve(pat, storage_options)
-        if store.is_dir(key):
+        if store.is_dir(key) and documents != "documents":
+            inner = join(key, documents)
+            top = inner if basename(key) != documents and store.is_dir(inner) else key
+            cut = len(top.rstrip("/")) + 1
+            keys = [k for k in walk_files(store, top) if is_doc_file(basename(k))]
+            found = [store.url(k) for k in sorted(keys, key=lambda k: k[cut:].replace("\\", "/"))]
+        elif store.is_dir(key):
             found = [store.url(k) for k in list_documents(store, key)]
         else:
             found = expand_globs([pat], storage_options=storage_options)
@@ -435,7 +445,7 @@ class DedupeConfig:
         """The document files this run dedupes: all, or with ``file_partition`` those whose
         path (from the ``document_dir`` component on) hashes to ``partition_index`` (dolma
         hashes the whole path with Rust's DefaultHasher: another split of the files)."""
-        files = resolve_documents(self.documents, self.storage_options)
+        files = resolve_documents(self.documents, self.storage_options, self.document_dir)
         if not self.file_partition or self.num_partitions == 1:
             return files
         return [f for f in files if file_partition(f, self) == self.partition_index]

@@ -178,6 +178,9 @@ def test_document_dir_names_the_folder_replaced(tmp_path: Path) -> None:
     _write(root, [["x", "x"]], folder="docs")
     _run(_cfg(root, URL, folder="docs", document_dir="docs"))
     assert _attrs(root, "n", 1) == [[{}, {"a": [[0, 1, 1]]}]]
+    for folder in (root, root / "docs"):  # a dataset folder, or its docs/ folder
+        d = {"documents": [str(folder)], "dedupe": {"name": "m", "document_dir": "docs", **URL}}
+        assert DedupeConfig.from_dict(d).document_files() == [str(root / "docs" / "f0.jsonl.gz")]
     with pytest.raises(Exception, match="no 'documents' component"):
         _run(_cfg(root, URL, folder="docs"))
     with pytest.raises(InvalidInputError, match="one path component"):
