@@ -129,15 +129,15 @@ def test_int64_outputs_hold_the_int32_values_in_every_mode(sources, mode):
             assert all(np.array_equal(x[k], y[k]) for k in x)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
-    w=st.tuples(st.integers(1, 50), st.integers(1, 50)),
+    w=st.lists(st.integers(1, 50), min_size=2, max_size=6),
     g=st.integers(2, 64),
     steps=st.integers(1, 80),
 )
-def test_two_sources_get_their_share_within_one_row_in_every_global_batch(w, g, steps):
+def test_every_source_gets_its_share_within_one_row_in_every_global_batch(w, g, steps):
     try:
-        m = Mixture(exact_weights(list(w)), g)
+        m = Mixture(exact_weights(w), g)
     except Exception:  # a source under one row per batch is refused (tested elsewhere)
         return
     share = np.array([float(x) for x in m.weights]) * g
@@ -146,13 +146,8 @@ def test_two_sources_get_their_share_within_one_row_in_every_global_batch(w, g, 
         assert c.sum() == g and (np.abs(c - share) < 1).all(), (t, c.tolist(), share)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 NOT met: with three or more sources the carried largest remainder can "
-    "give a batch a source's share off by more than one row (weights 3:4:4, batch 4, step 5: "
-    "[0, 2, 2] against shares [1.09, 1.45, 1.45])",
-)
 def test_three_sources_get_their_share_within_one_row_in_every_global_batch():
+    # the case that the carried largest remainder got wrong: [0, 2, 2] at step 5
     m = Mixture(exact_weights([3, 4, 4]), 4)
     share = np.array([float(x) for x in m.weights]) * 4
     for t in range(40):
