@@ -25,7 +25,7 @@ TAKEN = object()  # an example already handed to a caller: a later read makes a 
 MAX_HOT = 64  # blocks a thread keeps decoded (one per shard, the least recent dropped)
 _CHECKED = 1 << 17  # digests of safely unpickled blocks remembered (about 9 MiB)
 _SEEN_KEYS = 1 << 16  # at most this many recent blocks remembered (keys only) for Reuse
-_KEEP_RATE = 0.25  # pickle blocks for the cache while at least this share of reads reuse
+KEEP_RATE = 0.25  # pickle blocks for the cache while at least this share of reads reuse
 _EMPTY: list[Any] = []
 
 
@@ -85,7 +85,9 @@ class Reuse:
     to a block seen within the last as many blocks as the cache holds (so on a dataset far
     larger than the cache, where kept blocks would be evicted before they are read again, the
     share stays low and nothing is pickled for nothing). A moving average over about 64
-    look-ups; callers hold the reader's lock."""
+    look-ups (single random reads note one in four: the bookkeeping cost 5% of such a read).
+    Callers of :meth:`note` hold the reader's lock; :meth:`decoded` needs none (a lost update
+    of the average only delays it by one block)."""
 
     def __init__(self, cache_bytes: int) -> None:
         self._seen: OrderedDict[Hashable, None] = OrderedDict()
@@ -112,7 +114,7 @@ class Reuse:
 
     @property
     def worth_keeping(self) -> bool:
-        return self.rate >= _KEEP_RATE
+        return self.rate >= KEEP_RATE
 
 
 def pickle_one(item: Any) -> bytes | None:
@@ -138,3 +140,20 @@ def pickle_block(items: list[Any], kept: dict[int, bytes]) -> tuple[list[bytes |
 def unpickle(data: bytes) -> Any:
     """An example from the cache's pickle of it (made here from examples already checked)."""
     return pickle.loads(data)
+
+
+class Indexes:
+    """The indexes of blocks (see ``lmdata._pickle.block_index``) a reader keeps for single
+    reads, as one entry of its cache: a random read of a block seen before then walks only
+    its example's bytes. The entry's size is reserved in steps ahead of use (one cache put per
+    step, not one per block, as a put costs a tenth of a read), so every index is counted in
+    ``cache_bytes``; when the cache drops the entry, its indexes go with it. Where no step more
+    fits, the oldest indexes make room."""
+
+    __slots__ = ("map", "misses", "reserved", "used")
+
+    def __init__(self) -> None:
+        self.map: dict[tuple[int, int], bytes] = {}
+        self.used = 0  # bytes of the indexes kept, with their entries' overhead
+        self.reserved = 0  # bytes the cache counts for this entry
+        self.misses = 0  # indexes made since the entry was last refreshed in the cache
