@@ -167,18 +167,24 @@ _loads = pickle.loads
 NOT_ALONE = object()  # load_indexed: the item cannot be had alone (unpickle the list whole)
 
 
+# bytes of the opcodes the walk refuses: PUT, LONG_BINPUT, and the 4/8-byte counted strings
+_WALK_FOR = (b"r", b"p", b"B", b"X", b"\x8d", b"\x8e")
+
+
 def _check_memo_indices(data: bytes, where: str) -> None:
     """Refuse a pickle that stores into a memo slot it could not have filled.
 
     CPython's unpickler grows its memo to twice the largest index a PUT or LONG_BINPUT names
     and zeroes it: a 10-byte pickle naming slot 10**9 writes 16 GB. A real pickle names slots
     in order, so an index is never beyond the opcode's offset; this walk (opcodes only, string
-    payloads skipped) checks that before the C unpickler runs. In C (``lmdata/_memowalk.c``)
-    it costs about a tenth of the unpickling; the Python walk it falls back to (no compiler at
-    install, or a text-protocol opcode) costs 1-3x. It is skipped on Pythons whose unpickler has
-    the fix, and ``allow_unsafe=True`` (a trusted file) skips it too."""
-    if _sparse_memo() or (b"r" not in data and b"p" not in data):
-        return  # this Python cannot be made to allocate so; or no PUT/LONG_BINPUT byte at all
+    payloads skipped) checks that before the C unpickler runs, and that no 4- or 8-byte string
+    count reaches beyond the data (Python 3.11 allocates the count before reading). In C
+    (``lmdata/_memowalk.c``) it costs about a tenth of the unpickling; the Python walk it falls
+    back to (no compiler at install, or a text-protocol opcode) costs 1-3x. It is skipped on
+    Pythons whose unpickler has the fix, and ``allow_unsafe=True`` (a trusted file) skips it
+    too."""
+    if _sparse_memo() or not any(c in data for c in _WALK_FOR):
+        return  # this Python cannot be made to allocate so; or no opcode that could
     slot, at = _early_slot(data)
     if slot == _TOO_LONG:
         _refuse_count(at, where)

@@ -471,6 +471,7 @@ class Atlas(ShardFiles):
             reuse.decoded(len(plain))
         if reuse.rate >= KEEP_RATE and self._slot.cap != 0:  # self._keeping(), spelled out
             self._slot.put((s, b), plain, len(plain))  # reads come back within its reach
+            self._slot.get(_INDEXES)  # blocks come and go; the indexes, a twentieth, stay
         item = self._item(s, b, plain, j)
         if item is not NOT_ALONE:
             return item
@@ -509,8 +510,10 @@ class Atlas(ShardFiles):
             indexes = Indexes()
         n = len(index) + _INDEX_OVERHEAD
         if indexes.used + n > indexes.reserved:
-            want = indexes.reserved + max(_INDEX_STEP, n)
-            if self._slot.put(_INDEXES, indexes, want):
+            cap = self._slot.cap  # None: the process-wide budget
+            want = indexes.reserved + max(n, min(_INDEX_STEP, (cap or 1 << 40) // 16))
+            want = want if cap is None else min(want, cap)
+            if want >= indexes.used + n and self._slot.put(_INDEXES, indexes, want):
                 indexes.reserved, indexes.misses = want, 0
             else:
                 old = indexes.map
