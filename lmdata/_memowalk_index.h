@@ -29,7 +29,7 @@ item_from(const unsigned char *p, Py_ssize_t n, const uint32_t *q, Py_ssize_t ql
     Py_ssize_t *gat = NULL, *gslot = NULL, ng = 0, gcap = 0;
     unsigned char *used = NULL;
     Py_ssize_t *rank = NULL;
-    if (qlen < 12 || qlen % 4 || q[0] != (uint64_t)n) goto none;
+    if (qlen < 12 || qlen % 4 || q[0] != (uint64_t)n || n < 2 || p[0] != 0x80) goto none;
     Py_ssize_t items = q[1], nsh = q[2];
     if (qlen != 12 + 12 * (items + nsh) || j < 0 || j >= items) goto none;
     const uint32_t *sh = q + 3 + 3 * items;
