@@ -42,14 +42,15 @@ from lmdata.formats.atlas.ahead import (
     frame_sizes,
 )
 from lmdata.formats.atlas.blocks import (
+    INDEXES,
     KEEP_RATE,
     MAX_HOT,
     TAKEN,
     Checked,
     Hot,
-    Indexes,
     PerThread,
     Reuse,
+    keep_index,
     pickle_block,
     pickle_one,
     unpickle,
@@ -64,10 +65,6 @@ MAX_OPEN_FILES = 64
 _AHEAD_SHARDS = 4  # a thread reads ahead in at most this many shards (sharing its budget)
 _AHEAD_BLOCKS = 1024  # blocks per read ahead at most
 _SAMPLE = 3  # a mask of the random look-up count: Reuse hears of one in four
-_INDEXES = "indexes"  # the cache key of the reader's Indexes
-_INDEX_OVERHEAD = 128  # bytes an index costs beyond itself (its key and the dict's entry)
-_INDEX_STEP = 64 << 10  # Indexes grows in the cache by this much at a time
-_INDEX_REFRESH = 64  # indexes made between refreshes of the Indexes entry's age
 # Forks of this process so far (in the child): a reader compares it with its own instead of
 # calling os.getpid() per read, a system call of about 0.2 µs.
 _FORKS = [0]
@@ -350,11 +347,6 @@ class Atlas(ShardFiles):
             and all(0 <= y - x <= bound for x, y in pairwise(offs))
         )
 
-    def _locate(self, i: int) -> tuple[int, int, int]:
-        s = bisect_right(self._ends_list, i)
-        b, j = divmod(i - self._starts_list[s], self._block_sizes[s])
-        return s, b, j
-
     def _cached(self, key: tuple[int, int]) -> list[bytes | None] | bytes | None:
         """The cache's pickles of a block's examples, or the block's pickled bytes (kept by
         :meth:`_alone`), noting the look-up for :class:`Reuse`."""
@@ -471,7 +463,7 @@ class Atlas(ShardFiles):
             reuse.decoded(len(plain))
         if reuse.rate >= KEEP_RATE and self._slot.cap != 0:  # self._keeping(), spelled out
             self._slot.put((s, b), plain, len(plain))  # reads come back within its reach
-            self._slot.get(_INDEXES)  # blocks come and go; the indexes, a twentieth, stay
+            self._slot.get(INDEXES)  # blocks come and go; the indexes, a twentieth, stay
         item = self._item(s, b, plain, j)
         if item is not NOT_ALONE:
             return item
@@ -487,7 +479,7 @@ class Atlas(ShardFiles):
         and kept in the cache, where it costs a few hundred bytes: a random read of a block
         seen before walks the example's bytes only, not the whole block. NOT_ALONE where the
         walk cannot vouch for the example."""
-        indexes = self._slot.peek(_INDEXES)
+        indexes = self._slot.peek(INDEXES)
         if indexes is not None:
             index = indexes.map.get((s, b))
             if index is not None:
@@ -499,34 +491,8 @@ class Atlas(ShardFiles):
             return NOT_ALONE
         if self._slot.cap:
             with self._lock:
-                self._keep_index(indexes, (s, b), got[0])
+                keep_index(self._slot, indexes, (s, b), got[0])
         return got[1]
-
-    def _keep_index(self, indexes: Indexes | None, key: tuple[int, int], index: bytes) -> None:
-        """Keep a block's index in the cache's Indexes entry (a new one if the cache dropped
-        it), reserving its bytes a step ahead; the oldest indexes go where no step more fits
-        (caller holds the lock)."""
-        if indexes is None:
-            indexes = Indexes()
-        n = len(index) + _INDEX_OVERHEAD
-        if indexes.used + n > indexes.reserved:
-            cap = self._slot.cap  # None: the process-wide budget
-            want = indexes.reserved + max(n, min(_INDEX_STEP, (cap or 1 << 40) // 16))
-            want = want if cap is None else min(want, cap)
-            if want >= indexes.used + n and self._slot.put(_INDEXES, indexes, want):
-                indexes.reserved, indexes.misses = want, 0
-            else:
-                old = indexes.map
-                while old and indexes.used + n > indexes.reserved:
-                    indexes.used -= len(old.pop(next(iter(old)))) + _INDEX_OVERHEAD
-                if indexes.used + n > indexes.reserved:
-                    return
-        elif indexes.misses >= _INDEX_REFRESH:  # read now and then: the cache keeps it longer
-            self._slot.get(_INDEXES)
-            indexes.misses = 0
-        indexes.misses += 1
-        indexes.map[key] = index
-        indexes.used += n
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """The examples at ``indices`` in that order, decoding each needed block once."""
