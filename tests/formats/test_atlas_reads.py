@@ -292,3 +292,27 @@ def test_indexes_beyond_the_cache_make_room_and_stay_counted(
     r0 = atlas.open(path, cache_bytes=0)
     assert [r0[i] for i in idx[:300]] == [ex[i] for i in idx[:300]]
     assert len(r0._slot) == 0  # cache_bytes=0: no index either
+
+
+def test_threads_reading_at_random_share_the_indexes(tmp_path: Path) -> None:
+    ex = examples(2000)
+    path = write(tmp_path / "d", ex, shard_size=1000, block_size=5, compression_strategy=1)
+    r = atlas.open(path)
+    cache = 30_000  # the indexes fill it: the oldest make room while threads add theirs
+    r._ahead_bytes, r._slot, r._reuse = 0, new_slot(cache), blocks.Reuse(cache)
+    bad: list[int] = []
+
+    def read(seed: int) -> None:
+        for i in np.random.default_rng(seed).integers(0, 2000, 1500).tolist():
+            if r[i] != ex[i]:
+                bad.append(i)
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+    got = r._slot.peek("indexes")
+    assert got is not None and 0 < got.used <= got.reserved <= cache
+    assert got.used == sum(len(v) + blocks._INDEX_OVERHEAD for v in got.map.values())
