@@ -17,7 +17,7 @@ and ``loss_mask`` False.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -119,6 +119,36 @@ def packed_from_encoded(
     out = packed_buffers(*shape, dtype, PACKED_KEYS if _C else IO_KEYS)
     fill_packed(enc, out, bos)
     return out
+
+
+def laid_out_at(
+    into: Callable[..., bool], eos: bool, rows: np.ndarray, length: int, dtype: np.dtype, bos: int
+) -> dict[str, np.ndarray] | None:
+    """Packed rows (``eos``: windows of ``length + 1``) numbered ``rows`` (int64) laid out by
+    one C call that also finds them (``into``: a reader's ``encoded_windows_into``, which hands
+    where they lie to ``_kernel.packed_at`` / ``eos_at``); None where it declines (or numpy
+    lays out): the caller's general path."""
+    if _C is None:
+        return None
+    wide = dtype != _I32
+    if eos:
+        out = packed_buffers(len(rows), length, dtype, IO_KEYS)
+        done = into(_C.eos_at, rows, length + 1, length, out["inputs"], out["targets"], wide)
+    else:
+        out = packed_buffers(len(rows), length, dtype, PACKED_KEYS)
+        done = into(
+            _C.packed_at,
+            rows,
+            length,
+            length,
+            out["inputs"],
+            out["targets"],
+            out["segment_ids"],
+            out["positions"],
+            bos,
+            wide,
+        )
+    return out if done else None
 
 
 def packed_out(rows: int, length: int, dtype: np.dtype) -> tuple[dict[str, np.ndarray], np.ndarray]:
