@@ -53,8 +53,8 @@ def packed_buffers(
     is a multiple of the 4 KiB page make that copy ~10x slower (4K aliasing of loads and
     stores). Each array starts on a 64-byte cache line: a block from the allocator starts 16
     bytes past a page, and outputs there laid out a batch 15% slower (vector stores split
-    across lines). The layout is computed once per shape; consecutive arrays of one type are
-    one strided array per block (kept by the pool), whose items are the batch's fresh views.
+    across lines). The layout is computed once per shape, and each block's arrays once per
+    layout (kept by the pool): a batch gets fresh views of them.
     """
     key = (rows, length, dtype, keys)
     layout = _LAYOUTS.get(key)
@@ -63,47 +63,30 @@ def packed_buffers(
         if len(_LAYOUTS) > 16:
             _LAYOUTS.clear()
         _LAYOUTS[key] = layout
-    size, names, carve = layout
-    stacks = pool.carved(size, key, carve)
-    if len(stacks) == 1:
-        return dict(zip(names[0], stacks[0], strict=True))
-    out: dict[str, np.ndarray] = {}
-    for group, stack in zip(names, stacks, strict=True):
-        out.update(zip(group, stack, strict=True))
-    return out
+    size, carve = layout
+    return dict(zip(keys, map(_VIEW, pool.carved(size, key, carve)), strict=True))
+
+
+_VIEW = np.ndarray.view
 
 
 def _layout(rows: int, length: int, dtype: np.dtype, keys: tuple[str, ...]) -> tuple:
-    """(block bytes, the key names of each group, a function carving a block into a
-    (len(group), rows, length) array per group): consecutive keys of one type form a group,
-    its arrays a fixed distance apart, the gap included."""
+    """(block bytes, a function carving a block into an array per key): the arrays a fixed
+    distance apart (the gap included), each on a cache line."""
     n = rows * length
-    groups: list[tuple[list[str], np.dtype, int, int]] = []
+    places: list[tuple[np.dtype, int]] = []
     at = 0
     for k in keys:
         t = dtype if k in ("inputs", "targets") else _TYPES.get(k, _I32)
-        step = -(-(n * t.itemsize + _GAP) // 64) * 64
-        if groups and groups[-1][1] == t:
-            groups[-1][0].append(k)
-        else:
-            groups.append(([k], t, at, step))
-        at += step
+        places.append((t, at))
+        at += -(-(n * t.itemsize + _GAP) // 64) * 64
     shape = (rows, length)
 
     def carve(block: np.ndarray) -> tuple[np.ndarray, ...]:
         first = -block.ctypes.data % 64  # every array starts on a cache line
-        return tuple(
-            np.ndarray(
-                (len(g), *shape),
-                dtype=t,
-                buffer=block,
-                offset=first + o,
-                strides=(step, length * t.itemsize, t.itemsize),
-            )
-            for g, t, o, step in groups
-        )
+        return tuple(np.ndarray(shape, dtype=t, buffer=block, offset=first + o) for t, o in places)
 
-    return at + 64, tuple(tuple(g[0]) for g in groups), carve
+    return at + 64, carve
 
 
 def packed_from_encoded(
