@@ -371,6 +371,8 @@ class FlatTokens:
         (no numpy product per batch)."""
         n = self.num_packed_rows(seq_len)
         rows = np.asarray(rows)
+        if not rows.size:  # (an empty list is float64 to numpy)
+            rows = rows.astype(np.int64)
         if rows.dtype.kind not in "iu":
             raise TypeError(f"rows must be integers, not {rows.dtype}")
         if _windows.in_c():
@@ -403,7 +405,11 @@ class FlatTokens:
 
         Reads only token chunks (never ``seq_starts``): packed and EOS-window loading.
         """
-        st = np.asarray(starts, dtype=np.int64).reshape(-1)
+        try:
+            st = np.asarray(starts, dtype=np.int64).reshape(-1)
+        except OverflowError:  # a Python int past int64: outside, said below
+            self._check_windows(starts, length)
+            raise
         lst = st.tolist()
         if lst and (min(lst) < 0 or max(lst) + length > self.num_tokens):
             raise IndexError(
