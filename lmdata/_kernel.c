@@ -1,5 +1,6 @@
 /* The Loader's row layouts (lmdata/loader/packing.py) in one pass each, with the GIL released,
- * and the flat-tokens reader's row gather (copy_rows).
+ * and the flat-tokens reader's row gather (copy_rows). packed_at and eos_at also look their
+ * rows up (a batch in one call); the lookups and the shuffle are in _kernel_index.h.
  *
  * Each function takes the stored values of a batch's rows (uint32: one C-order array, or each
  * row where it lies in a mapped chunk, see rows_get) and writes its output arrays in place
