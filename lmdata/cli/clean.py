@@ -28,6 +28,12 @@ def _age(seconds: float) -> str:
     "committed goes whole, a committed one loses only its claim.",
 )
 @click.option(
+    "--resumable",
+    is_flag=True,
+    help="Also remove the staging folders (.NAME.lmdata-work, .NAME.lmdata-convert) that "
+    "interrupted tokenize and convert jobs keep for --resume; without it they are listed, kept.",
+)
+@click.option(
     "--older-than",
     default="1h",
     show_default=True,
@@ -40,22 +46,28 @@ def command(
     path: str,
     dry_run: bool,
     claims: bool,
+    resumable: bool,
     older_than: str,
     storage_options: dict[str, Any] | None,
 ) -> None:
     """Find and remove what failed writes left below PATH (a folder or URL, searched
-    recursively): .lmdata-tmp-* staged outputs and, with --claims, .lmdata-writing claims."""
+    recursively): .lmdata-tmp-* staged outputs; with --claims, .lmdata-writing claims; with
+    --resumable, interrupted tokenize/convert jobs' staging (listed and kept otherwise: rerun
+    the job with --resume to finish it)."""
     found = clean(
         path,
         older_than=parse_age(older_than),
         claims=claims,
+        resumable=resumable,
         dry_run=dry_run,
         storage_options=storage_options,
     )
     for item in found:
+        kept = "" if item.remove else "  (kept: --resumable removes it)"
         click.echo(
-            f"{item.kind:<10}  {_age(item.age):>6}  {human_bytes(item.bytes):>10}  {item.url}"
+            f"{item.kind:<10}  {_age(item.age):>6}  {human_bytes(item.bytes):>10}  {item.url}{kept}"
         )
-    total = human_bytes(sum(i.bytes for i in found))
+    gone = [i for i in found if i.remove]
+    total = human_bytes(sum(i.bytes for i in gone))
     verb = "would remove" if dry_run else "removed"
-    click.echo(f"{verb} {len(found)} leftover(s), {total}", err=True)
+    click.echo(f"{verb} {len(gone)} leftover(s), {total}", err=True)

@@ -48,6 +48,7 @@ class LoaderConfig:
     seed: int = 0
     epochs: int | None = None
     long_docs: str = "truncate"
+    drop_last: bool = False
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "global_batch_size"):
@@ -62,6 +63,11 @@ class LoaderConfig:
             )
         if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs < 1):
             raise InvalidInputError(f"epochs must be None or a positive integer: {self.epochs!r}")
+        if self.drop_last and self.epochs is None:
+            raise InvalidInputError(
+                "drop_last=True is for a finite pass (epochs=): an endless training stream has "
+                "no last batch, and its rows are always full"
+            )
         if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise InvalidInputError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")
 
@@ -90,7 +96,9 @@ class Loader:
     (windows of ``seq_len + 1`` tokens overlapping by one, for EOS-delimited data) or
     ``"unpacked"`` (one document or piece per row, right-padded, ``loss_mask``). ``epochs``
     makes a finite pass (evaluation): it stops after that many epochs and pads the last batch
-    (``loss_mask`` False) instead of dropping it. See the README for the batch keys and dtypes.
+    (``loss_mask`` False) instead of dropping it; with ``drop_last`` it serves full rows and
+    full batches only, leaving out the partial row and the incomplete last batch. See the
+    README for the batch keys and dtypes.
     """
 
     def __init__(
@@ -111,6 +119,7 @@ class Loader:
         bos_id: int = 0,
         pad_id: int = 0,
         long_docs: str = "truncate",
+        drop_last: bool = False,
         prefetch: int = 0,
         start_step: int = 0,
         split: str | None = None,
@@ -145,7 +154,7 @@ class Loader:
         if truncate is not None:
             long_docs = "truncate" if truncate else "error"
         self.config = LoaderConfig(
-            seq_len, global_batch_size, mode, bool(shuffle), seed, epochs, long_docs
+            seq_len, global_batch_size, mode, bool(shuffle), seed, epochs, long_docs, drop_last
         )
         if global_batch_size % world_size:
             raise InvalidInputError(
@@ -176,7 +185,7 @@ class Loader:
                 r,
                 mode,
                 seq_len,
-                finite=epochs is not None,
+                finite=epochs is not None and not drop_last,
                 long_docs=long_docs,
                 dtype=self.dtype,
                 bos=self.bos_id,
@@ -204,6 +213,14 @@ class Loader:
         # a finite pass serves every row of every source `epochs` times, all ending together:
         # its proportions are the sources' sizes
         self._total = None if epochs is None else self.num_rows * epochs
+        if drop_last and self._total is not None:  # whole batches only
+            self._total -= self._total % global_batch_size
+            if not self._total:
+                raise InvalidInputError(
+                    f"drop_last=True leaves no batch: {self.num_rows * epochs} rows in the "
+                    f"pass, fewer than one global batch of {global_batch_size}; lower "
+                    "global_batch_size or pass drop_last=False (the batch is padded)"
+                )
         if epochs is not None and weights != sizes:
             raise InvalidInputError(
                 "a finite pass (epochs=) over several sources serves every row of each "
@@ -225,7 +242,7 @@ class Loader:
         self._blocks: list[dict[int, np.ndarray]] = [{} for _ in self.sources]
         self._lock = threading.Lock()
         self.keys = _KEYS[mode] + (
-            ("loss_mask",) if epochs is not None and mode != "unpacked" else ()
+            ("loss_mask",) if epochs is not None and not drop_last and mode != "unpacked" else ()
         )
 
     def __repr__(self) -> str:
@@ -252,7 +269,8 @@ class Loader:
         """Steps of a finite pass (``epochs=``); None for an endless training stream."""
         if self.config.epochs is None:
             return None
-        return -(-self.num_rows * self.config.epochs // self.global_batch_size)
+        assert self._total is not None
+        return -(-self._total // self.global_batch_size)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -435,6 +453,7 @@ class Loader:
             "base_step": m.base_step,
             "base_rows": list(m.base_rows),
             "served": self._served(self.step).tolist(),
+            "rounding": m.rounding,
         }
 
     def _served(self, step: int) -> np.ndarray:
@@ -451,9 +470,10 @@ class Loader:
         state = check_state(state)
         mine = self.state_dict()
         diffs = []
-        for key in ("seq_len", "mode", "seed", "shuffle", "epochs", "long_docs"):
-            if state.get(key) != mine[key]:
-                diffs.append(f"{key} {state.get(key)!r} saved, {mine[key]!r} here")
+        for key in ("seq_len", "mode", "seed", "shuffle", "epochs", "long_docs", "drop_last"):
+            saved = state.get(key, False if key == "drop_last" else None)  # older states: off
+            if saved != mine[key]:
+                diffs.append(f"{key} {saved!r} saved, {mine[key]!r} here")
         saved_src = state.get("sources") or []
         if len(saved_src) != len(mine["sources"]):
             diffs.append(f"{len(saved_src)} sources saved, {len(mine['sources'])} here")
@@ -462,6 +482,11 @@ class Loader:
                 for key in ("tokens", "rows"):
                     if a.get(key) != b[key]:
                         diffs.append(f"source {k} has {a.get(key)} {key} saved, {b[key]} here")
+                if a.get("content", b["content"]) != b["content"] and a.get("rows") == b["rows"]:
+                    diffs.append(  # older states hold no digest: only sizes are compared
+                        f"source {k} holds other tokens than the saved one ({a.get('name')}), "
+                        "of the same size"
+                    )
         if diffs:
             raise InvalidInputError(
                 "cannot resume: the saved state is for different data or settings ("
@@ -474,9 +499,11 @@ class Loader:
                 f"cannot resume a finite pass with global_batch_size {self.global_batch_size} "
                 f"(saved: {g}); use the saved batch size"
             )
-        if weights == self.mixture.weights and g == self.global_batch_size:
+        same_rounding = state.get("rounding", "remainder") == self.mixture.rounding
+        if weights == self.mixture.weights and g == self.global_batch_size and same_rounding:
             base = Mixture(weights, g, state["base_step"], tuple(state["base_rows"]), self._total)
-        else:  # re-base: the new rounding starts from what each source has served
+        else:  # re-base: the new rounding starts from what each source has served (also for a
+            # state of an older lmdata, whose mixture rounded otherwise)
             base = Mixture(
                 self.mixture.weights,
                 self.global_batch_size,

@@ -1,18 +1,27 @@
-"""How many rows of each source a global batch holds: largest remainder, carried across steps.
+"""How many rows of each source a global batch holds: its share, rounded, carried across steps.
 
-After ``t`` steps of ``G`` rows the sources have been served ``R(t)``: the largest-remainder
-rounding of the exact shares ``w_k * G * t`` (weights as exact fractions, ties to the lower
-source index). Step ``t`` serves ``R(t+1) - R(t)`` rows of each source. ``R(t)`` is a closed
-form, so any step is O(#sources) and no state is carried, yet the rounding is carried: every
-source's running total stays within one row of its exact share at every step. Counts never go
-negative as long as each used source gets at least one row per batch on average
-(``w_k * G >= 1``), which :class:`Mixture` checks.
+An endless mixture gives source ``k`` either ``floor(w_k * G)`` or ``ceil(w_k * G)`` rows of
+every global batch of ``G`` rows (so each batch is within one row of every share), and which
+sources round up changes from step to step so that the running totals follow the exact shares:
+the fractional parts ``f_k`` of the shares (they sum to an integer ``u``) tile ``[0, u)``; step
+``s`` rounds up the sources whose tile holds one of the points ``theta_s + j`` (``j < u``, one
+per tile at most, so exactly ``u`` sources), with ``theta_s = frac(s * a / M)`` (``M`` the
+common denominator of the ``f_k``, ``a`` near ``M`` times the golden ratio's fraction and prime
+to ``M``). Over ``M`` steps every ``theta`` occurs once, so each source's total is exact every
+``M`` steps; in between it stays within a few rows (the golden stride spreads each source's
+round-ups evenly). Every step and every running total is a closed form (a floor sum), O(#sources
+x log M): no state is carried.
+
+A finite pass (``total``) ends with every row served once: there the running totals are the
+largest-remainder rounding of the exact shares (each within one row of its share, so the last,
+partial batch never needs a negative count) and a batch is within two rows of each share.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
+from math import gcd, isqrt, lcm
 
 import numpy as np
 
@@ -52,6 +61,66 @@ def cumulative(weights: tuple[Fraction, ...], rows: int) -> np.ndarray:
     return np.array(floors, dtype=np.int64)
 
 
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """``sum(floor((a * i + b) / m) for i in range(n))`` for ``n >= 0``, ``m >= 1``, in
+    O(log m) steps (exact integers): the sum counts lattice points under a line, and swapping
+    the roles of the axes turns it into the same sum with ``(m, a)`` replaced by ``(a, m mod a)``.
+    """
+    total = 0
+    while n > 0:
+        if not 0 <= a < m:
+            q, a = divmod(a, m)
+            total += q * (n * (n - 1) // 2)
+        if not 0 <= b < m:
+            q, b = divmod(b, m)
+            total += q * n
+        top = a * n + b  # the line's value at i = n
+        if top < m:
+            break
+        n, b = divmod(top, m)
+        m, a = a, m
+    return total
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Which sources round their share up at each step of an endless mixture (module doc)."""
+
+    floors: tuple[int, ...]  # floor(w_k * G)
+    tiles: tuple[tuple[int, int], ...]  # (start, length) of each source's tile, in units of 1/M
+    period: int  # M
+    stride: int  # a
+
+    @classmethod
+    def of(cls, weights: tuple[Fraction, ...], rows: int) -> Spread:
+        shares = [w * rows for w in weights]
+        floors = tuple(s.numerator // s.denominator for s in shares)
+        fracs = [s - f for s, f in zip(shares, floors, strict=True)]
+        period = lcm(*(f.denominator for f in fracs))
+        tiles, start = [], 0
+        for f in fracs:
+            length = f.numerator * (period // f.denominator)
+            tiles.append((start, length))
+            start += length
+        stride = (isqrt(5 * period * period) - period) // 2  # period * 0.618...
+        while gcd(stride, period) != 1:
+            stride += 1
+        return cls(floors, tuple(tiles), period, stride)
+
+    def up(self, step: int) -> np.ndarray:
+        """1 for the sources that round up at ``step`` (exactly sum(f_k) of them), else 0."""
+        theta = step * self.stride % self.period
+        return np.array([(theta - lo) % self.period < n for lo, n in self.tiles], dtype=np.int64)
+
+    def served(self, steps: int) -> np.ndarray:
+        """Rows of each source in the first ``steps`` steps."""
+        m, a = self.period, self.stride
+        ups = [  # how many s < steps have (s*a - lo) mod m < n: floor differences count them
+            floor_sum(steps, m, a, -lo) - floor_sum(steps, m, a, -lo - n) for lo, n in self.tiles
+        ]
+        return np.array(self.floors, dtype=np.int64) * steps + np.array(ups, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class Mixture:
     """Per-source row counts from ``base_step`` on, starting from ``base_rows`` served rows.
@@ -66,6 +135,7 @@ class Mixture:
     base_step: int = 0
     base_rows: tuple[int, ...] = ()
     total: int | None = None
+    _spread: Spread | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.base_rows:
@@ -77,6 +147,13 @@ class Mixture:
                     f"source {k} has weight {float(w):.6g}, less than one row of the global "
                     f"batch of {g}; raise its weight to at least 1/{g} or the batch size"
                 )
+        if self.total is None and len(self.weights) > 1:
+            object.__setattr__(self, "_spread", Spread.of(self.weights, g))
+
+    @property
+    def rounding(self) -> str:
+        """How the counts are rounded (saved in a state: an older one is re-based on resume)."""
+        return "spread" if self._spread is not None else "remainder"
 
     def served(self, step: int) -> np.ndarray:
         """Rows of each source served before ``step`` (int64, one per source)."""
@@ -85,6 +162,9 @@ class Mixture:
                 f"step {step} precedes step {self.base_step}, where this loader's weights or "
                 "global batch size changed; earlier batches are not reproducible from this state"
             )
+        if self._spread is not None:
+            served = self._spread.served(step - self.base_step)
+            return served + np.asarray(self.base_rows, dtype=np.int64)
         rows = (step - self.base_step) * self.global_batch_size
         if self.total is not None:
             rows = min(rows, self.total - sum(self.base_rows))
@@ -94,4 +174,7 @@ class Mixture:
 
     def counts(self, step: int) -> np.ndarray:
         """Rows of each source in the global batch of ``step``."""
+        if self._spread is not None and step >= self.base_step:
+            spread = self._spread
+            return np.array(spread.floors, dtype=np.int64) + spread.up(step - self.base_step)
         return self.served(step + 1) - self.served(step)

@@ -13,13 +13,14 @@ Imported only when ``engine="ray"`` is asked for; ``import lmdata`` never import
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from lmdata._deps import require
-from lmdata.errors import LmdataError
+from lmdata.errors import InvalidInputError, LmdataError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -27,6 +28,7 @@ R = TypeVar("R")
 # test hook: a folder; while it holds a file named "fail-<N>", the worker running unit N deletes
 # it and dies (as a killed node would), so Ray retries the unit once; "fail-after-<N>": it dies
 # after the unit ran (its outputs written) but before its result reached the driver
+CONNECT_TIMEOUT = 5.0  # seconds to wait for a cluster's head to accept a connection
 FAIL_ONCE_ENV = "LMDATA_TEST_RAY_FAIL_DIR"
 
 
@@ -99,13 +101,24 @@ class RayExecutor:
         return self._workers
 
     def _connect(self) -> None:
-        if not self.ray.is_initialized():
+        if self.ray.is_initialized():
+            return
+        if self.address not in (None, "auto", "local"):
+            _reachable(self.address)  # ray.init retries an unreachable address for minutes
+        try:
             self.ray.init(
                 address=self.address,
                 include_dashboard=False,
                 logging_level="WARNING",
                 log_to_driver=False,
             )
+        except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
+            where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"
+            raise InvalidInputError(
+                f"could not start or join {where}: {type(e).__name__}: {e}. Check the address "
+                "(`ray status` on the head prints it) and, if the cluster requires a token "
+                "(Ray's token authentication), set it in this environment as for `ray status`"
+            ) from None
 
     def map_ordered(
         self,
@@ -174,3 +187,21 @@ def _get(ray: Any, ref: Any) -> Any:
         if isinstance(cause, (LmdataError, KeyboardInterrupt)):
             raise cause from None
         raise
+
+
+def _reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Fail at once, naming ``address``, when nothing listens at its host and port."""
+    target = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InvalidInputError(
+            f"--address {address!r} is not HOST:PORT (or ray://HOST:PORT, or 'auto'); the "
+            "head node's `ray start --head` prints the address to use"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise InvalidInputError(
+            f"no Ray cluster answers at {address} ({e.strerror or e}); start one with "
+            "`ray start --head` on that machine, or check the host and port"
+        ) from None

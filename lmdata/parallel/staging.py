@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from lmdata.errors import InvalidInputError
 from lmdata.storage import basename, join, parent, resolve
+from lmdata.storage.paths import work_name
 
 DONE_LOG = "done.log"  # local: one line "FFFFFF-PPPPPP" per unit committed, appended in order
 _UNIT = re.compile(r"\d{6,}-\d{6,}")
@@ -174,7 +175,7 @@ class StoreStaging:
 
 def work_dir_for(dst: Path) -> Path:
     """The staging folder of a local output: hidden, beside it."""
-    return dst.parent / f".{dst.name}.lmdata-work"
+    return dst.parent / work_name(dst.name, "work")
 
 
 def staging_for(
@@ -186,11 +187,11 @@ def staging_for(
     store, key = resolve(out, storage_options)
     if store.id == "file":
         k = Path(key)
-        return LocalStaging(str(k.parent / f".{k.name}.lmdata-{job}"))
+        return LocalStaging(str(k.parent / work_name(k.name, job)))
     if store.id == "memory":
         digest = hashlib.sha256(os.fspath(out).encode()).hexdigest()[:16]
         return LocalStaging(os.path.join(tempfile.gettempdir(), f"lmdata-{job}-{digest}"))
-    return StoreStaging(store, join(parent(key), f".{basename(key)}.lmdata-{job}"))
+    return StoreStaging(store, join(parent(key), work_name(basename(key), job)))
 
 
 # ---- resuming ----------------------------------------------------------------------------------

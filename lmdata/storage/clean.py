@@ -8,6 +8,8 @@ their final names). A claim whose write reached its commit lists the objects the
 if they are all there, the dataset is whole and only the claim is left over; otherwise the
 claimed directory (or object) held nothing but the dead writer's objects and goes with it.
 Only leftovers untouched for ``older_than`` seconds count, so a running writer keeps its own.
+A third kind is kept unless asked for: the staging folder (``.NAME.lmdata-work``,
+``.NAME.lmdata-convert``) an interrupted tokenize or convert keeps for ``--resume``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from lmdata.errors import InvalidInputError
 from lmdata.storage.base import Store, basename, join, parent
-from lmdata.storage.paths import CLAIM, TMP_PREFIX, require_exists
+from lmdata.storage.paths import CLAIM, TMP_PREFIX, is_work_name, require_exists
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -28,8 +30,10 @@ UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 @dataclass(frozen=True)
 class Leftover:
     """One thing a failed write left: ``kind`` is ``staged`` (a ``.lmdata-tmp-`` output),
-    ``unfinished`` (a claimed write that never committed: its objects and claim) or ``claim``
-    (the claim of a write that committed); ``remove`` lists the keys that go."""
+    ``unfinished`` (a claimed write that never committed: its objects and claim), ``claim``
+    (the claim of a write that committed) or ``resumable`` (an interrupted tokenize's or
+    convert's staging, which ``--resume`` continues); ``remove`` lists the keys that go (none
+    for a resumable folder kept)."""
 
     kind: str
     url: str
@@ -75,7 +79,7 @@ def _objects(store: Store, key: str) -> Iterator[tuple[str, int, float | None]]:
     if fs is None:
         for root, dirs, files in os.walk(key):
             for d in dirs:  # a staged directory killed before its first file is empty
-                if d.startswith(TMP_PREFIX):
+                if d.startswith(TMP_PREFIX) or is_work_name(d):
                     p = os.path.join(root, d)
                     try:
                         mtime = os.stat(p).st_mtime
@@ -95,8 +99,8 @@ def _objects(store: Store, key: str) -> Iterator[tuple[str, int, float | None]]:
 
 
 def _group(store: Store, key: str) -> dict[str, list[tuple[str, int, float | None]]]:
-    """Objects below ``key`` by the leftover they belong to: a ``.lmdata-tmp-`` path (the
-    topmost), or a claim (its key)."""
+    """Objects below ``key`` by the leftover they belong to: a ``.lmdata-tmp-`` path or a
+    resumable job's staging folder (the topmost), or a claim (its key)."""
     local = getattr(store, "fs", None) is None
     base = os.path.normpath(key) if local else key.rstrip("/")
     out: dict[str, list[tuple[str, int, float | None]]] = {}
@@ -104,13 +108,13 @@ def _group(store: Store, key: str) -> dict[str, list[tuple[str, int, float | Non
         rel = os.path.relpath(k, base) if local else k[len(base) :].lstrip("/")
         parts = rel.replace(os.sep, "/").split("/") if rel not in ("", ".") else []
         for i, part in enumerate(parts):
-            if part.startswith(TMP_PREFIX):
+            if part.startswith(TMP_PREFIX) or is_work_name(part):
                 out.setdefault(join(base, *parts[: i + 1]), []).append((k, size, mtime))
                 break
         else:
             if parts and (parts[-1] == CLAIM or parts[-1].startswith(CLAIM + "-")):
                 out.setdefault(k, []).append((k, size, mtime))
-    if basename(base).startswith(TMP_PREFIX):  # the URL given is itself a leftover
+    if basename(base).startswith(TMP_PREFIX) or is_work_name(basename(base)):  # given itself
         out = {base: [o for objs in out.values() for o in objs]} if out else out
     return out
 
@@ -136,10 +140,16 @@ def _committed(store: Store, claim: str, target: str) -> bool:
 
 
 def find_leftovers(
-    store: Store, key: str, *, older_than: float = 3600.0, claims: bool = False
+    store: Store,
+    key: str,
+    *,
+    older_than: float = 3600.0,
+    claims: bool = False,
+    resumable: bool = False,
 ) -> list[Leftover]:
     """What failed writes left below ``key`` (recursively), untouched for ``older_than``
-    seconds; claimed writes only with ``claims`` (a claim is also held by a running writer)."""
+    seconds; claimed writes only with ``claims`` (a claim is also held by a running writer);
+    resumable jobs' staging folders always, to be removed only with ``resumable``."""
     now = time.time()
     out: list[Leftover] = []
     for root, objs in sorted(_group(store, key).items()):
@@ -155,13 +165,15 @@ def find_leftovers(
                 if store.exists(target) and not store.is_dir(target):
                     objs = [*objs, (target, store.size(target), None)]
                 kind, remove = "unfinished", (target, root)
+        elif is_work_name(basename(root)):
+            kind, remove = "resumable", (root,) if resumable else ()
         else:
             kind, remove = "staged", (root,)
         times = [t for _, _, t in objs if t is not None]
         age = now - max(times) if times else 0.0
         if age < older_than:
             continue
-        shown = remove[0]
+        shown = remove[0] if remove else root
         out.append(Leftover(kind, store.url(shown), sum(s for _, s, _ in objs), age, remove))
     return out
 
@@ -171,17 +183,19 @@ def clean(
     *,
     older_than: float = 3600.0,
     claims: bool = False,
+    resumable: bool = False,
     dry_run: bool = False,
     storage_options: dict[str, Any] | None = None,
 ) -> list[Leftover]:
     """Remove (unless ``dry_run``) what failed writes left below ``path`` (a local folder or a
-    URL), as :func:`find_leftovers` finds it; returns what was (or would be) removed.
-    DatasetNotFoundError if nothing is at ``path``."""
+    URL), as :func:`find_leftovers` finds it; returns what was (or would be) removed, and the
+    resumable staging folders kept (``remove`` empty). DatasetNotFoundError if nothing is at
+    ``path``."""
     from lmdata.storage.urls import resolve
 
     require_exists(path, storage_options)  # a mistyped URL is an error, not "0 leftovers"
     store, key = resolve(path, storage_options)
-    found = find_leftovers(store, key, older_than=older_than, claims=claims)
+    found = find_leftovers(store, key, older_than=older_than, claims=claims, resumable=resumable)
     if not dry_run:
         for item in found:
             for k in item.remove:

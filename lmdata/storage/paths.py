@@ -23,6 +23,18 @@ _W = TypeVar("_W", bound="AtomicWriter")
 
 TMP_PREFIX = ".lmdata-tmp-"  # staged outputs: a killed writer leaves at most these
 CLAIM = ".lmdata-writing"  # a writer's create-only claim on a new URL (object stores)
+WORK_JOBS = ("work", "convert")  # resumable staging beside an output: tokenize's, convert's
+
+
+def work_name(name: str, job: str) -> str:
+    """The hidden staging folder (``.NAME.lmdata-JOB``) a resumable job keeps beside output
+    ``name`` until it commits, so that ``--resume`` continues it."""
+    return f".{name}.lmdata-{job}"
+
+
+def is_work_name(name: str) -> bool:
+    """Whether ``name`` is a resumable job's staging folder (see :func:`work_name`)."""
+    return name.startswith(".") and any(name.endswith(f".lmdata-{j}") for j in WORK_JOBS)
 
 
 def _tmp_sibling(dest: Path) -> Path:

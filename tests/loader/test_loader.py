@@ -526,3 +526,49 @@ def test_packed_pbin_rows_with_empty_documents(tmp_path):
         assert np.array_equal(got[k], want[k]), k
     assert got["segment_ids"][0].tolist() == [1, 1, 1, 2, 2]
     assert got["positions"][1].tolist() == [0, 1, 2, 0, 1]  # each row starts a segment
+
+
+@pytest.mark.parametrize("mode", ["packed", "eos", "unpacked"])
+def test_drop_last_serves_whole_batches_of_full_rows_only(dataset, mode):
+    r, seqs = dataset
+    flat = np.concatenate(seqs)
+    L, g = 16, 7
+    kw = {"seq_len": L, "global_batch_size": g, "shuffle": False, "epochs": 1, "mode": mode}
+    padded, dropped = Loader(r, **kw), Loader(r, drop_last=True, **kw)
+    full_rows = dropped.sources[0].num_rows  # packed/eos: only full rows; unpacked: documents
+    assert len(dropped) == full_rows // g and len(dropped) < len(padded)
+    batches = list(dropped)
+    assert len(batches) == len(dropped)
+    for b in batches:
+        assert b["targets"].shape == (g, L)
+        if mode != "unpacked":  # nothing padded, so no mask: the keys of a training batch
+            assert set(b) == set(Loader(r, seq_len=L, global_batch_size=g, mode=mode).batch(0))
+    if mode == "packed":  # in order: the stream's first len * g full rows, nothing else
+        got = np.concatenate([b["targets"].ravel() for b in batches])
+        assert np.array_equal(got, flat[: len(batches) * g * L])
+    # the same rows as the padded pass up to where it stops
+    for s in range(len(dropped)):
+        if mode != "packed":
+            assert np.array_equal(dropped.batch(s)["targets"], padded.batch(s)["targets"])
+    with pytest.raises(InvalidInputError, match="finite pass"):
+        Loader(r, seq_len=L, global_batch_size=g, drop_last=True)
+    with pytest.raises(InvalidInputError, match="leaves no batch"):
+        Loader(r, seq_len=L, global_batch_size=10**6, epochs=1, drop_last=True)
+    state = padded.state_dict()
+    with pytest.raises(InvalidInputError, match="drop_last False saved, True here"):
+        Loader(r, drop_last=True, **kw).load_state_dict(state)
+
+
+def test_drop_last_over_a_mixture_serves_whole_batches_without_repeats(dataset, tmp_path):
+    r, _ = dataset
+    other = write_flat(tmp_path / "o.zarr", random_seqs(9, 200))
+    ld = Loader([r, other], seq_len=8, global_batch_size=6, epochs=1, drop_last=True, seed=2)
+    seen = set()
+    for step in range(len(ld)):
+        src, rows, valid = ld.indices(step)
+        assert valid.all() and len(rows) == 6
+        pairs = set(zip(src.tolist(), rows.tolist(), strict=True))
+        assert len(pairs) == 6 and not pairs & seen
+        seen |= pairs
+        assert "loss_mask" not in ld.batch(step)
+    assert len(seen) == (ld.num_rows // 6) * 6  # only the incomplete last batch is left out

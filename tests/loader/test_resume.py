@@ -8,10 +8,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader import Loader
-from lmdata.loader.mixture import Mixture, cumulative, exact_weights
+from lmdata.loader.mixture import Mixture, cumulative, exact_weights, floor_sum
 from tests.loader.conftest import Plain, random_seqs, write_flat
 
 
@@ -103,17 +105,48 @@ def test_mixture_counts_are_exact_and_carried():
     w = exact_weights([0.5, 0.3, 0.2])
     assert sum(w) == 1 and w[1] == Fraction(0.3) / sum(map(Fraction, [0.5, 0.3, 0.2]))
     m = Mixture(exact_weights([5, 3, 1, 1]), 13)
+    share = np.array([5, 3, 1, 1]) / 10 * 13
+    period = 10  # the shares' fractional parts are tenths: every 10 steps the totals are exact
     for t in range(200):
         served = m.served(t)
         assert served.sum() == 13 * t
-        exact = np.array([5, 3, 1, 1]) / 10 * 13 * t
-        assert (np.abs(served - exact) < 1).all()  # the running share is within one row
+        assert (np.abs(served - share * t) <= 2).all()  # the running share stays close
+        if t % period == 0:
+            assert (served == np.array([5, 3, 1, 1]) * 13 * t // 10).all()
         c = m.counts(t)
-        assert (c >= 0).all() and c.sum() == 13
-        assert (np.abs(c - np.array([5, 3, 1, 1]) / 10 * 13) < 2).all()
+        assert (c == m.served(t + 1) - served).all()  # the direct count agrees with the totals
+        assert c.sum() == 13 and (np.abs(c - share) < 1).all()  # floor or ceil of each share
+    # far steps are closed forms, as cheap as near ones, and still exact every period
+    far = 10**15
+    assert (m.served(far) == np.array([5, 3, 1, 1]) * 13 * far // 10).all()
     assert cumulative(exact_weights([1, 1, 1]), 4).tolist() == [2, 1, 1]  # ties: lower index
     with pytest.raises(InvalidInputError, match="less than one row"):
         Mixture(exact_weights([1, 1000]), 8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 60), st.integers(1, 40), st.integers(-100, 100), st.integers(-100, 100))
+def test_floor_sum_is_the_sum_it_names(n, m, a, b):
+    assert floor_sum(n, m, a, b) == sum((a * i + b) // m for i in range(n))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    w=st.lists(st.floats(0.01, 10), min_size=2, max_size=5),
+    g=st.integers(8, 600),
+    start=st.integers(0, 10**12),
+)
+def test_float_weights_far_steps_stay_on_their_shares(w, g, start):
+    try:
+        m = Mixture(exact_weights(w), g)
+    except InvalidInputError:
+        return
+    share = np.array([float(x) for x in m.weights]) * g
+    before = m.served(start)
+    assert before.sum() == g * start and (np.abs(before - share * start) < 64).all()
+    for t in range(start, start + 30):
+        c = m.counts(t)
+        assert (c == m.served(t + 1) - m.served(t)).all() and (np.abs(c - share) < 1).all()
 
 
 def test_mixture_batches_hold_each_share_and_sources_run_their_own_epochs(two):
@@ -263,3 +296,33 @@ def test_a_finite_pass_over_a_mixture_serves_every_row_once_and_resumes(two):
     for s, (x, y) in enumerate(zip(*halves, strict=True), start=3):
         got = {k: np.concatenate([x[k], y[k]]) for k in x}
         assert _same(got, batches[s]), s
+
+
+def test_a_state_from_other_data_of_the_same_size_is_refused(tmp_path):
+    seqs = random_seqs(10, 40)
+    a = write_flat(tmp_path / "a.zarr", seqs)
+    other = [np.asarray(s).copy() for s in seqs]
+    other[0][0] ^= 1  # the same sizes, one token different (in the first row)
+    b = write_flat(tmp_path / "b.zarr", other)
+    state = _make(a).state_dict()
+    with pytest.raises(InvalidInputError, match="other tokens than the saved one"):
+        _make(b).load_state_dict(state)
+    _make(write_flat(tmp_path / "a2.zarr", seqs)).load_state_dict(state)  # a copy resumes
+    old = {k: v for k, v in state.items()}
+    old["sources"] = [{k: v for k, v in s.items() if k != "content"} for s in state["sources"]]
+    _make(b).load_state_dict(old)  # a state saved before digests: sizes only, as then
+
+
+def test_a_state_of_the_older_mixture_rounding_resumes_from_what_it_served(two):
+    a, b = two
+    kw = {"weights": [2, 1, 1], "global_batch_size": 8}
+    run = _make([a, b, a], **kw)
+    run.step = 4
+    state = run.state_dict()
+    assert state["rounding"] == "spread"
+    old = {k: v for k, v in state.items() if k != "rounding"}
+    old["served"] = [13, 10, 9]  # what the older rounding had served by step 4
+    again = _make([a, b, a], **kw)
+    again.load_state_dict(old)
+    assert again.mixture.base_step == 4 and again.mixture.base_rows == (13, 10, 9)
+    assert again._served(5).tolist() == (np.array([13, 10, 9]) + again.mixture.counts(4)).tolist()

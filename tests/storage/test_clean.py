@@ -168,3 +168,39 @@ def test_a_staged_folder_is_judged_by_its_newest_entry(tmp_path, memory_root):
     store.write_object(key, b"")
     assert clean(memory_root, older_than=3600) == []
     assert len(clean(memory_root, older_than=0)) == 1
+
+
+def test_resumable_job_staging_is_listed_and_kept_unless_asked(tmp_path, s3_root):
+    # an interrupted tokenize/convert keeps its staging for --resume: clean shows it, keeps it,
+    # and removes it only with resumable=True (--resumable)
+    from lmdata.parallel.staging import prepare, staging_for
+
+    for root in (str(tmp_path), s3_root):
+        for job in ("work", "convert"):
+            work = staging_for(f"{root}/out-{job}", None, job)
+            prepare(work, b'{"job": 1}', resume=False)
+            work.mark_done(0, 0)
+        found = clean(root, older_than=0)
+        assert sorted((f.kind, f.url.rsplit("/", 1)[-1], f.remove) for f in found) == [
+            ("resumable", ".out-convert.lmdata-convert", ()),
+            ("resumable", ".out-work.lmdata-work", ()),
+        ]
+        assert staging_for(f"{root}/out-work", None).exists()
+        gone = clean(root, older_than=0, resumable=True)
+        assert len(gone) == 2 and all(f.remove for f in gone)
+        assert not staging_for(f"{root}/out-work", None).exists()
+        assert not staging_for(f"{root}/out-convert", None, "convert").exists()
+
+
+def test_cli_clean_says_a_resumable_folder_is_kept(tmp_path):
+    from lmdata.parallel.staging import prepare, staging_for
+
+    prepare(staging_for(str(tmp_path / "out"), None), b"{}", resume=False)
+    res = CliRunner().invoke(cli, ["clean", str(tmp_path), "--older-than", "0"])
+    assert res.exit_code == 0, res.output
+    assert "resumable" in res.output and "kept" in res.output
+    assert "removed 0 leftover(s)" in res.output
+    assert (tmp_path / ".out.lmdata-work").exists()
+    res = CliRunner().invoke(cli, ["clean", str(tmp_path), "--older-than", "0", "--resumable"])
+    assert res.exit_code == 0 and "removed 1 leftover(s)" in res.output
+    assert not (tmp_path / ".out.lmdata-work").exists()
