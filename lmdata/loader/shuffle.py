@@ -15,7 +15,7 @@ try:  # the same network in C (lmdata/_kernel.c); numpy below where no compiler 
     from lmdata import _kernel
 
     _feistel_c = _kernel.feistel
-except ImportError:  # pragma: no cover - depends on the build
+except (ImportError, AttributeError):  # pragma: no cover - depends on the build (or a stale one)
     _feistel_c = None
 
 _M = np.uint64(0xFFFFFFFFFFFFFFFF)
