@@ -106,6 +106,17 @@ rows_release(Rows *R)
     R->nheld = 0;
 }
 
+/* Room for n items of `size` bytes, uninitialised (only the first R->nheld buffers and, once
+ * filled, the rows are ever read: zeroing a batch's 32 Py_buffers cost more than the lookup of
+ * a row); NULL on overflow or without memory. */
+static void *
+alloc_items(Py_ssize_t n, size_t size)
+{
+    if (n < 1) n = 1;
+    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / size) return NULL;
+    return PyMem_Malloc((size_t)n * size);
+}
+
 static int
 rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
 {
@@ -154,8 +165,8 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
         PyErr_SetString(PyExc_ValueError, "one base and one offset per row");
     else { /* (rows is now bounded by the lists' lengths) */
         PyMem_Free(R->held);
-        R->held = PyMem_Calloc(rows ? rows : 1, sizeof(Py_buffer));
-        R->row = PyMem_Calloc(rows ? rows : 1, sizeof(uint32_t *));
+        R->held = alloc_items(rows, sizeof(Py_buffer));
+        R->row = alloc_items(rows, sizeof(uint32_t *));
         if (R->held == NULL || R->row == NULL) {
             PyErr_NoMemory();
             bad = 1;

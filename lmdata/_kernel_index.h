@@ -229,8 +229,8 @@ rows_lookup(PyObject *views, Py_ssize_t unit, const Py_buffer *sv, Py_ssize_t wi
     R->base = NULL;
     R->width = width;
     R->nheld = 0;
-    R->held = PyMem_Calloc(rows ? rows : 1, sizeof(Py_buffer));
-    R->row = PyMem_Calloc(rows ? rows : 1, sizeof(uint32_t *));
+    R->held = alloc_items(rows, sizeof(Py_buffer));
+    R->row = alloc_items(rows, sizeof(uint32_t *));
     *missing = NULL;
     if (R->held == NULL || R->row == NULL) {
         rows_release(R);
