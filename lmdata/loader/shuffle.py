@@ -82,8 +82,8 @@ class Permutation:
 
     def __call__(self, indices: np.ndarray | int) -> np.ndarray:
         if _feistel_c is not None and self.n > 1:
-            # a Loader's block of 4096 rows: ~0.1 ms against ~0.8 ms in numpy (a batch's share
-            # was a fifth of its time); indices outside [0, n) take the numpy path
+            # a Loader's block of 4096 rows: ~0.1 ms against ~0.8 ms in numpy (about 6 us of
+            # every batch's 50 us); indices outside [0, n) take the numpy path
             try:
                 st = np.asarray(indices, dtype=np.int64, order="C")
             except OverflowError:  # a Python int past int64: outside [0, n)
