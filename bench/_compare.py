@@ -4,8 +4,10 @@ A row runs lmdata (A) and the other column (B) as A B A B ... on the same inputs
 fresh subprocess when start-up is part of what a user waits for. A pair counts only if both
 outputs agree (bytes or decoded values); the ratio is the median over pairs of B's time over
 A's (above 1: lmdata is faster). Results go to bench/results/*.json, and each row is compared
-with the previous results file of the same mode: a row whose ratio fell is flagged REGRESSION
-(printed, never failing the run).
+with the latest earlier results file of the same mode that has it: a row whose ratio fell is
+flagged REGRESSION (printed, never failing the run). A bench module that prints its own table
+(rates, scaling, ratios to a limit) hands each number to ``record`` too, so those rows are
+compared the same way.
 """
 
 from __future__ import annotations
@@ -73,6 +75,53 @@ def skip(module: str, why: str) -> None:
     """Record that ``module`` measured nothing and why: printed now, named in the run header."""
     SKIPPED[module] = why
     print(f"{module} SKIPPED: {why}", flush=True)
+
+
+@dataclass
+class Value:
+    """One number a bench module printed in its own table (a rate, a ratio, a time), kept so the
+    next run of the same mode can flag it when it got worse."""
+
+    table: str
+    name: str
+    value: float
+    higher_is_better: bool = True
+    unit: str = ""
+
+
+_VALUES: list[Value] = []
+# bench module -> its wall time in this run (saved, for planning a full run)
+SECONDS: dict[str, float] = {}
+
+
+def record(
+    table: str, name: str, value: float, higher_is_better: bool = True, unit: str = ""
+) -> float:
+    """Keep one printed rate or ratio of a bench module's own table (``table`` names the table,
+    ``name`` the row and column): saved with the run, and flagged REGRESSION when it is more
+    than TOLERANCE worse than the last run of the same mode that recorded it. Returns ``value``,
+    so a module can record where it prints."""
+    got = Value(table, name, float(value), higher_is_better, unit)
+    if os.environ.get(RELAY) == "1":  # measured in a child process: the parent records it
+        print(_RELAY_MARK + json.dumps(asdict(got)), flush=True)
+    else:
+        _VALUES.append(got)
+    return value
+
+
+# A module that measures in a child process sets RELAY=1 in the child's environment and passes
+# each line the child prints through relayed(): record() calls cross as marked lines.
+RELAY = "LMDATA_BENCH_RELAY"
+_RELAY_MARK = "@@lmdata-bench-record "
+
+
+def relayed(line: str) -> bool:
+    """True when ``line`` (a child's output, with RELAY=1 set for it) was a record() call, now
+    recorded in this process; the caller prints every other line."""
+    if not line.startswith(_RELAY_MARK):
+        return False
+    _VALUES.append(Value(**json.loads(line[len(_RELAY_MARK) :])))
+    return True
 
 
 def compare(
@@ -237,22 +286,62 @@ def run_header() -> str:
 
 
 def save_and_flag() -> Path:
-    """Write this run's rows as JSON and markdown; flag every row slower than in the previous
-    results file of the same mode."""
+    """Write this run's rows and recorded values as JSON and markdown; flag every row and
+    value worse than in the latest earlier results file of the same mode that has it (a run of
+    a few modules still compares each table with the last run that measured it)."""
     RESULTS.mkdir(exist_ok=True)
     mode = "quick" if QUICK else "full"
     previous = sorted(RESULTS.glob(f"*-{mode}.json"))
     out = RESULTS / f"{time.strftime('%Y%m%dT%H%M%S')}-{mode}.json"
-    out.write_text(json.dumps({"mode": mode, "rows": [asdict(r) for r in _ROWS]}, indent=1))
+    saved = {
+        "mode": mode,
+        "rows": [asdict(r) for r in _ROWS],
+        "values": [asdict(v) for v in _VALUES],
+        "seconds": SECONDS,
+    }
+    out.write_text(json.dumps(saved, indent=1))
     report = [run_header(), *(markdown(t) for t in _TABLES), *_OUTPUTS.values()]
     out.with_suffix(".md").write_text("\n\n".join(report) + "\n")
     print(f"\nresults: {out.relative_to(ROOT)} (markdown: {out.with_suffix('.md').name})")
     if not previous:
         print("no previous results file to compare with")
         return out
-    before = {(r["table"], r["name"]): r for r in json.loads(previous[-1].read_text())["rows"]}
-    print(f"compared with {previous[-1].name}:")
-    flagged = 0
+    rows, values = _latest(previous)
+    print(f"compared with {previous[-1].name} (a row it lacks: with the latest earlier run of it):")
+    newest = previous[-1].name
+    flagged = [*_row_regressions(rows, newest), *_value_regressions(values, newest)]
+    for line in flagged:
+        print(f"REGRESSION: {line}")
+    if not flagged:
+        print(f"no row got slower by more than {TOLERANCE:.0%}")
+    return out
+
+
+def _latest(files: list[Path]) -> tuple[dict[tuple[str, str], Any], dict[tuple[str, str], Any]]:
+    """(table, name) -> the newest saved row and recorded value among ``files`` (oldest first);
+    an unreadable file is skipped (an interrupted run may have left half of one)."""
+    rows: dict[tuple[str, str], Any] = {}
+    values: dict[tuple[str, str], Any] = {}
+    for f in files:
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        for r in data.get("rows", []):
+            rows[(r["table"], r["name"])] = {**r, "file": f.name}
+        for v in data.get("values", []):
+            values[(v["table"], v["name"])] = {**v, "file": f.name}
+    return rows, values
+
+
+def _since(old: dict[str, Any], newest: str) -> str:
+    return "" if old["file"] == newest else f" (vs {old['file']})"
+
+
+def _row_regressions(before: dict[tuple[str, str], Any], newest: str) -> list[str]:
+    """Side-by-side rows whose ratio fell (or, with no other column, whose time rose) by more
+    than TOLERANCE."""
+    lines = []
     for r in _ROWS:
         old = before.get((r.table, r.name))
         if old is None:
@@ -267,11 +356,36 @@ def save_and_flag() -> Path:
             what = f"time {old['lmdata_s']:.3f} s -> {r.lmdata_s:.3f} s"
         else:
             continue
-        flagged += 1
-        print(f"REGRESSION: {r.table} / {r.name}: {what}")
-    if not flagged:
-        print(f"no row got slower by more than {TOLERANCE:.0%}")
-    return out
+        lines.append(f"{r.table} / {r.name}: {what}{_since(old, newest)}")
+    return lines
+
+
+def _value_regressions(before: dict[tuple[str, str], Any], newest: str) -> list[str]:
+    """Recorded values (record()) worse by more than TOLERANCE: lower when higher is better,
+    higher otherwise."""
+    lines = []
+    for v in _VALUES:
+        old = before.get((v.table, v.name))
+        if old is None or not old["value"] or not v.value:
+            continue
+        if old["higher_is_better"] != v.higher_is_better:
+            continue  # the value changed meaning: nothing to compare with
+        if v.higher_is_better:
+            worse = v.value < old["value"] * (1 - TOLERANCE)
+        else:
+            worse = v.value > old["value"] * (1 + TOLERANCE)
+        if worse:
+            change = v.value / old["value"] - 1
+            what = f"{_num(old['value'])} -> {_num(v.value)} {v.unit} ({change:+.0%})".replace(
+                "  ", " "
+            )
+            lines.append(f"{v.table} / {v.name}: {what}{_since(old, newest)}")
+    return lines
+
+
+def _num(x: float) -> str:
+    """A value as a table prints it: ratios with two decimals, rates with thousands commas."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 MARK = "<!-- bench:{} -->"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,7 +28,10 @@ from lmdata.dolma.dedupe import dedupe
 from lmdata.dolma.mixer import mix
 from lmdata.dolma.tag import tag
 
-N_DOCS = 100_000
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _compare import QUICK, record
+
+N_DOCS = 20_000 if QUICK else 100_000
 N_FILES = 4
 
 
@@ -120,7 +124,9 @@ def main() -> None:
             f"{N_DOCS:,} documents in {N_FILES} files, {mb:.1f} MB gzip "
             f"(generated in {time.perf_counter() - t0:.0f} s)"
         )
-        limit = max(bare_read(files) for _ in range(2))
+        limit = record(
+            "bench_dolma", "bare gzip+orjson: docs/s", max(bare_read(files) for _ in range(2))
+        )
         docs = [str(work / "ds" / "documents" / "*.jsonl.gz")]
         plain = work / "plain" / "documents"  # the same documents in one plain JSONL file
         plain.mkdir(parents=True)
@@ -189,6 +195,10 @@ def main() -> None:
         for name, procs, rate, driver in rows:
             frac = rate / (limit * procs)
             gain = f"{rate / one[name]:.2f}x" if procs == 2 and name in one else ""
+            record("bench_dolma", f"{name}, {procs} proc: docs/s", rate, unit="docs/s")
+            record("bench_dolma", f"{name}, {procs} proc: of limit", frac)
+            if gain:
+                record("bench_dolma", f"{name}: 1->2 procs", rate / one[name], unit="x")
             one.setdefault(name, rate)
             print(
                 f"{name:<24}{procs:>6}{rate:>15,.0f}{limit:>18,.0f}{frac:>10.2f}{gain:>12}"

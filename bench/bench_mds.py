@@ -148,12 +148,18 @@ def main() -> None:
                     else:
                         theirs = f"{count / row.other_s / 1e3:,.1f}k"
                         cells.append(f"{ours} vs {theirs} = {row.ratio:.1f}x")
+                name = recipe[5:] + (", zstd" if comp else "")
                 w = f"{res['write'] / 1e3:,.0f}k"
+                C.record("bench_mds", f"{name} write: samples/s", res["write"], unit="samples/s")
                 if "write_theirs" in res:
+                    C.record(
+                        "bench_mds",
+                        f"{name} write: x streaming",
+                        res["write"] / res["write_theirs"],
+                    )
                     w += f" vs {res['write_theirs'] / 1e3:,.0f}k"
                     w += f" = {res['write'] / res['write_theirs']:.1f}x"
                 lim = f"{res['limit'] / 1e6:.2f} M" if "limit" in res else "-"
-                name = recipe[5:] + (", zstd" if comp else "")
                 lines.append(f"| {name} | {' | '.join(cells)} | {w} | {lim} |")
         load = " / ".join(f"{x:.1f}" for x in _load())
         table = "\n".join(

@@ -27,8 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lmdata.formats import modalities, modalities_jsonl
 from lmdata.formats.modalities.views import ContinuousView
 
-N_DOCS = 20_000
-N_READS = 20_000
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _compare import QUICK, record
+
+N_DOCS = 5_000 if QUICK else 20_000
+N_READS = 5_000 if QUICK else 20_000
 BATCH = 256
 REPEATS = 3
 
@@ -74,9 +77,15 @@ def bare_scan(path: Path) -> int:
 
 
 def table(title: str, rows: list[tuple[str, float, str]], unit: str, base: float) -> None:
+    """Print one table and record each row's rate and its fraction of the limit (the first
+    row), for the next run's comparison."""
     print(f"\n{title}")
     print(f"  {'':44s} {unit:>14s}  {'vs limit':>8s}")
+    what = title.split(":")[0].split(",")[0]  # the same name whatever the sizes
     for name, value, note in rows:
+        record("bench_modalities", f"{what} / {name}: {unit}", value, unit=unit)
+        if value != base:
+            record("bench_modalities", f"{what} / {name}: vs limit", value / base)
         print(f"  {name:44s} {value:14,.1f}  {value / base:7.2f}x  {note}")
 
 

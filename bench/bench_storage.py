@@ -24,6 +24,9 @@ import numpy as np
 
 import lmdata
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _compare import record
+
 QUICK = bool(os.environ.get("LMDATA_BENCH_QUICK"))
 N = 2_000 if QUICK else 5_000  # records per dataset
 READS = 100 if QUICK else 200  # random reads per measurement
@@ -222,6 +225,11 @@ def _run() -> None:
                 print(f"{name:<18} cannot be written here: {e}")
                 continue
             m = _measure(url, local, fmt, idx, wire)
+            record("bench_storage", f"{name}: warm reads/s s3", m["w_rate"], unit="reads/s")
+            record("bench_storage", f"{name}: cold reads/s s3", m["c_rate"], unit="reads/s")
+            # fetched bytes and local/s3 grow when the store path gets worse
+            record("bench_storage", f"{name}: cold fetched/used", m["c_ratio"], False)
+            record("bench_storage", f"{name}: warm local/s3", m["l_warm"] / m["w_rate"], False)
             print(
                 f"{name:<18}{m['c_ratio']:>13.2f}{m['w_ratio']:>6.2f}{m['c_req']:>9.2f}"
                 f"{m['w_req']:>6.2f}{m['c_rate']:>11.0f}{m['w_rate']:>8.0f}{m['l_cold']:>9.0f}"

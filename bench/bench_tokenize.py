@@ -21,8 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-N_DOCS = int(os.environ.get("BENCH_TOK_DOCS", 10000))
-REPS = int(os.environ.get("BENCH_TOK_REPS", 3))  # interleaved rounds of bare, 1 and 2 workers
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _compare import QUICK, record
+
+N_DOCS = int(os.environ.get("BENCH_TOK_DOCS", 2000 if QUICK else 10000))
+REPS = int(
+    os.environ.get("BENCH_TOK_REPS", 1 if QUICK else 3)
+)  # interleaved rounds of bare, 1 and 2 workers
 TOKENIZER = Path(__file__).parents[1] / "tests/data/modalities/tokenizers/bpe5k/tokenizer.json"
 
 BARE = """
@@ -132,16 +137,23 @@ def main() -> None:
             ("lmdata tokenize, 2 workers", t2),
             ("lmdata tokenize --to modalities (pack), 2 workers", tm),
         ]:
+            record("bench_tokenize", f"{name}: docs/s", N_DOCS / s, unit="docs/s")
             print(
                 f"{name:52} {s:8.2f} {N_DOCS / s:8,.0f} {bare_tokens / s / 1e6:7.2f} "
                 f"{bare_s / s:8.2f}"
             )
         for w, i in ((1, 1), (2, 2)):
             r = statistics.median(x[0] / x[i] for x in rounds)
+            record("bench_tokenize", f"{w} worker(s) / bare encode_batch", r, unit="x")
             print(
                 f"lmdata {w} worker{'s' if w > 1 else ''} / bare encode_batch: {r:.2f}x (goal >= 1)"
             )
-        scaling = statistics.median(x[1] / x[2] for x in rounds)
+        scaling = record(
+            "bench_tokenize",
+            "scaling 1 -> 2 workers",
+            statistics.median(x[1] / x[2] for x in rounds),
+            unit="x",
+        )
         print(f"scaling 1 -> 2 workers: {scaling:.2f}x   ({mb / t2:.1f} MB/s of JSONL)")
         # convert throughput: flat-tokens -> flat-tokens, and flat-tokens -> modalities
         from lmdata.convert import convert
@@ -155,6 +167,7 @@ def main() -> None:
             )
             dt = time.perf_counter() - t0
             size = apparent_size(root / "w2" / "train" / "encoded_tokens") / 1e6
+            record("bench_tokenize", f"convert flat-tokens -> {to}: seq/s", s.records / dt)
             print(
                 f"convert flat-tokens -> {to}: {s.records:,} sequences in {dt:.2f} s "
                 f"({s.records / dt:,.0f} seq/s, {bare_tokens * 4 / dt / 1e6:.0f} MB/s of "

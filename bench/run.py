@@ -4,9 +4,12 @@
 given). The full run executes every bench_*.py with a
 main(): the side-by-side tables against the origin tools (bench_origin*.py, through
 bench/_compare.py and the side venvs of bench/envs.py) and the per-format tables. `--quick`
-runs only the side-by-side tables, on small inputs with fewer interleaved pairs. Either way the
-measured rows are saved to bench/results/ (JSON and markdown) and compared with the previous run
-of the same mode; a row that got slower is printed as a REGRESSION line (the run still succeeds).
+runs only the side-by-side tables, on small inputs with fewer interleaved pairs (NAMEs given
+with `--quick` run even when they are per-format modules: those that know quick mode shrink
+their inputs). Either way the measured rows, the values modules `record()` from their own
+tables and each module's wall time are saved to bench/results/ (JSON and markdown) and
+compared with the latest earlier run of the same mode that measured them; a row or value more
+than 10% worse is printed as a REGRESSION line (the run still succeeds).
 `--update-readme` (what `make bench` passes) rewrites the README's generated blocks
 (`<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->`) with this run's tables, each table from
 one run, and merges this run's header (command, time, commit, load, tables) into the block
@@ -84,7 +87,7 @@ def main() -> None:
         ]
         files = list(dict.fromkeys(f for group in picked for f in group))
     for f in files:
-        if quick and not f.stem.startswith("bench_origin"):
+        if quick and not only and not f.stem.startswith("bench_origin"):
             continue
         print(f"\n=== {f.stem} ===", flush=True)
         t0 = time.perf_counter()
@@ -93,9 +96,12 @@ def main() -> None:
         measured = f.stem not in _compare.SKIPPED
         if ok and measured and len(_compare._TABLES) == tables:  # its own tables, if no pairs
             _compare.module_output(f.stem, f"python bench/{f.name}", printed)
-        print(f"({f.stem}: {time.perf_counter() - t0:.0f} s)", flush=True)
+        _compare.SECONDS[f.stem] = round(time.perf_counter() - t0, 1)
+        print(f"({f.stem}: {_compare.SECONDS[f.stem]:.0f} s)", flush=True)
         if readme:  # after each module, so an interrupted run keeps what it measured
             _compare.update_readme()
+    took = ", ".join(f"{m} {s:.0f} s" for m, s in _compare.SECONDS.items())
+    print(f"\nwall time per module: {took or 'none run'}")
     _compare.save_and_flag()
     if readme:
         done = _compare.update_readme()

@@ -164,3 +164,119 @@ def test_a_side_environment_is_made_once_and_a_failed_install_is_reported(envs, 
     monkeypatch.setitem(envs.REQUIREMENTS, "zarr3", ("zarr>=3.1,<4",))
     code["n"] = 0
     assert envs.ensure("zarr3", log=lambda *a, **k: None).ok and len(calls) == 3  # new pins
+
+
+def _saved(compare, stamp: str, rows: list[dict], values: list[dict], mode: str = "full") -> None:
+    compare.RESULTS.mkdir(parents=True, exist_ok=True)
+    old = {"mode": mode, "rows": rows, "values": values}
+    (compare.RESULTS / f"{stamp}-{mode}.json").write_text(json.dumps(old))
+
+
+def _value(table: str, name: str, value: float, higher_is_better: bool = True) -> dict:
+    return {"table": table, "name": name, "value": value, "higher_is_better": higher_is_better}
+
+
+def test_recorded_values_of_module_tables_are_compared_with_the_last_run_that_had_them(
+    compare, capsys
+):
+    # an older run measured the loader table; the latest run measured only the dolma table
+    _saved(
+        compare,
+        "20000101T000000",
+        [_row("side", "old row", 4.0, 1.0)],
+        [_value("loader", "rows/s", 1000.0), _value("loader", "vs limit", 0.9)],
+    )
+    _saved(
+        compare,
+        "20000102T000000",
+        [],
+        [
+            _value("dolma", "tag 1 proc docs/s", 20_000.0),
+            _value("dolma", "tag 2 proc docs/s", 40_000.0),
+            _value("dolma", "pause s", 1.0, higher_is_better=False),
+            _value("dolma", "wait s", 1.0, higher_is_better=False),
+        ],
+    )
+    _saved(compare, "20000103T000000", [], [_value("loader", "rows/s", 1.0)], mode="quick")
+    (compare.RESULTS / "20000101T120000-full.json").write_text('{"rows": [')  # interrupted
+    assert compare.record("loader", "rows/s", 850.0, unit="rows/s") == 850.0  # -15%
+    compare.record("loader", "vs limit", 0.85)  # -5.6%: within the tolerance
+    compare.record("dolma", "tag 1 proc docs/s", 21_000.0)  # faster
+    compare.record("dolma", "tag 2 proc docs/s", 30_000.0)  # -25%
+    compare.record("dolma", "pause s", 1.2, higher_is_better=False)  # +20%: worse
+    compare.record("dolma", "wait s", 0.5, higher_is_better=False)  # better
+    compare.record("dolma", "new value", 1.0)
+    compare.compare("side", "old row", lambda: (1.0, 0), lambda: (3.0, 0), pairs=1)  # 4x -> 3x
+    out = compare.save_and_flag()
+    printed = capsys.readouterr().out
+    assert "compared with 20000102T000000-full.json" in printed
+    lines = sorted(x for x in printed.splitlines() if x.startswith("REGRESSION"))
+    assert lines == [
+        "REGRESSION: dolma / pause s: 1 -> 1.2 (+20%)",
+        "REGRESSION: dolma / tag 2 proc docs/s: 40,000 -> 30,000 (-25%)",
+        "REGRESSION: loader / rows/s: 1,000 -> 850 rows/s (-15%) (vs 20000101T000000-full.json)",
+        "REGRESSION: side / old row: ratio 4.00x -> 3.00x (vs 20000101T000000-full.json)",
+    ]
+    saved = json.loads(out.read_text())
+    assert {(v["table"], v["name"]) for v in saved["values"]} >= {("dolma", "new value")}
+    assert saved["seconds"] == {}
+
+
+def test_run_saves_each_modules_wall_time_and_quick_runs_named_modules(
+    monkeypatch, tmp_path, capsys
+):
+    # `--quick NAME` runs a per-format module too (the lead checks modules end to end so);
+    # a bare `--quick` runs only the side-by-side modules
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    for f in ("_compare.py", "run.py"):
+        (bench / f).write_text((BENCH / f).read_text())
+    (bench / "bench_own.py").write_text(
+        "import _compare\n"
+        "def main():\n"
+        "    print('own table', _compare.record('own', 'rate', 5.0, unit='docs/s'))\n"
+    )
+    (bench / "bench_origin_x.py").write_text("def main():\n    print('origin x')\n")
+    monkeypatch.setenv("LMDATA_BENCH_QUICK", "1")
+    for argv, ran in (
+        (["--quick", "bench_own"], {"bench_own"}),
+        (["--quick"], {"bench_origin_x"}),
+    ):
+        spec = importlib.util.spec_from_file_location(f"_run_{len(argv)}", bench / "run.py")
+        run = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(run)
+        monkeypatch.setattr(sys, "argv", ["run.py", *argv])
+        monkeypatch.syspath_prepend(str(bench))
+        sys.modules.pop("_compare", None)
+        run.main()
+        printed = capsys.readouterr().out
+        got = {m for m in ("bench_own", "bench_origin_x") if f"=== {m} ===" in printed}
+        assert got == ran and "wall time per module: " in printed
+        newest = sorted((bench / "results").glob("*-quick.json"))[-1]
+        saved = json.loads(newest.read_text())
+        assert set(saved["seconds"]) == ran
+        if "bench_own" in ran:
+            assert saved["values"][0]["name"] == "rate" and saved["values"][0]["value"] == 5.0
+    sys.modules.pop("_compare", None)
+
+
+def test_a_value_recorded_in_a_child_process_reaches_the_parents_results(
+    compare, monkeypatch, capsys
+):
+    # bench_parallel measures in a fresh interpreter: its record() calls must not be lost
+    monkeypatch.setenv(compare.RELAY, "1")
+    compare.record("par", "processes 1 -> 2 workers", 1.8, unit="x")
+    child_out = capsys.readouterr().out
+    monkeypatch.delenv(compare.RELAY)
+    assert compare._VALUES == []  # the child keeps nothing itself
+    lines = [*child_out.splitlines(), "an ordinary line"]
+    shown = [line for line in lines if not compare.relayed(line)]
+    assert shown == ["an ordinary line"]
+    (v,) = compare._VALUES
+    assert (v.table, v.name, v.value, v.higher_is_better, v.unit) == (
+        "par",
+        "processes 1 -> 2 workers",
+        1.8,
+        True,
+        "x",
+    )

@@ -162,3 +162,16 @@ def test_bench_contract_skips_without_history(compare, monkeypatch, tmp_path, ca
     assert compare._ROWS == [] and "shallow clone" in compare.SKIPPED["bench_contract"]
     assert "bench_contract SKIPPED: " in capsys.readouterr().out
     assert "Skipped bench_contract: " in compare.run_header()
+
+
+def test_an_empty_block_is_filled_and_stays_one_block(compare, tmp_path):
+    # bench:bench_dolma sat empty in the README: a run must fill it like any other block
+    compare.module_output("bench_dolma", "python bench/bench_dolma.py", "tag  1  19,390\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- bench:bench_dolma -->\n<!-- /bench:bench_dolma -->\nb\n")
+    assert compare.update_readme(readme) == ["bench_dolma"]
+    text = readme.read_text()
+    assert text.startswith("a\n<!-- bench:bench_dolma -->\nOutput of `python bench/bench_dolma.py`")
+    assert text.endswith("tag  1  19,390\n```\n<!-- /bench:bench_dolma -->\nb\n")
+    assert compare.update_readme(readme) == ["bench_dolma"]  # a second run replaces, not adds
+    assert readme.read_text() == text

@@ -102,6 +102,13 @@ def command(
 ) -> None:
     """Write attributes/<name>/ flagging every copy but the first (in input order).
 
+    dolma's options all apply: dedupe.num_partitions + partition_index (a run considers the
+    keys of its hash partition; attributes/<name>_<i>/), dedupe.file_partition (a run also
+    takes only the files of its partition, as dolma), dedupe.document_dir, and
+    bloom_filter.file: lmdata's exact key file instead of a Bloom filter (read if it exists,
+    written with the run's keys; with bloom_filter.read_only only read: keys found there
+    are flagged).
+
     Example: lmdata dedupe -d 'ds/documents/*.gz' --dedupe.name dedupe_docs
     --dedupe.documents.key '$.metadata.url' --dedupe.documents.attribute_name bff_duplicate_url
     """
@@ -136,5 +143,8 @@ def command(
     click.echo(
         f"{res.duplicates:,} duplicate {cfg.mode} of {res.keys:,} keys in "
         f"{res.documents:,} documents, {res.files} files, {res.seconds:.1f} s, "
-        f"{res.docs_per_second:,.0f} documents/s -> attributes/{cfg.name}/"
+        f"{res.docs_per_second:,.0f} documents/s -> attributes/{cfg.out_name}/"
     )
+    bloom = cfg.bloom_filter
+    if bloom.file and bloom.save and not bloom.read_only:
+        click.echo(f"key file (exact keys, lmdata's format) -> {bloom.file}")

@@ -23,9 +23,9 @@ import numpy as np
 import orjson
 import xxhash
 
+from lmdata.dolma import _keyfile
 from lmdata.dolma.config import DedupeConfig
 from lmdata.errors import CorruptDataError, InvalidInputError
-from lmdata.formats.dolma._paths import attribute_path
 from lmdata.storage import TMP_PREFIX, FsspecStore, join, resolve
 
 FETCH_BYTES = 64 << 20  # bytes of spill pieces a worker fetches from a store at once
@@ -53,15 +53,21 @@ class Rows:
     half first, big-endian) and its ``(span, line, paragraph, n-gram)`` (four uint32), 32 B an
     entry instead of a Python tuple of ints (~200 B)."""
 
-    def __init__(self) -> None:
+    def __init__(self, partitions: int = 1, index: int = 0) -> None:
         self.digests = bytearray()
         self.where: array[int] = array("I")
+        self.partitions, self.index = partitions, index
 
     def __len__(self) -> int:
         return len(self.where) // 4
 
-    def add(self, key: str, k: int, line: int, para: int, sub: int) -> None:
-        self.digests += _digest(key.encode("utf-8", "surrogatepass"))
+    def add(self, key: str, k: int, line: int, para: int, sub: int, always: bool = False) -> None:
+        """Buffer ``key`` at its place, unless it falls in another key partition (``always``:
+        whatever its partition, as dolma checks a short paragraph's whole text)."""
+        d = _digest(key.encode("utf-8", "surrogatepass"))
+        if self.partitions > 1 and not always and _part(d, self.partitions) != self.index:
+            return
+        self.digests += d
         self.where.extend((k, line, para, sub))
 
     def entries(self) -> np.ndarray:
@@ -80,6 +86,19 @@ class Rows:
 
 
 _digest = xxhash.xxh3_128_digest
+
+
+def _part(digest: bytes, partitions: int) -> int:
+    """The key partition of a digest: its low half modulo ``partitions`` (the high half
+    picks the bucket, so each partition still fills every bucket)."""
+    return int.from_bytes(digest[8:16], "big") % partitions
+
+
+def in_partition(key: str, cfg: DedupeConfig) -> bool:
+    """True if ``key`` is this run's to consider (dolma's ``num_partitions`` split)."""
+    p = cfg.key_partitions
+    return p == 1 or _part(_digest(key.encode("utf-8", "surrogatepass")), p) == cfg.partition_index
+
 
 # (object name in the spill folder, first item, end item): a range of one spill object
 Piece = tuple[str, int, int]
@@ -104,7 +123,7 @@ class Spill:
     def make(self) -> None:
         """Create the folders (local only: an object store has no folders to make)."""
         if self._remote is None:
-            for folder in ("h", "d", "done"):
+            for folder in ("h", "d", "k", "done"):
                 (Path(self.root) / folder).mkdir(parents=True, exist_ok=True)
 
     def save(self, folder: str, name: str, arr: np.ndarray) -> None:
@@ -275,7 +294,7 @@ def spill_root(cfg: DedupeConfig, first_file: str, job: str) -> str:
         if wd:
             Path(wd).mkdir(parents=True, exist_ok=True)
         return os.path.join(os.path.abspath(wd or tempfile.gettempdir()), remote)
-    out = attribute_path(first_file, cfg.name)
+    out = cfg.attributes_of(first_file)
     return join(out[: out.rindex("/attributes/")], remote)  # the dataset's root on its store
 
 
@@ -294,6 +313,10 @@ class MarkTask:
     part: int = 0
     parts: int = 1
     mark: bool = False  # a resumable job: leave a marker holding the result (Spill.mark)
+    # the bucket's range of a key file (_keyfile.KeyFile.bucket): keys seen before the input
+    prior: tuple[str, int, int, int] | None = None
+    read_only: bool = False  # only the prior keys mark (the input's own repeats do not)
+    keys: bool = False  # save the bucket's distinct keys as k/<name> (for the key file)
 
     def ranges(self) -> list[Piece]:
         """The pieces as ranges of named spill objects."""
@@ -347,6 +370,10 @@ def _mark(task: MarkTask) -> MarkResult:
             return (a["hi"] // nb) % parts == part
 
     arr = work.load(task.ranges(), ENTRY, keep)
+    if task.read_only and not task.keys and not len(arr):
+        return MarkResult(0)  # no input key in the bucket: nothing to check
+    if task.prior is not None or task.keys:
+        return _mark_keys(task, arr, keep)
     if not len(arr):
         return MarkResult(0)
     # the pieces are in input order (file, line, paragraph, n-gram), so a stable sort by hash
@@ -360,6 +387,44 @@ def _mark(task: MarkTask) -> MarkResult:
     del order, dup
     if not len(at):
         return MarkResult(0)
+    return _save_marks(task, arr, at)
+
+
+def _mark_keys(task: MarkTask, arr: np.ndarray, keep: Any) -> MarkResult:
+    """:func:`_mark` with a key file: the prior keys (its range of the file) come before the
+    input's entries, so an entry whose key is there is a duplicate; with ``read_only`` only
+    those are; with ``keys`` the distinct keys of both are saved for the new key file."""
+    prior = np.zeros(0, dtype=_keyfile.KEY)
+    if task.prior is not None:
+        prior = _keyfile.load(task.prior, task.work.storage_options)
+        if keep is not None:
+            prior = prior[keep(prior)]
+    n_p = len(prior)
+    hi = np.concatenate((prior["hi"], arr["hi"]))
+    lo = np.concatenate((prior["lo"], arr["lo"]))
+    order = np.lexsort((lo, hi))  # stable: prior keys first, then entries in input order
+    hi, lo = hi[order], lo[order]
+    new = np.ones(len(order), dtype=bool)
+    np.logical_or(hi[1:] != hi[:-1], lo[1:] != lo[:-1], out=new[1:])
+    if task.keys:
+        keys = np.empty(int(new.sum()), dtype=_keyfile.KEY)
+        keys["hi"], keys["lo"] = hi[new], lo[new]
+        task.work.save("k", task.name[2:], keys)
+    del hi, lo
+    if task.read_only:  # a duplicate if its key's first occurrence is a prior key
+        first = np.maximum.accumulate(np.where(new, np.arange(len(order)), 0))
+        dup = (order[first] < n_p) & (order >= n_p)
+    else:  # prior keys are distinct: every repeat is an entry
+        dup = ~new
+    at = order[dup] - n_p
+    if not len(at):
+        return MarkResult(0)
+    return _save_marks(task, arr, at)
+
+
+def _save_marks(task: MarkTask, arr: np.ndarray, at: np.ndarray) -> MarkResult:
+    """Save the entries ``at`` of ``arr`` as the unit's marks, sorted by span."""
+    work = task.work
     at = at[np.argsort(arr["file"][at], kind="stable")]
     marks = np.empty(len(at), dtype=MARK)
     for f in MARK.names:

@@ -14,7 +14,10 @@ marker ``done/NAME`` holding its small result:
 - ``m-<bucket>[-<part>]``: the mark unit's count and where each span's marks are;
 - ``w-<span>``: a document file's attribute file is written; ``p-<span>-<crc>-<bytes>``: a
   range's piece is (in the job's pieces folder, :func:`lmdata.dolma.pieces.parts_folder`);
-- ``j-<span>``: a file written in ranges is joined (named by its last range).
+- ``j-<span>``: a file written in ranges is joined (named by its last range);
+- ``keys``: the key file (``bloom_filter.file``) is written: the job is done. With a key file
+  the folder also holds ``prior-parts``, the mark parts of each bucket as the first run chose
+  them, so a run resumed after the file was rewritten keeps its units.
 
 A resumed run lists the markers once and runs only the units without one, taking the others'
 results from their markers, so the output is the bytes of an uninterrupted run. A resume whose
@@ -40,7 +43,6 @@ from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.pieces import Join, job_id, part_key, parts_folder, version
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import join_parts
-from lmdata.formats.dolma._paths import attribute_path
 from lmdata.storage import LocalStore, Store, basename, resolve, scheme
 
 MANIFEST = "manifest.json"
@@ -67,6 +69,7 @@ class Done:
     written: set[int] = field(default_factory=set)  # spans of whole document files
     pieces: dict[int, tuple[int, int]] = field(default_factory=dict)  # a range's (CRC, bytes)
     joined: set[int] = field(default_factory=set)  # a file in ranges, by its last span
+    keys_written: bool = False  # the key file (bloom_filter.file) is written: all is done
 
     @classmethod
     def read(cls, work: Spill) -> Done:
@@ -86,6 +89,8 @@ class Done:
                     out.pieces[k] = (crc, n)
                 elif kind == "j":
                     out.joined.add(int(rest))
+                elif name == "keys":
+                    out.keys_written = True
             except (ValueError, KeyError, TypeError):
                 continue
         return out
@@ -101,7 +106,11 @@ class Done:
         return int(meta["documents"]), int(meta["keys"]), tuple(arr.reshape(n, nbuckets + 1))
 
     def drop_missing(
-        self, spans: Sequence[Span], name: str, job: str, opts: dict[str, Any] | None
+        self,
+        spans: Sequence[Span],
+        out: Callable[[str], str],
+        job: str,
+        opts: dict[str, Any] | None,
     ) -> None:
         """Forget the pieces marked done that are not in their folder (``lmdata clean`` took
         them, say): they are written again (one listing per file with such pieces)."""
@@ -111,8 +120,7 @@ class Done:
             if s is not None and s.ranged and k - s.part + s.parts - 1 not in self.joined:
                 by_file.setdefault(k - s.part, []).append(k)
         for first, ks in by_file.items():
-            out = attribute_path(spans[first].path, name)
-            store, key = resolve(out, opts)
+            store, key = resolve(out(spans[first].path), opts)
             there = set(store.list(parts_folder(key, job)))
             for k in ks:
                 if basename(part_key(key, spans[k].part, job)) not in there:
@@ -151,8 +159,8 @@ class Resumable:
             default=repr,
         )
         self.identity = orjson.loads(raw)  # as the manifest holds it, to compare
-        roots = sorted({_root(attribute_path(u, cfg.name)) for u in urls})
-        place = job_id("dedupe", cfg.name, roots)
+        roots = sorted({_root(cfg.attributes_of(u)) for u in urls})
+        place = job_id("dedupe", cfg.out_name, roots)
         self.work = Spill(spill_root(cfg, files[0], place), cfg.storage_options)
 
     def previous(self) -> dict[str, Any] | None:

@@ -18,8 +18,9 @@ from typing import Any
 import orjson
 
 from lmdata.errors import InvalidInputError
-from lmdata.formats.dolma._paths import expand_globs, list_documents
-from lmdata.storage import resolve
+from lmdata.formats.dolma._paths import attribute_path, expand_globs, is_doc_file, list_documents
+from lmdata.storage import basename, join, resolve
+from lmdata.storage.listing import walk_files
 
 DEFAULT_MAX_SIZE = 2 * 1024**3  # the dolma CLI's default max_size_in_bytes (2 GiB)
 
@@ -105,15 +106,24 @@ def _int(v: Any, what: str, minimum: int = 0) -> int:
 
 
 def resolve_documents(
-    patterns: tuple[str, ...], storage_options: dict[str, Any] | None = None
+    patterns: tuple[str, ...],
+    storage_options: dict[str, Any] | None = None,
+    documents: str = "documents",
 ) -> list[str]:
     """Document files (local paths or URLs) from globs, single files, or tree folders (all of
-    their documents)."""
+    their documents; the ``documents`` folder may have another name, dedupe's
+    ``document_dir``)."""
     out: list[str] = []
     seen: set[str] = set()
     for pat in patterns:
         store, key = resolve(pat, storage_options)
-        if store.is_dir(key):
+        if store.is_dir(key) and documents != "documents":
+            inner = join(key, documents)
+            top = inner if basename(key) != documents and store.is_dir(inner) else key
+            cut = len(top.rstrip("/")) + 1
+            keys = [k for k in walk_files(store, top) if is_doc_file(basename(k))]
+            found = [store.url(k) for k in sorted(keys, key=lambda k: k[cut:].replace("\\", "/"))]
+        elif store.is_dir(key):
             found = [store.url(k) for k in list_documents(store, key)]
         else:
             found = expand_globs([pat], storage_options=storage_options)
@@ -234,13 +244,29 @@ BLOOM_KEYS = (
     "size_in_bytes",
     "estimated_doc_count",
     "desired_false_positive_rate",
+    "sysram_limit",
+    "save_to_disk",
 )
 
 
-def _bloom(v: Any) -> tuple[str, ...]:
-    """The ``bloom_filter`` keys given, checked; lmdata's dedupe is exact and uses none."""
+@dataclass(frozen=True)
+class Bloom:
+    """``bloom_filter``: lmdata keeps exact keys, not a Bloom filter. ``file`` is a key file
+    in lmdata's format (:mod:`lmdata.dolma._keyfile`): read first if it exists, marking every
+    key in it as seen, and rewritten with this run's keys added, unless ``read_only``, where
+    it must exist and only marks (dolma's decontamination recipe). ``given``: the sizing keys
+    given, accepted and not used (exact: no false positives)."""
+
+    file: str | None = None
+    read_only: bool = False
+    save: bool = True  # save_to_disk: write the key file (unless read_only)
+    given: tuple[str, ...] = ()
+
+
+def _bloom(v: Any) -> Bloom:
+    """The ``bloom_filter`` section, checked."""
     if v is None:
-        return ()
+        return Bloom()
     if not isinstance(v, dict):
         raise InvalidInputError(f"bloom_filter must be a mapping, got {v!r}")
     unknown = set(v) - set(BLOOM_KEYS)
@@ -254,28 +280,53 @@ def _bloom(v: Any) -> tuple[str, ...]:
         raise InvalidInputError(
             f"bloom_filter.desired_false_positive_rate must be a number, got {rate!r}"
         )
-    return tuple(k for k in BLOOM_KEYS if v.get(k) not in (None, False))
+    file = v.get("file")
+    if file is not None and (not isinstance(file, str) or not file):
+        raise InvalidInputError(f"bloom_filter.file must be a path or URL, got {file!r}")
+    read_only, save = v.get("read_only", False), v.get("save_to_disk", True)
+    for k, flag in (("read_only", read_only), ("save_to_disk", save)):
+        if not isinstance(flag, bool):
+            raise InvalidInputError(f"bloom_filter.{k} must be true or false, got {flag!r}")
+    limit = v.get("sysram_limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))):
+        raise InvalidInputError(f"bloom_filter.sysram_limit must be a number, got {limit!r}")
+    if read_only and not file:
+        raise InvalidInputError(
+            "bloom_filter.read_only needs bloom_filter.file: the key file to check against "
+            "(write it with a dedupe run whose read_only is false)"
+        )
+    sizing = tuple(k for k in BLOOM_KEYS[2:-1] if v.get(k) not in (None, False, 0))
+    return Bloom(file or None, read_only, save, sizing)
 
 
-def _unsupported_dedupe(d: dict[str, Any], dd: dict[str, Any]) -> None:
-    """dolma dedupe settings that would change the result and lmdata does not implement:
-    an error, never silently ignored (other bloom_filter keys only size dolma's filter)."""
-    bloom = d.get("bloom_filter") or {}
-    if isinstance(bloom, dict) and bloom.get("read_only"):
+def _partitions(dd: dict[str, Any]) -> tuple[int, int, bool]:
+    """``(num_partitions, partition_index, file_partition)``, checked."""
+    parts = _int(
+        1 if dd.get("num_partitions") is None else dd["num_partitions"], "dedupe.num_partitions", 1
+    )
+    index = _int(
+        0 if dd.get("partition_index") is None else dd["partition_index"],
+        "dedupe.partition_index",
+    )
+    if index >= parts:
         raise InvalidInputError(
-            "dedupe: bloom_filter.read_only (checking against a saved dolma Bloom filter) is "
-            "not supported; lmdata dedupes exactly within the documents given"
+            f"dedupe.partition_index {index} is not below dedupe.num_partitions {parts}; "
+            f"run the partitions 0..{parts - 1}"
         )
-    parts = dd.get("num_partitions")
-    if _int(1 if parts is None else parts, "dedupe.num_partitions", 1) > 1 or dd.get(
-        "file_partition"
-    ):
+    fp = dd.get("file_partition", False)
+    if not isinstance(fp, bool):
+        raise InvalidInputError(f"dedupe.file_partition must be true or false, got {fp!r}")
+    return parts, index, fp
+
+
+def _document_dir(v: Any) -> str:
+    if v is None:
+        return "documents"
+    if not isinstance(v, str) or not v or "/" in v:
         raise InvalidInputError(
-            "dedupe: num_partitions/file_partition are not supported; lmdata dedupes all "
-            "documents in one pass with memory bounded by on-disk buckets"
+            f"dedupe.document_dir must be one path component (default documents), got {v!r}"
         )
-    if dd.get("document_dir") not in (None, "documents"):
-        raise InvalidInputError("dedupe: document_dir other than 'documents' is not supported")
+    return v
 
 
 @dataclass(frozen=True)
@@ -296,7 +347,11 @@ class DedupeConfig:
     )
     dolma_offsets: bool = True  # reproduce dolma's paragraph end offsets (see dedupe.py)
     ngrams: Ngrams = field(default_factory=Ngrams)  # by_ngram (length 0: exact paragraphs)
-    bloom_filter: tuple[str, ...] = ()  # the bloom_filter keys given (accepted, not used)
+    bloom_filter: Bloom = field(default_factory=Bloom)  # a key file; the sizing keys unused
+    document_dir: str = "documents"  # the path component replaced by attributes/<name>
+    num_partitions: int = 1  # keys split by hash: this run considers partition_index's
+    partition_index: int = 0
+    file_partition: bool = False  # ... and the files split by path: this run takes its part
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -334,7 +389,7 @@ class DedupeConfig:
                     f"dedupe.documents.key {key!r} is not a JSONPath; did you mean '$.{key}'?"
                 )
         ngrams = _by_ngram(sect.get("by_ngram")) if pmode else Ngrams()
-        _unsupported_dedupe(d, dd)
+        parts, index, by_file = _partitions(dd)
         wd = d.get("work_dir")
         return cls(
             documents=docs,
@@ -349,6 +404,10 @@ class DedupeConfig:
             dolma_offsets=bool(sect.get("dolma_offsets", True)),
             ngrams=ngrams,
             bloom_filter=_bloom(d.get("bloom_filter")),
+            document_dir=_document_dir(dd.get("document_dir")),
+            num_partitions=parts,
+            partition_index=index,
+            file_partition=by_file,
             processes=_int(d.get("processes", 1), "processes", 1),
             work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
             compression=(d.get("compression") or {}).get("output") or "gz"
@@ -357,8 +416,51 @@ class DedupeConfig:
             storage_options=_options(d.get("storage_options")),
         )
 
+    @property
+    def key_partitions(self) -> int:
+        """Into how many partitions the keys are split (1: all keys are this run's). dolma
+        1.2.1 splits them with ``file_partition`` too (checked by running it)."""
+        return self.num_partitions
+
+    @property
+    def suffix(self) -> str:
+        """What dolma appends to the attributes folder and key of a key partition: ``_<i>``."""
+        return f"_{self.partition_index}" if self.key_partitions > 1 else ""
+
+    @property
+    def out_name(self) -> str:
+        """The attributes folder written: ``name``, ``_<i>`` added for a key partition."""
+        return self.name + self.suffix
+
+    @property
+    def out_attribute(self) -> str:
+        """The attribute key written: ``attribute_name``, ``_<i>`` added for a key partition."""
+        return self.attribute_name + self.suffix
+
+    def attributes_of(self, doc_path: str) -> str:
+        """The attribute file this run writes for document file ``doc_path``."""
+        return attribute_path(doc_path, self.out_name, self.document_dir)
+
     def document_files(self) -> list[str]:
-        return resolve_documents(self.documents, self.storage_options)
+        """The document files this run dedupes: all, or with ``file_partition`` those whose
+        path (from the ``document_dir`` component on) hashes to ``partition_index`` (dolma
+        hashes the whole path with Rust's DefaultHasher: another split of the files)."""
+        files = resolve_documents(self.documents, self.storage_options, self.document_dir)
+        if not self.file_partition or self.num_partitions == 1:
+            return files
+        return [f for f in files if file_partition(f, self) == self.partition_index]
+
+
+def file_partition(path: str, cfg: DedupeConfig) -> int:
+    """The file partition of document file ``path``: xxh3-64 of its path from the
+    ``document_dir`` component on (so the same for a local copy and one on a store), modulo
+    ``num_partitions``."""
+    import xxhash
+
+    rel = path.replace("\\", "/")
+    cut = rel.rfind(f"/{cfg.document_dir}/")
+    rel = rel[cut + 1 :] if cut >= 0 else rel.rpartition("/")[2]
+    return xxhash.xxh3_64_intdigest(rel.encode("utf-8", "surrogatepass")) % cfg.num_partitions
 
 
 @dataclass(frozen=True)

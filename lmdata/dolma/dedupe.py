@@ -43,8 +43,13 @@ end, 1], ...]}`` with the duplicate paragraphs (character offsets, the separator
 With ``paragraphs.by_ngram`` each paragraph's n-grams are the keys instead (see
 :mod:`lmdata.dolma.ngrams`), spilled with their place in the paragraph, so the first occurrence
 of an n-gram in input order is the one not counted as duplicate; a flagged paragraph's span
-carries its duplicate fraction as dolma writes it. dolma's ``bloom_filter`` settings are
-accepted and not used (a log line says so): the result is dolma's without false positives.
+carries its duplicate fraction as dolma writes it. dolma's Bloom filter sizes are accepted and
+not used (a log line says so): the result is dolma's without false positives. Its
+``bloom_filter.file`` is an exact key file here (:mod:`lmdata.dolma._keyfile`): its keys come
+before the input's in each mark unit (with ``read_only`` only they mark), and the buckets'
+distinct keys make the new file. With ``num_partitions`` a hash unit spills only the keys of
+its partition (:class:`lmdata.dolma._buckets.Rows`); ``file_partition`` also takes only the
+files of its partition (:meth:`DedupeConfig.document_files`).
 
 Documents and attribute files may live in any store (local paths, ``s3://``, ...). The bucket
 spill files go to ``work_dir`` (a local folder or a URL), else to a local temporary folder when
@@ -66,7 +71,7 @@ import numpy as np
 import orjson
 
 from lmdata import parallel
-from lmdata.dolma import _spans, ngrams
+from lmdata.dolma import _keyfile, _spans, ngrams
 from lmdata.dolma._buckets import (
     MARK,
     Dups,
@@ -75,6 +80,7 @@ from lmdata.dolma._buckets import (
     Piece,
     Rows,
     Spill,
+    in_partition,
 )
 from lmdata.dolma._buckets import phase_mark as _phase_mark
 from lmdata.dolma._dedupe_resume import (
@@ -92,15 +98,11 @@ from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.pieces import Fresh, Join, part_key, parts_folder
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import OutputFile, Part
-from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of
+from lmdata.formats.dolma._paths import Stores, codec_of
 from lmdata.storage import Store
 
 log = logging.getLogger("lmdata.dolma.dedupe")
-BLOOM_NOTE = (
-    "bloom_filter settings ({}) accepted and not used: lmdata dedupes exactly (no false "
-    "positives, memory bounded by on-disk hash buckets) and keeps the first occurrence in input "
-    "order for any number of workers; no filter file is read or written"
-)
+PRIOR_PARTS = "prior-parts"  # the mark parts of each bucket of a job with a key file
 SPILL_EVERY = 1 << 21  # entries a hash unit buffers (32 B each) before writing one spill object
 WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
 BUCKET_ENTRIES = 1 << 22  # entries a mark unit sorts at most (~60 B each at its peak)
@@ -170,7 +172,7 @@ class WriteResult:
 def _phase_hash(task: HashTask) -> HashResult:
     """Hash every key of a group of spans into spill objects sorted by bucket."""
     cfg, work, nbuckets = task.cfg, task.work, task.nbuckets
-    rows = Rows()
+    rows = Rows(cfg.key_partitions, cfg.partition_index)
     spills: list[np.ndarray] = []
     keys = 0
     docs = 0
@@ -224,8 +226,10 @@ def _hash_span(
                 if not ng.length:
                     add(p, k, i, p_i, 0)
                     continue
-                for j, key in enumerate(ngrams.keys(p, ng)[0]):
-                    add(key, k, i, p_i, j)
+                ks, fallback = ngrams.keys(p, ng)
+                for j, key in enumerate(ks):
+                    # dolma checks a short paragraph's whole text in every key partition
+                    add(key, k, i, p_i, j, fallback and j == len(ks) - 1)
         if len(rows) >= SPILL_EVERY:
             keys += len(rows)
             spill()
@@ -265,17 +269,17 @@ def _write_span(
     store, doc_key = where
     ng = cfg.ngrams
     every = ng.length > 0 and ng.threshold <= 0  # a paragraph with no duplicate may score 0
-    name = cfg.attribute_name
+    name = cfg.out_attribute
     n = 0
-    out = attribute_path(doc_key, cfg.name)
+    out = cfg.attributes_of(doc_key)
     key = part_key(out, span.part, job) if span.ranged else out
     piece = Part(span.part == 0, span.part == span.parts - 1) if span.ranged else None
     with OutputFile(store, key, codec_of(out), part=piece) as f:  # the codec its name says
         for i, doc, value in _read(store, doc_key, span, cfg):
             attrs: dict[str, Any] = {}
             if cfg.mode == "documents":
-                if _skip(value, cfg, chars=False):
-                    attrs[name] = []
+                if _skip(value, cfg, chars=False) or not in_partition(value, cfg):
+                    attrs[name] = []  # dolma's for a key of another partition too
                 elif dups.get(i, 0) is not None:
                     attrs[name] = [[0, len(value.encode("utf-8", "surrogatepass")), 1]]
             elif value:  # dolma leaves an empty text without the key
@@ -325,8 +329,9 @@ def dedupe(
     what a stopped run left."""
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
-    if cfg.bloom_filter:
-        log.warning(BLOOM_NOTE.format(", ".join(cfg.bloom_filter)))
+    bloom = cfg.bloom_filter
+    if bloom.given or bloom.file:
+        log.warning(_keyfile.note(cfg))
     step = RANGE_BYTES if range_bytes is None else range_bytes
     if step < 1:
         raise InvalidInputError(f"range_bytes must be at least 1, not {step}")
@@ -337,7 +342,9 @@ def dedupe(
     total = sum(sizes)
     step = _range_size(step, total, cfg.processes)
     # one group per worker, or per range of input when larger: a retry redoes one group
-    plan = Plan(step, max(cfg.processes, -(-total // step)), _nbuckets(cfg, total))
+    prior = _keyfile.prior(cfg)
+    nb = _nbuckets(cfg, total, prior.keys if prior is not None else 0)
+    plan = Plan(step, max(cfg.processes, -(-total // step)), nb)
     if not files:
         return DedupeResult(0, 0, 0, 0, time.perf_counter() - t0)
     # every run is resumable, as tokenize's: its work in the job's folder, each unit marked
@@ -351,14 +358,17 @@ def dedupe(
     planned = _spans.plan(files, sizes, plan.range_bytes)
     spans = [s for s, _ in planned]
     groups = _spans.groups(spans, [z for _, z in planned], plan.groups)
-    ranged = [attribute_path(s.path, cfg.name) for s in spans if s.ranged and s.part == 0]
+    ranged = [cfg.attributes_of(s.path) for s in spans if s.ranged and s.part == 0]
     done = Done()
     work, job = state.work, state.job(plan)
     if old is None:
         state.begin(plan, [parts_folder(o, job) for o in ranged])
     else:
         done = Done.read(work)
-        done.drop_missing(spans, cfg.name, job, cfg.storage_options)
+        if done.keys_written:  # stopped after the key file: nothing is left but the folder
+            work.remove()
+            return _finished(files, done, t0)
+        done.drop_missing(spans, cfg.attributes_of, job, cfg.storage_options)
     # the pieces folders and the work folder kept recent while the job runs: `lmdata clean`
     # (default age 1 h) judges them by their newest entry, and a phase can outlast that
     fresh = Fresh(
@@ -382,6 +392,7 @@ def dedupe(
             tick=fresh,
         ),
         progress,
+        prior,
     )
     before = WriteResult(0, tuple(done.pieces.items()))  # the pieces earlier runs wrote
     joins = _joins(cfg, spans, [*written, before], job, done.joined)
@@ -396,8 +407,17 @@ def dedupe(
             desc="join",
             progress=False,
         )
-    joined = [attribute_path(spans[k].path, cfg.name) for k in done.joined if k < len(spans)]
+    joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
+    if bloom.file and bloom.save and not bloom.read_only:
+        _keyfile.write(
+            bloom.file,
+            cfg.storage_options,
+            _keyfile.kind(cfg),
+            [m.name for m in _mark_tasks(counted, plan.nbuckets, work, prior=prior, cfg=cfg)],
+            lambda name: np.frombuffer(work.get("k/" + name[2:]) or b"", dtype=_keyfile.KEY),
+        )
+        work.mark("keys")
     work.remove()
     return DedupeResult(
         files=len(files),
@@ -418,6 +438,7 @@ def _phases(
     done: Done,
     run: Any,
     progress: bool,
+    prior: _keyfile.KeyFile | None = None,
 ) -> tuple[list[HashResult], list[MarkResult], list[WriteResult]]:
     """Run the three phases, each unit not ``done`` (the others' results from their markers),
     each unit leaving its marker."""
@@ -438,7 +459,7 @@ def _phases(
         progress=progress,
     )
     counted = sorted([*hashed.values(), *ran], key=lambda c: c.t)
-    tasks = _mark_tasks(counted, nb, work, mark=True)
+    tasks = _mark_tasks(counted, nb, work, mark=True, prior=prior, cfg=cfg)
     new = iter(
         run_some(_phase_mark, [m for m in tasks if m.name not in done.marked], "dedupe: mark")
     )
@@ -465,7 +486,7 @@ def _joins(
     out = []
     for k, span in enumerate(spans):
         if span.ranged and span.part == span.parts - 1 and k not in joined:
-            o = attribute_path(span.path, cfg.name)
+            o = cfg.attributes_of(span.path)
             first = k - span.part
             pieces = tuple(sums[j] for j in range(first, k + 1))
             out.append((k, Join(o, codec_of(o), pieces, cfg.storage_options, job=job)))
@@ -481,32 +502,67 @@ def _range_size(most: int, total: int, workers: int) -> int:
     return min(most, max(MIN_RANGE_BYTES, -(-total // (workers * rounds))))
 
 
-def _nbuckets(cfg: DedupeConfig, total: int) -> int:
-    """Hash buckets for ``total`` bytes of compressed input: a power of two, each bucket
-    expected to hold about :data:`BUCKET_ENTRIES` entries in ``cfg``'s mode."""
+def _nbuckets(cfg: DedupeConfig, total: int, prior: int = 0) -> int:
+    """Hash buckets for ``total`` bytes of compressed input (and ``prior`` keys of a key
+    file): a power of two, each bucket expected to hold about :data:`BUCKET_ENTRIES` entries
+    in ``cfg``'s mode."""
     mode = "by_ngram" if cfg.mode != "documents" and cfg.ngrams.length else cfg.mode
-    expected = total * DENSITY[mode] / BUCKET_ENTRIES
+    expected = (total * DENSITY[mode] + prior) / BUCKET_ENTRIES
     return int(min(MAX_BUCKETS, 2 ** int(np.ceil(np.log2(max(1.0, expected))))))
 
 
 def _mark_tasks(
-    counted: list[HashResult], nbuckets: int, work: Spill, mark: bool = False
+    counted: list[HashResult],
+    nbuckets: int,
+    work: Spill,
+    mark: bool = False,
+    prior: _keyfile.KeyFile | None = None,
+    cfg: DedupeConfig | None = None,
 ) -> list[MarkTask]:
     """One mark unit per bucket, or per part of a bucket holding more than
-    :data:`BUCKET_ENTRIES` entries (counted from the spills' tables), so none sorts more;
-    ``mark``: each leaves a marker when done (a resumable job)."""
+    :data:`BUCKET_ENTRIES` entries (counted from the spills' tables and the key file's), so
+    none sorts more; ``mark``: each leaves a marker when done (a resumable job)."""
     ids = np.array([(c.t, i) for c in counted for i in range(len(c.spills))], dtype=np.int64)
-    if not len(ids):
+    bloom = cfg.bloom_filter if cfg is not None else None
+    keys = bool(bloom and bloom.file and bloom.save and not bloom.read_only)
+    if not len(ids) and prior is None and not keys:
         return []
-    starts = np.stack([at for c in counted for at in c.spills])  # (spill, bucket + 1)
+    if len(ids):
+        starts = np.stack([at for c in counted for at in c.spills])  # (spill, bucket + 1)
+    else:
+        ids, starts = np.zeros((0, 2), np.int64), np.zeros((0, nbuckets + 1), np.int64)
     sizes = np.diff(starts, axis=1)
+    extra = prior.per_bucket(nbuckets) if prior is not None else np.zeros(nbuckets, np.int64)
+    read_only = bool(bloom and bloom.read_only)
+    held = sizes.sum(axis=0) + extra
+    split = np.maximum(1, -(-held // BUCKET_ENTRIES))
+    if prior is not None:
+        # with a key file, the parts are fixed by the job's first run: a resumed run may find
+        # the file already rewritten (a stop after the key file), its marks are the first's
+        saved = work.get(PRIOR_PARTS)
+        if saved is not None and len(saved) == 8 * nbuckets:
+            split = np.frombuffer(saved, dtype="<i8")
+        else:
+            work.put(PRIOR_PARTS, split.astype("<i8").tobytes())
     out = []
     for b in range(nbuckets):
         has = np.flatnonzero(sizes[:, b])
         pieces = np.column_stack((ids[has], starts[has, b], starts[has, b + 1]))
-        parts = max(1, -(-int(sizes[has, b].sum()) // BUCKET_ENTRIES))
-        out += [MarkTask(b, work, pieces, nbuckets, p, parts, mark) for p in range(parts)]
+        parts = int(split[b])
+        where = prior.bucket(b, nbuckets) if prior is not None else None
+        out += [
+            MarkTask(b, work, pieces, nbuckets, p, parts, mark, where, read_only, keys)
+            for p in range(parts)
+        ]
     return out
+
+
+def _finished(files: list[str], done: Done, t0: float) -> DedupeResult:
+    """The result of a job a resumed run found finished, from its markers."""
+    docs = sum(int(m.get("documents", 0)) for m, _ in done.hashed.values())
+    keys = sum(int(m.get("keys", 0)) for m, _ in done.hashed.values())
+    dups = sum(m.duplicates for m in done.marked.values())
+    return DedupeResult(len(files), docs, keys, dups, time.perf_counter() - t0)
 
 
 def _marks_of(group: list[tuple[int, Span]], marked: list[MarkResult]) -> tuple[Piece, ...]:

@@ -164,8 +164,9 @@ def test_by_ngram_config_is_checked_and_bloom_settings_are_stated(tmp_path, capl
         cfg({"length": 5})
     with pytest.raises(InvalidInputError, match=r"bloom_filter\.estimated_doc_count"):
         cfg(None, bloom_filter={"estimated_doc_count": "1000"})
-    bloom = {"file": "bf.bin", "read_only": False, "estimated_doc_count": 1000}
-    assert cfg(None, bloom_filter=bloom).bloom_filter == ("file", "estimated_doc_count")
+    bloom = {"file": str(tmp_path / "bf.bin"), "read_only": False, "estimated_doc_count": 1000}
+    got = cfg(None, bloom_filter=bloom).bloom_filter
+    assert (got.file, got.read_only, got.given) == (bloom["file"], False, ("estimated_doc_count",))
     oracle.write_tree(tmp_path / "ds", [["a b", "a b"]])
     with caplog.at_level(logging.WARNING, logger="lmdata.dolma.dedupe"):
         dd.dedupe(
@@ -178,8 +179,9 @@ def test_by_ngram_config_is_checked_and_bloom_settings_are_stated(tmp_path, capl
             ),
             engine="inprocess",
         )
-    assert "bloom_filter settings (file, estimated_doc_count) accepted and not used" in caplog.text
-    assert "lmdata dedupes exactly" in caplog.text
+    assert "sizing settings accepted and not used: estimated_doc_count" in caplog.text
+    assert "lmdata keeps exact keys, not a Bloom filter" in caplog.text
+    assert (tmp_path / "bf.bin").read_bytes()[:8] == b"LMDKEYS1"  # the run's keys
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ def test_a_refused_connection_is_an_lmdata_error_saying_what_to_check():
             raise ConnectionError("Failed to connect to GCS: UNAUTHENTICATED")
 
     ex.ray = Refusing()
-    with pytest.raises(InvalidInputError, match="UNAUTHENTICATED.*token"):
+    with pytest.raises(InvalidInputError, match=r"UNAUTHENTICATED.*token"):
         ex._connect()
 
 
@@ -55,9 +55,10 @@ def test_cli_with_an_unreachable_address_exits_with_the_message(tmp_path):
     port = _closed_port()
     res = CliRunner().invoke(
         cli,
-        ["tokenize", str(src), str(tmp_path / "out"), "--to", "flat-tokens", "--tokenizer", "bytes"]
-        + ["--engine", "ray"]
-        + ["--address", f"127.0.0.1:{port}"],
+        [
+            *("tokenize", str(src), str(tmp_path / "out"), "--to", "flat-tokens"),
+            *("--tokenizer", "bytes", "--engine", "ray", "--address", f"127.0.0.1:{port}"),
+        ],
     )
     assert res.exit_code != 0
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in res.output

@@ -114,17 +114,17 @@ def expand_globs(
     return out
 
 
-def attribute_path(doc_path: str, name: str) -> str:
+def attribute_path(doc_path: str, name: str, documents: str = "documents") -> str:
     """Where attribute set ``name`` of a document file lives: the last ``documents`` component
     of the path (a key or a URL) replaced by ``attributes/<name>`` (dolma substitutes the same
-    component)."""
+    component; its dedupe's ``document_dir`` names another)."""
     head, sep, path = doc_path.rpartition("://")
     parts = path.split("/")
     for i in range(len(parts) - 1, -1, -1):
-        if parts[i] == "documents":
+        if parts[i] == documents:
             return head + sep + "/".join([*parts[:i], "attributes", name, *parts[i + 1 :]])
     raise FormatError(
-        "the document path has no 'documents' component, so its attributes have no place; "
-        "keep document files under <dataset>/documents/",
+        f"the document path has no '{documents}' component, so its attributes have no place; "
+        f"keep document files under <dataset>/{documents}/",
         path=doc_path,
     )
