@@ -1,5 +1,6 @@
 /* The Loader's row layouts (lmdata/loader/packing.py) in one pass each, with the GIL released,
- * and the flat-tokens reader's row gather (copy_rows).
+ * and the flat-tokens reader's row gather (copy_rows). packed_at and eos_at also look their
+ * rows up (a batch in one call); the lookups and the shuffle are in _kernel_index.h.
  *
  * Each function takes the stored values of a batch's rows (uint32: one C-order array, or each
  * row where it lies in a mapped chunk, see rows_get) and writes its output arrays in place
@@ -105,6 +106,17 @@ rows_release(Rows *R)
     R->nheld = 0;
 }
 
+/* Room for n items of `size` bytes, uninitialised (only the first R->nheld buffers and, once
+ * filled, the rows are ever read: zeroing a batch's 32 Py_buffers cost more than the lookup of
+ * a row); NULL on overflow or without memory. */
+static void *
+alloc_items(Py_ssize_t n, size_t size)
+{
+    if (n < 1) n = 1;
+    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / size) return NULL;
+    return PyMem_Malloc((size_t)n * size);
+}
+
 static int
 rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
 {
@@ -153,8 +165,8 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
         PyErr_SetString(PyExc_ValueError, "one base and one offset per row");
     else { /* (rows is now bounded by the lists' lengths) */
         PyMem_Free(R->held);
-        R->held = PyMem_Calloc(rows ? rows : 1, sizeof(Py_buffer));
-        R->row = PyMem_Calloc(rows ? rows : 1, sizeof(uint32_t *));
+        R->held = alloc_items(rows, sizeof(Py_buffer));
+        R->row = alloc_items(rows, sizeof(uint32_t *));
         if (R->held == NULL || R->row == NULL) {
             PyErr_NoMemory();
             bad = 1;
@@ -192,6 +204,9 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
 /* The per-row loops (packed, eos, unpacked; SSE2/AVX2 where the CPU has them). */
 #include "_kernel_rows.h"
 
+/* The shuffle and the lookups of where windows lie (unit_windows, rows_lookup). */
+#include "_kernel_index.h"
+
 /* A value written into int32 outputs (wide false) must fit them: refused, never truncated. */
 static int
 check_value(long long x, int wide, const char *what)
@@ -201,6 +216,47 @@ check_value(long long x, int wide, const char *what)
         return -1;
     }
     return 0;
+}
+
+/* The packed layout of R's rows into the outputs v[1..4] (checked against rows x length). */
+static void
+run_packed(const Rows *R, Py_buffer *v, Py_ssize_t rows, Py_ssize_t length, long long bos,
+           int wide)
+{
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < (length ? rows : 0); r++) /* (empty rows: nothing to do) */
+        packed_row(row_at(R, r), v, r * length, length, bos, wide,
+                   r + 1 < rows ? row_at(R, r + 1) : NULL);
+    Py_END_ALLOW_THREADS
+}
+
+/* The eos layout of R's rows (length + 1 values each) into the outputs v[0..1]. */
+static void
+run_eos(const Rows *R, Py_buffer *v, Py_ssize_t rows, Py_ssize_t length, int wide)
+{
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < (length ? rows : 0); r++) {
+        const uint32_t *e = row_at(R, r);
+        if (wide) {
+            int64_t *in = (int64_t *)v[0].buf + r * length, *tg = (int64_t *)v[1].buf + r * length;
+            for (Py_ssize_t j = 0; j < length; j++) {
+                in[j] = (int64_t)(e[j] >> 1);
+                tg[j] = (int64_t)(e[j + 1] >> 1);
+            }
+        } else {
+            int32_t *in = (int32_t *)v[0].buf + r * length, *tg = (int32_t *)v[1].buf + r * length;
+            Py_ssize_t j = 0;
+#ifdef HAVE_AVX2_ROW
+            if (max_simd >= 2 && has_avx2())
+                j = eos_row_int32_avx2(e, in, tg, length, r + 1 < rows ? row_at(R, r + 1) : NULL);
+#endif
+            for (; j < length; j++) {
+                in[j] = (int32_t)(e[j] >> 1);
+                tg[j] = (int32_t)(e[j + 1] >> 1);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
 }
 
 /* packed(enc, inputs, targets, segment_ids, positions, rows, length, bos, wide): the packed
@@ -226,11 +282,7 @@ packed(PyObject *self, PyObject *args)
         release(v + 1, 4);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < (length ? rows : 0); r++) /* (empty rows: nothing to do) */
-        packed_row(row_at(&R, r), v, r * length, length, bos, wide,
-                   r + 1 < rows ? row_at(&R, r + 1) : NULL);
-    Py_END_ALLOW_THREADS
+    run_packed(&R, v, rows, length, bos, wide);
     rows_release(&R);
     release(v + 1, 4);
     Py_RETURN_NONE;
@@ -260,32 +312,86 @@ eos(PyObject *self, PyObject *args)
         release(v, 2);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < (length ? rows : 0); r++) {
-        const uint32_t *e = row_at(&R, r);
-        if (wide) {
-            int64_t *in = (int64_t *)v[0].buf + r * length, *tg = (int64_t *)v[1].buf + r * length;
-            for (Py_ssize_t j = 0; j < length; j++) {
-                in[j] = (int64_t)(e[j] >> 1);
-                tg[j] = (int64_t)(e[j + 1] >> 1);
-            }
-        } else {
-            int32_t *in = (int32_t *)v[0].buf + r * length, *tg = (int32_t *)v[1].buf + r * length;
-            Py_ssize_t j = 0;
-#ifdef HAVE_AVX2_ROW
-            if (max_simd >= 2 && has_avx2())
-                j = eos_row_int32_avx2(e, in, tg, length, r + 1 < rows ? row_at(&R, r + 1) : NULL);
-#endif
-            for (; j < length; j++) {
-                in[j] = (int32_t)(e[j] >> 1);
-                tg[j] = (int32_t)(e[j + 1] >> 1);
-            }
-        }
-    }
-    Py_END_ALLOW_THREADS
+    run_eos(&R, v, rows, length, wide);
     rows_release(&R);
     release(v, 2);
     Py_RETURN_NONE;
+}
+
+/* The rows of a layout looked up by the layout itself (packed_at, eos_at): one call per batch
+ * from row numbers, no lists of where rows lie. `objs` are the nout outputs (4: packed, rows x
+ * width; 2: eos, rows x (width - 1)). True when laid out; False (outputs untouched) where
+ * unit_windows declines; the list of missing units where it asks for them. */
+static PyObject *
+lay_out_at(PyObject *views, Py_ssize_t unit, PyObject *starts, Py_ssize_t width,
+           Py_ssize_t total, Py_ssize_t scale, PyObject **objs, int nout, long long bos,
+           int wide)
+{
+    if (!lookup_ok(unit, width, total, scale)) Py_RETURN_FALSE;
+    if (nout == 4 && check_value(bos, wide, "bos") < 0) return NULL;
+    Py_buffer sv;
+    if (get_starts(starts, &sv) < 0) return NULL;
+    Py_ssize_t rows = sv.len / 8, length = nout == 4 ? width : width - 1;
+    if (check_shape(rows, width) < 0) {
+        PyBuffer_Release(&sv);
+        return NULL;
+    }
+    Py_ssize_t n = rows * length, w = wide ? 8 : 4;
+    Py_ssize_t sizes[5] = {0, n * w, n * w, n * 4, n * 4}, items[5] = {0, w, w, 4, 4};
+    int writable[5] = {0, 1, 1, 1, 1};
+    Py_buffer v[5]; /* packed_row takes the outputs as v[1..4], run_eos as v[0..1] */
+    Py_buffer *out = nout == 4 ? v + 1 : v;
+    if (get_buffers(objs, out, sizes + 1, items + 1, writable + 1, nout) < 0) {
+        PyBuffer_Release(&sv);
+        return NULL;
+    }
+    Rows R;
+    PyObject *missing;
+    int got = rows_lookup(views, unit, &sv, width, total, scale, &R, &missing);
+    PyObject *result = NULL;
+    if (got == 0) {
+        if (nout == 4)
+            run_packed(&R, v, rows, length, bos, wide);
+        else
+            run_eos(&R, v, rows, length, wide);
+        rows_release(&R);
+        result = Py_NewRef(Py_True);
+    } else if (got == 1)
+        result = Py_NewRef(Py_False);
+    else if (got == 2)
+        result = missing;
+    release(out, nout);
+    PyBuffer_Release(&sv);
+    return result;
+}
+
+/* packed_at(views, unit, starts, width, total, scale, inputs, targets, segment_ids, positions,
+ * bos, wide): the packed layout (rows of `width` values) of the windows unit_windows finds. */
+static PyObject *
+packed_at(PyObject *self, PyObject *args)
+{
+    PyObject *views, *starts, *objs[4];
+    Py_ssize_t unit, width, total, scale;
+    long long bos;
+    int wide;
+    if (!PyArg_ParseTuple(args, "O!nOnnnOOOOLp", &PyDict_Type, &views, &unit, &starts, &width,
+                          &total, &scale, &objs[0], &objs[1], &objs[2], &objs[3], &bos, &wide))
+        return NULL;
+    return lay_out_at(views, unit, starts, width, total, scale, objs, 4, bos, wide);
+}
+
+/* eos_at(views, unit, starts, width, total, scale, inputs, targets, wide): the eos layout
+ * (windows of `width` = length + 1 values) of the windows unit_windows finds. */
+static PyObject *
+eos_at(PyObject *self, PyObject *args)
+{
+    PyObject *views, *starts, *objs[2];
+    Py_ssize_t unit, width, total, scale;
+    int wide;
+    if (!PyArg_ParseTuple(args, "O!nOnnnOOp", &PyDict_Type, &views, &unit, &starts, &width,
+                          &total, &scale, &objs[0], &objs[1], &wide))
+        return NULL;
+    return lay_out_at(views, unit, starts, width, total, scale, objs, 2, 0, wide);
 }
 
 /* unpacked(enc, offsets, lengths, inputs, targets, segment_ids, positions, loss_mask, rows,
@@ -397,93 +503,6 @@ copy_rows(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* unit_windows(views, unit, starts, width, total[, scale]): where items s .. s + width of an
- * array stored in units of `unit` items lie, for each s = start * scale, start in `starts`
- * (int64: row numbers when scale is the row length; each window must lie in 0 .. total, else
- * False): (bases, offsets) as rows_get
- * takes them, from `views`, which maps a unit's number to a buffer of its bytes (4-byte
- * items). Returns a list of the unit numbers missing from `views` instead (the caller adds
- * them and calls again), or False when a window straddles two units or a unit is short (the
- * caller's general path). The per-window lookup in C: Python arithmetic per window costs
- * more than copying it. */
-static PyObject *
-unit_windows(PyObject *self, PyObject *args)
-{
-    PyObject *views, *obj;
-    Py_ssize_t unit, width, total, scale = 1;
-    if (!PyArg_ParseTuple(args, "O!nOnn|n", &PyDict_Type, &views, &unit, &obj, &width, &total,
-                          &scale))
-        return NULL;
-    if (unit <= 0 || unit > PY_SSIZE_T_MAX / 4 || width <= 0 || width > unit || width > total ||
-        scale <= 0)
-        Py_RETURN_FALSE;
-    Py_buffer sv;
-    if (PyObject_GetBuffer(obj, &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    if (sv.itemsize != 8 || ((uintptr_t)sv.buf & 7u)) {
-        PyBuffer_Release(&sv);
-        PyErr_SetString(PyExc_ValueError, "starts must be int64");
-        return NULL;
-    }
-    Py_ssize_t rows = sv.len / 8;
-    const int64_t *st = (const int64_t *)sv.buf;
-    PyObject *result = NULL, *missing = NULL, *bases = PyList_New(rows),
-             *offsets = PyList_New(rows);
-    if (bases == NULL || offsets == NULL) goto done;
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        /* (0 < width <= total: no wrap; st <= (total - width) / scale: the product neither) */
-        if (st[r] < 0 || st[r] > (total - width) / scale) {
-            result = Py_NewRef(Py_False);
-            goto done;
-        }
-        Py_ssize_t at = (Py_ssize_t)st[r] * scale;
-        Py_ssize_t u = at / unit, o = at % unit;
-        if (o + width > unit) { /* (both <= unit <= PY_SSIZE_T_MAX / 4: no wrap below) */
-            result = Py_NewRef(Py_False);
-            goto done;
-        }
-        PyObject *key = PyLong_FromSsize_t(u);
-        if (key == NULL) goto done;
-        PyObject *v = PyDict_GetItemWithError(views, key); /* borrowed: held below */
-        if (v == NULL) {
-            int bad = PyErr_Occurred() != NULL ||
-                      (missing == NULL && (missing = PyList_New(0)) == NULL) ||
-                      PyList_Append(missing, key) < 0;
-            Py_DECREF(key);
-            if (bad) goto done;
-            v = Py_NewRef(Py_None);
-        } else {
-            Py_DECREF(key);
-            Py_INCREF(v); /* exporting a buffer may run code that changes `views` */
-            Py_buffer b;  /* a short unit: the general path reads and reports it */
-            if (PyObject_GetBuffer(v, &b, PyBUF_SIMPLE) < 0) {
-                Py_DECREF(v);
-                goto done;
-            }
-            int short_unit = (o + width) * 4 > b.len;
-            PyBuffer_Release(&b);
-            if (short_unit) {
-                Py_DECREF(v);
-                result = Py_NewRef(Py_False);
-                goto done;
-            }
-        }
-        PyObject *ob = PyLong_FromSsize_t(o * 4);
-        if (ob == NULL) {
-            Py_DECREF(v);
-            goto done;
-        }
-        PyList_SET_ITEM(bases, r, v); /* (steals the reference held) */
-        PyList_SET_ITEM(offsets, r, ob);
-    }
-    result = missing != NULL ? Py_NewRef(missing) : PyTuple_Pack(2, bases, offsets);
-done:
-    Py_XDECREF(missing);
-    Py_XDECREF(bases);
-    Py_XDECREF(offsets);
-    PyBuffer_Release(&sv);
-    return result;
-}
-
 /* simd(level): the widest vector rows used from now on (2: AVX2 where the CPU has it, 1: SSE2);
  * returns the level used before. For the tests, which compare every row with numpy. */
 static PyObject *
@@ -507,6 +526,16 @@ static PyMethodDef methods[] = {
     {"unit_windows", unit_windows, METH_VARARGS,
      "unit_windows(views, unit, starts, width, total[, scale]): (bases, offsets) of windows "
      "at starts * scale of a unit-stored array, or the missing units, or False."},
+    {"feistel", feistel, METH_VARARGS,
+     "feistel(indices, out, n, half, keys): shuffle.Permutation of int64 indices into out; "
+     "False for indices outside [0, n)."},
+    {"packed_at", packed_at, METH_VARARGS,
+     "packed_at(views, unit, starts, width, total, scale, inputs, targets, segment_ids, "
+     "positions, bos, wide): packed of the windows unit_windows finds; True, False or the "
+     "missing units."},
+    {"eos_at", eos_at, METH_VARARGS,
+     "eos_at(views, unit, starts, width, total, scale, inputs, targets, wide): eos of the "
+     "windows unit_windows finds; True, False or the missing units."},
     {"copy_rows", copy_rows, METH_VARARGS,
      "copy_rows(enc, out, rows, width): rows of width uint32 values copied into out."},
     {"packed", packed, METH_VARARGS,

@@ -1,11 +1,15 @@
 /* The memo-slot walk of lmdata/_pickle.py (_early_slot) at C speed, for the opcodes the
  * binary protocols use. The opcode table is passed in from Python (one source of truth);
- * a text opcode (PUT, or one that reads a line) returns -1 and Python walks the pickle.
+ * a text opcode (PUT, or one that reads a line) returns -1 and Python walks the pickle; a
+ * string or bytes count beyond the data returns -2 (Python 3.11 allocates the count first).
  *
  * item_pickle: a pickle of one item of a pickled list, so that a reader unpickles that item
- * alone (see lmdata/_pickle.py, load_item). */
+ * alone (see lmdata/_pickle.py, load_item). block_index and item_at: the same in two steps,
+ * the whole walk once per block (its small index kept by the reader) and then only the item's
+ * own bytes per read (load_indexed). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 /* Atoms find_item follows: > 0, the opcode's whole length; < 0, minus the width of the count of
  * bytes that follows it. 0: not an atom. */
@@ -41,7 +45,13 @@ walk(const unsigned char *p, Py_ssize_t n, const signed char *t, long long *o_sl
             unsigned long long u = 0;
             for (int b = w - 1; b >= 0; b--) u = (u << 8) | p[i + 1 + b];
             long long size = (long long)u;
-            if (size < 0 || size > n) break; /* the unpickler refuses it, or it is truncated */
+            if (size < 0) break; /* the unpickler refuses it */
+            if (size > (long long)(n - i - 1 - w)) {
+                /* more bytes than remain: Python 3.11's unpickler would allocate the count
+                 * before finding out, so the caller refuses it first */
+                slot = -2; at = i;
+                break;
+            }
             i += 1 + w + (Py_ssize_t)size;
         } else if (k == -6) { /* LONG_BINPUT */
             unsigned long long s = 0; /* little-endian; a truncated one reads what is there */
@@ -189,6 +199,18 @@ static int note(Py_ssize_t **gets, Py_ssize_t *ngets, Py_ssize_t *gcap, Py_ssize
     return 0;
 }
 
+/* Notes item k's span (start, end) in the growable pair array *spans. */
+static int span_note(Py_ssize_t **spans, Py_ssize_t *cap, Py_ssize_t k, Py_ssize_t a, Py_ssize_t e) {
+    if (k >= *cap) {
+        Py_ssize_t c = *cap ? *cap * 2 : 64;
+        if (c > MAX_HEIGHT || grow((void **)spans, c * 2, sizeof(Py_ssize_t))) return -1;
+        *cap = c;
+    }
+    (*spans)[2 * k] = a;
+    (*spans)[2 * k + 1] = e;
+    return 0;
+}
+
 static unsigned long long le(const unsigned char *p, int w) {
     unsigned long long u = 0;
     for (int b = w - 1; b >= 0; b--) u = (u << 8) | p[b];
@@ -201,12 +223,12 @@ static unsigned long long le(const unsigned char *p, int w) {
 static int
 find_item(const unsigned char *p, Py_ssize_t n, Py_ssize_t want, Py_ssize_t *o_start,
           Py_ssize_t *o_end, Py_ssize_t *o_items, Memo *m, Stack *st, Py_ssize_t **gets,
-          Py_ssize_t *ngets)
+          Py_ssize_t *ngets, Py_ssize_t **spans)
 {
     Py_ssize_t marks[64]; /* deeper nesting than this is left to the unpickler */
     Py_ssize_t mark_at[64];
     int md = 0;
-    Py_ssize_t h = 0, i = 0, items = 0, rs = -1, re = -1, gcap = 0;
+    Py_ssize_t h = 0, i = 0, items = 0, rs = -1, re = -1, gcap = 0, scap = 0;
     if (n < 2 || p[0] != 0x80) return 0;
     i = 2;
     for (;;) {
@@ -267,7 +289,9 @@ find_item(const unsigned char *p, Py_ssize_t n, Py_ssize_t want, Py_ssize_t *o_s
                 if (op == 'e' && t == K_MAIN) { /* items base..h-1 of the dataset's list */
                     if (md != 0 || base != 1) return 0;
                     for (Py_ssize_t s = base; s < h; s++, items++) {
-                        if (items == want) { rs = st->start[s]; re = s + 1 < h ? st->start[s + 1] : at; }
+                        Py_ssize_t a0 = st->start[s], a1 = s + 1 < h ? st->start[s + 1] : at;
+                        if (items == want) { rs = a0; re = a1; }
+                        if (spans && span_note(spans, &scap, items, a0, a1)) return 0;
                     }
                 } else if (!((op == 'e' && t == K_LIST) || (op == 'u' && t == K_DICT) || (op == 0x90 && t == K_SET))) {
                     return 0;
@@ -284,6 +308,7 @@ find_item(const unsigned char *p, Py_ssize_t n, Py_ssize_t want, Py_ssize_t *o_s
             if (op == 'a' && t == K_MAIN) {
                 if (md != 0 || h != 2) return 0;
                 if (items == want) { rs = st->start[1]; re = at; }
+                if (spans && span_note(spans, &scap, items, st->start[1], at)) return 0;
                 items++;
             } else if (!((op == 'a' && t == K_LIST) || (op == 's' && t == K_DICT))) {
                 return 0;
@@ -324,7 +349,7 @@ find_item(const unsigned char *p, Py_ssize_t n, Py_ssize_t want, Py_ssize_t *o_s
             break;
         }
         case '.': /* STOP */
-            if (md != 0 || h != 1 || st->kind[0] != K_MAIN || rs < 0) return 0;
+            if (md != 0 || h != 1 || st->kind[0] != K_MAIN || (rs < 0 && !spans)) return 0;
             *o_start = rs; *o_end = re; *o_items = items;
             return 1;
         default:
@@ -347,7 +372,7 @@ item_pickle(PyObject *self, PyObject *args)
     Py_ssize_t *rank = NULL;
     PyObject *out = NULL;
     const unsigned char *p = (const unsigned char *)data.buf;
-    int ok = want >= 0 && find_item(p, data.len, want, &rs, &re, &items, &m, &st, &gets, &ngets);
+    int ok = want >= 0 && find_item(p, data.len, want, &rs, &re, &items, &m, &st, &gets, &ngets, NULL);
     Py_ssize_t before = 0, size = 0;
     if (ok) {
         /* memo slots made before the item; the ones it gets must hold atoms */
@@ -425,10 +450,14 @@ done:
     return out;
 }
 
+
+#include "_memowalk_index.h"
+
 static PyMethodDef methods[] = {
     {"early_slot", early_slot, METH_VARARGS,
      "early_slot(data, table) -> (slot, offset, end): the first LONG_BINPUT beyond its offset, "
-     "(0, 0) if none, (-1, offset) at a text opcode the caller must walk itself; end: the "
+     "(0, 0) if none, (-1, offset) at a text opcode the caller must walk itself, (-2, offset) "
+     "at a 4- or 8-byte string/bytes count beyond the data's end; end: the "
      "offset after STOP if the walk reached it and met no opcode that names or calls code, "
      "else -1."},
     {"early_slots", early_slots, METH_VARARGS,
@@ -438,6 +467,14 @@ static PyMethodDef methods[] = {
      "item_pickle(data, j) -> (items, pickle) or None: a pickle of item j of the pickled list "
      "data (of that many items) alone, with the memo slots it reads from earlier items. None: "
      "not a protocol 4/5 pickle of plain data, or malformed."},
+    {"block_index", block_index, METH_VARARGS,
+     "block_index(data[, j]) -> bytes or None: the index item_at uses (where each item lies, "
+     "which earlier memo slots items get), after the whole walk item_pickle makes; None where "
+     "item_pickle would answer None for every item. With j: (index, item_at(data, j, index))."},
+    {"item_at", item_at, METH_VARARGS,
+     "item_at(data, j, index) -> bytes or None: item_pickle(data, j)'s pickle, from the "
+     "block's index, walking only item j's bytes; None where the index says the item cannot "
+     "be had alone, or does not fit these bytes."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_memowalk", NULL, -1, methods};

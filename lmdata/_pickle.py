@@ -161,6 +161,14 @@ _c_item_pickle = getattr(_memowalk, "item_pickle", None)  # load_item; None: alw
 # (slot, offset) and is not used: the Python walk is slower but answers the same.
 _c_early_slot = getattr(_memowalk, "early_slot", None) if _c_item_pickle is not None else None
 _c_early_slots = getattr(_memowalk, "early_slots", None) if _c_early_slot is not None else None
+_c_block_index = getattr(_memowalk, "block_index", None)  # None: an older build, load_item only
+_c_item_at = getattr(_memowalk, "item_at", None)
+_loads = pickle.loads
+NOT_ALONE = object()  # load_indexed: the item cannot be had alone (unpickle the list whole)
+
+
+# bytes of the opcodes the walk refuses: PUT, LONG_BINPUT, and the 4/8-byte counted strings
+_WALK_FOR = (b"r", b"p", b"B", b"X", b"\x8d", b"\x8e")
 
 
 def _check_memo_indices(data: bytes, where: str) -> None:
@@ -169,15 +177,30 @@ def _check_memo_indices(data: bytes, where: str) -> None:
     CPython's unpickler grows its memo to twice the largest index a PUT or LONG_BINPUT names
     and zeroes it: a 10-byte pickle naming slot 10**9 writes 16 GB. A real pickle names slots
     in order, so an index is never beyond the opcode's offset; this walk (opcodes only, string
-    payloads skipped) checks that before the C unpickler runs. In C (``lmdata/_memowalk.c``)
-    it costs about a tenth of the unpickling; the Python walk it falls back to (no compiler at
-    install, or a text-protocol opcode) costs 1-3x. It is skipped on Pythons whose unpickler has
-    the fix, and ``allow_unsafe=True`` (a trusted file) skips it too."""
-    if _sparse_memo() or (b"r" not in data and b"p" not in data):
-        return  # this Python cannot be made to allocate so; or no PUT/LONG_BINPUT byte at all
+    payloads skipped) checks that before the C unpickler runs, and that no 4- or 8-byte string
+    count reaches beyond the data (Python 3.11 allocates the count before reading). In C
+    (``lmdata/_memowalk.c``) it costs about a tenth of the unpickling; the Python walk it falls
+    back to (no compiler at install, or a text-protocol opcode) costs 1-3x. It is skipped on
+    Pythons whose unpickler has the fix, and ``allow_unsafe=True`` (a trusted file) skips it
+    too."""
+    if _sparse_memo() or not any(c in data for c in _WALK_FOR):
+        return  # this Python cannot be made to allocate so; or no opcode that could
     slot, at = _early_slot(data)
+    if slot == _TOO_LONG:
+        _refuse_count(at, where)
     if slot:
         _refuse_slot(slot, at, where)
+
+
+_TOO_LONG = -2  # the walks' slot answer for a string or bytes count beyond the data
+
+
+def _refuse_count(at: int, where: str) -> None:
+    raise CorruptDataError(
+        f"pickle's string or bytes at byte {at} claims more bytes than the data holds "
+        "(truncated or damaged); refusing before the unpickler allocates that count",
+        position=where or None,
+    )
 
 
 def _refuse_slot(slot: int, at: int, where: str) -> None:
@@ -207,8 +230,10 @@ def _sparse_memo() -> bool:
 
 
 def _early_slot(data: bytes) -> tuple[int, int]:
-    """(slot, offset) of the first PUT/LONG_BINPUT naming a slot beyond its offset, else (0, 0):
-    the C walk, and the Python walk where it stops at a text opcode or was not built."""
+    """(slot, offset) of the first PUT/LONG_BINPUT naming a slot beyond its offset, else (0, 0);
+    (-2, offset) of a 4- or 8-byte string/bytes count beyond the data's end (Python 3.11's
+    unpickler allocates such a count before reading): the C walk, and the Python walk where it
+    stops at a text opcode or was not built."""
     if _c_early_slot is not None:
         slot, at, _ = _c_early_slot(data, _TABLE)
         if slot >= 0:
@@ -232,16 +257,25 @@ def _py_early_slot(data: bytes) -> tuple[int, int]:
             if k == _COUNT1:
                 i += 2 + data[i + 1]
             elif k == _COUNT4:  # unsigned, as CPython's unpickler reads it
-                i += 5 + from_bytes(data[i + 1 : i + 5], "little")
+                if i + 5 > len(data):
+                    break
+                size = from_bytes(data[i + 1 : i + 5], "little")
+                if i + 5 + size > len(data):
+                    return _TOO_LONG, i
+                i += 5 + size
             elif k == _LONG_BINPUT:
                 slot = from_bytes(data[i + 1 : i + 5], "little")
                 if slot > i:
                     return slot, i
                 i += 5
             elif k == _COUNT8:
+                if i + 9 > len(data):
+                    break
                 size = from_bytes(data[i + 1 : i + 9], "little", signed=True)
                 if size < 0:
                     break  # 2**63 or more: the unpickler refuses it
+                if i + 9 + size > len(data):
+                    return _TOO_LONG, i
                 i += 9 + size
             elif k == _PUT:
                 j = data.index(b"\n", i) + 1
@@ -348,6 +382,8 @@ def safe_load_prefix(
             slot, at, end = _c_early_slot(raw, _TABLE)
             if slot > 0:
                 _refuse_slot(slot, at, where)
+            if slot == _TOO_LONG:
+                _refuse_count(at, where)
             if slot == 0 and end > 0:
                 # Walked to STOP and no opcode names or calls code: nothing for the allow-list
                 # to refuse, and pickle.loads skips the file object and subclass of the
@@ -445,3 +481,38 @@ def load_item(data: bytes, j: int, count: int) -> tuple[bool, Any]:
         return True, pickle.loads(got[1])
     except Exception:  # not expected: the whole-list path says what is wrong
         return False, None
+
+
+def block_index(data: bytes | memoryview, count: int, j: int) -> tuple[bytes, Any] | None:
+    """(index, item ``j``): the index :func:`load_indexed` uses for the pickled list ``data``
+    of ``count`` items (where each item lies, which earlier memo slots items get), after the
+    whole walk :func:`load_item` makes, and item ``j`` through it (NOT_ALONE where it cannot
+    be had alone); None where the walk cannot vouch for the list (unpickle it whole). The
+    index is a few hundred bytes for a block of examples: a reader keeps it for each block it
+    has seen, so a later read of the block walks only the example's own bytes."""
+    if _c_block_index is None:
+        return None
+    got = _c_block_index(data, j)
+    if got is None or int.from_bytes(got[0][4:8], sys.byteorder) != count:
+        return None
+    index, item = got
+    if item is None:
+        return index, NOT_ALONE
+    try:
+        return index, _loads(item)
+    except Exception:  # not expected: the whole-list path says what is wrong
+        return index, NOT_ALONE
+
+
+def load_indexed(data: bytes | memoryview, index: bytes, j: int) -> Any:
+    """Item ``j`` as :func:`load_item` finds it, from the list's :func:`block_index` (made from
+    these very bytes; other bytes or a damaged index give plain values or NOT_ALONE, never a
+    global, a call or a memo write). NOT_ALONE rather than a (found, item) pair: this runs
+    once per random read."""
+    got = _c_item_at(data, j, index)  # type: ignore[misc]
+    if got is None:
+        return NOT_ALONE
+    try:
+        return _loads(got)
+    except Exception:  # not expected: the whole-list path says what is wrong
+        return NOT_ALONE

@@ -412,3 +412,98 @@ def test_numpy_scalars_load_but_not_a_scalar_without_its_bytes():
     with pytest.raises(UnsafeDataError, match="scalar with 1 argument") as e:
         safe_loads(bomb, where="block 3", path="f")
     assert e.value.path == "f"
+
+
+# ---- a block's index, then one item per read (block_index, load_indexed) ---------------------
+
+
+@needs_c_walk
+@given(
+    items=st.lists(plain, max_size=12),
+    shared=st.lists(st.integers(0, 11), max_size=6),
+    protocol=st.integers(2, 5),
+)
+def test_an_item_through_the_index_is_the_item_found_alone(items, shared, protocol):
+    from lmdata._pickle import NOT_ALONE, block_index, load_indexed, load_item
+
+    items = items + [{"again": items[k]} for k in shared if k < len(items)]
+    data = pickle.dumps(items, protocol=protocol)
+    for j in range(len(items)):
+        alone = load_item(data, j, len(items))
+        got = block_index(data, len(items), j)
+        if got is None:  # the walk vouches for no item of the list
+            assert not alone[0]
+            continue
+        index, first = got
+        again = load_indexed(data, index, j)
+        for item in (first, again):
+            assert (item is NOT_ALONE and not alone[0]) or _same(item, alone[1])
+    assert block_index(data, len(items) + 1, 0) is None  # another count: the whole list
+
+
+@needs_c_walk
+def test_an_index_names_the_earlier_strings_items_share():
+    from lmdata._pickle import block_index, load_indexed
+
+    ex = [{"id": i, "text": "w" * i, "tags": ["news", "sport"][: i % 3]} for i in range(40)]
+    data = pickle.dumps(ex, protocol=4)
+    index, item = block_index(data, 40, 7)
+    assert item == ex[7]
+    assert len(index) < 40 * 12 + 12 * 8 + 12  # per item 12 bytes; a few shared strings
+    assert [load_indexed(data, index, j) for j in range(40)] == ex
+
+
+@needs_c_walk
+@given(
+    items=st.lists(plain, min_size=1, max_size=6),
+    other=st.lists(plain, min_size=1, max_size=6),
+    at=st.integers(0, 10_000),
+    byte=st.integers(0, 255),
+)
+def test_a_damaged_or_foreign_index_gives_plain_values_or_nothing(items, other, at, byte):
+    """An index that is not the data's (another block's, or damaged) never makes the item
+    pickle name a global, call code or write the memo: whatever comes back is plain data."""
+    from lmdata._pickle import NOT_ALONE, _c_item_at, block_index, load_indexed
+
+    data = pickle.dumps(items, protocol=4)
+    got = block_index(pickle.dumps(other, protocol=4), len(other), 0)
+    if got is None:
+        return
+    bad = bytearray(got[0])
+    bad[at % len(bad)] = byte
+    for index in (got[0], bytes(bad), bytes(bad[:-1])):
+        for j in range(-1, len(other) + 1):
+            made = _c_item_at(data, j, index)
+            if made is None:
+                continue
+            walked = _c_walk()._c_early_slot(made, _c_walk()._TABLE)
+            assert walked[0] == 0  # no memo write beyond its place
+            assert walked[2] > 0  # walked to STOP: no global, call or extension opcode
+            item = load_indexed(data, index, j)
+            assert item is NOT_ALONE or safe_loads(made) is not None or item is None
+
+
+@pytest.mark.parametrize("walk", ["c", "python"])
+@pytest.mark.parametrize("op, width", [(b"B", 4), (b"X", 4), (b"\x8e", 8), (b"\x8d", 8)])
+def test_a_count_beyond_the_data_is_refused_before_unpickling(op, width, walk, monkeypatch):
+    # Python 3.11's unpickler allocates a BINBYTES8/BINUNICODE8 (and 4-byte) count before
+    # reading: a 20-byte pickle would ask for a terabyte
+    from lmdata import _pickle
+
+    if walk == "c":
+        _c_walk()
+    else:
+        monkeypatch.setattr(_pickle, "_c_early_slot", None)
+    monkeypatch.setattr(_pickle, "_sparse_memo", lambda: False)  # as on Python 3.11
+    count = (1 << 40) if width == 8 else (1 << 32) - 1
+    data = b"\x80\x04]\x94(K\x01" + op + count.to_bytes(width, "little") + b"abc" + b"e."
+    assert _pickle._early_slot(data) == (-2, 7)
+    with pytest.raises(CorruptDataError, match="byte 7 claims more bytes") as e:
+        safe_loads(data, where="block 3", path="f")
+    assert e.value.path == "f" and e.value.position == "block 3"
+    # one byte short of the data: the same; exactly the data: read
+    exact = b"\x80\x04" + op + (3).to_bytes(width, "little") + b"abc."
+    assert safe_loads(exact) in (b"abc", "abc")
+    assert _pickle._early_slot(exact[:-1] + b"") == (0, 0)
+    with pytest.raises(CorruptDataError):
+        safe_loads(b"\x80\x04" + op + (4).to_bytes(width, "little") + b"abc.")

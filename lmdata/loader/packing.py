@@ -17,7 +17,7 @@ and ``loss_mask`` False.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -27,6 +27,7 @@ try:  # built from lmdata/_kernel.c at install; without a compiler numpy does th
     from lmdata import _kernel as _C
 except ImportError:  # pragma: no cover - depends on the build
     _C = None
+_FUSED = hasattr(_C, "eos_at")  # (a kernel built before the one-call batch has none)
 
 PAD_VALUES = {"segment_ids": 0, "positions": 0, "loss_mask": False}
 PACKED_KEYS = ("inputs", "targets", "segment_ids", "positions")
@@ -53,8 +54,8 @@ def packed_buffers(
     is a multiple of the 4 KiB page make that copy ~10x slower (4K aliasing of loads and
     stores). Each array starts on a 64-byte cache line: a block from the allocator starts 16
     bytes past a page, and outputs there laid out a batch 15% slower (vector stores split
-    across lines). The layout is computed once per shape; consecutive arrays of one type are
-    one strided array per block (kept by the pool), whose items are the batch's fresh views.
+    across lines). The layout is computed once per shape, and each block's arrays once per
+    layout (kept by the pool): a batch gets fresh views of them.
     """
     key = (rows, length, dtype, keys)
     layout = _LAYOUTS.get(key)
@@ -63,47 +64,30 @@ def packed_buffers(
         if len(_LAYOUTS) > 16:
             _LAYOUTS.clear()
         _LAYOUTS[key] = layout
-    size, names, carve = layout
-    stacks = pool.carved(size, key, carve)
-    if len(stacks) == 1:
-        return dict(zip(names[0], stacks[0], strict=True))
-    out: dict[str, np.ndarray] = {}
-    for group, stack in zip(names, stacks, strict=True):
-        out.update(zip(group, stack, strict=True))
-    return out
+    size, carve = layout
+    return dict(zip(keys, map(_VIEW, pool.carved(size, key, carve)), strict=True))
+
+
+_VIEW = np.ndarray.view
 
 
 def _layout(rows: int, length: int, dtype: np.dtype, keys: tuple[str, ...]) -> tuple:
-    """(block bytes, the key names of each group, a function carving a block into a
-    (len(group), rows, length) array per group): consecutive keys of one type form a group,
-    its arrays a fixed distance apart, the gap included."""
+    """(block bytes, a function carving a block into an array per key): the arrays a fixed
+    distance apart (the gap included), each on a cache line."""
     n = rows * length
-    groups: list[tuple[list[str], np.dtype, int, int]] = []
+    places: list[tuple[np.dtype, int]] = []
     at = 0
     for k in keys:
         t = dtype if k in ("inputs", "targets") else _TYPES.get(k, _I32)
-        step = -(-(n * t.itemsize + _GAP) // 64) * 64
-        if groups and groups[-1][1] == t:
-            groups[-1][0].append(k)
-        else:
-            groups.append(([k], t, at, step))
-        at += step
+        places.append((t, at))
+        at += -(-(n * t.itemsize + _GAP) // 64) * 64
     shape = (rows, length)
 
     def carve(block: np.ndarray) -> tuple[np.ndarray, ...]:
         first = -block.ctypes.data % 64  # every array starts on a cache line
-        return tuple(
-            np.ndarray(
-                (len(g), *shape),
-                dtype=t,
-                buffer=block,
-                offset=first + o,
-                strides=(step, length * t.itemsize, t.itemsize),
-            )
-            for g, t, o, step in groups
-        )
+        return tuple(np.ndarray(shape, dtype=t, buffer=block, offset=first + o) for t, o in places)
 
-    return at + 64, tuple(tuple(g[0]) for g in groups), carve
+    return at + 64, carve
 
 
 def packed_from_encoded(
@@ -119,6 +103,36 @@ def packed_from_encoded(
     out = packed_buffers(*shape, dtype, PACKED_KEYS if _C else IO_KEYS)
     fill_packed(enc, out, bos)
     return out
+
+
+def laid_out_at(
+    into: Callable[..., bool], eos: bool, rows: np.ndarray, length: int, dtype: np.dtype, bos: int
+) -> dict[str, np.ndarray] | None:
+    """Packed rows (``eos``: windows of ``length + 1``) numbered ``rows`` (int64) laid out by
+    one C call that also finds them (``into``: a reader's ``encoded_windows_into``, which hands
+    where they lie to ``_kernel.packed_at`` / ``eos_at``); None where it declines (or numpy
+    lays out): the caller's general path."""
+    if _C is None or not _FUSED:
+        return None
+    wide = dtype != _I32
+    if eos:
+        out = packed_buffers(len(rows), length, dtype, IO_KEYS)
+        done = into(_C.eos_at, rows, length + 1, length, out["inputs"], out["targets"], wide)
+    else:
+        out = packed_buffers(len(rows), length, dtype, PACKED_KEYS)
+        done = into(
+            _C.packed_at,
+            rows,
+            length,
+            length,
+            out["inputs"],
+            out["targets"],
+            out["segment_ids"],
+            out["positions"],
+            bos,
+            wide,
+        )
+    return out if done else None
 
 
 def packed_out(rows: int, length: int, dtype: np.dtype) -> tuple[dict[str, np.ndarray], np.ndarray]:

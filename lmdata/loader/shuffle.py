@@ -11,6 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
+try:  # the same network in C (lmdata/_kernel.c); numpy below where no compiler built it
+    from lmdata import _kernel
+
+    _feistel_c = _kernel.feistel
+except (ImportError, AttributeError):  # pragma: no cover - depends on the build (or a stale one)
+    _feistel_c = None
+
 _M = np.uint64(0xFFFFFFFFFFFFFFFF)
 _MASK = (1 << 64) - 1
 
@@ -74,6 +81,17 @@ class Permutation:
         return (left << h) | right
 
     def __call__(self, indices: np.ndarray | int) -> np.ndarray:
+        if _feistel_c is not None and self.n > 1:
+            # a Loader's block of 4096 rows: ~0.1 ms against ~0.8 ms in numpy (about 6 us of
+            # every batch's 50 us); indices outside [0, n) take the numpy path
+            try:
+                st = np.asarray(indices, dtype=np.int64, order="C")
+            except OverflowError:  # a Python int past int64: outside [0, n)
+                st = None
+            if st is not None:
+                out = np.empty_like(st)
+                if _feistel_c(st, out, self.n, self._half, self._keys):
+                    return out
         idx = np.asarray(indices, dtype=np.uint64)
         if self.n <= 1:
             return idx.astype(np.int64)

@@ -24,6 +24,7 @@ from lmdata.loader.packing import (
     eos_windows,
     fill_packed,
     in_c,
+    laid_out_at,
     packed_buffers,
     packed_from_encoded,
     packed_from_starts,
@@ -130,6 +131,10 @@ class Source:
         # training's packed rows and eos windows laid out in C from where they lie: read()'s
         # first branch
         self._direct = mode in ("packed", "eos") and self._parts is not None and not finite
+        # ... and looked up by the same C call, from row numbers (one call per batch)
+        into = self._direct and _has(reader, "encoded_windows_into")
+        self._into = reader.encoded_windows_into if into else None
+        self._eos = mode == "eos"
         self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
         self._pieces: np.ndarray | None = None
@@ -184,7 +189,11 @@ class Source:
     def read(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The rows ``rows`` (int64 row numbers, each < ``num_rows``)."""
         L = self.seq_len
-        if self._direct and in_c():  # the common cases, in few operations
+        if self._into is not None:  # the common cases: one C call
+            out = laid_out_at(self._into, self._eos, rows, L, self.dtype, self.bos)
+            if out is not None:
+                return out
+        if self._direct and in_c():  # the same, rows looked up first
             if self.mode == "eos":  # windows of L + 1 from row starts (inside: full rows)
                 parts = self._parts(rows * L, L + 1)
                 if parts is not None:

@@ -18,6 +18,7 @@ import pytest
 from lmdata.errors import CorruptDataError
 from lmdata.formats import atlas
 from lmdata.formats.atlas import blocks, codec
+from lmdata.storage import new_slot
 
 from .test_atlas_compat import examples, write
 
@@ -235,3 +236,83 @@ def test_examples_beyond_plain_lists_read_at_random(tmp_path: Path) -> None:
             w.write(e)
     r = atlas.open(out, cache_bytes=0, allow_unsafe_pickle=True)
     assert [r[i] for i in (7, 93, 12, 55, 12)] == [ex[i] for i in (7, 93, 12, 55, 12)]
+
+
+def _walks(r: atlas.Atlas, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Blocks walked whole for single random reads from now on (their indexes made)."""
+    from lmdata.formats.atlas import reader
+
+    made: list[int] = []
+    block_index = reader.block_index
+
+    def counting(data: bytes, count: int, j: int) -> Any:
+        made.append(count)
+        return block_index(data, count, j)
+
+    monkeypatch.setattr(reader, "block_index", counting)
+    return made
+
+
+def test_random_reads_of_a_block_seen_before_walk_only_the_example(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ex = examples(2000)
+    path = write(tmp_path / "d", ex, shard_size=1000, block_size=20, compression_strategy=2)
+    cache = 64 << 10  # far below the pickled blocks (about 800 KB): none are kept
+    r = atlas.open(path, cache_bytes=8 << 20)
+    r._ahead_bytes, r._slot = 0, new_slot(cache)  # the cache less read-ahead, as given
+    r._reuse = blocks.Reuse(cache)
+    made = _walks(r, monkeypatch)
+    idx = np.random.default_rng(3).integers(0, 2000, 3000).tolist()
+    assert [r[i] for i in idx] == [ex[i] for i in idx]
+    seen = {(i // 1000, i % 1000 // 20) for i in idx}
+    assert len(made) == len(seen)  # one walk per block (100), not one per read
+    assert r._cached_bytes <= cache  # the indexes are counted in the cache
+    got = r._slot.peek("indexes")
+    assert got is not None and len(got.map) == len(seen)
+    assert got.used <= got.reserved <= r._cached_bytes  # (blocks kept too: reads come back)
+
+
+def test_indexes_beyond_the_cache_make_room_and_stay_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ex = examples(2000)
+    path = write(tmp_path / "d", ex, shard_size=1000, block_size=5, compression_strategy=1)
+    r = atlas.open(path)
+    cache = 20_000  # a few dozen of the 400 blocks' indexes
+    r._ahead_bytes, r._slot, r._reuse = 0, new_slot(cache), blocks.Reuse(cache)
+    made = _walks(r, monkeypatch)
+    idx = np.random.default_rng(4).integers(0, 2000, 2000).tolist()
+    for i in idx:
+        assert r[i] == ex[i]
+        assert r._cached_bytes <= cache
+    got = r._slot.peek("indexes")
+    assert got is not None and 0 < got.used <= got.reserved <= cache
+    assert len(made) > len(got.map)  # older indexes made room
+    r0 = atlas.open(path, cache_bytes=0)
+    assert [r0[i] for i in idx[:300]] == [ex[i] for i in idx[:300]]
+    assert len(r0._slot) == 0  # cache_bytes=0: no index either
+
+
+def test_threads_reading_at_random_share_the_indexes(tmp_path: Path) -> None:
+    ex = examples(2000)
+    path = write(tmp_path / "d", ex, shard_size=1000, block_size=5, compression_strategy=1)
+    r = atlas.open(path)
+    cache = 30_000  # the indexes fill it: the oldest make room while threads add theirs
+    r._ahead_bytes, r._slot, r._reuse = 0, new_slot(cache), blocks.Reuse(cache)
+    bad: list[int] = []
+
+    def read(seed: int) -> None:
+        for i in np.random.default_rng(seed).integers(0, 2000, 1500).tolist():
+            if r[i] != ex[i]:
+                bad.append(i)
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+    got = r._slot.peek("indexes")
+    assert got is not None and 0 < got.used <= got.reserved <= cache
+    assert got.used == sum(len(v) + blocks._INDEX_OVERHEAD for v in got.map.values())

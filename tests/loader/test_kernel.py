@@ -348,6 +348,9 @@ def test_windows_past_int64_are_an_index_error_on_both_paths(tmp_path: Path):
             for bad in ([2**63], [0, -(2**63) - 1], [10**30]):
                 with pytest.raises(IndexError, match="outside"):
                     r.encoded_window_parts(bad, 8)
+                with pytest.raises(IndexError, match="outside"):
+                    r.encoded_windows(bad, 8)
+            assert r.packed_row_parts([], 8) == ([], [])  # (an empty list: no rows)
             assert r.encoded_window_parts([0, 16], 8) is not None
 
 

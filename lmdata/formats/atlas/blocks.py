@@ -20,13 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lmdata.formats.atlas.ahead import Stream
+    from lmdata.storage.cache import Slot
 
 TAKEN = object()  # an example already handed to a caller: a later read makes a fresh one
 MAX_HOT = 64  # blocks a thread keeps decoded (one per shard, the least recent dropped)
 _CHECKED = 1 << 17  # digests of safely unpickled blocks remembered (about 9 MiB)
 _SEEN_KEYS = 1 << 16  # at most this many recent blocks remembered (keys only) for Reuse
-_KEEP_RATE = 0.25  # pickle blocks for the cache while at least this share of reads reuse
+KEEP_RATE = 0.25  # pickle blocks for the cache while at least this share of reads reuse
 _EMPTY: list[Any] = []
+INDEXES = "indexes"  # the cache key of a reader's Indexes
+_INDEX_OVERHEAD = 128  # bytes an index costs beyond itself (its key and the dict's entry)
+_INDEX_STEP = 64 << 10  # Indexes grows in the cache by this much at a time (at most)
+_INDEX_REFRESH = 64  # indexes made between refreshes of the Indexes entry's age
 
 
 class Hot:
@@ -85,7 +90,9 @@ class Reuse:
     to a block seen within the last as many blocks as the cache holds (so on a dataset far
     larger than the cache, where kept blocks would be evicted before they are read again, the
     share stays low and nothing is pickled for nothing). A moving average over about 64
-    look-ups; callers hold the reader's lock."""
+    look-ups (single random reads note one in four: the bookkeeping cost 5% of such a read).
+    Callers of :meth:`note` hold the reader's lock; :meth:`decoded` needs none (a lost update
+    of the average only delays it by one block)."""
 
     def __init__(self, cache_bytes: int) -> None:
         self._seen: OrderedDict[Hashable, None] = OrderedDict()
@@ -112,7 +119,7 @@ class Reuse:
 
     @property
     def worth_keeping(self) -> bool:
-        return self.rate >= _KEEP_RATE
+        return self.rate >= KEEP_RATE
 
 
 def pickle_one(item: Any) -> bytes | None:
@@ -138,3 +145,50 @@ def pickle_block(items: list[Any], kept: dict[int, bytes]) -> tuple[list[bytes |
 def unpickle(data: bytes) -> Any:
     """An example from the cache's pickle of it (made here from examples already checked)."""
     return pickle.loads(data)
+
+
+class Indexes:
+    """The indexes of blocks (see ``lmdata._pickle.block_index``) a reader keeps for single
+    reads, as one entry of its cache: a random read of a block seen before then walks only
+    its example's bytes. The entry's size is reserved in steps ahead of use (one cache put per
+    step, not one per block, as a put costs a tenth of a read), so every index is counted in
+    ``cache_bytes``; when the cache drops the entry, its indexes go with it. Where no step more
+    fits, the oldest indexes make room."""
+
+    __slots__ = ("map", "misses", "reserved", "used")
+
+    def __init__(self) -> None:
+        self.map: dict[tuple[int, int], bytes] = {}
+        self.used = 0  # bytes of the indexes kept, with their entries' overhead
+        self.reserved = 0  # bytes the cache counts for this entry
+        self.misses = 0  # indexes made since the entry was last refreshed in the cache
+
+
+def keep_index(slot: Slot, indexes: Indexes | None, key: tuple[int, int], index: bytes) -> None:
+    """Keep a block's index in ``slot``'s Indexes entry (a new one if the cache dropped it),
+    reserving its bytes a step ahead; the oldest indexes go where no step more fits (callers
+    hold the reader's lock)."""
+    if indexes is None:
+        indexes = Indexes()
+    stale = indexes.map.pop(key, None)  # made from other bytes, or by another thread
+    if stale is not None:
+        indexes.used -= len(stale) + _INDEX_OVERHEAD
+    n = len(index) + _INDEX_OVERHEAD
+    if indexes.used + n > indexes.reserved:
+        cap = slot.cap  # None: the process-wide budget
+        want = indexes.reserved + max(n, min(_INDEX_STEP, (cap or 1 << 40) // 16))
+        want = want if cap is None else min(want, cap)
+        if want >= indexes.used + n and slot.put(INDEXES, indexes, want):
+            indexes.reserved, indexes.misses = want, 0
+        else:
+            old = indexes.map
+            while old and indexes.used + n > indexes.reserved:
+                indexes.used -= len(old.pop(next(iter(old)))) + _INDEX_OVERHEAD
+            if indexes.used + n > indexes.reserved:
+                return
+    elif indexes.misses >= _INDEX_REFRESH:  # read now and then: the cache keeps it longer
+        slot.get(INDEXES)
+        indexes.misses = 0
+    indexes.misses += 1
+    indexes.map[key] = index
+    indexes.used += n

@@ -23,7 +23,14 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from lmdata._pickle import items_alone, load_item, load_list, memo_check_needed
+from lmdata._pickle import (
+    NOT_ALONE,
+    block_index,
+    items_alone,
+    load_indexed,
+    load_list,
+    memo_check_needed,
+)
 from lmdata.errors import DatasetNotFoundError, FormatError
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.ahead import (
@@ -35,12 +42,15 @@ from lmdata.formats.atlas.ahead import (
     frame_sizes,
 )
 from lmdata.formats.atlas.blocks import (
+    INDEXES,
+    KEEP_RATE,
     MAX_HOT,
     TAKEN,
     Checked,
     Hot,
     PerThread,
     Reuse,
+    keep_index,
     pickle_block,
     pickle_one,
     unpickle,
@@ -54,6 +64,12 @@ DEFAULT_CACHE_BYTES = 64 << 20  # pickled examples of earlier blocks kept for la
 MAX_OPEN_FILES = 64
 _AHEAD_SHARDS = 4  # a thread reads ahead in at most this many shards (sharing its budget)
 _AHEAD_BLOCKS = 1024  # blocks per read ahead at most
+_SAMPLE = 3  # a mask of the random look-up count: Reuse hears of one in four
+# Forks of this process so far (in the child): a reader compares it with its own instead of
+# calling os.getpid() per read, a system call of about 0.2 µs.
+_FORKS = [0]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
 
 
 class Atlas(ShardFiles):
@@ -116,11 +132,10 @@ class Atlas(ShardFiles):
     # ---- per-process state (dropped when pickled, rebuilt after fork) ----------------------
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
+        self._forks = _FORKS[0]  # (no register_at_fork: no fork either)
         self._lock = threading.Lock()
         self._local = PerThread()
         self._sizes: dict[int, int] = {}  # shard -> bytes in data.bin
-        self._spans: dict[int, tuple[np.ndarray, int]] = {}  # shard -> (index, data.bin bytes)
         self._index: dict[int, np.ndarray] = {}
         self._offsets: dict[int, tuple[list[int], int]] = {}  # shard -> (index as ints, size)
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
@@ -130,6 +145,7 @@ class Atlas(ShardFiles):
         self._ahead_bytes = ahead_budget(self.cache_bytes)
         self._slot = new_slot(self.cache_bytes - self._ahead_bytes)
         self._reuse = Reuse(self.cache_bytes - self._ahead_bytes)
+        self._tick = 0  # random look-ups, for sampling them into Reuse
         self._decoder: Decoder | None = None  # started by the first read in order
         self._decoder_dctx: dict[Any, zstandard.ZstdDecompressor] = {}  # its decompressors
         self._ratio = 4.0  # pickled / stored bytes of blocks, learnt from runs read ahead
@@ -139,7 +155,7 @@ class Atlas(ShardFiles):
         self._whole: set[int] = set() if items_alone() else set(range(len(self.shards)))
 
     def _check_pid(self) -> None:
-        if self._pid != os.getpid():
+        if self._forks != _FORKS[0]:
             # Locks held by another thread at fork time would stay held: rebuild everything
             # (the store opens its own files in this process).
             self._reset()
@@ -174,7 +190,6 @@ class Atlas(ShardFiles):
         """Close open files and drop caches; the reader reopens them if used again."""
         with self._lock:
             self._sizes.clear()
-            self._spans.clear()
             self._slot.clear()
             self._index.clear()
             self._offsets.clear()
@@ -332,11 +347,6 @@ class Atlas(ShardFiles):
             and all(0 <= y - x <= bound for x, y in pairwise(offs))
         )
 
-    def _locate(self, i: int) -> tuple[int, int, int]:
-        s = bisect_right(self._ends_list, i)
-        b, j = divmod(i - self._starts_list[s], self._block_sizes[s])
-        return s, b, j
-
     def _cached(self, key: tuple[int, int]) -> list[bytes | None] | bytes | None:
         """The cache's pickles of a block's examples, or the block's pickled bytes (kept by
         :meth:`_alone`), noting the look-up for :class:`Reuse`."""
@@ -384,9 +394,15 @@ class Atlas(ShardFiles):
         return self._get(index)
 
     def _get(self, index: int) -> Any:
-        self._check_pid()
-        i = normalize_index(index, self._len)
-        s, b, j = self._locate(i)
+        if self._forks != _FORKS[0]:
+            self._reset()  # see _check_pid
+        # The random read's path is spelled out (each call or lookup saved is 1-3% of it).
+        if type(index) is int and 0 <= index < self._len:
+            i = index
+        else:
+            i = normalize_index(index, self._len)
+        s = bisect_right(self._ends_list, i)
+        b, j = divmod(i - self._starts_list[s], self._block_sizes[s])
         loc = self._local
         h = loc.hot.get(s)
         if h is not None and h.block == b and h.items[j] is not TAKEN:
@@ -397,13 +413,19 @@ class Atlas(ShardFiles):
         # as much as decoding it) and the reuse bookkeeping, which is about coming back.
         in_order = j == 0 and h is not None and h.block == b - 1
         if not in_order:
-            st = loc.ahead.pop(s, None)  # reads at random: no more blocks ahead
-            if st is not None:
-                st.drop()
-            cached = self._cached((s, b))
+            if loc.ahead:
+                st = loc.ahead.pop(s, None)  # reads at random: no more blocks ahead
+                if st is not None:
+                    st.drop()
+            key = (s, b)
+            cached = self._slot.peek(key)
+            tick = self._tick = self._tick + 1  # (threads may lose a tick: a sample's less)
+            if not tick & _SAMPLE:  # Reuse hears of one random look-up in four
+                with self._lock:
+                    self._reuse.note(key, cached is not None)
             if type(cached) is bytes:  # a block's pickled bytes: see _alone
-                found, item = load_item(cached, j, self.shards[s].meta.block_len(b))
-                if found:
+                item = self._item(s, b, cached, j)
+                if item is not NOT_ALONE:
                     loc.nexts[s] = i + 1
                     return item
             elif cached is not None and cached[j] is not None:
@@ -415,8 +437,7 @@ class Atlas(ShardFiles):
         loc.nexts[s] = i + 1
         items, nbytes = self._decode_raw(s, b, *self._raw(s, b, in_order))
         if not in_order:
-            with self._lock:
-                self._reuse.decoded(nbytes)
+            self._reuse.decoded(nbytes)
         new = Hot(b, i - j, items)
         if self._keeping():  # its pickle, made before the caller can change it
             kept = pickle_one(items[j])
@@ -437,18 +458,41 @@ class Atlas(ShardFiles):
         data)."""
         stored = self._read_raw(s, b)
         plain = self._pickled(s, b, stored)
-        with self._lock:
-            self._reuse.decoded(len(plain))
-        if self._keeping():  # reads come back to blocks within the cache's reach
-            self._slot.put((s, b), plain, len(plain))
-        found, item = load_item(plain, j, self.shards[s].meta.block_len(b))
-        if found:
+        reuse = self._reuse
+        if not self._tick & _SAMPLE:
+            reuse.decoded(len(plain))
+        if reuse.rate >= KEEP_RATE and self._slot.cap != 0:  # self._keeping(), spelled out
+            self._slot.put((s, b), plain, len(plain))  # reads come back within its reach
+            self._slot.get(INDEXES)  # blocks come and go; the indexes, a twentieth, stay
+        item = self._item(s, b, plain, j)
+        if item is not NOT_ALONE:
             return item
         self._whole.add(s)
         seen = self._checked.digest(s, stored)
         items = self._unpickle(s, b, plain, seen in self._checked)
         self._checked.add(seen)
         return items[j]
+
+    def _item(self, s: int, b: int, plain: bytes, j: int) -> Any:
+        """Example ``j`` of block ``b`` of shard ``s`` unpickled alone from the block's pickled
+        bytes, through the block's index (see ``block_index``), made on the block's first read
+        and kept in the cache, where it costs a few hundred bytes: a random read of a block
+        seen before walks the example's bytes only, not the whole block. NOT_ALONE where the
+        walk cannot vouch for the example."""
+        indexes = self._slot.peek(INDEXES)
+        if indexes is not None:
+            index = indexes.map.get((s, b))
+            if index is not None:
+                item = load_indexed(plain, index, j)
+                if item is not NOT_ALONE:
+                    return item
+        got = block_index(plain, self.shards[s].meta.block_len(b), j)
+        if got is None:
+            return NOT_ALONE
+        if self._slot.cap:
+            with self._lock:
+                keep_index(self._slot, indexes, (s, b), got[0])
+        return got[1]
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """The examples at ``indices`` in that order, decoding each needed block once."""
@@ -482,8 +526,7 @@ class Atlas(ShardFiles):
                     out[k] = unpickle(pickled[j])  # type: ignore[arg-type]
                 continue
             items, nbytes = self._decode_raw(*key, self._read_raw(*key))
-            with self._lock:
-                self._reuse.decoded(nbytes)
+            self._reuse.decoded(nbytes)
             if self._keeping():
                 pickled, total = pickle_block(items, {})
                 if total:

@@ -4,7 +4,7 @@ decompressors, and one block's stored and pickled bytes, each checked against th
 :class:`ShardFiles` is mixed into :class:`lmdata.formats.atlas.reader.Atlas`, which sets the
 state it uses (``shards``, ``root``, ``store``, ``max_block_bytes``, ``compression_dict`` and the
 per-reader caches ``_names``, ``_index``, ``_sizes``, ``_data_paths``, ``_dict_dir``, ``_dicts``,
-``_codecs``, ``_spans``, ``_local``, ``_lock``).
+``_codecs``, ``_offsets``, ``_local``, ``_lock``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ import zstandard
 from lmdata.errors import CorruptDataError
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.meta import DICT, INDEX, Strategy
+
+_MAGIC = codec.ZSTD_MAGIC
+_UNKNOWN = zstandard.CONTENTSIZE_UNKNOWN
+_frame_parameters = zstandard.get_frame_parameters
 
 
 class ShardFiles:
@@ -36,7 +40,7 @@ class ShardFiles:
     _dict_dir: Any
     _dicts: Any
     _codecs: Any
-    _spans: Any
+    _offsets: Any
     _local: Any
     _lock: Any
 
@@ -172,17 +176,20 @@ class ShardFiles:
 
     def _read_raw(self, s: int, b: int) -> bytes:
         """The stored bytes of block ``b`` of shard ``s`` (one ranged read)."""
-        got = self._spans.get(s)
+        got = self._offsets.get(s)
         if got is not None and 0 <= b < len(got[0]) - 1:  # the usual block, checked quickly
-            idx, size = got
-            start, stop = int(idx[b]), int(idx[b + 1])
+            offsets, size = got
+            start = offsets[b]
+            stop = offsets[b + 1]
             if not 0 <= start <= stop <= size or stop - start > self.max_block_bytes:
                 with self._lock:
                     start, stop = self._block_range(s, b)
         else:
             with self._lock:
                 start, stop = self._block_range(s, b)
-                self._spans[s] = (self._shard_index(s), self._size(s))
+                # plain ints: numpy calls cost µs; cached together (a missing data.bin
+                # caches neither)
+                self._offsets[s] = (self._shard_index(s).tolist(), self._size(s))
         raw = self.store.read_range(self._data_paths[s], start, stop - start)
         if len(raw) != stop - start:
             raise CorruptDataError(
@@ -206,19 +213,19 @@ class ShardFiles:
 
     def _pickled(self, s: int, b: int, raw: bytes) -> bytes:
         """The pickled bytes of block ``b`` of shard ``s`` from its stored bytes."""
-        compressed, dict_id, dict_path = self._codec(s)
+        compressed, dict_id, dict_path = self._codecs.get(s) or self._codec(s)
         if not compressed:
             return raw
-        dctx = self._decompressor(s)
+        dctx = self._local.by_shard.get(s) or self._decompressor(s)
         # The checks of codec.decompress_block, spelled out for the usual frame (a random read
         # pays this per example); anything unusual goes there for the precise error.
-        if raw[:4] == codec.ZSTD_MAGIC:
+        if raw[:4] == _MAGIC:
             try:
-                params = zstandard.get_frame_parameters(raw)
+                params = _frame_parameters(raw)
                 size = params.content_size
                 if (
                     0 <= size <= self.max_block_bytes
-                    and size != zstandard.CONTENTSIZE_UNKNOWN
+                    and size != _UNKNOWN
                     and params.dict_id in (0, dict_id)
                 ):
                     out = dctx.decompress(raw)

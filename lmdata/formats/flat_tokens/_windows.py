@@ -71,6 +71,29 @@ def pairs(arr: ZArray, idx: np.ndarray) -> np.ndarray | None:
     return out.view(arr.dtype)
 
 
+def windows_into(
+    arr: ZArray, layout: Any, starts: np.ndarray, width: int, total: int, scale: int, args: tuple
+) -> bool:
+    """``layout(views, unit, starts, width, total, scale, *args)``: a C layout of
+    ``lmdata._kernel`` (``packed_at``, ``eos_at``) that looks the windows up as
+    :func:`window_parts` does and writes its outputs ``args`` from where they lie, in one call
+    (no lists per row). True when it did; False (outputs untouched) where
+    :func:`window_parts` would give None or the C lookup is not built."""
+    unit = arr.unit
+    if _unit_windows is None or unit <= 0 or arr.dtype.itemsize != 4:
+        return False
+    if arr.raw and not arr._mappable:
+        return False
+    for _ in range(2):  # the second time with the units the first found missing
+        arr._check_views()
+        got = layout(arr._views, unit, starts, width, total, scale, *args)
+        if got.__class__ is not list:
+            return got
+        for u in got:
+            arr._bytes_view(u)
+    return False  # the views were dropped in between (the byte cache evicted)
+
+
 def window_parts(
     arr: ZArray, starts: list[int] | np.ndarray, length: int, total: int, scale: int = 1
 ) -> tuple[list, list] | None:

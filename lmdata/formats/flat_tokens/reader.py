@@ -11,7 +11,12 @@ import numpy as np
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.flat_tokens import _windows
-from lmdata.formats.flat_tokens._windows import aligned_rows, copy_windows, window_parts
+from lmdata.formats.flat_tokens._windows import (
+    aligned_rows,
+    copy_windows,
+    window_parts,
+    windows_into,
+)
 from lmdata.formats.flat_tokens._zarr import DEFAULT_CACHE_BYTES, ZArray, node_attrs, node_kind
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import Store, basename, join, resolve
@@ -345,6 +350,18 @@ class FlatTokens:
             self._check_windows(starts, length)
         return got
 
+    def encoded_windows_into(
+        self, layout: Any, starts: np.ndarray, width: int, scale: int, *args: Any
+    ) -> bool:
+        """The stored windows ``tokens[s * scale : s * scale + width]`` for each ``s`` in
+        ``starts`` (int64) handed where they lie to ``layout``, a C layout of ``lmdata._kernel``
+        (``packed_at``, ``eos_at``) that finds them in the mapped chunks and writes its outputs
+        ``args`` in one call: a Loader batch with nothing built per row. True when done; False
+        (outputs untouched) where a window lies outside the tokens, straddles two chunks or
+        lies in a short one, or chunks are read by range: :meth:`encoded_window_parts` and
+        :meth:`encoded_windows` then say which, or read it."""
+        return windows_into(self.tokens, layout, starts, width, self.num_tokens, scale, args)
+
     def packed_row_parts(
         self, rows: np.ndarray, seq_len: int
     ) -> tuple[list[memoryview], list[int]] | None:
@@ -354,6 +371,8 @@ class FlatTokens:
         (no numpy product per batch)."""
         n = self.num_packed_rows(seq_len)
         rows = np.asarray(rows)
+        if not rows.size:  # (an empty list is float64 to numpy)
+            rows = rows.astype(np.int64)
         if rows.dtype.kind not in "iu":
             raise TypeError(f"rows must be integers, not {rows.dtype}")
         if _windows.in_c():
@@ -386,7 +405,11 @@ class FlatTokens:
 
         Reads only token chunks (never ``seq_starts``): packed and EOS-window loading.
         """
-        st = np.asarray(starts, dtype=np.int64).reshape(-1)
+        try:
+            st = np.asarray(starts, dtype=np.int64).reshape(-1)
+        except OverflowError:  # a Python int past int64: outside, said below
+            self._check_windows(starts, length)
+            raise
         lst = st.tolist()
         if lst and (min(lst) < 0 or max(lst) + length > self.num_tokens):
             raise IndexError(
