@@ -26,6 +26,9 @@ import zstandard
 import lmdata
 from lmdata.storage import disk_usage
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _compare
+
 N = 20_000
 SHARD = 5_000
 BLOCKS = (8, 32, 128, 1024)
@@ -330,6 +333,11 @@ def run(tmp: Path) -> None:
             ornd = best(lambda o=o: rate(o.__getitem__, rand_idx))
             o.close()
             tk = best(lambda r=r: TAKE / timed(lambda: r.take(take_idx)))
+            row = f"{sname} block {bs}"
+            _compare.record("bench_atlas", f"{row}: write s", wt, higher_is_better=False)
+            for col, v in (("seq", seq), ("rand", rnd), ("no cache", rnd0), ("take", tk)):
+                _compare.record("bench_atlas", f"{row}: {col} ex/s", v, unit="ex/s")
+            _compare.record("bench_atlas", f"{row}: rand x origin", rnd / ornd)
             print(
                 f"{sname:<11}{bs:>6}{disk_usage(out) / 1e6:>9.1f}{wt:>8.2f}{seq / 1e3:>11.0f}"
                 f"{oseq / 1e3:>11.0f}{rnd / 1e3:>11.1f}{rnd0 / 1e3:>9.1f}{ornd / 1e3:>12.1f}"

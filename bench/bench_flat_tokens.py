@@ -134,6 +134,9 @@ def main() -> None:
             call = fast[k][1] if k in fast else 0.0
             tail = f"{call * 1e6:8.0f} {mem_call / call:5.2f}" if call else f"{'-':>8} {'-':>5}"
             print(f"{k:60} {v:10,.0f} {v * SEQ_LEN / 1e6:8.0f} {v / mem:9.2f} {tail}")
+            _compare.record("bench_flat_tokens", f"{k}: rows/s", v, unit="rows/s")
+            if k != "memmap gather (limit)":
+                _compare.record("bench_flat_tokens", f"{k}: vs memmap", v / mem)
         print(
             f"lmdata / zarr-python, uncompressed: "
             f"{res['lmdata packed_rows, uncompressed'] / res['zarr-python 3, uncompressed']:.0f}x"
@@ -142,6 +145,8 @@ def main() -> None:
             f"lmdata / zarr-python, seqax blosc:  "
             f"{res['lmdata packed_rows, seqax blosc'] / res['zarr-python 3, seqax blosc']:.1f}x"
         )
+        _compare.record("bench_flat_tokens", "write uncompressed: tok/s", w_raw, unit="tok/s")
+        _compare.record("bench_flat_tokens", "write blosc: tok/s", w_blosc, unit="tok/s")
         du_raw = lmdata.info(root / "raw.zarr")["bytes_on_disk"]
         du_blosc = lmdata.info(root / "blosc.zarr")["bytes_on_disk"]
         print(

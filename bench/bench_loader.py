@@ -356,6 +356,9 @@ def main() -> None:
         print(f"|{'-' * 64}|---|---|---|---|---|")
         for name, (v, call) in res.items():
             per_call = f"{call * 1e6:,.0f} | {limit_call / call:.2f}" if call else "- | -"
+            _compare.record("bench_loader", f"{name.strip()}: rows/s", v, unit="rows/s")
+            if v != limit:
+                _compare.record("bench_loader", f"{name.strip()}: vs memmap", v / limit)
             print(
                 f"| {name:62} | {v:,.0f} | {v * SEQ_LEN / 1e6:,.0f} | {v / limit:.2f} | "
                 f"{per_call} |"

@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _compare
 import numpy as np
 
 QUICK = bool(os.environ.get("LMDATA_BENCH_QUICK"))
@@ -197,7 +198,7 @@ def measure() -> None:
             import ray
 
             t0 = time.perf_counter()
-            ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+            ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
             up = time.perf_counter() - t0
             print(f"ray start-up (ray.init, a local instance, 2 CPUs): {up:.1f} s")
             t0 = time.perf_counter()
@@ -233,8 +234,10 @@ def measure() -> None:
             ratio of the median times, and the rounds' range."""
             per = [x / y for x, y in zip(times[a], times[b], strict=True)]
             of_medians = statistics.median(times[a]) / statistics.median(times[b])
+            scaling = statistics.median(per)
+            _compare.record("bench_parallel", f"{b[0]}: {a[1]} -> {b[1]} workers", scaling)
             return (
-                f"{statistics.median(per):.2f}x median of {len(per)} rounds' ratios, "
+                f"{scaling:.2f}x median of {len(per)} rounds' ratios, "
                 f"{of_medians:.2f}x ratio of medians (rounds {min(per):.2f}-{max(per):.2f}x)"
             )
 
@@ -247,6 +250,7 @@ def measure() -> None:
             share = statistics.median(c / t for t, c, _ in got[r])
             cpu = statistics.median(c + k for _, c, k in got[r])
             all_cpu = f"{cpu:>9.2f}" if r[0] == "processes" else f"{'-':>9}"
+            _compare.record("bench_parallel", f"{r[0]} {r[1]} worker(s): docs/s", docs / s)
             print(
                 f"{r[0]:<10} {r[1]:>7} {s:>9.2f} {docs / s:>9,.0f} {mb / s:>7.2f} "
                 f"{share:>10.0%} {all_cpu}"
@@ -292,6 +296,8 @@ def measure() -> None:
             print(f"ray:       1 -> 2 workers {ratio(rows[2], rows[3])} (goal >= 1.8x)")
             for w, (a, b) in ((1, (rows[2], rows[0])), (2, (rows[3], rows[1]))):
                 per = statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
+                what = f"ray / local processes, {w} worker(s): time"
+                _compare.record("bench_parallel", what, per, higher_is_better=False)
                 print(
                     f"ray / local processes, {w} worker{'s' if w > 1 else ''}: "
                     f"{per:.2f}x the time (goal <= 1.15x)"
@@ -303,6 +309,7 @@ def measure() -> None:
 def main() -> None:
     """Runs :func:`measure` in a fresh interpreter with one tokenizer thread per worker."""
     env = {**os.environ, "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env[_compare.RELAY] = "1"  # the child's record() calls come back as marked lines
     root = str(Path(__file__).parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     # its lines pass through this process's stdout, so bench/run.py's report gets them too
@@ -311,7 +318,8 @@ def main() -> None:
     ) as child:
         assert child.stdout is not None
         for line in child.stdout:
-            print(line, end="", flush=True)
+            if not _compare.relayed(line):
+                print(line, end="", flush=True)
     if child.returncode:
         raise subprocess.CalledProcessError(child.returncode, child.args)
 

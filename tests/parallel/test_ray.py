@@ -32,7 +32,14 @@ def fail_dir(tmp_path_factory: pytest.TempPathFactory):
     running unit N."""
     d = tmp_path_factory.mktemp("ray-faults")
     os.environ[FAIL_ONCE_ENV] = str(d)  # before ray.init: the workers inherit it
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    # address="local": a new instance, never a cluster a stale /tmp/ray file points at
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level="WARNING",
+        log_to_driver=False,
+    )
     yield d
     ray.shutdown()
     os.environ.pop(FAIL_ONCE_ENV, None)
