@@ -77,3 +77,43 @@ def test_the_scan_needs_memory_for_a_window_not_for_the_text() -> None:
     finally:
         tracemalloc.stop()
     assert peak < len(text) // 2, peak  # a whole-text scan takes ~27 bytes per byte
+
+
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet="ab0123456789 ", max_size=40),
+    lambda inner: st.lists(inner, max_size=8) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=120,
+)
+
+
+def _typed(v):
+    """A value with its types spelled out (1 == 1.0 == True would hide a changed type)."""
+    if isinstance(v, dict):
+        return {k: _typed(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_typed(x) for x in v]
+    return (type(v).__name__, repr(v))
+
+
+@given(_VALUES)
+def test_parse_gives_exactly_what_json_loads_gives_big_integers_included(value) -> None:
+    # orjson reads an integer beyond 64 bits as a float: parse() must notice, in a small
+    # document (its value is looked at) and in a large one (its bytes are scanned)
+    for doc in (value, [value, *range(_json._WALK_BUDGET)]):
+        text = json.dumps(doc).encode()
+        assert _typed(_json.parse(text)) == _typed(json.loads(text))
+
+
+def test_a_text_document_with_many_digits_is_parsed_by_orjson_alone(monkeypatch) -> None:
+    # a run of 16-18 digits is common (timestamps, floats); only 19 can be beyond 64 bits
+    doc = {"id": 7, "text": " ".join(["0.8444218515250481 word"] * 200), "big": 2**65}
+    called = []
+    monkeypatch.setattr(_json, "_LONG_DIGITS", type("R", (), {"search": called.append})())
+    assert _typed(_json.parse(json.dumps({k: doc[k] for k in ("id", "text")}))) == _typed(
+        {"id": 7, "text": doc["text"]}
+    )
+    assert called == []  # the value held no large float: the bytes were not searched

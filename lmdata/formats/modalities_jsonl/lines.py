@@ -40,21 +40,24 @@ def loads(line: bytes) -> Any:
 
 
 def parse_many(raws: list[bytes], fallback: Callable[[int, bytes], Any]) -> list[Any]:
-    """:func:`loads` of many lines, a Python call less per line: orjson parses each line with
-    fewer than 19 digits (no integer beyond 64 bits, which orjson would turn into a float);
+    """:func:`loads` of many lines, a Python call less per line: orjson parses each line and
+    keeps it where :func:`lmdata._json.exact` says no integer beyond 64 bits became a float;
     ``fallback(position in raws, line)`` takes every other line (all of :func:`loads`, with
     its errors). The values are those of :func:`loads`."""
     out: list[Any] = []
     append = out.append
     fast = orjson.loads
     refused = orjson.JSONDecodeError
+    exact = _json.exact
     for j, r in enumerate(raws):
-        if len(r) - len(r.translate(None, _json.DIGITS)) < _json.LONG_RUN:
-            try:
-                append(fast(r))
+        try:
+            v = fast(r)
+        except refused:
+            pass
+        else:
+            if exact(v, r):
+                append(v)
                 continue
-            except refused:
-                pass
         append(fallback(j, r))
     return out
 
