@@ -13,7 +13,9 @@ import json
 import pickle
 import shutil
 import sys
+import threading
 from bisect import bisect_left
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -129,6 +131,26 @@ def write(path: Path, items: list[Any], **kw: Any) -> Path:
         for it in items:
             w.write(it)
     return path
+
+
+def misread_by_threads(
+    r: Any, expected: Callable[[int], Any], n: int, threads: int, reads: int = 1500
+) -> list[int]:
+    """The indices ``threads`` threads read wrong, each reading ``reads`` of ``r[0:n]`` at random
+    (thread ``k`` from seed ``k``) and checking each against ``expected(i)``."""
+    bad: list[int] = []
+
+    def run(seed: int) -> None:
+        for i in np.random.default_rng(seed).integers(0, n, reads).tolist():
+            if r[i] != expected(i):
+                bad.append(i)
+
+    started = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join()
+    return bad
 
 
 # ---- the origin's datasets read in lmdata -------------------------------------------------------

@@ -20,7 +20,7 @@ from lmdata.formats import atlas
 from lmdata.formats.atlas import blocks, codec
 from lmdata.storage import new_slot
 
-from .test_atlas_compat import examples, write
+from .test_atlas_compat import examples, misread_by_threads, write
 
 
 def _counting(r: atlas.Atlas) -> tuple[list[tuple[int, int]], list[int]]:
@@ -300,19 +300,7 @@ def test_threads_reading_at_random_share_the_indexes(tmp_path: Path) -> None:
     r = atlas.open(path)
     cache = 30_000  # the indexes fill it: the oldest make room while threads add theirs
     r._ahead_bytes, r._slot, r._reuse = 0, new_slot(cache), blocks.Reuse(cache)
-    bad: list[int] = []
-
-    def read(seed: int) -> None:
-        for i in np.random.default_rng(seed).integers(0, 2000, 1500).tolist():
-            if r[i] != ex[i]:
-                bad.append(i)
-
-    threads = [threading.Thread(target=read, args=(k,)) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not bad
+    assert not misread_by_threads(r, ex.__getitem__, 2000, threads=3)
     got = r._slot.peek("indexes")
     assert got is not None and 0 < got.used <= got.reserved <= cache
     assert got.used == sum(len(v) + blocks._INDEX_OVERHEAD for v in got.map.values())

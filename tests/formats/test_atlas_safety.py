@@ -9,7 +9,6 @@ import pickle
 import re
 import shutil
 import struct
-import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from lmdata.errors import (
 )
 from lmdata.formats import atlas
 
-from .test_atlas_compat import write
+from .test_atlas_compat import misread_by_threads, write
 
 
 def replace_block(shard: Path, b: int, stored: bytes) -> None:
@@ -361,20 +360,7 @@ def test_threads_share_a_reader(tmp_path: Path, shard_size: int) -> None:
         compression_strategy=3,
     )
     r = lmdata.open(out, cache_bytes=20_000)
-    bad: list[int] = []
-
-    def run(seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        for i in rng.integers(0, n, 1500).tolist():
-            if r[i] != _expected(i):
-                bad.append(i)
-
-    threads = [threading.Thread(target=run, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert bad == []
+    assert misread_by_threads(r, _expected, n, threads=4) == []
     assert len(r.store._fds) <= 64 and not r.store._retired  # the store bounds open files
 
 
