@@ -226,17 +226,20 @@ def _same(a, b) -> bool:
     return repr(a) == repr(b)
 
 
+@st.composite
+def lists_sharing_objects(draw) -> list:
+    """Plain items, then some that refer to objects of earlier ones (the memo gets across
+    items)."""
+    items = draw(st.lists(plain, max_size=12))
+    shared = draw(st.lists(st.integers(0, 11), max_size=6))
+    return items + [{"again": items[k]} for k in shared if k < len(items)]
+
+
 @needs_c_walk
-@given(
-    items=st.lists(plain, max_size=12),
-    shared=st.lists(st.integers(0, 11), max_size=6),
-    protocol=st.integers(2, 5),
-)
-def test_one_item_alone_equals_that_item_of_the_whole(items, shared, protocol):
+@given(items=lists_sharing_objects(), protocol=st.integers(2, 5))
+def test_one_item_alone_equals_that_item_of_the_whole(items, protocol):
     from lmdata._pickle import load_item
 
-    # Some items refer to objects of earlier ones (memo gets across items).
-    items = items + [{"again": items[k]} for k in shared if k < len(items)]
     data = pickle.dumps(items, protocol=protocol)
     whole = pickle.loads(data)
     for j in range(len(items)):
@@ -418,15 +421,10 @@ def test_numpy_scalars_load_but_not_a_scalar_without_its_bytes():
 
 
 @needs_c_walk
-@given(
-    items=st.lists(plain, max_size=12),
-    shared=st.lists(st.integers(0, 11), max_size=6),
-    protocol=st.integers(2, 5),
-)
-def test_an_item_through_the_index_is_the_item_found_alone(items, shared, protocol):
+@given(items=lists_sharing_objects(), protocol=st.integers(2, 5))
+def test_an_item_through_the_index_is_the_item_found_alone(items, protocol):
     from lmdata._pickle import NOT_ALONE, block_index, load_indexed, load_item
 
-    items = items + [{"again": items[k]} for k in shared if k < len(items)]
     data = pickle.dumps(items, protocol=protocol)
     for j in range(len(items)):
         alone = load_item(data, j, len(items))
