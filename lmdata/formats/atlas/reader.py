@@ -286,11 +286,7 @@ class Atlas(ShardFiles):
         n = self.shards[s].meta.num_blocks
         if b >= n:
             return None
-        got = self._offsets.get(s)
-        if got is None:  # plain ints: numpy calls cost µs and release the GIL
-            with self._lock:  # cached together: a missing data.bin caches neither
-                got = self._offsets[s] = (self._shard_index(s).tolist(), self._size(s))
-        offsets, size = got
+        offsets, size = self._shard_offsets(s)
         want = int(decoded / self._ratio) if decoded else RAW_AHEAD
         last = min(n, b + _AHEAD_BLOCKS)
         e = max(b + 1, bisect_right(offsets, offsets[b] + want, b, last + 1) - 1)

@@ -174,6 +174,15 @@ class ShardFiles:
             )
         return start, stop
 
+    def _shard_offsets(self, s: int) -> tuple[list[int], int]:
+        """Shard ``s``'s block offsets as plain ints (numpy calls cost µs and release the GIL)
+        and its data.bin's size, cached together (a missing data.bin caches neither)."""
+        got = self._offsets.get(s)
+        if got is None:
+            with self._lock:
+                got = self._offsets[s] = (self._shard_index(s).tolist(), self._size(s))
+        return got
+
     def _read_raw(self, s: int, b: int) -> bytes:
         """The stored bytes of block ``b`` of shard ``s`` (one ranged read)."""
         got = self._offsets.get(s)
@@ -187,9 +196,7 @@ class ShardFiles:
         else:
             with self._lock:
                 start, stop = self._block_range(s, b)
-                # plain ints: numpy calls cost µs; cached together (a missing data.bin
-                # caches neither)
-                self._offsets[s] = (self._shard_index(s).tolist(), self._size(s))
+            self._shard_offsets(s)
         raw = self.store.read_range(self._data_paths[s], start, stop - start)
         if len(raw) != stop - start:
             raise CorruptDataError(
