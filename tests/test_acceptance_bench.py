@@ -58,10 +58,13 @@ def test_pairs_alternate_and_the_ratio_is_the_median_of_agreeing_pairs(compare):
     assert skew.ratio == pytest.approx(2.0)
 
 
-def _previous(compare, rows: list[dict], mode: str = "full") -> None:
+def _saved(
+    compare, stamp: str, rows: list[dict], values: tuple[dict, ...] = (), mode: str = "full"
+) -> None:
+    """An earlier run's results file, as save_and_flag writes it."""
     compare.RESULTS.mkdir(parents=True, exist_ok=True)
-    old = {"mode": mode, "rows": rows}
-    (compare.RESULTS / f"20000101T000000-{mode}.json").write_text(json.dumps(old))
+    old = {"mode": mode, "rows": rows, "values": list(values)}
+    (compare.RESULTS / f"{stamp}-{mode}.json").write_text(json.dumps(old))
 
 
 def _row(table: str, name: str, ratio: float | None, lmdata_s: float) -> dict:
@@ -69,8 +72,9 @@ def _row(table: str, name: str, ratio: float | None, lmdata_s: float) -> dict:
 
 
 def test_a_row_slower_than_in_the_previous_run_is_flagged(compare, capsys):
-    _previous(
+    _saved(
         compare,
+        "20000101T000000",
         [
             _row("t", "fell", 3.0, 1.0),
             _row("t", "held", 3.0, 1.0),
@@ -78,7 +82,8 @@ def test_a_row_slower_than_in_the_previous_run_is_flagged(compare, capsys):
             _row("t", "own ok", None, 1.0),
         ],
     )
-    _previous(compare, [_row("t", "fell", 100.0, 1.0)], mode="quick")  # another mode: ignored
+    # another mode: ignored
+    _saved(compare, "20000101T000000", [_row("t", "fell", 100.0, 1.0)], mode="quick")
     compare.compare("t", "fell", lambda: (1.0, 0), lambda: (2.0, 0), pairs=1)  # 3x -> 2x
     compare.compare("t", "held", lambda: (1.0, 0), lambda: (2.8, 0), pairs=1)  # within 10%
     compare.compare("t", "own", lambda: (1.5, 0), None)  # 1.0 s -> 1.5 s
@@ -100,7 +105,8 @@ def test_no_previous_run_or_no_slower_row_says_so(compare, capsys):
     assert "no previous results file to compare with" in capsys.readouterr().out
     for f in compare.RESULTS.iterdir():  # this run's files; the previous run is written below
         f.unlink()
-    _previous(compare, [_row("t", "row", 2.1, 1.0)])  # 2.1x then, 2.0x now: within 10%
+    # 2.1x then, 2.0x now: within 10%
+    _saved(compare, "20000101T000000", [_row("t", "row", 2.1, 1.0)])
     compare.save_and_flag()
     printed = capsys.readouterr().out
     assert "REGRESSION" not in printed and "no row got slower by more than 10%" in printed
@@ -166,12 +172,6 @@ def test_a_side_environment_is_made_once_and_a_failed_install_is_reported(envs, 
     assert envs.ensure("zarr3", log=lambda *a, **k: None).ok and len(calls) == 3  # new pins
 
 
-def _saved(compare, stamp: str, rows: list[dict], values: list[dict], mode: str = "full") -> None:
-    compare.RESULTS.mkdir(parents=True, exist_ok=True)
-    old = {"mode": mode, "rows": rows, "values": values}
-    (compare.RESULTS / f"{stamp}-{mode}.json").write_text(json.dumps(old))
-
-
 def _value(table: str, name: str, value: float, higher_is_better: bool = True) -> dict:
     return {"table": table, "name": name, "value": value, "higher_is_better": higher_is_better}
 
@@ -184,20 +184,20 @@ def test_recorded_values_of_module_tables_are_compared_with_the_last_run_that_ha
         compare,
         "20000101T000000",
         [_row("side", "old row", 4.0, 1.0)],
-        [_value("loader", "rows/s", 1000.0), _value("loader", "vs limit", 0.9)],
+        (_value("loader", "rows/s", 1000.0), _value("loader", "vs limit", 0.9)),
     )
     _saved(
         compare,
         "20000102T000000",
         [],
-        [
+        (
             _value("dolma", "tag 1 proc docs/s", 20_000.0),
             _value("dolma", "tag 2 proc docs/s", 40_000.0),
             _value("dolma", "pause s", 1.0, higher_is_better=False),
             _value("dolma", "wait s", 1.0, higher_is_better=False),
-        ],
+        ),
     )
-    _saved(compare, "20000103T000000", [], [_value("loader", "rows/s", 1.0)], mode="quick")
+    _saved(compare, "20000103T000000", [], (_value("loader", "rows/s", 1.0),), mode="quick")
     (compare.RESULTS / "20000101T120000-full.json").write_text('{"rows": [')  # interrupted
     assert compare.record("loader", "rows/s", 850.0, unit="rows/s") == 850.0  # -15%
     compare.record("loader", "vs limit", 0.85)  # -5.6%: within the tolerance
