@@ -238,6 +238,12 @@ def test_examples_beyond_plain_lists_read_at_random(tmp_path: Path) -> None:
     assert [r[i] for i in (7, 93, 12, 55, 12)] == [ex[i] for i in (7, 93, 12, 55, 12)]
 
 
+def _cache_only(r: atlas.Atlas, cache: int) -> None:
+    """Give ``r`` a cache of ``cache`` bytes and no read-ahead (the cache less read-ahead, as
+    given)."""
+    r._ahead_bytes, r._slot, r._reuse = 0, new_slot(cache), blocks.Reuse(cache)
+
+
 def _walks(r: atlas.Atlas, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Blocks walked whole for single random reads from now on (their indexes made)."""
     from lmdata.formats.atlas import reader
@@ -260,8 +266,7 @@ def test_random_reads_of_a_block_seen_before_walk_only_the_example(
     path = write(tmp_path / "d", ex, shard_size=1000, block_size=20, compression_strategy=2)
     cache = 64 << 10  # far below the pickled blocks (about 800 KB): none are kept
     r = atlas.open(path, cache_bytes=8 << 20)
-    r._ahead_bytes, r._slot = 0, new_slot(cache)  # the cache less read-ahead, as given
-    r._reuse = blocks.Reuse(cache)
+    _cache_only(r, cache)
     made = _walks(r, monkeypatch)
     idx = np.random.default_rng(3).integers(0, 2000, 3000).tolist()
     assert [r[i] for i in idx] == [ex[i] for i in idx]
@@ -280,7 +285,7 @@ def test_indexes_beyond_the_cache_make_room_and_stay_counted(
     path = write(tmp_path / "d", ex, shard_size=1000, block_size=5, compression_strategy=1)
     r = atlas.open(path)
     cache = 20_000  # a few dozen of the 400 blocks' indexes
-    r._ahead_bytes, r._slot, r._reuse = 0, new_slot(cache), blocks.Reuse(cache)
+    _cache_only(r, cache)
     made = _walks(r, monkeypatch)
     idx = np.random.default_rng(4).integers(0, 2000, 2000).tolist()
     for i in idx:
@@ -299,7 +304,7 @@ def test_threads_reading_at_random_share_the_indexes(tmp_path: Path) -> None:
     path = write(tmp_path / "d", ex, shard_size=1000, block_size=5, compression_strategy=1)
     r = atlas.open(path)
     cache = 30_000  # the indexes fill it: the oldest make room while threads add theirs
-    r._ahead_bytes, r._slot, r._reuse = 0, new_slot(cache), blocks.Reuse(cache)
+    _cache_only(r, cache)
     assert not misread_by_threads(r, ex.__getitem__, 2000, threads=3)
     got = r._slot.peek("indexes")
     assert got is not None and 0 < got.used <= got.reserved <= cache
