@@ -138,6 +138,7 @@ class Source:
         self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
         self._pieces: np.ndarray | None = None
+        self._fingerprint: str | None = None  # fingerprint(), made once on first use
         L = seq_len
         if mode == "unpacked":
             if long_docs == "split":
@@ -163,7 +164,7 @@ class Source:
     def fingerprint(self) -> str:
         """A digest of three rows' tokens (first, middle, last): a resume on other data of the
         same size is caught, at the cost of three row reads (once per source)."""
-        if getattr(self, "_fingerprint", None) is None:
+        if self._fingerprint is None:
             digest = hashlib.sha256()
             if self.num_rows:
                 rows = np.unique(np.array([0, self.num_rows // 2, self.num_rows - 1]))

@@ -40,6 +40,19 @@ def aligned_rows(
     return copy_windows(arr, rows.astype(np.int64) * length, length, out, n * length)
 
 
+def _looked_up(arr: ZArray, lookup: Any, *args: Any) -> Any:
+    """``lookup(arr._views, *args)``, a C lookup of ``lmdata._kernel``, and once more with the
+    units it found missing made; still their list where the byte cache evicted them between."""
+    for _ in range(2):
+        arr._check_views()
+        got = lookup(arr._views, *args)
+        if got.__class__ is not list:
+            return got
+        for u in got:
+            arr._bytes_view(u)
+    return got
+
+
 def pairs(arr: ZArray, idx: np.ndarray) -> np.ndarray | None:
     """Items ``i, i + 1`` of an array of 8-byte items for each ``i`` in ``idx`` (each below
     ``len(arr) - 1``), shape (n, 2), by the C lookup and copy: each pair is four 4-byte
@@ -57,13 +70,7 @@ def pairs(arr: ZArray, idx: np.ndarray) -> np.ndarray | None:
     ):
         return None
     st = np.ascontiguousarray(idx, dtype=np.int64)
-    for _ in range(2):  # the second time with the units the first found missing
-        arr._check_views()
-        got = _unit_windows(arr._views, 2 * unit, st, 4, 2 * len(arr), 2)
-        if got.__class__ is not list:
-            break
-        for u in got:
-            arr._bytes_view(u)
+    got = _looked_up(arr, _unit_windows, 2 * unit, st, 4, 2 * len(arr), 2)
     if not isinstance(got, tuple):
         return None
     out = np.empty((len(st), 4), dtype=np.uint32)
@@ -84,14 +91,8 @@ def windows_into(
         return False
     if arr.raw and not arr._mappable:
         return False
-    for _ in range(2):  # the second time with the units the first found missing
-        arr._check_views()
-        got = layout(arr._views, unit, starts, width, total, scale, *args)
-        if got.__class__ is not list:
-            return got
-        for u in got:
-            arr._bytes_view(u)
-    return False  # the views were dropped in between (the byte cache evicted)
+    # (a list still: the views were dropped in between, the byte cache evicted)
+    return _looked_up(arr, layout, unit, starts, width, total, scale, *args) is True
 
 
 def window_parts(
@@ -112,13 +113,9 @@ def window_parts(
             st = np.ascontiguousarray(starts, dtype=np.int64)
         except OverflowError:  # a start past int64 (a list of Python ints): outside, as
             return None  # the C lookup declines those (the callers say which window)
-        for _ in range(2):  # the second time with the units the first found missing
-            arr._check_views()
-            got = _unit_windows(arr._views, unit, st, length, total, scale)
-            if got.__class__ is not list:
-                return got or None
-            for u in got:
-                arr._bytes_view(u)
+        got = _looked_up(arr, _unit_windows, unit, st, length, total, scale)
+        if got.__class__ is not list:
+            return got or None
         # the views were dropped in between (the byte cache evicted): Python below, from
         # starts the lookup found inside 0 .. total (a missing unit is reported after all
         # windows are checked)
