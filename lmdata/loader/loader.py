@@ -63,6 +63,8 @@ class LoaderConfig:
             )
         if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs < 1):
             raise InvalidInputError(f"epochs must be None or a positive integer: {self.epochs!r}")
+        if not isinstance(self.drop_last, bool):
+            raise InvalidInputError(f"drop_last must be True or False, got {self.drop_last!r}")
         if self.drop_last and self.epochs is None:
             raise InvalidInputError(
                 "drop_last=True is for a finite pass (epochs=): an endless training stream has "

@@ -552,6 +552,8 @@ def test_drop_last_serves_whole_batches_of_full_rows_only(dataset, mode):
             assert np.array_equal(dropped.batch(s)["targets"], padded.batch(s)["targets"])
     with pytest.raises(InvalidInputError, match="finite pass"):
         Loader(r, seq_len=L, global_batch_size=g, drop_last=True)
+    with pytest.raises(InvalidInputError, match="drop_last must be True or False"):
+        Loader(r, seq_len=L, global_batch_size=g, epochs=1, drop_last="no")
     with pytest.raises(InvalidInputError, match="leaves no batch"):
         Loader(r, seq_len=L, global_batch_size=10**6, epochs=1, drop_last=True)
     state = padded.state_dict()
