@@ -18,11 +18,9 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +35,7 @@ from lmdata.parallel import records as record_codec
 from lmdata.parallel.staging import Staging, prepare, staging_for, tree_version, unit_key
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_dest, is_url, options_scope
+from lmdata.storage.paths import remove_staged
 
 
 @dataclass
@@ -318,9 +317,7 @@ def _resume(dst: str, manifest: bytes) -> tuple[Staging, set[tuple[int, int]]]:
     there; a new area if there is none. Stages even in this process, so that a later resume
     has blocks to replay."""
     if not is_url(dst):  # a killed writer's half-written output (never a dataset) goes
-        out = Path(os.path.abspath(dst))
-        for stale in out.parent.glob(f".lmdata-tmp-{out.name}-*"):
-            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink()
+        remove_staged(dst)
     staging = work_area(dst)
     done = prepare(staging, manifest, True, "convert")
     return staging, done & {unit_key(n) for n in staging.parts() if not n.startswith(".")}

@@ -146,5 +146,5 @@ def command(
         f"{res.docs_per_second:,.0f} documents/s -> attributes/{cfg.out_name}/"
     )
     bloom = cfg.bloom_filter
-    if bloom.file and bloom.save and not bloom.read_only:
+    if bloom.writes:
         click.echo(f"key file (exact keys, lmdata's format) -> {bloom.file}")

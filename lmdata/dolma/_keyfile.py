@@ -122,10 +122,8 @@ class KeyFile:
 
     def per_bucket(self, nbuckets: int) -> np.ndarray:
         """How many keys each bucket of ``nbuckets`` holds."""
-        return np.array(
-            [(lambda r: r[3] - r[2])(self.bucket(b, nbuckets)) for b in range(nbuckets)],
-            dtype=np.int64,
-        )
+        ends = [bucket_groups(b, nbuckets) for b in range(nbuckets)]
+        return np.array([self.starts[g1] - self.starts[g0] for g0, g1 in ends], dtype=np.int64)
 
 
 def load(where: tuple[str, int, int, int], storage_options: dict[str, Any] | None) -> np.ndarray:

@@ -262,6 +262,11 @@ class Bloom:
     save: bool = True  # save_to_disk: write the key file (unless read_only)
     given: tuple[str, ...] = ()
 
+    @property
+    def writes(self) -> bool:
+        """Whether the run writes the key file (``file`` given, saved, not read only)."""
+        return bool(self.file) and self.save and not self.read_only
+
 
 def _bloom(v: Any) -> Bloom:
     """The ``bloom_filter`` section, checked."""

@@ -409,7 +409,7 @@ def dedupe(
         )
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
-    if bloom.file and bloom.save and not bloom.read_only:
+    if bloom.writes:
         _keyfile.write(
             bloom.file,
             cfg.storage_options,
@@ -524,7 +524,7 @@ def _mark_tasks(
     none sorts more; ``mark``: each leaves a marker when done (a resumable job)."""
     ids = np.array([(c.t, i) for c in counted for i in range(len(c.spills))], dtype=np.int64)
     bloom = cfg.bloom_filter if cfg is not None else None
-    keys = bool(bloom and bloom.file and bloom.save and not bloom.read_only)
+    keys = bool(bloom and bloom.writes)
     if not len(ids) and prior is None and not keys:
         return []
     if len(ids):

@@ -179,18 +179,22 @@ class Session:
         self.on_report = on_report
         self.done: dict[int, tuple[Any, int]] = {}  # sequence number -> (result, loaded pid)
         self.held: tuple[int, Any, bytes] | None = None  # a large unit waiting for a free worker
-        self.depth = 1  # units a worker may hold: see PER_WORKER
         self.short = False  # the last unit took less than SHORT_UNIT
         self.slow = False  # the consumer kept the last result longer than SLOW_CONSUMER
+
+    @property
+    def depth(self) -> int:
+        """Units a worker may hold: see PER_WORKER."""
+        return PER_WORKER if self.short or self.slow else 1
 
     def consumer_kept(self, seconds: float) -> None:
         """The consumer kept the last result ``seconds`` before asking for the next."""
         self.slow = seconds > SLOW_CONSUMER
-        self.depth = PER_WORKER if self.short or self.slow else 1
 
     def room(self) -> bool:
         """A worker can take another unit now."""
-        return self.held is None and any(len(w.units) < self.depth for w in self.workers)
+        depth = self.depth
+        return self.held is None and any(len(w.units) < depth for w in self.workers)
 
     def submit(self, seq: int, unit: Any, message: tuple[Any, ...]) -> None:
         """Send unit ``seq`` to the least busy worker (or hold it: see QUEUED_BYTES)."""
@@ -247,7 +251,6 @@ class Session:
         if kind == RESULT:
             self.done[seq] = (message[1], message[2])
             self.short = message[3] < SHORT_UNIT
-            self.depth = PER_WORKER if self.short or self.slow else 1
             return
         _, text, exc, name = message
         error: BaseException | None = None

@@ -79,7 +79,7 @@ def _objects(store: Store, key: str) -> Iterator[tuple[str, int, float | None]]:
     if fs is None:
         for root, dirs, files in os.walk(key):
             for d in dirs:  # a staged directory killed before its first file is empty
-                if d.startswith(TMP_PREFIX) or is_work_name(d):
+                if _topmost(d):
                     p = os.path.join(root, d)
                     try:
                         mtime = os.stat(p).st_mtime
@@ -98,6 +98,12 @@ def _objects(store: Store, key: str) -> Iterator[tuple[str, int, float | None]]:
         yield k, int(info.get("size") or 0), _mtime(info)
 
 
+def _topmost(name: str) -> bool:
+    """Whether ``name`` is a leftover folder taken whole: a staged output or a resumable
+    job's staging."""
+    return name.startswith(TMP_PREFIX) or is_work_name(name)
+
+
 def _group(store: Store, key: str) -> dict[str, list[tuple[str, int, float | None]]]:
     """Objects below ``key`` by the leftover they belong to: a ``.lmdata-tmp-`` path or a
     resumable job's staging folder (the topmost), or a claim (its key)."""
@@ -108,13 +114,13 @@ def _group(store: Store, key: str) -> dict[str, list[tuple[str, int, float | Non
         rel = os.path.relpath(k, base) if local else k[len(base) :].lstrip("/")
         parts = rel.replace(os.sep, "/").split("/") if rel not in ("", ".") else []
         for i, part in enumerate(parts):
-            if part.startswith(TMP_PREFIX) or is_work_name(part):
+            if _topmost(part):
                 out.setdefault(join(base, *parts[: i + 1]), []).append((k, size, mtime))
                 break
         else:
             if parts and (parts[-1] == CLAIM or parts[-1].startswith(CLAIM + "-")):
                 out.setdefault(k, []).append((k, size, mtime))
-    if basename(base).startswith(TMP_PREFIX) or is_work_name(basename(base)):  # given itself
+    if _topmost(basename(base)):  # the URL given is itself a leftover
         out = {base: [o for objs in out.values() for o in objs]} if out else out
     return out
 

@@ -49,6 +49,14 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
+def remove_staged(dest: str | os.PathLike[str]) -> None:
+    """Remove the staged (``.lmdata-tmp-NAME-*``) siblings of local output ``dest`` that a
+    killed writer left: never a dataset, and in the way of a resumed job's commit."""
+    out = Path(os.path.abspath(dest))
+    for stale in out.parent.glob(f"{TMP_PREFIX}{out.name}-*"):
+        _remove(stale)
+
+
 def check_output(dest: str | os.PathLike[str], overwrite: bool, what: str = "this command") -> Path:
     """Refuse to replace an existing output unless asked; return the destination as a Path.
 

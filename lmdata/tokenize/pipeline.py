@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import time
 import zlib
 from collections import deque
@@ -38,6 +37,7 @@ from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import make_executor
 from lmdata.parallel.staging import Staging, prepare, staging_for, unit_key, work_dir_for
 from lmdata.storage import check_dest, is_url, join, options_scope
+from lmdata.storage.paths import remove_staged
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import (
@@ -343,8 +343,7 @@ def tokenize(
             "separate output instead of --validation"
         )
     if resume and not url:  # a killed run's half-written output (never a dataset) goes away
-        for stale in dst.parent.glob(f".lmdata-tmp-{dst.name}-*"):
-            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink()
+        remove_staged(dst)
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
     work = staging_for(out, storage_options if url else None)

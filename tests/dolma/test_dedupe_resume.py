@@ -191,18 +191,22 @@ def test_a_stopped_dedupe_on_memory_resumes(tmp_path: Path) -> None:
         store.remove(key)
 
 
-def test_the_command_line_resumes(tmp_path: Path) -> None:
+def test_the_command_line_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, want, _ = _reference(tmp_path)
     root = _tree(tmp_path / "r")
+    _stop(str(root), tmp_path / "w", "_phase_mark", 1)  # a job stopped in its mark phase
     args = ["dedupe", "-d", str(root / "documents" / "*"), "--dedupe.name", "d"]
     args += ["--dedupe.paragraphs.attribute_name", "p", "--work-dir", str(tmp_path / "w"), "-q"]
     args += ["--engine", "inprocess"]
     assert "--resume" in CliRunner().invoke(cli, ["dedupe", "--help"]).output
+    hashed = counting(monkeypatch, dd, "_phase_hash")
     r = CliRunner().invoke(cli, [*args, "--resume"])
     assert r.exit_code == 0, r.output
-    want = _attrs(root)
+    assert hashed == []  # --resume reached dedupe: the stopped job's hash units are not redone
+    assert _attrs(root) == want and list((tmp_path / "w").iterdir()) == []
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
-    assert _attrs(root) == want and list((tmp_path / "w").iterdir()) == []
+    assert hashed and _attrs(root) == want and list((tmp_path / "w").iterdir()) == []
 
 
 def test_a_stopped_dedupe_on_s3_resumes(

@@ -6,29 +6,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 
 import pytest
 
 from lmdata import parallel
 from lmdata.errors import InvalidInputError, MissingDependencyError
 from lmdata.parallel import InProcess, LocalProcesses, make_executor
-
-
-@dataclass(frozen=True)
-class Blob:
-    index: int
-    size: int
-
-
-def make_blob(u: Blob) -> bytes:
-    return u.index.to_bytes(4, "little") * (u.size // 4)
-
-
-def count_docs(n: int) -> int:
-    for _ in range(n):
-        parallel.report(1)
-    return n
+from tests.parallel._units import Blob, count_docs, make_blob
 
 
 def fail_on_three(n: int) -> int:

@@ -13,13 +13,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 
 from lmdata import parallel
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import LocalProcesses, _workers
+from tests.parallel._units import Blob, count_docs, make_blob
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork, /proc")
 
@@ -69,16 +69,6 @@ def within(seconds: float, scenario: Callable[[], None]) -> None:
     with os.fdopen(r, "rb") as fh:
         told = fh.read().decode()
     assert os.waitstatus_to_exitcode(status) == 0, told
-
-
-@dataclass(frozen=True)
-class Blob:
-    index: int
-    size: int
-
-
-def make_blob(u: Blob) -> bytes:
-    return u.index.to_bytes(4, "little") * (u.size // 4)
 
 
 def die_on_five(u: Blob) -> bytes:
@@ -225,12 +215,6 @@ def test_errors_come_back_as_raised_or_as_a_clear_error() -> None:
         assert list(ex.map_ordered(odd_error, range(3))) == [0, 1, 2]
 
     within(60, scenario)
-
-
-def count_docs(n: int) -> int:
-    for _ in range(n):
-        parallel.report(1)
-    return n
 
 
 def test_a_units_progress_arrives_before_its_result() -> None:
