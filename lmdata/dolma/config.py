@@ -18,9 +18,8 @@ from typing import Any
 import orjson
 
 from lmdata.errors import InvalidInputError
-from lmdata.formats.dolma._paths import attribute_path, expand_globs, is_doc_file, list_documents
-from lmdata.storage import basename, join, resolve
-from lmdata.storage.listing import walk_files
+from lmdata.formats.dolma._paths import attribute_path, expand_globs, list_documents
+from lmdata.storage import resolve
 
 DEFAULT_MAX_SIZE = 2 * 1024**3  # the dolma CLI's default max_size_in_bytes (2 GiB)
 
@@ -117,14 +116,8 @@ def resolve_documents(
     seen: set[str] = set()
     for pat in patterns:
         store, key = resolve(pat, storage_options)
-        if store.is_dir(key) and documents != "documents":
-            inner = join(key, documents)
-            top = inner if basename(key) != documents and store.is_dir(inner) else key
-            cut = len(top.rstrip("/")) + 1
-            keys = [k for k in walk_files(store, top) if is_doc_file(basename(k))]
-            found = [store.url(k) for k in sorted(keys, key=lambda k: k[cut:].replace("\\", "/"))]
-        elif store.is_dir(key):
-            found = [store.url(k) for k in list_documents(store, key)]
+        if store.is_dir(key):
+            found = [store.url(k) for k in list_documents(store, key, documents)]
         else:
             found = expand_globs([pat], storage_options=storage_options)
         for f in found:

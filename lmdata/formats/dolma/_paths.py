@@ -60,11 +60,12 @@ class Stores:
         return self._by_id.setdefault(store.id, store), key
 
 
-def documents_dir(store: Store, root: str) -> str:
-    """The ``documents`` folder of a tree given as the tree root or as the folder itself."""
-    if basename(root) == "documents" and store.is_dir(root):
+def documents_dir(store: Store, root: str, name: str = "documents") -> str:
+    """The documents folder (``name``: dolma's ``document_dir``) of a tree given as the tree
+    root or as the folder itself."""
+    if basename(root) == name and store.is_dir(root):
         return root
-    return join(root, "documents")
+    return join(root, name)
 
 
 def tree_root(store: Store, key: str) -> str:
@@ -72,13 +73,13 @@ def tree_root(store: Store, key: str) -> str:
     return parent(key) if basename(key) == "documents" and store.is_dir(key) else key
 
 
-def list_documents(store: Store, root: str) -> list[str]:
-    """Every document file below ``root/documents``, sorted by relative path (input order)."""
-    ddir = documents_dir(store, root)
+def list_documents(store: Store, root: str, name: str = "documents") -> list[str]:
+    """Every document file below ``root/<name>``, sorted by relative path (input order)."""
+    ddir = documents_dir(store, root, name)
     if not store.is_dir(ddir):
         raise FormatError(
-            "not a Dolma tree: no documents/ folder (a Dolma dataset keeps its JSONL files under "
-            "<dataset>/documents/)",
+            f"not a Dolma tree: no {name}/ folder (a Dolma dataset keeps its JSONL files under "
+            f"<dataset>/{name}/)",
             path=store.url(root),
         )
     out = [k for k in walk_files(store, ddir) if is_doc_file(basename(k))]
