@@ -50,7 +50,9 @@ not used (a log line says so): the result is dolma's without false positives. It
 before the input's in each mark unit (with ``read_only`` only they mark), and the buckets'
 distinct keys make the new file. With ``num_partitions`` a hash unit spills only the keys of
 its partition (:class:`lmdata.dolma._buckets.Rows`); ``file_partition`` also takes only the
-files of its partition (:meth:`DedupeConfig.document_files`).
+files of its partition (:meth:`DedupeConfig.document_files`); a partition with no files still
+writes its key file, empty (or leaves the existing one, which holds all it would), as dolma
+1.2.1 writes its filter (checked by running it).
 
 Documents and attribute files may live in any store (local paths, ``s3://``, ...). The bucket
 spill files go to ``work_dir`` (a local folder or a URL), else to a local temporary folder when
@@ -256,7 +258,9 @@ def dedupe(
     prior = _keyfile.prior(cfg)
     nb = _nbuckets(cfg, total, prior.keys if prior is not None else 0)
     plan = Plan(step, max(cfg.processes, -(-total // step)), nb)
-    if not files:
+    if not files:  # a file partition with no files
+        if bloom.writes and prior is None:  # dolma 1.2.1 writes its (empty) filter here too
+            _keyfile.write(bloom.file, cfg.storage_options, _keyfile.kind(cfg), [], None)
         return DedupeResult(0, 0, 0, 0, time.perf_counter() - t0)
     # every run is resumable, as tokenize's: its work in the job's folder, each unit marked
     state = Resumable(cfg, files, sizes, stores)
