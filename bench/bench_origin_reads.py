@@ -6,8 +6,11 @@ open in a server process that takes each run as a line on its stdin, so no run's
 on a command line; only the read loop is timed; bench_mds.py has the fuller MDS table: text
 and zstd, take, writing); Atlas sequential `ds[i]`, random `ds[i]`, `take` and writing vs
 torch-atlas-ds's read and write paths re-implemented from its documentation (not on PyPI);
-flat-tokens random packed rows vs a numpy memmap gather (the practical limit); tokenize at 1
-and 2 workers vs bare `encode_batch`.
+flat-tokens random packed rows vs a numpy memmap gather (the practical limit), and random and
+sequential packed rows vs zarr-python 2 and 3 themselves (each in its side venv, reading the
+store lmdata wrote, uncompressed and seqax's Blosc); tokenize at 1 and 2 workers vs the fastest
+bare batch call of the same tokenizer (`encode_batch_fast`; plain `encode_batch` for reference).
+LMDATA_BENCH_PARTS=atlas,flat_tokens runs only those row sets.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ HERE = Path(__file__).resolve().parent
 N_MDS = 10_000 if C.QUICK else 100_000
 N_ATLAS = 40_000 if C.QUICK else 200_000
 N_RANDOM = 5_000 if C.QUICK else 20_000
+# flat-tokens rows read by zarr-python: random batches per run for both sides (zarr reads a
+# batch's rows from whole 16 MiB chunks, ~0.1-0.3 s a batch), and seqax's read block
+ZARR_BATCHES = 4 if C.QUICK else 10
+SEQ_BLOCK = 512  # rows of 2048 a sequential read: seqax's (1 << 20) // seq_len
 
 
 def _load(name: str):
@@ -61,25 +68,26 @@ def digest(samples) -> str:
     return h.hexdigest()
 
 
-class Streaming:
-    """One StreamingDataset, open in its venv, timing the runs it is asked for."""
+class Worker:
+    """A bench worker script kept running in an origin tool's venv (it opens its dataset
+    once), timing one run per request line on its stdin: streaming's StreamingDataset
+    (_streaming_worker.py), zarr-python's array (_zarr_worker.py)."""
 
-    def __init__(self, python: Path, local: Path) -> None:
-        job = {"op": "serve", "local": str(local), "batch_size": 256}
+    def __init__(self, python: Path, script: str, job: dict[str, Any]) -> None:
         self.proc = subprocess.Popen(
-            [str(python), str(HERE / "_streaming_worker.py"), json.dumps(job)],
+            [str(python), str(HERE / script), json.dumps(job)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        self._line()  # {"ready": size}
+        self.ready = self._line()  # {"ready": ...}
 
     def _line(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
         while True:
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError("the streaming worker exited")
+                raise RuntimeError("the bench worker exited")
             if line.startswith("{"):
                 return json.loads(line)  # type: ignore[no-any-return]
 
@@ -94,6 +102,14 @@ class Streaming:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         self.proc.wait(timeout=60)
+
+
+class Streaming(Worker):
+    """One StreamingDataset, open in its venv, timing the runs it is asked for."""
+
+    def __init__(self, python: Path, local: Path) -> None:
+        job = {"op": "serve", "local": str(local), "batch_size": 256}
+        super().__init__(python, "_streaming_worker.py", job)
 
 
 def mds(work: Path) -> None:
@@ -227,8 +243,10 @@ def atlas(work: Path) -> None:
         ("rand", f"random ds[i], {N_RANDOM:,}", 64 << 20),
         ("rand", "  the same, cache_bytes=8 MiB", 8 << 20),
         ("take", "take(256 random) x 20", 64 << 20),
+        ("take", "  the same, cache_bytes=8 MiB", 8 << 20),
     ):
         C.compare("atlas", name, run(False, op, cache), run(True, op, cache))
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     del ex[N_ATLAS // 2 :]  # writing: the first half, so a pair takes seconds, not a minute
     C.compare("atlas", f"write {N_ATLAS // 2:,}, 1 thread", write(False, 1), write(True, 1))
     C.compare("atlas", f"write {N_ATLAS // 2:,}, 2 threads", write(False, 2), write(True, 1))
@@ -237,9 +255,15 @@ def atlas(work: Path) -> None:
         "Atlas reads and writes (default 64 MiB cache unless given; fresh reader per run)",
         "torch-atlas-ds's documented read and write paths (bench_atlas.OriginStyle/OriginWriter)",
         "RE-IMPLEMENTATION: torch-atlas-ds is not on PyPI",
-        f"{N_ATLAS:,} dict examples ({N_ATLAS // 2:,} written), shards of 50,000, block 32, "
+        f"{N_ATLAS:,} dict examples ({size:,} bytes on disk; {N_ATLAS // 2:,} written), "
+        "shards of 50,000, block 32, "
         "shared-dictionary zstd; writes: equal examples read back by the origin's algorithm",
     )
+
+
+def rows_digest(got) -> str:
+    """sha256 over returned row arrays' bytes in order (as _zarr_worker.py hashes zarr's)."""
+    return hashlib.sha256(b"".join(np.asarray(g).tobytes() for g in got)).hexdigest()
 
 
 def flat_tokens(work: Path) -> None:
@@ -248,41 +272,104 @@ def flat_tokens(work: Path) -> None:
     rng = np.random.default_rng(1)
     n_tokens = 20_000_000 if C.QUICK else 100_000_000
     tokens = rng.integers(1, 50257, n_tokens, dtype=np.uint32)
-    path = work / "ft.zarr"
-    with Writer(path, compression=None) as w:
-        for a in range(0, n_tokens, 4000):
-            w.write(tokens[a : a + 4000])
+    stores = {"uncompressed": work / "ft.zarr", "seqax blosc": work / "ft-blosc.zarr"}
+    for (_, path), comp in zip(stores.items(), (None, "blosc"), strict=True):
+        with Writer(path, compression=comp) as w:
+            for a in range(0, n_tokens, 4000):
+                w.write(tokens[a : a + 4000])
+    del tokens
+    path = stores["uncompressed"]
     r = lmdata.open(path)
     seq, batch = 2048, 32
     n_rows = n_tokens // seq
     enc = r.span_encoded(0, n_tokens)
     mm_path = work / "tokens.u32"
     enc.tofile(mm_path)
+    del enc
     mm = np.memmap(mm_path, dtype=np.uint32, mode="r")[: n_rows * seq].reshape(n_rows, seq)
     batches = [np.random.default_rng(k).integers(0, n_rows, batch) for k in range(2000)]
 
     def ours():
         t = time.perf_counter()
         got = [r.packed_rows(b, seq) for b in batches]
-        return time.perf_counter() - t, hashlib.sha256(
-            b"".join(np.asarray(g).tobytes() for g in got)
-        ).hexdigest()
+        return time.perf_counter() - t, rows_digest(got)
 
     def limit():
         t = time.perf_counter()
         got = [np.asarray(mm[b]) for b in batches]
-        return time.perf_counter() - t, hashlib.sha256(
-            b"".join(g.tobytes() for g in got)
-        ).hexdigest()
+        return time.perf_counter() - t, rows_digest(got)
 
     C.compare("flat-tokens", "random packed rows (2,000 x 32 rows of 2048)", ours, limit)
+    versions = zarr_rows(work, stores, batches[:ZARR_BATCHES], n_rows, seq)
     C.print_table(
         "flat-tokens",
-        "flat-tokens random packed rows",
-        "numpy memmap fancy gather",
-        "PRACTICAL LIMIT (no origin tool: seqax reads through zarr)",
-        f"{n_tokens:,} uint32 tokens, uncompressed store",
+        "flat-tokens packed rows (row r = tokens r*2048:(r+1)*2048, across documents, no padding)",
+        "first row: numpy memmap fancy gather; zarr-python rows: zarr-python itself reading the "
+        "store lmdata wrote (one oindex call per batch, its fastest; seqax reads through it)",
+        "first row PRACTICAL LIMIT; zarr-python rows ORIGIN LIBRARY ITSELF",
+        f"{n_tokens:,} uint32 tokens, chunks of 4 Mi tokens, uncompressed and seqax's Blosc "
+        f"(lz4 5 bit-shuffle); zarr rows: {ZARR_BATCHES} random batches of {batch} for both "
+        f"sides, sequential = all {n_rows:,} rows in reads of {SEQ_BLOCK} (seqax's read block); "
+        f"lmdata: a fresh reader per run; {versions}",
     )
+
+
+def zarr_rows(
+    work: Path, stores: dict[str, Path], batches: list[np.ndarray], n_rows: int, seq: int
+) -> str:
+    """The zarr-python 2 and 3 rows: each in its side venv, a worker holding the store open,
+    interleaved with lmdata reading the same rows of the same store; returns the versions."""
+    np.save(work / "zarr-batches.npy", np.stack(batches))
+
+    def ours(path: Path, op: str):
+        def go():
+            rd = lmdata.open(path)  # fresh: nothing an earlier run decoded is kept
+            t = time.perf_counter()
+            if op == "random":
+                got = [rd.packed_rows(b, seq) for b in batches]
+            else:
+                got = [
+                    rd.packed_rows(np.arange(a, min(a + SEQ_BLOCK, n_rows)), seq)
+                    for a in range(0, n_rows, SEQ_BLOCK)
+                ]
+            dt = time.perf_counter() - t
+            rd.close()
+            return dt, rows_digest(got)
+
+        return go
+
+    versions = []
+    for tool, label in (("zarr2", "zarr-python 2"), ("zarr3", "zarr-python 3")):
+        env = envs.ensure(tool)
+        why = f"{label} not installed: {env.error[-160:]}"
+        if not env.ok:
+            print(f"flat-tokens: {label} rows SKIPPED (lmdata side only): {why}", flush=True)
+        for kind, path in stores.items():
+            job = {"store": str(path), "batches": str(work / "zarr-batches.npy"), "seq": seq}
+            worker = Worker(env.python, "_zarr_worker.py", job) if env.ok else None
+            if worker is not None and f"{label} " not in " ".join(versions):
+                versions.append(f"{label} {worker.ready['ready']}")
+
+            def theirs(req: dict[str, Any], w: Worker | None = worker):
+                assert w is not None
+                return lambda: w.run(req)
+
+            try:
+                for op, req in (
+                    ("random", {"op": "random", "n": len(batches)}),
+                    ("sequential", {"op": "seq", "rows": n_rows, "block": SEQ_BLOCK}),
+                ):
+                    C.compare(
+                        "flat-tokens",
+                        f"{label}: {op}, {kind}",
+                        ours(path, op),
+                        theirs(req) if worker is not None else None,
+                        why,
+                    )
+            finally:
+                if worker is not None:
+                    worker.close()
+    return "; ".join(versions) or "zarr-python not installed"
 
 
 def tokenize(work: Path) -> None:
@@ -300,25 +387,23 @@ def tokenize(work: Path) -> None:
 
         return go
 
-    def bare(threads: int):
-        def go():
-            out = subprocess.run(
-                [sys.executable, "-c", bt.BARE, str(src), str(bt.TOKENIZER)],
-                capture_output=True,
-                text=True,
-                check=True,
-                env={**os.environ, "RAYON_NUM_THREADS": str(threads)},
-            ).stdout.split()
-            return float(out[0]), int(out[1])
+    def bare(threads: int, method: str):
+        return lambda: bt.bare(src, threads, method)
 
-        return go
-
+    fast = bt.fastest_bare()
     for n in (1, 2):
-        C.compare("tokenize", f"{n} worker(s) vs encode_batch on {n} thread(s)", ours(n), bare(n))
+        C.compare("tokenize", f"{n} worker(s) vs {fast} on {n} thread(s)", ours(n), bare(n, fast))
+    if fast != "encode_batch":  # the slower call (with offsets) the rows compared with before
+        C.compare(
+            "tokenize",
+            "  1 worker vs encode_batch (offsets; reference)",
+            ours(1),
+            bare(1, "encode_batch"),
+        )
     C.print_table(
         "tokenize",
         "tokenize JSONL -> flat-tokens (job time, start-up excluded)",
-        "bare tokenizers encode_batch, texts in memory",
+        f"bare tokenizers {fast} (the fastest bare call; lmdata calls it too), texts in memory",
         "PRACTICAL LIMIT (same tokenizer, same cores)",
         f"{bt.N_DOCS:,} docs of 1-3k chars, bpe5k (local tokenizer.json); outputs = token counts",
     )

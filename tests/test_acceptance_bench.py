@@ -315,3 +315,112 @@ def test_a_value_recorded_in_a_child_process_reaches_the_parents_results(
         True,
         "x",
     )
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """bench_origin_reads, loaded under its own name (its _compare and envs are dropped after)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the module puts bench/ first
+    name = "_origin_reads_acceptance"
+    spec = importlib.util.spec_from_file_location(name, BENCH / "bench_origin_reads.py")
+    mod = importlib.util.module_from_spec(spec)
+    had = {k: sys.modules.get(k) for k in ("_compare", "envs", name)}
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    yield mod
+    for k, v in had.items():
+        if v is None:
+            sys.modules.pop(k, None)
+        else:
+            sys.modules[k] = v
+
+
+def _flat_stores(tmp_path: Path, tokens, seq: int) -> dict[str, Path]:
+    from lmdata.formats.flat_tokens import Writer
+
+    stores = {}
+    for kind, comp in (("uncompressed", None), ("seqax blosc", "blosc")):
+        stores[kind] = tmp_path / f"{kind.replace(' ', '-')}-{tokens[5]}.zarr"
+        with Writer(stores[kind], compression=comp, chunk_tokens=100) as w:
+            for a in range(0, len(tokens), 37):  # sequences across chunk and row bounds
+                w.write(tokens[a : a + 37])
+    return stores
+
+
+def test_zarr_python_reads_the_rows_lmdata_reads_and_a_missing_env_skips_its_rows(
+    reads, tmp_path, monkeypatch, capsys
+):
+    pytest.importorskip("zarr")  # the main venv's zarr-python stands in for a side venv's
+    import numpy as np
+
+    seq = 16
+    tokens = np.random.default_rng(0).integers(1, 1000, 40 * seq + 5, dtype=np.uint32)
+    stores = _flat_stores(tmp_path, tokens, seq)
+    batches = [np.random.default_rng(k).integers(0, 40, 4) for k in range(3)]
+    envs = reads.envs
+    here = envs.Env("zarr3", Path(sys.executable))
+    missing = envs.Env("zarr2", None, "pip: no zarr 2 here")
+    monkeypatch.setattr(envs, "ensure", lambda tool: here if tool == "zarr3" else missing)
+    monkeypatch.setattr(reads, "SEQ_BLOCK", 7)  # 40 rows: blocks of 7, the last one short
+    monkeypatch.setattr(reads.C, "PAIRS", 1)
+    versions = reads.zarr_rows(tmp_path, stores, batches, 40, seq)
+    import zarr
+
+    assert versions == f"zarr-python 3 {zarr.__version__}"
+    rows = {r.name: r for r in reads.C._ROWS if r.table == "flat-tokens"}
+    for op in ("random", "sequential"):
+        for kind in stores:
+            ok, skipped = rows[f"zarr-python 3: {op}, {kind}"], rows[f"zarr-python 2: {op}, {kind}"]
+            # equal digests: the pair counted (a differing pair leaves no ratio and says so)
+            assert ok.pairs == 1 and ok.ratio is not None and ok.note == ""
+            assert skipped.ratio is None and "zarr-python 2 not installed" in skipped.note
+            assert "no zarr 2 here" in skipped.note and skipped.lmdata_s > 0
+    assert "zarr-python 2 rows SKIPPED" in capsys.readouterr().out
+
+
+def test_zarr_rows_of_other_tokens_do_not_count(reads, tmp_path):
+    pytest.importorskip("zarr")
+    import numpy as np
+
+    import lmdata
+
+    seq = 16
+    tokens = np.random.default_rng(0).integers(1, 1000, 40 * seq, dtype=np.uint32)
+    ours = _flat_stores(tmp_path, tokens, seq)["seqax blosc"]
+    tokens[5] += 1  # one token differs
+    theirs = _flat_stores(tmp_path, tokens, seq)["seqax blosc"]
+    np.save(tmp_path / "b.npy", np.zeros((1, 4), dtype=np.int64))
+    job = {"store": str(theirs), "batches": str(tmp_path / "b.npy"), "seq": seq}
+    worker = reads.Worker(Path(sys.executable), "_zarr_worker.py", job)
+    try:
+        rows = lmdata.open(ours).packed_rows(np.arange(40), seq)
+        row = reads.C.compare(
+            "t",
+            "other tokens",
+            lambda: (1.0, reads.rows_digest([rows])),  # the digest does not see read blocks
+            lambda: worker.run({"op": "seq", "rows": 40, "block": 7}),
+            pairs=1,
+        )
+        assert row.ratio is None and "OUTPUTS DIFFER" in row.note
+        same = lmdata.open(theirs).packed_rows(np.arange(40), seq)
+        assert worker.run({"op": "seq", "rows": 40, "block": 7})[1] == reads.rows_digest([same])
+    finally:
+        worker.close()
+
+
+def test_the_tokenize_limit_is_the_fastest_bare_call_and_counts_the_same_tokens(
+    reads, tmp_path, monkeypatch
+):
+    tokenizers = pytest.importorskip("tokenizers")
+    from lmdata.tokenize import load_tokenizer
+
+    bt = reads._load("bench_tokenize")
+    fast = bt.fastest_bare()
+    has_fast = hasattr(tokenizers.Tokenizer, "encode_batch_fast")
+    assert fast == ("encode_batch_fast" if has_fast else "encode_batch")
+    monkeypatch.setattr(bt, "N_DOCS", 20)
+    src = tmp_path / "docs.jsonl"
+    bt.make_docs(src)
+    texts = [json.loads(line)["text"] for line in src.read_text().splitlines()]
+    want = sum(len(x) for x in load_tokenizer(str(bt.TOKENIZER)).encode_batch(texts))
+    assert bt.bare(src, 1, fast)[1] == bt.bare(src, 1, "encode_batch")[1] == want
