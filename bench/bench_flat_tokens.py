@@ -9,7 +9,10 @@ What is timed: one call per batch, the result dropped at once (steady state: the
 hands the same memory back, as in a training loop that keeps one batch), interleaved rounds,
 rows/s of the median round and the p10 call. bench_origin_reads' flat-tokens row times
 something else: a pass of 2,000 batches all kept alive (fresh memory for every batch, whose
-page faults both sides pay, which brings the ratio nearer 1), on a 100M-token store.
+page faults both sides pay, which brings the ratio nearer 1), on a 100M-token store. The
+zarr-python rows here (zarr 3 of this venv, 4 rows a call, a slice per row, no output check) are
+a rough rate only: bench_origin_reads' flat-tokens table has the side-by-side rows, zarr-python 2
+and 3 each in its side venv, interleaved with lmdata on the same rows, outputs checked equal.
 """
 
 from __future__ import annotations
