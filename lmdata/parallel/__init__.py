@@ -98,8 +98,10 @@ def _counted(
                 if _BIRTH is None or _BIRTH[0] != job:
                     raise RuntimeError("a worker started after its job began has no job setup")
                 blob = _BIRTH[1]
+            elif isinstance(setup, bytes):  # sent through the pipe (serve passes it on)
+                blob = setup
             else:
-                blob = setup  # type: ignore[assignment]
+                raise RuntimeError(f"a unit's job setup is {setup!r}, not the setup itself")
             initializer, initargs = pickle.loads(blob)  # pickled by our own driver
             if initializer is not None:
                 initializer(*initargs)
