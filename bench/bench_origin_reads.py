@@ -244,7 +244,7 @@ def atlas(work: Path) -> None:
         ("rand", f"random ds[i], {N_RANDOM:,}", 64 << 20),
         ("rand", "  the same, cache_bytes=8 MiB", 8 << 20),
         ("take", "take(256 random) x 20", 64 << 20),
-        ("take", "  the same, cache_bytes=8 MiB", 8 << 20),
+        ("take", "  the same take, cache_bytes=8 MiB", 8 << 20),
     ):
         C.compare("atlas", name, run(False, op, cache), run(True, op, cache))
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
