@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from lmdata.dolma._keys import DEDUPE, MIX, TAG, check_keys
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._paths import attribute_path, expand_globs, list_documents
 from lmdata.storage import resolve
@@ -164,25 +165,7 @@ class TagConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TagConfig:
-        known = {
-            "storage_options",
-            "documents",
-            "taggers",
-            "experiment",
-            "tagger_modules",
-            "processes",
-            "seed",
-            "ignore_existing",
-            "compression",
-            "destination",
-            "debug",
-            "dryrun",
-            "profile",
-            "work_dir",
-        }
-        unknown = set(d) - known
-        if unknown:
-            raise InvalidInputError(f"tag config: unknown keys {sorted(unknown)}")
+        check_keys(d, TAG, "tag config")
         docs = _as_list(d.get("documents"), "documents")
         if not docs:
             raise InvalidInputError(
@@ -217,9 +200,6 @@ def _by_ngram(v: Any) -> Ngrams:
     if not isinstance(v, dict):
         raise InvalidInputError(f"dedupe.paragraphs.by_ngram must be a mapping, got {v!r}")
     where = "dedupe.paragraphs.by_ngram"
-    unknown = set(v) - {"ngram_length", "stride", "overlap_threshold", "skip_short_paragraphs"}
-    if unknown:
-        raise InvalidInputError(f"{where}: unknown keys {sorted(unknown)}")
     thr = v.get("overlap_threshold", 1.0)
     if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0 <= thr <= 1:
         raise InvalidInputError(f"{where}.overlap_threshold must be a number in 0..1, got {thr!r}")
@@ -238,7 +218,6 @@ BLOOM_SIZING_KEYS = (
     "desired_false_positive_rate",
     "sysram_limit",
 )
-BLOOM_KEYS = ("file", "read_only", *BLOOM_SIZING_KEYS, "save_to_disk")
 
 
 @dataclass(frozen=True)
@@ -266,9 +245,6 @@ def _bloom(v: Any) -> Bloom:
         return Bloom()
     if not isinstance(v, dict):
         raise InvalidInputError(f"bloom_filter must be a mapping, got {v!r}")
-    unknown = set(v) - set(BLOOM_KEYS)
-    if unknown:
-        raise InvalidInputError(f"bloom_filter: unknown keys {sorted(unknown)}")
     for k in ("size_in_bytes", "estimated_doc_count"):
         if v.get(k) is not None:
             _int(v[k], f"bloom_filter.{k}")
@@ -332,7 +308,7 @@ class DedupeConfig:
     name: str
     mode: str  # "documents" | "paragraphs"
     attribute_name: str
-    key: str = "$.text"  # documents mode: JSONPath (or jq with key_syntax) of the string key
+    key: str = "$.text"  # documents mode: the JSONPath of the string key
     paragraph_separator: str = "\n"
     skip_empty: bool = False  # dolma's default: empty paragraphs and keys are hashed too
     min_length: int = 0  # paragraphs: characters; documents: bytes of the key
@@ -353,6 +329,7 @@ class DedupeConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DedupeConfig:
+        check_keys(d, DEDUPE, "dedupe config")
         dd = d.get("dedupe")
         if not isinstance(dd, dict):
             raise InvalidInputError("dedupe config: a `dedupe:` section is required")
@@ -566,6 +543,7 @@ class MixerConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MixerConfig:
+        check_keys(d, MIX, "mix config")
         streams = d.get("streams")
         if not isinstance(streams, list) or not streams:
             raise InvalidInputError("mix config: `streams` (a list) is required")

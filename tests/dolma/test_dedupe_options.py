@@ -361,7 +361,7 @@ def test_a_stopped_run_with_a_key_file_resumes_to_the_same_bytes(
     _write(tmp_path / "ev", [["d\ne"]])
     _run(_cfg(tmp_path / "ev", PARA, bloom={"file": str(keys), "read_only": False}))
     prior = keys.read_bytes()
-    cfg = _cfg(root, PARA, bloom={"file": str(keys), "read_only": False}, work_dir=None)
+    cfg = _cfg(root, PARA, bloom={"file": str(keys), "read_only": False})
     _run(cfg)
     want, want_keys = _attrs(root, "n", 2), keys.read_bytes()
     keys.write_bytes(prior)

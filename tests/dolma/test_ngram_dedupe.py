@@ -160,7 +160,9 @@ def test_by_ngram_config_is_checked_and_bloom_settings_are_stated(tmp_path, capl
         cfg({"ngram_length": "5"})
     with pytest.raises(InvalidInputError, match=r"overlap_threshold must be a number in 0\.\.1"):
         cfg({"ngram_length": 5, "overlap_threshold": 2})
-    with pytest.raises(InvalidInputError, match=r"unknown keys \['length'\]"):
+    with pytest.raises(
+        InvalidInputError, match=r"unknown key dedupe\.paragraphs\.by_ngram\.length"
+    ):
         cfg({"length": 5})
     with pytest.raises(InvalidInputError, match=r"bloom_filter\.estimated_doc_count"):
         cfg(None, bloom_filter={"estimated_doc_count": "1000"})
