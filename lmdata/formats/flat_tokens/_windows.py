@@ -42,15 +42,20 @@ def aligned_rows(
 
 def _looked_up(arr: ZArray, lookup: Any, *args: Any) -> Any:
     """``lookup(arr._views, *args)``, a C lookup of ``lmdata._kernel``, and once more with the
-    units it found missing made; still their list where the byte cache evicted them between."""
-    for _ in range(2):
-        arr._check_views()
-        got = lookup(arr._views, *args)
-        if got.__class__ is not list:
-            return got
-        for u in got:
-            arr._bytes_view(u)
-    return got
+    units it found missing made (still their list where another thread dropped the views).
+
+    Views made here stay in ``arr._views`` for the rest of the call even when the byte cache
+    evicts their units meanwhile (they are dropped at the next call): a call needing more units
+    than the cache holds decodes each at most once, as zarr's ``oindex`` does. (Dropping them
+    at once made the second lookup miss the units the first one's decodes had evicted, and
+    decode them again, evicting others: a batch over more units than the cache thrashed.)"""
+    arr._check_views()
+    views = arr._views
+    got = lookup(views, *args)
+    if got.__class__ is not list:
+        return got
+    arr.units(got, views)
+    return lookup(views, *args)
 
 
 def pairs(arr: ZArray, idx: np.ndarray) -> np.ndarray | None:

@@ -199,6 +199,25 @@ class ZArray:
             self._slot.put(u, arr, arr.nbytes)
         return arr
 
+    def units(self, wanted: Sequence[int], into: dict[int, Any] | None = None) -> dict[int, Any]:
+        """Units ``wanted`` as arrays (or, with ``into``, as byte views added to it), each made
+        at most once: first those the cache holds (refreshing their age, so that this call's
+        decodes evict other units), then the others decoded. The caller keeps them for one call
+        even if the byte cache evicts them meanwhile."""
+        got: dict[int, Any] = {} if into is None else into
+        todo = []
+        for u in wanted:
+            if u in got:
+                continue
+            if self._maps.get(u) is not None or self._slot.get(u) is not None:
+                got[u] = self._bytes_view(u) if into is not None else self.unit_array(u)
+            else:
+                todo.append(u)
+        for u in todo:
+            if u not in got:
+                got[u] = self._bytes_view(u) if into is not None else self.unit_array(u)
+        return got
+
     def _bytes_view(self, u: int) -> memoryview:
         """Unit ``u`` as a flat byte memoryview, kept while the unit is (views of decoded units
         are dropped by :meth:`_check_views` once the byte cache evicts)."""
@@ -428,8 +447,9 @@ class ZArray:
 
     # ----------------------------------------------------------------------------------------
 
-    def read(self, start: int, stop: int) -> np.ndarray:
-        """Items ``start:stop`` (clipped to the array) as a new array."""
+    def read(self, start: int, stop: int, held: dict[int, Any] | None = None) -> np.ndarray:
+        """Items ``start:stop`` (clipped to the array) as a new array (units from ``held``
+        where there, a dict of :meth:`units`)."""
         n = self.meta.length
         start, stop = max(0, min(start, n)), max(0, min(stop, n))
         if stop <= start:
@@ -439,13 +459,16 @@ class ZArray:
             return got if got is not None else self._read_ranges_raw([(start, stop)])[0]
         unit = self._unit
         first, last = start // unit, (stop - 1) // unit
+        held = held or {}
         if first == last:
-            a = self.unit_array(first)
+            a = held.get(first)
+            a = self.unit_array(first) if a is None else a
             return np.array(a[start - first * unit : stop - first * unit])
         out = np.empty(stop - start, dtype=self.dtype)
         pos = 0
         for u in range(first, last + 1):
-            a = self.unit_array(u)
+            a = held.get(u)
+            a = self.unit_array(u) if a is None else a
             lo = max(start, u * unit) - u * unit
             hi = min(stop, (u + 1) * unit) - u * unit
             out[pos : pos + hi - lo] = a[lo:hi]
@@ -489,14 +512,18 @@ class ZArray:
             return out
         else:
             u_of = starts // unit
+            u_end = (starts + (length - 1)) // unit
+            ends = zip(u_of.tolist(), u_end.tolist(), strict=True)
+            wanted = sorted({u for a, b in ends for u in range(a, b + 1)})
+            held = self.units(wanted)  # each unit decoded at most once per call
             for s, u, lo in zip(
                 starts.tolist(), u_of.tolist(), (starts - u_of * unit).tolist(), strict=True
             ):
                 if lo + length <= unit:  # inside one unit: a view of its map or decoded copy
-                    a = self.unit_array(u)
+                    a = held[u]
                     if lo + length <= len(a):
                         parts.append(a[lo : lo + length])
                         continue
-                parts.append(self.read(s, s + length))
+                parts.append(self.read(s, s + length, held))
         np.concatenate(parts, out=out.reshape(-1))
         return out
