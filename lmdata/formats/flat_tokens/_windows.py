@@ -54,8 +54,28 @@ def _looked_up(arr: ZArray, lookup: Any, *args: Any) -> Any:
     got = lookup(views, *args)
     if got.__class__ is not list:
         return got
-    arr.units(got, views)
+    ranges = _ranges(arr, got, args) if arr._partial is not None else None
+    if ranges:
+        views = dict(views)  # partial units: for this call only, never in the shared dict
+    arr.units(got, views, ranges)
     return lookup(views, *args)
+
+
+def _ranges(arr: ZArray, missing: list[int], args: tuple) -> dict[int, list[tuple[int, int]]]:
+    """The item ranges a lookup ``(unit, starts, width, total, scale, ...)`` reads in each
+    missing unit (none where the lookup's unit is not the array's)."""
+    unit, starts, width, _total, scale = args[:5]
+    if unit != arr.unit or width <= 0:
+        return {}
+    want = set(missing)
+    out: dict[int, list[tuple[int, int]]] = {}
+    for s in (np.asarray(starts, dtype=np.int64) * scale).tolist():
+        u, lo = divmod(s, unit)
+        if u in want:
+            if lo + width > unit:
+                return {}  # straddles: the lookup declines anyway
+            out.setdefault(u, []).append((lo, lo + width))
+    return out
 
 
 def pairs(arr: ZArray, idx: np.ndarray) -> np.ndarray | None:

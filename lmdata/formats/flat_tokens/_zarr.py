@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, LmdataError, UnsafeDataError
+from lmdata.formats.flat_tokens._blosc import Partial
 from lmdata.formats.flat_tokens._codecs import crc32c_strip
 from lmdata.formats.flat_tokens._zarr_meta import (
     MAX_CHUNK_BYTES,
@@ -83,6 +84,16 @@ class ZArray:
         self._mappable = self.raw and self.store.can_mmap  # else read by byte ranges
         self._sizes: dict[int, int] | None = None  # chunk object sizes, listed once (remote)
         self._sized: dict[int, str] = {}  # key of each raw chunk whose size was checked
+        self._partial = None  # Blosc chunks on a local store: rows read from their blocks
+        if (
+            self.meta.codecs == "blosc"
+            and not self.meta.shard_inner
+            and self.store.can_mmap
+            and self._storage_dtype == self.dtype
+            and self.dtype.itemsize == 4
+            and np.little_endian
+        ):
+            self._partial = Partial(self.store, 4, self._unit * 4)
 
     def close(self) -> None:
         """Drop cached chunks and maps (they are read again if the array is used again)."""
@@ -91,6 +102,8 @@ class ZArray:
             self._maps.clear()
             self._views.clear()
             self._sized.clear()
+            if self._partial is not None:
+                self._partial = Partial(self.store, 4, self._unit * 4)
 
     def _parse(self) -> None:
         self.meta, dec = parse_array(self.store, self.key)
@@ -199,11 +212,18 @@ class ZArray:
             self._slot.put(u, arr, arr.nbytes)
         return arr
 
-    def units(self, wanted: Sequence[int], into: dict[int, Any] | None = None) -> dict[int, Any]:
+    def units(
+        self,
+        wanted: Sequence[int],
+        into: dict[int, Any] | None = None,
+        ranges: dict[int, list[tuple[int, int]]] | None = None,
+    ) -> dict[int, Any]:
         """Units ``wanted`` as arrays (or, with ``into``, as byte views added to it), each made
         at most once: first those the cache holds (refreshing their age, so that this call's
         decodes evict other units), then the others decoded. The caller keeps them for one call
-        even if the byte cache evicts them meanwhile."""
+        even if the byte cache evicts them meanwhile. With ``ranges`` (the item ranges of
+        each unit the call reads), a unit may come back holding only those (a partial decode,
+        not cached): ``into`` must then be the call's own dict."""
         got: dict[int, Any] = {} if into is None else into
         todo = []
         for u in wanted:
@@ -214,9 +234,31 @@ class ZArray:
             else:
                 todo.append(u)
         for u in todo:
-            if u not in got:
+            if u in got:
+                continue
+            part = None
+            if ranges is not None and self._partial is not None and u in ranges:
+                part = self._read_partial(u, ranges[u])
+            if part is not None:
+                got[u] = memoryview(part) if into is not None else part.view(self.dtype)
+            else:
                 got[u] = self._bytes_view(u) if into is not None else self.unit_array(u)
         return got
+
+    def _read_partial(self, u: int, ranges: list[tuple[int, int]]) -> np.ndarray | None:
+        """Chunk ``u`` as bytes holding only items of ``ranges``, or None (a full decode)."""
+        assert self._partial is not None
+        key = self.chunk_key(u)
+        try:
+            return self._partial.read(key, ranges, self._needed(u))
+        except OSError:  # a chunk never written, or unreadable: the full read fills or reports
+            return None
+        except Exception as e:  # struct, numcodecs and ValueErrors of a corrupt frame
+            raise CorruptDataError(
+                f"cannot decode chunk ({self.meta.codecs}): {e}",
+                path=self.store.url(key),
+                position=f"chunk {u}",
+            ) from None
 
     def _bytes_view(self, u: int) -> memoryview:
         """Unit ``u`` as a flat byte memoryview, kept while the unit is (views of decoded units

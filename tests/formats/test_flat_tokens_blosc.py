@@ -1,0 +1,156 @@
+"""Partial Blosc decode (lmdata/formats/flat_tokens/_blosc.py) equals a full decode."""
+
+from __future__ import annotations
+
+import numcodecs
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmdata.formats.flat_tokens import _blosc
+
+
+def frame(n: int, shuffle: int, blocksize: int, seed: int = 0, cname: str = "lz4") -> bytes:
+    rng = np.random.default_rng(seed)
+    a = rng.integers(1, 50257, n, dtype=np.uint32)
+    a[rng.random(n) < 0.3] = 7  # some runs: streams both compressed and stored as is
+    c = numcodecs.Blosc(cname=cname, clevel=5, shuffle=shuffle, blocksize=blocksize)
+    return bytes(c.encode(a))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(1, 70_000),
+    shuffle=st.sampled_from([0, 1, 2]),
+    blocksize=st.sampled_from([0, 4096, 8192, 65536, 12288]),
+    cut=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+    seed=st.integers(0, 3),
+)
+def test_partial_equals_full(n, shuffle, blocksize, cut, seed) -> None:
+    buf = frame(n, shuffle, blocksize, seed)
+    full = np.frombuffer(numcodecs.Blosc().decode(buf), np.uint8)
+    f = _blosc.parse(buf, 4, n * 4)
+    if f is None:
+        return
+    lo, hi = sorted(int(c * n) for c in cut)
+    hi = max(hi, lo + 1) if lo < n else n
+    if lo >= hi or not _blosc.can_read(f, lo, hi):
+        return
+    out = np.zeros(n * 4, np.uint8)
+    _blosc.read_into(buf, f, lo, hi, out)
+    np.testing.assert_array_equal(out[lo * 4 : hi * 4], full[lo * 4 : hi * 4])
+
+
+@pytest.mark.parametrize("shuffle", [1, 2])
+def test_seqax_settings_every_block_and_chunk_end(shuffle) -> None:
+    n = 1 << 20  # whole 512 KiB blocks, as seqax's 16 MiB chunks have
+    buf = frame(n, shuffle, 0, 5)
+    full = np.frombuffer(numcodecs.Blosc().decode(buf), np.uint8)
+    f = _blosc.parse(buf, 4, n * 4)
+    assert f is not None and not f.memcpyed
+    per = f.blocksize // 4
+    for lo, hi in [(0, 2048), (per - 5, per + 3), (n - 2048, n), (n - 1, n), (3, 4)]:
+        out = np.zeros(n * 4, np.uint8)
+        assert _blosc.can_read(f, lo, hi)
+        _blosc.read_into(buf, f, lo, hi, out)
+        np.testing.assert_array_equal(out[lo * 4 : hi * 4], full[lo * 4 : hi * 4])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_corrupt_frames_fail_cleanly(data) -> None:
+    """Bytes of a frame overwritten: a ValueError, or items (never a crash or an overrun)."""
+    n = 1 << 16
+    buf = bytearray(frame(n, data.draw(st.sampled_from([1, 2])), 8192, 1))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, min(len(buf) - 1, 16 + 4 * 64 + 40)))
+        buf[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        buf = buf[: data.draw(st.integers(0, len(buf)))]
+    lo = data.draw(st.integers(0, n - 1))
+    try:
+        f = _blosc.parse(bytes(buf), 4, n * 4)
+        if f is None or not _blosc.can_read(f, lo, lo + 1):
+            return
+        _blosc.read_into(bytes(buf), f, lo, lo + 1, np.zeros(max(f.nbytes, 4), np.uint8))
+    except (ValueError, RuntimeError):
+        pass
+
+
+BIG = 1 << 20  # tokens per chunk: 4 MiB, eight 512 KiB Blosc blocks
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory):
+    import lmdata
+    from lmdata.formats.flat_tokens import Writer
+
+    path = tmp_path_factory.mktemp("ftb") / "d.zarr"
+    n = 3 * BIG - 777  # the last chunk ends inside a block
+    toks = np.random.default_rng(0).integers(1, 50257, n, dtype=np.uint32)
+    with Writer(path, chunk_tokens=BIG, compression="blosc") as w:
+        for a in range(0, n, 100_000):
+            w.write(toks[a : a + 100_000])
+    return path, lmdata.open(path).span_encoded(0, n)
+
+
+def _spy(r):
+    full: list[int] = []
+    inner = r.tokens._decode_buf
+    r.tokens._decode_buf = lambda buf, need, f, pos: full.append(pos) or inner(buf, need, f, pos)
+    return full
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.lists(st.integers(0, (3 * BIG - 777) // 512 - 1), min_size=1, max_size=6))
+def test_rows_from_partial_decodes_equal_the_tokens(big_store, rows) -> None:
+    import lmdata
+
+    path, enc = big_store
+    r = lmdata.open(path, cache_bytes=0)
+    full = _spy(r)
+    b = np.array(rows)
+    got = r.packed_rows(b, 512)
+    np.testing.assert_array_equal(got, enc[: len(enc) // 512 * 512].reshape(-1, 512)[b])
+    got = r.encoded_windows(b * 512 + 5, 300)
+    np.testing.assert_array_equal(got, np.stack([enc[s : s + 300] for s in b * 512 + 5]))
+    assert r.tokens._partial is not None
+    ends = [x for x in rows if x * 512 >= 2 * BIG + 7 * (BIG // 8)]  # rows in the short block
+    if len(set(rows)) == 1 and not ends:
+        assert full == []  # one row of a chunk: read in part
+
+
+def test_partial_reads_turn_into_a_cached_full_decode(big_store) -> None:
+    import lmdata
+
+    path, enc = big_store
+    r = lmdata.open(path)
+    full = _spy(r)
+    per_block = (BIG // 8) // 512
+    for k in range(4):  # one row in block k of chunk 0: partial reads, then a full decode
+        np.testing.assert_array_equal(
+            r.packed_rows(np.array([k * per_block]), 512)[0], enc[k * per_block * 512 :][:512]
+        )
+    assert full == ["chunk 0"]
+    r.packed_rows(np.array([5 * per_block]), 512)
+    assert full == ["chunk 0"]  # cached since
+
+
+def test_a_corrupt_block_names_the_chunk(tmp_path, big_store) -> None:
+    import shutil
+
+    import lmdata
+    from lmdata.errors import CorruptDataError
+
+    path, _ = big_store
+    p = tmp_path / "d.zarr"
+    shutil.copytree(path, p)
+    f = p / "train" / "encoded_tokens" / "1"
+    buf = bytearray(f.read_bytes())
+    start = int.from_bytes(buf[16 + 8 : 16 + 12], "little")  # block 2
+    buf[start : start + 4] = (1 << 30).to_bytes(4, "little")  # a stream size past the block
+    f.write_bytes(bytes(buf))
+    r = lmdata.open(p, cache_bytes=0)
+    with pytest.raises(CorruptDataError, match="chunk 1"):
+        r.packed_rows(np.array([BIG // 512 + 2 * (BIG // 8) // 512]), 512)
