@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lmdata.dolma import mixer
+from lmdata.dolma import _ranges, mixer
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma.config import MixerConfig, load_config
 from lmdata.formats.dolma import _files
@@ -117,7 +117,7 @@ def test_one_plain_input_is_mixed_in_ranges_with_its_line_numbers(
         doc = orjson.loads(line)
         assert doc["metadata"]["provenance"].endswith(f":{int(doc['id'][1:]) + 1}")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mixer, "RANGE_BYTES", range_bytes)
+        mp.setattr(_ranges, "RANGE_BYTES", range_bytes)
         mp.setattr(mixer, "PIECE_BYTES", 1)
         mp.setattr(_files, "READ_CHUNK", chunk)  # rows found across reads (in this process)
         (shard,) = mixer.plan_shards(_ranged_cfg(root, "x", 1).streams[0])
