@@ -10,23 +10,24 @@ write with keys sorted, as dolma's serde_json does.
 Inputs are grouped into shards in order until adding the next file would pass
 ``max_size_in_bytes`` of compressed input; each shard is one output file
 ``<path>/<name>-NNNN.jsonl.gz`` (dolma names its last shard ``.json.gz`` by accident; here every
-shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive sources holding at
-least PIECE_BYTES of input (the last piece less), so a shard is mixed by several workers; each
-piece is written beside the shard (:mod:`lmdata.dolma.pieces`: a folder named after the shard's
-job) and the pieces are joined in order into one file (one gzip member), the same bytes for any
-engine and number of workers; a job run again redoes only the pieces not complete. A source
-is a whole input file, or a byte range of a plain JSONL file larger than 64 MiB (ranges of
-:func:`lmdata.dolma._ranges.range_size` of the stream's plain bytes, so a stream of one such
-file still makes enough units for its workers, the same for any number of workers; a file up to
-64 MiB is one source, its output the bytes it always was): the job first counts each range's
-newlines (one fast unit per range) to number its lines for provenance, and a range enters the
-attribute files it reads in step at its first row. A gzip or zstd input is one source (a
-compressed stream cannot be entered in the middle without an index of its members or frames,
-which dolma's files do not have). An existing output is kept (resume), as in dolma. Like
-dolma, a missing attribute file is not merged (a warning says so) and an attribute file
-shorter than its documents leaves the later documents without its attributes; ids that do not
-line up fail the shard with both files and the line. Inputs and outputs may be local paths or
-URLs (``s3://``, ``memory://``, ...); each shard is one object that appears whole.
+shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive whole files holding at
+least PIECE_BYTES of input (the last piece less), or one range of a file, so a shard is mixed
+by several workers; each piece is written beside the shard (:mod:`lmdata.dolma.pieces`: a
+folder named after the shard's job) and the pieces are joined in order into one file (one gzip
+member), the same bytes for any engine and number of workers; a job run again redoes only the
+pieces not complete. A source is a whole input file, or a byte range of a plain JSONL file
+larger than 64 MiB (ranges of :func:`lmdata.dolma._ranges.range_size` of the stream's plain
+bytes, so a stream of one such file still makes enough units for its workers, the same for any
+number of workers; a file up to 64 MiB is one source, its output the bytes it always was): the
+job first counts each range's newlines (one fast unit per range) to number its lines for
+provenance, and a range enters the attribute files it reads in step at its first row. A gzip
+or zstd input is one source (a compressed stream cannot be entered in the middle without an
+index of its members or frames, which dolma's files do not have). An existing output is kept
+(resume), as in dolma. Like dolma, a missing attribute file is not merged (a warning says so)
+and an attribute file shorter than its documents leaves the later documents without its
+attributes; ids that do not line up fail the shard with both files and the line. Inputs and
+outputs may be local paths or URLs (``s3://``, ``memory://``, ...); each shard is one object
+that appears whole.
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
 def _shard(stream: StreamConfig, sources: list[tuple[Source, int]], output: str) -> Shard:
     """The shard of ``sources`` (each with its bytes), in pieces as :func:`_cuts` says; one in
     several pieces is named by a digest of all its pieces depend on (storage options aside)."""
-    cuts = _cuts([n for _, n in sources])
+    cuts = _cuts(sources)
     srcs = tuple(s for s, _ in sources)
     if len(cuts) == 1:
         return Shard(stream, srcs, output)
@@ -198,13 +199,14 @@ def _sources(f: str, size: int, key: str, step: int) -> list[tuple[Source, int]]
     return [(Source(f, a, b), b - a) for a, b in cut(size, step)]
 
 
-def _cuts(sizes: list[int]) -> tuple[int, ...]:
-    """Where the pieces of a shard start: a piece ends once it holds PIECE_BYTES of input."""
+def _cuts(sources: list[tuple[Source, int]]) -> tuple[int, ...]:
+    """Where the pieces of a shard start: a piece ends once it holds PIECE_BYTES of input, and
+    a range of a file is a piece of its own (ranges are sized so that the job has enough)."""
     cuts = [0]
     held = 0
-    for i, s in enumerate(sizes[:-1]):
+    for i, ((src, s), (nxt, _)) in enumerate(itertools.pairwise(sources)):
         held += s
-        if held >= PIECE_BYTES:
+        if held >= PIECE_BYTES or not src.whole or not nxt.whole:
             cuts.append(i + 1)
             held = 0
     return tuple(cuts)

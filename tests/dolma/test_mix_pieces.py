@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from lmdata.dolma import _ranges, mixer
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma.config import MixerConfig, load_config
+from lmdata.dolma.mixing import Source
 from lmdata.formats.dolma import _files
 from tests.dolma.test_mixer import _copy, _expected
 
@@ -56,11 +57,19 @@ def test_pieces_join_into_the_shard_one_unit_writes(
     assert again.skipped_shards == 1 and again.read == 0  # an existing shard is kept
 
 
-def test_cuts_follow_input_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+def _whole(*sizes: int) -> list[tuple[Source, int]]:
+    return [(Source(f"f{k}"), z) for k, z in enumerate(sizes)]
+
+
+def test_cuts_follow_input_sizes_and_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mixer, "PIECE_BYTES", 100)
-    assert mixer._cuts([50, 50, 10, 200, 1, 1]) == (0, 2, 4)
-    assert mixer._cuts([500]) == (0,)
-    assert mixer._cuts([99, 99, 99]) == (0, 2)
+    assert mixer._cuts(_whole(50, 50, 10, 200, 1, 1)) == (0, 2, 4)
+    assert mixer._cuts(_whole(500)) == (0,)
+    assert mixer._cuts(_whole(99, 99, 99)) == (0, 2)
+    # a range of a file is a piece of its own, however small; whole files still gather
+    ranges = [(Source("r", a, a + 10), 10) for a in (0, 10, 20)]
+    sources = _whole(30, 30) + ranges + _whole(60, 60, 60)
+    assert mixer._cuts(sources) == (0, 2, 3, 4, 5, 7)
 
 
 def _ranged_tree(root: Path, n: int, short_attrs: int) -> Path:
