@@ -222,7 +222,10 @@ def main() -> None:
             "pool each row, as a CLI run has); 'driver cpu' = the calling process's CPU time over "
             "the row's wall time times the processes (the serial share: planning, joins, "
             "progress; at 1 process the work itself runs there); 'tag/mix 1 plain file' = the "
-            "same documents in one plain JSONL file, cut into 64 MiB byte ranges; dolma itself: "
+            "same documents in one plain JSONL file, cut into byte ranges of 1/16 of the job's "
+            "plain bytes (4 to 64 MiB: ~12.5 MB at full size, where 64 MiB ranges left two "
+            "workers 128 against 72 MB; mix cuts only a file above 64 MiB, so not in quick "
+            "mode); dolma itself: "
             "bench_origin.py's Dolma table."
         )
     finally:
