@@ -12,7 +12,6 @@ and 2 workers vs bare `encode_batch`.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import importlib.util
 import json
@@ -191,12 +190,8 @@ def atlas(work: Path) -> None:
 
     def run(origin: bool, op: str, cache: int = 64 << 20):
         def go():
-            # Every run starts from the same collector state: a full collection runs when the
-            # objects made since the last one reach a quarter of those it kept, so without
-            # this the runs before decide which side's "keep" run gets a third pass over
-            # ~800,000 objects (+0.2 s): old and new reader code measured 0.88x and 1.17x by
-            # that alone, depending on the rows run before (the swing of 1.10x -> 0.91x).
-            gc.collect()
+            # C.compare collects before each run: every run starts from the same collector
+            # state (the "keep" row swung 1.10x -> 0.91x by the rows run before without it)
             ds = ba.OriginStyle(out) if origin else lmdata.open(out, cache_bytes=cache)
             t = time.perf_counter()
             if op in ("loop", "keep"):

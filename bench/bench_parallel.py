@@ -1,10 +1,11 @@
 """The execution seam: tokenize on local processes and on Ray, 1 and 2 workers, interleaved.
 
 Workload: random-word JSONL documents (1-3 k chars) in 4 plain files, cut into byte-range
-units (``BENCH_PAR_RANGE`` bytes: about 40), the byte-level BPE of the Modalities reference
-files, flat-tokens output. Every worker gets one core (``RAYON_NUM_THREADS=1``,
-``TOKENIZERS_PARALLELISM=false``: one batch encodes at a time, also in the 1-worker local row,
-which runs in this process), so the rows measure the engines, not the tokenizer's threads.
+units (``BENCH_PAR_RANGE`` bytes: about 40, the job's last ones smaller), the byte-level BPE
+of the Modalities reference files, flat-tokens output. Every worker gets one core
+(``RAYON_NUM_THREADS=1``, ``TOKENIZERS_PARALLELISM=false``: one batch encodes at a time, also
+in the 1-worker local row, which runs in this process), so the rows measure the engines, not
+the tokenizer's threads.
 One local Ray instance (``num_cpus=2``) serves both Ray rows: ``workers`` bounds the tasks
 running at once. The four rows run in turn, ``BENCH_PAR_REPS`` rounds (5), so a load change
 during the run moves rows together; scaling is printed as the median of the rounds' ratios, as

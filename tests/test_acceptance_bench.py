@@ -58,6 +58,22 @@ def test_pairs_alternate_and_the_ratio_is_the_median_of_agreeing_pairs(compare):
     assert skew.ratio == pytest.approx(2.0)
 
 
+def test_each_run_starts_from_a_collected_heap_unless_the_row_opts_out(compare, monkeypatch):
+    log: list[str] = []
+    monkeypatch.setattr(compare.gc, "collect", lambda *a: log.append("gc") or 0)
+    a = _runs(log, "A", [1.0] * 3, ["x"] * 3)
+    b = _runs(log, "B", [2.0] * 3, ["x"] * 3)
+    compare.compare("t", "row", a, b, pairs=3)
+    assert log == ["gc", "A", "gc", "B"] * 3  # before each run (a run times itself), not in it
+    log.clear()
+    compare.compare("t", "alone", _runs(log, "A", [1.0], ["x"]), None, pairs=3)
+    assert log == ["gc", "A"]
+    log.clear()
+    a, b = _runs(log, "A", [1.0], ["x"]), _runs(log, "B", [1.0], ["x"])
+    compare.compare("t", "as a long job", a, b, pairs=1, collect=False)
+    assert log == ["A", "B"]
+
+
 def _saved(
     compare, stamp: str, rows: list[dict], values: tuple[dict, ...] = (), mode: str = "full"
 ) -> None:
@@ -110,6 +126,25 @@ def test_no_previous_run_or_no_slower_row_says_so(compare, capsys):
     compare.save_and_flag()
     printed = capsys.readouterr().out
     assert "REGRESSION" not in printed and "no row got slower by more than 10%" in printed
+
+
+def test_the_comparison_names_the_file_it_read(compare, monkeypatch, capsys):
+    _saved(compare, "20000101T000000", [_row("t", "row", 3.0, 1.0)])
+    (compare.RESULTS / "20000102T000000-full.json").write_text('{"mode": "fu')  # a killed run's
+    compare.compare("t", "row", lambda: (1.0, 0), lambda: (2.0, 0), pairs=1)
+    compare.save_and_flag()
+    printed = capsys.readouterr().out
+    assert "skipped unreadable results files: 20000102T000000-full.json" in printed
+    assert "compared with 20000101T000000-full.json" in printed
+    assert "REGRESSION: t / row: ratio 3.00x -> 2.00x" in printed  # read from the older file
+    # a second run in the same second writes a file of its own and compares with the first's
+    monkeypatch.setattr(compare.time, "strftime", lambda *a: "29990101T000000")
+    first = compare.save_and_flag()
+    second = compare.save_and_flag()
+    printed = capsys.readouterr().out
+    assert first.name == "29990101T000000-full.json" != second.name
+    assert second.name == "29990101T000000.1-full.json" and first.exists()
+    assert printed.count("compared with 29990101T000000-full.json") == 1
 
 
 @pytest.fixture
@@ -197,7 +232,7 @@ def test_recorded_values_of_module_tables_are_compared_with_the_last_run_that_ha
             _value("dolma", "wait s", 1.0, higher_is_better=False),
         ),
     )
-    _saved(compare, "20000103T000000", [], (_value("loader", "rows/s", 1.0),), mode="quick")
+    _saved(compare, "29990101T000000", [], (_value("loader", "rows/s", 1.0),), mode="quick")
     (compare.RESULTS / "20000101T120000-full.json").write_text('{"rows": [')  # interrupted
     assert compare.record("loader", "rows/s", 850.0, unit="rows/s") == 850.0  # -15%
     compare.record("loader", "vs limit", 0.85)  # -5.6%: within the tolerance

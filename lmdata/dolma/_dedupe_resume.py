@@ -43,6 +43,7 @@ from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.pieces import Join, job_id, part_key, parts_folder, version
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import join_parts
+from lmdata.parallel.staging import json_changes
 from lmdata.storage import LocalStore, Store, basename, resolve, scheme
 
 MANIFEST = "manifest.json"
@@ -147,7 +148,8 @@ class Resumable:
         self.cfg = cfg
         where = [stores(f) for f in files]
         urls = [_url(st, k) for st, k in where]
-        inputs = [[u, z, version(st, k)] for u, z, (st, k) in zip(urls, sizes, where, strict=True)]
+        # by input, so a changed identity names the input new, gone or changed (_differs)
+        inputs = {u: [z, version(st, k)] for u, z, (st, k) in zip(urls, sizes, where, strict=True)}
         options = {
             f.name: getattr(cfg, f.name)
             for f in dataclasses.fields(cfg)
@@ -251,28 +253,28 @@ def _root(attributes: str) -> str:
     return attributes[: attributes.rindex("/attributes/")]
 
 
+_CHANGED = "changed (its size or modification time)"
+
+
 def _differs(old: Any, new: dict[str, Any]) -> str:
-    """What differs between an interrupted run's identity and this run's, in a few words."""
-    try:
-        if old["lmdata"] != new["lmdata"]:
-            return f"it was started by lmdata {old['lmdata']}, this is {new['lmdata']},"
-        a = {i[0]: i[1:] for i in old["inputs"]}
-        b = {i[0]: i[1:] for i in new["inputs"]}
-        for path in b:
-            if path not in a:
-                return f"input {path} is new"
-            if a[path] != b[path]:
-                return f"input {path} changed (its size or modification time)"
-        for path in a:
-            if path not in b:
-                return f"input {path} is gone"
-        keys = sorted(k for k in {*old["options"], *new["options"]} if _opt(old, k) != _opt(new, k))
-        if keys:
-            return "options " + ", ".join(keys) + " changed"
-    except (KeyError, TypeError, IndexError):
-        pass
-    return "the inputs or options changed"
-
-
-def _opt(identity: dict[str, Any], key: str) -> Any:
-    return identity["options"].get(key)
+    """What differs between an interrupted run's identity and this run's, in a few words:
+    each input new, gone or changed, each option changed (its dotted path)."""
+    if not isinstance(old, dict):
+        return "the inputs or options changed"
+    if old.get("lmdata") != new["lmdata"]:
+        return f"it was started by lmdata {old.get('lmdata')}, this is {new['lmdata']},"
+    was, now = old.get("inputs"), new["inputs"]
+    inputs, options, other = [], [], []
+    for at in json_changes(old, new):
+        if at[0] == "inputs" and len(at) == 2 and isinstance(was, dict):
+            how = "is new" if at[1] not in was else "is gone" if at[1] not in now else _CHANGED
+            inputs.append(f"input {at[1]} {how}")
+        elif at[0] == "options" and len(at) > 1:
+            options.append(".".join(at[1:]))
+        else:
+            other.append(".".join(at))
+    said = inputs[:3] + ([f"and {len(inputs) - 3} more inputs"] if len(inputs) > 3 else [])
+    if options:
+        said.append(f"options {', '.join(options)} changed")
+    said += [f"the {o or 'identity'} changed" for o in other]
+    return ", ".join(said) or "the inputs or options changed"

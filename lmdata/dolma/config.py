@@ -231,15 +231,14 @@ def _by_ngram(v: Any) -> Ngrams:
     )
 
 
-BLOOM_KEYS = (
-    "file",
-    "read_only",
+# dolma's Bloom filter sizing keys: accepted, recorded in ``Bloom.given``, not used.
+BLOOM_SIZING_KEYS = (
     "size_in_bytes",
     "estimated_doc_count",
     "desired_false_positive_rate",
     "sysram_limit",
-    "save_to_disk",
 )
+BLOOM_KEYS = ("file", "read_only", *BLOOM_SIZING_KEYS, "save_to_disk")
 
 
 @dataclass(frozen=True)
@@ -293,7 +292,7 @@ def _bloom(v: Any) -> Bloom:
             "bloom_filter.read_only needs bloom_filter.file: the key file to check against "
             "(write it with a dedupe run whose read_only is false)"
         )
-    sizing = tuple(k for k in BLOOM_KEYS[2:-1] if v.get(k) not in (None, False, 0))
+    sizing = tuple(k for k in BLOOM_SIZING_KEYS if v.get(k) not in (None, False, 0))
     return Bloom(file or None, read_only, save, sizing)
 
 

@@ -18,10 +18,11 @@ phases run on the executor:
    entries goes back to the driver);
 2. per bucket (in parallel): read its range of every spill object, sort and mark every entry
    but the first of each hash into one object per bucket, sorted by span;
-3. per group of spans (in parallel): read the group's range of every bucket's marks and write
-   the attribute files; a range writes a piece of its file's (``.lmdata-tmp-parts/``), and
-   the pieces are joined in order (:mod:`lmdata.dolma.pieces`, as tag's), so the bytes are
-   the same for any range size, engine and worker count.
+3. per group of spans (in parallel, :mod:`lmdata.dolma._dedupe_write`): read the group's range
+   of every bucket's marks and write the attribute files; a range writes a piece of its
+   file's (``.lmdata-tmp-parts/``), and the pieces are joined in order
+   (:mod:`lmdata.dolma.pieces`, as tag's), so the bytes are the same for any range size,
+   engine and worker count.
 
 On an object store that is one PUT per spill and per bucket and one ranged GET per (spill,
 bucket) and (group, bucket): O(groups x buckets + files) requests, not files x buckets; a
@@ -49,7 +50,9 @@ not used (a log line says so): the result is dolma's without false positives. It
 before the input's in each mark unit (with ``read_only`` only they mark), and the buckets'
 distinct keys make the new file. With ``num_partitions`` a hash unit spills only the keys of
 its partition (:class:`lmdata.dolma._buckets.Rows`); ``file_partition`` also takes only the
-files of its partition (:meth:`DedupeConfig.document_files`).
+files of its partition (:meth:`DedupeConfig.document_files`); a partition with no files still
+writes its key file, empty (or leaves the existing one, which holds all it would), as dolma
+1.2.1 writes its filter (checked by running it).
 
 Documents and attribute files may live in any store (local paths, ``s3://``, ...). The bucket
 spill files go to ``work_dir`` (a local folder or a URL), else to a local temporary folder when
@@ -68,19 +71,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
 from lmdata import parallel
 from lmdata.dolma import _keyfile, _spans, ngrams
 from lmdata.dolma._buckets import (
-    MARK,
-    Dups,
     MarkResult,
     MarkTask,
     Piece,
     Rows,
     Spill,
-    in_partition,
 )
 from lmdata.dolma._buckets import phase_mark as _phase_mark
 from lmdata.dolma._dedupe_resume import (
@@ -91,13 +90,14 @@ from lmdata.dolma._dedupe_resume import (
     forget_joined,
     run_join_marked,
 )
+from lmdata.dolma._dedupe_write import WriteResult, WriteTask
+from lmdata.dolma._dedupe_write import phase_write as _phase_write
 from lmdata.dolma._spans import Span, split_paragraphs
 from lmdata.dolma._spans import read as _read
 from lmdata.dolma._spans import skip as _skip
 from lmdata.dolma.config import DedupeConfig
-from lmdata.dolma.pieces import Fresh, Join, part_key, parts_folder
+from lmdata.dolma.pieces import Fresh, Join, parts_folder
 from lmdata.errors import InvalidInputError
-from lmdata.formats.dolma._output import OutputFile, Part
 from lmdata.formats.dolma._paths import Stores, codec_of
 from lmdata.storage import Store
 
@@ -147,26 +147,6 @@ class HashResult:
     # per spill object (``h/<t>-<i>`` for the i-th): where each bucket's entries start
     spills: tuple[np.ndarray, ...] = ()
     t: int = 0
-
-
-@dataclass(frozen=True)
-class WriteTask:
-    """Phase 3: write the attribute rows of consecutive spans, from its ``pieces`` of the
-    buckets' marks."""
-
-    spans: tuple[tuple[int, Span], ...]
-    cfg: DedupeConfig
-    work: Spill
-    pieces: tuple[Piece, ...] = ()
-    job: str = ""  # names the folder of the ranges' pieces (pieces.parts_folder)
-    mark: bool = False  # a resumable job: mark each span written (Spill.mark)
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    rows: int
-    # per range written: (its span number, (CRC-32, bytes) of its piece), for the join
-    pieces: tuple[tuple[int, tuple[int, int]], ...] = ()
 
 
 def _phase_hash(task: HashTask) -> HashResult:
@@ -239,73 +219,6 @@ def _hash_span(
     return docs, keys
 
 
-def _phase_write(task: WriteTask) -> WriteResult:
-    """Write the attribute rows of a group of spans from the marked duplicates."""
-    marks = task.work.load(list(task.pieces), MARK)
-    # each span's marks one slice, in the order its rows are written
-    marks = marks[np.lexsort((marks["sub"], marks["para"], marks["line"], marks["file"]))]
-    n = 0
-    pieces = []
-    stores = Stores(task.cfg.storage_options)  # one filesystem client for the unit's files
-    for k, span in task.spans:
-        lo, hi = np.searchsorted(marks["file"], [k, k + 1])
-        rows, checksum = _write_span(
-            stores(span.path), span, task.cfg, Dups(marks[lo:hi]), task.job
-        )
-        n += rows
-        if span.ranged:
-            pieces.append((k, checksum))
-        if task.mark:  # after the file (or piece) is whole; a piece's checksum in the name
-            task.work.mark(f"p-{k}-{checksum[0]}-{checksum[1]}" if span.ranged else f"w-{k}")
-    return WriteResult(n, tuple(pieces))
-
-
-def _write_span(
-    where: tuple[Store, str], span: Span, cfg: DedupeConfig, dups: Dups, job: str = ""
-) -> tuple[int, tuple[int, int]]:
-    """Write the attribute rows of one span of a document file (its store and key), its
-    duplicates being ``dups``: the attribute file, or a range's piece of it. Returns the rows
-    and the piece's checksum (for the join)."""
-    store, doc_key = where
-    ng = cfg.ngrams
-    every = ng.length > 0 and ng.threshold <= 0  # a paragraph with no duplicate may score 0
-    name = cfg.out_attribute
-    n = 0
-    out = cfg.attributes_of(doc_key)
-    key = part_key(out, span.part, job) if span.ranged else out
-    piece = Part(span.part == 0, span.part == span.parts - 1) if span.ranged else None
-    with OutputFile(store, key, codec_of(out), part=piece) as f:  # the codec its name says
-        for i, doc, value in _read(store, doc_key, span, cfg):
-            attrs: dict[str, Any] = {}
-            if cfg.mode == "documents":
-                if _skip(value, cfg, chars=False) or not in_partition(value, cfg):
-                    attrs[name] = []  # dolma's for a key of another partition too
-                elif dups.get(i, 0) is not None:
-                    attrs[name] = [[0, len(value.encode("utf-8", "surrogatepass")), 1]]
-            elif value:  # dolma leaves an empty text without the key
-                spans = []
-                for p_i, (s, e, p) in enumerate(
-                    split_paragraphs(value, cfg.paragraph_separator, cfg.dolma_offsets)
-                ):
-                    subs = dups.get(i, p_i)
-                    if not ng.length:
-                        if subs:
-                            spans.append([s, e, 1])
-                    elif subs or (every and not _skip(p, cfg, chars=True)):
-                        score = ngrams.score(p, ng, subs or set())
-                        if score is not None:
-                            spans.append([s, e, score])
-                attrs[name] = spans
-            f.write(
-                orjson.dumps(
-                    {"attributes": attrs, "id": doc.get("id")}, option=orjson.OPT_SORT_KEYS
-                )
-                + b"\n"
-            )
-            n += 1
-    return n, f.checksum()
-
-
 def dedupe(
     cfg: DedupeConfig,
     progress: bool = False,
@@ -345,7 +258,9 @@ def dedupe(
     prior = _keyfile.prior(cfg)
     nb = _nbuckets(cfg, total, prior.keys if prior is not None else 0)
     plan = Plan(step, max(cfg.processes, -(-total // step)), nb)
-    if not files:
+    if not files:  # a file partition with no files
+        if bloom.writes and prior is None:  # dolma 1.2.1 writes its (empty) filter here too
+            _keyfile.write(bloom.file, cfg.storage_options, _keyfile.kind(cfg), [], None)
         return DedupeResult(0, 0, 0, 0, time.perf_counter() - t0)
     # every run is resumable, as tokenize's: its work in the job's folder, each unit marked
     state = Resumable(cfg, files, sizes, stores)

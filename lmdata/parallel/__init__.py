@@ -11,8 +11,8 @@ Engines: ``"inprocess"`` (debugging, tiny jobs), ``"processes"`` (a pool on this
 kept for the next job of this process; :func:`shutdown` stops it) and ``"ray"`` (a Ray
 cluster; :mod:`lmdata.parallel.ray`, imported only when asked for). A job's setup (its
 initializer and arguments, such as a pickled reader) reaches each worker once, not with every
-unit: workers forked for the job inherit it, workers of a kept pool read it from a temp file
-that is removed as soon as each of them has read it.
+unit: workers forked for the job inherit it, workers of a kept pool get it through their pipe
+before their first unit of the job (never through a file, which a killed driver would leave).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import multiprocessing as mp
 import os
 import pickle
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -79,39 +78,38 @@ def report(n: int) -> None:
 
 
 _JOB = ""  # in a worker process: the job whose initializer last ran here
-# (job, pickled setup) of the job a pool is forked for: its workers inherit it, no file needed
+# (job, pickled setup) of the job a pool is forked for: its workers inherit it, none is sent
 _BIRTH: tuple[str, bytes] | None = None
 INHERITED = ""  # the ``setup`` of a unit whose workers inherited the job's setup
 
 
 def _counted(
-    fn: Callable[[T], R], unit: T, job: str, setup: str | None, sink: Progress | None
-) -> tuple[R, int]:
-    """Run one unit in a worker; return its result and this worker's pid if the unit loaded
-    the job's setup (else 0). A pool serves job after job: the first unit of a job in a worker
-    loads the job's setup (``setup``: None if there is none; INHERITED if the worker was forked
-    with it; else a file read once per worker, not sent with every unit) and runs its
-    initializer. ``sink`` takes the unit's progress (None: nobody listens)."""
+    fn: Callable[[T], R], unit: T, job: str, setup: str | bytes | None, sink: Progress | None
+) -> R:
+    """Run one unit in a worker and return its result. A pool serves job after job: the first
+    unit of a job in a worker loads the job's setup (``setup``: None if there is none;
+    INHERITED if the worker was forked with it; else the pickled setup, sent once per worker
+    before the job's first unit there, not with every unit) and runs its initializer.
+    ``sink`` takes the unit's progress (None: nobody listens)."""
     global _JOB, _SINK, _BIRTH
-    loaded = 0
     if job != _JOB:
         if setup is not None:
             if setup == INHERITED:
                 if _BIRTH is None or _BIRTH[0] != job:
                     raise RuntimeError("a worker started after its job began has no job setup")
                 blob = _BIRTH[1]
+            elif isinstance(setup, bytes):  # sent through the pipe (serve passes it on)
+                blob = setup
             else:
-                with open(setup, "rb") as fh:
-                    blob = fh.read()
+                raise RuntimeError(f"a unit's job setup is {setup!r}, not the setup itself")
             initializer, initargs = pickle.loads(blob)  # pickled by our own driver
             if initializer is not None:
                 initializer(*initargs)
-            loaded = os.getpid()
-        _BIRTH = None  # the next job's setup comes by file
+        _BIRTH = None  # the next job's setup comes through the pipe
         _JOB = job
     _SINK = sink
     try:
-        return fn(unit), loaded
+        return fn(unit)
     finally:
         _SINK = None
 
@@ -172,13 +170,11 @@ class LocalProcesses:
         if initializer is not None:  # pickled here: workers get a copy, never shared state
             blob = pickle.dumps((initializer, initargs), protocol=pickle.HIGHEST_PROTOCOL)
         entry = _take_pool(self.workers, (job, blob) if blob is not None else None)
-        setup: str | None = None  # no setup, or the workers inherited it
-        if blob is not None:
-            setup = INHERITED if entry.born_for == job else _setup_file(blob)
-        loaded: set[int] = set()  # workers that loaded the setup: the file goes once all have
+        inherited = blob is not None and entry.born_for == job
+        setup = None if blob is None else INHERITED if inherited else _workers.SENT
         finished = False
         try:
-            session = _workers.Session(entry.workers, on_report)
+            session = _workers.Session(entry.workers, on_report, job, None if inherited else blob)
             it = iter(units)
             pulled = head = 0  # units taken from ``units``; results yielded
             exhausted = False
@@ -196,13 +192,8 @@ class LocalProcesses:
                         break
                     session.receive()
                     continue
-                result, pid = session.done.pop(head)
+                result = session.done.pop(head)
                 head += 1
-                if pid and setup not in (None, INHERITED):
-                    loaded.add(pid)
-                    if len(loaded) >= self.workers:  # a SIGKILL from now on leaves no file
-                        _unlink(setup)
-                        setup = None
                 away = time.perf_counter()
                 yield result
                 session.consumer_kept(time.perf_counter() - away)
@@ -212,25 +203,6 @@ class LocalProcesses:
                 _give_back(entry)
             else:  # an error, Ctrl-C or a consumer that stopped early: nothing is reused
                 entry.close()
-            if setup not in (None, INHERITED):  # every unit has finished (or its workers are gone)
-                _unlink(setup)
-
-
-def _setup_file(blob: bytes) -> str:
-    """A temp file holding a job's pickled setup, for workers of a kept pool to read once (mode
-    0600: a reader's storage options may hold secrets): a reader pickled into every unit would
-    be copied through the pipe per unit."""
-    fd, path = tempfile.mkstemp(prefix="lmdata-job-", suffix=".pickle")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(blob)
-    return path
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 @dataclass(eq=False)

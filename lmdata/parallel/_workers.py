@@ -39,6 +39,8 @@ QUEUED_BYTES = 32 << 10
 JOIN_SECONDS = 5.0  # a killed worker is gone within this (it is not waited for longer)
 
 PROGRESS, RESULT, ERROR = 0, 1, 2  # the first field of every message a worker sends
+UNIT, SETUP = 0, 1  # the first field of every message the parent sends
+SENT = "sent"  # the ``setup`` of a unit whose job's setup came before it on the pipe
 
 
 class RemoteTraceback(Exception):
@@ -54,12 +56,15 @@ class RemoteTraceback(Exception):
 def serve(conn: Any, inherited: list[Any], begin: Callable[[], None], run: Callable) -> None:
     """A worker's life: run each unit that arrives on ``conn`` with ``run(fn, unit, job, setup,
     sink)`` and send back its progress and its result (or error); end when the parent closes
-    its end (or is gone). ``inherited``: the parent's pipe ends a forked worker inherited,
-    closed here so that each worker sees its parent's end close."""
+    its end (or is gone). A job's setup arrives once, before the job's first unit here; its
+    units then say ``SENT`` and ``run`` gets the setup itself. ``inherited``: the parent's
+    pipe ends a forked worker inherited, closed here so that each worker sees its parent's end
+    close."""
     for c in inherited:
         c.close()
     begin()
     send = conn.send_bytes
+    given: tuple[str, bytes] = ("", b"")  # (job, pickled setup) last sent to this worker
 
     def sink(n: int) -> None:
         send(pickle.dumps((PROGRESS, n), PROTOCOL))
@@ -71,15 +76,23 @@ def serve(conn: Any, inherited: list[Any], begin: Callable[[], None], run: Calla
             return
         unit: Any = None
         try:
-            fn, unit, job, setup, listen = pickle.loads(message)
+            fields = pickle.loads(message)
+            if fields[0] == SETUP:
+                given = fields[1:]
+                continue
+            _, fn, unit, job, setup, listen = fields
+            if setup == SENT:
+                if given[0] != job:
+                    raise RuntimeError("a unit arrived before its job's setup")
+                setup = given[1]
             began = time.perf_counter()
-            result, loaded = run(fn, unit, job, setup, sink if listen else None)
+            result = run(fn, unit, job, setup, sink if listen else None)
             took = time.perf_counter() - began
         except Exception as e:
             answer = _error(e, unit)
         else:
             try:
-                answer = pickle.dumps((RESULT, result, loaded, took), PROTOCOL)
+                answer = pickle.dumps((RESULT, result, took), PROTOCOL)
             except Exception as e:
                 answer = _error(
                     LmdataError(
@@ -127,6 +140,7 @@ class Worker:
     process: Any
     conn: Any
     units: deque[tuple[int, Any]] = field(default_factory=deque)  # (sequence number, unit)
+    job: str = ""  # the job whose setup was last sent to it
 
 
 def start(ctx: Any, n: int, begin: Callable[[], None], run: Callable) -> list[Worker]:
@@ -172,12 +186,23 @@ def alive(workers: list[Worker]) -> bool:
 
 class Session:
     """One job on a list of workers: sends units, hands back results by sequence number and
-    passes progress on; a worker that dies raises an error naming its unit."""
+    passes progress on; a worker that dies raises an error naming its unit. ``setup`` (the
+    job's pickled setup, if its units say ``SENT``) goes to each worker once, just before the
+    job's first unit there: the worker then has nothing queued, so it reads a setup of any
+    size at once, and a driver killed at any moment leaves nothing behind."""
 
-    def __init__(self, workers: list[Worker], on_report: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        workers: list[Worker],
+        on_report: Callable[[int], None] | None,
+        job: str = "",
+        setup: bytes | None = None,
+    ) -> None:
         self.workers = list(workers)  # those still running (the pool keeps its own list)
         self.on_report = on_report
-        self.done: dict[int, tuple[Any, int]] = {}  # sequence number -> (result, loaded pid)
+        self.job = job
+        self.setup = None if setup is None else pickle.dumps((SETUP, job, setup), PROTOCOL)
+        self.done: dict[int, Any] = {}  # sequence number -> result
         self.held: tuple[int, Any, bytes] | None = None  # a large unit waiting for a free worker
         self.short = False  # the last unit took less than SHORT_UNIT
         self.slow = False  # the consumer kept the last result longer than SLOW_CONSUMER
@@ -197,9 +222,10 @@ class Session:
         return self.held is None and any(len(w.units) < depth for w in self.workers)
 
     def submit(self, seq: int, unit: Any, message: tuple[Any, ...]) -> None:
-        """Send unit ``seq`` to the least busy worker (or hold it: see QUEUED_BYTES)."""
+        """Send unit ``seq`` (``message``: fn, unit, job, setup, listen) to the least busy
+        worker (or hold it: see QUEUED_BYTES)."""
         try:
-            data = pickle.dumps(message, PROTOCOL)
+            data = pickle.dumps((UNIT, *message), PROTOCOL)
         except Exception as e:
             raise LmdataError(
                 f"work unit {_name(unit)} cannot be sent to a worker process: {e}"
@@ -217,9 +243,17 @@ class Session:
         self.held = None
         w.units.append((seq, unit))
         try:
+            if self.setup is not None and w.job != self.job:
+                self._send_setup(w)
             w.conn.send_bytes(data)
         except OSError:  # it died: say so, naming its unit
             self._died(w)
+
+    def _send_setup(self, w: Worker) -> None:
+        """The job's setup, to ``w`` before its first unit of the job (it has none queued)."""
+        assert self.setup is not None
+        w.conn.send_bytes(self.setup)
+        w.job = self.job
 
     def receive(self) -> None:
         """Wait until some worker sends something (or dies) and take it in."""
@@ -249,8 +283,8 @@ class Session:
             return
         seq, _ = w.units.popleft()
         if kind == RESULT:
-            self.done[seq] = (message[1], message[2])
-            self.short = message[3] < SHORT_UNIT
+            self.done[seq] = message[1]
+            self.short = message[2] < SHORT_UNIT
             return
         _, text, exc, name = message
         error: BaseException | None = None

@@ -231,16 +231,24 @@ def manifest_changes(old: bytes | None, new: bytes) -> list[str]:
         return []
     if not isinstance(a, dict) or not isinstance(b, dict):
         return []
-    out: list[str] = []
+    return [".".join(at) for at in json_changes(a, b)]
 
-    def walk(x: Any, y: Any, at: str) -> None:
+
+def json_changes(a: Any, b: Any) -> list[tuple[str, ...]]:
+    """Where two decoded JSON values differ: the key path of each differing leaf, objects
+    walked key by key in sorted order (a key one side lacks reads as None there); ``[()]`` when
+    ``a`` and ``b`` differ and are not both objects. One mechanism for every resume check
+    (staging's manifests here, dedupe's in :mod:`lmdata.dolma._dedupe_resume`)."""
+    out: list[tuple[str, ...]] = []
+
+    def walk(x: Any, y: Any, at: tuple[str, ...]) -> None:
         if isinstance(x, dict) and isinstance(y, dict):
             for k in sorted(set(x) | set(y)):
-                walk(x.get(k), y.get(k), f"{at}.{k}" if at else str(k))
+                walk(x.get(k), y.get(k), (*at, str(k)))
         elif x != y:
             out.append(at)
 
-    walk(a, b, "")
+    walk(a, b, ())
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mmap as _mmap
 import os
 import threading
-from collections import OrderedDict
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,6 +21,38 @@ from lmdata.storage.base import MAX_READ_BYTES
 from lmdata.storage.paths import AtomicOutput
 
 MAX_OPEN_FILES = 64
+
+
+class _Handle:
+    """One open descriptor, closed when the last reference goes: a read holds its handle, so a
+    file evicted or closed meanwhile stays open until that read is done (closing it earlier
+    would let the read land in another file that reused the number)."""
+
+    __slots__ = ("fd", "used")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.used = False  # read again since opened or since the eviction scan last passed it
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except Exception:  # already closed, or interpreter shutdown
+            pass
+
+
+_STORES: weakref.WeakSet[LocalStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts every store afresh: the parent's descriptors share their file with
+    the parent, and a parent thread may have held a store's lock when it forked."""
+    for store in list(_STORES):
+        store._init()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class LocalStore:
@@ -33,12 +65,10 @@ class LocalStore:
         self._init()
 
     def _init(self) -> None:
-        self._pid = os.getpid()
+        # read without the lock (a hit is one dict lookup); changed only under it
+        self._fds: dict[str, _Handle] = {}
         self._lock = threading.Lock()
-        self._fds: OrderedDict[str, int] = OrderedDict()
-        # evicted files, closed when no read is in flight (see _end)
-        self._retired: list[int] = []
-        self._inflight = 0
+        _STORES.add(self)
 
     def __getstate__(self) -> dict[str, Any]:
         return {}
@@ -88,47 +118,46 @@ class LocalStore:
             return {}
         return out
 
-    def _begin(self, key: str) -> int:
-        """The open descriptor of ``key``, counted as in use until :meth:`_end`."""
-        if self._pid != os.getpid():  # inherited by fork: the parent's files stay the parent's
-            self._init()
+    def _open(self, key: str) -> _Handle:
+        """The handle of ``key``, opened if need be. At MAX_OPEN_FILES open, the oldest handle
+        not read again since it was opened or the last scan passed it is evicted first (a file
+        read again gets a second chance, so files in use stay open while others pass)."""
         with self._lock:
-            fd = self._fds.get(key)
-            if fd is None:
-                fd = os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-                self._fds[key] = fd
-                while len(self._fds) > MAX_OPEN_FILES:
-                    self._retired.append(self._fds.popitem(last=False)[1])
-            else:
-                self._fds.move_to_end(key)
-            self._inflight += 1
-        return fd
-
-    def _end(self) -> None:
-        """One read done; evicted descriptors close once no read is in flight (closing one
-        earlier would let a reader read another file that reused its number)."""
-        with self._lock:
-            self._inflight -= 1
-            if not self._inflight and self._retired:
-                for fd in self._retired:
-                    os.close(fd)
-                self._retired.clear()
+            fds = self._fds
+            h = fds.get(key)
+            if h is None:
+                h = _Handle(os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+                for _ in range(2 * len(fds)):  # a first pass clears every mark: two suffice
+                    if len(fds) < MAX_OPEN_FILES:
+                        break
+                    old = next(iter(fds))
+                    o = fds.pop(old)
+                    if o.used:
+                        o.used = False
+                        fds[old] = o
+                while len(fds) >= MAX_OPEN_FILES:  # marked again by reads meanwhile
+                    del fds[next(iter(fds))]
+                fds[key] = h
+            return h
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        fd = self._begin(key)
-        try:
-            return os.pread(fd, length, start)
-        finally:
-            self._end()
+        h = self._fds.get(key)
+        if h is None:
+            h = self._open(key)
+        else:
+            h.used = True
+        return os.pread(h.fd, length, start)
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        fd = self._begin(key)
-        try:
-            return [os.pread(fd, n, s) if n > 0 else b"" for s, n in ranges]
-        finally:
-            self._end()
+        h = self._fds.get(key)
+        if h is None:
+            h = self._open(key)
+        else:
+            h.used = True
+        fd = h.fd
+        return [os.pread(fd, n, s) if n > 0 else b"" for s, n in ranges]
 
     def read(self, key: str, limit: int = MAX_READ_BYTES) -> bytes:
         with open(key, "rb") as f:
@@ -156,15 +185,9 @@ class LocalStore:
         _remove(Path(key))
 
     def close(self) -> None:
+        """Forget the open files; each closes now, or when a read still using it is done."""
         with self._lock:
-            fds = [*self._fds.values(), *self._retired] if self._pid == os.getpid() else []
-            self._fds.clear()
-            self._retired.clear()
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            self._fds = {}
 
 
 WRITE_BUFFER = 1 << 20

@@ -41,6 +41,8 @@ from lmdata.storage.paths import remove_staged
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import (
+    TAIL_RANGES,
+    TAIL_SMALLEST,
     Batch,
     InputFile,
     Unit,
@@ -271,7 +273,8 @@ def _manifest(
     named = [_origin(i, origins or {}) for i in inputs]
     versions = input_versions(named, source_options)
     files = [{**asdict(i), "version": v} for i, v in zip(named, versions, strict=True)]
-    plan = {"range_bytes": range_bytes}  # the units' boundaries, which --resume must reuse
+    # the units' boundaries, which --resume must reuse (the tail: how the last ranges are cut)
+    plan = {"range_bytes": range_bytes, "tail": [TAIL_RANGES, TAIL_SMALLEST]}
     return orjson.dumps(
         {"job": asdict(job), "inputs": files, "plan": plan}, option=orjson.OPT_SORT_KEYS
     )

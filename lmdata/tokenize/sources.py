@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import gzip
 import io
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,6 +82,11 @@ COMPRESSED = (".gz", ".zst", ".zstd")
 RANGE_BYTES = 8 << 20  # a plain JSONL file becomes units of at most this many bytes
 MIN_RANGE_BYTES = 4 << 20  # ... and of at least this many (a smaller job runs in one process)
 SPREAD_UNITS = 16  # a job's plain JSONL makes at least this many units when it can
+# the last TAIL_RANGES byte ranges of a job (of its last input) are cut again, each piece half
+# of what is left, down to about a TAIL_SMALLEST-th of a range: the workers then finish
+# together (two workers ending on whole ranges idle half a range at the end, on average)
+TAIL_RANGES = 2
+TAIL_SMALLEST = 8
 READ_BYTES = 4 << 20  # bytes per ranged read of an input on an object store
 DATASET_RECORDS = 1 << 16  # records of a dataset input per unit
 BATCH_BYTES = 1 << 20  # a batch also ends after this many bytes, so memory stays small
@@ -296,8 +302,11 @@ def plan_units(
 ) -> list[Unit]:
     """The units of ``inputs``, in input order: a plain JSONL file is cut into byte ranges
     (a retry redoes only its range), a compressed file or any other input is one unit, and a
-    dataset is cut into record ranges. Reads nothing but a dataset's length."""
+    dataset is cut into record ranges; the job's last ranges are smaller (see TAIL_RANGES).
+    Reads nothing but a dataset's length. The units depend only on the inputs and
+    ``range_bytes``, never on the number of workers, so a resume plans the same ones."""
     out: list[Unit] = []
+    last = len(inputs) - 1
     for fi, inp in enumerate(inputs):
         if inp.kind == "dataset":
             n = _dataset_len(inp.path, fmt, storage_options)
@@ -308,9 +317,29 @@ def plan_units(
         if not unit.splittable:
             out.append(unit)
             continue
-        for part, lo in enumerate(range(0, max(inp.size, 1), range_bytes)):
-            out.append(Unit(fi, part, inp.path, inp.kind, lo, min(inp.size, lo + range_bytes)))
+        cuts = _cuts(inp.size, range_bytes, tail=fi == last)
+        for part, (lo, hi) in enumerate(itertools.pairwise(cuts)):
+            out.append(Unit(fi, part, inp.path, inp.kind, lo, hi))
     return out
+
+
+def _cuts(size: int, range_bytes: int, tail: bool) -> list[int]:
+    """Where the byte ranges of a file of ``size`` bytes begin, and its end: every
+    ``range_bytes``; with ``tail`` (and more than one range), the last TAIL_RANGES ranges
+    are cut again into halves of what is left, the last two pieces equal."""
+    cuts = list(range(0, max(size, 1), range_bytes))
+    if not tail or len(cuts) < 2:
+        return [*cuts, size]
+    at = cuts[max(0, len(cuts) - TAIL_RANGES)]
+    del cuts[max(0, len(cuts) - TAIL_RANGES) :]
+    smallest = max(1, range_bytes // TAIL_SMALLEST)
+    while size - at > 2 * smallest:
+        cuts.append(at)
+        at += (size - at) // 2
+    cuts.append(at)
+    if size - at >= 2:
+        cuts.append(at + (size - at) // 2)
+    return [*cuts, size]
 
 
 def read_batches(

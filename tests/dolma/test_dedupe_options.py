@@ -173,6 +173,34 @@ def test_file_partitions_split_the_files(tmp_path: Path) -> None:
         assert here == file_partition(f"s3://b/x/documents/{name}", cfg) == i
 
 
+def test_a_file_partition_with_no_files_writes_its_key_file_empty(tmp_path: Path) -> None:
+    """dolma 1.2.1 writes its Bloom filter at the end of every run, one of a file partition
+    with no files too (checked by running it): here the key file, with no keys."""
+    root = tmp_path / "ds"
+    _write(root, [["x", "x"]])
+    parts = {
+        i: _cfg(root, URL, num_partitions=4, partition_index=i, file_partition=True)
+        for i in range(4)
+    }
+    empty = next(i for i, c in parts.items() if not c.document_files())
+    kf = tmp_path / "keys.bin"
+    for save in (False, True):
+        bloom = {"file": str(kf), "save_to_disk": save}
+        cfg = _cfg(
+            root, URL, bloom=bloom, num_partitions=4, partition_index=empty, file_partition=True
+        )
+        assert _run(cfg).files == 0
+        assert kf.exists() == save  # save_to_disk false: none, as with files
+    assert _keyfile.KeyFile(str(kf), None).keys == 0
+    # an existing key file is kept as it is: it holds every key the run would add
+    _run(_cfg(root, URL, bloom={"file": str(kf)}))  # every file, no partitions: the key "x"
+    held = kf.read_bytes()
+    assert _keyfile.KeyFile(str(kf), None).keys == 1
+    bloom = {"file": str(kf)}
+    _run(_cfg(root, URL, bloom=bloom, num_partitions=4, partition_index=empty, file_partition=True))
+    assert kf.read_bytes() == held
+
+
 def test_document_dir_names_the_folder_replaced(tmp_path: Path) -> None:
     root = tmp_path / "ds"
     _write(root, [["x", "x"]], folder="docs")

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from lmdata.cli.main import cli
+from lmdata.dolma import _dedupe_resume as dr
 from lmdata.dolma import dedupe as dd
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma.config import DedupeConfig
@@ -169,6 +170,43 @@ def test_a_changed_input_or_option_is_not_resumed(tmp_path: Path) -> None:
     (fresh / "documents" / "c.jsonl").write_bytes(c.read_bytes())
     dd.dedupe(_cfg(str(fresh), None), engine="inprocess", range_bytes=RB)
     assert _attrs(root) == _attrs(fresh)
+
+
+def test_a_refused_resume_names_each_input_new_gone_or_changed_and_each_option(
+    tmp_path: Path,
+) -> None:
+    root, work = _tree(tmp_path / "r"), tmp_path / "w"
+    _stop(str(root), work, "_phase_mark", 1)
+    docs = root / "documents"
+    (docs / "d.jsonl").write_bytes(_docs("d", 3))
+    (docs / "b.jsonl.gz").unlink()
+    cfg = _cfg(str(root), work, min_length=2)
+    cfg = dataclasses.replace(cfg, ngrams=dataclasses.replace(cfg.ngrams, length=3))
+    with pytest.raises(InvalidInputError) as err:
+        dd.dedupe(cfg, engine="inprocess", range_bytes=RB, resume=True)
+    msg = str(err.value)
+    assert f"input {docs / 'b.jsonl.gz'} is gone" in msg
+    assert f"input {docs / 'd.jsonl'} is new" in msg
+    assert "options min_length, ngrams.length changed" in msg  # a nested option by its path
+    assert "c.jsonl" not in msg and "a.jsonl" not in msg  # the inputs unchanged are not named
+
+
+def test_the_resume_refusal_words_every_kind_of_difference() -> None:
+    new = {"lmdata": "1", "inputs": {"/a": [1, 2], "/b": [3, 4]}, "options": {"x": 1}}
+    differs = dr._differs
+    assert differs({**new, "lmdata": "0"}, new) == "it was started by lmdata 0, this is 1,"
+    assert differs(None, new) == differs("junk", new) == "the inputs or options changed"
+    gone = {**new, "inputs": {"/a": [1, 3], "/c": [0, 0]}}
+    assert differs(gone, new) == (
+        "input /a changed (its size or modification time), input /b is new, input /c is gone"
+    )
+    many = {**new, "inputs": {f"/{i}": [0, 0] for i in range(6)}}
+    assert differs(many, new).endswith("and 5 more inputs")  # 8 named at most 3
+    assert differs({**new, "inputs": [["/a", 1, 2]]}, new) == "the inputs changed"  # old form
+    nested = {**new, "options": {"x": 1, "y": {"z": 0, "w": 1}}}
+    assert differs({**new, "options": {"x": 2, "y": {"z": 1, "w": 1}}}, nested) == (
+        "options x, y.z changed"
+    )
 
 
 def test_a_stopped_dedupe_on_memory_resumes(tmp_path: Path) -> None:

@@ -1,10 +1,18 @@
-"""The local store's outputs: streamed writes are buffered, and appear only on commit."""
+"""The local store: streamed writes are buffered and appear only on commit; reads through
+kept-open files stay right across threads, evictions and forks."""
 
 from __future__ import annotations
 
 import os
+import random
+import signal
+import sys
+import threading
+
+import pytest
 
 from lmdata.storage import LocalStore
+from lmdata.storage.local import MAX_OPEN_FILES
 
 
 def test_open_write_buffers_small_pieces(tmp_path):
@@ -18,3 +26,141 @@ def test_open_write_buffers_small_pieces(tmp_path):
     assert not (tmp_path / "f.bin").exists()
     out.commit()
     assert (tmp_path / "f.bin").read_bytes() == b"x" * 400_000
+
+
+def _files(tmp_path, n: int, size: int = 5000) -> list[tuple[str, bytes]]:
+    out = []
+    for i in range(n):
+        p = tmp_path / f"f{i}"
+        data = random.Random(i).randbytes(size)
+        p.write_bytes(data)
+        out.append((str(p), data))
+    return out
+
+
+def _in_fork(child) -> None:
+    """Run ``child()`` in a forked child; fails unless it returns without raising."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(r)
+        signal.alarm(30)  # a child stuck on a lock dies instead of hanging the test
+        try:
+            child()
+            msg = b"ok"
+        except BaseException as e:
+            msg = repr(e).encode()
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        got = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert got == b"ok" and os.waitstatus_to_exitcode(status) == 0, got
+
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="fork")
+
+
+@needs_fork
+def test_a_forked_child_opens_its_own_files(tmp_path):
+    (key, old), (_, new) = _files(tmp_path, 2)
+    store = LocalStore()
+    assert store.read_range(key, 100, 50) == old[100:150]
+    parent_fd = store._fds[key].fd
+    os.replace(tmp_path / "f1", key)  # the name now holds other bytes; the parent's file is kept
+    assert store.read_range(key, 100, 50) == old[100:150]
+
+    def child():
+        try:
+            os.fstat(parent_fd)  # the parent's descriptor was dropped at fork, not inherited
+        except OSError:
+            pass
+        else:
+            raise AssertionError("the child kept the parent's descriptor")
+        assert store.read_range(key, 100, 50) == new[100:150]  # opened the name anew
+        assert store.read_ranges(key, [(0, 10), (4990, 10)]) == [new[:10], new[4990:]]
+        store.close()
+
+    _in_fork(child)
+    assert store.read_range(key, 0, 10) == old[:10]  # the child's close left the parent's files
+
+
+@needs_fork
+def test_a_forked_child_reads_while_a_parent_thread_holds_the_store_lock(tmp_path):
+    (key, data), (other, other_data) = _files(tmp_path, 2)
+    store = LocalStore()
+    assert store.read_range(key, 0, 10) == data[:10]
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with store._lock:
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(30)
+    try:
+        # a file the store has not opened yet: opening it takes the lock
+        _in_fork(lambda: store.read_range(other, 10, 20) == other_data[10:30] or 1 / 0)
+    finally:
+        release.set()
+        t.join()
+
+
+def test_threads_read_right_bytes_while_files_are_evicted(tmp_path):
+    files = _files(tmp_path, MAX_OPEN_FILES * 2 + 5, size=2000)
+    store = LocalStore()
+    bad = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(3000):
+            key, data = rng.choice(files)
+            s = rng.randrange(1990)
+            if rng.random() < 0.5:
+                got = store.read_range(key, s, 10)
+            else:
+                got = store.read_ranges(key, [(s, 10)])[0]
+            if got != data[s : s + 10]:
+                bad.append((key, s))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
+    assert len(store._fds) <= MAX_OPEN_FILES
+
+
+def test_an_evicted_file_stays_open_while_a_read_holds_it(tmp_path):
+    files = _files(tmp_path, MAX_OPEN_FILES + 10, size=100)
+    store = LocalStore()
+    held = store._open(files[0][0])  # what a read holds between its lookup and its pread
+    fd = held.fd
+    for key, _ in files[1:]:
+        store.read_range(key, 0, 1)
+    assert files[0][0] not in store._fds  # evicted
+    os.fstat(fd)  # still open: another file opened meanwhile cannot have taken its number
+    assert os.pread(fd, 10, 0) == files[0][1][:10]
+    del held
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed with the last reference
+
+
+def test_a_file_in_use_stays_open_while_many_others_pass(tmp_path, monkeypatch):
+    files = _files(tmp_path, MAX_OPEN_FILES * 3, size=100)
+    hot, data = files[0]
+    opened = []
+    real = os.open
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: opened.append(p) or real(p, *a, **k))
+    store = LocalStore()
+    for key, _ in files[1:]:
+        assert store.read_range(hot, 5, 5) == data[5:10]
+        store.read_range(key, 0, 1)
+    assert opened.count(hot) == 1  # evicting in order of opening would reopen it twice
+    assert len(store._fds) <= MAX_OPEN_FILES
+    store.close()
+    assert store._fds == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import shutil
@@ -21,7 +22,15 @@ import lmdata
 from lmdata.errors import InvalidInputError, OutputExistsError
 from lmdata.tokenize import ByteTokenizer
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
-from lmdata.tokenize.sources import RANGE_BYTES, InputFile, first_line, plan_units, read_batches
+from lmdata.tokenize.sources import (
+    RANGE_BYTES,
+    TAIL_RANGES,
+    TAIL_SMALLEST,
+    InputFile,
+    first_line,
+    plan_units,
+    read_batches,
+)
 
 TRAPS = [
     "",
@@ -455,6 +464,54 @@ def test_byte_ranges_hold_every_line_exactly_once(lines, trailing_newline, range
                 assert first_line(u) == len(got) + 1  # error messages name the file's line
             got += items
     assert got == _lines_of(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=3),
+    range_bytes=st.integers(1, 900),
+)
+def test_the_jobs_last_ranges_are_cut_smaller_so_workers_finish_together(sizes, range_bytes):
+    """Byte ranges cover each file once, in order; the last file's last TAIL_RANGES ranges are
+    cut again into halves of what is left, down to the last two pieces (about a TAIL_SMALLEST-th
+    of a range each); the other files and a file of one range keep whole ranges. The plan
+    depends only on the inputs and the range size (no worker count goes in)."""
+    inputs = [InputFile(f"f{i}.jsonl", "jsonl", n) for i, n in enumerate(sizes)]
+    units = plan_units(inputs, range_bytes)
+    assert units == plan_units(inputs, range_bytes)
+    for fi, size in enumerate(sizes):
+        mine = [u for u in units if u.file_index == fi]
+        assert [u.part for u in mine] == list(range(len(mine)))
+        assert mine[0].start == 0 and mine[-1].end == size
+        assert all(a.end == b.start for a, b in itertools.pairwise(mine))
+        assert all(u.start < u.end for u in mine) or size == 0
+        assert all(u.end - u.start <= range_bytes for u in mine)
+        whole = -(-size // range_bytes) if size else 1
+        if fi < len(sizes) - 1 or whole < 2:
+            assert len(mine) == whole  # untouched
+            continue
+        tail = mine[max(0, whole - TAIL_RANGES) :]
+        lengths = [u.end - u.start for u in tail]
+        assert tail[0].start == range_bytes * max(0, whole - TAIL_RANGES)
+        assert lengths[:-1] == sorted(lengths[:-1], reverse=True)  # shrinking pieces
+        assert abs(lengths[-1] - lengths[-2]) <= 1  # the last two: equal
+        assert lengths[-1] <= max(1, range_bytes // TAIL_SMALLEST)
+        assert len(tail) > min(TAIL_RANGES, whole) or sum(lengths) < 2 * TAIL_SMALLEST
+
+
+def test_a_resume_refuses_a_work_folder_planned_with_another_tail(corpus, tmp_path):
+    job = TokenizeJob(to="flat-tokens", batch_docs=64)
+    with pytest.raises(KeyboardInterrupt):
+        tokenize(
+            [corpus], tmp_path / "o", job, workers=0, progress=interrupt_at(3), range_bytes=3000
+        )
+    manifest = work_dir_for(tmp_path / "o") / "manifest.json"
+    old = json.loads(manifest.read_bytes())
+    assert old["plan"]["tail"] == [TAIL_RANGES, TAIL_SMALLEST]
+    del old["plan"]["tail"]  # as an lmdata that cut no tail wrote it
+    manifest.write_bytes(json.dumps(old, sort_keys=True, separators=(",", ":")).encode())
+    with pytest.raises(InvalidInputError, match=r"plan\.tail differs"):
+        tokenize([corpus], tmp_path / "o", job, workers=0, resume=True, range_bytes=3000)
 
 
 @pytest.fixture(scope="module")
