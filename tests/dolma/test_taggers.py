@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import subprocess
 import sys
@@ -162,11 +163,17 @@ def test_random_number_is_seeded_and_order_free(
     assert list(a.predict(doc)) != list(b.predict(doc))
     root = _docs(tmp_path)
 
-    def not_here(*a: object, **k: object) -> None:
-        raise AssertionError("the driver opened an output: workers write attribute files")
+    from lmdata.dolma import tag as tag_mod
 
-    with monkeypatch.context() as m:  # spawned workers do not see this patch: they write
-        m.setattr("lmdata.dolma.tag.OutputFile", not_here)
+    real, driver = tag_mod.OutputFile, os.getpid()
+
+    def not_here(*a: object, **k: object) -> object:
+        if os.getpid() == driver:
+            raise AssertionError("the driver opened an output: workers write attribute files")
+        return real(*a, **k)  # a forked worker inherits the patch
+
+    with monkeypatch.context() as m:
+        m.setattr(tag_mod, "OutputFile", not_here)
         tag_paths(str(root), ["random_number_v1"], experiment="r1", seed=5, processes=2)
     tag_paths(str(root), ["random_number_v1"], experiment="r2", seed=5)
     r1 = [
