@@ -306,7 +306,17 @@ def tag(
     )
 
 
-def tag_paths(documents: Sequence[str] | str, taggers: Sequence[str], **options: Any) -> TagResult:
-    """Convenience wrapper: ``tag_paths("ds/documents/*.gz", ["char_length_v1"], ...)``."""
+def tag_paths(
+    documents: Sequence[str] | str,
+    taggers: Sequence[str],
+    *,
+    progress: bool = False,
+    engine: str = "processes",
+    address: str | None = None,
+    **options: Any,
+) -> TagResult:
+    """Convenience wrapper: ``tag_paths("ds/documents/*.gz", ["char_length_v1"], ...)``;
+    ``options`` are config keys (``experiment=``, ``processes=``, ...), the rest as :func:`tag`."""
     docs = [documents] if isinstance(documents, str) else list(documents)
-    return tag(TagConfig.from_dict({"documents": docs, "taggers": list(taggers), **options}))
+    cfg = TagConfig.from_dict({"documents": docs, "taggers": list(taggers), **options})
+    return tag(cfg, progress=progress, engine=engine, address=address)

@@ -258,3 +258,19 @@ def test_tag_and_mix_workers_import_neither_yaml_nor_regex() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert whitespace_count("é x") == 3  # and the regex module still serves non-ASCII text
+
+
+def test_tag_paths_takes_the_engine_as_tag_does(tmp_path: Path) -> None:
+    # engine= is no config key: it reaches tag() and gives the bytes of the default engine
+    rows = [{"id": str(i), "text": f"doc {i} " * (i % 5 + 1)} for i in range(40)]
+    out = []
+    for engine, n in (("inprocess", 1), ("processes", 2)):
+        root = tmp_path / engine
+        (root / "documents").mkdir(parents=True)
+        doc = root / "documents" / "part-0.jsonl"
+        doc.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        tag_paths(str(root), ["char_length_v1"], experiment="e", engine=engine, processes=n)
+        out.append((root / "attributes" / "e" / "part-0.jsonl").read_bytes())
+    assert out[0] == out[1] and out[0].count(b"\n") == 40
+    with pytest.raises(InvalidInputError, match="engine"):
+        tag_paths(str(tmp_path / "inprocess"), ["char_length_v1"], experiment="c", engine="bogus")
