@@ -6,11 +6,15 @@ byte-identical W6 files). dolma itself is measured side by side, CLI against CLI
 bench_origin.py on the same generated files (``generate``, ``bare_read``); this table adds
 dedupe and the in-process rates, against the practical limit: a bare gzip + orjson read of
 the same files, measured in the same run.
+
+``LMDATA_BENCH_DOLMA_ROWS=plain`` (any words, comma-separated) runs only the rows whose label
+holds one of them (with the bare read), e.g. the single-plain-file rows while tuning ranges.
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import sys
 import tempfile
@@ -33,6 +37,11 @@ from _compare import QUICK, record
 
 N_DOCS = 20_000 if QUICK else 100_000
 N_FILES = 4
+ROWS = [w.strip() for w in os.environ.get("LMDATA_BENCH_DOLMA_ROWS", "").split(",") if w.strip()]
+
+
+def _wanted(label: str) -> bool:
+    return not ROWS or any(w in label for w in ROWS)
 
 
 def generate(root: Path) -> list[Path]:
@@ -135,7 +144,7 @@ def main() -> None:
                 out.write(gzip.decompress(f.read_bytes()))
         rows: list[tuple[str, int, float, float]] = []
         for label, where in (("tag", docs), ("tag 1 plain file", [str(plain / "*.jsonl")])):
-            for procs in (1, 2):
+            for procs in (1, 2) if _wanted(label) else ():
                 cfg = TagConfig.from_dict(
                     {
                         "documents": where,
@@ -145,7 +154,7 @@ def main() -> None:
                     }
                 )
                 rows.append((label, procs, *_timed(procs, lambda cfg=cfg: tag(cfg).documents)))
-        for procs in (1, 2):
+        for procs in (1, 2) if _wanted("dedupe docs by $.text") else ():
             cfg = DedupeConfig.from_dict(
                 {
                     "documents": docs,
@@ -167,6 +176,8 @@ def main() -> None:
             (1, "mix 1 plain file", 1, [str(plain / "*.jsonl")]),
             (2, "mix 1 plain file", 1, [str(plain / "*.jsonl")]),
         ):
+            if not _wanted(label):
+                continue
             out = work / f"mixed-{procs}-{size}-{len(rows)}"
             cfg = MixerConfig.from_dict(
                 {
@@ -211,7 +222,10 @@ def main() -> None:
             "pool each row, as a CLI run has); 'driver cpu' = the calling process's CPU time over "
             "the row's wall time times the processes (the serial share: planning, joins, "
             "progress; at 1 process the work itself runs there); 'tag/mix 1 plain file' = the "
-            "same documents in one plain JSONL file, cut into 64 MiB byte ranges; dolma itself: "
+            "same documents in one plain JSONL file, cut into byte ranges of 1/16 of the job's "
+            "plain bytes (4 to 64 MiB: ~12.5 MB at full size, where 64 MiB ranges left two "
+            "workers 128 against 72 MB; mix cuts only a file above 64 MiB, so not in quick "
+            "mode); dolma itself: "
             "bench_origin.py's Dolma table."
         )
     finally:

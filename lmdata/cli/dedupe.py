@@ -124,10 +124,10 @@ def command(
         "work_dir": work_dir,
     }
     data = build(config_path(ctx, config), flags, sets)
+    cfg = DedupeConfig.from_dict(data)  # a misspelled key fails a dry run too, as in dolma
     if dryrun or data.get("dryrun"):
         show_config(data)
         return
-    cfg = DedupeConfig.from_dict(data)
     try:
         res = dedupe(
             cfg,

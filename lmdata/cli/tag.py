@@ -108,10 +108,10 @@ def command(
         "ignore_existing": ignore_existing,
     }
     data = build(config_path(ctx, config), flags, sets)
+    cfg = TagConfig.from_dict(data)  # a misspelled key fails a dry run too, as in dolma
     if dryrun or data.get("dryrun"):
         show_config(data)
         return
-    cfg = TagConfig.from_dict(data)
     res = tag(
         cfg, progress=not quiet, engine=engine, address=address, storage_options=storage_options
     )

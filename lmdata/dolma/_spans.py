@@ -1,6 +1,7 @@
 """dedupe's units of input (spans): a document file whole, or the lines that start in one byte
 range of a large plain one, and what is read of them (each document's key or paragraphs); see
-:mod:`lmdata.dolma.dedupe`.
+:mod:`lmdata.dolma.dedupe`. A plain file is cut into byte ranges as tag and mix cut theirs
+(:func:`lmdata.dolma._ranges.cut`).
 
 Spans are numbered in input order (files in order, a file's ranges in order) and a key's place
 is (span, line in the span, paragraph, n-gram), so sorting places gives input order whatever
@@ -15,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from lmdata.dolma._ranges import cut
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.jsonpath import compile_path
 from lmdata.errors import CorruptDataError
@@ -55,17 +57,15 @@ class Span:
 
 def plan(files: Sequence[str], sizes: Sequence[int], range_bytes: int) -> list[tuple[Span, int]]:
     """Every span of ``files`` (of ``sizes`` bytes) in input order, with its size: a plain file
-    larger than ``range_bytes`` is cut into the fewest ranges of equal size (to a byte) not
-    larger than that, any other file is whole."""
+    larger than ``range_bytes`` is cut into ranges (:func:`cut`), any other file is whole."""
     out: list[tuple[Span, int]] = []
     for f, size in zip(files, sizes, strict=True):
         if size <= range_bytes or not splittable(f):
             out.append((Span(f), size))
             continue
-        n = -(-size // range_bytes)
-        for k in range(n):
-            a, b = k * size // n, (k + 1) * size // n
-            out.append((Span(f, a, b, k, n), b - a))
+        ranges = cut(size, range_bytes)
+        for k, (a, b) in enumerate(ranges):
+            out.append((Span(f, a, b, k, len(ranges)), b - a))
     return out
 
 

@@ -10,13 +10,16 @@ write with keys sorted, as dolma's serde_json does.
 Inputs are grouped into shards in order until adding the next file would pass
 ``max_size_in_bytes`` of compressed input; each shard is one output file
 ``<path>/<name>-NNNN.jsonl.gz`` (dolma names its last shard ``.json.gz`` by accident; here every
-shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive sources holding at
-least PIECE_BYTES of input (the last piece less), so a shard is mixed by several workers; each
-piece is written beside the shard (:mod:`lmdata.dolma.pieces`: a folder named after the shard's
-job) and the pieces are joined in order into one file (one gzip member), the same bytes for any
-engine and number of workers; a job run again redoes only the pieces not complete. A source
-is a whole input file, or a byte range of RANGE_BYTES of a plain JSONL file larger than that:
-the job first counts each range's newlines (one fast unit per range) to number its lines for
+shard ends in ``.jsonl.gz``). A unit is a *piece* of a shard: consecutive whole files holding at
+least PIECE_BYTES of input (the last piece less), or one range of a file, so a shard is mixed
+by several workers; each piece is written beside the shard (:mod:`lmdata.dolma.pieces`: a
+folder named after the shard's job) and the pieces are joined in order into one file (one gzip
+member), the same bytes for any engine and number of workers; a job run again redoes only the
+pieces not complete. A source is a whole input file, or a byte range of a plain JSONL file
+larger than 64 MiB (ranges of :func:`lmdata.dolma._ranges.range_size` of the stream's plain
+bytes, so a stream of one such file still makes enough units for its workers, the same for any
+number of workers; a file up to 64 MiB is one source, its output the bytes it always was): the
+job first counts each range's newlines (one fast unit per range) to number its lines for
 provenance, and a range enters the attribute files it reads in step at its first row. A gzip
 or zstd input is one source (a compressed stream cannot be entered in the middle without an
 index of its members or frames, which dolma's files do not have). An existing output is kept
@@ -39,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from lmdata import parallel
+from lmdata.dolma import _ranges
+from lmdata.dolma._ranges import cut, range_size
 from lmdata.dolma.config import MixerConfig, StreamConfig
 from lmdata.dolma.mixing import ShardStats, Source, mix_documents
 from lmdata.dolma.pieces import (
@@ -66,7 +71,6 @@ from lmdata.storage import is_url, join, resolve, scheme
 log = logging.getLogger("lmdata.dolma.mix")
 
 PIECE_BYTES = 16 << 20  # a shard's inputs are mixed in pieces of at least this many bytes
-RANGE_BYTES = 64 << 20  # a plain JSONL input larger than this is mixed in ranges of this size
 
 
 @dataclass(frozen=True)
@@ -149,24 +153,24 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
     out = _under(base, stream.output_path)
     comp = _output_compression(stream)
     stores = Stores(opts)
+    keys = [stores(f) for f in inputs]
+    # every size for shards, the plain ones' alone for one output per input
+    sizes = [st.size(k) if stream.shuffle or splittable(k) else 0 for st, k in keys]
+    step = range_size(sum(z for (_, k), z in zip(keys, sizes, strict=True) if splittable(k)))
     if not stream.shuffle:  # one output per input, keeping the path below documents/
-        shards = []
-        for f in inputs:
-            store, key = stores(f)
-            srcs = _sources(f, store.size(key) if splittable(key) else 0, key)
-            shards.append(_shard(stream, srcs, _join(out, "documents", _below_documents(f))))
-        return shards
+        return [
+            _shard(stream, _sources(f, z, k, step), _join(out, "documents", _below_documents(f)))
+            for f, (_, k), z in zip(inputs, keys, sizes, strict=True)
+        ]
     groups: list[list[tuple[Source, int]]] = []
     size = 0
-    for f in inputs:
-        store, key = stores(f)
-        s = store.size(key)
+    for f, (_, key), s in zip(inputs, keys, sizes, strict=True):
         if groups and groups[-1] and size + s > stream.max_size_in_bytes:
             groups.append([])
             size = 0
         if not groups:
             groups.append([])
-        groups[-1].extend(_sources(f, s, key))
+        groups[-1].extend(_sources(f, s, key, step))
         size += s
     return [
         _shard(stream, g, _join(out, f"{stream.name}-{i:04d}{suffix_for(comp)}"))
@@ -177,7 +181,7 @@ def plan_shards(stream: StreamConfig, base: str | os.PathLike[str] | None = None
 def _shard(stream: StreamConfig, sources: list[tuple[Source, int]], output: str) -> Shard:
     """The shard of ``sources`` (each with its bytes), in pieces as :func:`_cuts` says; one in
     several pieces is named by a digest of all its pieces depend on (storage options aside)."""
-    cuts = _cuts([n for _, n in sources])
+    cuts = _cuts(sources)
     srcs = tuple(s for s, _ in sources)
     if len(cuts) == 1:
         return Shard(stream, srcs, output)
@@ -186,23 +190,23 @@ def _shard(stream: StreamConfig, sources: list[tuple[Source, int]], output: str)
     return Shard(stream, srcs, output, cuts, job)
 
 
-def _sources(f: str, size: int, key: str) -> list[tuple[Source, int]]:
-    """``f`` as one source, or a plain file larger than RANGE_BYTES as ranges of that size
-    (line numbers still to count); each with its bytes."""
-    if size <= RANGE_BYTES or not splittable(key):
+def _sources(f: str, size: int, key: str, step: int) -> list[tuple[Source, int]]:
+    """``f`` as one source, or a plain file larger than ``_ranges.RANGE_BYTES`` as ranges of at
+    most ``step`` bytes (line numbers still to count); each with its bytes. A file up to that
+    stays one source (its shard's bytes as they were before ranges shrank with the job)."""
+    if size <= _ranges.RANGE_BYTES or not splittable(key):
         return [(Source(f), size)]
-    n = -(-size // RANGE_BYTES)
-    bounds = [min(size, k * RANGE_BYTES) for k in range(n + 1)]
-    return [(Source(f, a, b), b - a) for a, b in itertools.pairwise(bounds)]
+    return [(Source(f, a, b), b - a) for a, b in cut(size, step)]
 
 
-def _cuts(sizes: list[int]) -> tuple[int, ...]:
-    """Where the pieces of a shard start: a piece ends once it holds PIECE_BYTES of input."""
+def _cuts(sources: list[tuple[Source, int]]) -> tuple[int, ...]:
+    """Where the pieces of a shard start: a piece ends once it holds PIECE_BYTES of input, and
+    a range of a file is a piece of its own (ranges are sized so that the job has enough)."""
     cuts = [0]
     held = 0
-    for i, s in enumerate(sizes[:-1]):
+    for i, ((src, s), (nxt, _)) in enumerate(itertools.pairwise(sources)):
         held += s
-        if held >= PIECE_BYTES:
+        if held >= PIECE_BYTES or not src.whole or not nxt.whole:
             cuts.append(i + 1)
             held = 0
     return tuple(cuts)

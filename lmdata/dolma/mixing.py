@@ -23,8 +23,8 @@ from lmdata.storage import Store
 
 @dataclass(frozen=True)
 class Source:
-    """The documents of one input file: all of it, or (a plain file larger than RANGE_BYTES)
-    the lines starting in bytes ``[start, end)``, the first of which is line ``first_line``
+    """The documents of one input file: all of it, or (a plain file cut into ranges) the
+    lines starting in bytes ``[start, end)``, the first of which is line ``first_line``
     (counted by the job before mixing: provenance names every document's line)."""
 
     path: str

@@ -3,14 +3,18 @@
 With an experiment name every tagger's keys go to ``attributes/<experiment>/`` (keys
 ``<experiment>__<tagger>__<type>``); without one each tagger writes ``attributes/<tagger>/``
 with keys ``<tagger>__<tagger>__<type>``, as dolma does. A unit is a document file, or a byte
-range of RANGE_BYTES of a plain (uncompressed) JSONL file, so one large file is tagged by
-several workers; compressed files cannot be entered in the middle and are one unit each. Each
-range writes a piece of the attribute file (:mod:`lmdata.dolma.pieces`: a folder beside it named
-after the job) and the pieces are joined in input order into one file, the same bytes for any
-engine and number of workers. Each output file appears atomically, and an existing one is kept
-(resume) unless ``ignore_existing``; a file tagged in ranges is kept or redone as a whole (decided
-once, before the job), and a job run again redoes only the ranges whose pieces are not complete.
-Documents and attributes live in any store (local paths, ``s3://``, ``memory://``, ...).
+range of a plain (uncompressed) JSONL file larger than the job's range size, so one file is
+tagged by several workers; compressed files cannot be entered in the middle and are one unit
+each. The range size (:func:`lmdata.dolma._ranges.range_size`) is the job's plain bytes over 16,
+within 4 to 64 MiB: a job makes enough units for its workers to finish together, the same
+units for any number of workers. Each range writes a piece of the attribute file
+(:mod:`lmdata.dolma.pieces`: a folder beside it named after the job) and the pieces are joined
+in input order into one file: the attribute file of a plain document file is plain, so it holds
+the bytes one unit writes, for any engine, number of workers and range size. Each output file
+appears atomically, and an existing one is kept (resume) unless ``ignore_existing``; a file
+tagged in ranges is kept or redone as a whole (decided once, before the job), and a job run
+again redoes only the ranges whose pieces are not complete. Documents and attributes live in
+any store (local paths, ``s3://``, ``memory://``, ...).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import orjson
 
 from lmdata import parallel
+from lmdata.dolma._ranges import cut, range_size
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.pieces import (
     Fresh,
@@ -48,8 +53,6 @@ from lmdata.formats.dolma._output import OutputFile, Part
 from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of, is_file
 from lmdata.formats.dolma._rows import parse_line
 from lmdata.storage import Store, resolve
-
-RANGE_BYTES = 64 << 20  # a plain JSONL file larger than this is tagged in ranges of this size
 
 
 @dataclass(frozen=True)
@@ -185,28 +188,31 @@ class _File:
 
 
 def _plan(cfg: TagConfig, files: list[str]) -> list[_File]:
-    """One unit per document file, or per RANGE_BYTES of a plain file larger than that; such a
-    file is skipped (its outputs exist) or tagged as a whole, decided here once, and its
-    ranges whose pieces an earlier run of the job completed are taken as they are."""
+    """One unit per document file, or per range of a plain file larger than the job's range
+    size (:func:`lmdata.dolma._ranges.range_size` of its plain bytes); such a file is skipped
+    (its outputs exist) or tagged as a whole, decided here once, and its ranges whose pieces
+    an earlier run of the job completed are taken as they are."""
     out = []
     stores = Stores(cfg.storage_options)
-    for f in files:
-        store, key = stores(f)
-        size = store.size(key) if splittable(key) else 0
-        if size <= RANGE_BYTES:
+    found = [stores(f) for f in files]
+    sizes = [store.size(key) if splittable(key) else 0 for store, key in found]
+    step = range_size(sum(sizes))
+    for f, (store, key), size in zip(files, found, sizes, strict=True):
+        if size <= step:
             out.append(_File(f, [TagTask(f, cfg)]))
             continue
         outs = [o for o, _, _ in _outputs(key, cfg)]
         if not cfg.ignore_existing and all(is_file(store, o) for o in outs):
             out.append(_File(f, [], skipped=True))
             continue
-        n = -(-size // RANGE_BYTES)
+        ranges = cut(size, step)
+        n = len(ranges)
         job = job_id(
             "tag",
             store.url(key),
             size,
             version(store, key),
-            RANGE_BYTES,
+            ranges,
             cfg.taggers,
             cfg.experiment,
             cfg.seed,
@@ -214,9 +220,7 @@ def _plan(cfg: TagConfig, files: list[str]) -> list[_File]:
         )
         done = {} if cfg.ignore_existing else _done(store, outs, job)
         tasks = [
-            TagTask(f, cfg, k * RANGE_BYTES, min(size, (k + 1) * RANGE_BYTES), k, n, job)
-            for k in range(n)
-            if k not in done
+            TagTask(f, cfg, a, b, k, n, job) for k, (a, b) in enumerate(ranges) if k not in done
         ]
         out.append(_File(f, tasks, parts=n, job=job, done=done))
     return out
@@ -302,7 +306,17 @@ def tag(
     )
 
 
-def tag_paths(documents: Sequence[str] | str, taggers: Sequence[str], **options: Any) -> TagResult:
-    """Convenience wrapper: ``tag_paths("ds/documents/*.gz", ["char_length_v1"], ...)``."""
+def tag_paths(
+    documents: Sequence[str] | str,
+    taggers: Sequence[str],
+    *,
+    progress: bool = False,
+    engine: str = "processes",
+    address: str | None = None,
+    **options: Any,
+) -> TagResult:
+    """Convenience wrapper: ``tag_paths("ds/documents/*.gz", ["char_length_v1"], ...)``;
+    ``options`` are config keys (``experiment=``, ``processes=``, ...), the rest as :func:`tag`."""
     docs = [documents] if isinstance(documents, str) else list(documents)
-    return tag(TagConfig.from_dict({"documents": docs, "taggers": list(taggers), **options}))
+    cfg = TagConfig.from_dict({"documents": docs, "taggers": list(taggers), **options})
+    return tag(cfg, progress=progress, engine=engine, address=address)

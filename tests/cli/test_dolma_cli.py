@@ -187,6 +187,29 @@ def test_dryrun_tags_nothing(ds: Path) -> None:
     assert not (ds / "attributes").exists()
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("tag", "--documents", "ds/documents/*.gz", "--taggers", "a", "--experimnt", "x"),
+        (
+            "dedupe",
+            "-d",
+            "ds/documents/*.gz",
+            "--dedupe.documents.attribute_name",
+            "d",
+            "--dedupe.min_lenght",
+            "3",
+        ),
+    ],
+    ids=["tag", "dedupe"],
+)
+def test_a_dry_run_refuses_a_misspelled_key(ds: Path, args: tuple[str, ...]) -> None:
+    # dolma parses its config before printing it: a typo must not pass a dry run unnoticed
+    res = run(*args, "--dryrun")
+    assert res.exit_code != 0
+    assert "did you mean" in res.output and args[-2].lstrip("-") in res.output
+
+
 def test_what_lmdata_does_not_do_is_an_error(ds: Path) -> None:
     docs = f"{ds}/documents/*.jsonl.gz"
     r = run("-c", "configs/mix.yaml", "info", str(ds))

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lmdata.dolma import mixer
+from lmdata.dolma import _ranges, mixer
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma.config import MixerConfig, load_config
+from lmdata.dolma.mixing import Source
 from lmdata.formats.dolma import _files
 from tests.dolma.test_mixer import _copy, _expected
 
@@ -56,11 +57,19 @@ def test_pieces_join_into_the_shard_one_unit_writes(
     assert again.skipped_shards == 1 and again.read == 0  # an existing shard is kept
 
 
-def test_cuts_follow_input_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+def _whole(*sizes: int) -> list[tuple[Source, int]]:
+    return [(Source(f"f{k}"), z) for k, z in enumerate(sizes)]
+
+
+def test_cuts_follow_input_sizes_and_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mixer, "PIECE_BYTES", 100)
-    assert mixer._cuts([50, 50, 10, 200, 1, 1]) == (0, 2, 4)
-    assert mixer._cuts([500]) == (0,)
-    assert mixer._cuts([99, 99, 99]) == (0, 2)
+    assert mixer._cuts(_whole(50, 50, 10, 200, 1, 1)) == (0, 2, 4)
+    assert mixer._cuts(_whole(500)) == (0,)
+    assert mixer._cuts(_whole(99, 99, 99)) == (0, 2)
+    # a range of a file is a piece of its own, however small; whole files still gather
+    ranges = [(Source("r", a, a + 10), 10) for a in (0, 10, 20)]
+    sources = _whole(30, 30) + ranges + _whole(60, 60, 60)
+    assert mixer._cuts(sources) == (0, 2, 3, 4, 5, 7)
 
 
 def _ranged_tree(root: Path, n: int, short_attrs: int) -> Path:
@@ -117,7 +126,7 @@ def test_one_plain_input_is_mixed_in_ranges_with_its_line_numbers(
         doc = orjson.loads(line)
         assert doc["metadata"]["provenance"].endswith(f":{int(doc['id'][1:]) + 1}")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mixer, "RANGE_BYTES", range_bytes)
+        mp.setattr(_ranges, "RANGE_BYTES", range_bytes)
         mp.setattr(mixer, "PIECE_BYTES", 1)
         mp.setattr(_files, "READ_CHUNK", chunk)  # rows found across reads (in this process)
         (shard,) = mixer.plan_shards(_ranged_cfg(root, "x", 1).streams[0])

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lmdata.dolma import mixer
+from lmdata.dolma import _ranges, mixer
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma import tag as tg
 from lmdata.dolma.config import TagConfig
@@ -53,7 +53,7 @@ def test_a_stopped_tag_resumes_without_redoing_finished_ranges(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = _docs(300)
-    monkeypatch.setattr(tg, "RANGE_BYTES", 701)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 701)
     n = -(-len(data) // 701)
     ref = _tag_tree(tmp_path / "ref", {"a.jsonl": data})
     assert tg.tag(_tag_cfg(ref), engine="inprocess").documents == 300
@@ -87,7 +87,7 @@ def test_a_stopped_tag_resumes_without_redoing_finished_ranges(
 def test_a_changed_input_or_ignore_existing_does_not_take_old_pieces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tg, "RANGE_BYTES", 701)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 701)
     root = _tag_tree(tmp_path, {"a.jsonl": _docs(200)})
     with pytest.MonkeyPatch.context() as mp:
         counting(mp, tg, "_tag_file", stop_after=3)
@@ -128,7 +128,7 @@ def test_tag_decides_once_per_ranged_file_when_another_job_writes_it_meanwhile(
     # another job commits the attribute file while this one tags its ranges: every range of
     # this job is still tagged (deciding per range skipped the later ones, and the join failed)
     data = _docs(200)
-    monkeypatch.setattr(tg, "RANGE_BYTES", 701)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 701)
     ref = _tag_tree(tmp_path / "ref", {"a.jsonl": data})
     tg.tag(_tag_cfg(ref), engine="inprocess")
     done = ref / "attributes" / "x" / "a.jsonl"
@@ -155,7 +155,7 @@ def test_a_stopped_mix_resumes_without_redoing_finished_pieces(
     root = _ranged_tree(tmp_path, 60, 40)
     whole = mixer.mix(_ranged_cfg(root, "whole", 1), engine="inprocess")
     want = (root / "whole" / "m-0000.jsonl.gz").read_bytes()
-    monkeypatch.setattr(mixer, "RANGE_BYTES", 300)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 300)
     monkeypatch.setattr(mixer, "PIECE_BYTES", 1)
     (shard,) = mixer.plan_shards(_ranged_cfg(root, "m", 1).streams[0])
     n = len(shard.cuts)
@@ -185,7 +185,7 @@ def test_a_running_job_keeps_its_waiting_pieces_fresh_for_clean(
 ) -> None:
     # a.jsonl's pieces wait for their join while b.jsonl (another folder) is tagged for over
     # an hour: `lmdata clean` must not take them
-    monkeypatch.setattr(tg, "RANGE_BYTES", 701)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 701)
     root = _tag_tree(tmp_path, {"a/a.jsonl": _docs(60), "b/b.jsonl": _docs(60)})
     store, key = resolve(str(root))
     real = tg._tag_file
@@ -216,7 +216,7 @@ def test_a_stopped_tag_on_an_object_store_resumes_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memory_root: str
 ) -> None:
     data = _docs(150)
-    monkeypatch.setattr(tg, "RANGE_BYTES", 701)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 701)
     ref = _tag_tree(tmp_path, {"a.jsonl": data})
     tg.tag(_tag_cfg(ref), engine="inprocess")
     store, key = resolve(f"{memory_root}/documents/a.jsonl")
@@ -250,10 +250,10 @@ _REAL_TAG_FILE = tg._tag_file
 
 KILLED_DRIVER = """
 import sys
-from lmdata.dolma import tag as tg
+from lmdata.dolma import _ranges, tag as tg
 from lmdata.dolma.config import TagConfig
 from tests.dolma.test_piece_resume import slow_tag_file, TAGGERS
-tg.RANGE_BYTES = 701
+_ranges.RANGE_BYTES = 701
 tg._tag_file = slow_tag_file
 cfg = TagConfig.from_dict({"documents": [sys.argv[1]], "taggers": TAGGERS, "experiment": "x",
                            "processes": 2})
@@ -269,7 +269,7 @@ def test_a_job_killed_with_sigkill_resumes_without_redoing_marked_ranges(
     import sys
 
     data = _docs(300)
-    monkeypatch.setattr(tg, "RANGE_BYTES", 701)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 701)
     n = -(-len(data) // 701)
     ref = _tag_tree(tmp_path / "ref", {"a.jsonl": data})
     tg.tag(_tag_cfg(ref), engine="inprocess")

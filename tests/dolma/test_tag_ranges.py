@@ -1,4 +1,4 @@
-"""tag in byte ranges: a plain JSONL file larger than RANGE_BYTES is tagged by several units, and
+"""tag in byte ranges: a plain JSONL file larger than its range size is tagged by several units, and
 the attribute files hold the same rows, in the same order, as one unit gives; the bytes are the
 same for every engine and worker count (a plain attribute file for a plain document file: the
 name says the codec); compressed files stay one unit."""
@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lmdata.dolma import _ranges
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma import tag as tg
 from lmdata.dolma.config import TagConfig
@@ -77,7 +78,7 @@ def test_ranges_give_the_rows_of_one_unit_and_bytes_independent_of_workers(
     # the attribute file of a plain document file is plain (readers go by the name)
     one_unit = (whole / "attributes" / "x" / "a.jsonl").read_bytes()
     assert [orjson.loads(x)["id"] for x in one_unit.splitlines()] == [f"d{i}" for i in range(400)]
-    monkeypatch.setattr(tg, "RANGE_BYTES", 997)  # not a multiple of any line length
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 997)  # not a multiple of any line length
     tasks = _tasks(
         TagConfig.from_dict({"documents": [str(whole / "documents" / "*")], "taggers": TAGGERS}),
         [str(whole / "documents" / "a.jsonl")],
@@ -109,7 +110,7 @@ def test_error_in_a_later_range_names_the_line(
 ) -> None:
     data = _docs(300) + b'{"id": "bad"}\n' + _docs(10, 300)
     root = _tree(tmp_path / "t", "a.jsonl", data)
-    monkeypatch.setattr(tg, "RANGE_BYTES", 1000)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 1000)
     with pytest.raises(CorruptDataError, match="no string 'text'") as e:
         _run(root)
     assert e.value.position == "line 301"
@@ -174,7 +175,7 @@ def test_ranges_on_an_object_store_give_the_local_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memory_root: str
 ) -> None:
     data = _docs(120)
-    monkeypatch.setattr(tg, "RANGE_BYTES", 1500)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 1500)
     local = _tree(tmp_path / "l", "a.jsonl", data)
     _run(local)
     store, key = resolve(f"{memory_root}/documents/a.jsonl")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import subprocess
 import sys
@@ -162,11 +163,17 @@ def test_random_number_is_seeded_and_order_free(
     assert list(a.predict(doc)) != list(b.predict(doc))
     root = _docs(tmp_path)
 
-    def not_here(*a: object, **k: object) -> None:
-        raise AssertionError("the driver opened an output: workers write attribute files")
+    from lmdata.dolma import tag as tag_mod
 
-    with monkeypatch.context() as m:  # spawned workers do not see this patch: they write
-        m.setattr("lmdata.dolma.tag.OutputFile", not_here)
+    real, driver = tag_mod.OutputFile, os.getpid()
+
+    def not_here(*a: object, **k: object) -> object:
+        if os.getpid() == driver:
+            raise AssertionError("the driver opened an output: workers write attribute files")
+        return real(*a, **k)  # a forked worker inherits the patch
+
+    with monkeypatch.context() as m:
+        m.setattr(tag_mod, "OutputFile", not_here)
         tag_paths(str(root), ["random_number_v1"], experiment="r1", seed=5, processes=2)
     tag_paths(str(root), ["random_number_v1"], experiment="r2", seed=5)
     r1 = [
@@ -251,3 +258,19 @@ def test_tag_and_mix_workers_import_neither_yaml_nor_regex() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert whitespace_count("é x") == 3  # and the regex module still serves non-ASCII text
+
+
+def test_tag_paths_takes_the_engine_as_tag_does(tmp_path: Path) -> None:
+    # engine= is no config key: it reaches tag() and gives the bytes of the default engine
+    rows = [{"id": str(i), "text": f"doc {i} " * (i % 5 + 1)} for i in range(40)]
+    out = []
+    for engine, n in (("inprocess", 1), ("processes", 2)):
+        root = tmp_path / engine
+        (root / "documents").mkdir(parents=True)
+        doc = root / "documents" / "part-0.jsonl"
+        doc.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        tag_paths(str(root), ["char_length_v1"], experiment="e", engine=engine, processes=n)
+        out.append((root / "attributes" / "e" / "part-0.jsonl").read_bytes())
+    assert out[0] == out[1] and out[0].count(b"\n") == 40
+    with pytest.raises(InvalidInputError, match="engine"):
+        tag_paths(str(tmp_path / "inprocess"), ["char_length_v1"], experiment="c", engine="bogus")
