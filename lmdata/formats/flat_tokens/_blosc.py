@@ -166,8 +166,8 @@ class Partial:
         if got is None:
             buf = memoryview(self.store.mmap(key))
             got = (buf, parse(buf, self.itemsize, self.limit))
-            while len(self._frames) >= 64:
-                self._frames.pop(next(iter(self._frames)))
+            while len(self._frames) >= 64:  # (threads may evict the same one: no KeyError)
+                self._frames.pop(next(iter(self._frames), key), None)
             self._frames[key] = got
         return got
 
