@@ -154,3 +154,23 @@ def test_a_corrupt_block_names_the_chunk(tmp_path, big_store) -> None:
     r = lmdata.open(p, cache_bytes=0)
     with pytest.raises(CorruptDataError, match="chunk 1"):
         r.packed_rows(np.array([BIG // 512 + 2 * (BIG // 8) // 512]), 512)
+
+
+def test_threads_reading_in_part_see_only_their_own_rows(big_store) -> None:
+    """Partial units live in one call's views, never in the shared ones another thread reads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import lmdata
+
+    path, enc = big_store
+    r = lmdata.open(path, cache_bytes=0)
+    rows = enc[: len(enc) // 512 * 512].reshape(-1, 512)
+
+    def go(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            b = rng.integers(0, len(rows), 2)
+            np.testing.assert_array_equal(r.packed_rows(b, 512), rows[b])
+
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(go, range(8)))
