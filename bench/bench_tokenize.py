@@ -119,7 +119,7 @@ def pipeline(
         check=True,
         env=env,
     )
-    # "...; N tokens in S s ..." — the job's own time, process start-up excluded
+    # "...; N tokens in S.SS s ..." — the job's own time (to 10 ms), process start-up excluded
     words = out.stdout.split()
     tokens = int(words[words.index("tokens") - 1].replace(",", ""))
     secs = float(words[words.index("tokens") + 2])

@@ -81,5 +81,5 @@ class Summary:
         return (
             f"documents read {self.documents_read:,}, written {self.documents_written:,}, "
             f"skipped {self.documents_skipped:,}; {self.tokens:,} tokens in "
-            f"{self.seconds:.1f} s ({rate:.1f} Mtok/s) -> {self.output}"
+            f"{self.seconds:.2f} s ({rate:.1f} Mtok/s) -> {self.output}"
         )
