@@ -7,6 +7,7 @@ a few bytes, not the vocabulary.
 
 from __future__ import annotations
 
+import array
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from lmdata.errors import InvalidInputError, MissingDependencyError
+
+_U32_ARRAY = array.array("I").itemsize == 4  # C unsigned int is 32 bits (everywhere lmdata runs)
 
 
 @runtime_checkable
@@ -92,6 +95,9 @@ class HFTokenizer:
         # the same ids without character offsets, which tokenize never uses (tokenizers>=0.21)
         encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         encs = encode(list(texts), add_special_tokens=add_special_tokens)
+        # through array.array: a third of numpy's cost per token converting a list of ints
+        if _U32_ARRAY:
+            return [np.frombuffer(array.array("I", e.ids), dtype=np.uint32) for e in encs]
         return [np.asarray(e.ids, dtype=np.uint32) for e in encs]
 
     def token_id(self, token: str) -> int | None:
