@@ -38,9 +38,7 @@ import json, sys, time
 from tokenizers import Tokenizer
 texts = [json.loads(x)["text"] for x in open(sys.argv[1])]
 tok = Tokenizer.from_file(sys.argv[2])
-name = sys.argv[3] if len(sys.argv) > 3 else "fastest"
-if name == "fastest":
-    name = "encode_batch_fast" if hasattr(tok, "encode_batch_fast") else "encode_batch"
+name = sys.argv[3]
 encode = getattr(tok, name)
 encode(texts[:200], add_special_tokens=False)  # warm up the thread pool
 t0 = time.perf_counter()
@@ -58,7 +56,7 @@ def fastest_bare() -> str:
     return "encode_batch_fast" if hasattr(Tokenizer, "encode_batch_fast") else "encode_batch"
 
 
-def bare(src: Path, threads: int, method: str = "fastest") -> tuple[float, int]:
+def bare(src: Path, threads: int, method: str) -> tuple[float, int]:
     """(seconds, tokens) of one bare ``method`` call over the texts of ``src``, in memory, in a
     fresh process whose tokenizer has ``threads`` threads (RAYON_NUM_THREADS)."""
     out = subprocess.run(
