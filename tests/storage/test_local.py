@@ -13,6 +13,7 @@ import pytest
 
 from lmdata.storage import LocalStore
 from lmdata.storage.local import MAX_OPEN_FILES
+from tests.storage._threads import run_threads
 
 
 def test_open_write_buffers_small_pieces(tmp_path):
@@ -126,11 +127,7 @@ def test_threads_read_right_bytes_while_files_are_evicted(tmp_path):
             if got != data[s : s + 10]:
                 bad.append((key, s))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 6)
     assert bad == []
     assert len(store._fds) <= MAX_OPEN_FILES
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from lmdata.storage import CACHE, resolve, set_cache_bytes
 from lmdata.storage.ranges import KEEP_MAX, SEGMENT_OVERHEAD, RangeCache
+from tests.storage._threads import run_threads
 
 OBJ = bytes(range(256)) * 40  # 10240 bytes
 
@@ -214,11 +215,7 @@ def test_threads_reading_one_store_get_the_right_bytes(memory_root, budget):
             if got != OBJ[s : s + n]:
                 errors.append((s, n))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 4)
     assert errors == []
 
 
