@@ -21,6 +21,7 @@ from lmdata.dolma.tag import tag  # noqa: E402
 from lmdata.parallel import make_executor  # noqa: E402
 from lmdata.parallel.ray import FAIL_ONCE_ENV  # noqa: E402
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize  # noqa: E402
+from tests.parallel._ray_local import started_ray  # noqa: E402
 
 DOLMA = Path(__file__).parent.parent / "data" / "dolma"
 
@@ -32,17 +33,11 @@ def fail_dir(tmp_path_factory: pytest.TempPathFactory):
     running unit N."""
     d = tmp_path_factory.mktemp("ray-faults")
     os.environ[FAIL_ONCE_ENV] = str(d)  # before ray.init: the workers inherit it
-    # address="local": a new instance, never a cluster a stale /tmp/ray file points at
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        logging_level="WARNING",
-        log_to_driver=False,
-    )
-    yield d
-    ray.shutdown()
-    os.environ.pop(FAIL_ONCE_ENV, None)
+    try:
+        with started_ray():
+            yield d
+    finally:
+        os.environ.pop(FAIL_ONCE_ENV, None)
 
 
 def tree_bytes(p: Path) -> dict[str, bytes]:

@@ -21,21 +21,14 @@ import lmdata.parallel as par  # noqa: E402
 from lmdata.dolma._buckets import MarkTask  # noqa: E402
 from lmdata.dolma.config import DedupeConfig  # noqa: E402
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize  # noqa: E402
+from tests.parallel._ray_local import started_ray  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def local_ray():
     """One local Ray instance for the module, started once (each start costs seconds)."""
-    # address="local": a new instance, never a cluster a stale /tmp/ray file points at
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        logging_level="WARNING",
-        log_to_driver=False,
-    )
-    yield
-    ray.shutdown()
+    with started_ray():
+        yield
 
 
 def tree_bytes(p: Path) -> dict[str, bytes]:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from lmdata.parallel import LocalProcesses
+from tests.parallel._ray_local import started_ray
 
 N, SIZE = 2000, 256 << 10  # 500 MiB of results in all
 STALL = 1.0  # seconds without another unit finishing: the others wait for the window
@@ -132,17 +133,9 @@ N_RAY = 400  # Ray tasks cost more: fewer units show the same
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[object]:
     """One local Ray instance for the module (each start costs seconds)."""
-    ray = pytest.importorskip("ray")
-    # address="local": a new instance, never a cluster a stale /tmp/ray file points at
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        logging_level="WARNING",
-        log_to_driver=False,
-    )
-    yield ray
-    ray.shutdown()
+    pytest.importorskip("ray")
+    with started_ray() as ray:
+        yield ray
 
 
 @linux
