@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from lmdata.dolma import _ranges, mixer
 from lmdata.dolma import tag as tg
 from lmdata.dolma.config import MixerConfig, TagConfig
+from tests.dolma.test_tag_ranges import TAGGERS
+from tests.dolma.test_tag_ranges import _run as _tag
 
 MIB = 1 << 20
-TAGGERS = ["char_length_v1", "whitespace_tokenizer_v1"]
 
 
 def test_range_size_spreads_a_job_within_its_bounds() -> None:
@@ -53,19 +54,6 @@ def _tree(root: Path, n: int) -> Path:
     )
     (ddir / "a.jsonl").write_bytes(b"".join(lines))
     return root
-
-
-def _tag(root: Path, engine: str, processes: int) -> tg.TagResult:
-    cfg = TagConfig.from_dict(
-        {
-            "documents": [str(root / "documents" / "*")],
-            "taggers": TAGGERS,
-            "experiment": "x",
-            "processes": processes,
-            "ignore_existing": True,
-        }
-    )
-    return tg.tag(cfg, engine=engine)
 
 
 def _mix_cfg(root: Path, out: str, processes: int) -> MixerConfig:
