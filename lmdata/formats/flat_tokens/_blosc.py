@@ -13,6 +13,7 @@ ValueError, never reads or writes out of bounds.
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,10 @@ import numpy as np
 _MEMCPYED, _SHUFFLE, _BITSHUFFLE, _DELTA, _DONT_SPLIT = 0x2, 0x1, 0x4, 0x8, 0x10
 _LZ4 = 1  # compressor code in bits 5-7 of the flags
 _MIN_SPLIT = 128  # c-blosc splits a block into typesize streams when it has this many items
+_MAX_SPLITS = 16  # ... and typesize is at most this (else one stream, split flag or not)
+# no Blosc codec expands more than 2^15 times (zstd: a 128 KiB run in a 4-byte block), so a
+# frame declaring more than this many times its size is corrupt
+_MAX_EXPANSION = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -35,29 +40,45 @@ class Frame:
     starts: tuple[int, ...]  # byte offset of each block's streams
 
 
-def parse(buf: Any, itemsize: int, limit: int) -> Frame | None:
-    """The frame of ``buf`` when its layout is one this module decodes, else None (a full
-    decode handles or reports it). ValueError for a frame that cannot be valid."""
+def check_header(buf: Any, limit: int) -> tuple[int, int, int, int, int]:
+    """(version, flags, typesize, nbytes, blocksize) of the Blosc frame ``buf``, its sizes
+    checked against the buffer and ``limit`` (the chunk's declared bytes) before a decoder
+    trusts them (c-blosc reads ``cbytes`` as the frame's length and allocates ``nbytes``);
+    ValueError where they cannot be valid."""
     n = len(buf)
     if n < 16:
-        raise ValueError("blosc header cut short")
+        raise ValueError(f"blosc header cut short ({n} of 16 bytes)")
     version, _vlz, flags, typesize = bytes(buf[:4])
     nbytes, blocksize, cbytes = struct.unpack_from("<III", buf, 4)
     if nbytes > limit:
         raise ValueError(f"blosc frame declares {nbytes} bytes, more than the chunk's {limit}")
     if cbytes != n:
         raise ValueError(f"blosc frame declares {cbytes} compressed bytes, file has {n}")
+    if flags & _MEMCPYED and n < 16 + nbytes:
+        raise ValueError(f"blosc frame stored as is declares {nbytes} bytes, holds {n - 16}")
+    if nbytes > n * _MAX_EXPANSION:
+        raise ValueError(
+            f"blosc frame of {n} bytes declares {nbytes} decoded: more than any codec expands"
+        )
+    return version, flags, typesize, nbytes, blocksize
+
+
+def parse(buf: Any, itemsize: int, limit: int) -> Frame | None:
+    """The frame of ``buf`` when its layout is one this module decodes, else None (a full
+    decode handles or reports it). ValueError for a frame that cannot be valid."""
+    n = len(buf)
+    version, flags, typesize, nbytes, blocksize = check_header(buf, limit)
     if version != 2 or typesize != itemsize or nbytes % itemsize:
         return None
     if flags & _MEMCPYED:
-        if n < 16 + nbytes:
-            raise ValueError("blosc frame stored as is, but cut short")
         return Frame(nbytes, max(1, nbytes), itemsize, 0, True, ())
     # (without shuffle c-blosc keeps a block in one stream: left to the full decode)
     shuffle = {_SHUFFLE: 1, _BITSHUFFLE: 2}.get(flags & (_SHUFFLE | _BITSHUFFLE))
     if shuffle is None or flags & (_DELTA | _DONT_SPLIT) or flags >> 5 != _LZ4:
         return None
-    if blocksize <= 0 or blocksize % (8 * itemsize) or blocksize // itemsize < _MIN_SPLIT:
+    if itemsize > _MAX_SPLITS or blocksize <= 0 or blocksize % (8 * itemsize):
+        return None
+    if blocksize // itemsize < _MIN_SPLIT:
         return None
     nblocks = -(-nbytes // blocksize)
     if 16 + 4 * nblocks > n:
@@ -160,15 +181,17 @@ class Partial:
         self.limit = limit
         self._frames: dict[str, tuple[Any, Frame | None]] = {}
         self._spent: dict[str, int] = {}
+        self._lock = threading.Lock()  # inserts and evictions of _frames
 
     def _frame(self, key: str) -> tuple[Any, Frame | None]:
         got = self._frames.get(key)
         if got is None:
             buf = memoryview(self.store.mmap(key))
             got = (buf, parse(buf, self.itemsize, self.limit))
-            while len(self._frames) >= 64:  # (threads may evict the same one: no KeyError)
-                self._frames.pop(next(iter(self._frames), key), None)
-            self._frames[key] = got
+            with self._lock:  # (iterating while another thread inserts raises RuntimeError)
+                while len(self._frames) >= 64:
+                    self._frames.pop(next(iter(self._frames)))
+                self._frames[key] = got
         return got
 
     def read(self, key: str, ranges: list[tuple[int, int]], need: int) -> np.ndarray | None:
@@ -187,7 +210,8 @@ class Partial:
             or not all(can_read(frame, lo, hi) for lo, hi in ranges)
         ):
             self._spent.pop(key, None)
-            self._frames.pop(key, None)
+            with self._lock:
+                self._frames.pop(key, None)
             return None
         self._spent[key] = spent
         out = np.empty(frame.nbytes, np.uint8)

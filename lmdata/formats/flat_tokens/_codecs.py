@@ -13,13 +13,13 @@ import lzma
 import struct
 import zlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lmdata._deps import require
 from lmdata.errors import FormatError, UnsafeDataError
+from lmdata.formats.flat_tokens._blosc import check_header
 
 # numcodecs ids whose decode is a pure function of bytes (no pickle, no object arrays).
 _SAFE_NUMCODECS = {
@@ -43,7 +43,7 @@ _SAFE_NUMCODECS = {
 }
 
 
-def _numcodec(config: dict[str, Any], where: Path) -> Any:
+def _numcodec(config: dict[str, Any], where: str) -> Any:
     import numcodecs
 
     cid = config.get("id")
@@ -70,13 +70,7 @@ _STREAMS: dict[str, Callable[[], Any]] = {
 def _bounded_decompress(cid: str, codec: Any, buf: bytes, limit: int) -> bytes:
     """Decompress ``buf`` refusing to produce more than ``limit`` bytes."""
     if cid == "blosc":
-        if len(buf) < 16:
-            raise ValueError("blosc header cut short")
-        nbytes, _blocksize, cbytes = struct.unpack_from("<III", buf, 4)
-        if nbytes > limit:
-            raise ValueError(f"blosc frame declares {nbytes} bytes, more than the chunk's {limit}")
-        if cbytes != len(buf):
-            raise ValueError(f"blosc frame declares {cbytes} compressed bytes, file has {len(buf)}")
+        check_header(buf, limit)
         return bytes(codec.decode(buf))
     if cid == "zstd":
         import zstandard
@@ -122,15 +116,15 @@ Decoder = Callable[[bytes], np.ndarray]
 
 
 def v2_decoder(
-    meta: dict[str, Any], dtype: np.dtype, chunk_len: int, where: Path
+    meta: dict[str, Any], dtype: np.dtype, chunk_len: int, where: str
 ) -> tuple[Decoder | None, str]:
     """(decoder, description) for a v2 array; decoder None means raw bytes (mmap-able)."""
     comp = meta.get("compressor")
     filters = meta.get("filters") or []
     if not isinstance(filters, list):
-        raise FormatError("'filters' must be a list or null", path=where / ".zarray")
+        raise FormatError("'filters' must be a list or null", path=f"{where}/.zarray")
     if comp is not None and not isinstance(comp, dict):
-        raise FormatError("'compressor' must be an object or null", path=where / ".zarray")
+        raise FormatError("'compressor' must be an object or null", path=f"{where}/.zarray")
     comp_codec = _numcodec(comp, where) if comp else None
     filter_codecs = [_numcodec(f, where) for f in filters]
     limit = chunk_len * dtype.itemsize
@@ -151,7 +145,7 @@ def v2_decoder(
 
 
 def v3_decoder(
-    codecs: list[Any], dtype: np.dtype, chunk_len: int, where: Path
+    codecs: list[Any], dtype: np.dtype, chunk_len: int, where: str
 ) -> tuple[Decoder | None, str, dict[str, Any] | None]:
     """(decoder, description, sharding config) for a v3 codec chain."""
     names: list[str] = []
@@ -164,11 +158,18 @@ def v3_decoder(
         if isinstance(c, str):
             c = {"name": c}
         if not isinstance(c, dict) or "name" not in c:
-            raise FormatError(f"bad codec entry {c!r}", path=where / "zarr.json")
+            raise FormatError(f"bad codec entry {c!r}", path=f"{where}/zarr.json")
         name, conf = c["name"], c.get("configuration") or {}
         names.append(name)
         if name == "bytes":
             endian = conf.get("endian", "little") or "little"
+            if endian not in ("little", "big"):
+                raise FormatError(
+                    f"bytes codec endian {endian!r} (expected 'little' or 'big')",
+                    path=f"{where}/zarr.json",
+                )
+            if endian == "big":  # named in the description: the stored bytes are swapped
+                names[-1] = "bytes(big)"
             seen_bytes = True
         elif name == "sharding_indexed":
             sharding = conf
@@ -209,7 +210,7 @@ def v3_decoder(
             else:
                 array_codecs.append(codec)
         else:
-            raise FormatError(f"unsupported zarr v3 codec {name!r}", path=where / "zarr.json")
+            raise FormatError(f"unsupported zarr v3 codec {name!r}", path=f"{where}/zarr.json")
     desc = ", ".join(n for n in names if n not in ("bytes", "transpose")) or "none"
     if sharding is not None:
         return None, desc, sharding

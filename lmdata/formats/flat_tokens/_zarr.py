@@ -85,7 +85,7 @@ class ZArray:
         self._sizes: dict[int, int] | None = None  # chunk object sizes, listed once (remote)
         self._sized: dict[int, str] = {}  # key of each raw chunk whose size was checked
         self._partial = None  # Blosc chunks on a local store: rows read from their blocks
-        if (
+        if (  # (the items' bytes as stored in one Blosc frame: v3 names a big-endian "bytes")
             self.meta.codecs == "blosc"
             and not self.meta.shard_inner
             and self.store.can_mmap

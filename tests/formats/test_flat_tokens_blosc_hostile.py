@@ -1,0 +1,361 @@
+"""Blosc chunks of flat-tokens (lmdata/formats/flat_tokens/_blosc.py and the full decode):
+partial decodes equal numcodecs' full decode for every layout numcodecs writes, and corrupt,
+short or lying frames give lmdata errors naming the chunk (never a raw exception or an
+allocation the file cannot justify)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lmdata
+from lmdata.errors import CorruptDataError, FormatError, LmdataError
+from lmdata.formats.flat_tokens import _blosc, _codecs
+
+Blosc = numcodecs.Blosc
+SHUFFLES = [Blosc.NOSHUFFLE, Blosc.SHUFFLE, Blosc.BITSHUFFLE, Blosc.AUTOSHUFFLE]
+CNAMES = ["lz4", "lz4hc", "zstd", "blosclz", "zlib"]
+
+
+def items(n: int, typesize: int, seed: int) -> np.ndarray:
+    """``n`` items of ``typesize`` bytes with runs (streams both compressed and stored)."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (n, typesize), dtype=np.uint8)
+    raw[:, typesize // 2 :] = 0  # high bytes zero, as token ids have
+    raw[rng.random(n) < 0.3] = 7
+    return np.ascontiguousarray(raw).view(f"V{typesize}").reshape(n)
+
+
+def check_partial(buf: bytes, typesize: int, ranges: list[tuple[int, int]]) -> int:
+    """Partial reads of ``ranges`` equal numcodecs' full decode; the ranges read."""
+    full = np.frombuffer(Blosc().decode(buf), np.uint8)
+    f = _blosc.parse(buf, typesize, len(full))
+    if f is None:
+        return 0
+    out, planes, done = np.zeros(f.nbytes, np.uint8), {}, 0
+    for lo, hi in ranges:
+        if _blosc.can_read(f, lo, hi):
+            _blosc.read_into(buf, f, lo, hi, out, planes)
+            a, b = lo * typesize, hi * typesize
+            np.testing.assert_array_equal(out[a:b], full[a:b])
+            done += 1
+    return done
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 40_000),
+    typesize=st.sampled_from([1, 2, 4, 8, 16, 32]),
+    cname=st.sampled_from(CNAMES),
+    clevel=st.sampled_from([0, 1, 5, 9]),
+    shuffle=st.sampled_from(SHUFFLES),
+    blocksize=st.sampled_from([0, 1024, 4096, 12288, 65536]),
+    cuts=st.lists(st.tuples(st.floats(0, 1), st.integers(1, 3000)), min_size=1, max_size=4),
+    seed=st.integers(0, 3),
+)
+def test_partial_equals_numcodecs_full_decode(
+    n, typesize, cname, clevel, shuffle, blocksize, cuts, seed
+) -> None:
+    buf = bytes(Blosc(cname, clevel, shuffle, blocksize).encode(items(n, typesize, seed)))
+    ranges = [(min(int(c * n), n - 1), min(n, int(c * n) + k)) for c, k in cuts]
+    check_partial(buf, typesize, ranges)
+
+
+@pytest.mark.parametrize("cname", ["lz4", "lz4hc"])
+@pytest.mark.parametrize("shuffle", [Blosc.SHUFFLE, Blosc.BITSHUFFLE])
+@pytest.mark.parametrize("typesize", [1, 2, 4, 8, 16])
+def test_partial_reads_at_block_boundaries(cname, shuffle, typesize) -> None:
+    """The ranges where off-by-ones hide: a block's first and last items, a range ending
+    exactly on a block boundary, one across blocks, the last whole block's end (the frame
+    ends on a boundary), and the short last block of another frame (left to a full decode)."""
+    per = 65536 // typesize  # items per block (c-blosc makes a split block 64 KiB at least:
+    for n in (8 * per, 8 * per + 40):  # a block size asked for is multiplied by the typesize)
+        buf = bytes(Blosc(cname, 5, shuffle, per).encode(items(n, typesize, 1)))
+        f = _blosc.parse(buf, typesize, n * typesize)
+        assert f is not None and not f.memcpyed and f.blocksize == 65536
+        ranges = [(0, 1), (per - 1, per), (per, per + 1), (per, 2 * per), (3, per)]
+        ranges += [(per - 3, 3 * per + 5), (7 * per, 8 * per), (8 * per - 1, 8 * per)]
+        assert check_partial(buf, typesize, ranges) == len(ranges)
+        assert _blosc.can_read(f, n - 1, n) == (n == 8 * per)
+
+
+def test_typesize_past_max_splits_is_left_to_full_decode() -> None:
+    """c-blosc keeps a block of items over 16 bytes in one stream, split flag or not: such a
+    frame (numcodecs sets the flag, a hand-made one may not) is not read as 32 streams."""
+    buf = bytearray(Blosc("lz4", 5, Blosc.SHUFFLE).encode(items(40_000, 32, 0)))
+    buf[2] &= ~0x10  # the "not split" flag cleared
+    assert Blosc().decode(bytes(buf)) == bytes(items(40_000, 32, 0))
+    assert _blosc.parse(bytes(buf), 32, 40_000 * 32) is None
+
+
+# ---- lying headers: refused before anything is allocated ------------------------------------
+
+
+def lying(nbytes: int, memcpyed: bool = False, n: int = 100) -> bytes:
+    buf = bytearray(Blosc("lz4", 5, Blosc.SHUFFLE).encode(np.arange(3000, dtype=np.uint32)))
+    buf = buf[:n]
+    buf[2] = buf[2] | 0x2 if memcpyed else buf[2] & ~0x2
+    struct.pack_into("<III", buf, 4, nbytes, 4096, n)
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("memcpyed", [False, True])
+def test_a_small_frame_declaring_a_huge_chunk_allocates_nothing(memcpyed) -> None:
+    limit = 64 << 20  # the chunk's declared size allows it; the frame's 100 bytes do not
+    buf = lying(limit, memcpyed)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="declares"):
+            _codecs._bounded_decompress("blosc", Blosc(), buf, limit)
+        with pytest.raises(ValueError, match="declares"):
+            _blosc.parse(buf, 4, limit)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+def test_a_lying_chunk_names_itself_through_the_reader(tmp_path) -> None:
+    from lmdata.formats.flat_tokens import Writer
+
+    p = tmp_path / "d.zarr"
+    with Writer(p, chunk_tokens=1 << 22, compression="blosc") as w:  # 16 MiB chunks
+        w.write(np.arange(1, 5000, dtype=np.uint32))
+    f = p / "train" / "encoded_tokens" / "0"
+    f.write_bytes(lying(16 << 20))
+    r = lmdata.open(p, cache_bytes=0)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptDataError, match="more than any codec expands") as e:
+            r.span(0, 16)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.position == "chunk 0" and e.value.path == str(f)
+    assert peak < 4 << 20
+
+
+# ---- zarr v3: the bytes codec's byte order -----------------------------------------------------
+
+
+def test_v3_big_endian_blosc_rows_are_not_read_as_little_endian(tmp_path) -> None:
+    """A v3 array stored big-endian under Blosc: rows read from blocks must be swapped like
+    the full decode's (they came back byte-swapped: the partial path took the stored bytes)."""
+    zarr = pytest.importorskip("zarr")
+    from zarr.codecs import BloscCodec, BytesCodec
+
+    from lmdata.formats.flat_tokens._windows import copy_windows
+    from lmdata.formats.flat_tokens._zarr import ZArray
+    from lmdata.storage import resolve
+
+    n = 1 << 21  # two 4 MiB chunks of eight 512 KiB blocks
+    a = np.random.default_rng(0).integers(1, 50_000, n, dtype=np.uint32)
+    for endian in ("big", "little"):
+        p = tmp_path / f"{endian}.zarr"
+        z = zarr.create_array(
+            str(p),
+            shape=(n,),
+            chunks=(n // 2,),
+            dtype="uint32",
+            serializer=BytesCodec(endian=endian),
+            compressors=[BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle")],
+            zarr_format=3,
+        )
+        z[:] = a
+        arr = ZArray(*resolve(str(p), None), cache_bytes=0)
+        assert arr.meta.codecs == ("bytes(big), blosc" if endian == "big" else "blosc")
+        starts = np.array([1000, n // 2 + 70_000], dtype=np.int64)
+        got = copy_windows(arr, starts, 64, None)
+        np.testing.assert_array_equal(got, np.stack([a[s : s + 64] for s in starts]))
+
+
+def _array(p: Path, codecs: list, v2: dict | None = None) -> Any:
+    from lmdata.formats.flat_tokens._zarr import ZArray
+    from lmdata.storage import resolve
+
+    p.mkdir()
+    if v2 is not None:
+        meta = {"zarr_format": 2, "shape": [8], "chunks": [8], "dtype": "<u4", **v2}
+        (p / ".zarray").write_text(json.dumps({"fill_value": 0, "order": "C", **meta}))
+    else:
+        grid = {"name": "regular", "configuration": {"chunk_shape": [8]}}
+        meta = {"zarr_format": 3, "node_type": "array", "shape": [8], "data_type": "uint32"}
+        meta |= {"chunk_grid": grid, "fill_value": 0, "codecs": codecs}
+        (p / "zarr.json").write_text(json.dumps(meta))
+    return ZArray(*resolve(str(p), None))
+
+
+@pytest.mark.parametrize(
+    "codecs, v2, message",
+    [
+        ([{"name": "bytes", "configuration": {"endian": "middle"}}], None, "endian 'middle'"),
+        ([{"name": "bytes"}, {"name": "lzfoo"}], None, "unsupported zarr v3 codec 'lzfoo'"),
+        ([7], None, "bad codec entry 7"),
+        ([], {"compressor": None, "filters": {"id": "delta"}}, "'filters' must be a list"),
+        ([], {"compressor": "blosc", "filters": None}, "'compressor' must be an object"),
+    ],
+)
+def test_unsupported_codecs_say_what_and_where(tmp_path, codecs, v2, message) -> None:
+    """(These raised TypeError inside the metadata checks, reported as 'malformed zarr
+    metadata (TypeError: unsupported operand type(s) for /)', not what was wrong.)"""
+    with pytest.raises(FormatError, match=re.escape(message)) as e:
+        _array(tmp_path / "a.zarr", codecs, v2)
+    assert e.value.path == str(tmp_path / "a.zarr" / ("zarr.json" if v2 is None else ".zarray"))
+
+
+# ---- threads ---------------------------------------------------------------------------------
+
+
+class _Frames:
+    """A store of one small valid frame under any key (the frame cache's churn, no files)."""
+
+    can_mmap = True
+
+    def __init__(self) -> None:
+        self.buf = bytes(Blosc("lz4", 5, Blosc.SHUFFLE).encode(np.arange(16, dtype=np.uint32)))
+
+    def mmap(self, key: str) -> bytes:
+        return self.buf
+
+
+class _Slow(dict):
+    """A dict that lets other threads run after making an iterator and after a removal, as
+    they may at any point between two calls on a plain dict."""
+
+    def __iter__(self):
+        it = super().__iter__()
+        time.sleep(0.001)
+        return it
+
+    def pop(self, *args):
+        got = super().pop(*args)
+        time.sleep(0.001)
+        return got
+
+
+def test_the_frame_cache_evicts_safely_under_threads() -> None:
+    """Evicting from the frame cache while another thread inserted raised 'dictionary
+    changed size during iteration' (reported as a corrupt chunk)."""
+    p = _blosc.Partial(_Frames(), 4, 64)
+    p._frames = _Slow()
+    errors: list[BaseException] = []
+
+    def churn(t: int) -> None:
+        try:
+            for i in range(100):
+                p._frame(f"{t}/{i}")
+        except BaseException as e:  # noqa: BLE001 - any exception is the failure
+            errors.append(e)
+
+    ts = [threading.Thread(target=churn, args=(t,)) for t in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    assert len(p._frames) <= 64
+
+
+# ---- corrupt chunks through the reader ---------------------------------------------------------
+
+CHUNK, ROW = 16_384, 512  # 64 KiB chunks of sixteen 4 KiB blocks
+
+
+@pytest.fixture(scope="module")
+def small_blocks(tmp_path_factory) -> tuple[Path, np.ndarray, dict[int, bytes]]:
+    """A flat-tokens dataset whose Blosc chunks have small blocks (read in part), and its
+    pristine chunk files."""
+    from lmdata.formats.flat_tokens import Writer
+
+    p = tmp_path_factory.mktemp("hostile") / "d.zarr"
+    toks = np.random.default_rng(0).integers(1, 50_257, 3 * CHUNK - 300, dtype=np.uint32)
+    with Writer(p, chunk_tokens=CHUNK, compression="blosc") as w:
+        w.write(toks)
+    enc = lmdata.open(p).span_encoded(0, len(toks))
+    d = p / "train" / "encoded_tokens"
+    codec = Blosc("lz4", 5, Blosc.BITSHUFFLE, 4096)
+    orig = {}
+    for k in range(3):
+        chunk = np.zeros(CHUNK, np.uint32)
+        part = enc[k * CHUNK : (k + 1) * CHUNK]
+        chunk[: len(part)] = part
+        orig[k] = bytes(codec.encode(chunk))
+        (d / str(k)).write_bytes(orig[k])
+    return p, enc, orig
+
+
+def _corrupt(data, buf: bytes) -> bytes:
+    b = bytearray(buf)
+    nblocks = -(-struct.unpack_from("<I", b, 4)[0] // max(1, struct.unpack_from("<I", b, 8)[0]))
+    table = 16 + 4 * min(nblocks, 64)
+    streams = [struct.unpack_from("<I", buf, 16 + 4 * j)[0] for j in range(min(nblocks, 64))]
+    for _ in range(data.draw(st.integers(1, 4))):
+        where = data.draw(st.sampled_from(["header", "table", "stream", "anywhere"]))
+        if where == "header":
+            at = data.draw(st.integers(0, 15))
+        elif where == "table":
+            at = data.draw(st.integers(16, table - 1))
+        elif where == "stream":  # a stream's size or first bytes
+            at = min(len(b) - 1, data.draw(st.sampled_from(streams)) + data.draw(st.integers(0, 7)))
+        else:
+            at = data.draw(st.integers(0, len(b) - 1))
+        b[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        b = b[: data.draw(st.integers(0, len(b)))]
+    if len(b) >= 16 and data.draw(st.booleans()):
+        struct.pack_into("<I", b, 12, len(b))  # the size agrees: the checks go deeper
+    return bytes(b)
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_corrupt_chunks_give_only_lmdata_errors_naming_them(small_blocks, data) -> None:
+    """A chunk's bytes overwritten or cut: every read either returns rows (those of other
+    chunks right) or raises an lmdata error naming the chunk's file and number, on the
+    partial path (one row of a chunk) and the full one (spans, many rows)."""
+    p, enc, orig = small_blocks
+    k = data.draw(st.integers(0, 2))
+    f = p / "train" / "encoded_tokens" / str(k)
+    tmp = f.with_name("tmp")
+    tmp.write_bytes(_corrupt(data, orig[k]))
+    os.replace(tmp, f)  # (a new file: no map of the old one sees it change)
+    try:
+        rows = enc[: len(enc) // ROW * ROW].reshape(-1, ROW)
+        per = CHUNK // ROW
+        mine = [r for r in range(k * per, (k + 1) * per) if r < len(rows)]
+        r = lmdata.open(p, cache_bytes=0)
+        reads = [
+            lambda: r.packed_rows(np.array([data.draw(st.sampled_from(mine))]), ROW),
+            lambda: r.encoded_windows(np.array([k * CHUNK + data.draw(st.integers(0, 99))]), 300),
+            lambda: r.packed_rows(np.array(mine[:4]), ROW),
+            lambda: r.span_encoded(k * CHUNK, min(len(enc), (k + 1) * CHUNK)),
+        ]
+        for read in reads:
+            try:
+                read()
+            except LmdataError as e:
+                assert e.path == str(f), e
+                assert e.position == f"chunk {k}", e
+        other = [x for x in (0, per + 1, 2 * per + 2) if x // per != k]
+        np.testing.assert_array_equal(r.packed_rows(np.array(other), ROW), rows[other])
+        r.close()
+    finally:
+        tmp.write_bytes(orig[k])
+        os.replace(tmp, f)
