@@ -257,7 +257,7 @@ def test_the_frame_cache_evicts_safely_under_threads() -> None:
         try:
             for i in range(100):
                 p._frame(f"{t}/{i}")
-        except BaseException as e:  # noqa: BLE001 - any exception is the failure
+        except BaseException as e:  # (any exception is the failure)
             errors.append(e)
 
     ts = [threading.Thread(target=churn, args=(t,)) for t in range(4)]
