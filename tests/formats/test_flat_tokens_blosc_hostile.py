@@ -18,7 +18,7 @@ from typing import Any
 import numcodecs
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import lmdata
@@ -57,7 +57,7 @@ def check_partial(buf: bytes, typesize: int, ranges: list[tuple[int, int]]) -> i
 
 @settings(max_examples=200, deadline=None)
 @given(
-    n=st.integers(1, 40_000),
+    nbytes=st.integers(1, 1 << 20),
     typesize=st.sampled_from([1, 2, 4, 8, 16, 32]),
     cname=st.sampled_from(CNAMES),
     clevel=st.sampled_from([0, 1, 5, 9]),
@@ -67,11 +67,42 @@ def check_partial(buf: bytes, typesize: int, ranges: list[tuple[int, int]]) -> i
     seed=st.integers(0, 3),
 )
 def test_partial_equals_numcodecs_full_decode(
-    n, typesize, cname, clevel, shuffle, blocksize, cuts, seed
+    nbytes, typesize, cname, clevel, shuffle, blocksize, cuts, seed
 ) -> None:
+    """Every layout numcodecs writes: read in part (lz4 streams of shuffled items), or left
+    to the full decode (parse gives None)."""
+    n = max(1, nbytes // typesize)
     buf = bytes(Blosc(cname, clevel, shuffle, blocksize).encode(items(n, typesize, seed)))
     ranges = [(min(int(c * n), n - 1), min(n, int(c * n) + k)) for c, k in cuts]
     check_partial(buf, typesize, ranges)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    nbytes=st.integers(1 << 17, 1 << 20),
+    typesize=st.sampled_from([1, 2, 4, 8, 16]),
+    cname=st.sampled_from(["lz4", "lz4hc"]),
+    clevel=st.integers(1, 9),
+    shuffle=st.sampled_from([Blosc.SHUFFLE, Blosc.BITSHUFFLE, Blosc.AUTOSHUFFLE]),
+    blocksize=st.sampled_from([0, 4096, 8192, 16384]),
+    cuts=st.lists(st.tuples(st.floats(0, 1), st.integers(1, 40_000)), min_size=1, max_size=6),
+    seed=st.integers(0, 3),
+)
+def test_lz4_frames_are_read_in_part_as_numcodecs_decodes_them(
+    nbytes, typesize, cname, clevel, shuffle, blocksize, cuts, seed
+) -> None:
+    """The layouts read in part: taken for every frame of several blocks, and equal to the
+    full decode over ranges across blocks, read with blocks kept between them."""
+    n = nbytes // typesize
+    buf = bytes(Blosc(cname, clevel, shuffle, blocksize).encode(items(n, typesize, seed)))
+    f = _blosc.parse(buf, typesize, n * typesize)
+    event("whole" if f is None else "in part")
+    if f is None:  # only a frame of one block (nothing to read in part) is left whole
+        assert struct.unpack_from("<I", buf, 8)[0] >= n * typesize
+        return
+    ranges = [(min(int(c * n), n - 1), min(n, int(c * n) + k)) for c, k in cuts]
+    ranges.append((0, min(n, f.blocksize // typesize)))  # the first block: always whole
+    assert check_partial(buf, typesize, ranges) >= 1
 
 
 @pytest.mark.parametrize("cname", ["lz4", "lz4hc"])
@@ -303,7 +334,7 @@ def _corrupt(data, buf: bytes) -> bytes:
     table = 16 + 4 * min(nblocks, 64)
     streams = [struct.unpack_from("<I", buf, 16 + 4 * j)[0] for j in range(min(nblocks, 64))]
     for _ in range(data.draw(st.integers(1, 4))):
-        where = data.draw(st.sampled_from(["header", "table", "stream", "anywhere"]))
+        where = data.draw(st.sampled_from(["header", "table", "stream", "anywhere", "anywhere"]))
         if where == "header":
             at = data.draw(st.integers(0, 15))
         elif where == "table":
@@ -313,7 +344,7 @@ def _corrupt(data, buf: bytes) -> bytes:
         else:
             at = data.draw(st.integers(0, len(b) - 1))
         b[at] = data.draw(st.integers(0, 255))
-    if data.draw(st.booleans()):
+    if data.draw(st.integers(0, 3)) == 0:
         b = b[: data.draw(st.integers(0, len(b)))]
     if len(b) >= 16 and data.draw(st.booleans()):
         struct.pack_into("<I", b, 12, len(b))  # the size agrees: the checks go deeper
@@ -347,10 +378,12 @@ def test_corrupt_chunks_give_only_lmdata_errors_naming_them(small_blocks, data) 
             lambda: r.packed_rows(np.array(mine[:4]), ROW),
             lambda: r.span_encoded(k * CHUNK, min(len(enc), (k + 1) * CHUNK)),
         ]
-        for read in reads:
+        for i, read in enumerate(reads):
             try:
                 read()
+                event(f"read {i}: rows")
             except LmdataError as e:
+                event(f"read {i}: {type(e).__name__}")
                 assert e.path == str(f), e
                 assert e.position == f"chunk {k}", e
         other = [x for x in (0, per + 1, 2 * per + 2) if x // per != k]
