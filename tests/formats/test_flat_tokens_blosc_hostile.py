@@ -213,7 +213,7 @@ def test_v3_big_endian_blosc_rows_are_not_read_as_little_endian(tmp_path) -> Non
         np.testing.assert_array_equal(got, np.stack([a[s : s + 64] for s in starts]))
 
 
-def _array(p: Path, codecs: list, v2: dict | None = None) -> Any:
+def _array(p: Path, codecs: list, v2: dict | None = None, **extra: Any) -> Any:
     from lmdata.formats.flat_tokens._zarr import ZArray
     from lmdata.storage import resolve
 
@@ -224,7 +224,7 @@ def _array(p: Path, codecs: list, v2: dict | None = None) -> Any:
     else:
         grid = {"name": "regular", "configuration": {"chunk_shape": [8]}}
         meta = {"zarr_format": 3, "node_type": "array", "shape": [8], "data_type": "uint32"}
-        meta |= {"chunk_grid": grid, "fill_value": 0, "codecs": codecs}
+        meta |= {"chunk_grid": grid, "fill_value": 0, "codecs": codecs, **extra}
         (p / "zarr.json").write_text(json.dumps(meta))
     return ZArray(*resolve(str(p), None))
 
@@ -245,6 +245,41 @@ def test_unsupported_codecs_say_what_and_where(tmp_path, codecs, v2, message) ->
     with pytest.raises(FormatError, match=re.escape(message)) as e:
         _array(tmp_path / "a.zarr", codecs, v2)
     assert e.value.path == str(tmp_path / "a.zarr" / ("zarr.json" if v2 is None else ".zarray"))
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"chunk_key_encoding": {"name": "flat"}}, "unsupported chunk_key_encoding"),
+        (
+            {"chunk_key_encoding": {"name": "default", "configuration": {"separator": "-"}}},
+            "unsupported chunk_key_encoding",
+        ),
+        ({"index_location": 0}, "index_location 0"),
+    ],
+)
+def test_layouts_read_otherwise_are_refused(tmp_path, extra, message) -> None:
+    """Metadata this reader would read as another layout (every chunk missing: all fill
+    values; a shard index looked for at the wrong end) is a FormatError, not wrong items."""
+    codecs, extra = [{"name": "bytes"}], dict(extra)
+    if "index_location" in extra:
+        conf = {"chunk_shape": [4], "index_location": extra.pop("index_location")}
+        codecs = [{"name": "sharding_indexed", "configuration": conf}]
+    with pytest.raises(FormatError, match=re.escape(message)):
+        _array(tmp_path / "a.zarr", codecs, **extra)
+
+
+@pytest.mark.parametrize("name, sep, key", [("default", "/", "c/0"), ("default", ".", "c.0")])
+def test_chunk_key_encodings_read(tmp_path, name, sep, key) -> None:
+    enc = {"name": name, "configuration": {"separator": sep}}
+    p = tmp_path / "a.zarr"
+    arr = _array(p, [{"name": "bytes"}], chunk_key_encoding=enc)
+    (p / key).parent.mkdir(exist_ok=True)
+    (p / key).write_bytes(np.arange(8, dtype="<u4").tobytes())
+    assert arr.read(0, 8).tolist() == list(range(8))
+    v2 = _array(tmp_path / "b.zarr", [{"name": "bytes"}], chunk_key_encoding={"name": "v2"})
+    (tmp_path / "b.zarr" / "0").write_bytes(np.arange(8, dtype="<u4").tobytes())
+    assert v2.read(2, 5).tolist() == [2, 3, 4]
 
 
 # ---- threads ---------------------------------------------------------------------------------

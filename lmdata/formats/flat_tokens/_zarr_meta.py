@@ -145,6 +145,19 @@ def _index_has_crc(codecs: Any, where: str) -> bool:
     return True
 
 
+def _key_prefix(enc: dict[str, Any], where: str) -> str:
+    """What a v3 chunk key starts with: ``c/`` or ``c.`` (default encoding), none (v2)."""
+    name = enc.get("name")
+    sep = (enc.get("configuration") or {}).get("separator", "/" if name == "default" else ".")
+    if name not in ("default", "v2") or sep not in ("/", "."):
+        # (read as another layout, every chunk would be missing: all fill values, no error)
+        raise FormatError(
+            f"unsupported chunk_key_encoding {enc!r:.80} (supported: default, v2; '/' or '.')",
+            path=where,
+        )
+    return f"c{sep}" if name == "default" else ""
+
+
 def parse_array(store: Store, key: str) -> tuple[ArrayMeta, Decoding]:
     """The layout and decoding of the 1-D zarr array at ``key``; FormatError (or
     UnsafeDataError for sizes no reader should allocate) naming the metadata file if it is
@@ -187,9 +200,7 @@ def _parse(store: Store, key: str, p: str) -> tuple[ArrayMeta, Decoding]:
         )
         dtype = _parse_dtype(meta.get("data_type"), where)
         decode, desc, sharding = v3_decoder(meta.get("codecs") or [], dtype, max(chunk_len, 1), p)
-        enc = meta.get("chunk_key_encoding") or {"name": "default"}
-        sep = (enc.get("configuration") or {}).get("separator", "/")
-        prefix = f"c{sep}" if enc.get("name") == "default" else ""
+        prefix = _key_prefix(meta.get("chunk_key_encoding") or {"name": "default"}, where)
     if chunk_len == 0 and length:
         raise FormatError("chunk length 0 for a non-empty array", path=where)
     if chunk_len * dtype.itemsize > MAX_CHUNK_BYTES and sharding is None:
@@ -215,11 +226,11 @@ def _parse(store: Store, key: str, p: str) -> tuple[ArrayMeta, Decoding]:
         )
         if nested is not None:
             raise FormatError("nested sharding is not supported", path=where)
+        at = sharding.get("index_location", "end")
+        if at not in ("start", "end"):
+            raise FormatError(f"shard index_location {at!r} (expected start or end)", path=where)
         decoding = Decoding(
-            inner_decode,
-            dtype,
-            _index_has_crc(sharding.get("index_codecs"), where),
-            sharding.get("index_location", "end") != "start",
+            inner_decode, dtype, _index_has_crc(sharding.get("index_codecs"), where), at == "end"
         )
         desc = f"sharding({inner_desc})"
     array = ArrayMeta(p, kind[0], length, chunk_len, dtype, int(fill), desc, prefix, shard_inner)
