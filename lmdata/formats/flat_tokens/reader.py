@@ -338,7 +338,8 @@ class FlatTokens:
         """Where the stored values ``tokens[s : s + length]`` lie in memory, for each ``s`` in
         ``starts`` (each window inside the tokens, else IndexError): a byte buffer of its
         mapped or cached chunk and the byte offset of the window in it (the Loader lays
-        batches out from there, no gather copy). None where a window needs
+        batches out from there, no gather copy; a Blosc chunk read in part holds only the
+        windows asked for, its other bytes unset). None where a window needs
         :meth:`encoded_windows` (it straddles two chunks, a chunk is short, or chunks are read
         by range). The lookup is one C call where built, which also declines windows outside
         the tokens: only then are they checked here, to say which."""
