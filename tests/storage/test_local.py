@@ -161,3 +161,26 @@ def test_a_file_in_use_stays_open_while_many_others_pass(tmp_path, monkeypatch):
     assert len(store._fds) <= MAX_OPEN_FILES
     store.close()
     assert store._fds == {}
+
+
+def test_a_dropped_handle_closes_its_file_even_with_the_module_globals_cleared(
+    tmp_path, monkeypatch
+):
+    # at interpreter shutdown a module in a cycle can have its globals set to None while its
+    # last handles are still to go: the handle closes its file all the same, and quietly
+    from lmdata.storage import local
+
+    (key, _), (other, _) = _files(tmp_path, 2)
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    fd = os.open(key, os.O_RDONLY)
+    h = local._Handle(fd)
+    monkeypatch.setattr(local, "os", None)
+    del h
+    monkeypatch.setattr(local, "os", os)
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed
+    closed = local._Handle(os.open(other, os.O_RDONLY))
+    os.close(closed.fd)  # already closed when dropped: nothing to do, nothing to say
+    del closed
+    assert unraisable == []
