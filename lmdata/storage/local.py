@@ -130,16 +130,16 @@ class LocalStore:
             h = fds.get(key)
             if h is None:
                 h = _Handle(os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
-                for _ in range(2 * len(fds)):  # a first pass clears every mark: two suffice
-                    if len(fds) < MAX_OPEN_FILES:
-                        break
+                # one pass of second chances clears every mark; past it (lock-free reads
+                # marked files again meanwhile) the oldest goes whatever its mark
+                chances = len(fds)
+                while len(fds) >= MAX_OPEN_FILES:
                     old = next(iter(fds))
                     o = fds.pop(old)
-                    if o.used:
+                    if o.used and chances:
                         o.used = False
-                        fds[old] = o
-                while len(fds) >= MAX_OPEN_FILES:  # marked again by reads meanwhile
-                    del fds[next(iter(fds))]
+                        fds[old] = o  # to the back of the line
+                        chances -= 1
                 fds[key] = h
             return h
 

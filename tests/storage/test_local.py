@@ -184,3 +184,50 @@ def test_a_dropped_handle_closes_its_file_even_with_the_module_globals_cleared(
     os.close(closed.fd)  # already closed when dropped: nothing to do, nothing to say
     del closed
     assert unraisable == []
+
+
+def test_eviction_passes_over_files_read_again_and_drops_the_oldest_other(tmp_path):
+    files = _files(tmp_path, MAX_OPEN_FILES + 1, size=100)
+    keys = [k for k, _ in files]
+    store = LocalStore()
+    for k in keys[:MAX_OPEN_FILES]:
+        store.read_range(k, 0, 1)
+    for k in keys[:5] + keys[6:MAX_OPEN_FILES]:
+        store.read_range(k, 1, 1)  # read again: all but the sixth
+    store.read_range(keys[-1], 0, 1)
+    # the five before it had their second chance (moved back, unmarked); those after it kept
+    # their mark, as the scan stopped at the first file not read again
+    order = keys[6:MAX_OPEN_FILES] + keys[:5] + keys[-1:]
+    assert list(store._fds) == order
+    assert [store._fds[k].used for k in order] == [True] * (MAX_OPEN_FILES - 6) + [False] * 6
+
+
+def test_eviction_ends_when_reads_mark_every_file_again_as_it_scans(tmp_path):
+    from lmdata.storage import local
+
+    scanned = []
+
+    class Busy(local._Handle):
+        """A file that threads read again each time the scan clears it."""
+
+        __slots__ = ()
+
+        @property
+        def used(self):
+            scanned.append(self)
+            if len(scanned) > 10 * MAX_OPEN_FILES:
+                raise AssertionError("the eviction scan does not end")
+            return True
+
+        @used.setter
+        def used(self, value):
+            pass
+
+    files = _files(tmp_path, MAX_OPEN_FILES + 1, size=100)
+    store = LocalStore()
+    for k, _ in files[:MAX_OPEN_FILES]:
+        store._fds[k] = Busy(os.open(k, os.O_RDONLY))
+    key, data = files[-1]
+    assert store.read_range(key, 10, 5) == data[10:15]
+    # every file got its one second chance; then the oldest went all the same
+    assert list(store._fds) == [k for k, _ in files[1:]]
