@@ -142,6 +142,18 @@ def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> Non
     assert 0 < total[0] <= budget * 3 // 2
 
 
+def test_a_shard_read_to_its_end_leaves_the_whole_budget_to_the_next(dataset) -> None:
+    # A stream at its shard's end reads nothing more: reading shard after shard in order, each
+    # new shard's runs once got the budget divided by the shards read before (a quarter by the
+    # fourth shard: twice the runs, each costing the reader a hand-off to the thread).
+    path, ex = dataset
+    r = atlas.open(path, ahead_bytes=40_000)
+    assert [r[i] for i in range(N)] == ex
+    streams = r._local.ahead
+    assert list(streams) == [0, 1] and streams[0].ended
+    assert streams[1].budget == 40_000
+
+
 def test_random_reads_stop_reading_ahead(dataset) -> None:
     path, ex = dataset
     r = atlas.open(path)

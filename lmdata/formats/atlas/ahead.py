@@ -190,7 +190,7 @@ class Stream:
     """One thread's in-order reading of one shard: runs read (and decompressed) ahead, at most
     ``budget`` decoded bytes ahead of the block being read."""
 
-    __slots__ = ("_next", "_post", "_runs", "budget", "decoding")
+    __slots__ = ("_next", "_post", "_runs", "budget", "decoding", "ended")
 
     def __init__(self, post: Post, first: int, budget: int, decoding: bool = True) -> None:
         self._post = post
@@ -198,6 +198,7 @@ class Stream:
         self._next = first  # the first block no run covers yet
         self.decoding = decoding  # whether its blocks are compressed (else: read ahead only)
         self.budget = budget if decoding else 0
+        self.ended = False  # no run comes after those it holds (its shard's end, or damage)
 
     def get(self, b: int) -> tuple[bytes, memoryview | None, tuple[int, int, int] | None] | None:
         """(stored bytes, pickled bytes or None, their memo walk or None) of block ``b``, or
@@ -238,6 +239,7 @@ class Stream:
                 return  # a raw run (nothing decoded ahead) is read one at a time
             run = self._post(self._next, per_run)
             if run is None:
+                self.ended = True
                 return
             runs.append(run)
             ahead += max(run.decoded, len(run.buf))
