@@ -189,9 +189,7 @@ def test_ranges_on_an_object_store_give_the_local_bytes(tmp_path, memory_root):
     assert sorted(store.list(f"{key}/attributes/d")) == ["big.jsonl", "small.jsonl"]
 
 
-def test_a_small_job_has_the_ranges_of_tag_and_mix_on_any_number_of_workers(
-    tmp_path, monkeypatch
-):
+def test_a_small_job_has_the_ranges_of_tag_and_mix_on_any_number_of_workers(tmp_path, monkeypatch):
     """By default ranges are tag's and mix's (:func:`_ranges.range_size` of the job's plain
     bytes: about SPREAD_UNITS of them, not below MIN_RANGE_BYTES), in GROUPS hash units, so a
     small job has a unit for each worker; the plan is the same for any number of workers (it
