@@ -9,8 +9,8 @@ plain JSONL file larger than the job's range size, the lines starting in each of
 ranges of equal size. The range size is tag's and mix's (:func:`lmdata.dolma._ranges.range_size`:
 the job's plain bytes over 16, within 4 to 64 MiB), from the inputs alone, never the number of
 workers, so one 50 GB file is ~800 units, a small job still makes about 16, and a retry redoes
-one range. A gzip or zstd
-file is one span (it cannot be entered in the middle). Spans are numbered in input order, and
+one range. A gzip or zstd file is one span (it cannot be entered in the middle). Spans are
+numbered in input order, and
 a key's place is (span, line in the span, paragraph, n-gram), which sorts in input order. Three
 phases run on the executor:
 
