@@ -10,9 +10,8 @@ ranges of equal size. The range size is tag's and mix's (:func:`lmdata.dolma._ra
 the job's plain bytes over 16, within 4 to 64 MiB), from the inputs alone, never the number of
 workers, so one 50 GB file is ~800 units, a small job still makes about 16, and a retry redoes
 one range. A gzip or zstd file is one span (it cannot be entered in the middle). Spans are
-numbered in input order, and
-a key's place is (span, line in the span, paragraph, n-gram), which sorts in input order. Three
-phases run on the executor:
+numbered in input order, and a key's place is (span, line in the span, paragraph, n-gram),
+which sorts in input order. Three phases run on the executor:
 
 1. per group of consecutive spans (in parallel: :data:`GROUPS` groups, or one per 64 MiB of
    input when more): hash each key (xxh3-128) and spill ``(hash, span, line, paragraph, n-gram)``
