@@ -178,18 +178,29 @@ class Resumable:
     def check(self, old: dict[str, Any]) -> Plan:
         """The plan of the interrupted run ``old`` continued; InvalidInputError if its inputs or
         options differ from this run's."""
-        try:
-            plan = Plan(**old["plan"]) if old["identity"] == self.identity else None
-        except (KeyError, TypeError):
-            plan = None
-        if plan is None:
+        again = (
+            "run it again without --resume (which discards the interrupted run's work and "
+            "starts afresh)"
+        )
+        if old.get("identity") != self.identity:
             raise InvalidInputError(
                 f"cannot resume this dedupe job: {_differs(old.get('identity'), self.identity)} "
-                "since the interrupted run; run it again without --resume (which discards the "
-                "interrupted run's work and starts afresh)",
+                f"since the interrupted run; {again}",
                 path=self.work.root,
             )
-        return plan
+        plan, fields = old.get("plan"), [f.name for f in dataclasses.fields(Plan)]
+        odd = [] if isinstance(plan, dict) else ["plan"]
+        if not odd:  # a field missing, unknown (another lmdata's plan) or not a count
+            odd = [f"plan.{k}" for k in sorted(set(fields) ^ set(plan))]
+            odd += [f"plan.{k}" for k in fields if k in plan and not _count(plan[k])]
+        if odd:
+            raise InvalidInputError(
+                f"cannot resume this dedupe job: its manifest's {', '.join(odd)} is not a plan "
+                f"this lmdata reads (fields {', '.join(fields)}, each a positive integer); "
+                f"{again}",
+                path=self.work.root,
+            )
+        return Plan(**plan)
 
     def job(self, plan: Plan) -> str:
         """The job's digest, which names its pieces folders."""
@@ -241,6 +252,10 @@ def forget_joined(outputs: Sequence[str], job: str, opts: dict[str, Any] | None)
     for o in outputs:
         store, key = resolve(o, opts)
         store.remove(parts_folder(key, job))
+
+
+def _count(x: Any) -> bool:
+    return type(x) is int and x > 0
 
 
 def _url(store: Store, key: str) -> str:

@@ -1,12 +1,12 @@
-"""Byte ranges of plain JSONL document files, the units of tag and mix (and of dedupe, which
-chooses its range size itself): how large a job's ranges are (:func:`range_size`) and where a
-file's ranges start and end (:func:`cut`). Kept apart from :mod:`lmdata.dolma._spans` so
-that tag's and mix's workers import nothing else.
+"""Byte ranges of plain JSONL document files, the units of tag, mix and dedupe: how large a
+job's ranges are (:func:`range_size`) and where a file's ranges start and end (:func:`cut`).
+Kept apart from :mod:`lmdata.dolma._spans` so that tag's and mix's workers import nothing
+else.
 """
 
 from __future__ import annotations
 
-RANGE_BYTES = 64 << 20  # tag's and mix's ranges are at most this large (dedupe has its own)
+RANGE_BYTES = 64 << 20  # the ranges of tag, mix and dedupe are at most this large
 MIN_RANGE_BYTES = 4 << 20  # ... and at least this large (a smaller job runs in fewer units)
 SPREAD_UNITS = 16  # a small job's plain files make about this many ranges, when they can
 

@@ -5,15 +5,16 @@ depends on timing. Here the first occurrence in input order (files sorted, then 
 paragraph) is kept, whatever the number of processes, and re-running gives the same result.
 
 The input is cut into spans (:mod:`lmdata.dolma._spans`): a document file whole, or, for a
-plain JSONL file larger than :data:`RANGE_BYTES` (64 MiB), the lines starting in each of its
-byte ranges of equal size up to 64 MiB (smaller, so that each worker has as many),
-so one 50 GB file is ~800 units and a retry redoes one range. A gzip or zstd
-file is one span (it cannot be entered in the middle). Spans are numbered in input order, and
-a key's place is (span, line in the span, paragraph, n-gram), which sorts in input order. Three
-phases run on the executor:
+plain JSONL file larger than the job's range size, the lines starting in each of its byte
+ranges of equal size. The range size is tag's and mix's (:func:`lmdata.dolma._ranges.range_size`:
+the job's plain bytes over 16, within 4 to 64 MiB), from the inputs alone, never the number of
+workers, so one 50 GB file is ~800 units, a small job still makes about 16, and a retry redoes
+one range. A gzip or zstd file is one span (it cannot be entered in the middle). Spans are
+numbered in input order, and a key's place is (span, line in the span, paragraph, n-gram),
+which sorts in input order. Three phases run on the executor:
 
-1. per group of consecutive spans (in parallel: one group per worker, or per 64 MiB of input
-   when larger): hash each key (xxh3-128) and spill ``(hash, span, line, paragraph, n-gram)``
+1. per group of consecutive spans (in parallel: :data:`GROUPS` groups, or one per 64 MiB of
+   input when more): hash each key (xxh3-128) and spill ``(hash, span, line, paragraph, n-gram)``
    entries, sorted by hash bucket, into one object per spill (a table of each bucket's
    entries goes back to the driver);
 2. per bucket (in parallel): read its range of every spill object, sort and mark every entry
@@ -92,12 +93,14 @@ from lmdata.dolma._dedupe_resume import (
 )
 from lmdata.dolma._dedupe_write import WriteResult, WriteTask
 from lmdata.dolma._dedupe_write import phase_write as _phase_write
+from lmdata.dolma._ranges import RANGE_BYTES, SPREAD_UNITS, range_size
 from lmdata.dolma._spans import Span, split_paragraphs
 from lmdata.dolma._spans import read as _read
 from lmdata.dolma._spans import skip as _skip
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.pieces import Fresh, Join, parts_folder
 from lmdata.errors import InvalidInputError
+from lmdata.formats.dolma._files import splittable
 from lmdata.formats.dolma._paths import Stores, codec_of
 from lmdata.storage import Store
 
@@ -106,8 +109,7 @@ PRIOR_PARTS = "prior-parts"  # the mark parts of each bucket of a job with a key
 SPILL_EVERY = 1 << 21  # entries a hash unit buffers (32 B each) before writing one spill object
 WRITE_MARKS = 1 << 24  # marks a write unit holds at most (256 MiB), unless one file has more
 BUCKET_ENTRIES = 1 << 22  # entries a mark unit sorts at most (~60 B each at its peak)
-RANGE_BYTES = 64 << 20  # a plain document file larger than this is read in ranges of this size
-MIN_RANGE_BYTES = 4 << 20  # ... or smaller, down to this, so that each worker has as many
+GROUPS = SPREAD_UNITS  # hash (and write) groups of a job at least, when it has as many spans
 MAX_BUCKETS = 1 << 16  # hash buckets at most (each spill's table has one int64 per bucket)
 # keys per byte of compressed input (measured on dolma-style text): sizes the hash buckets; a
 # bucket that still holds more than BUCKET_ENTRIES is marked in several passes
@@ -233,8 +235,8 @@ def dedupe(
     The work folder (``cfg.work_dir``, a path or URL) must be visible to every worker (shared
     on a cluster, or on the object store).
     ``storage_options`` (fsspec options for URLs) replace the config's; a plain file larger
-    than ``range_bytes`` (default :data:`RANGE_BYTES`) is read in ranges of at most that size
-    (smaller, down to :data:`MIN_RANGE_BYTES`, so that each worker has as many).
+    than ``range_bytes`` is read in ranges of at most that size (default: tag's and mix's,
+    :func:`lmdata.dolma._ranges.range_size` of the job's plain bytes).
     Every run keeps its work in a folder named by the job and marks each unit done, so a run
     stopped part way (a kill, Ctrl-C, a lost worker) and started again with ``resume`` runs
     only the unfinished units (a changed input or option is an InvalidInputError; see
@@ -245,19 +247,19 @@ def dedupe(
     bloom = cfg.bloom_filter
     if bloom.given or bloom.file:
         log.warning(_keyfile.note(cfg))
-    step = RANGE_BYTES if range_bytes is None else range_bytes
-    if step < 1:
-        raise InvalidInputError(f"range_bytes must be at least 1, not {step}")
+    if range_bytes is not None and range_bytes < 1:
+        raise InvalidInputError(f"range_bytes must be at least 1, not {range_bytes}")
     files = cfg.document_files()
     t0 = time.perf_counter()
     stores = Stores(cfg.storage_options)
     sizes = [st.size(k) for st, k in map(stores, files)]
     total = sum(sizes)
-    step = _range_size(step, total, cfg.processes)
-    # one group per worker, or per range of input when larger: a retry redoes one group
+    plain = sum(z for f, z in zip(files, sizes, strict=True) if splittable(f))
     prior = _keyfile.prior(cfg)
     nb = _nbuckets(cfg, total, prior.keys if prior is not None else 0)
-    plan = Plan(step, max(cfg.processes, -(-total // step)), nb)
+    # from the inputs alone: a resumed run, on any number of workers, plans the same units
+    step = range_size(plain) if range_bytes is None else range_bytes
+    plan = Plan(step, max(GROUPS, -(-total // RANGE_BYTES)), nb)
     if not files:  # a file partition with no files
         if bloom.writes and prior is None:  # dolma 1.2.1 writes its (empty) filter here too
             _keyfile.write(bloom.file, cfg.storage_options, _keyfile.kind(cfg), [], None)
@@ -406,15 +408,6 @@ def _joins(
             pieces = tuple(sums[j] for j in range(first, k + 1))
             out.append((k, Join(o, codec_of(o), pieces, cfg.storage_options, job=job)))
     return out
-
-
-def _range_size(most: int, total: int, workers: int) -> int:
-    """The size of a range: ``total`` bytes of input over the smallest multiple of ``workers``
-    that keeps ranges within ``most``, so each worker has as many (a job of less than ``most``
-    per worker included), but not below :data:`MIN_RANGE_BYTES`; ``most`` if that is less."""
-    workers = max(1, workers)
-    rounds = max(1, -(-total // (workers * most)))
-    return min(most, max(MIN_RANGE_BYTES, -(-total // (workers * rounds))))
 
 
 def _nbuckets(cfg: DedupeConfig, total: int, prior: int = 0) -> int:

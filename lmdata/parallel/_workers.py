@@ -298,7 +298,10 @@ class Session:
                 f"work unit {name} failed in a worker process with an error that cannot be "
                 f"passed back (it does not pickle); the worker's traceback:\n{text}"
             )
-        error.__cause__ = RemoteTraceback(text)
+        # which unit: an exception that is not lmdata's names no file
+        error.__cause__ = RemoteTraceback(
+            f"in work unit {name}, in worker process {w.process.pid}:\n{text}"
+        )
         raise error
 
     def _died(self, w: Worker) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from lmdata.errors import InvalidInputError
+from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
 from lmdata.storage import basename, join, parent, resolve
 from lmdata.storage.paths import work_name
 
@@ -220,6 +220,13 @@ def prepare(work: Staging, manifest: bytes, resume: bool, job: str = "job") -> s
         return done
     work.reset(manifest)
     return set()
+
+
+def resumable(e: BaseException) -> bool:
+    """Whether a job stopped by ``e`` keeps its staging area for ``--resume``: not when the data
+    or the options are at fault (the same job would stop there again); yes for Ctrl-C, a dead
+    worker, a full disk, a missing dependency, a store's hiccup."""
+    return not isinstance(e, (InvalidInputError, FormatError, CorruptDataError, UnsafeDataError))
 
 
 def manifest_changes(old: bytes | None, new: bytes) -> list[str]:

@@ -12,7 +12,7 @@ import mmap as _mmap
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -34,10 +34,13 @@ class _Handle:
         self.fd = fd
         self.used = False  # read again since opened or since the eviction scan last passed it
 
-    def __del__(self) -> None:
+    # os.close is bound here, not looked up at the call: at interpreter shutdown a module left
+    # in a cycle may have its globals set to None before its last handles go, and ``os.close``
+    # would then raise AttributeError instead of closing. With it bound, only OSError remains.
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
         try:
-            os.close(self.fd)
-        except Exception:  # already closed, or interpreter shutdown
+            _close(self.fd)
+        except OSError:  # already closed (EBADF): nothing left to release
             pass
 
 
@@ -127,16 +130,16 @@ class LocalStore:
             h = fds.get(key)
             if h is None:
                 h = _Handle(os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
-                for _ in range(2 * len(fds)):  # a first pass clears every mark: two suffice
-                    if len(fds) < MAX_OPEN_FILES:
-                        break
+                # one pass of second chances clears every mark; past it (lock-free reads
+                # marked files again meanwhile) the oldest goes whatever its mark
+                chances = len(fds)
+                while len(fds) >= MAX_OPEN_FILES:
                     old = next(iter(fds))
                     o = fds.pop(old)
-                    if o.used:
+                    if o.used and chances:
                         o.used = False
-                        fds[old] = o
-                while len(fds) >= MAX_OPEN_FILES:  # marked again by reads meanwhile
-                    del fds[next(iter(fds))]
+                        fds[old] = o  # to the back of the line
+                        chances -= 1
                 fds[key] = h
             return h
 

@@ -35,7 +35,14 @@ import orjson
 from lmdata import parallel
 from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.parallel import make_executor
-from lmdata.parallel.staging import Staging, prepare, staging_for, unit_key, work_dir_for
+from lmdata.parallel.staging import (
+    Staging,
+    prepare,
+    resumable,
+    staging_for,
+    unit_key,
+    work_dir_for,
+)
 from lmdata.storage import check_dest, is_url, join, options_scope
 from lmdata.storage.paths import remove_staged
 from lmdata.tokenize.job import Summary, TokenizeJob
@@ -383,7 +390,7 @@ def tokenize(
             commit.unit(unit, res)
     except BaseException as e:
         commit.sink.abort()
-        if not isinstance(e, KeyboardInterrupt):
+        if not resumable(e):  # kept for --resume after Ctrl-C, a dead worker, a full disk
             work.clear()
         raise
     if summary.documents_read != summary.documents_written + summary.documents_skipped:

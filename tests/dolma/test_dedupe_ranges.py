@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lmdata.dolma import _spans
+from lmdata.dolma import _ranges, _spans
 from lmdata.dolma import dedupe as dd
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma.config import DedupeConfig
@@ -189,40 +189,39 @@ def test_ranges_on_an_object_store_give_the_local_bytes(tmp_path, memory_root):
     assert sorted(store.list(f"{key}/attributes/d")) == ["big.jsonl", "small.jsonl"]
 
 
-def test_a_small_job_has_a_range_per_worker(tmp_path, monkeypatch):
-    """Under RANGE_BYTES per worker, ranges shrink to the job's size per worker (not below
-    MIN_RANGE_BYTES), so every worker has a unit; the bytes do not change."""
+def test_a_small_job_has_the_ranges_of_tag_and_mix_on_any_number_of_workers(tmp_path, monkeypatch):
+    """By default ranges are tag's and mix's (:func:`_ranges.range_size` of the job's plain
+    bytes: about SPREAD_UNITS of them, not below MIN_RANGE_BYTES), in GROUPS hash units, so a
+    small job has a unit for each worker; the plan is the same for any number of workers (it
+    depends on the inputs alone), and the bytes do not change."""
     root = _big(tmp_path)
     _run(root, "want", "paragraphs", WHOLE)
     seen = []
     real = dd._phase_hash
     monkeypatch.setattr(dd, "_phase_hash", lambda t: seen.append(t) or real(t))
-    monkeypatch.setattr(dd, "MIN_RANGE_BYTES", 100)
-    cfg = DedupeConfig.from_dict(
-        {
-            "documents": [str(root / "documents" / "*")],
-            "dedupe": {"name": "got", **SPECS["paragraphs"]},
-            "processes": 3,
-        }
-    )
-    dd.dedupe(cfg, engine="inprocess")  # the default range_bytes: 64 MiB
-    assert len(seen) == 3 and [s.parts for _, s in seen[0].spans] == [3]
-    assert _attrs(root, "got") == _attrs(root, "want")
+    monkeypatch.setattr(_ranges, "MIN_RANGE_BYTES", 100)
+    step = _ranges.range_size(sum(p.stat().st_size for p in (root / "documents").iterdir()))
+    plans = []
+    for procs in (1, 3):
+        cfg = DedupeConfig.from_dict(
+            {
+                "documents": [str(root / "documents" / "*")],
+                "dedupe": {"name": "got", **SPECS["paragraphs"]},
+                "processes": procs,
+            }
+        )
+        seen.clear()
+        dd.dedupe(cfg, engine="inprocess")  # the default range_bytes
+        spans = [s for t in seen for _, s in t.spans]
+        assert spans[0].parts == _ranges.SPREAD_UNITS and len(seen) == dd.GROUPS
+        assert all(s.end - s.start <= step for s in spans if s.ranged)
+        assert _attrs(root, "got") == _attrs(root, "want")
+        plans.append([t.spans for t in seen])
+    assert plans[0] == plans[1]
     seen.clear()
-    monkeypatch.setattr(dd, "MIN_RANGE_BYTES", 1 << 20)  # a floor above the file: one unit
+    monkeypatch.setattr(_ranges, "MIN_RANGE_BYTES", 1 << 20)  # a floor above the file: one unit
     dd.dedupe(cfg, engine="inprocess")
     assert [[s.parts for _, s in t.spans] for t in seen] == [[1], [1]]
-
-
-def test_range_size_gives_each_worker_as_many_ranges():
-    mib, most = 1 << 20, dd.RANGE_BYTES
-    assert dd._range_size(most, 150 * 10**6, 2) == 37_500_000  # 4 ranges, not 64 + 64 + 22
-    assert dd._range_size(most, 30 * 10**6, 2) == 15 * 10**6
-    assert dd._range_size(most, 50 * 10**9, 8) <= most  # a large job: ranges near the most
-    assert dd._range_size(most, 50 * 10**9, 8) > most * 0.99
-    assert dd._range_size(most, 5 * mib, 4) == dd.MIN_RANGE_BYTES  # never below the floor
-    assert dd._range_size(1000, 10**6, 2) == 1000  # ... unless the most is below it
-    assert dd._range_size(most, 0, 3) == dd.MIN_RANGE_BYTES
 
 
 def test_a_running_dedupe_keeps_its_work_and_pieces_fresh_for_clean(tmp_path, monkeypatch):

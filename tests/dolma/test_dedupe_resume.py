@@ -30,7 +30,6 @@ TEXTS = ["a b c", "d e f g", "a b c\nd e f g", "x y", "z", "", "é ü\nx y\n\nz"
 
 @pytest.fixture(autouse=True)
 def _small(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dd, "MIN_RANGE_BYTES", 1)
     monkeypatch.setattr(dd, "BUCKET_ENTRIES", 40)  # several buckets, some marked in parts
 
 
@@ -280,3 +279,51 @@ def test_a_piece_marked_done_but_gone_is_written_again(
     dd.dedupe(_cfg(str(root), work), engine="inprocess", range_bytes=RB, resume=True)
     assert 0 not in _ids("_phase_write", ran) and 1 in _ids("_phase_write", ran)
     assert _attrs(root) == want
+
+
+def test_a_job_stopped_under_the_worker_dependent_plan_resumes_with_it(tmp_path: Path) -> None:
+    """lmdata before this version sized dedupe's ranges and groups by the worker count: this
+    tree on 3 workers with range_bytes=400 made ranges of 350 bytes in 6 groups. The manifest
+    records that plan, so a resume now (whose own plan is tag's range size in GROUPS groups)
+    keeps the stopped run's units and writes the bytes of an uninterrupted run."""
+    _, want, _ = _reference(tmp_path)
+    root, work = _tree(tmp_path / "r"), tmp_path / "w"
+    with pytest.MonkeyPatch.context() as mp:  # the old planner's choice for this tree
+        mp.setattr(dd, "range_size", lambda plain: 350)
+        mp.setattr(dd, "GROUPS", 6)
+        first = _stop(str(root), work, "_phase_mark", 2, rb=None)
+    assert len(first["_phase_hash"]) == 6
+    (folder,) = work.iterdir()
+    old = orjson.loads((folder / "manifest.json").read_bytes())["plan"]
+    assert (old["range_bytes"], old["groups"]) == (350, 6)
+    with pytest.MonkeyPatch.context() as mp:
+        ran = {p: counting(mp, dd, p) for p in PHASES}
+        dd.dedupe(_cfg(str(root), work), engine="inprocess", resume=True)  # default plan
+    assert ran["_phase_hash"] == []  # the stopped run's hash units stand
+    assert all(s.end - s.start <= 350 for t in ran["_phase_write"] for _, s in t.spans)
+    assert _attrs(root) == want and list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda plan: plan.pop("groups"), "plan.groups"),
+        (lambda plan: plan.update(tail=[2, 8]), "plan.tail"),
+        (lambda plan: plan.update(range_bytes="64M"), "plan.range_bytes"),
+    ],
+)
+def test_a_manifest_plan_this_lmdata_cannot_read_is_refused_naming_its_field(
+    tmp_path: Path, edit, named: str
+) -> None:
+    """A plan with a field missing, unknown (another lmdata's planner) or malformed is refused
+    by name, not as 'the inputs or options changed' (they did not)."""
+    root, work = _tree(tmp_path / "r"), tmp_path / "w"
+    _stop(str(root), work, "_phase_mark", 1)
+    (folder,) = work.iterdir()
+    manifest = orjson.loads((folder / "manifest.json").read_bytes())
+    edit(manifest["plan"])
+    (folder / "manifest.json").write_bytes(orjson.dumps(manifest))
+    with pytest.raises(InvalidInputError, match=rf"manifest's {named} is not a plan") as err:
+        dd.dedupe(_cfg(str(root), work), engine="inprocess", range_bytes=RB, resume=True)
+    assert "without --resume" in str(err.value) and "inputs or options" not in str(err.value)
+    dd.dedupe(_cfg(str(root), work), engine="inprocess", range_bytes=RB)  # afresh: it runs

@@ -92,7 +92,11 @@ def _ranged_tree(root: Path, n: int, short_attrs: int) -> Path:
     return root
 
 
-def _ranged_cfg(root: Path, out: str, processes: int) -> MixerConfig:
+def _one_stream_cfg(
+    root: Path, out: str, processes: int, attributes: list[str], exclude: str
+) -> MixerConfig:
+    """Mix stream ``m``: the plain documents below ``root/documents`` with ``attributes`` merged,
+    the documents ``exclude`` matches left out, into one shard ``root/out/m-0000.jsonl.gz``."""
     return MixerConfig.from_dict(
         {
             "processes": processes,
@@ -100,12 +104,18 @@ def _ranged_cfg(root: Path, out: str, processes: int) -> MixerConfig:
                 {
                     "name": "m",
                     "documents": [str(root / "documents" / "*.jsonl")],
-                    "attributes": ["a", "gone"],
-                    "filter": {"exclude": ["$.attributes[?(@.a__len[0][2] == 2)]"]},
+                    "attributes": attributes,
+                    "filter": {"exclude": [exclude]},
                     "output": {"path": str(root / out), "max_size_in_bytes": 10**9},
                 }
             ],
         }
+    )
+
+
+def _ranged_cfg(root: Path, out: str, processes: int) -> MixerConfig:
+    return _one_stream_cfg(
+        root, out, processes, ["a", "gone"], "$.attributes[?(@.a__len[0][2] == 2)]"
     )
 
 

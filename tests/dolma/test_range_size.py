@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from lmdata.dolma import _ranges, mixer
 from lmdata.dolma import tag as tg
 from lmdata.dolma.config import MixerConfig, TagConfig
+from tests.dolma.test_mix_pieces import _one_stream_cfg
 from tests.dolma.test_tag_ranges import TAGGERS
 from tests.dolma.test_tag_ranges import _run as _tag
 
@@ -57,22 +58,8 @@ def _tree(root: Path, n: int) -> Path:
 
 
 def _mix_cfg(root: Path, out: str, processes: int) -> MixerConfig:
-    return MixerConfig.from_dict(
-        {
-            "processes": processes,
-            "streams": [
-                {
-                    "name": "m",
-                    "documents": [str(root / "documents" / "*.jsonl")],
-                    "attributes": ["x"],
-                    "filter": {
-                        "exclude": ["$.attributes[?(@.x__char_length_v1__length[0][2] < 40)]"]
-                    },
-                    "output": {"path": str(root / out), "max_size_in_bytes": 10**9},
-                }
-            ],
-        }
-    )
+    short = "$.attributes[?(@.x__char_length_v1__length[0][2] < 40)]"
+    return _one_stream_cfg(root, out, processes, ["x"], short)
 
 
 def test_one_plain_file_of_a_few_mb_is_tagged_and_mixed_in_several_units(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import lmdata
-from lmdata.errors import CorruptDataError
+from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats import atlas
 from lmdata.formats.atlas import ahead
 
@@ -59,32 +59,59 @@ def test_in_order_blocks_are_decompressed_on_the_decoder_thread(dataset, how) ->
     r.close()
 
 
-def test_cache_bytes_zero_decompresses_nothing_ahead(dataset) -> None:
+def test_ahead_bytes_zero_decompresses_nothing_ahead(dataset) -> None:
     path, ex = dataset
-    r = atlas.open(path, cache_bytes=0)
+    r = atlas.open(path, ahead_bytes=0)
     on_main = _on_main(r)
     assert [r[i] for i in range(N)] == ex
     assert len(on_main) == 60 and r._decoder is None
 
 
-def test_the_budget_comes_out_of_the_cache() -> None:
-    mib = 1 << 20
-    for cache, want in (
-        (0, 0),
-        (mib // 2, mib // 2),
-        (mib, mib),
-        (8 * mib, mib),
-        (64 * mib, 4 * mib),
-    ):
-        assert ahead.ahead_budget(cache) == want
+def test_a_small_cache_still_reads_ahead(dataset) -> None:
+    # The allowance ahead is apart from the cache (the origin keeps each shard's current block
+    # decoded whatever its cache): a 1 MiB cache (or none) reads in order at full speed, and
+    # the cache keeps its whole size for blocks read again.
+    path, ex = dataset
+    for cache in (0, 1 << 20):
+        r = atlas.open(path, cache_bytes=cache)
+        on_main = _on_main(r)
+        assert [r[i] for i in range(N)] == ex
+        assert len(on_main) <= 4 and r._decoder is not None
+        assert r._ahead_bytes == ahead.DEFAULT_AHEAD_BYTES and r._slot.cap == cache
+        r.close()
+
+
+def test_the_budget_is_ahead_bytes_as_given() -> None:
+    assert ahead.ahead_budget(None) == ahead.DEFAULT_AHEAD_BYTES == 4 << 20
+    for given in (0, 1, 40_000, 64 << 20):
+        assert ahead.ahead_budget(given) == given
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "4M", True])
+def test_a_bad_ahead_bytes_is_refused_at_open(dataset, bad) -> None:
+    with pytest.raises(InvalidInputError, match="ahead_bytes must be a whole number"):
+        atlas.open(dataset[0], ahead_bytes=bad)
+
+
+def test_one_cpu_reads_nothing_ahead_by_default(dataset, monkeypatch) -> None:
+    monkeypatch.setattr(ahead, "_cpus", lambda: 1)
+    r = atlas.open(dataset[0])
+    assert r._ahead_bytes == 0
+    assert atlas.open(dataset[0], ahead_bytes=1 << 20)._ahead_bytes == 1 << 20
+
+
+def test_ahead_bytes_survives_pickling(dataset) -> None:
+    import pickle
+
+    r = pickle.loads(pickle.dumps(atlas.open(dataset[0], ahead_bytes=40_000)))
+    assert r.ahead_bytes == r._ahead_bytes == 40_000
 
 
 def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> None:
     path, ex = dataset
-    r = atlas.open(path, cache_bytes=40_000)  # blocks of about 2 KB
+    r = atlas.open(path, ahead_bytes=40_000)  # blocks of about 2 KB
     budget = r._ahead_bytes
-    assert budget == ahead.ahead_budget(40_000) == 40_000  # at least 1 MiB where it can
-    assert r._slot.cap == 0  # the rest of the cache: nothing
+    assert budget == 40_000
     most = [0]
     fill = ahead.Stream.fill
 
@@ -98,7 +125,7 @@ def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> Non
     assert 0 < most[0] <= budget
     # two shards read in turn share the thread's budget (runs made before the second stream
     # came keep their size until read)
-    r2 = atlas.open(path, cache_bytes=40_000)
+    r2 = atlas.open(path, ahead_bytes=40_000)
     total = [0]
 
     def watching_all(st: ahead.Stream) -> None:
@@ -113,6 +140,18 @@ def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> Non
     ]
     assert [st.budget for st in r2._local.ahead.values()] == [budget // 2] * 2
     assert 0 < total[0] <= budget * 3 // 2
+
+
+def test_a_shard_read_to_its_end_leaves_the_whole_budget_to_the_next(dataset) -> None:
+    # A stream at its shard's end reads nothing more: reading shard after shard in order, each
+    # new shard's runs once got the budget divided by the shards read before (a quarter by the
+    # fourth shard: twice the runs, each costing the reader a hand-off to the thread).
+    path, ex = dataset
+    r = atlas.open(path, ahead_bytes=40_000)
+    assert [r[i] for i in range(N)] == ex
+    streams = r._local.ahead
+    assert list(streams) == [0, 1] and streams[0].ended
+    assert streams[1].budget == 40_000
 
 
 def test_random_reads_stop_reading_ahead(dataset) -> None:
@@ -239,7 +278,7 @@ def test_stored_bytes_ahead_stay_within_the_budget_too(tmp_path: Path, monkeypat
     frames = [data[idx[k] : idx[k + 1]] + pad for k in range(len(idx) - 1)]
     (path / "0" / "data.bin").write_bytes(b"".join(frames))
     np.save(path / "0" / "index.npy", np.cumsum([0] + [len(f) for f in frames]).astype(idx.dtype))
-    r = atlas.open(path, cache_bytes=8 << 20)
+    r = atlas.open(path, ahead_bytes=1 << 20)
     budget = r._ahead_bytes
     assert budget == 1 << 20 and sum(map(len, frames)) > 4 * budget
     most = [0]

@@ -197,6 +197,10 @@ def invalid_on_three(n: int) -> int:
     return n
 
 
+def key_error_on_three(n: int) -> int:
+    return n if n != 3 else {}["text"]
+
+
 def test_errors_come_back_as_raised_or_as_a_clear_error() -> None:
     def scenario() -> None:
         ex = LocalProcesses(2)
@@ -204,6 +208,9 @@ def test_errors_come_back_as_raised_or_as_a_clear_error() -> None:
             list(ex.map_ordered(invalid_on_three, range(8)))
         # the worker's traceback rides along as the cause
         assert "invalid_on_three" in str(info.value.__cause__)
+        with pytest.raises(KeyError) as info:  # an error that names no file: its unit does
+            list(ex.map_ordered(key_error_on_three, range(8)))
+        assert str(info.value.__cause__).startswith("in work unit 3, in worker process ")
         with pytest.raises(
             LmdataError, match=r"result of work unit 2 cannot be passed back.*refuses to be pickled"
         ):

@@ -161,3 +161,73 @@ def test_a_file_in_use_stays_open_while_many_others_pass(tmp_path, monkeypatch):
     assert len(store._fds) <= MAX_OPEN_FILES
     store.close()
     assert store._fds == {}
+
+
+def test_a_dropped_handle_closes_its_file_even_with_the_module_globals_cleared(
+    tmp_path, monkeypatch
+):
+    # at interpreter shutdown a module in a cycle can have its globals set to None while its
+    # last handles are still to go: the handle closes its file all the same, and quietly
+    from lmdata.storage import local
+
+    (key, _), (other, _) = _files(tmp_path, 2)
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    fd = os.open(key, os.O_RDONLY)
+    h = local._Handle(fd)
+    monkeypatch.setattr(local, "os", None)
+    del h
+    monkeypatch.setattr(local, "os", os)
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed
+    closed = local._Handle(os.open(other, os.O_RDONLY))
+    os.close(closed.fd)  # already closed when dropped: nothing to do, nothing to say
+    del closed
+    assert unraisable == []
+
+
+def test_eviction_passes_over_files_read_again_and_drops_the_oldest_other(tmp_path):
+    files = _files(tmp_path, MAX_OPEN_FILES + 1, size=100)
+    keys = [k for k, _ in files]
+    store = LocalStore()
+    for k in keys[:MAX_OPEN_FILES]:
+        store.read_range(k, 0, 1)
+    for k in keys[:5] + keys[6:MAX_OPEN_FILES]:
+        store.read_range(k, 1, 1)  # read again: all but the sixth
+    store.read_range(keys[-1], 0, 1)
+    # the five before it had their second chance (moved back, unmarked); those after it kept
+    # their mark, as the scan stopped at the first file not read again
+    order = keys[6:MAX_OPEN_FILES] + keys[:5] + keys[-1:]
+    assert list(store._fds) == order
+    assert [store._fds[k].used for k in order] == [True] * (MAX_OPEN_FILES - 6) + [False] * 6
+
+
+def test_eviction_ends_when_reads_mark_every_file_again_as_it_scans(tmp_path):
+    from lmdata.storage import local
+
+    scanned = []
+
+    class Busy(local._Handle):
+        """A file that threads read again each time the scan clears it."""
+
+        __slots__ = ()
+
+        @property
+        def used(self):
+            scanned.append(self)
+            if len(scanned) > 10 * MAX_OPEN_FILES:
+                raise AssertionError("the eviction scan does not end")
+            return True
+
+        @used.setter
+        def used(self, value):
+            pass
+
+    files = _files(tmp_path, MAX_OPEN_FILES + 1, size=100)
+    store = LocalStore()
+    for k, _ in files[:MAX_OPEN_FILES]:
+        store._fds[k] = Busy(os.open(k, os.O_RDONLY))
+    key, data = files[-1]
+    assert store.read_range(key, 10, 5) == data[10:15]
+    # every file got its one second chance; then the oldest went all the same
+    assert list(store._fds) == [k for k, _ in files[1:]]

@@ -22,6 +22,7 @@ import lmdata
 from lmdata.errors import InvalidInputError, OutputExistsError
 from lmdata.tokenize import ByteTokenizer
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
+from lmdata.tokenize.pipeline import _process as pipeline_process
 from lmdata.tokenize.sources import (
     RANGE_BYTES,
     TAIL_RANGES,
@@ -709,3 +710,38 @@ def test_one_tokenizer_thread_means_one_batch_encoding_at_a_time(corpus, tmp_pat
     run(corpus, tmp_path / "b", workers=0, batch_docs=100)
     assert peak == 1
     assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
+
+
+DIE_ENV = "LMDATA_TEST_TOKENIZE_DIE"  # a folder: while it holds "die", input 1's worker dies
+
+
+def _dies_on_input_1(task):
+    """The pipeline's unit function, but the worker that takes input 1 while the marker is
+    there removes it and is SIGKILLed (as the kernel's OOM killer would)."""
+    marker = os.path.join(os.environ[DIE_ENV], "die")
+    if task.unit.file_index == 1 and os.path.exists(marker):
+        os.unlink(marker)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return pipeline_process(task)
+
+
+def test_a_worker_killed_mid_job_keeps_the_work_for_resume(corpus, tmp_path, monkeypatch):
+    """A dead worker (not a data error) fails the job naming its unit, and keeps the staged
+    work as Ctrl-C does, so --resume continues where it stopped instead of starting over."""
+    from lmdata import parallel
+    from lmdata.tokenize import pipeline
+
+    run(corpus, tmp_path / "ref", workers=0)
+    (tmp_path / "die").write_bytes(b"")
+    monkeypatch.setenv(DIE_ENV, str(tmp_path))
+    monkeypatch.setenv(parallel.START_METHOD_ENV, "fork")  # a new pool, forked with the patch
+    monkeypatch.setattr(pipeline, "_process", _dies_on_input_1)
+    job = TokenizeJob(to="flat-tokens", batch_docs=64, validation_fraction=0.1)
+    out = tmp_path / "out"
+    with pytest.raises(lmdata.errors.LmdataError, match=r"killed by SIGKILL.*b\.jsonl\.gz"):
+        tokenize([corpus], out, job, workers=2, range_bytes=4000)
+    assert not out.exists()
+    work = work_dir_for(out)
+    assert (work / "manifest.json").is_file()  # kept for --resume
+    tokenize([corpus], out, job, workers=2, range_bytes=4000, resume=True)
+    assert tree_bytes(out) == tree_bytes(tmp_path / "ref") and not work.exists()

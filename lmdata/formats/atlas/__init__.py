@@ -65,7 +65,8 @@ def detect(path: str | os.PathLike[str]) -> bool:
 def open(path: str | os.PathLike[str], **options: Any) -> Atlas:
     """The records reader of the Atlas dataset (or single shard folder) at ``path``.
 
-    Options: ``allow_unsafe_pickle`` (trust the file), ``max_block_bytes``, ``cache_bytes``.
+    Options: ``allow_unsafe_pickle`` (trust the file), ``max_block_bytes``, ``cache_bytes``,
+    ``ahead_bytes`` (decoded bytes read ahead of each thread reading in order; 0: none).
     """
     from lmdata.formats.atlas.reader import Atlas
 

@@ -79,8 +79,9 @@ class Atlas(ShardFiles):
     object every time, so changing it never changes later reads. ``allow_unsafe_pickle=True``
     trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
     ``cache_bytes`` bounds the examples of earlier blocks kept between reads (as pickles; each
-    thread's current block of every shard is kept decoded regardless, see :mod:`.blocks`) and
-    the blocks decompressed ahead of reads in order (see :func:`.ahead.ahead_budget`).
+    thread's current block of every shard is kept decoded regardless, see :mod:`.blocks`);
+    ``ahead_bytes`` bounds the blocks decompressed ahead of each thread reading in order
+    (default 4 MiB, 0 with one CPU; 0 turns it off; see :func:`.ahead.ahead_budget`).
     ``compression_dict`` gives the shared dictionary's bytes (a shard opened on its own, away
     from its dataset root).
     """
@@ -94,6 +95,7 @@ class Atlas(ShardFiles):
         allow_unsafe_pickle: bool = False,
         max_block_bytes: int = codec.MAX_BLOCK_BYTES,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        ahead_bytes: int | None = None,
         compression_dict: bytes | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
@@ -111,6 +113,8 @@ class Atlas(ShardFiles):
         self.allow_unsafe_pickle = allow_unsafe_pickle
         self.max_block_bytes = max_block_bytes
         self.cache_bytes = cache_bytes
+        ahead_budget(ahead_bytes)  # checked here, resolved per process (its CPUs)
+        self.ahead_bytes = ahead_bytes
         self.meta, self.shards, self._dict_dir = find_shards(self.root, self.store)
         sizes = np.array([s.meta.stored_examples for s in self.shards], dtype=np.int64)
         # The origin's rule: shard sizes come from each shard's meta, not the root's list.
@@ -140,11 +144,11 @@ class Atlas(ShardFiles):
         self._offsets: dict[int, tuple[list[int], int]] = {}  # shard -> (index as ints, size)
         self._dicts: dict[Any, zstandard.ZstdCompressionDict] = {}
         self._codecs: dict[int, tuple[bool, int, str | None]] = {}
-        # in order: decoded blocks ahead; the rest of the budget: examples of blocks read
-        # before, one pickle each, in the process-wide byte cache
-        self._ahead_bytes = ahead_budget(self.cache_bytes)
-        self._slot = new_slot(self.cache_bytes - self._ahead_bytes)
-        self._reuse = Reuse(self.cache_bytes - self._ahead_bytes)
+        # examples of blocks read before, one pickle each, in the process-wide byte cache (the
+        # decoded blocks ahead of reads in order are apart: ahead_bytes)
+        self._ahead_bytes = ahead_budget(self.ahead_bytes)
+        self._slot = new_slot(self.cache_bytes)
+        self._reuse = Reuse(self.cache_bytes)
         self._tick = 0  # random look-ups, for sampling them into Reuse
         self._decoder: Decoder | None = None  # started by the first read in order
         self._decoder_dctx: dict[Any, zstandard.ZstdDecompressor] = {}  # its decompressors
@@ -167,6 +171,7 @@ class Atlas(ShardFiles):
             "allow_unsafe_pickle",
             "max_block_bytes",
             "cache_bytes",
+            "ahead_bytes",
             "compression_dict",
             "meta",
             "shards",
@@ -254,7 +259,8 @@ class Atlas(ShardFiles):
         """(stored bytes[, pickled bytes or None, their memo walk or None]) of block ``b`` of
         shard ``s``: from this thread's stream of the shard, or a new stream when reads go in
         order (block ``b`` is read on its own while the next ones are read and decompressed
-        ahead; the thread's streams share its budget), or one ranged read."""
+        ahead; the thread's streams that have not reached their shard's end share its
+        budget), or one ranged read."""
         ahead = self._local.ahead
         st = ahead.get(s)
         if st is not None:
@@ -267,8 +273,10 @@ class Atlas(ShardFiles):
             st = ahead[s] = self._stream(s, b + 1, 0)
             if len(ahead) > _AHEAD_SHARDS:
                 ahead.popitem(last=False)[1].drop()
-            share = self._ahead_bytes // len(ahead)
-            for other in ahead.values():
+            # streams at their shard's end read nothing more: the others share the budget
+            live = [other for other in ahead.values() if not other.ended]
+            share = self._ahead_bytes // len(live)
+            for other in live:
                 other.budget = share if other.decoding else 0
             st.fill()
         return (self._read_raw(s, b),)
