@@ -174,3 +174,27 @@ def test_threads_reading_in_part_see_only_their_own_rows(big_store) -> None:
 
     with ThreadPoolExecutor(4) as ex:
         list(ex.map(go, range(8)))
+
+
+def test_chunks_stored_as_is_are_read_by_slices(tmp_path) -> None:
+    """A Blosc frame stored as is (level 0, or data that would not compress) has nothing to
+    decompress: rows are slices of its map, never a full copy (it was always decoded whole:
+    one 'block' made every read count as the whole chunk)."""
+    import lmdata
+    from lmdata.formats.flat_tokens import Writer
+
+    chunk, n = 1 << 16, 3 << 16
+    toks = np.random.default_rng(0).integers(1, 50257, n, dtype=np.uint32)
+    p = tmp_path / "d.zarr"
+    with Writer(p, chunk_tokens=chunk, compression="blosc") as w:
+        w.write(toks)
+    for k in range(3):
+        raw = numcodecs.Blosc("lz4", 0, 2).encode(toks[k * chunk : (k + 1) * chunk])
+        assert raw[2] & 0x2  # stored as is
+        (p / "train" / "encoded_tokens" / str(k)).write_bytes(bytes(raw))
+    r = lmdata.open(p, cache_bytes=0)
+    full = _spy(r)
+    rows = np.random.default_rng(1).integers(0, n // 512, (20, 2))
+    for b in rows:
+        np.testing.assert_array_equal(r.packed_rows(b, 512), toks.reshape(-1, 512)[b])
+    assert full == []

@@ -200,7 +200,19 @@ class Partial:
         buf, frame = self._frame(key)
         if frame is None or frame.nbytes < need * self.itemsize:
             return None
-        per = max(1, frame.blocksize // self.itemsize)
+        # (a frame stored as is is read by slices of its map: always cheaper than a copy)
+        if not frame.memcpyed and not self._worth_it(key, frame, ranges):
+            return None
+        out = np.empty(frame.nbytes, np.uint8)
+        planes: dict[int, np.ndarray] = {}
+        for lo, hi in ranges:
+            read_into(buf, frame, lo, hi, out, planes)
+        return out
+
+    def _worth_it(self, key: str, frame: Frame, ranges: list[tuple[int, int]]) -> bool:
+        """Whether reading ``ranges`` from the blocks of chunk ``key`` costs less than its
+        full decode (counted as spent if so; forgotten if not: the full decode is cached)."""
+        per = frame.blocksize // self.itemsize
         blocks = {j for lo, hi in ranges for j in range(lo // per, (hi - 1) // per + 1)}
         nb = nblocks(frame)
         spent = self._spent.get(key, 0) + len(blocks)
@@ -212,10 +224,6 @@ class Partial:
             self._spent.pop(key, None)
             with self._lock:
                 self._frames.pop(key, None)
-            return None
+            return False
         self._spent[key] = spent
-        out = np.empty(frame.nbytes, np.uint8)
-        planes: dict[int, np.ndarray] = {}
-        for lo, hi in ranges:
-            read_into(buf, frame, lo, hi, out, planes)
-        return out
+        return True
