@@ -29,10 +29,17 @@ from lmdata import formats
 from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
 from lmdata._version import __version__
-from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
+from lmdata.errors import InvalidInputError
 from lmdata.parallel import Executor, InProcess, make_executor
 from lmdata.parallel import records as record_codec
-from lmdata.parallel.staging import Staging, prepare, staging_for, tree_version, unit_key
+from lmdata.parallel.staging import (
+    Staging,
+    prepare,
+    resumable,
+    staging_for,
+    tree_version,
+    unit_key,
+)
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_dest, is_url, options_scope
 from lmdata.storage.paths import remove_staged
@@ -380,19 +387,12 @@ def _copy(
     except BaseException as e:
         if not closing:
             out.abort()
-        if staging is not None and not (marked and _resumable(e)):
+        if staging is not None and not (marked and resumable(e)):
             staging.clear()
         raise
     if staging is not None:
         staging.clear()
     return records
-
-
-def _resumable(e: BaseException) -> bool:
-    """Whether a job stopped by ``e`` may be resumed: not when the data or the options are at
-    fault (the same job would stop there again); yes for Ctrl-C, a dead worker, a full disk, a
-    missing dependency, a store's hiccup."""
-    return not isinstance(e, (InvalidInputError, FormatError, CorruptDataError, UnsafeDataError))
 
 
 def _open_output(

@@ -203,11 +203,16 @@ def command(
             storage_options=storage_options,
             **opts,
         )
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as e:
         bar.close()
-        work = staging_for(dst, storage_options).where  # beside the output (or its URL)
-        click.echo(f"interrupted: no output written; `--resume` continues from {work}", err=True)
-        sys.exit(130)
+        work = staging_for(dst, storage_options)  # beside the output (or its URL)
+        again = f"no output written; `--resume` continues from {work.where}"
+        if isinstance(e, KeyboardInterrupt):
+            click.echo(f"interrupted: {again}", err=True)
+            sys.exit(130)
+        if work.exists():  # kept for a resume (a dead worker, a full disk, a store's hiccup)
+            click.echo(again, err=True)
+        raise
     bar.close()
     for msg in summary.skipped:
         click.echo(f"skipped: {msg}", err=True)

@@ -240,6 +240,30 @@ def test_cli_ctrl_c_names_the_work_folder_resume_uses(
         assert "memory:" not in where  # memory:// stages in a local temp folder
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_cli_a_failed_job_names_the_work_folder_it_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    # A dead worker (or a full disk) keeps the staged work for --resume, as Ctrl-C does: the
+    # CLI says so under the error; a job whose work was cleared (bad data) offers nothing.
+    from lmdata.parallel.staging import staging_for
+
+    dst = str(tmp_path / "out")
+
+    def dies(*args: object, **kwargs: object) -> None:
+        if kept:
+            staging_for(dst, None).reset(b"{}")
+        raise lmdata.errors.LmdataError("a worker was killed by SIGKILL (unit d.jsonl)")
+
+    monkeypatch.setattr("lmdata.cli.tokenize.tokenize", dies)
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "a"}\n')
+    res = CliRunner().invoke(cli, ["tokenize", str(src), dst, "--to", "flat-tokens", "-q"])
+    assert res.exit_code != 0 and "killed by SIGKILL" in res.output
+    hint = f"no output written; `--resume` continues from {staging_for(dst, None).where}"
+    assert (hint in res.output) is kept
+
+
 def test_a_dataset_url_is_read_in_place_and_its_readers_closed(tmp_path, monkeypatch):
     import lmdata._api
 
