@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.formats.flat_tokens._blosc import BadChunk
+from lmdata.formats.flat_tokens._codecs import v2_decoder
 from lmdata.formats.flat_tokens.writer import dump_json
 
 _BLOSC = {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 2, "blocksize": 0}
@@ -81,6 +83,9 @@ class _ArrayAppend:
         self.dtype = np.dtype(dtype)
         self.chunk_len = int(m["chunks"][0])
         self.length = int(m["shape"][0])
+        # the reader's checks first: only codecs whose decode is a pure function of bytes (a
+        # "pickle" filter would run code), every decompression bounded by the chunk's size
+        self._decode, _ = v2_decoder(m, self.dtype, self.chunk_len, str(folder))
         comp = m.get("compressor")
         self._comp = numcodecs.get_codec(dict(comp)) if comp else None
         self._filters = [numcodecs.get_codec(dict(f)) for f in m.get("filters") or []]
@@ -94,14 +99,11 @@ class _ArrayAppend:
         path = self.folder / str(index)
         if not path.exists():
             return np.zeros(self.chunk_len, self.dtype)
-        data: Any = path.read_bytes()
+        data = path.read_bytes()
         try:
-            if self._comp is not None:
-                data = self._comp.decode(data)
-            for f in reversed(self._filters):
-                data = f.decode(data)
-            out = np.frombuffer(memoryview(np.ascontiguousarray(data)).cast("B"), self.dtype)
-        except Exception as e:  # numcodecs raises assorted errors on damaged chunks
+            plain = data if self._decode is None else self._decode(data)
+            out = np.frombuffer(memoryview(plain).cast("B"), self.dtype)
+        except (BadChunk, ValueError, TypeError) as e:  # bad bytes, or not whole items
             raise CorruptDataError(f"cannot decode chunk {index}: {e}", path=path) from None
         if len(out) != self.chunk_len:
             raise CorruptDataError(

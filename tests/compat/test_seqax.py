@@ -21,6 +21,7 @@ from lmdata.errors import (
     DatasetNotFoundError,
     InvalidInputError,
     OutputExistsError,
+    UnsafeDataError,
 )
 
 SPEC = Path(__file__).parents[1] / "data" / "flat_tokens" / "spec_example.zarr"
@@ -215,6 +216,44 @@ def test_append_modes_and_refusals(tmp_path: Path) -> None:
     # the writer that failed to open holds nothing: a new one on that path works
     _ours(tmp_path / "e.zarr", "train", "w", MORE)
     assert len(lmdata.open(tmp_path / "e.zarr", split="train")) == 5
+
+
+def test_an_append_never_runs_a_pickle_codec(tmp_path: Path) -> None:
+    # zarr-python 2 (and so seqax's Writer) decodes a "pickle" filter named by the metadata,
+    # running whatever the chunk holds; lmdata refuses the codec, as its reader does.
+    import pickle
+
+    path = tmp_path / "d.zarr"
+    _ours(path, "train", "w", BASE)
+    arr = path / "train" / "encoded_tokens"
+    meta = json.loads((arr / ".zarray").read_text())
+    meta["filters"] = [{"id": "pickle"}]
+    (arr / ".zarray").write_text(json.dumps(meta))
+    ran = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (ran,))
+
+    last = str(meta["shape"][0] // meta["chunks"][0])
+    blosc = numcodecs.get_codec(meta["compressor"])
+    (arr / last).write_bytes(blosc.encode(pickle.dumps(Payload())))
+    with pytest.raises(UnsafeDataError, match="pickle"):
+        with Writer(str(path), Split.TRAIN, "a", Config(*CFG)) as w:
+            w.write(Chunk.from_ragged([np.array([4, 5], np.uint32)]))
+    assert not ran.exists()
+
+
+def test_an_append_to_a_damaged_last_chunk_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "d.zarr"
+    _ours(path, "train", "w", BASE)
+    arr = path / "train" / "encoded_tokens"
+    meta = json.loads((arr / ".zarray").read_text())
+    last = arr / str(meta["shape"][0] // meta["chunks"][0])
+    last.write_bytes(last.read_bytes()[:20])
+    with pytest.raises(CorruptDataError, match=f"chunk {last.name}"):
+        with Writer(str(path), Split.TRAIN, "a", Config(*CFG)) as w:
+            w.write(Chunk.from_ragged([np.array([4, 5], np.uint32)]))
 
 
 def test_appends_to_lmdatas_own_uncompressed_dataset(tmp_path: Path) -> None:
