@@ -142,6 +142,39 @@ def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> Non
     assert 0 < total[0] <= budget * 3 // 2
 
 
+@pytest.mark.parametrize("given", [16_000, 40_000])
+def test_streams_let_go_of_runs_past_a_shrunk_share(tmp_path: Path, monkeypatch, given) -> None:
+    # Four shards (of about 30 KB decoded) read in order in turn on one thread: each new
+    # stream shrinks the others' shares, and their runs past the new share go (but the one
+    # being read), so the thread holds about its budget. Before, runs made under the old
+    # share stayed until read (16 KB), and a stream that had read its whole shard ahead
+    # (40 KB) was at its end, so it took no share while holding the lot: 1.9x the budget.
+    ex = examples(N)
+    path = write(tmp_path / "d", ex, shard_size=N // 4, block_size=10, compression_strategy=3)
+    r = atlas.open(path, ahead_bytes=given)
+    budget = r._ahead_bytes
+    fill = ahead.Stream.fill
+    total, over = [0], []
+
+    def watching_all(st: ahead.Stream) -> None:
+        fill(st)
+        for o in r._local.ahead.values():
+            held = sum(run.decoded for run in o._runs)
+            if len(o._runs) > 1 and held > o.budget:
+                over.append((o.budget, [run.decoded for run in o._runs]))
+        total[0] = max(
+            total[0], sum(run.decoded for o in r._local.ahead.values() for run in o._runs)
+        )
+
+    monkeypatch.setattr(ahead.Stream, "fill", watching_all)
+    q = N // 4
+    order = [s * q + i for i in range(q) for s in range(4)]
+    assert [r[i] for i in order] == [ex[i] for i in order]
+    assert [st.budget for st in r._local.ahead.values()] == [budget // 4] * 4
+    assert over == []
+    assert 0 < total[0] <= budget * 3 // 2
+
+
 def test_a_shard_read_to_its_end_leaves_the_whole_budget_to_the_next(dataset) -> None:
     # A stream at its shard's end reads nothing more: reading shard after shard in order, each
     # new shard's runs once got the budget divided by the shards read before (a quarter by the

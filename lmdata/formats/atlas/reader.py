@@ -259,8 +259,8 @@ class Atlas(ShardFiles):
         """(stored bytes[, pickled bytes or None, their memo walk or None]) of block ``b`` of
         shard ``s``: from this thread's stream of the shard, or a new stream when reads go in
         order (block ``b`` is read on its own while the next ones are read and decompressed
-        ahead; the thread's streams that have not reached their shard's end share its
-        budget), or one ranged read."""
+        ahead; the thread's streams share its budget, but those done with their shard, and
+        let go of the runs past a shrunk share), or one ranged read."""
         ahead = self._local.ahead
         st = ahead.get(s)
         if st is not None:
@@ -273,11 +273,13 @@ class Atlas(ShardFiles):
             st = ahead[s] = self._stream(s, b + 1, 0)
             if len(ahead) > _AHEAD_SHARDS:
                 ahead.popitem(last=False)[1].drop()
-            # streams at their shard's end read nothing more: the others share the budget
-            live = [other for other in ahead.values() if not other.ended]
+            # streams at their shard's end holding nothing read nothing more: the others share
+            # the budget, and let go of the runs past their new share
+            live = [o for o in ahead.values() if not (o.ended and not o.holding)]
             share = self._ahead_bytes // len(live)
             for other in live:
                 other.budget = share if other.decoding else 0
+                other.trim()
             st.fill()
         return (self._read_raw(s, b),)
 
