@@ -80,8 +80,9 @@ class Atlas(ShardFiles):
     trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
     ``cache_bytes`` bounds the examples of earlier blocks kept between reads (as pickles; each
     thread's current block of every shard is kept decoded regardless, see :mod:`.blocks`);
-    ``ahead_bytes`` bounds the blocks decompressed ahead of each thread reading in order
-    (default 4 MiB, 0 with one CPU; 0 turns it off; see :func:`.ahead.ahead_budget`).
+    ``ahead_bytes`` bounds the blocks decompressed ahead of each thread reading in order and
+    of each iteration (default 4 MiB, 0 with one CPU; 0 turns it off; a block larger than
+    its share still goes ahead whole; see :func:`.ahead.ahead_budget`).
     ``compression_dict`` gives the shared dictionary's bytes (a shard opened on its own, away
     from its dataset root).
     """
