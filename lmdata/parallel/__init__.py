@@ -102,7 +102,7 @@ def _counted(
                 blob = setup
             else:
                 raise RuntimeError(f"a unit's job setup is {setup!r}, not the setup itself")
-            initializer, initargs = pickle.loads(blob)  # pickled by our own driver
+            initializer, initargs = _workers.loads(blob)  # pickled by our own driver
             if initializer is not None:
                 initializer(*initargs)
         _BIRTH = None  # the next job's setup comes through the pipe

@@ -12,6 +12,7 @@ waits for anything they hold.
 from __future__ import annotations
 
 import contextlib
+import io
 import pickle
 import signal
 import time
@@ -53,13 +54,17 @@ class RemoteTraceback(Exception):
 # ---- in the worker -------------------------------------------------------------------------
 
 
-def serve(conn: Any, inherited: list[Any], begin: Callable[[], None], run: Callable) -> None:
+def serve(
+    conn: Any, inherited: list[Any], begin: Callable[[], None], run: Callable, forked: bool
+) -> None:
     """A worker's life: run each unit that arrives on ``conn`` with ``run(fn, unit, job, setup,
     sink)`` and send back its progress and its result (or error); end when the parent closes
     its end (or is gone). A job's setup arrives once, before the job's first unit here; its
     units then say ``SENT`` and ``run`` gets the setup itself. ``inherited``: the parent's
     pipe ends a forked worker inherited, closed here so that each worker sees its parent's end
-    close."""
+    close. ``forked``: how the worker started (said when it lacks a definition a job names)."""
+    global _FORKED
+    _FORKED = forked
     for c in inherited:
         c.close()
     begin()
@@ -76,7 +81,7 @@ def serve(conn: Any, inherited: list[Any], begin: Callable[[], None], run: Calla
             return
         unit: Any = None
         try:
-            fields = pickle.loads(message)
+            fields = loads(message)
             if fields[0] == SETUP:
                 given = fields[1:]
                 continue
@@ -106,6 +111,48 @@ def serve(conn: Any, inherited: list[Any], begin: Callable[[], None], run: Calla
             send(answer)
         except OSError:  # the parent is gone
             return
+
+
+_FORKED = True  # in a worker: whether it was forked (else it imported the program afresh)
+
+
+class _Finder(pickle.Unpickler):
+    """An unpickler that says which definition it cannot find, why, and what to do."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except (AttributeError, ImportError) as e:
+            where = f"{module}.{name}"
+            if _FORKED:
+                why = (
+                    "it was started before that was defined: workers are kept from one job "
+                    "to the next and hold this program as it was when they started. Define "
+                    "the functions and classes jobs use before the first job runs (at the top "
+                    "level of the script, or in a module it imports), or call "
+                    "lmdata.parallel.shutdown() before this job to start new workers"
+                )
+            else:
+                again = "the script" if module == "__main__" else module
+                why = (
+                    f"workers start a new Python process that imports {again} again, where "
+                    "it is not defined (a definition under `if __name__ == '__main__':`, "
+                    "inside a function or made at run time is not). Define the functions and "
+                    "classes jobs use at the top level of the script or of a module it imports"
+                )
+            raise LmdataError(
+                f"a worker process cannot find {where} ({type(e).__name__}: {e}): {why}"
+            ) from None
+
+
+def loads(data: bytes) -> Any:
+    """``pickle.loads(data)`` in a worker; a function or class it names that this process does
+    not have (pickle's "Can't get attribute ...") is an LmdataError saying why and what to do."""
+    try:
+        return pickle.loads(data)
+    except (AttributeError, ImportError):
+        _Finder(io.BytesIO(data)).load()  # raises that error if a definition is missing
+        raise  # (something else: as it was)
 
 
 def _error(e: Exception, unit: Any) -> bytes:
@@ -153,7 +200,7 @@ def start(ctx: Any, n: int, begin: Callable[[], None], run: Callable) -> list[Wo
             ours, theirs = ctx.Pipe(duplex=True)
             inherited = [w.conn for w in workers] + [ours] if forked else []
             p = ctx.Process(
-                target=serve, args=(theirs, inherited, begin, run), name="lmdata-worker"
+                target=serve, args=(theirs, inherited, begin, run, forked), name="lmdata-worker"
             )
             p.daemon = True  # stopped with this process at the latest
             p.start()

@@ -59,7 +59,8 @@ if hasattr(os, "register_at_fork"):
 
 
 class LocalStore:
-    """Files on this machine; keys are OS paths."""
+    """Files on this machine; keys are OS paths. (No ``__del__``: a store that goes takes its
+    dict of handles with it, and each handle closes its own file.)"""
 
     id = "file"
     can_mmap = True
@@ -81,12 +82,6 @@ class LocalStore:
 
     def __repr__(self) -> str:
         return "LocalStore()"
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
 
     def url(self, key: str) -> str:
         return key

@@ -337,7 +337,10 @@ def test_the_frame_cache_evicts_safely_under_threads() -> None:
 
 # ---- corrupt chunks through the reader ---------------------------------------------------------
 
-CHUNK, ROW = 16_384, 512  # 64 KiB chunks of sixteen 4 KiB blocks
+# 512 KiB chunks of eight 64 KiB blocks (c-blosc multiplies the block size asked for by the
+# typesize, and makes a split block 64 KiB at least: the 4096 asked for before gave 64 KiB
+# chunks of one block, never read in part)
+CHUNK, ROW = 1 << 17, 512
 
 
 @pytest.fixture(scope="module")
@@ -352,7 +355,7 @@ def small_blocks(tmp_path_factory) -> tuple[Path, np.ndarray, dict[int, bytes]]:
         w.write(toks)
     enc = lmdata.open(p).span_encoded(0, len(toks))
     d = p / "train" / "encoded_tokens"
-    codec = Blosc("lz4", 5, Blosc.BITSHUFFLE, 4096)
+    codec = Blosc("lz4", 5, Blosc.BITSHUFFLE, 16384)
     orig = {}
     for k in range(3):
         chunk = np.zeros(CHUNK, np.uint32)
@@ -427,3 +430,135 @@ def test_corrupt_chunks_give_only_lmdata_errors_naming_them(small_blocks, data) 
     finally:
         tmp.write_bytes(orig[k])
         os.replace(tmp, f)
+
+
+# ---- only bad bytes are corrupt data -----------------------------------------------------------
+
+
+def _boom(exc: type[BaseException]) -> Any:
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise exc("not the file's fault")
+
+    return boom
+
+
+@pytest.mark.parametrize(
+    "where, exc",
+    [
+        ("_unshuffle", IndexError),  # a slip in our own slicing
+        ("_unshuffle", TypeError),
+        ("_block", MemoryError),  # a block's streams could not be allocated
+        ("_frame", RuntimeError),  # as the frame cache raised under threads before its lock
+        ("_decode", MemoryError),  # the full decode's output could not be allocated
+        ("_decode", AttributeError),
+    ],
+)
+def test_memory_running_out_or_a_bug_is_not_called_a_corrupt_chunk(
+    small_blocks, monkeypatch, where, exc
+) -> None:
+    """Every exception inside a chunk's decode was reported as 'cannot decode chunk' (a
+    CorruptDataError telling the user to look at the file): memory running out, or a bug of
+    ours, goes through as it is; on the partial path (one row) and the full one (a span)."""
+    p, _, _ = small_blocks
+    r = lmdata.open(p, cache_bytes=0)
+    if where == "_decode":
+        monkeypatch.setattr(r.tokens, "_decode", _boom(exc))
+        read = lambda: r.span_encoded(0, CHUNK)  # noqa: E731
+    else:
+        target = _blosc.Partial if where == "_frame" else _blosc
+        monkeypatch.setattr(target, where, _boom(exc))
+        read = lambda: r.packed_rows(np.array([1]), ROW)  # noqa: E731
+    with pytest.raises(exc, match="not the file's fault"):
+        read()
+    r.close()
+
+
+def _encoded(comp: dict | None, filters: list[dict], a: np.ndarray) -> bytes:
+    data: Any = a
+    for f in filters:
+        data = numcodecs.get_codec(f).encode(data)
+    data = np.ascontiguousarray(data).tobytes()
+    return bytes(numcodecs.get_codec(comp).encode(data)) if comp else data
+
+
+CODEC_CHAINS = [
+    ({"id": "blosc", "cname": "lz4", "shuffle": 2, "blocksize": 1024}, []),
+    ({"id": "blosc", "cname": "zstd", "shuffle": 1}, []),
+    ({"id": "blosc", "cname": "zlib", "shuffle": 0}, []),
+    ({"id": "zstd"}, []),
+    ({"id": "gzip"}, []),
+    ({"id": "zlib"}, []),
+    ({"id": "bz2"}, []),
+    ({"id": "lzma"}, []),
+    ({"id": "lz4"}, []),
+    ({"id": "zlib"}, [{"id": "shuffle", "elementsize": 4}]),
+    ({"id": "zstd"}, [{"id": "delta", "dtype": "<u4"}]),
+    (None, [{"id": "crc32"}]),
+    (None, [{"id": "adler32"}]),
+    (None, [{"id": "fletcher32"}]),
+    (None, [{"id": "astype", "encode_dtype": "<u2", "decode_dtype": "<u4"}]),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_every_codec_refuses_bad_bytes_with_one_exception(data) -> None:
+    """Whatever the codec library raises on bytes it cannot decode (RuntimeError, zlib.error,
+    LZMAError, ZstdError, bz2's OSError...) comes out of a chunk decoder as BadChunk, the one
+    exception the reader reports as a corrupt chunk (it reports nothing else as one)."""
+    comp, filters = data.draw(st.sampled_from(CODEC_CHAINS))
+    n = 2048
+    a = (np.arange(n, dtype="<u4") * 2654435761 % 977).astype("<u4")
+    decode, _ = _codecs.v2_decoder({"compressor": comp, "filters": filters}, a.dtype, n, "x")
+    assert decode is not None
+    b = bytearray(_encoded(comp, filters, a))
+    assert bytes(decode(bytes(b))) == a.tobytes()
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(b) - 1))
+        b[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        b = b[: data.draw(st.integers(0, len(b)))]
+    try:
+        decode(bytes(b))
+        event("decoded")
+    except _blosc.BadChunk as e:
+        event(f"BadChunk from {type(e.__cause__).__name__}")
+
+
+@pytest.mark.parametrize(
+    "codecs",
+    [
+        [{"name": "bytes", "configuration": {"endian": "big"}}],
+        [{"name": "numcodecs.delta", "configuration": {"dtype": "<u4"}}, {"name": "bytes"}],
+    ],
+)
+def test_v3_chunks_of_a_part_item_are_bad_chunks(codecs) -> None:
+    """A v3 chunk decoding to bytes that are not whole items: BadChunk (numpy's ValueError
+    was caught with every other exception before)."""
+    decode, _, _ = _codecs.v3_decoder(codecs, np.dtype("<u4"), 8, "x")
+    assert decode is not None
+    assert decode(b"\x00" * 32).tolist() == [0] * 32
+    with pytest.raises(_blosc.BadChunk, match="31 bytes, not whole 4-byte items"):
+        decode(b"\x00" * 31)
+
+
+def test_a_shard_without_its_index_is_said_once(tmp_path) -> None:
+    """A shard shorter than its index was reported as 'bad shard index: <file>: shard 0...:
+    shard file ... has no full index' (our own CorruptDataError, a ValueError, caught and
+    wrapped again); a checksum that does not match is a bad index."""
+    pytest.importorskip("google_crc32c")
+    conf = {"chunk_shape": [4], "codecs": [{"name": "bytes"}]}
+    conf["index_codecs"] = [{"name": "bytes"}, {"name": "crc32c"}]
+    p = tmp_path / "a.zarr"
+    arr = _array(p, [{"name": "sharding_indexed", "configuration": conf}])
+    (p / "c").mkdir()
+    f = p / "c" / "0"
+    for size, message in [
+        (10, "shard file of 10 bytes has no full index"),
+        (100, "bad shard index: crc32c checksum mismatch"),
+    ]:
+        f.write_bytes(b"\0" * size)
+        arr.close()
+        with pytest.raises(CorruptDataError) as e:
+            arr.read(0, 8)
+        assert str(e.value) == f"{f}: shard 0, inner chunk 0: {message}"

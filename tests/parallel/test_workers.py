@@ -303,3 +303,78 @@ def test_any_mix_of_unit_and_result_sizes_comes_back_in_order_even_when_stopped_
         assert len(parallel._IDLE) == 1  # a finished job leaves its workers for the next
 
     within(120, check)
+
+
+LATE = """
+import sys
+from lmdata import parallel
+from lmdata.errors import LmdataError
+
+def early(n):
+    return n + 1
+
+def main():
+    global late, late_init
+    ex = parallel.LocalProcesses(2)
+    assert list(ex.map_ordered(early, range(4))) == [1, 2, 3, 4]
+
+    def late(n):  # defined after the kept pool's workers were forked
+        return 2 * n
+
+    late.__qualname__ = "late"  # (as if defined at the top level, further down)
+    try:
+        list(ex.map_ordered(late, range(4)))
+    except LmdataError as e:
+        print(e)
+    assert list(ex.map_ordered(early, range(2))) == [1, 2]  # a new pool (the failed job's
+    # was stopped), kept in turn
+
+    def late_init():
+        pass
+
+    late_init.__qualname__ = "late_init"
+    try:
+        list(ex.map_ordered(early, range(4), initializer=late_init))
+    except LmdataError as e:
+        print(e)
+    parallel.shutdown()  # as the message says: new workers have both
+    assert list(ex.map_ordered(late, range(3), initializer=late_init)) == [0, 2, 4]
+
+if __name__ == "__main__":
+    if sys.argv[1] == "spawn":
+        def inner(n):
+            return n
+        try:
+            list(parallel.LocalProcesses(2).map_ordered(inner, range(4)))
+        except LmdataError as e:
+            print(e)
+    else:
+        main()
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_function_the_workers_cannot_have_is_named_with_the_fix(tmp_path, method) -> None:
+    """A function (or initializer) defined in __main__ after a kept pool forked its workers,
+    or only under the main guard with spawned workers, failed with pickle's bare "Can't get
+    attribute 'late' on <module '__main__'>" (an AttributeError, its unit named as None)."""
+    script = tmp_path / "late.py"
+    script.write_text(LATE)
+    env = dict(os.environ, LMDATA_START_METHOD=method)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, str(script), method], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    if method == "fork":
+        assert len(lines) == 2
+        for line, name in zip(lines, ["late", "late_init"], strict=True):
+            assert line.startswith(f"a worker process cannot find __main__.{name} (AttributeError")
+            assert "it was started before that was defined" in line
+            assert "call lmdata.parallel.shutdown() before this job" in line
+    else:
+        assert len(lines) == 1
+        assert lines[0].startswith("a worker process cannot find __main__.inner (AttributeError")
+        assert "imports the script again" in lines[0]
+        assert "`if __name__ == '__main__':`" in lines[0]

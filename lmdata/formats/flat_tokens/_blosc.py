@@ -7,7 +7,7 @@ byte- or bit-shuffled items in lz4 streams, one per item byte): anything else gi
 the caller decodes the whole chunk. Every offset and size read from the frame is
 checked against the buffer before use, and lz4 runs through numcodecs' bounded block decoder
 (``LZ4_decompress_safe`` into exactly the declared size), so a hostile frame fails with a
-ValueError, never reads or writes out of bounds.
+BadChunk, never reads or writes out of bounds.
 """
 
 from __future__ import annotations
@@ -28,6 +28,13 @@ _MAX_SPLITS = 16  # ... and typesize is at most this (else one stream, split fla
 _MAX_EXPANSION = 1 << 16
 
 
+class BadChunk(ValueError):
+    """Bytes that cannot be a valid chunk: raised by the frame checks here and in ``_codecs``,
+    and in place of whatever a codec library raises on bytes it refuses (kept as the cause).
+    The reader reports it, and only it, as a CorruptDataError naming the chunk: memory
+    running out or a bug of ours inside a decode goes through as it is."""
+
+
 @dataclass(frozen=True)
 class Frame:
     """The parsed header of a Blosc frame that can be partially decoded."""
@@ -44,20 +51,20 @@ def check_header(buf: Any, limit: int) -> tuple[int, int, int, int, int]:
     """(version, flags, typesize, nbytes, blocksize) of the Blosc frame ``buf``, its sizes
     checked against the buffer and ``limit`` (the chunk's declared bytes) before a decoder
     trusts them (c-blosc reads ``cbytes`` as the frame's length and allocates ``nbytes``);
-    ValueError where they cannot be valid."""
+    BadChunk where they cannot be valid."""
     n = len(buf)
     if n < 16:
-        raise ValueError(f"blosc header cut short ({n} of 16 bytes)")
+        raise BadChunk(f"blosc header cut short ({n} of 16 bytes)")
     version, _vlz, flags, typesize = bytes(buf[:4])
     nbytes, blocksize, cbytes = struct.unpack_from("<III", buf, 4)
     if nbytes > limit:
-        raise ValueError(f"blosc frame declares {nbytes} bytes, more than the chunk's {limit}")
+        raise BadChunk(f"blosc frame declares {nbytes} bytes, more than the chunk's {limit}")
     if cbytes != n:
-        raise ValueError(f"blosc frame declares {cbytes} compressed bytes, file has {n}")
+        raise BadChunk(f"blosc frame declares {cbytes} compressed bytes, file has {n}")
     if flags & _MEMCPYED and n < 16 + nbytes:
-        raise ValueError(f"blosc frame stored as is declares {nbytes} bytes, holds {n - 16}")
+        raise BadChunk(f"blosc frame stored as is declares {nbytes} bytes, holds {n - 16}")
     if nbytes > n * _MAX_EXPANSION:
-        raise ValueError(
+        raise BadChunk(
             f"blosc frame of {n} bytes declares {nbytes} decoded: more than any codec expands"
         )
     return version, flags, typesize, nbytes, blocksize
@@ -65,7 +72,7 @@ def check_header(buf: Any, limit: int) -> tuple[int, int, int, int, int]:
 
 def parse(buf: Any, itemsize: int, limit: int) -> Frame | None:
     """The frame of ``buf`` when its layout is one this module decodes, else None (a full
-    decode handles or reports it). ValueError for a frame that cannot be valid."""
+    decode handles or reports it). BadChunk for a frame that cannot be valid."""
     n = len(buf)
     version, flags, typesize, nbytes, blocksize = check_header(buf, limit)
     if version != 2 or typesize != itemsize or nbytes % itemsize:
@@ -82,11 +89,11 @@ def parse(buf: Any, itemsize: int, limit: int) -> Frame | None:
         return None
     nblocks = -(-nbytes // blocksize)
     if 16 + 4 * nblocks > n:
-        raise ValueError("blosc block table cut short")
+        raise BadChunk("blosc block table cut short")
     starts = struct.unpack_from(f"<{nblocks}I", buf, 16)
     for s in starts:
         if not 16 + 4 * nblocks <= s < n:
-            raise ValueError(f"blosc block starts at {s}, outside the frame of {n} bytes")
+            raise BadChunk(f"blosc block starts at {s}, outside the frame of {n} bytes")
     return Frame(nbytes, blocksize, itemsize, shuffle, False, starts)
 
 
@@ -113,18 +120,21 @@ def _block(buf: Any, frame: Frame, j: int) -> np.ndarray:
     parts = []
     for _ in range(frame.itemsize):
         if at + 4 > n:
-            raise ValueError(f"blosc stream header at {at} past the frame's end")
+            raise BadChunk(f"blosc stream header at {at} past the frame's end")
         (csize,) = struct.unpack_from("<i", buf, at)
         at += 4
         if not 0 < csize <= neblock or at + csize > n:
-            raise ValueError(f"blosc stream of {csize} bytes at {at} does not fit the block")
+            raise BadChunk(f"blosc stream of {csize} bytes at {at} does not fit the block")
         data = buf[at : at + csize]
         if csize == neblock:  # stored as is
             parts.append(bytes(data))
         else:
-            out = lz4.decode(struct.pack("<I", neblock) + bytes(data))
+            try:
+                out = lz4.decode(struct.pack("<I", neblock) + bytes(data))
+            except RuntimeError as e:  # numcodecs' "LZ4 decompression error"
+                raise BadChunk(f"blosc stream at {at}: {e}") from e
             if len(out) != neblock:
-                raise ValueError(f"blosc stream decodes to {len(out)} bytes, not {neblock}")
+                raise BadChunk(f"blosc stream decodes to {len(out)} bytes, not {neblock}")
             parts.append(bytes(out))
         at += csize
     return np.frombuffer(b"".join(parts), np.uint8).reshape(frame.itemsize, neblock)
@@ -196,7 +206,7 @@ class Partial:
 
     def read(self, key: str, ranges: list[tuple[int, int]], need: int) -> np.ndarray | None:
         """A byte array of the chunk's size holding items ``lo:hi`` of each range (the rest
-        unset), or None where a full decode should run. ValueError for a corrupt frame."""
+        unset), or None where a full decode should run. BadChunk for a corrupt frame."""
         buf, frame = self._frame(key)
         if frame is None or frame.nbytes < need * self.itemsize:
             return None

@@ -19,7 +19,7 @@ import numpy as np
 
 from lmdata._deps import require
 from lmdata.errors import FormatError, UnsafeDataError
-from lmdata.formats.flat_tokens._blosc import check_header
+from lmdata.formats.flat_tokens._blosc import BadChunk, check_header
 
 # numcodecs ids whose decode is a pure function of bytes (no pickle, no object arrays).
 _SAFE_NUMCODECS = {
@@ -67,33 +67,63 @@ _STREAMS: dict[str, Callable[[], Any]] = {
 }
 
 
+# what the codec libraries raise on bytes they refuse (besides bz2's OSError and zstandard's
+# ZstdError, caught where those run): numcodecs RuntimeError (a failed decompression, a
+# checksum that does not match), ValueError (a size that is not a whole number of items) or
+# IndexError (fletcher32 on fewer bytes than its checksum), zlib.error, lzma.LZMAError.
+# Caught around the library calls only, never around our code.
+_REFUSED: tuple[type[Exception], ...] = (
+    RuntimeError,
+    ValueError,
+    IndexError,
+    zlib.error,
+    lzma.LZMAError,
+)
+
+
 def _bounded_decompress(cid: str, codec: Any, buf: bytes, limit: int) -> bytes:
-    """Decompress ``buf`` refusing to produce more than ``limit`` bytes."""
+    """Decompress ``buf`` refusing to produce more than ``limit`` bytes; BadChunk for bytes
+    that do not decode."""
     if cid == "blosc":
         check_header(buf, limit)
-        return bytes(codec.decode(buf))
+        return bytes(_decode_with(codec, buf))
     if cid == "zstd":
         import zstandard
 
-        size = zstandard.frame_content_size(buf)
+        try:
+            size = zstandard.frame_content_size(buf)
+        except zstandard.ZstdError as e:
+            raise BadChunk(f"zstd frame header: {e}") from e
         if size > limit:
-            raise ValueError(f"zstd frame declares {size} bytes, more than the chunk's {limit}")
+            raise BadChunk(f"zstd frame declares {size} bytes, more than the chunk's {limit}")
         # with no declared size, max_output_size bounds the output (ZstdError beyond it)
-        return zstandard.ZstdDecompressor().decompress(buf, max_output_size=limit)
+        try:
+            return zstandard.ZstdDecompressor().decompress(buf, max_output_size=limit)
+        except zstandard.ZstdError as e:
+            raise BadChunk(str(e)) from e
     if cid in _STREAMS:
-        out = _STREAMS[cid]().decompress(buf, limit + 1)
+        try:
+            out = _STREAMS[cid]().decompress(buf, limit + 1)
+        except (*_REFUSED, OSError, EOFError) as e:  # bz2: OSError "Invalid data stream"
+            raise BadChunk(str(e)) from e
         if len(out) > limit:
-            raise ValueError("stream decodes to more bytes than the chunk holds")
+            raise BadChunk("stream decodes to more bytes than the chunk holds")
         return out
     if cid == "lz4":
         if len(buf) < 4:
-            raise ValueError("lz4 header cut short")
+            raise BadChunk("lz4 header cut short")
         (size,) = struct.unpack_from("<I", buf, 0)
         if size > limit:
-            raise ValueError(f"lz4 frame declares {size} bytes, more than the chunk's {limit}")
-        return bytes(codec.decode(buf))
-    out = codec.decode(buf)
-    return bytes(out)
+            raise BadChunk(f"lz4 frame declares {size} bytes, more than the chunk's {limit}")
+    return bytes(_decode_with(codec, buf))
+
+
+def _decode_with(codec: Any, data: Any) -> Any:
+    """``codec.decode(data)``, BadChunk for bytes the codec refuses."""
+    try:
+        return codec.decode(data)
+    except _REFUSED as e:
+        raise BadChunk(str(e)) from e
 
 
 @functools.cache
@@ -102,14 +132,22 @@ def _crc32c() -> Callable[[bytes], int]:
 
 
 def crc32c_strip(buf: bytes) -> bytes:
-    """``buf`` without its trailing crc32c checksum, which must match (ValueError if not)."""
+    """``buf`` without its trailing crc32c checksum, which must match (BadChunk if not)."""
     crc = _crc32c()
     if len(buf) < 4:
-        raise ValueError("crc32c checksum cut short")
+        raise BadChunk("crc32c checksum cut short")
     data, stored = buf[:-4], struct.unpack("<I", buf[-4:])[0]
     if crc(data) != stored:
-        raise ValueError("crc32c checksum mismatch")
+        raise BadChunk("crc32c checksum mismatch")
     return data
+
+
+def _items(data: Any, dtype: np.dtype) -> np.ndarray:
+    """Decoded bytes as items of ``dtype``; BadChunk when they are not a whole number."""
+    n = memoryview(data).nbytes
+    if n % dtype.itemsize:
+        raise BadChunk(f"chunk decodes to {n} bytes, not whole {dtype.itemsize}-byte items")
+    return np.frombuffer(data, dtype)
 
 
 Decoder = Callable[[bytes], np.ndarray]
@@ -137,7 +175,7 @@ def v2_decoder(
         if comp_codec is not None:
             data = _bounded_decompress(comp["id"], comp_codec, buf, limit)
         for f in reversed(filter_codecs):
-            data = f.decode(data)
+            data = _decode_with(f, data)
         arr = np.frombuffer(bytes(data) if not isinstance(data, np.ndarray) else data, np.uint8)
         return arr
 
@@ -227,11 +265,11 @@ def v3_decoder(
                 if cid == "crc32c"
                 else _bounded_decompress(cid, codec, data, limit)
             )
-        arr = np.frombuffer(bytes(data), dtype=dtype.newbyteorder(">") if swap else dtype)
+        arr = _items(bytes(data), dtype.newbyteorder(">") if swap else dtype)
         if swap:
             arr = arr.astype(dtype)
         for codec in reversed(array_codecs):
-            arr = np.asarray(codec.decode(arr.tobytes())).view(dtype)
+            arr = _items(np.ascontiguousarray(_decode_with(codec, arr.tobytes())), dtype)
         return arr.view(np.uint8)
 
     return decode, desc, None

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, LmdataError, UnsafeDataError
-from lmdata.formats.flat_tokens._blosc import Partial
+from lmdata.errors import CorruptDataError, UnsafeDataError
+from lmdata.formats.flat_tokens._blosc import BadChunk, Partial
 from lmdata.formats.flat_tokens._codecs import crc32c_strip
 from lmdata.formats.flat_tokens._zarr_meta import (
     MAX_CHUNK_BYTES,
@@ -253,7 +253,7 @@ class ZArray:
             return self._partial.read(key, ranges, self._needed(u))
         except OSError:  # a chunk never written, or unreadable: the full read fills or reports
             return None
-        except Exception as e:  # struct, numcodecs and ValueErrors of a corrupt frame
+        except BadChunk as e:  # (only bad bytes: memory running out, or a bug, goes through)
             raise CorruptDataError(
                 f"cannot decode chunk ({self.meta.codecs}): {e}",
                 path=self.store.url(key),
@@ -428,13 +428,8 @@ class ZArray:
 
     def _decode_buf(self, buf: bytes, need: int, f: str, pos: str) -> np.ndarray:
         try:
-            if self._decode is None:
-                raw = np.frombuffer(buf, np.uint8)
-            else:
-                raw = self._decode(buf)
-        except LmdataError:
-            raise
-        except Exception as e:  # codec libraries raise anything from RuntimeError to ValueError
+            raw = np.frombuffer(buf, np.uint8) if self._decode is None else self._decode(buf)
+        except BadChunk as e:  # (only bad bytes: memory running out, or a bug, goes through)
             raise CorruptDataError(
                 f"cannot decode chunk ({self.meta.codecs}): {e}", path=f, position=pos
             ) from None
@@ -468,6 +463,12 @@ class ZArray:
                     )
                 at = size - isize if self._index_end else 0
                 index_raw = self.store.read_range(key, at, isize)
+                if len(index_raw) != isize:  # the file shrank since its size was read
+                    raise CorruptDataError(
+                        f"shard index cut short ({len(index_raw)} of {isize} bytes)",
+                        path=f,
+                        position=pos,
+                    )
                 if crc:
                     index_raw = crc32c_strip(index_raw)
                 got = (np.frombuffer(index_raw, "<u8").reshape(per, 2), size)
@@ -483,7 +484,7 @@ class ZArray:
             buf = self.store.read_range(key, off, nb)
         except FileNotFoundError:
             return self._fill(need)
-        except ValueError as e:
+        except BadChunk as e:  # (a ValueError here was any of ours: said twice, or a bug)
             raise CorruptDataError(f"bad shard index: {e}", path=f, position=pos) from None
         return self._decode_buf(buf, need, f, pos)
 
