@@ -82,9 +82,14 @@ def test_a_small_cache_still_reads_ahead(dataset) -> None:
 
 
 def test_the_budget_is_ahead_bytes_as_given() -> None:
+    import numpy as np
+
     assert ahead.ahead_budget(None) == ahead.DEFAULT_AHEAD_BYTES == 4 << 20
     for given in (0, 1, 40_000, 64 << 20):
         assert ahead.ahead_budget(given) == given
+    # a numpy integer (a size computed with numpy) is a whole number too, taken as an int
+    got = ahead.ahead_budget(np.int64(1 << 20))
+    assert got == 1 << 20 and type(got) is int
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "4M", True])

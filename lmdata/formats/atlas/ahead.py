@@ -17,6 +17,7 @@ reader gives (its ``ahead_bytes``).
 
 from __future__ import annotations
 
+import operator
 import os
 import queue
 import threading
@@ -48,12 +49,16 @@ def ahead_budget(ahead_bytes: int | None) -> int:
     """
     if ahead_bytes is None:
         return DEFAULT_AHEAD_BYTES if _cpus() >= 2 else 0
-    if isinstance(ahead_bytes, bool) or not isinstance(ahead_bytes, int) or ahead_bytes < 0:
+    try:  # any integer type (a numpy one too), but not a bool
+        n = -1 if isinstance(ahead_bytes, bool) else operator.index(ahead_bytes)
+    except TypeError:
+        n = -1
+    if n < 0:
         raise InvalidInputError(
             f"ahead_bytes must be a whole number of bytes, 0 or more (got {ahead_bytes!r}); "
             "0 decompresses nothing ahead, None (the default) takes 4 MiB"
         )
-    return ahead_bytes
+    return n
 
 
 def _cpus() -> int:
