@@ -521,6 +521,45 @@ def test_decompression_bomb_is_refused(tmp_path):
         lmdata.open(p).span(0, 16)
 
 
+@pytest.mark.parametrize(
+    "filters",
+    [["CRC32"], ["Adler32"], ["Fletcher32"], ["AsType"], ["Delta", "CRC32"]],
+)
+@pytest.mark.parametrize("compressor", ["Zstd", "LZ4", "Blosc", "GZip"])
+def test_v2_filters_that_grow_a_chunk_are_read(tmp_path, filters, compressor):
+    # A checksum filter appends 4 bytes and AsType widens items before the compressor runs:
+    # the frame declares more than the chunk's bytes, and valid stores were once refused
+    # ("zstd frame declares 16388 bytes, more than the chunk's 16384").
+    import numcodecs
+
+    seqs = [list(range(1, 40)), list(range(5, 70))]
+    p = write(tmp_path / "d.zarr", seqs, chunk_tokens=16)
+    made = {
+        "CRC32": numcodecs.CRC32(),
+        "Adler32": numcodecs.Adler32(),
+        "Fletcher32": numcodecs.Fletcher32(),
+        "AsType": numcodecs.AsType(encode_dtype="<u8", decode_dtype="<u4"),
+        "Delta": numcodecs.Delta(dtype="<u4"),
+    }
+    chain = [made[f] for f in filters]
+    comp = getattr(numcodecs, compressor)()
+    arr = p / "train" / "encoded_tokens"
+    meta = json.loads((arr / ".zarray").read_text())
+    nbytes = meta["chunks"][0] * 4
+    for chunk in arr.iterdir():
+        if chunk.name.startswith("."):
+            continue
+        raw = chunk.read_bytes().ljust(nbytes, b"\0")
+        data = np.frombuffer(raw, "<u4")
+        for f in chain:
+            data = f.encode(data)
+        chunk.write_bytes(comp.encode(data))
+    meta["filters"] = [f.get_config() for f in chain]
+    meta["compressor"] = comp.get_config()
+    (arr / ".zarray").write_text(json.dumps(meta))
+    assert [x.tolist() for x in lmdata.open(p)] == seqs
+
+
 def test_open_errors_name_the_problem(tmp_path):
     with pytest.raises(lmdata.errors.DatasetNotFoundError):
         lmdata.open(tmp_path / "nope")

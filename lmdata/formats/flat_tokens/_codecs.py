@@ -153,6 +153,23 @@ def _items(data: Any, dtype: np.dtype) -> np.ndarray:
 Decoder = Callable[[bytes], np.ndarray]
 
 
+def _encoded_limit(filters: list[Any], nbytes: int) -> int:
+    """The most bytes ``filters`` (numcodecs, in encoding order) make of a chunk of ``nbytes``:
+    what its compressed frame may declare. A filter changing the item type scales it (AsType,
+    or ``astype`` of Delta, FixedScaleOffset, Quantize), and a checksum appends 4 bytes (8 are
+    allowed for each filter)."""
+    size = nbytes
+    for f in filters:
+        dec, enc = getattr(f, "decode_dtype", None), getattr(f, "encode_dtype", None)
+        if dec is None:
+            dec, enc = getattr(f, "dtype", None), getattr(f, "astype", None)
+        if dec is not None and enc is not None:
+            d, e = np.dtype(dec).itemsize, np.dtype(enc).itemsize
+            size = -(-size // d) * e
+        size += 8
+    return size
+
+
 def v2_decoder(
     meta: dict[str, Any], dtype: np.dtype, chunk_len: int, where: str
 ) -> tuple[Decoder | None, str]:
@@ -165,7 +182,7 @@ def v2_decoder(
         raise FormatError("'compressor' must be an object or null", path=f"{where}/.zarray")
     comp_codec = _numcodec(comp, where) if comp else None
     filter_codecs = [_numcodec(f, where) for f in filters]
-    limit = chunk_len * dtype.itemsize
+    limit = _encoded_limit(filter_codecs, chunk_len * dtype.itemsize)
     desc = ", ".join([f["id"] for f in filters] + ([comp["id"]] if comp else [])) or "none"
     if comp_codec is None and not filter_codecs:
         return None, desc
