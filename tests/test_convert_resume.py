@@ -300,6 +300,19 @@ def test_cli_error_that_a_resume_survives_says_where_to_resume(tmp_path, monkeyp
     assert (tmp_path / ".o.lmdata-convert" / "done.log").read_text().count("\n") == 2
 
 
+def test_cli_a_refused_resume_offers_no_resume(tmp_path):
+    # The interrupted job's staging area stays when --resume is refused (the options changed):
+    # the CLI must not add "`--resume` continues from" under "run again without --resume".
+    src = records_source(tmp_path / "src.mds")
+    with pytest.raises(Stop):
+        convert(src, tmp_path / "o", "mds", workers=2, progress=stop_after(2))
+    args = ["convert", str(src), str(tmp_path / "o"), "--to", "jsonl", "--resume", "-q"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2 and "job.to differs" in res.stderr
+    assert (tmp_path / ".o.lmdata-convert" / "manifest.json").exists()
+    assert "`--resume` continues from" not in res.stderr
+
+
 def test_cli_help_documents_resume():
     res = CliRunner().invoke(cli, ["convert", "--help"])
     assert "--resume" in res.output and "not read again" in res.output

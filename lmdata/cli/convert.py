@@ -91,6 +91,7 @@ def command(
     from lmdata._progress import bar as progress_bar
     from lmdata.convert import work_area
     from lmdata.errors import LmdataError
+    from lmdata.parallel.staging import resumable
     from lmdata.storage import options_scope
 
     bar = progress_bar(unit="rec", quiet=quiet, desc="convert")
@@ -116,6 +117,8 @@ def command(
     except (KeyboardInterrupt, Exception) as e:
         if not isinstance(bar, LogLines):  # a log gets no "done" line for work that failed
             bar.close()
+        if not isinstance(e, KeyboardInterrupt) and not resumable(e):
+            raise  # bad data or options (a refused --resume among them): nothing to resume
         with options_scope(storage_options):
             work = work_area(dst)
             if not work.exists():  # removed: nothing a resume could use

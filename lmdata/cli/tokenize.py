@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from lmdata.cli._common import DatasetPath, FormatName, engine_options, storage_option
-from lmdata.parallel.staging import staging_for
+from lmdata.parallel.staging import resumable, staging_for
 from lmdata.tokenize.api import tokenize
 
 
@@ -210,7 +210,9 @@ def command(
         if isinstance(e, KeyboardInterrupt):
             click.echo(f"interrupted: {again}", err=True)
             sys.exit(130)
-        if work.exists():  # kept for a resume (a dead worker, a full disk, a store's hiccup)
+        # kept for a resume (a dead worker, a full disk, a store's hiccup); not after bad data
+        # or options (a refused --resume among them), whose error says to run again afresh
+        if resumable(e) and work.exists():
             click.echo(again, err=True)
         raise
     bar.close()

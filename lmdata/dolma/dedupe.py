@@ -239,9 +239,10 @@ def dedupe(
     :func:`lmdata.dolma._ranges.range_size` of the job's plain bytes).
     Every run keeps its work in a folder named by the job and marks each unit done, so a run
     stopped part way (a kill, Ctrl-C, a lost worker) and started again with ``resume`` runs
-    only the unfinished units (a changed input or option is an InvalidInputError; see
-    :mod:`lmdata.dolma._dedupe_resume`); without ``resume``, a run starts afresh, discarding
-    what a stopped run left."""
+    only the unfinished units, planned as the stopped run planned them (its ranges and
+    groups, whatever ``range_bytes`` says now; a changed input or option is an
+    InvalidInputError; see :mod:`lmdata.dolma._dedupe_resume`); without ``resume``, a run
+    starts afresh, discarding what a stopped run left."""
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     bloom = cfg.bloom_filter

@@ -82,9 +82,14 @@ def test_a_small_cache_still_reads_ahead(dataset) -> None:
 
 
 def test_the_budget_is_ahead_bytes_as_given() -> None:
+    import numpy as np
+
     assert ahead.ahead_budget(None) == ahead.DEFAULT_AHEAD_BYTES == 4 << 20
     for given in (0, 1, 40_000, 64 << 20):
         assert ahead.ahead_budget(given) == given
+    # a numpy integer (a size computed with numpy) is a whole number too, taken as an int
+    got = ahead.ahead_budget(np.int64(1 << 20))
+    assert got == 1 << 20 and type(got) is int
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "4M", True])
@@ -139,6 +144,39 @@ def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> Non
         ex[i + k] for i in range(half) for k in (0, half)
     ]
     assert [st.budget for st in r2._local.ahead.values()] == [budget // 2] * 2
+    assert 0 < total[0] <= budget * 3 // 2
+
+
+@pytest.mark.parametrize("given", [16_000, 40_000])
+def test_streams_let_go_of_runs_past_a_shrunk_share(tmp_path: Path, monkeypatch, given) -> None:
+    # Four shards (of about 30 KB decoded) read in order in turn on one thread: each new
+    # stream shrinks the others' shares, and their runs past the new share go (but the one
+    # being read), so the thread holds about its budget. Before, runs made under the old
+    # share stayed until read (16 KB), and a stream that had read its whole shard ahead
+    # (40 KB) was at its end, so it took no share while holding the lot: 1.9x the budget.
+    ex = examples(N)
+    path = write(tmp_path / "d", ex, shard_size=N // 4, block_size=10, compression_strategy=3)
+    r = atlas.open(path, ahead_bytes=given)
+    budget = r._ahead_bytes
+    fill = ahead.Stream.fill
+    total, over = [0], []
+
+    def watching_all(st: ahead.Stream) -> None:
+        fill(st)
+        for o in r._local.ahead.values():
+            held = sum(run.decoded for run in o._runs)
+            if len(o._runs) > 1 and held > o.budget:
+                over.append((o.budget, [run.decoded for run in o._runs]))
+        total[0] = max(
+            total[0], sum(run.decoded for o in r._local.ahead.values() for run in o._runs)
+        )
+
+    monkeypatch.setattr(ahead.Stream, "fill", watching_all)
+    q = N // 4
+    order = [s * q + i for i in range(q) for s in range(4)]
+    assert [r[i] for i in order] == [ex[i] for i in order]
+    assert [st.budget for st in r._local.ahead.values()] == [budget // 4] * 4
+    assert over == []
     assert 0 < total[0] <= budget * 3 // 2
 
 

@@ -329,3 +329,20 @@ def test_a_url_input_is_read_as_its_local_copy_would_be(tmp_path):
     lmdata.tokenize(tmp_path / "notes.md", a, workers=0)  # a text file, by its suffix
     s = lmdata.tokenize("memory://lmdata-api-md/notes.md", b, workers=0)
     assert s.documents_written == 1 and files(a) == files(b)
+
+
+def test_cli_a_refused_resume_offers_no_resume(tmp_path: Path) -> None:
+    # --resume refused (the inputs changed since the interrupted run) leaves the old work
+    # folder in place: the CLI must not add "`--resume` continues from" under an error that
+    # says to run again without --resume.
+    from lmdata.parallel.staging import staging_for
+
+    dst = str(tmp_path / "out")
+    staging_for(dst, None).reset(b'{"another": "job"}')
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "a"}\n')
+    args = ["tokenize", str(src), dst, "--to", "flat-tokens", "-q", "--resume"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code != 0 and "cannot resume" in str(res.exception) + res.output
+    assert staging_for(dst, None).exists()
+    assert "`--resume` continues from" not in res.output

@@ -17,6 +17,7 @@ reader gives (its ``ahead_bytes``).
 
 from __future__ import annotations
 
+import operator
 import os
 import queue
 import threading
@@ -48,12 +49,16 @@ def ahead_budget(ahead_bytes: int | None) -> int:
     """
     if ahead_bytes is None:
         return DEFAULT_AHEAD_BYTES if _cpus() >= 2 else 0
-    if isinstance(ahead_bytes, bool) or not isinstance(ahead_bytes, int) or ahead_bytes < 0:
+    try:  # any integer type (a numpy one too), but not a bool
+        n = -1 if isinstance(ahead_bytes, bool) else operator.index(ahead_bytes)
+    except TypeError:
+        n = -1
+    if n < 0:
         raise InvalidInputError(
             f"ahead_bytes must be a whole number of bytes, 0 or more (got {ahead_bytes!r}); "
             "0 decompresses nothing ahead, None (the default) takes 4 MiB"
         )
-    return ahead_bytes
+    return n
 
 
 def _cpus() -> int:
@@ -200,6 +205,11 @@ class Stream:
         self.budget = budget if decoding else 0
         self.ended = False  # no run comes after those it holds (its shard's end, or damage)
 
+    @property
+    def holding(self) -> bool:
+        """Whether it holds runs ahead (read or decoded, not yet read by the reader)."""
+        return bool(self._runs)
+
     def get(self, b: int) -> tuple[bytes, memoryview | None, tuple[int, int, int] | None] | None:
         """(stored bytes, pickled bytes or None, their memo walk or None) of block ``b``, or
         None if ``b`` is not the block this stream reads next (the caller then reads it on its
@@ -226,6 +236,19 @@ class Stream:
         for run in self._runs:
             run.dropped = True
         self._runs.clear()
+
+    def trim(self) -> None:
+        """Let go of the runs past the budget, last first, but the one being read: runs made
+        before the budget shrank (another shard's stream came to share it) would otherwise
+        stay until read, holding up to the old budget on top of the new streams' shares."""
+        runs = self._runs
+        ahead = sum(max(r.decoded, len(r.buf)) for r in runs)
+        while len(runs) > 1 and ahead > self.budget:
+            run = runs.pop()
+            run.dropped = True
+            ahead -= max(run.decoded, len(run.buf))
+            self._next = run.first  # read again when the reader comes to it
+            self.ended = False
 
     def fill(self) -> None:
         """Read (and hand to the decoder) runs of up to half the budget each, while the

@@ -80,8 +80,9 @@ class Atlas(ShardFiles):
     trusts the file (any pickle); ``max_block_bytes`` bounds one decompressed block;
     ``cache_bytes`` bounds the examples of earlier blocks kept between reads (as pickles; each
     thread's current block of every shard is kept decoded regardless, see :mod:`.blocks`);
-    ``ahead_bytes`` bounds the blocks decompressed ahead of each thread reading in order
-    (default 4 MiB, 0 with one CPU; 0 turns it off; see :func:`.ahead.ahead_budget`).
+    ``ahead_bytes`` bounds the blocks decompressed ahead of each thread reading in order and
+    of each iteration (default 4 MiB, 0 with one CPU; 0 turns it off; a block larger than
+    its share still goes ahead whole; see :func:`.ahead.ahead_budget`).
     ``compression_dict`` gives the shared dictionary's bytes (a shard opened on its own, away
     from its dataset root).
     """
@@ -259,8 +260,8 @@ class Atlas(ShardFiles):
         """(stored bytes[, pickled bytes or None, their memo walk or None]) of block ``b`` of
         shard ``s``: from this thread's stream of the shard, or a new stream when reads go in
         order (block ``b`` is read on its own while the next ones are read and decompressed
-        ahead; the thread's streams that have not reached their shard's end share its
-        budget), or one ranged read."""
+        ahead; the thread's streams share its budget, but those done with their shard, and
+        let go of the runs past a shrunk share), or one ranged read."""
         ahead = self._local.ahead
         st = ahead.get(s)
         if st is not None:
@@ -273,11 +274,13 @@ class Atlas(ShardFiles):
             st = ahead[s] = self._stream(s, b + 1, 0)
             if len(ahead) > _AHEAD_SHARDS:
                 ahead.popitem(last=False)[1].drop()
-            # streams at their shard's end read nothing more: the others share the budget
-            live = [other for other in ahead.values() if not other.ended]
+            # streams at their shard's end holding nothing read nothing more: the others share
+            # the budget, and let go of the runs past their new share
+            live = [o for o in ahead.values() if not (o.ended and not o.holding)]
             share = self._ahead_bytes // len(live)
             for other in live:
                 other.budget = share if other.decoding else 0
+                other.trim()
             st.fill()
         return (self._read_raw(s, b),)
 
