@@ -335,6 +335,19 @@ def test_the_frame_cache_evicts_safely_under_threads() -> None:
     assert len(p._frames) <= 64
 
 
+def test_the_partial_read_accounting_forgets_chunks_the_frame_cache_let_go() -> None:
+    """Each chunk read in part once kept its count of blocks spent for good: random reads over
+    a large dataset grew it by one entry per chunk, without bound."""
+    store = _Frames()
+    chunk = np.random.default_rng(0).integers(0, 1000, CHUNK, dtype=np.uint32)
+    store.buf = bytes(Blosc("lz4", 5, Blosc.BITSHUFFLE, 16384).encode(chunk))
+    p = _blosc.Partial(store, 4, CHUNK * 4)
+    for i in range(200):
+        got = p.read(f"c/{i}", [(5, 9)], 9)
+        assert got is not None and got[20:36].view(np.uint32).tolist() == chunk[5:9].tolist()
+    assert len(p._frames) <= 64 and set(p._spent) <= set(p._frames)
+
+
 # ---- corrupt chunks through the reader ---------------------------------------------------------
 
 # 512 KiB chunks of eight 64 KiB blocks (c-blosc multiplies the block size asked for by the

@@ -191,7 +191,7 @@ class Partial:
         self.limit = limit
         self._frames: dict[str, tuple[Any, Frame | None]] = {}
         self._spent: dict[str, int] = {}
-        self._lock = threading.Lock()  # inserts and evictions of _frames
+        self._lock = threading.Lock()  # inserts and evictions of _frames and _spent
 
     def _frame(self, key: str) -> tuple[Any, Frame | None]:
         got = self._frames.get(key)
@@ -200,7 +200,9 @@ class Partial:
             got = (buf, parse(buf, self.itemsize, self.limit))
             with self._lock:  # (iterating while another thread inserts raises RuntimeError)
                 while len(self._frames) >= 64:
-                    self._frames.pop(next(iter(self._frames)))
+                    old = next(iter(self._frames))
+                    self._frames.pop(old)
+                    self._spent.pop(old, None)  # (its count goes with it: both stay bounded)
                 self._frames[key] = got
         return got
 
@@ -231,9 +233,11 @@ class Partial:
             or len(blocks) * self.LARGEST_PART > nb
             or not all(can_read(frame, lo, hi) for lo, hi in ranges)
         ):
-            self._spent.pop(key, None)
             with self._lock:
+                self._spent.pop(key, None)
                 self._frames.pop(key, None)
             return False
-        self._spent[key] = spent
+        with self._lock:
+            if key in self._frames:  # (not let go meanwhile by another thread)
+                self._spent[key] = spent
         return True
