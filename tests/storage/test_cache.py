@@ -126,3 +126,18 @@ def test_mds_zero_cache_decodes_a_shard_once_for_reads_in_it(tmp_path, monkeypat
     )
     assert [r[i]["id"] for i in range(200)] == list(range(200))
     assert len(loads) == 1
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "64M", True])
+def test_a_readers_cache_bytes_that_is_no_byte_count_is_refused_at_open(tmp_path, bad) -> None:
+    from lmdata.errors import InvalidInputError
+
+    paths = {}
+    for name, item in (("atlas", {"a": 1}), ("mds", {"id": 1}), ("flat-tokens", [1, 2, 3])):
+        paths[name] = tmp_path / name
+        with lmdata.writer(paths[name], name) as w:
+            w.write(item)
+    for name, path in paths.items():
+        with pytest.raises(InvalidInputError, match="cache_bytes must be a whole number"):
+            lmdata.open(path, cache_bytes=bad)
+        assert len(lmdata.open(path, cache_bytes=np.int64(1 << 20))) == 1, name

@@ -277,7 +277,7 @@ class MDSReader:
         shards = self.index.shards
         self.format = format or (FORMAT_NAMES[shards[0].format] if shards else "mds")
         self.allow_unsafe_pickle = allow_unsafe_pickle
-        self.cache_bytes = int(cache_bytes)
+        self.cache_bytes = cache_bytes  # checked by new_slot
         self.max_open_shards = max(1, int(max_open_shards))
         self.select = tuple(columns) if columns is not None else None
         if self.select is not None:
