@@ -1,6 +1,11 @@
-"""Numbers for people: sizes in binary units."""
+"""Numbers for people: sizes in binary units, and byte counts given as options."""
 
 from __future__ import annotations
+
+import operator
+from typing import Any
+
+from lmdata.errors import InvalidInputError
 
 
 def human_bytes(n: int) -> str:
@@ -11,3 +16,18 @@ def human_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
+
+
+def byte_count(value: Any, name: str, zero: str) -> int:
+    """``value`` (an option such as ``cache_bytes=``) as a count of bytes: any integer type
+    (a numpy one too) but a bool, 0 or more; else an InvalidInputError naming the option and
+    saying what 0 means (``zero``)."""
+    try:
+        n = -1 if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        n = -1
+    if n < 0:
+        raise InvalidInputError(
+            f"{name} must be a whole number of bytes, 0 or more (got {value!r}); 0 {zero}"
+        )
+    return n

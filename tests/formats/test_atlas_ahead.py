@@ -128,8 +128,8 @@ def test_decoded_bytes_ahead_stay_within_the_budget(dataset, monkeypatch) -> Non
     assert [r[i] for i in range(N)] == ex
     assert list(r) == ex
     assert 0 < most[0] <= budget
-    # two shards read in turn share the thread's budget (runs made before the second stream
-    # came keep their size until read)
+    # two shards read in turn share the thread's budget (runs past a shrunk share are let
+    # go, but the one being read)
     r2 = atlas.open(path, ahead_bytes=40_000)
     total = [0]
 

@@ -17,7 +17,6 @@ reader gives (its ``ahead_bytes``).
 
 from __future__ import annotations
 
-import operator
 import os
 import queue
 import threading
@@ -28,7 +27,7 @@ from collections.abc import Callable
 import zstandard
 
 from lmdata._pickle import walk_all
-from lmdata.errors import InvalidInputError
+from lmdata._units import byte_count
 from lmdata.formats.atlas.codec import ZSTD_MAGIC
 
 RAW_AHEAD = 1 << 20  # stored bytes per ranged read when nothing is decompressed ahead
@@ -49,16 +48,9 @@ def ahead_budget(ahead_bytes: int | None) -> int:
     """
     if ahead_bytes is None:
         return DEFAULT_AHEAD_BYTES if _cpus() >= 2 else 0
-    try:  # any integer type (a numpy one too), but not a bool
-        n = -1 if isinstance(ahead_bytes, bool) else operator.index(ahead_bytes)
-    except TypeError:
-        n = -1
-    if n < 0:
-        raise InvalidInputError(
-            f"ahead_bytes must be a whole number of bytes, 0 or more (got {ahead_bytes!r}); "
-            "0 decompresses nothing ahead, None (the default) takes 4 MiB"
-        )
-    return n
+    return byte_count(
+        ahead_bytes, "ahead_bytes", "decompresses nothing ahead; None (the default) takes 4 MiB"
+    )
 
 
 def _cpus() -> int:
