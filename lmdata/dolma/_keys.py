@@ -129,6 +129,10 @@ def _unknown(data: Mapping[Any, Any], schema: Schema, path: str) -> list[str]:
 def check_keys(data: Mapping[Any, Any], schema: Schema, what: str) -> None:
     """Raise an InvalidInputError naming every key of ``data`` (at any depth) that ``schema``
     does not accept, with the closest accepted key, as dolma refuses them."""
+    if not isinstance(data, Mapping):
+        raise InvalidInputError(
+            f"{what} must be a mapping of keys to values, got {type(data).__name__}"
+        )
     unknown = _unknown(data, schema, "")
     if unknown:
         s = "s" if len(unknown) > 1 else ""

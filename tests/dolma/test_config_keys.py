@@ -248,6 +248,14 @@ def test_every_unknown_key_is_named_and_far_ones_get_no_guess() -> None:
     assert "did you mean zzz" not in msg and "fix or remove" in msg
 
 
+@pytest.mark.parametrize("cls", [DedupeConfig, MixerConfig, TagConfig])
+def test_a_config_that_is_not_a_mapping_is_refused(cls: Any) -> None:
+    with pytest.raises(
+        InvalidInputError, match="config must be a mapping of keys to values, got list"
+    ):
+        cls.from_dict([{"documents": ["x"]}])
+
+
 def test_command_line_misspelling_is_refused(tmp_path: Path) -> None:
     """``lmdata dedupe --dedupe.min_lenght 3`` (a dolma-style flag) fails before any work: on
     documents that the same command line without the typo dedupes."""
