@@ -205,14 +205,17 @@ def command(
         )
     except (KeyboardInterrupt, Exception) as e:
         bar.close()
+        # kept for a resume (Ctrl-C, a dead worker, a full disk, a store's hiccup); not after
+        # bad data or options (a refused --resume, a bad output path among them), whose error
+        # says what to fix and goes out as it is, without resolving the output again
+        if not resumable(e):
+            raise
         work = staging_for(dst, storage_options)  # beside the output (or its URL)
         again = f"no output written; `--resume` continues from {work.where}"
         if isinstance(e, KeyboardInterrupt):
             click.echo(f"interrupted: {again}", err=True)
             sys.exit(130)
-        # kept for a resume (a dead worker, a full disk, a store's hiccup); not after bad data
-        # or options (a refused --resume among them), whose error says to run again afresh
-        if resumable(e) and work.exists():
+        if work.exists():
             click.echo(again, err=True)
         raise
     bar.close()

@@ -346,3 +346,21 @@ def test_cli_a_refused_resume_offers_no_resume(tmp_path: Path) -> None:
     assert res.exit_code != 0 and "cannot resume" in str(res.exception) + res.output
     assert staging_for(dst, None).exists()
     assert "`--resume` continues from" not in res.output
+
+
+def test_cli_bad_data_or_options_fail_as_they_are_without_looking_for_a_work_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An error that no resume survives (here: a bad output URL) is shown as it is: the CLI
+    # does not resolve the output again for a work folder, which would raise anew over it
+    # (the same error twice, or a store's error hiding the one that says what to fix).
+    def no_lookup(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the work folder was looked up for an error no resume survives")
+
+    monkeypatch.setattr("lmdata.cli.tokenize.staging_for", no_lookup)
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "a"}\n')
+    res = CliRunner().invoke(cli, ["tokenize", str(src), "bogus://x/out", "--to", "flat-tokens"])
+    assert res.exit_code == 2
+    assert "cannot read or write bogus:// URLs" in res.output
+    assert "unexpected" not in res.output and "--resume" not in res.output
