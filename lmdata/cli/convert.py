@@ -117,7 +117,7 @@ def command(
     except (KeyboardInterrupt, Exception) as e:
         if not isinstance(bar, LogLines):  # a log gets no "done" line for work that failed
             bar.close()
-        if not isinstance(e, KeyboardInterrupt) and not resumable(e):
+        if not resumable(e):  # (Ctrl-C is resumable)
             raise  # bad data or options (a refused --resume among them): nothing to resume
         with options_scope(storage_options):
             work = work_area(dst)
