@@ -12,18 +12,13 @@ import pytest
 from lmdata import parallel
 from lmdata.errors import InvalidInputError, MissingDependencyError
 from lmdata.parallel import InProcess, LocalProcesses, make_executor
-from tests.parallel._units import Blob, count_docs, make_blob
+from tests.parallel._units import Blob, count_docs, make_blob, rss
 
 
 def fail_on_three(n: int) -> int:
     if n == 3:
         raise InvalidInputError("unit three is bad", path="x.jsonl")
     return n
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
 
 
 def test_results_in_input_order_for_any_worker_count() -> None:
@@ -58,9 +53,9 @@ def test_driver_memory_stays_flat_with_a_slow_consumer() -> None:
     for k, r in enumerate(ex.map_ordered(make_blob, (Blob(i, size) for i in range(n)))):
         assert r[:4] == k.to_bytes(4, "little")
         if k == 50:
-            base = _rss()
+            base = rss()
         if k > 50:
-            peak = max(peak, _rss())
+            peak = max(peak, rss())
         if k % 100 == 0:  # a slow consumer: the workers run ahead as far as they may
             sum(range(200_000))
     assert peak - base < 64 << 20

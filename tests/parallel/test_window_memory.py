@@ -25,6 +25,7 @@ import pytest
 
 from lmdata.parallel import LocalProcesses
 from tests.parallel._ray_local import started_ray
+from tests.parallel._units import Blob, make_blob, rss
 
 N, SIZE = 2000, 256 << 10  # 500 MiB of results in all
 STALL = 1.0  # seconds without another unit finishing: the others wait for the window
@@ -59,12 +60,7 @@ def run(u: Unit) -> bytes:
             os.write(fd, b".")
         finally:
             os.close(fd)
-    return u.index.to_bytes(4, "little") * (SIZE // 4)
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return make_blob(Blob(u.index, SIZE))
 
 
 @contextlib.contextmanager
@@ -92,7 +88,7 @@ def hang_guard() -> Iterator[None]:
 def _consume(results: Iterator[bytes], log: Path, n: int) -> tuple[int, int]:
     """Take every result in order: (units run while the first was running, the driver's
     largest growth in bytes over its resident memory before)."""
-    base = _rss()
+    base = rss()
     peak = 0
     ahead = -1
     for k, r in enumerate(results):
@@ -101,7 +97,7 @@ def _consume(results: Iterator[bytes], log: Path, n: int) -> tuple[int, int]:
         assert r[:4] == k.to_bytes(4, "little") and len(r) == SIZE
         del r
         if k % 10 == 0:
-            peak = max(peak, _rss() - base)
+            peak = max(peak, rss() - base)
     assert k == n - 1 and log.stat().st_size == n - 1
     return ahead, peak
 
