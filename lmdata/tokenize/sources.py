@@ -330,8 +330,9 @@ def _cuts(size: int, range_bytes: int, tail: bool) -> list[int]:
     cuts = list(range(0, max(size, 1), range_bytes))
     if not tail or len(cuts) < 2:
         return [*cuts, size]
-    at = cuts[max(0, len(cuts) - TAIL_RANGES)]
-    del cuts[max(0, len(cuts) - TAIL_RANGES) :]
+    first = max(0, len(cuts) - TAIL_RANGES)  # the first range of the tail
+    at = cuts[first]
+    del cuts[first:]
     smallest = max(1, range_bytes // TAIL_SMALLEST)
     while size - at > 2 * smallest:
         cuts.append(at)
