@@ -10,14 +10,13 @@ slot may be capped lower (a reader's ``cache_bytes=``; 0 keeps nothing).
 from __future__ import annotations
 
 import itertools
-import numbers
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
-from lmdata.errors import InvalidInputError
+from lmdata._units import byte_count
 
 DEFAULT_BUDGET = 512 << 20
 
@@ -196,14 +195,9 @@ if hasattr(os, "register_at_fork"):
 def new_slot(cap: int | None = None) -> Slot:
     """A namespace in the process-wide cache (``cap``: this reader's limit, its
     ``cache_bytes=``; 0 = no caching). InvalidInputError for a cap that is no byte count."""
-    if cap is not None and (
-        isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 0
-    ):
-        raise InvalidInputError(
-            f"cache_bytes must be a whole number of bytes, 0 or more (got {cap!r}); "
-            "0 keeps nothing between reads"
-        )
-    return CACHE.slot(None if cap is None else int(cap))
+    if cap is None:
+        return CACHE.slot(None)
+    return CACHE.slot(byte_count(cap, "cache_bytes", "keeps nothing between reads"))
 
 
 def set_cache_bytes(budget: int) -> None:
