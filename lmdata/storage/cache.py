@@ -201,8 +201,9 @@ def new_slot(cap: int | None = None) -> Slot:
 
 
 def set_cache_bytes(budget: int) -> None:
-    """Set the process-wide cache budget in bytes (evicting down to it at once)."""
-    CACHE.resize(int(budget))
+    """Set the process-wide cache budget in bytes (evicting down to it at once; 0 caches
+    nothing). InvalidInputError for a budget that is no byte count."""
+    CACHE.resize(byte_count(budget, "the cache budget", "caches nothing"))
 
 
 def cache_bytes() -> tuple[int, int]:
