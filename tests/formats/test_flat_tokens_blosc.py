@@ -199,3 +199,19 @@ def test_chunks_stored_as_is_are_read_by_slices(tmp_path) -> None:
     for b in rows:
         np.testing.assert_array_equal(r.packed_rows(b, 512), toks.reshape(-1, 512)[b])
     assert full == []
+
+
+def test_close_lets_go_of_the_partial_reads_chunk_maps(big_store) -> None:
+    import lmdata
+
+    path, enc = big_store
+    r = lmdata.open(path, cache_bytes=0)
+    full = _spy(r)
+    row = lambda: r.packed_rows(np.array([1]), 512)[0]  # noqa: E731
+    np.testing.assert_array_equal(row(), enc[512:1024])
+    part = r.tokens._partial
+    assert full == [] and part._frames and part._spent  # read in part: its map is held
+    r.close()
+    assert r.tokens._partial is part and not part._frames and not part._spent
+    np.testing.assert_array_equal(row(), enc[512:1024])  # read in part again after close
+    assert full == [] and part._frames
