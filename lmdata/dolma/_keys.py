@@ -27,17 +27,15 @@ COMPRESSION: Schema = {"input": None, "output": None}
 BY_NGRAM: Schema = dict.fromkeys(
     ("ngram_length", "stride", "overlap_threshold", "skip_short_paragraphs")
 )
-BLOOM_FILTER: Schema = dict.fromkeys(
-    (
-        "file",
-        "read_only",
-        "size_in_bytes",
-        "estimated_doc_count",
-        "desired_false_positive_rate",
-        "sysram_limit",  # later dolma versions' sizing keys
-        "save_to_disk",
-    )
+# dolma's Bloom filter sizing keys (sysram_limit: later dolma versions'): accepted, recorded in
+# ``Bloom.given``, not used
+BLOOM_SIZING_KEYS = (
+    "size_in_bytes",
+    "estimated_doc_count",
+    "desired_false_positive_rate",
+    "sysram_limit",
 )
+BLOOM_FILTER: Schema = dict.fromkeys(("file", "read_only", *BLOOM_SIZING_KEYS, "save_to_disk"))
 DEDUPE: Schema = {
     "documents": None,
     "work_dir": WORK_DIR,
@@ -129,6 +127,10 @@ def _unknown(data: Mapping[Any, Any], schema: Schema, path: str) -> list[str]:
 def check_keys(data: Mapping[Any, Any], schema: Schema, what: str) -> None:
     """Raise an InvalidInputError naming every key of ``data`` (at any depth) that ``schema``
     does not accept, with the closest accepted key, as dolma refuses them."""
+    if not isinstance(data, Mapping):
+        raise InvalidInputError(
+            f"{what} must be a mapping of keys to values, got {type(data).__name__}"
+        )
     unknown = _unknown(data, schema, "")
     if unknown:
         s = "s" if len(unknown) > 1 else ""

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from lmdata.dolma._keys import DEDUPE, MIX, TAG, check_keys
+from lmdata.dolma._keys import BLOOM_SIZING_KEYS, DEDUPE, MIX, TAG, check_keys
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._paths import attribute_path, expand_globs, list_documents
 from lmdata.storage import resolve
@@ -209,15 +209,6 @@ def _by_ngram(v: Any) -> Ngrams:
         threshold=float(thr),
         skip_short=bool(v.get("skip_short_paragraphs", False)),
     )
-
-
-# dolma's Bloom filter sizing keys: accepted, recorded in ``Bloom.given``, not used.
-BLOOM_SIZING_KEYS = (
-    "size_in_bytes",
-    "estimated_doc_count",
-    "desired_false_positive_rate",
-    "sysram_limit",
-)
 
 
 @dataclass(frozen=True)

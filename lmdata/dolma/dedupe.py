@@ -74,7 +74,7 @@ from typing import Any
 import numpy as np
 
 from lmdata import parallel
-from lmdata.dolma import _keyfile, _spans, ngrams
+from lmdata.dolma import _keyfile, _ranges, _spans, ngrams
 from lmdata.dolma._buckets import (
     MarkResult,
     MarkTask,
@@ -93,7 +93,7 @@ from lmdata.dolma._dedupe_resume import (
 )
 from lmdata.dolma._dedupe_write import WriteResult, WriteTask
 from lmdata.dolma._dedupe_write import phase_write as _phase_write
-from lmdata.dolma._ranges import RANGE_BYTES, SPREAD_UNITS, range_size
+from lmdata.dolma._ranges import SPREAD_UNITS, range_size
 from lmdata.dolma._spans import Span, split_paragraphs
 from lmdata.dolma._spans import read as _read
 from lmdata.dolma._spans import skip as _skip
@@ -260,7 +260,7 @@ def dedupe(
     nb = _nbuckets(cfg, total, prior.keys if prior is not None else 0)
     # from the inputs alone: a resumed run, on any number of workers, plans the same units
     step = range_size(plain) if range_bytes is None else range_bytes
-    plan = Plan(step, max(GROUPS, -(-total // RANGE_BYTES)), nb)
+    plan = Plan(step, max(GROUPS, -(-total // _ranges.RANGE_BYTES)), nb)
     if not files:  # a file partition with no files
         if bloom.writes and prior is None:  # dolma 1.2.1 writes its (empty) filter here too
             _keyfile.write(bloom.file, cfg.storage_options, _keyfile.kind(cfg), [], None)

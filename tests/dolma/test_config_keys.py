@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from lmdata.cli.main import cli
 from lmdata.dolma.config import (
     DedupeConfig,
     MixerConfig,
@@ -22,6 +20,7 @@ from lmdata.dolma.config import (
     load_yaml,
 )
 from lmdata.errors import InvalidInputError
+from tests.dolma.test_dedupe import _docs, dedupe_cli
 
 DATA = Path(__file__).parent.parent / "data" / "dolma"
 
@@ -249,22 +248,23 @@ def test_every_unknown_key_is_named_and_far_ones_get_no_guess() -> None:
     assert "did you mean zzz" not in msg and "fix or remove" in msg
 
 
+@pytest.mark.parametrize("cls", [DedupeConfig, MixerConfig, TagConfig])
+def test_a_config_that_is_not_a_mapping_is_refused(cls: Any) -> None:
+    with pytest.raises(
+        InvalidInputError, match="config must be a mapping of keys to values, got list"
+    ):
+        cls.from_dict([{"documents": ["x"]}])
+
+
 def test_command_line_misspelling_is_refused(tmp_path: Path) -> None:
-    """``lmdata dedupe --dedupe.min_lenght 3`` (a dolma-style flag) fails before any work."""
-    res = CliRunner().invoke(
-        cli,
-        [
-            "dedupe",
-            "--documents",
-            str(tmp_path / "documents" / "*.gz"),
-            "--dedupe.paragraphs.attribute_name",
-            "p",
-            "--dedupe.name",
-            "p",
-            "--dedupe.min_lenght",
-            "3",
-        ],
-    )
+    """``lmdata dedupe --dedupe.min_lenght 3`` (a dolma-style flag) fails before any work: on
+    documents that the same command line without the typo dedupes."""
+    root = _docs(tmp_path)
+    flags = ("--dedupe.paragraphs.attribute_name", "p", "--dedupe.name", "p")
+    res = dedupe_cli(root, *flags, "--dedupe.min_lenght", "3")
     assert res.exit_code != 0
     assert "dedupe.min_lenght (did you mean dedupe.min_length?)" in res.output, res.output
-    assert not (tmp_path / "attributes").exists()
+    assert not (root / "attributes").exists()
+    res = dedupe_cli(root, *flags, "--dedupe.min_length", "3", "-q")
+    assert res.exit_code == 0, res.output
+    assert (root / "attributes" / "p").is_dir()

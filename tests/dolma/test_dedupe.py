@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,22 +149,22 @@ def test_key_must_select_a_string(tmp_path: Path) -> None:
         _cfg(root, "t", {})
 
 
+def dedupe_cli(root: Path, *flags: str) -> Result:
+    """``lmdata dedupe -d <root>/documents/*.gz <flags>``, as a user types it."""
+    return CliRunner().invoke(cli, ["dedupe", "-d", str(root / "documents" / "*.gz"), *flags])
+
+
 def test_cli(tmp_path: Path) -> None:
     root = _docs(tmp_path)
-    res = CliRunner().invoke(
-        cli,
-        [
-            "dedupe",
-            "-d",
-            str(root / "documents" / "*.gz"),
-            "--dedupe.name",
-            "dedupe_docs",
-            "--dedupe.documents.key",
-            "$.metadata.url",
-            "--dedupe.documents.attribute_name",
-            "bff_duplicate_url",
-            "-q",
-        ],
+    res = dedupe_cli(
+        root,
+        "--dedupe.name",
+        "dedupe_docs",
+        "--dedupe.documents.key",
+        "$.metadata.url",
+        "--dedupe.documents.attribute_name",
+        "bff_duplicate_url",
+        "-q",
     )
     assert res.exit_code == 0, res.output
     assert "17 duplicate documents" in res.output
