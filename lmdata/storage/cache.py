@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
@@ -22,11 +23,23 @@ DEFAULT_BUDGET = 512 << 20
 
 
 def _env_budget() -> int:
-    raw = os.environ.get("LMDATA_CACHE_BYTES", "")
-    try:
-        return max(0, int(raw)) if raw.strip() else DEFAULT_BUDGET
-    except ValueError:
+    """``LMDATA_CACHE_BYTES`` (a whole number of bytes), or the default; a value that is none
+    is warned about (not an error: it is read when lmdata is imported)."""
+    raw = os.environ.get("LMDATA_CACHE_BYTES", "").strip()
+    if not raw:
         return DEFAULT_BUDGET
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        warnings.warn(
+            f"LMDATA_CACHE_BYTES={raw!r} is not a whole number of bytes (0 or more, e.g. "
+            f"{64 << 20} for 64 MiB): the default, {DEFAULT_BUDGET} bytes, is used",
+            stacklevel=2,
+        )
+        return DEFAULT_BUDGET
+    return n
 
 
 class ByteCache:
