@@ -10,24 +10,36 @@ slot may be capped lower (a reader's ``cache_bytes=``; 0 keeps nothing).
 from __future__ import annotations
 
 import itertools
-import numbers
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
-from lmdata.errors import InvalidInputError
+from lmdata._units import byte_count
 
 DEFAULT_BUDGET = 512 << 20
 
 
 def _env_budget() -> int:
-    raw = os.environ.get("LMDATA_CACHE_BYTES", "")
-    try:
-        return max(0, int(raw)) if raw.strip() else DEFAULT_BUDGET
-    except ValueError:
+    """``LMDATA_CACHE_BYTES`` (a whole number of bytes), or the default; a value that is none
+    is warned about (not an error: it is read when lmdata is imported)."""
+    raw = os.environ.get("LMDATA_CACHE_BYTES", "").strip()
+    if not raw:
         return DEFAULT_BUDGET
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        warnings.warn(
+            f"LMDATA_CACHE_BYTES={raw!r} is not a whole number of bytes (0 or more, e.g. "
+            f"{64 << 20} for 64 MiB): the default, {DEFAULT_BUDGET} bytes, is used",
+            stacklevel=2,
+        )
+        return DEFAULT_BUDGET
+    return n
 
 
 class ByteCache:
@@ -196,19 +208,15 @@ if hasattr(os, "register_at_fork"):
 def new_slot(cap: int | None = None) -> Slot:
     """A namespace in the process-wide cache (``cap``: this reader's limit, its
     ``cache_bytes=``; 0 = no caching). InvalidInputError for a cap that is no byte count."""
-    if cap is not None and (
-        isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 0
-    ):
-        raise InvalidInputError(
-            f"cache_bytes must be a whole number of bytes, 0 or more (got {cap!r}); "
-            "0 keeps nothing between reads"
-        )
-    return CACHE.slot(None if cap is None else int(cap))
+    if cap is None:
+        return CACHE.slot(None)
+    return CACHE.slot(byte_count(cap, "cache_bytes", "keeps nothing between reads"))
 
 
 def set_cache_bytes(budget: int) -> None:
-    """Set the process-wide cache budget in bytes (evicting down to it at once)."""
-    CACHE.resize(int(budget))
+    """Set the process-wide cache budget in bytes (evicting down to it at once; 0 caches
+    nothing). InvalidInputError for a budget that is no byte count."""
+    CACHE.resize(byte_count(budget, "the cache budget", "caches nothing"))
 
 
 def cache_bytes() -> tuple[int, int]:

@@ -98,3 +98,7 @@ def test_unaligned_and_straddling_rows_decode_each_chunk_once(store, seq) -> Non
     got = r.tokens.gather(starts, seq)
     np.testing.assert_array_equal(got, np.stack([enc[s : s + seq] for s in starts]))
     assert sorted(decoded) == sorted(set(decoded))
+    # a fresh reader: every chunk a window touches decoded, and no other
+    assert set(decoded) == {
+        u for s in starts.tolist() for u in range(s // CHUNK, (s + seq - 1) // CHUNK + 1)
+    }

@@ -141,3 +141,32 @@ def test_a_readers_cache_bytes_that_is_no_byte_count_is_refused_at_open(tmp_path
         with pytest.raises(InvalidInputError, match="cache_bytes must be a whole number"):
             lmdata.open(path, cache_bytes=bad)
         assert len(lmdata.open(path, cache_bytes=np.int64(1 << 20))) == 1, name
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "64M", True])
+def test_a_cache_budget_that_is_no_byte_count_is_refused(bad) -> None:
+    from lmdata.errors import InvalidInputError
+
+    _used, budget = cache_bytes()
+    with pytest.raises(InvalidInputError, match="cache budget must be a whole number"):
+        set_cache_bytes(bad)
+    assert cache_bytes()[1] == budget  # left as it was
+    set_cache_bytes(np.int64(budget))
+    assert cache_bytes()[1] == budget
+
+
+@pytest.mark.parametrize("raw, want", [("", 512 << 20), ("0", 0), (" 1048576 ", 1 << 20)])
+def test_the_env_budget_is_read_as_bytes(monkeypatch, raw, want) -> None:
+    from lmdata.storage.cache import _env_budget
+
+    monkeypatch.setenv("LMDATA_CACHE_BYTES", raw)
+    assert _env_budget() == want
+
+
+@pytest.mark.parametrize("raw", ["64M", "-1", "1.5"])
+def test_an_env_budget_that_is_no_byte_count_is_warned_about(monkeypatch, raw) -> None:
+    from lmdata.storage.cache import DEFAULT_BUDGET, _env_budget
+
+    monkeypatch.setenv("LMDATA_CACHE_BYTES", raw)
+    with pytest.warns(UserWarning, match="LMDATA_CACHE_BYTES"):
+        assert _env_budget() == DEFAULT_BUDGET

@@ -193,6 +193,12 @@ class Partial:
         self._spent: dict[str, int] = {}
         self._lock = threading.Lock()  # inserts and evictions of _frames and _spent
 
+    def clear(self) -> None:
+        """Let go of the chunk maps and the blocks counted (the array was closed)."""
+        with self._lock:
+            self._frames.clear()
+            self._spent.clear()
+
     def _frame(self, key: str) -> tuple[Any, Frame | None]:
         got = self._frames.get(key)
         if got is None:

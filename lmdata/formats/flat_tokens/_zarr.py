@@ -103,7 +103,7 @@ class ZArray:
             self._views.clear()
             self._sized.clear()
             if self._partial is not None:
-                self._partial = Partial(self.store, 4, self._unit * 4)
+                self._partial.clear()
 
     def _parse(self) -> None:
         self.meta, dec = parse_array(self.store, self.key)
