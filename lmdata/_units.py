@@ -1,4 +1,5 @@
-"""Numbers for people: sizes in binary units, and byte counts given as options."""
+"""Numbers: sizes in binary units for people, byte counts given as options, and the size of
+a job's byte ranges."""
 
 from __future__ import annotations
 
@@ -31,3 +32,11 @@ def byte_count(value: Any, name: str, zero: str) -> int:
             f"{name} must be a whole number of bytes, 0 or more (got {value!r}); 0 {zero}"
         )
     return n
+
+
+def spread_size(total: int, units: int, least: int, most: int) -> int:
+    """Bytes per range for a job of ``total`` splittable bytes: ``total`` over ``units``, so a
+    small job still makes about that many units and its workers finish together, but within
+    ``[least, most]`` (``most`` where they cross). It depends on the inputs only, never on the
+    workers: a resumed job plans the same units with any number of them."""
+    return min(most, max(least, -(-total // units)))

@@ -6,6 +6,8 @@ else.
 
 from __future__ import annotations
 
+from lmdata._units import spread_size
+
 RANGE_BYTES = 64 << 20  # the ranges of tag, mix and dedupe are at most this large
 MIN_RANGE_BYTES = 4 << 20  # ... and at least this large (a smaller job runs in fewer units)
 SPREAD_UNITS = 16  # a small job's plain files make about this many ranges, when they can
@@ -20,7 +22,7 @@ def range_size(total: int) -> int:
     It depends on the inputs only, never on the workers: the bytes of an output joined from
     the pieces of its ranges may depend on the ranges, and must be the same for any number of
     workers (a resumed job plans the same units too)."""
-    return min(RANGE_BYTES, max(MIN_RANGE_BYTES, -(-total // SPREAD_UNITS)))
+    return spread_size(total, SPREAD_UNITS, MIN_RANGE_BYTES, RANGE_BYTES)
 
 
 def cut(size: int, range_bytes: int) -> list[tuple[int, int]]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from lmdata._units import spread_size
 from lmdata.errors import DatasetNotFoundError, InvalidInputError, LmdataError
 from lmdata.storage import Store, basename, is_url, join, parent, resolve
 from lmdata.storage.listing import glob_keys, walk_files
@@ -288,10 +289,10 @@ def _open_text(
 def range_bytes_for(inputs: list[InputFile]) -> int:
     """Bytes per unit of plain JSONL: ``RANGE_BYTES``, less for a small job, so that it still
     makes ``SPREAD_UNITS`` units and the workers finish together (two workers given units of 8,
-    8, 8 and 2 MB idle a fifth of the job); never under ``MIN_RANGE_BYTES``. It depends only on
-    the inputs, so a resume plans the same units with any number of workers."""
+    8, 8 and 2 MB idle a fifth of the job); never under ``MIN_RANGE_BYTES``. The rule is
+    dolma's ranges' too (:func:`lmdata._units.spread_size`, which this job's bounds feed)."""
     total = sum(i.size for i in inputs if Unit(0, 0, i.path, i.kind).splittable)
-    return max(MIN_RANGE_BYTES, min(RANGE_BYTES, -(-total // SPREAD_UNITS)))
+    return spread_size(total, SPREAD_UNITS, MIN_RANGE_BYTES, RANGE_BYTES)
 
 
 def plan_units(
