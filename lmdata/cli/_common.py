@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
+
+if TYPE_CHECKING:
+    from lmdata.parallel.staging import Staging
 
 
 class FormatName(click.ParamType):
@@ -157,3 +161,26 @@ def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
         help="Where work units run: this process, local worker processes, or a Ray cluster "
         "(pip install 'lmdata[ray]'). The output bytes are the same for every engine.",
     )(f)
+
+
+def say_resume(e: BaseException, work: Callable[[], Staging]) -> None:
+    """After a job stopped by ``e``, where it kept its work folder (``work()``, looked up only
+    then) for ``--resume``, say so: Ctrl-C exits 130 saying it, an lmdata error exits 2 under
+    its ``error:`` line; otherwise (nothing kept, bad data or options, another exception) it
+    returns and the caller re-raises ``e`` for the CLI's usual report."""
+    from lmdata.errors import LmdataError
+    from lmdata.parallel.staging import resumable
+
+    if not resumable(e):  # bad data or options (a refused --resume among them): say what to fix
+        return
+    area = work()
+    if not area.exists():  # nothing a resume could use
+        return
+    again = f"no output written; `--resume` continues from {area.where}"
+    if isinstance(e, KeyboardInterrupt):
+        click.echo(f"interrupted: {again}", err=True)
+        sys.exit(130)
+    if isinstance(e, LmdataError):
+        click.echo(f"error: {e}\n{again}", err=True)
+        sys.exit(2)
+    click.echo(again, err=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -11,6 +10,7 @@ from lmdata.cli._common import (
     DatasetPath,
     FormatName,
     engine_options,
+    say_resume,
     split_option,
     storage_option,
     unsafe_pickle_option,
@@ -90,8 +90,6 @@ def command(
     from lmdata._progress import LogLines
     from lmdata._progress import bar as progress_bar
     from lmdata.convert import work_area
-    from lmdata.errors import LmdataError
-    from lmdata.parallel.staging import resumable
     from lmdata.storage import options_scope
 
     bar = progress_bar(unit="rec", quiet=quiet, desc="convert")
@@ -117,20 +115,8 @@ def command(
     except (KeyboardInterrupt, Exception) as e:
         if not isinstance(bar, LogLines):  # a log gets no "done" line for work that failed
             bar.close()
-        if not resumable(e):  # (Ctrl-C is resumable)
-            raise  # bad data or options (a refused --resume among them): nothing to resume
         with options_scope(storage_options):
-            work = work_area(dst)
-            if not work.exists():  # removed: nothing a resume could use
-                raise
-        again = f"no output written; `--resume` continues from {work.where}"
-        if isinstance(e, KeyboardInterrupt):
-            click.echo(f"interrupted: {again}", err=True)
-            sys.exit(130)
-        if not isinstance(e, LmdataError):
-            click.echo(again, err=True)
-            raise
-        click.echo(f"error: {e}\n{again}", err=True)
-        sys.exit(2)
+            say_resume(e, lambda: work_area(dst))
+        raise
     bar.close()
     click.echo(summary.line())

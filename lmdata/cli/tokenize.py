@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from lmdata.cli._common import DatasetPath, FormatName, engine_options, storage_option
-from lmdata.parallel.staging import resumable, staging_for
+from lmdata.cli._common import (
+    DatasetPath,
+    FormatName,
+    engine_options,
+    say_resume,
+    storage_option,
+)
+from lmdata.parallel.staging import staging_for
 from lmdata.tokenize.api import tokenize
 
 
@@ -205,18 +210,7 @@ def command(
         )
     except (KeyboardInterrupt, Exception) as e:
         bar.close()
-        # kept for a resume (Ctrl-C, a dead worker, a full disk, a store's hiccup); not after
-        # bad data or options (a refused --resume, a bad output path among them), whose error
-        # says what to fix and goes out as it is, without resolving the output again
-        if not resumable(e):
-            raise
-        work = staging_for(dst, storage_options)  # beside the output (or its URL)
-        again = f"no output written; `--resume` continues from {work.where}"
-        if isinstance(e, KeyboardInterrupt):
-            click.echo(f"interrupted: {again}", err=True)
-            sys.exit(130)
-        if work.exists():
-            click.echo(again, err=True)
+        say_resume(e, lambda: staging_for(dst, storage_options))  # beside the output (or URL)
         raise
     bar.close()
     for msg in summary.skipped:

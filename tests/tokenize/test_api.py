@@ -223,21 +223,42 @@ def test_cli_ctrl_c_names_the_work_folder_resume_uses(
     from lmdata.parallel.staging import staging_for
     from lmdata.tokenize.pipeline import work_dir_for
 
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "a"}\n')
+    dst = "memory://revA-ctrl-c/out" if url else str(tmp_path / "out")
+    work = staging_for(dst, None)
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        work.reset(b"{}")  # a job under way has its work folder
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lmdata.cli.tokenize.tokenize", interrupted)
+    try:
+        res = CliRunner().invoke(cli, ["tokenize", str(src), dst, "--to", "flat-tokens", "-q"])
+    finally:
+        work.clear()
+    assert res.exit_code == 130
+    assert f"`--resume` continues from {work.where}\n" in res.output
+    if not url:
+        assert work.where == str(work_dir_for(Path(dst)))
+    else:
+        assert "memory:" not in work.where  # memory:// stages in a local temp folder
+
+
+def test_cli_ctrl_c_before_any_work_offers_no_resume(tmp_path, monkeypatch) -> None:
+    # Stopped before its work folder was made, a job has nothing to resume: the CLI says only
+    # that it was interrupted (it once offered --resume from a folder that did not exist).
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr("lmdata.cli.tokenize.tokenize", interrupted)
     src = tmp_path / "d.jsonl"
     src.write_text('{"text": "a"}\n')
-    dst = "memory://revA-ctrl-c/out" if url else str(tmp_path / "out")
-    res = CliRunner().invoke(cli, ["tokenize", str(src), dst, "--to", "flat-tokens", "-q"])
+    res = CliRunner().invoke(
+        cli, ["tokenize", str(src), str(tmp_path / "o"), "--to", "flat-tokens"]
+    )
     assert res.exit_code == 130
-    where = staging_for(dst, None).where
-    assert f"`--resume` continues from {where}\n" in res.output
-    if not url:
-        assert where == str(work_dir_for(Path(dst)))
-    else:
-        assert "memory:" not in where  # memory:// stages in a local temp folder
+    assert "interrupted" in res.output and "--resume" not in res.output
 
 
 @pytest.mark.parametrize("kept", [True, False])
@@ -288,7 +309,10 @@ def test_a_dataset_url_is_read_in_place_and_its_readers_closed(tmp_path, monkeyp
 
 
 def test_cli_ctrl_c_offers_resume_for_url_inputs(tmp_path, monkeypatch):
+    from lmdata.parallel.staging import staging_for
+
     def interrupted(*args: object, **kwargs: object) -> None:
+        staging_for(str(tmp_path / "o"), None).reset(b"{}")  # a job under way has its folder
         raise KeyboardInterrupt
 
     monkeypatch.setattr("lmdata.cli.tokenize.tokenize", interrupted)
