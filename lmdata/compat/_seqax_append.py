@@ -103,7 +103,7 @@ class _ArrayAppend:
         try:
             plain = data if self._decode is None else self._decode(data)
             out = np.frombuffer(memoryview(plain).cast("B"), self.dtype)
-        except (BadChunk, ValueError, TypeError) as e:  # bad bytes, or not whole items
+        except (BadChunk, ValueError) as e:  # bad bytes (BadChunk), or not whole items
             raise CorruptDataError(f"cannot decode chunk {index}: {e}", path=path) from None
         if len(out) != self.chunk_len:
             raise CorruptDataError(
