@@ -16,7 +16,8 @@ from __future__ import annotations
 from lmdata.storage.base import MAX_READ_BYTES, Output, Store, basename, join, parent
 from lmdata.storage.cache import CACHE, ByteCache, Slot, cache_bytes, new_slot, set_cache_bytes
 from lmdata.storage.clean import Leftover, clean, find_leftovers, parse_age
-from lmdata.storage.fsspec import FsspecOutput, FsspecStore
+from lmdata.storage.fsspec import FsspecStore
+from lmdata.storage.fsspec_output import FsspecOutput
 from lmdata.storage.local import LocalOutput, LocalStore
 from lmdata.storage.paths import (
     TMP_PREFIX,

@@ -12,7 +12,7 @@ import lmdata
 from lmdata.cli.main import cli
 from lmdata.errors import InvalidInputError
 from lmdata.storage import AtomicOutput, clean, parse_age, resolve
-from lmdata.storage.fsspec import claim_body
+from lmdata.storage.fsspec_output import claim_body
 
 
 def _mds(url, ids, **kw):

@@ -426,7 +426,7 @@ def test_jsonl_remote_reads_fetch_lines_not_objects(memory_root, fetched):
 def test_modalities_jsonl_kill_after_data_commit_leaves_no_index(monkeypatch):
     """On a store, the old index is removed before the new data commits: a writer dying between
     the two leaves data with no index (refused), never new lines under the old index."""
-    from lmdata.storage.fsspec import FsspecOutput
+    from lmdata.storage.fsspec_output import FsspecOutput
 
     where = f"memory://lmdata-kill-{os.getpid()}/d.jsonl"
     with lmdata.writer(where, "modalities-jsonl") as w:

@@ -50,7 +50,7 @@ from lmdata.storage import (
     require_exists,
     resolve,
 )
-from lmdata.storage.fsspec import claim_body, claim_key
+from lmdata.storage.fsspec_output import claim_body, claim_key
 
 DEFAULT_SHARD_SIZE = 100_000
 DEFAULT_BLOCK_SIZE = 32
