@@ -39,7 +39,7 @@ def test_an_npz_archive_as_index_is_a_clear_error(tmp_path: Path) -> None:
         with z.open("arr_0.npy", "w") as f:
             np.lib.format.write_array(f, idx)
     assert any("NpzFile" in m for m in lmdata.validate(p))
-    with pytest.raises(CorruptDataError, match="not an .npy array"):
+    with pytest.raises(CorruptDataError, match=r"not an \.npy array"):
         lmdata.open(p)[0]
 
 
