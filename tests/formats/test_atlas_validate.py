@@ -25,8 +25,9 @@ def test_bytes_after_the_index_array_are_reported(tmp_path: Path) -> None:
         f.write(b"\x00garbage")
     problems = lmdata.validate(p)
     assert len(problems) == 1, problems
-    assert str(index) in problems[0] and f"8 bytes follow the array (from byte {size})" in (
-        problems[0]
+    assert (
+        str(index) in problems[0]
+        and f"8 bytes follow the array (from byte {size})" in (problems[0])
     )
     assert list(lmdata.open(p)) == EXAMPLES  # what readers return is unchanged
 
