@@ -139,13 +139,18 @@ def _redact_pair(pair: str) -> str:
 
 
 MIN_ENV_SECRET = 8  # shorter values of secret-named variables are not looked for (too common)
+_ENV_NOT_SECRET = frozenset({"PWD", "OLDPWD"})  # "pwd" is a password only in option names
 
 
 def redact_environment(text: str, environ: Mapping[str, str] | None = None) -> str:
     """``text`` with the value of every secret-named environment variable masked wherever it
     appears (``--storage-option endpoint_url=http://h/$TOKEN`` expanded by the shell)."""
     env = os.environ if environ is None else environ
-    values = {v for k, v in env.items() if len(v) >= MIN_ENV_SECRET and is_secret_name(k)}
+    values = {
+        v
+        for k, v in env.items()
+        if len(v) >= MIN_ENV_SECRET and k not in _ENV_NOT_SECRET and is_secret_name(k)
+    }
     for v in sorted(values, key=len, reverse=True):  # a value inside a longer one goes first
         if v in text:
             text = text.replace(v, MASK)

@@ -132,3 +132,5 @@ def test_commands_as_text_or_arguments(monkeypatch) -> None:
     )
     assert redact_command(["x", "--name", "value-from-env-42"]) == f"x --name {MASK}"
     assert redact_command("not 'shell") == "not 'shell"
+    monkeypatch.setenv("PWD", "/home/someone/data")  # the working directory is no password
+    assert redact_command(["x", "/home/someone/data/in.jsonl"]) == "x /home/someone/data/in.jsonl"
