@@ -17,14 +17,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmdata._redact import redact_command
 from lmdata._version import __version__
 
 KEY = "lmdata"  # the key holding the record in zarr attributes and index.json
@@ -61,11 +61,14 @@ _UNSAVED: ContextVar[str | None] = ContextVar("lmdata_unsaved_tokenizer", defaul
 
 
 @contextlib.contextmanager
-def command_scope(command: str, *, outermost: bool = False) -> Iterator[None]:
-    """Record ``command`` as what made the datasets written inside the ``with`` block; with
+def command_scope(command: str | Sequence[str], *, outermost: bool = False) -> Iterator[None]:
+    """Record ``command`` (a command line's arguments, or the text of a library call) as what
+    made the datasets written inside the ``with`` block, with its secrets masked (storage
+    options, URL userinfo, tokens: :func:`lmdata._redact.redact_command`); with
     ``outermost``, only when no enclosing block set one (the CLI's line wins over the call of
     the library function it makes)."""
-    token = _COMMAND.set(_COMMAND.get() if outermost and _COMMAND.get() else command)
+    outer = _COMMAND.get()
+    token = _COMMAND.set(outer if outermost and outer else redact_command(command))
     try:
         yield
     finally:
@@ -85,11 +88,12 @@ def unsaved_tokenizer(path: str | None) -> Iterator[None]:
 
 
 def current_command() -> str:
-    """The command being run: what :func:`command_scope` set, else this process's argv."""
+    """The command being run, secrets masked: what :func:`command_scope` set, else this
+    process's argv."""
     cmd = _COMMAND.get()
     if cmd is not None:
         return cmd
-    return shlex.join(["python", *sys.argv]) if sys.argv and sys.argv[0] else "python"
+    return redact_command(["python", *sys.argv]) if sys.argv and sys.argv[0] else "python"
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,8 @@ def parse(obj: Any) -> dict[str, Any] | None:
         "version": _int(obj.get("version")),
         "tokenizer": tokenizer,
         "lmdata_version": _str(obj.get("lmdata_version")),
-        "command": _str(obj.get("command")),
+        # masked again when read: a dataset written before lmdata masked secrets, or by hand
+        "command": redact_command(c) if (c := _str(obj.get("command"))) is not None else None,
     }
 
 

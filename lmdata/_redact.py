@@ -9,17 +9,22 @@ holds, so nothing depends on guessing what a secret looks like.
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import orjson
 
 MASK = "***"
 
 # option names (any case; words split on ``_``, ``-`` and ``.``) that hold credentials: a name
-# with one of these words, or one of the compound names, or containing one of the run-ins
-_SECRET_WORDS = frozenset(
-    "secret password passwd pwd token credential credentials signature sig cookie bearer "
-    "authorization auth sas apikey passphrase".split()
+# with one of these words, or ending in one of the last words (``hf_token``, not
+# ``token_column``), or one of the compound names, or containing one of the run-ins
+_SECRET_WORDS = frozenset("secret password passwd pwd authorization sas apikey passphrase".split())
+_SECRET_LAST_WORDS = frozenset(
+    "token credential credentials signature sig cookie bearer auth".split()
 )
 _SECRET_NAMES = frozenset(
     "key key_id access_key access_key_id secret_key api_key account_key private_key "
@@ -42,6 +47,8 @@ def is_secret_name(name: str) -> bool:
     low = str(name).lower().strip("-")
     words = [w for w in _WORD_SPLIT.split(low) if w]
     if "_".join(words) in _SECRET_NAMES or any(w in _SECRET_WORDS for w in words):
+        return True
+    if words and words[-1] in _SECRET_LAST_WORDS:
         return True
     return any(r in low.replace("_", "").replace("-", "") for r in _SECRET_RUNS)
 
@@ -116,7 +123,68 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
 
 
 def _redact_pair(pair: str) -> str:
-    name, eq, _ = pair.partition("=")
+    name, eq, value = pair.partition("=")
     if eq and is_secret_name(name.split(".")[-1]):
         return f"{name}={MASK}"
+    if eq and value[:1] in ("{", "["):  # a JSON value (``client_kwargs={"...": ...}``)
+        try:
+            parsed = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            hidden = redact_options(parsed)
+            if hidden != parsed:
+                return f"{name}={orjson.dumps(hidden).decode()}"
     return redact(pair)
+
+
+MIN_ENV_SECRET = 8  # shorter values of secret-named variables are not looked for (too common)
+_ENV_NOT_SECRET = frozenset({"PWD", "OLDPWD"})  # "pwd" is a password only in option names
+
+
+def redact_environment(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """``text`` with the value of every secret-named environment variable masked wherever it
+    appears (``--storage-option endpoint_url=http://h/$TOKEN`` expanded by the shell)."""
+    env = os.environ if environ is None else environ
+    values = {
+        v
+        for k, v in env.items()
+        if len(v) >= MIN_ENV_SECRET and k not in _ENV_NOT_SECRET and is_secret_name(k)
+    }
+    for v in sorted(values, key=len, reverse=True):  # a value inside a longer one goes first
+        if v in text:
+            text = text.replace(v, MASK)
+    return text
+
+
+def redact_command(command: str | Iterable[str]) -> str:
+    """A command line fit to record or show: an argument list (``["lmdata", ...]``) joined
+    after :func:`redact_argv`; a text split as a shell would, masked the same way, or (when it
+    is not shell syntax, such as the description of a Python call) given to :func:`redact`.
+    Values of secret-named environment variables are masked in both."""
+    if not isinstance(command, str):
+        return redact_environment(shlex.join(redact_argv(command)))
+    try:
+        argv = shlex.split(command)
+    except ValueError:  # unbalanced quotes: not a command line
+        argv = []
+    if argv and shlex.join(argv) == command:  # a command line as lmdata records one
+        return redact_environment(shlex.join(redact_argv(argv)))
+    return redact_environment(redact(command))
+
+
+def redact_record(obj: Any) -> Any:
+    """A copy of a JSON record lmdata keeps in a work folder (a job's manifest) with URLs'
+    secrets masked in every string and ``storage_options`` masked by :func:`redact_options`;
+    its other keys are data, kept whatever their name (dedupe's ``key``, ``token_column``), so
+    a resume still sees every change but a credential's."""
+    if isinstance(obj, Mapping):
+        return {
+            k: redact_options(v) if k == "storage_options" else redact_record(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(redact_record(v) for v in obj)
+    if isinstance(obj, str):
+        return redact(obj)
+    return obj

@@ -7,7 +7,15 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lmdata._redact import MASK, is_secret_name, redact, redact_argv, redact_options
+from lmdata._redact import (
+    MASK,
+    is_secret_name,
+    redact,
+    redact_argv,
+    redact_command,
+    redact_options,
+    redact_record,
+)
 
 SECRET_CHARS = string.ascii_letters + string.digits + "+/="
 
@@ -89,3 +97,40 @@ def test_names() -> None:
         assert is_secret_name(name), name
     for name in ("text_key", "id_key", "endpoint_url", "anon", "profile", "author", "region"):
         assert not is_secret_name(name), name
+
+
+def test_json_valued_storage_options_are_masked_inside() -> None:
+    argv = ["--storage-option", 'client_kwargs={"aws_secret_access_key": "zz-secret", "r": 1}']
+    out = " ".join(redact_argv(argv))
+    assert "zz-secret" not in out and '"r":1' in out
+
+
+def test_names_of_data_are_not_secrets() -> None:
+    for name in ("token_column", "token_ids", "max_tokens", "tokenizer", "--token-column"):
+        assert not is_secret_name(name), name
+    for name in ("hf_token", "--hf-token", "auth_token", "X-Amz-Security-Token", "sas"):
+        assert is_secret_name(name), name
+    assert redact_argv(["--token-column", "tokens"]) == ["--token-column", "tokens"]
+
+
+def test_records_mask_storage_options_and_urls_and_keep_data() -> None:
+    manifest = {
+        "job": {"key": "$.text", "token_column": "tokens", "storage_options": {"secret": "x1"}},
+        "inputs": [{"path": "s3://AK:SK@b/in.jsonl", "size": 3}],
+    }
+    out = redact_record(manifest)
+    assert out["job"]["key"] == "$.text" and out["job"]["token_column"] == "tokens"
+    assert out["job"]["storage_options"] == {"secret": MASK}
+    assert out["inputs"][0] == {"path": f"s3://{MASK}@b/in.jsonl", "size": 3}
+
+
+def test_commands_as_text_or_arguments(monkeypatch) -> None:
+    monkeypatch.setenv("SOME_API_KEY", "value-from-env-42")
+    line = "lmdata tokenize in out --storage-option secret=SK1 --text-key body"
+    assert redact_command(line) == f"lmdata tokenize in out --storage-option 'secret={MASK}' " + (
+        "--text-key body"
+    )
+    assert redact_command(["x", "--name", "value-from-env-42"]) == f"x --name {MASK}"
+    assert redact_command("not 'shell") == "not 'shell"
+    monkeypatch.setenv("PWD", "/home/someone/data")  # the working directory is no password
+    assert redact_command(["x", "/home/someone/data/in.jsonl"]) == "x /home/someone/data/in.jsonl"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import shlex
 import sys
 from typing import Any
 
@@ -81,7 +80,7 @@ class _LazyGroup(click.Group):
         from lmdata._provenance import command_scope
 
         argv = sys.argv[1:] if args is None else list(args)
-        with command_scope(shlex.join(["lmdata", *argv])):
+        with command_scope(["lmdata", *argv]):  # recorded with its secrets masked
             return super().main(args=args, prog_name=prog_name, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -39,7 +39,18 @@ from lmdata.errors import InvalidInputError
     "--host",
     default="127.0.0.1",
     show_default=True,
-    help="Address to bind. Anything but loopback shows the dataset to your network.",
+    help="Address to bind. Anything but loopback shows the dataset to your network (to whoever "
+    "has the URL printed, with its token). 0.0.0.0 answers to this machine's own names and "
+    "addresses; add others with --allow-host.",
+)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests for this host name or address (how other machines reach this "
+    "one: a DNS alias, an address behind NAT), repeatable. Requests naming any other host "
+    "are refused (no DNS rebinding).",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Log every request.")
 @unsafe_pickle_option
@@ -52,20 +63,26 @@ def command(
     text_key: str,
     port: int,
     host: str,
+    allow_hosts: tuple[str, ...],
     verbose: bool,
     reader_options: dict[str, Any],
 ) -> None:
     """Serve a read-only page over the dataset at PATH on http://127.0.0.1:PORT/: page
     through records (documents as text; token sequences decoded with --tokenizer, token
     boundaries on hover), jump to an index or id, see the dataset's info and length
-    histogram. Ctrl-C stops it."""
+    histogram. Open the URL it prints: it holds a token made for this run, which every
+    request needs. Ctrl-C stops it."""
+    from lmdata._redact import redact
     from lmdata.view import ViewData, ViewServer
+    from lmdata.view.access import LOOPBACK, WILDCARDS
 
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    if host not in LOOPBACK:
         click.echo(
-            f"warning: serving on {host}: anyone who can reach it can read the data", err=True
+            f"warning: serving on {host}: anyone who can reach it and has the URL below can "
+            "read the data",
+            err=True,
         )
-    click.echo(f"opening {path} ...", err=True)
+    click.echo(f"opening {redact(path)} ...", err=True)
     data = ViewData(  # dataset errors are reported as such, before the port is tried
         path,
         format=fmt,
@@ -76,7 +93,7 @@ def command(
         reader_options=reader_options,
     )
     try:
-        server = ViewServer(data, host=host, port=port)
+        server = ViewServer(data, host=host, port=port, allow_hosts=allow_hosts)
     except OSError as e:
         raise InvalidInputError(
             f"cannot listen on {host}:{port} ({e.strerror}); choose another with --port "
@@ -84,6 +101,13 @@ def command(
         ) from None
     server.verbose = verbose
     click.echo(f"lmdata view: {server.url}  (Ctrl-C stops)")
+    if host in WILDCARDS or allow_hosts:
+        others = sorted(server.access.hosts - set(LOOPBACK))
+        for name in others:
+            click.echo(f"  also: {server.url_for(name)}")
+        click.echo(
+            "  (a client reaching this machine by another name is refused: add --allow-host NAME)"
+        )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from lmdata._redact import redact_record
 from lmdata._version import __version__
 from lmdata.dolma._buckets import MarkResult, Spill, marked, spill_root
 from lmdata.dolma._spans import Span
@@ -160,7 +161,9 @@ class Resumable:
             option=orjson.OPT_SORT_KEYS,
             default=repr,
         )
-        self.identity = orjson.loads(raw)  # as the manifest holds it, to compare
+        # as the manifest holds it, to compare (secrets in URLs and options masked: the work
+        # folder may be seen by others)
+        self.identity = redact_record(orjson.loads(raw))
         roots = sorted({_root(cfg.attributes_of(u)) for u in urls})
         place = job_id("dedupe", cfg.out_name, roots)
         self.work = Spill(spill_root(cfg, files[0], place), cfg.storage_options)

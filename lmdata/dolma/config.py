@@ -134,7 +134,9 @@ def _options(v: Any) -> dict[str, Any] | None:
     if v is None:
         return None
     if not isinstance(v, dict):
-        raise InvalidInputError(f"storage_options must be a mapping of fsspec options, got {v!r}")
+        raise InvalidInputError(
+            f"storage_options must be a mapping of fsspec options, got {type(v).__name__}"
+        )
     return dict(v) or None
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
 from lmdata._provenance import model_vocab_size
+from lmdata._redact import redact
 from lmdata.inspect.decode import ShownTokenizer, dataset_tokenizer, is_token_array
 from lmdata.protocols import is_token_reader
 
@@ -373,7 +374,7 @@ def summarize(
         ]
         out["distinct_token_ids"] = counter.distinct()
     head: dict[str, Any] = {
-        "path": str(path),
+        "path": redact(str(path)),  # reports are shared: no credentials in a URL
         "format": summary.get("format", getattr(reader, "format", None)),
         "split": split,
     }

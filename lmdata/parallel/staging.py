@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from lmdata._redact import redact_record
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
 from lmdata.storage import basename, join, parent, resolve
 from lmdata.storage.paths import work_name
@@ -200,7 +201,10 @@ def staging_for(
 def prepare(work: Staging, manifest: bytes, resume: bool, job: str = "job") -> set[tuple[int, int]]:
     """Start ``work`` for a new job (emptying what another left), or, resuming, check that
     ``manifest`` is the interrupted job's and drop the parts of its unfinished units; return
-    the units done. A different job is refused, naming what changed."""
+    the units done. A different job is refused, naming what changed. The manifest is kept
+    with its secrets masked (:func:`lmdata._redact.redact_record`): a work folder may be seen
+    by others."""
+    manifest = _masked(manifest)
     if resume and work.exists():
         old = work.manifest()
         if old != manifest:
@@ -220,6 +224,16 @@ def prepare(work: Staging, manifest: bytes, resume: bool, job: str = "job") -> s
         return done
     work.reset(manifest)
     return set()
+
+
+def _masked(manifest: bytes) -> bytes:
+    """``manifest`` with its secrets masked; the same bytes when it holds none (or is no JSON)."""
+    try:
+        obj = json.loads(manifest)
+    except ValueError:
+        return manifest
+    hidden = redact_record(obj)
+    return manifest if hidden == obj else json.dumps(hidden, sort_keys=True).encode()
 
 
 def resumable(e: BaseException) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lmdata.errors import UnsafeDataError
+from lmdata.errors import LmdataError, UnsafeDataError
 from lmdata.storage.base import MAX_READ_BYTES
 from lmdata.storage.paths import AtomicOutput
 
@@ -170,9 +170,18 @@ class LocalStore:
 
     def mmap(self, key: str) -> _mmap.mmap | bytes:
         with open(key, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
                 return b""  # an empty file cannot be mapped
-            return _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+            try:
+                return _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+            except (OSError, ValueError) as e:  # no address space left (ulimit -v), or no mmap
+                raise LmdataError(
+                    f"cannot memory-map its {size:,} bytes ({getattr(e, 'strerror', None) or e}): "
+                    "the process's address-space limit (ulimit -v) leaves no room for it, "
+                    "or its file system cannot map files; raise the limit or copy the file",
+                    path=key,
+                ) from None
 
     def output(self, key: str, *, directory: bool, overwrite: bool) -> LocalOutput:
         return LocalOutput(self, key, directory=directory, overwrite=overwrite)

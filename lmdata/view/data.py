@@ -15,6 +15,7 @@ import numpy as np
 
 from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
+from lmdata._redact import redact
 from lmdata.errors import InvalidInputError
 from lmdata.inspect.decode import dataset_tokenizer, is_token_array, pieces
 from lmdata.inspect.stats import summarize, with_attributes
@@ -25,14 +26,25 @@ MAX_TOKENS = 4096  # tokens of one record shown (with boundaries)
 MAX_CHARS = 200_000  # characters of one string shown
 MAX_ID_SCAN = 1_000_000  # records scanned when looking for an id
 STATS_SAMPLE = 2_000  # records sampled for the length histogram of a records dataset
+MAX_DEPTH = 64  # levels of a record's nesting shown (JSON encoders and pages stop near 255+)
 
 
-def _jsonable(v: Any) -> Any:
-    """Any record value as JSON data: arrays as lists, bytes as base64, long strings cut."""
+def _elided(v: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> str:
+    """What stands for a value nested deeper than :data:`MAX_DEPTH`."""
+    what = f"an object of {len(v):,} keys" if isinstance(v, dict) else f"a list of {len(v):,}"
+    return f"... {what}, nested deeper than {MAX_DEPTH} levels (not shown)"
+
+
+def _jsonable(v: Any, depth: int = 0) -> Any:
+    """Any record value as JSON data: arrays as lists, bytes as base64, long strings cut, and
+    objects and lists deeper than :data:`MAX_DEPTH` replaced by a note (a record nested
+    hundreds deep is valid JSON; the reply and the page stay shallow)."""
+    if isinstance(v, (dict, list, tuple)) and depth >= MAX_DEPTH:
+        return _elided(v)
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): _jsonable(x, depth + 1) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v[:MAX_TOKENS]] + (
+        return [_jsonable(x, depth + 1) for x in v[:MAX_TOKENS]] + (
             [f"... {len(v) - MAX_TOKENS:,} more"] if len(v) > MAX_TOKENS else []
         )
     if isinstance(v, np.ndarray):
@@ -95,7 +107,7 @@ class ViewData:
 
     def info(self) -> dict[str, Any]:
         return {
-            "path": self.path,
+            "path": redact(self.path),  # shown on the page: no credentials of a URL
             "format": self.summary.get("format"),
             "kind": self.kind,
             "split": self.split,

@@ -169,8 +169,9 @@ def test_view_command_serves_on_loopback(tmp_path):
     try:
         line = proc.stdout.readline().decode()
         assert line.startswith("lmdata view: http://127.0.0.1:"), line
-        url = line.split()[2]
-        with urllib.request.urlopen(url + "api/records?start=2&count=1", timeout=30) as r:
+        url = line.split()[2]  # http://127.0.0.1:PORT/?token=...: the API needs the token
+        api = url.replace("/?token=", "/api/records?start=2&count=1&token=")
+        with urllib.request.urlopen(api, timeout=30) as r:
             item = json.loads(r.read())["items"][0]
         assert "".join(piece for _, piece in item["tokens"]["pieces"]) == TEXTS[2]
     finally:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import uuid
 from pathlib import Path
 
 import pytest
 
-from lmdata.parallel.staging import LocalStaging, StoreStaging, staging_for
+from lmdata.errors import InvalidInputError
+from lmdata.parallel.staging import LocalStaging, StoreStaging, prepare, staging_for
 from lmdata.storage import FsspecStore
 
 
@@ -67,3 +69,25 @@ def test_an_area_killed_before_its_manifest_is_no_job(tmp_path: Path) -> None:
     assert not s.exists()  # so --resume starts afresh instead of refusing a changed job
     s.reset(b"m")
     assert s.exists() and s.manifest() == b"m"
+
+
+def test_manifests_keep_no_secrets_and_resume_across_a_rotated_key(tmp_path: Path) -> None:
+    def manifest(secret: str, column: str = "tokens") -> bytes:
+        job = {
+            "source": "s3://AKIAFAKE:pw-in-url@bucket/src",
+            "reader_options": {
+                "token_column": column,
+                "storage_options": {"key": "AKIAFAKE", "secret": secret, "anon": False},
+            },
+        }
+        return json.dumps({"job": job}).encode()
+
+    work = LocalStaging(str(tmp_path / "w"))
+    prepare(work, manifest("first-secret"), False)
+    kept = work.manifest()
+    for secret in (b"AKIAFAKE", b"first-secret", b"pw-in-url"):
+        assert secret not in kept
+    assert json.loads(kept)["job"]["reader_options"]["token_column"] == "tokens"
+    assert prepare(work, manifest("rotated-secret"), True) == set()  # only a credential changed
+    with pytest.raises(InvalidInputError, match="token_column"):
+        prepare(work, manifest("first-secret", column="ids"), True)

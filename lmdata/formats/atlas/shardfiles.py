@@ -54,14 +54,7 @@ class ShardFiles:
             return idx
         sh = self.shards[s]
         p = sh.folder / INDEX
-        try:
-            idx = np.load(io.BytesIO(self.store.read(str(p))), allow_pickle=False)
-        except (FileNotFoundError, IsADirectoryError):
-            raise CorruptDataError("missing index.npy", path=p, position=self._where(s)) from None
-        except Exception as e:  # numpy's header parser raises many kinds (even TokenError)
-            raise CorruptDataError(
-                f"cannot load index.npy: {type(e).__name__}: {e}", path=p, position=self._where(s)
-            ) from None
+        idx, _ = self._load_index(s)
         if idx.ndim != 1 or idx.dtype.kind not in "ui":
             raise CorruptDataError(
                 f"index.npy must be a 1-D integer array, got {idx.dtype} of shape {idx.shape}",
@@ -77,6 +70,28 @@ class ShardFiles:
             )
         self._index[s] = idx
         return idx
+
+    def _load_index(self, s: int) -> tuple[np.ndarray, int]:
+        """Shard ``s``'s index.npy as stored: its array and the count of bytes after the array
+        (numpy and the origin's reader ignore them; validate reports them)."""
+        p = self.shards[s].folder / INDEX
+        try:
+            data = self.store.read(str(p))
+            f = io.BytesIO(data)
+            idx = np.load(f, allow_pickle=False)  # reads exactly the header and the array
+        except (FileNotFoundError, IsADirectoryError):
+            raise CorruptDataError("missing index.npy", path=p, position=self._where(s)) from None
+        except Exception as e:  # numpy's header parser raises many kinds (even TokenError)
+            raise CorruptDataError(
+                f"cannot load index.npy: {type(e).__name__}: {e}", path=p, position=self._where(s)
+            ) from None
+        if not isinstance(idx, np.ndarray):  # an .npz archive loads as an NpzFile
+            raise CorruptDataError(
+                f"index.npy is a {type(idx).__name__}, not an .npy array",
+                path=p,
+                position=self._where(s),
+            )
+        return idx, len(data) - f.tell()
 
     def _size(self, s: int) -> int:
         """Bytes in shard ``s``'s data.bin (looked up once)."""

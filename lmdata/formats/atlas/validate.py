@@ -140,6 +140,14 @@ def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
     except LmdataError as e:
         rep.add("index", str(e))
         return
+    trailing = ds._load_index(s)[1]
+    if trailing:
+        rep.add(
+            "index",
+            f"{f / INDEX}: {trailing} bytes follow the array (from byte "
+            f"{ds.store.size(str(f / INDEX)) - trailing}); readers ignore them, so the file was "
+            "appended to or overwritten in part: write the shard again",
+        )
     if idx.dtype.kind != "u":
         rep.add("index", f"{f / INDEX}: dtype {idx.dtype} is signed; Atlas offsets are unsigned")
     if idx[0] != 0:

@@ -11,6 +11,7 @@ from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind, read_json
+from lmdata.formats.flat_tokens._zarr_meta import parse_array
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS, find_token_array
 from lmdata.storage import Store, basename, join, resolve
 
@@ -102,6 +103,36 @@ def _check_zgroup(store: Store, d: str, rep: ProblemReport) -> None:
         rep.add("group", f"{store.url(f)}: zarr_format is {fmt!r}, must be 2")
 
 
+def _check_raw_sizes(
+    store: Store, arr: ZArray, name: str, rep: ProblemReport
+) -> set[tuple[str, int]]:
+    """Each chunk file of an uncompressed array must hold a whole chunk: zarr writes the last
+    one padded to full size too, and zarr-python refuses any other size. A shorter file was
+    cut short (lmdata's reader refuses it only where it lacks items the array holds, so the
+    padding of the last chunk would pass unseen), a longer one written by something else.
+    Returns the (array, chunk) of each such file."""
+    meta, dec = parse_array(store, arr.key)
+    if dec.decode is not None or meta.shard_inner:
+        return set()
+    full = meta.chunk_len * meta.dtype.itemsize
+    bad = set()
+    for k in arr.present_chunks():
+        try:
+            size = arr.chunk_size(k)
+        except FileNotFoundError:  # gone since the listing
+            continue
+        if size != full:
+            bad.add((arr.key, k))
+            rep.add(
+                "chunk",
+                f"{name}: chunk {k} ({store.url(arr.chunk_key(k))}) has {size:,} bytes; an "
+                f"uncompressed chunk has {full:,} ({meta.chunk_len:,} items of "
+                f"{meta.dtype.itemsize} bytes, the last one padded): "
+                f"{'cut short' if size < full else 'written by something else'}?",
+            )
+    return bad
+
+
 def _check_split(store: Store, d: str, split: str, rep: ProblemReport, tick: Ticker) -> None:
     _check_zgroup(store, d, rep)
     try:
@@ -130,6 +161,8 @@ def _check_split(store: Store, d: str, split: str, rep: ProblemReport, tick: Tic
     except LmdataError as e:
         rep.add("array", f"{split}/seq_starts: {e}")
         return
+    short = _check_raw_sizes(store, starts, f"{split}/seq_starts", rep)
+    short |= _check_raw_sizes(store, tokens, f"{split}/{tok_name}", rep)
     if tokens.meta.dtype != np.dtype("<u4"):
         rep.add("dtype", f"{split}/{tok_name}: dtype {tokens.meta.dtype} (the spec says uint32)")
     if starts.meta.dtype != np.dtype("<u8"):
@@ -202,6 +235,8 @@ def _check_split(store: Store, d: str, split: str, rep: ProblemReport, tick: Tic
         )
     width = tokens.meta.dtype.itemsize
     for u in present:
+        if (tokens.key, u) in short:  # (its size is reported; reading it would say so again)
+            continue
         lo, hi = u * unit, min((u + 1) * unit, n_tok)
         tick.add((hi - lo) * width)
         try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
-from lmdata.errors import LmdataError
+from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.formats._spec import FormatSpec, Progress, Ticker, detector, lazy
 
 if TYPE_CHECKING:
@@ -51,7 +51,9 @@ __getattr__ = lazy_exports(
 
 
 def detect(path: str | os.PathLike[str]) -> bool:
-    """A file with a pickled ``<stem>.idx`` beside it (``foo.jsonl`` + ``foo.idx``)."""
+    """A file with a pickled ``<stem>.idx`` beside it (``foo.jsonl`` + ``foo.idx``), or with
+    an empty one: an index cut short (validate and open then say so, rather than reading the
+    file as plain JSONL)."""
     from lmdata.storage import resolve
 
     try:
@@ -59,7 +61,9 @@ def detect(path: str | os.PathLike[str]) -> bool:
         if key.endswith(".idx") or not store.exists(key) or store.is_dir(key):
             return False
         # the index is ``foo.idx`` beside ``foo.jsonl`` (lines.default_index_path)
-        return store.read_range(str(Path(key).with_suffix(".idx")), 0, 1) == b"\x80"
+        idx = str(Path(key).with_suffix(".idx"))
+        head = store.read_range(idx, 0, 1)
+        return head == b"\x80" or (head == b"" and not store.is_dir(idx))
     except (OSError, LmdataError):
         return False
 
@@ -106,13 +110,18 @@ def validate(
 
     Each entry must be exactly one line (from its start up to, not including, the newline)
     that parses as JSON; a line that parses but is missing from the index means the index is
-    stale. Lines left out because they are not JSON (``--skip-invalid``) are fine.
+    stale. Lines left out because they are not JSON (``--skip-invalid``) are fine between
+    indexed lines; after the last one they are reported (data appended after indexing looks
+    the same). A line longer than ``max_line_bytes`` (default 256 MiB) is reported, not read.
     ``progress`` counts the bytes of the file checked.
     """
     from lmdata.formats.modalities_jsonl.checks import index_problems
-    from lmdata.formats.modalities_jsonl.lines import shown_path
+    from lmdata.formats.modalities_jsonl.lines import MAX_LINE_BYTES, shown_path
     from lmdata.formats.modalities_jsonl.reader import open_data, read_index
 
+    limit = options.get("max_line_bytes", MAX_LINE_BYTES)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInputError(f"max_line_bytes must be a positive integer, got {limit!r}")
     try:
         store, key, istore, ikey = open_data(
             path, options.get("index_path"), options.get("storage_options")
@@ -122,7 +131,7 @@ def validate(
         )
     except LmdataError as e:
         return [str(e)]
-    return index_problems(store, key, shown_path(istore, ikey), index, progress)
+    return index_problems(store, key, shown_path(istore, ikey), index, progress, limit)
 
 
 SPEC = FormatSpec(

@@ -12,7 +12,13 @@ import numpy as np
 from lmdata._report import ProblemReport
 from lmdata.formats._span_index import SpanIndex
 from lmdata.formats._spec import Progress, Ticker
-from lmdata.formats.modalities_jsonl.lines import LineError, loads, read_lines, shown_path
+from lmdata.formats.modalities_jsonl.lines import (
+    MAX_LINE_BYTES,
+    LineError,
+    loads,
+    read_spans,
+    shown_path,
+)
 from lmdata.storage import Store
 
 PROGRESS_BYTES = 1 << 20  # bytes of lines between progress reports
@@ -32,15 +38,19 @@ def index_problems(
     index_path: PurePath,
     index: SpanIndex,
     progress: Progress | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> list[str]:
     """Every disagreement between object ``key`` and its ``index`` (already range-checked).
 
-    The lines are read once, in order (ranged windows on object stores), against the entries
-    sorted by offset, so memory holds the index, not a table of every line. ``progress``
-    counts the bytes of the file checked, a report per MiB.
+    The lines are read once, in order, in ranged windows (a local file too), against the
+    entries sorted by offset, so memory holds the index and one window, not a table of every
+    line nor a mapping of the file. A line longer than ``max_line_bytes`` is reported and not
+    parsed (its bytes are never gathered). ``progress`` counts the bytes of the file checked,
+    a report per MiB.
     """
     path = shown_path(store, key)
-    tick = Ticker(progress, store.size(key) if progress is not None else 0)
+    size = store.size(key)
+    tick = Ticker(progress, size if progress is not None else 0)
     report_at = PROGRESS_BYTES if progress is not None else -1
     rep = ProblemReport()
     order = np.argsort(index.offsets, kind="stable")
@@ -48,8 +58,6 @@ def index_problems(
     offs = index.offsets[order].tolist()
     lens = index.lengths[order].tolist()
     j, n = 0, len(offs)
-    tail: tuple[int, bytes] | None = None  # the last line, when no newline ends it
-    end = 0
 
     def not_a_start(j: int) -> None:
         rep.add(
@@ -57,41 +65,59 @@ def index_problems(
             f"{index_path.name} entry {entries[j]}: offset {offs[j]} is not the start of a line",
         )
 
-    with contextlib.closing(read_lines(store, key)) as lines:
-        for lineno, off, line in lines:
+    def too_long(lineno: int, off: int, length: int, what: str) -> None:
+        rep.add(
+            "long",
+            f"{path.name} line {lineno} (byte {off}): {length:,} bytes, {what}; longer than "
+            f"max_line_bytes ({max_line_bytes:,}), so not read as JSON (pass a larger "
+            "max_line_bytes to check it)",
+        )
+
+    lines = read_spans(store, key, max_line_bytes=max_line_bytes)
+    with contextlib.closing(lines):
+        for lineno, off, length, line in lines:
             if off >= report_at >= 0:
                 tick.to(off)
                 report_at = off + PROGRESS_BYTES
             while j < n and offs[j] < off:
                 not_a_start(j)
                 j += 1
-            indexed, error = False, ""
+            indexed, checked = False, False
             while j < n and offs[j] == off:
                 where = f"{index_path.name} entry {entries[j]}"
                 indexed = True
-                if lens[j] != len(line):
+                if lens[j] != length:
                     rep.add(
                         "length",
-                        f"{where}: length {lens[j]}, but line {lineno} has {len(line)} bytes "
+                        f"{where}: length {lens[j]}, but line {lineno} has {length} bytes "
                         "(without its newline)",
                     )
-                else:
-                    error = error or _json_error(line) or ""
-                    if error:
+                elif not checked:  # a line listed twice is checked once
+                    checked = True
+                    if line is None:
+                        too_long(lineno, off, length, "indexed")
+                    elif error := _json_error(line):
                         rep.add(
                             "json",
                             f"{path.name} line {lineno} (byte {off}): indexed but not JSON "
                             f"({error})",
                         )
                 j += 1
-            if not indexed and _json_error(line) is None:
+            if indexed:
+                continue
+            if line is None:
+                too_long(lineno, off, length, "not in the index")
+                continue
+            error = _json_error(line)
+            if error is None:
                 rep.add(
                     "missing",
                     f"{path.name} line {lineno} (byte {off}): valid JSON but missing from "
                     f"the index; rebuild it with `lmdata index --overwrite {path}`",
                 )
-            end = off + len(line)
-            tail = None if indexed else (off, line)
+            elif j == n:  # after every line the index covers
+                _after_the_index(rep, path, lineno, off, length, off + length == size, error)
+            # else: a line --skip-invalid left out, between indexed ones
     tick.finish()
     for k in range(j, n):
         not_a_start(k)
@@ -101,14 +127,27 @@ def index_problems(
             f"{index_path.name}: {index.trailing} bytes follow the end of the pickled index; "
             "every reader ignores them (rebuild the index with `lmdata index --overwrite`)",
         )
-    # an unterminated last line that is neither JSON nor indexed: a write cut short
-    # (--skip-invalid leaves out whole lines, not torn ones)
-    if tail is not None and end == store.size(key) and _json_error(tail[1]) is not None:
-        start, line = tail
-        rep.add(
-            "unindexed",
-            f"{path.name}: the last {len(line)} bytes (from byte {start}) are an "
-            "unterminated line that is not JSON and not in the index: a write cut "
-            "short? Remove them, or complete the line and rebuild the index",
-        )
     return rep.finish()
+
+
+def _after_the_index(
+    rep: ProblemReport, path: PurePath, lineno: int, off: int, length: int, last: bool, error: str
+) -> None:
+    """A line that is not JSON after the last indexed one: data appended after indexing, or a
+    write cut short (``--skip-invalid`` leaves such lines out too, but nothing tells the two
+    apart, and readers never see the line either way)."""
+    if last and length:
+        rep.add(
+            "appended",
+            f"{path.name}: the last {length} bytes (from byte {off}, line {lineno}) are an "
+            "unterminated line that is not JSON and not in the index: a write cut short? "
+            "Remove them, or complete the line and rebuild the index",
+        )
+        return
+    reason = error if length else "an empty line"
+    rep.add(
+        "appended",
+        f"{path.name} line {lineno} (byte {off}): not JSON ({reason}) and after the last line "
+        "the index covers: appended after indexing? Remove it (if `lmdata index "
+        "--skip-invalid` left it out on purpose, this check cannot tell)",
+    )

@@ -21,6 +21,7 @@ from lmdata.errors import DatasetNotFoundError, FormatError
 from lmdata.storage import Store, resolve
 
 _SCAN_BYTES = 1 << 26
+MAX_LINE_BYTES = 256 << 20  # lines longer than this are not parsed by checks (as Dolma's reader)
 
 
 class LineError(ValueError):
@@ -88,42 +89,51 @@ def check(line: bytes) -> None:
 def read_lines(
     store: Store, key: str, *, window: int | None = None
 ) -> Iterator[tuple[int, int, bytes]]:
-    """(line number from 1, offset, bytes without the newline) of every line of object ``key``.
+    """(line number from 1, offset, bytes without the newline) of every line of object ``key``,
+    read in windows of ``window`` bytes (64 MiB by default): memory for one window and its
+    longest line, never the whole object (see :func:`read_spans`)."""
+    for lineno, off, _n, line in read_spans(store, key, window=window):
+        yield lineno, off, line  # type: ignore[misc]  # no bound: never None
 
-    A local file is memory-mapped; an object store is read in ranged windows of ``window``
-    bytes (64 MiB by default), so an object of any size is scanned with memory for one window
-    (and its longest line), never fetched whole. Close the generator (``contextlib.closing``)
-    to free a mapping early.
-    """
+
+def read_spans(
+    store: Store, key: str, *, window: int | None = None, max_line_bytes: int | None = None
+) -> Iterator[tuple[int, int, int, bytes | None]]:
+    """(line number from 1, offset, length, bytes without the newline) of every line of object
+    ``key``, read in ranged windows of ``window`` bytes (a local file too: no mapping, so no
+    address space the size of the file). The bytes of a line longer than ``max_line_bytes``
+    are never gathered: such a line comes with None, whatever its length (an unterminated
+    tail of gigabytes costs one window of memory)."""
     window = window or _SCAN_BYTES
-    buf = store.mmap(key)
-    if buf is not None:
-        try:
-            for lineno, off, ln in iter_lines(buf if len(buf) else None):
-                yield lineno, off, buf[off : off + ln]
-        finally:
-            release(buf)
-        return
     size = store.size(key)
     lineno = pos = start = 0  # start: offset of the line being assembled
-    pending: list[bytes] = []  # its first pieces, from earlier windows
+    pending: list[bytes] = []  # its first pieces, from earlier windows (none once too long)
     while pos < size:
         chunk = store.read_range(key, pos, min(window, size - pos))
         if not chunk:
             break  # the object shrank while it was read
         prev = 0
-        for i in np.flatnonzero(np.frombuffer(chunk, np.uint8) == 0x0A).tolist():
-            line = b"".join([*pending, chunk[prev:i]]) if pending else chunk[prev:i]
-            pending = []
+        find = chunk.find
+        while (i := find(b"\n", prev)) >= 0:  # memchr: no array the size of the window
+            n = pos + i - start
             lineno += 1
-            yield lineno, start, line
+            if max_line_bytes is not None and n > max_line_bytes:
+                line = None
+            else:
+                line = b"".join([*pending, chunk[prev:i]]) if pending else chunk[prev:i]
+            yield lineno, start, n, line
+            pending = []
             start = pos + i + 1
             prev = i + 1
-        if prev < len(chunk):
-            pending.append(chunk[prev:])
         pos += len(chunk)
-    if pending:
-        yield lineno + 1, start, b"".join(pending)
+        if prev < len(chunk) and (max_line_bytes is None or pos - start <= max_line_bytes):
+            pending.append(chunk[prev:] if prev else chunk)
+        else:
+            pending = []
+    if start < pos:  # a last line without a newline
+        n = pos - start
+        long = max_line_bytes is not None and n > max_line_bytes
+        yield lineno + 1, start, n, None if long else b"".join(pending)
 
 
 def release(buf: mmap.mmap | bytes | None) -> None:

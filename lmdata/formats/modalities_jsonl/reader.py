@@ -41,9 +41,14 @@ def read_index(
         raise DatasetNotFoundError(
             f"no raw index at {index_path}; build it with `lmdata index {path}`", path=path
         )
-    index = load_span_index(
-        index_store.read(index_key), path=index_path, where="index", allow_unsafe=allow_unsafe
-    )
+    data = index_store.read(index_key)
+    if not data:  # modalities' index of no lines is still a pickle (of an empty list)
+        raise CorruptDataError(
+            f"the raw index is empty (0 bytes), not a pickled list: a write cut short? "
+            f"Rebuild it with `lmdata index --overwrite {path}`",
+            path=index_path,
+        )
+    index = load_span_index(data, path=index_path, where="index", allow_unsafe=allow_unsafe)
     size = store.size(key) if file_size is None else file_size
     bad = np.flatnonzero((index.offsets < 0) | (index.ends > size))
     if len(bad):

@@ -4,6 +4,9 @@
 
 const state = { start: 0, count: 10, records: 0, info: null };
 const $ = (id) => document.getElementById(id);
+// the per-run token of the URL lmdata view printed, sent with every API request (a cookie
+// set with the page also carries it, for a reload of the page without it)
+const TOKEN = new URLSearchParams(location.search).get("token");
 
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
@@ -21,7 +24,7 @@ function fmt(n) {
 }
 
 async function getJSON(url) {
-  const r = await fetch(url, { cache: "no-store" });
+  const r = await fetch(url, { cache: "no-store", headers: TOKEN ? { "X-Lmdata-Token": TOKEN } : {} });
   const body = await r.json();
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
