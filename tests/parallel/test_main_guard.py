@@ -93,7 +93,7 @@ def test_a_forking_script_needs_no_guard(tmp_path: Path, docs: Path) -> None:
     assert out.stdout.splitlines() == ["top level __main__", "wrote 800"]
 
 
-def test_guard_found_around_a_call_from_a_function(tmp_path: Path) -> None:
+def test_guard_found_around_a_call_from_a_function() -> None:
     from lmdata.parallel import _guard
 
     src = textwrap.dedent(
