@@ -87,6 +87,16 @@ def test_the_plain_pattern_with_workers_refuses_the_loader_state(make):
     assert len(list(islice(tl, 3))) == 3 and a.state_dict()["step"] == 3
 
 
+def test_spawned_workers_are_detected_too(make):
+    a = make()
+    dl = DataLoader(
+        a.to_torch(), batch_size=None, num_workers=1, multiprocessing_context="spawn"
+    )  # the shared byte reaches a spawned worker through torch's pickling
+    assert len(list(islice(dl, 2))) == 2
+    with pytest.raises(InvalidInputError, match="run copies of it"):
+        a.state_dict()
+
+
 @pytest.mark.parametrize("k", [0, 1, 2, 3])
 def test_stateful_dataloader_resumes_exactly_with_any_worker_count(make, k):
     StatefulDataLoader = _stateful()

@@ -98,6 +98,8 @@ def main(job: dict) -> None:
             line = {"step": step, "batch": digest(batch), "loss": loss.item().hex()}
             log.write(json.dumps(line) + "\n")
             log.flush()
+            if pattern != "stateful":
+                assert "torchdata" not in sys.modules  # lmdata never imports it
             if step + 1 == job.get("kill_at"):
                 try:
                     data = data_state()
