@@ -308,17 +308,15 @@ def _parse_torch(state: dict[str, Any]) -> SavedState:
     """The global position a torch state holds: the step after the last batch the training
     received (the workers' positions are interleaved: worker ``i`` of ``k`` yields every
     ``k``-th step, and the one whose turn is next has not yielded it)."""
-    if "lmdata_torch" in state:  # one dataset's own state
-        pos = parse_worker(state)
+    snap = state.get("_snapshot")
+    if snap is None:  # one dataset's own state, or a StatefulDataLoader's without workers
+        pos = parse_worker(state if "lmdata_torch" in state else state.get("dataset_state"))
         if pos.workers != 1:
             raise _torch_bad(
                 f"this is worker {pos.worker} of {pos.workers} alone, which does not say where "
                 "the others are; pass the StatefulDataLoader's whole state_dict()"
             )
         return replace(pos.loader, step=pos.next_step)
-    snap = state.get("_snapshot")
-    if snap is None:  # a StatefulDataLoader without workers: the dataset's state is current
-        return _parse_torch(_dict("'dataset_state'", state.get("dataset_state")))
     snap = _dict("'_snapshot'", snap)
     workers = _dict("'_worker_snapshots'", snap.get("_worker_snapshots"))
     if not 1 <= len(workers) <= _MAX_WORKERS:

@@ -34,6 +34,13 @@ def _nested(depth: int, leaf: Any = 0) -> Any:
     return v
 
 
+def _nested_dicts(depth: int) -> dict[str, Any]:
+    v: dict[str, Any] = {}
+    for _ in range(depth):
+        v = {"dataset_state": v, "_num_yielded": 0, "_snapshot": None}
+    return v
+
+
 def _cases() -> dict[str, Any]:
     """name -> a change to a saved state (built in the child: some are 50 MB)."""
 
@@ -63,6 +70,10 @@ def _cases() -> dict[str, Any]:
         ),
         "version 50 MB": lambda s: s.update(version="v" * 50_000_000),
         "10**6 sources": lambda s: s.update(sources=[{"tokens": 1, "rows": 1}] * 10**6),
+        "torch states nested 100000 deep": lambda s: (
+            s.clear(),
+            s.update(_num_yielded=0, dataset_state=_nested_dicts(100_000)),
+        ),
     }
 
 
