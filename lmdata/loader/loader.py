@@ -399,6 +399,7 @@ class Loader:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_torch_use", None)
         self._lock = threading.Lock()
 
     # ---- batches ---------------------------------------------------------------------------
