@@ -168,7 +168,9 @@ def _affixes_of(ref: Any) -> tuple[np.ndarray, np.ndarray]:
     every probe text; Unsupported when the post-processor does anything else."""
     found = None
     for t in ("a", "hello world", "", " x\n"):
-        with_, plain = (ref.encode_batch([t], add_special_tokens=s)[0].tolist() for s in (1, 0))
+        with_, plain = (
+            ref.encode_batch([t], add_special_tokens=s)[0].tolist() for s in (True, False)
+        )
         n = len(with_) - len(plain)
         for i in range(max(n, 0) + 1):
             if with_[i : i + len(plain)] == plain:

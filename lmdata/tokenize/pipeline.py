@@ -18,7 +18,6 @@ no output, keeps the work folder, and ``resume=True`` skips the units already do
 
 from __future__ import annotations
 
-import io
 import os
 import time
 from collections import deque
@@ -43,7 +42,7 @@ from lmdata.parallel.staging import (
 )
 from lmdata.storage import check_dest, is_url, join, options_scope
 from lmdata.storage.paths import remove_staged
-from lmdata.tokenize.commit import Committer, StagedUnit, is_validation, part_name
+from lmdata.tokenize.commit import Committer, StagedUnit, is_validation, pack_part, part_name
 from lmdata.tokenize.encoders import (
     FIRST_CHARS,
     FIRST_DOCS,
@@ -352,9 +351,7 @@ def _origin(i: InputFile, origins: dict[str, str]) -> InputFile:
 
 def _stage(work: Staging, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Write one staged part whole (a retried task may write the same part again)."""
-    buf = io.BytesIO()
-    np.savez(buf, **arrays, meta=np.frombuffer(orjson.dumps(meta), dtype=np.uint8))
-    work.write_part(name, buf.getvalue())
+    work.write_part(name, pack_part(arrays, meta))
 
 
 # ---- the job ---------------------------------------------------------------------------------
