@@ -119,6 +119,8 @@ class FastTokenizer:
         self.vocab_size = reference.vocab_size
         self._backend = _load_backend(Path(path))
         self._encode = self._backend.encode
+        # tiktoken encodes a text with lone surrogates as if each were U+FFFD; the others refuse
+        self._replace_surrogates = Path(path).suffix == ".tiktoken"
         self._affixes: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
 
     def affixes(self, add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -137,7 +139,12 @@ class FastTokenizer:
     ) -> tuple[np.ndarray, np.ndarray]:
         """(the ids of all ``texts`` as one uint32 array, each text's number of ids)."""
         enc = self._encode
-        arrays = [enc(t) for t in texts]
+        try:
+            arrays = [enc(t) for t in texts]
+        except (TypeError, UnicodeError):
+            if not self._replace_surrogates:
+                raise
+            arrays = [enc(_without_surrogates(t)) for t in texts]
         head, tail = self.affixes(add_special_tokens)
         lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
         if len(head) or len(tail):
@@ -163,11 +170,20 @@ class FastTokenizer:
         return (load_fast, (self.spec,))
 
 
+def _without_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, as tiktoken does."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def _affixes_of(ref: Any) -> tuple[np.ndarray, np.ndarray]:
     """(prefix, suffix) ids such that ``ref(t, True) == prefix + ref(t, False) + suffix`` for
     every probe text; Unsupported when the post-processor does anything else."""
     found = None
-    for t in ("a", "hello world", "", " x\n"):
+    for t in ("a", "hello world", " x\n"):  # not "": where its ids go is ambiguous
         with_, plain = (
             ref.encode_batch([t], add_special_tokens=s)[0].tolist() for s in (True, False)
         )
@@ -193,9 +209,14 @@ def _load_backend(path: Path) -> Any:
             # no special tokens: tiktoken's encode_ordinary, which lmdata calls, splits none
             return rs.BPETokenizer.from_tiktoken(str(path), _TIKTOKEN_SCHEMES.get(name, "gpt2"))
         if path.suffix == ".model":
+            import json
+
             from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
 
-            return rs.load_hf_json(sentencepiece_to_tokenizer_json(path.read_bytes()))
+            cfg = json.loads(sentencepiece_to_tokenizer_json(path.read_bytes()))
+            # sentencepiece matches user-defined pieces in text, never control ones (<s>)
+            cfg["added_tokens"] = [t for t in cfg["added_tokens"] if not t["special"]]
+            return rs.load_hf_json(json.dumps(cfg, ensure_ascii=False))
         _screen_hf(path)
         return rs.load_hf_json(path.read_bytes())
     except Unsupported:

@@ -422,6 +422,8 @@ def tokenize(
     try:
         summary = run(choice, manifest, resume, engine, workers, address, progress)
     except _Disagreement as e:  # auto: nothing of the fast run is kept; all again with hf
+        if encoder == "fast":
+            raise LmdataError(f"{e}; pass --encoder hf (or auto)") from None
         choice = Choice("hf", encoder, f"fast encoder not used: {e}")
         note(choice)
         summary = run(choice, manifest, False, engine, workers, address, progress)
@@ -487,14 +489,14 @@ class _Run:
                 _process, tasks, initializer=_init_worker, initargs=(job.tokenizer, choice.encoder)
             )
             for unit, res in zip(todo, results, strict=True):
-                if res.mismatch and choice.asked == "fast":
-                    raise LmdataError(f"{res.mismatch}; pass --encoder hf (or auto)")
                 if res.mismatch:
                     raise _Disagreement(res.mismatch)
                 commit.unit(unit, res)
         except BaseException as e:
             commit.sink.abort()
-            if not resumable(e):  # kept for --resume after Ctrl-C, a dead worker, a full disk
+            # kept for --resume after Ctrl-C, a dead worker, a full disk; never after the fast
+            # encoder was found wrong (the units it did are redone by the reference)
+            if not resumable(e) or isinstance(e, _Disagreement):
                 work.clear()
             raise
         if summary.documents_read != summary.documents_written + summary.documents_skipped:
