@@ -191,7 +191,7 @@ texts = st.lists(
     st.text(st.characters(codec=None, exclude_categories=()), max_size=80)
     | st.sampled_from(["<|endoftext|>", "<|im_start|>", " ", "\n\n", "[[added]]", "🙂"]),
     max_size=6,
-).map(lambda xs: ["".join(xs)] + xs)
+).map(lambda xs: ["".join(xs), *xs])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -247,7 +247,7 @@ def test_unigram_falls_back_to_hf_and_says_why(unigram, tmp_path, caplog):
     assert warned == ["encoder: hf (fast encoder not used: its model is Unigram, not BPE)"]
     prov = lmdata.info(tmp_path / "o.zarr")["provenance"]["tokenizer"]
     assert prov["encoder"] == "hf"
-    with pytest.raises(InvalidInputError, match="--encoder fast cannot encode.*Unigram"):
+    with pytest.raises(InvalidInputError, match=r"--encoder fast cannot encode.*Unigram"):
         lmdata.tokenize(src, tmp_path / "f.zarr", tokenizer=str(unigram), encoder="fast")
     assert not (tmp_path / "f.zarr").exists()
 
