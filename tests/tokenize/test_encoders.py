@@ -385,7 +385,9 @@ def tree(p: Path) -> dict[str, bytes]:
     files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
     side = [Path(str(p) + ".lmdata.json")] if p.is_file() else []
     return {
-        str(f.relative_to(p.parent)): _ENCODER.sub(b'"encoder": ""', f.read_bytes())
+        (f.name if p.is_file() else str(f.relative_to(p))): _ENCODER.sub(
+            b'"encoder": ""', f.read_bytes()
+        )
         for f in files + [s for s in side if s.exists()]
     }
 
@@ -447,3 +449,71 @@ def test_import_lmdata_never_imports_the_fast_encoder():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- resume and Ray with the fast encoder -----------------------------------------------------
+
+
+def _interrupt_at(n: int):
+    calls = {"n": 0}
+
+    def progress(stats):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def test_a_fast_job_resumes_to_the_bytes_of_an_hf_job(bpe, tmp_path):
+    from lmdata.tokenize.pipeline import TokenizeJob, tokenize, work_dir_for
+
+    src = _docs(tmp_path / "d.jsonl", 3000, 10**9)
+    job = TokenizeJob(to="flat-tokens", tokenizer=str(bpe), batch_docs=64)
+    tokenize([src], tmp_path / "ref", job, workers=0, encoder="hf", range_bytes=20_000)
+    with pytest.raises(KeyboardInterrupt):
+        tokenize(
+            [src],
+            tmp_path / "out",
+            job,
+            workers=2,
+            encoder="fast",
+            range_bytes=20_000,
+            progress=_interrupt_at(8),
+        )
+    assert (work_dir_for(tmp_path / "out") / "done.log").read_text()  # some units are done
+    seen = []
+    s = tokenize(
+        [src],
+        tmp_path / "out",
+        job,
+        workers=2,
+        encoder="fast",
+        range_bytes=20_000,
+        resume=True,
+        progress=lambda st: seen.append(st["documents"]),
+    )
+    assert s.encoder.startswith("fast") and 0 < seen[-1] < 3000  # the rest only
+    assert tree(tmp_path / "out") == tree(tmp_path / "ref")
+
+
+def test_a_fast_job_on_ray_writes_the_bytes_of_an_hf_job(bpe, tmp_path):
+    pytest.importorskip("ray")
+    from lmdata.tokenize.pipeline import TokenizeJob, tokenize
+    from tests.parallel._ray_local import started_ray
+
+    src = _docs(tmp_path / "d.jsonl", 1500, 10**9)
+    job = TokenizeJob(to="flat-tokens", tokenizer=str(bpe), batch_docs=64)
+    tokenize([src], tmp_path / "ref", job, workers=0, encoder="hf")
+    with started_ray():
+        s = tokenize(
+            [src],
+            tmp_path / "out",
+            job,
+            engine="ray",
+            workers=2,
+            encoder="fast",
+            range_bytes=15_000,
+        )
+    assert s.encoder.startswith("fast")
+    assert tree(tmp_path / "out") == tree(tmp_path / "ref")
