@@ -517,3 +517,26 @@ def test_a_fast_job_on_ray_writes_the_bytes_of_an_hf_job(bpe, tmp_path):
         )
     assert s.encoder.startswith("fast")
     assert tree(tmp_path / "out") == tree(tmp_path / "ref")
+
+
+@pytest.mark.parametrize("encoder", ["fast", "hf"])
+def test_modalities_pack_takes_encoder_and_stays_byte_identical(tmp_path, monkeypatch, encoder):
+    """`lmdata modalities data pack_encoded_data --encoder ...` writes modalities 0.5.0's
+    reference .pbin with either encoder."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from lmdata.cli.main import cli
+    from tests.compat.test_modalities import MOD, _config
+
+    (tmp_path / "data").mkdir()
+    shutil.copy(MOD / "docs.jsonl", tmp_path / "data" / "docs.jsonl")
+    shutil.copytree(MOD / "tokenizers", tmp_path / "data" / "tokenizers")
+    monkeypatch.chdir(tmp_path)
+    run = CliRunner().invoke
+    assert run(cli, ["modalities", "data", "create_raw_index", "data/docs.jsonl"]).exit_code == 0
+    res = run(cli, ["modalities", "data", "pack_encoded_data", _config(), "--encoder", encoder])
+    assert res.exit_code == 0, res.output
+    assert f"(encoder {encoder}" in res.output
+    assert Path("data/docs.pbin").read_bytes() == (MOD / "docs_bpe5k.pbin").read_bytes()
