@@ -1,17 +1,26 @@
-"""The tokenize pipeline against the bare tokenizer, 1 vs 2 workers, and convert throughput.
+"""tokenize against the bare encoders: Hugging Face tokenizers and the fast encoder (gigatoken).
 
-Workload (after anchors-measured.md W4, scaled down): random-word documents of 1-3 k chars,
-tokenized with the byte-level BPE of the Modalities reference files (bpe5k, a local
-tokenizer.json). The bare baseline (the practical limit) is the fastest bare batch call of the
-same tokenizer, ``Tokenizer.encode_batch_fast`` (ids without offsets, what lmdata calls; plain
-``encode_batch`` where the build lacks it), on the same texts, in memory, with the same cores
-(its Rust thread pool); ``encode_batch`` (with offsets) is shown too, for reference. The
-pipeline reads JSONL from disk, parses, tokenizes in worker processes, stages and writes a
-flat-tokens dataset.
+Workload: about 30 MB of local text (the Python standard library's sources and the text files
+of /usr/share/doc, one document per file, in sorted order), tokenized with a 32k byte-level BPE
+trained here by ``tokenizers`` on the same text (cached in bench/results/.cache). Columns, in
+interleaved rounds, each a fresh process (wall time, start-up included for lmdata):
+
+- bare HF ``encode_batch_fast`` and bare fast (gigatoken ``encode_batch``) on 1 and 2 threads
+  (RAYON_NUM_THREADS), texts in memory, the encode call alone timed: the practical limits;
+- ``lmdata tokenize`` with ``--encoder hf`` and ``--encoder auto`` (which takes fast) on 1 and
+  2 workers, reading JSONL from disk and writing flat-tokens.
+
+Every output is checked: the bare encoders' ids digests, and lmdata's token files, must all be
+equal. Then: the same job from .jsonl.gz, .jsonl.zst and Parquet shards (the limit adds the bare
+decompression), the time of each phase of the fast path (read, JSON parse, encode, id
+conversion, staging, write), the pathological documents on the fast path, the Modalities pack
+CLI against modalities 0.5.0, and convert throughput.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -27,172 +36,484 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _compare import QUICK, record
 
-N_DOCS = int(os.environ.get("BENCH_TOK_DOCS", 2000 if QUICK else 10000))
-REPS = int(
-    os.environ.get("BENCH_TOK_REPS", 1 if QUICK else 3)
-)  # interleaved rounds of bare, 1 and 2 workers
-TOKENIZER = Path(__file__).parents[1] / "tests/data/modalities/tokenizers/bpe5k/tokenizer.json"
+HERE = Path(__file__).resolve().parent
+MB = int(os.environ.get("BENCH_TOK_MB", 10 if QUICK else 30))  # corpus size
+REPS = int(os.environ.get("BENCH_TOK_REPS", 1 if QUICK else 3))  # interleaved rounds
+VOCAB = 32_000
+SHARDS = 8  # the compressed and Parquet inputs: one unit each, so several files
 
-BARE = """
-import json, sys, time
-from tokenizers import Tokenizer
-texts = [json.loads(x)["text"] for x in open(sys.argv[1])]
-tok = Tokenizer.from_file(sys.argv[2])
-name = sys.argv[3]
-encode = getattr(tok, name)
-encode(texts[:200], add_special_tokens=False)  # warm up the thread pool
-t0 = time.perf_counter()
-enc = encode(texts, add_special_tokens=False)
-print(time.perf_counter() - t0, sum(len(e.ids) for e in enc), name)
+BARE = r"""
+import sys, time, zlib
+import orjson, numpy as np
+texts = [orjson.loads(x)["text"] for x in open(sys.argv[1], "rb")]
+kind = sys.argv[3]
+if kind == "hf":
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(sys.argv[2])
+    tok.encode_batch_fast(texts[:64], add_special_tokens=False)  # warm the thread pool
+    t0 = time.perf_counter()
+    enc = tok.encode_batch_fast(texts, add_special_tokens=False)
+    dt = time.perf_counter() - t0
+    flat = np.concatenate([np.asarray(e.ids, dtype=np.uint32) for e in enc])
+else:
+    import gigatoken, awkward
+    tok = gigatoken.Tokenizer(sys.argv[2])
+    tok.encode_batch(["warm"], parallel=True)  # start the thread pool, not the word cache
+    t0 = time.perf_counter()
+    enc = tok.encode_batch(texts, parallel=True)
+    dt = time.perf_counter() - t0
+    flat = np.asarray(enc.layout.content.data)
+print(dt, len(flat), zlib.crc32(flat.astype(np.uint32).tobytes()))
 """
 
 
-def fastest_bare() -> str:
-    """The fastest bare batch call of this tokenizers build: ``encode_batch_fast`` (ids without
-    character offsets, tokenizers >= 0.21, what lmdata's HF tokenizer calls), else
-    ``encode_batch``: the practical limit the pipeline is held to."""
-    from tokenizers import Tokenizer
-
-    return "encode_batch_fast" if hasattr(Tokenizer, "encode_batch_fast") else "encode_batch"
+# ---- the corpus and the tokenizer ------------------------------------------------------------
 
 
-def bare(src: Path, threads: int, method: str) -> tuple[float, int]:
-    """(seconds, tokens) of one bare ``method`` call over the texts of ``src``, in memory, in a
-    fresh process whose tokenizer has ``threads`` threads (RAYON_NUM_THREADS)."""
+def corpus_files(limit: int) -> list[Path]:
+    """Sorted local text files (stdlib sources first, then /usr/share/doc) up to ``limit``
+    bytes: two thirds Python, one third prose and changelogs."""
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    py = sorted(p for p in stdlib.rglob("*.py") if p.is_file() and "site-packages" not in p.parts)
+    doc_suffixes = (".txt", ".md", ".rst", ".html", ".gz", "copyright", ".c", ".pl")
+    docs = sorted(
+        p
+        for p in Path("/usr/share/doc").rglob("*")
+        if p.is_file() and not p.is_symlink() and p.name.endswith(doc_suffixes)
+    )
+    out, size = [], 0
+    for group, share in ((py, 2 / 3), (docs, 1.0)):
+        for p in group:
+            if size >= limit * share:
+                break
+            out.append(p)
+            size += p.stat().st_size
+    return out
+
+
+def read_text(p: Path) -> str:
+    data = p.read_bytes()
+    if p.suffix == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except OSError:
+            return ""
+    return data.decode("utf-8", "replace")
+
+
+def make_corpus(root: Path) -> tuple[Path, list[str]]:
+    texts = [t for t in (read_text(p) for p in corpus_files(MB * 10**6)) if t]
+    src = root / "docs.jsonl"
+    with open(src, "w") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    return src, texts
+
+
+def train_tokenizer(texts: list[str]) -> Path:
+    """The 32k byte-level BPE of these texts (GPT-2 style, <|endoftext|> special), trained
+    once per corpus and cached."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass"))
+    cache = HERE / "results" / ".cache" / f"bpe32k-{h.hexdigest()[:16]}"
+    path = cache / "tokenizer.json"
+    if path.exists():
+        return path
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    t0 = time.perf_counter()
+    tok.train_from_iterator(texts, trainer)
+    cache.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    # what transformers needs to load the folder (the Modalities pack's tokenizer)
+    (cache / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"})
+    )
+    print(f"trained the 32k BPE in {time.perf_counter() - t0:.0f} s (cached: {cache})")
+    return path
+
+
+# ---- runs ------------------------------------------------------------------------------------
+
+
+def bare(src: Path, tok: Path, kind: str, threads: int) -> tuple[float, float, int, int]:
+    """(encode seconds, process wall seconds, tokens, crc32 of the ids) of one bare encode of
+    every text of ``src`` in memory, in a fresh process with ``threads`` threads."""
+    t0 = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", BARE, str(src), str(TOKENIZER), method],
+        [sys.executable, "-c", BARE, str(src), str(tok), kind],
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "RAYON_NUM_THREADS": str(threads)},
-    ).stdout.split()
-    return float(out[0]), int(out[1])
-
-
-def make_docs(path: Path) -> int:
-    rng = np.random.default_rng(4)
-    words = [
-        "".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(2, 11))) for _ in range(10000)
-    ]
-    p = 1 / (np.arange(10000) + 1)
-    p /= p.sum()
-    total = 0
-    with open(path, "w") as f:
-        for i in range(N_DOCS):
-            n = int(rng.integers(1024, 3073)) // 6
-            text = " ".join(words[j] for j in rng.choice(10000, n, p=p))
-            total += len(text)
-            f.write(json.dumps({"id": i, "text": text}) + "\n")
-    return total
-
-
-def pipeline(
-    src: Path, dst: Path, workers: int, to: str = "flat-tokens", threads: int | None = None
-) -> tuple[float, int]:
-    """(job seconds, tokens) of `lmdata tokenize`; ``threads`` caps the tokenizer's own thread
-    pool (RAYON_NUM_THREADS) where the job runs in the one process (``workers=1``), which
-    otherwise encodes on every core."""
-    extra = ["--eod", "<|endoftext|>"] if to == "modalities" else []
-    env = {**os.environ, "RAYON_NUM_THREADS": str(threads)} if threads else None
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lmdata",
-            "tokenize",
-            str(src),
-            str(dst),
-            "--to",
-            to,
-            "--tokenizer",
-            str(TOKENIZER),
-            "--workers",
-            str(workers),
-            "-q",
-            "--overwrite",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
     )
-    # "...; N tokens in S.SS s ..." — the job's own time (to 10 ms), process start-up excluded
-    words = out.stdout.split()
-    tokens = int(words[words.index("tokens") - 1].replace(",", ""))
-    secs = float(words[words.index("tokens") + 2])
-    return secs, tokens
+    wall = time.perf_counter() - t0
+    s, n, crc = out.stdout.split()
+    return float(s), wall, int(n), int(crc)
+
+
+def lmdata_run(srcs: list[Path], dst: Path, tok: Path, encoder: str, workers: int) -> float:
+    """Wall seconds of ``lmdata tokenize`` (a fresh process, start-up included); one worker
+    runs in the CLI's own process, its encoder held to one thread."""
+    argv = [sys.executable, "-m", "lmdata", "tokenize", *map(str, srcs), str(dst)]
+    argv += ["--to", "flat-tokens", "--tokenizer", str(tok), "--encoder", encoder]
+    argv += ["--workers", str(workers), "-q", "--overwrite"]
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    if workers == 1:
+        env["RAYON_NUM_THREADS"] = "1"
+    t0 = time.perf_counter()
+    subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+    return time.perf_counter() - t0
+
+
+def _flat(dst: Path) -> np.ndarray:
+    """Every token id of a flat-tokens dataset, in order."""
+    import lmdata
+
+    r = lmdata.open(dst)
+    return np.concatenate([np.asarray(x) for x in r]) if len(r) else np.zeros(0, np.uint32)
+
+
+def crc(a: np.ndarray) -> int:
+    import zlib
+
+    return zlib.crc32(a.astype(np.uint32).tobytes())
+
+
+# ---- the sections ----------------------------------------------------------------------------
+
+
+def main_table(root: Path, src: Path, tok: Path, n_docs: int) -> dict[str, float]:
+    names = [f"bare {k} {t}" for k in ("hf", "fast") for t in (1, 2)]
+    names += [f"lmdata {e} {w}" for e in ("hf", "auto") for w in (1, 2)]
+    times: dict[str, list[float]] = {n: [] for n in names}
+    walls: dict[str, list[float]] = {n: [] for n in names}
+    digests: dict[str, set[tuple[int, int]]] = {n: set() for n in names}
+    for _ in range(REPS):
+        for name in names:
+            kind, what, n = name.split()
+            if kind == "bare":
+                s, wall, count, c = bare(src, tok, what, int(n))
+                times[name].append(s)
+                walls[name].append(wall)
+            else:
+                dst = root / f"out-{what}-{n}"
+                s = lmdata_run([src], dst, tok, what, int(n))
+                flat = _flat(dst)
+                count, c = len(flat), crc(flat)
+                times[name].append(s)
+                walls[name].append(s)
+            digests[name].add((count, c))
+    every = set().union(*digests.values())
+    assert len(every) == 1, f"outputs differ: {digests}"
+    tokens = next(iter(every))[0]
+    med = {n: statistics.median(v) for n, v in times.items()}
+    wall = {n: statistics.median(v) for n, v in walls.items()}
+    mb = src.stat().st_size / 1e6
+    print(f"\n{n_docs:,} documents, {mb:.1f} MB of JSONL, {tokens:,} tokens (32k byte-level BPE)")
+    print(f"ids identical on 100% of documents: every column gives {tokens:,} tokens, one digest")
+    print(f"load average {os.getloadavg()[0]:.1f}; medians of {REPS} interleaved rounds")
+    print(f"{'column':46} {'seconds':>8} {'MB/s':>7} {'Mtok/s':>7} {'proc wall':>9}")
+    labels = {
+        "bare hf": "bare HF encode_batch_fast, {n} thread(s)",
+        "bare fast": "bare fast (gigatoken encode_batch), {n} thread(s)",
+        "lmdata hf": "lmdata tokenize --encoder hf, {n} worker(s)",
+        "lmdata auto": "lmdata tokenize (auto = fast), {n} worker(s)",
+    }
+    for name in names:
+        kind, what, n = name.split()
+        label = labels[f"{kind} {what}"].format(n=n)
+        s = med[name]
+        record("bench_tokenize", f"{label}: MB/s", mb / s, unit="MB/s")
+        print(f"{label:46} {s:8.2f} {mb / s:7.1f} {tokens / s / 1e6:7.2f} {wall[name]:9.2f}")
+    ratios = {
+        "lmdata auto, 2 workers / bare HF, 2 threads (goal >= 8)": (
+            med["bare hf 2"] / med["lmdata auto 2"]
+        ),
+        "lmdata auto, 2 workers / bare fast, 2 threads (goal >= 0.85)": (
+            med["bare fast 2"] / med["lmdata auto 2"]
+        ),
+        "  the same, bare fast's process wall (start-up, reading texts)": (
+            wall["bare fast 2"] / med["lmdata auto 2"]
+        ),
+        "lmdata auto, 1 -> 2 workers (goal >= 1.8)": med["lmdata auto 1"] / med["lmdata auto 2"],
+        "lmdata hf, 2 workers / bare HF, 2 threads": med["bare hf 2"] / med["lmdata hf 2"],
+        "lmdata hf, 1 -> 2 workers": med["lmdata hf 1"] / med["lmdata hf 2"],
+        "bare fast / bare HF, 1 thread": med["bare hf 1"] / med["bare fast 1"],
+        "bare fast, 1 -> 2 threads": med["bare fast 1"] / med["bare fast 2"],
+    }
+    for label, r in ratios.items():
+        record("bench_tokenize", label.strip(), r, unit="x")
+        print(f"{label:66} {r:6.2f}x")
+    return {"bare fast 2": med["bare fast 2"], "tokens": tokens, "crc": next(iter(every))[1]}
+
+
+def shards(root: Path, texts: list[str]) -> dict[str, list[Path]]:
+    """The corpus as SHARDS files of plain, gzip and zstd JSONL, and Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    out: dict[str, list[Path]] = {"jsonl": [], "jsonl.gz": [], "jsonl.zst": [], "parquet": []}
+    step = -(-len(texts) // SHARDS)
+    for i in range(SHARDS):
+        part = texts[i * step : (i + 1) * step]
+        data = "".join(json.dumps({"text": t}) + "\n" for t in part).encode()
+        for kind, payload in (
+            ("jsonl", data),
+            ("jsonl.gz", gzip.compress(data, 6)),
+            ("jsonl.zst", zstandard.ZstdCompressor(level=3).compress(data)),
+        ):
+            d = root / kind
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{i:02d}.{kind}").write_bytes(payload)
+            out[kind].append(d / f"{i:02d}.{kind}")
+        d = root / "parquet"
+        d.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"text": part}), d / f"{i:02d}.parquet")
+        out["parquet"].append(d / f"{i:02d}.parquet")
+    return out
+
+
+def decompress_seconds(files: list[Path]) -> float:
+    """Bare decompression (or Parquet read) of every shard, one core; the limit adds half of it
+    (two cores)."""
+    import pyarrow.parquet as pq
+    import zstandard
+
+    t0 = time.perf_counter()
+    for f in files:
+        if f.name.endswith(".gz"):
+            gzip.decompress(f.read_bytes())
+        elif f.name.endswith(".zst"):
+            with zstandard.ZstdDecompressor().stream_reader(open(f, "rb")) as r:
+                while r.read(1 << 22):
+                    pass
+        elif f.name.endswith(".parquet"):
+            pq.read_table(f, columns=["text"])
+        else:
+            f.read_bytes()
+    return time.perf_counter() - t0
+
+
+def inputs_table(root: Path, tok: Path, texts: list[str], limit: float, want: int) -> None:
+    files = shards(root / "shards", texts)
+    print(f"\nthe same documents as {SHARDS} files of each kind, lmdata auto, 2 workers:")
+    print(f"{'input':12} {'seconds':>8} {'limit s':>8} {'of limit':>9}")
+    for kind, fs in files.items():
+        dst = root / f"in-{kind}"
+        runs = [lmdata_run(fs, dst, tok, "auto", 2) for _ in range(max(1, REPS - 1))]
+        s = statistics.median(runs)
+        got = crc(_flat(dst))
+        lim = limit + decompress_seconds(fs) / 2
+        assert got == want, (kind, got, want)
+        record("bench_tokenize", f"{kind} input: of the limit", lim / s, unit="x")
+        print(f"{kind:12} {s:8.2f} {lim:8.2f} {lim / s:8.2f}x")
+
+
+def phases(src: Path, tok: Path) -> None:
+    """Where a worker's time goes on the fast path, one core, in this process."""
+    from lmdata.parallel.staging import LocalStaging
+    from lmdata.tokenize import pipeline
+    from lmdata.tokenize.commit import pack_part, unpack_part
+    from lmdata.tokenize.fast import load_fast
+    from lmdata.tokenize.job import TokenizeJob
+    from lmdata.tokenize.sinks import make_sink
+    from lmdata.tokenize.sources import list_inputs, plan_units, read_batches
+
+    fast = load_fast(str(tok))
+    job = TokenizeJob(to="flat-tokens", tokenizer=str(tok))
+    inputs = list_inputs([src])
+    units = plan_units(inputs, 8 << 20)
+    root = Path(tempfile.mkdtemp(prefix="phases-"))
+    work = LocalStaging(str(root / "work"))
+    work.reset(b"{}")
+    sink = make_sink(job, fast.reference, "fast")(root / "out")
+    t = dict.fromkeys(("read", "JSON parse", "encode", "id conversion", "staging", "write"), 0.0)
+    enc = fast._encode
+    n = 0
+    for u in units:
+        task = pipeline._task(job, inputs, work, u)
+        t0 = time.perf_counter()
+        batches = list(read_batches(u, job.batch_docs))
+        t["read"] += time.perf_counter() - t0
+        for b in batches:
+            t0 = time.perf_counter()
+            parsed = pipeline._parse_batch(task, b, 0)
+            t1 = time.perf_counter()
+            arrays = [enc(x) for x in parsed.texts]
+            t2 = time.perf_counter()
+            lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
+            flat = np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)
+            t3 = time.perf_counter()
+            meta = {"read": len(b.items), "skipped": [], "position": 0, "kind": "line"}
+            arr = {"tokens": flat, "lengths": lengths, "validation": np.zeros(len(lengths), bool)}
+            arr["pending"] = np.zeros((0, 2), np.int64)
+            name = f"{n:06d}.tok"
+            work.write_part(name, pack_part(arr, meta))
+            got, _ = unpack_part(work.read_part(name), name)
+            t4 = time.perf_counter()
+            sink.write_many(got["tokens"], got["lengths"], got["validation"])
+            t5 = time.perf_counter()
+            for k, a, z in (
+                ("JSON parse", t0, t1),
+                ("encode", t1, t2),
+                ("id conversion", t2, t3),
+                ("staging", t3, t4),
+                ("write", t4, t5),
+            ):
+                t[k] += z - a
+            n += 1
+    t0 = time.perf_counter()
+    sink.close()
+    t["write"] += time.perf_counter() - t0
+    shutil.rmtree(root, ignore_errors=True)
+    total = sum(t.values())
+    print("\nphases of the fast path, one core (staging: write and read back a part):")
+    for k, v in t.items():
+        record("bench_tokenize", f"phase {k}: share", v / total, higher_is_better=False)
+        print(f"  {k:14} {v:6.2f} s  {100 * v / total:5.1f}%")
+    print(f"  pipeline beyond the encoder: {(total - t['encode']) / t['encode']:.2f} of encode")
+
+
+PATHOLOGICAL = {
+    '"a" * 10**6': lambda: "a" * 10**6,
+    '"^" * 10**6': lambda: "^" * 10**6,
+    "10 MB minified line": lambda: (
+        "function f(a,b){return a+b};var x={k:[1,2,3],s:'str\\n'};if(x.k){f(1,2)}" * 140_000
+    )[: 10 * 10**6],
+    "1 MB of one emoji": lambda: "\U0001f642" * (10**6 // 4),
+    "only whitespace (1 MB)": lambda: " \t\n \r\n  " * 125_000,
+}
+
+
+def pathological(tok: Path) -> None:
+    from lmdata.tokenize.fast import load_fast
+
+    fast = load_fast(str(tok))
+    print("\npathological documents on the fast path (goal: each <= 1 s, ids equal):")
+    for name, make in PATHOLOGICAL.items():
+        text = make()
+        t0 = time.perf_counter()
+        got = fast.encode_batch([text])[0]
+        s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        want = fast.reference.encode_batch([text])[0]
+        hf = time.perf_counter() - t0
+        equal = np.array_equal(got, want)
+        record("bench_tokenize", f"pathological {name}: s", s, higher_is_better=False, unit="s")
+        print(f"  {name:24} fast {s:6.3f} s   hf {hf:6.2f} s   ids equal: {equal}")
+        assert equal, name
+
+
+def modalities_pack(root: Path, tok: Path, texts: list[str]) -> None:
+    """`lmdata modalities data pack_encoded_data` (auto) vs modalities 0.5.0's, same config,
+    byte-identical .pbin; a tenth of the corpus (modalities encodes with HF)."""
+    import envs
+    import yaml
+
+    env = envs.ensure("modalities")
+    part = texts[: max(1, len(texts) // 10)]
+    src = root / "mod.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in part))
+    lm = [sys.executable, "-m", "lmdata", "modalities", "data"]
+    pyenv = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    subprocess.run([*lm, "create_raw_index", str(src)], check=True, env=pyenv, capture_output=True)
+
+    def config(dst: Path) -> Path:
+        cfg = {
+            "settings": {
+                "src_path": str(src),
+                "dst_path": str(dst),
+                "index_path": str(src.with_suffix(".idx")),
+                "jq_pattern": ".text",
+                "num_cpus": 2,
+                "eod_token": "<|endoftext|>",
+                "processing_batch_size": 1000,
+            },
+            "tokenizer": {
+                "component_key": "tokenizer",
+                "variant_key": "pretrained_hf_tokenizer",
+                "config": {"pretrained_model_name_or_path": str(tok.parent)},
+            },
+        }
+        p = dst.with_suffix(".yaml")
+        p.write_text(yaml.safe_dump(cfg))
+        return p
+
+    ours, theirs = root / "lm.pbin", root / "mod.pbin"
+    rows = []
+    for _ in range(max(1, REPS - 1)):
+        ours.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        subprocess.run([*lm, "pack_encoded_data", str(config(ours))], check=True, env=pyenv,
+                       capture_output=True)  # fmt: skip
+        a = time.perf_counter() - t0
+        if not env.ok:
+            rows.append((a, None))
+            continue
+        theirs.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        argv = [str(env.python), "-m", "modalities", "data", "pack_encoded_data"]
+        subprocess.run([*argv, str(config(theirs))], check=True, capture_output=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+        b = time.perf_counter() - t0
+        assert ours.read_bytes() == theirs.read_bytes(), "the .pbin files differ"
+        rows.append((a, b))
+    a = statistics.median(r[0] for r in rows)
+    mb = src.stat().st_size / 1e6
+    if not env.ok:
+        print(f"\nModalities pack: lmdata {a:.2f} s; modalities 0.5.0 unavailable ({env.error})")
+        return
+    b = statistics.median(r[1] for r in rows)
+    record("bench_tokenize", "modalities pack CLI: modalities / lmdata", b / a, unit="x")
+    print(
+        f"\nModalities pack_encoded_data CLI, {len(part):,} docs ({mb:.1f} MB), num_cpus 2, "
+        f"byte-identical .pbin: lmdata (auto) {a:.2f} s, modalities 0.5.0 {b:.2f} s: "
+        f"{b / a:.1f}x"
+    )
+
+
+def convert_lines(root: Path, tokens: int) -> None:
+    from lmdata.convert import convert
+
+    for to in ("flat-tokens", "modalities"):
+        dst = root / f"conv-{to}"
+        t0 = time.perf_counter()
+        s = convert(
+            root / "out-auto-2", dst, to, workers=1, split="train" if to != "flat-tokens" else None
+        )
+        dt = time.perf_counter() - t0
+        record("bench_tokenize", f"convert flat-tokens -> {to}: seq/s", s.records / dt)
+        print(
+            f"convert flat-tokens -> {to}: {s.records:,} sequences in {dt:.2f} s "
+            f"({tokens * 4 / dt / 1e6:.0f} MB/s of uint32 tokens)"
+        )
 
 
 def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-tok-"))
     try:
-        src = root / "docs.jsonl"
-        chars = make_docs(src)
-        cores = os.cpu_count() or 2
-        fast = fastest_bare()
-        # (bare fastest, 1 worker, 2 workers, bare encode_batch) seconds, run in turn so load
-        # hits all alike; the last is the slower call with offsets, shown for reference
-        rounds = []
-        for _ in range(REPS):
-            bare_s, bare_tokens = bare(src, cores, fast)
-            t1, tokens1 = pipeline(src, root / "w1", 1)
-            t2, tokens2 = pipeline(src, root / "w2", 2)
-            plain_s, plain_tokens = bare(src, cores, "encode_batch")
-            assert plain_tokens == bare_tokens, (plain_tokens, bare_tokens)
-            rounds.append((bare_s, t1, t2, plain_s))
-        bare_s, t1, t2, plain_s = (statistics.median(r[i] for r in rounds) for i in range(4))
-        tm, tokens_m = pipeline(src, root / "m2.pbin", 2, "modalities")
-        assert tokens_m == bare_tokens + N_DOCS, (tokens_m, bare_tokens)  # one EOD per doc
-        assert tokens1 == tokens2 == bare_tokens, (tokens1, tokens2, bare_tokens)
-        assert (root / "w1" / "train" / "encoded_tokens" / "0").read_bytes() == (
-            root / "w2" / "train" / "encoded_tokens" / "0"
-        ).read_bytes()
-        mb = src.stat().st_size / 1e6
-        print(f"{N_DOCS:,} documents, {chars / 1e6:.1f} M chars, {bare_tokens:,} tokens (bpe5k)")
-        print(f"load average {os.getloadavg()[0]:.1f}; medians of {REPS} interleaved rounds")
-        print(f"{'path':52} {'seconds':>8} {'docs/s':>8} {'Mtok/s':>7} {'vs bare':>8}")
-        for name, s in [
-            (f"bare {fast}, in memory, all cores (limit)", bare_s),
-            ("bare encode_batch (with offsets), in memory, all cores", plain_s),
-            ("lmdata tokenize, 1 worker", t1),
-            ("lmdata tokenize, 2 workers", t2),
-            ("lmdata tokenize --to modalities (pack), 2 workers", tm),
-        ]:
-            record("bench_tokenize", f"{name}: docs/s", N_DOCS / s, unit="docs/s")
-            print(
-                f"{name:52} {s:8.2f} {N_DOCS / s:8,.0f} {bare_tokens / s / 1e6:7.2f} "
-                f"{bare_s / s:8.2f}"
-            )
-        for w, i in ((1, 1), (2, 2)):
-            r = statistics.median(x[0] / x[i] for x in rounds)
-            record("bench_tokenize", f"{w} worker(s) / bare {fast}", r, unit="x")
-            print(f"lmdata {w} worker{'s' if w > 1 else ''} / bare {fast}: {r:.2f}x (goal >= 1)")
-        scaling = record(
-            "bench_tokenize",
-            "scaling 1 -> 2 workers",
-            statistics.median(x[1] / x[2] for x in rounds),
-            unit="x",
-        )
-        print(f"scaling 1 -> 2 workers: {scaling:.2f}x   ({mb / t2:.1f} MB/s of JSONL)")
-        # convert throughput: flat-tokens -> flat-tokens, and flat-tokens -> modalities
-        from lmdata.convert import convert
-        from lmdata.storage import apparent_size
-
-        for to in ("flat-tokens", "modalities"):
-            dst = root / f"conv-{to}"
-            t0 = time.perf_counter()
-            s = convert(
-                root / "w2", dst, to, workers=1, split="train" if to != "flat-tokens" else None
-            )
-            dt = time.perf_counter() - t0
-            size = apparent_size(root / "w2" / "train" / "encoded_tokens") / 1e6
-            record("bench_tokenize", f"convert flat-tokens -> {to}: seq/s", s.records / dt)
-            print(
-                f"convert flat-tokens -> {to}: {s.records:,} sequences in {dt:.2f} s "
-                f"({s.records / dt:,.0f} seq/s, {bare_tokens * 4 / dt / 1e6:.0f} MB/s of "
-                f"uint32 tokens; source {size:.0f} MB on disk incl. padding)"
-            )
+        src, texts = make_corpus(root)
+        tok = train_tokenizer(texts)
+        got = main_table(root, src, tok, len(texts))
+        inputs_table(root, tok, texts, got["bare fast 2"], got["crc"])
+        phases(src, tok)
+        pathological(tok)
+        modalities_pack(root, tok, texts)
+        convert_lines(root, got["tokens"])
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
