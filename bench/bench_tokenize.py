@@ -52,27 +52,29 @@ if kind == "hf":
     tok = Tokenizer.from_file(sys.argv[2])
     tok.encode_batch_fast(texts[:64], add_special_tokens=False)  # warm the thread pool
     t0 = time.perf_counter()
+    c0 = time.process_time()
     enc = tok.encode_batch_fast(texts, add_special_tokens=False)
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     flat = np.concatenate([np.asarray(e.ids, dtype=np.uint32) for e in enc])
 else:
     import gigatoken, awkward
     tok = gigatoken.Tokenizer(sys.argv[2])
     tok.encode_batch(["warm"], parallel=True)  # start the thread pool, not the word cache
     t0 = time.perf_counter()
+    c0 = time.process_time()
     enc = tok.encode_batch(texts, parallel=True)
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     flat = np.asarray(enc.layout.content.data)
-print(dt, len(flat), zlib.crc32(flat.astype(np.uint32).tobytes()))
+print(dt, len(flat), zlib.crc32(flat.astype(np.uint32).tobytes()), cpu)
 """
 
 
 # ---- the corpus and the tokenizer ------------------------------------------------------------
 
 
-def corpus_files(limit: int) -> list[Path]:
-    """Sorted local text files (stdlib sources first, then /usr/share/doc) up to ``limit``
-    bytes: two thirds Python, one third prose and changelogs."""
+def corpus_texts(limit: int) -> list[str]:
+    """Local text files as documents, in sorted order, up to ``limit`` characters: two thirds
+    the Python standard library's sources, one third /usr/share/doc (prose, changelogs)."""
     import sysconfig
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
@@ -83,13 +85,16 @@ def corpus_files(limit: int) -> list[Path]:
         for p in Path("/usr/share/doc").rglob("*")
         if p.is_file() and not p.is_symlink() and p.name.endswith(doc_suffixes)
     )
-    out, size = [], 0
+    out: list[str] = []
+    size = 0
     for group, share in ((py, 2 / 3), (docs, 1.0)):
         for p in group:
             if size >= limit * share:
                 break
-            out.append(p)
-            size += p.stat().st_size
+            text = read_text(p)
+            if text:
+                out.append(text)
+                size += len(text)
     return out
 
 
@@ -104,11 +109,11 @@ def read_text(p: Path) -> str:
 
 
 def make_corpus(root: Path) -> tuple[Path, list[str]]:
-    texts = [t for t in (read_text(p) for p in corpus_files(MB * 10**6)) if t]
+    texts = corpus_texts(MB * 10**6)
     src = root / "docs.jsonl"
     with open(src, "w") as f:
         for i, t in enumerate(texts):
-            f.write(json.dumps({"id": i, "text": t}) + "\n")
+            f.write(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n")
     return src, texts
 
 
@@ -160,7 +165,7 @@ def bare(src: Path, tok: Path, kind: str, threads: int) -> tuple[float, float, i
         env={**os.environ, "RAYON_NUM_THREADS": str(threads)},
     )
     wall = time.perf_counter() - t0
-    s, n, crc = out.stdout.split()
+    s, n, crc, _cpu = out.stdout.split()
     return float(s), wall, int(n), int(crc)
 
 
@@ -324,7 +329,8 @@ def inputs_table(root: Path, tok: Path, texts: list[str], limit: float, want: in
 
 
 def phases(src: Path, tok: Path) -> None:
-    """Where a worker's time goes on the fast path, one core, in this process."""
+    """Where a worker's time goes on the fast path: CPU seconds of each phase, one core, in
+    this process (CPU time, so that other load on the machine does not inflate one phase)."""
     from lmdata.parallel.staging import LocalStaging
     from lmdata.tokenize import pipeline
     from lmdata.tokenize.commit import pack_part, unpack_part
@@ -346,27 +352,27 @@ def phases(src: Path, tok: Path) -> None:
     n = 0
     for u in units:
         task = pipeline._task(job, inputs, work, u)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         batches = list(read_batches(u, job.batch_docs))
-        t["read"] += time.perf_counter() - t0
+        t["read"] += time.process_time() - t0
         for b in batches:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             parsed = pipeline._parse_batch(task, b, 0)
-            t1 = time.perf_counter()
+            t1 = time.process_time()
             arrays = [enc(x) for x in parsed.texts]
-            t2 = time.perf_counter()
+            t2 = time.process_time()
             lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
             flat = np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)
-            t3 = time.perf_counter()
+            t3 = time.process_time()
             meta = {"read": len(b.items), "skipped": [], "position": 0, "kind": "line"}
             arr = {"tokens": flat, "lengths": lengths, "validation": np.zeros(len(lengths), bool)}
             arr["pending"] = np.zeros((0, 2), np.int64)
             name = f"{n:06d}.tok"
             work.write_part(name, pack_part(arr, meta))
             got, _ = unpack_part(work.read_part(name), name)
-            t4 = time.perf_counter()
+            t4 = time.process_time()
             sink.write_many(got["tokens"], got["lengths"], got["validation"])
-            t5 = time.perf_counter()
+            t5 = time.process_time()
             for k, a, z in (
                 ("JSON parse", t0, t1),
                 ("encode", t1, t2),
@@ -376,12 +382,12 @@ def phases(src: Path, tok: Path) -> None:
             ):
                 t[k] += z - a
             n += 1
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     sink.close()
-    t["write"] += time.perf_counter() - t0
+    t["write"] += time.process_time() - t0
     shutil.rmtree(root, ignore_errors=True)
     total = sum(t.values())
-    print("\nphases of the fast path, one core (staging: write and read back a part):")
+    print("\nphases of the fast path, CPU s on one core (staging: write and read back a part):")
     for k, v in t.items():
         record("bench_tokenize", f"phase {k}: share", v / total, higher_is_better=False)
         print(f"  {k:14} {v:6.2f} s  {100 * v / total:5.1f}%")

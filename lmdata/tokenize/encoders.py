@@ -27,11 +27,12 @@ log = logging.getLogger("lmdata.tokenize")
 
 # the job's first documents checked before it starts (on top of the adversarial sample)
 FIRST_DOCS = 64
-FIRST_CHARS = 64 << 10
-# during the job: about this share of each unit's characters is encoded again by the reference
-# (the reference is ~15x slower per byte: 1/512 costs the job ~3%); one document at least
-CHECK_SHARE = 512
-CHECK_MAX_CHARS = 64 << 10  # a longer document is checked on its first this many characters
+FIRST_CHARS = 32 << 10
+# during the job: about this share of each unit's characters is encoded again by the reference,
+# one document at least. The reference is 15-70x slower per byte than the fast encoder (70x on
+# the bench's 32k BPE), so 1/4096 costs a job about 1-2%.
+CHECK_SHARE = 4096
+CHECK_MAX_CHARS = 4096  # a longer document is checked on its first this many characters
 
 
 @dataclass(frozen=True)
@@ -87,15 +88,22 @@ def load_encoder(spec: str, encoder: str) -> Any:
     return load_tokenizer(spec)
 
 
-def choose(spec: str, asked: str, special_tokens: bool, first_texts: Sequence[str] = ()) -> Choice:
-    """The encoder for a job on the tokenizer file ``spec``: ``asked`` ("auto", "fast", "hf"),
-    checked on the adversarial sample and ``first_texts``. A job that asked for ``fast`` fails
-    (InvalidInputError, LmdataError) where ``auto`` falls back to ``hf`` with a note."""
+def choose(
+    spec: str,
+    asked: str,
+    special_tokens: bool,
+    first_texts: Sequence[str] = (),
+    reference: Any = None,
+) -> Choice:
+    """The encoder for a job on the tokenizer file ``spec`` (loaded already: ``reference``):
+    ``asked`` ("auto", "fast", "hf"), checked on the adversarial sample and ``first_texts``. A
+    job that asked for ``fast`` fails (InvalidInputError, LmdataError) where ``auto`` falls
+    back to ``hf`` with a note."""
     from lmdata.tokenize.tokenizers import ByteTokenizer, load_tokenizer
 
     if asked not in ENCODERS:
         raise InvalidInputError(f"encoder must be one of {', '.join(ENCODERS)}, got {asked!r}")
-    ref = load_tokenizer(spec)
+    ref = reference if reference is not None else load_tokenizer(spec)
     if isinstance(ref, ByteTokenizer):
         return Choice("bytes", asked)  # exact and vectorised already
     if asked == "hf":

@@ -414,11 +414,11 @@ def tokenize(
     manifest = _manifest(job, inputs, range_bytes, source_options, origins)
     units = plan_units(inputs, range_bytes, job.source_format, source_options)
     first = _first_texts(job, inputs, work, units, source_options, encoder)
-    choice = choose(job.tokenizer, encoder, job.special_tokens, first)
+    choice = choose(job.tokenizer, encoder, job.special_tokens, first, tok)
     note(choice)
     if choice.tokenizer is not None:  # checked already: this process and its forks keep it
         _adopt(job.tokenizer, choice)
-    run = _Run(job, inputs, work, units, dst, overwrite, storage_options, source_options)
+    run = _Run(job, tok, inputs, work, units, dst, overwrite, storage_options, source_options)
     try:
         summary = run(choice, manifest, resume, engine, workers, address, progress)
     except _Disagreement as e:  # auto: nothing of the fast run is kept; all again with hf
@@ -441,6 +441,7 @@ class _Run:
     the job makes a second pass with the reference, from scratch)."""
 
     job: TokenizeJob
+    tok: Any  # the reference tokenizer (the sink's: EOD, provenance)
     inputs: list[InputFile]
     work: Staging
     units: list[Unit]
@@ -460,8 +461,7 @@ class _Run:
         progress: Callable[[dict[str, float]], None] | None,
     ) -> Summary:
         job, inputs, work, units = self.job, self.inputs, self.work, self.units
-        tok = load_tokenizer(job.tokenizer)
-        sink_factory = make_sink(job, tok, choice.label)
+        sink_factory = make_sink(job, self.tok, choice.label)
         done = prepare(work, manifest, resume)
         todo = [u for u in units if (u.file_index, u.part) not in done]
         pool = make_executor(engine, workers, address, units=len(todo))
