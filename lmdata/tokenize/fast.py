@@ -63,12 +63,14 @@ def _screen_hf(path: Path) -> bool:
     """Whether the ``tokenizer.json`` at ``path`` is one gigatoken implements; returns whether
     it is a SentencePiece-style BPE with byte fallback. Raises Unsupported naming what is
     not."""
-    from lmdata import _json
+    import orjson
 
-    try:
-        cfg = _json.read(path, what="tokenizer file", max_bytes=1 << 30)
-    except Exception as e:
+    try:  # the reference loaded it already: a JSON file of sane size
+        cfg = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
         raise Unsupported(f"cannot read {path.name}: {e}") from None
+    if not isinstance(cfg, dict):
+        raise Unsupported(f"{path.name} is not a tokenizer.json object")
     model = cfg.get("model") or {}
     kind = model.get("type")
     if kind != "BPE":
