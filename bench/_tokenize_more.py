@@ -321,11 +321,17 @@ def modalities_pack(root: Path, tok: Path, texts: list[str]) -> None:
                 "num_cpus": 2,
                 "eod_token": "<|endoftext|>",
                 "processing_batch_size": 1000,
+                "raw_samples_queue_size": 300,
+                "processed_samples_queue_size": 300,
             },
             "tokenizer": {
                 "component_key": "tokenizer",
                 "variant_key": "pretrained_hf_tokenizer",
-                "config": {"pretrained_model_name_or_path": str(tok.parent)},
+                "config": {
+                    "pretrained_model_name_or_path": str(tok.parent),
+                    "padding": False,
+                    "truncation": False,
+                },
             },
         }
         p = dst.with_suffix(".yaml")

@@ -39,7 +39,7 @@ import _tokenize_more as more
 from _compare import QUICK, record
 from _tokenize_more import REPS, crc, flat_tokens, lmdata_run
 
-BARE = r"""
+BARE_ENCODE = r"""
 import sys, time, zlib
 import orjson, numpy as np
 texts = [orjson.loads(x)["text"] for x in open(sys.argv[1], "rb")]
@@ -74,7 +74,7 @@ def bare_encode(src: Path, tok: Path, kind: str, threads: int) -> tuple[float, f
     every text of ``src`` in memory, in a fresh process with ``threads`` threads."""
     t0 = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", BARE, str(src), str(tok), kind],
+        [sys.executable, "-c", BARE_ENCODE, str(src), str(tok), kind],
         capture_output=True,
         text=True,
         check=True,
