@@ -225,7 +225,13 @@ PATHOLOGICAL = {
 }
 
 
-@pytest.mark.parametrize("name", list(PATHOLOGICAL))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.slow) if "10 MB" in n else n  # the reference: ~10 s
+        for n in PATHOLOGICAL
+    ],
+)
 def test_pathological_documents_give_the_reference_ids(bpe, name):
     """The bench times these on the fast path; here the ids must equal the reference's."""
     fast = load_fast(str(bpe))
