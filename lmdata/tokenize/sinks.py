@@ -104,10 +104,11 @@ def make_sink(
             "separate output instead of --validation-fraction"
         )
     eod = resolve_eod(job, tok)
-    opts = dict(job.writer_options)
-    opts.setdefault("provenance", _provenance.record(tok, eod, job.special_tokens, encoder))
 
     def factory(dst: Path, overwrite: bool = False) -> EodSink:
+        # the record hashes and reads the tokenizer file: made when a sink opens, not to check
+        opts = dict(job.writer_options)
+        opts.setdefault("provenance", _provenance.record(tok, eod, job.special_tokens, encoder))
         sink = job.target.open(
             dst, overwrite=overwrite, vocab_size=tok.vocab_size, eod_id=eod, options=opts
         )
