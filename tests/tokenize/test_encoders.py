@@ -351,9 +351,9 @@ def test_a_planted_mismatch_fails_an_explicit_fast_job(
     assert not list(tmp_path.glob(".o.zarr*"))  # no work folder, no half-written output
 
 
-@pytest.mark.parametrize("planted_from", [3, 400])
+@pytest.mark.parametrize(("planted_from", "workers"), [(3, 0), (400, 0), (400, 2)])
 def test_a_planted_mismatch_sends_auto_back_to_hf_before_anything_is_written(
-    bpe, tmp_path, monkeypatch, caplog, planted_from
+    bpe, tmp_path, monkeypatch, caplog, planted_from, workers
 ):
     _plant(monkeypatch)
     src = _docs(tmp_path / "d.jsonl", 600, planted_from)
@@ -369,7 +369,7 @@ def test_a_planted_mismatch_sends_auto_back_to_hf_before_anything_is_written(
 
     monkeypatch.setattr(importlib.import_module("lmdata.tokenize.pipeline"), "note", note)
     with caplog.at_level(logging.WARNING, logger="lmdata.tokenize"):
-        s = lmdata.tokenize(src, dst, tokenizer=str(bpe), workers=0, batch_docs=32)
+        s = lmdata.tokenize(src, dst, tokenizer=str(bpe), workers=workers, batch_docs=32)
     assert s.encoder == "hf"
     assert seen[-1] == ("hf", False)
     assert seen[0][0] == ("hf" if planted_from == 3 else "fast")
