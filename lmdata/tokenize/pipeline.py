@@ -61,6 +61,7 @@ from lmdata.tokenize.sources import (
     Batch,
     InputFile,
     Unit,
+    Unreadable,
     _Missing,
     first_line,
     input_versions,
@@ -283,8 +284,10 @@ def _parse_batch(task: TokenizeTask, batch: Batch, before: int) -> _Parsed:
                     if isinstance(obj.get("id"), (str, int)):
                         key = f"id:{obj['id']}"
         else:
-            text = None if isinstance(item, _Missing) else item
-            if text is None:
+            text = None if isinstance(item, (_Missing, Unreadable)) else item
+            if isinstance(item, Unreadable):
+                problem = item.problem
+            elif text is None:
                 problem = f"no {task.text_key!r} field (pass --text-key)"
             elif batch.ids is not None and isinstance(batch.ids[j], (str, int)):
                 key = f"id:{batch.ids[j]}"

@@ -546,3 +546,17 @@ def test_modalities_pack_takes_encoder_and_stays_byte_identical(tmp_path, monkey
     assert res.exit_code == 0, res.output
     assert f"(encoder {encoder}" in res.output
     assert Path("data/docs.pbin").read_bytes() == (MOD / "docs_bpe5k.pbin").read_bytes()
+
+
+@pytest.mark.parametrize("encoder", ["fast", "hf"])
+def test_a_text_file_that_is_not_utf8_is_an_error_naming_the_byte(bpe, tmp_path, encoder):
+    """No encoder takes lone surrogates (the old surrogateescape decoding crashed both with a
+    TypeError); the document is invalid input, skipped with --skip-invalid."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_bytes(b"hello \xff world\n")
+    (tmp_path / "in" / "b.txt").write_text("fine")
+    kw = {"tokenizer": str(bpe), "encoder": encoder, "workers": 0}
+    with pytest.raises(InvalidInputError, match=r"a\.txt: record 1: not UTF-8 text \(byte 6"):
+        lmdata.tokenize(tmp_path / "in", tmp_path / "o", **kw)
+    s = lmdata.tokenize(tmp_path / "in", tmp_path / "o", skip_invalid=True, **kw)
+    assert (s.documents_read, s.documents_written, s.documents_skipped) == (2, 1, 1)
