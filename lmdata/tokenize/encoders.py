@@ -41,7 +41,8 @@ class Choice:
 
     encoder: str  # "fast" | "hf" | "bytes"
     asked: str
-    note: str = ""  # why auto did not take fast (empty otherwise)
+    note: str = ""  # why auto did not take fast (empty otherwise): a warning
+    hint: str = ""  # said at the info level (the fast encoder is not installed)
     tokenizer: Any = field(default=None, compare=False, repr=False)  # the fast one, loaded
 
     @property
@@ -119,8 +120,11 @@ def choose(
                 f"--encoder fast cannot encode this tokenizer: {e}; use --encoder auto or hf",
                 path=spec,
             ) from None
-        why = "not installed (pip install 'lmdata[fast]')" if isinstance(e, ImportError) else e
-        return Choice("hf", asked, f"fast encoder not used: {why}")
+        if isinstance(e, ImportError):  # the summary line says hf; no warning on every job
+            return Choice(
+                "hf", asked, "", hint="fast encoder not installed: pip install 'lmdata[fast]'"
+            )
+        return Choice("hf", asked, f"fast encoder not used: {e}")
     sample = adversarial_sample(ref)
     bad = compare(fast, ref, sample, special_tokens)
     where = f"text {bad.index} of the built-in check sample" if bad else ""
@@ -282,5 +286,7 @@ def note(choice: Choice) -> None:
     logger; the fallback is a warning, so it shows without any logging set up."""
     if choice.note:
         log.warning("encoder: hf (%s)", choice.note)
+    elif choice.hint:
+        log.info("encoder: %s (%s)", choice.label, choice.hint)
     else:
         log.info("encoder: %s", choice.label)
