@@ -144,10 +144,14 @@ def _s3(
 
                 code = _code(e)
                 if code == "PreconditionFailed":
-                    raise changed(url, f"the object was replaced (its ETag is no longer {etag})")
+                    raise changed(
+                        url, f"the object was replaced (its ETag is no longer {etag})"
+                    ) from None
                 if code == "InvalidRange":  # at or past the end (a zero-length object too)
                     if pin is not None and a < pin[0]:
-                        raise changed(url, f"the object is shorter than the {pin[0]} bytes it had,")
+                        raise changed(
+                            url, f"the object is shorter than the {pin[0]} bytes it had,"
+                        ) from None
                     return b"", None, None
                 raise
             try:

@@ -197,6 +197,10 @@ class FsspecStore:
             self._roots.append(key)
             self._listed = sorted(k for k in self._pins if self._root_of(k) is not None)
 
+    def files_below(self, key: str) -> list[str] | None:
+        """Keys of every object below ``key`` from a snapshot, or None if none covers it."""
+        return self._below(key) if self._root_of(key) is not None else None
+
     def forget(self) -> None:
         """Drop the cached ranges and pins of this store (it is about to write or remove
         objects: what it reads next is what it wrote)."""

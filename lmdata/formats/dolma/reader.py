@@ -61,6 +61,7 @@ class DolmaDocuments:
             raise InvalidInputError(f"max_line_bytes must be positive, got {max_line_bytes}")
         self.max_line_bytes = max_line_bytes
         store, key = resolve(path, storage_options)
+        store.snapshot(key)  # what is read later is what is there now (one listing)
         self.store: Store = store
         if is_file(store, key):
             if not is_doc_file(basename(key)):

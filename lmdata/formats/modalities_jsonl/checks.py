@@ -5,7 +5,7 @@ the data or the index that no entry covers."""
 from __future__ import annotations
 
 import contextlib
-from pathlib import PurePath
+from pathlib import PurePath, PurePosixPath
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def _json_error(line: bytes) -> str | None:
 def index_problems(
     store: Store,
     key: str,
-    index_path: PurePath,
+    index_path: PurePath | str,
     index: SpanIndex,
     progress: Progress | None = None,
 ) -> list[str]:
@@ -40,6 +40,7 @@ def index_problems(
     counts the bytes of the file checked, a report per MiB.
     """
     path = shown_path(store, key)
+    name, iname = PurePosixPath(str(path)).name, PurePosixPath(str(index_path)).name
     tick = Ticker(progress, store.size(key) if progress is not None else 0)
     report_at = PROGRESS_BYTES if progress is not None else -1
     rep = ProblemReport()
@@ -54,7 +55,7 @@ def index_problems(
     def not_a_start(j: int) -> None:
         rep.add(
             "start",
-            f"{index_path.name} entry {entries[j]}: offset {offs[j]} is not the start of a line",
+            f"{iname} entry {entries[j]}: offset {offs[j]} is not the start of a line",
         )
 
     with contextlib.closing(read_lines(store, key)) as lines:
@@ -67,7 +68,7 @@ def index_problems(
                 j += 1
             indexed, error = False, ""
             while j < n and offs[j] == off:
-                where = f"{index_path.name} entry {entries[j]}"
+                where = f"{iname} entry {entries[j]}"
                 indexed = True
                 if lens[j] != len(line):
                     rep.add(
@@ -80,14 +81,13 @@ def index_problems(
                     if error:
                         rep.add(
                             "json",
-                            f"{path.name} line {lineno} (byte {off}): indexed but not JSON "
-                            f"({error})",
+                            f"{name} line {lineno} (byte {off}): indexed but not JSON ({error})",
                         )
                 j += 1
             if not indexed and _json_error(line) is None:
                 rep.add(
                     "missing",
-                    f"{path.name} line {lineno} (byte {off}): valid JSON but missing from "
+                    f"{name} line {lineno} (byte {off}): valid JSON but missing from "
                     f"the index; rebuild it with `lmdata index --overwrite {path}`",
                 )
             end = off + len(line)
@@ -98,7 +98,7 @@ def index_problems(
     if index.trailing:
         rep.add(
             "trailing",
-            f"{index_path.name}: {index.trailing} bytes follow the end of the pickled index; "
+            f"{iname}: {index.trailing} bytes follow the end of the pickled index; "
             "every reader ignores them (rebuild the index with `lmdata index --overwrite`)",
         )
     # an unterminated last line that is neither JSON nor indexed: a write cut short
@@ -107,7 +107,7 @@ def index_problems(
         start, line = tail
         rep.add(
             "unindexed",
-            f"{path.name}: the last {len(line)} bytes (from byte {start}) are an "
+            f"{name}: the last {len(line)} bytes (from byte {start}) are an "
             "unterminated line that is not JSON and not in the index: a write cut "
             "short? Remove them, or complete the line and rebuild the index",
         )
