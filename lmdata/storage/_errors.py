@@ -168,11 +168,21 @@ def is_unreachable(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, socket.timeout, asyncio.TimeoutError))
 
 
-def translate(exc: BaseException, url: str, tries: int | None = None) -> BaseException:
+_STORE_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "fsspec", "google")
+
+
+def from_store(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is an exception of a store's client."""
+    return any(
+        type(e).__module__.split(".")[0] in _STORE_MODULES for e in _chain(exc)
+    ) or is_unreachable(exc)
+
+
+def translate(exc: BaseException, url: str | None, tries: int | None = None) -> BaseException:
     """The lmdata error for a failure of a store request about ``url``; ``exc`` itself if it
     is an lmdata error, keeps a meaning for the caller (no such object, exists, ...), or is no
     store failure (a bug is reported as one)."""
-    url = redact(url)
+    url = redact(url) if url else None
     if isinstance(exc, LmdataError):
         return exc
     names = _names(exc)
@@ -331,6 +341,9 @@ class Guarded:
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._fs, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._fs, name)
 
     def __repr__(self) -> str:
         return f"Guarded({type(self._fs).__name__})"

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lmdata._redact import redact
-from lmdata.errors import UnsafeDataError
+from lmdata.errors import DatasetNotFoundError, LmdataError, UnsafeDataError
 from lmdata.storage import _fetch
 from lmdata.storage._errors import (
     DOWN,
@@ -217,6 +217,23 @@ class FsspecStore:
         if self._root_of(key) is not None:
             return key.rstrip("/") in self._pins or bool(self._below(key))
         return bool(self.fs.exists(key))
+
+    def missing(self, key: str) -> DatasetNotFoundError:
+        """The error for nothing at ``key``: it says whether the bucket itself is missing (one
+        more request, on this failure path only)."""
+        bucket = key.strip("/").split("/", 1)[0]
+        if self._kind == "s3" and bucket and "/" in key.strip("/"):
+            try:
+                there = bool(self.fs.exists(bucket))
+            except LmdataError:
+                there = True
+            if not there:
+                return DatasetNotFoundError(
+                    f"the bucket {bucket!r} does not exist: check the URL and the endpoint "
+                    "(client_kwargs.endpoint_url, AWS_ENDPOINT_URL), or create the bucket",
+                    path=self.url(key),
+                )
+        return DatasetNotFoundError("no such object or directory", path=self.url(key))
 
     def is_dir(self, key: str) -> bool:
         if self._root_of(key) is not None:

@@ -5,11 +5,12 @@ threads and forked workers never disturb each other); a copy of the store in ano
 (pickled, or inherited by fork) opens its own. Outputs are built in a hidden temporary sibling
 and renamed into place, so a dataset appears whole or not at all.
 
-A store reads the files it opened: each file's identity (device, inode) is pinned when first
-seen, and a file opened again (after eviction, in a DataLoader worker, for a memory map) must
-be the same file; a dataset folder pinned by :meth:`LocalStore.snapshot` must still be the
-folder that was opened. A file or folder replaced by a rename under a reader is a
-:class:`~lmdata.errors.DatasetChangedError` (an open file keeps serving its old bytes).
+A store reads the files it opened: each file's identity (device, inode, size, modification
+time) is pinned when first seen, and a file opened again (after eviction, in a DataLoader
+worker, for a memory map) must be the same file; a dataset folder pinned by
+:meth:`LocalStore.snapshot` must still be the folder that was opened. A file or folder
+replaced under a reader is a :class:`~lmdata.errors.DatasetChangedError` (an open file keeps
+serving its old bytes).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class LocalStore:
     can_mmap = True
 
     def __init__(self) -> None:
-        self._pins: dict[str, tuple[int, int]] = {}  # path -> (device, inode) first seen
+        self._pins: dict[str, tuple[int, ...]] = {}  # path -> (device, inode, size, mtime)
         self._roots: dict[str, tuple[int, int]] = {}  # snapshot folders -> (device, inode)
         self._init()
 
@@ -113,13 +114,16 @@ class LocalStore:
     def _pin(self, key: str, st: os.stat_result) -> None:
         """Record the identity of file ``key`` (``st``), or DatasetChangedError if another
         file has been seen at ``key`` before."""
-        ident = (st.st_dev, st.st_ino)
+        # (an inode freed by a delete is soon reused: size and mtime tell the new file apart)
+        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        key = os.fspath(key)
         held = self._pins.setdefault(key, ident)
         if held != ident:
             raise _changed(key, "the file was replaced")
 
     def _opened(self, key: str, fd: int) -> None:
         """Check a file just opened: the same file as before, in the same dataset folder."""
+        key = os.fspath(key)
         self._pin(key, os.fstat(fd))
         if self._roots:
             for root, ident in self._roots.items():
@@ -140,6 +144,7 @@ class LocalStore:
         except OSError:
             return
         if os.path.isdir(key):
+            key = os.fspath(key)
             self._roots.setdefault(key.rstrip(os.sep) or key, (st.st_dev, st.st_ino))
         else:
             self._pin(key, st)
