@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, LmdataError
+from lmdata.errors import (
+    CorruptDataError,
+    FormatError,
+    InvalidInputError,
+    LmdataError,
+    StorageError,
+)
 from lmdata.formats.dolma._files import MAX_LINE_BYTES, iter_raw_lines
 from lmdata.formats.dolma._lines import LineIndex
 from lmdata.formats.dolma._paths import (
@@ -256,5 +262,7 @@ def detect(path: str | os.PathLike[str]) -> bool:
         if any(is_doc_file(n) for n in store.sizes(ddir)):
             return True
         return any(is_doc_file(basename(k)) for k in walk_files(store, ddir))
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, LmdataError):
         return False

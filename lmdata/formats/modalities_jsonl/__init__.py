@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
-from lmdata.errors import LmdataError
+from lmdata.errors import LmdataError, StorageError
 from lmdata.formats._spec import FormatSpec, Progress, Ticker, detector, lazy
 
 if TYPE_CHECKING:
@@ -60,6 +60,8 @@ def detect(path: str | os.PathLike[str]) -> bool:
             return False
         # the index is ``foo.idx`` beside ``foo.jsonl`` (lines.default_index_path)
         return store.read_range(str(Path(key).with_suffix(".idx")), 0, 1) == b"\x80"
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, LmdataError):
         return False
 
