@@ -48,6 +48,7 @@ _PASS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryErr
 # names of exception types that say the server could not be reached or went away
 _UNREACHABLE = {
     "EndpointConnectionError",
+    "HTTPClientError",
     "ConnectTimeoutError",
     "ConnectionClosedError",
     "ReadTimeoutError",
@@ -231,7 +232,7 @@ def translate(exc: BaseException, url: str | None, tries: int | None = None) -> 
         )
     if isinstance(exc, ImportError):
         return MissingDependencyError(f"{_short(exc)}", path=url)
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) or from_store(exc):
         return StorageError(
             f"the store failed the request ({_short(exc)}); retry, or check the URL, the "
             "endpoint and the credentials",
@@ -252,31 +253,37 @@ def _url_of(protocol: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str
 
 
 class _Down:
-    """Endpoints found unreachable through all their retries, until when (per process)."""
+    """Endpoints found unreachable through all their retries, until when (per process), and
+    what their failure said."""
 
     def __init__(self) -> None:
-        self._until: dict[int, float] = {}
+        self._until: dict[int, tuple[float, str]] = {}
         self._lock = threading.Lock()
 
     def check(self, fs: Any, url: str) -> None:
-        until = self._until.get(id(fs))
-        if until is None:
+        got = self._until.get(id(fs))
+        if got is None:
             return
+        until, said = got
         if time.monotonic() >= until:
             with self._lock:
                 self._until.pop(id(fs), None)
             return
         err = StorageError(
-            "the object store was unreachable moments ago (not asked again for "
-            f"{DOWN_SECONDS:g} s): check the endpoint and the network, then retry",
+            f"{said} (the same endpoint failed moments ago: not asked again for "
+            f"{DOWN_SECONDS:g} s)",
             path=redact(url),
         )
         err.unreachable = True  # type: ignore[attr-defined]
         raise err
 
-    def mark(self, fs: Any) -> None:
+    def mark(self, fs: Any, err: BaseException) -> None:
+        said = str(err)
+        path = getattr(err, "path", None)
+        if path and said.startswith(f"{path}: "):
+            said = said[len(path) + 2 :]
         with self._lock:
-            self._until[id(fs)] = time.monotonic() + DOWN_SECONDS
+            self._until[id(fs)] = (time.monotonic() + DOWN_SECONDS, said)
 
     def clear(self, fs: Any) -> None:
         if self._until:
@@ -302,7 +309,7 @@ def guard(fs: Any, protocol: str, fn: Callable[..., Any], url: str) -> Callable[
             if err is e:
                 raise
             if is_unreachable(err):
-                DOWN.mark(fs)
+                DOWN.mark(fs, err)
             raise err from e
         if DOWN._until:
             DOWN.clear(fs)

@@ -351,7 +351,7 @@ class FsspecStore:
             if err is e:
                 raise
             if is_unreachable(err):
-                DOWN.mark(raw)
+                DOWN.mark(raw, err)
             raise err from e
         if pin is None and seen is not None:
             self._pin(key, seen)
