@@ -201,7 +201,7 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         if step == "503":
-            xml = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+            xml = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>"
             self.send_response(503)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(xml)))
