@@ -353,8 +353,12 @@ class FsspecStore:
             if is_unreachable(err):
                 DOWN.mark(raw, err)
             raise err from e
-        if pin is None and seen is not None:
-            self._pin(key, seen)
+        if seen is not None and (pin is None or (pin[1] is None and seen[1] is not None)):
+            if pin is not None:  # a listing without versions: the answer's tag completes it
+                with self._lock:
+                    self._pins[key] = seen
+            else:
+                self._pin(key, seen)
         return blobs
 
     def read(self, key: str, limit: int = MAX_READ_BYTES) -> bytes:
