@@ -178,4 +178,6 @@ def _s3(
         check(url, seen, size, tag)
         if seen is None and size is not None:
             seen = (size, tag)
+        elif seen is not None and seen[1] is None and tag is not None:
+            seen = (seen[0], tag)  # a pin from a listing without versions
     return [b for b, _, _ in got], seen
