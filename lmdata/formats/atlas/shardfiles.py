@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from lmdata.errors import CorruptDataError
+from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.meta import DICT, INDEX, Strategy, shown
 
@@ -87,6 +87,8 @@ class ShardFiles:
             raise CorruptDataError(
                 "missing index.npy", path=self._shown(p), position=self._where(s)
             ) from None
+        except LmdataError:  # the store's own error (a replaced object, a dead server)
+            raise
         except Exception as e:  # numpy's header parser raises many kinds (even TokenError)
             raise CorruptDataError(
                 f"cannot load index.npy: {type(e).__name__}: {e}",
