@@ -22,7 +22,10 @@ from lmdata.errors import DatasetNotFoundError, OutputExistsError
 _W = TypeVar("_W", bound="AtomicWriter")
 
 TMP_PREFIX = ".lmdata-tmp-"  # staged outputs: a killed writer leaves at most these
-CLAIM = ".lmdata-writing"  # a writer's create-only claim on a new URL (object stores)
+CLAIM = ".lmdata-writing"  # a writer's create-only claim beside its URL (object stores)
+# inside a tree being put in place (a Dolma tree: ``documents/.lmdata-committing``), for as long
+# as a staged commit moves its objects: readers that list the tree refuse it meanwhile
+COMMITTING = ".lmdata-committing"
 WORK_JOBS = ("work", "convert")  # resumable staging beside an output: tokenize's, convert's
 
 

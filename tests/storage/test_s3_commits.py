@@ -22,6 +22,7 @@ import pytest
 import lmdata
 from lmdata.errors import LmdataError, OutputExistsError
 from lmdata.storage import resolve
+from lmdata.storage.claims import claim_key
 
 # Reads one JSON command per line: {"fmt", "url", "kill", "log"}. For each it forks a writer
 # that writes the "new" dataset to url (overwriting) and SIGKILLs itself at its kill-th S3
@@ -235,7 +236,7 @@ def test_two_writers_cannot_both_commit(s3_root):
     url = f"{s3_root}/race2"
     a = lmdata.writer(url, "mds")
     store, key = resolve(url)
-    store.remove(key)  # a's claim
+    store.remove(claim_key(key))  # a's claim
     b = lmdata.writer(url, "mds")
     a.write({"id": 1})
     b.write({"id": 2})
