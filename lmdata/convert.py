@@ -42,6 +42,7 @@ from lmdata.parallel.staging import (
 )
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_dest, is_url, options_scope
+from lmdata.storage.claims import claim_job
 from lmdata.storage.paths import remove_staged
 
 
@@ -273,7 +274,9 @@ def _convert(
 ) -> ConvertSummary:
     t0 = time.perf_counter()
     target = formats.spec(to)
-    dst = check_dest(dst, overwrite)
+    # the output's claim names the job: a resume takes over the claim a killed run left
+    with claim_job(work_area(dst).where, takeover=resume):
+        dst = check_dest(dst, overwrite)
     opts = dict(writer_options or {})
     summary = ConvertSummary(output=str(dst))
     source = formats.spec(source_format) if source_format else formats.spec(formats.detect(src))
@@ -299,19 +302,20 @@ def _convert(
             # new job empties what a killed one left
             staging = work_area(dst)
             prepare(staging, _manifest(*job), False, "convert")
-        summary.records = _copy(
-            src,
-            dst,
-            target,
-            list(zip(src_splits, readers, strict=True)),
-            pool,
-            overwrite,
-            opts,
-            progress,
-            staging,
-            done,
-            summary,
-        )
+        with claim_job(work_area(dst).where, takeover=resume):
+            summary.records = _copy(
+                src,
+                dst,
+                target,
+                list(zip(src_splits, readers, strict=True)),
+                pool,
+                overwrite,
+                opts,
+                progress,
+                staging,
+                done,
+                summary,
+            )
     finally:
         for r in readers:
             r.close()

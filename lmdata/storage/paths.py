@@ -195,7 +195,11 @@ def check_dest(
     storage_options: dict[str, Any] | None = None,
 ) -> str:
     """Like :func:`check_output` for writers that accept URLs: the destination as a string (a
-    URL stays a URL, ``file://`` becomes its path), refused if something exists there."""
+    URL stays a URL, ``file://`` becomes its path), refused if something exists there. On an
+    object store, what a dead writer left there is settled first (its claim says so, see
+    :func:`lmdata.storage.claims.takeover`): it is no output; a claim that stands is refused
+    with its own message."""
+    from lmdata.storage import claims
     from lmdata.storage.urls import resolve, scheme
 
     s = scheme(dest)
@@ -203,6 +207,12 @@ def check_dest(
         return str(check_output(dest, overwrite))
     store, key = resolve(dest, storage_options)
     if store.exists(key) and not overwrite:
+        claim = claims.claim_key(key)
+        if store.exists(claim):
+            if not claims.takeover(store, claim):  # type: ignore[arg-type]
+                raise OutputExistsError(claims.refusal(store, claim), path=store.url(claim))  # type: ignore[arg-type]
+            if not store.exists(key):
+                return os.fspath(dest)
         raise OutputExistsError(
             "output already exists; remove it or pass overwrite=True (--overwrite)",
             path=os.fspath(dest),

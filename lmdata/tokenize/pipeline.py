@@ -43,7 +43,8 @@ from lmdata.parallel.staging import (
     unit_key,
     work_dir_for,
 )
-from lmdata.storage import check_dest, is_url, join, options_scope
+from lmdata.storage import check_dest, is_url, join, options_scope, scheme
+from lmdata.storage.claims import claim_job
 from lmdata.storage.paths import remove_staged
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
@@ -338,7 +339,11 @@ def tokenize(
     if range_bytes is not None and range_bytes < 1:
         raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
     t0 = time.perf_counter()
-    out = check_dest(dst, overwrite, storage_options)
+    remote = scheme(dst) not in (None, "file")
+    work = staging_for(dst, storage_options if remote else None)
+    # the output's claim names this job: a resume takes over the claim a killed run left
+    with claim_job(work.where, takeover=resume):
+        out = check_dest(dst, overwrite, storage_options)
     url = is_url(out)
     dst = out if url else Path(out)  # type: ignore[assignment]
     inputs = list_inputs(list(sources), job.source_format, source_options)
@@ -356,7 +361,6 @@ def tokenize(
         remove_staged(dst)
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
-    work = staging_for(out, storage_options if url else None)
     if range_bytes is None:
         range_bytes = range_bytes_for(inputs)
     manifest = _manifest(job, inputs, range_bytes, source_options, origins)
@@ -375,7 +379,7 @@ def tokenize(
     commit = _Committer(job, inputs, work, summary, progress)
     # parts go into the output in input order as their units finish; the staged copies also
     # serve a later --resume, which replays the units already done before running the rest
-    with options_scope(storage_options):
+    with options_scope(storage_options), claim_job(work.where, takeover=resume):
         commit.sink = sink_factory(dst, overwrite=overwrite)
     try:
         for name in work.parts():
