@@ -173,12 +173,25 @@ class Claim:
         stage = self.info.get("stage")
         return stage if isinstance(stage, str) else None
 
+    @property
+    def also(self) -> list[str]:
+        """The companion objects committed with the claimed one (a data file's index)."""
+        also = self.info.get("also")
+        return [k for k in also if isinstance(k, str)] if isinstance(also, list) else []
+
+    @property
+    def staged(self) -> list[str]:
+        """Where the write stages objects: its stage, and its companions' beside it."""
+        if self.stage is None:
+            return []
+        return [self.stage, *(also_stage(self.stage, i) for i in range(len(self.also)))]
+
     def removes(self) -> tuple[str, ...]:
         """What settling it removes (besides what a roll forward moves into place)."""
         if self.outcome == "unfinished" and self.stage is None:
             return (self.dest, self.key)  # a new dataset's objects, under their final names
         # a staged write never touched its destination before its commit
-        return tuple(k for k in (self.stage, self.key) if k is not None)
+        return (*self.staged, self.key)
 
 
 def inspect(store: Store, key: str, info: dict[str, Any] | None = None) -> Claim | None:
@@ -190,8 +203,17 @@ def inspect(store: Store, key: str, info: dict[str, Any] | None = None) -> Claim
     dest = claimed(key)
     stage = info.get("stage")
     names = info.get("committing")
+    moves = info.get("moves")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        outcome = "unfinished"
+        # one object written in place appears whole or not at all: there, it is finished
+        # (with its companions, if it has any)
+        pair = [dest, *(k for k in info.get("also") or [] if isinstance(k, str))]
+        whole = stage is None and info.get("object") is True
+        outcome = "finished" if whole and all(store.exists(k) for k in pair) else "unfinished"
+    elif isinstance(moves, list):  # objects swapped under one journal: whole while staged
+        sources = [m[0] for m in moves if isinstance(m, list) and len(m) == 2]
+        there = bool(sources) and all(store.exists(k) for k in sources)
+        outcome = "committing" if there and len(sources) == len(moves) else "finished"
     elif isinstance(stage, str):
         data = info.get("data")
         staged = set(listed(store, stage))
@@ -236,7 +258,9 @@ def settle(store: Store, c: Claim) -> None:
     the claim."""
     from lmdata import _json
 
-    if c.outcome == "committing":
+    if c.outcome == "committing" and isinstance(c.info.get("moves"), list):
+        put_moves(store, c.info.get("gone") or [], c.info["moves"])
+    elif c.outcome == "committing":
         stage = c.stage
         assert stage is not None
         data, last = c.info.get("data") or [], c.info["committing"]
@@ -278,6 +302,21 @@ def refusal(store: Store, key: str) -> str:
         "is running (one was killed on another machine), finish or remove what it left with "
         f"`lmdata clean {where} --claims --older-than 0`"
     )
+
+
+def also_stage(stage: str, i: int) -> str:
+    """Where companion ``i`` of a one-object write staged at ``stage`` is staged."""
+    return f"{stage}.{i}"
+
+
+def put_moves(store: Store, gone: list[str], moves: list[Any]) -> None:
+    """The moves of a pair's commit, each safe to repeat: the objects ``gone`` out first (an
+    old index, so that no reader pairs it with new data), then each staged object over its
+    destination, in order (the data, then its index)."""
+    for k in gone:
+        store.remove(k)
+    for src, dst in moves:
+        store.fs.copy(src, dst)
 
 
 def put_in_place(

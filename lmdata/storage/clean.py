@@ -187,7 +187,7 @@ def find_leftovers(
     out: list[Leftover] = []
     groups = _group(store, key)
     found = _claims(store, key, groups)
-    claimed_stages = {c.stage for c in found.values() if c.stage is not None}
+    claimed_stages = {k for c in found.values() for k in c.staged}
     for root, objs in sorted(groups.items()):
         c = found.get(root)
         if _is_claim(basename(root)) or basename(root) == COMMITTING:

@@ -73,7 +73,9 @@ class FsspecOutput:
             staged = self._replace or stage
             self.stage = tmp_key(self.dest) if staged else self.dest
             try:
-                body = claim_body(stage=self.stage if staged else None)
+                body = claim_body(
+                    stage=self.stage if staged else None, object=not directory or None
+                )
                 store.write_object(self.claim, body, create=True)
             except FileExistsError:
                 if attempt == 0 and claims.takeover(store, self.claim):
@@ -88,6 +90,8 @@ class FsspecOutput:
         self._written: list[str] = []
         self._mine: set[str] = set()  # names this writer has stored (it may replace them)
         self._journal: bytes | None = None  # written into the claim: the commit is under way
+        self._overwrite = overwrite
+        self._also: dict[str, bytes | None] = {}  # companion objects (keys), given at commit
         self._done = False
 
     def _key(self, name: str) -> str:
@@ -135,6 +139,28 @@ class FsspecOutput:
     def write_last(self, name: str, data: bytes) -> None:
         self._last.append((name, bytes(data)))
 
+    def also(self, key: str) -> None:
+        """Commit the object ``key`` of this store together with this one-object output (a
+        data file's index), its bytes given by :meth:`write_also` before commit: this claim
+        guards both, and a pair replacing a pair is swapped under one journal, so a kill
+        leaves the old pair, the new one, or a journal that finishes the new one. Called
+        before anything is written."""
+        if self.directory or self._written or self._also:
+            raise ValueError("also() is for a one-object output, once, before writing")
+        if self.store.exists(key):
+            if not self._overwrite:
+                raise OutputExistsError(
+                    "output already exists; remove it or pass overwrite=True (--overwrite)",
+                    path=self.store.url(key),
+                )
+            self.stage = tmp_key(self.dest)  # an old companion: never a new file beside it
+        self._also[key] = None
+        staged = self.stage if self.stage != self.dest else None
+        self.store.write_object(self.claim, claim_body(stage=staged, object=True, also=[key]))
+
+    def write_also(self, key: str, data: bytes) -> None:
+        self._also[key] = bytes(data)
+
     def commit(self) -> None:
         if self._done:
             return
@@ -165,7 +191,10 @@ class FsspecOutput:
 
     def _commit_object(self) -> None:
         """One object: written in place (it appeared whole when its upload completed), or
-        copied over the old one in one step."""
+        copied over the old one in one step; with companions (:meth:`also`), staged ones
+        swapped under a journal."""
+        if self._also:
+            return self._commit_pair()
         for name, data in self._last:
             try:
                 self.store.write_object(self._final(name), data, create=self.stage == self.dest)
@@ -173,6 +202,28 @@ class FsspecOutput:
                 raise _Beaten(False) from None
         if self.stage != self.dest and self._written:
             self.store.fs.copy(self.stage, self.dest)
+
+    def _commit_pair(self) -> None:
+        """This object and its companions: written in place after it (a new pair), or staged,
+        the journal into the claim (old companions out first, then each staged object over
+        its destination: :func:`claims.put_moves`)."""
+        for name, data in self._last:
+            self.store.write_object(self._key(name), data)
+        also = [(k, v) for k, v in self._also.items() if v is not None]
+        if self.stage == self.dest:
+            for k, v in also:
+                self.store.write_object(k, v)
+            return
+        moves = [(self.stage, self.dest)]
+        for i, (k, v) in enumerate(also):
+            self.store.write_object(claims.also_stage(self.stage, i), v)
+            moves.append((claims.also_stage(self.stage, i), k))
+        gone = [k for k, _ in also]
+        self._journal = claim_body(
+            stage=self.stage, object=True, also=gone, committing=[], moves=moves, gone=gone
+        )
+        self.store.write_object(self.claim, self._journal)
+        claims.put_moves(self.store, gone, moves)
 
     def _commit_in_place(self) -> None:
         """A new directory: the claim lists the validating objects (``lmdata clean`` tells a
@@ -217,6 +268,8 @@ class FsspecOutput:
         try:
             if self.stage != self.dest:
                 self.store.remove(self.stage)
+                for i in range(len(self._also)):
+                    self.store.remove(claims.also_stage(self.stage, i))
             self.store.remove(self.claim)
         except OSError as e:
             warnings.warn(
@@ -236,6 +289,8 @@ class FsspecOutput:
                 return  # the commit is under way: the journal finishes it (never neither)
             if self.stage != self.dest:
                 self.store.remove(self.stage)
+                for i in range(len(self._also)):
+                    self.store.remove(claims.also_stage(self.stage, i))
             else:  # only this writer's objects: another's may share the final names
                 self._remove_mine()
             self.store.remove(self.claim)
