@@ -38,6 +38,8 @@ _JOB: contextvars.ContextVar[tuple[str | None, bool]] = contextvars.ContextVar(
 # claims held by the writers of this process that are still writing: a claim of this process not
 # among them is a dead writer's (one that failed, or gave up, without removing it)
 _LIVE: set[tuple[str, str]] = set()
+# (store id, destination, job): claims of a job being resumed that it settled itself
+_OWN: set[tuple[str, str, str]] = set()
 
 
 @contextlib.contextmanager
@@ -272,16 +274,29 @@ def settle(store: Store, c: Claim) -> None:
         store.remove(k)
 
 
-def takeover(store: Store, key: str) -> bool:
+def takeover(store: Store, key: str) -> str:
     """Settle the claim at ``key`` if a writer may (it is gone, finished, or of the job being
-    resumed); True if the claim is no more."""
+    resumed): ``"stands"`` if it may not, else ``"gone"``, or ``"own"`` when the claim was the
+    resumed job's own (what is at its URL now is that job's output, which the resume may
+    replace: its bytes are the same)."""
     c = inspect(store, key)
     if c is None:
-        return True
+        return "gone"
     if not may_settle(c):
-        return False
+        return "stands"
     settle(store, c)
-    return True
+    job, resuming = _JOB.get()
+    if resuming and job is not None and c.info.get("job") == job:
+        _OWN.add((store.id, c.dest, job))
+        return "own"
+    return "gone"
+
+
+def owned(store: Store, dest: str) -> bool:
+    """Whether the job being resumed settled its own claim on ``dest`` in this process: what
+    is there is that job's output, which the resume replaces with the same bytes."""
+    job, resuming = _JOB.get()
+    return resuming and (store.id, dest, job) in _OWN
 
 
 def refusal(store: Store, key: str) -> str:

@@ -63,9 +63,13 @@ class FsspecOutput:
         self.claim = claim_key(self.dest)
         for attempt in (0, 1):
             self._replace = store.exists(self.dest)
+            overwrite = overwrite or (self._replace and claims.owned(store, self.dest))
             if self._replace and not overwrite:
-                if attempt == 0 and store.exists(self.claim) and claims.takeover(store, self.claim):
-                    continue  # a dead write's leftovers, now gone
+                if attempt == 0 and store.exists(self.claim):
+                    settled = claims.takeover(store, self.claim)
+                    if settled != "stands":  # a dead write's leftovers, now settled
+                        overwrite = overwrite or settled == "own"
+                        continue
                 raise OutputExistsError(
                     "output already exists; remove it or pass overwrite=True (--overwrite)",
                     path=store.url(self.dest),
@@ -78,7 +82,9 @@ class FsspecOutput:
                 )
                 store.write_object(self.claim, body, create=True)
             except FileExistsError:
-                if attempt == 0 and claims.takeover(store, self.claim):
+                settled = claims.takeover(store, self.claim) if attempt == 0 else "stands"
+                if settled != "stands":
+                    overwrite = overwrite or settled == "own"  # the resumed job's own output
                     continue
                 raise OutputExistsError(
                     claims.refusal(store, self.claim), path=store.url(self.claim)
@@ -92,6 +98,8 @@ class FsspecOutput:
         self._journal: bytes | None = None  # written into the claim: the commit is under way
         self._overwrite = overwrite
         self._also: dict[str, bytes | None] = {}  # companion objects (keys), given at commit
+        self._open: list[Any] = []  # file objects handed out by open_write
+        self._tried: set[str] = set()  # names written or being written (abort removes them)
         self._done = False
 
     def _key(self, name: str) -> str:
@@ -106,6 +114,7 @@ class FsspecOutput:
         return self.stage == self.dest and name not in self._mine
 
     def write(self, name: str, data: bytes | memoryview) -> None:
+        self._tried.add(name)  # an interrupted request may still have stored it
         try:
             self.store.write_object(self._key(name), data, create=self._exclusive(name))
         except FileExistsError:
@@ -113,23 +122,44 @@ class FsspecOutput:
         self._wrote(name)
 
     def open_write(self, name: str) -> BinaryIO:
+        self._tried.add(name)
         if not self._exclusive(name):
             self._wrote(name)
-            return self.store.fs.open(self._key(name), "wb")  # type: ignore[no-any-return]
+            return self._track(self.store.fs.open(self._key(name), "wb"))
         try:
             f = self.store.fs.open(self._key(name), "xb")
         except FileExistsError:
             raise self._lost(name) from None
         except ValueError:  # a filesystem without exclusive files
             self._wrote(name)
-            return self.store.fs.open(self._key(name), "wb")  # type: ignore[no-any-return]
-        return _ExclusiveFile(f, self, name)  # type: ignore[return-value]
+            return self._track(self.store.fs.open(self._key(name), "wb"))
+        return _ExclusiveFile(self._track(f), self, name)  # type: ignore[return-value]
+
+    def _track(self, f: Any) -> Any:
+        """Keep ``f`` to discard at abort: a file object closed later (by the garbage
+        collector, at exit) would still upload what it holds, after its writer gave up."""
+        self._open.append(f)
+        return f
+
+    def _discard_open(self) -> None:
+        for f in self._open:
+            if getattr(f, "closed", True):
+                continue
+            try:
+                discard = getattr(f, "discard", None)  # s3fs: aborts a multipart upload
+                if discard is not None:
+                    discard()
+                f.closed = True  # never uploaded now
+            except Exception:  # a file object that cannot be told to drop its data
+                pass
+        self._open.clear()
 
     def _wrote(self, name: str) -> None:
         self._written.append(name)
         self._mine.add(name)
 
     def _lost(self, name: str) -> OutputExistsError:
+        self._tried.discard(name)  # another writer's object: never removed by this one
         return OutputExistsError(
             "another writer wrote this object first (its claim on the URL was removed under "
             "this writer); nothing of this writer's will be committed",
@@ -284,6 +314,7 @@ class FsspecOutput:
         if self._done:
             return
         self._done = True
+        self._discard_open()
         try:
             if self._journal is not None:
                 return  # the commit is under way: the journal finishes it (never neither)
@@ -303,7 +334,7 @@ class FsspecOutput:
             claims.release(self.store, self.claim)
 
     def _remove_mine(self) -> None:
-        keys = [self._key(n) for n in sorted(self._mine)]
+        keys = [self._key(n) for n in sorted(self._mine | self._tried)]
         fs = self.store.fs
         try:
             if keys:

@@ -209,9 +209,10 @@ def check_dest(
     if store.exists(key) and not overwrite:
         claim = claims.claim_key(key)
         if store.exists(claim):
-            if not claims.takeover(store, claim):  # type: ignore[arg-type]
+            settled = claims.takeover(store, claim)  # type: ignore[arg-type]
+            if settled == "stands":
                 raise OutputExistsError(claims.refusal(store, claim), path=store.url(claim))  # type: ignore[arg-type]
-            if not store.exists(key):
+            if settled == "own" or not store.exists(key):  # a resumed job replaces its own
                 return os.fspath(dest)
         raise OutputExistsError(
             "output already exists; remove it or pass overwrite=True (--overwrite)",

@@ -33,7 +33,7 @@ import numpy as np
 import orjson
 
 from lmdata import parallel
-from lmdata.errors import InvalidInputError, LmdataError
+from lmdata.errors import InvalidInputError, LmdataError, OutputExistsError
 from lmdata.parallel import make_executor
 from lmdata.parallel.staging import (
     Staging,
@@ -47,7 +47,7 @@ from lmdata.storage import check_dest, is_url, join, options_scope, scheme
 from lmdata.storage.claims import claim_job
 from lmdata.storage.paths import remove_staged
 from lmdata.tokenize.job import Summary, TokenizeJob
-from lmdata.tokenize.sinks import make_sink
+from lmdata.tokenize.sinks import EodSink, make_sink, resolve_eod
 from lmdata.tokenize.sources import (
     TAIL_RANGES,
     TAIL_SMALLEST,
@@ -343,7 +343,13 @@ def tokenize(
     work = staging_for(dst, storage_options if remote else None)
     # the output's claim names this job: a resume takes over the claim a killed run left
     with claim_job(work.where, takeover=resume):
-        out = check_dest(dst, overwrite, storage_options)
+        try:
+            out, committed = check_dest(dst, overwrite, storage_options), None
+        except OutputExistsError as e:
+            if not (resume and work.exists()):
+                raise
+            # a run killed after its commit, before it removed its work: see below
+            out, committed = check_dest(dst, True, storage_options), e
     url = is_url(out)
     dst = out if url else Path(out)  # type: ignore[assignment]
     inputs = list_inputs(list(sources), job.source_format, source_options)
@@ -367,6 +373,10 @@ def tokenize(
     done = prepare(work, manifest, resume)
     units = plan_units(inputs, range_bytes, job.source_format, source_options)
     todo = [u for u in units if (u.file_index, u.part) not in done]
+    if committed is not None:
+        if todo or work.manifest() != manifest:
+            raise committed  # not this job's output: it is in the way
+        return _committed(job, tok, inputs, work, str(dst), t0)
     pool = make_executor(engine, workers, address, units=len(todo))
     local = [i.path for i in inputs if _in_this_process(i.path)]
     if local and not isinstance(pool, parallel.InProcess):
@@ -407,6 +417,29 @@ def tokenize(
     work.clear()
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _committed(
+    job: TokenizeJob, tok: Tokenizer, inputs: list[InputFile], work: Staging, out: str, t0: float
+) -> Summary:
+    """The summary of a job whose interrupted run had committed the output (every unit done,
+    the output there) and was stopped before it removed its work: counted from the staged
+    parts, which then go."""
+    summary = Summary(output=out)
+    commit = _Committer(job, inputs, work, summary, None)
+    commit.sink = EodSink(_Discard(), resolve_eod(job, tok))
+    for name in work.parts():
+        commit.part(name, fresh=False)
+    work.clear()
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+class _Discard:
+    """A token sink that keeps nothing (the tokens are in the output already)."""
+
+    def write_many(self, flat: Any, lengths: Any, split: str = "train") -> None:
+        pass
 
 
 def _in_this_process(path: str) -> bool:
