@@ -61,30 +61,24 @@ class FsspecOutput:
         self.directory = directory
         self.marker = marker if directory else None
         self.claim = claim_key(self.dest)
-        for attempt in (0, 1):
+        for attempt in (0, 1):  # a second time after settling what a dead writer left
             self._replace = store.exists(self.dest)
+            # a resumed job replaces what its killed run committed (claims.owned)
             overwrite = overwrite or (self._replace and claims.owned(store, self.dest))
             if self._replace and not overwrite:
-                if attempt == 0 and store.exists(self.claim):
-                    settled = claims.takeover(store, self.claim)
-                    if settled != "stands":  # a dead write's leftovers, now settled
-                        overwrite = overwrite or settled == "own"
-                        continue
+                if attempt == 0 and store.exists(self.claim) and self._settle():
+                    continue
                 raise OutputExistsError(
                     "output already exists; remove it or pass overwrite=True (--overwrite)",
                     path=store.url(self.dest),
                 )
             staged = self._replace or stage
             self.stage = tmp_key(self.dest) if staged else self.dest
+            body = claim_body(stage=self.stage if staged else None, object=not directory or None)
             try:
-                body = claim_body(
-                    stage=self.stage if staged else None, object=not directory or None
-                )
                 store.write_object(self.claim, body, create=True)
             except FileExistsError:
-                settled = claims.takeover(store, self.claim) if attempt == 0 else "stands"
-                if settled != "stands":
-                    overwrite = overwrite or settled == "own"  # the resumed job's own output
+                if attempt == 0 and self._settle():
                     continue
                 raise OutputExistsError(
                     claims.refusal(store, self.claim), path=store.url(self.claim)
@@ -101,6 +95,11 @@ class FsspecOutput:
         self._open: list[Any] = []  # file objects handed out by open_write
         self._tried: set[str] = set()  # names written or being written (abort removes them)
         self._done = False
+
+    def _settle(self) -> bool:
+        """Settle the claim on this URL if its writer is gone, finished, or this resumed job's
+        killed run (:func:`claims.takeover`); False if it stands."""
+        return claims.takeover(self.store, self.claim) != "stands"
 
     def _key(self, name: str) -> str:
         return join(self.stage, name) if name else self.stage
