@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 
+import lmdata
 from lmdata.storage import clean, resolve
 
 from ._faults import SUFFIX, points, read, role, stop_after, write
@@ -128,3 +129,32 @@ def test_a_writer_stopped_after_any_request_leaves_old_or_new(s3_root, fmt):
             assert after == new, where  # the journal finishes the commit: never neither
         else:
             assert after == (before if before is not None else old), where
+
+
+def test_a_dolma_tree_being_committed_is_refused_by_every_reader(s3_root):
+    """A replace of a Dolma tree stopped right after it marked the tree: lmdata.open, validate
+    and the toolkit's document globs all refuse it (one message, naming the way out), and the
+    tree is still told for a Dolma one; `lmdata clean --claims` finishes the commit."""
+    from lmdata import formats
+    from lmdata.errors import FormatError
+    from lmdata.formats.dolma._paths import expand_globs
+
+    url = f"{s3_root}/d.dolma"
+    write("dolma", url, "old", OLD)
+    with stop_after(None) as full:
+        write("dolma", url, "new", NEW, overwrite=True)
+    write("dolma", url, "old", OLD, overwrite=True)
+    k = next(i for i, (_, key) in enumerate(full.log) if role(key) == "marker") + 1
+    with stop_after(k), pytest.raises(Exception):  # noqa: B017
+        write("dolma", url, "new", NEW, overwrite=True)
+    assert formats.detect(url) == "dolma"
+    for refuse in (
+        lambda: lmdata.open(url),
+        lambda: expand_globs([f"{url}/documents/*.jsonl.gz"]),
+    ):
+        with pytest.raises(FormatError, match="--claims"):
+            refuse()
+    (problem,) = lmdata.validate(url, format="dolma")
+    assert "lmdata clean" in problem
+    clean(url, claims=True)
+    assert [d["id"] for d in lmdata.open(url)] == [f"new-{i}" for i in range(NEW)]

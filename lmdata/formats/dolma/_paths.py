@@ -120,7 +120,13 @@ def expand_globs(
     for pat in patterns:
         if is_url(pat) and scheme(pat) != "file":
             store, key = resolve(pat, storage_options)
-            matches = [store.url(k) for k in glob_keys(store, key)]
+            walked: list[str] = []
+            found = glob_keys(store, key, walked)
+            folders = {parent(k) for k in found}  # a tree being committed marks its folder
+            marked = [k for k in walked if basename(k) == COMMITTING and parent(k) in folders]
+            if marked:
+                refuse_unfinished(store, parent(parent(marked[0])), marked)
+            matches = [store.url(k) for k in found]
         else:
             pat = str(resolve(pat)[1]) if is_url(pat) else pat
             full = pat if base is None or os.path.isabs(pat) else os.path.join(base, pat)
