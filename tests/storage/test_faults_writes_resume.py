@@ -93,7 +93,7 @@ def _tokenize_input(tmp_path):
     src.mkdir()
     for f in range(3):
         with open(src / f"{f}.jsonl", "w") as fh:
-            for i in range(300):
+            for i in range(150):
                 fh.write(json.dumps({"id": f"{f}-{i}", "text": f"doc {f} {i} " * (i % 13 + 1)}))
                 fh.write("\n")
     return src
@@ -119,7 +119,7 @@ def test_tokenize_to_s3_killed_resumes_with_the_printed_command(tmp_path, s3_roo
 def test_convert_to_s3_killed_resumes(tmp_path, s3_root):
     src = tmp_path / "src.jsonl"
     with open(src, "w") as fh:
-        for i in range(3000):
+        for i in range(1500):
             fh.write(json.dumps({"id": i, "text": f"record {i} " * (i % 7 + 1)}) + "\n")
     out = f"{s3_root}/conv.dolma"
     args = ["convert", str(src), out, "--to", "dolma", "--workers", "2", "-q"]
