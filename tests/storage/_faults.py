@@ -115,6 +115,8 @@ def points(log: list[tuple[str, str]], budget: int | None = None) -> list[int]:
     found = sorted(k for k in edges if 0 < k < len(log))
     if len(found) <= budget:
         return found
+    if budget == 0:
+        return []
     if budget == 1:
         return [found[len(found) // 2]]
     step = (len(found) - 1) / (budget - 1)

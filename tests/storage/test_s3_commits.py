@@ -115,7 +115,7 @@ def test_writer_killed_mid_write_or_commit_leaves_old_or_new(s3_root, writers, f
         write(fmt, f"{s3_root}/probe", "new", NEW, overwrite=True)
     seen = {}
     j = _journal(replacing.log)
-    for kind, log, budget in (("n", fresh.log, 2), ("r", replacing.log, 3)):
+    for kind, log, budget in (("n", fresh.log, 1), ("r", replacing.log, 2)):
         for k in sorted({*points(log, budget), *([j] if kind == "r" else [])}):
             url = f"{s3_root}/{kind}{k}"
             if kind == "r":
