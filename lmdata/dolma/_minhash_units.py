@@ -28,7 +28,9 @@ SPILL_EVERY = 1 << 21  # band entries a sign unit buffers (16 B each) before a s
 SET_CHUNK = 1 << 23  # n-gram hashes in one sets object (64 MiB)
 BATCH = 256  # documents per call into the kernel
 ANCHORS = 16  # in a band bucket, each document is checked against the first this many
-VERIFY_HASHES = 1 << 24  # n-gram hashes a verify unit holds at once (128 MiB), unless a pair has more
+VERIFY_HASHES = (
+    1 << 24
+)  # n-gram hashes a verify unit holds at once (128 MiB), unless a pair has more
 _SPLIT = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -145,7 +147,9 @@ class _Signer:
     def save_sets(self) -> None:
         if not self.sets:
             return
-        self.task.work.save("h", f"s{self.task.t}-{len(self.chunks) - 1}", np.concatenate(self.sets))
+        self.task.work.save(
+            "h", f"s{self.task.t}-{len(self.chunks) - 1}", np.concatenate(self.sets)
+        )
         self.chunks.append(self.total)
         self.sets, self.set_held = [], 0
 

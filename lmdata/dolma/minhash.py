@@ -49,7 +49,14 @@ from lmdata.dolma import _ranges, _spans
 from lmdata.dolma import _minhash_units as mu
 from lmdata.dolma import _minhash_write as mw
 from lmdata.dolma._buckets import Spill
-from lmdata.dolma._dedupe_resume import Done, JoinTask, Plan, Resumable, forget_joined, run_join_marked
+from lmdata.dolma._dedupe_resume import (
+    Done,
+    JoinTask,
+    Plan,
+    Resumable,
+    forget_joined,
+    run_join_marked,
+)
 from lmdata.dolma._dedupe_write import WriteResult
 from lmdata.dolma._ranges import range_size
 from lmdata.dolma._spans import Span
@@ -125,7 +132,9 @@ def run(
     runner = functools.partial(
         parallel.run_all, engine=engine, workers=cfg.processes, address=address, tick=fresh
     )
-    signed, comp, written = _phases(cfg, spans, groups, plan, work, job, done, mine, runner, progress)
+    signed, comp, written = _phases(
+        cfg, spans, groups, plan, work, job, done, mine, runner, progress
+    )
     before = WriteResult(0, tuple(done.pieces.items()))
     joins = _joins(cfg, spans, [*written, before], job, done.joined)
     tasks = [JoinTask(j, work, k) for k, j in joins]
