@@ -1,5 +1,6 @@
 """The value checks every config parser shares (:mod:`lmdata.dolma.config`,
-:mod:`lmdata.dolma._minhash_config`, :mod:`lmdata.dolma._decontam_config`): each wrong value an InvalidInputError naming its key."""
+:mod:`lmdata.dolma._minhash_config`, :mod:`lmdata.dolma._decontam_config`): each wrong value
+an InvalidInputError naming its key."""
 
 from __future__ import annotations
 

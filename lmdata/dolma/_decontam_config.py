@@ -48,7 +48,7 @@ class DecontamConfig:
         name = d.get("name") or "decontam"
         key = d.get("text_key") or "text"
         for what, v in (("name", name), ("text_key", key)):
-            if not isinstance(v, str) or "/" in v and what == "name":
+            if not isinstance(v, str) or ("/" in v and what == "name"):
                 raise InvalidInputError(f"decontaminate: `{what}` must be a name, got {v!r}")
         n = as_int(d.get("ngram", 13), "ngram", 1)
         if n > MAX_NGRAM:

@@ -135,7 +135,10 @@ def jaccard(
     """(intersection, union) sizes of the pairs' n-gram sets, as ``_minhash.jaccard``."""
     sets = [np.unique(hashes[starts[d] : starts[d + 1]]) for d in range(len(starts) - 1)]
     inter = np.array(
-        [len(np.intersect1d(sets[i], sets[j], assume_unique=True)) for i, j in zip(ia, ib)],
+        [
+            len(np.intersect1d(sets[i], sets[j], assume_unique=True))
+            for i, j in zip(ia, ib, strict=True)
+        ],
         dtype=np.int64,
     )
     sizes = np.array([len(s) for s in sets], dtype=np.int64)

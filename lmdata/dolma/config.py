@@ -20,8 +20,8 @@ import orjson
 from lmdata.dolma._checks import as_int as _int
 from lmdata.dolma._checks import as_list as _as_list
 from lmdata.dolma._checks import options as _options
-from lmdata.dolma._minhash_config import MinHash, minhash_section
 from lmdata.dolma._keys import BLOOM_SIZING_KEYS, DEDUPE, MIX, TAG, check_keys
+from lmdata.dolma._minhash_config import MinHash, minhash_section
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._paths import attribute_path, expand_globs, list_documents
 from lmdata.storage import resolve

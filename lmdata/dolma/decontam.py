@@ -130,8 +130,8 @@ def _parquet_texts(data: bytes, path: str, column: str) -> list[str]:
         pf = pq.ParquetFile(io.BytesIO(data))
         if column not in pf.schema_arrow.names:
             raise InvalidInputError(
-                f"Parquet file has no column {column!r} (it has {', '.join(pf.schema_arrow.names)}); "
-                "give the column with --text-key",
+                f"Parquet file has no column {column!r} (it has "
+                f"{', '.join(pf.schema_arrow.names)}); give the column with --text-key",
                 path=path,
             )
         col = pf.read(columns=[column]).column(column)
@@ -181,11 +181,26 @@ def _table(root: str, digest: str, nkeys: int, opts: Any) -> _shingle.Table:
     return _shingle.Table.build(work.load([(EVALS, 0, nkeys)], np.dtype("<u8")))
 
 
+def _rows(
+    ids: list[Any], texts: list[str], n: int, table: _shingle.Table, name: str
+) -> tuple[bytes, int, int]:
+    """The attribute rows of a batch of documents, and how many have spans, and spans."""
+    d, s, e = _shingle.match(texts, n, table)
+    found: list[list[list[Any]]] = [[] for _ in texts]
+    for i, a, b in zip(d.tolist(), s.tolist(), e.tolist(), strict=True):
+        found[i].append([a, b, 1.0])
+    out = b"".join(
+        orjson.dumps({"attributes": {name: spans}, "id": ident}, option=orjson.OPT_SORT_KEYS)
+        + b"\n"
+        for ident, spans in zip(ids, found, strict=True)
+    )
+    return out, sum(1 for x in found if x), len(d)
+
+
 def phase_match(task: DecontamTask) -> DecontamUnit:
     cfg = task.cfg
     opts = tuple(sorted((cfg.storage_options or {}).items())) or None
     table = _table(task.work.root, cfg.evals, task.nkeys, opts)
-    name = cfg.name
     stores = Stores(cfg.storage_options)
     pieces = []
     n = hit = nspans = 0
@@ -197,35 +212,34 @@ def phase_match(task: DecontamTask) -> DecontamUnit:
         with OutputFile(store, key, codec_of(out), part=piece) as f:
             ids: list[Any] = []
             texts: list[str] = []
-
-            def flush() -> None:
-                nonlocal hit, nspans
-                d, s, e = _shingle.match(texts, cfg.ngram, table)
-                found: list[list[list[Any]]] = [[] for _ in texts]
-                for i, a, b in zip(d.tolist(), s.tolist(), e.tolist(), strict=True):
-                    found[i].append([a, b, 1.0])
-                for ident, spans in zip(ids, found, strict=True):
-                    row = {"attributes": {name: spans}, "id": ident}
-                    f.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
-                hit += sum(1 for x in found if x)
-                nspans += len(d)
-                parallel.report(len(texts))
-                ids.clear()
-                texts.clear()
-
-            for _i, doc, text in _spans.read(store, doc_key, span, cfg):  # type: ignore[arg-type]
+            docs = _spans.read(store, doc_key, span, cfg)  # type: ignore[arg-type]
+            for last, (_i, doc, text) in _with_last(docs):
                 ids.append(doc.get("id"))
                 texts.append(text)
-                n += 1
-                if len(texts) == BATCH:
-                    flush()
-            if texts:
-                flush()
+                if len(texts) == BATCH or last:
+                    rows, h, ns = _rows(ids, texts, cfg.ngram, table, cfg.name)
+                    f.write(rows)
+                    n, hit, nspans = n + len(texts), hit + h, nspans + ns
+                    parallel.report(len(texts))
+                    ids, texts = [], []
         checksum = f.checksum()
         if span.ranged:
             pieces.append((k, checksum))
         task.work.mark(f"p-{k}-{checksum[0]}-{checksum[1]}" if span.ranged else f"w-{k}")
     return DecontamUnit(WriteResult(n, tuple(pieces)), hit, nspans)
+
+
+def _with_last(items: Any) -> Any:
+    """``(is_last, item)`` for each item of an iterator."""
+    it = iter(items)
+    try:
+        prev = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield False, prev
+        prev = item
+    yield True, prev
 
 
 def decontaminate(

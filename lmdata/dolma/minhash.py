@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from lmdata import parallel
-from lmdata.dolma import _ranges, _spans
 from lmdata.dolma import _minhash_units as mu
 from lmdata.dolma import _minhash_write as mw
+from lmdata.dolma import _ranges, _spans
 from lmdata.dolma._buckets import Spill
 from lmdata.dolma._dedupe_resume import (
     Done,
