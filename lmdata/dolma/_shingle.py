@@ -108,6 +108,8 @@ def sign(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Each text's LSH band keys ((texts, bands) uint64; 0 for a text without words), its
     n-gram count (short texts as in :func:`grams`) and, with ``keep``, its n-gram hashes."""
+    if rows < 1 or len(fns.a) % rows:
+        raise ValueError(f"{len(fns.a)} hash functions are not bands of {rows} rows")
     c = _kernel()
     if c is None:
         keys, counts, hashes = _py.sign(
@@ -118,7 +120,7 @@ def sign(
         keys = np.frombuffer(kb, dtype=np.uint64)
         counts = np.frombuffer(cb, dtype=np.int64)
         hashes = np.frombuffer(hb, dtype=np.uint64) if hb is not None else None
-    return keys.reshape(len(texts), -1), counts, hashes
+    return keys.reshape(len(texts), len(fns.a) // rows), counts, hashes
 
 
 def jaccard(
