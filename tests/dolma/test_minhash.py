@@ -133,7 +133,7 @@ def _docs(root: Path) -> list[dict]:
 
 @pytest.mark.parametrize("threshold", [0.8, 0.6, 0.0])
 def test_generated_corpus_matches_the_brute_force_oracle(tmp_path: Path, threshold: float) -> None:
-    docs, pairs = nd.corpus(11, originals=60, copies=30, words=(30, 120))
+    docs, _pairs = nd.corpus(11, originals=60, copies=30, words=(30, 120))
     nd.write_tree(tmp_path, docs, files=3, gz=True)
     dedupe(_cfg(tmp_path, threshold=threshold, num_bands=10, band_size=4), engine="inprocess")
     want = nd.oracle([d["text"] for d in docs], 5, 10, 4, threshold, 0)
