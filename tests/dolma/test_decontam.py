@@ -230,7 +230,7 @@ def test_a_stopped_job_resumes_and_other_evaluations_are_refused(
 
 
 def test_the_command_line_and_its_config_file(tmp_path: Path) -> None:
-    docs, want = _setup(tmp_path)
+    _setup(tmp_path)
     args = ["decontaminate", "-d", str(tmp_path / "ds" / "documents" / "*"), "-q"]
     args += ["--against", str(tmp_path / "evals" / "*.jsonl"), "--text-key", "question"]
     r = CliRunner().invoke(cli, [*args, "--engine", "inprocess"])
