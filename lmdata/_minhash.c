@@ -17,26 +17,76 @@
 
 #include "_minhash_words.h"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define CLONES __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
+#if defined(__GNUC__) && defined(__x86_64__)
+#define X86_DISPATCH 1
+#define INLINE static inline __attribute__((always_inline))
 #else
-#define CLONES
+#define INLINE static inline
 #endif
 
-/* sig[i] = min(sig[i], a[i] * x + b[i]) over the n-grams x (mod 2^64): one loop over the
- * hash functions per n-gram, vectorised for the widest unit this CPU has. */
-CLONES static void
-sig_update(uint64_t *restrict sig, const uint64_t *restrict a, const uint64_t *restrict b,
-           Py_ssize_t k, const uint64_t *restrict grams, Py_ssize_t m)
+/* sig[i] = min(sig[i], a[i] * x + b[i]) over the n-grams x (mod 2^64), for the widest vector
+ * unit this CPU has: SIG_BLOCK hash functions at a time held in registers while every n-gram
+ * passes (the loop over n-grams then only broadcasts x), the rest one at a time. */
+#define SIG_BLOCK 16
+INLINE void
+sig_body(uint64_t *restrict sig, const uint64_t *restrict a, const uint64_t *restrict b,
+         Py_ssize_t k, const uint64_t *restrict grams, Py_ssize_t m)
 {
-    for (Py_ssize_t j = 0; j < m; j++) {
+    Py_ssize_t i0 = 0;
+    for (; i0 + SIG_BLOCK <= k; i0 += SIG_BLOCK) {
+        uint64_t A[SIG_BLOCK], B[SIG_BLOCK], S[SIG_BLOCK];
+        for (int i = 0; i < SIG_BLOCK; i++) {
+            A[i] = a[i0 + i];
+            B[i] = b[i0 + i];
+            S[i] = sig[i0 + i];
+        }
+        for (Py_ssize_t j = 0; j < m; j++) {
+            uint64_t x = grams[j];
+            for (int i = 0; i < SIG_BLOCK; i++) {
+                uint64_t v = A[i] * x + B[i];
+                S[i] = v < S[i] ? v : S[i];
+            }
+        }
+        for (int i = 0; i < SIG_BLOCK; i++) sig[i0 + i] = S[i];
+    }
+    for (Py_ssize_t j = 0; j < m && i0 < k; j++) {
         uint64_t x = grams[j];
-        for (Py_ssize_t i = 0; i < k; i++) {
+        for (Py_ssize_t i = i0; i < k; i++) {
             uint64_t v = a[i] * x + b[i];
             sig[i] = v < sig[i] ? v : sig[i];
         }
     }
 }
+
+typedef void (*SigFn)(uint64_t *, const uint64_t *, const uint64_t *, Py_ssize_t,
+                      const uint64_t *, Py_ssize_t);
+
+static void
+sig_default(uint64_t *sig, const uint64_t *a, const uint64_t *b, Py_ssize_t k,
+            const uint64_t *grams, Py_ssize_t m)
+{
+    sig_body(sig, a, b, k, grams, m);
+}
+
+#ifdef X86_DISPATCH
+/* the same loop compiled for AVX2 and for AVX-512 (64-bit multiplies in one instruction),
+ * picked once at import by what this CPU supports */
+__attribute__((target("avx2"))) static void
+sig_avx2(uint64_t *sig, const uint64_t *a, const uint64_t *b, Py_ssize_t k,
+         const uint64_t *grams, Py_ssize_t m)
+{
+    sig_body(sig, a, b, k, grams, m);
+}
+
+__attribute__((target("avx512f,avx512dq,avx512vl"))) static void
+sig_avx512(uint64_t *sig, const uint64_t *a, const uint64_t *b, Py_ssize_t k,
+           const uint64_t *grams, Py_ssize_t m)
+{
+    sig_body(sig, a, b, k, grams, m);
+}
+#endif
+
+static SigFn sig_update = sig_default;
 
 /* A C-contiguous buffer of `count` items of `itemsize` bytes (count < 0: any count). */
 static int
@@ -474,5 +524,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_minhash",
 PyMODINIT_FUNC
 PyInit__minhash(void)
 {
+#ifdef X86_DISPATCH
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        sig_update = sig_avx512;
+    else if (__builtin_cpu_supports("avx2"))
+        sig_update = sig_avx2;
+#endif
     return PyModule_Create(&module);
 }

@@ -8,6 +8,7 @@ fixed-size records (:class:`lmdata.dolma._buckets.Spill`), read by item range.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from lmdata.dolma._spans import Span
 from lmdata.dolma._spans import read as _read
 from lmdata.dolma._spans import skip as _skip
 from lmdata.dolma.config import DedupeConfig
+from lmdata.errors import CorruptDataError
 from lmdata.formats.dolma._paths import Stores
 
 BAND = np.dtype([("key", "<u8"), ("doc", "<u8")])  # one band key of one document
@@ -347,6 +349,40 @@ class VerifyResult:
     edges: int
 
 
+def _ranges(work: Spill, pieces: list[tuple[str, int, int]], dtype: np.dtype) -> np.ndarray:
+    """The records of many small pieces of few objects, concatenated in order: in a local
+    work folder each object is opened once (a document's hashes are one piece, and a verify
+    unit reads thousands); on a store, ranged GETs several at once (:meth:`Spill.load`)."""
+    if work._remote is not None:
+        return work.load(pieces, dtype)
+    out = np.empty(sum(b - a for _, a, b in pieces), dtype=dtype)
+    isz = dtype.itemsize
+    view = out.view(np.uint8)
+    files: dict[str, Any] = {}
+    at = 0
+    try:
+        for name, a, b in pieces:
+            f = files.get(name)
+            if f is None:
+                try:
+                    f = files[name] = open(os.path.join(work.root, name), "rb")  # noqa: SIM115
+                except FileNotFoundError:
+                    raise work._unseen(name) from None
+            f.seek(a * isz)
+            got = f.readinto(memoryview(view[at * isz : (at + b - a) * isz]))
+            if got != (b - a) * isz:
+                raise CorruptDataError(
+                    f"work object ends early ({got} of {(b - a) * isz} bytes at item {a}); "
+                    "another process changed the work folder",
+                    path=os.path.join(work.root, name),
+                )
+            at += b - a
+    finally:
+        for f in files.values():
+            f.close()
+    return out
+
+
 def _bounds(task: VerifyTask, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The sign group of each of ``docs`` and the range of its n-gram hashes there (one read
     of two offsets a document, several at once)."""
@@ -357,7 +393,7 @@ def _bounds(task: VerifyTask, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     t = pl.group[span]
     pos = pl.base[span] + line - 1
     pieces = [(f"h/o{g}", p, p + 2) for g, p in zip(t.tolist(), pos.tolist(), strict=True)]
-    return t, task.work.load(pieces, np.dtype("<i8")).reshape(-1, 2)
+    return t, _ranges(task.work, pieces, np.dtype("<i8")).reshape(-1, 2)
 
 
 def _fetch(task: VerifyTask, t: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -370,7 +406,7 @@ def _fetch(task: VerifyTask, t: np.ndarray, bounds: np.ndarray) -> tuple[np.ndar
         ch = pl.chunks[g]
         c = int(np.searchsorted(ch, a, side="right")) - 1
         pieces.append((f"h/s{g}-{c}", a - int(ch[c]), b - int(ch[c])))
-    hashes = task.work.load(pieces, np.dtype("<u8"))
+    hashes = _ranges(task.work, pieces, np.dtype("<u8"))
     return hashes, np.concatenate(([0], np.cumsum(bounds[:, 1] - bounds[:, 0])))
 
 
