@@ -365,7 +365,7 @@ def _ranges(work: Spill, pieces: list[tuple[str, int, int]], dtype: np.dtype) ->
             f = files.get(name)
             if f is None:
                 try:
-                    f = files[name] = open(os.path.join(work.root, name), "rb")  # noqa: SIM115
+                    f = files[name] = open(os.path.join(work.root, name), "rb")
                 except FileNotFoundError:
                     raise work._unseen(name) from None
             f.seek(a * isz)
