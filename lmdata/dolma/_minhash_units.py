@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from lmdata import parallel
 from lmdata.dolma import _shingle
@@ -64,10 +65,11 @@ class SignResult:
     spills: tuple[np.ndarray, ...] = ()  # per spill object h/<t>-<i>: where each bucket starts
     chunks: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))  # sets objects
     counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # docs per span
+    ids: int = 0  # bytes of object h/i<t>: each document's id as JSON, one a line
 
     def marker(self) -> tuple[dict[str, Any], np.ndarray]:
         meta = {"documents": self.documents, "signed": self.signed, "spills": len(self.spills)}
-        meta["chunks"] = len(self.chunks)
+        meta["chunks"], meta["ids"] = len(self.chunks), self.ids
         return meta, np.concatenate([*self.spills, self.chunks, self.counts]).astype(np.int64)
 
     @classmethod
@@ -77,14 +79,14 @@ class SignResult:
         """The result a sign unit's marker holds, or None if it is not one of this plan's."""
         try:
             n, c = int(meta["spills"]), int(meta["chunks"])
-            docs, signed = int(meta["documents"]), int(meta["signed"])
+            docs, signed, ids = int(meta["documents"]), int(meta["signed"]), int(meta["ids"])
         except (KeyError, TypeError, ValueError):
             return None
         if len(arr) != n * (nbuckets + 1) + c + nspans or c < 1:
             return None
         tables = arr[: n * (nbuckets + 1)].reshape(n, nbuckets + 1)
         chunks = arr[n * (nbuckets + 1) : n * (nbuckets + 1) + c]
-        return cls(t, docs, signed, tuple(tables), chunks, arr[len(arr) - nspans :])
+        return cls(t, docs, signed, tuple(tables), chunks, arr[len(arr) - nspans :], ids)
 
 
 class _Signer:
@@ -155,18 +157,27 @@ class _Signer:
         self.chunks.append(self.total)
         self.sets, self.set_held = [], 0
 
-    def finish(self, documents: int, counts: list[int]) -> SignResult:
+    def finish(
+        self, documents: int, counts: list[int], ids: list[bytes], chars: list[int]
+    ) -> SignResult:
+        """Spill what is left, and save what the write phase needs of each document (its id
+        as JSON and its length in characters: the documents are not read again)."""
         self.spill()
+        t = self.task.t
         if self.keep:
             self.save_sets()
-            self.task.work.save("h", f"o{self.task.t}", np.concatenate(self.offsets))
+            self.task.work.save("h", f"o{t}", np.concatenate(self.offsets))
+        blob = b"\n".join(ids)
+        self.task.work.save("h", f"i{t}", np.frombuffer(blob, dtype=np.uint8))
+        self.task.work.save("h", f"n{t}", np.array(chars, dtype=np.int64))
         return SignResult(
-            self.task.t,
+            t,
             documents,
             self.signed,
             tuple(self.spills),
             np.array(self.chunks, dtype=np.int64),
             np.array(counts, dtype=np.int64),
+            len(blob),
         )
 
 
@@ -177,14 +188,18 @@ def phase_sign(task: SignTask) -> SignResult:
     stores = Stores(cfg.storage_options)
     docs = 0
     counts = []
+    ids: list[bytes] = []
+    chars: list[int] = []
     for k, span in task.spans:
         store, key = stores(span.path)
         lines: list[int] = []
         texts: list[str] = []
         n = 0
-        for i, _doc, text in _read(store, key, span, cfg):
+        for i, doc, text in _read(store, key, span, cfg):
             n += 1
             lines.append(i)
+            ids.append(orjson.dumps(doc.get("id"), option=orjson.OPT_SORT_KEYS))
+            chars.append(len(text))
             # a document the skip options leave out has no words: never a near-duplicate
             texts.append("" if _skip(text, cfg, chars=True) else text)
             if len(texts) == BATCH:
@@ -196,7 +211,7 @@ def phase_sign(task: SignTask) -> SignResult:
             parallel.report(len(texts))
         docs += n
         counts.append(n)
-    res = signer.finish(docs, counts)
+    res = signer.finish(docs, counts, ids, chars)
     task.work.mark(f"h-{task.t}", *res.marker())
     return res
 

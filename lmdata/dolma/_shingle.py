@@ -139,6 +139,12 @@ def jaccard(
     return np.frombuffer(inter, dtype=np.int64), np.frombuffer(union, dtype=np.int64)
 
 
+def distinct(hashes: np.ndarray) -> np.ndarray:
+    """The distinct values of ``hashes``, sorted (a sort and a pass: np.unique hashes first)."""
+    keys = np.sort(np.asarray(hashes, dtype=np.uint64))
+    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if len(keys) else keys
+
+
 @dataclass(frozen=True)
 class Table:
     """An evaluation set's distinct n-gram hashes, sorted, with a directory of where each
@@ -153,7 +159,7 @@ class Table:
 
     @classmethod
     def build(cls, hashes: np.ndarray) -> Table:
-        keys = np.unique(np.asarray(hashes, dtype=np.uint64))
+        keys = distinct(hashes)
         n = len(keys)
         dbits = int(min(22, max(0, int(np.ceil(np.log2(max(n, 1)))) - 1)))
         fbits = int(min(30, dbits + 5)) if n else 0

@@ -153,7 +153,7 @@ def eval_set(cfg: DecontamConfig) -> Evals:
     """The distinct n-gram hashes of every evaluation text."""
     texts = eval_texts(cfg)
     counts, hashes = _shingle.grams(texts, cfg.ngram)
-    return Evals(np.unique(hashes), len(texts), int((counts == 0).sum()))
+    return Evals(_shingle.distinct(hashes), len(texts), int((counts == 0).sum()))
 
 
 @dataclass(frozen=True)

@@ -210,11 +210,20 @@ def _phases(
 
     units = []
     names = flagged >> np.uint64(32)
-    for g in groups:
-        todo = [(k, s) for k, s in g if not done.span(k, s)]
+    for t, g in enumerate(groups):
+        s = signed[t]
+        base = np.concatenate(([0], np.cumsum(s.counts)))
+        todo = [
+            (k, span, int(base[j]), int(s.counts[j]))
+            for j, (k, span) in enumerate(g)
+            if not done.span(k, span)
+        ]
         if todo:
             lo, hi = np.searchsorted(names, [todo[0][0], todo[-1][0] + 1])
-            units.append(mw.MinWriteTask(tuple(todo), cfg, work, flagged[lo:hi], job))
+            unit = mw.MinWriteTask(
+                tuple(todo), cfg, work, flagged[lo:hi], t, s.ids, s.documents, job
+            )
+            units.append(unit)
     written = run_some(phase_write, units, "minhash: write")
     return signed, comp, written
 

@@ -62,7 +62,7 @@ def _ids(name: str, tasks: list) -> set:
     if name == "phase_verify":
         return {t.q for t in tasks}
     if name == "phase_write":
-        return {k for t in tasks for k, _ in t.spans}
+        return {k for t in tasks for k, *_ in t.spans}
     return {t.last for t in tasks}
 
 
