@@ -301,11 +301,32 @@ done:
     return out;
 }
 
-static int
-cmp_u64(const void *x, const void *y)
+/* Sort x[0:n] ascending: insertion sort when short, else LSD radix sort by bytes through
+ * tmp (n items), skipping a byte all keys share. */
+static void
+sort_u64(uint64_t *x, uint64_t *tmp, Py_ssize_t n)
 {
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return (a > b) - (a < b);
+    if (n < 48) {
+        for (Py_ssize_t i = 1; i < n; i++) {
+            uint64_t v = x[i];
+            Py_ssize_t j = i;
+            for (; j > 0 && x[j - 1] > v; j--) x[j] = x[j - 1];
+            x[j] = v;
+        }
+        return;
+    }
+    uint64_t *src = x, *dst = tmp;
+    for (int shift = 0; shift < 64; shift += 8) {
+        Py_ssize_t count[257] = {0};
+        for (Py_ssize_t i = 0; i < n; i++) count[((src[i] >> shift) & 0xFF) + 1]++;
+        if (count[((src[0] >> shift) & 0xFF) + 1] == n) continue; /* one value: in order */
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (Py_ssize_t i = 0; i < n; i++) dst[count[(src[i] >> shift) & 0xFF]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != x) memcpy(x, src, n * 8);
 }
 
 /* jaccard(hashes, starts, ia, ib) -> (inter int64[pairs], union int64[pairs]) as bytes: the
@@ -327,6 +348,7 @@ py_jaccard(PyObject *self, PyObject *args)
     const int64_t *st = sv.buf, *ia = av.buf, *ib = bv.buf;
     Py_ssize_t docs = sv.len / 8 - 1, pairs = av.len / 8, total = hv.len / 8;
     int64_t *uniq = NULL, *inter = NULL, *uni = NULL;
+    uint64_t *tmp = NULL;
     if (docs < 0) {
         PyErr_SetString(PyExc_ValueError, "starts is empty");
         goto r4;
@@ -343,17 +365,21 @@ py_jaccard(PyObject *self, PyObject *args)
             goto r4;
         }
     }
+    Py_ssize_t longest = 1;
+    for (Py_ssize_t d = 0; d < docs; d++)
+        if (st[d + 1] - st[d] > longest) longest = st[d + 1] - st[d];
     uniq = PyMem_Malloc((docs ? docs : 1) * 8);
     inter = PyMem_Malloc((pairs ? pairs : 1) * 8);
     uni = PyMem_Malloc((pairs ? pairs : 1) * 8);
-    if (!uniq || !inter || !uni) {
+    tmp = PyMem_Malloc(longest * 8);
+    if (!uniq || !inter || !uni || !tmp) {
         PyErr_NoMemory();
         goto r4;
     }
     for (Py_ssize_t d = 0; d < docs; d++) {
         uint64_t *x = h + st[d];
         Py_ssize_t m = st[d + 1] - st[d], u = 0;
-        qsort(x, m, 8, cmp_u64);
+        sort_u64(x, tmp, m);
         for (Py_ssize_t j = 0; j < m; j++)
             if (!u || x[j] != x[u - 1]) x[u++] = x[j];
         uniq[d] = u; /* the set is the first u hashes (the rest is left as it was) */
@@ -375,6 +401,7 @@ py_jaccard(PyObject *self, PyObject *args)
     }
     out = Py_BuildValue("(NN)", as_bytes(inter, pairs * 8), as_bytes(uni, pairs * 8));
 r4:
+    PyMem_Free(tmp);
     PyMem_Free(uniq);
     PyMem_Free(inter);
     PyMem_Free(uni);

@@ -202,3 +202,21 @@ def test_the_c_kernel_refuses_buffers_that_do_not_fit():
     t = _shingle.Table.build(np.arange(10, dtype=np.uint64))
     with pytest.raises(ValueError, match="directory"):
         c.match(["a"], 2, t.keys, t.dir[::-1].copy(), t.dbits, t.bits, t.fbits)
+
+
+@needs_c
+def test_large_sets_are_sorted_and_counted_as_numpy_does():
+    """Sets past the insertion-sort size are radix-sorted in C: the same counts as numpy's."""
+    rng = np.random.default_rng(7)
+    sizes = [0, 1, 47, 48, 300, 5000, 5000]
+    parts = [rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True) for n in sizes]
+    parts[-1] = np.concatenate((parts[-2][:2500], parts[-1][:2500], parts[-2][:100]))
+    parts[3] = np.full(48, 7, dtype=np.uint64)  # one value: every byte shared
+    hashes = np.concatenate(parts)
+    starts = np.concatenate(([0], np.cumsum([len(p) for p in parts]))).astype(np.int64)
+    n = len(parts)
+    ia = np.repeat(np.arange(n), n)
+    ib = np.tile(np.arange(n), n)
+    got, want = both(_shingle.jaccard, hashes, starts, ia, ib)
+    _same(got, want)
+    assert got[0][5 * n + 6] == 2500 and got[1][5 * n + 6] == 7500
