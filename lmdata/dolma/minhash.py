@@ -193,7 +193,9 @@ def _phases(
     bucketed = [found[b.name] if b.name in found else next(new) for b in tasks]
 
     comp_meta = mine.get("c", (None, None))[0]
-    if comp_meta is not None and isinstance(comp_meta.get("duplicates"), int):
+    if comp_meta is not None and all(
+        isinstance(comp_meta.get(k), int) for k in ("duplicates", "clusters")
+    ):
         comp, flagged = mw.flagged_of(work, comp_meta)
     else:
         places = None if star else _places(groups, signed, len(spans))
