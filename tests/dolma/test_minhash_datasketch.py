@@ -68,4 +68,3 @@ def test_f1_at_least_datasketchs_at_the_same_parameters(tmp_path: Path) -> None:
     assert scores["lmdata 0.8"] >= scores["datasketch"] - 0.005, scores
     assert scores["lmdata 0.8"] > scores["lmdata 0.0"], scores
     assert scores["datasketch"] > 0.5, scores  # the peer ran and found pairs
-    print(scores)
