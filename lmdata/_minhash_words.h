@@ -116,18 +116,25 @@ gram_count(Py_ssize_t words, Py_ssize_t n, int shortp)
     return shortp && words > 0 ? 1 : 0;
 }
 
-/* The n-gram hashes of W into out (gram_count of them): fmix64(sum_k w[j+k] Q^k). */
+/* The n-gram hashes of W into out (gram_count of them): fmix64(sum_k w[j+k] Q^k), the sum
+ * rolled from one n-gram to the next (drop w[j], divide by Q, add the new word times Q^(n-1):
+ * exact mod 2^64, Q being odd). */
 static void
 gram_hashes(const Words *W, Py_ssize_t n, int shortp, uint64_t *out)
 {
-    uint64_t q[MAX_N];
-    q[0] = 1;
-    for (Py_ssize_t k = 1; k < n; k++) q[k] = q[k - 1] * Q_GRAM;
     Py_ssize_t m = gram_count(W->n, n, shortp);
     Py_ssize_t width = W->n >= n ? n : W->n;
-    for (Py_ssize_t j = 0; j < m; j++) {
-        uint64_t h = 0;
-        for (Py_ssize_t k = 0; k < width; k++) h += W->w[j + k].h * q[k];
+    if (!m) return;
+    uint64_t qinv = Q_GRAM, top = 1, h = 0, q = 1;
+    for (int i = 0; i < 6; i++) qinv *= 2 - Q_GRAM * qinv; /* Newton: Q * qinv = 1 mod 2^64 */
+    for (Py_ssize_t k = 0; k < width; k++) {
+        h += W->w[k].h * q;
+        top = q;
+        q *= Q_GRAM;
+    }
+    out[0] = fmix64(h);
+    for (Py_ssize_t j = 1; j < m; j++) {
+        h = (h - W->w[j - 1].h) * qinv + W->w[j + width - 1].h * top;
         out[j] = fmix64(h);
     }
 }

@@ -184,17 +184,23 @@ def _table(root: str, digest: str, nkeys: int, opts: Any) -> _shingle.Table:
 def _rows(
     ids: list[Any], texts: list[str], n: int, table: _shingle.Table, name: str
 ) -> tuple[bytes, int, int]:
-    """The attribute rows of a batch of documents, and how many have spans, and spans."""
+    """The attribute rows of a batch of documents, and how many have spans, and spans: as
+    ``orjson.dumps({"attributes": {name: spans}, "id": id}, sorted keys)`` (a row without
+    spans put together from its parts: most documents have none)."""
     d, s, e = _shingle.match(texts, n, table)
-    found: list[list[list[Any]]] = [[] for _ in texts]
+    found: dict[int, list[list[Any]]] = {}
     for i, a, b in zip(d.tolist(), s.tolist(), e.tolist(), strict=True):
-        found[i].append([a, b, 1.0])
-    out = b"".join(
-        orjson.dumps({"attributes": {name: spans}, "id": ident}, option=orjson.OPT_SORT_KEYS)
-        + b"\n"
-        for ident, spans in zip(ids, found, strict=True)
-    )
-    return out, sum(1 for x in found if x), len(d)
+        found.setdefault(i, []).append([a, b, 1.0])
+    empty = b'{"attributes":{' + orjson.dumps(name) + b':[]},"id":'
+    rows = []
+    for i, ident in enumerate(ids):
+        spans = found.get(i)
+        if spans is None:
+            rows.append(empty + orjson.dumps(ident, option=orjson.OPT_SORT_KEYS) + b"}\n")
+        else:
+            row = {"attributes": {name: spans}, "id": ident}
+            rows.append(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
+    return b"".join(rows), len(found), len(d)
 
 
 def phase_match(task: DecontamTask) -> DecontamUnit:

@@ -252,3 +252,19 @@ def test_the_command_line_and_its_config_file(tmp_path: Path) -> None:
         assert opt in helped
     r = CliRunner().invoke(cli, ["decontaminate", "-d", "x"])
     assert r.exit_code == 2 and "against" in r.output
+
+
+def test_rows_are_orjsons_bytes() -> None:
+    from lmdata.dolma import _shingle
+
+    table = _shingle.Table.build(_shingle.grams(["match me here"], 3)[1])
+    ids = ["x", 3, None, {"b": 1, "a": [1, 2]}, 'q"uote']
+    texts = ["nothing", "so match me here!", "", "MATCH me, here", "no"]
+    spans = [[], [[3, 16, 1.0]], [], [[0, 14, 1.0]], []]
+    rows, hit, n = decontam._rows(ids, texts, 3, table, 'na"me')
+    want = [
+        orjson.dumps({"attributes": {'na"me': s}, "id": i}, option=orjson.OPT_SORT_KEYS) + b"\n"
+        for i, s in zip(ids, spans, strict=True)
+    ]
+    assert rows == b"".join(want)
+    assert (hit, n) == (2, 2)
