@@ -28,12 +28,11 @@ from lmdata.formats.dolma._paths import Stores
 BAND = np.dtype([("key", "<u8"), ("doc", "<u8")])  # one band key of one document
 PAIR = np.dtype([("a", "<u8"), ("b", "<u8")])  # two documents, a before b in input order
 SPILL_EVERY = 1 << 21  # band entries a sign unit buffers (16 B each) before a spill object
-SET_CHUNK = 1 << 23  # n-gram hashes in one sets object (64 MiB)
+SET_CHUNK = 1 << 22  # n-gram hashes in one sets object (32 MiB)
 BATCH = 256  # documents per call into the kernel
 ANCHORS = 16  # in a band bucket, each document is checked against the first this many
-VERIFY_HASHES = (
-    1 << 24
-)  # n-gram hashes a verify unit holds at once (128 MiB), unless a pair has more
+# n-gram hashes a verify unit holds at once (64 MiB), unless one pair has more
+VERIFY_HASHES = 1 << 23
 _SPLIT = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -335,12 +334,13 @@ def bucket_tasks(
 @dataclass(frozen=True, eq=False)
 class Places:
     """Where each document's n-gram hashes are: span ``k`` is in sign group ``group[k]`` with
-    ``base[k]`` documents of the group before it; group t's hashes are cut into sets objects
-    starting at ``chunks[t]``."""
+    ``base[k]`` documents of the group before it; group t holds ``docs[t]`` documents, its
+    hashes cut into sets objects starting at ``chunks[t]``."""
 
     group: np.ndarray
     base: np.ndarray
     chunks: tuple[np.ndarray, ...]
+    docs: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -399,16 +399,20 @@ def _ranges(work: Spill, pieces: list[tuple[str, int, int]], dtype: np.dtype) ->
 
 
 def _bounds(task: VerifyTask, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The sign group of each of ``docs`` and the range of its n-gram hashes there (one read
-    of two offsets a document, several at once)."""
+    """The sign group of each of ``docs`` and the range of its n-gram hashes there: each
+    group's offsets read whole, one group at a time (8 B a document of the group)."""
     pl = task.places
     assert pl is not None
     span = (docs >> np.uint64(32)).astype(np.int64)
     line = (docs & np.uint64(0xFFFFFFFF)).astype(np.int64)
     t = pl.group[span]
     pos = pl.base[span] + line - 1
-    pieces = [(f"h/o{g}", p, p + 2) for g, p in zip(t.tolist(), pos.tolist(), strict=True)]
-    return t, _ranges(task.work, pieces, np.dtype("<i8")).reshape(-1, 2)
+    bounds = np.empty((len(docs), 2), dtype=np.int64)
+    for g in np.unique(t).tolist():
+        at = np.flatnonzero(t == g)
+        off = task.work.load([(f"h/o{g}", 0, int(pl.docs[g]) + 1)], np.dtype("<i8"))
+        bounds[at, 0], bounds[at, 1] = off[pos[at]], off[pos[at] + 1]
+    return t, bounds
 
 
 def _fetch(task: VerifyTask, t: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -461,9 +465,9 @@ def phase_verify(task: VerifyTask) -> VerifyResult:
         for lo, hi in _batches(size[ia] + size[ib]):
             need = np.unique(np.concatenate((ia[lo:hi], ib[lo:hi])))
             hashes, starts = _fetch(task, t[need], bounds[need])
-            inter, union = _shingle.jaccard(
-                hashes, starts, np.searchsorted(need, ia[lo:hi]), np.searchsorted(need, ib[lo:hi])
-            )
+            ja, jb = np.searchsorted(need, ia[lo:hi]), np.searchsorted(need, ib[lo:hi])
+            inter, union = _shingle.jaccard(hashes, starts, ja, jb, in_place=True)
+            del hashes
             ok[lo:hi] = (union > 0) & (inter >= task.threshold * union)
     good = pairs[ok]
     node, root = forest(good["a"], good["b"])

@@ -124,17 +124,23 @@ def sign(
 
 
 def jaccard(
-    hashes: np.ndarray, starts: np.ndarray, ia: np.ndarray, ib: np.ndarray
+    hashes: np.ndarray,
+    starts: np.ndarray,
+    ia: np.ndarray,
+    ib: np.ndarray,
+    in_place: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(intersection, union) sizes of the n-gram sets of docs ``ia[p]`` and ``ib[p]``, doc d
-    being ``hashes[starts[d]:starts[d + 1]]`` (repeats allowed)."""
+    being ``hashes[starts[d]:starts[d + 1]]`` (repeats allowed). ``in_place``: ``hashes`` (a
+    writable uint64 array) may be reordered within each document (no copy is made)."""
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     ia = np.ascontiguousarray(ia, dtype=np.int64)
     ib = np.ascontiguousarray(ib, dtype=np.int64)
     c = _kernel()
     if c is None:
         return _py.jaccard(hashes, starts, ia, ib)
-    work = np.array(hashes, dtype=np.uint64)  # sorted in place: a copy
+    ok = in_place and hashes.dtype == np.uint64 and hashes.flags.writeable
+    work = hashes if ok and hashes.flags.c_contiguous else np.array(hashes, dtype=np.uint64)
     inter, union = c.jaccard(work, starts, ia, ib)
     return np.frombuffer(inter, dtype=np.int64), np.frombuffer(union, dtype=np.int64)
 

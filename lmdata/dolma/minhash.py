@@ -31,8 +31,8 @@ same ranges, groups, markers and ``--resume``):
 4. components (in this process): the forests joined, the flagged documents saved (``d/f``);
 5. write (per group of spans) and join, as dedupe's.
 
-Memory is bounded by the units, not the corpus: a sign unit buffers 2M band entries and 8M
-n-gram hashes, a bucket unit 4M entries, a verify unit 16M hashes of the documents it checks
+Memory is bounded by the units, not the corpus: a sign unit buffers 2M band entries and 4M
+n-gram hashes, a bucket unit 4M entries, a verify unit 8M hashes of the documents it checks
 at once; the components hold 16 B per document with a confirmed near-duplicate.
 """
 
@@ -253,4 +253,5 @@ def _places(
         ks = [k for k, _ in g]
         group[ks] = t
         base[ks] = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    return mu.Places(group, base, tuple(s.chunks for s in signed))
+    docs = np.array([s.documents for s in signed], dtype=np.int64)
+    return mu.Places(group, base, tuple(s.chunks for s in signed), docs)
