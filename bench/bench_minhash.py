@@ -6,7 +6,8 @@
   the truth is the later copy of each pair at Jaccard >= 0.8; F1 of the flagged set for lmdata
   (exact Jaccard check at 0.8, and LSH alone) and datasketch's MinHashLSH, all at 14 bands of 8,
   word 5-grams, the same normalisation.
-- Speed: bench_dolma's documents (Zipf words, 1-3 KB, gzip JSONL); the signature stage per
+- Speed: web-like documents (:func:`corpus`: Zipf words from a 50k vocabulary, 150-500 words,
+  one in ten a near-copy of an earlier one, gzip JSONL); the signature stage per
   core (lmdata's kernel on texts in memory, CPU time; datasketch's and rensa's signatures with
   their Python shingling, one worker process), and end to end on 2 processes (lmdata dedupe
   from the files to the attribute files; datasketch: read, shingle and sign on 2 processes,
@@ -26,6 +27,7 @@ datasketch and rensa run in their side venv (bench/envs.py "datasketch", the
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import shutil
@@ -43,7 +45,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-import bench_dolma  # noqa: E402
 import envs  # noqa: E402
 from _compare import QUICK, record  # noqa: E402
 
@@ -59,7 +60,7 @@ SCRIPT = HERE.parent / "tests" / "dolma" / "datasketch_run.py"
 ATTR = "minhash_duplicate"
 SPEED_DOCS = 20_000 if QUICK else 100_000
 PAIRS = (600, 300) if QUICK else (3000, 1500)  # originals, copies
-BIG_DOCS = 1_000_000  # ~2 GB of text for the memory row (full run only)
+BIG_DOCS = 850_000  # ~2 GB of text for the memory row (full run only)
 
 
 def _cfg(where: str, name: str, threshold: float = 0.8, procs: int = 1) -> DedupeConfig:
@@ -115,6 +116,53 @@ def quality(work: Path, py: Path | None) -> None:
         print(f"lmdata (exact check) minus datasketch: {diff:+.3f} (goal: >= -0.005)")
 
 
+def corpus(root: Path, docs: int, files: int, seed: int = 0) -> list[Path]:
+    """``docs`` documents of 150-500 Zipf words (a 50k vocabulary, no two alike by chance)
+    with punctuation and line breaks, one in ten a near-copy of a document before it (3% of
+    its words replaced), in ``files`` gzip JSONL files under ``root/documents``."""
+    from zlib_ng import gzip_ng
+
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(3, 10, 50_000)
+    letters = rng.integers(97, 123, int(lens.sum()), dtype=np.uint8).tobytes().decode()
+    cut = np.concatenate(([0], np.cumsum(lens))).tolist()
+    vocab = np.array([letters[a:b] for a, b in itertools.pairwise(cut)], dtype=object)
+    p = 1.0 / np.arange(1, len(vocab) + 1)
+    p /= p.sum()
+    out = root / "documents"
+    out.mkdir(parents=True)
+    paths = []
+    per = -(-docs // files)
+    n = 0
+    for f in range(files):
+        count = min(per, docs - n)
+        lengths = rng.integers(150, 501, count)
+        words = vocab[rng.choice(len(vocab), int(lengths.sum()), p=p)]
+        seps = np.where(rng.random(len(words)) < 0.06, ", ", " ").astype(object)
+        seps[rng.random(len(words)) < 0.04] = "\n"
+        seps[np.cumsum(lengths) - 1] = "\x00"  # where each document ends
+        parts = np.empty(2 * len(words), dtype=object)
+        parts[0::2], parts[1::2] = words, seps
+        flat = "".join(parts.tolist())
+        texts = flat.split("\x00")[:count]
+        for i in np.flatnonzero(rng.random(count) < 0.1).tolist():
+            if i == 0:
+                continue
+            w = texts[int(rng.integers(0, i))].split(" ")
+            for k in rng.integers(0, len(w), max(1, len(w) * 3 // 100)).tolist():
+                w[k] = vocab[int(rng.integers(0, len(vocab)))]
+            texts[i] = " ".join(w)
+        lines = [
+            orjson.dumps({"id": f"doc-{n + i}", "text": t, "source": "bench"})
+            for i, t in enumerate(texts)
+        ]
+        path = out / f"part-{f:03d}.jsonl.gz"
+        path.write_bytes(gzip_ng.compress(b"\n".join(lines) + b"\n", compresslevel=1, mtime=0))
+        paths.append(path)
+        n += count
+    return paths
+
+
 def _texts(files: list[Path]) -> list[str]:
     out = []
     for f in files:
@@ -123,8 +171,7 @@ def _texts(files: list[Path]) -> list[str]:
 
 
 def speed(work: Path, py: Path | None) -> None:
-    bench_dolma.N_DOCS = SPEED_DOCS
-    files = bench_dolma.generate(work / "speed")
+    files = corpus(work / "speed", SPEED_DOCS, 4)
     texts = _texts(files)
     mb = sum(len(t) for t in texts) / 1e6
     print(f"\nspeed: {len(texts):,} documents, {mb:.0f} MB of text in {len(files)} gzip files")
@@ -193,10 +240,9 @@ def determinism(where: str, work: Path) -> None:
 
 
 def memory(work: Path) -> None:
-    bench_dolma.N_DOCS = BIG_DOCS
-    files = bench_dolma.generate(work / "big")
+    files = corpus(work / "big", BIG_DOCS, 16, seed=1)
     gb = sum(f.stat().st_size for f in files) / 1e9
-    text = 2.0 * BIG_DOCS / 1e6  # documents of 1-3 KB: about 2 KB each
+    text = sum(len(t) for t in _texts(files[:1])) * len(files) / 1e9
     cmd = [str(HERE.parent / ".venv" / "bin" / "lmdata"), "dedupe", "-q", "-p", "2"]
     cmd += ["-d", str(work / "big" / "documents" / "*.jsonl.gz"), "--dedupe.name", "m"]
     cmd += ["--dedupe.minhash.attribute_name", ATTR, "--work-dir", str(work / "mw")]
@@ -328,7 +374,7 @@ def decontam_speed(work: Path, files: list[Path], n: int) -> None:
     secs, cpu = time.perf_counter() - t0, time.process_time() - c0
     rate = record(TABLE, "decontam: 2 KB documents per CPU second", n / cpu, unit="docs/s")
     print(
-        f"\ndecontaminate, 1 process: {n:,} documents of 1-3 KB against {res.eval_ngrams:,} "
+        f"\ndecontaminate, 1 process: {n:,} documents of ~2 KB against {res.eval_ngrams:,} "
         f"13-grams: {cpu:.1f} s of CPU, {rate:,.0f} documents per CPU second (goal: >= 30,000 "
         f"a core); {secs:.1f} s of wall time on this machine's load"
     )
