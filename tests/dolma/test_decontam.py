@@ -268,3 +268,28 @@ def test_rows_are_orjsons_bytes() -> None:
     ]
     assert rows == b"".join(want)
     assert (hit, n) == (2, 2)
+
+
+def test_documents_on_s3_get_the_local_bytes(tmp_path: Path, s3_root: str) -> None:
+    from lmdata.storage import resolve
+
+    _setup(tmp_path)
+    decontaminate(_cfg(tmp_path), engine="inprocess", range_bytes=20_000)
+    store, key = resolve(s3_root)
+    for p in sorted((tmp_path / "ds" / "documents").iterdir()):
+        store.write_object(f"{key}/documents/{p.name}", p.read_bytes())
+    cfg = DecontamConfig.from_dict(
+        {
+            "documents": [f"{s3_root}/documents/*"],
+            "against": [str(tmp_path / "evals" / "*")],
+            "text_key": "question",
+        }
+    )
+    decontaminate(cfg, engine="inprocess", range_bytes=20_000)
+    local = tmp_path / "ds" / "attributes" / "decontam"
+    got = {
+        n: store.read(f"{key}/attributes/decontam/{n}")
+        for n in store.list(f"{key}/attributes/decontam")
+    }
+    assert got == {p.name: p.read_bytes() for p in sorted(local.iterdir())}
+    assert sorted(store.list(key)) == ["attributes", "documents"]  # no work folder left
