@@ -8,10 +8,19 @@ import socket
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from lmdata.storage import FsspecStore, LocalStore
 
 BUCKET = "lmdata-test"
+
+# The suite runs on loaded machines: no hypothesis test fails for time. Every test inherits
+# these (a test's own settings(...) replace only what they name); filtering health checks stay
+# on, as strategies draw valid inputs by construction.
+settings.register_profile(
+    "lmdata", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("lmdata")
 
 
 @pytest.fixture
