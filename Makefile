@@ -75,8 +75,11 @@ $(TEST_STAMP): $(DEV_STAMP)
 demo: $(STAMP)
 	$(BIN)/lmdata demo --out demo-output
 
+# two processes (pytest-xdist): the suite waits on subprocesses, Ray and S3 as much as it
+# computes, and on a loaded machine each process gets its share of the cores. A file's tests
+# stay in one process (--dist loadfile): module fixtures are built once.
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 # Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
 # created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).

@@ -163,7 +163,9 @@ def test_a_resumed_job_interrupted_again_resumes_from_both_runs(tmp_path, monkey
 
 
 @settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(stop=st.integers(1, 12), block=st.sampled_from([7, 16, 64]))
 def test_any_interruption_point_resumes_to_the_same_bytes(stop, block):

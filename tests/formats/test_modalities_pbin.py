@@ -273,7 +273,9 @@ def test_non_contiguous_index_is_read_through_the_index(tmp_path: Path) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     docs=st.lists(st.lists(st.integers(0, 2**32 - 1), max_size=20), max_size=15),
@@ -304,7 +306,9 @@ def test_round_trip_property(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     docs=st.lists(st.lists(st.integers(0, 300), max_size=6), max_size=12),
