@@ -1,6 +1,6 @@
 # `make demo` needs only the main venv (.venv with lmdata). `make test` adds the dev tools, torch and
-# the interop-test tools: zarr-python 2 and mosaicml-streaming (with CPU torch) in their own
-# small venvs, and Debian's chromium for the viewer's browser tests.
+# the interop-test tools: zarr-python 2, mosaicml-streaming (with CPU torch) and datasketch in
+# their own small venvs, and Debian's chromium for the viewer's browser tests.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,6 +9,7 @@ DEV_STAMP := $(VENV)/.installed-dev-stamp
 TEST_STAMP := $(VENV)/.installed-test-stamp
 ZARR2 := $(VENV)/extra-zarr2
 STREAMING := $(VENV)/extra-streaming
+DATASKETCH := $(VENV)/extra-datasketch
 CHROMIUM := /usr/bin/chromium
 
 .PHONY: install install-main install-dev demo test bench bench-quick bench-storage bench-envs lint format clean
@@ -19,13 +20,14 @@ install-main: $(STAMP)
 install-dev: $(DEV_STAMP)
 
 # the main venv: lmdata and its dependencies, all `make demo` needs
-$(STAMP): pyproject.toml Makefile lmdata/_memowalk.c lmdata/_memowalk_index.h lmdata/_mdsread.c lmdata/_mdsread_dispatch.h lmdata/_kernel.c lmdata/_kernel_rows.h lmdata/_kernel_index.h
+$(STAMP): pyproject.toml Makefile lmdata/_memowalk.c lmdata/_memowalk_index.h lmdata/_mdsread.c lmdata/_mdsread_dispatch.h lmdata/_kernel.c lmdata/_kernel_rows.h lmdata/_kernel_index.h lmdata/_minhash.c lmdata/_minhash_words.h
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
 	@$(BIN)/python -c "import lmdata._memowalk" 2>/dev/null || echo "note: no C compiler built lmdata._memowalk; the safe unpickler's memo check runs in Python (slower)"
 	@$(BIN)/python -c "import lmdata._mdsread" 2>/dev/null || echo "note: no C compiler built lmdata._mdsread; MDS samples are decoded in Python (slower)"
 	@$(BIN)/python -c "import lmdata._kernel" 2>/dev/null || echo "note: no C compiler built lmdata._kernel; the Loader lays out batches in numpy (same batches, slower)"
+	@$(BIN)/python -c "import lmdata._minhash" 2>/dev/null || echo "note: no C compiler built lmdata._minhash; MinHash dedupe and decontaminate run in numpy (same results, slower)"
 	touch $(STAMP)
 
 # dev tools: pytest, hypothesis, ruff, zarr-python 3, playwright (Python side only), matplotlib
@@ -55,6 +57,10 @@ $(TEST_STAMP): $(DEV_STAMP)
 		'xxhash<4' zstd tqdm catalogue pillow 'transformers>=4.21.3,<5'
 	$(STREAMING)/bin/python -m pip install -q --no-deps mosaicml-streaming==0.13.0
 	$(STREAMING)/bin/python tests/formats/streaming_standins.py --install-into-venv
+	# datasketch 2.0.0 (and rensa, for the benchmark's signature rows) in their own small venv:
+	# tests/dolma/test_minhash_datasketch.py compares MinHash dedupe's quality with its MinHashLSH
+	test -x $(DATASKETCH)/bin/python || $(PY) -m venv $(DATASKETCH)
+	$(DATASKETCH)/bin/python -m pip install -q datasketch==2.0.0 rensa==0.5.0
 	# Debian's chromium for the viewer's browser tests, driven by Playwright's Python package
 	# (never `playwright install`); without root or apt those tests are skipped with a message
 	test -x $(CHROMIUM) || { \

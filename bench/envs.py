@@ -40,10 +40,16 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "grain": ("grain==0.2.18",),
     "litdata": (TORCH_WHEEL, "litdata==0.2.76"),
     "zarr2": ("zarr>=2.18,<3",),
+    # MinHash peers (bench_minhash.py): datasketch's MinHashLSH and rensa's signatures
+    "datasketch": ("datasketch==2.0.0", "rensa==0.5.0"),
     "zarr3": ("zarr>=3,<4",),
 }
 # Environments made earlier by `make install` that already hold the tool.
-REUSE = {"streaming": VENVS / "extra-streaming", "zarr2": VENVS / "extra-zarr2"}
+REUSE = {
+    "streaming": VENVS / "extra-streaming",
+    "zarr2": VENVS / "extra-zarr2",
+    "datasketch": VENVS / "extra-datasketch",
+}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""``lmdata dedupe``: flag exact duplicate documents or paragraphs as dolma attributes."""
+"""``lmdata dedupe``: flag exact duplicate documents or paragraphs, or near-duplicate documents
+(MinHash-LSH), as dolma attributes."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ from lmdata.dolma.dedupe import dedupe
     "par_attr",
     default=None,
     help="Dedupe paragraphs; attribute key for their spans.",
+)
+@click.option(
+    "--dedupe.minhash.attribute_name",
+    "mh_attr",
+    default=None,
+    help="Flag near-duplicate documents (MinHash-LSH); attribute key for them, e.g. "
+    "minhash_duplicate. Settings: --dedupe.minhash.ngram_size (5), .num_bands (14), "
+    ".band_size (8), .jaccard_threshold (0.8; 0 = no exact check), .seed (0).",
 )
 @click.option(
     "--dedupe.min_length",
@@ -88,6 +97,7 @@ def command(
     doc_key: str | None,
     doc_attr: str | None,
     par_attr: str | None,
+    mh_attr: str | None,
     min_length: int | None,
     min_words: int | None,
     processes: int | None,
@@ -109,8 +119,17 @@ def command(
     written with the run's keys; with bloom_filter.read_only only read: keys found there
     are flagged).
 
+    dedupe.minhash flags near-duplicate documents instead: word n-grams after normalising
+    case, punctuation and whitespace, MinHash-LSH bands, candidate pairs confirmed by the
+    exact Jaccard of their n-gram sets; every document of a cluster but its first in input
+    order gets {attribute_name: [[0, len(text), 1.0]]}. The same bytes for any processes,
+    engine and range size; --resume as for the other modes.
+
     Example: lmdata dedupe -d 'ds/documents/*.gz' --dedupe.name dedupe_docs
     --dedupe.documents.key '$.metadata.url' --dedupe.documents.attribute_name bff_duplicate_url
+
+    Example: lmdata dedupe -d 'ds/documents/*.gz' --dedupe.name fuzzy
+    --dedupe.minhash.attribute_name minhash_duplicate --dedupe.minhash.jaccard_threshold 0.8
     """
     flags = {
         "documents": documents,
@@ -118,6 +137,7 @@ def command(
         "dedupe.documents.key": doc_key,
         "dedupe.documents.attribute_name": doc_attr,
         "dedupe.paragraphs.attribute_name": par_attr,
+        "dedupe.minhash.attribute_name": mh_attr,
         "dedupe.min_length": min_length,
         "dedupe.min_words": min_words,
         "processes": processes,
@@ -140,6 +160,13 @@ def command(
     except KeyboardInterrupt:
         click.echo("interrupted: run again with --resume to continue", err=True)
         sys.exit(130)
+    if cfg.mode == "minhash":
+        click.echo(
+            f"{res.duplicates:,} near-duplicate documents of {res.documents:,} "
+            f"({res.keys:,} with words), {res.files} files, {res.seconds:.1f} s, "
+            f"{res.docs_per_second:,.0f} documents/s -> attributes/{cfg.out_name}/"
+        )
+        return
     click.echo(
         f"{res.duplicates:,} duplicate {cfg.mode} of {res.keys:,} keys in "
         f"{res.documents:,} documents, {res.files} files, {res.seconds:.1f} s, "

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "tag": "lmdata.cli.tag",
     "dedupe": "lmdata.cli.dedupe",
     "mix": "lmdata.cli.mix",
+    "decontaminate": "lmdata.cli.decontaminate",
     "list": "lmdata.cli.list_taggers",
     "modalities": "lmdata.cli.modalities",
     "clean": "lmdata.cli.clean",
@@ -35,7 +36,7 @@ COMMANDS: dict[str, str] = {
 SUMMARIES: dict[str, str] = {
     "info": "Show a dataset's format, counts, codecs, size and provenance.",
     "validate": "Check a dataset against its format's rules.",
-    "cat": "Print records as JSON lines (token ids decoded with --decode).",
+    "cat": "Print records as JSON lines (--decode: token ids as text).",
     "stats": "Counts, length distribution, frequent tokens; plots and HTML.",
     "view": "Serve a read-only page over a dataset on 127.0.0.1.",
     "demo": "The main job end to end on an embedded corpus.",
@@ -44,11 +45,12 @@ SUMMARIES: dict[str, str] = {
     "merge": "Merge datasets (MDS partitions, .pbin files, Atlas) into one.",
     "index": "Index the lines of a JSONL file for O(1) random access.",
     "tag": "Tag documents (dolma tag): attributes mirroring documents.",
-    "dedupe": "Flag every copy but the first (dolma dedupe), deterministically.",
+    "dedupe": "Flag copies and near-copies, first kept (dolma dedupe).",
     "mix": "Mix documents with filters and attributes (dolma mix).",
+    "decontaminate": "Flag spans of documents that match evaluation text.",
     "list": "List the taggers `lmdata tag` accepts (dolma list).",
     "modalities": "Modalities' command lines (`lmdata modalities data ...`).",
-    "clean": "Remove what killed writers left (staged outputs, stale claims).",
+    "clean": "Remove what killed writers left behind (staging, claims).",
 }
 # verbs that read a dolma config given before the verb (`lmdata -c config.yaml mix`)
 CONFIG_VERBS = ("tag", "dedupe", "mix")

@@ -48,6 +48,17 @@ DEDUPE: Schema = {
             "paragraph_separator": None,
             "dolma_offsets": None,  # lmdata: dolma's paragraph end offsets or exact ones
         },
+        # lmdata: MinHash-LSH near-duplicates (lmdata.dolma.minhash)
+        "minhash": dict.fromkeys(
+            (
+                "attribute_name",
+                "ngram_size",
+                "num_bands",
+                "band_size",
+                "jaccard_threshold",
+                "seed",
+            )
+        ),
         "skip_empty": None,
         "min_length": None,
         "min_words": None,
@@ -62,6 +73,20 @@ DEDUPE: Schema = {
     "dryrun": None,
     "is_s3_volume": None,  # a mounted S3 volume: nothing for lmdata to do
     "storage_options": None,  # lmdata: fsspec options for URLs
+}
+
+# lmdata decontaminate's config (lmdata.dolma.decontam): no dolma counterpart
+DECONTAM: Schema = {
+    "documents": None,
+    "against": None,
+    "text_key": None,
+    "ngram": None,
+    "name": None,
+    "document_dir": None,
+    "processes": None,
+    "work_dir": WORK_DIR,
+    "dryrun": None,
+    "storage_options": None,
 }
 
 SPAN_REPLACEMENT: Schema = dict.fromkeys(

@@ -17,7 +17,11 @@ from typing import Any
 
 import orjson
 
+from lmdata.dolma._checks import as_int as _int
+from lmdata.dolma._checks import as_list as _as_list
+from lmdata.dolma._checks import options as _options
 from lmdata.dolma._keys import BLOOM_SIZING_KEYS, DEDUPE, MIX, TAG, check_keys
+from lmdata.dolma._minhash_config import MinHash, minhash_section
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._paths import attribute_path, expand_globs, list_documents
 from lmdata.storage import resolve
@@ -84,27 +88,6 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     return out
 
 
-def _as_list(v: Any, what: str) -> tuple[str, ...]:
-    if v is None:
-        return ()
-    if isinstance(v, str):
-        return (v,)
-    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
-        return tuple(v)
-    raise InvalidInputError(f"{what} must be a list of strings, got {v!r}")
-
-
-def _int(v: Any, what: str, minimum: int = 0) -> int:
-    """``v`` if it is an integer >= ``minimum``; anything else (a quoted number, a float, a
-    boolean) is an InvalidInputError naming the config key."""
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        hint = ""
-        if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
-            hint = f" (a quoted string: write {what}: {v.strip()} without quotes)"
-        raise InvalidInputError(f"{what} must be an integer >= {minimum}, got {v!r}{hint}")
-    return v
-
-
 def resolve_documents(
     patterns: tuple[str, ...],
     storage_options: dict[str, Any] | None = None,
@@ -128,16 +111,6 @@ def resolve_documents(
     if not out:
         raise InvalidInputError(f"no document files match {list(patterns)}")
     return out
-
-
-def _options(v: Any) -> dict[str, Any] | None:
-    if v is None:
-        return None
-    if not isinstance(v, dict):
-        raise InvalidInputError(
-            f"storage_options must be a mapping of fsspec options, got {type(v).__name__}"
-        )
-    return dict(v) or None
 
 
 @dataclass(frozen=True)
@@ -299,7 +272,7 @@ def _document_dir(v: Any) -> str:
 class DedupeConfig:
     documents: tuple[str, ...]
     name: str
-    mode: str  # "documents" | "paragraphs"
+    mode: str  # "documents" | "paragraphs" | "minhash"
     attribute_name: str
     key: str = "$.text"  # documents mode: the JSONPath of the string key
     paragraph_separator: str = "\n"
@@ -318,6 +291,7 @@ class DedupeConfig:
     num_partitions: int = 1  # keys split by hash: this run considers partition_index's
     partition_index: int = 0
     file_partition: bool = False  # ... and the files split by path: this run takes its part
+    minhash: MinHash | None = None  # mode "minhash": its settings (lmdata.dolma.minhash)
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -329,13 +303,13 @@ class DedupeConfig:
         docs = _as_list(d.get("documents"), "documents")
         if not docs:
             raise InvalidInputError("dedupe config: `documents` is required")
-        dmode, pmode = dd.get("documents"), dd.get("paragraphs")
-        if bool(dmode) == bool(pmode):
+        dmode, pmode, mmode = dd.get("documents"), dd.get("paragraphs"), dd.get("minhash")
+        if bool(dmode) + bool(pmode) + bool(mmode) != 1:
             raise InvalidInputError(
                 "dedupe config: give exactly one of `dedupe.documents` "
-                "(with attribute_name and key) or `dedupe.paragraphs`"
+                "(with attribute_name and key), `dedupe.paragraphs` or `dedupe.minhash`"
             )
-        sect = dmode or pmode
+        sect = dmode or pmode or mmode
         if not isinstance(sect, dict) or not sect.get("attribute_name"):
             raise InvalidInputError("dedupe config: the mode needs an `attribute_name`")
         name = dd.get("name") or sect["attribute_name"]  # dolma's fallback
@@ -357,11 +331,17 @@ class DedupeConfig:
                 )
         ngrams = _by_ngram(sect.get("by_ngram")) if pmode else Ngrams()
         parts, index, by_file = _partitions(dd)
+        minhash = minhash_section(sect) if mmode else None
+        if minhash is not None and (parts > 1 or by_file or d.get("bloom_filter")):
+            raise InvalidInputError(
+                "dedupe config: dedupe.minhash takes no num_partitions, file_partition or "
+                "bloom_filter (it compares every document with every other, exactly)"
+            )
         wd = d.get("work_dir")
         return cls(
             documents=docs,
             name=name,
-            mode="documents" if dmode else "paragraphs",
+            mode="documents" if dmode else "paragraphs" if pmode else "minhash",
             attribute_name=str(sect["attribute_name"]),
             key=key,
             paragraph_separator=str(sect.get("paragraph_separator", "\n")) or "\n",
@@ -375,6 +355,7 @@ class DedupeConfig:
             num_partitions=parts,
             partition_index=index,
             file_partition=by_file,
+            minhash=minhash,
             processes=_int(d.get("processes", 1), "processes", 1),
             work_dir=(wd.get("output") if isinstance(wd, dict) else wd) or None,
             compression=(d.get("compression") or {}).get("output") or "gz"

@@ -250,6 +250,10 @@ def dedupe(
         log.warning(_keyfile.note(cfg))
     if range_bytes is not None and range_bytes < 1:
         raise InvalidInputError(f"range_bytes must be at least 1, not {range_bytes}")
+    if cfg.mode == "minhash":  # near-duplicates: its own phases, the same plan and markers
+        from lmdata.dolma import minhash
+
+        return minhash.run(cfg, progress, engine, address, range_bytes, resume)
     files = cfg.document_files()
     t0 = time.perf_counter()
     stores = Stores(cfg.storage_options)

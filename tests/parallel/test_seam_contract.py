@@ -26,6 +26,11 @@ UNIT_FUNCTIONS = [
     ("lmdata.dolma.dedupe", "_phase_write"),
     ("lmdata.dolma.pieces", "run_join"),
     ("lmdata.dolma.dedupe", "run_join_marked"),
+    ("lmdata.dolma._minhash_units", "phase_sign"),
+    ("lmdata.dolma._minhash_units", "phase_bucket"),
+    ("lmdata.dolma._minhash_units", "phase_verify"),
+    ("lmdata.dolma._minhash_write", "phase_write"),
+    ("lmdata.dolma.decontam", "phase_match"),
 ]
 # convert hands back a block it cannot stage exactly (a set, say) as its records
 RECORDS_FALLBACK = {("lmdata.convert", "_read_block")}

@@ -37,6 +37,7 @@ from lmdata.formats.dolma._paths import (
 from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import Store, basename, parent, resolve
+from lmdata.storage.paths import COMMITTING
 
 
 class DolmaDocuments:
@@ -259,8 +260,9 @@ def detect(path: str | os.PathLike[str]) -> bool:
             return False
         # documents/ itself usually holds the files: one listing, not a recursive one (on an
         # object store, a request per 1000 objects of the whole tree)
-        if any(is_doc_file(n) for n in store.sizes(ddir)):
-            return True
+        names = store.sizes(ddir)
+        if COMMITTING in names or any(is_doc_file(n) for n in names):
+            return True  # (a tree being committed is one: opening it says why it is refused)
         return any(is_doc_file(basename(k)) for k in walk_files(store, ddir))
     except StorageError:  # the store failed: say so, not "not this format"
         raise
