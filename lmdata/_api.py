@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from lmdata import formats
+from lmdata import _manifest, formats
 from lmdata.errors import InvalidInputError
 from lmdata.formats import FormatSpec
 from lmdata.formats._spec import Progress
@@ -37,6 +37,7 @@ def open(
     format: str | None = None,
     split: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    verify: bool = True,
     **options: Any,
 ) -> Any:
     """Open the dataset at ``path`` and return a reader.
@@ -45,18 +46,25 @@ def open(
     (flat-tokens: ``train`` by default, or ``validation``; MDS: a sub-folder with its own
     index). ``token_column`` gives the token-sequence view of a records dataset whose column
     holds token arrays (MDS, Atlas). Other options go to the format's reader (for example
-    ``allow_unsafe_pickle=True`` for formats that store pickles).
+    ``allow_unsafe_pickle=True`` for formats that store pickles). A dataset with a manifest
+    (every lmdata writer leaves one) is checked against it first, by names and sizes: a
+    deleted, added, truncated or grown file is a CorruptDataError naming it, unless
+    ``verify=False`` (to salvage what is intact).
     """
     with options_scope(storage_options):
-        return _open(require_exists(path, storage_options), format, split, options)
+        return _open(require_exists(path, storage_options), format, split, options, verify)
 
 
-def _open(p: Any, format: str | None, split: str | None, options: dict[str, Any]) -> Any:
+def _open(
+    p: Any, format: str | None, split: str | None, options: dict[str, Any], verify: bool = True
+) -> Any:
     spec = _spec_at(p, format)
     if split is not None:
         if not spec.has_splits:
             raise InvalidInputError(f"{spec.name} datasets have no splits; drop --split / split=")
         options["split"] = split
+    if verify:
+        _manifest.verify(p, spec, split)
     token_column = options.pop("token_column", None)
     if token_column is not None and spec.kind == "tokens":
         raise InvalidInputError(
@@ -97,17 +105,26 @@ def validate(
     format: str | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    deep: bool = False,
     **options: Any,
 ) -> list[str]:
     """Every problem found in the dataset at ``path``; an empty list means valid.
 
-    ``progress(done, total)`` is called as the check goes, in bytes of the dataset's data:
-    first with ``done=0`` to announce the total, then per shard, chunk, file or MiB, never
-    backwards, last with ``done == total`` when the check got to the end."""
+    Where the dataset has a manifest, its files are compared with it by names and sizes (a
+    deleted, added, truncated or grown file is named); ``deep=True`` also hashes every file
+    (in parallel) and names the first block that differs from what its writer wrote.
+    ``progress(done, total)`` is called as the check goes, in bytes of the dataset's data
+    (and, with ``deep``, of the files hashed): first with ``done=0`` to announce the total,
+    then per shard, chunk, file or MiB, never backwards, last with ``done == total`` when
+    the check got to the end."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
-        return list(spec.validate(p, **_reporting(progress), **_named(spec, options)))
+
+        def run(prog: Progress | None) -> list[str]:
+            return list(spec.validate(p, **_reporting(prog), **_named(spec, dict(options))))
+
+        return _manifest.problems(p, deep, progress, run)
 
 
 def _reporting(progress: Progress | None) -> dict[str, Any]:
@@ -126,12 +143,15 @@ def info(
     """A summary of the dataset at ``path`` (format, counts, sizes, codecs). ``scan=False``
     leaves out what takes a pass over the data (the documents of JSONL files, the largest id
     of a ``.pbin``): for callers that need only the metadata, sizes and provenance.
+    ``manifest`` says when the dataset's manifest was made and what it lists (``"none"``).
     ``progress(done, total)``: as for :func:`validate`, in bytes of the data summarised."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
         light = {} if scan else {"scan": False}  # a spec's info may predate the option
-        return spec.info(p, **light, **_reporting(progress), **_named(spec, options))
+        out = spec.info(p, **light, **_reporting(progress), **_named(spec, options))
+        out["manifest"] = _manifest.summary(p)
+        return out
 
 
 def merge(
