@@ -177,3 +177,83 @@ def merge(
         return spec.merge(
             [str(p) for p in inputs], str(output), overwrite=overwrite, **_reporting(progress)
         )
+
+
+def write_manifest(
+    path: str | os.PathLike[str],
+    format: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+    workers: int | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Write the manifest of a dataset another tool wrote, once :func:`validate` finds it
+    valid (else CorruptDataError listing the problems); returns what :func:`info` shows of
+    it. An existing manifest is an OutputExistsError unless ``overwrite``. ``progress``
+    counts the bytes validated, then those hashed (on ``workers`` threads)."""
+    with options_scope(storage_options):
+        p = require_exists(path, storage_options)
+        spec = _spec_at(p, format)
+        hashed_from = [0]
+
+        def checked() -> list[str]:
+            def prog(done: int, total: int) -> None:
+                hashed_from[0] = total
+                assert progress is not None
+                progress(done, total)
+
+            return list(
+                spec.validate(
+                    p,
+                    **_reporting(prog if progress is not None else None),
+                    **_named(spec, dict(options)),
+                )
+            )
+
+        def records() -> int | None:
+            with _open(p, spec.name, None, dict(options), verify=False) as r:
+                return len(r)
+
+        def hash_progress(done: int, total: int) -> None:
+            assert progress is not None
+            progress(hashed_from[0] + done, hashed_from[0] + total)
+
+        _manifest.create(
+            p,
+            spec,
+            overwrite=overwrite,
+            validate=checked,
+            records=records,
+            progress=hash_progress if progress is not None else None,
+            workers=workers,
+        )
+        out = _manifest.summary(p)
+        assert isinstance(out, dict)
+        return out
+
+
+def check_manifest(
+    path: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None = None,
+    *,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """``(what info shows of the manifest, every difference from it)``: names and sizes from
+    one listing, every block hashed on ``workers`` threads; InvalidInputError without one."""
+    with options_scope(storage_options):
+        p = require_exists(path, storage_options)
+        _found, problems = _manifest.check(p, progress, workers)
+        out = _manifest.summary(p)
+        assert isinstance(out, dict)
+        return out, problems
+
+
+def manifest_summary(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> dict[str, Any] | str:
+    """What :func:`info` shows of the dataset's manifest (``"none"`` without one)."""
+    with options_scope(storage_options):
+        return _manifest.summary(require_exists(path, storage_options))

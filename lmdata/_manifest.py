@@ -139,8 +139,7 @@ def create(
     if found:
         shown = "; ".join(found[:3]) + (f"; ... ({len(found)} problems)" if len(found) > 3 else "")
         raise CorruptDataError(
-            f"not valid, so no manifest was written: {shown}. `lmdata validate` lists the "
-            "problems",
+            f"not valid, so no manifest was written: {shown}. `lmdata validate` lists the problems",
             path=store.url(key),
         )
     names = None

@@ -264,23 +264,29 @@ def create(
     names: list[str] | None = None,
     format: str | None = None,
     records: int | None = None,
+    carried: dict[str, FileEntry] | None = None,
     progress: Progress | None = None,
     workers: int | None = None,
 ) -> Manifest:
     """Hash the files of the dataset at ``key`` (every file below a folder; for one file,
-    ``names`` beside it) and store its manifest; returns it."""
+    ``names`` beside it) and store its manifest; returns it. A file ``carried`` lists with
+    its present size keeps that entry (a merged partition's, from its own manifest)."""
     mkey, folder = location(store, key, directory)
     if directory:
         sizes = listing(store, folder)
     else:
         sizes = {n: store.size(join(folder, n)) for n in names or []}
+    carried = carried or {}
     order = sorted(sizes)
-    files = [(join(folder, n), sizes[n]) for n in order]
+    kept = {n for n in order if n in carried and carried[n].size == sizes[n]}
+    files = [(join(folder, n), sizes[n]) for n in order if n not in kept]
     got = dict(hash_blocks(store, files, BLOCK, progress, workers))
     entries = []
     for n in order:
-        d = digest_of(sizes[n], got[join(folder, n)])
-        entries.append(FileEntry.of(n, d))
+        if n in kept:
+            entries.append(carried[n])
+        else:
+            entries.append(FileEntry.of(n, digest_of(sizes[n], got[join(folder, n)])))
     m = Manifest(tuple(entries), made_by=made_by(), format=format, records=records)
     out = store.output(mkey, directory=False, overwrite=True)
     try:

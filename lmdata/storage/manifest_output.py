@@ -167,7 +167,7 @@ class ManifestOutput:
 
     def manifest(self) -> Manifest:
         files = dict(self._group._carried)
-        records = self._group._records
+        records: dict[str, int] = {}
         for m in self._group._members:
             for name, n in m._records.items():
                 records[m._name(name)] = records.get(m._name(name), 0) + n
@@ -282,11 +282,71 @@ class LocalTree:
     def write(self, root: str | os.PathLike[str]) -> None:
         """Put the manifest of ``root`` into it (a new file: the old one may be a hard link
         into the dataset an append extends)."""
-        if not self.enabled:
+        if self.enabled:
+            _put(os.fspath(root), self.manifest(root).to_bytes())
+
+
+class InPlace:
+    """Keeps the manifest of a local dataset folder right while a writer changes it in place
+    (seqax's append): :meth:`begin` notes every file and takes the manifest away (readers
+    meanwhile see a dataset without one, never a stale one), :meth:`finish` writes it anew,
+    its entries carried for the files left alone and hashed for those written, and
+    :meth:`abort` puts the old one back. Nothing happens for a folder without a manifest."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.fspath(root)
+        self._old: bytes | None = None
+        self._seen: dict[str, tuple[int, int, int]] = {}
+
+    def _files(self) -> dict[str, os.stat_result]:
+        out = {}
+        for dirpath, dirnames, files in os.walk(self.root):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".lmdata-")]
+            for f in files:
+                p = os.path.join(dirpath, f)
+                name = Path(os.path.relpath(p, self.root)).as_posix()
+                if not skipped(name) and not f.startswith("."):
+                    out[name] = os.stat(p)
+        return out
+
+    def begin(self) -> InPlace:
+        path = os.path.join(self.root, NAME)
+        try:
+            with open(path, "rb") as f:
+                self._old = f.read()
+        except FileNotFoundError:
+            return self
+        Manifest.parse(self._old, path)  # refuse to carry what cannot be read
+        self._seen = {n: (st.st_ino, st.st_mtime_ns, st.st_size) for n, st in self._files().items()}
+        os.remove(path)
+        return self
+
+    def finish(self) -> None:
+        if self._old is None:
             return
-        data = self.manifest(root).to_bytes()
-        dest = os.path.join(os.fspath(root), NAME)
-        tmp = os.path.join(os.fspath(root), f"{TMP_PREFIX}{NAME}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, dest)
+        path = os.path.join(self.root, NAME)
+        old = Manifest.parse(self._old, path)
+        carried = old.entries()
+        entries = []
+        for name, st in sorted(self._files().items()):
+            e = carried.get(name)
+            if e is not None and self._seen.get(name) == (st.st_ino, st.st_mtime_ns, st.st_size):
+                entries.append(e)
+            else:
+                entries.append(FileEntry.of(name, hash_file(os.path.join(self.root, name))))
+        m = Manifest(tuple(entries), made_by=made_by(), format=old.format)
+        _put(self.root, m.to_bytes())
+        self._old = None
+
+    def abort(self) -> None:
+        if self._old is not None:
+            _put(self.root, self._old)
+            self._old = None
+
+
+def _put(root: str, data: bytes) -> None:
+    """The manifest of a local folder written whole (a temporary name, then renamed)."""
+    tmp = os.path.join(root, f"{TMP_PREFIX}{NAME}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, os.path.join(root, NAME))

@@ -13,7 +13,7 @@ import orjson
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import default_index_path
-from lmdata.storage import AtomicOutput, AtomicWriter, LocalStore, Output, Store, resolve
+from lmdata.storage import AtomicWriter, LocalStore, Output, manifest_output, resolve
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -35,7 +35,9 @@ class Writer(AtomicWriter):
     Both files appear only when the writer closes cleanly; the index matches what
     ``lmdata index`` (and modalities' ``create_raw_index``) would build from the file. The
     index is committed last, after any old index is removed: a writer killed in between
-    leaves the data without an index, which readers refuse.
+    leaves the data without an index, which readers refuse. ``manifest`` (default True)
+    writes ``foo.jsonl.lmdata-manifest`` after both (listing both when the index sits beside
+    the data; an index elsewhere is not listed).
     """
 
     def __init__(
@@ -45,63 +47,45 @@ class Writer(AtomicWriter):
         index_path: str | os.PathLike[str] | None = None,
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
+        manifest: bool = True,
     ) -> None:
         store, key = resolve(path, storage_options)
-        self._remote: tuple[Output, Output] | None = None
-        if not isinstance(store, LocalStore):
-            self._open_remote(store, key, index_path, overwrite, storage_options)
-            return
-        dest = Path(key)
-        idx = Path(index_path) if index_path else default_index_path(dest)
-        if idx == dest:
-            raise InvalidInputError(
-                "the index path is the data file itself; name the JSONL "
-                "file with a suffix such as .jsonl",
-                path=dest,
-            )
-        self._data = AtomicOutput(
-            dest, directory=False, overwrite=overwrite, what="modalities-jsonl"
-        )
-        try:
-            self._index = AtomicOutput(idx, directory=False, overwrite=overwrite)
-        except BaseException:
-            self._data.abort()
-            raise
-        self.path = self._data.dest
-        self.index_path = self._index.dest
-        self._f = open(self._data.tmp, "wb", buffering=1 << 20)
-        self._offsets: list[int] = []
-        self._lengths: list[int] = []
-        self._pos = 0
-
-    def _open_remote(
-        self,
-        store: Store,
-        key: str,
-        index_path: str | os.PathLike[str] | None,
-        overwrite: bool,
-        storage_options: dict[str, Any] | None,
-    ) -> None:
-        """On an object store both objects are written under their final names: the old index
-        is removed first and the new one written last, after the data (the same guarantee as
-        locally: a kill in between leaves data without an index, which readers refuse)."""
         istore, ikey = (
             resolve(index_path, storage_options)
             if index_path
             else (store, str(default_index_path(key)))
         )
-        if istore.url(ikey) == store.url(key):
+        if istore.url(ikey) == store.url(key) or (
+            isinstance(store, LocalStore)
+            and isinstance(istore, LocalStore)
+            and Path(ikey).resolve() == Path(key).resolve()
+        ):
             raise InvalidInputError(
                 "the index path is the data file itself; name the JSONL "
                 "file with a suffix such as .jsonl",
                 path=store.url(key),
             )
-        index = istore.output(ikey, directory=False, overwrite=overwrite)
-        data = store.output(key, directory=False, overwrite=overwrite)
-        self._remote = (data, index)
-        self._remote_index = (istore, ikey)
-        self.path = store.url(key)  # type: ignore[assignment]
-        self.index_path = istore.url(ikey)  # type: ignore[assignment]
+        index: Output = istore.output(ikey, directory=False, overwrite=overwrite)
+        try:
+            data = manifest_output(
+                store,
+                key,
+                directory=False,
+                overwrite=overwrite,
+                manifest=manifest,
+                format="modalities-jsonl",
+            )
+        except BaseException:
+            index.abort()
+            raise
+        self._data = data
+        self._index = data.attach(index)
+        self._istore, self._ikey = istore, ikey
+        local = isinstance(store, LocalStore)
+        self.path: Path | str = Path(data.dest) if local else store.url(key)
+        self.index_path: Path | str = (
+            Path(index.dest) if isinstance(istore, LocalStore) else istore.url(ikey)
+        )
         self._f = data.open_write("")
         self._offsets: list[int] = []
         self._lengths: list[int] = []
@@ -121,36 +105,19 @@ class Writer(AtomicWriter):
         self._pos += len(line) + 1
 
     def close(self) -> None:
-        if self._remote is not None:
-            data, index = self._remote
-            if data.done:
-                return
-            try:
-                self._f.close()
-                # as locally: the old index goes before the new data, so a kill in between
-                # leaves data with no index (refused), never new data under an old index
-                istore, ikey = self._remote_index
-                if istore.exists(ikey):
-                    istore.remove(ikey)
-                data.commit()
-                index.write_last("", dump_span_index(self._offsets, self._lengths))
-                index.commit()
-            except BaseException:
-                self.abort()
-                raise
-            return
         if self._data.done:
             return
         try:
             self._f.close()
-            self._index.tmp.write_bytes(dump_span_index(self._offsets, self._lengths))
-            # Two files cannot be renamed at once. The old index goes first and the new one
-            # comes last, so a kill at any point leaves a data file with no index (refused;
-            # `lmdata index` rebuilds it), never a data file with another file's index.
-            with contextlib.suppress(FileNotFoundError):
-                self.index_path.unlink()
-            self._data.finish()
-            self._index.finish()
+            self._data.count(len(self._offsets), "")
+            # Two files cannot be renamed at once. The old index goes before the new data and
+            # the new one comes last, so a kill at any point leaves a data file with no index
+            # (refused; `lmdata index` rebuilds it), never new data under an old index.
+            if self._istore.exists(self._ikey):
+                self._istore.remove(self._ikey)
+            self._data.commit()
+            self._index.write_last("", dump_span_index(self._offsets, self._lengths))
+            self._index.commit()
         except BaseException:
             self.abort()
             raise
@@ -158,9 +125,5 @@ class Writer(AtomicWriter):
     def abort(self) -> None:
         with contextlib.suppress(Exception):
             self._f.close()
-        if self._remote is not None:
-            for out in self._remote:
-                out.abort()
-            return
         self._data.abort()
         self._index.abort()
