@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from lmdata import _manifest, formats
-from lmdata.errors import InvalidInputError
+from lmdata.errors import FormatError, InvalidInputError
 from lmdata.formats import FormatSpec
 from lmdata.formats._spec import Progress
 from lmdata.storage import options_scope, require_exists, resolve
@@ -23,7 +23,16 @@ def detect(path: str | os.PathLike[str], storage_options: dict[str, Any] | None 
 
 
 def _spec_at(path: Any, format: str | None) -> FormatSpec:
-    return formats.spec(format) if format else formats.spec(formats.detect(path))
+    if format:
+        return formats.spec(format)
+    try:
+        return formats.spec(formats.detect(path))
+    except FormatError:
+        # damaged past detection: the format its manifest records, so checks can say where
+        recorded = _manifest.recorded_format(path)
+        if recorded is None:
+            raise
+        return formats.spec(recorded)
 
 
 def _named(spec: FormatSpec, options: dict[str, Any]) -> dict[str, Any]:

@@ -74,6 +74,20 @@ def problems(
     return out
 
 
+def recorded_format(path: Any) -> str | None:
+    """The format the dataset's manifest names (if it has a readable one naming a known
+    format): what lmdata falls back on when the files no longer tell it."""
+    from lmdata import formats
+
+    try:
+        store, key = resolve(path)
+        found = mc.find(store, key)
+    except (LmdataError, OSError):
+        return None
+    name = found.manifest.format if found is not None else None
+    return name if name in formats.names() else None
+
+
 def summary(path: Any) -> dict[str, Any] | str:
     """What ``info`` shows of the dataset's manifest: when and by what it was made, its files,
     bytes and records; ``"none"`` without one."""

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 
 import xxhash
 
-BLOCK = 4 << 20  # bytes per block hash
+BLOCK = 4 << 20  # bytes per block hash (read when hashing starts: tests make it smaller)
 WRITE_BUFFER = 1 << 20  # the buffer a hashing file keeps above its raw file
 _ZEROS = bytes(1 << 20)
 
@@ -49,7 +49,7 @@ def digest_of(size: int, blocks: list[bytes]) -> Digest:
     return Digest(size, combine(blocks).hex(), tuple(b.hex() for b in blocks))
 
 
-def hash_bytes(data: bytes | memoryview, block: int = BLOCK) -> Digest:
+def hash_bytes(data: bytes | memoryview, block: int | None = None) -> Digest:
     """The digest of bytes held in memory."""
     h = BlockHasher(block)
     h.update(data)
@@ -61,8 +61,8 @@ class BlockHasher:
 
     __slots__ = ("_fill", "_h", "block", "blocks", "size")
 
-    def __init__(self, block: int = BLOCK) -> None:
-        self.block = block
+    def __init__(self, block: int | None = None) -> None:
+        self.block = block or BLOCK
         self.blocks: list[bytes] = []  # raw digests of the finished blocks
         self.size = 0
         self._h = xxhash.xxh3_128()
@@ -108,10 +108,10 @@ class BlockHasher:
         return digest_of(self.size, self.raw_blocks())
 
 
-def hash_file(path: str, block: int = BLOCK) -> Digest:
+def hash_file(path: str, block: int | None = None) -> Digest:
     """The digest of a local file, read in blocks (for files not written through a hasher)."""
     h = BlockHasher(block)
-    buf = bytearray(block)
+    buf = bytearray(h.block)
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
         while True:
@@ -138,7 +138,7 @@ class HashingRaw(io.RawIOBase):
         inner: Any,
         done: Callable[[Digest], None],
         path: str | None = None,
-        block: int = BLOCK,
+        block: int | None = None,
     ) -> None:
         super().__init__()
         self._inner = inner
@@ -245,7 +245,7 @@ class HashingRaw(io.RawIOBase):
 
 
 def hashing_file(
-    f: Any, done: Callable[[Digest], None], path: str | None = None, block: int = BLOCK
+    f: Any, done: Callable[[Digest], None], path: str | None = None, block: int | None = None
 ) -> BinaryIO:
     """``f`` (a binary file open for writing) behind a 1 MiB buffer, hashed as it is written;
     ``done(digest)`` when it is closed. A buffered local file is taken apart first so that its

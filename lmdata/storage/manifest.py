@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, field
 
 from lmdata.errors import CorruptDataError, LmdataError
-from lmdata.storage._digest import BLOCK, Digest
+from lmdata.storage import _digest
+from lmdata.storage._digest import Digest
 from lmdata.storage.base import Store, basename, join, parent
 
 NAME = "lmdata-manifest"  # inside a dataset folder
@@ -54,6 +55,11 @@ class FileEntry:
         """One hash per block: the file's own when it has one block."""
         return self.blocks or (self.hash,)
 
+    def fits(self, block: int) -> bool:
+        """Whether the entry's block hashes are of ``block``-byte blocks (entries carried from
+        another manifest must be)."""
+        return len(self.blocks) == (-(-self.size // block) if self.size > block else 0)
+
     def renamed(self, name: str) -> FileEntry:
         return FileEntry(name, self.size, self.hash, self.blocks, self.records)
 
@@ -63,7 +69,7 @@ class Manifest:
     """What a manifest file holds (see the module docstring for its layout)."""
 
     files: tuple[FileEntry, ...]
-    block: int = BLOCK
+    block: int = field(default_factory=lambda: _digest.BLOCK)
     created: str = field(default_factory=lambda: now())
     made_by: str = ""
     format: str | None = None

@@ -18,7 +18,8 @@ from pathlib import Path
 import xxhash
 
 from lmdata.errors import CorruptDataError
-from lmdata.storage._digest import BLOCK, combine, digest_of
+from lmdata.storage import _digest
+from lmdata.storage._digest import combine, digest_of
 from lmdata.storage.base import Store, join, parent
 from lmdata.storage.manifest import NAME, FileEntry, Manifest, location, read
 from lmdata.storage.manifest_output import made_by, skipped
@@ -161,7 +162,7 @@ class _File:
 def hash_blocks(
     store: Store,
     files: list[tuple[str, int]],
-    block: int = BLOCK,
+    block: int | None = None,
     progress: Progress | None = None,
     workers: int | None = None,
 ) -> Iterator[tuple[str, list[bytes]]]:
@@ -170,6 +171,7 @@ def hash_blocks(
     (default: the CPUs); ``progress(done, total)`` in bytes. A file shorter than ``size``
     when read is a CorruptDataError."""
     workers = max(1, workers or os.cpu_count() or 1)
+    block = block or _digest.BLOCK
     total = sum(s for _, s in files)
     done = 0
     if progress is not None:
@@ -277,17 +279,20 @@ def create(
     else:
         sizes = {n: store.size(join(folder, n)) for n in names or []}
     carried = carried or {}
+    block = _digest.BLOCK
     order = sorted(sizes)
-    kept = {n for n in order if n in carried and carried[n].size == sizes[n]}
+    kept = {
+        n for n in order if n in carried and carried[n].size == sizes[n] and carried[n].fits(block)
+    }
     files = [(join(folder, n), sizes[n]) for n in order if n not in kept]
-    got = dict(hash_blocks(store, files, BLOCK, progress, workers))
+    got = dict(hash_blocks(store, files, block, progress, workers))
     entries = []
     for n in order:
         if n in kept:
             entries.append(carried[n])
         else:
             entries.append(FileEntry.of(n, digest_of(sizes[n], got[join(folder, n)])))
-    m = Manifest(tuple(entries), made_by=made_by(), format=format, records=records)
+    m = Manifest(tuple(entries), block, made_by=made_by(), format=format, records=records)
     out = store.output(mkey, directory=False, overwrite=True)
     try:
         out.write_last("", m.to_bytes())

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from lmdata.storage import _digest
 from lmdata.storage._digest import Digest, hash_bytes, hash_file, hashing_file
 from lmdata.storage.base import Output, Store, basename, join, parent
 from lmdata.storage.manifest import NAME, SUFFIX, FileEntry, Manifest, is_manifest_name
@@ -68,6 +69,7 @@ class ManifestOutput:
         self._digests: dict[str, Digest] = {}
         self._records: dict[str, int] = {}
         self._carried: dict[str, FileEntry] = {}
+        self.block = group.block if group is not None else _digest.BLOCK
         self.records: int | None = None  # the dataset's records, when the writer says
         self._group = group if group is not None else self
         self._members: list[ManifestOutput] = [self]
@@ -88,18 +90,18 @@ class ManifestOutput:
 
     def write(self, name: str, data: bytes | memoryview) -> None:
         if self.enabled:
-            self._note(name, hash_bytes(data))
+            self._note(name, hash_bytes(data, self.block))
         self.inner.write(name, data)
 
     def open_write(self, name: str) -> BinaryIO:
         f = self.inner.open_write(name)
         if not self.enabled:
             return f
-        return hashing_file(f, lambda d: self._note(name, d))
+        return hashing_file(f, lambda d: self._note(name, d), block=self.block)
 
     def write_last(self, name: str, data: bytes) -> None:
         if self.enabled:
-            self._note(name, hash_bytes(data))
+            self._note(name, hash_bytes(data, self.block))
         self.inner.write_last(name, data)
 
     def commit(self) -> None:
@@ -132,7 +134,7 @@ class ManifestOutput:
         file it seeks in), hashed as it is written."""
         if not self.enabled:
             return f  # type: ignore[no-any-return]
-        return hashing_file(f, lambda d: self._note(name, d), path)
+        return hashing_file(f, lambda d: self._note(name, d), path, self.block)
 
     def count(self, records: int, name: str | None = None) -> None:
         """Report ``records`` more records (in file ``name``, or in the dataset as a whole)."""
@@ -217,6 +219,7 @@ class LocalTree:
         self.records: int | None = None
         self._known: dict[tuple[int, int], tuple[int, int | None, Digest]] = {}
         self._records: dict[tuple[int, int], int] = {}
+        self.block = _digest.BLOCK
 
     def open(self, path: str | os.PathLike[str]) -> BinaryIO:
         """``open(path, "wb")`` hashed as it is written (buffered: 1 MiB)."""
@@ -224,7 +227,7 @@ class LocalTree:
         if not self.enabled:
             return open(p, "wb", buffering=1 << 20)
         f = open(p, "wb", buffering=0)
-        return hashing_file(f, lambda d: self._note(p, d), p)
+        return hashing_file(f, lambda d: self._note(p, d), p, self.block)
 
     def _note(self, path: str, digest: Digest) -> None:
         st = os.stat(path)
@@ -249,7 +252,7 @@ class LocalTree:
                 st = os.stat(p)
             except OSError:
                 continue
-            if st.st_size == e.size:
+            if st.st_size == e.size and e.fits(self.block):
                 digest = Digest(e.size, e.hash, e.blocks)
                 self._known[(st.st_dev, st.st_ino)] = (e.size, None, digest)
                 if e.records is not None:
@@ -272,12 +275,14 @@ class LocalTree:
                 if known and known[0] == st.st_size and known[1] in (None, st.st_mtime_ns):
                     digest = known[2]
                 else:
-                    digest = hash_file(p)
+                    digest = hash_file(p, self.block)
                 entries.append(FileEntry.of(name, digest, self._records.get(k)))
         total = self.records
         if total is None and self._records:
             total = sum(e.records or 0 for e in entries)
-        return Manifest(tuple(entries), made_by=made_by(), format=self.format, records=total)
+        return Manifest(
+            tuple(entries), self.block, made_by=made_by(), format=self.format, records=total
+        )
 
     def write(self, root: str | os.PathLike[str]) -> None:
         """Put the manifest of ``root`` into it (a new file: the old one may be a hard link
@@ -333,8 +338,9 @@ class InPlace:
             if e is not None and self._seen.get(name) == (st.st_ino, st.st_mtime_ns, st.st_size):
                 entries.append(e)
             else:
-                entries.append(FileEntry.of(name, hash_file(os.path.join(self.root, name))))
-        m = Manifest(tuple(entries), made_by=made_by(), format=old.format)
+                digest = hash_file(os.path.join(self.root, name), old.block)
+                entries.append(FileEntry.of(name, digest))
+        m = Manifest(tuple(entries), old.block, made_by=made_by(), format=old.format)
         _put(self.root, m.to_bytes())
         self._old = None
 

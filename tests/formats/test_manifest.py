@@ -1,0 +1,223 @@
+"""Every format's writer leaves a manifest, and the fault campaign's mutations of what it wrote
+are found: ``validate(deep=True)`` flags each one (bit flips, overwrites, truncation, deletion,
+appended bytes, dropped lines, added files) by file name, plain ``validate`` and ``open`` every
+change of a file's size or presence. Positions are drawn by hypothesis; local disk and a
+loopback S3 server (moto)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lmdata
+from lmdata.errors import CorruptDataError, DatasetNotFoundError
+from lmdata.storage import LocalStore, _digest, join, parent, resolve
+from lmdata.storage.manifest import NAME, SUFFIX, Manifest
+
+SMALL = 1 << 16  # block size for these tests: files of several blocks stay small
+
+
+def _docs(n: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(0)
+    return [
+        {"id": f"d{i}", "text": "word " * int(rng.integers(1, 400)), "source": "t"}
+        for i in range(n)
+    ]
+
+
+def _tokens(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(1)
+    return [rng.integers(1, 60_000, int(rng.integers(1, 900))) for _ in range(n)]
+
+
+# format -> (name of the dataset, writer options, what to write, whether its data are lines)
+FORMATS: dict[str, tuple[str, dict[str, Any], Callable[[], list[Any]], bool]] = {
+    "flat-tokens": ("d.zarr", {"chunk_tokens": 30_000}, lambda: _tokens(300), False),
+    "mds": ("d.mds", {"size_limit": 150_000}, lambda: _docs(400), False),
+    "mds-jsonl": ("d.mdsj", {"size_limit": 150_000}, lambda: _docs(400), True),
+    "atlas": ("d.atlas", {"shard_size": 150, "compression_strategy": 0}, lambda: _docs(400), False),
+    "modalities": ("d.pbin", {"vocab_size": 60_000}, lambda: _tokens(300), False),
+    "modalities-jsonl": ("d.jsonl", {}, lambda: _docs(400), True),
+    "jsonl": ("d.jsonl", {}, lambda: _docs(400), True),
+    "dolma": ("d.dolma", {"max_file_docs": 150}, lambda: _docs(400), True),
+}
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(_digest, "BLOCK", SMALL)
+
+
+class Written:
+    """A dataset lmdata wrote, its manifest, and a way to change a file and put it back."""
+
+    def __init__(self, fmt: str, root: str) -> None:
+        name, opts, make, self.lines = FORMATS[fmt]
+        self.fmt = fmt
+        self.path = f"{root}/{name}"
+        with lmdata.writer(self.path, fmt, **opts) as w:
+            for x in make():
+                w.write(x)
+        self.store, self.key = resolve(self.path)
+        self.directory = self.store.is_dir(self.key)
+        mkey = join(self.key, NAME) if self.directory else self.key + SUFFIX
+        self.manifest = Manifest.parse(self.store.read(mkey), mkey)
+        self.folder = self.key if self.directory else parent(self.key)
+        self.files = sorted(e.name for e in self.manifest.files)
+
+    def url(self, name: str) -> str:
+        return self.store.url(join(self.folder, name))
+
+    def read(self, name: str) -> bytes:
+        return self.store.read(join(self.folder, name))
+
+    def put(self, name: str, data: bytes) -> None:
+        key = join(self.folder, name)
+        if isinstance(self.store, LocalStore):
+            os.makedirs(os.path.dirname(key), exist_ok=True)
+            with open(key, "wb") as f:
+                f.write(data)
+        else:
+            self.store.write_object(key, data)
+
+    def remove(self, name: str) -> None:
+        self.store.remove(join(self.folder, name))
+
+
+@pytest.fixture(params=sorted(FORMATS))
+def written(request, where, small_blocks):
+    if request.node.get_closest_marker("local_only") and not where.startswith("/"):
+        pytest.skip("local disk only")
+    return Written(request.param, where.rsplit("/", 1)[0])
+
+
+def _flagged(problems: list[str], w: Written, name: str) -> bool:
+    return any(p.startswith(w.url(name) + ":") for p in problems)
+
+
+EXAMPLES = settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def test_every_writer_leaves_a_manifest_that_validates(written):
+    w = written
+    assert w.files and w.manifest.format == w.fmt
+    assert w.manifest.records == 400 or w.manifest.records == 300
+    sizes = {e.name: e.size for e in w.manifest.files}
+    assert any(s > SMALL for s in sizes.values()), "a file of several blocks"
+    assert lmdata.validate(w.path, deep=True) == []
+    assert lmdata.info(w.path)["manifest"]["files"] == len(w.files)
+    lmdata.open(w.path).close()
+
+
+@given(data=st.data())
+@EXAMPLES
+def test_flipped_bits_and_overwrites_are_found_by_deep_validate(written, data):
+    w = written
+    name = data.draw(st.sampled_from(w.files), label="file")
+    old = w.read(name)
+    if not old:
+        return
+    start = data.draw(st.integers(0, len(old) - 1), label="start")
+    length = data.draw(st.integers(1, min(64, len(old) - start)), label="length")
+    mask = data.draw(st.binary(min_size=length, max_size=length), label="mask")
+    mask = bytes(m or 1 << (i % 8) for i, m in enumerate(mask))  # every byte changes
+    new = bytearray(old)
+    new[start : start + length] = bytes(a ^ b for a, b in zip(old[start:], mask, strict=False))
+    w.put(name, bytes(new))
+    try:
+        problems = lmdata.validate(w.path, deep=True)
+        assert _flagged(problems, w, name), (name, start, problems)
+        block = start // SMALL
+        assert any(f"bytes {block * SMALL:,}-" in p for p in problems if w.url(name) in p)
+    finally:
+        w.put(name, old)
+
+
+@given(data=st.data())
+@EXAMPLES
+def test_truncated_grown_and_deleted_files_are_found_by_a_listing(written, data):
+    w = written
+    name = data.draw(st.sampled_from(w.files), label="file")
+    how = data.draw(st.sampled_from(["truncate", "append", "delete"]), label="how")
+    old = w.read(name)
+    if how == "truncate":
+        if not old:
+            return
+        w.put(name, old[: data.draw(st.integers(0, len(old) - 1), label="length")])
+    elif how == "append":
+        w.put(name, old + data.draw(st.binary(min_size=1, max_size=100), label="tail"))
+    else:
+        w.remove(name)
+    try:
+        if how == "delete" and w.url(name) == w.store.url(w.key):  # the path given is gone
+            with pytest.raises(DatasetNotFoundError):
+                lmdata.validate(w.path)
+            return
+        assert _flagged(lmdata.validate(w.path), w, name)
+        with pytest.raises(CorruptDataError) as e:
+            lmdata.open(w.path)
+        assert w.url(name) in str(e.value)
+    finally:
+        w.put(name, old)
+
+
+@given(data=st.data())
+@EXAMPLES
+def test_dropped_lines_are_found(written, data):
+    w = written
+    if not w.lines:
+        return
+    names = [n for n in w.files if n.endswith((".jsonl", ".jsonl.gz", ".json.gz")) or "shard" in n]
+    names = [n for n in names if not n.endswith((".meta", ".idx"))]
+    name = data.draw(st.sampled_from(names), label="file")
+    old = w.read(name)
+    zipped = name.endswith(".gz")
+    lines = (gzip.decompress(old) if zipped else old).splitlines(keepends=True)
+    drop = data.draw(st.integers(0, len(lines) - 1), label="line")
+    kept = b"".join(lines[:drop] + lines[drop + 1 :])
+    new = gzip.compress(kept, mtime=0) if zipped else kept
+    w.put(name, new)
+    try:
+        problems = lmdata.validate(w.path, deep=True)
+        assert _flagged(problems, w, name)
+        if len(new) != len(old):
+            assert _flagged(lmdata.validate(w.path), w, name)
+    finally:
+        w.put(name, old)
+
+
+def test_an_added_file_is_flagged_and_verify_false_reads_anyway(written):
+    w = written
+    if not w.directory:
+        pytest.skip("a one-file dataset has no folder to add to")
+    extra = join(parent(w.files[-1]), "stray.bin") if "/" in w.files[-1] else "stray.bin"
+    w.put(extra, b"stray bytes")
+    try:
+        assert _flagged(lmdata.validate(w.path), w, extra)
+        with pytest.raises(CorruptDataError, match="verify=False"):
+            lmdata.open(w.path)
+        with lmdata.open(w.path, verify=False) as r:
+            assert len(r) in (300, 400)
+    finally:
+        w.remove(extra)
+    lmdata.open(w.path).close()
+
+
+def test_a_new_folder_beside_the_listed_ones_is_no_change(tmp_path, small_blocks):
+    """A Dolma tree gains attribute folders after it is written (tag, dedupe): folders the
+    manifest lists nothing in are not checked for added files."""
+    w = Written("dolma", str(tmp_path))
+    w.put("attributes/exp/part.jsonl.gz", gzip.compress(b'{"id": "d0", "attributes": {}}\n'))
+    assert lmdata.validate(w.path, deep=True) == []
+    lmdata.open(w.path).close()
