@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from lmdata import _manifest, formats
-from lmdata.errors import FormatError, InvalidInputError
+from lmdata.errors import FormatError, InvalidInputError, LmdataError
 from lmdata.formats import FormatSpec
 from lmdata.formats._spec import Progress
 from lmdata.storage import options_scope, require_exists, resolve
@@ -72,14 +72,28 @@ def _open(
         if not spec.has_splits:
             raise InvalidInputError(f"{spec.name} datasets have no splits; drop --split / split=")
         options["split"] = split
-    if verify:
-        _manifest.verify(p, spec, split)
     token_column = options.pop("token_column", None)
     if token_column is not None and spec.kind == "tokens":
         raise InvalidInputError(
             f"{spec.name} datasets are token sequences already; drop token_column="
         )
-    reader = spec.open(p, **_named(spec, options))
+    local = resolve(p)[0].can_mmap
+    if verify and local:  # one walk of the folder, before the reader: its error comes first
+        _manifest.verify(p, spec, split)
+    try:
+        reader = spec.open(p, **_named(spec, options))
+    except (LmdataError, OSError):
+        if verify and not local:  # damaged: the difference from the manifest says the most
+            _manifest.verify(p, spec, split)
+        raise
+    if verify and not local:  # after the reader: the listings it made serve the check
+        try:
+            _manifest.verify(p, spec, split, reader)
+        except BaseException:
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+            raise
     return reader if token_column is None else token_view(reader, token_column)
 
 

@@ -17,11 +17,15 @@ from lmdata.storage import basename, join, parent, resolve
 from lmdata.storage import manifest_check as mc
 
 
-def verify(path: Any, spec: FormatSpec, split: str | None) -> None:
+def verify(path: Any, spec: FormatSpec, split: str | None, reader: Any = None) -> None:
     """Check the dataset's files against its manifest by names and sizes (one listing): a
     difference is a CorruptDataError naming the file. A split kept in a folder of its own
-    (MDS) is checked against that folder's manifest too."""
+    (MDS) is checked against that folder's manifest too. Given the ``reader`` just opened
+    (object stores), its store is used: the listings it made serve the check."""
     store, key = resolve(path)
+    mine = getattr(reader, "store", None)
+    if mine is not None and getattr(mine, "id", None) == store.id:
+        store = mine
     mc.verify(store, key)
     if split is not None and spec.has_splits and not spec.splits:
         sub = join(key, split)
@@ -99,7 +103,7 @@ def summary(path: Any) -> dict[str, Any] | str:
     if found is None:
         return "none"
     m = found.manifest
-    out: dict[str, Any] = {"file": store.url(found.key), "created": m.created}
+    out: dict[str, Any] = {"file": store.url(found.key), "made": mc.modified(store, found.key)}
     if m.made_by:
         out["made_by"] = m.made_by
     out["files"] = len(m.files)

@@ -88,5 +88,5 @@ def _what(made: dict[str, Any]) -> str:
     records = f", {made['records']:,} records" if made.get("records") is not None else ""
     return (
         f"{made['files']:,} files, {made['bytes']:,} bytes ({human_bytes(made['bytes'])})"
-        f"{records}, made {made['created']}"
+        f"{records}, made {made['made'] or 'at a time the store does not say'}"
     )

@@ -3,8 +3,8 @@
 lmdata's writers put it inside a dataset folder (``DIR/lmdata-manifest``) or beside a one-file
 dataset (``FILE.lmdata-manifest``), written last. It is JSON, one file entry per line::
 
-    {"lmdata_manifest":1,"hash":"xxh3-128","block_bytes":4194304,"created":"...","made_by":
-    "lmdata 0.1.0","format":"mds","records":1000,"files":[
+    {"lmdata_manifest":1,"hash":"xxh3-128","block_bytes":4194304,"made_by":"lmdata 0.1.0",
+    "format":"mds","records":1000,"files":[
     {"name":"index.json","bytes":1234,"xxh3_128":"<32 hex>"},
     {"name":"shard.00000.mds","bytes":9000000,"xxh3_128":"<32 hex>","records":1000,
      "blocks":["<32 hex>","<32 hex>","<32 hex>"]}
@@ -13,7 +13,9 @@ dataset (``FILE.lmdata-manifest``), written last. It is JSON, one file entry per
 Names are ``/``-separated and relative to the folder holding the manifest. A file of more
 than one block (``block_bytes``) lists each block's hash; its own hash is then the xxh3-128
 of the blocks' 16-byte digests, else of its bytes (:mod:`lmdata.storage._digest`). A manifest
-is parsed and checked here, once, as untrusted input: bounded size, every field checked.
+is parsed and checked here, once, as untrusted input: bounded size, every field checked. Its
+bytes follow from the dataset's (the same data written twice gives the same manifest, so
+outputs stay byte-identical whatever the workers); when it was made is its file's time.
 """
 
 from __future__ import annotations
@@ -70,7 +72,6 @@ class Manifest:
 
     files: tuple[FileEntry, ...]
     block: int = field(default_factory=lambda: _digest.BLOCK)
-    created: str = field(default_factory=lambda: now())
     made_by: str = ""
     format: str | None = None
     records: int | None = None
@@ -89,7 +90,6 @@ class Manifest:
             "lmdata_manifest": VERSION,
             "hash": HASH,
             "block_bytes": self.block,
-            "created": self.created,
             "made_by": self.made_by,
             "format": self.format,
             "records": self.records,
@@ -140,16 +140,41 @@ class Manifest:
         return Manifest(
             entries,
             block,
-            _text(obj.get("created"), "created", path, 64),
             _text(obj.get("made_by"), "made_by", path, 256),
             _text(obj.get("format"), "format", path, 64) or None,
             _count(obj.get("records"), "records", path),
         )
 
 
-def now() -> str:
-    """The current time as the manifest records it (UTC, ISO 8601, seconds)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def modified(store: Store, key: str) -> str | None:
+    """When the object ``key`` was last written (UTC, ISO 8601), or None if the store does
+    not say: when a manifest was made."""
+    import datetime as dt
+
+    fs = getattr(store, "fs", None)
+    try:
+        if fs is None or store.can_mmap:
+            import os
+
+            t: object = os.stat(key).st_mtime
+        else:
+            info = fs.info(key)
+            t = next(
+                (info[k] for k in ("LastModified", "mtime", "updated", "created") if k in info),
+                None,
+            )
+    except OSError:
+        return None
+    if isinstance(t, str):
+        try:
+            t = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if isinstance(t, dt.datetime):
+        t = t.timestamp()
+    if not isinstance(t, (int, float)):
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(t)))
 
 
 def _bad(path: str, what: str) -> CorruptDataError:
@@ -230,9 +255,12 @@ def is_manifest_name(name: str) -> bool:
 
 
 def read(store: Store, key: str) -> Manifest | None:
-    """The manifest at ``key``, or None if there is none."""
+    """The manifest at ``key``, or None if there is none (one GET on an object store)."""
     try:
-        data = store.read(key, MAX_MANIFEST_BYTES)
+        if store.can_mmap:
+            data = store.read(key, MAX_MANIFEST_BYTES)
+        else:  # no HEAD first: a ranged GET of more than the limit says the size too
+            data = store.read_range(key, 0, MAX_MANIFEST_BYTES + 1)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     return Manifest.parse(data, store.url(key))

@@ -21,7 +21,7 @@ from lmdata.errors import CorruptDataError
 from lmdata.storage import _digest
 from lmdata.storage._digest import combine, digest_of
 from lmdata.storage.base import Store, join, parent
-from lmdata.storage.manifest import NAME, FileEntry, Manifest, location, read
+from lmdata.storage.manifest import NAME, FileEntry, Manifest, location, modified, read
 from lmdata.storage.manifest_output import made_by, skipped
 
 Progress = Callable[[int, int], None]
@@ -51,18 +51,64 @@ class Found:
 
 def find(store: Store, key: str, is_dir: bool | None = None) -> Found | None:
     """The manifest of the dataset at ``key``, or None if it has none."""
+    if is_dir is None and not store.can_mmap and not _cached(store, key):
+        # an object store: the folder's manifest, else the one beside the object (no probe)
+        for d in (True, False):
+            mkey, folder = location(store, key, d)
+            m = read(store, mkey)
+            if m is not None:
+                return Found(mkey, folder, d, m)
+        return None
     if is_dir is None:
         is_dir = store.is_dir(key)
     mkey, folder = location(store, key, is_dir)
+    if is_dir and not _listed(store, folder, NAME):
+        return None
     m = read(store, mkey)
     return None if m is None else Found(mkey, folder, bool(is_dir), m)
 
 
-def listing(store: Store, folder: str) -> dict[str, int]:
-    """Size of every file below ``folder`` by its name relative to it, from one listing (one
-    recursive listing on object stores), lmdata's temporary objects and manifests left out."""
+def _cached(store: Store, key: str) -> bool:
+    """Whether an object store's listings cache knows ``key`` or its folder (a reader listed
+    them): then telling a folder from an object costs no request."""
+    fs = getattr(store, "fs", None)
+    cache = getattr(fs, "dircache", None)
+    if not cache:
+        return False
+    k = fs._strip_protocol(key).rstrip("/")
+    return k in cache or k.rsplit("/", 1)[0] in cache
+
+
+def _listed(store: Store, folder: str, name: str) -> bool:
+    """False only when an object store's cached listing of ``folder`` (a reader's) shows no
+    ``name``: no request is spent looking for a manifest that is not there."""
+    fs = getattr(store, "fs", None)
+    cache = getattr(fs, "dircache", None) if not store.can_mmap else None
+    if not cache:
+        return True
+    entries = cache.get(fs._strip_protocol(folder).rstrip("/"))
+    if entries is None:
+        return True
+    return any(str(e.get("name", "")).rstrip("/").rsplit("/", 1)[-1] == name for e in entries)
+
+
+def listing(store: Store, folder: str, dirs: set[str] | None = None) -> dict[str, int]:
+    """Size of every file below ``folder`` by its name relative to it, lmdata's temporary
+    objects and manifests left out: a walk on local disk; on an object store the listings a
+    reader of the same store made already, when they cover ``dirs`` (the folders that
+    matter, relative to ``folder``), else one recursive listing."""
     out: dict[str, int] = {}
     fs = getattr(store, "fs", None)
+    if dirs is not None and fs is not None and not store.can_mmap:
+        cache = getattr(fs, "dircache", None) or {}
+        keys = {d: join(folder, d) if d else folder for d in dirs}
+        if all(fs._strip_protocol(k).rstrip("/") in cache for k in keys.values()):
+            for d, k in keys.items():
+                for name, size in store.sizes(k).items():
+                    rel = join(d, name) if d else name
+                    if not skipped(rel):
+                        out[rel] = size
+            return out
     if store.can_mmap or fs is None:
         for dirpath, dirnames, files in os.walk(folder):
             dirnames[:] = [d for d in dirnames if not d.startswith(".lmdata-")]
@@ -88,7 +134,7 @@ def listing(store: Store, folder: str) -> dict[str, int]:
 
 def _sizes(store: Store, found: Found) -> dict[str, int]:
     if found.directory:
-        return listing(store, found.folder)
+        return listing(store, found.folder, covered(found.manifest))
     out = {}
     for e in found.manifest.files:
         try:
@@ -115,12 +161,18 @@ def compare(found: Found, sizes: dict[str, int]) -> list[Problem]:
             out.append(Problem(e.name, "grown", detail))
     if found.directory:
         listed = m.entries()
-        covered = {parent(e.name) for e in m.files} | {""}
+        dirs = covered(m)
         for name in sorted(sizes):
-            if name not in listed and parent(name) in covered:
+            if name not in listed and parent(name) in dirs:
                 detail = f"added: {sizes[name]:,} bytes the manifest does not list"
                 out.append(Problem(name, "added", detail))
     return out
+
+
+def covered(m: Manifest) -> set[str]:
+    """The folders (relative) whose files the manifest accounts for: a file added to one of
+    them is a change; a new folder beside them (a Dolma tree's attributes) is not."""
+    return {parent(e.name) for e in m.files} | {""}
 
 
 def listing_problems(store: Store, found: Found) -> list[Problem]:
@@ -314,5 +366,6 @@ __all__ = [
     "hash_blocks",
     "listing",
     "listing_problems",
+    "modified",
     "verify",
 ]

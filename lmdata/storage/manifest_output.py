@@ -295,8 +295,8 @@ class InPlace:
     """Keeps the manifest of a local dataset folder right while a writer changes it in place
     (seqax's append): :meth:`begin` notes every file and takes the manifest away (readers
     meanwhile see a dataset without one, never a stale one), :meth:`finish` writes it anew,
-    its entries carried for the files left alone and hashed for those written, and
-    :meth:`abort` puts the old one back. Nothing happens for a folder without a manifest."""
+    its entries carried for the files left alone and hashed for those written (the dataset's
+    record count is then unknown). Nothing happens for a folder without a manifest."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.fspath(root)
@@ -310,7 +310,7 @@ class InPlace:
             for f in files:
                 p = os.path.join(dirpath, f)
                 name = Path(os.path.relpath(p, self.root)).as_posix()
-                if not skipped(name) and not f.startswith("."):
+                if not skipped(name) and not f.endswith(".lmdata-tmp"):  # (a file replaced)
                     out[name] = os.stat(p)
         return out
 
@@ -345,7 +345,14 @@ class InPlace:
         self._old = None
 
     def abort(self) -> None:
-        if self._old is not None:
+        """After a failed change: the manifest of what the folder holds now (the writer put
+        back or left what readers use; a chunk it rewrote may hold more bytes than they
+        read), or, failing that, the old one."""
+        if self._old is None:
+            return
+        try:
+            self.finish()
+        except Exception:
             _put(self.root, self._old)
             self._old = None
 

@@ -95,7 +95,7 @@ def test_validate_deep_and_plain(tmp_path):
 def test_info_shows_the_manifest(tmp_path):
     p = _mds(tmp_path / "d.mds")
     r = run("info", str(p))
-    assert r.exit_code == 0 and "manifest:" in r.output and "created:" in r.output
+    assert r.exit_code == 0 and "manifest:" in r.output and "made: 20" in r.output
     got = orjson.loads(run("info", str(p), "--json").output)
     assert got["manifest"]["records"] == 200
     q = _mds(tmp_path / "e.mds", manifest=False)

@@ -91,11 +91,17 @@ class Written:
         self.store.remove(join(self.folder, name))
 
 
+@pytest.fixture(params=["local", "s3"])
+def place(request, tmp_path):
+    """Local disk, or a fresh prefix on the loopback S3 server."""
+    if request.param == "s3":
+        return request.getfixturevalue("s3_root")
+    return str(tmp_path)
+
+
 @pytest.fixture(params=sorted(FORMATS))
-def written(request, where, small_blocks):
-    if request.node.get_closest_marker("local_only") and not where.startswith("/"):
-        pytest.skip("local disk only")
-    return Written(request.param, where.rsplit("/", 1)[0])
+def written(request, place, small_blocks):
+    return Written(request.param, place)
 
 
 def _flagged(problems: list[str], w: Written, name: str) -> bool:
@@ -221,3 +227,141 @@ def test_a_new_folder_beside_the_listed_ones_is_no_change(tmp_path, small_blocks
     w.put("attributes/exp/part.jsonl.gz", gzip.compress(b'{"id": "d0", "attributes": {}}\n'))
     assert lmdata.validate(w.path, deep=True) == []
     lmdata.open(w.path).close()
+
+
+# ---- origin tools, compat writers, and what carries a manifest over ------------------------
+
+
+def test_the_origins_read_path_ignores_the_manifest_atlas(tmp_path):
+    from tests.formats.test_atlas_compat import origin_read
+
+    docs = _docs(50)
+    with lmdata.writer(tmp_path / "a", "atlas", shard_size=20, block_size=4) as w:
+        for d in docs:
+            w.write(d)
+    assert (tmp_path / "a" / NAME).is_file()
+    assert origin_read(tmp_path / "a") == docs  # every folder a shard: a file is skipped
+
+
+def test_compat_writers_leave_the_origins_file_set(tmp_path):
+    from lmdata.compat import atlas as catlas
+    from lmdata.compat import seqax
+    from lmdata.compat.streaming import MDSWriter
+
+    with MDSWriter(out=str(tmp_path / "s"), columns={"a": "int"}) as w:
+        w.write({"a": 1})
+    with MDSWriter(out=str(tmp_path / "s2"), columns={"a": "int"}, lmdata_manifest=True) as w:
+        w.write({"a": 1})
+    with catlas.AtlasDatasetWriter(tmp_path / "a", 10, 2) as w:
+        w.add_example({"x": 1})
+    with catlas.AtlasDatasetWriter(tmp_path / "a2", 10, 2, lmdata_manifest=True) as w:
+        w.add_example({"x": 1})
+    cfg = seqax.Config(tokens_chunk_size=64, seq_starts_chunk_size=16)
+    with seqax.Writer(str(tmp_path / "z"), seqax.Split.TRAIN, "w", cfg) as w:
+        w.write(seqax.Chunk.from_ragged([np.array([1, 2, 3], np.uint32)]))
+    assert not (tmp_path / "s" / NAME).exists() and (tmp_path / "s2" / NAME).is_file()
+    assert not (tmp_path / "a" / NAME).exists() and (tmp_path / "a2" / NAME).is_file()
+    assert not (tmp_path / "z" / NAME).exists()
+    assert lmdata.validate(tmp_path / "s2", deep=True) == []
+    assert lmdata.validate(tmp_path / "a2", deep=True) == []
+
+
+def test_a_seqax_append_keeps_lmdata_s_manifest_right(tmp_path):
+    from lmdata.compat import seqax
+
+    p = tmp_path / "d.zarr"
+    with lmdata.writer(p, "flat-tokens", chunk_tokens=64, compression="blosc") as w:
+        for s in _tokens(20):
+            w.write(s % 1000)
+    before = Manifest.parse((p / NAME).read_bytes(), "m")
+    cfg = seqax.Config(tokens_chunk_size=64, seq_starts_chunk_size=16)
+    with seqax.Writer(str(p), seqax.Split.TRAIN, "a", cfg) as w:
+        w.write(seqax.Chunk.from_ragged([np.arange(1, 200, dtype=np.uint32)] * 3))
+    after = Manifest.parse((p / NAME).read_bytes(), "m")
+    assert len(after.files) > len(before.files)
+    kept = set(before.files) & set(after.files)  # the files the append left alone keep theirs
+    assert kept and lmdata.validate(p, deep=True) == []
+    assert len(lmdata.open(p)) == 23
+
+
+def test_a_failed_seqax_append_leaves_a_manifest_of_what_remains(tmp_path):
+    from lmdata.compat import seqax
+
+    p = tmp_path / "d.zarr"
+    with lmdata.writer(p, "flat-tokens", chunk_tokens=64, compression="blosc") as w:
+        w.write([1, 2, 3])
+    cfg = seqax.Config(tokens_chunk_size=64, seq_starts_chunk_size=16)
+    with pytest.raises(RuntimeError), seqax.Writer(str(p), seqax.Split.TRAIN, "a", cfg) as w:
+        w.write(seqax.Chunk.from_ragged([np.arange(1, 500, dtype=np.uint32)]))
+        raise RuntimeError("boom")
+    assert (p / NAME).is_file()
+    assert lmdata.validate(p, deep=True) == []
+    assert [s.tolist() for s in lmdata.open(p)] == [[1, 2, 3]]
+
+
+def _flip(path, at: int = 0) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def test_merges_carry_the_inputs_hashes_over(tmp_path):
+    """A merge keeps what the inputs' writers wrote: an input damaged before the merge (same
+    size) is still found in the merged dataset, where hashing anew would bless it."""
+    from lmdata._api import merge
+
+    docs = _docs(60)
+    for k in range(2):
+        with lmdata.writer(tmp_path / f"a{k}", "atlas", shard_size=20, compression_strategy=1) as w:
+            for d in docs:
+                w.write(d)
+        with lmdata.writer(tmp_path / "m" / str(k), "mds", size_limit=4000) as w:
+            for d in docs:
+                w.write(d)
+    _flip(tmp_path / "a1" / "1" / "data.bin", 7)
+    _flip(sorted((tmp_path / "m" / "1").glob("shard.*"))[1], 9)
+    merge([str(tmp_path / "a0"), str(tmp_path / "a1")], str(tmp_path / "am"))
+    merge([str(tmp_path / "m")], str(tmp_path / "m"))
+    got = lmdata.validate(tmp_path / "am", deep=True)
+    assert [p.split(": ")[0] for p in got if "differ" in p] == [str(tmp_path / "am" / "4/data.bin")]
+    got = lmdata.validate(tmp_path / "m", deep=True)
+    assert any("1/shard.00001.mds: bytes" in p for p in got), got
+
+
+def test_an_atlas_append_carries_the_old_hashes_and_hashes_the_new(tmp_path):
+    p = tmp_path / "a"
+    with lmdata.writer(p, "atlas", shard_size=20, compression_strategy=1) as w:
+        for d in _docs(50):
+            w.write(d)
+    _flip(p / "0" / "data.bin", 3)
+    with lmdata.writer(p, "atlas", append=True) as w:
+        for d in _docs(30):
+            w.write(d)
+    got = lmdata.validate(p, deep=True)
+    assert [x.split(": ")[0] for x in got if "differ" in x] == [str(p / "0" / "data.bin")]
+    assert lmdata.info(p)["manifest"]["records"] == 80
+
+
+def test_convert_and_tokenize_write_manifests(where):
+    from lmdata.convert import convert
+
+    src = f"{where}-src.jsonl"
+    with lmdata.writer(src, "jsonl") as w:
+        for d in _docs(30):
+            w.write(d)
+    convert(src, f"{where}-mds", "mds", workers=0)
+    lmdata.tokenize(src, f"{where}-tok", to="flat-tokens", workers=0)
+    for out in (f"{where}-mds", f"{where}-tok"):
+        made = lmdata.info(out)["manifest"]
+        assert isinstance(made, dict) and made["files"] > 1
+        assert lmdata.validate(out, deep=True) == []
+
+
+def test_overwriting_a_one_file_dataset_replaces_its_manifest(where):
+    path = f"{where}.pbin"
+    for n in (5, 9):
+        with lmdata.writer(path, "modalities", overwrite=True, vocab_size=100) as w:
+            for _ in range(n):
+                w.write([1, 2, 3])
+        assert lmdata.info(path)["manifest"]["records"] == n
+        assert lmdata.validate(path, deep=True) == []

@@ -135,7 +135,7 @@ def test_manifest_round_trip(sizes, records):
     m = Manifest(tuple(entries), SMALL, made_by="lmdata test", format="mds", records=records)
     back = Manifest.parse(m.to_bytes(), "x")
     assert back == Manifest(
-        tuple(sorted(entries, key=lambda e: e.name)), SMALL, m.created, m.made_by, "mds", records
+        tuple(sorted(entries, key=lambda e: e.name)), SMALL, m.made_by, "mds", records
     )
     assert m.to_bytes().count(b"\n") == len(entries) + 2  # a head, one line per file, an end
 

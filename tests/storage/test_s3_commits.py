@@ -83,6 +83,7 @@ SERVER = textwrap.dedent(
 OLD, NEW = 10, 14  # records in the old and the new dataset
 SERVER = SERVER.replace("N = NEW", f"N = {NEW}")
 META = {"index.json", ".zarray", ".zgroup", ".zattrs", "zarr.json"}  # the commit objects
+MANIFEST = "lmdata-manifest"  # written after them (a kill before it: a dataset without one)
 WRITES = {"put_object", "create_multipart_upload", "upload_part", "complete_multipart_upload"}
 
 
@@ -151,8 +152,10 @@ def _state(fmt, url):
 def _stages(sent):
     """Indices into a request log: data object writes, commit object writes, deletes."""
     name = [os.path.basename(k) for _, k in sent]
-    data = [i for i, (m, _) in enumerate(sent) if m in WRITES and name[i] not in META]
+    data = [i for i, (m, _) in enumerate(sent) if m in WRITES and name[i] not in (*META, MANIFEST)]
     meta = [i for i, (m, _) in enumerate(sent) if m == "put_object" and name[i] in META]
+    last = [i for i, (m, _) in enumerate(sent) if m == "put_object" and name[i] == MANIFEST]
+    assert last and last[0] > meta[-1]  # the manifest after the commit objects
     deletes = [i for i, (m, _) in enumerate(sent) if m.startswith("delete")]
     assert len(data) >= 4 and meta and data[-1] < meta[0]  # data first, the commit last
     return data, meta, deletes
