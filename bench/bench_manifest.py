@@ -101,7 +101,7 @@ def deep_rows(work: Path) -> None:
     found = find(store, key)
     files = [(os.path.join(key, e.name), e.size) for e in found.manifest.files]
     total = sum(s for _, s in files)
-    for k, s in files:  # into the page cache
+    for k, _s in files:  # into the page cache
         with open(k, "rb") as f:
             while f.read(8 << 20):
                 pass

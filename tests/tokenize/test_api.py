@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 import lmdata
 from lmdata import _provenance
-from lmdata.storage.manifest import is_manifest_name
 from lmdata.cli.main import cli
 from lmdata.errors import DatasetNotFoundError, InvalidInputError
+from lmdata.storage.manifest import is_manifest_name
 from tests.inspect.conftest import bpe_file  # noqa: F401  (a fixture)
 
 DOCS = [{"id": f"d{i}", "text": f"document {i} " * (i % 7) + "é日本"} for i in range(40)]
