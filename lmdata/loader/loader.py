@@ -25,7 +25,14 @@ from lmdata.loader.packing import PAD_VALUES, packed_buffers
 from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
 from lmdata.loader.sources import LONG_DOCS, MODES, Source, open_source
-from lmdata.loader.state import STATE_VERSION, check_state
+from lmdata.loader.state import (
+    STATE_VERSION,
+    SavedState,
+    check_reach,
+    parse_state,
+    refuse_other_data,
+    show,
+)
 
 _SLOT_TAG = 0x510754  # seeds the order of a mixed global batch's slots
 _BLOCK = 4096  # stream positions whose shuffled rows are computed and cached together
@@ -238,7 +245,12 @@ class Loader:
                 f"{e}: in a finite pass a source's share is its size; lower "
                 "global_batch_size or evaluate that source with its own Loader"
             ) from None
+        if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)):
+            raise InvalidInputError(f"start_step must be an integer, got {show(start_step)}")
+        check_reach(self.mixture, int(start_step), self._total)
         self.step = int(start_step)
+        # DataLoader workers iterating this loader's to_torch() mark it here (torch_dataset)
+        self._torch_use: Any = None
         # one endless source: a step's rows are a run of its stream, never padding (batch)
         self._one = len(self.sources) == 1 and epochs is None
         self._blocks: list[dict[int, np.ndarray]] = [{} for _ in self.sources]
@@ -381,11 +393,13 @@ class Loader:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         del state["_lock"]
+        state["_torch_use"] = None  # the main process's mark; datasets carry their own
         state["_blocks"] = [{} for _ in self.sources]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_torch_use", None)
         self._lock = threading.Lock()
 
     # ---- batches ---------------------------------------------------------------------------
@@ -444,17 +458,26 @@ class Loader:
     # ---- resume ----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The global position and what it depends on: small, JSON-able, rank-free."""
+        """The global position and what it depends on: small, JSON-able, rank-free.
+
+        An error if DataLoader workers iterated this loader's :meth:`to_torch` dataset: they run
+        copies of the loader, so ``self.step`` is not where the training is (the message names
+        the patterns whose state is right)."""
+        if self._torch_use is not None:
+            self._torch_use.check()
+        return self._state_at(self.step)
+
+    def _state_at(self, step: int) -> dict[str, Any]:
         m = self.mixture
         return {
             "version": STATE_VERSION,
-            "step": self.step,
+            "step": step,
             **asdict(self.config),
             "sources": [s.describe() for s in self.sources],
             "weights": [str(w) for w in m.weights],
             "base_step": m.base_step,
             "base_rows": list(m.base_rows),
-            "served": self._served(self.step).tolist(),
+            "served": self._served(step).tolist(),
             "rounding": m.rounding,
         }
 
@@ -465,66 +488,62 @@ class Loader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was saved (any rank/worker layout).
 
-        A different global batch size or different weights continue each source's stream from
-        what it had served; a different dataset, seed, sequence length or mode is an error
-        naming what differs.
+        ``state`` is a :meth:`state_dict`, or the ``state_dict()`` of a torchdata
+        ``StatefulDataLoader`` over :meth:`to_torch` with any number of workers (its global
+        position is the step after the last batch it handed out). A different global batch
+        size or different weights continue each source's stream from what it had served; a
+        different dataset, seed, sequence length or mode is an error naming what differs.
         """
-        state = check_state(state)
-        mine = self.state_dict()
-        diffs = []
-        for key in ("seq_len", "mode", "seed", "shuffle", "epochs", "long_docs", "drop_last"):
-            saved = state.get(key, False if key == "drop_last" else None)  # older states: off
-            if saved != mine[key]:
-                diffs.append(f"{key} {saved!r} saved, {mine[key]!r} here")
-        saved_src = state.get("sources") or []
-        if len(saved_src) != len(mine["sources"]):
-            diffs.append(f"{len(saved_src)} sources saved, {len(mine['sources'])} here")
-        else:
-            for k, (a, b) in enumerate(zip(saved_src, mine["sources"], strict=True)):
-                for key in ("tokens", "rows"):
-                    if a.get(key) != b[key]:
-                        diffs.append(f"source {k} has {a.get(key)} {key} saved, {b[key]} here")
-                if a.get("content", b["content"]) != b["content"] and a.get("rows") == b["rows"]:
-                    diffs.append(  # older states hold no digest: only sizes are compared
-                        f"source {k} holds other tokens than the saved one ({a.get('name')}), "
-                        "of the same size"
-                    )
-        if diffs:
-            raise InvalidInputError(
-                "cannot resume: the saved state is for different data or settings ("
-                + "; ".join(diffs)
-                + "); the data order would differ"
-            )
-        step, weights, g = state["step"], state["weights"], state["global_batch_size"]
-        if self.config.epochs is not None and g != self.global_batch_size:
+        self._load(parse_state(state))
+
+    def _load(self, saved: SavedState) -> None:
+        """Adopt a parsed state (also a torch dataset's, in its DataLoader worker)."""
+        refuse_other_data(saved, self.config, [s.describe() for s in self.sources])
+        step, weights, g = saved.step, saved.weights, saved.global_batch_size
+        n = self.num_steps
+        if n is not None and g != self.global_batch_size:
             raise InvalidInputError(
                 f"cannot resume a finite pass with global_batch_size {self.global_batch_size} "
                 f"(saved: {g}); use the saved batch size"
             )
-        same_rounding = state.get("rounding", "remainder") == self.mixture.rounding
+        if n is not None and step > n:
+            raise InvalidInputError(
+                f"cannot resume at step {step}: this finite pass has {n} steps (the state is "
+                "not one this data and these settings produce)"
+            )
+        same_rounding = saved.rounding == self.mixture.rounding
         if weights == self.mixture.weights and g == self.global_batch_size and same_rounding:
-            base = Mixture(weights, g, state["base_step"], tuple(state["base_rows"]), self._total)
+            base = Mixture(weights, g, saved.base_step, saved.base_rows, self._total)
         else:  # re-base: the new rounding starts from what each source has served (also for a
             # state of an older lmdata, whose mixture rounded otherwise)
-            base = Mixture(
-                self.mixture.weights,
-                self.global_batch_size,
-                step,
-                tuple(state["served"]),
-                self._total,
-            )
+            served = saved.served
+            if step != saved.saved_step:  # a torch position past the state's own step
+                if not same_rounding:
+                    raise InvalidInputError(
+                        f"cannot resume: the saved mixture rounds {show(saved.rounding)}, "
+                        "which this lmdata cannot continue past its saved step"
+                    )
+                old = Mixture(weights, g, saved.base_step, saved.base_rows)
+                served = tuple(old.served(step).tolist())
+            base = Mixture(self.mixture.weights, self.global_batch_size, step, served, self._total)
+        check_reach(base, step, self._total)
         self.mixture = base
         self.step = step
+        self._torch_use = None  # the position is set anew
 
     # ---- frameworks ------------------------------------------------------------------------
 
     def to_torch(self, *, start_step: int | None = None) -> Any:
         """A torch ``IterableDataset`` of this loader's batches as tensors, from ``self.step``.
 
-        Use it with ``DataLoader(ds, batch_size=None, num_workers=k)``: worker ``i`` computes
-        steps ``i, i+k, ...`` and the DataLoader hands them out in order, none lost or repeated.
-        The main process must count received batches for the state: :meth:`torch_loader`
-        does that (or call ``loader.step += 1`` per batch yourself).
+        ``DataLoader(ds, batch_size=None, num_workers=k)``: worker ``i`` computes steps
+        ``i, i+k, ...`` and the DataLoader hands them out in order, none lost or repeated.
+        Resume state: without workers each batch handed out advances ``self.step``; with
+        workers the main process runs none of the dataset, so :meth:`state_dict` refuses (it
+        would restart the data). Use :meth:`torch_loader`, or torchdata's
+        ``StatefulDataLoader(ds, batch_size=None, num_workers=k)`` and its ``state_dict()``:
+        the dataset is a torchdata ``Stateful`` whose workers' states give the global position
+        (:meth:`load_state_dict` takes it, for another worker count).
         """
         from lmdata.loader.torch_dataset import TorchBatches
 

@@ -164,6 +164,17 @@ class ManifestOutput:
             self._members.append(out)
         return out
 
+    def also(self, key: str) -> None:
+        """The store output's pairing of a companion object with this one (an object store's
+        :meth:`~lmdata.storage.FsspecOutput.also`), whose bytes :meth:`write_also` gives;
+        the manifest lists it when it sits beside this one."""
+        self.inner.also(key)  # type: ignore[attr-defined]
+
+    def write_also(self, key: str, data: bytes) -> None:
+        if self.enabled and not self.directory and parent(key) == parent(self.dest):
+            self._group._digests[basename(key)] = hash_bytes(data, self.block)
+        self.inner.write_also(key, data)  # type: ignore[attr-defined]
+
     def _note(self, name: str, digest: Digest) -> None:
         self._group._digests[self._name(name)] = digest
 

@@ -13,7 +13,7 @@ import orjson
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import default_index_path
-from lmdata.storage import AtomicWriter, LocalStore, Output, manifest_output, resolve
+from lmdata.storage import AtomicWriter, LocalStore, ManifestOutput, manifest_output, resolve
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -33,11 +33,15 @@ class Writer(AtomicWriter):
     """Writes records as JSON lines to ``path`` and their raw index beside it (``foo.idx``).
 
     Both files appear only when the writer closes cleanly; the index matches what
-    ``lmdata index`` (and modalities' ``create_raw_index``) would build from the file. The
-    index is committed last, after any old index is removed: a writer killed in between
-    leaves the data without an index, which readers refuse. ``manifest`` (default True)
-    writes ``foo.jsonl.lmdata-manifest`` after both (listing both when the index sits beside
-    the data; an index elsewhere is not listed).
+    ``lmdata index`` (and modalities' ``create_raw_index``) would build from the file. Locally
+    (and with the index on another store) the index is committed last, after any old index is
+    removed: a writer killed in between leaves the data without an index, which readers
+    refuse. On an object store holding both, they are committed as a pair under the data's
+    claim (:meth:`lmdata.storage.FsspecOutput.also`): a new pair in place, the index last; a
+    replaced pair swapped under one journal, so a kill leaves the old pair, the new one, or a
+    journal from which `lmdata clean --claims` (or the next writer) finishes the new one.
+    ``manifest`` (default True) writes ``foo.jsonl.lmdata-manifest`` after both (listing both
+    when the index sits beside the data; an index elsewhere is not listed).
     """
 
     def __init__(
@@ -65,26 +69,35 @@ class Writer(AtomicWriter):
                 "file with a suffix such as .jsonl",
                 path=store.url(key),
             )
-        index: Output = istore.output(ikey, directory=False, overwrite=overwrite)
+        data = manifest_output(
+            store,
+            key,
+            directory=False,
+            overwrite=overwrite,
+            manifest=manifest,
+            format="modalities-jsonl",
+        )
+        paired = (
+            callable(getattr(data.inner, "also", None))
+            and istore.id == store.id
+            and getattr(istore, "storage_options", None) == getattr(store, "storage_options", None)
+        )
+        index: ManifestOutput | None = None
         try:
-            data = manifest_output(
-                store,
-                key,
-                directory=False,
-                overwrite=overwrite,
-                manifest=manifest,
-                format="modalities-jsonl",
-            )
+            if paired:  # one store: the pair is committed under one claim and one journal
+                data.also(ikey)
+            else:
+                index = data.attach(istore.output(ikey, directory=False, overwrite=overwrite))
         except BaseException:
-            index.abort()
+            data.abort()
             raise
-        self._data = data
-        self._index = data.attach(index)
+        self._data, self._index = data, index
         self._istore, self._ikey = istore, ikey
-        local = isinstance(store, LocalStore)
-        self.path: Path | str = Path(data.dest) if local else store.url(key)
+        self.path: Path | str = Path(data.dest) if isinstance(store, LocalStore) else store.url(key)
         self.index_path: Path | str = (
-            Path(index.dest) if isinstance(istore, LocalStore) else istore.url(ikey)
+            Path(index.dest)
+            if index is not None and isinstance(istore, LocalStore)
+            else istore.url(ikey)
         )
         self._f = data.open_write("")
         self._offsets: list[int] = []
@@ -110,13 +123,18 @@ class Writer(AtomicWriter):
         try:
             self._f.close()
             self._data.count(len(self._offsets), "")
+            spans = dump_span_index(self._offsets, self._lengths)
+            if self._index is None:  # swapped as a pair: the old pair, the new one, or a journal
+                self._data.write_also(self._ikey, spans)
+                self._data.commit()
+                return
             # Two files cannot be renamed at once. The old index goes before the new data and
             # the new one comes last, so a kill at any point leaves a data file with no index
             # (refused; `lmdata index` rebuilds it), never new data under an old index.
             if self._istore.exists(self._ikey):
                 self._istore.remove(self._ikey)
             self._data.commit()
-            self._index.write_last("", dump_span_index(self._offsets, self._lengths))
+            self._index.write_last("", spans)
             self._index.commit()
         except BaseException:
             self.abort()
@@ -126,4 +144,5 @@ class Writer(AtomicWriter):
         with contextlib.suppress(Exception):
             self._f.close()
         self._data.abort()
-        self._index.abort()
+        if self._index is not None:
+            self._index.abort()
