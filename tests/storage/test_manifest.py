@@ -334,6 +334,7 @@ def test_edited_block_list_is_caught(tmp_path, small_blocks):
     obj["files"][0]["blocks"][0] = "0" * 32
     with open(mkey, "w") as f:
         json.dump(obj, f)
+    store = LocalStore()  # a new store: one remembers the files it read, and this one changed
     kinds = {p.kind for p in deep_problems(store, find(store, key))}
     assert kinds == {"manifest", "changed"}
 
