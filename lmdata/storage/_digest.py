@@ -161,6 +161,8 @@ class HashingRaw(io.RawIOBase):
 
     def write(self, b: Any) -> int:
         mv = memoryview(b).cast("B")
+        if getattr(self._inner, "closed", False) and self._path is None:
+            return len(mv)  # discarded by its output (an abort): what is written goes nowhere
         if self._ipos != self._pos:
             self._inner.seek(self._pos)
             self._ipos = self._pos
