@@ -103,6 +103,8 @@ class FormatSpec:
     None) and report through it as they walk the data. ``token_view`` is the format's
     own token-sequence view of a records reader's column (``lmdata.open(..., token_column=)``);
     without one, the generic :class:`lmdata.formats._token_view.TokenColumn` serves.
+    ``companions(key)`` names the files a one-file dataset keeps beside it (a JSONL file's
+    ``.idx``), which its manifest (:mod:`lmdata.storage.manifest`) lists with it.
     """
 
     name: str
@@ -122,6 +124,8 @@ class FormatSpec:
     token_view: Callable[[Any, str], Any] | None = None  # (records reader, column) -> tokens
     document_files: bool = False  # its data are JSONL document files tokenize reads directly
     pass_name: bool = False
+    # files beside a one-file dataset that belong to it (key -> keys), listed in its manifest
+    companions: Callable[[str], list[str]] | None = None
 
     @property
     def record_target(self) -> bool:

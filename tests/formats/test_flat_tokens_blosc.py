@@ -98,7 +98,7 @@ def big_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("ftb") / "d.zarr"
     n = 3 * BIG - 777  # the last chunk ends inside a block
     toks = np.random.default_rng(0).integers(1, 50257, n, dtype=np.uint32)
-    with Writer(path, chunk_tokens=BIG, compression="blosc") as w:
+    with Writer(path, chunk_tokens=BIG, compression="blosc", manifest=False) as w:
         for a in range(0, n, 100_000):
             w.write(toks[a : a + 100_000])
     return path, lmdata.open(path).span_encoded(0, n)
@@ -195,7 +195,7 @@ def test_chunks_stored_as_is_are_read_by_slices(tmp_path) -> None:
     chunk, n = 1 << 16, 3 << 16
     toks = np.random.default_rng(0).integers(1, 50257, n, dtype=np.uint32)
     p = tmp_path / "d.zarr"
-    with Writer(p, chunk_tokens=chunk, compression="blosc") as w:
+    with Writer(p, chunk_tokens=chunk, compression="blosc", manifest=False) as w:
         w.write(toks)
     for k in range(3):
         raw = numcodecs.Blosc("lz4", 0, 2).encode(toks[k * chunk : (k + 1) * chunk])

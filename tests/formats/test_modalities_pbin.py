@@ -220,7 +220,7 @@ def test_writer_is_atomic(tmp_path: Path) -> None:
         Writer(p, token_width=2)
     write(p, [[2, 3]], token_width=1, overwrite=True)
     assert [d.tolist() for d in modalities.open(p)] == [[2, 3]]
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["x.pbin"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["x.pbin", "x.pbin.lmdata-manifest"]
 
 
 # ---- reader protocol --------------------------------------------------------------------------
