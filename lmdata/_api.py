@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from lmdata import formats
-from lmdata.errors import InvalidInputError
+from lmdata.errors import InvalidInputError, LmdataError
 from lmdata.formats import FormatSpec
 from lmdata.formats._spec import Progress
 from lmdata.storage import options_scope, require_exists, resolve
@@ -76,6 +76,24 @@ def token_view(reader: Any, column: str) -> Any:
     spec = formats.spec(name) if isinstance(name, str) and name in formats.names() else None
     view = spec.token_view if spec is not None and spec.token_view is not None else TokenColumn
     return view(reader, column)
+
+
+def provenance(reader: Any) -> dict[str, Any] | None:
+    """What made the dataset ``reader`` reads (:mod:`lmdata._provenance`: the tokenizer, the
+    column of token ids), from its metadata alone, or None where nothing was recorded (a token
+    view asks the records reader it wraps)."""
+    target = getattr(reader, "records", reader)
+    name = getattr(target, "format", None)
+    if not isinstance(name, str) or name not in formats.names():
+        return None
+    lookup = formats.spec(name).provenance
+    if lookup is None:
+        return None
+    try:
+        got = lookup(target)
+    except (OSError, AttributeError, LmdataError):  # unreadable metadata: no record
+        return None
+    return got if isinstance(got, dict) else None
 
 
 def writer(

@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import InvalidInputError
+from lmdata.loader.inputs import open_source, split_weights, start_token
 from lmdata.loader.mixture import Mixture, exact_weights
-from lmdata.loader.packing import PAD_VALUES, packed_buffers
+from lmdata.loader.packing import PAD_VALUES, packed_buffers, varlen
 from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
-from lmdata.loader.sources import LONG_DOCS, MODES, Source, open_source
+from lmdata.loader.sources import LONG_DOCS, MODES, Source
 from lmdata.loader.state import STATE_VERSION, check_state
 
 _SLOT_TAG = 0x510754  # seeds the order of a mixed global batch's slots
@@ -34,7 +35,9 @@ _KEYS = {
     "packed": ("inputs", "targets", "segment_ids", "positions"),
     "eos": ("inputs", "targets"),
     "unpacked": ("inputs", "targets", "segment_ids", "positions", "loss_mask"),
+    "bestfit": ("inputs", "targets", "segment_ids", "positions", "loss_mask"),
 }
+VARLEN_KEYS = ("cu_seqlens", "max_seqlen")
 
 
 @dataclass(frozen=True)
@@ -49,9 +52,10 @@ class LoaderConfig:
     epochs: int | None = None
     long_docs: str = "truncate"
     drop_last: bool = False
+    block_rows: int = 4096  # bestfit: rows per packing block (loader/bestfit.py)
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "global_batch_size"):
+        for name in ("seq_len", "global_batch_size", "block_rows"):
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
@@ -92,11 +96,15 @@ def default_topology() -> tuple[int, int]:
 class Loader:
     """Batches for one rank: ``batch(step)`` for any step in O(1), iteration, resume state.
 
-    ``sources`` is one token-sequence reader or path, or a list of them mixed by ``weights``
-    (default: proportional to their sizes). ``mode`` is ``"packed"`` (rows cut from the
-    concatenated tokens, ``segment_ids``/``positions`` for document-aware attention), ``"eos"``
-    (windows of ``seq_len + 1`` tokens overlapping by one, for EOS-delimited data) or
-    ``"unpacked"`` (one document or piece per row, right-padded, ``loss_mask``). ``epochs``
+    ``sources`` is one token-sequence reader or path, a list of them mixed by ``weights``
+    (default: proportional to their sizes), or a mapping of them to weights. ``mode`` is
+    ``"packed"`` (rows cut from the concatenated tokens, ``segment_ids``/``positions`` for
+    document-aware attention), ``"bestfit"`` (whole documents packed into rows by best fit,
+    right-padded, ``loss_mask``; only documents longer than ``seq_len`` are cut, per
+    ``long_docs``, default ``"split"``), ``"eos"`` (windows of ``seq_len + 1`` tokens
+    overlapping by one, for EOS-delimited data) or ``"unpacked"`` (one document or piece per
+    row, right-padded, ``loss_mask``). ``varlen`` adds ``cu_seqlens``/``max_seqlen`` for
+    variable-length attention. ``bos_id`` defaults to the recorded tokenizer's BOS. ``epochs``
     makes a finite pass (evaluation): it stops after that many epochs and pads the last batch
     (``loss_mask`` False) instead of dropping it; with ``drop_last`` it serves full rows and
     full batches only, leaving out the partial row and the incomplete last batch. See the
@@ -118,10 +126,12 @@ class Loader:
         token_column: str | None = None,
         epochs: int | None = None,
         dtype: str = "int32",
-        bos_id: int = 0,
+        bos_id: int | None = None,
         pad_id: int = 0,
-        long_docs: str = "truncate",
+        long_docs: str | None = None,
         drop_last: bool = False,
+        block_rows: int = 4096,
+        varlen: bool = False,
         prefetch: int = 0,
         start_step: int = 0,
         split: str | None = None,
@@ -155,8 +165,18 @@ class Loader:
             mode = "packed" if packed else "unpacked"
         if truncate is not None:
             long_docs = "truncate" if truncate else "error"
+        if long_docs is None:  # bestfit's point is whole documents: long ones in pieces
+            long_docs = "split" if mode == "bestfit" else "truncate"
         self.config = LoaderConfig(
-            seq_len, global_batch_size, mode, bool(shuffle), seed, epochs, long_docs, drop_last
+            seq_len,
+            global_batch_size,
+            mode,
+            bool(shuffle),
+            seed,
+            epochs,
+            long_docs,
+            drop_last,
+            block_rows,
         )
         if global_batch_size % world_size:
             raise InvalidInputError(
@@ -168,20 +188,29 @@ class Loader:
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = global_batch_size // world_size
         self.dtype = np.dtype(dtype)
-        self.bos_id, self.pad_id = int(bos_id), int(pad_id)
+        self.pad_id = int(pad_id)
+        self.varlen = bool(varlen)
+        if self.varlen and mode == "eos":
+            raise InvalidInputError(
+                "varlen=True is for packed, bestfit and unpacked rows (eos windows have no "
+                "document boundaries)"
+            )
+        self.prefetch = int(prefetch)
+
+        given, weights, _many = split_weights(sources, weights)
+        readers = [open_source(s, token_column, split) for s in given]
+        if not readers:
+            raise InvalidInputError("no sources given")
+        # each source's start token: bos_id=, else its recorded tokenizer's BOS, else 0
+        starts = [start_token(r, bos_id) for r in readers]
+        self.bos_id = starts[0]
         info = np.iinfo(self.dtype)
-        for name, v in (("bos_id", self.bos_id), ("pad_id", self.pad_id)):
+        for name, v in [("bos_id", b) for b in starts] + [("pad_id", self.pad_id)]:
             if not info.min <= v <= info.max:
                 raise InvalidInputError(
                     f"{name} {v} does not fit the {dtype} outputs; pass an id in "
                     f"{info.min}..{info.max} (or dtype='int64')"
                 )
-        self.prefetch = int(prefetch)
-
-        many = isinstance(sources, (list, tuple))
-        readers = [open_source(s, token_column, split) for s in (sources if many else [sources])]
-        if not readers:
-            raise InvalidInputError("no sources given")
         self.sources = [
             Source(
                 r,
@@ -190,15 +219,19 @@ class Loader:
                 finite=epochs is not None and not drop_last,
                 long_docs=long_docs,
                 dtype=self.dtype,
-                bos=self.bos_id,
+                bos=b,
                 pad_id=self.pad_id,
+                seed=seed,
+                index=k,
+                shuffle=bool(shuffle),
+                block_rows=block_rows,
             )
-            for r in readers
+            for k, (r, b) in enumerate(zip(readers, starts, strict=True))
         ]
         for k, s in enumerate(self.sources):
             if s.num_rows == 0:
                 what = {"packed": f"rows of {seq_len} tokens", "eos": "windows"}.get(
-                    mode, "documents"
+                    mode, "documents" if mode == "unpacked" else "tokens"
                 )
                 raise InvalidInputError(
                     f"source {k} ({s.reader!r}) has no {what} ({s.num_tokens} tokens); "
@@ -244,7 +277,9 @@ class Loader:
         self._blocks: list[dict[int, np.ndarray]] = [{} for _ in self.sources]
         self._lock = threading.Lock()
         self.keys = _KEYS[mode] + (
-            ("loss_mask",) if epochs is not None and not drop_last and mode != "unpacked" else ()
+            ("loss_mask",)
+            if epochs is not None and not drop_last and mode in ("packed", "eos")
+            else ()
         )
 
     def __repr__(self) -> str:
@@ -336,6 +371,8 @@ class Loader:
         """Rows at stream positions ``start .. start + b - 1`` of source ``k``: a slice of one
         cached block in the common case (a step of one source is a contiguous run), a view
         of the cache when ``copy`` is False (for a caller that only reads it)."""
+        if self.sources[k].positional:  # bestfit: the source reads stream positions
+            return np.arange(start, start + b, dtype=np.int64)
         kb, at = divmod(start, _BLOCK)
         if self.config.shuffle and at + b <= _BLOCK:
             run = self._block(k, kb, self.sources[k].num_rows)[at : at + b]
@@ -345,6 +382,8 @@ class Loader:
     def _rows_of(self, k: int, pos: np.ndarray) -> np.ndarray:
         """Rows at stream positions ``pos`` (increasing) of source ``k``."""
         n = self.sources[k].num_rows
+        if self.sources[k].positional:  # bestfit shuffles its own rows (loader/bestfit.py)
+            return pos
         if not self.config.shuffle:
             return pos % n
         # the permutation is evaluated a block of positions at a time and cached: consecutive
@@ -391,7 +430,14 @@ class Loader:
     # ---- batches ---------------------------------------------------------------------------
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
-        """This rank's batch of ``step``: a dict of ``(local_batch_size, seq_len)`` arrays."""
+        """This rank's batch of ``step``: a dict of ``(local_batch_size, seq_len)`` arrays
+        (with ``varlen``, also ``cu_seqlens`` and ``max_seqlen``: see :func:`packing.varlen`)."""
+        out = self._batch(step)
+        if self.varlen:
+            out["cu_seqlens"], out["max_seqlen"] = varlen(out["segment_ids"])
+        return out
+
+    def _batch(self, step: int) -> dict[str, np.ndarray]:
         if self._one and step.__class__ is int and step >= self.mixture.base_step:
             # the common case in few operations (as indices() computes it): at 30 us a
             # batch, each microsecond of Python here is 3% of the loader's speed

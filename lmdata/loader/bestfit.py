@@ -1,0 +1,549 @@
+"""Best-fit packing over deterministic blocks: the rows of the Loader's ``mode="bestfit"``.
+
+A source's items are its documents of at most ``seq_len`` tokens and the pieces of longer ones
+(``long_docs``). Its tokens are cut into chunks of ``chunk_tokens``; chunk ``c`` holds the items
+that *start* in tokens ``[c*V, (c+1)*V)`` (two searches of the sequence index, never the whole
+index). Each epoch permutes the chunks (a Feistel bijection) and deals them out to blocks of
+about 64 chunks each, so a block's token count is 64 V within a few rows and it mixes 64
+distant regions of the data. A block's items are packed by best-fit decreasing into a FIXED
+number of rows, so a stream position maps to (epoch, block, row) by arithmetic alone: no pass
+over the data, no stored index, the same for every rank, worker and resume.
+
+The rows per block are chosen at open from a deterministic sample of blocks (their mean and
+spread, plus a margin); the few items of a block that do not fit its rows are not cut or
+dropped but go to an overflow unit: every 32 blocks are followed by a unit packing their
+leftovers, every 32 such units by one of the next level (computed from the blocks it covers,
+which sequential reading has just packed). Leftovers of the last level are an error naming
+what to change; the margins make this unreachable on data whose blocks vary as the sample does.
+Rows of a unit are served in a shuffled order; unused rows are padding rows.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from bisect import bisect_left, insort
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.loader.shuffle import Permutation, derive_seed
+
+try:  # built from lmdata/_kernel.c; the same packing in Python below where none was built
+    from lmdata import _kernel as _C
+
+    _best_fit_c = _C.best_fit
+except (ImportError, AttributeError):  # pragma: no cover - depends on the build
+    _best_fit_c = None
+
+CHUNKS_PER_BLOCK = 64
+GROUP = 32  # blocks (or units) whose leftovers one overflow unit of the next level packs
+SAMPLES = 16  # blocks packed at open to choose the rows per block
+Z = 3.0  # margin of the rows per block, in standard deviations of the sampled rows needed
+_TAG_CHUNKS, _TAG_ROWS = 0xB1F1, 0xB1F2
+
+
+def _has(obj: Any, name: str) -> bool:
+    """``hasattr`` without evaluating properties (``boundaries`` may read a whole index)."""
+    return hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})
+_KEPT_UNITS = 4  # packed units kept (a step needs one; two across a unit's edge)
+_KEPT_LEFTOVERS = 4 * GROUP
+
+
+def best_fit(sizes: np.ndarray, capacity: int, max_rows: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """Best-fit decreasing of items ``sizes`` (each in 1 .. capacity) into at most ``max_rows``
+    rows: (rows opened R, starts, members) where row r's items are
+    ``members[starts[r]:starts[r+1]]`` (in the order placed) and ``members[starts[R]:]`` are
+    the items left over. In C where built (``lmdata/_kernel_bestfit.h`` says the rule), else
+    the same rule in Python."""
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    n = len(sizes)
+    starts = np.empty(n + 1, dtype=np.int64)
+    members = np.empty(n, dtype=np.int32)
+    if _best_fit_c is not None:
+        opened = _best_fit_c(sizes, int(capacity), int(max_rows), starts, members)
+        return opened, starts, members
+    return _best_fit_py(sizes, int(capacity), int(max_rows), starts, members)
+
+
+def _best_fit_py(
+    sizes: np.ndarray, capacity: int, max_rows: int, starts: np.ndarray, members: np.ndarray
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """:func:`best_fit` in Python: the same rule, step by step (for builds without C)."""
+    n = len(sizes)
+    if n and (int(sizes.min()) < 1 or int(sizes.max()) > capacity):
+        raise ValueError(f"item sizes must be in 1 .. {capacity}")
+    order = np.lexsort((np.arange(n), -sizes)).tolist()
+    rooms: list[int] = []  # the rooms some row has, sorted
+    stacks: dict[int, list[int]] = {}  # room -> rows with it (the last to reach it on top)
+    room: list[int] = []
+    row_of = [-1] * n
+    size = sizes.tolist()
+    for i in order:
+        s = size[i]
+        k = bisect_left(rooms, s)
+        if k < len(rooms):
+            r = rooms[k]
+            stack = stacks[r]
+            b = stack.pop()
+            if not stack:
+                del stacks[r]
+                rooms.pop(k)
+        elif len(room) < max_rows:
+            b = len(room)
+            room.append(capacity)
+        else:
+            continue
+        row_of[i] = b
+        room[b] -= s
+        r = room[b]
+        if r > 0:
+            if r in stacks:
+                stacks[r].append(b)
+            else:
+                stacks[r] = [b]
+                insort(rooms, r)
+    opened = len(room)
+    rows = np.asarray(row_of, dtype=np.int64)
+    counts = np.bincount(rows[rows >= 0], minlength=opened) if n else np.zeros(0, np.int64)
+    starts[: opened + 1] = np.concatenate([[0], np.cumsum(counts)])
+    starts[opened + 1 :] = starts[opened]
+    placed = [i for i in order if row_of[i] >= 0]
+    placed.sort(key=lambda i: row_of[i])  # (stable: each row keeps the order placed)
+    members[:] = placed + [i for i in range(n) if row_of[i] < 0]
+    return opened, starts, members
+
+
+class Documents:
+    """The sequence boundaries of a reader, read where needed: by contiguous runs
+    (``sequence_starts``) and gathers (``sequence_ranges``) of its index where it has them
+    (flat-tokens never loads its index), else from the whole ``boundaries`` array."""
+
+    def __init__(self, reader: Any, num_docs: int, num_tokens: int, boundaries: Any) -> None:
+        self.reader = reader
+        self.n, self.tokens = num_docs, num_tokens
+        self._bounds = boundaries  # a function giving the whole int64 array, when used
+        lazy = _has(reader, "sequence_ranges") and _has(reader, "sequence_starts")
+        self._ranges = reader.sequence_ranges if lazy else None
+        self._run = reader.sequence_starts if lazy else None
+
+    def ranges(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, stop) int64 of documents ``docs`` (each in 0 .. n-1)."""
+        if self._ranges is not None:
+            r = np.asarray(self._ranges(np.asarray(docs, dtype=np.int64)), dtype=np.int64)
+            return r[:, 0], r[:, 1]
+        b = self._bounds()
+        return b[docs], b[docs + 1]
+
+    def starts(self, lo: int, hi: int) -> np.ndarray:
+        """The starts of documents ``lo .. hi - 1`` (document n's is the token count)."""
+        if self._run is not None:
+            return self._run(lo, hi)
+        return self._bounds()[lo:hi]
+
+    def containing(self, t: np.ndarray) -> np.ndarray:
+        """For each token ``t`` (0 <= t < tokens), the document holding it: the last ``d``
+        whose start is at most ``t``."""
+        t = np.asarray(t, dtype=np.int64)
+        if self._ranges is None:
+            return np.searchsorted(self._bounds(), t, side="right") - 1
+        lo, hi = self.bracket(t)
+        # the documents strictly between lo and hi, gathered at once: those starting by t
+        inner = lo[:, None] + np.arange(1, _NARROW, dtype=np.int64)
+        inside = inner < hi[:, None]
+        starts = self.ranges(np.where(inside, inner, 0).reshape(-1))[0].reshape(inner.shape)
+        return lo + ((starts <= t[:, None]) & inside).sum(axis=1)
+
+    def bracket(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) for each token ``t``: the document holding it is in ``lo .. hi - 1``,
+        at most 64 documents apart. Without the whole index: an interpolation search guarded
+        by bisection (a gather of three index entries per search a round, for all ``t`` at
+        once; a few rounds: documents of random lengths put a guess off by a few square roots
+        of the bracket's width, so a probe on each side of it usually brackets ``t``)."""
+        t = np.asarray(t, dtype=np.int64)
+        if self._ranges is None:
+            lo = np.searchsorted(self._bounds(), t, side="right") - 1
+            return lo, lo + 1
+        lo = np.zeros(len(t), dtype=np.int64)  # start(lo) <= t < start(hi)
+        hi = np.full(len(t), self.n, dtype=np.int64)
+        s_lo = np.zeros(len(t), dtype=np.int64)
+        s_hi = np.full(len(t), self.tokens, dtype=np.int64)
+        for _ in range(130):  # (bisection halves every bracket each round: at most 64)
+            if not len(t) or int((hi - lo).max()) <= _NARROW:
+                return lo, hi
+            wide = hi - lo > _NARROW
+            guess = lo + (t - s_lo) * (hi - lo) // np.maximum(s_hi - s_lo, 1)
+            near = 4 * np.sqrt(hi - lo).astype(np.int64) + 1
+            cand = np.stack([guess - near, guess + near, (lo + hi) // 2])
+            cand = np.clip(cand, lo + 1, np.maximum(hi - 1, lo + 1))
+            probes = np.where(wide, cand, 0)  # (narrow ones probe doc 0)
+            start = self.ranges(probes.reshape(-1))[0].reshape(3, -1)
+            for p, s in zip(probes, start, strict=True):
+                below = wide & (s <= t) & (p > lo) & (p < hi)
+                lo = np.where(below, p, lo)
+                s_lo = np.where(below, s, s_lo)
+                above = wide & (s > t) & (p > lo) & (p < hi)
+                hi = np.where(above, p, hi)
+                s_hi = np.where(above, s, s_hi)
+        raise CorruptDataError(  # pragma: no cover - a non-monotone index
+            "the sequence index is not ordered (a search did not end); run `lmdata validate`",
+            path=str(self.reader),
+        )
+
+
+_NARROW = 64  # documents a search narrows to before its last gather
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The fixed layout of one source's epoch (what the resume state records): ``blocks``
+    blocks of the ``chunks`` chunks of ``chunk_tokens``, holding ``rows_lo`` or ``rows_hi``
+    rows (for ``chunks // blocks`` or one more chunks), each ``GROUP`` of them followed by an
+    overflow unit of ``overflow[0]`` rows, each ``GROUP`` of those by one of ``overflow[1]``."""
+
+    seq_len: int
+    chunk_tokens: int
+    chunks: int
+    blocks: int
+    rows_lo: int
+    rows_hi: int
+    overflow: tuple[int, int]
+    group: int = GROUP
+
+    @property
+    def levels(self) -> int:
+        """Overflow levels: none for one block, one up to ``group`` blocks, else two."""
+        return 0 if self.blocks <= 1 else (1 if self.blocks <= self.group else 2)
+
+    def units(self, level: int) -> int:
+        """Units of ``level`` per epoch (level 0: blocks)."""
+        n = self.blocks
+        for _ in range(level):
+            n = -(-n // self.group)
+        return n if level <= self.levels else 0
+
+    def capacity(self, level: int, unit: int) -> int:
+        """Rows of unit ``unit`` of ``level``."""
+        if level:
+            return self.overflow[level - 1]
+        a, z = self.chunks_in(unit)
+        return self.rows_hi if z - a > self.chunks // self.blocks else self.rows_lo
+
+    def chunks_in(self, block: int) -> tuple[int, int]:
+        """The positions ``[a, b)`` in the epoch's chunk order that form ``block``."""
+        return block * self.chunks // self.blocks, (block + 1) * self.chunks // self.blocks
+
+    def _block_rows(self, block: int) -> int:
+        """Rows of blocks ``0 .. block - 1``."""
+        lo = self.chunks // self.blocks
+        hi_blocks = block * self.chunks // self.blocks - block * lo
+        return block * self.rows_lo + hi_blocks * (self.rows_hi - self.rows_lo)
+
+    def start(self, block: int) -> int:
+        """The epoch row where ``block`` begins (the overflow units before it counted)."""
+        g = self.group
+        rows = self._block_rows(block)
+        if self.levels >= 1:
+            rows += self.overflow[0] * (block // g)
+        if self.levels >= 2:
+            rows += self.overflow[1] * (block // (g * g))
+        return rows
+
+    @property
+    def rows_per_epoch(self) -> int:
+        rows = self._block_rows(self.blocks)
+        for level in (1, 2):
+            rows += self.overflow[level - 1] * self.units(level)
+        return rows
+
+    def locate(self, j: int) -> tuple[int, int, int]:
+        """(level, unit, row) of epoch row ``j``."""
+        b = min(self.blocks - 1, j * self.blocks // max(self.rows_per_epoch, 1))
+        while b > 0 and self.start(b) > j:
+            b -= 1
+        while b + 1 < self.blocks and self.start(b + 1) <= j:
+            b += 1
+        off = j - self.start(b)
+        size = self.capacity(0, b)
+        if off < size:
+            return 0, b, off
+        off -= size
+        g, unit = self.group, b
+        for level in range(1, self.levels + 1):
+            last = (unit + 1) % g == 0 or unit == self.units(level - 1) - 1
+            if not last:
+                break
+            unit //= g
+            if off < self.overflow[level - 1]:
+                return level, unit, off
+            off -= self.overflow[level - 1]
+        raise AssertionError(f"row {j} of the epoch is outside its layout")  # pragma: no cover
+
+    def describe(self) -> dict[str, Any]:
+        return {**asdict(self), "overflow": list(self.overflow)}
+
+
+@dataclass
+class Unit:
+    """One packed block or overflow unit: its items and which row holds each."""
+
+    doc: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    opened: int
+    starts: np.ndarray
+    members: np.ndarray
+    order: np.ndarray | None  # served position -> row (None: in order)
+
+    def leftover(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        i = self.members[self.starts[self.opened] :]
+        return self.doc[i], self.start[i], self.length[i]
+
+
+class BestFit:
+    """The bestfit rows of one source: ``segments(positions)`` for stream positions."""
+
+    def __init__(
+        self,
+        docs: Documents,
+        seq_len: int,
+        long_docs: str,
+        *,
+        seed: int,
+        index: int,
+        shuffle: bool,
+        block_rows: int,
+        plan: dict[str, Any] | None = None,
+    ) -> None:
+        self.docs, self.L, self.long_docs = docs, seq_len, long_docs
+        self.seed, self.index, self.shuffle = seed, index, shuffle
+        self._units: OrderedDict[tuple[int, int, int], Unit] = OrderedDict()
+        self._left: OrderedDict[tuple[int, int, int], tuple] = OrderedDict()
+        self._lock = threading.Lock()
+        self.sample: dict[str, Any] = {}
+        self.plan = self._check_plan(plan) if plan is not None else self._choose(block_rows)
+
+    # ---- the plan --------------------------------------------------------------------------
+
+    def _choose(self, block_rows: int) -> Plan:
+        """The layout from a sample of packed blocks (deterministic: the first blocks of the
+        first epochs)."""
+        T, L = self.docs.tokens, self.L
+        V = max(1, -(-block_rows * L // CHUNKS_PER_BLOCK))
+        C = max(1, -(-T // V))
+        B = -(-C // CHUNKS_PER_BLOCK)
+        trial = Plan(L, V, C, B, 0, 0, (0, 0))
+        need, ks, regular = [], [], []
+        picks = [(0, 0)] if B == 1 else [(s // B, s % B) for s in range(SAMPLES)]
+        for e, b in picks:
+            items = self._block_items(trial, e, b)
+            opened = best_fit(items[2], L, len(items[2]))[0] if len(items[2]) else 0
+            a, z = trial.chunks_in(b)
+            need.append(opened)
+            ks.append(z - a)
+            # the block holding the source's last, partial chunk is not typical of the rest
+            partial = T % V and (C - 1) in set(self._chunk_order(trial, e, a, z).tolist())
+            regular.append(not partial)
+        need_a, k_a = np.array(need, dtype=np.float64), np.array(ks, dtype=np.float64)
+        use = np.array(regular) if any(regular) else np.ones(len(need), dtype=bool)
+        rho = need_a[use] / k_a[use]
+        mean = float(rho.mean())
+        sd = float(rho.std(ddof=1)) if len(rho) > 1 else 0.0
+        klo, khi = C // B, -(-C // B)
+        if B == 1:  # every epoch packs the same items: the same rows, exactly
+            rows = (int(need[0]),) * 2
+            overflow = (0, 0)
+        else:
+            spread = max(sd * (C / B), 1.0)  # sd of the rows a block needs (at least one row)
+            rows = tuple(
+                max(
+                    math.ceil(k * mean + Z * spread) + 1,
+                    max([n for n, kk in zip(need, ks, strict=True) if kk == k], default=0),
+                )
+                for k in (klo, khi)
+            )
+            overflow = tuple(
+                math.ceil(Z * spread * math.sqrt(min(B, GROUP**level))) + 2 for level in (1, 2)
+            )
+        self.sample = {"blocks": len(need), "rows_needed": need, "mean": mean, "sd": sd}
+        return Plan(L, V, C, B, rows[0], rows[1], overflow)  # type: ignore[arg-type]
+
+    def _check_plan(self, saved: dict[str, Any]) -> Plan:
+        try:
+            plan = Plan(**{**saved, "overflow": tuple(saved["overflow"])})
+        except (TypeError, KeyError):
+            raise InvalidInputError(f"not a bestfit layout: {saved!r}") from None
+        if plan.seq_len != self.L or plan.chunks != max(1, -(-self.docs.tokens // plan.chunk_tokens)):
+            raise InvalidInputError(f"the saved bestfit layout {saved!r} is for other data")
+        return plan
+
+    # ---- items -----------------------------------------------------------------------------
+
+    def _chunk_order(self, plan: Plan, epoch: int, a: int, z: int) -> np.ndarray:
+        pos = np.arange(a, z, dtype=np.int64)
+        if not self.shuffle or plan.chunks < 2:
+            return pos
+        perm = Permutation(plan.chunks, derive_seed(self.seed, _TAG_CHUNKS, self.index, epoch))
+        return perm(pos)
+
+    def _block_items(self, plan: Plan, epoch: int, block: int) -> tuple:
+        """(doc, start, length) of the items of ``block`` in ``epoch``: chunk by chunk in the
+        epoch's order, each chunk's in the data's order."""
+        a, z = plan.chunks_in(block)
+        return self.chunk_items(self._chunk_order(plan, epoch, a, z), plan.chunk_tokens)
+
+    def chunk_items(self, chunks: np.ndarray, V: int) -> tuple:
+        """(doc, start, length) of the items starting in the token windows ``[c*V, (c+1)*V)``
+        of ``chunks``, in that order: one search of the index per chunk (all at once), then
+        one contiguous read of the starts of its documents."""
+        T, L, docs = self.docs.tokens, self.L, self.docs
+        lo_t = np.asarray(chunks, dtype=np.int64) * V
+        hi_t = np.minimum(lo_t + V, T)
+        # from a document starting at most at lo (the ones before the chunk's first end
+        # before it and give no item)
+        first = docs.bracket(lo_t)[0]
+        per_doc = max(1.0, T / max(docs.n, 1))
+        runs = []
+        for d0, lo, hi in zip(first.tolist(), lo_t.tolist(), hi_t.tolist(), strict=True):
+            want = int((hi - lo) / per_doc * 1.5) + 4
+            while True:  # the starts from d0 to the first at or past hi (or the end)
+                got = docs.starts(d0, min(d0 + want, docs.n + 1))
+                if int(got[-1]) >= hi or d0 + len(got) == docs.n + 1:
+                    break
+                want *= 4
+            runs.append(got)
+        size = np.array([len(g) for g in runs], dtype=np.int64)
+        flat = np.concatenate(runs)
+        chunk = np.repeat(np.arange(len(runs), dtype=np.int64), size)
+        local = np.arange(len(flat), dtype=np.int64) - np.repeat(np.cumsum(size) - size, size)
+        last = local == np.repeat(size - 1, size)
+        # a document of the chunk: an entry below hi (its next entry, in the run, is its end)
+        take = np.flatnonzero((flat < hi_t[chunk]) & ~last)
+        ordered = (flat[1:] >= flat[:-1]) | last[:-1]
+        if not ordered.all() or (flat[size.cumsum() - size] > lo_t).any():
+            i = int(np.argmin(ordered)) if not ordered.all() else 0
+            raise CorruptDataError(
+                f"the sequence index is not ordered near document {int(first[chunk[i]])}; "
+                "run `lmdata validate`",
+                path=str(docs.reader),
+            )
+        doc = first[chunk[take]] + local[take]
+        a, z = flat[take], flat[take + 1]
+        lo, hi = lo_t[chunk[take]], hi_t[chunk[take]]
+        if self.long_docs == "split":
+            k_lo = np.maximum(0, -((a - lo) // L))  # ceil((lo - a) / L), at least 0
+            k_hi = np.minimum(-((a - z) // L) - 1, (hi - 1 - a) // L)
+            n = np.maximum(k_hi - k_lo + 1, 0)
+        else:
+            n = ((a >= lo) & (z > a)).astype(np.int64)  # (a < hi: read so)
+            k_lo = np.zeros_like(a)
+            if self.long_docs == "error":
+                long = (n > 0) & (z - a > L)
+                if long.any():
+                    i = int(np.argmax(long))
+                    raise InvalidInputError(
+                        f"document {int(doc[i])} of {docs.reader!r} has {int(z[i] - a[i])} "
+                        f"tokens, more than seq_len {L}; pass long_docs='split' or 'truncate'"
+                    )
+        rep = np.repeat(np.arange(len(doc)), n)
+        k = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n) + k_lo[rep]
+        start = a[rep] + k * L
+        return doc[rep], start, np.minimum(L, z[rep] - start)
+
+    # ---- units -----------------------------------------------------------------------------
+
+    def _unit(self, epoch: int, level: int, unit: int) -> Unit:
+        key = (epoch, level, unit)
+        got = self._units.get(key)
+        if got is not None:
+            return got
+        plan = self.plan
+        if level == 0:
+            doc, start, length = self._block_items(plan, epoch, unit)
+        else:
+            parts = [
+                self._leftover(epoch, level - 1, u)
+                for u in range(unit * plan.group, min((unit + 1) * plan.group, plan.units(level - 1)))
+            ]
+            doc, start, length = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        cap = plan.capacity(level, unit)
+        opened, starts, members = best_fit(length, self.L, cap)
+        order = None
+        if self.shuffle and cap > 1:
+            seed = derive_seed(self.seed, _TAG_ROWS, self.index, epoch, level, unit)
+            order = Permutation(cap, seed)(np.arange(cap, dtype=np.int64))
+        got = Unit(doc, start, length, opened, starts, members, order)
+        left = got.leftover()
+        if len(left[0]) and level == plan.levels:
+            raise InvalidInputError(
+                f"bestfit: {len(left[0])} documents of epoch {epoch} of source {self.index} "
+                f"do not fit its fixed layout ({plan.rows_lo}-{plan.rows_hi} rows per block, "
+                f"overflow {list(plan.overflow)}): their lengths vary far more from block to "
+                "block than the sampled blocks did; pass a larger block_rows= (or "
+                "mode='packed')"
+            )
+        with self._lock:
+            self._left[key] = left
+            while len(self._left) > _KEPT_LEFTOVERS:
+                self._left.popitem(last=False)
+            self._units[key] = got
+            while len(self._units) > _KEPT_UNITS:
+                self._units.popitem(last=False)
+        return got
+
+    def _leftover(self, epoch: int, level: int, unit: int) -> tuple:
+        got = self._left.get((epoch, level, unit))
+        return got if got is not None else self._unit(epoch, level, unit).leftover()
+
+    # ---- rows ------------------------------------------------------------------------------
+
+    @property
+    def rows_per_epoch(self) -> int:
+        return self.plan.rows_per_epoch
+
+    def segments(self, positions: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(row, doc, start, length) of the segments of the rows at stream ``positions``
+        (row: index into ``positions``), sorted by row, each row's in the order packed."""
+        n = self.plan.rows_per_epoch
+        out: list[tuple[np.ndarray, ...]] = []
+        pos = np.asarray(positions, dtype=np.int64).tolist()
+        # consecutive positions of one unit are looked up together
+        i = 0
+        while i < len(pos):
+            epoch, j = divmod(pos[i], n)
+            level, unit, row = self.plan.locate(j)
+            cap = self.plan.capacity(level, unit)
+            k = i + 1
+            while k < len(pos) and pos[k] == pos[k - 1] + 1 and row + (k - i) < cap:
+                k += 1
+            u = self._unit(epoch, level, unit)
+            served = np.arange(row, row + k - i, dtype=np.int64)
+            phys = u.order[served] if u.order is not None else served
+            live = phys < u.opened
+            phys_live = phys[live]
+            a, z = u.starts[phys_live], u.starts[phys_live + 1]
+            cnt = z - a
+            where = np.repeat(np.arange(i, k, dtype=np.int64)[live], cnt)
+            m = u.members[np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(a, cnt)]
+            out.append((where, u.doc[m], u.start[m], u.length[m]))
+            i = k
+        if not out:
+            e = np.zeros(0, dtype=np.int64)
+            return e, e, e, e
+        parts = [np.concatenate(c) for c in zip(*out, strict=True)]
+        order = np.argsort(parts[0], kind="stable")
+        return tuple(p[order] for p in parts)
+
+    def report(self) -> dict[str, Any]:
+        """The layout and its padding: what the rows hold against what they could."""
+        p = self.plan
+        rows = p.rows_per_epoch
+        return {
+            **p.describe(),
+            "rows_per_epoch": rows,
+            "sampled": self.sample,
+            "padding_bound": None,
+        }
