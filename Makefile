@@ -34,8 +34,10 @@ $(DEV_STAMP): $(STAMP)
 	touch $(DEV_STAMP)
 
 $(TEST_STAMP): $(DEV_STAMP)
-	# CPU torch from local disk, for the Loader's DataLoader tests (an unpinned torch pulls GBs)
-	$(BIN)/python -m pip install -q torch==2.13.0
+	# CPU torch from local disk, for the Loader's DataLoader tests (an unpinned torch pulls GBs),
+	# and torchdata (the torch extra's) for the StatefulDataLoader resume tests, in one resolve
+	# so that the torch pin holds
+	$(BIN)/python -m pip install -q torch==2.13.0 torchdata==0.11.0
 	# plain ray (not ray[default]: no dashboard deps) for the Ray engine's tests; jq for the
 	# jq programs of modalities' jq_pattern and dolma's filters; jax (CPU) for the test that
 	# it takes the Loader's batches without a copy

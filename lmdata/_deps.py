@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "zarr": ("zarr", "zarr"),
     "google_crc32c": ("crc32c", "google-crc32c"),
     "torch": ("torch", "torch"),
+    "torchdata": ("torch", "torchdata"),  # StatefulDataLoader, in the caller's code only
     "ray": ("ray", "ray"),
     "s3fs": ("s3", "s3fs"),
     "gcsfs": ("gcs", "gcsfs"),

@@ -70,8 +70,9 @@ What the columns measured
   tokens       token ids stored ('-' for datasets of documents; MDS and Atlas outputs of
                tokenize hold token arrays in a column, read with token_column="tokens")
   MB           bytes on disk, indexes and metadata included
-  B/token      MB per token: the width each format stores ids in (flat-tokens uint32, as seqax
-               writes it; Modalities and MDS the narrowest width that fits) plus indexes
+  B/token      bytes on disk per token: the width each format stores ids in (flat-tokens
+               uint32, as seqax writes it; Modalities and MDS the narrowest width that fits)
+               plus indexes
   read Mtok/s  lmdata.Loader: shuffled packed batches of {batch} x {seq_len} tokens, {steps} steps
   valid        lmdata validate: every invariant of the format checked"""
 
@@ -232,13 +233,13 @@ def run(
     _table(rows, log)
     log(COLUMNS.format(batch=batch_size, seq_len=seq_len, steps=steps))
     _explain(out, docs, rows, log)
-    first = Loader(
-        open_dataset(out / "stdlib.flat-tokens"),
-        seq_len=seq_len,
-        global_batch_size=batch_size,
-        seed=1234,
-    ).batch(0)
-    log(f"\nfirst row of step 0 starts: {tok.decode(first['targets'][0][:60])!r}")
+    shown = open_dataset(out / "stdlib.flat-tokens")  # its train split, as a Loader reads it
+    first = Loader(shown, seq_len=seq_len, global_batch_size=batch_size, seed=1234).batch(0)
+    log(
+        f"\nfirst row of step 0 of a Loader over stdlib.flat-tokens ({shown.split} split, "
+        f"shuffled packed rows of {seq_len:,} tokens, seed 1234) starts: "
+        f"{tok.decode(first['targets'][0][:60])!r}"
+    )
     _next_steps(out, log)
     bad = [r for r in rows if r["valid"] != "ok"]
     if bad:

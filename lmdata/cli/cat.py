@@ -21,7 +21,7 @@ from lmdata.cli._common import (
     tokenizer_option,
     unsafe_pickle_option,
 )
-from lmdata.inspect.decode import is_token_array
+from lmdata.inspect.decode import decoded_record, is_token_array, split_read
 
 TextOf = Callable[[np.ndarray], str]
 
@@ -42,9 +42,10 @@ TextOf = Callable[[np.ndarray], str]
 @click.option(
     "--decode",
     is_flag=True,
-    help='Token ids as text: token datasets print {"index": i, "text": ...}; in records, '
-    "every integer array field becomes its text. Uses the tokenizer the dataset records "
-    "(lmdata tokenize stores it), or --tokenizer.",
+    help='Token ids as text, one shape for every format: {"index": i, "split": ... (where '
+    'the dataset has splits), "text": ...}, "text" being the token sequence (or a record\'s '
+    "one token-array field) decoded, followed by a record's other fields. Uses the tokenizer "
+    "the dataset records (lmdata tokenize stores it), or --tokenizer.",
 )
 @tokenizer_option(
     "Tokenizer for --decode: 'bytes' or a local file (tokenizer.json, *.tiktoken, *.model); "
@@ -72,16 +73,19 @@ def command(
     """Print records as one JSON object per line.
 
     Token datasets print {"index": i, "tokens": [...]}; record datasets print each record
-    (numpy arrays as lists, bytes as {"$base64": ...}).
+    (numpy arrays as lists, bytes as {"$base64": ...}). With --decode every format prints
+    {"index": i, "split": ..., "text": ...} (split where the dataset has splits).
     """
     if (tokenizer or raw) and not decode:
         raise click.UsageError("--tokenizer and --raw go with --decode")
-    text_of = None
+    text_of, summary = None, {}
     if decode:
-        text_of = _decoder(path, fmt, storage_options, tokenizer)
+        summary = dataset_info(path, format=fmt, storage_options=storage_options, scan=False)
+        text_of = _decoder(summary, tokenizer)
     reader = open_dataset(
         path, format=fmt, split=split, storage_options=storage_options, **reader_options
     )
+    split_name = split_read(summary, reader, split) if decode else None
     n = len(reader)
     stop = n if limit is None else min(n, offset + limit)
     out = sys.stdout.buffer
@@ -90,39 +94,36 @@ def command(
         for lo in range(offset, stop, block):
             idx = np.arange(lo, min(lo + block, stop))
             for i, rec in zip(idx.tolist(), reader.take(idx), strict=True):
-                out.write(_line(i, rec, text_of, raw))
+                out.write(_line(i, rec, text_of, raw, split_name))
         out.flush()
     except BrokenPipeError:  # `lmdata cat ... | head`: the reader has seen enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
 
 
-def _decoder(
-    path: str, fmt: str | None, storage_options: dict[str, Any] | None, tokenizer: str | None
-) -> TextOf:
+def _decoder(summary: dict[str, Any], tokenizer: str | None) -> TextOf:
     """Token ids -> text with the given tokenizer, or the one the dataset records."""
     from lmdata.inspect.decode import dataset_tokenizer, decode
 
-    summary = dataset_info(path, format=fmt, storage_options=storage_options, scan=False)
     tok, _, warning = dataset_tokenizer(summary, tokenizer, required=True)
     if warning:
         click.echo(warning, err=True)
     return lambda ids: decode(ids, tok)  # type: ignore[return-value]
 
 
-def _line(i: int, rec: Any, text_of: TextOf | None, raw: bool) -> bytes:
-    if isinstance(rec, np.ndarray):
-        if text_of is None:
+def _line(i: int, rec: Any, text_of: TextOf | None, raw: bool, split: str | None) -> bytes:
+    if text_of is None:
+        if isinstance(rec, np.ndarray):
             return _json.dumps({"index": i, "tokens": rec}) + b"\n"
-        text = text_of(rec)
-        if raw:
-            return text.encode("utf-8", "surrogatepass") + b"\n"
-        return _json.dumps({"index": i, "text": text}) + b"\n"
-    if text_of is None or not isinstance(rec, dict):
         return _json.dumps(rec) + b"\n"
-    decoded = {k: text_of(v) for k, v in rec.items() if is_token_array(v)}
-    if raw:  # the decoded fields' texts; a record without token arrays: its text field
-        texts = list(decoded.values()) or [v for k, v in rec.items() if k == "text"]
-        if not texts:  # nothing to print raw: the record as JSON, never a silently dropped line
-            return _json.dumps(rec) + b"\n"
-        return b"".join(str(t).encode("utf-8", "surrogatepass") + b"\n" for t in texts)
-    return _json.dumps({k: decoded.get(k, v) for k, v in rec.items()}) + b"\n"
+    if not raw:
+        return _json.dumps(decoded_record(i, rec, text_of, split)) + b"\n"
+    if isinstance(rec, np.ndarray):
+        return text_of(rec).encode("utf-8", "surrogatepass") + b"\n"
+    if not isinstance(rec, dict):
+        return _json.dumps(rec) + b"\n"
+    decoded = [text_of(v) for v in rec.values() if is_token_array(v)]
+    # the decoded fields' texts; a record without token arrays: its text field
+    texts = decoded or [v for k, v in rec.items() if k == "text"]
+    if not texts:  # nothing to print raw: the record as JSON, never a silently dropped line
+        return _json.dumps(rec) + b"\n"
+    return b"".join(str(t).encode("utf-8", "surrogatepass") + b"\n" for t in texts)

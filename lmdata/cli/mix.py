@@ -38,6 +38,13 @@ from lmdata.errors import InvalidInputError
     help="Override any top-level or dotted config key.",
 )
 @click.option("--dryrun", is_flag=True, help="Print the shards; write nothing.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Fail (exit 2) when a filter or span rule reads an attribute no document has, or "
+    "the include filters match no document of a stream (a warning otherwise; checked as "
+    "the documents are mixed, so the shards are written either way).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @engine_options
 @storage_option
@@ -48,6 +55,7 @@ def command(
     processes: int | None,
     sets: tuple[str, ...],
     dryrun: bool,
+    strict: bool,
     quiet: bool,
     engine: str,
     address: str | None,
@@ -72,7 +80,7 @@ def command(
                     ).decode()
                 )
         return
-    res = mix(cfg, progress=not quiet, engine=engine, address=address)
+    res = mix(cfg, progress=not quiet, engine=engine, address=address, strict=strict)
     for w in res.warnings:
         click.echo(f"warning: {w}", err=True)
     click.echo(

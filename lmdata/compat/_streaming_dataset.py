@@ -24,6 +24,9 @@ from lmdata.formats.mds import MDSReader
 from lmdata.protocols import normalize_index
 
 _READ_CHUNK = 256  # samples decoded per take() while iterating
+# canonical or physical nodes a run (or a resume state) may name: an epoch's layout allocates
+# per canonical node, and a million is far beyond streaming's 64 per node on any cluster
+MAX_NODES = 1 << 20
 _WEIGHTS = ("proportion", "repeat", "choose")
 
 
@@ -43,6 +46,24 @@ def _count(value: int | str | None, what: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInputError(f"{what} must be a non-negative number of samples")
     return value
+
+
+def _state_int(obj: Any, key: str, lo: int, hi: int) -> int:
+    """``obj[key]`` if it is an integer in ``[lo, hi]``, else a clear error (a resume state is
+    untrusted: its numbers size the epoch's layout)."""
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if isinstance(v, bool) or not isinstance(v, Integral) or not lo <= v <= hi:
+        if v is None or isinstance(v, (bool, float)) or (isinstance(v, int) and abs(v) < 2**64):
+            shown = repr(v)
+        elif isinstance(v, str):
+            shown = repr(v) if len(v) <= 40 else f"a string of {len(v)} characters"
+        else:
+            shown = f"a {type(v).__name__[:40]}"
+        raise InvalidInputError(
+            f"a StreamingDataset state's {key!r} is {shown}, not an integer in [{lo}, {hi}]; "
+            "pass the dict StreamingDataset.state_dict() returned"
+        )
+    return int(v)
 
 
 def _source(local: str | None, remote: str | None, split: str | None) -> str:
@@ -198,6 +219,15 @@ class StreamingDatasetImpl:
         self.shuffle_algo = shuffle_algo
         self.shuffle_seed = int(shuffle_seed)
         self.shuffle_block_size = shuffle_block_size
+        if num_canonical_nodes is not None and (
+            isinstance(num_canonical_nodes, bool)
+            or not isinstance(num_canonical_nodes, Integral)
+            or not 0 <= num_canonical_nodes <= MAX_NODES
+        ):
+            raise InvalidInputError(
+                f"num_canonical_nodes must be an integer in [1, {MAX_NODES}] (or None), got "
+                f"{num_canonical_nodes!r}"[:200]
+            )
         self.num_canonical_nodes = num_canonical_nodes
         self.sampling_method = sampling_method
         self.sampling_granularity = int(sampling_granularity)
@@ -405,18 +435,17 @@ class StreamingDatasetImpl:
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         """Resume: the next iteration continues epoch ``obj["epoch"]`` after
         ``obj["sample_in_epoch"]`` samples (unless this instance is already past it)."""
-        try:
-            state = {
-                "epoch": int(obj["epoch"]),
-                "sample_in_epoch": int(obj["sample_in_epoch"]),
-                "num_canonical_nodes": int(obj["num_canonical_nodes"]),
-                "shuffle_seed": int(obj["shuffle_seed"]),
-            }
-        except (KeyError, TypeError, ValueError):
+        if not isinstance(obj, dict):
             raise InvalidInputError(
-                "a StreamingDataset state needs integer 'epoch', 'sample_in_epoch', "
-                "'num_canonical_nodes' and 'shuffle_seed' (from state_dict)"
-            ) from None
+                f"a StreamingDataset state is a dict (from state_dict), not a {type(obj).__name__}"
+            )
+        state = {  # epoch -1: saved before the first epoch (stale here, as in streaming)
+            "epoch": _state_int(obj, "epoch", -1, 2**48),
+            "sample_in_epoch": _state_int(obj, "sample_in_epoch", 0, 2**62),
+            "num_canonical_nodes": _state_int(obj, "num_canonical_nodes", 1, MAX_NODES),
+            "shuffle_seed": _state_int(obj, "shuffle_seed", 0, 2**64 - 1),
+        }
         if obj.get("initial_physical_nodes") is not None:
-            state["initial_physical_nodes"] = int(obj["initial_physical_nodes"])
+            nodes = _state_int(obj, "initial_physical_nodes", 1, MAX_NODES)
+            state["initial_physical_nodes"] = nodes
         self._resume_state = state

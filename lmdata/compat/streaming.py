@@ -17,6 +17,9 @@ Where it differs from streaming, on purpose:
   ``batching_method`` ``random`` (the default) and ``per_stream`` are implemented
   (``stratified`` and ``device_per_stream`` are errors); every shuffle is: ``py1e`` (the
   default), ``py1s``, ``py1br``, ``py2s`` and ``naive``.
+- ``load_state_dict`` checks the state's numbers (integers; ``num_canonical_nodes`` and
+  ``initial_physical_nodes`` at most 2^20, as the constructor's ``num_canonical_nodes``), which
+  size the epoch's layout: a hostile state is an InvalidInputError, never a huge allocation.
 
 Everything else is streaming's: the sample order of every epoch (with or without shuffling,
 for any ``num_canonical_nodes``, ``shuffle_seed``, ``shuffle_block_size``, stream weights

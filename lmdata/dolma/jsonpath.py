@@ -442,3 +442,67 @@ def compile_selector(expr: str, syntax: str = "jsonpath") -> JsonPath | JqExpr:
     if syntax != "jsonpath":
         raise InvalidInputError(f"filter syntax {syntax!r}: use jsonpath or jq")
     return compile_path(expr)
+
+
+# --------------------------------------------------------------------------------------------
+# the attribute names an expression reads (to warn of a filter on an attribute never present)
+
+# jq: .attributes.NAME, .attributes["NAME"], .attributes?.NAME
+_JQ_ATTRIBUTE = re.compile(
+    r"\.attributes\??\s*(?:\.\s*([A-Za-z_][\w\-]*)|\[\s*\"((?:[^\"\\]|\\.)*)\"\s*\])"
+)
+
+
+def attribute_names(expr: str, syntax: str = "jsonpath") -> tuple[str, ...]:
+    """The names of the attributes ``expr`` reads directly below ``attributes``, in order:
+    ``$.attributes.NAME``, ``$.attributes['NAME']`` and the ``@.NAME`` of dolma's idiom
+    ``$.attributes[?(@.NAME ...)]`` (jq: ``.attributes.NAME``, ``.attributes["NAME"]``).
+    Empty for an expression that reads none by name (a wildcard, say)."""
+    if syntax == "jq":
+        found = (a or _unquote(f'"{b}"') for a, b in _JQ_ATTRIBUTE.findall(expr))
+        return tuple(dict.fromkeys(found))
+    try:
+        toks = _tokens(expr)
+    except InvalidInputError:
+        return ()
+    out: list[str] = []
+    for i, (kind, val) in enumerate(toks):
+        named = kind == "name" and val == "attributes" and i and toks[i - 1][1] in (".", "..")
+        quoted = kind == "str" and _unquote(val) == "attributes" and i and toks[i - 1][1] == "["
+        if not (named or quoted):
+            continue
+        j = i + 2 if quoted else i + 1  # past the closing bracket of ['attributes']
+        nxt = [t[1] for t in toks[j : j + 3]]
+        if nxt[:1] == ["."] and len(nxt) > 1 and toks[j + 1][0] == "name":
+            out.append(nxt[1])
+        elif nxt[:1] == ["["] and len(nxt) > 1 and toks[j + 1][0] == "str":
+            out.append(_unquote(nxt[1]))
+        elif nxt[:3] == ["[", "?", "("]:
+            out.extend(_filter_names(toks, j + 3))
+    return tuple(dict.fromkeys(out))
+
+
+def _filter_names(toks: list[tuple[str, str]], start: int) -> list[str]:
+    """The ``@.NAME`` / ``@['NAME']`` of the filter whose body starts at ``toks[start]`` (not
+    those of filters nested in it, which apply to other nodes)."""
+    out = []
+    parens = brackets = 0  # opened inside the filter; a nested filter is inside brackets
+    for k in range(start, len(toks)):
+        val = toks[k][1]
+        if val == "(":
+            parens += 1
+        elif val == ")":
+            if parens == 0:
+                break
+            parens -= 1
+        elif val == "[":
+            brackets += 1
+        elif val == "]":
+            brackets -= 1
+        elif val == "@" and brackets == 0 and k + 2 < len(toks):
+            step, key = toks[k + 1], toks[k + 2]
+            if step[1] == "." and key[0] == "name":
+                out.append(key[1])
+            elif step[1] == "[" and key[0] == "str":
+                out.append(_unquote(key[1]))
+    return out

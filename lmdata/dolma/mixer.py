@@ -44,6 +44,7 @@ from typing import Any
 from lmdata import parallel
 from lmdata.dolma import _ranges
 from lmdata.dolma._ranges import cut, range_size
+from lmdata.dolma._unmatched import unmatched
 from lmdata.dolma.config import MixerConfig, StreamConfig
 from lmdata.dolma.mixing import ShardStats, Source, mix_documents
 from lmdata.dolma.pieces import (
@@ -264,7 +265,10 @@ def _done(shards: list[Shard]) -> list[dict[int, ShardStats]]:
                 try:
                     st = ShardStats(**rec)
                     st = dataclasses.replace(
-                        st, warnings=tuple(map(str, st.warnings)), checksum=tuple(st.checksum)
+                        st,
+                        warnings=tuple(map(str, st.warnings)),
+                        checksum=tuple(st.checksum),
+                        attributes=tuple(map(str, st.attributes)),
                     )
                 except TypeError:
                     continue  # not a marker this version wrote: the piece is redone
@@ -350,6 +354,15 @@ def _per_shard(
     return out, joins
 
 
+def _idle_rules(cfg: MixerConfig, shards: list[Shard], stats: list[ShardStats]) -> list[str]:
+    """The warnings of :func:`lmdata.dolma._unmatched.unmatched` for every stream, from the
+    totals of its shards mixed in this run (``stats``, one per shard of ``shards``)."""
+    totals: dict[int, ShardStats] = {}
+    for sh, st in zip(shards, stats, strict=True):
+        totals[id(sh.stream)] = totals.get(id(sh.stream), ShardStats()) + st
+    return [w for s in cfg.streams if id(s) in totals for w in unmatched(s, totals[id(s)])]
+
+
 def mix(
     cfg: MixerConfig,
     base: str | os.PathLike[str] | None = None,
@@ -357,10 +370,13 @@ def mix(
     engine: str = "processes",
     address: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    strict: bool = False,
 ) -> MixResult:
     """Run every stream of ``cfg`` on ``cfg.processes`` workers of ``engine`` ("inprocess",
     "processes", "ray" at ``address``); relative paths are taken from ``base`` (default: cwd).
-    ``storage_options`` (fsspec options for URLs) replace the config's."""
+    ``storage_options`` (fsspec options for URLs) replace the config's. A rule that could
+    not have done anything (a filter on an attribute no document has, include filters that
+    matched nothing) is a warning, or with ``strict`` an InvalidInputError once the job ran."""
     if storage_options is not None:
         opts = dict(storage_options)
         cfg = dataclasses.replace(
@@ -397,10 +413,15 @@ def mix(
     )
     stats, joins = _per_shard(todo, prior, ran)
     join_all(joins, engine, cfg.processes, address)
+    idle = _idle_rules(cfg, todo, stats)
     stats += [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
-    warnings = tuple(w for st in stats for w in st.warnings)
+    warnings = tuple(w for st in stats for w in st.warnings) + tuple(idle)
     for w in warnings:
         log.warning(w)
+    if strict and idle:
+        raise InvalidInputError(
+            "; ".join(idle) + " (--strict makes this an error; the shards are written)"
+        )
     return MixResult(
         shards=len(shards),
         skipped_shards=sum(st.skipped for st in stats),

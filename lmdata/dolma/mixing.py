@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from lmdata import parallel
+from lmdata.dolma._unmatched import MAX_NAMES, rule_attributes
 from lmdata.dolma.config import StreamConfig
 from lmdata.dolma.rules import any_match, replace_spans, selector, shorter_than
 from lmdata.errors import CorruptDataError
@@ -48,15 +49,21 @@ class ShardStats:
     skipped: bool = False
     warnings: tuple[str, ...] = ()
     checksum: tuple[int, int] = (0, 0)  # of a piece written for joining (gzip: CRC-32, size)
+    # of the documents read: those no include filter matched (filtered counts them too), and
+    # the attribute names seen while a name the stream's rules read was still unseen (sorted)
+    not_included: int = 0
+    attributes: tuple[str, ...] = ()
 
     def __add__(self, other: ShardStats) -> ShardStats:
-        """The counts and warnings of both, in order (a shard's total over its pieces)."""
+        """The counts, warnings and attribute names of both (a total over pieces or shards)."""
         return ShardStats(
             read=self.read + other.read,
             written=self.written + other.written,
             filtered=self.filtered + other.filtered,
             too_short=self.too_short + other.too_short,
             warnings=self.warnings + other.warnings,
+            not_included=self.not_included + other.not_included,
+            attributes=tuple(sorted({*self.attributes, *other.attributes})),
         )
 
 
@@ -173,8 +180,12 @@ def mix_documents(
     )
     dumps, sort = orjson.dumps, orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
     every = parallel.REPORT_EVERY
-    read = written = filtered = too_short = 0
+    read = written = filtered = too_short = not_included = 0
     warnings: list[str] = []
+    # the names the rules read and no document has shown yet; while there is one, the names
+    # seen are gathered (for the job's did-you-mean), at most MAX_NAMES of them
+    unseen = set(rule_attributes(stream))
+    seen: set[str] = set()
     for src in sources:
         store, key = stores(src.path)
         where = store.url(key)
@@ -190,9 +201,17 @@ def mix_documents(
             read += 1
             if read % every == 0:
                 parallel.report(every)
-            if (include and not any_match(include, doc, where, lineno)) or (
-                exclude and any_match(exclude, doc, where, lineno)
-            ):
+            if unseen:
+                names = doc.get("attributes")
+                if type(names) is dict:
+                    unseen.difference_update(names)
+                    if len(seen) < MAX_NAMES:
+                        seen.update(names)
+            if include and not any_match(include, doc, where, lineno):
+                filtered += 1
+                not_included += 1
+                continue
+            if exclude and any_match(exclude, doc, where, lineno):
                 filtered += 1
                 continue
             text = doc.get("text")
@@ -214,4 +233,12 @@ def mix_documents(
             write(dumps(doc, option=sort))
             written += 1
     parallel.report(read % every)
-    return ShardStats(read, written, filtered, too_short, warnings=tuple(warnings))
+    return ShardStats(
+        read,
+        written,
+        filtered,
+        too_short,
+        warnings=tuple(warnings),
+        not_included=not_included,
+        attributes=tuple(sorted(seen)[:MAX_NAMES]),
+    )

@@ -8,7 +8,7 @@ a tiktoken ``Encoding``, an lmdata tokenizer).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +142,46 @@ def dataset_tokenizer(
 def is_token_array(v: Any) -> bool:
     """Whether a record's value is a sequence of token ids: a 1-D integer numpy array."""
     return isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iu"
+
+
+def split_read(summary: Mapping[str, Any], reader: Any, split: str | None) -> str | None:
+    """The name of the split ``reader`` reads (``split`` if one was asked for), for output
+    lines; None where the dataset has no splits to tell apart (``summary`` is its info)."""
+    if split:
+        return split
+    names = list(summary.get("splits") or ())
+    own = getattr(reader, "split", None)
+    if isinstance(own, str) and own in names:
+        return own
+    return names[0] if len(names) == 1 else None
+
+
+def decoded_record(
+    index: int, rec: Any, text_of: Callable[[np.ndarray], str], split: str | None = None
+) -> dict[str, Any]:
+    """One shape for record ``index`` with its token ids as text, whatever the format:
+    ``{"index", "split" (where there is one), "text"}``. ``text`` is the decoded ids of a
+    token sequence, or of a record's one token-array field (MDS and Atlas outputs of tokenize
+    hold ``{"tokens": ids}``); a record's other fields follow (token arrays as text), or under
+    ``"record"`` when one is named like ours."""
+    out: dict[str, Any] = {"index": index}
+    if split is not None:
+        out["split"] = split
+    if isinstance(rec, np.ndarray):
+        out["text"] = text_of(rec)
+        return out
+    if not isinstance(rec, dict):
+        out["text" if isinstance(rec, str) else "record"] = rec
+        return out
+    arrays = [k for k, v in rec.items() if is_token_array(v)]
+    fields = {k: text_of(v) if k in arrays else v for k, v in rec.items()}
+    if len(arrays) == 1 and "text" not in rec:
+        out["text"] = fields.pop(arrays[0])
+    if any(k in out for k in fields):
+        out["record"] = fields
+    else:
+        out.update(fields)
+    return out
 
 
 def _vocab_size(tok: Any) -> int | None:

@@ -18,11 +18,17 @@ def _num(v: Any) -> str:
     return str(v)
 
 
+SPACE = "\u2423"  # ␣, shown for a space (DejaVu Sans, matplotlib's default font, has it)
+
+
 def show_token(text: str | None) -> str:
-    """A token's text made visible: quotes, with whitespace and control characters escaped."""
+    """A token's text made visible in one line, the same in the terminal, HTML and PNG: in
+    quotes, ``\\n``, ``\\t``, ``\\r`` and other invisible characters escaped, and each space
+    shown as ␣ (so ``'\\n␣␣␣'`` and ``'\\n␣'`` differ where a browser would collapse the
+    spaces); a ␣ in the text itself is escaped as ``\\u2423``."""
     if text is None:
         return "?"
-    return repr(text)
+    return repr(text).replace(SPACE, "\\u2423").replace(" ", SPACE)
 
 
 def _regroup(hist: dict[str, Any], rows: int) -> list[tuple[float, float, int]]:
@@ -232,6 +238,15 @@ def html_page(s: dict[str, Any]) -> str:
 
 def plot_png(s: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Histogram of record lengths, the most frequent tokens and the sources, as one PNG."""
+    fig = figure(s)
+    import matplotlib.pyplot as plt
+
+    fig.savefig(os.fspath(path), dpi=100)
+    plt.close(fig)
+
+
+def figure(s: dict[str, Any]) -> Any:
+    """The matplotlib figure :func:`plot_png` saves (token labels as :func:`show_token`)."""
     from lmdata._deps import require
 
     matplotlib = require("matplotlib", "--plot (a PNG; --html needs nothing extra)")
@@ -267,5 +282,4 @@ def plot_png(s: dict[str, Any], path: str | os.PathLike[str]) -> None:
             ax.set_title("records by source")
     fig.suptitle(str(s["path"]), fontsize=9)
     fig.tight_layout()
-    fig.savefig(os.fspath(path), dpi=100)
-    plt.close(fig)
+    return fig

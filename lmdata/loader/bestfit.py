@@ -49,6 +49,8 @@ _TAG_CHUNKS, _TAG_ROWS = 0xB1F1, 0xB1F2
 def _has(obj: Any, name: str) -> bool:
     """``hasattr`` without evaluating properties (``boundaries`` may read a whole index)."""
     return hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})
+
+
 _KEPT_UNITS = 4  # packed units kept (a step needs one; two across a unit's edge)
 _KEPT_LEFTOVERS = 4 * GROUP
 
@@ -285,6 +287,14 @@ class Plan:
     def describe(self) -> dict[str, Any]:
         return {**asdict(self), "overflow": list(self.overflow)}
 
+    def summary(self) -> str:
+        """The layout in a line (what a resume state records and compares)."""
+        return (
+            f"{self.chunks} chunks of {self.chunk_tokens} tokens in {self.blocks} blocks of "
+            f"{self.rows_lo}-{self.rows_hi} rows, overflow {self.overflow[0]}/{self.overflow[1]}"
+            f" every {self.group}"
+        )
+
 
 @dataclass
 class Unit:
@@ -316,7 +326,6 @@ class BestFit:
         index: int,
         shuffle: bool,
         block_rows: int,
-        plan: dict[str, Any] | None = None,
     ) -> None:
         self.docs, self.L, self.long_docs = docs, seq_len, long_docs
         self.seed, self.index, self.shuffle = seed, index, shuffle
@@ -324,7 +333,7 @@ class BestFit:
         self._left: OrderedDict[tuple[int, int, int], tuple] = OrderedDict()
         self._lock = threading.Lock()
         self.sample: dict[str, Any] = {}
-        self.plan = self._check_plan(plan) if plan is not None else self._choose(block_rows)
+        self.plan = self._choose(block_rows)
 
     # ---- the plan --------------------------------------------------------------------------
 
@@ -370,15 +379,6 @@ class BestFit:
             )
         self.sample = {"blocks": len(need), "rows_needed": need, "mean": mean, "sd": sd}
         return Plan(L, V, C, B, rows[0], rows[1], overflow)  # type: ignore[arg-type]
-
-    def _check_plan(self, saved: dict[str, Any]) -> Plan:
-        try:
-            plan = Plan(**{**saved, "overflow": tuple(saved["overflow"])})
-        except (TypeError, KeyError):
-            raise InvalidInputError(f"not a bestfit layout: {saved!r}") from None
-        if plan.seq_len != self.L or plan.chunks != max(1, -(-self.docs.tokens // plan.chunk_tokens)):
-            raise InvalidInputError(f"the saved bestfit layout {saved!r} is for other data")
-        return plan
 
     # ---- items -----------------------------------------------------------------------------
 
@@ -466,7 +466,9 @@ class BestFit:
         else:
             parts = [
                 self._leftover(epoch, level - 1, u)
-                for u in range(unit * plan.group, min((unit + 1) * plan.group, plan.units(level - 1)))
+                for u in range(
+                    unit * plan.group, min((unit + 1) * plan.group, plan.units(level - 1))
+                )
             ]
             doc, start, length = (np.concatenate([p[i] for p in parts]) for i in range(3))
         cap = plan.capacity(level, unit)
@@ -527,7 +529,11 @@ class BestFit:
             a, z = u.starts[phys_live], u.starts[phys_live + 1]
             cnt = z - a
             where = np.repeat(np.arange(i, k, dtype=np.int64)[live], cnt)
-            m = u.members[np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(a, cnt)]
+            m = u.members[
+                np.arange(int(cnt.sum()), dtype=np.int64)
+                - np.repeat(np.cumsum(cnt) - cnt, cnt)
+                + np.repeat(a, cnt)
+            ]
             out.append((where, u.doc[m], u.start[m], u.length[m]))
             i = k
         if not out:

@@ -10,23 +10,29 @@ of ranks or workers, so the resume state is the global position alone.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import InvalidInputError
+from lmdata.loader.config import LoaderConfig, default_topology, refuse_naive_workers
 from lmdata.loader.inputs import open_source, split_weights, start_token
 from lmdata.loader.mixture import Mixture, exact_weights
 from lmdata.loader.packing import PAD_VALUES, packed_buffers, varlen
 from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
-from lmdata.loader.sources import LONG_DOCS, MODES, Source
-from lmdata.loader.state import STATE_VERSION, check_state
+from lmdata.loader.sources import Source
+from lmdata.loader.state import (
+    STATE_VERSION,
+    SavedState,
+    check_reach,
+    parse_state,
+    refuse_other_data,
+    show,
+)
 
 _SLOT_TAG = 0x510754  # seeds the order of a mixed global batch's slots
 _BLOCK = 4096  # stream positions whose shuffled rows are computed and cached together
@@ -38,59 +44,6 @@ _KEYS = {
     "bestfit": ("inputs", "targets", "segment_ids", "positions", "loss_mask"),
 }
 VARLEN_KEYS = ("cu_seqlens", "max_seqlen")
-
-
-@dataclass(frozen=True)
-class LoaderConfig:
-    """Everything that decides which rows a step reads (the rank layout does not)."""
-
-    seq_len: int
-    global_batch_size: int
-    mode: str = "packed"
-    shuffle: bool = True
-    seed: int = 0
-    epochs: int | None = None
-    long_docs: str = "truncate"
-    drop_last: bool = False
-    block_rows: int = 4096  # bestfit: rows per packing block (loader/bestfit.py)
-
-    def __post_init__(self) -> None:
-        for name in ("seq_len", "global_batch_size", "block_rows"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
-        if self.mode not in MODES:
-            raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.long_docs not in LONG_DOCS:
-            raise InvalidInputError(
-                f"long_docs must be one of {', '.join(LONG_DOCS)}, got {self.long_docs!r}"
-            )
-        if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs < 1):
-            raise InvalidInputError(f"epochs must be None or a positive integer: {self.epochs!r}")
-        if not isinstance(self.drop_last, bool):
-            raise InvalidInputError(f"drop_last must be True or False, got {self.drop_last!r}")
-        if self.drop_last and self.epochs is None:
-            raise InvalidInputError(
-                "drop_last=True is for a finite pass (epochs=): an endless training stream has "
-                "no last batch, and its rows are always full"
-            )
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise InvalidInputError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")
-
-
-def default_topology() -> tuple[int, int]:
-    """(rank, world_size): torch.distributed if initialised, else RANK/WORLD_SIZE, else 0/1."""
-    torch = sys.modules.get("torch")  # never imported here: only asked if the caller has it
-    dist = getattr(torch, "distributed", None)
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank()), int(dist.get_world_size())
-    try:
-        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    except ValueError:
-        raise InvalidInputError(
-            "RANK / WORLD_SIZE environment variables are not integers; pass rank= and "
-            "world_size= explicitly"
-        ) from None
 
 
 class Loader:
@@ -271,7 +224,12 @@ class Loader:
                 f"{e}: in a finite pass a source's share is its size; lower "
                 "global_batch_size or evaluate that source with its own Loader"
             ) from None
+        if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)):
+            raise InvalidInputError(f"start_step must be an integer, got {show(start_step)}")
+        check_reach(self.mixture, int(start_step), self._total)
         self.step = int(start_step)
+        # DataLoader workers iterating this loader's to_torch() mark it here (torch_dataset)
+        self._torch_use: Any = None
         # one endless source: a step's rows are a run of its stream, never padding (batch)
         self._one = len(self.sources) == 1 and epochs is None
         self._blocks: list[dict[int, np.ndarray]] = [{} for _ in self.sources]
@@ -420,11 +378,13 @@ class Loader:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         del state["_lock"]
+        state["_torch_use"] = None  # the main process's mark; datasets carry their own
         state["_blocks"] = [{} for _ in self.sources]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_torch_use", None)
         self._lock = threading.Lock()
 
     # ---- batches ---------------------------------------------------------------------------
@@ -476,7 +436,7 @@ class Loader:
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Batches from ``self.step`` on; ``self.step`` counts those handed out."""
-        _refuse_naive_workers()
+        refuse_naive_workers()
         if self.prefetch > 0:
             for s, b in prefetched(self.batch, self._steps(), self.prefetch):
                 self.step = s + 1
@@ -490,17 +450,26 @@ class Loader:
     # ---- resume ----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The global position and what it depends on: small, JSON-able, rank-free."""
+        """The global position and what it depends on: small, JSON-able, rank-free.
+
+        An error if DataLoader workers iterated this loader's :meth:`to_torch` dataset: they run
+        copies of the loader, so ``self.step`` is not where the training is (the message names
+        the patterns whose state is right)."""
+        if self._torch_use is not None:
+            self._torch_use.check()
+        return self._state_at(self.step)
+
+    def _state_at(self, step: int) -> dict[str, Any]:
         m = self.mixture
         return {
             "version": STATE_VERSION,
-            "step": self.step,
+            "step": step,
             **asdict(self.config),
             "sources": [s.describe() for s in self.sources],
             "weights": [str(w) for w in m.weights],
             "base_step": m.base_step,
             "base_rows": list(m.base_rows),
-            "served": self._served(self.step).tolist(),
+            "served": self._served(step).tolist(),
             "rounding": m.rounding,
         }
 
@@ -511,66 +480,62 @@ class Loader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was saved (any rank/worker layout).
 
-        A different global batch size or different weights continue each source's stream from
-        what it had served; a different dataset, seed, sequence length or mode is an error
-        naming what differs.
+        ``state`` is a :meth:`state_dict`, or the ``state_dict()`` of a torchdata
+        ``StatefulDataLoader`` over :meth:`to_torch` with any number of workers (its global
+        position is the step after the last batch it handed out). A different global batch
+        size or different weights continue each source's stream from what it had served; a
+        different dataset, seed, sequence length or mode is an error naming what differs.
         """
-        state = check_state(state)
-        mine = self.state_dict()
-        diffs = []
-        for key in ("seq_len", "mode", "seed", "shuffle", "epochs", "long_docs", "drop_last"):
-            saved = state.get(key, False if key == "drop_last" else None)  # older states: off
-            if saved != mine[key]:
-                diffs.append(f"{key} {saved!r} saved, {mine[key]!r} here")
-        saved_src = state.get("sources") or []
-        if len(saved_src) != len(mine["sources"]):
-            diffs.append(f"{len(saved_src)} sources saved, {len(mine['sources'])} here")
-        else:
-            for k, (a, b) in enumerate(zip(saved_src, mine["sources"], strict=True)):
-                for key in ("tokens", "rows"):
-                    if a.get(key) != b[key]:
-                        diffs.append(f"source {k} has {a.get(key)} {key} saved, {b[key]} here")
-                if a.get("content", b["content"]) != b["content"] and a.get("rows") == b["rows"]:
-                    diffs.append(  # older states hold no digest: only sizes are compared
-                        f"source {k} holds other tokens than the saved one ({a.get('name')}), "
-                        "of the same size"
-                    )
-        if diffs:
-            raise InvalidInputError(
-                "cannot resume: the saved state is for different data or settings ("
-                + "; ".join(diffs)
-                + "); the data order would differ"
-            )
-        step, weights, g = state["step"], state["weights"], state["global_batch_size"]
-        if self.config.epochs is not None and g != self.global_batch_size:
+        self._load(parse_state(state))
+
+    def _load(self, saved: SavedState) -> None:
+        """Adopt a parsed state (also a torch dataset's, in its DataLoader worker)."""
+        refuse_other_data(saved, self.config, [s.describe() for s in self.sources])
+        step, weights, g = saved.step, saved.weights, saved.global_batch_size
+        n = self.num_steps
+        if n is not None and g != self.global_batch_size:
             raise InvalidInputError(
                 f"cannot resume a finite pass with global_batch_size {self.global_batch_size} "
                 f"(saved: {g}); use the saved batch size"
             )
-        same_rounding = state.get("rounding", "remainder") == self.mixture.rounding
+        if n is not None and step > n:
+            raise InvalidInputError(
+                f"cannot resume at step {step}: this finite pass has {n} steps (the state is "
+                "not one this data and these settings produce)"
+            )
+        same_rounding = saved.rounding == self.mixture.rounding
         if weights == self.mixture.weights and g == self.global_batch_size and same_rounding:
-            base = Mixture(weights, g, state["base_step"], tuple(state["base_rows"]), self._total)
+            base = Mixture(weights, g, saved.base_step, saved.base_rows, self._total)
         else:  # re-base: the new rounding starts from what each source has served (also for a
             # state of an older lmdata, whose mixture rounded otherwise)
-            base = Mixture(
-                self.mixture.weights,
-                self.global_batch_size,
-                step,
-                tuple(state["served"]),
-                self._total,
-            )
+            served = saved.served
+            if step != saved.saved_step:  # a torch position past the state's own step
+                if not same_rounding:
+                    raise InvalidInputError(
+                        f"cannot resume: the saved mixture rounds {show(saved.rounding)}, "
+                        "which this lmdata cannot continue past its saved step"
+                    )
+                old = Mixture(weights, g, saved.base_step, saved.base_rows)
+                served = tuple(old.served(step).tolist())
+            base = Mixture(self.mixture.weights, self.global_batch_size, step, served, self._total)
+        check_reach(base, step, self._total)
         self.mixture = base
         self.step = step
+        self._torch_use = None  # the position is set anew
 
     # ---- frameworks ------------------------------------------------------------------------
 
     def to_torch(self, *, start_step: int | None = None) -> Any:
         """A torch ``IterableDataset`` of this loader's batches as tensors, from ``self.step``.
 
-        Use it with ``DataLoader(ds, batch_size=None, num_workers=k)``: worker ``i`` computes
-        steps ``i, i+k, ...`` and the DataLoader hands them out in order, none lost or repeated.
-        The main process must count received batches for the state: :meth:`torch_loader`
-        does that (or call ``loader.step += 1`` per batch yourself).
+        ``DataLoader(ds, batch_size=None, num_workers=k)``: worker ``i`` computes steps
+        ``i, i+k, ...`` and the DataLoader hands them out in order, none lost or repeated.
+        Resume state: without workers each batch handed out advances ``self.step``; with
+        workers the main process runs none of the dataset, so :meth:`state_dict` refuses (it
+        would restart the data). Use :meth:`torch_loader`, or torchdata's
+        ``StatefulDataLoader(ds, batch_size=None, num_workers=k)`` and its ``state_dict()``:
+        the dataset is a torchdata ``Stateful`` whose workers' states give the global position
+        (:meth:`load_state_dict` takes it, for another worker count).
         """
         from lmdata.loader.torch_dataset import TorchBatches
 
@@ -584,20 +549,3 @@ class Loader:
         from lmdata.loader.torch_dataset import TorchLoader
 
         return TorchLoader(self, num_workers=num_workers, pin_memory=pin_memory, **options)
-
-
-def _refuse_naive_workers() -> None:
-    """Iterating a Loader inside one of several DataLoader workers serves each batch once per
-    worker; refuse, pointing at the right way."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    data = getattr(getattr(torch, "utils", None), "data", None)
-    info = data.get_worker_info() if data is not None else None
-    if info is not None and info.num_workers > 1:
-        raise InvalidInputError(
-            f"a Loader is being iterated inside DataLoader worker {info.id} of "
-            f"{info.num_workers}: every worker would yield every batch. Use "
-            "DataLoader(loader.to_torch(), batch_size=None, num_workers=k) or "
-            "loader.torch_loader(num_workers=k), which split the steps between workers"
-        )

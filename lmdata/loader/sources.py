@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import threading
 from typing import Any
 
@@ -88,7 +87,6 @@ class Source:
         index: int = 0,
         shuffle: bool = True,
         block_rows: int = 4096,
-        plan: dict[str, Any] | None = None,
     ) -> None:
         self.reader = reader
         self.mode = mode
@@ -142,7 +140,6 @@ class Source:
                 index=index,
                 shuffle=shuffle,
                 block_rows=block_rows,
-                plan=plan,
             )
             self.num_rows = self.bestfit.rows_per_epoch
             return
@@ -160,12 +157,15 @@ class Source:
         self._usable = usable
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": repr(self.reader),
             "tokens": self.num_tokens,
             "rows": self.num_rows,
             "content": self.fingerprint(),
         }
+        if self.bestfit is not None:  # the sampled layout decides the rows: resumes match it
+            out["layout"] = self.bestfit.plan.summary()
+        return out
 
     def fingerprint(self) -> str:
         """A digest of three rows' tokens (first, middle, last): a resume on other data of the
@@ -326,7 +326,9 @@ class Source:
             enc = self._where(s, width)
             if enc is None:
                 out = _scratch((len(s), width)) if self._gather_out else None
-                enc = self._windows(s, width, out=out) if out is not None else self._windows(s, width)
+                enc = (
+                    self._windows(s, width, out=out) if out is not None else self._windows(s, width)
+                )
             shift = 1
         else:
             span = self.reader.span
@@ -338,8 +340,17 @@ class Source:
                 raise InvalidInputError(f"{self.reader!r} holds token ids outside 0 .. 2^32 - 1")
             enc = enc.astype(np.uint32)
         return segment_rows(
-            enc, width, start - s, length, row, len(positions), L, self.dtype, self.bos,
-            self.pad_id, shift
+            enc,
+            width,
+            start - s,
+            length,
+            row,
+            len(positions),
+            L,
+            self.dtype,
+            self.bos,
+            self.pad_id,
+            shift,
         )
 
     def segments(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:

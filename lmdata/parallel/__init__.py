@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from lmdata.errors import InvalidInputError
-from lmdata.parallel import _workers
+from lmdata.parallel import _guard, _workers
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -241,6 +241,7 @@ def _take_pool(workers: int, setup: tuple[str, bytes] | None = None) -> _Pool:
     if idle is not None:
         idle.close()
     method = start_method()
+    _guard.check(method)  # a spawned worker would run an unguarded script again
     ctx = mp.get_context(method)
     # a forked worker keeps the context variables of the thread that forked it (such as
     # storage options in scope): it starts from an empty context instead
@@ -356,6 +357,7 @@ def make_executor(
     in this process, and never more processes than units are started."""
     if engine not in ENGINES:
         raise InvalidInputError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    _guard.check_not_bootstrapping()
     if address is not None and engine != "ray":
         raise InvalidInputError("an address applies to engine='ray' only (pass --engine ray)")
     if engine == "ray":

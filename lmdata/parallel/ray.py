@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
@@ -30,6 +31,14 @@ R = TypeVar("R")
 # after the unit ran (its outputs written) but before its result reached the driver
 CONNECT_TIMEOUT = 5.0  # seconds to wait for a cluster's head to accept a connection
 FAIL_ONCE_ENV = "LMDATA_TEST_RAY_FAIL_DIR"
+# set (to anything but "" or "0"): Ray's own log lines and warnings reach stderr (the CLI's
+# --verbose); unset, lmdata starts or joins Ray showing its errors only
+VERBOSE_ENV = "LMDATA_RAY_VERBOSE"
+
+
+def verbose() -> bool:
+    """Whether Ray's own messages are wanted (``LMDATA_RAY_VERBOSE``, the CLI's --verbose)."""
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
 
 
 def _fail_once(hook: str, name: str) -> None:
@@ -105,13 +114,17 @@ class RayExecutor:
             return
         if self.address not in (None, "auto", "local"):
             _reachable(self.address)  # ray.init retries an unreachable address for minutes
+        loud = verbose()
         try:
-            self.ray.init(
-                address=self.address,
-                include_dashboard=False,
-                logging_level="WARNING",
-                log_to_driver=False,
-            )
+            with warnings.catch_warnings():
+                if not loud:  # Ray's notices (token authentication, deprecations) are not ours
+                    warnings.filterwarnings("ignore", module="ray")
+                self.ray.init(
+                    address=self.address,
+                    include_dashboard=False,
+                    logging_level="INFO" if loud else "ERROR",
+                    log_to_driver=loud,
+                )
         except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
             where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"
             raise InvalidInputError(

@@ -42,7 +42,7 @@ def test_cat_decode_gives_back_the_text(tmp_path, bpe_file, which):  # noqa: F81
     res = run("cat", str(p), "--decode", "--tokenizer", spec)
     assert res.exit_code == 0, res.output
     lines = [orjson.loads(x) for x in res.output.splitlines()]
-    assert lines == [{"index": i, "text": t} for i, t in enumerate(TEXTS)]
+    assert lines == [{"index": i, "split": "train", "text": t} for i, t in enumerate(TEXTS)]
     raw = run("cat", str(p), "--decode", "--tokenizer", spec, "--raw", "-n", "1", "--offset", "2")
     assert raw.output == TEXTS[2] + "\n"
 
@@ -53,7 +53,8 @@ def test_cat_decode_records_and_usage_errors(tmp_path):
     with lmdata.writer(p, "atlas") as w:
         w.write({"tokens": tok.encode("abc"), "n": 1})
     assert orjson.loads(run("cat", str(p), "--decode", "--tokenizer", "bytes").output) == {
-        "tokens": "abc",
+        "index": 0,
+        "text": "abc",
         "n": 1,
     }
     res = CliRunner().invoke(cli, ["cat", str(p), "--decode"])

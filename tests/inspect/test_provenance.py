@@ -156,7 +156,7 @@ def test_cat_decode_finds_the_recorded_tokenizer(tmp_path, bpe_file):  # noqa: F
     shutil.copy(bpe_file, tok_file)
     out = made(tmp_path, "mds", str(tok_file))
     lines = [orjson.loads(x) for x in run("cat", str(out), "--decode").output.splitlines()]
-    assert [x["tokens"] for x in lines] == TEXTS
+    assert [x["text"] for x in lines] == TEXTS  # one shape: MDS as every format
     # moved beside the dataset: found there, checked by its hash
     moved = tmp_path / "tokenizer.json"
     tok_file.rename(moved)
@@ -169,7 +169,7 @@ def test_cat_decode_finds_the_recorded_tokenizer(tmp_path, bpe_file):  # noqa: F
     # another tokenizer file given by hand: used, with a warning
     res = CliRunner().invoke(cli, ["cat", str(out), "--decode", "--tokenizer", str(moved)])
     assert res.exit_code == 0 and "warning: the dataset was made with" in res.output
-    assert res.output.count('"tokens"') == len(TEXTS)
+    assert res.output.count('"text"') == len(TEXTS)
 
 
 def test_cat_decode_of_a_bytes_dataset_needs_no_tokenizer(tmp_path):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import html
 import json
+import re
 
 import numpy as np
 import pytest
@@ -186,3 +188,40 @@ def test_reports_escape_and_render(dolma_ds, tmp_path):
     out = tmp_path / "s.png"
     report.plot_png(s, out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+WHITESPACE = ["\n       ", "\n   ", "\n ", " the", "\t", "a b\u2423"]
+
+
+def _with_tokens(texts: list[str]) -> dict:
+    top = [{"id": i, "count": 100 - i, "share": 0.01, "text": t} for i, t in enumerate(texts)]
+    return {"path": "p", "format": "flat-tokens", "kind": "tokens", "records": 1, "top_tokens": top}
+
+
+SHOWN = ["'\\n␣␣␣␣␣␣␣'", "'\\n␣␣␣'", "'\\n␣'", "'␣the'", "'\\t'", "'a␣b\\u2423'"]
+
+
+def test_whitespace_tokens_read_apart_in_html():
+    """A browser collapses runs of whitespace: the tokens '\\n       ', '\\n   ' and '\\n '
+    read the same unless their spaces are shown."""
+    page = report.html_page(_with_tokens(WHITESPACE))
+    cells = re.findall(r"<tr><td>\d+</td><td>[\d,]+</td><td>[\d.]+%</td><td>(.*?)</td>", page)
+    seen = [re.sub(r"\s+", " ", html.unescape(c)) for c in cells]  # as a browser shows them
+    assert seen == SHOWN
+    assert report.text(_with_tokens(WHITESPACE)).count("␣") == sum(s.count("␣") for s in SHOWN)
+
+
+def test_whitespace_tokens_read_apart_in_the_png(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    given = []
+    real = Axes.set_xticks
+
+    def record(self, ticks, labels=None, **kw):
+        given.append(list(labels or []))
+        return real(self, ticks, labels, **kw)
+
+    monkeypatch.setattr(Axes, "set_xticks", record)
+    report.plot_png(_with_tokens([*WHITESPACE, "$x$"]), tmp_path / "s.png")
+    assert given == [[*SHOWN, "'\\$x\\$'"]]  # mathtext's $ escaped, as before

@@ -288,6 +288,24 @@ def test_a_ray_retry_of_a_written_mix_shard_is_counted_once(fail_dir: Path, tmp_
     assert again.skipped_shards == 3 and again.read == 0
 
 
+def test_a_mix_filter_on_an_absent_attribute_is_named_from_ray_units(
+    fail_dir: Path, tmp_path: Path
+) -> None:
+    """The attribute names a unit saw come back from Ray tasks in its result: the warning
+    (did-you-mean included) is the local engine's."""
+    root = tmp_path / "fx"
+    shutil.copytree(DOLMA, root)
+    cfg = load_config(str(root / "configs" / "mix.yaml"))
+    cfg["streams"][0]["filter"]["include"] = ["$.attributes[?(@.exp__char_length_v1__doc)]"]
+    res = {}
+    for engine in ("inprocess", "ray"):
+        cfg["streams"][0]["output"]["path"] = f"mixed-{engine}"
+        res[engine] = mix(MixerConfig.from_dict(cfg), base=root, engine=engine)
+    assert res["ray"].warnings == res["inprocess"].warnings
+    (line,) = res["ray"].warnings
+    assert "did you mean 'exp__char_length_v1__length'?" in line
+
+
 def test_dedupe_of_one_large_file_on_ray_is_split_and_byte_identical(
     fail_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
