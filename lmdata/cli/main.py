@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "list": "lmdata.cli.list_taggers",
     "modalities": "lmdata.cli.modalities",
     "clean": "lmdata.cli.clean",
+    "explain": "lmdata.cli.explain",
 }
 # the one-line summaries `lmdata --help` lists, so listing the verbs imports none of them
 SUMMARIES: dict[str, str] = {
@@ -49,6 +50,7 @@ SUMMARIES: dict[str, str] = {
     "list": "List the taggers `lmdata tag` accepts (dolma list).",
     "modalities": "Modalities' command lines (`lmdata modalities data ...`).",
     "clean": "Remove what killed writers left (staged outputs, stale claims).",
+    "explain": "Show the documents in every row of a Loader batch (lineage).",
 }
 # verbs that read a dolma config given before the verb (`lmdata -c config.yaml mix`)
 CONFIG_VERBS = ("tag", "dedupe", "mix")

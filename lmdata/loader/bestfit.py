@@ -152,16 +152,16 @@ class Documents:
         t = np.asarray(t, dtype=np.int64)
         if self._ranges is None:
             return np.searchsorted(self._bounds(), t, side="right") - 1
-        lo, hi = self.bracket(t)
+        lo, hi = self.bracket(t, 8)
         # the documents strictly between lo and hi, gathered at once: those starting by t
-        inner = lo[:, None] + np.arange(1, _NARROW, dtype=np.int64)
+        inner = lo[:, None] + np.arange(1, 8, dtype=np.int64)
         inside = inner < hi[:, None]
         starts = self.ranges(np.where(inside, inner, 0).reshape(-1))[0].reshape(inner.shape)
         return lo + ((starts <= t[:, None]) & inside).sum(axis=1)
 
-    def bracket(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def bracket(self, t: np.ndarray, narrow: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """(lo, hi) for each token ``t``: the document holding it is in ``lo .. hi - 1``,
-        at most 64 documents apart. Without the whole index: an interpolation search guarded
+        at most ``narrow`` documents apart. Without the whole index: an interpolation search guarded
         by bisection (a gather of three index entries per search a round, for all ``t`` at
         once; a few rounds: documents of random lengths put a guess off by a few square roots
         of the bracket's width, so a probe on each side of it usually brackets ``t``)."""
@@ -174,9 +174,9 @@ class Documents:
         s_lo = np.zeros(len(t), dtype=np.int64)
         s_hi = np.full(len(t), self.tokens, dtype=np.int64)
         for _ in range(130):  # (bisection halves every bracket each round: at most 64)
-            if not len(t) or int((hi - lo).max()) <= _NARROW:
+            if not len(t) or int((hi - lo).max()) <= narrow:
                 return lo, hi
-            wide = hi - lo > _NARROW
+            wide = hi - lo > narrow
             guess = lo + (t - s_lo) * (hi - lo) // np.maximum(s_hi - s_lo, 1)
             near = 4 * np.sqrt(hi - lo).astype(np.int64) + 1
             cand = np.stack([guess - near, guess + near, (lo + hi) // 2])
@@ -194,9 +194,6 @@ class Documents:
             "the sequence index is not ordered (a search did not end); run `lmdata validate`",
             path=str(self.reader),
         )
-
-
-_NARROW = 64  # documents a search narrows to before its last gather
 
 
 @dataclass(frozen=True)

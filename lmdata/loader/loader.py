@@ -20,6 +20,7 @@ import numpy as np
 from lmdata.errors import InvalidInputError
 from lmdata.loader.config import LoaderConfig, default_topology, refuse_naive_workers
 from lmdata.loader.inputs import open_source, split_weights, start_token
+from lmdata.loader.lineage import Lineage, lineage
 from lmdata.loader.mixture import Mixture, exact_weights
 from lmdata.loader.packing import PAD_VALUES, packed_buffers, varlen
 from lmdata.loader.prefetch import prefetched
@@ -292,9 +293,13 @@ class Loader:
 
     def indices(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, row, valid) of this rank's rows at ``step``; invalid rows are padding."""
-        g, b = self.global_batch_size, self.local_batch_size
+        b = self.local_batch_size
+        return self._slots(step, self.rank * b, b)
+
+    def _slots(self, step: int, lo: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, row, valid) of rows ``lo .. lo + b - 1`` of the global batch of ``step``."""
+        g = self.global_batch_size
         c = self.config
-        lo = self.rank * b
         served = self._served(step)
         if len(self.sources) == 1:
             start = int(served[0]) + lo
@@ -387,6 +392,25 @@ class Loader:
         self.__dict__.setdefault("_torch_use", None)
         self._lock = threading.Lock()
 
+    # ---- lineage ---------------------------------------------------------------------------
+
+    def explain(self, step: int, *, ids: bool = True) -> Lineage:
+        """Where every row of the global batch of ``step`` came from: for each row its segments
+        (source, document, document id where the dataset records one, offset in the document,
+        length), in the row's order, over the row's ``targets``. Computed from the order and
+        the sequence index, never stored: batches of any step, on any rank."""
+        self._check_step(step)
+        g = self.global_batch_size
+        src, rows, valid = self._slots(int(step), 0, g)
+        return lineage(self.sources, int(step), src, rows, valid, ids=ids)
+
+    def _check_step(self, step: Any) -> None:
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise InvalidInputError(f"step must be a non-negative integer, got {step!r}")
+        n = self.num_steps
+        if n is not None and step >= n:
+            raise InvalidInputError(f"step {step} is past the end of this {n}-step finite pass")
+
     # ---- batches ---------------------------------------------------------------------------
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
@@ -404,11 +428,7 @@ class Loader:
             m, b = self.mixture, self.local_batch_size
             start = m.base_rows[0] + (step - m.base_step) * m.global_batch_size + self.rank * b
             return self.sources[0].read(self._run_of(0, start, b, copy=False))
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise InvalidInputError(f"step must be a non-negative integer, got {step!r}")
-        n = self.num_steps
-        if n is not None and step >= n:
-            raise InvalidInputError(f"step {step} is past the end of this {n}-step finite pass")
+        self._check_step(step)
         src, rows, valid = self.indices(int(step))
         if valid.all() and len(self.sources) == 1:
             return self.sources[0].read(rows)
@@ -434,9 +454,20 @@ class Loader:
             yield s
             s += 1
 
+    def new_pass(self) -> int:
+        """The step an iteration starts at: ``self.step``, except that a finite loader whose
+        pass is over starts a new one (step 0): an evaluation loop iterates it every time."""
+        n = self.num_steps
+        if n is not None and self.step >= n:
+            self.mixture = Mixture(self.mixture.weights, self.global_batch_size, total=self._total)
+            self.step = 0
+        return self.step
+
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        """Batches from ``self.step`` on; ``self.step`` counts those handed out."""
+        """Batches from ``self.step`` on; ``self.step`` counts those handed out (a finite
+        loader whose pass is over starts a new pass: :meth:`new_pass`)."""
         refuse_naive_workers()
+        self.new_pass()
         if self.prefetch > 0:
             for s, b in prefetched(self.batch, self._steps(), self.prefetch):
                 self.step = s + 1

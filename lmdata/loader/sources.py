@@ -127,8 +127,9 @@ class Source:
         # bestfit reads take stream positions (its rows differ from epoch to epoch)
         self.positional = mode == "bestfit"
         self.bestfit: BestFit | None = None
+        self._docs: Documents | None = None
         if mode == "bestfit":
-            docs = Documents(reader, len(reader), self.num_tokens, self._boundaries)
+            docs = self.documents()
             if self.num_tokens == 0:
                 self.num_rows = 0
                 return
@@ -363,7 +364,7 @@ class Source:
             row, doc, start, length = self.bestfit.segments(rows)
             a, _z = self.bestfit.docs.ranges(doc)
             return row, doc, start - a, length
-        docs = Documents(self.reader, len(self.reader), self.num_tokens, self._boundaries)
+        docs = self.documents()
         if self.mode == "unpacked":
             if self._pieces is None:
                 a, z = self._ranges(rows)
@@ -391,6 +392,25 @@ class Source:
         a0, z0 = np.maximum(a, lo[which]), np.minimum(z, hi[which])
         keep = z0 > a0
         return which[keep], doc[keep], (a0 - a)[keep], (z0 - a0)[keep]
+
+    def documents(self) -> Documents:
+        """The reader's sequence index, read where needed (:class:`bestfit.Documents`)."""
+        if self._docs is None:
+            self._docs = Documents(self.reader, len(self.reader), self.num_tokens, self._boundaries)
+        return self._docs
+
+    def document_ids(self, docs: np.ndarray) -> list[Any] | None:
+        """The ids of documents ``docs`` where the dataset records them: the reader's
+        ``document_ids``, or the ``id`` field of the records a token view reads; else None."""
+        fn = getattr(self.reader, "document_ids", None)
+        if callable(fn):
+            return list(fn(np.asarray(docs, dtype=np.int64)))
+        records = getattr(self.reader, "records", None)
+        if records is None or not len(docs):
+            return None
+        recs = records.take(np.asarray(docs, dtype=np.int64))
+        got = [r.get("id") if isinstance(r, dict) else None for r in recs]
+        return got if any(g is not None for g in got) else None
 
     def _ranges(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, stop) of documents ``docs`` in the concatenated tokens: the reader's own
