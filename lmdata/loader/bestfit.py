@@ -342,7 +342,7 @@ class BestFit:
         C = max(1, -(-T // V))
         B = -(-C // CHUNKS_PER_BLOCK)
         trial = Plan(L, V, C, B, 0, 0, (0, 0))
-        need, ks, regular = [], [], []
+        need, ks, regular, tokens = [], [], [], []
         picks = [(0, 0)] if B == 1 else [(s // B, s % B) for s in range(SAMPLES)]
         for e, b in picks:
             items = self._block_items(trial, e, b)
@@ -350,6 +350,7 @@ class BestFit:
             a, z = trial.chunks_in(b)
             need.append(opened)
             ks.append(z - a)
+            tokens.append(int(items[2].sum()))
             # the block holding the source's last, partial chunk is not typical of the rest
             partial = T % V and (C - 1) in set(self._chunk_order(trial, e, a, z).tolist())
             regular.append(not partial)
@@ -371,10 +372,19 @@ class BestFit:
                 )
                 for k in (klo, khi)
             )
+            # a block exceeds its rows by more than Z sd rarely, two in one group more rarely
+            # still: a unit takes Z sd (the last level, the one without a level above, 2 Z)
+            top = 1 if B <= GROUP else 2
             overflow = tuple(
-                math.ceil(Z * spread * math.sqrt(min(B, GROUP**level))) + 2 for level in (1, 2)
+                math.ceil((2 if level == top else 1) * Z * spread) + 2 * level for level in (1, 2)
             )
-        self.sample = {"blocks": len(need), "rows_needed": need, "mean": mean, "sd": sd}
+        self.sample = {
+            "blocks": len(need),
+            "rows_needed": need,
+            "rows_per_chunk": mean,
+            "sd": sd,
+            "tokens_per_chunk": sum(tokens) / max(1, sum(ks)),
+        }
         return Plan(L, V, C, B, rows[0], rows[1], overflow)  # type: ignore[arg-type]
 
     # ---- items -----------------------------------------------------------------------------
@@ -541,12 +551,19 @@ class BestFit:
         return tuple(p[order] for p in parts)
 
     def report(self) -> dict[str, Any]:
-        """The layout and its padding: what the rows hold against what they could."""
+        """The layout and its padding: the share of an epoch's row tokens that are padding
+        (exact with ``long_docs="split"``, which serves every token; else estimated from the
+        sampled blocks), with what the sample saw."""
         p = self.plan
         rows = p.rows_per_epoch
+        tokens = self.docs.tokens
+        if self.long_docs != "split":  # truncated documents: tokens per chunk as sampled
+            tokens = round(self.sample["tokens_per_chunk"] * p.chunks)
         return {
             **p.describe(),
             "rows_per_epoch": rows,
+            "tokens_per_epoch": tokens,
+            "padding": 1 - tokens / (rows * p.seq_len) if rows else 0.0,
+            "padding_exact": self.long_docs == "split",
             "sampled": self.sample,
-            "padding_bound": None,
         }

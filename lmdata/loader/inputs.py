@@ -121,11 +121,13 @@ def start_token(reader: Any, bos_id: int | None) -> int:
         key = repr(reader)
         if key not in _WARNED:
             _WARNED.add(key)
+            eod = tok.get("eod_id")
+            hint = f" (for example its end-of-document id {eod})" if isinstance(eod, int) else ""
             warnings.warn(
                 f"{reader!r} was tokenized by a {tok.get('kind')} tokenizer with no BOS token, "
                 "in whose vocabulary id 0 is an ordinary token: every document's first input "
-                "is 0 (the flat-tokens convention). Pass bos_id= (for example the EOD id "
-                f"{tok.get('eod_id')}) to start documents with another id",
+                f"is 0 (the flat-tokens convention). Pass bos_id={hint} to start documents "
+                "with an id of your choice (bos_id=0 keeps 0 and says nothing)",
                 stacklevel=3,
             )
     return 0

@@ -156,7 +156,9 @@ class Loader:
         if not readers:
             raise InvalidInputError("no sources given")
         # each source's start token: bos_id=, else its recorded tokenizer's BOS, else 0
-        starts = [start_token(r, bos_id) for r in readers]
+        starts = []
+        for r in readers:  # (a loop, not a comprehension: a warning names the caller's line)
+            starts.append(start_token(r, bos_id))
         self.bos_id = starts[0]
         info = np.iinfo(self.dtype)
         for name, v in [("bos_id", b) for b in starts] + [("pad_id", self.pad_id)]:
@@ -391,6 +393,12 @@ class Loader:
         self.__dict__.update(state)
         self.__dict__.setdefault("_torch_use", None)
         self._lock = threading.Lock()
+
+    def layout(self) -> list[dict[str, Any] | None]:
+        """Per source, its bestfit layout and padding (``loader/bestfit.py``: rows per
+        block, overflow rows, rows per epoch, ``padding`` the share of row tokens that are
+        padding); None for sources of other modes."""
+        return [s.bestfit.report() if s.bestfit is not None else None for s in self.sources]
 
     # ---- lineage ---------------------------------------------------------------------------
 
