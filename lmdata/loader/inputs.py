@@ -58,18 +58,19 @@ def open_source(source: Any, token_column: str | None, split: str | None) -> Any
     if column is not None:
         reader = token_view(reader, column)
     if not _is_tokens(reader):
-        missing = next(a for a in _NEEDS if not _has(reader, a))
         cols = _columns(reader)
+        if not cols:
+            missing = next(a for a in _NEEDS if not _has(reader, a))
+            raise InvalidInputError(
+                f"the Loader needs token sequences; {reader!r} has no {missing!r}: tokenize "
+                "the dataset first (`lmdata tokenize`)"
+            )
         ids = [c for c, v in cols.items() if v]
-        what = (
-            f"it is a records dataset with columns {', '.join(cols)}; pass token_column= "
-            + (f"naming the one of token ids ({', '.join(ids)})" if ids else "naming a column")
-            + " or tokenize it (`lmdata tokenize`)"
-            if cols
-            else "tokenize the dataset first (`lmdata tokenize`)"
-        )
+        which = f" (here: {', '.join(ids)})" if ids else " (none of its columns holds them)"
         raise InvalidInputError(
-            f"the Loader needs token sequences; {reader!r} has no {missing!r}: {what}"
+            f"the Loader needs token sequences; {reader!r} is a records dataset with columns "
+            f"{', '.join(cols)}: pass token_column= naming the column of token ids{which}, or "
+            "tokenize its text (`lmdata tokenize`)"
         )
     return reader
 

@@ -62,8 +62,9 @@ def segments_of(batch: dict, starts: np.ndarray, bos: int = 0) -> list[tuple[int
     in order, each laid out as a document (bos first, positions from 0, loss on every token),
     the rest of each row padding."""
     out = []
-    t, x, seg, pos, mask = (batch[k] for k in ("targets", "inputs", "segment_ids", "positions",
-                                                "loss_mask"))
+    t, x, seg, pos, mask = (
+        batch[k] for k in ("targets", "inputs", "segment_ids", "positions", "loss_mask")
+    )
     for i in range(t.shape[0]):
         used = int(mask[i].sum())
         assert mask[i, :used].all() and not mask[i, used:].any()
@@ -151,8 +152,15 @@ def test_every_document_exactly_once_per_epoch_none_cut(kind, n, L, block_rows, 
         lens[0] = 1
     docs = unique_docs(lens)
     loader = Loader(
-        Plain(docs), seq_len=L, global_batch_size=g, mode="bestfit", epochs=3, seed=seed,
-        block_rows=block_rows, rank=0, world_size=1,
+        Plain(docs),
+        seq_len=L,
+        global_batch_size=g,
+        mode="bestfit",
+        epochs=3,
+        seed=seed,
+        block_rows=block_rows,
+        rank=0,
+        world_size=1,
     )
     starts = np.concatenate([[0], np.cumsum(lens)])
     want = pieces(lens, L)
@@ -177,8 +185,14 @@ def test_long_documents_are_cut_into_pieces_or_truncated_and_only_they(long_docs
     lens = np.array([5, 70, 16, 33, 3, 16, 100, 1], dtype=np.int64)
     docs = unique_docs(lens)
     loader = Loader(
-        Plain(docs), seq_len=16, global_batch_size=2, mode="bestfit", epochs=2,
-        long_docs=long_docs, rank=0, world_size=1,
+        Plain(docs),
+        seq_len=16,
+        global_batch_size=2,
+        mode="bestfit",
+        epochs=2,
+        long_docs=long_docs,
+        rank=0,
+        world_size=1,
     )
     starts = np.concatenate([[0], np.cumsum(lens)])
     for got in served(loader, starts, 2):
@@ -187,7 +201,7 @@ def test_long_documents_are_cut_into_pieces_or_truncated_and_only_they(long_docs
 
 def test_long_docs_error_names_the_document():
     docs = unique_docs(np.array([4, 40, 4]))
-    with pytest.raises(InvalidInputError, match="document 1 .* 40 tokens"):
+    with pytest.raises(InvalidInputError, match=r"document 1 .* 40 tokens"):
         Loader(Plain(docs), seq_len=16, global_batch_size=2, mode="bestfit", long_docs="error")
 
 
@@ -195,7 +209,10 @@ def test_bestfit_defaults_to_splitting_long_documents():
     docs = unique_docs(np.array([40, 4]))
     loader = Loader(Plain(docs), seq_len=16, global_batch_size=2, mode="bestfit")
     assert loader.config.long_docs == "split"
-    assert Loader(Plain(docs), seq_len=16, global_batch_size=2, mode="unpacked").config.long_docs == "truncate"
+    assert (
+        Loader(Plain(docs), seq_len=16, global_batch_size=2, mode="unpacked").config.long_docs
+        == "truncate"
+    )
 
 
 # ---- the fixed layout and its overflow ------------------------------------------------------
@@ -209,16 +226,28 @@ def test_leftovers_go_to_overflow_units_and_are_still_served_once(monkeypatch):
     def tight(self, block_rows):
         plan = real(self, block_rows)
         return plan.__class__(
-            plan.seq_len, plan.chunk_tokens, plan.chunks, plan.blocks,
-            max(1, plan.rows_lo - 3), max(1, plan.rows_hi - 3), (8, 64), plan.group,
+            plan.seq_len,
+            plan.chunk_tokens,
+            plan.chunks,
+            plan.blocks,
+            max(1, plan.rows_lo - 3),
+            max(1, plan.rows_hi - 3),
+            (8, 64),
+            plan.group,
         )
 
     monkeypatch.setattr(bestfit.BestFit, "_choose", tight)
     lens = lengths("bimodal", 1500, 16, 3)
     docs = unique_docs(lens)
     loader = Loader(
-        Plain(docs), seq_len=16, global_batch_size=4, mode="bestfit", epochs=2, block_rows=4,
-        rank=0, world_size=1,
+        Plain(docs),
+        seq_len=16,
+        global_batch_size=4,
+        mode="bestfit",
+        epochs=2,
+        block_rows=4,
+        rank=0,
+        world_size=1,
     )
     plan = loader.sources[0].bestfit.plan
     assert plan.blocks > plan.group  # two levels of overflow units
@@ -241,10 +270,15 @@ def test_what_the_last_level_cannot_hold_is_an_error_never_a_loss(monkeypatch):
     monkeypatch.setattr(bestfit.BestFit, "_choose", starved)
     docs = unique_docs(lengths("half", 400, 16, 0))
     loader = Loader(
-        Plain(docs), seq_len=16, global_batch_size=4, mode="bestfit", block_rows=4, rank=0,
+        Plain(docs),
+        seq_len=16,
+        global_batch_size=4,
+        mode="bestfit",
+        block_rows=4,
+        rank=0,
         world_size=1,
     )
-    with pytest.raises(InvalidInputError, match="do not fit its fixed layout.*block_rows"):
+    with pytest.raises(InvalidInputError, match=r"do not fit its fixed layout.*block_rows"):
         for step in range(loader.sources[0].num_rows):
             loader.batch(step)
 
@@ -255,8 +289,14 @@ def test_documents_that_need_a_row_each_are_served_with_the_padding_they_need():
     lens = np.full(3000, 9)
     docs = unique_docs(lens)
     loader = Loader(
-        Plain(docs), seq_len=16, global_batch_size=8, mode="bestfit", epochs=1, block_rows=64,
-        rank=0, world_size=1,
+        Plain(docs),
+        seq_len=16,
+        global_batch_size=8,
+        mode="bestfit",
+        epochs=1,
+        block_rows=64,
+        rank=0,
+        world_size=1,
     )
     report = loader.layout()[0]
     assert 1 - 9 / 16 <= report["padding"] < 0.6  # at least the 7 of 16 tokens each row lacks
