@@ -543,6 +543,10 @@ static PyMethodDef methods[] = {
     {"best_fit", best_fit, METH_VARARGS,
      "best_fit(sizes, capacity, max_bins, bins): best-fit decreasing of int64 sizes into at "
      "most max_bins rows; bins[i] (int32) the row of item i or -1; returns the rows opened."},
+    {"segments_at", segments_at, METH_VARARGS,
+     "segments_at(views, unit, starts, width, total, scale, offsets, lengths, seg_rows, inputs, "
+     "targets, segment_ids, positions, loss_mask, rows, length, bos, pad, wide): segments of "
+     "the windows unit_windows finds; True, False or the missing units."},
     {"segments", segments, METH_VARARGS,
      "segments(enc, width, offsets, lengths, seg_rows, inputs, targets, segment_ids, "
      "positions, loss_mask, rows, length, bos, pad, shift, wide): rows of segments laid end "

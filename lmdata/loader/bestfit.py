@@ -293,21 +293,40 @@ class Plan:
         )
 
 
-@dataclass
 class Unit:
-    """One packed block or overflow unit: its items and which row holds each."""
+    """One packed block or overflow unit: its rows' segments in the order they are served
+    (served row j's are ``doc/start/length[at[j] : at[j + 1]]``), and its leftover items."""
 
-    doc: np.ndarray
-    start: np.ndarray
-    length: np.ndarray
-    opened: int
-    starts: np.ndarray
-    members: np.ndarray
-    order: np.ndarray | None  # served position -> row (None: in order)
-
-    def leftover(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        i = self.members[self.starts[self.opened] :]
-        return self.doc[i], self.start[i], self.length[i]
+    def __init__(
+        self,
+        items: tuple[np.ndarray, np.ndarray, np.ndarray],
+        opened: int,
+        starts: np.ndarray,
+        members: np.ndarray,
+        order: np.ndarray | None,
+        capacity: int,
+        width: int,
+        tokens: int,
+    ) -> None:
+        doc, start, length = items
+        count = np.zeros(capacity, dtype=np.int64)  # items of each row (empty ones: 0)
+        count[:opened] = np.diff(starts[: opened + 1])
+        first = np.zeros(capacity, dtype=np.int64)
+        first[:opened] = starts[:opened]
+        if order is not None:  # served position j holds row order[j]
+            count, first = count[order], first[order]
+        self.at = np.zeros(capacity + 1, dtype=np.int64)
+        np.cumsum(count, out=self.at[1:])
+        total = int(self.at[-1])
+        m = members[np.repeat(first - self.at[:-1], count) + np.arange(total, dtype=np.int64)]
+        self.doc, self.start, self.length = doc[m], start[m], length[m]
+        # what a read takes: each segment's served row, and where it lies in a window of
+        # `width` tokens starting at most at tokens - width
+        self.row = np.repeat(np.arange(capacity, dtype=np.int64), count)
+        self.window = np.minimum(self.start, tokens - width)
+        self.offset = self.start - self.window
+        left = members[starts[opened] :]
+        self.left = (doc[left], start[left], length[left])
 
 
 class BestFit:
@@ -329,8 +348,23 @@ class BestFit:
         self._units: OrderedDict[tuple[int, int, int], Unit] = OrderedDict()
         self._left: OrderedDict[tuple[int, int, int], tuple] = OrderedDict()
         self._lock = threading.Lock()
+        self._last: tuple[Unit, int, int] | None = None
         self.sample: dict[str, Any] = {}
         self.plan = self._choose(block_rows)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the caches and the lock (a DataLoader worker started by spawn packs its
+        own units)."""
+        state = dict(self.__dict__)
+        for k in ("_lock", "_units", "_left", "_last"):
+            del state[k]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._units, self._left = OrderedDict(), OrderedDict()
+        self._lock = threading.Lock()
+        self._last = None
 
     # ---- the plan --------------------------------------------------------------------------
 
@@ -484,8 +518,11 @@ class BestFit:
         if self.shuffle and cap > 1:
             seed = derive_seed(self.seed, _TAG_ROWS, self.index, epoch, level, unit)
             order = Permutation(cap, seed)(np.arange(cap, dtype=np.int64))
-        got = Unit(doc, start, length, opened, starts, members, order)
-        left = got.leftover()
+        width = min(self.L, self.docs.tokens)
+        got = Unit(
+            (doc, start, length), opened, starts, members, order, cap, width, self.docs.tokens
+        )
+        left = got.left
         if len(left[0]) and level == plan.levels:
             raise InvalidInputError(
                 f"bestfit: {len(left[0])} documents of epoch {epoch} of source {self.index} "
@@ -505,7 +542,7 @@ class BestFit:
 
     def _leftover(self, epoch: int, level: int, unit: int) -> tuple:
         got = self._left.get((epoch, level, unit))
-        return got if got is not None else self._unit(epoch, level, unit).leftover()
+        return got if got is not None else self._unit(epoch, level, unit).left
 
     # ---- rows ------------------------------------------------------------------------------
 
@@ -513,42 +550,47 @@ class BestFit:
     def rows_per_epoch(self) -> int:
         return self.plan.rows_per_epoch
 
-    def segments(self, positions: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(row, doc, start, length) of the segments of the rows at stream ``positions``
-        (row: index into ``positions``), sorted by row, each row's in the order packed."""
+    def _span(self, p: int) -> tuple[Unit, int, int]:
+        """(the unit holding stream position ``p``, the position of its first row, the
+        position past its last): the last one found is kept (a step's rows are one unit's)."""
+        last = self._last
+        if last is not None and last[1] <= p < last[2]:
+            return last
         n = self.plan.rows_per_epoch
+        epoch, j = divmod(p, n)
+        level, unit, row = self.plan.locate(j)
+        base = p - row
+        got = (self._unit(epoch, level, unit), base, base + self.plan.capacity(level, unit))
+        self._last = got
+        return got
+
+    def segments(self, positions: np.ndarray, *, windows: bool = False) -> tuple[np.ndarray, ...]:
+        """(row, doc, start, length) of the segments of the rows at stream ``positions``
+        (row: index into ``positions``), sorted by row, each row's in the order packed; with
+        ``windows``, (row, window, offset, length): each segment at ``offset`` in the window of
+        ``min(seq_len, tokens)`` tokens from ``window`` (what a read gathers)."""
+        pos = positions.tolist() if positions.__class__ is np.ndarray else list(positions)
         out: list[tuple[np.ndarray, ...]] = []
-        pos = np.asarray(positions, dtype=np.int64).tolist()
-        # consecutive positions of one unit are looked up together
-        i = 0
-        while i < len(pos):
-            epoch, j = divmod(pos[i], n)
-            level, unit, row = self.plan.locate(j)
-            cap = self.plan.capacity(level, unit)
-            k = i + 1
-            while k < len(pos) and pos[k] == pos[k - 1] + 1 and row + (k - i) < cap:
+        i, n = 0, len(pos)
+        while i < n:  # a run of consecutive positions in one unit at a time
+            u, base, end = self._span(pos[i])
+            k = n if pos[-1] - pos[i] == n - 1 - i and pos[-1] < end else i + 1
+            while k < n and pos[k] == pos[k - 1] + 1 and pos[k] < end:
                 k += 1
-            u = self._unit(epoch, level, unit)
-            served = np.arange(row, row + k - i, dtype=np.int64)
-            phys = u.order[served] if u.order is not None else served
-            live = phys < u.opened
-            phys_live = phys[live]
-            a, z = u.starts[phys_live], u.starts[phys_live + 1]
-            cnt = z - a
-            where = np.repeat(np.arange(i, k, dtype=np.int64)[live], cnt)
-            m = u.members[
-                np.arange(int(cnt.sum()), dtype=np.int64)
-                - np.repeat(np.cumsum(cnt) - cnt, cnt)
-                + np.repeat(a, cnt)
-            ]
-            out.append((where, u.doc[m], u.start[m], u.length[m]))
+            a = pos[i] - base
+            s0, s1 = int(u.at[a]), int(u.at[a + k - i])
+            where = u.row[s0:s1] + (i - a)
+            if windows:
+                out.append((where, u.window[s0:s1], u.offset[s0:s1], u.length[s0:s1]))
+            else:
+                out.append((where, u.doc[s0:s1], u.start[s0:s1], u.length[s0:s1]))
             i = k
+        if len(out) == 1:
+            return out[0]
         if not out:
             e = np.zeros(0, dtype=np.int64)
             return e, e, e, e
-        parts = [np.concatenate(c) for c in zip(*out, strict=True)]
-        order = np.argsort(parts[0], kind="stable")
-        return tuple(p[order] for p in parts)
+        return tuple(np.concatenate(c) for c in zip(*out, strict=True))
 
     def report(self) -> dict[str, Any]:
         """The layout and its padding: the share of an epoch's row tokens that are padding

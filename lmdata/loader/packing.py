@@ -473,6 +473,48 @@ def segment_rows(
     return out
 
 
+def segment_rows_at(
+    into: Callable[..., bool],
+    starts: np.ndarray,
+    width: int,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    seg_rows: np.ndarray,
+    rows: int,
+    seq_len: int,
+    dtype: np.dtype,
+    bos: int = 0,
+    pad_id: int = 0,
+) -> dict[str, np.ndarray] | None:
+    """:func:`segment_rows` of stored windows of ``width`` values at ``starts`` (int64) found
+    and laid out by one C call (``into``: a reader's ``encoded_windows_into``); None where it
+    declines (or no C layout was built): the caller's general path."""
+    if _C is None or not hasattr(_C, "segments_at"):
+        return None
+    out = packed_buffers(rows, seq_len, dtype, UNPACKED_KEYS)
+    t = out["targets"]
+    done = into(
+        _C.segments_at,
+        starts,
+        width,
+        1,
+        offsets,
+        lengths,
+        seg_rows,
+        out["inputs"],
+        t,
+        out["segment_ids"],
+        out["positions"],
+        out["loss_mask"],
+        rows,
+        seq_len,
+        bos,
+        pad_id,
+        t.dtype != _I32,
+    )
+    return out if done else None
+
+
 def varlen(segment_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(cu_seqlens, max_seqlen) of a batch: the cumulative boundaries of its sequences in the
     flattened batch (a sequence is a run of one segment id within a row, so each row's

@@ -31,6 +31,7 @@ from lmdata.loader.packing import (
     packed_out,
     pad_tail,
     segment_rows,
+    segment_rows_at,
     starts_in_rows,
     unpacked_from_encoded,
     unpacked_rows,
@@ -118,6 +119,9 @@ class Source:
         # ... and looked up by the same C call, from row numbers (one call per batch)
         into = self._direct and _has(reader, "encoded_windows_into")
         self._into = reader.encoded_windows_into if into else None
+        # bestfit rows: their segments' windows found and laid out by one C call too
+        seg_into = encoded and mode == "bestfit" and _has(reader, "encoded_windows_into")
+        self._seg_into = reader.encoded_windows_into if seg_into else None
         self._eos = mode == "eos"
         self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
@@ -320,9 +324,25 @@ class Source:
         of the stored tokens where they lie (a gather where not), laid out in one C call."""
         assert self.bestfit is not None
         L, n = self.seq_len, self.num_tokens
-        row, _doc, start, length = self.bestfit.segments(positions)
-        width = min(L, n)
-        s = np.minimum(start, n - width)  # each segment inside a window of `width` from s
+        row, s, off, length = self.bestfit.segments(positions, windows=True)
+        width = min(L, n)  # segment j lies at off[j] in the window of `width` tokens from s[j]
+        rows = len(positions)
+        if self._seg_into is not None:  # the common case: one C call
+            out = segment_rows_at(
+                self._seg_into,
+                s,
+                width,
+                off,
+                length,
+                row,
+                rows,
+                L,
+                self.dtype,
+                self.bos,
+                self.pad_id,
+            )
+            if out is not None:
+                return out
         if self._windows is not None:
             enc = self._where(s, width)
             if enc is None:
@@ -341,17 +361,7 @@ class Source:
                 raise InvalidInputError(f"{self.reader!r} holds token ids outside 0 .. 2^32 - 1")
             enc = enc.astype(np.uint32)
         return segment_rows(
-            enc,
-            width,
-            start - s,
-            length,
-            row,
-            len(positions),
-            L,
-            self.dtype,
-            self.bos,
-            self.pad_id,
-            shift,
+            enc, width, off, length, row, rows, L, self.dtype, self.bos, self.pad_id, shift
         )
 
     def segments(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
