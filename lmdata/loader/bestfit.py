@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import threading
-from bisect import bisect_left, insort
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -30,14 +29,9 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.loader.binpack import best_fit
+from lmdata.loader.documents import Documents
 from lmdata.loader.shuffle import Permutation, derive_seed
-
-try:  # built from lmdata/_kernel.c; the same packing in Python below where none was built
-    from lmdata import _kernel as _C
-
-    _best_fit_c = _C.best_fit
-except (ImportError, AttributeError):  # pragma: no cover - depends on the build
-    _best_fit_c = None
 
 CHUNKS_PER_BLOCK = 64
 GROUP = 32  # blocks (or units) whose leftovers one overflow unit of the next level packs
@@ -46,154 +40,8 @@ Z = 3.0  # margin of the rows per block, in standard deviations of the sampled r
 _TAG_CHUNKS, _TAG_ROWS = 0xB1F1, 0xB1F2
 
 
-def _has(obj: Any, name: str) -> bool:
-    """``hasattr`` without evaluating properties (``boundaries`` may read a whole index)."""
-    return hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})
-
-
 _KEPT_UNITS = 4  # packed units kept (a step needs one; two across a unit's edge)
 _KEPT_LEFTOVERS = 4 * GROUP
-
-
-def best_fit(sizes: np.ndarray, capacity: int, max_rows: int) -> tuple[int, np.ndarray, np.ndarray]:
-    """Best-fit decreasing of items ``sizes`` (each in 1 .. capacity) into at most ``max_rows``
-    rows: (rows opened R, starts, members) where row r's items are
-    ``members[starts[r]:starts[r+1]]`` (in the order placed) and ``members[starts[R]:]`` are
-    the items left over. In C where built (``lmdata/_kernel_bestfit.h`` says the rule), else
-    the same rule in Python."""
-    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
-    n = len(sizes)
-    starts = np.empty(n + 1, dtype=np.int64)
-    members = np.empty(n, dtype=np.int32)
-    if _best_fit_c is not None:
-        opened = _best_fit_c(sizes, int(capacity), int(max_rows), starts, members)
-        return opened, starts, members
-    return _best_fit_py(sizes, int(capacity), int(max_rows), starts, members)
-
-
-def _best_fit_py(
-    sizes: np.ndarray, capacity: int, max_rows: int, starts: np.ndarray, members: np.ndarray
-) -> tuple[int, np.ndarray, np.ndarray]:
-    """:func:`best_fit` in Python: the same rule, step by step (for builds without C)."""
-    n = len(sizes)
-    if n and (int(sizes.min()) < 1 or int(sizes.max()) > capacity):
-        raise ValueError(f"item sizes must be in 1 .. {capacity}")
-    order = np.lexsort((np.arange(n), -sizes)).tolist()
-    rooms: list[int] = []  # the rooms some row has, sorted
-    stacks: dict[int, list[int]] = {}  # room -> rows with it (the last to reach it on top)
-    room: list[int] = []
-    row_of = [-1] * n
-    size = sizes.tolist()
-    for i in order:
-        s = size[i]
-        k = bisect_left(rooms, s)
-        if k < len(rooms):
-            r = rooms[k]
-            stack = stacks[r]
-            b = stack.pop()
-            if not stack:
-                del stacks[r]
-                rooms.pop(k)
-        elif len(room) < max_rows:
-            b = len(room)
-            room.append(capacity)
-        else:
-            continue
-        row_of[i] = b
-        room[b] -= s
-        r = room[b]
-        if r > 0:
-            if r in stacks:
-                stacks[r].append(b)
-            else:
-                stacks[r] = [b]
-                insort(rooms, r)
-    opened = len(room)
-    rows = np.asarray(row_of, dtype=np.int64)
-    counts = np.bincount(rows[rows >= 0], minlength=opened) if n else np.zeros(0, np.int64)
-    starts[: opened + 1] = np.concatenate([[0], np.cumsum(counts)])
-    starts[opened + 1 :] = starts[opened]
-    placed = [i for i in order if row_of[i] >= 0]
-    placed.sort(key=lambda i: row_of[i])  # (stable: each row keeps the order placed)
-    members[:] = placed + [i for i in range(n) if row_of[i] < 0]
-    return opened, starts, members
-
-
-class Documents:
-    """The sequence boundaries of a reader, read where needed: by contiguous runs
-    (``sequence_starts``) and gathers (``sequence_ranges``) of its index where it has them
-    (flat-tokens never loads its index), else from the whole ``boundaries`` array."""
-
-    def __init__(self, reader: Any, num_docs: int, num_tokens: int, boundaries: Any) -> None:
-        self.reader = reader
-        self.n, self.tokens = num_docs, num_tokens
-        self._bounds = boundaries  # a function giving the whole int64 array, when used
-        lazy = _has(reader, "sequence_ranges") and _has(reader, "sequence_starts")
-        self._ranges = reader.sequence_ranges if lazy else None
-        self._run = reader.sequence_starts if lazy else None
-
-    def ranges(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(start, stop) int64 of documents ``docs`` (each in 0 .. n-1)."""
-        if self._ranges is not None:
-            r = np.asarray(self._ranges(np.asarray(docs, dtype=np.int64)), dtype=np.int64)
-            return r[:, 0], r[:, 1]
-        b = self._bounds()
-        return b[docs], b[docs + 1]
-
-    def starts(self, lo: int, hi: int) -> np.ndarray:
-        """The starts of documents ``lo .. hi - 1`` (document n's is the token count)."""
-        if self._run is not None:
-            return self._run(lo, hi)
-        return self._bounds()[lo:hi]
-
-    def containing(self, t: np.ndarray) -> np.ndarray:
-        """For each token ``t`` (0 <= t < tokens), the document holding it: the last ``d``
-        whose start is at most ``t``."""
-        t = np.asarray(t, dtype=np.int64)
-        if self._ranges is None:
-            return np.searchsorted(self._bounds(), t, side="right") - 1
-        lo, hi = self.bracket(t, 8)
-        # the documents strictly between lo and hi, gathered at once: those starting by t
-        inner = lo[:, None] + np.arange(1, 8, dtype=np.int64)
-        inside = inner < hi[:, None]
-        starts = self.ranges(np.where(inside, inner, 0).reshape(-1))[0].reshape(inner.shape)
-        return lo + ((starts <= t[:, None]) & inside).sum(axis=1)
-
-    def bracket(self, t: np.ndarray, narrow: int = 64) -> tuple[np.ndarray, np.ndarray]:
-        """(lo, hi) for each token ``t``: the document holding it is in ``lo .. hi - 1``,
-        at most ``narrow`` documents apart. Without the whole index: an interpolation search guarded
-        by bisection (a gather of three index entries per search a round, for all ``t`` at
-        once; a few rounds: documents of random lengths put a guess off by a few square roots
-        of the bracket's width, so a probe on each side of it usually brackets ``t``)."""
-        t = np.asarray(t, dtype=np.int64)
-        if self._ranges is None:
-            lo = np.searchsorted(self._bounds(), t, side="right") - 1
-            return lo, lo + 1
-        lo = np.zeros(len(t), dtype=np.int64)  # start(lo) <= t < start(hi)
-        hi = np.full(len(t), self.n, dtype=np.int64)
-        s_lo = np.zeros(len(t), dtype=np.int64)
-        s_hi = np.full(len(t), self.tokens, dtype=np.int64)
-        for _ in range(130):  # (bisection halves every bracket each round: at most 64)
-            if not len(t) or int((hi - lo).max()) <= narrow:
-                return lo, hi
-            wide = hi - lo > narrow
-            guess = lo + (t - s_lo) * (hi - lo) // np.maximum(s_hi - s_lo, 1)
-            near = 4 * np.sqrt(hi - lo).astype(np.int64) + 1
-            cand = np.stack([guess - near, guess + near, (lo + hi) // 2])
-            cand = np.clip(cand, lo + 1, np.maximum(hi - 1, lo + 1))
-            probes = np.where(wide, cand, 0)  # (narrow ones probe doc 0)
-            start = self.ranges(probes.reshape(-1))[0].reshape(3, -1)
-            for p, s in zip(probes, start, strict=True):
-                below = wide & (s <= t) & (p > lo) & (p < hi)
-                lo = np.where(below, p, lo)
-                s_lo = np.where(below, s, s_lo)
-                above = wide & (s > t) & (p > lo) & (p < hi)
-                hi = np.where(above, p, hi)
-                s_hi = np.where(above, s, s_hi)
-        raise CorruptDataError(  # pragma: no cover - a non-monotone index
-            "the sequence index is not ordered (a search did not end); run `lmdata validate`",
-            path=str(self.reader),
-        )
 
 
 @dataclass(frozen=True)

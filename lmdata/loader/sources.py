@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError, InvalidInputError
-from lmdata.loader.bestfit import BestFit, Documents
+from lmdata.loader.bestfit import BestFit
+from lmdata.loader.documents import Documents
 from lmdata.loader.packing import (
     PACKED_KEYS,
     Parts,

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lmdata.errors import InvalidInputError
-from lmdata.loader import Loader, bestfit
-from lmdata.loader.bestfit import _best_fit_py, best_fit
+from lmdata.loader import Loader, bestfit, binpack
+from lmdata.loader.binpack import _best_fit_py, best_fit
 from tests.loader.conftest import Plain, write_flat
 
 KINDS = ("uniform", "small", "half", "full", "bimodal", "rare", "lognormal", "sorted", "empty")
@@ -405,7 +405,7 @@ def test_the_numpy_layout_and_python_packing_give_the_same_batches(monkeypatch, 
     src = write_flat(tmp_path / "d.zarr", unique_docs(lens), chunk_tokens=128)
     kw = {"seq_len": 16, "global_batch_size": 4, "mode": "bestfit", "block_rows": 8}
     want = [Loader(src, **kw).batch(s) for s in (0, 3, 50)]
-    monkeypatch.setattr(bestfit, "_best_fit_c", None)
+    monkeypatch.setattr(binpack, "_best_fit_c", None)
     monkeypatch.setattr(packing, "_C", None)
     got = [Loader(src, **kw).batch(s) for s in (0, 3, 50)]
     for a, b in zip(got, want, strict=True):
