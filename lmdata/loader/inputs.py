@@ -118,7 +118,9 @@ def start_token(reader: Any, bos_id: int | None) -> int:
         if isinstance(special.get(name), int):
             return int(special[name])
     vocab = tok.get("vocab_size")
-    if isinstance(vocab, int) and vocab > 0 and 0 not in special.values():
+    # (lmdata's byte tokenizer keeps id 0 free: byte b is id b + 1, seqax's convention)
+    ordinary = tok.get("kind") != "bytes" and 0 not in special.values()
+    if isinstance(vocab, int) and vocab > 0 and ordinary:
         key = repr(reader)
         if key not in _WARNED:
             _WARNED.add(key)

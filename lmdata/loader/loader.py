@@ -294,7 +294,9 @@ class Loader:
     # ---- the order -------------------------------------------------------------------------
 
     def indices(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(source, row, valid) of this rank's rows at ``step``; invalid rows are padding."""
+        """(source, row, valid) of this rank's rows at ``step``; invalid rows are padding. A
+        bestfit source's "row" is its stream position (its rows differ from epoch to epoch:
+        ``explain`` says what they hold)."""
         b = self.local_batch_size
         return self._slots(step, self.rank * b, b)
 

@@ -168,6 +168,46 @@ def test_every_document_exactly_once_per_epoch_none_cut(kind, n, L, block_rows, 
         assert got == want
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(KINDS),
+    n=st.integers(1, 300),
+    L=st.integers(2, 40),
+    block_rows=st.sampled_from([1, 4, 64]),
+    chunk=st.sampled_from([16, 256]),
+    long_docs=st.sampled_from(["split", "truncate"]),
+    seed=st.integers(0, 2**20),
+)
+def test_flat_tokens_sources_serve_every_document_once_too(
+    kind, n, L, block_rows, chunk, long_docs, seed
+):
+    """The flat-tokens path: its index read in searches and runs, rows laid out in one C call
+    from the mapped chunks (a gather where a window straddles two)."""
+    import tempfile
+    from pathlib import Path
+
+    lens = lengths(kind, n, L, seed)
+    if not lens.sum():
+        lens[0] = 1
+    with tempfile.TemporaryDirectory() as d:
+        src = write_flat(Path(d) / "d.zarr", unique_docs(lens), chunk_tokens=chunk)
+        loader = Loader(
+            src,
+            seq_len=L,
+            global_batch_size=3,
+            mode="bestfit",
+            epochs=2,
+            seed=seed,
+            block_rows=block_rows,
+            long_docs=long_docs,
+            rank=0,
+            world_size=1,
+        )
+        starts = np.concatenate([[0], np.cumsum(lens)])
+        for got in served(loader, starts, 2):
+            assert got == pieces(lens, L, long_docs)
+
+
 def test_flat_tokens_and_the_generic_reader_give_the_same_batches(tmp_path):
     lens = lengths("lognormal", 300, 32, 1)
     docs = unique_docs(lens)

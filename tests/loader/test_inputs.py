@@ -130,6 +130,8 @@ def test_a_vocabulary_whose_id_0_is_a_token_is_said_once(tmp_path, corpus):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Loader(str(out), seq_len=8, global_batch_size=2, bos_id=0)  # said explicitly: silent
+        lmdata.tokenize(corpus, tmp_path / "b.zarr", workers=0)  # bytes: id 0 is no byte
+        assert Loader(str(tmp_path / "b.zarr"), seq_len=8, global_batch_size=2).bos_id == 0
 
 
 @pytest.mark.parametrize("mode", ["packed", "bestfit"])
