@@ -159,21 +159,28 @@ done:
 }
 
 /* One segment of a bestfit row, for T = int32_t or int64_t: n values of src (>> shift) from
- * position at of the row, document-aware (bos, then the tokens shifted right by one). Each
- * output in a loop of its own, with no value carried from one item to the next: the compiler
- * makes them vector loops (a carried "previous token" kept them scalar, 2.5x slower). */
-#define SEGMENT_ROW(T)                                                                        \
-    static void segment_##T(const uint32_t *restrict src, Py_ssize_t n, T *restrict in,         \
+ * position at of the row, document-aware (bos, then the tokens shifted right by one). No value
+ * is carried from one item to the next (each input is read from src again): the compiler makes
+ * it a vector loop (a carried "previous token" kept it scalar, 2.5x slower). */
+#define SEGMENT_ROW(T, NAME, ATTR)                                                             \
+    ATTR static void NAME(const uint32_t *restrict src, Py_ssize_t n, T *restrict in,         \
                             T *restrict tg, int32_t *restrict seg, int32_t *restrict pos,       \
                             uint8_t *restrict mask, int32_t id, T bos, int shift)              \
     {                                                                                         \
-        for (Py_ssize_t k = 0; k < n; k++) tg[k] = (T)(src[k] >> shift);                      \
         in[0] = bos;                                                                          \
-        for (Py_ssize_t k = 1; k < n; k++) in[k] = (T)(src[k - 1] >> shift);                  \
-        for (Py_ssize_t k = 0; k < n; k++) seg[k] = id;                                       \
-        for (Py_ssize_t k = 0; k < n; k++) pos[k] = (int32_t)k;                               \
+        tg[0] = (T)(src[0] >> shift);                                                         \
+        seg[0] = id;                                                                          \
+        pos[0] = 0;                                                                           \
+        for (Py_ssize_t k = 1; k < n; k++) {                                                  \
+            in[k] = (T)(src[k - 1] >> shift);                                                 \
+            tg[k] = (T)(src[k] >> shift);                                                     \
+            seg[k] = id;                                                                      \
+            pos[k] = (int32_t)k;                                                              \
+        }                                                                                     \
         memset(mask, 1, (size_t)n);                                                           \
-    }                                                                                         \
+    }
+
+#define PAD_ROW(T)                                                                            \
     static void pad_##T(Py_ssize_t n, T *restrict in, T *restrict tg, int32_t *seg,            \
                         int32_t *pos, uint8_t *mask, T pad)                                   \
     {                                                                                         \
@@ -186,8 +193,14 @@ done:
         memset(mask, 0, (size_t)n);                                                           \
     }
 
-SEGMENT_ROW(int32_t)
-SEGMENT_ROW(int64_t)
+SEGMENT_ROW(int32_t, segment_int32_t, )
+SEGMENT_ROW(int64_t, segment_int64_t, )
+PAD_ROW(int32_t)
+PAD_ROW(int64_t)
+#ifdef HAVE_AVX2_ROW
+/* the same loop compiled for AVX2 (chosen at run time, as the packed rows): 8 values a store */
+SEGMENT_ROW(int32_t, segment_int32_avx2, __attribute__((target("avx2"))))
+#endif
 
 /* The segments (offsets, lengths, rows: int64 buffers, one item per segment) checked against
  * the rows and windows, copied into one array of three per segment; NULL with an error set. */
@@ -250,6 +263,9 @@ run_segments(const Rows *R, const Py_ssize_t *piece, Py_ssize_t nseg, Py_buffer 
 {
     int32_t *seg = v[2].buf, *pos = v[3].buf;
     uint8_t *mask = v[4].buf;
+#ifdef HAVE_AVX2_ROW
+    int avx2 = max_simd >= 2 && has_avx2();
+#endif
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t j = 0;
     for (Py_ssize_t r = 0; r < rows; r++) {
@@ -266,6 +282,11 @@ run_segments(const Rows *R, const Py_ssize_t *piece, Py_ssize_t nseg, Py_buffer 
             if (wide)
                 segment_int64_t(src, k, (int64_t *)v[0].buf + at, (int64_t *)v[1].buf + at,
                                 seg + at, pos + at, mask + at, ++id, (int64_t)bos, shift);
+#ifdef HAVE_AVX2_ROW
+            else if (avx2)
+                segment_int32_avx2(src, k, (int32_t *)v[0].buf + at, (int32_t *)v[1].buf + at,
+                                   seg + at, pos + at, mask + at, ++id, (int32_t)bos, shift);
+#endif
             else
                 segment_int32_t(src, k, (int32_t *)v[0].buf + at, (int32_t *)v[1].buf + at,
                                 seg + at, pos + at, mask + at, ++id, (int32_t)bos, shift);

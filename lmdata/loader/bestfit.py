@@ -33,7 +33,7 @@ from lmdata.loader.binpack import best_fit
 from lmdata.loader.documents import Documents
 from lmdata.loader.shuffle import Permutation, derive_seed
 
-CHUNKS_PER_BLOCK = 64
+CHUNKS_PER_BLOCK = 32
 GROUP = 32  # blocks (or units) whose leftovers one overflow unit of the next level packs
 SAMPLES = 16  # blocks packed at open to choose the rows per block
 Z = 3.0  # margin of the rows per block, in standard deviations of the sampled rows needed

@@ -52,11 +52,16 @@ def test_segment_rows_in_c_equal_numpy(data, rows, L, width, wide, bos, pad, shi
     dt = np.dtype(np.int64 if wide else np.int32)
     args = (windows, width, off, lens, where, rows, L, dt, bos, pad, shift)
     got = {k: v.copy() for k, v in packing.segment_rows(*args).items()}
+    before = C.simd(1)  # the plain (SSE2) loops too, where AVX2 was used above
+    try:
+        plain = {k: v.copy() for k, v in packing.segment_rows(*args).items()}
+    finally:
+        C.simd(before)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(packing, "_C", None)
         want = packing.segment_rows(*args)
     for k in want:
-        assert np.array_equal(got[k], want[k]), k
+        assert np.array_equal(got[k], want[k]) and np.array_equal(plain[k], want[k]), k
 
 
 def _outputs(rows: int, L: int):
