@@ -40,8 +40,8 @@ $(TEST_STAMP): $(DEV_STAMP)
 	$(BIN)/python -m pip install -q torch==2.13.0 torchdata==0.11.0
 	# plain ray (not ray[default]: no dashboard deps) for the Ray engine's tests; jq for the
 	# jq programs of modalities' jq_pattern and dolma's filters; jax (CPU) for the test that
-	# it takes the Loader's batches without a copy
-	$(BIN)/python -m pip install -q -e '.[ray,jq,jax]'
+	# it takes the Loader's batches without a copy; gigatoken for tokenize's fast encoder
+	$(BIN)/python -m pip install -q -e '.[ray,jq,jax,fast]'
 	# zarr-python 2 lives in its own small venv: tests check that it reads what lmdata writes
 	test -x $(ZARR2)/bin/python || $(PY) -m venv $(ZARR2)
 	$(ZARR2)/bin/python -m pip install -q 'zarr>=2.18,<3' 'numcodecs<0.16'

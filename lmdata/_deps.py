@@ -24,6 +24,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "gcsfs": ("gcs", "gcsfs"),
     "matplotlib": ("plot", "matplotlib"),
     "jq": ("jq", "jq"),
+    "gigatoken": ("fast", "gigatoken"),
 }
 
 

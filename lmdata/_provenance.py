@@ -109,6 +109,7 @@ class TokenizerRecord:
     bos_id: int | None = None  # put before every document by the tokenizer's post-processor
     special_tokens_added: bool = False  # whether the post-processor's tokens were added
     special_tokens: dict[str, int] = field(default_factory=dict)
+    encoder: str | None = None  # what encoded with it: "fast (gigatoken 0.10.0)", "hf"
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,9 @@ def _bos(tok: Any) -> int | None:
     return None
 
 
-def describe_tokenizer(tok: Any, eod_id: int | None, special_tokens_added: bool) -> TokenizerRecord:
+def describe_tokenizer(
+    tok: Any, eod_id: int | None, special_tokens_added: bool, encoder: str | None = None
+) -> TokenizerRecord:
     """The record of an lmdata tokenizer (see :mod:`lmdata.tokenize.tokenizers`)."""
     spec = getattr(tok, "spec", None)
     path = Path(spec).resolve() if isinstance(spec, str) and spec != "bytes" else None
@@ -196,13 +199,17 @@ def describe_tokenizer(tok: Any, eod_id: int | None, special_tokens_added: bool)
         bos_id=_bos(tok) if special_tokens_added else None,
         special_tokens_added=special_tokens_added,
         special_tokens=special,
+        encoder=encoder,
     )
 
 
-def record(tok: Any, eod_id: int | None, special_tokens_added: bool) -> dict[str, Any]:
-    """The JSON record a token writer stores for a dataset made by ``tok`` now."""
+def record(
+    tok: Any, eod_id: int | None, special_tokens_added: bool, encoder: str | None = None
+) -> dict[str, Any]:
+    """The JSON record a token writer stores for a dataset made by ``tok`` now (encoded by
+    ``encoder``)."""
     return Provenance(
-        tokenizer=describe_tokenizer(tok, eod_id, special_tokens_added),
+        tokenizer=describe_tokenizer(tok, eod_id, special_tokens_added, encoder),
         lmdata_version=__version__,
         command=current_command(),
     ).to_json()
@@ -260,6 +267,7 @@ def parse(obj: Any) -> dict[str, Any] | None:
             for k, v in (special.items() if isinstance(special, dict) else ())
             if isinstance(k, str) and _int(v) is not None
         },
+        "encoder": _str(t.get("encoder")),
     }
     column = _str(obj.get("token_column"))  # record formats (MDS, Atlas): the token ids'
     return {

@@ -50,15 +50,25 @@ def create_raw_index_cmd(src_path: str, index_path: str | None, policy: str) -> 
 @data.command("pack_encoded_data")
 @click.argument("config_path", type=click.Path(exists=True, dir_okay=False))
 @_policy
-def pack_encoded_data_cmd(config_path: str, policy: str) -> None:
+@click.option(
+    "--encoder",
+    type=click.Choice(["auto", "fast", "hf"]),
+    default="auto",
+    show_default=True,
+    help="What encodes (an lmdata option, as for `lmdata tokenize`): fast (gigatoken), hf "
+    "(the tokenizer's own library) or auto (fast when installed and exact for the "
+    "tokenizer). The .pbin is the same for each.",
+)
+def pack_encoded_data_cmd(config_path: str, policy: str, encoder: str) -> None:
     """Tokenize and pack the indexed JSONL file a modalities pack config names into a .pbin,
     byte-identical to modalities' pack_encoded_data. Queue-size keys are accepted and have no
     effect; any key lmdata does not implement is an error naming it."""
-    res = pack_encoded_data(config_path, policy)
+    res = pack_encoded_data(config_path, policy, encoder)
     if res is None:
         click.echo("output exists; skipped (--file_existence_policy skip)")
     else:
         click.echo(
             f"documents read {res.documents_read:,}, written {res.documents_written:,}, "
-            f"skipped {res.documents_skipped:,}; {res.tokens:,} tokens -> {res.output}"
+            f"skipped {res.documents_skipped:,}; {res.tokens:,} tokens -> {res.output} "
+            f"(encoder {res.encoder})"
         )

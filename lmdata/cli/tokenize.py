@@ -41,6 +41,17 @@ def _accepting(option: str) -> list[str]:
     "*.tiktoken (tiktoken BPE ranks), *.model (sentencepiece). Never downloaded.",
 )
 @click.option(
+    "--encoder",
+    type=click.Choice(["auto", "fast", "hf"]),
+    default="auto",
+    show_default=True,
+    help="What encodes: fast (gigatoken, the lmdata[fast] extra; byte-level BPE "
+    "tokenizer.json, *.tiktoken, sentencepiece BPE with byte fallback), hf (the tokenizer's "
+    "own library: tokenizers, tiktoken, sentencepiece), or auto (fast when installed and it "
+    "implements the tokenizer, else hf). fast is checked against hf before and during the "
+    "job; the tokens are the same.",
+)
+@click.option(
     "--text-key",
     default="text",
     show_default=True,
@@ -132,6 +143,7 @@ def command(
     dst: str,
     to: str,
     tokenizer: str,
+    encoder: str,
     text_key: str,
     workers: int | None,
     batch_docs: int,
@@ -199,6 +211,7 @@ def command(
             skip_invalid=skip_invalid,
             source_format=source_format,
             batch_docs=batch_docs,
+            encoder=encoder,
             workers=workers,
             engine=engine,
             address=address,

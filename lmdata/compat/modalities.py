@@ -322,10 +322,13 @@ def _json_type(v: Any) -> str:
 
 
 def pack_encoded_data(
-    config_path: str | os.PathLike[str], file_existence_policy: str = "error"
+    config_path: str | os.PathLike[str],
+    file_existence_policy: str = "error",
+    encoder: str = "auto",
 ) -> Summary | None:
     """modalities' ``pack_encoded_data``: the ``.pbin`` of the indexed JSONL file, byte for
-    byte as modalities writes it (None when the policy skips an existing output)."""
+    byte as modalities writes it (None when the policy skips an existing output); ``encoder``
+    as for ``lmdata.tokenize`` (the bytes are the same for each)."""
     _check_policy(file_existence_policy)
     cfg = PackConfig.read(config_path)
     if not cfg.index_path.is_file():
@@ -348,7 +351,9 @@ def pack_encoded_data(
     staged = cfg.dst_path.parent / f".{cfg.dst_path.name}.lmdata-texts.jsonl"
     try:
         _stage_texts(cfg, staged)
-        summary = tokenize([staged], cfg.dst_path, job, workers=cfg.num_cpus, overwrite=True)
+        summary = tokenize(
+            [staged], cfg.dst_path, job, workers=cfg.num_cpus, overwrite=True, encoder=encoder
+        )
     finally:
         staged.unlink(missing_ok=True)
     summary.output = str(cfg.dst_path)

@@ -33,6 +33,14 @@ def walk_files(store: Store, top: str) -> Iterator[str]:
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             yield from (os.path.join(dirpath, f) for f in files)
         return
+    snap = getattr(store, "files_below", None)
+    listed = snap(top) if snap is not None else None
+    if listed is not None:  # a snapshot of the folder: no request
+        base = top.rstrip("/") + "/"
+        for k in listed:
+            if not any(p.startswith(".") for p in k[len(base) :].split("/")[:-1]):
+                yield k
+        return
     fs = getattr(store, "fs", None)
     if fs is not None:  # fsspec: one recursive listing, not one request per folder and entry
         base = top.rstrip("/") + "/"

@@ -223,6 +223,9 @@ def require_exists(
     if s is not None and s != "file":
         store, key = resolve(path, storage_options)
         if not store.exists(key):
+            missing = getattr(store, "missing", None)  # says whether the bucket is missing
+            if missing is not None:
+                raise missing(key)
             raise DatasetNotFoundError("no such object or directory", path=os.fspath(path))
         return os.fspath(path)  # type: ignore[return-value]
     if storage_options:

@@ -190,6 +190,7 @@ def tokenize(
     skip_invalid: bool = False,
     source_format: str | None = None,
     batch_docs: int = 256,
+    encoder: str = "auto",
     workers: int | None = None,
     engine: str = "processes",
     address: str | None = None,
@@ -213,7 +214,9 @@ def tokenize(
     ``storage_options`` are for the URLs of inputs and output. ``format`` is another name
     for ``to`` (as ``lmdata.open`` calls it). The other options are the CLI's
     (``special_tokens`` is ``--special-tokens/--no-special-tokens``); ``writer_options`` go to
-    the format's writer (``chunk_tokens``, ``compression``).
+    the format's writer (``chunk_tokens``, ``compression``). ``encoder`` is ``"auto"`` (the
+    fast encoder when installed and exact for the tokenizer, else the reference), ``"fast"``
+    or ``"hf"`` (the tokenizer's reference library); every one writes the same tokens.
 
     The output is the same for every ``engine`` and number of ``workers``, appears only when
     the job succeeds, and records the tokenizer that made it (``lmdata.info(output)``).
@@ -275,6 +278,7 @@ def tokenize(
                 storage_options=storage_options if is_url(output) else None,
                 source_options=storage_options,
                 origins=origins,
+                encoder=encoder,
             )
     finally:
         shutil.rmtree(temp, ignore_errors=True)

@@ -75,6 +75,7 @@ class Summary:
     seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
     output: str = ""
+    encoder: str = ""  # what encoded: "fast (gigatoken 0.10.0)", "hf", "bytes"
 
     def line(self) -> str:
         rate = self.tokens / self.seconds / 1e6 if self.seconds else 0.0
@@ -82,4 +83,5 @@ class Summary:
             f"documents read {self.documents_read:,}, written {self.documents_written:,}, "
             f"skipped {self.documents_skipped:,}; {self.tokens:,} tokens in "
             f"{self.seconds:.2f} s ({rate:.1f} Mtok/s) -> {self.output}"
+            + (f" (encoder {self.encoder})" if self.encoder else "")
         )

@@ -18,14 +18,12 @@ no output, keeps the work folder, and ``resume=True`` skips the units already do
 
 from __future__ import annotations
 
-import io
 import os
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +38,21 @@ from lmdata.parallel.staging import (
     prepare,
     resumable,
     staging_for,
-    unit_key,
     work_dir_for,
 )
 from lmdata.storage import check_dest, is_url, join, options_scope
 from lmdata.storage.paths import remove_staged
+from lmdata.tokenize.commit import Committer, StagedUnit, is_validation, pack_part, part_name
+from lmdata.tokenize.encoders import (
+    FIRST_CHARS,
+    FIRST_DOCS,
+    Choice,
+    check_one,
+    choose,
+    load_encoder,
+    note,
+    pick,
+)
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import make_sink
 from lmdata.tokenize.sources import (
@@ -53,6 +61,7 @@ from lmdata.tokenize.sources import (
     Batch,
     InputFile,
     Unit,
+    Unreadable,
     _Missing,
     first_line,
     input_versions,
@@ -61,41 +70,49 @@ from lmdata.tokenize.sources import (
     range_bytes_for,
     read_batches,
 )
-from lmdata.tokenize.tokenizers import Tokenizer, load_tokenizer
-
-MAX_SKIP_MESSAGES = 20
+from lmdata.tokenize.tokenizers import load_tokenizer
 
 __all__ = ["Summary", "TokenizeJob", "tokenize", "work_dir_for"]
 
 
 # ---- the worker side -------------------------------------------------------------------------
 
-_TOKENIZER: Tokenizer | None = None
-_LOADED: tuple[Any, ...] = ()  # what _TOKENIZER was loaded from: spec and the file's stat
+_TOKENIZER: Any = None
+_LOADED: tuple[Any, ...] = ()  # what _TOKENIZER was loaded from: spec, encoder, the file's stat
 
 
-def _init_worker(spec: str) -> None:
-    """Load the job's tokenizer, unless this worker loaded the same file for a job before (a
-    kept pool serves job after job; a large tokenizer takes a tenth of a second to load)."""
+def _init_worker(spec: str, encoder: str = "hf") -> None:
+    """Load the job's tokenizer as ``encoder`` ("fast", else the reference), unless this
+    worker loaded the same file for a job before (a kept pool serves job after job; a large
+    tokenizer takes a tenth of a second to load). A fast tokenizer the driver loaded is kept
+    by the workers forked from it (it holds no thread pool); a reference one is loaded again
+    in each process."""
     global _TOKENIZER, _LOADED
     if parallel.in_worker():  # one core per worker process; never the caller's environment
         os.environ.setdefault("RAYON_NUM_THREADS", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        st = os.stat(spec)
-        key: tuple[Any, ...] = (os.getpid(), spec, st.st_mtime_ns, st.st_size, st.st_ino)
-    except OSError:  # "bytes", a name
-        key = (os.getpid(), spec)
-    if _TOKENIZER is None or key != _LOADED or not parallel.in_worker():
-        _TOKENIZER = load_tokenizer(spec)
+    key = _key(spec, encoder)
+    if _TOKENIZER is None or key != _LOADED or (encoder != "fast" and not parallel.in_worker()):
+        _TOKENIZER = load_encoder(spec, encoder)
         _LOADED = key
 
 
-def _is_validation(key: str, fraction: float) -> bool:
-    return (
-        fraction > 0
-        and (zlib.crc32(key.encode("utf-8", "surrogatepass")) % 1_000_000) < fraction * 1_000_000
-    )
+def _key(spec: str, encoder: str) -> tuple[Any, ...]:
+    """What a loaded tokenizer was loaded from: the file (by its stat) and the encoder; a
+    reference tokenizer also by process."""
+    try:
+        st = os.stat(spec)
+        key: tuple[Any, ...] = (spec, encoder, st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:  # "bytes", a name
+        key = (spec, encoder)
+    return key if encoder == "fast" else (os.getpid(), *key)
+
+
+def _adopt(spec: str, choice: Choice) -> None:
+    """Make the fast tokenizer the driver loaded (and checked) the one ``_init_worker`` finds
+    loaded, here and in workers forked from here."""
+    global _TOKENIZER, _LOADED
+    _TOKENIZER, _LOADED = choice.tokenizer, _key(spec, "fast")
 
 
 @dataclass(frozen=True)
@@ -112,20 +129,7 @@ class TokenizeTask:
     special_tokens: bool
     source_format: str | None
     storage_options: dict[str, Any] | None = None  # for inputs that are URLs
-
-
-@dataclass(frozen=True)
-class StagedUnit:
-    """What a worker hands back: the unit it did and how many parts it staged (the tokens stay
-    in the work folder)."""
-
-    file: int
-    part: int
-    parts: int
-
-
-def _part_name(file: int, part: int, seq: int) -> str:
-    return f"{file:06d}-{part:06d}-{seq:06d}.npz"
+    check: bool = False  # compare a sample of the fast encoder's ids with the reference's
 
 
 def _process(task: TokenizeTask) -> StagedUnit:
@@ -134,7 +138,10 @@ def _process(task: TokenizeTask) -> StagedUnit:
     stages the batch before and reads and parses the next. In this process (one worker, the
     tokenizer's own thread pool on every core) two batches encode at once, so that pool never
     idles at the end of a batch; a worker process keeps to one, and so does this process when
-    the tokenizer is told to use one thread (two encoding batches would then take two cores)."""
+    the tokenizer is told to use one thread (two encoding batches would then take two cores).
+    With ``task.check``, a sample of each batch's documents is encoded again by the reference
+    (:func:`lmdata.tokenize.encoders.pick`); a disagreement stops the unit, staging nothing
+    more, and is handed back for the driver to act on."""
     unit = task.unit
     seq = done = 0
     batches = read_batches(
@@ -142,16 +149,21 @@ def _process(task: TokenizeTask) -> StagedUnit:
     )
     depth = 1 if parallel.in_worker() or _one_tokenizer_thread() else 2
     encoding: deque[tuple[Future[tuple[np.ndarray, np.ndarray]], _Parsed]] = deque()
+    check = _Check(task) if task.check else None
     with ThreadPoolExecutor(depth, thread_name_prefix="lmdata-encode") as pool:
         for batch in batches:
             parsed = _parse_batch(task, batch, done)
             done += len(batch.items)
             encoding.append((pool.submit(_encode, parsed.texts, task.special_tokens), parsed))
             if len(encoding) > depth:
-                _stage_batch(task, seq, *encoding.popleft())
+                bad = _stage_batch(task, seq, *encoding.popleft(), check)
+                if bad:
+                    return StagedUnit(unit.file_index, unit.part, seq, bad)
                 seq += 1
         while encoding:
-            _stage_batch(task, seq, *encoding.popleft())
+            bad = _stage_batch(task, seq, *encoding.popleft(), check)
+            if bad:
+                return StagedUnit(unit.file_index, unit.part, seq, bad)
             seq += 1
     return StagedUnit(unit.file_index, unit.part, seq)
 
@@ -178,9 +190,41 @@ class _Parsed:
     meta: dict[str, Any]
 
 
+class _Check:
+    """A unit's share of re-encoding by the reference (see encoders.pick)."""
+
+    def __init__(self, task: TokenizeTask) -> None:
+        self.task = task
+        self.allowance = -1.0  # the unit's first batch checks one document
+        self.docs_before = 0  # documents (items) of the unit before the current batch
+
+    def __call__(self, seq: int, parsed: _Parsed, flat: np.ndarray, lengths: np.ndarray) -> str:
+        """'' when the batch's sampled document agrees, else where and how it does not."""
+        unit = self.task.unit
+        before, self.docs_before = self.docs_before, self.docs_before + parsed.meta["read"]
+        salt = (unit.file_index << 40) ^ (unit.part << 20) ^ seq
+        j, self.allowance = pick(parsed.texts, self.allowance, salt)
+        if j < 0:
+            return ""
+        ends = np.cumsum(lengths)
+        ids = flat[ends[j] - lengths[j] : ends[j]]
+        bad = check_one(_TOKENIZER, parsed.texts[j], ids, self.task.special_tokens)
+        if bad is None:
+            return ""
+        item = j
+        for k, _ in parsed.meta["skipped"]:  # in order: the items before it that were skipped
+            item += k <= item
+        where = "line" if parsed.meta["kind"] == "line" else "record"
+        n = first_line(unit, self.task.storage_options) + before + item
+        return bad.describe(f"{unit.path}, {where} {n}")
+
+
 def _encode(texts: list[str], special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
     """(tokens of all ``texts`` as one uint32 array, each text's number of tokens)."""
     assert _TOKENIZER is not None
+    encode_flat = getattr(_TOKENIZER, "encode_flat", None)
+    if encode_flat is not None:  # the fast encoder: ids straight into one array
+        return encode_flat(texts, special_tokens)
     ids = _TOKENIZER.encode_batch(texts, add_special_tokens=special_tokens) if texts else []
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     flat = np.concatenate(ids).astype(np.uint32, copy=False) if ids else np.zeros(0, np.uint32)
@@ -192,16 +236,24 @@ def _stage_batch(
     seq: int,
     encoded: Future[tuple[np.ndarray, np.ndarray]],
     parsed: _Parsed,
-) -> None:
+    check: _Check | None = None,
+) -> str:
+    """Stage one batch's part ('' ), or say where the check found a disagreement (nothing
+    staged)."""
     flat, lengths = encoded.result()
+    if check is not None:
+        bad = check(seq, parsed, flat, lengths)
+        if bad:
+            return bad
     arrays = {
         "tokens": flat,
         "lengths": lengths,
         "validation": np.array(parsed.validation, dtype=bool),
         "pending": np.array(parsed.pending, dtype=np.int64).reshape(-1, 2),
     }
-    _stage(task.work, _part_name(task.unit.file_index, task.unit.part, seq), arrays, parsed.meta)
+    _stage(task.work, part_name(task.unit.file_index, task.unit.part, seq), arrays, parsed.meta)
     parallel.report(parsed.meta["read"])
+    return ""
 
 
 def _parse_batch(task: TokenizeTask, batch: Batch, before: int) -> _Parsed:
@@ -232,8 +284,10 @@ def _parse_batch(task: TokenizeTask, batch: Batch, before: int) -> _Parsed:
                     if isinstance(obj.get("id"), (str, int)):
                         key = f"id:{obj['id']}"
         else:
-            text = None if isinstance(item, _Missing) else item
-            if text is None:
+            text = None if isinstance(item, (_Missing, Unreadable)) else item
+            if isinstance(item, Unreadable):
+                problem = item.problem
+            elif text is None:
                 problem = f"no {task.text_key!r} field (pass --text-key)"
             elif batch.ids is not None and isinstance(batch.ids[j], (str, int)):
                 key = f"id:{batch.ids[j]}"
@@ -251,7 +305,7 @@ def _parse_batch(task: TokenizeTask, batch: Batch, before: int) -> _Parsed:
             continue
         if key is None and fraction > 0 and not task.validation_file:
             pending.append((len(texts), j))
-        val.append(task.validation_file or (key is not None and _is_validation(key, fraction)))
+        val.append(task.validation_file or (key is not None and is_validation(key, fraction)))
         texts.append(text)  # type: ignore[arg-type]
     meta = {
         "read": len(batch.items),
@@ -300,9 +354,7 @@ def _origin(i: InputFile, origins: dict[str, str]) -> InputFile:
 
 def _stage(work: Staging, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Write one staged part whole (a retried task may write the same part again)."""
-    buf = io.BytesIO()
-    np.savez(buf, **arrays, meta=np.frombuffer(orjson.dumps(meta), dtype=np.uint8))
-    work.write_part(name, buf.getvalue())
+    work.write_part(name, pack_part(arrays, meta))
 
 
 # ---- the job ---------------------------------------------------------------------------------
@@ -324,6 +376,7 @@ def tokenize(
     range_bytes: int | None = None,
     source_options: dict[str, Any] | None = None,
     origins: dict[str, str] | None = None,
+    encoder: str = "auto",
 ) -> Summary:
     """Tokenize the documents of ``sources`` into a ``job.to`` dataset at ``dst`` (a local
     path, or a URL written through the format's writer with ``storage_options``).
@@ -333,7 +386,9 @@ def tokenize(
     units of ``range_bytes`` (default: from the inputs' size, :func:`range_bytes_for`). The
     output is the same for every engine, worker count and range size. Sources may be URLs
     (files, folders, globs), read with ``source_options`` by the workers themselves;
-    ``origins`` names the URLs of sources that are local copies.
+    ``origins`` names the URLs of sources that are local copies. ``encoder`` ("auto", "fast",
+    "hf") chooses what encodes (:mod:`lmdata.tokenize.encoders`): the ids, and so the tokens
+    written, are the same for each.
     """
     if range_bytes is not None and range_bytes < 1:
         raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
@@ -355,54 +410,133 @@ def tokenize(
     if resume and not url:  # a killed run's half-written output (never a dataset) goes away
         remove_staged(dst)
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
-    sink_factory = make_sink(job, tok)  # checks the EOD policy before any work
+    make_sink(job, tok)  # checks the EOD policy before any work
     work = staging_for(out, storage_options if url else None)
     if range_bytes is None:
         range_bytes = range_bytes_for(inputs)
     manifest = _manifest(job, inputs, range_bytes, source_options, origins)
-    done = prepare(work, manifest, resume)
     units = plan_units(inputs, range_bytes, job.source_format, source_options)
-    todo = [u for u in units if (u.file_index, u.part) not in done]
-    pool = make_executor(engine, workers, address, units=len(todo))
-    local = [i.path for i in inputs if _in_this_process(i.path)]
-    if local and not isinstance(pool, parallel.InProcess):
-        raise InvalidInputError(
-            "memory:// inputs live in this process and workers cannot read them; pass "
-            "workers=0 (engine='inprocess'), or call lmdata.tokenize, which copies them",
-            path=local[0],
-        )
-    summary = Summary(output=str(dst))
-    commit = _Committer(job, inputs, work, summary, progress)
-    # parts go into the output in input order as their units finish; the staged copies also
-    # serve a later --resume, which replays the units already done before running the rest
-    with options_scope(storage_options):
-        commit.sink = sink_factory(dst, overwrite=overwrite)
+    first = _first_texts(job, inputs, work, units, source_options, encoder)
+    choice = choose(job.tokenizer, encoder, job.special_tokens, first, tok)
+    note(choice)
+    if choice.tokenizer is not None:  # checked already: this process and its forks keep it
+        _adopt(job.tokenizer, choice)
+    run = _Run(job, tok, inputs, work, units, dst, overwrite, storage_options, source_options)
     try:
-        for name in work.parts():
-            commit.part(name, fresh=False)
-        if len(todo) < len(units):  # the units done are a prefix: input read up to its end
-            commit.read_up_to(units[len(units) - len(todo) - 1])
-        tasks = (_task(job, inputs, work, u, source_options) for u in todo)
-        results = pool.map_ordered(
-            _process, tasks, initializer=_init_worker, initargs=(job.tokenizer,)
-        )
-        for unit, res in zip(todo, results, strict=True):
-            commit.unit(unit, res)
-    except BaseException as e:
-        commit.sink.abort()
-        if not resumable(e):  # kept for --resume after Ctrl-C, a dead worker, a full disk
-            work.clear()
-        raise
-    if summary.documents_read != summary.documents_written + summary.documents_skipped:
-        commit.sink.abort()  # an internal invariant: never drop a document silently
-        raise LmdataError(
-            f"internal error: read {summary.documents_read} documents but wrote "
-            f"{summary.documents_written} and skipped {summary.documents_skipped}"
-        )
-    commit.sink.close()
-    work.clear()
+        summary = run(choice, manifest, resume, engine, workers, address, progress)
+    except _Disagreement as e:  # auto: nothing of the fast run is kept; all again with hf
+        if encoder == "fast":
+            raise LmdataError(f"{e}; pass --encoder hf (or auto)") from None
+        choice = Choice("hf", encoder, f"fast encoder not used: {e}")
+        note(choice)
+        summary = run(choice, manifest, False, engine, workers, address, progress)
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+class _Disagreement(LmdataError):
+    """A work unit's check found the fast encoder disagreeing with the reference (auto job)."""
+
+
+@dataclass
+class _Run:
+    """One pass of a job over its units with one encoder (an auto job whose check fails during
+    the job makes a second pass with the reference, from scratch)."""
+
+    job: TokenizeJob
+    tok: Any  # the reference tokenizer (the sink's: EOD, provenance)
+    inputs: list[InputFile]
+    work: Staging
+    units: list[Unit]
+    dst: Any
+    overwrite: bool
+    storage_options: dict[str, Any] | None
+    source_options: dict[str, Any] | None
+
+    def __call__(
+        self,
+        choice: Choice,
+        manifest: bytes,
+        resume: bool,
+        engine: str,
+        workers: int | None,
+        address: str | None,
+        progress: Callable[[dict[str, float]], None] | None,
+    ) -> Summary:
+        job, inputs, work, units = self.job, self.inputs, self.work, self.units
+        sink_factory = make_sink(job, self.tok, choice.label)
+        done = prepare(work, manifest, resume)
+        todo = [u for u in units if (u.file_index, u.part) not in done]
+        pool = make_executor(engine, workers, address, units=len(todo))
+        local = [i.path for i in inputs if _in_this_process(i.path)]
+        if local and not isinstance(pool, parallel.InProcess):
+            raise InvalidInputError(
+                "memory:// inputs live in this process and workers cannot read them; pass "
+                "workers=0 (engine='inprocess'), or call lmdata.tokenize, which copies them",
+                path=local[0],
+            )
+        summary = Summary(output=str(self.dst), encoder=choice.label)
+        commit = Committer(job, inputs, work, summary, progress)
+        # parts go into the output in input order as their units finish; the staged copies also
+        # serve a later --resume, which replays the units already done before running the rest
+        with options_scope(self.storage_options):
+            commit.sink = sink_factory(self.dst, overwrite=self.overwrite)
+        check = choice.encoder == "fast"
+        try:
+            for name in work.parts():
+                commit.part(name, fresh=False)
+            if len(todo) < len(units):  # the units done are a prefix: input read up to its end
+                commit.read_up_to(units[len(units) - len(todo) - 1])
+            tasks = (_task(job, inputs, work, u, self.source_options, check) for u in todo)
+            results = pool.map_ordered(
+                _process, tasks, initializer=_init_worker, initargs=(job.tokenizer, choice.encoder)
+            )
+            for unit, res in zip(todo, results, strict=True):
+                if res.mismatch:
+                    raise _Disagreement(res.mismatch)
+                commit.unit(unit, res)
+        except BaseException as e:
+            commit.sink.abort()
+            # kept for --resume after Ctrl-C, a dead worker, a full disk; never after the fast
+            # encoder was found wrong (the units it did are redone by the reference)
+            if not resumable(e) or isinstance(e, _Disagreement):
+                work.clear()
+            raise
+        if summary.documents_read != summary.documents_written + summary.documents_skipped:
+            commit.sink.abort()  # an internal invariant: never drop a document silently
+            raise LmdataError(
+                f"internal error: read {summary.documents_read} documents but wrote "
+                f"{summary.documents_written} and skipped {summary.documents_skipped}"
+            )
+        commit.sink.close()
+        work.clear()
+        return summary
+
+
+def _first_texts(
+    job: TokenizeJob,
+    inputs: list[InputFile],
+    work: Staging,
+    units: list[Unit],
+    source_options: dict[str, Any] | None,
+    encoder: str,
+) -> list[str]:
+    """The job's first documents (up to FIRST_DOCS, FIRST_CHARS characters), which the fast
+    encoder must encode as the reference does before the job starts; none when the job will
+    not try the fast encoder."""
+    if encoder == "hf" or job.tokenizer == "bytes" or not units:
+        return []
+    task = replace(_task(job, inputs, work, units[0], source_options), skip_invalid=True)
+    out: list[str] = []
+    chars = 0
+    batches = read_batches(task.unit, FIRST_DOCS, job.text_key, job.source_format, source_options)
+    for batch in batches:
+        for t in _parse_batch(task, batch, 0).texts:
+            out.append(t[: FIRST_CHARS - chars])
+            chars += len(out[-1])
+            if len(out) >= FIRST_DOCS or chars >= FIRST_CHARS:
+                return out
+    return out
 
 
 def _in_this_process(path: str) -> bool:
@@ -418,6 +552,7 @@ def _task(
     work: Staging,
     unit: Unit,
     source_options: dict[str, Any] | None = None,
+    check: bool = False,
 ) -> TokenizeTask:
     return TokenizeTask(
         unit=unit,
@@ -430,77 +565,5 @@ def _task(
         special_tokens=job.special_tokens,
         source_format=job.source_format,
         storage_options=source_options,
+        check=check,
     )
-
-
-class _Committer:
-    """The driver's side: writes staged parts into the output in input order, numbers their
-    lines (each file's parts arrive in order), decides the pending validation documents, counts
-    and reports progress."""
-
-    def __init__(
-        self,
-        job: TokenizeJob,
-        inputs: list[InputFile],
-        work: Staging,
-        summary: Summary,
-        progress: Callable[[dict[str, float]], None] | None,
-    ) -> None:
-        self.job, self.inputs, self.work, self.summary = job, inputs, work, summary
-        self.progress = progress
-        self.sink: Any = None
-        self.lines: dict[int, int] = {}  # lines (records) of each file committed so far
-        # "input_bytes" is how far the job has read its inputs (compressed sizes), for the ETA
-        self.base = np.concatenate([[0], np.cumsum([i.size for i in inputs])]).tolist()
-        self.stats = {
-            "documents": 0.0,
-            "tokens": 0.0,
-            "bytes": 0.0,
-            "total_bytes": float(self.base[-1]),
-            "input_bytes": 0.0,
-        }
-
-    def unit(self, unit: Unit, res: StagedUnit) -> None:
-        """Commit a finished unit's parts, then mark it done."""
-        assert (res.file, res.part) == (unit.file_index, unit.part)
-        for seq in range(res.parts):
-            self.part(_part_name(res.file, res.part, seq), fresh=True)
-        self.work.mark_done(res.file, res.part)
-        self.read_up_to(unit)
-
-    def read_up_to(self, unit: Unit) -> None:
-        """Progress: the inputs are read up to the end of ``unit``."""
-        end = unit.end if unit.splittable else self.inputs[unit.file_index].size
-        self.stats["input_bytes"] = float(self.base[unit.file_index] + end)
-
-    def part(self, name: str, fresh: bool) -> None:
-        file = unit_key(name)[0]
-        with np.load(io.BytesIO(self.work.read_part(name))) as z:
-            tokens, lengths, val = z["tokens"], z["lengths"], z["validation"]
-            pending = z["pending"]
-            meta = orjson.loads(z["meta"].tobytes())
-        line0 = self.lines.get(file, 0) + 1
-        self.lines[file] = line0 - 1 + meta["read"]
-        name = os.path.basename(self.inputs[file].path)
-        for doc, j in pending.tolist():
-            val[doc] = _is_validation(f"{name}:{line0 + j}", self.job.validation_fraction)
-        s = self.summary
-        s.documents_read += meta["read"]
-        s.documents_skipped += len(meta["skipped"])
-        s.bytes_read += meta["bytes"]
-        for j, problem in meta["skipped"][: max(MAX_SKIP_MESSAGES - len(s.skipped), 0)]:
-            s.skipped.append(f"{self.inputs[file].path}: {meta['kind']} {line0 + j}: {problem}")
-        s.tokens += self.sink.write_many(tokens, lengths, val)
-        s.documents_written += len(lengths)
-        if not fresh:
-            return
-        self.stats["documents"] += meta["read"]
-        self.stats["tokens"] += len(tokens)
-        self.stats["bytes"] += meta["bytes"]
-        pos = meta["position"]
-        if pos != 0:  # 0: a source that cannot tell
-            self.stats["input_bytes"] = self.base[file] + (
-                self.inputs[file].size if pos < 0 else pos
-            )
-        if self.progress is not None:
-            self.progress(self.stats)

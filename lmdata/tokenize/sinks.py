@@ -92,19 +92,23 @@ def resolve_eod(job: TokenizeJob, tok: Tokenizer) -> int | None:
     return eod
 
 
-def make_sink(job: TokenizeJob, tok: Tokenizer) -> Callable[..., EodSink]:
+def make_sink(
+    job: TokenizeJob, tok: Tokenizer, encoder: str | None = None
+) -> Callable[..., EodSink]:
     """A factory ``(dst, overwrite) -> sink`` for ``job.to``, after checking the options; the
-    sink records what made the tokens (:mod:`lmdata._provenance`) in the dataset."""
+    sink records what made the tokens (:mod:`lmdata._provenance`: the tokenizer, and the
+    ``encoder`` that encoded with it) in the dataset."""
     if job.validation_fraction > 0 and "validation" not in job.spec.splits:
         raise InvalidInputError(
             f"{job.to} has no validation split; tokenize the validation documents into a "
             "separate output instead of --validation-fraction"
         )
     eod = resolve_eod(job, tok)
-    opts = dict(job.writer_options)
-    opts.setdefault("provenance", _provenance.record(tok, eod, job.special_tokens))
 
     def factory(dst: Path, overwrite: bool = False) -> EodSink:
+        # the record hashes and reads the tokenizer file: made when a sink opens, not to check
+        opts = dict(job.writer_options)
+        opts.setdefault("provenance", _provenance.record(tok, eod, job.special_tokens, encoder))
         sink = job.target.open(
             dst, overwrite=overwrite, vocab_size=tok.vocab_size, eod_id=eod, options=opts
         )

@@ -357,7 +357,11 @@ def read_batches(
         yield from _line_batches(unit, batch, storage_options)
     elif unit.kind == "text":
         with open_input(unit.path, storage_options) as f:
-            data = f.read().decode("utf-8", "surrogateescape")
+            raw = f.read()
+        try:
+            data: Any = raw.decode("utf-8")
+        except UnicodeDecodeError as e:  # no encoder takes it: an error naming the byte
+            data = Unreadable(f"not UTF-8 text (byte {e.start} is {raw[e.start]:#04x})")
         yield Batch("texts", [data], -1)
     elif unit.kind == "parquet":
         yield from _parquet_batches(unit.path, batch, text_key, storage_options)
@@ -473,6 +477,13 @@ class _Missing:
     """A record without the text field (reported by the worker like a JSONL line would be)."""
 
     record: int
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A document that cannot be text (reported by the worker like a malformed line)."""
+
+    problem: str
 
 
 # ---- what --resume compares ------------------------------------------------------------------

@@ -608,7 +608,7 @@ def test_workers_stage_tokens_themselves_and_hand_back_only_names(corpus, tmp_pa
     work = work_dir_for(tmp_path / "o")
     staged: list[int] = []
     job = TokenizeJob(to="flat-tokens", batch_docs=64)
-    progress = lambda s: staged.append(len(list((work / "parts").glob("*.npz"))))  # noqa: E731
+    progress = lambda s: staged.append(len(list((work / "parts").glob("*.tok"))))  # noqa: E731
     s = tokenize([corpus], tmp_path / "o", job, workers=2, range_bytes=3000, progress=progress)
     assert len(sent) > 2 * 5 and max(sent) < 1024  # names and counts, never documents or tokens
     assert s.tokens > 50 * max(sent)

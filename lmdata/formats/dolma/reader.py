@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, LmdataError
+from lmdata.errors import (
+    CorruptDataError,
+    FormatError,
+    InvalidInputError,
+    LmdataError,
+    StorageError,
+)
 from lmdata.formats.dolma._files import MAX_LINE_BYTES, iter_raw_lines
 from lmdata.formats.dolma._lines import LineIndex
 from lmdata.formats.dolma._paths import (
@@ -61,6 +67,7 @@ class DolmaDocuments:
             raise InvalidInputError(f"max_line_bytes must be positive, got {max_line_bytes}")
         self.max_line_bytes = max_line_bytes
         store, key = resolve(path, storage_options)
+        store.snapshot(key)  # what is read later is what is there now (one listing)
         self.store: Store = store
         if is_file(store, key):
             if not is_doc_file(basename(key)):
@@ -255,5 +262,7 @@ def detect(path: str | os.PathLike[str]) -> bool:
         if any(is_doc_file(n) for n in store.sizes(ddir)):
             return True
         return any(is_doc_file(basename(k)) for k in walk_files(store, ddir))
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, LmdataError):
         return False
