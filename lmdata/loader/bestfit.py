@@ -3,11 +3,11 @@
 A source's items are its documents of at most ``seq_len`` tokens and the pieces of longer ones
 (``long_docs``). Its tokens are cut into chunks of ``chunk_tokens``; chunk ``c`` holds the items
 that *start* in tokens ``[c*V, (c+1)*V)`` (a search of the sequence index and a short run of
-it, never the whole index). Each epoch permutes the chunks (a Feistel bijection) and deals them out to blocks of
-about 32 chunks each, so a block's token count is 32 V within a few rows and it mixes 32
-distant regions of the data. A block's items are packed by best-fit decreasing into a FIXED
-number of rows, so a stream position maps to (epoch, block, row) by arithmetic alone: no pass
-over the data, no stored index, the same for every rank, worker and resume.
+it, never the whole index). Each epoch permutes the chunks (a Feistel bijection) and deals them
+out to blocks of about 32 chunks, so a block's token count is 32 V within a few rows and it
+mixes 32 distant regions of the data. A block's items are packed by best-fit decreasing into a
+FIXED number of rows, so a stream position maps to (epoch, block, row) by arithmetic alone: no
+pass over the data, no stored index, the same for every rank, worker and resume.
 
 The rows per block are chosen at open from a deterministic sample of blocks (their mean and
 spread, plus a margin); the few items of a block that do not fit its rows are not cut or
