@@ -222,6 +222,7 @@ class BestFit:
         T, L = self.docs.tokens, self.L
         V = max(1, -(-block_rows * L // CHUNKS_PER_BLOCK))
         C = max(1, -(-T // V))
+        V = -(-T // C)  # the chunks as even as can be: the last one short by under C tokens
         B = -(-C // CHUNKS_PER_BLOCK)
         trial = Plan(L, V, C, B, 0, 0, (0, 0))
         need, ks, regular, tokens = [], [], [], []
@@ -258,7 +259,10 @@ class BestFit:
             # still: a unit takes Z sd (the last level, the one without a level above, 2 Z)
             top = 1 if B <= GROUP else 2
             overflow = tuple(
-                math.ceil((2 if level == top else 1) * Z * spread) + 2 * level for level in (1, 2)
+                math.ceil((2 if level == top else 1) * Z * spread) + 2 * level
+                if level <= top
+                else 0
+                for level in (1, 2)
             )
         self.sample = {
             "blocks": len(need),
