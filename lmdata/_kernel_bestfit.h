@@ -255,6 +255,10 @@ check_segments(PyObject **objs, Py_ssize_t width, Py_ssize_t rows, Py_ssize_t le
     return piece;
 }
 
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 2 /* segments ahead whose tokens are prefetched */
+#endif
+
 /* Lay the checked segments out of R's windows into the outputs v[0..4] (without the GIL). */
 static void
 run_segments(const Rows *R, const Py_ssize_t *piece, Py_ssize_t nseg, Py_buffer *v,
@@ -267,6 +271,11 @@ run_segments(const Rows *R, const Py_ssize_t *piece, Py_ssize_t nseg, Py_buffer 
     int avx2 = max_simd >= 2 && has_avx2();
 #endif
     Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t f = 0; f < PREFETCH_AHEAD && f < nseg; f++) { /* the first ones' tokens */
+        const char *nx = (const char *)(row_at(R, f) + piece[3 * f]);
+        for (Py_ssize_t b = 0; b < 4096 && b < piece[3 * f + 1] * 4; b += 64)
+            __builtin_prefetch(nx + b);
+    }
     Py_ssize_t j = 0;
     for (Py_ssize_t r = 0; r < rows; r++) {
         Py_ssize_t at = r * length, end = at + length;
@@ -274,9 +283,10 @@ run_segments(const Rows *R, const Py_ssize_t *piece, Py_ssize_t nseg, Py_buffer 
         for (; j < nseg && piece[3 * j + 2] == r; j++) {
             const uint32_t *src = row_at(R, j) + piece[3 * j];
             Py_ssize_t k = piece[3 * j + 1];
-            if (j + 1 < nseg) { /* the next segment's start: a miss the loop would wait for */
-                const char *nx = (const char *)(row_at(R, j + 1) + piece[3 * j + 3]);
-                for (Py_ssize_t b = 0; b < 4096 && b < piece[3 * j + 4] * 4; b += 64)
+            if (j + PREFETCH_AHEAD < nseg) { /* a later segment: misses the loop would wait for */
+                Py_ssize_t f = j + PREFETCH_AHEAD;
+                const char *nx = (const char *)(row_at(R, f) + piece[3 * f]);
+                for (Py_ssize_t b = 0; b < 4096 && b < piece[3 * f + 1] * 4; b += 64)
                     __builtin_prefetch(nx + b);
             }
             if (wide)
