@@ -20,7 +20,7 @@ install-main: $(STAMP)
 install-dev: $(DEV_STAMP)
 
 # the main venv: lmdata and its dependencies, all `make demo` needs
-$(STAMP): pyproject.toml Makefile lmdata/_memowalk.c lmdata/_memowalk_index.h lmdata/_mdsread.c lmdata/_mdsread_dispatch.h lmdata/_kernel.c lmdata/_kernel_rows.h lmdata/_kernel_index.h lmdata/_minhash.c lmdata/_minhash_words.h
+$(STAMP): pyproject.toml Makefile lmdata/_memowalk.c lmdata/_memowalk_index.h lmdata/_mdsread.c lmdata/_mdsread_dispatch.h lmdata/_kernel.c lmdata/_kernel_rows.h lmdata/_kernel_index.h lmdata/_minhash.c lmdata/_minhash_words.h lmdata/_kernel_bestfit.h
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .

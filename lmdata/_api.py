@@ -109,6 +109,24 @@ def token_view(reader: Any, column: str) -> Any:
     return view(reader, column)
 
 
+def provenance(reader: Any) -> dict[str, Any] | None:
+    """What made the dataset ``reader`` reads (:mod:`lmdata._provenance`: the tokenizer, the
+    column of token ids), from its metadata alone, or None where nothing was recorded (a token
+    view asks the records reader it wraps)."""
+    target = getattr(reader, "records", reader)
+    name = getattr(target, "format", None)
+    if not isinstance(name, str) or name not in formats.names():
+        return None
+    lookup = formats.spec(name).provenance
+    if lookup is None:
+        return None
+    try:
+        got = lookup(target)
+    except (OSError, AttributeError, LmdataError):  # unreadable metadata: no record
+        return None
+    return got if isinstance(got, dict) else None
+
+
 def writer(
     path: str | os.PathLike[str],
     format: str,

@@ -269,9 +269,11 @@ def parse(obj: Any) -> dict[str, Any] | None:
         },
         "encoder": _str(t.get("encoder")),
     }
+    column = _str(obj.get("token_column"))  # record formats (MDS, Atlas): the token ids'
     return {
         "version": _int(obj.get("version")),
         "tokenizer": tokenizer,
+        **({"token_column": column} if column is not None else {}),
         "lmdata_version": _str(obj.get("lmdata_version")),
         # masked again when read: a dataset written before lmdata masked secrets, or by hand
         "command": redact_command(c) if (c := _str(obj.get("command"))) is not None else None,

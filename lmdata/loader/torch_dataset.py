@@ -204,7 +204,7 @@ class TorchLoader:
         self.options = options
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        ds = TorchBatches(self.loader, self.loader.step, counted=True)
+        ds = TorchBatches(self.loader, self.loader.new_pass(), counted=True)
         opts = dict(self.options)
         if not opts.get("num_workers"):
             opts.pop("prefetch_factor", None)
@@ -213,4 +213,6 @@ class TorchLoader:
             yield b
 
     def __len__(self) -> int:
-        return len(TorchBatches(self.loader, self.loader.step, counted=True))
+        n, step = self.loader.num_steps, self.loader.step
+        start = 0 if n is not None and step >= n else step  # (a pass over: the next one's)
+        return len(TorchBatches(self.loader, start, counted=True))

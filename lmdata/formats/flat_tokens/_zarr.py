@@ -211,7 +211,9 @@ class ZArray:
                 self._maps[u] = arr
                 while len(self._maps) > 256:
                     self._maps.pop(next(iter(self._maps)))
-                    self._views.clear()
+                    # a new dict, not .clear(): a lookup adding units to the old one (a batch
+                    # over more units than are kept) keeps the views it made for its call
+                    self._views = {}
         else:
             self._slot.put(u, arr, arr.nbytes)
         return arr
