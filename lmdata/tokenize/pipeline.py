@@ -227,8 +227,19 @@ def _encode(texts: list[str], special_tokens: bool) -> tuple[np.ndarray, np.ndar
         return encode_flat(texts, special_tokens)
     ids = _TOKENIZER.encode_batch(texts, add_special_tokens=special_tokens) if texts else []
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    flat = np.concatenate(ids).astype(np.uint32, copy=False) if ids else np.zeros(0, np.uint32)
+    flat = np.concatenate(ids) if ids else np.zeros(0, np.uint32)
     return flat, lengths
+
+
+def _narrow(flat: np.ndarray) -> np.ndarray:
+    """The ids as uint16 when every one fits (a vocabulary of up to 65,536: GPT-2's, Llama
+    2's), else uint32: half the bytes to stage, read back and copy; the part records its
+    dtype, and every sink takes either."""
+    if flat.dtype.itemsize <= 2 or not flat.size:
+        return flat
+    if int(flat.max()) < 1 << 16:
+        return flat.astype(np.uint16)
+    return flat.astype(np.uint32, copy=False)
 
 
 def _stage_batch(
@@ -246,7 +257,7 @@ def _stage_batch(
         if bad:
             return bad
     arrays = {
-        "tokens": flat,
+        "tokens": _narrow(flat),
         "lengths": lengths,
         "validation": np.array(parsed.validation, dtype=bool),
         "pending": np.array(parsed.pending, dtype=np.int64).reshape(-1, 2),
