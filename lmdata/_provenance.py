@@ -188,7 +188,10 @@ def describe_tokenizer(
     path = Path(spec).resolve() if isinstance(spec, str) and spec != "bytes" else None
     if path is not None and not path.is_file():
         path = None
-    special: dict[str, int] = _listed_special(path) if path and path.suffix == ".json" else {}
+    special: dict[str, int] = {}
+    if path and path.suffix == ".json":
+        listed = getattr(tok, "listed_special", None)  # a loaded tokenizer says: no parse
+        special = dict(listed()) if callable(listed) else _listed_special(path)
     token_id = getattr(tok, "token_id", None)
     if callable(token_id):
         for name in _KNOWN_SPECIAL:

@@ -72,12 +72,12 @@ def _hf_config(path: Path, reference: Any = None) -> dict[str, Any]:
         model = {"type": type(m).__name__}
         for k in ("dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"):
             model[k] = getattr(m, k, None)
-        parts = {k: getattr(tok, k, None) for k in ("normalizer", "pre_tokenizer")}
+        cfg: dict[str, Any] = {"model": model}
         try:
-            return {
-                "model": model,
-                **{k: None if v is None else orjson.loads(v.__getstate__()) for k, v in parts.items()},
-            }
+            for k in ("normalizer", "pre_tokenizer"):
+                part = getattr(tok, k, None)
+                cfg[k] = None if part is None else orjson.loads(part.__getstate__())
+            return cfg
         except (AttributeError, TypeError, orjson.JSONDecodeError):
             pass  # a tokenizers version that does not say: the file does
     try:  # the reference loaded it already: a JSON file of sane size
