@@ -29,7 +29,7 @@ from lmdata import formats
 from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
 from lmdata._version import __version__
-from lmdata.errors import InvalidInputError
+from lmdata.errors import InvalidInputError, OutputExistsError
 from lmdata.parallel import Executor, InProcess, make_executor
 from lmdata.parallel import records as record_codec
 from lmdata.parallel.staging import (
@@ -42,6 +42,7 @@ from lmdata.parallel.staging import (
 )
 from lmdata.protocols import is_token_reader
 from lmdata.storage import check_dest, is_url, options_scope
+from lmdata.storage.claims import claim_job
 from lmdata.storage.paths import remove_staged
 
 
@@ -273,7 +274,15 @@ def _convert(
 ) -> ConvertSummary:
     t0 = time.perf_counter()
     target = formats.spec(to)
-    dst = check_dest(dst, overwrite)
+    # the output's claim names the job: a resume takes over the claim a killed run left
+    with claim_job(work_area(dst).where, takeover=resume):
+        try:
+            dst, committed = check_dest(dst, overwrite), None
+        except OutputExistsError as e:
+            if not (resume and work_area(dst).exists()):
+                raise
+            # a run killed after its commit, before it removed its staging: see below
+            dst, committed = check_dest(dst, True), e
     opts = dict(writer_options or {})
     summary = ConvertSummary(output=str(dst))
     source = formats.spec(source_format) if source_format else formats.spec(formats.detect(src))
@@ -292,6 +301,14 @@ def _convert(
     try:
         units = sum(_n_blocks(r) for r in readers)
         job = (src, source, src_splits, reader_options, target, opts)
+        if committed is not None:  # done if every block of this job is, else in the way
+            staging = work_area(dst)
+            if staging.manifest() != _manifest(*job) or len(staging.done()) < units:
+                raise committed
+            staging.clear()
+            summary.records = summary.resumed = sum(len(r) for r in readers)
+            summary.seconds = time.perf_counter() - t0
+            return summary
         staging, done = _resume(dst, _manifest(*job)) if resume else (None, set())
         pool = make_executor(engine, workers, address, units=units - len(done))
         if staging is None and not isinstance(pool, InProcess):
@@ -299,19 +316,20 @@ def _convert(
             # new job empties what a killed one left
             staging = work_area(dst)
             prepare(staging, _manifest(*job), False, "convert")
-        summary.records = _copy(
-            src,
-            dst,
-            target,
-            list(zip(src_splits, readers, strict=True)),
-            pool,
-            overwrite,
-            opts,
-            progress,
-            staging,
-            done,
-            summary,
-        )
+        with claim_job(work_area(dst).where, takeover=resume):
+            summary.records = _copy(
+                src,
+                dst,
+                target,
+                list(zip(src_splits, readers, strict=True)),
+                pool,
+                overwrite,
+                opts,
+                progress,
+                staging,
+                done,
+                summary,
+            )
     finally:
         for r in readers:
             r.close()

@@ -11,12 +11,14 @@ import os
 
 __all__ = [
     "CorruptDataError",
+    "DatasetChangedError",
     "DatasetNotFoundError",
     "FormatError",
     "InvalidInputError",
     "LmdataError",
     "MissingDependencyError",
     "OutputExistsError",
+    "StorageError",
     "UnsafeDataError",
     "ValidationError",
 ]
@@ -35,7 +37,7 @@ class LmdataError(Exception):
     """Root of every exception lmdata raises on purpose.
 
     ``path`` and ``position`` are kept as attributes so tools can report them; the message
-    already contains both.
+    already contains both. Secrets in URLs (userinfo, signed query values) are masked in both.
     """
 
     def __init__(
@@ -45,10 +47,12 @@ class LmdataError(Exception):
         path: str | os.PathLike[str] | None = None,
         position: str | None = None,
     ) -> None:
-        self.path = os.fspath(path) if path is not None else None
+        from lmdata._redact import redact  # a URL's userinfo or signed query never shows
+
+        self.path = redact(os.fspath(path)) if path is not None else None
         self.position = position
-        where = _where(path, position)
-        super().__init__(f"{where}: {message}" if where else message)
+        where = _where(self.path, position)
+        super().__init__(redact(f"{where}: {message}" if where else message))
 
 
 class FormatError(LmdataError, ValueError):
@@ -57,6 +61,11 @@ class FormatError(LmdataError, ValueError):
 
 class CorruptDataError(LmdataError, ValueError):
     """The data contradicts its own metadata: truncated, garbled or inconsistent bytes."""
+
+
+class DatasetChangedError(CorruptDataError):
+    """An object a reader opened was replaced, changed or deleted under it: the reader refuses
+    to mix versions. Open the dataset again to read what is there now."""
 
 
 class UnsafeDataError(LmdataError, ValueError):
@@ -85,3 +94,8 @@ class DatasetNotFoundError(LmdataError, FileNotFoundError):
 
 class OutputExistsError(LmdataError, FileExistsError):
     """A writer would replace an existing output; pass ``overwrite=True`` to allow it."""
+
+
+class StorageError(LmdataError, OSError):
+    """A store could not serve a request (unreachable, refused, timed out, throttled) after
+    lmdata's retries; the message names the URL and what to check or retry."""

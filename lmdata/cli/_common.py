@@ -194,11 +194,25 @@ def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def resume_command() -> str:
+    """The command line being run, with ``--resume`` (secrets masked): what continues it."""
+    import shlex
+
+    from lmdata._provenance import current_command
+    from lmdata._redact import redact_argv
+
+    argv = shlex.split(current_command())
+    if "--resume" not in argv:
+        argv.append("--resume")
+    return shlex.join(redact_argv(argv))
+
+
 def say_resume(e: BaseException, work: Callable[[], Staging]) -> None:
     """After a job stopped by ``e``, where it kept its work folder (``work()``, looked up only
-    then) for ``--resume``, say so: Ctrl-C exits 130 saying it, an lmdata error exits 2 under
-    its ``error:`` line; otherwise (nothing kept, bad data or options, another exception) it
-    returns and the caller re-raises ``e`` for the CLI's usual report."""
+    then) for ``--resume``, say so, with the command that continues it: Ctrl-C exits 130
+    saying it, an lmdata error exits 2 under its ``error:`` line; otherwise (nothing kept, bad
+    data or options, another exception) it returns and the caller re-raises ``e`` for the
+    CLI's usual report."""
     from lmdata.errors import LmdataError
     from lmdata.parallel.staging import resumable
 
@@ -207,7 +221,10 @@ def say_resume(e: BaseException, work: Callable[[], Staging]) -> None:
     area = work()
     if not area.exists():  # nothing a resume could use
         return
-    again = f"no output written; `--resume` continues from {area.where}"
+    again = (
+        f"no output written; `--resume` continues from {area.where}\n"
+        f"continue with: {resume_command()}"
+    )
     if isinstance(e, KeyboardInterrupt):
         click.echo(f"interrupted: {again}", err=True)
         sys.exit(130)

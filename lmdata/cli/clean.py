@@ -24,8 +24,10 @@ def _age(seconds: float) -> str:
 @click.option(
     "--claims",
     is_flag=True,
-    help="Also clear stale .lmdata-writing claims (object stores): a claimed write that never "
-    "committed goes whole, a committed one loses only its claim.",
+    help="Also settle the .lmdata-writing claims of writers that are gone (object stores): a "
+    "commit a kill cut short is finished from its staged copies, a write that never committed "
+    "goes whole, a committed one loses only its claim. A writer of this machine that has ended "
+    "counts whatever --older-than; one of another machine once older than it.",
 )
 @click.option(
     "--resumable",
@@ -51,9 +53,10 @@ def command(
     storage_options: dict[str, Any] | None,
 ) -> None:
     """Find and remove what failed writes left below PATH (a folder or URL, searched
-    recursively): .lmdata-tmp-* staged outputs; with --claims, .lmdata-writing claims; with
-    --resumable, interrupted tokenize/convert jobs' staging (listed and kept otherwise: rerun
-    the job with --resume to finish it)."""
+    recursively, and the claim beside it): .lmdata-tmp-* staged outputs; with --claims, the
+    claims of writers that are gone (a commit they began is finished); with --resumable,
+    interrupted tokenize/convert jobs' staging (listed and kept otherwise: rerun the job with
+    --resume to finish it)."""
     found = clean(
         path,
         older_than=parse_age(older_than),

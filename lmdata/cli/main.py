@@ -87,8 +87,7 @@ class _LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except LmdataError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
+            _fail(str(e))
         except KeyboardInterrupt:
             click.echo("interrupted; no partial output was left behind", err=True)
             sys.exit(130)
@@ -97,12 +96,35 @@ class _LazyGroup(click.Group):
         except Exception as e:
             if os.environ.get("LMDATA_DEBUG"):
                 raise
-            click.echo(
-                f"error: unexpected {type(e).__name__}: {e} (a bug in lmdata: please report it; "
-                "LMDATA_DEBUG=1 shows the traceback)",
-                err=True,
+            from lmdata.storage._errors import from_store, translate
+
+            if from_store(e):  # a store failure that escaped unwrapped
+                known = translate(e, None)
+                if isinstance(known, LmdataError):
+                    _fail(str(known))
+            _fail(
+                f"unexpected {type(e).__name__}: {e} (a bug in lmdata: please report it; "
+                "LMDATA_DEBUG=1 shows the traceback)"
             )
-            sys.exit(2)
+
+
+def _fail(message: str) -> None:
+    """Print ``message`` as one ``error:`` line on stderr (secrets masked), exit status 2. A
+    progress line left open on the terminal is ended first, so the error starts a line."""
+    from lmdata._redact import redact
+
+    text = " ".join(redact(message).split())
+    click.echo(f"\nerror: {text}" if _progress_open() else f"error: {text}", err=True)
+    sys.exit(2)
+
+
+def _progress_open() -> bool:
+    """Whether a progress bar still holds the terminal's current line."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover (tqdm is a core dependency)
+        return False
+    return any(not getattr(bar, "disable", True) for bar in list(getattr(tqdm, "_instances", ())))
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from lmdata import _deps
-from lmdata.errors import FormatError, LmdataError
+from lmdata.errors import FormatError, LmdataError, StorageError
 from lmdata.formats._spec import FormatSpec, Kind, TokenSink, TokenTarget
 
 __all__ = [
@@ -128,6 +128,8 @@ def detect(path: str | os.PathLike[str]) -> str:
         asked.add(id(s.detect))
         try:
             found = s.detect(p)
+        except StorageError:  # the store failed: say so, not "not this format"
+            raise
         except (LmdataError, OSError, RecursionError, ValueError):
             continue  # a file this format cannot even look at is not of this format
         if found:

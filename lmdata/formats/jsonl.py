@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from lmdata._lazy import lazy_exports
-from lmdata.errors import LmdataError
+from lmdata.errors import LmdataError, StorageError
 from lmdata.formats._spec import FormatSpec, detector, lazy
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ def detect(path: str | os.PathLike[str]) -> bool:
         if not key.lower().endswith(SUFFIXES):
             return False
         return store.exists(key) and not store.is_dir(key)
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, LmdataError):
         return False
 

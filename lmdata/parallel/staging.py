@@ -141,11 +141,19 @@ class StoreStaging:
     def where(self) -> str:
         return str(self.store.url(self.key))
 
+    def _fresh(self, folder: str = "") -> str:
+        """The key of ``folder`` of the area, with this process's cached listing of it
+        dropped: workers in other processes write there, so a listing made before is stale
+        (an object they wrote since would read as missing)."""
+        k = join(self.key, folder) if folder else self.key
+        self.store.fs.invalidate_cache(k)
+        return k
+
     def exists(self) -> bool:
-        return bool(self.store.exists(join(self.key, "manifest.json")))
+        return bool(self.store.exists(join(self._fresh(), "manifest.json")))
 
     def manifest(self) -> bytes | None:
-        k = join(self.key, "manifest.json")
+        k = join(self._fresh(), "manifest.json")
         return bytes(self.store.read(k)) if self.store.exists(k) else None
 
     def reset(self, manifest: bytes) -> None:
@@ -153,19 +161,19 @@ class StoreStaging:
         self.store.write_object(join(self.key, "manifest.json"), manifest)
 
     def parts(self) -> list[str]:
-        return self.store.list(join(self.key, "parts"))
+        return self.store.list(self._fresh("parts"))
 
     def write_part(self, name: str, data: bytes) -> None:
         self.store.write_object(join(self.key, "parts", name), data)
 
     def read_part(self, name: str) -> bytes:
-        return bytes(self.store.read(join(self.key, "parts", name)))
+        return bytes(self.store.read(join(self._fresh("parts"), name)))
 
     def remove_part(self, name: str) -> None:
         self.store.remove(join(self.key, "parts", name))
 
     def done(self) -> set[tuple[int, int]]:
-        return {unit_key(n) for n in self.store.list(join(self.key, "done")) if _UNIT.fullmatch(n)}
+        return {unit_key(n) for n in self.store.list(self._fresh("done")) if _UNIT.fullmatch(n)}
 
     def mark_done(self, file: int, part: int) -> None:
         self.store.write_object(join(self.key, "done", unit_name(file, part)), b"")

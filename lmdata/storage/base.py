@@ -49,6 +49,11 @@ class Store(Protocol):
         from one listing; empty if ``key`` is no directory."""
         ...
 
+    def snapshot(self, key: str) -> None:
+        """Pin the dataset at ``key`` (a folder or one object) as it is now: the store reads
+        only what was there, or raises DatasetChangedError. Readers call it first at open."""
+        ...
+
     def read_range(self, key: str, start: int, length: int) -> bytes:
         """``length`` bytes from ``start`` (fewer at the end of the object)."""
         ...

@@ -1,15 +1,18 @@
-"""Finding and removing what killed writers left: staged outputs and claims on new URLs.
+"""Finding and removing what killed writers left: staged outputs, claims and cut-short commits.
 
-A writer that dies leaves at most two kinds of objects, both named so they can be found:
-``.lmdata-tmp-NAME-<id>`` (an output staged beside its destination: a local temporary
-directory or file, or the new objects of a replacing write on an object store) and
-``.lmdata-writing`` claims (a write to a new URL on an object store, whose objects sit under
-their final names). A claim whose write reached its commit lists the objects the commit writes:
-if they are all there, the dataset is whole and only the claim is left over; otherwise the
-claimed directory (or object) held nothing but the dead writer's objects and goes with it.
-Only leftovers untouched for ``older_than`` seconds count, so a running writer keeps its own.
-A third kind is kept unless asked for: the staging folder (``.NAME.lmdata-work``,
-``.NAME.lmdata-convert``) an interrupted tokenize or convert keeps for ``--resume``.
+A writer that dies leaves objects named so they can be found: ``.lmdata-tmp-NAME-<id>`` (an
+output staged beside its destination: a local temporary directory or file, or the new objects
+of a staged write on an object store), and on object stores its claim ``.lmdata-writing-NAME``
+(:mod:`lmdata.storage.claims`), which says what the write got to: a commit that finished (only
+the claim is left over), a staged commit cut short (finished now, rolled forward from the
+staged copies: the new dataset), or a write that never committed (its objects go: the staged
+copies, or a new dataset's objects under their final names). A commit cut short also leaves
+its marker in a tree (``.lmdata-committing``), which is found too. Only leftovers untouched for
+``older_than`` seconds count, so a running writer keeps its own, except a claim whose writer is
+provably gone (a process of this machine that ended) or whose commit finished. A staged output
+named by a claim goes with its claim. A last kind is kept unless asked for: the staging folder
+(``.NAME.lmdata-work``, ``.NAME.lmdata-convert``) an interrupted tokenize or convert keeps for
+``--resume``.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmdata.errors import InvalidInputError
-from lmdata.storage.base import Store, basename, join, parent
-from lmdata.storage.paths import CLAIM, TMP_PREFIX, is_work_name, require_exists
+from lmdata.storage import claims as claims_mod
+from lmdata.storage.base import Store, basename, join
+from lmdata.storage.claims import Claim, claim_key
+from lmdata.storage.paths import CLAIM, COMMITTING, TMP_PREFIX, is_work_name, require_exists
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -30,7 +35,8 @@ UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 @dataclass(frozen=True)
 class Leftover:
     """One thing a failed write left: ``kind`` is ``staged`` (a ``.lmdata-tmp-`` output),
-    ``unfinished`` (a claimed write that never committed: its objects and claim), ``claim``
+    ``unfinished`` (a claimed write that never committed: its objects and claim),
+    ``committing`` (a staged commit cut short: finished from its staged copies), ``claim``
     (the claim of a write that committed) or ``resumable`` (an interrupted tokenize's or
     convert's staging, which ``--resume`` continues); ``remove`` lists the keys that go (none
     for a resumable folder kept)."""
@@ -40,6 +46,7 @@ class Leftover:
     bytes: int
     age: float  # seconds since anything below it last changed
     remove: tuple[str, ...]
+    claim: Claim | None = None  # settled (rolled forward or removed) through its claim
 
 
 def parse_age(text: str) -> float:
@@ -106,7 +113,7 @@ def _topmost(name: str) -> bool:
 
 def _group(store: Store, key: str) -> dict[str, list[tuple[str, int, float | None]]]:
     """Objects below ``key`` by the leftover they belong to: a ``.lmdata-tmp-`` path or a
-    resumable job's staging folder (the topmost), or a claim (its key)."""
+    resumable job's staging folder (the topmost), or a claim or commit marker (its key)."""
     local = getattr(store, "fs", None) is None
     base = os.path.normpath(key) if local else key.rstrip("/")
     out: dict[str, list[tuple[str, int, float | None]]] = {}
@@ -118,31 +125,51 @@ def _group(store: Store, key: str) -> dict[str, list[tuple[str, int, float | Non
                 out.setdefault(join(base, *parts[: i + 1]), []).append((k, size, mtime))
                 break
         else:
-            if parts and (parts[-1] == CLAIM or parts[-1].startswith(CLAIM + "-")):
+            if parts and (_is_claim(parts[-1]) or parts[-1] == COMMITTING):
                 out.setdefault(k, []).append((k, size, mtime))
     if _topmost(basename(base)):  # the URL given is itself a leftover
         out = {base: [o for objs in out.values() for o in objs]} if out else out
     return out
 
 
-def _claim_target(claim: str) -> str:
-    """What a claim guards: its directory, or the object named after ``.lmdata-writing-``."""
-    name = basename(claim)
-    return parent(claim) if name == CLAIM else join(parent(claim), name[len(CLAIM) + 1 :])
+def _is_claim(name: str) -> bool:
+    return name == CLAIM or name.startswith(CLAIM + "-")
 
 
-def _committed(store: Store, claim: str, target: str) -> bool:
-    """Whether the claimed write reached its commit and every object it lists is there."""
-    from lmdata import _json
-
-    try:
-        info = _json.from_bytes(store.read(claim, 1 << 20), path=store.url(claim), what="claim")
-    except Exception:  # unreadable: the write cannot be shown to have finished
-        return False
-    names = info.get("committing")
-    if not isinstance(names, list) or not store.exists(target):
-        return False
-    return all(isinstance(n, str) and store.exists(join(target, n) if n else target) for n in names)
+def _claims(store: Store, key: str, groups: dict[str, Any]) -> dict[str, Claim]:
+    """The claims among ``groups`` and the one beside ``key`` itself, read, with the marker of
+    a cut-short commit standing for its claim where that is gone."""
+    fs = getattr(store, "fs", None)
+    if fs is None:
+        return {}
+    found: dict[str, Claim] = {}
+    beside = claim_key(key.rstrip("/"))
+    if beside not in groups and basename(key.rstrip("/")):
+        try:
+            info = fs.info(beside)
+        except (FileNotFoundError, OSError):
+            info = None
+        if info is not None and info.get("type") != "directory":
+            groups[beside] = [(beside, int(info.get("size") or 0), _mtime(info))]
+    for root in sorted(groups):
+        if _is_claim(basename(root)):
+            c = claims_mod.inspect(store, root)  # type: ignore[arg-type]
+            if c is not None:
+                found[root] = c
+    for root in sorted(groups):
+        if basename(root) != COMMITTING:
+            continue
+        info = claims_mod.read_claim(store, root)  # type: ignore[arg-type]
+        mark = info.get("marker") if info else None
+        if not isinstance(mark, str) or not root.endswith("/" + mark):
+            continue
+        claim = claim_key(root[: -len(mark) - 1])
+        if claim not in found:
+            c = claims_mod.inspect(store, claim, info)  # type: ignore[arg-type]
+            if c is not None:
+                found[claim] = c
+                groups[claim] = groups[root]
+    return found
 
 
 def find_leftovers(
@@ -158,30 +185,50 @@ def find_leftovers(
     resumable jobs' staging folders always, to be removed only with ``resumable``."""
     now = time.time()
     out: list[Leftover] = []
-    for root, objs in sorted(_group(store, key).items()):
-        is_claim = basename(root) == CLAIM or basename(root).startswith(CLAIM + "-")
-        if is_claim:
-            if not claims:
+    groups = _group(store, key)
+    found = _claims(store, key, groups)
+    claimed_stages = {k for c in found.values() for k in c.staged}
+    for root, objs in sorted(groups.items()):
+        c = found.get(root)
+        if _is_claim(basename(root)) or basename(root) == COMMITTING:
+            if c is None or not claims:
                 continue
-            target = _claim_target(root)
-            if _committed(store, root, target):
-                objs, kind, remove = objs, "claim", (root,)
-            else:
-                objs = list(_objects(store, target)) if store.is_dir(target) else objs
-                if store.exists(target) and not store.is_dir(target):
-                    objs = [*objs, (target, store.size(target), None)]
-                kind, remove = "unfinished", (target, root)
-        elif is_work_name(basename(root)):
+            objs = [*objs, *_below(store, c.stage or (c.dest if c.outcome == "unfinished" else ""))]
+            age = _age(now, objs)
+            if not claims_mod.may_settle(c, older_than, age):
+                continue
+            kind = {"finished": "claim", "committing": "committing"}.get(c.outcome, "unfinished")
+            shown = {"claim": c.key, "committing": c.dest}.get(kind)
+            shown = shown or (c.stage if c.stage is not None else c.dest)
+            size = sum(s for k, s, _ in objs if kind != "claim" or k == c.key)
+            out.append(Leftover(kind, store.url(shown), size, age, c.removes(), c))
+            continue
+        if root in claimed_stages:
+            continue  # goes with its claim (--claims), never on its own
+        if is_work_name(basename(root)):
             kind, remove = "resumable", (root,) if resumable else ()
         else:
             kind, remove = "staged", (root,)
-        times = [t for _, _, t in objs if t is not None]
-        age = now - max(times) if times else 0.0
+        age = _age(now, objs)
         if age < older_than:
             continue
         shown = remove[0] if remove else root
         out.append(Leftover(kind, store.url(shown), sum(s for _, s, _ in objs), age, remove))
     return out
+
+
+def _age(now: float, objs: list[tuple[str, int, float | None]]) -> float:
+    times = [t for _, _, t in objs if t is not None]
+    return now - max(times) if times else 0.0
+
+
+def _below(store: Store, key: str) -> list[tuple[str, int, float | None]]:
+    """Every object below ``key`` (or ``key`` itself, an object); none for ``""``."""
+    if not key or not store.exists(key):
+        return []
+    if not store.is_dir(key):
+        return [(key, store.size(key), None)]
+    return list(_objects(store, key))
 
 
 def clean(
@@ -204,6 +251,9 @@ def clean(
     found = find_leftovers(store, key, older_than=older_than, claims=claims, resumable=resumable)
     if not dry_run:
         for item in found:
+            if item.claim is not None:
+                claims_mod.settle(store, item.claim)  # type: ignore[arg-type]
+                continue
             for k in item.remove:
                 store.remove(k)
     return found

@@ -33,6 +33,14 @@ def walk_files(store: Store, top: str) -> Iterator[str]:
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             yield from (os.path.join(dirpath, f) for f in files)
         return
+    snap = getattr(store, "files_below", None)
+    listed = snap(top) if snap is not None else None
+    if listed is not None:  # a snapshot of the folder: no request
+        base = top.rstrip("/") + "/"
+        for k in listed:
+            if not any(p.startswith(".") for p in k[len(base) :].split("/")[:-1]):
+                yield k
+        return
     fs = getattr(store, "fs", None)
     if fs is not None:  # fsspec: one recursive listing, not one request per folder and entry
         base = top.rstrip("/") + "/"
@@ -81,9 +89,11 @@ def _component_regex(part: str) -> str:
     return "".join(out)
 
 
-def glob_keys(store: Store, pattern: str) -> list[str]:
+def glob_keys(store: Store, pattern: str, walked: list[str] | None = None) -> list[str]:
     """Keys of the files matching ``pattern`` (``*``, ``?``, ``[..]`` within a name, ``**``
-    over folders; names starting with a dot only when the pattern says so), sorted."""
+    over folders; names starting with a dot only when the pattern says so), sorted; every
+    file key the search listed is appended to ``walked`` if given (what a caller checks the
+    listing for, at no further request)."""
     parts = pattern.split("/")
     first = next((i for i, p in enumerate(parts) if glob.has_magic(p)), len(parts))
     if first == len(parts):
@@ -103,5 +113,7 @@ def glob_keys(store: Store, pattern: str) -> list[str]:
     except re.error as e:  # e.g. a reversed range "[z-a]"
         raise InvalidInputError(f"bad glob pattern {pattern!r}: {e}") from None
     cut = len(top.rstrip("/")) + 1
-    hits = [k for k in walk_files(store, top) if regex.match(k[cut:])]
-    return sorted(hits)
+    listed = list(walk_files(store, top))
+    if walked is not None:
+        walked.extend(listed)
+    return sorted(k for k in listed if regex.match(k[cut:]))

@@ -4,6 +4,13 @@ Files are opened once per process and read with ``os.pread`` (no shared file off
 threads and forked workers never disturb each other); a copy of the store in another process
 (pickled, or inherited by fork) opens its own. Outputs are built in a hidden temporary sibling
 and renamed into place, so a dataset appears whole or not at all.
+
+A store reads the files it opened: each file's identity (device, inode, size, modification
+time) is pinned when first seen, and a file opened again (after eviction, in a DataLoader
+worker, for a memory map) must be the same file; a dataset folder pinned by
+:meth:`LocalStore.snapshot` must still be the folder that was opened. A file or folder
+replaced under a reader is a :class:`~lmdata.errors.DatasetChangedError` (an open file keeps
+serving its old bytes).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lmdata.errors import LmdataError, UnsafeDataError
+from lmdata.errors import DatasetChangedError, LmdataError, UnsafeDataError
 from lmdata.storage.base import MAX_READ_BYTES
 from lmdata.storage.paths import AtomicOutput
 
@@ -66,6 +73,8 @@ class LocalStore:
     can_mmap = True
 
     def __init__(self) -> None:
+        self._pins: dict[str, tuple[int, ...]] = {}  # path -> (device, inode, size, mtime)
+        self._roots: dict[str, tuple[int, int]] = {}  # snapshot folders -> (device, inode)
         self._init()
 
     def _init(self) -> None:
@@ -75,9 +84,12 @@ class LocalStore:
         _STORES.add(self)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {}
+        # the pins go along: a worker opens the files its parent opened, or fails
+        return {"pins": dict(self._pins), "roots": dict(self._roots)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        self._pins = dict(state.get("pins") or {})
+        self._roots = dict(state.get("roots") or {})
         self._init()
 
     def __repr__(self) -> str:
@@ -93,7 +105,54 @@ class LocalStore:
         return os.path.isdir(key)
 
     def size(self, key: str) -> int:
-        return os.stat(key).st_size
+        st = os.stat(key)
+        self._pin(key, st)
+        return st.st_size
+
+    # ---- pins --------------------------------------------------------------------------------
+
+    def _pin(self, key: str, st: os.stat_result) -> None:
+        """Record the identity of file ``key`` (``st``), or DatasetChangedError if another
+        file has been seen at ``key`` before."""
+        # (an inode freed by a delete is soon reused: size and mtime tell the new file apart)
+        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        key = os.fspath(key)
+        held = self._pins.setdefault(key, ident)
+        if held != ident:
+            raise _changed(key, "the file was replaced")
+
+    def _opened(self, key: str, fd: int) -> None:
+        """Check a file just opened: the same file as before, in the same dataset folder."""
+        key = os.fspath(key)
+        self._pin(key, os.fstat(fd))
+        if self._roots:
+            for root, ident in self._roots.items():
+                if key.startswith(root.rstrip(os.sep) + os.sep):
+                    try:
+                        st = os.stat(root)
+                    except FileNotFoundError:
+                        raise _changed(root, "the dataset folder was removed") from None
+                    if (st.st_dev, st.st_ino) != ident:
+                        raise _changed(root, "the dataset folder was replaced")
+
+    def snapshot(self, key: str) -> None:
+        """Pin the dataset at ``key`` as it is now: files below a pinned folder are opened only
+        while the path still leads to that folder (one ``stat`` per file opened, none per
+        read); a dataset replaced by a rename is a DatasetChangedError, not a mix."""
+        try:
+            st = os.stat(key)
+        except OSError:
+            return
+        if os.path.isdir(key):
+            key = os.fspath(key)
+            self._roots.setdefault(key.rstrip(os.sep) or key, (st.st_dev, st.st_ino))
+        else:
+            self._pin(key, st)
+
+    def forget(self) -> None:
+        """Drop the pins (this store is about to write: what it reads next is what it wrote)."""
+        self._pins = {}
+        self._roots = {}
 
     def list(self, key: str) -> list[str]:
         try:
@@ -109,7 +168,9 @@ class LocalStore:
                 for e in it:
                     try:
                         if e.is_file():
-                            out[e.name] = e.stat().st_size
+                            st = e.stat()
+                            self._pin(e.path, st)
+                            out[e.name] = st.st_size
                     except OSError:
                         continue
         except (FileNotFoundError, NotADirectoryError):
@@ -125,6 +186,7 @@ class LocalStore:
             h = fds.get(key)
             if h is None:
                 h = _Handle(os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+                self._opened(key, h.fd)  # (the handle closes its file if this raises)
                 # one pass of second chances clears every mark; past it (lock-free reads
                 # marked files again meanwhile) the oldest goes whatever its mark
                 chances = len(fds)
@@ -159,6 +221,7 @@ class LocalStore:
 
     def read(self, key: str, limit: int = MAX_READ_BYTES) -> bytes:
         with open(key, "rb") as f:
+            self._opened(key, f.fileno())
             size = os.fstat(f.fileno()).st_size
             if size > limit:
                 raise UnsafeDataError(f"larger than the {limit} bytes allowed here", path=key)
@@ -170,6 +233,7 @@ class LocalStore:
 
     def mmap(self, key: str) -> _mmap.mmap | bytes:
         with open(key, "rb") as f:
+            self._opened(key, f.fileno())
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 return b""  # an empty file cannot be mapped
@@ -184,17 +248,27 @@ class LocalStore:
                 ) from None
 
     def output(self, key: str, *, directory: bool, overwrite: bool) -> LocalOutput:
+        self.forget()
         return LocalOutput(self, key, directory=directory, overwrite=overwrite)
 
     def remove(self, key: str) -> None:
         from lmdata.storage.paths import _remove
 
+        self.forget()
         _remove(Path(key))
 
     def close(self) -> None:
         """Forget the open files; each closes now, or when a read still using it is done."""
         with self._lock:
             self._fds = {}
+
+
+def _changed(path: str, what: str) -> DatasetChangedError:
+    return DatasetChangedError(
+        f"{what} since this reader opened it; lmdata does not mix the bytes of two versions: "
+        "open the dataset again to read what is there now",
+        path=path,
+    )
 
 
 WRITE_BUFFER = 1 << 20

@@ -22,7 +22,10 @@ from lmdata.errors import DatasetNotFoundError, OutputExistsError
 _W = TypeVar("_W", bound="AtomicWriter")
 
 TMP_PREFIX = ".lmdata-tmp-"  # staged outputs: a killed writer leaves at most these
-CLAIM = ".lmdata-writing"  # a writer's create-only claim on a new URL (object stores)
+CLAIM = ".lmdata-writing"  # a writer's create-only claim beside its URL (object stores)
+# inside a tree being put in place (a Dolma tree: ``documents/.lmdata-committing``), for as long
+# as a staged commit moves its objects: readers that list the tree refuse it meanwhile
+COMMITTING = ".lmdata-committing"
 WORK_JOBS = ("work", "convert")  # resumable staging beside an output: tokenize's, convert's
 
 
@@ -192,7 +195,11 @@ def check_dest(
     storage_options: dict[str, Any] | None = None,
 ) -> str:
     """Like :func:`check_output` for writers that accept URLs: the destination as a string (a
-    URL stays a URL, ``file://`` becomes its path), refused if something exists there."""
+    URL stays a URL, ``file://`` becomes its path), refused if something exists there. On an
+    object store, what a dead writer left there is settled first (its claim says so, see
+    :func:`lmdata.storage.claims.takeover`): it is no output; a claim that stands is refused
+    with its own message."""
+    from lmdata.storage import claims
     from lmdata.storage.urls import resolve, scheme
 
     s = scheme(dest)
@@ -200,6 +207,13 @@ def check_dest(
         return str(check_output(dest, overwrite))
     store, key = resolve(dest, storage_options)
     if store.exists(key) and not overwrite:
+        claim = claims.claim_key(key)
+        if store.exists(claim):
+            settled = claims.takeover(store, claim)  # type: ignore[arg-type]
+            if settled == "stands":
+                raise OutputExistsError(claims.refusal(store, claim), path=store.url(claim))  # type: ignore[arg-type]
+            if settled == "own" or not store.exists(key):  # a resumed job replaces its own
+                return os.fspath(dest)
         raise OutputExistsError(
             "output already exists; remove it or pass overwrite=True (--overwrite)",
             path=os.fspath(dest),
@@ -223,6 +237,9 @@ def require_exists(
     if s is not None and s != "file":
         store, key = resolve(path, storage_options)
         if not store.exists(key):
+            missing = getattr(store, "missing", None)  # says whether the bucket is missing
+            if missing is not None:
+                raise missing(key)
             raise DatasetNotFoundError("no such object or directory", path=os.fspath(path))
         return os.fspath(path)  # type: ignore[return-value]
     if storage_options:

@@ -31,7 +31,7 @@ import numpy as np
 import orjson
 
 from lmdata import parallel
-from lmdata.errors import InvalidInputError, LmdataError
+from lmdata.errors import InvalidInputError, LmdataError, OutputExistsError
 from lmdata.parallel import make_executor
 from lmdata.parallel.staging import (
     Staging,
@@ -40,7 +40,8 @@ from lmdata.parallel.staging import (
     staging_for,
     work_dir_for,
 )
-from lmdata.storage import check_dest, is_url, join, options_scope
+from lmdata.storage import check_dest, is_url, join, options_scope, scheme
+from lmdata.storage.claims import claim_job
 from lmdata.storage.paths import remove_staged
 from lmdata.tokenize.commit import Committer, StagedUnit, is_validation, pack_part, part_name
 from lmdata.tokenize.encoders import (
@@ -54,7 +55,7 @@ from lmdata.tokenize.encoders import (
     pick,
 )
 from lmdata.tokenize.job import Summary, TokenizeJob
-from lmdata.tokenize.sinks import make_sink
+from lmdata.tokenize.sinks import EodSink, make_sink, resolve_eod
 from lmdata.tokenize.sources import (
     TAIL_RANGES,
     TAIL_SMALLEST,
@@ -404,7 +405,17 @@ def tokenize(
     if range_bytes is not None and range_bytes < 1:
         raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
     t0 = time.perf_counter()
-    out = check_dest(dst, overwrite, storage_options)
+    remote = scheme(dst) not in (None, "file")
+    work = staging_for(dst, storage_options if remote else None)
+    # the output's claim names this job: a resume takes over the claim a killed run left
+    with claim_job(work.where, takeover=resume):
+        try:
+            out, committed = check_dest(dst, overwrite, storage_options), None
+        except OutputExistsError as e:
+            if not (resume and work.exists()):
+                raise
+            # a run killed after its commit, before it removed its work: see below
+            out, committed = check_dest(dst, True, storage_options), e
     url = is_url(out)
     dst = out if url else Path(out)  # type: ignore[assignment]
     inputs = list_inputs(list(sources), job.source_format, source_options)
@@ -422,11 +433,15 @@ def tokenize(
         remove_staged(dst)
     tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
     make_sink(job, tok)  # checks the EOD policy before any work
-    work = staging_for(out, storage_options if url else None)
     if range_bytes is None:
         range_bytes = range_bytes_for(inputs)
     manifest = _manifest(job, inputs, range_bytes, source_options, origins)
     units = plan_units(inputs, range_bytes, job.source_format, source_options)
+    if committed is not None:
+        done = prepare(work, manifest, resume)
+        if any((u.file_index, u.part) not in done for u in units) or work.manifest() != manifest:
+            raise committed  # not this job's output: it is in the way
+        return _committed(job, tok, inputs, work, str(dst), t0)
     first = _first_texts(job, inputs, work, units, source_options, encoder)
     choice = choose(job.tokenizer, encoder, job.special_tokens, first, tok)
     note(choice)
@@ -490,7 +505,7 @@ class _Run:
         commit = Committer(job, inputs, work, summary, progress)
         # parts go into the output in input order as their units finish; the staged copies also
         # serve a later --resume, which replays the units already done before running the rest
-        with options_scope(self.storage_options):
+        with options_scope(self.storage_options), claim_job(work.where, takeover=resume):
             commit.sink = sink_factory(self.dst, overwrite=self.overwrite)
         check = choice.encoder == "fast"
         try:
@@ -522,6 +537,29 @@ class _Run:
         commit.sink.close()
         work.clear()
         return summary
+
+
+def _committed(
+    job: TokenizeJob, tok: Any, inputs: list[InputFile], work: Staging, out: str, t0: float
+) -> Summary:
+    """The summary of a job whose interrupted run had committed the output (every unit done,
+    the output there) and was stopped before it removed its work: counted from the staged
+    parts, which then go."""
+    summary = Summary(output=out)
+    commit = Committer(job, inputs, work, summary, None)
+    commit.sink = EodSink(_Discard(), resolve_eod(job, tok))
+    for name in work.parts():
+        commit.part(name, fresh=False)
+    work.clear()
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+class _Discard:
+    """A token sink that keeps nothing (the tokens are in the output already)."""
+
+    def write_many(self, flat: Any, lengths: Any, split: str = "train") -> None:
+        pass
 
 
 def _first_texts(

@@ -11,7 +11,7 @@ import pytest
 import lmdata
 from lmdata.errors import OutputExistsError
 from lmdata.formats import atlas
-from lmdata.storage import LocalStore, join, resolve
+from lmdata.storage import LocalStore, basename, join, parent, resolve
 
 from .test_atlas_compat import examples
 
@@ -101,12 +101,13 @@ def test_an_append_on_a_store_keeps_other_writers_out(where) -> None:
     _write(where, examples(6), block_size=2)
     w = atlas.Writer(where, append=True)
     w.write({"id": 99})
-    assert store.exists(join(key, ".lmdata-writing"))
+    claim = join(parent(key), f".lmdata-writing-{basename(key)}")  # beside the dataset
+    assert store.exists(claim)
     with pytest.raises(OutputExistsError, match="another writer"):
         atlas.Writer(where, append=True)
     with pytest.raises(OutputExistsError):
         lmdata.writer(where, "atlas", overwrite=True)
     assert len(lmdata.open(where)) == 6  # readers still see the previous dataset
     w.close()
-    assert not store.exists(join(key, ".lmdata-writing"))
+    assert not store.exists(claim)
     assert len(lmdata.open(where)) == 7

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import lmdata
 from lmdata.cli.main import cli
-from lmdata.errors import FormatError, UnsafeDataError
+from lmdata.errors import DatasetChangedError, FormatError, UnsafeDataError
 from lmdata.formats.mds import MDSReader
 from lmdata.protocols import Records, TokenSequences
 
@@ -161,9 +161,14 @@ def test_csv_tsv_jsonl_round_trip(tmp_path: Path) -> None:
         assert lmdata.validate(tmp_path / fmt) == []
 
 
-def test_reader_survives_a_moved_dataset_after_pickling(tmp_path: Path) -> None:
+def test_a_pickled_reader_refuses_a_dataset_replaced_since(tmp_path: Path) -> None:
+    """A worker reads what its parent opened, or fails: never the new dataset's shards under
+    the old index (the reader opens its files anew after unpickling)."""
     make(tmp_path / "d")
-    blob = pickle.dumps(lmdata.open(tmp_path / "d"))
+    r = lmdata.open(tmp_path / "d")
+    assert pickle.loads(pickle.dumps(r))[7]["id"] == 7
+    blob = pickle.dumps(r)
     shutil.rmtree(tmp_path / "d")
-    make(tmp_path / "d", n=50)
-    assert pickle.loads(blob)[7]["id"] == 7
+    make(tmp_path / "d", n=60)
+    with pytest.raises(DatasetChangedError, match="replaced"):
+        pickle.loads(blob)[7]

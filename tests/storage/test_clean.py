@@ -3,6 +3,7 @@ removed; datasets, running writers' objects (recent) and committed data are left
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -11,8 +12,8 @@ from click.testing import CliRunner
 import lmdata
 from lmdata.cli.main import cli
 from lmdata.errors import InvalidInputError
-from lmdata.storage import AtomicOutput, clean, parse_age, resolve
-from lmdata.storage.fsspec_output import claim_body
+from lmdata.storage import AtomicOutput, claims, clean, parse_age, resolve
+from lmdata.storage.claims import claim_body, claim_key
 
 
 def _mds(url, ids, **kw):
@@ -23,6 +24,20 @@ def _mds(url, ids, **kw):
 
 def _ids(url):
     return [x["id"] for x in lmdata.open(url)]
+
+
+def _die():
+    """The writers of this process stop as a killed one does: their claims stay, no writer
+    holds them any more (a claim of a running writer of this machine is never taken)."""
+    claims._LIVE.clear()
+
+
+def _elsewhere(url):
+    """The claim of ``url`` as a writer on another machine holds it: nothing tells whether
+    it still runs."""
+    store, key = resolve(url)
+    body = json.loads(store.read(claim_key(key)))
+    store.write_object(claim_key(key), json.dumps({**body, "machine": "another"}).encode())
 
 
 def test_local_staged_output_is_removed_and_datasets_kept(tmp_path):
@@ -46,15 +61,16 @@ def test_s3_staged_replacement_is_removed_and_the_old_dataset_kept(s3_root):
     _mds(url, [1])
     w = lmdata.writer(url, "mds", overwrite=True)
     w.write({"id": 2})
-    w._out.abort = lambda: None  # as if killed: nothing cleans up
+    _die()  # nothing cleans up
     store, key = resolve(s3_root)
     staged = [n for n in store.list(key) if n.startswith(".lmdata-tmp-ds-")]
     if not staged:  # the MDS writer buffers a small shard until close: flush one object
         w._out.write("shard.00000.mds", b"x" * 10)
         staged = [n for n in store.list(key) if n.startswith(".lmdata-tmp-ds-")]
     assert len(staged) == 1
-    found = clean(s3_root, older_than=0)
-    assert [(f.kind, f.url) for f in found] == [("staged", f"{s3_root}/{staged[0]}")]
+    assert clean(s3_root, older_than=0) == []  # staged copies go with their claim
+    found = clean(s3_root, claims=True)  # a writer of this machine that is gone: at once
+    assert [(f.kind, f.url) for f in found] == [("unfinished", f"{s3_root}/{staged[0]}")]
     fresh, _ = resolve(s3_root)
     assert not any(n.startswith(".lmdata-tmp-") for n in fresh.list(key))
     assert _ids(url) == [1]
@@ -63,10 +79,13 @@ def test_s3_staged_replacement_is_removed_and_the_old_dataset_kept(s3_root):
 def test_s3_unfinished_new_write_goes_only_with_claims(s3_root):
     url = f"{s3_root}/new"
     w = lmdata.writer(url, "mds")
-    w._out.write("shard.00000.mds", b"partial")  # then the writer dies
+    w._out.write("shard.00000.mds", b"partial")  # then the writer dies, on another machine
+    _die()
+    _elsewhere(url)
     assert clean(s3_root, older_than=0) == []  # a claim may be a running writer's: not asked
-    with pytest.raises(lmdata.errors.OutputExistsError, match="--claims"):
+    with pytest.raises(lmdata.errors.OutputExistsError, match="--claims --older-than 0"):
         lmdata.writer(url, "mds", overwrite=True)
+    assert clean(s3_root, claims=True) == []  # recent, and maybe running elsewhere
     found = clean(s3_root, older_than=0, claims=True)
     assert [(f.kind, f.url, f.bytes > 7) for f in found] == [("unfinished", url, True)]
     store, key = resolve(url)
@@ -79,11 +98,13 @@ def test_s3_claim_left_by_a_committed_write_goes_alone(s3_root):
     url = f"{s3_root}/done"
     _mds(url, [4])
     store, key = resolve(url)
-    # killed between its commit objects and removing its claim
-    store.write_object(f"{key}/.lmdata-writing", claim_body(committing=["index.json"]))
-    found = clean(s3_root, older_than=0, claims=True)
-    assert [(f.kind, f.url) for f in found] == [("claim", f"{url}/.lmdata-writing")]
-    assert _ids(url) == [4] and ".lmdata-writing" not in resolve(url)[0].list(key)
+    # killed between its commit objects and removing its claim (an older lmdata's claim was
+    # inside the dataset; today's is beside it)
+    for claim in (f"{key}/.lmdata-writing", claim_key(key)):
+        store.write_object(claim, claim_body(committing=["index.json"]))
+        found = clean(s3_root, claims=True)  # a finished write's claim: whatever its age
+        assert [(f.kind, f.url) for f in found] == [("claim", store.url(claim))]
+        assert _ids(url) == [4] and not resolve(url)[0].exists(claim)
 
 
 def test_cli_clean_on_s3_with_storage_options(s3_server, s3_root, monkeypatch):
@@ -91,6 +112,7 @@ def test_cli_clean_on_s3_with_storage_options(s3_server, s3_root, monkeypatch):
     url = f"{s3_root}/cli"
     w = lmdata.writer(url, "mds", storage_options=s3_server)
     w._out.write("a", b"1")
+    _die()
     opts = [
         f"--storage-option=client_kwargs.endpoint_url={s3_server['client_kwargs']['endpoint_url']}"
     ]

@@ -423,26 +423,31 @@ def test_jsonl_remote_reads_fetch_lines_not_objects(memory_root, fetched):
     assert fetched["bytes"] < 3 * 400
 
 
-def test_modalities_jsonl_kill_after_data_commit_leaves_no_index(monkeypatch):
-    """On a store, the old index is removed before the new data commits: a writer dying between
-    the two leaves data with no index (refused), never new lines under the old index."""
-    from lmdata.storage.fsspec_output import FsspecOutput
+def test_modalities_jsonl_kill_mid_swap_leaves_no_index_and_the_journal_finishes(monkeypatch):
+    """On a store, a replaced pair is swapped under one journal, the old index out first: a
+    writer dying after the new data is in place leaves data with no index (refused), never new
+    lines under the old index; settling its claim finishes the swap (the new pair)."""
+    from lmdata.storage import claims, clean
 
     where = f"memory://lmdata-kill-{os.getpid()}/d.jsonl"
     with lmdata.writer(where, "modalities-jsonl") as w:
         w.write({"a": "x"})
     w = lmdata.writer(where, "modalities-jsonl", overwrite=True)
     w.write({"a": "y"})  # same line length: an old index would read it silently
+    put_moves = claims.put_moves
 
-    def die(self, name, data):
+    def die(store, gone, moves):
+        put_moves(store, gone, moves[:1])  # the old index out, the new data in: then killed
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(FsspecOutput, "write_last", die)
+    monkeypatch.setattr(claims, "put_moves", die)
     with pytest.raises(KeyboardInterrupt):
         w.close()
     monkeypatch.undo()
     with pytest.raises(LmdataError):
         list(lmdata.open(where, format="modalities-jsonl"))
+    clean(where.rsplit("/", 1)[0], claims=True)  # this process's writer is gone: at once
+    assert list(lmdata.open(where, format="modalities-jsonl")) == [{"a": "y"}]
 
 
 def test_a_folder_named_like_jsonl_is_a_format_error(tmp_path):

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from lmdata.errors import DatasetChangedError
 from lmdata.storage import LocalStore
 from lmdata.storage.local import MAX_OPEN_FILES
 from tests.storage._threads import run_threads
@@ -79,7 +80,12 @@ def test_a_forked_child_opens_its_own_files(tmp_path):
             pass
         else:
             raise AssertionError("the child kept the parent's descriptor")
-        assert store.read_range(key, 100, 50) == new[100:150]  # opened the name anew
+        # opened the name anew: another file than the one the parent pinned, which the store
+        # refuses to mix in; once told to forget its pins, it reads the new file
+        with pytest.raises(DatasetChangedError, match="replaced"):
+            store.read_range(key, 100, 50)
+        store.forget()
+        assert store.read_range(key, 100, 50) == new[100:150]
         assert store.read_ranges(key, [(0, 10), (4990, 10)]) == [new[:10], new[4990:]]
         store.close()
 

@@ -386,5 +386,5 @@ def test_cli_bad_data_or_options_fail_as_they_are_without_looking_for_a_work_fol
     src.write_text('{"text": "a"}\n')
     res = CliRunner().invoke(cli, ["tokenize", str(src), "bogus://x/out", "--to", "flat-tokens"])
     assert res.exit_code == 2
-    assert "cannot read or write bogus:// URLs" in res.output
+    assert "does not support bogus:// URLs" in res.output
     assert "unexpected" not in res.output and "--resume" not in res.output

@@ -89,7 +89,7 @@ def test_byte_ranges_of_an_object_are_ranged_reads(tmp_path, memory_root, monkey
     job = TokenizeJob(to="flat-tokens", validation_fraction=0.2)
     run([tmp_path / "big.jsonl"], tmp_path / "whole", job, engine="inprocess")
     read: list[int] = []
-    fs = type(store.fs)
+    fs = type(store.raw)
     real = fs.cat_file
 
     def cat_file(self, path, start=None, end=None, **kw):

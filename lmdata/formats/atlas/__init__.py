@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
 from lmdata._lazy import lazy_exports
-from lmdata.errors import InvalidInputError, LmdataError
+from lmdata.errors import InvalidInputError, LmdataError, StorageError
 from lmdata.formats._spec import (
     FormatSpec,
     Progress,
@@ -57,6 +57,8 @@ def detect(path: str | os.PathLike[str]) -> bool:
         if not store.exists(p) or store.is_dir(p) or store.size(p) > MAX_META_BYTES:
             return False
         d = _json.parse(store.read(p, MAX_META_BYTES), _json.MAX_METADATA_DEPTH)
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, ValueError, UnicodeError, LmdataError):
         return False
     return isinstance(d, dict) and {"version", "shard_sizes", "compression_strategy"} <= d.keys()

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from lmdata import _json
-from lmdata.errors import CorruptDataError, FormatError, InvalidInputError
+from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, StorageError
 from lmdata.storage import LocalStore, Store
 
 VERSION = 1
@@ -129,11 +129,17 @@ def _strategy(d: dict[str, Any], path: PurePath) -> Strategy:
     return Strategy(v)
 
 
+def shown(store: Store | None, p: PurePath | str) -> PurePath | str:
+    """How key ``p`` of ``store`` is named in messages: the local path, or its full URL."""
+    return p if store is None or isinstance(store, LocalStore) else store.url(str(p))
+
+
 def read_json(path: PurePath, store: Store | None = None) -> dict[str, Any]:
     """A ``meta.json`` as a dict, or FormatError/CorruptDataError saying what is wrong.
     ``path`` is a key of ``store`` (local disk when None)."""
     store = store or LocalStore()
     key = str(path)
+    path = shown(store, path)  # type: ignore[assignment]
     try:
         size = store.size(key)
         if size > MAX_META_BYTES:
@@ -145,6 +151,8 @@ def read_json(path: PurePath, store: Store | None = None) -> dict[str, Any]:
         raise FormatError(
             "missing meta.json; this is not an Atlas dataset or shard", path=path
         ) from None
+    except StorageError:
+        raise
     except OSError as e:
         raise CorruptDataError(f"cannot read meta.json: {e}", path=path) from None
     return _json.from_bytes(data, path=path, what="meta.json", max_bytes=MAX_META_BYTES)
@@ -190,7 +198,7 @@ class ShardMeta:
     @classmethod
     def read(cls, shard_dir: PurePath, store: Store | None = None) -> ShardMeta:
         p = shard_dir / META
-        return cls.from_dict(read_json(p, store), p)
+        return cls.from_dict(read_json(p, store), shown(store, p))  # type: ignore[arg-type]
 
     def to_json(self) -> bytes:
         return dumps(
@@ -280,8 +288,10 @@ def shard_dirs(root: PurePath, store: Store | None = None) -> list[tuple[int, Pu
     found: dict[int, PurePath] = {}
     try:
         names = store.list(str(root))
+    except StorageError:
+        raise
     except OSError as e:
-        raise FormatError(f"cannot list the dataset folder: {e}", path=root) from None
+        raise FormatError(f"cannot list the dataset folder: {e}", path=shown(store, root)) from None
     for name in names:
         if is_shard_name(name) and store.is_dir(str(root / name)):
             n = int(name)
@@ -289,7 +299,7 @@ def shard_dirs(root: PurePath, store: Store | None = None) -> list[tuple[int, Pu
                 raise CorruptDataError(
                     f"shard folders {found[n].name!r} and {name!r} both number {n}; "
                     "remove the stale one",
-                    path=root,
+                    path=shown(store, root),
                 )
             found[n] = root / name
     return sorted(found.items())
@@ -326,10 +336,11 @@ def find_shards(
     single shard folder (whose shared dictionary, if any, is its parent's)."""
     store = store or LocalStore()
     d = read_json(root / "meta.json", store)
+    where: Any = shown(store, root / "meta.json")
     if "stored_examples" in d:  # a shard folder opened on its own
-        meta = ShardMeta.from_dict(d, root / "meta.json")
+        meta = ShardMeta.from_dict(d, where)
         return None, [ShardInfo(0, root, meta)], root.parent
-    dmeta = DatasetMeta.from_dict(d, root / "meta.json")
+    dmeta = DatasetMeta.from_dict(d, where)
     found = shard_dirs(root, store)
     _check_shard_list(root, dmeta, [n for n, _ in found], store)
     shards = [ShardInfo(n, f, ShardMeta.read(f, store)) for n, f in found]
@@ -339,7 +350,7 @@ def find_shards(
                 f"stored_examples is {sh.meta.stored_examples} but the root meta.json's "
                 f"shard_sizes lists {listed} for this shard; the shard or the root meta.json "
                 "is damaged (restore the shard, or rewrite the dataset)",
-                path=sh.folder / "meta.json",
+                path=shown(store, sh.folder / "meta.json"),
                 position=f"shard {sh.folder.name}",
             )
     return dmeta, shards, root
@@ -366,7 +377,7 @@ def _check_shard_list(root: PurePath, dmeta: DatasetMeta, numbers: list[int], st
             f"missing shard: the root meta.json lists {listed} shards (shard_sizes "
             f"{_short(dmeta.shard_sizes)}) but {what}{others}; restore the shard or rewrite "
             "the dataset",
-            path=not_dirs[0] if not_dirs else root / str(n),
+            path=shown(store, not_dirs[0] if not_dirs else root / str(n)),
             position=f"shard {n}",
         )
     extra = [n for n in numbers if n >= listed]
@@ -374,7 +385,7 @@ def _check_shard_list(root: PurePath, dmeta: DatasetMeta, numbers: list[int], st
         f"unlisted shard: the root meta.json lists {listed} shards "
         f"(shard_sizes {_short(dmeta.shard_sizes)}) but shard folder {extra[0]} exists too; "
         "remove the stale folder or rewrite the dataset",
-        path=root / str(extra[0]),
+        path=shown(store, root / str(extra[0])),
         position=f"shard {extra[0]}",
     )
 

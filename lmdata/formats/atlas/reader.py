@@ -101,6 +101,7 @@ class Atlas(ShardFiles):
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.store, key = resolve(path, storage_options)
+        self.store.snapshot(key)  # what is read later is what is there now (one listing)
         self.root: PurePath = (
             Path(key) if isinstance(self.store, LocalStore) else PurePosixPath(key)
         )
@@ -247,7 +248,7 @@ class Atlas(ShardFiles):
             plain,
             self.shards[s].meta.block_len(b),
             self._where(s, b),
-            self._data_paths[s],
+            self._shown(self._data_paths[s]),
             self.allow_unsafe_pickle,
             memo_checked=memo_checked,
         )

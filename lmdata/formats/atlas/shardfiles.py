@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from lmdata.errors import CorruptDataError
+from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.formats.atlas import codec
-from lmdata.formats.atlas.meta import DICT, INDEX, Strategy
+from lmdata.formats.atlas.meta import DICT, INDEX, Strategy, shown
 
 _MAGIC = codec.ZSTD_MAGIC
 _UNKNOWN = zstandard.CONTENTSIZE_UNKNOWN
@@ -44,6 +44,10 @@ class ShardFiles:
     _local: Any
     _lock: Any
 
+    def _shown(self, p: PurePath | str) -> PurePath | str:
+        """How file ``p`` is named in messages (its URL on an object store)."""
+        return shown(self.store, p)
+
     def _where(self, s: int, b: int | None = None) -> str:
         name = self._names[s]
         return f"shard {name}" if b is None else f"shard {name} block {b}"
@@ -58,14 +62,14 @@ class ShardFiles:
         if idx.ndim != 1 or idx.dtype.kind not in "ui":
             raise CorruptDataError(
                 f"index.npy must be a 1-D integer array, got {idx.dtype} of shape {idx.shape}",
-                path=p,
+                path=self._shown(p),
                 position=self._where(s),
             )
         if len(idx) != sh.meta.num_blocks + 1:
             raise CorruptDataError(
                 f"index.npy has {len(idx)} offsets; {sh.meta.stored_examples} examples in "
                 f"blocks of {sh.meta.block_size} need {sh.meta.num_blocks + 1}",
-                path=p,
+                path=self._shown(p),
                 position=self._where(s),
             )
         self._index[s] = idx
@@ -80,15 +84,21 @@ class ShardFiles:
             f = io.BytesIO(data)
             idx = np.load(f, allow_pickle=False)  # reads exactly the header and the array
         except (FileNotFoundError, IsADirectoryError):
-            raise CorruptDataError("missing index.npy", path=p, position=self._where(s)) from None
+            raise CorruptDataError(
+                "missing index.npy", path=self._shown(p), position=self._where(s)
+            ) from None
+        except LmdataError:  # the store's own error (a replaced object, a dead server)
+            raise
         except Exception as e:  # numpy's header parser raises many kinds (even TokenError)
             raise CorruptDataError(
-                f"cannot load index.npy: {type(e).__name__}: {e}", path=p, position=self._where(s)
+                f"cannot load index.npy: {type(e).__name__}: {e}",
+                path=self._shown(p),
+                position=self._where(s),
             ) from None
         if not isinstance(idx, np.ndarray):  # an .npz archive loads as an NpzFile
             raise CorruptDataError(
                 f"index.npy is a {type(idx).__name__}, not an .npy array",
-                path=p,
+                path=self._shown(p),
                 position=self._where(s),
             )
         return idx, len(data) - f.tell()
@@ -101,7 +111,9 @@ class ShardFiles:
                 size = self._sizes[s] = self.store.size(self._data_paths[s])
             except (FileNotFoundError, IsADirectoryError):
                 raise CorruptDataError(
-                    "missing data.bin", path=self._data_paths[s], position=self._where(s)
+                    "missing data.bin",
+                    path=self._shown(self._data_paths[s]),
+                    position=self._where(s),
                 ) from None
         return size
 
@@ -128,7 +140,7 @@ class ShardFiles:
             except (FileNotFoundError, IsADirectoryError):
                 raise CorruptDataError(
                     f"missing zstd_dict.bin, which compression strategy {int(strategy)} needs",
-                    path=p,
+                    path=self._shown(p),
                     position=self._where(s),
                 ) from None
             d = codec.load_dict(data, self._where(s))
@@ -156,7 +168,7 @@ class ShardFiles:
             except zstandard.ZstdError as e:
                 raise CorruptDataError(
                     f"cannot use the zstd dictionary: {e}",
-                    path=self._dict_path(s),
+                    path=self._shown(self._dict_path(s)),
                     position=self._where(s),
                 ) from None
             per_thread[key] = dctx
@@ -171,20 +183,20 @@ class ShardFiles:
         if not 0 <= start <= stop:
             raise CorruptDataError(
                 f"index.npy offsets {start}..{stop} go backwards",
-                path=self.shards[s].folder / INDEX,
+                path=self._shown(self.shards[s].folder / INDEX),
                 position=self._where(s, b),
             )
         if stop > size:
             raise CorruptDataError(
                 f"block ends at byte {stop} but data.bin has {size} bytes (cut short)",
-                path=self._data_paths[s],
+                path=self._shown(self._data_paths[s]),
                 position=self._where(s, b),
             )
         if stop - start > self.max_block_bytes:
             raise CorruptDataError(
                 f"block is {stop - start} bytes, more than max_block_bytes="
                 f"{self.max_block_bytes}; open with a larger bound if it is genuine",
-                path=self._data_paths[s],
+                path=self._shown(self._data_paths[s]),
                 position=self._where(s, b),
             )
         return start, stop
@@ -216,7 +228,7 @@ class ShardFiles:
         if len(raw) != stop - start:
             raise CorruptDataError(
                 f"read {len(raw)} of the block's {stop - start} bytes",
-                path=self._data_paths[s],
+                path=self._shown(self._data_paths[s]),
                 position=self._where(s, b),
             )
         return raw
@@ -229,7 +241,8 @@ class ShardFiles:
                 c = (False, 0, None)
             else:
                 d = self._dict_for(s)
-                c = (True, 0, None) if d is None else (True, d.dict_id(), str(self._dict_path(s)))
+                dp = str(self._shown(self._dict_path(s)))
+                c = (True, 0, None) if d is None else (True, d.dict_id(), dp)
             self._codecs[s] = c
         return c
 
@@ -260,7 +273,7 @@ class ShardFiles:
             dctx,
             self.max_block_bytes,
             self._where(s, b),
-            self._data_paths[s],
+            self._shown(self._data_paths[s]),
             dict_id=dict_id,
             dict_path=dict_path,
         )

@@ -23,7 +23,6 @@ from lmdata.errors import (
     CorruptDataError,
     DatasetNotFoundError,
     InvalidInputError,
-    OutputExistsError,
 )
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.meta import (
@@ -50,7 +49,6 @@ from lmdata.storage import (
     require_exists,
     resolve,
 )
-from lmdata.storage.fsspec_output import claim_body, claim_key
 
 DEFAULT_SHARD_SIZE = 100_000
 DEFAULT_BLOCK_SIZE = 32
@@ -120,7 +118,6 @@ class Writer(AtomicWriter):
         self._provenance = provenance
         self.shard_sizes: list[int] = []
         self._remote: Output | None = None
-        self._claim: tuple[Store, str] | None = None  # an append's claim on its URL
         self._numbers: list[int] = []
         self._shared: bytes | None = None
         self._train_shard0 = False
@@ -204,19 +201,8 @@ class Writer(AtomicWriter):
         if not store.exists(key):
             raise DatasetNotFoundError("no such object or directory", path=store.url(key))
         DatasetMeta.read(PurePosixPath(key), store)  # an Atlas dataset root, before any copy
+        # a staged replace: its claim (beside the URL) keeps other writers out until close
         self._remote = store.output(key, directory=True, overwrite=True)
-        claim = claim_key(key, directory=True)
-        try:  # the replacing output takes no claim: this one keeps out other writers
-            store.write_object(claim, claim_body(), create=True)
-        except FileExistsError:
-            self._remote.abort()
-            raise OutputExistsError(
-                "another writer is writing this dataset; wait for it to finish (or, if none "
-                f"runs, remove what a killed one left with `lmdata clean {store.url(key)} "
-                "--claims`)",
-                path=store.url(claim),
-            ) from None
-        self._claim = (store, claim)
         self._staging = Path(tempfile.mkdtemp(prefix=".lmdata-atlas-"))
         self.path = store.url(key)
         try:
@@ -482,7 +468,6 @@ class Writer(AtomicWriter):
             except BaseException:
                 self._drop_remote()
                 raise
-            self._unclaim()  # the commit replaced the folder holding it; no-op then
             shutil.rmtree(self._staging, ignore_errors=True)
 
     def abort(self) -> None:
@@ -497,15 +482,7 @@ class Writer(AtomicWriter):
     def _drop_remote(self) -> None:
         assert self._remote is not None
         self._remote.abort()
-        self._unclaim()
         shutil.rmtree(self._staging, ignore_errors=True)
-
-    def _unclaim(self) -> None:
-        if self._claim is not None:
-            store, claim = self._claim
-            self._claim = None
-            if store.exists(claim):
-                store.remove(claim)
 
 
 def _upload(folder: Path, out: Output) -> None:

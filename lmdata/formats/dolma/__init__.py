@@ -14,7 +14,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
-from lmdata.errors import LmdataError
+from lmdata.errors import LmdataError, StorageError
 from lmdata.formats._spec import FormatSpec, Progress, Ticker, detector, lazy
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ def detect(path: str | os.PathLike[str]) -> bool:
         store, key = resolve(path)
         if not store.is_dir(key):
             return False
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, LmdataError):
         return False
     from lmdata.formats.dolma.reader import detect as detect_tree

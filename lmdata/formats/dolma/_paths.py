@@ -15,6 +15,7 @@ from lmdata.storage import LocalStore, Store, basename, is_url, join, parent, re
 # re-exported: the Dolma modules take their listing from here
 from lmdata.storage.listing import glob_keys, walk_files
 from lmdata.storage.listing import is_file as is_file
+from lmdata.storage.paths import COMMITTING
 
 # Extensions dolma reads (compression is inferred from the name, like smart_open / src/io.rs).
 DOC_SUFFIXES = (
@@ -26,6 +27,11 @@ DOC_SUFFIXES = (
     ".jsonl",
     ".json",
 )
+
+
+# what an lmdata writer puts in a tree while it moves the tree's files into place on an object
+# store (the tree is unfinished until it goes); dolma itself writes no such thing
+COMMIT_MARKER = f"documents/{COMMITTING}"
 
 
 def is_doc_file(name: str) -> bool:
@@ -82,9 +88,23 @@ def list_documents(store: Store, root: str, name: str = "documents") -> list[str
             f"<dataset>/{name}/)",
             path=store.url(root),
         )
-    out = [k for k in walk_files(store, ddir) if is_doc_file(basename(k))]
+    listed = list(walk_files(store, ddir))
+    refuse_unfinished(store, root, listed)
+    out = [k for k in listed if is_doc_file(basename(k))]
     cut = len(ddir.rstrip("/")) + 1
     return sorted(out, key=lambda k: k[cut:].replace(os.sep, "/"))
+
+
+def refuse_unfinished(store: Store, root: str, keys: list[str]) -> None:
+    """FormatError if the listing ``keys`` of a tree's documents holds the marker of an lmdata
+    commit in progress or cut short (:data:`COMMIT_MARKER`): its files are not all in place."""
+    if any(basename(k) == COMMITTING for k in keys):
+        raise FormatError(
+            "an lmdata writer is putting this tree in place, or was stopped while doing so: "
+            "its files are not all there yet. Wait for the writer; if none is running, "
+            f"`lmdata clean {store.url(root)} --claims` finishes its commit",
+            path=store.url(root),
+        )
 
 
 def expand_globs(
@@ -100,7 +120,13 @@ def expand_globs(
     for pat in patterns:
         if is_url(pat) and scheme(pat) != "file":
             store, key = resolve(pat, storage_options)
-            matches = [store.url(k) for k in glob_keys(store, key)]
+            walked: list[str] = []
+            found = glob_keys(store, key, walked)
+            folders = {parent(k) for k in found}  # a tree being committed marks its folder
+            marked = [k for k in walked if basename(k) == COMMITTING and parent(k) in folders]
+            if marked:
+                refuse_unfinished(store, parent(parent(marked[0])), marked)
+            matches = [store.url(k) for k in found]
         else:
             pat = str(resolve(pat)[1]) if is_url(pat) else pat
             full = pat if base is None or os.path.isabs(pat) else os.path.join(base, pat)

@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, LmdataError
+from lmdata.errors import (
+    CorruptDataError,
+    FormatError,
+    InvalidInputError,
+    LmdataError,
+    StorageError,
+)
 from lmdata.formats.dolma._files import MAX_LINE_BYTES, iter_raw_lines
 from lmdata.formats.dolma._lines import LineIndex
 from lmdata.formats.dolma._paths import (
@@ -31,6 +37,7 @@ from lmdata.formats.dolma._paths import (
 from lmdata.formats.dolma._rows import merge_attribute_row, parse_line
 from lmdata.protocols import normalize_index, normalize_indices
 from lmdata.storage import Store, basename, parent, resolve
+from lmdata.storage.paths import COMMITTING
 
 
 class DolmaDocuments:
@@ -61,6 +68,7 @@ class DolmaDocuments:
             raise InvalidInputError(f"max_line_bytes must be positive, got {max_line_bytes}")
         self.max_line_bytes = max_line_bytes
         store, key = resolve(path, storage_options)
+        store.snapshot(key)  # what is read later is what is there now (one listing)
         self.store: Store = store
         if is_file(store, key):
             if not is_doc_file(basename(key)):
@@ -252,8 +260,11 @@ def detect(path: str | os.PathLike[str]) -> bool:
             return False
         # documents/ itself usually holds the files: one listing, not a recursive one (on an
         # object store, a request per 1000 objects of the whole tree)
-        if any(is_doc_file(n) for n in store.sizes(ddir)):
-            return True
+        names = store.sizes(ddir)
+        if COMMITTING in names or any(is_doc_file(n) for n in names):
+            return True  # (a tree being committed is one: opening it says why it is refused)
         return any(is_doc_file(basename(k)) for k in walk_files(store, ddir))
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, LmdataError):
         return False

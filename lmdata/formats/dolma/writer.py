@@ -3,7 +3,11 @@
 The tree is written through its store (a local path or a URL) and appears whole when the writer
 closes: locally one rename; on object stores the files are staged under a ``.lmdata-tmp-*``
 sibling and copied into place on close, since a Dolma tree has no metadata object whose
-arrival could mark it complete (a reader sees a partial tree only during those copies).
+arrival could mark it complete. While they are copied, ``documents/.lmdata-committing`` marks
+the tree (and the writer's claim holds the commit's journal): lmdata's readers refuse a tree
+with that marker, which costs them no request (they list ``documents/`` anyway), and a commit a
+kill cut short is finished from the staged copies by ``lmdata clean --claims`` or the next
+writer. A replaced tree is thus the old one or the new one, never a mix, never neither.
 
 Documents are JSON objects with string ``id``, ``text`` and ``source``. What other formats hand
 over is made to fit where that is unambiguous: an integer id becomes its decimal string (as
@@ -22,7 +26,7 @@ import orjson
 
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import open_write, suffix_for
-from lmdata.formats.dolma._paths import shown
+from lmdata.formats.dolma._paths import COMMIT_MARKER, shown
 from lmdata.storage import AtomicWriter, FsspecOutput, FsspecStore, basename, resolve
 
 DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
@@ -82,7 +86,7 @@ class Writer(AtomicWriter):
         self.prefix = prefix
         if isinstance(store, FsspecStore):
             self._out: Any = FsspecOutput(
-                store, key, directory=True, overwrite=overwrite, stage=True
+                store, key, directory=True, overwrite=overwrite, stage=True, marker=COMMIT_MARKER
             )
         else:
             self._out = store.output(key, directory=True, overwrite=overwrite)

@@ -103,6 +103,7 @@ class FlatTokens:
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         store, key = resolve(path, storage_options)
+        store.snapshot(key)  # what is read later is what is there now (one listing)
         if not store.exists(key):
             raise DatasetNotFoundError("no such file or directory", path=store.url(key))
         self.store = store

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
 from lmdata._lazy import lazy_exports
-from lmdata.errors import LmdataError
+from lmdata.errors import LmdataError, StorageError
 from lmdata.formats._spec import (
     FormatSpec,
     Progress,
@@ -148,6 +148,8 @@ def splits(path: str | os.PathLike[str]) -> list[str]:
     """Sub-directories that hold their own index.json (streaming's splits)."""
     try:
         return split_dirs(*resolve(path))
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except OSError as e:
         raise LmdataError(f"cannot list: {e}", path=os.fspath(path)) from None
 

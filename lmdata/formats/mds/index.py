@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from lmdata import _json
-from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
+from lmdata.errors import (
+    CorruptDataError,
+    FormatError,
+    InvalidInputError,
+    StorageError,
+    UnsafeDataError,
+)
 from lmdata.storage import Store, basename, join, parent, resolve
 
 INDEX = "index.json"
@@ -210,6 +216,8 @@ def index_head(path: str | os.PathLike[str], limit: int) -> bytes | None:
                 return None
             idx = join(key, subs[0], INDEX)
         return store.read_range(idx, 0, limit)
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except OSError:
         return None
 

@@ -30,7 +30,7 @@ from lmdata.formats.mds.index import FORMAT_NAMES, FileInfo, Index, Shard, find_
 from lmdata.formats.mds.mds import SampleDecoder
 from lmdata.formats.mds.text_shards import XSVDecoder, decode_json_line
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import Store, join, new_slot, parent, resolve
+from lmdata.storage import Store, basename, join, new_slot, parent, resolve
 from lmdata.storage.cache import CACHE
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decompressed shards kept in memory
@@ -269,6 +269,8 @@ class MDSReader:
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         store, key = resolve(path, storage_options)
+        # what is read later is what is there now (one listing, which sizes every shard too)
+        store.snapshot(parent(key) if basename(key) == "index.json" else key)
         if not store.exists(key):
             raise DatasetNotFoundError("no such file or directory", path=store.url(key))
         self.root = store.url(key)

@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
-from lmdata.errors import LmdataError
+from lmdata.errors import LmdataError, StorageError
 from lmdata.formats._spec import (
     FormatSpec,
     Progress,
@@ -71,6 +71,8 @@ def detect(path: str | os.PathLike[str]) -> bool:
         store, key = resolve(path)
         if not store.exists(key) or store.is_dir(key):
             return False
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, LmdataError):
         return False
     return key.endswith(SUFFIX) or sniff(path)

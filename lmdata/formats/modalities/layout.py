@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError
+from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError, StorageError
 
 HEADER_SIZE = 12
 TOKEN_WIDTHS = (1, 2, 4)
@@ -121,6 +121,8 @@ def sniff(path: str | os.PathLike[str]) -> bool:
             return False
         start = HEADER_SIZE + int.from_bytes(raw[:8], "little")
         head, tail = store.read_ranges(key, [(start, 1), (size - 1, 1 if size else 0)])
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, LmdataError):
         return False
     # pickles of protocol 2+ start with PROTO (0x80) and end with STOP (".")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
-from lmdata.errors import InvalidInputError, LmdataError
+from lmdata.errors import InvalidInputError, LmdataError, StorageError
 from lmdata.formats._spec import FormatSpec, Progress, Ticker, detector, lazy
 
 if TYPE_CHECKING:
@@ -64,6 +64,8 @@ def detect(path: str | os.PathLike[str]) -> bool:
         idx = str(Path(key).with_suffix(".idx"))
         head = store.read_range(idx, 0, 1)
         return head == b"\x80" or (head == b"" and not store.is_dir(idx))
+    except StorageError:  # the store failed: say so, not "not this format"
+        raise
     except (OSError, LmdataError):
         return False
 

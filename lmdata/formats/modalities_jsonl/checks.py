@@ -5,7 +5,7 @@ the data or the index that no entry covers."""
 from __future__ import annotations
 
 import contextlib
-from pathlib import PurePath
+from pathlib import PurePath, PurePosixPath
 
 import numpy as np
 
@@ -35,7 +35,7 @@ def _json_error(line: bytes) -> str | None:
 def index_problems(
     store: Store,
     key: str,
-    index_path: PurePath,
+    index_path: PurePath | str,
     index: SpanIndex,
     progress: Progress | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
@@ -49,6 +49,7 @@ def index_problems(
     a report per MiB.
     """
     path = shown_path(store, key)
+    name, iname = PurePosixPath(str(path)).name, PurePosixPath(str(index_path)).name
     size = store.size(key)
     tick = Ticker(progress, size if progress is not None else 0)
     report_at = PROGRESS_BYTES if progress is not None else -1
@@ -62,13 +63,13 @@ def index_problems(
     def not_a_start(j: int) -> None:
         rep.add(
             "start",
-            f"{index_path.name} entry {entries[j]}: offset {offs[j]} is not the start of a line",
+            f"{iname} entry {entries[j]}: offset {offs[j]} is not the start of a line",
         )
 
     def too_long(lineno: int, off: int, length: int, what: str) -> None:
         rep.add(
             "long",
-            f"{path.name} line {lineno} (byte {off}): {length:,} bytes, {what}; longer than "
+            f"{name} line {lineno} (byte {off}): {length:,} bytes, {what}; longer than "
             f"max_line_bytes ({max_line_bytes:,}), so not read as JSON (pass a larger "
             "max_line_bytes to check it)",
         )
@@ -84,7 +85,7 @@ def index_problems(
                 j += 1
             indexed, checked = False, False
             while j < n and offs[j] == off:
-                where = f"{index_path.name} entry {entries[j]}"
+                where = f"{iname} entry {entries[j]}"
                 indexed = True
                 if lens[j] != length:
                     rep.add(
@@ -99,8 +100,7 @@ def index_problems(
                     elif error := _json_error(line):
                         rep.add(
                             "json",
-                            f"{path.name} line {lineno} (byte {off}): indexed but not JSON "
-                            f"({error})",
+                            f"{name} line {lineno} (byte {off}): indexed but not JSON ({error})",
                         )
                 j += 1
             if indexed:
@@ -112,7 +112,7 @@ def index_problems(
             if error is None:
                 rep.add(
                     "missing",
-                    f"{path.name} line {lineno} (byte {off}): valid JSON but missing from "
+                    f"{name} line {lineno} (byte {off}): valid JSON but missing from "
                     f"the index; rebuild it with `lmdata index --overwrite {path}`",
                 )
             elif j == n:  # after every line the index covers
@@ -124,22 +124,29 @@ def index_problems(
     if index.trailing:
         rep.add(
             "trailing",
-            f"{index_path.name}: {index.trailing} bytes follow the end of the pickled index; "
+            f"{iname}: {index.trailing} bytes follow the end of the pickled index; "
             "every reader ignores them (rebuild the index with `lmdata index --overwrite`)",
         )
     return rep.finish()
 
 
 def _after_the_index(
-    rep: ProblemReport, path: PurePath, lineno: int, off: int, length: int, last: bool, error: str
+    rep: ProblemReport,
+    path: PurePath | str,
+    lineno: int,
+    off: int,
+    length: int,
+    last: bool,
+    error: str,
 ) -> None:
     """A line that is not JSON after the last indexed one: data appended after indexing, or a
     write cut short (``--skip-invalid`` leaves such lines out too, but nothing tells the two
     apart, and readers never see the line either way)."""
+    name = PurePosixPath(str(path)).name
     if last and length:
         rep.add(
             "appended",
-            f"{path.name}: the last {length} bytes (from byte {off}, line {lineno}) are an "
+            f"{name}: the last {length} bytes (from byte {off}, line {lineno}) are an "
             "unterminated line that is not JSON and not in the index: a write cut short? "
             "Remove them, or complete the line and rebuild the index",
         )
@@ -147,7 +154,7 @@ def _after_the_index(
     reason = error if length else "an empty line"
     rep.add(
         "appended",
-        f"{path.name} line {lineno} (byte {off}): not JSON ({reason}) and after the last line "
+        f"{name} line {lineno} (byte {off}): not JSON ({reason}) and after the last line "
         "the index covers: appended after indexing? Remove it (if `lmdata index "
         "--skip-invalid` left it out on purpose, this check cannot tell)",
     )

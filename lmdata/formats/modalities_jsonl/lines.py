@@ -10,7 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path, PurePath, PurePosixPath
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -142,9 +142,9 @@ def release(buf: mmap.mmap | bytes | None) -> None:
         buf.close()
 
 
-def shown_path(store: Store, key: str) -> PurePath:
-    """How a key appears in messages: a local Path, or the key of an object store."""
-    return Path(key) if store.can_mmap else PurePosixPath(key)
+def shown_path(store: Store, key: str) -> PurePath | str:
+    """How a key appears in messages: a local Path, or the full URL on an object store."""
+    return Path(key) if store.can_mmap else store.url(key)
 
 
 def line_spans(buf: mmap.mmap | bytes | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:

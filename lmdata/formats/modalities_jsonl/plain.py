@@ -37,7 +37,7 @@ class JsonlFile(JsonlDocuments):
     ) -> None:
         self.store, self.key = data_object(path, storage_options)
         self.path = shown_path(self.store, self.key)
-        self.index_path = default_index_path(self.path)
+        self.index_path = shown_path(self.store, str(default_index_path(self.key)))
         self.file_size = self.store.size(self.key)
         offsets, lengths, _skipped = scan_object(self.store, self.key)
         self.offsets = np.asarray(offsets, dtype=np.int64)

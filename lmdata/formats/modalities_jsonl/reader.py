@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import PurePath
+from pathlib import PurePath, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -54,7 +54,8 @@ def read_index(
     if len(bad):
         i = int(bad[0])
         raise CorruptDataError(
-            f"entry {i} points at bytes {index.offsets[i]}..{index.ends[i]} but {path.name} "
+            f"entry {i} points at bytes {index.offsets[i]}..{index.ends[i]} but "
+            f"{PurePosixPath(str(path)).name} "
             f"has {size} bytes; the file changed after indexing, so rebuild the index with "
             f"`lmdata index --overwrite {path}`",
             path=index_path,
@@ -64,7 +65,7 @@ def read_index(
 
 
 def check_line_bounds(
-    store: Store, key: str, index_path: PurePath, index: SpanIndex, size: int
+    store: Store, key: str, index_path: PurePath | str, index: SpanIndex, size: int
 ) -> None:
     """The first entry starts a line and the last one ends one (two bytes read): an index of
     other data (a file replaced or appended to after indexing) rarely passes both."""
@@ -79,7 +80,8 @@ def check_line_bounds(
         if not ok:
             i = len(index) - 1 if entry < 0 else 0
             raise CorruptDataError(
-                f"entry {i} does not {what} at a line boundary of {path.name}: the index belongs "
+                f"entry {i} does not {what} at a line boundary of "
+                f"{PurePosixPath(str(path)).name}: the index belongs "
                 f"to other data (the file changed after indexing); rebuild it with "
                 f"`lmdata index --overwrite {path}`",
                 path=index_path,

@@ -47,7 +47,7 @@ class Writer(AtomicWriter):
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         store, key = resolve(path, storage_options)
-        self._remote: tuple[Output, Output] | None = None
+        self._remote: tuple[Output, Output | None] | None = None
         if not isinstance(store, LocalStore):
             self._open_remote(store, key, index_path, overwrite, storage_options)
             return
@@ -82,9 +82,12 @@ class Writer(AtomicWriter):
         overwrite: bool,
         storage_options: dict[str, Any] | None,
     ) -> None:
-        """On an object store both objects are written under their final names: the old index
-        is removed first and the new one written last, after the data (the same guarantee as
-        locally: a kill in between leaves data without an index, which readers refuse)."""
+        """On an object store the data and its index are committed as a pair under the data's
+        claim (:meth:`lmdata.storage.FsspecOutput.also`): a new pair in place, the index last;
+        a replaced pair swapped under one journal, so a kill leaves the old pair, the new one,
+        or a journal from which `lmdata clean --claims` (or the next writer) finishes the new
+        one. An index on another store is written after the data, the old one removed first
+        (a kill in between leaves data without an index, which readers refuse)."""
         istore, ikey = (
             resolve(index_path, storage_options)
             if index_path
@@ -96,8 +99,21 @@ class Writer(AtomicWriter):
                 "file with a suffix such as .jsonl",
                 path=store.url(key),
             )
-        index = istore.output(ikey, directory=False, overwrite=overwrite)
         data = store.output(key, directory=False, overwrite=overwrite)
+        paired = (
+            callable(getattr(data, "also", None))
+            and istore.id == store.id
+            and getattr(istore, "storage_options", None) == getattr(store, "storage_options", None)
+        )
+        if paired:  # one store: the pair is committed under one claim and one journal
+            try:
+                data.also(ikey)
+            except BaseException:
+                data.abort()
+                raise
+            index = None
+        else:
+            index = istore.output(ikey, directory=False, overwrite=overwrite)
         self._remote = (data, index)
         self._remote_index = (istore, ikey)
         self.path = store.url(key)  # type: ignore[assignment]
@@ -127,13 +143,19 @@ class Writer(AtomicWriter):
                 return
             try:
                 self._f.close()
-                # as locally: the old index goes before the new data, so a kill in between
-                # leaves data with no index (refused), never new data under an old index
                 istore, ikey = self._remote_index
+                spans = dump_span_index(self._offsets, self._lengths)
+                if index is None:  # swapped as a pair: the old pair, the new one, or a journal
+                    data.write_also(ikey, spans)
+                    data.commit()
+                    return
+                # on two stores, as locally: the old index goes before the new data, so a kill
+                # in between leaves data with no index (refused), never new data under an old
+                # index
                 if istore.exists(ikey):
                     istore.remove(ikey)
                 data.commit()
-                index.write_last("", dump_span_index(self._offsets, self._lengths))
+                index.write_last("", spans)
                 index.commit()
             except BaseException:
                 self.abort()
@@ -160,7 +182,8 @@ class Writer(AtomicWriter):
             self._f.close()
         if self._remote is not None:
             for out in self._remote:
-                out.abort()
+                if out is not None:
+                    out.abort()
             return
         self._data.abort()
         self._index.abort()

@@ -1,0 +1,72 @@
+"""Errors of the Atlas and JSONL readers on an object store name the object by its full URL
+(``s3://bucket/...``), as a user would type it, never by its bare key."""
+
+from __future__ import annotations
+
+import pytest
+
+import lmdata
+from lmdata.errors import CorruptDataError, LmdataError
+from lmdata.storage import resolve
+
+
+def _write(url: str, fmt: str, n: int = 60, **kw) -> None:
+    with lmdata.writer(url, fmt, **kw) as w:
+        for i in range(n):
+            w.write({"id": str(i), "text": "t" * (i % 9 + 1)})
+
+
+def _put(url: str, data: bytes) -> None:
+    store, key = resolve(url)
+    store.write_object(key, data)
+
+
+def _names_url(e: LmdataError, url: str) -> None:
+    assert e.path is not None and e.path.startswith(url), (e.path, str(e))
+    assert str(e).startswith("s3://"), str(e)
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "match"),
+    [
+        ("0/index.npy", None, "missing index.npy"),
+        ("0/index.npy", b"\x93NUMPY junk", "cannot load index.npy"),
+        ("0/meta.json", b'{"version": 1, "block_size": -3}', "block_size"),
+        ("meta.json", b'{"version": 1, "shard_sizes": "x", "compression_strategy": 0}', "shard_"),
+    ],
+)
+def test_atlas_errors_name_the_url(s3_root, name, damage, match):
+    url = f"{s3_root}/atlas"
+    _write(url, "atlas", shard_size=20)
+    store, key = resolve(f"{url}/{name}")
+    if damage is None:
+        store.remove(key)
+    else:
+        store.write_object(key, damage)
+    with pytest.raises(LmdataError, match=match) as ei:
+        r = lmdata.open(url, format="atlas")
+        [r[i] for i in range(len(r))]
+    _names_url(ei.value, f"{url}/{name}")
+
+
+def test_jsonl_errors_name_the_url(s3_root):
+    url = f"{s3_root}/d.jsonl"
+    _put(url, b'{"a": 1}\n{"a": 2\n{"a": 3}\n')
+    with pytest.raises(CorruptDataError, match="line 2") as ei:
+        lmdata.open(url, format="jsonl")[1]
+    _names_url(ei.value, url)
+    assert any(p.startswith(url) or url in p for p in lmdata.validate(url, format="jsonl"))
+
+
+def test_modalities_jsonl_errors_name_the_url(s3_root):
+    url = f"{s3_root}/m.jsonl"
+    _write(url, "modalities-jsonl", 30)
+    store, key = resolve(url)
+    data = store.read(key)
+    _put(url, data[: len(data) // 2])  # the index now points past the end of the data
+    with pytest.raises(CorruptDataError, match="rebuild") as ei:
+        lmdata.open(url, format="modalities-jsonl")
+    _names_url(ei.value, f"{s3_root}/m.idx")
+    assert f"lmdata index --overwrite {url}" in str(ei.value)
+    problems = lmdata.validate(url, format="modalities-jsonl")
+    assert problems and all("s3://" in p or "m.idx" in p for p in problems)
