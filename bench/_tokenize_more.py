@@ -259,7 +259,7 @@ def phases(src: Path, tok: Path) -> None:
     check of a sample, staging (a part written and read back), and the driver's write
     through the format's sink."""
     from lmdata.parallel.staging import LocalStaging
-    from lmdata.tokenize import pipeline
+    from lmdata.tokenize import pipeline, worker
     from lmdata.tokenize.commit import pack_part, unpack_part
     from lmdata.tokenize.fast import load_fast
     from lmdata.tokenize.job import TokenizeJob
@@ -267,7 +267,7 @@ def phases(src: Path, tok: Path) -> None:
     from lmdata.tokenize.sources import list_inputs, plan_units, range_bytes_for, read_batches
 
     fast = load_fast(str(tok))
-    pipeline._TOKENIZER = fast  # what a worker's check compares with its reference
+    worker._TOKENIZER = fast  # what a worker's check compares with its reference
     job = TokenizeJob(to="flat-tokens", tokenizer=str(tok))
     inputs = list_inputs([src])
     units = plan_units(inputs, range_bytes_for(inputs))
@@ -282,18 +282,18 @@ def phases(src: Path, tok: Path) -> None:
     n = 0
     for u in units:
         task = pipeline._task(job, inputs, work, u, check=True)
-        check = pipeline._Check(task)
+        check = worker._Check(task)
         t0 = clock()
         batches = list(read_batches(u, job.batch_docs))
         t["read"] += clock() - t0
         for seq, b in enumerate(batches):
             marks = [clock()]
-            parsed = pipeline._parse_batch(task, b, 0)
+            parsed = worker._parse_batch(task, b, 0)
             marks.append(clock())
             arrays = [enc(x) for x in parsed.texts]
             marks.append(clock())
             lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
-            flat = pipeline._narrow(np.concatenate(arrays) if arrays else np.zeros(0, np.uint32))
+            flat = worker._narrow(np.concatenate(arrays) if arrays else np.zeros(0, np.uint32))
             marks.append(clock())
             assert not check(seq, parsed, flat, lengths)
             marks.append(clock())

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import lmdata
-from lmdata.tokenize import pipeline
-from lmdata.tokenize.pipeline import TokenizeJob, _narrow, tokenize
+from lmdata.tokenize import worker
+from lmdata.tokenize.pipeline import TokenizeJob, tokenize
 from lmdata.tokenize.sinks import append_eod
+from lmdata.tokenize.worker import _narrow
 
 
 @pytest.mark.parametrize(
@@ -39,13 +40,13 @@ def test_jobs_stage_uint16_parts_and_write_the_same_tokens(tmp_path, monkeypatch
     src = tmp_path / "d.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     staged: list[np.dtype] = []
-    real = pipeline.pack_part
+    real = worker.pack_part
 
     def recording(arrays, meta):
         staged.append(arrays["tokens"].dtype)
         return real(arrays, meta)
 
-    monkeypatch.setattr(pipeline, "pack_part", recording)
+    monkeypatch.setattr(worker, "pack_part", recording)
     job = TokenizeJob(to="flat-tokens", eod_id=70_000, batch_docs=2)
     s = tokenize([src], tmp_path / "o", job, workers=0)
     assert staged and set(staged) == {np.dtype(np.uint16)}
