@@ -682,9 +682,9 @@ def test_one_tokenizer_thread_means_one_batch_encoding_at_a_time(corpus, tmp_pat
     environment keeps the tokenizer to one thread: then two would take two cores."""
     import threading
 
-    from lmdata.tokenize import pipeline
+    from lmdata.tokenize import worker
 
-    real = pipeline._encode
+    real = worker._encode
     lock = threading.Lock()
     now = peak = 0
     two = threading.Event()  # set once two batches encode at once
@@ -705,7 +705,7 @@ def test_one_tokenizer_thread_means_one_batch_encoding_at_a_time(corpus, tmp_pat
             with lock:
                 now -= 1
 
-    monkeypatch.setattr(pipeline, "_encode", encode)
+    monkeypatch.setattr(worker, "_encode", encode)
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     run(corpus, tmp_path / "a", workers=0, batch_docs=100)
