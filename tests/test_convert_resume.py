@@ -333,10 +333,7 @@ def test_resume_on_every_store(where):
     with pytest.raises(Stop):
         convert(src, out, "mds-jsonl", workers=0, resume=True, progress=stop_after(2))
     assert work_area(out).done() == {(0, 0), (0, 1)}
-    if hasattr(store, "write_object"):  # the source changed: a file more
-        store.write_object(f"{key}/NOTES.txt", b"a file more")
-    else:
-        Path(key, "NOTES.txt").write_bytes(b"a file more")
+    store.put(f"{key}/NOTES.txt", b"a file more")  # the source changed: a file more
     with pytest.raises(InvalidInputError, match=r"source\.(digest|files|size)"):
         convert(src, out, "mds-jsonl", workers=0, resume=True)
     store.remove(f"{key}/NOTES.txt")

@@ -136,7 +136,7 @@ class Spill:
             except FileNotFoundError:
                 raise self._unseen(join(folder, name)) from None
         else:
-            remote[0].write_object(join(remote[1], folder, name), data)
+            remote[0].put(join(remote[1], folder, name), data)
 
     def put(self, name: str, data: bytes) -> None:
         """Store object ``name`` whole: a kill leaves it as it was or complete (a rename
@@ -151,7 +151,7 @@ class Spill:
                 raise self._unseen(name) from None
             os.replace(tmp, path)
         else:
-            remote[0].write_object(join(remote[1], name), data)
+            remote[0].put(join(remote[1], name), data)
 
     def get(self, name: str) -> bytes | None:
         """Object ``name``, or None if there is none."""

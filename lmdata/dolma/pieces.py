@@ -136,7 +136,7 @@ def touch(folder: str, storage_options: dict[str, Any] | None = None) -> None:
         except OSError:
             pass  # no piece yet (or joined meanwhile)
     elif store.list(key):
-        store.write_object(join(key, "alive"), b"")  # type: ignore[attr-defined]
+        store.put(join(key, "alive"), b"")  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -158,13 +158,13 @@ class StoreStaging:
 
     def reset(self, manifest: bytes) -> None:
         self.clear()
-        self.store.write_object(join(self.key, "manifest.json"), manifest)
+        self.store.put(join(self.key, "manifest.json"), manifest)
 
     def parts(self) -> list[str]:
         return self.store.list(self._fresh("parts"))
 
     def write_part(self, name: str, data: bytes) -> None:
-        self.store.write_object(join(self.key, "parts", name), data)
+        self.store.put(join(self.key, "parts", name), data)
 
     def read_part(self, name: str) -> bytes:
         return bytes(self.store.read(join(self._fresh("parts"), name)))
@@ -176,7 +176,7 @@ class StoreStaging:
         return {unit_key(n) for n in self.store.list(self._fresh("done")) if _UNIT.fullmatch(n)}
 
     def mark_done(self, file: int, part: int) -> None:
-        self.store.write_object(join(self.key, "done", unit_name(file, part)), b"")
+        self.store.put(join(self.key, "done", unit_name(file, part)), b"")
 
     def clear(self) -> None:
         self.store.remove(self.key)

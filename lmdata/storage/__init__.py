@@ -17,7 +17,16 @@
 
 from __future__ import annotations
 
-from lmdata.storage.base import MAX_READ_BYTES, Output, Store, basename, join, parent
+from lmdata.storage.base import (
+    MAX_READ_BYTES,
+    Output,
+    Store,
+    Usage,
+    basename,
+    join,
+    parent,
+    shown,
+)
 from lmdata.storage.cache import CACHE, ByteCache, Slot, cache_bytes, new_slot, set_cache_bytes
 from lmdata.storage.clean import Leftover, clean, find_leftovers, parse_age
 from lmdata.storage.fsspec import FsspecStore
@@ -29,18 +38,23 @@ from lmdata.storage.paths import (
     TMP_PREFIX,
     AtomicOutput,
     AtomicWriter,
-    Usage,
-    apparent_size,
     atomic_dir,
     atomic_file,
-    check_dest,
     check_output,
     commit,
+)
+from lmdata.storage.urls import (
+    apparent_size,
+    check_dest,
     disk_usage,
+    is_url,
+    local_path,
+    options_scope,
     require_exists,
+    resolve,
+    scheme,
     usage,
 )
-from lmdata.storage.urls import is_url, local_path, options_scope, resolve, scheme
 
 __all__ = [
     "CACHE",
@@ -83,5 +97,6 @@ __all__ = [
     "resolve",
     "scheme",
     "set_cache_bytes",
+    "shown",
     "usage",
 ]

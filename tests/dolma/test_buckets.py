@@ -70,7 +70,7 @@ def test_a_store_fetches_pieces_in_batches_and_in_order(pieces, fetch_bytes):
     local = Spill(tempfile.mkdtemp())
     local.make()
     for k, arr in enumerate(objs):
-        store.write_object(f"{key}/h/{k}", arr.tobytes())
+        store.put(f"{key}/h/{k}", arr.tobytes())
         local.save("h", str(k), arr)
     ranges = [(f"h/{k}", min(a, b), max(a, b)) for k, a, b in pieces]
     ok = [r for r in ranges if r[2] <= 25]

@@ -86,7 +86,7 @@ class Written:
             with open(key, "wb") as f:
                 f.write(data)
         else:
-            self.store.write_object(key, data)
+            self.store.put(key, data)
 
     def remove(self, name: str) -> None:
         self.store.remove(join(self.folder, name))

@@ -23,7 +23,7 @@ def flags(s3_server, monkeypatch):
 def test_index_a_jsonl_object(s3_server, s3_root, flags):
     store, key = resolve(f"{s3_root}/d.jsonl", s3_server)
     lines = [json.dumps({"id": i, "text": "t" * i}).encode() for i in range(7)]
-    store.write_object(key, b"\n".join(lines) + b"\n")
+    store.put(key, b"\n".join(lines) + b"\n")
     run = CliRunner().invoke
     res = run(cli, ["index", f"{s3_root}/d.jsonl", "-q", *flags])
     assert res.exit_code == 0, res.output

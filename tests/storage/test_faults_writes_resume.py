@@ -157,7 +157,7 @@ def _dolma_tree(root):
     ]
     for f in range(6):
         body = b"\n".join(docs[f::6]) + b"\n"
-        store.write_object(f"{key}/documents/p{f}.jsonl.gz", gzip.compress(body, mtime=0))
+        store.put(f"{key}/documents/p{f}.jsonl.gz", gzip.compress(body, mtime=0))
 
 
 @pytest.mark.parametrize("verb", ["tag", "dedupe", "mix"])
@@ -260,7 +260,7 @@ def test_a_resume_takes_over_its_jobs_claim_from_another_machine(tmp_path, s3_ro
     store, key = resolve(out)
     claim = claims.claim_key(key)
     body = json.loads(store.read(claim))
-    store.write_object(claim, json.dumps({**body, "machine": "another"}).encode())
+    store.put(claim, json.dumps({**body, "machine": "another"}).encode())
     with pytest.raises(OutputExistsError, match="--claims --older-than 0"):
         _job("tokenize", src, out)
     _job("tokenize", src, out, resume=True)

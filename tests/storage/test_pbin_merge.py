@@ -83,7 +83,7 @@ def test_existing_output_self_and_empty_directory_on_a_store(memory_root):
     pbin_merge([a, a], b + ".x", overwrite=True)
     assert _bytes(b + ".x") != _bytes(a) and _bytes(b) == before
     store, key = resolve(f"{memory_root}/nothing/x.txt")
-    store.write_object(key, b"not a pbin")
+    store.put(key, b"not a pbin")
     with pytest.raises(InvalidInputError, match=r"no \.pbin"):
         pbin_merge([f"{memory_root}/nothing"], f"{memory_root}/o.pbin")
 

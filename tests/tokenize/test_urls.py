@@ -43,7 +43,7 @@ def _put(root: str, options: dict | None = None, corpus: dict | None = None) -> 
             Path(root, name).write_bytes(data)
             continue
         store, key = resolve(f"{root}/{name}", options)
-        store.write_object(key, data)
+        store.put(key, data)
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ def test_byte_ranges_of_an_object_are_ranged_reads(tmp_path, memory_root, monkey
     data = _jsonl(DOCS * 20)
     (tmp_path / "big.jsonl").write_bytes(data)
     store, key = resolve(f"{memory_root}/big.jsonl")
-    store.write_object(key, data)
+    store.put(key, data)
     job = TokenizeJob(to="flat-tokens", validation_fraction=0.2)
     run([tmp_path / "big.jsonl"], tmp_path / "whole", job, engine="inprocess")
     read: list[int] = []
