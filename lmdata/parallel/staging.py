@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from lmdata._redact import redact_record
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
-from lmdata.storage import basename, join, parent, resolve
+from lmdata.storage import Store, basename, join, parent, resolve
 from lmdata.storage.paths import work_name
 
 DONE_LOG = "done.log"  # local: one line "FFFFFF-PPPPPP" per unit committed, appended in order
@@ -134,7 +134,7 @@ class LocalStaging:
 class StoreStaging:
     """A prefix on an object store (the output's): workers anywhere write it directly."""
 
-    store: Any  # an FsspecStore: pickled with its storage options, as readers are
+    store: Store  # an object store: pickled with its storage options, as readers are
     key: str
 
     @property
@@ -146,7 +146,7 @@ class StoreStaging:
         dropped: workers in other processes write there, so a listing made before is stale
         (an object they wrote since would read as missing)."""
         k = join(self.key, folder) if folder else self.key
-        self.store.fs.invalidate_cache(k)
+        self.store.refresh(k)
         return k
 
     def exists(self) -> bool:

@@ -297,11 +297,19 @@ class LocalStore:
                 os.unlink(tmp)
 
     def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> list[bytes]:
+        """Each file opened once per call, however many of its ranges are asked for."""
         out = []
-        for key, start, length in requests:
-            with open(key, "rb") as f:
+        files: dict[str, BinaryIO] = {}
+        try:
+            for key, start, length in requests:
+                f = files.get(key)
+                if f is None:
+                    f = files[key] = open(key, "rb")
                 f.seek(start)
                 out.append(f.read() if length is None else f.read(length))
+        finally:
+            for f in files.values():
+                f.close()
         return out
 
     def copy_tree(self, src: str, dst: str) -> None:

@@ -77,7 +77,7 @@ def test_a_store_fetches_pieces_in_batches_and_in_order(pieces, fetch_bytes):
     want = np.concatenate([objs[int(n[2:])][a:b] for n, a, b in ok] or [np.zeros(0, np.uint32)])
     remote = Spill(root)
     calls = []
-    fs = remote._remote[0].fs
+    fs = remote._where[0].fs
     real = fs.cat_ranges
     held = _buckets.FETCH_BYTES
     _buckets.FETCH_BYTES = fetch_bytes

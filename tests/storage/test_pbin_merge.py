@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import shutil
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -105,16 +104,18 @@ def test_a_failed_merge_leaves_nothing_and_no_claim(memory_root, monkeypatch):
 
 def test_on_s3_the_claim_comes_first_and_goes_last(s3_root, monkeypatch, local_merged):
     parts = _inputs(s3_root)
-    m = importlib.import_module("lmdata.formats.modalities.merge")
+    m = importlib.import_module("lmdata.storage.spool")
     store, root = resolve(s3_root)
     claim, dest = f"{root}/.lmdata-writing-m.pbin", f"{root}/m.pbin"
     seen = {}
 
+    copy = shutil.copyfileobj
+
     def upload(src, dst, n):  # the moment the merged bytes go to the store
         seen.update(claimed=store.exists(claim), dest=store.exists(dest))
-        shutil.copyfileobj(src, dst, n)
+        copy(src, dst, n)
 
-    monkeypatch.setattr(m, "shutil", SimpleNamespace(copyfileobj=upload))
+    monkeypatch.setattr(m.shutil, "copyfileobj", upload)
     merge([parts], f"{s3_root}/m.pbin", format="modalities")
     assert seen == {"claimed": True, "dest": False}  # claimed first, nothing at the URL yet
     assert not store.exists(claim) and _bytes(f"{s3_root}/m.pbin") == local_merged

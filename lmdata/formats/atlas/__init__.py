@@ -23,7 +23,7 @@ from lmdata.formats._spec import (
     lazy,
 )
 from lmdata.formats.atlas.meta import MAX_META_BYTES, Strategy
-from lmdata.storage import LocalStore, join, resolve
+from lmdata.storage import join, resolve
 
 if TYPE_CHECKING:
     from lmdata.formats.atlas.reader import Atlas
@@ -93,7 +93,7 @@ def merge(
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
     store, key = resolve(inputs[0])
-    first = Path(key) if isinstance(store, LocalStore) else PurePosixPath(key)
+    first = Path(key) if store.local_path(key) is not None else PurePosixPath(key)
     meta = DatasetMeta.read(first, store)
     shards = shard_dirs(first, store)
     sm = ShardMeta.read(shards[0][1], store) if shards else None

@@ -27,14 +27,7 @@ import orjson
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import open_write, suffix_for
 from lmdata.formats.dolma._paths import COMMIT_MARKER, shown
-from lmdata.storage import (
-    AtomicWriter,
-    FsspecOutput,
-    FsspecStore,
-    ManifestOutput,
-    basename,
-    resolve,
-)
+from lmdata.storage import AtomicWriter, basename, manifest_output, resolve
 
 DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
 
@@ -95,13 +88,17 @@ class Writer(AtomicWriter):
         self.max_file_bytes = max_file_bytes
         self.max_file_docs = max_file_docs
         self.prefix = prefix
-        if isinstance(store, FsspecStore):
-            inner: Any = FsspecOutput(
-                store, key, directory=True, overwrite=overwrite, stage=True, marker=COMMIT_MARKER
-            )
-        else:
-            inner = store.output(key, directory=True, overwrite=overwrite)
-        self._out = ManifestOutput(inner, directory=True, enabled=manifest, format="dolma")
+        # staged on object stores: a reader listing the tree never sees part of it
+        self._out = manifest_output(
+            store,
+            key,
+            directory=True,
+            overwrite=overwrite,
+            manifest=manifest,
+            format="dolma",
+            staged=True,
+            marker=COMMIT_MARKER,
+        )
         self._file: Any = None
         self._file_name = ""
         self._file_no = 0

@@ -198,7 +198,7 @@ def _merge_on_store(
                     f"cannot bring partition {ostore.url(part)} into the output: {rel} exists",
                     path=ostore.url(join(okey, rel)),
                 )
-            ostore.fs.copy(part, join(okey, rel), recursive=True)  # type: ignore[attr-defined]
+            ostore.copy_tree(part, join(okey, rel))
         tick.add(_part_bytes(obj))
         shards.extend(_rebased(obj["shards"], rel))
     carried = _carried(ostore, okey, [_rel(okey, p) for p in parts])
