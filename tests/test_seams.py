@@ -41,9 +41,11 @@ def type_tests_on_stores(trees: dict[str, ast.AST]) -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and _name(node.func) == "isinstance" and node.args[1:]:
                 kinds = node.args[1]
-                names = [_name(e) for e in kinds.elts] if isinstance(kinds, ast.Tuple) else [
-                    _name(kinds)
-                ]
+                names = (
+                    [_name(e) for e in kinds.elts]
+                    if isinstance(kinds, ast.Tuple)
+                    else [_name(kinds)]
+                )
                 if CONCRETE & set(names):
                     found.append(f"{rel}:{node.lineno}")
     return found
