@@ -25,7 +25,7 @@ from lmdata.loader.mixture import Mixture, exact_weights
 from lmdata.loader.packing import PAD_VALUES, packed_buffers, varlen
 from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
-from lmdata.loader.sources import Source
+from lmdata.loader.sources import make_source
 from lmdata.loader.state import (
     STATE_VERSION,
     SavedState,
@@ -168,7 +168,7 @@ class Loader:
                     f"{info.min}..{info.max} (or dtype='int64')"
                 )
         self.sources = [
-            Source(
+            make_source(
                 r,
                 mode,
                 seq_len,

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lmdata.storage.base import (
     MAX_READ_BYTES,
     Output,
@@ -100,3 +102,12 @@ __all__ = [
     "shown",
     "usage",
 ]
+
+
+if TYPE_CHECKING:  # checked statically: every store and output satisfies its protocol
+    from lmdata.storage.spool import SpooledOutput
+
+    def _conforms(
+        a: LocalStore, b: FsspecStore, c: LocalOutput, d: FsspecOutput, e: SpooledOutput
+    ) -> tuple[Store, Store, Output, Output, Output]:
+        return a, b, c, d, e

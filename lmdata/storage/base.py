@@ -8,6 +8,7 @@ when aborted. Both protocols are matched structurally: nothing inherits from the
 
 from __future__ import annotations
 
+import builtins
 import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ class Store(Protocol):
         """``length`` bytes from ``start`` (fewer at the end of the object)."""
         ...
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         """Several ``(start, length)`` ranges of one object, fetched together where possible."""
         ...
 
@@ -100,7 +101,7 @@ class Store(Protocol):
         not see the folder."""
         ...
 
-    def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> list[bytes]:
+    def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> builtins.list[bytes]:
         """``(key, start, length)`` ranges of any objects (``length`` None: to the end), fetched
         together (concurrently where the store can) at their current version: for bytes read
         once (work files), which stay out of the range cache. FileNotFoundError if one is
@@ -162,12 +163,26 @@ class Output(Protocol):
     dataset valid (its metadata, index) through :meth:`write_last`, which stores them only
     after every data object is written, so a reader never accepts a partial dataset."""
 
-    store: Store
-    dest: str  # the key the dataset appears at
-    sparse: bool  # True if open_write files support truncate() to extend with zeros cheaply
-    # the local file (one-object output) or folder the dataset is built in, which the writer
-    # may also write and seek in by path; None where objects go to the store as written
-    tmp: str | None
+    # (read-only members: an output of a concrete store has that store, a Store)
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def dest(self) -> str:
+        """The key the dataset appears at."""
+        ...
+
+    @property
+    def sparse(self) -> bool:
+        """True if open_write files support truncate() to extend with zeros cheaply."""
+        ...
+
+    @property
+    def tmp(self) -> str | None:
+        """The local file (one-object output) or folder the dataset is built in, which the
+        writer may also write and seek in by path; None where objects go to the store as
+        written."""
+        ...
 
     def write(self, name: str, data: bytes | memoryview) -> None: ...
 

@@ -18,6 +18,7 @@ process, so a pickled or forked store never shares a connection or an event loop
 from __future__ import annotations
 
 import bisect
+import builtins
 import hashlib
 import os
 import threading
@@ -319,7 +320,7 @@ class FsspecStore:
             return got
         return cache.read(key, [(start, length)], lambda groups: self._fetch(key, groups))[0]
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         cache = self.cache
         out = []
         for s, n in ranges:
@@ -329,7 +330,7 @@ class FsspecStore:
             out.append(got)
         return out
 
-    def _fetch(self, key: str, groups: list[tuple[int, int]]) -> list[bytes]:
+    def _fetch(self, key: str, groups: builtins.list[tuple[int, int]]) -> builtins.list[bytes]:
         """The bytes of disjoint ``(start, length)`` ranges of ``key`` (one request each, all
         at once), of the pinned version: DatasetChangedError if the object changed."""
         pin = self._pins.get(key)
@@ -345,8 +346,8 @@ class FsspecStore:
         return self._fetch_pinned(key, url, groups, pin)
 
     def _fetch_pinned(
-        self, key: str, url: str, groups: list[tuple[int, int]], pin: _fetch.Pin | None
-    ) -> list[bytes]:
+        self, key: str, url: str, groups: builtins.list[tuple[int, int]], pin: _fetch.Pin | None
+    ) -> builtins.list[bytes]:
         raw = self.raw
         DOWN.check(raw, url)
         try:
@@ -429,7 +430,7 @@ class FsspecStore:
             return None
         return hashlib.blake2b(repr((info.get("size"), *tags)).encode(), digest_size=16).digest()
 
-    def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> list[bytes]:
+    def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> builtins.list[bytes]:
         if not requests:
             return []
         got = self.fs.cat_ranges(

@@ -15,6 +15,7 @@ serving its old bytes).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import mmap as _mmap
@@ -213,7 +214,7 @@ class LocalStore:
             h.used = True
         return os.pread(h.fd, length, start)
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         h = self._fds.get(key)
         if h is None:
             h = self._open(key)
@@ -296,7 +297,7 @@ class LocalStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> list[bytes]:
+    def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> builtins.list[bytes]:
         """Each file opened once per call, however many of its ranges are asked for."""
         out = []
         files: dict[str, BinaryIO] = {}
