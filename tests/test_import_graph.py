@@ -165,6 +165,18 @@ def test_no_cycle_between_format_modules_counting_lazy_imports() -> None:
     )
 
 
+def test_no_cycle_between_storage_modules_counting_lazy_imports() -> None:
+    """``storage`` is the layer under every format: its modules form no cycle either (URL
+    parsing is a leaf, ``schemes``; the checks that need a store live with ``resolve``)."""
+    g = graph(import_time_only=False)
+    inside = {
+        m: {t for t in ts if t.startswith("lmdata.storage.")}
+        for m, ts in g.items()
+        if m.startswith("lmdata.storage.")
+    }
+    assert find_cycle(inside) is None
+
+
 def test_the_checks_see_lazy_imports_and_cycles() -> None:
     src = (
         "import os\nfrom . import layout\n"

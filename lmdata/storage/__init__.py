@@ -3,6 +3,9 @@
 - :func:`resolve` turns a local path or a URL into ``(store, key)``: :class:`LocalStore`
   (``pread``, ``mmap``, rename commits) or :class:`FsspecStore` (``memory://``, ``s3://``,
   ``gs://``: ranged reads, metadata-last commits). A scheme lmdata cannot serve is an error.
+  Code outside this package asks the :class:`Store` protocol (``local_path``, ``identity``,
+  ``put``, ``read_many``, ``copy_tree``, ``get_tree``, ``usage``, ``refresh``, and outputs
+  built locally or staged), never a store's type or filesystem (``tests/test_seams.py``).
 - :data:`CACHE` holds decoded bytes for every reader of the process within one budget
   (``LMDATA_CACHE_BYTES``, :func:`set_cache_bytes`); each reader takes a :class:`Slot`, and
   each object store one for the byte ranges it fetched (:mod:`lmdata.storage.ranges`).
