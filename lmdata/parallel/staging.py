@@ -281,12 +281,6 @@ def json_changes(a: Any, b: Any) -> list[tuple[str, ...]]:
     return out
 
 
-# what a store's listing says identifies an object's content (an ETag, a generation), else
-# when it was written
-_VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id")
-_VERSION_KEYS += ("LastModified", "last_modified", "mtime", "updated", "created")
-
-
 def tree_version(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The size, number of files and a digest of a file or of every file below a folder (local
     or on a store, with the storage options in scope): each file's name, size and modification
@@ -295,21 +289,7 @@ def tree_version(path: str | os.PathLike[str]) -> dict[str, Any]:
     store, key = resolve(path)
     h = hashlib.sha256()
     size = files = 0
-    fs = getattr(store, "fs", None)
-    if fs is None:
-        root = Path(key)
-        found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-        for p in found:
-            st = p.stat()
-            rel = p.relative_to(root).as_posix()
-            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-            size, files = size + st.st_size, files + 1
-        return {"size": size, "files": files, "digest": h.hexdigest()}
-    info = fs.info(key)
-    listed = fs.find(key, detail=True) if info.get("type") == "directory" else {key: info}
-    for name in sorted(listed):
-        e = listed[name]
-        tag = next((f"{k}={e[k]}" for k in _VERSION_KEYS if e.get(k) not in (None, "")), "")
-        h.update(f"{name}\0{e.get('size')}\0{tag}\n".encode())
-        size, files = size + int(e.get("size") or 0), files + 1
+    for name, (n, tag) in sorted(store.versions(key).items()):
+        h.update(f"{name}\0{n}\0{tag}\n".encode())
+        size, files = size + n, files + 1
     return {"size": size, "files": files, "digest": h.hexdigest()}

@@ -119,6 +119,13 @@ class Store(Protocol):
         (``.lmdata-*``: claims, staged copies) are left out."""
         ...
 
+    def versions(self, key: str, *, recursive: bool = True) -> dict[str, tuple[int, str]]:
+        """Every object at ``key`` or below it (directly below with ``recursive`` False), by
+        key as the store lists it: its size and what identifies its content (``mtime_ns=``
+        locally; an ETag, generation or version on object stores, else the time written; ""
+        where the store says nothing), from one listing: what a resumed job compares."""
+        ...
+
     def usage(self, key: str) -> Usage:
         """The bytes below ``key`` (or of the object), from one walk or listing."""
         ...

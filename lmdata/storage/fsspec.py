@@ -48,6 +48,20 @@ MERGE_GAP = 64 << 10  # ranges closer than this are fetched in one request
 _GET_BYTES = 8 << 20  # one ranged read when copying an object to local disk
 # the answers of a HEAD that change with an object's bytes (S3, GCS, Azure spellings)
 _VERSION_FIELDS = ("ETag", "etag", "VersionId", "version_id", "generation", "md5Hash")
+# what a listing says identifies an object's content, in order: an ETag or generation, else
+# the time it was written (memory://, some HTTP servers)
+_TAGS = ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id")
+_TIMES = ("LastModified", "last_modified", "mtime", "updated", "created")
+
+
+def _tag(entry: dict[str, Any]) -> str:
+    for k in (*_TAGS, *_TIMES):
+        v = entry.get(k)
+        if v not in (None, ""):
+            if hasattr(v, "timestamp"):  # a datetime in one answer, seconds in another
+                v = v.timestamp()
+            return f"{k}={v}"
+    return ""
 
 
 # One filesystem per (process, protocol, options), shared by the stores of a process: building
@@ -467,6 +481,20 @@ class FsspecStore:
                             path=self.url(k),
                         )
                     f.write(part)
+
+    def versions(self, key: str, *, recursive: bool = True) -> dict[str, tuple[int, str]]:
+        info = self.fs.info(key)
+        if info.get("type") != "directory":
+            listed = {key: info}
+        elif recursive:
+            listed = self.fs.find(key, detail=True)
+        else:
+            listed = {e["name"]: e for e in self.fs.ls(key, detail=True)}
+        return {
+            str(name).rstrip("/"): (int(e.get("size") or 0), _tag(e))
+            for name, e in listed.items()
+            if e.get("type") != "directory"
+        }
 
     def usage(self, key: str) -> Usage:
         n = int(self.fs.du(key, total=True))

@@ -329,6 +329,21 @@ class LocalStore:
             ignore=shutil.ignore_patterns(".lmdata-*"),
         )
 
+    def versions(self, key: str, *, recursive: bool = True) -> dict[str, tuple[int, str]]:
+        if os.path.isfile(key):
+            st = os.stat(key)
+            return {os.fspath(key): (st.st_size, f"mtime_ns={st.st_mtime_ns}")}
+        out = {}
+        walk = os.walk(key) if recursive else [(key, [], self.list(key))]
+        for root, _dirs, files in walk:
+            for f in files:
+                p = os.path.join(root, f)
+                with contextlib.suppress(OSError):
+                    st = os.stat(p)
+                    if os.path.isfile(p):
+                        out[p] = (st.st_size, f"mtime_ns={st.st_mtime_ns}")
+        return out
+
     def usage(self, key: str) -> Usage:
         """Allocated bytes (``st_blocks``) and apparent bytes, from one walk."""
         if os.path.isfile(key):

@@ -104,6 +104,25 @@ def test_get_tree_fetches_a_folder_to_local_disk(store_root, tmp_path):
         assert os.stat(dest / "a.bin").st_ino == os.stat(join(key, "a.bin")).st_ino
 
 
+def test_versions_list_sizes_and_change_with_the_bytes(store_root):
+    store, root = store_root
+    key = join(root, "ds")
+    _tree(store, key, FILES)
+    found = store.versions(key)
+    assert sorted((k.rsplit("/", 1)[-1], n) for k, (n, _) in found.items()) == sorted(
+        (name.rsplit("/", 1)[-1], len(data)) for name, data in FILES.items()
+    )
+    top = store.versions(key, recursive=False)
+    assert [k.rsplit("/", 1)[-1] for k in top] == ["a.bin"]
+    (one,) = store.versions(join(key, "a.bin")).values()
+    assert one == top[next(iter(top))]
+    before = dict(found)
+    store.put(join(key, "sub/b.bin"), b"xyzw")
+    after = store.versions(key)
+    changed = [k for k in after if after[k] != before.get(k)]
+    assert [k.rsplit("/", 1)[-1] for k in changed] == ["b.bin"]
+
+
 def test_usage_counts_the_bytes_below_a_key(store_root):
     store, root = store_root
     key = join(root, "ds")
