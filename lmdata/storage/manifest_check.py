@@ -51,6 +51,8 @@ class Found:
 
 def find(store: Store, key: str, is_dir: bool | None = None) -> Found | None:
     """The manifest of the dataset at ``key``, or None if it has none."""
+    if is_dir is None and getattr(store, "pinned", lambda k: False)(key):
+        is_dir = False  # an object a reader of this store opened: no probe for a folder
     if is_dir is None and not store.can_mmap and not _cached(store, key):
         # an object store: the folder's manifest, else the one beside the object (no probe)
         for d in (True, False):
