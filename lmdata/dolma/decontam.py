@@ -31,7 +31,7 @@ import orjson
 import xxhash
 
 from lmdata import parallel
-from lmdata.dolma import _ranges, _shingle, _spans
+from lmdata.dolma import _manifests, _ranges, _shingle, _spans
 from lmdata.dolma._buckets import Spill
 from lmdata.dolma._decontam_config import DecontamConfig
 from lmdata.dolma._dedupe_resume import (
@@ -316,6 +316,8 @@ def decontaminate(
         run(run_join_marked, tasks, desc="join", progress=False)
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
+    pairs = [(f, cfg.attributes_of(f)) for f in files]
+    _manifests.write(_manifests.attribute_folders(pairs), cfg.storage_options)
     work.remove()
     return DecontamResult(
         files=len(files),

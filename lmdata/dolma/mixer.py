@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from lmdata import parallel
-from lmdata.dolma import _ranges
+from lmdata.dolma import _manifests, _ranges
 from lmdata.dolma._ranges import cut, range_size
 from lmdata.dolma._unmatched import unmatched
 from lmdata.dolma.config import MixerConfig, StreamConfig
@@ -413,6 +413,9 @@ def mix(
     )
     stats, joins = _per_shard(todo, prior, ran)
     join_all(joins, engine, cfg.processes, address)
+    for stream in {id(sh.stream): sh.stream for sh in shards}.values():
+        outs = [sh.output for sh in shards if sh.stream is stream]
+        _manifests.write(_manifests.output_folders(outs), stream.storage_options)
     idle = _idle_rules(cfg, todo, stats)
     stats += [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
     warnings = tuple(w for st in stats for w in st.warnings) + tuple(idle)

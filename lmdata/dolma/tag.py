@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from lmdata import parallel
+from lmdata.dolma import _manifests
 from lmdata.dolma._ranges import cut, range_size
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.pieces import (
@@ -294,7 +295,9 @@ def tag(
         tick=fresh,
     )
     join_all(_joins(cfg, plan, results), engine, cfg.processes, address)
-    outs = tuple(o for f in files for o, _, _ in _outputs(f, cfg))
+    pairs = [(f, o) for f in files for o, _, _ in _outputs(f, cfg)]
+    _manifests.write(_manifests.attribute_folders(pairs), cfg.storage_options)
+    outs = tuple(o for _, o in pairs)
     skipped = sum(p.skipped for p in plan)
     skipped += sum(r.skipped for r, t in zip(results, tasks, strict=True) if t.parts == 1)
     return TagResult(

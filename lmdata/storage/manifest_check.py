@@ -134,6 +134,33 @@ def listing(store: Store, folder: str, dirs: set[str] | None = None) -> dict[str
     return out
 
 
+def nested(store: Store, key: str, found: Found | None) -> list[Found]:
+    """The manifests of folders below the dataset folder ``key`` whose files its own manifest
+    (``found``) does not list: a Dolma tree's attribute sets, each checked against its own."""
+    fs = getattr(store, "fs", None)
+    base = key.rstrip("/")
+    keys = []
+    if store.can_mmap or fs is None:
+        for d, dirnames, files in os.walk(base):
+            dirnames[:] = [x for x in dirnames if not x.startswith(".lmdata-")]
+            if d != base and NAME in files:
+                keys.append(os.path.join(d, NAME))
+    else:
+        strip = fs._strip_protocol(base).rstrip("/")
+        keys = [k for k in fs.find(base) if k.endswith("/" + NAME) and parent(k) != strip]
+    listed = [e.name for e in found.manifest.files] if found is not None else []
+    out = []
+    for k in sorted(keys):
+        folder = parent(k)
+        rel = folder[len(base) + 1 :] if folder.startswith(base + "/") else folder
+        if any(n.startswith(rel + "/") for n in listed) or ".lmdata-" in rel:
+            continue
+        m = read(store, k)
+        if m is not None:
+            out.append(Found(k, folder, True, m))
+    return out
+
+
 def _sizes(store: Store, found: Found) -> dict[str, int]:
     if found.directory:
         return listing(store, found.folder, covered(found.manifest))
@@ -369,5 +396,6 @@ __all__ = [
     "listing",
     "listing_problems",
     "modified",
+    "nested",
     "verify",
 ]

@@ -396,6 +396,7 @@ def tree(p: Path) -> dict[str, bytes]:
         (f.name if p.is_file() else str(f.relative_to(p))): f.read_bytes()
         for f in files + [s for s in side if s.exists()]
     }
+    assert any(k.endswith("lmdata-manifest") for k in original), "every job writes a manifest"
     blanked = {k: _ENCODER.sub(b'"encoder": ""', v) for k, v in original.items()}
     return restate(blanked, original)
 

@@ -222,6 +222,7 @@ def test_resume_after_interrupt_gives_the_same_bytes(corpus, tmp_path):
         progress=lambda s: seen.append(s["documents"]),
     )
     assert seen[-1] == 700  # only the two unfinished files were tokenized again
+    assert "lmdata-manifest" in tree_bytes(tmp_path / "ref")  # and the resumed job's the same
     assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
 
 
@@ -257,6 +258,7 @@ def _without_command(p: Path) -> dict[str, bytes]:
     from lmdata import _provenance as provenance
 
     original = tree_bytes(p)
+    assert "lmdata-manifest" in original
     meta = json.loads(original[".zattrs"])
     meta[provenance.KEY]["command"] = ""
     out = {**original, ".zattrs": json.dumps(meta, sort_keys=True).encode()}
