@@ -40,28 +40,24 @@ def problems(
     run_format: Callable[[Progress | None], list[str]],
 ) -> list[str]:
     """The dataset's differences from its manifest (names and sizes; every block with
-    ``deep``) and from those of folders below with their own (a Dolma tree's attribute
-    sets), then its format's problems (``run_format(progress)``); ``progress`` counts the
-    format's bytes and then those hashed."""
+    ``deep``), then its format's problems (``run_format(progress)``); ``progress`` counts
+    the format's bytes and then those hashed."""
     store, key = resolve(path)
     out: list[str] = []
     try:
         found = mc.find(store, key)
-        founds = [found] if found is not None else []
-        if found is None or found.directory:
-            founds += mc.nested(store, key, found)
     except LmdataError as e:
-        founds = []
+        found = None
         out.append(str(e))
-    listings = [mc.listing_problems(store, f) for f in founds]
-    for f, listing in zip(founds, listings, strict=True):
-        out += [f"{store.url(join(f.folder, p.name))}: {p.detail}" for p in listing]
+    listing: list[mc.Problem] = []
+    if found is not None:
+        listing = mc.listing_problems(store, found)
+        out += [f"{store.url(join(found.folder, p.name))}: {p.detail}" for p in listing]
     hashed = 0
-    if deep:
-        for f, listing in zip(founds, listings, strict=True):
-            skip = {p.name for p in listing}
-            hashed += sum(e.size for e in f.manifest.files if e.name not in skip)
-    seen = [0, 0]
+    if deep and found is not None:
+        skip = {p.name for p in listing}
+        hashed = sum(e.size for e in found.manifest.files if e.name not in skip)
+    seen = [0]
 
     def format_progress(done: int, total: int) -> None:
         seen[0] = total
@@ -69,19 +65,16 @@ def problems(
         progress(done, total + hashed)
 
     out += run_format(format_progress if progress is not None else None)
-    if deep:
-        for f, listing in zip(founds, listings, strict=True):
-            before = seen[1]
+    if deep and found is not None:
 
-            def hash_progress(done: int, total: int, before: int = before) -> None:
-                assert progress is not None
-                seen[1] = before + done
-                progress(seen[0] + seen[1], seen[0] + hashed)
+        def hash_progress(done: int, total: int) -> None:
+            assert progress is not None
+            progress(seen[0] + done, seen[0] + hashed)
 
-            for p in mc.deep_problems(
-                store, f, {p.name for p in listing}, hash_progress if progress else None
-            ):
-                out.append(f"{store.url(join(f.folder, p.name))}: {p.detail}")
+        for p in mc.deep_problems(
+            store, found, {p.name for p in listing}, hash_progress if progress else None
+        ):
+            out.append(f"{store.url(join(found.folder, p.name))}: {p.detail}")
     return out
 
 
@@ -123,8 +116,8 @@ def summary(path: Any) -> dict[str, Any] | str:
 def check(
     path: Any, progress: Progress | None = None, workers: int | None = None
 ) -> tuple[mc.Found, list[str]]:
-    """Every difference between the dataset and its manifest (and those of folders below
-    with their own), each block hashed; an InvalidInputError if it has no manifest."""
+    """Every difference between the dataset and its manifest, each block hashed; an
+    InvalidInputError if it has no manifest."""
     store, key = resolve(path)
     found = mc.find(store, key)
     if found is None:
@@ -133,12 +126,10 @@ def check(
             "the data)",
             path=store.url(key),
         )
-    out = []
-    for f in [found, *(mc.nested(store, key, found) if found.directory else [])]:
-        listing = mc.listing_problems(store, f)
-        deep = mc.deep_problems(store, f, {p.name for p in listing}, progress, workers)
-        out += [f"{store.url(join(f.folder, p.name))}: {p.detail}" for p in listing + deep]
-    return found, out
+    listing = mc.listing_problems(store, found)
+    skip = {p.name for p in listing}
+    deep = mc.deep_problems(store, found, skip, progress, workers)
+    return found, [f"{store.url(join(found.folder, p.name))}: {p.detail}" for p in listing + deep]
 
 
 def create(

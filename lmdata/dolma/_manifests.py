@@ -1,12 +1,14 @@
-"""Manifests of the Dolma toolkit's outputs: each folder a job writes files into (an attribute
-set, ``<tree>/attributes/<name>/`` of tag, dedupe and decontaminate; a mix stream's output
-folder) gets its own ``lmdata-manifest`` once every file of the job is there, written last.
+"""The Dolma toolkit's outputs in their tree's manifest.
 
-It lists every file below that folder: the job's outputs hashed once the job is done (its files
-come from many workers and server-side joins of pieces, so they are read once more here), the
-other files (an earlier job's, into the same folder) carried from the folder's last manifest
-where their size is unchanged, else hashed. A Dolma tree's own manifest (its writer's, at the
-root) covers its documents; a folder with a manifest of its own is checked against that.
+A Dolma tree's manifest lies at its root (``<tree>/lmdata-manifest``), beside ``documents/`` and
+``attributes/``, never inside them: dolma's globs (``documents/*``, ``attributes/<name>/*``)
+never meet it. It lists the files lmdata wrote into the tree: the Dolma writer's documents
+files, then what each toolkit job wrote there (tag, dedupe and decontaminate: their attribute
+files; mix: its shards, when its output folder is a tree's ``documents/``), added when the job
+is done, every other entry kept as it was (see :func:`lmdata.storage.manifest_check.update`).
+A job's files come from many workers and server-side joins of pieces, so they are hashed once
+more when it is done. A mix output folder in no tree (no ``documents`` in its path) gets none:
+its folder holds the origin's shards only.
 """
 
 from __future__ import annotations
@@ -14,48 +16,52 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lmdata.errors import LmdataError
+from lmdata.storage import basename, parent, resolve
 from lmdata.storage import manifest_check as mc
-from lmdata.storage import parent, resolve
 
 
-def attribute_folders(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
-    """``{attribute folder: [attribute files]}`` for ``(document file, attribute file)``
-    pairs: the folder is the attribute file's path without the part it shares with its
-    document file below ``documents/`` (``<tree>/attributes/<name>``)."""
-    out: dict[str, list[str]] = {}
-    for doc, attr in pairs:
-        d, a = doc.split("/"), attr.split("/")
-        same = 0
-        while same < min(len(d), len(a)) - 1 and d[-1 - same] == a[-1 - same]:
-            same += 1
-        out.setdefault("/".join(a[: len(a) - same]), []).append(attr)
-    return out
+def tree_of_attributes(doc: str, attr: str) -> str | None:
+    """The tree of an attribute file written for document file ``doc``: ``<tree>`` of
+    ``<tree>/attributes/<name>/<the document's path below documents/>``."""
+    d, a = doc.split("/"), attr.split("/")
+    same = 0
+    while same < min(len(d), len(a)) - 1 and d[-1 - same] == a[-1 - same]:
+        same += 1
+    folder = "/".join(a[: len(a) - same])  # <tree>/attributes/<name>
+    return parent(parent(folder)) if basename(parent(folder)) == "attributes" else None
 
 
-def output_folders(outputs: Iterable[str]) -> dict[str, list[str]]:
-    """``{folder: [files]}`` for output files written straight into their folder (mix)."""
-    out: dict[str, list[str]] = {}
-    for o in outputs:
-        out.setdefault(parent(o), []).append(o)
-    return out
+def tree_of_documents(path: str, documents: str = "documents") -> str | None:
+    """The tree of a file written below a ``documents`` folder (the last one in its path)."""
+    head, sep, rest = path.rpartition("://")
+    parts = rest.split("/")
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == documents:
+            return head + sep + "/".join(parts[:i])
+    return None
 
 
-def write(folders: dict[str, list[str]], storage_options: dict[str, Any] | None) -> None:
-    """Write the manifest of each folder, its job's ``files`` hashed anew."""
-    for folder, files in sorted(folders.items()):
-        store, key = resolve(folder, storage_options)
-        if not store.exists(key):
-            continue  # the job wrote nothing there (no documents)
-        mine = {resolve(f, storage_options)[1][len(key.rstrip("/")) + 1 :] for f in files}
-        try:
-            old = mc.find(store, key, True)
-        except LmdataError:  # unreadable: every file is hashed anew
-            old = None
-        carried = {}
-        if old is not None:
-            carried = {e.name: e for e in old.manifest.files if e.name not in mine}
-        mc.create(store, key, directory=True, carried=carried)
+def record(
+    written: Iterable[tuple[str | None, str]], storage_options: dict[str, Any] | None
+) -> None:
+    """Add each ``(tree, file)`` a job wrote to its tree's manifest (files of no tree, whose
+    tree is None, are left out), once per tree."""
+    trees: dict[str, list[str]] = {}
+    for tree, f in written:
+        if tree is not None:
+            trees.setdefault(tree, []).append(f)
+    for tree, files in sorted(trees.items()):
+        store, key = resolve(tree, storage_options)
+        base = key.rstrip("/") + "/"
+        names = [k[len(base) :] for k in (resolve(f, storage_options)[1] for f in files)]
+        mc.update(store, key, [n for n in names if n and not n.startswith("/")])
 
 
-__all__ = ["attribute_folders", "output_folders", "write"]
+def record_attributes(
+    pairs: Iterable[tuple[str, str]], storage_options: dict[str, Any] | None
+) -> None:
+    """:func:`record` for the attribute files of ``(document file, attribute file)`` pairs."""
+    record(((tree_of_attributes(d, a), a) for d, a in pairs), storage_options)
+
+
+__all__ = ["record", "record_attributes", "tree_of_attributes", "tree_of_documents"]

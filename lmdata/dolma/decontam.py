@@ -317,7 +317,7 @@ def decontaminate(
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
     pairs = [(f, cfg.attributes_of(f)) for f in files]
-    _manifests.write(_manifests.attribute_folders(pairs), cfg.storage_options)
+    _manifests.record_attributes(pairs, cfg.storage_options)
     work.remove()
     return DecontamResult(
         files=len(files),

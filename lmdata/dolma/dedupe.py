@@ -477,7 +477,7 @@ def _mark_tasks(
 def _write_manifests(cfg: DedupeConfig, files: list[str]) -> None:
     """Each attribute folder's manifest, once every attribute file of the job is there."""
     pairs = [(f, cfg.attributes_of(f)) for f in files]
-    _manifests.write(_manifests.attribute_folders(pairs), cfg.storage_options)
+    _manifests.record_attributes(pairs, cfg.storage_options)
 
 
 def _finished(files: list[str], done: Done, t0: float) -> DedupeResult:

@@ -415,7 +415,9 @@ def mix(
     join_all(joins, engine, cfg.processes, address)
     for stream in {id(sh.stream): sh.stream for sh in shards}.values():
         outs = [sh.output for sh in shards if sh.stream is stream]
-        _manifests.write(_manifests.output_folders(outs), stream.storage_options)
+        _manifests.record(
+            ((_manifests.tree_of_documents(o), o) for o in outs), stream.storage_options
+        )
     idle = _idle_rules(cfg, todo, stats)
     stats += [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
     warnings = tuple(w for st in stats for w in st.warnings) + tuple(idle)

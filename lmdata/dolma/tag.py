@@ -296,7 +296,7 @@ def tag(
     )
     join_all(_joins(cfg, plan, results), engine, cfg.processes, address)
     pairs = [(f, o) for f in files for o, _, _ in _outputs(f, cfg)]
-    _manifests.write(_manifests.attribute_folders(pairs), cfg.storage_options)
+    _manifests.record_attributes(pairs, cfg.storage_options)
     outs = tuple(o for _, o in pairs)
     skipped = sum(p.skipped for p in plan)
     skipped += sum(r.skipped for r, t in zip(results, tasks, strict=True) if t.parts == 1)

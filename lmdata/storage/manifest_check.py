@@ -17,7 +17,7 @@ from pathlib import Path
 
 import xxhash
 
-from lmdata.errors import CorruptDataError
+from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.storage import _digest
 from lmdata.storage._digest import combine, digest_of
 from lmdata.storage.base import Store, join, parent
@@ -131,33 +131,6 @@ def listing(store: Store, folder: str, dirs: set[str] | None = None) -> dict[str
         name = k[len(base) :]
         if not skipped(name):
             out[name] = int(info.get("size") or 0)
-    return out
-
-
-def nested(store: Store, key: str, found: Found | None) -> list[Found]:
-    """The manifests of folders below the dataset folder ``key`` whose files its own manifest
-    (``found``) does not list: a Dolma tree's attribute sets, each checked against its own."""
-    fs = getattr(store, "fs", None)
-    base = key.rstrip("/")
-    keys = []
-    if store.can_mmap or fs is None:
-        for d, dirnames, files in os.walk(base):
-            dirnames[:] = [x for x in dirnames if not x.startswith(".lmdata-")]
-            if d != base and NAME in files:
-                keys.append(os.path.join(d, NAME))
-    else:
-        strip = fs._strip_protocol(base).rstrip("/")
-        keys = [k for k in fs.find(base) if k.endswith("/" + NAME) and parent(k) != strip]
-    listed = [e.name for e in found.manifest.files] if found is not None else []
-    out = []
-    for k in sorted(keys):
-        folder = parent(k)
-        rel = folder[len(base) + 1 :] if folder.startswith(base + "/") else folder
-        if any(n.startswith(rel + "/") for n in listed) or ".lmdata-" in rel:
-            continue
-        m = read(store, k)
-        if m is not None:
-            out.append(Found(k, folder, True, m))
     return out
 
 
@@ -384,6 +357,42 @@ def create(
     return m
 
 
+def update(store: Store, key: str, names: list[str]) -> Manifest:
+    """Put into the manifest of the dataset folder ``key`` the files ``names`` (relative to
+    it) as they are now, hashed, every other entry of its present manifest kept as it is
+    (also a file since deleted: the check reports it): a job that wrote files into a dataset
+    another writer made (a Dolma tree's attribute sets) leaves what it did not write checked
+    against what was written before. A folder without a manifest gets one listing ``names``."""
+    try:
+        old = find(store, key, True)
+    except LmdataError:  # unreadable: replaced by one of what this job knows
+        old = None
+    m = old.manifest if old is not None else None
+    mkey, folder = location(store, key, True)
+    block = m.block if m is not None else _digest.BLOCK
+    entries = m.entries() if m is not None else {}
+    sizes = listing(store, folder)
+    files = [(join(folder, n), sizes[n]) for n in sorted(set(names)) if n in sizes]
+    for k, digests in hash_blocks(store, files, block):
+        n = k[len(folder.rstrip("/")) + 1 :]
+        entries[n] = FileEntry.of(n, digest_of(sizes[n], digests))
+    new = Manifest(
+        tuple(entries.values()),
+        block,
+        made_by=made_by(),
+        format=m.format if m is not None else None,
+        records=m.records if m is not None else None,
+    )
+    out = store.output(mkey, directory=False, overwrite=True)
+    try:
+        out.write_last("", new.to_bytes())
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return new
+
+
 __all__ = [
     "NAME",
     "Found",
@@ -396,6 +405,6 @@ __all__ = [
     "listing",
     "listing_problems",
     "modified",
-    "nested",
+    "update",
     "verify",
 ]
