@@ -106,8 +106,8 @@ class Loader:
     ``"unpacked"`` (one document or piece per row, right-padded, ``loss_mask``). ``epochs``
     makes a finite pass (evaluation): it stops after that many epochs and pads the last batch
     (``loss_mask`` False) instead of dropping it; with ``drop_last`` it serves full rows and
-    full batches only, leaving out the partial row and the incomplete last batch. See the
-    README for the batch keys and dtypes.
+    full batches only, leaving out the partial row and the incomplete last batch. The batch
+    keys and dtypes of each mode: the Loader guide (``docs/guide/loader.md``).
     """
 
     def __init__(
