@@ -126,7 +126,7 @@ def info(
     """A summary of the dataset at ``path`` (format, counts, sizes, codecs). ``scan=False``
     leaves out what takes a pass over the data (the documents of JSONL files, the largest id
     of a ``.pbin``): for callers that need only the metadata, sizes and provenance.
-    ``progress(done, total)``: as for :func:`validate`, in bytes of the data summarised."""
+    ``progress(done, total)``: as for ``validate``, in bytes of the data summarised."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
@@ -144,7 +144,7 @@ def merge(
 ) -> str:
     """Join datasets of one format into one at ``output``; returns a one-line summary.
     URLs (where the format's merge supports them) use ``storage_options``.
-    ``progress(done, total)``: as for :func:`validate`, in bytes of the inputs' data joined."""
+    ``progress(done, total)``: as for ``validate``, in bytes of the inputs' data joined."""
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
     with options_scope(storage_options):

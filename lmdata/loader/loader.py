@@ -460,7 +460,7 @@ class Loader:
     def state_dict(self) -> dict[str, Any]:
         """The global position and what it depends on: small, JSON-able, rank-free.
 
-        An error if DataLoader workers iterated this loader's :meth:`to_torch` dataset: they run
+        An error if DataLoader workers iterated this loader's ``to_torch`` dataset: they run
         copies of the loader, so ``self.step`` is not where the training is (the message names
         the patterns whose state is right)."""
         if self._torch_use is not None:
@@ -488,8 +488,8 @@ class Loader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was saved (any rank/worker layout).
 
-        ``state`` is a :meth:`state_dict`, or the ``state_dict()`` of a torchdata
-        ``StatefulDataLoader`` over :meth:`to_torch` with any number of workers (its global
+        ``state`` is a ``state_dict``, or the ``state_dict()`` of a torchdata
+        ``StatefulDataLoader`` over ``to_torch`` with any number of workers (its global
         position is the step after the last batch it handed out). A different global batch
         size or different weights continue each source's stream from what it had served; a
         different dataset, seed, sequence length or mode is an error naming what differs.
@@ -539,11 +539,11 @@ class Loader:
         ``DataLoader(ds, batch_size=None, num_workers=k)``: worker ``i`` computes steps
         ``i, i+k, ...`` and the DataLoader hands them out in order, none lost or repeated.
         Resume state: without workers each batch handed out advances ``self.step``; with
-        workers the main process runs none of the dataset, so :meth:`state_dict` refuses (it
-        would restart the data). Use :meth:`torch_loader`, or torchdata's
+        workers the main process runs none of the dataset, so ``state_dict`` refuses (it
+        would restart the data). Use ``torch_loader``, or torchdata's
         ``StatefulDataLoader(ds, batch_size=None, num_workers=k)`` and its ``state_dict()``:
         the dataset is a torchdata ``Stateful`` whose workers' states give the global position
-        (:meth:`load_state_dict` takes it, for another worker count).
+        (``load_state_dict`` takes it, for another worker count).
         """
         from lmdata.loader.torch_dataset import TorchBatches
 
@@ -552,8 +552,8 @@ class Loader:
     def torch_loader(
         self, *, num_workers: int = 0, pin_memory: bool = False, **options: Any
     ) -> Any:
-        """A torch DataLoader over :meth:`to_torch` that advances ``self.step`` per batch
-        received, so :meth:`state_dict` is right at any moment, with or without workers."""
+        """A torch DataLoader over ``to_torch`` that advances ``self.step`` per batch
+        received, so ``state_dict`` is right at any moment, with or without workers."""
         from lmdata.loader.torch_dataset import TorchLoader
 
         return TorchLoader(self, num_workers=num_workers, pin_memory=pin_memory, **options)
