@@ -61,12 +61,29 @@ def test_the_readme_is_a_door():
     block = setup.split("```sh\n", 1)[1].split("```", 1)[0]
     assert block.splitlines()[0].startswith("make demo")
     assert block.splitlines()[1].startswith("make test")
+    # its links into the docs (which mkdocs does not see) reach a page and a heading there
+    links = re.findall(r"\]\((docs/[^)#\s]+)(?:#([\w-]+))?\)", text)
+    assert len(links) >= 10
+    for target, anchor in links:
+        page = ROOT / target
+        assert page.is_file(), f"README.md links to {target}, which does not exist"
+        if anchor:
+            assert anchor in _anchors(page), f"README.md links to {target}#{anchor}: no heading"
     # no engineering log in user docs: history lives in git
     for path in [README, *PAGES]:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             assert not re.search(r"\bsession \d|\bsessions? [0-9]+-|\(was [0-9.]+x", line), (
                 f"{path.relative_to(ROOT)}:{n}: history in user docs: {line.strip()}"
             )
+
+
+def _anchors(page: Path) -> set[str]:
+    """The ids the site gives the headings of ``page`` (Python-Markdown's toc slugs)."""
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(), re.M):
+        plain = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+        found.add(re.sub(r"[-\s]+", "-", plain))
+    return found
 
 
 def _reference_text() -> str:
