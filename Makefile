@@ -20,7 +20,7 @@ install-main: $(STAMP)
 install-dev: $(DEV_STAMP)
 
 # the main venv: lmdata and its dependencies, all `make demo` needs
-$(STAMP): pyproject.toml Makefile lmdata/_memowalk.c lmdata/_memowalk_index.h lmdata/_mdsread.c lmdata/_mdsread_dispatch.h lmdata/_kernel.c lmdata/_kernel_rows.h lmdata/_kernel_index.h lmdata/_minhash.c lmdata/_minhash_words.h
+$(STAMP): pyproject.toml Makefile lmdata/_memowalk.c lmdata/_memowalk_index.h lmdata/_mdsread.c lmdata/_mdsread_dispatch.h lmdata/_kernel.c lmdata/_kernel_rows.h lmdata/_kernel_index.h lmdata/_minhash.c lmdata/_minhash_words.h lmdata/_kernel_bestfit.h
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
@@ -76,8 +76,11 @@ $(TEST_STAMP): $(DEV_STAMP)
 demo: $(STAMP)
 	$(BIN)/lmdata demo --out demo-output
 
+# two processes (pytest-xdist): the suite waits on subprocesses, Ray and S3 as much as it
+# computes, and on a loaded machine each process gets its share of the cores. A file's tests
+# stay in one process (--dist loadfile): module fixtures are built once.
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 # the documentation site from docs/ (mkdocs.yml) into site/; --strict: a broken link, a page
 # left out of the nav or a docstring mkdocstrings cannot render fails the build (offline)

@@ -21,6 +21,7 @@ from _compare import QUICK, record
 
 HERE = Path(__file__).resolve().parent
 MB = int(os.environ.get("BENCH_TOK_MB", 10 if QUICK else 30))  # corpus size
+BIG_MB = int(os.environ.get("BENCH_TOK_BIG_MB", 60 if QUICK else 300))  # the large corpus
 REPS = int(os.environ.get("BENCH_TOK_REPS", 1 if QUICK else 3))  # interleaved rounds
 VOCAB = 32_000
 SHARDS = 8  # the compressed and Parquet inputs: one unit each, so several files
@@ -107,18 +108,68 @@ def train_tokenizer(texts: list[str]) -> Path:
 # ---- runs ------------------------------------------------------------------------------------
 
 
-def lmdata_run(srcs: list[Path], dst: Path, tok: Path, encoder: str, workers: int) -> float:
-    """Wall seconds of ``lmdata tokenize`` (a fresh process, start-up included); one worker
-    runs in the CLI's own process, its encoder held to one thread."""
+def one_core() -> None:
+    """Pin the calling (child) process to one core: a "1 worker" or "1 thread" column means
+    one core (a worker pipelines parsing and encoding on two threads, which would otherwise
+    take a second core)."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def measured(argv: list[str], env: dict[str, str], pin: bool = False) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the process and all its children, stdout) of one run."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        preexec_fn=one_core if pin else None,
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, out.stdout
+
+
+def lmdata_run(
+    srcs: list[Path], dst: Path, tok: Path, encoder: str, workers: int
+) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``lmdata tokenize`` (a fresh process, start-up included); one
+    worker runs in the CLI's own process, pinned to one core, its encoder held to one thread."""
     argv = [sys.executable, "-m", "lmdata", "tokenize", *map(str, srcs), str(dst)]
     argv += ["--to", "flat-tokens", "--tokenizer", str(tok), "--encoder", encoder]
     argv += ["--workers", str(workers), "-q", "--overwrite"]
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     if workers == 1:
         env["RAYON_NUM_THREADS"] = "1"
-    t0 = time.perf_counter()
-    subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
-    return time.perf_counter() - t0
+    wall, cpu, _ = measured(argv, env, pin=workers == 1)
+    return wall, cpu
+
+
+def compile_lmdata() -> None:
+    """Byte-compile lmdata first, as an installed package is (with PYTHONDONTWRITEBYTECODE set,
+    every run would otherwise compile its modules again: a tenth of a second of start-up)."""
+    import compileall
+
+    compileall.compile_dir(HERE.parent / "lmdata", quiet=1)
+
+
+def big_corpus(src: Path, root: Path, mb: int) -> tuple[Path, int]:
+    """``src``'s lines again and again, up to ``mb`` MB: (the file, its documents). The same
+    text cycled: the encoders' word caches are warm after the first pass, as on a large
+    corpus, where the per-byte cost of the pipeline shows."""
+    data = src.read_bytes()
+    lines = data.count(b"\n")
+    big = root / "big.jsonl"
+    n = max(1, -(-mb * 10**6 // len(data)))
+    with open(big, "wb") as f:
+        for _ in range(n):
+            f.write(data)
+    return big, n * lines
 
 
 def flat_tokens(dst: Path) -> np.ndarray:
@@ -192,7 +243,7 @@ def inputs_table(root: Path, tok: Path, texts: list[str], limit: float, want: in
     print(f"{'input':12} {'seconds':>8} {'limit s':>8} {'of limit':>9}")
     for kind, fs in files.items():
         dst = root / f"in-{kind}"
-        runs = [lmdata_run(fs, dst, tok, "auto", 2) for _ in range(max(1, REPS - 1))]
+        runs = [lmdata_run(fs, dst, tok, "auto", 2)[0] for _ in range(max(1, REPS - 1))]
         s = statistics.median(runs)
         got = crc(flat_tokens(dst))
         lim = limit + decompress_seconds(fs) / 2
@@ -202,69 +253,110 @@ def inputs_table(root: Path, tok: Path, texts: list[str], limit: float, want: in
 
 
 def phases(src: Path, tok: Path) -> None:
-    """Where a worker's time goes on the fast path: CPU seconds of each phase, one core, in
-    this process (CPU time, so that other load on the machine does not inflate one phase)."""
+    """Where the CPU goes on the fast path, phase by phase, one thread in this process (CPU
+    time, so that other load on the machine does not inflate one phase): a worker's read,
+    JSON parse, encode, id conversion (one array, uint16 when the ids fit), the reference's
+    check of a sample, staging (a part written and read back), and the driver's write
+    through the format's sink."""
     from lmdata.parallel.staging import LocalStaging
-    from lmdata.tokenize import pipeline
+    from lmdata.tokenize import pipeline, worker
     from lmdata.tokenize.commit import pack_part, unpack_part
     from lmdata.tokenize.fast import load_fast
     from lmdata.tokenize.job import TokenizeJob
     from lmdata.tokenize.sinks import make_sink
-    from lmdata.tokenize.sources import list_inputs, plan_units, read_batches
+    from lmdata.tokenize.sources import list_inputs, plan_units, range_bytes_for, read_batches
 
     fast = load_fast(str(tok))
+    worker._TOKENIZER = fast  # what a worker's check compares with its reference
     job = TokenizeJob(to="flat-tokens", tokenizer=str(tok))
     inputs = list_inputs([src])
-    units = plan_units(inputs, 8 << 20)
+    units = plan_units(inputs, range_bytes_for(inputs))
     root = Path(tempfile.mkdtemp(prefix="phases-"))
     work = LocalStaging(str(root / "work"))
     work.reset(b"{}")
     sink = make_sink(job, fast.reference, "fast")(root / "out")
-    t = dict.fromkeys(("read", "JSON parse", "encode", "id conversion", "staging", "write"), 0.0)
+    names = ("read", "JSON parse", "encode", "id conversion", "reference check", "staging")
+    t = dict.fromkeys((*names, "write (driver)"), 0.0)
+    clock = time.thread_time
     enc = fast._encode
     n = 0
     for u in units:
-        task = pipeline._task(job, inputs, work, u)
-        t0 = time.process_time()
+        task = pipeline._task(job, inputs, work, u, check=True)
+        check = worker._Check(task)
+        t0 = clock()
         batches = list(read_batches(u, job.batch_docs))
-        t["read"] += time.process_time() - t0
-        for b in batches:
-            t0 = time.process_time()
-            parsed = pipeline._parse_batch(task, b, 0)
-            t1 = time.process_time()
+        t["read"] += clock() - t0
+        for seq, b in enumerate(batches):
+            marks = [clock()]
+            parsed = worker._parse_batch(task, b, 0)
+            marks.append(clock())
             arrays = [enc(x) for x in parsed.texts]
-            t2 = time.process_time()
+            marks.append(clock())
             lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
-            flat = np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)
-            t3 = time.process_time()
+            flat = worker._narrow(np.concatenate(arrays) if arrays else np.zeros(0, np.uint32))
+            marks.append(clock())
+            assert not check(seq, parsed, flat, lengths)
+            marks.append(clock())
             meta = {"read": len(b.items), "skipped": [], "position": 0, "kind": "line"}
             arr = {"tokens": flat, "lengths": lengths, "validation": np.zeros(len(lengths), bool)}
             arr["pending"] = np.zeros((0, 2), np.int64)
             name = f"{n:06d}.tok"
             work.write_part(name, pack_part(arr, meta))
             got, _ = unpack_part(work.read_part(name), name)
-            t4 = time.process_time()
+            marks.append(clock())
             sink.write_many(got["tokens"], got["lengths"], got["validation"])
-            t5 = time.process_time()
-            for k, a, z in (
-                ("JSON parse", t0, t1),
-                ("encode", t1, t2),
-                ("id conversion", t2, t3),
-                ("staging", t3, t4),
-                ("write", t4, t5),
-            ):
+            marks.append(clock())
+            steps = (*names[1:], "write (driver)")
+            for k, a, z in zip(steps, marks[:-1], marks[1:], strict=True):
                 t[k] += z - a
             n += 1
-    t0 = time.process_time()
+    t0 = clock()
     sink.close()
-    t["write"] += time.process_time() - t0
+    t["write (driver)"] += clock() - t0
     shutil.rmtree(root, ignore_errors=True)
     total = sum(t.values())
-    print("\nphases of the fast path, CPU s on one core (staging: write and read back a part):")
+    print("\nphases of the fast path, CPU s on one thread (staging: write and read back a part):")
     for k, v in t.items():
         record("bench_tokenize", f"phase {k}: share", v / total, higher_is_better=False)
-        print(f"  {k:14} {v:6.2f} s  {100 * v / total:5.1f}%")
+        print(f"  {k:16} {v:6.2f} s  {100 * v / total:5.1f}%")
     print(f"  pipeline beyond the encoder: {(total - t['encode']) / t['encode']:.2f} of encode")
+
+
+STARTUP = r"""
+import sys, time
+clock = time.process_time
+t = {"interpreter": clock()}
+import lmdata.cli.main, lmdata.cli.tokenize, lmdata.tokenize.pipeline
+t["imports"] = clock()
+from lmdata.tokenize import encoders, fast, tokenizers
+from lmdata import _provenance
+ref = tokenizers.load_tokenizer(sys.argv[1])
+t["load the reference (tokenizers)"] = clock()
+f = fast.load_fast(sys.argv[1], ref)
+t["load the fast encoder (gigatoken)"] = clock()
+encoders.compare(f, ref, encoders.adversarial_sample(ref), False)
+t["check the adversarial sample"] = clock()
+_provenance.record(ref, None, False, "fast")
+t["provenance record"] = clock()
+last = 0.0
+for k, v in t.items():
+    print(f"{k}	{v - last}")
+    last = v
+"""
+
+
+def startup(tok: Path) -> None:
+    """CPU seconds of the driver's start-up steps, in a fresh process (lmdata byte-compiled)."""
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    rows = []
+    for _ in range(REPS):
+        out = measured([sys.executable, "-c", STARTUP, str(tok)], env)[2]
+        rows.append([(k, float(v)) for k, v in (x.split("\t") for x in out.splitlines())])
+    print("\nthe driver's start-up, CPU s (medians; the job's first documents are checked too):")
+    for i, (k, _) in enumerate(rows[0]):
+        v = statistics.median(r[i][1] for r in rows)
+        record("bench_tokenize", f"start-up {k}: CPU s", v, higher_is_better=False, unit="s")
+        print(f"  {k:36} {v:6.3f} s")
 
 
 PATHOLOGICAL = {

@@ -16,9 +16,10 @@ Grain 0.2.18 packs the shuffled documents (ConcatThenSplitIterDataset, segment i
 positions), LitData 0.2.76 reads shuffled TokensLoader blocks. The second table opens
 simulated flat-tokens stores of 10^6 .. 10^12 tokens (metadata of the full size; the chunk
 files the first batch touches are hard links to one real chunk, the rest absent) in a fresh
-process each and times open, first batch and peak resident memory; the third does the same
-for ``.pbin`` files of 10^6 .. 10^9 tokens (sparse token data except the first batch's rows,
-a real index and its sidecar).
+process each and times open, first batch and peak resident memory; the third does the same for
+a store of 10^12 tokens none of whose token chunks was written (every read is of fill values),
+the fourth for ``.pbin`` files of 10^6 .. 10^9 tokens (sparse token data except the first
+batch's rows, a real index and its sidecar).
 """
 
 from __future__ import annotations
@@ -233,8 +234,9 @@ print(json.dumps({"open": t1 - t0, "first": t2 - t1, "rss_mb": rss / 1024, "rss0
 """
 
 
-def simulated_store(root: Path, n_tokens: int, real_chunk: Path) -> Path:
-    """A flat-tokens split of ``n_tokens`` whose first batch's chunks exist (hard links)."""
+def simulated_store(root: Path, n_tokens: int, real_chunk: Path | None) -> Path:
+    """A flat-tokens split of ``n_tokens`` whose first batch's chunks exist (hard links to
+    ``real_chunk``; with None, no token chunk exists: every token reads as the fill value)."""
     d = root / f"sim-{n_tokens}.zarr"
     split = d / "train"
     n_seqs = max(1, n_tokens // 1000)
@@ -268,6 +270,8 @@ def simulated_store(root: Path, n_tokens: int, real_chunk: Path) -> Path:
         f.truncate(SEQ_CHUNK * 8)
         f.seek((n_seqs - last * SEQ_CHUNK) * 8)
         f.write(np.array([n_tokens], dtype="<u8").tobytes())
+    if real_chunk is None:
+        return d
     r = lmdata.open(d)
     rows = lmdata.Loader(r, seq_len=2048, global_batch_size=32, seed=0, rank=0, world_size=1)
     for k in sorted({int(x) * 2048 // CHUNK for x in rows.indices(0)[1]}):
@@ -284,6 +288,12 @@ def flat_store(root: Path, n_tokens: int) -> Path:
         enc[::1000] |= np.uint32(1)
         enc.tofile(real)
     return simulated_store(root, n_tokens, real)
+
+
+def sparse_flat_store(root: Path, n_tokens: int) -> Path:
+    """:func:`simulated_store` with no token chunk written (a store preallocated and never
+    filled, or filled in parts): each read is of chunks never written."""
+    return simulated_store(root, n_tokens, None)
 
 
 def simulated_pbin(root: Path, n_tokens: int) -> Path:
@@ -383,6 +393,10 @@ def main() -> None:
         print_open_times(
             "flat-tokens: open + first batch against dataset size (fresh process each, warm cache)",
             open_times(root, (6, 8, 10, 12), flat_store),
+        )
+        print_open_times(
+            "flat-tokens, no token chunk written (all fill values): open + first batch",
+            open_times(root, (12,), sparse_flat_store),
         )
         print_open_times(
             ".pbin (documents of 1000 tokens, index sidecar built): open + first batch",

@@ -52,6 +52,7 @@ def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up while the module runs
     spec.loader.exec_module(mod)
     return mod
 

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,99 +67,150 @@ print(dt, len(flat), zlib.crc32(flat.astype(np.uint32).tobytes()), cpu)
 """
 
 
-# ---- the corpus and the tokenizer ------------------------------------------------------------
+# ---- the main tables ------------------------------------------------------------------------
 
 
-def bare_encode(src: Path, tok: Path, kind: str, threads: int) -> tuple[float, float, int, int]:
-    """(encode seconds, process wall seconds, tokens, crc32 of the ids) of one bare encode of
-    every text of ``src`` in memory, in a fresh process with ``threads`` threads."""
-    t0 = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", BARE_ENCODE, str(src), str(tok), kind],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "RAYON_NUM_THREADS": str(threads)},
-    )
-    wall = time.perf_counter() - t0
-    s, n, crc, _cpu = out.stdout.split()
-    return float(s), wall, int(n), int(crc)
+@dataclass
+class Run:
+    """One column's run: wall and CPU seconds (for a bare encoder: of the encode call alone,
+    and of its whole process), tokens and the ids' digest."""
+
+    seconds: float
+    cpu: float
+    proc_wall: float
+    proc_cpu: float
+    tokens: int
+    crc: int
+
+
+def bare_encode(src: Path, tok: Path, kind: str, threads: int) -> Run:
+    """One bare encode of every text of ``src`` in memory, in a fresh process with ``threads``
+    threads (one thread: pinned to one core)."""
+    argv = [sys.executable, "-c", BARE_ENCODE, str(src), str(tok), kind]
+    env = {**os.environ, "RAYON_NUM_THREADS": str(threads)}
+    wall, cpu, out = more.measured(argv, env, pin=threads == 1)
+    s, n, c, encode_cpu = out.split()
+    return Run(float(s), float(encode_cpu), wall, cpu, int(n), int(c))
+
+
+def lmdata_column(root: Path, src: Path, tok: Path, encoder: str, workers: int) -> Run:
+    dst = root / f"out-{encoder}-{workers}"
+    wall, cpu = lmdata_run([src], dst, tok, encoder, workers)
+    flat = flat_tokens(dst)
+    shutil.rmtree(dst, ignore_errors=True)
+    return Run(wall, cpu, wall, cpu, len(flat), crc(flat))
+
+
+LABELS = {
+    "bare hf": "bare HF encode_batch_fast, {n} thread(s)",
+    "bare fast": "bare fast (gigatoken encode_batch), {n} thread(s)",
+    "lmdata hf": "lmdata tokenize --encoder hf, {n} worker(s)",
+    "lmdata auto": "lmdata tokenize (auto = fast), {n} worker(s)",
+}
+
+
+def table(
+    root: Path, src: Path, tok: Path, names: list[str], title: str, key: str
+) -> dict[str, Run]:
+    """Interleaved rounds of the columns ``names`` ("bare hf 2", "lmdata auto 1", ...) on
+    ``src``; every column's ids must be the same. Returns each column's medians."""
+    runs: dict[str, list[Run]] = {n: [] for n in names}
+    for _ in range(REPS):
+        for name in names:
+            kind, what, n = name.split()
+            if kind == "bare":
+                runs[name].append(bare_encode(src, tok, what, int(n)))
+            else:
+                runs[name].append(lmdata_column(root, src, tok, what, int(n)))
+    digests = {n: {(r.tokens, r.crc) for r in v} for n, v in runs.items()}
+    every = set().union(*digests.values())
+    assert len(every) == 1, f"outputs differ: {digests}"
+    tokens = next(iter(every))[0]
+    med = {
+        n: Run(*(statistics.median(getattr(r, f) for r in v) for f in Run.__dataclass_fields__))
+        for n, v in runs.items()
+    }
+    mb = src.stat().st_size / 1e6
+    print(f"\n{title}: {mb:.1f} MB of JSONL, {tokens:,} tokens (32k byte-level BPE)")
+    print(f"ids identical on 100% of documents: every column gives {tokens:,} tokens, one digest")
+    print(f"load average {os.getloadavg()[0]:.1f}; medians of {REPS} interleaved rounds")
+    print(f"{'column':46} {'seconds':>8} {'MB/s':>7} {'CPU s':>6} {'proc wall':>9} {'proc CPU':>8}")
+    for name in names:
+        kind, what, n = name.split()
+        label = LABELS[f"{kind} {what}"].format(n=n)
+        r = med[name]
+        record("bench_tokenize", f"{key}{label}: MB/s", mb / r.seconds, unit="MB/s")
+        print(
+            f"{label:46} {r.seconds:8.2f} {mb / r.seconds:7.1f} {r.cpu:6.2f} "
+            f"{r.proc_wall:9.2f} {r.proc_cpu:8.2f}"
+        )
+    return med
+
+
+def ratios(med: dict[str, Run], rows: list[tuple[str, str, str]], key: str) -> None:
+    """Print and record each row's ratio (column a's seconds / column b's); "auto" as b is
+    lmdata auto on 2 workers, with two more lines: against bare fast's whole process, and in
+    CPU seconds (bare fast: its encode call's)."""
+    lines: list[tuple[str, float]] = []
+    for label, a, b in rows:
+        if b != "auto":
+            lines.append((label, med[a].seconds / med[b].seconds))
+            continue
+        ours, bare = med["lmdata auto 2"], med[a]
+        lines.append((label, bare.seconds / ours.seconds))
+        lines.append(("  the same, bare fast's process wall (start-up, reading texts)",
+                      bare.proc_wall / ours.seconds))  # fmt: skip
+        lines.append(("  the same in CPU seconds (bare: its encode call's)", bare.cpu / ours.cpu))
+    for label, r in lines:
+        record("bench_tokenize", key + label.strip(), r, unit="x")
+        print(f"{key + label:72} {r:6.2f}x")
 
 
 def main_table(root: Path, src: Path, tok: Path, n_docs: int) -> dict[str, float]:
     names = [f"bare {k} {t}" for k in ("hf", "fast") for t in (1, 2)]
     names += [f"lmdata {e} {w}" for e in ("hf", "auto") for w in (1, 2)]
-    times: dict[str, list[float]] = {n: [] for n in names}
-    walls: dict[str, list[float]] = {n: [] for n in names}
-    digests: dict[str, set[tuple[int, int]]] = {n: set() for n in names}
-    for _ in range(REPS):
-        for name in names:
-            kind, what, n = name.split()
-            if kind == "bare":
-                s, wall, count, c = bare_encode(src, tok, what, int(n))
-                times[name].append(s)
-                walls[name].append(wall)
-            else:
-                dst = root / f"out-{what}-{n}"
-                s = lmdata_run([src], dst, tok, what, int(n))
-                flat = flat_tokens(dst)
-                count, c = len(flat), crc(flat)
-                times[name].append(s)
-                walls[name].append(s)
-            digests[name].add((count, c))
-    every = set().union(*digests.values())
-    assert len(every) == 1, f"outputs differ: {digests}"
-    tokens = next(iter(every))[0]
-    med = {n: statistics.median(v) for n, v in times.items()}
-    wall = {n: statistics.median(v) for n, v in walls.items()}
-    mb = src.stat().st_size / 1e6
-    print(f"\n{n_docs:,} documents, {mb:.1f} MB of JSONL, {tokens:,} tokens (32k byte-level BPE)")
-    print(f"ids identical on 100% of documents: every column gives {tokens:,} tokens, one digest")
-    print(f"load average {os.getloadavg()[0]:.1f}; medians of {REPS} interleaved rounds")
-    print(f"{'column':46} {'seconds':>8} {'MB/s':>7} {'Mtok/s':>7} {'proc wall':>9}")
-    labels = {
-        "bare hf": "bare HF encode_batch_fast, {n} thread(s)",
-        "bare fast": "bare fast (gigatoken encode_batch), {n} thread(s)",
-        "lmdata hf": "lmdata tokenize --encoder hf, {n} worker(s)",
-        "lmdata auto": "lmdata tokenize (auto = fast), {n} worker(s)",
-    }
-    for name in names:
-        kind, what, n = name.split()
-        label = labels[f"{kind} {what}"].format(n=n)
-        s = med[name]
-        record("bench_tokenize", f"{label}: MB/s", mb / s, unit="MB/s")
-        print(f"{label:46} {s:8.2f} {mb / s:7.1f} {tokens / s / 1e6:7.2f} {wall[name]:9.2f}")
-    ratios = {
-        "lmdata auto, 2 workers / bare HF, 2 threads (goal >= 8)": (
-            med["bare hf 2"] / med["lmdata auto 2"]
-        ),
-        "lmdata auto, 2 workers / bare fast, 2 threads (goal >= 0.85)": (
-            med["bare fast 2"] / med["lmdata auto 2"]
-        ),
-        "  the same, bare fast's process wall (start-up, reading texts)": (
-            wall["bare fast 2"] / med["lmdata auto 2"]
-        ),
-        "lmdata auto, 1 -> 2 workers (goal >= 1.8)": med["lmdata auto 1"] / med["lmdata auto 2"],
-        "lmdata hf, 2 workers / bare HF, 2 threads": med["bare hf 2"] / med["lmdata hf 2"],
-        "lmdata hf, 1 -> 2 workers": med["lmdata hf 1"] / med["lmdata hf 2"],
-        "bare fast / bare HF, 1 thread": med["bare hf 1"] / med["bare fast 1"],
-        "bare fast, 1 -> 2 threads": med["bare fast 1"] / med["bare fast 2"],
-    }
-    for label, r in ratios.items():
-        record("bench_tokenize", label.strip(), r, unit="x")
-        print(f"{label:66} {r:6.2f}x")
-    return {"bare fast 2": med["bare fast 2"], "tokens": tokens, "crc": next(iter(every))[1]}
+    med = table(root, src, tok, names, f"{n_docs:,} documents", "")
+    goals = [  # (label, column a, column b): how many times faster b is than a
+        ("lmdata auto, 2 workers / bare HF, 2 threads (goal >= 8)", "bare hf 2", "lmdata auto 2"),
+        ("lmdata auto, 2 workers / bare fast, 2 threads (goal >= 0.85)", "bare fast 2", "auto"),
+    ]
+    more_rows = [
+        ("lmdata auto, 1 -> 2 workers (goal >= 1.8)", "lmdata auto 1", "lmdata auto 2"),
+        ("lmdata hf, 2 workers / bare HF, 2 threads", "bare hf 2", "lmdata hf 2"),
+        ("lmdata hf, 1 -> 2 workers", "lmdata hf 1", "lmdata hf 2"),
+        ("bare fast / bare HF, 1 thread", "bare hf 1", "bare fast 1"),
+        ("bare fast, 1 -> 2 threads", "bare fast 1", "bare fast 2"),
+    ]
+    ratios(med, goals + more_rows, "")
+    auto2 = med["lmdata auto 2"]
+    return {"bare fast 2": med["bare fast 2"].seconds, "tokens": auto2.tokens, "crc": auto2.crc}
+
+
+def big_table(root: Path, src: Path, tok: Path) -> None:
+    """The fast columns on the corpus cycled to BIG_MB, where the pipeline's per-byte cost
+    shows (start-up is a small part of the job)."""
+    big, n_docs = more.big_corpus(src, root, more.BIG_MB)
+    names = ["bare fast 1", "bare fast 2", "lmdata auto 1", "lmdata auto 2"]
+    med = table(root, big, tok, names, f"the same text cycled, {n_docs:,} documents", "big: ")
+    rows = [
+        ("lmdata auto, 2 workers / bare fast, 2 threads (goal >= 0.85)", "bare fast 2", "auto"),
+        ("lmdata auto, 1 -> 2 workers (goal >= 1.8)", "lmdata auto 1", "lmdata auto 2"),
+        ("bare fast, 1 -> 2 threads", "bare fast 1", "bare fast 2"),
+    ]
+    ratios(med, rows, "big: ")
+    big.unlink()
 
 
 def main() -> None:
-    import shutil
-
     root = Path(tempfile.mkdtemp(prefix="bench-tok-"))
     try:
+        more.compile_lmdata()
         src, texts = more.make_corpus(root)
         tok = more.train_tokenizer(texts)
         got = main_table(root, src, tok, len(texts))
+        big_table(root, src, tok)
         more.inputs_table(root, tok, texts, got["bare fast 2"], got["crc"])
+        more.startup(tok)
         more.phases(src, tok)
         more.pathological(tok)
         more.modalities_pack(root, tok, texts)

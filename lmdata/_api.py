@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from lmdata import formats
-from lmdata.errors import InvalidInputError
+from lmdata import _manifest, formats
+from lmdata.errors import FormatError, InvalidInputError, LmdataError
 from lmdata.formats import FormatSpec
 from lmdata.formats._spec import Progress
 from lmdata.storage import options_scope, require_exists, resolve
@@ -23,7 +23,16 @@ def detect(path: str | os.PathLike[str], storage_options: dict[str, Any] | None 
 
 
 def _spec_at(path: Any, format: str | None) -> FormatSpec:
-    return formats.spec(format) if format else formats.spec(formats.detect(path))
+    if format:
+        return formats.spec(format)
+    try:
+        return formats.spec(formats.detect(path))
+    except FormatError:
+        # damaged past detection: the format its manifest records, so checks can say where
+        recorded = _manifest.recorded_format(path)
+        if recorded is None:
+            raise
+        return formats.spec(recorded)
 
 
 def _named(spec: FormatSpec, options: dict[str, Any]) -> dict[str, Any]:
@@ -37,6 +46,7 @@ def open(
     format: str | None = None,
     split: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    verify: bool = True,
     **options: Any,
 ) -> Any:
     """Open the dataset at ``path`` and return a reader.
@@ -45,13 +55,18 @@ def open(
     (flat-tokens: ``train`` by default, or ``validation``; MDS: a sub-folder with its own
     index). ``token_column`` gives the token-sequence view of a records dataset whose column
     holds token arrays (MDS, Atlas). Other options go to the format's reader (for example
-    ``allow_unsafe_pickle=True`` for formats that store pickles).
+    ``allow_unsafe_pickle=True`` for formats that store pickles). A dataset with a manifest
+    (every lmdata writer leaves one) is checked against it first, by names and sizes: a
+    deleted, added, truncated or grown file is a CorruptDataError naming it, unless
+    ``verify=False`` (to salvage what is intact).
     """
     with options_scope(storage_options):
-        return _open(require_exists(path, storage_options), format, split, options)
+        return _open(require_exists(path, storage_options), format, split, options, verify)
 
 
-def _open(p: Any, format: str | None, split: str | None, options: dict[str, Any]) -> Any:
+def _open(
+    p: Any, format: str | None, split: str | None, options: dict[str, Any], verify: bool = True
+) -> Any:
     spec = _spec_at(p, format)
     if split is not None:
         if not spec.has_splits:
@@ -62,7 +77,23 @@ def _open(p: Any, format: str | None, split: str | None, options: dict[str, Any]
         raise InvalidInputError(
             f"{spec.name} datasets are token sequences already; drop token_column="
         )
-    reader = spec.open(p, **_named(spec, options))
+    local = resolve(p)[0].can_mmap
+    if verify and local:  # one walk of the folder, before the reader: its error comes first
+        _manifest.verify(p, spec, split)
+    try:
+        reader = spec.open(p, **_named(spec, options))
+    except (LmdataError, OSError):
+        if verify and not local:  # damaged: the difference from the manifest says the most
+            _manifest.verify(p, spec, split)
+        raise
+    if verify and not local:  # after the reader: the listings it made serve the check
+        try:
+            _manifest.verify(p, spec, split, reader)
+        except BaseException:
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+            raise
     return reader if token_column is None else token_view(reader, token_column)
 
 
@@ -76,6 +107,24 @@ def token_view(reader: Any, column: str) -> Any:
     spec = formats.spec(name) if isinstance(name, str) and name in formats.names() else None
     view = spec.token_view if spec is not None and spec.token_view is not None else TokenColumn
     return view(reader, column)
+
+
+def provenance(reader: Any) -> dict[str, Any] | None:
+    """What made the dataset ``reader`` reads (:mod:`lmdata._provenance`: the tokenizer, the
+    column of token ids), from its metadata alone, or None where nothing was recorded (a token
+    view asks the records reader it wraps)."""
+    target = getattr(reader, "records", reader)
+    name = getattr(target, "format", None)
+    if not isinstance(name, str) or name not in formats.names():
+        return None
+    lookup = formats.spec(name).provenance
+    if lookup is None:
+        return None
+    try:
+        got = lookup(target)
+    except (OSError, AttributeError, LmdataError):  # unreadable metadata: no record
+        return None
+    return got if isinstance(got, dict) else None
 
 
 def writer(
@@ -97,17 +146,26 @@ def validate(
     format: str | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    deep: bool = False,
     **options: Any,
 ) -> list[str]:
     """Every problem found in the dataset at ``path``; an empty list means valid.
 
-    ``progress(done, total)`` is called as the check goes, in bytes of the dataset's data:
-    first with ``done=0`` to announce the total, then per shard, chunk, file or MiB, never
-    backwards, last with ``done == total`` when the check got to the end."""
+    Where the dataset has a manifest, its files are compared with it by names and sizes (a
+    deleted, added, truncated or grown file is named); ``deep=True`` also hashes every file
+    (in parallel) and names the first block that differs from what its writer wrote.
+    ``progress(done, total)`` is called as the check goes, in bytes of the dataset's data
+    (and, with ``deep``, of the files hashed): first with ``done=0`` to announce the total,
+    then per shard, chunk, file or MiB, never backwards, last with ``done == total`` when
+    the check got to the end."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
-        return list(spec.validate(p, **_reporting(progress), **_named(spec, options)))
+
+        def run(prog: Progress | None) -> list[str]:
+            return list(spec.validate(p, **_reporting(prog), **_named(spec, dict(options))))
+
+        return _manifest.problems(p, deep, progress, run)
 
 
 def _reporting(progress: Progress | None) -> dict[str, Any]:
@@ -126,12 +184,15 @@ def info(
     """A summary of the dataset at ``path`` (format, counts, sizes, codecs). ``scan=False``
     leaves out what takes a pass over the data (the documents of JSONL files, the largest id
     of a ``.pbin``): for callers that need only the metadata, sizes and provenance.
+    ``manifest`` says when the dataset's manifest was made and what it lists (``"none"``).
     ``progress(done, total)``: as for ``validate``, in bytes of the data summarised."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
         light = {} if scan else {"scan": False}  # a spec's info may predate the option
-        return spec.info(p, **light, **_reporting(progress), **_named(spec, options))
+        out = spec.info(p, **light, **_reporting(progress), **_named(spec, options))
+        out["manifest"] = _manifest.summary(p)
+        return out
 
 
 def merge(
@@ -157,3 +218,83 @@ def merge(
         return spec.merge(
             [str(p) for p in inputs], str(output), overwrite=overwrite, **_reporting(progress)
         )
+
+
+def write_manifest(
+    path: str | os.PathLike[str],
+    format: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+    workers: int | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Write the manifest of a dataset another tool wrote, once ``validate`` finds it
+    valid (else CorruptDataError listing the problems); returns what ``info`` shows of
+    it. An existing manifest is an OutputExistsError unless ``overwrite``. ``progress``
+    counts the bytes validated, then those hashed (on ``workers`` threads)."""
+    with options_scope(storage_options):
+        p = require_exists(path, storage_options)
+        spec = _spec_at(p, format)
+        hashed_from = [0]
+
+        def checked() -> list[str]:
+            def prog(done: int, total: int) -> None:
+                hashed_from[0] = total
+                assert progress is not None
+                progress(done, total)
+
+            return list(
+                spec.validate(
+                    p,
+                    **_reporting(prog if progress is not None else None),
+                    **_named(spec, dict(options)),
+                )
+            )
+
+        def records() -> int | None:
+            with _open(p, spec.name, None, dict(options), verify=False) as r:
+                return len(r)
+
+        def hash_progress(done: int, total: int) -> None:
+            assert progress is not None
+            progress(hashed_from[0] + done, hashed_from[0] + total)
+
+        _manifest.create(
+            p,
+            spec,
+            overwrite=overwrite,
+            validate=checked,
+            records=records,
+            progress=hash_progress if progress is not None else None,
+            workers=workers,
+        )
+        out = _manifest.summary(p)
+        assert isinstance(out, dict)
+        return out
+
+
+def check_manifest(
+    path: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None = None,
+    *,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """``(what info shows of the manifest, every difference from it)``: names and sizes from
+    one listing, every block hashed on ``workers`` threads; InvalidInputError without one."""
+    with options_scope(storage_options):
+        p = require_exists(path, storage_options)
+        _found, problems = _manifest.check(p, progress, workers)
+        out = _manifest.summary(p)
+        assert isinstance(out, dict)
+        return out, problems
+
+
+def manifest_summary(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> dict[str, Any] | str:
+    """What ``info`` shows of the dataset's manifest (``"none"`` without one)."""
+    with options_scope(storage_options):
+        return _manifest.summary(require_exists(path, storage_options))

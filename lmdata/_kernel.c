@@ -1,6 +1,7 @@
 /* The Loader's row layouts (lmdata/loader/packing.py) in one pass each, with the GIL released,
- * and the flat-tokens reader's row gather (copy_rows). packed_at and eos_at also look their
- * rows up (a batch in one call); the lookups and the shuffle are in _kernel_index.h.
+ * the flat-tokens reader's row gather (copy_rows) and best-fit packing (_kernel_bestfit.h).
+ * packed_at and eos_at also look their rows up (a batch in one call); the lookups and the
+ * shuffle are in _kernel_index.h.
  *
  * Each function takes the stored values of a batch's rows (uint32: one C-order array, or each
  * row where it lies in a mapped chunk, see rows_get) and writes its output arrays in place
@@ -217,6 +218,9 @@ check_value(long long x, int wide, const char *what)
     }
     return 0;
 }
+
+/* Best-fit packing and the layout of rows made of segments (the Loader's bestfit mode). */
+#include "_kernel_bestfit.h"
 
 /* The packed layout of R's rows into the outputs v[1..4] (checked against rows x length). */
 static void
@@ -536,6 +540,17 @@ static PyMethodDef methods[] = {
     {"eos_at", eos_at, METH_VARARGS,
      "eos_at(views, unit, starts, width, total, scale, inputs, targets, wide): eos of the "
      "windows unit_windows finds; True, False or the missing units."},
+    {"best_fit", best_fit, METH_VARARGS,
+     "best_fit(sizes, capacity, max_bins, bins): best-fit decreasing of int64 sizes into at "
+     "most max_bins rows; bins[i] (int32) the row of item i or -1; returns the rows opened."},
+    {"segments_at", segments_at, METH_VARARGS,
+     "segments_at(views, unit, starts, width, total, scale, offsets, lengths, seg_rows, inputs, "
+     "targets, segment_ids, positions, loss_mask, rows, length, bos, pad, wide): segments of "
+     "the windows unit_windows finds; True, False or the missing units."},
+    {"segments", segments, METH_VARARGS,
+     "segments(enc, width, offsets, lengths, seg_rows, inputs, targets, segment_ids, "
+     "positions, loss_mask, rows, length, bos, pad, shift, wide): rows of segments laid end "
+     "to end, right-padded."},
     {"copy_rows", copy_rows, METH_VARARGS,
      "copy_rows(enc, out, rows, width): rows of width uint32 values copied into out."},
     {"packed", packed, METH_VARARGS,

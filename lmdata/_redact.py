@@ -33,10 +33,13 @@ _SECRET_NAMES = frozenset(
 _SECRET_RUNS = ("accesskey", "secretkey", "apikey", "privatekey", "accountkey", "sessiontoken")
 _WORD_SPLIT = re.compile(r"[_\-.\s]+")
 
-# scheme://userinfo@ : up to the first '@'; a '/' is allowed in it only after a ':' (a secret
-# with a slash, as AWS secrets have, typed unencoded), so s3://bucket/a@b keeps its path
+# scheme://userinfo@ : a '/' is allowed in it only after a ':' (a secret with a slash, as AWS
+# secrets have, typed unencoded), so s3://bucket/a@b keeps its path; after a ':' it runs to the
+# '@' that a host follows (no other '@' before the next '/'), as URL parsers split it, so a
+# password with an unencoded '@' is masked whole
 _USERINFO = re.compile(
-    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s@'\":]*:[^\s@'\"]*|[^/\s@'\"]+)@"
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)"
+    r"(?P<userinfo>[^/\s@'\":]*:[^\s'\"]*?(?=@[^\s@'\"/]*(?:[/\s'\"]|$))|[^/\s@'\"]+)@"
 )
 # ?name=value / &name=value query parameters
 _QUERY = re.compile(r"(?P<sep>[?&;])(?P<name>[A-Za-z0-9_.\-]+)=(?P<value>[^&#\s'\"]*)")

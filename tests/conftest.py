@@ -4,14 +4,22 @@ s3:// on a loopback moto server, one per test session), each at a fresh empty lo
 from __future__ import annotations
 
 import logging
-import socket
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from lmdata.storage import FsspecStore, LocalStore
 
 BUCKET = "lmdata-test"
+
+# The suite runs on loaded machines: no hypothesis test fails for time. Every test inherits
+# these (a test's own settings(...) replace only what they name); filtering health checks stay
+# on, as strategies draw valid inputs by construction.
+settings.register_profile(
+    "lmdata", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("lmdata")
 
 
 @pytest.fixture
@@ -21,12 +29,6 @@ def memory_root():
     yield root
     store = FsspecStore("memory")
     store.remove("/" + root.split("://", 1)[1])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -44,9 +46,11 @@ def s3_server():
         mp.setenv(k, v)
     mp.delenv("AWS_PROFILE", raising=False)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a log record per request: slow
-    port = _free_port()
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    # port 0: the server binds a free port itself (a port found free, then bound later, can be
+    # taken in between by another process: the server's thread then fails and start() waits)
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    port = server.get_host_and_port()[1]
     endpoint = f"http://127.0.0.1:{port}"
     options = {"client_kwargs": {"endpoint_url": endpoint}, "key": "testing", "secret": "testing"}
     import s3fs

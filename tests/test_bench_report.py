@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ def compare(monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
     spec.loader.exec_module(mod)
+    # each timed call starts with gc.collect(): a full pass over the test process's heap (late
+    # in the suite millions of objects, seconds per pass); the harness logic needs none
+    monkeypatch.setattr(mod, "gc", types.SimpleNamespace(collect=lambda *args: 0))
     yield mod
     sys.modules.pop("_compare_under_test", None)
 

@@ -119,6 +119,7 @@ def test_no_reader_stays_open_after_an_in_process_job(tmp_path, fails):
 
     src = write_records(tmp_path / "src", "jsonl")
     if fails:  # a record mds cannot hold: the job fails midway
+        (tmp_path / "src.lmdata-manifest").unlink()  # (the source is changed by hand)
         with open(src, "a") as f:
             f.write('{"id": "x", "text": "y", "source": {"nested": 1}}\n')
         with pytest.raises(InvalidInputError):

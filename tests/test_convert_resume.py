@@ -163,7 +163,9 @@ def test_a_resumed_job_interrupted_again_resumes_from_both_runs(tmp_path, monkey
 
 
 @settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(stop=st.integers(1, 12), block=st.sampled_from([7, 16, 64]))
 def test_any_interruption_point_resumes_to_the_same_bytes(stop, block):
@@ -325,11 +327,12 @@ def test_resume_on_every_store(where):
     from lmdata.storage import resolve
 
     src = records_source(where, n=60)  # type: ignore[arg-type]
+    store, key = resolve(where)
+    store.remove(f"{key}/lmdata-manifest")  # the resume's own check is tested (not the manifest's)
     out = f"{where}-out"
     with pytest.raises(Stop):
         convert(src, out, "mds-jsonl", workers=0, resume=True, progress=stop_after(2))
     assert work_area(out).done() == {(0, 0), (0, 1)}
-    store, key = resolve(where)
     if hasattr(store, "write_object"):  # the source changed: a file more
         store.write_object(f"{key}/NOTES.txt", b"a file more")
     else:

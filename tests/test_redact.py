@@ -35,6 +35,16 @@ def test_userinfo_never_survives_and_the_place_does(key, secret, scheme) -> None
         assert MASK in out
 
 
+@given(secret=st.text(string.ascii_letters + string.digits + "+=@:", min_size=1, max_size=30))
+def test_a_password_with_an_unencoded_at_sign_is_masked_whole(secret) -> None:
+    """URL parsers split userinfo at the last '@' before the host: ``http://u:p@ss@host``
+    has the password ``p@ss``, of which ``ss`` was shown."""
+    secret = f"p{secret}x"
+    out = redact(f"endpoint http://user:{secret}@host:9000/x failed")
+    assert out == f"endpoint http://{MASK}@host:9000/x failed"
+    assert redact(f"s3://KEY:{secret}@bkt/a@b") == f"s3://{MASK}@bkt/a@b"
+
+
 def test_paths_with_an_at_sign_and_plain_urls_are_kept() -> None:
     for text in ("s3://bucket/a@b.c/d", "s3://bucket/key", "/local/x@y", "memory://x/y"):
         assert redact(text) == text

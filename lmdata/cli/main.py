@@ -31,6 +31,8 @@ COMMANDS: dict[str, str] = {
     "list": "lmdata.cli.list_taggers",
     "modalities": "lmdata.cli.modalities",
     "clean": "lmdata.cli.clean",
+    "manifest": "lmdata.cli.manifest",
+    "explain": "lmdata.cli.explain",
 }
 # the one-line summaries `lmdata --help` lists, so listing the verbs imports none of them
 SUMMARIES: dict[str, str] = {
@@ -51,6 +53,8 @@ SUMMARIES: dict[str, str] = {
     "list": "List the taggers `lmdata tag` accepts (dolma list).",
     "modalities": "Modalities' command lines (`lmdata modalities data ...`).",
     "clean": "Remove what killed writers left behind (staging, claims).",
+    "manifest": "Write a dataset's integrity manifest, or --check one.",
+    "explain": "Show the documents in every row of a Loader batch (lineage).",
 }
 # verbs that read a dolma config given before the verb (`lmdata -c config.yaml mix`)
 CONFIG_VERBS = ("tag", "dedupe", "mix")

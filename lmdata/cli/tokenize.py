@@ -182,9 +182,11 @@ def command(
         opts["chunk_tokens"] = chunk_tokens
     if compression is not None:
         opts["compression"] = None if compression == "none" else compression
-    bar = progress_bar(unit="B", unit_scale=True, quiet=quiet, desc="tokenize")
+    # -q: no bar at all (tqdm's import is a tenth of a small job's start-up)
+    bar = None if quiet else progress_bar(unit="B", unit_scale=True, desc="tokenize")
 
     def progress(stats: dict[str, float]) -> None:
+        assert bar is not None
         if bar.total is None:
             bar.total = stats["total_bytes"]
         bar.update(stats["input_bytes"] - bar.n)
@@ -217,15 +219,17 @@ def command(
             address=address,
             resume=resume,
             overwrite=overwrite,
-            progress=progress,
+            progress=None if bar is None else progress,
             storage_options=storage_options,
             **opts,
         )
     except (KeyboardInterrupt, Exception) as e:
-        bar.close()
+        if bar is not None:
+            bar.close()
         say_resume(e, lambda: staging_for(dst, storage_options))  # beside the output (or URL)
         raise
-    bar.close()
+    if bar is not None:
+        bar.close()
     for msg in summary.skipped:
         click.echo(f"skipped: {msg}", err=True)
     click.echo(summary.line())

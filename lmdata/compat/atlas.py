@@ -199,7 +199,8 @@ class _Writing:
 class AtlasDatasetWriter(_Writing):
     """torch-atlas-ds ``AtlasDatasetWriter``: examples into shards of ``shard_size``, blocks of
     ``block_size``, with the origin's default strategy (a dictionary trained on shard 0 and
-    shared by all). ``path`` must not exist."""
+    shared by all). ``path`` must not exist. The origin's file set: ``lmdata_manifest=True``
+    adds lmdata's integrity manifest (``lmdata-manifest``, a file the origin ignores)."""
 
     VERSION = 1
 
@@ -213,6 +214,7 @@ class AtlasDatasetWriter(_Writing):
         compression_dict_size: float = 0.01,
         *,
         allow_unsafe_pickle: bool = False,
+        lmdata_manifest: bool = False,
     ) -> None:
         self.path = Path(path)
         self.shard_size = shard_size
@@ -228,6 +230,7 @@ class AtlasDatasetWriter(_Writing):
             compression_level=compression_level,
             compression_dict_size=compression_dict_size,
             allow_unsafe_pickle=allow_unsafe_pickle,
+            manifest=lmdata_manifest,
         )
 
     @property
@@ -277,6 +280,7 @@ class AtlasDatasetShardWriter(_Writing):
             compression_dict_size=compression_dict_size,
             compression_dict=shared if strategy == 2 else None,
             allow_unsafe_pickle=allow_unsafe_pickle,
+            manifest=False,  # one shard folder: moved into the caller's dataset
         )
         self.metadata = AtlasDatasetShardMetadata(
             self.VERSION, block_size, 0, strategy, compression_level, compression_dict_size

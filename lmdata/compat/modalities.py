@@ -345,6 +345,7 @@ def pack_encoded_data(
         text_key="text",
         eod=cfg.eod_token,
         batch_docs=cfg.batch_docs,
+        writer_options={"manifest": False},  # the origin's file set (no lmdata manifest)
     )
     # the texts, in the index's order, go through lmdata's tokenize pipeline from a hidden
     # file beside the output (one sequential pass; tokenizing dominates the time)

@@ -33,6 +33,7 @@ import numpy as np
 from lmdata.compat._seqax_append import SplitAppend
 from lmdata.errors import DatasetNotFoundError, InvalidInputError, OutputExistsError
 from lmdata.formats.flat_tokens import Writer as _FlatWriter
+from lmdata.storage.manifest_output import InPlace
 
 __all__ = ["Chunk", "Config", "Split", "Writer"]
 
@@ -99,6 +100,7 @@ class _Output:
                     path=path,
                 )
             self.root: Path | None = path
+            self._manifest = InPlace(path).begin()  # an lmdata manifest is kept right
             return
         if not exists and mode == "r+":
             raise DatasetNotFoundError(
@@ -113,6 +115,7 @@ class _Output:
             seq_starts_chunk=config.seq_starts_chunk_size,
             compression="blosc",
             overwrite=mode == "w" or empty_dir,
+            manifest=False,  # seqax's file set
         )
 
     def open_split(self, split: str) -> None:
@@ -134,6 +137,7 @@ class _Output:
         try:
             for s in self.appends.values():
                 s.finish()
+            self._manifest.finish()
         except BaseException:
             self.abort()
             raise
@@ -143,6 +147,8 @@ class _Output:
             self.writer.abort()
         for s in self.appends.values():
             s.abort()
+        if self.root is not None:
+            self._manifest.abort()
 
 
 _OPEN: dict[Path, _Output] = {}

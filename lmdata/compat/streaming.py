@@ -11,6 +11,8 @@ Where it differs from streaming, on purpose:
 - a writer whose ``with`` block raises leaves nothing behind (streaming finishes the dataset
   with the samples written so far); gzip shards carry mtime 0 instead of the current time;
 - ``exist_ok=True`` replaces the output directory as a whole instead of writing into it;
+- ``lmdata_manifest=True`` adds lmdata's integrity manifest (``lmdata-manifest``, which
+  streaming ignores); by default the writers leave streaming's exact file set;
 - ``StreamingDataset`` reads local datasets only (``local=``, a local ``remote=``, or
   ``streams=`` of such ``Stream``s); a remote URL is an error, never a silent download.
   ``batch_size`` may be omitted (streaming requires it to iterate; lmdata then uses 1).
@@ -85,6 +87,7 @@ class _Writer:
         compression: str | None = None,
         hashes: list[str] | None = None,
         size_limit: int | str | None = 1 << 26,
+        lmdata_manifest: bool = False,
         **kwargs: Any,
     ) -> None:
         invalid = [k for k in kwargs if k not in _WRITER_KWARGS]
@@ -110,6 +113,7 @@ class _Writer:
             drop_extra_keys=True,  # streaming encodes the columns and ignores other keys
             overwrite=True,  # an empty or (exist_ok) existing directory is replaced
             zstd_checksum=False,
+            manifest=lmdata_manifest,
             **self._format_options(kwargs),
         )
         self.size_limit = parse_size_limit(size_limit)

@@ -183,8 +183,10 @@ def mix_documents(
     read = written = filtered = too_short = not_included = 0
     warnings: list[str] = []
     # the names the rules read and no document has shown yet; while there is one, the names
-    # seen are gathered (for the job's did-you-mean), at most MAX_NAMES of them
+    # seen are gathered (for the job's did-you-mean), at most MAX_NAMES of them besides the
+    # rules' own names that showed up (always kept: the driver judges the rules by them)
     unseen = set(rule_attributes(stream))
+    found: set[str] = set()
     seen: set[str] = set()
     for src in sources:
         store, key = stores(src.path)
@@ -204,7 +206,10 @@ def mix_documents(
             if unseen:
                 names = doc.get("attributes")
                 if type(names) is dict:
-                    unseen.difference_update(names)
+                    hit = unseen.intersection(names)
+                    if hit:
+                        unseen -= hit
+                        found |= hit
                     if len(seen) < MAX_NAMES:
                         seen.update(names)
             if include and not any_match(include, doc, where, lineno):
@@ -240,5 +245,5 @@ def mix_documents(
         too_short,
         warnings=tuple(warnings),
         not_included=not_included,
-        attributes=tuple(sorted(seen)[:MAX_NAMES]),
+        attributes=tuple(sorted(found.union(sorted(seen - found)[:MAX_NAMES]))),
     )

@@ -103,6 +103,10 @@ class FormatSpec:
     None) and report through it as they walk the data. ``token_view`` is the format's
     own token-sequence view of a records reader's column (``lmdata.open(..., token_column=)``);
     without one, the generic :class:`lmdata.formats._token_view.TokenColumn` serves.
+    ``companions(key)`` names the files a one-file dataset keeps beside it (a JSONL file's
+    ``.idx``), which its manifest (:mod:`lmdata.storage.manifest`) lists with it.
+    ``provenance(reader)`` is the record of what made the dataset a reader of this format reads
+    (:mod:`lmdata._provenance`, from its metadata alone), for the Loader's start token.
     """
 
     name: str
@@ -120,8 +124,12 @@ class FormatSpec:
     merge: Callable[..., str] | None = None
     tokens: TokenTarget | None = None
     token_view: Callable[[Any, str], Any] | None = None  # (records reader, column) -> tokens
+    # (reader) -> what made its dataset (lmdata._provenance), from metadata only, or None
+    provenance: Callable[[Any], dict[str, Any] | None] | None = None
     document_files: bool = False  # its data are JSONL document files tokenize reads directly
     pass_name: bool = False
+    # files beside a one-file dataset that belong to it (key -> keys), listed in its manifest
+    companions: Callable[[str], list[str]] | None = None
 
     @property
     def record_target(self) -> bool:
@@ -219,7 +227,10 @@ def column_sink(
     ) -> TokenSink:
         dtype = token_dtype(vocab_size)
         extra = {"columns": {column: f"ndarray:{dtype}"}} if declare_columns else {}
-        w = writer_factory(path, overwrite=overwrite, **extra, **dict(options or {}))
+        opts = dict(options or {})
+        if isinstance(opts.get("provenance"), dict):  # the Loader finds the column by it
+            opts["provenance"] = {**opts["provenance"], "token_column": column}
+        w = writer_factory(path, overwrite=overwrite, **extra, **opts)
         return PerDocumentSink(w, lambda d: {column: d.astype(dtype)})
 
     return open_sink

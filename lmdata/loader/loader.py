@@ -10,21 +10,22 @@ of ranks or workers, so the resume state is the global position alone.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import InvalidInputError
+from lmdata.loader.config import LoaderConfig, default_topology, refuse_naive_workers
+from lmdata.loader.inputs import open_source, split_weights, start_token
+from lmdata.loader.lineage import Lineage, lineage
 from lmdata.loader.mixture import Mixture, exact_weights
-from lmdata.loader.packing import PAD_VALUES, packed_buffers
+from lmdata.loader.packing import PAD_VALUES, packed_buffers, varlen
 from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
-from lmdata.loader.sources import LONG_DOCS, MODES, Source, open_source
+from lmdata.loader.sources import Source
 from lmdata.loader.state import (
     STATE_VERSION,
     SavedState,
@@ -41,69 +42,23 @@ _KEYS = {
     "packed": ("inputs", "targets", "segment_ids", "positions"),
     "eos": ("inputs", "targets"),
     "unpacked": ("inputs", "targets", "segment_ids", "positions", "loss_mask"),
+    "bestfit": ("inputs", "targets", "segment_ids", "positions", "loss_mask"),
 }
-
-
-@dataclass(frozen=True)
-class LoaderConfig:
-    """Everything that decides which rows a step reads (the rank layout does not)."""
-
-    seq_len: int
-    global_batch_size: int
-    mode: str = "packed"
-    shuffle: bool = True
-    seed: int = 0
-    epochs: int | None = None
-    long_docs: str = "truncate"
-    drop_last: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("seq_len", "global_batch_size"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
-        if self.mode not in MODES:
-            raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.long_docs not in LONG_DOCS:
-            raise InvalidInputError(
-                f"long_docs must be one of {', '.join(LONG_DOCS)}, got {self.long_docs!r}"
-            )
-        if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs < 1):
-            raise InvalidInputError(f"epochs must be None or a positive integer: {self.epochs!r}")
-        if not isinstance(self.drop_last, bool):
-            raise InvalidInputError(f"drop_last must be True or False, got {self.drop_last!r}")
-        if self.drop_last and self.epochs is None:
-            raise InvalidInputError(
-                "drop_last=True is for a finite pass (epochs=): an endless training stream has "
-                "no last batch, and its rows are always full"
-            )
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise InvalidInputError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")
-
-
-def default_topology() -> tuple[int, int]:
-    """(rank, world_size): torch.distributed if initialised, else RANK/WORLD_SIZE, else 0/1."""
-    torch = sys.modules.get("torch")  # never imported here: only asked if the caller has it
-    dist = getattr(torch, "distributed", None)
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank()), int(dist.get_world_size())
-    try:
-        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    except ValueError:
-        raise InvalidInputError(
-            "RANK / WORLD_SIZE environment variables are not integers; pass rank= and "
-            "world_size= explicitly"
-        ) from None
+VARLEN_KEYS = ("cu_seqlens", "max_seqlen")
 
 
 class Loader:
     """Batches for one rank: ``batch(step)`` for any step in O(1), iteration, resume state.
 
-    ``sources`` is one token-sequence reader or path, or a list of them mixed by ``weights``
-    (default: proportional to their sizes). ``mode`` is ``"packed"`` (rows cut from the
-    concatenated tokens, ``segment_ids``/``positions`` for document-aware attention), ``"eos"``
-    (windows of ``seq_len + 1`` tokens overlapping by one, for EOS-delimited data) or
-    ``"unpacked"`` (one document or piece per row, right-padded, ``loss_mask``). ``epochs``
+    ``sources`` is one token-sequence reader or path, a list of them mixed by ``weights``
+    (default: proportional to their sizes), or a mapping of them to weights. ``mode`` is
+    ``"packed"`` (rows cut from the concatenated tokens, ``segment_ids``/``positions`` for
+    document-aware attention), ``"bestfit"`` (whole documents packed into rows by best fit,
+    right-padded, ``loss_mask``; only documents longer than ``seq_len`` are cut, per
+    ``long_docs``, default ``"split"``), ``"eos"`` (windows of ``seq_len + 1`` tokens
+    overlapping by one, for EOS-delimited data) or ``"unpacked"`` (one document or piece per
+    row, right-padded, ``loss_mask``). ``varlen`` adds ``cu_seqlens``/``max_seqlen`` for
+    variable-length attention. ``bos_id`` defaults to the recorded tokenizer's BOS. ``epochs``
     makes a finite pass (evaluation): it stops after that many epochs and pads the last batch
     (``loss_mask`` False) instead of dropping it; with ``drop_last`` it serves full rows and
     full batches only, leaving out the partial row and the incomplete last batch. The batch
@@ -125,10 +80,12 @@ class Loader:
         token_column: str | None = None,
         epochs: int | None = None,
         dtype: str = "int32",
-        bos_id: int = 0,
+        bos_id: int | None = None,
         pad_id: int = 0,
-        long_docs: str = "truncate",
+        long_docs: str | None = None,
         drop_last: bool = False,
+        block_rows: int = 4096,
+        varlen: bool = False,
         prefetch: int = 0,
         start_step: int = 0,
         split: str | None = None,
@@ -162,8 +119,18 @@ class Loader:
             mode = "packed" if packed else "unpacked"
         if truncate is not None:
             long_docs = "truncate" if truncate else "error"
+        if long_docs is None:  # bestfit's point is whole documents: long ones in pieces
+            long_docs = "split" if mode == "bestfit" else "truncate"
         self.config = LoaderConfig(
-            seq_len, global_batch_size, mode, bool(shuffle), seed, epochs, long_docs, drop_last
+            seq_len,
+            global_batch_size,
+            mode,
+            bool(shuffle),
+            seed,
+            epochs,
+            long_docs,
+            drop_last,
+            block_rows,
         )
         if global_batch_size % world_size:
             raise InvalidInputError(
@@ -175,20 +142,31 @@ class Loader:
         self.rank, self.world_size = rank, world_size
         self.local_batch_size = global_batch_size // world_size
         self.dtype = np.dtype(dtype)
-        self.bos_id, self.pad_id = int(bos_id), int(pad_id)
+        self.pad_id = int(pad_id)
+        self.varlen = bool(varlen)
+        if self.varlen and mode == "eos":
+            raise InvalidInputError(
+                "varlen=True is for packed, bestfit and unpacked rows (eos windows have no "
+                "document boundaries)"
+            )
+        self.prefetch = int(prefetch)
+
+        given, weights, _many = split_weights(sources, weights)
+        readers = [open_source(s, token_column, split) for s in given]
+        if not readers:
+            raise InvalidInputError("no sources given")
+        # each source's start token: bos_id=, else its recorded tokenizer's BOS, else 0
+        starts = []
+        for r in readers:  # (a loop, not a comprehension: a warning names the caller's line)
+            starts.append(start_token(r, bos_id))
+        self.bos_id = starts[0]
         info = np.iinfo(self.dtype)
-        for name, v in (("bos_id", self.bos_id), ("pad_id", self.pad_id)):
+        for name, v in [("bos_id", b) for b in starts] + [("pad_id", self.pad_id)]:
             if not info.min <= v <= info.max:
                 raise InvalidInputError(
                     f"{name} {v} does not fit the {dtype} outputs; pass an id in "
                     f"{info.min}..{info.max} (or dtype='int64')"
                 )
-        self.prefetch = int(prefetch)
-
-        many = isinstance(sources, (list, tuple))
-        readers = [open_source(s, token_column, split) for s in (sources if many else [sources])]
-        if not readers:
-            raise InvalidInputError("no sources given")
         self.sources = [
             Source(
                 r,
@@ -197,15 +175,19 @@ class Loader:
                 finite=epochs is not None and not drop_last,
                 long_docs=long_docs,
                 dtype=self.dtype,
-                bos=self.bos_id,
+                bos=b,
                 pad_id=self.pad_id,
+                seed=seed,
+                index=k,
+                shuffle=bool(shuffle),
+                block_rows=block_rows,
             )
-            for r in readers
+            for k, (r, b) in enumerate(zip(readers, starts, strict=True))
         ]
         for k, s in enumerate(self.sources):
             if s.num_rows == 0:
                 what = {"packed": f"rows of {seq_len} tokens", "eos": "windows"}.get(
-                    mode, "documents"
+                    mode, "documents" if mode == "unpacked" else "tokens"
                 )
                 raise InvalidInputError(
                     f"source {k} ({s.reader!r}) has no {what} ({s.num_tokens} tokens); "
@@ -256,7 +238,9 @@ class Loader:
         self._blocks: list[dict[int, np.ndarray]] = [{} for _ in self.sources]
         self._lock = threading.Lock()
         self.keys = _KEYS[mode] + (
-            ("loss_mask",) if epochs is not None and not drop_last and mode != "unpacked" else ()
+            ("loss_mask",)
+            if epochs is not None and not drop_last and mode in ("packed", "eos")
+            else ()
         )
 
     def __repr__(self) -> str:
@@ -310,10 +294,16 @@ class Loader:
     # ---- the order -------------------------------------------------------------------------
 
     def indices(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(source, row, valid) of this rank's rows at ``step``; invalid rows are padding."""
-        g, b = self.global_batch_size, self.local_batch_size
+        """(source, row, valid) of this rank's rows at ``step``; invalid rows are padding. A
+        bestfit source's "row" is its stream position (its rows differ from epoch to epoch:
+        ``explain`` says what they hold)."""
+        b = self.local_batch_size
+        return self._slots(step, self.rank * b, b)
+
+    def _slots(self, step: int, lo: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, row, valid) of rows ``lo .. lo + b - 1`` of the global batch of ``step``."""
+        g = self.global_batch_size
         c = self.config
-        lo = self.rank * b
         served = self._served(step)
         if len(self.sources) == 1:
             start = int(served[0]) + lo
@@ -348,6 +338,8 @@ class Loader:
         """Rows at stream positions ``start .. start + b - 1`` of source ``k``: a slice of one
         cached block in the common case (a step of one source is a contiguous run), a view
         of the cache when ``copy`` is False (for a caller that only reads it)."""
+        if self.sources[k].positional:  # bestfit: the source reads stream positions
+            return np.arange(start, start + b, dtype=np.int64)
         kb, at = divmod(start, _BLOCK)
         if self.config.shuffle and at + b <= _BLOCK:
             run = self._block(k, kb, self.sources[k].num_rows)[at : at + b]
@@ -357,6 +349,8 @@ class Loader:
     def _rows_of(self, k: int, pos: np.ndarray) -> np.ndarray:
         """Rows at stream positions ``pos`` (increasing) of source ``k``."""
         n = self.sources[k].num_rows
+        if self.sources[k].positional:  # bestfit shuffles its own rows (loader/bestfit.py)
+            return pos
         if not self.config.shuffle:
             return pos % n
         # the permutation is evaluated a block of positions at a time and cached: consecutive
@@ -402,21 +396,49 @@ class Loader:
         self.__dict__.setdefault("_torch_use", None)
         self._lock = threading.Lock()
 
+    def layout(self) -> list[dict[str, Any] | None]:
+        """Per source, its bestfit layout and padding (``loader/bestfit.py``: rows per
+        block, overflow rows, rows per epoch, ``padding`` the share of row tokens that are
+        padding); None for sources of other modes."""
+        return [s.bestfit.report() if s.bestfit is not None else None for s in self.sources]
+
+    # ---- lineage ---------------------------------------------------------------------------
+
+    def explain(self, step: int, *, ids: bool = True) -> Lineage:
+        """Where every row of the global batch of ``step`` came from: for each row its segments
+        (source, document, document id where the dataset records one, offset in the document,
+        length), in the row's order, over the row's ``targets``. Computed from the order and
+        the sequence index, never stored: batches of any step, on any rank."""
+        self._check_step(step)
+        g = self.global_batch_size
+        src, rows, valid = self._slots(int(step), 0, g)
+        return lineage(self.sources, int(step), src, rows, valid, ids=ids)
+
+    def _check_step(self, step: Any) -> None:
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise InvalidInputError(f"step must be a non-negative integer, got {step!r}")
+        n = self.num_steps
+        if n is not None and step >= n:
+            raise InvalidInputError(f"step {step} is past the end of this {n}-step finite pass")
+
     # ---- batches ---------------------------------------------------------------------------
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
-        """This rank's batch of ``step``: a dict of ``(local_batch_size, seq_len)`` arrays."""
+        """This rank's batch of ``step``: a dict of ``(local_batch_size, seq_len)`` arrays
+        (with ``varlen``, also ``cu_seqlens`` and ``max_seqlen``: see ``packing.varlen``)."""
+        out = self._batch(step)
+        if self.varlen:
+            out["cu_seqlens"], out["max_seqlen"] = varlen(out["segment_ids"])
+        return out
+
+    def _batch(self, step: int) -> dict[str, np.ndarray]:
         if self._one and step.__class__ is int and step >= self.mixture.base_step:
             # the common case in few operations (as indices() computes it): at 30 us a
             # batch, each microsecond of Python here is 3% of the loader's speed
             m, b = self.mixture, self.local_batch_size
             start = m.base_rows[0] + (step - m.base_step) * m.global_batch_size + self.rank * b
             return self.sources[0].read(self._run_of(0, start, b, copy=False))
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise InvalidInputError(f"step must be a non-negative integer, got {step!r}")
-        n = self.num_steps
-        if n is not None and step >= n:
-            raise InvalidInputError(f"step {step} is past the end of this {n}-step finite pass")
+        self._check_step(step)
         src, rows, valid = self.indices(int(step))
         if valid.all() and len(self.sources) == 1:
             return self.sources[0].read(rows)
@@ -442,9 +464,20 @@ class Loader:
             yield s
             s += 1
 
+    def new_pass(self) -> int:
+        """The step an iteration starts at: ``self.step``, except that a finite loader whose
+        pass is over starts a new one (step 0): an evaluation loop iterates it every time."""
+        n = self.num_steps
+        if n is not None and self.step >= n:
+            self.mixture = Mixture(self.mixture.weights, self.global_batch_size, total=self._total)
+            self.step = 0
+        return self.step
+
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        """Batches from ``self.step`` on; ``self.step`` counts those handed out."""
-        _refuse_naive_workers()
+        """Batches from ``self.step`` on; ``self.step`` counts those handed out (a finite
+        loader whose pass is over starts a new pass: ``new_pass``)."""
+        refuse_naive_workers()
+        self.new_pass()
         if self.prefetch > 0:
             for s, b in prefetched(self.batch, self._steps(), self.prefetch):
                 self.step = s + 1
@@ -557,20 +590,3 @@ class Loader:
         from lmdata.loader.torch_dataset import TorchLoader
 
         return TorchLoader(self, num_workers=num_workers, pin_memory=pin_memory, **options)
-
-
-def _refuse_naive_workers() -> None:
-    """Iterating a Loader inside one of several DataLoader workers serves each batch once per
-    worker; refuse, pointing at the right way."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    data = getattr(getattr(torch, "utils", None), "data", None)
-    info = data.get_worker_info() if data is not None else None
-    if info is not None and info.num_workers > 1:
-        raise InvalidInputError(
-            f"a Loader is being iterated inside DataLoader worker {info.id} of "
-            f"{info.num_workers}: every worker would yield every batch. Use "
-            "DataLoader(loader.to_torch(), batch_size=None, num_workers=k) or "
-            "loader.torch_loader(num_workers=k), which split the steps between workers"
-        )

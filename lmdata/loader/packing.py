@@ -399,3 +399,139 @@ def pad_tail(batch: dict[str, np.ndarray], row: int, valid: int, pad_id: int) ->
     """Turn positions ``valid:`` of ``row`` into padding (a partial last row of an epoch)."""
     for k, a in batch.items():
         a[row, valid:] = PAD_VALUES.get(k, pad_id)
+
+
+def segment_rows(
+    windows: np.ndarray | Parts,
+    width: int,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    seg_rows: np.ndarray,
+    rows: int,
+    seq_len: int,
+    dtype: np.dtype,
+    bos: int = 0,
+    pad_id: int = 0,
+    shift: int = 1,
+) -> dict[str, np.ndarray]:
+    """Bestfit rows: segment ``j`` is ``windows[j, offsets[j] : offsets[j] + lengths[j]] >>
+    shift`` (each window ``width`` values; stored values with ``shift`` 1, ids with 0), laid
+    end to end in row ``seg_rows[j]`` (never decreasing) as documents (``bos`` before each,
+    ``segment_ids`` from 1, ``positions`` from 0), each row right-padded (``pad_id``, segment
+    0, ``loss_mask`` False). One pass in C, else whole-batch numpy passes."""
+    out = packed_buffers(rows, seq_len, dtype, UNPACKED_KEYS)
+    off = np.ascontiguousarray(offsets, dtype=np.int64)
+    lens = np.ascontiguousarray(lengths, dtype=np.int64)
+    where = np.ascontiguousarray(seg_rows, dtype=np.int64)
+    if _C is not None and hasattr(_C, "segments"):
+        t = out["targets"]
+        if not isinstance(windows, tuple):
+            windows = np.ascontiguousarray(windows, dtype=np.uint32)
+        _C.segments(
+            windows,
+            width,
+            off,
+            lens,
+            where,
+            out["inputs"],
+            t,
+            out["segment_ids"],
+            out["positions"],
+            out["loss_mask"],
+            rows,
+            seq_len,
+            bos,
+            pad_id,
+            shift,
+            t.dtype != _I32,
+        )
+        return out
+    for key, a in out.items():
+        a.fill(PAD_VALUES.get(key, pad_id))
+    n = int(lens.sum())
+    if not n:
+        return out
+    # each segment's first place in its row: the row's earlier segments' lengths before it
+    first = np.cumsum(lens) - lens
+    row_first = np.searchsorted(where, where)  # index of the row's first segment
+    at = first - first[row_first]
+    seg_no = np.arange(len(lens), dtype=np.int64) - row_first + 1
+    k = np.arange(n, dtype=np.int64) - np.repeat(first, lens)  # place inside the segment
+    seg = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    dest = where[seg] * seq_len + at[seg] + k
+    src = np.asarray(windows).reshape(len(lens), width)[seg, off[seg] + k].astype(np.int64)
+    tokens = src >> shift
+    flat = {key: a.reshape(-1) for key, a in out.items()}
+    flat["targets"][dest] = tokens
+    before = np.empty_like(tokens)
+    before[1:] = tokens[:-1]
+    before[k == 0] = bos
+    flat["inputs"][dest] = before
+    flat["segment_ids"][dest] = seg_no[seg]
+    flat["positions"][dest] = k
+    flat["loss_mask"][dest] = True
+    return out
+
+
+def segment_rows_at(
+    into: Callable[..., bool],
+    starts: np.ndarray,
+    width: int,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    seg_rows: np.ndarray,
+    rows: int,
+    seq_len: int,
+    dtype: np.dtype,
+    bos: int = 0,
+    pad_id: int = 0,
+) -> dict[str, np.ndarray] | None:
+    """:func:`segment_rows` of stored windows of ``width`` values at ``starts`` (int64) found
+    and laid out by one C call (``into``: a reader's ``encoded_windows_into``); None where it
+    declines (or no C layout was built): the caller's general path."""
+    if _C is None or not hasattr(_C, "segments_at"):
+        return None
+    out = packed_buffers(rows, seq_len, dtype, UNPACKED_KEYS)
+    t = out["targets"]
+    done = into(
+        _C.segments_at,
+        starts,
+        width,
+        1,
+        offsets,
+        lengths,
+        seg_rows,
+        out["inputs"],
+        t,
+        out["segment_ids"],
+        out["positions"],
+        out["loss_mask"],
+        rows,
+        seq_len,
+        bos,
+        pad_id,
+        t.dtype != _I32,
+    )
+    return out if done else None
+
+
+def varlen(segment_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cu_seqlens, max_seqlen) of a batch: the cumulative boundaries of its sequences in the
+    flattened batch (a sequence is a run of one segment id within a row, so each row's
+    padding is one sequence of its own), int32, padded to ``rows * seq_len + 1`` entries with
+    ``rows * seq_len`` (the sentinel: empty sequences at the end, so every batch has the same
+    shape); max_seqlen the longest (int32, 0-d)."""
+    rows, length = segment_ids.shape
+    n = rows * length
+    cu = np.full(n + 1, n, dtype=np.int32)
+    if not n:
+        return cu, np.zeros((), dtype=np.int32)
+    seg = segment_ids.reshape(-1)
+    change = np.empty(n, dtype=bool)
+    change[0] = True
+    np.not_equal(seg[1:], seg[:-1], out=change[1:])
+    change[::length] = True
+    starts = np.flatnonzero(change)
+    cu[: len(starts)] = starts
+    longest = np.diff(starts, append=n).max()
+    return cu, np.array(longest, dtype=np.int32)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
 from lmdata.errors import CorruptDataError, InvalidInputError
+from lmdata.loader.bestfit import BestFit
+from lmdata.loader.documents import Documents
 from lmdata.loader.packing import (
     PACKED_KEYS,
     Parts,
@@ -30,34 +31,15 @@ from lmdata.loader.packing import (
     packed_from_starts,
     packed_out,
     pad_tail,
+    segment_rows,
+    segment_rows_at,
     starts_in_rows,
     unpacked_from_encoded,
     unpacked_rows,
 )
 
-MODES = ("packed", "eos", "unpacked")
+MODES = ("packed", "eos", "unpacked", "bestfit")
 LONG_DOCS = ("truncate", "split", "error")
-_NEEDS = ("span", "boundaries", "num_tokens", "__len__")
-
-
-def open_source(source: Any, token_column: str | None, split: str | None) -> Any:
-    """A token-sequence reader from a reader or a path (``token_column`` for record datasets)."""
-    from lmdata._api import open as open_dataset
-    from lmdata._api import token_view
-
-    reader = source
-    if isinstance(source, (str, os.PathLike)):
-        reader = open_dataset(source, split=split, token_column=token_column)
-    elif token_column is not None and getattr(reader, "token_column", None) != token_column:
-        reader = token_view(reader, token_column)
-    missing = [a for a in _NEEDS if not _has(reader, a)]
-    if missing:
-        raise InvalidInputError(
-            f"the Loader needs a token-sequence reader; {reader!r} has no {missing[0]!r}. "
-            "Tokenize the dataset first (`lmdata tokenize`), or pass token_column= naming the "
-            "column that holds token ids"
-        )
-    return reader
 
 
 def _takes_out(fn: Any) -> bool:
@@ -103,6 +85,10 @@ class Source:
         dtype: np.dtype,
         bos: int,
         pad_id: int,
+        seed: int = 0,
+        index: int = 0,
+        shuffle: bool = True,
+        block_rows: int = 4096,
     ) -> None:
         self.reader = reader
         self.mode = mode
@@ -134,12 +120,35 @@ class Source:
         # ... and looked up by the same C call, from row numbers (one call per batch)
         into = self._direct and _has(reader, "encoded_windows_into")
         self._into = reader.encoded_windows_into if into else None
+        # bestfit rows: their segments' windows found and laid out by one C call too
+        seg_into = encoded and mode == "bestfit" and _has(reader, "encoded_windows_into")
+        self._seg_into = reader.encoded_windows_into if seg_into else None
         self._eos = mode == "eos"
         self._seq_starts: np.ndarray | None = None  # every sequence start (a view)
         self._bounds: np.ndarray | None = None
         self._pieces: np.ndarray | None = None
         self._fingerprint: str | None = None  # fingerprint(), made once on first use
         L = seq_len
+        # bestfit reads take stream positions (its rows differ from epoch to epoch)
+        self.positional = mode == "bestfit"
+        self.bestfit: BestFit | None = None
+        self._docs: Documents | None = None
+        if mode == "bestfit":
+            docs = self.documents()
+            if self.num_tokens == 0:
+                self.num_rows = 0
+                return
+            self.bestfit = BestFit(
+                docs,
+                L,
+                long_docs,
+                seed=seed,
+                index=index,
+                shuffle=shuffle,
+                block_rows=block_rows,
+            )
+            self.num_rows = self.bestfit.rows_per_epoch
+            return
         if mode == "unpacked":
             if long_docs == "split":
                 per_doc = -(-np.diff(self._boundaries()) // L)
@@ -154,12 +163,15 @@ class Source:
         self._usable = usable
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": repr(self.reader),
             "tokens": self.num_tokens,
             "rows": self.num_rows,
             "content": self.fingerprint(),
         }
+        if self.bestfit is not None:  # the sampled layout decides the rows: resumes match it
+            out["layout"] = self.bestfit.plan.summary()
+        return out
 
     def fingerprint(self) -> str:
         """A digest of three rows' tokens (first, middle, last): a resume on other data of the
@@ -188,8 +200,11 @@ class Source:
     # ---- reading ---------------------------------------------------------------------------
 
     def read(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """The rows ``rows`` (int64 row numbers, each < ``num_rows``)."""
+        """The rows ``rows`` (int64 row numbers, each < ``num_rows``; bestfit: stream
+        positions)."""
         L = self.seq_len
+        if self.bestfit is not None:
+            return self._read_bestfit(rows)
         if self._into is not None:  # the common cases: one C call
             out = laid_out_at(self._into, self._eos, rows, L, self.dtype, self.bos)
             if out is not None:
@@ -304,6 +319,109 @@ class Source:
         span = self.reader.span
         pieces = [span(s, e) for s, e in zip(a.tolist(), z.tolist(), strict=True)]
         return unpacked_rows(pieces, L, self.dtype, self.bos, self.pad_id)
+
+    def _read_bestfit(self, positions: np.ndarray) -> dict[str, np.ndarray]:
+        """Bestfit rows: their segments (:mod:`lmdata.loader.bestfit`), each read as a window
+        of the stored tokens where they lie (a gather where not), laid out in one C call."""
+        assert self.bestfit is not None
+        L, n = self.seq_len, self.num_tokens
+        row, s, off, length = self.bestfit.segments(positions, windows=True)
+        width = min(L, n)  # segment j lies at off[j] in the window of `width` tokens from s[j]
+        rows = len(positions)
+        if self._seg_into is not None:  # the common case: one C call
+            out = segment_rows_at(
+                self._seg_into,
+                s,
+                width,
+                off,
+                length,
+                row,
+                rows,
+                L,
+                self.dtype,
+                self.bos,
+                self.pad_id,
+            )
+            if out is not None:
+                return out
+        if self._windows is not None:
+            enc = self._where(s, width)
+            if enc is None:
+                out = _scratch((len(s), width)) if self._gather_out else None
+                enc = (
+                    self._windows(s, width, out=out) if out is not None else self._windows(s, width)
+                )
+            shift = 1
+        else:
+            span = self.reader.span
+            enc = np.zeros((len(s), width), dtype=np.int64)
+            for i, a in enumerate(s.tolist()):
+                enc[i] = span(a, a + width)
+            shift = 0
+            if len(s) and (int(enc.max()) >= 2**32 or int(enc.min()) < 0):
+                raise InvalidInputError(f"{self.reader!r} holds token ids outside 0 .. 2^32 - 1")
+            enc = enc.astype(np.uint32)
+        return segment_rows(
+            enc, width, off, length, row, rows, L, self.dtype, self.bos, self.pad_id, shift
+        )
+
+    def segments(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(row, document, offset in the document, length) of every segment of the rows
+        ``rows`` (as :meth:`read` takes them), sorted by row: what :meth:`read` lays out,
+        computed from the sequence index alone (the Loader's ``explain``)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        L = self.seq_len
+        if self.bestfit is not None:
+            row, doc, start, length = self.bestfit.segments(rows)
+            a, _z = self.bestfit.docs.ranges(doc)
+            return row, doc, start - a, length
+        docs = self.documents()
+        if self.mode == "unpacked":
+            if self._pieces is None:
+                a, z = self._ranges(rows)
+                length = np.minimum(z - a, L)
+                keep = length > 0
+                idx = np.flatnonzero(keep)
+                return idx, rows[keep], np.zeros(len(idx), np.int64), length[keep]
+            doc = np.searchsorted(self._pieces, rows, side="right") - 1
+            a, z = self._ranges(doc)
+            off = (rows - self._pieces[doc]) * L
+            length = np.minimum(z - a - off, L)
+            return np.arange(len(rows), dtype=np.int64), doc, off, length
+        # packed rows are tokens [r*L, r*L + L) (eos targets: one further), cut at documents
+        lo = rows * L + (self.mode == "eos")
+        hi = np.minimum(lo + L, self.num_tokens if self.mode == "packed" else self._usable + 1)
+        first = docs.containing(np.concatenate([lo, np.maximum(hi - 1, lo)]))
+        d0, d1 = first[: len(rows)], first[len(rows) :]
+        count = np.where(hi > lo, d1 - d0 + 1, 0)
+        which = np.repeat(np.arange(len(rows), dtype=np.int64), count)
+        doc = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(
+            np.cumsum(count) - count, count
+        )
+        doc += d0[which]
+        a, z = docs.ranges(doc)
+        a0, z0 = np.maximum(a, lo[which]), np.minimum(z, hi[which])
+        keep = z0 > a0
+        return which[keep], doc[keep], (a0 - a)[keep], (z0 - a0)[keep]
+
+    def documents(self) -> Documents:
+        """The reader's sequence index, read where needed (:class:`bestfit.Documents`)."""
+        if self._docs is None:
+            self._docs = Documents(self.reader, len(self.reader), self.num_tokens, self._boundaries)
+        return self._docs
+
+    def document_ids(self, docs: np.ndarray) -> list[Any] | None:
+        """The ids of documents ``docs`` where the dataset records them: the reader's
+        ``document_ids``, or the ``id`` field of the records a token view reads; else None."""
+        fn = getattr(self.reader, "document_ids", None)
+        if callable(fn):
+            return list(fn(np.asarray(docs, dtype=np.int64)))
+        records = getattr(self.reader, "records", None)
+        if records is None or not len(docs):
+            return None
+        recs = records.take(np.asarray(docs, dtype=np.int64))
+        got = [r.get("id") if isinstance(r, dict) else None for r in recs]
+        return got if any(g is not None for g in got) else None
 
     def _ranges(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, stop) of documents ``docs`` in the concatenated tokens: the reader's own

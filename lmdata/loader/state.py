@@ -29,6 +29,7 @@ MAX_ROWS = 2**60  # rows (and steps) a state may be at: beyond any run, far from
 MAX_SOURCES = 1 << 16
 _INT_BOUND = 2**63  # any integer field, before its own check
 _NAME_CHARS = 4096  # a source's name (the reader's repr: a path or URL)
+_LAYOUT_CHARS = 256  # a bestfit source's layout
 _WORD_CHARS = 64  # mode, long_docs, rounding, content digest
 _WEIGHT = re.compile(r"([0-9]{1,1000})(?:/([0-9]{1,1000}))?")
 _DENOMINATOR_BITS = 8192  # the weights' common denominator (float weights need about 2200)
@@ -92,6 +93,7 @@ class SavedSource:
     rows: int
     content: str | None = None
     name: str | None = None
+    layout: str | None = None  # bestfit: the packing layout (loader/bestfit.py Plan.describe)
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ def _parse_loader(state: dict[str, Any]) -> SavedState:
                 _int(f"sources[{k}]['rows']", s["rows"]),
                 _word(f"sources[{k}]['content']", s.get("content")),
                 _word(f"sources[{k}]['name']", s.get("name"), _NAME_CHARS),
+                _word(f"sources[{k}]['layout']", s.get("layout"), _LAYOUT_CHARS),
             )
         )
     n = len(parsed)
@@ -227,6 +230,11 @@ def refuse_other_data(saved: SavedState, config: Any, sources: list[dict[str, An
             for key in ("tokens", "rows"):
                 if getattr(a, key) != b[key]:
                     diffs.append(f"source {k} has {getattr(a, key)} {key} saved, {b[key]} here")
+            if a.layout != b.get("layout") and a.rows == b["rows"]:
+                diffs.append(
+                    f"source {k} was packed in the bestfit layout {a.layout!r}, here "
+                    f"{b.get('layout')!r}"
+                )
             if a.content not in (None, b["content"]) and a.rows == b["rows"]:
                 diffs.append(  # older states hold no digest: only sizes are compared
                     f"source {k} holds other tokens than the saved one ({show(a.name)}), "

@@ -94,6 +94,10 @@ class TorchBatches(IterableDataset):
     ``StatefulDataLoader`` in each worker) hold the step this worker yields next, its place
     among the workers and the Loader state where the dataset started: together the workers'
     states give the global position, whatever their number.
+
+    A loader moved after the dataset was made (``loader.load_state_dict(saved)`` once the
+    DataLoader is built, as training scripts restore checkpoints) is followed: the next
+    iteration starts at its new step, not at the step ``to_torch()`` saw.
     """
 
     def __init__(self, loader: Any, start_step: int, *, counted: bool = False) -> None:
@@ -106,11 +110,23 @@ class TorchBatches(IterableDataset):
         self._origin: dict[str, Any] | None = None  # the Loader state at start_step
         self._resume: int | None = None  # the step the next iteration starts at, once loaded
         self._next: int | None = None  # the step this iteration yields next
+        self._seen = loader.step  # the loader's step as this dataset last knew it
+
+    def _follow(self) -> None:
+        """Start from the loader's step if something else moved it since this dataset last
+        saw it (a ``loader.load_state_dict`` after ``to_torch()``): never from a stale step."""
+        if self._counted or self._resume is not None or self._next is not None:
+            return
+        if self.loader.step != self._seen:
+            self.start_step = self._seen = int(self.loader.step)
+            self._origin = None
 
     def _stop(self) -> int | None:
         return self.loader.num_steps
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        self._next = None  # a new iteration: its start is decided now
+        self._follow()
         wid, nw, in_worker = _layout()
         first = self.start_step + wid if self._resume is None else self._resume
         self._resume = None
@@ -125,11 +141,12 @@ class TorchBatches(IterableDataset):
             b = to_tensors(self.loader.batch(s))
             self._next = s + nw
             if not in_worker and not self._counted:
-                self.loader.step = s + 1  # handed out (a DataLoader without workers)
+                self.loader.step = self._seen = s + 1  # handed out (a DataLoader without workers)
             yield b
             s += nw
 
     def __len__(self) -> int:
+        self._follow()
         stop = self._stop()
         if stop is None:
             raise TypeError("an endless training stream has no len(); pass epochs= to the Loader")
@@ -140,6 +157,7 @@ class TorchBatches(IterableDataset):
     def state_dict(self) -> dict[str, Any]:
         """This worker's position: small, JSON-able (see the class docstring)."""
         self._stateful = True
+        self._follow()
         wid, nw, _ = _layout()
         nxt = self._next
         if nxt is None:
@@ -172,6 +190,7 @@ class TorchBatches(IterableDataset):
         self._resume = self._next = pos.next_step
         if not in_worker and not self._counted:
             self.loader.step = pos.next_step
+        self._seen = self.loader.step
 
 
 class TorchLoader:
@@ -185,7 +204,7 @@ class TorchLoader:
         self.options = options
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        ds = TorchBatches(self.loader, self.loader.step, counted=True)
+        ds = TorchBatches(self.loader, self.loader.new_pass(), counted=True)
         opts = dict(self.options)
         if not opts.get("num_workers"):
             opts.pop("prefetch_factor", None)
@@ -194,4 +213,6 @@ class TorchLoader:
             yield b
 
     def __len__(self) -> int:
-        return len(TorchBatches(self.loader, self.loader.step, counted=True))
+        n, step = self.loader.num_steps, self.loader.step
+        start = 0 if n is not None and step >= n else step  # (a pass over: the next one's)
+        return len(TorchBatches(self.loader, start, counted=True))

@@ -7,6 +7,10 @@
   (``LMDATA_CACHE_BYTES``, :func:`set_cache_bytes`); each reader takes a :class:`Slot`, and
   each object store one for the byte ranges it fetched (:mod:`lmdata.storage.ranges`).
 - :func:`clean` removes what killed writers left (``.lmdata-tmp-*``, stale claims).
+- :func:`manifest_output` is the output every format writer writes through: it hashes what
+  passes (xxh3-128, per 4 MiB block) and writes the dataset's manifest last
+  (:mod:`lmdata.storage.manifest`); :mod:`lmdata.storage.manifest_check` checks a dataset
+  against it.
 - The path-level helpers (:class:`AtomicOutput`, :func:`atomic_dir`, :func:`check_output`,
   ...) serve the writers and tools that still write local files only.
 """
@@ -19,6 +23,8 @@ from lmdata.storage.clean import Leftover, clean, find_leftovers, parse_age
 from lmdata.storage.fsspec import FsspecStore
 from lmdata.storage.fsspec_output import FsspecOutput
 from lmdata.storage.local import LocalOutput, LocalStore
+from lmdata.storage.manifest_output import LocalTree, ManifestOutput
+from lmdata.storage.manifest_output import output as manifest_output
 from lmdata.storage.paths import (
     TMP_PREFIX,
     AtomicOutput,
@@ -48,6 +54,8 @@ __all__ = [
     "Leftover",
     "LocalOutput",
     "LocalStore",
+    "LocalTree",
+    "ManifestOutput",
     "Output",
     "Slot",
     "Store",
@@ -66,6 +74,7 @@ __all__ = [
     "is_url",
     "join",
     "local_path",
+    "manifest_output",
     "new_slot",
     "options_scope",
     "parent",

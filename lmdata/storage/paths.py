@@ -245,6 +245,8 @@ def require_exists(
     if storage_options:
         resolve(path, storage_options)  # refuses options for a local path
     p = Path(resolve(path)[1]) if s == "file" else Path(path)
+    if scheme(p) is not None:  # Path drops the "./" of ./tar:x.jsonl: the name alone is a URL
+        p = p.absolute()
     if not (p.exists() or p.is_symlink()):
         raise DatasetNotFoundError("no such file or directory", path=p)
     return p

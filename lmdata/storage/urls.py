@@ -119,12 +119,18 @@ def refuse(url: str, s: str) -> None:
             f"chained fsspec URLs ({s}::...) are not supported: {instead}", path=url
         )
     if s == "file":
+        if not url[len(s) + 1 :].startswith("/"):  # file URLs hold absolute paths
+            raise InvalidInputError(
+                f"this is no file URL (file:///absolute/path); for a local file of that name "
+                f"write its path from the root: {os.path.abspath(url)}",
+                path=url,
+            )
         return
     if not url[len(s) + 1 :].startswith("//"):
         rest = url[len(s) + 1 :].lstrip("/")
         raise InvalidInputError(
             f"this looks like a {s}:// URL with its slashes missing; write {s}://{rest} (or "
-            f"./{url} for a local file of that name)",
+            f"{os.path.abspath(url)} for a local file of that name)",
             path=url,
         )
     if s not in SUPPORTED:

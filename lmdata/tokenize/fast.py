@@ -59,18 +59,41 @@ def _rs() -> Any:
     return require("gigatoken.gigatoken_rs", "--encoder fast")
 
 
-def _screen_hf(path: Path) -> bool:
-    """Whether the ``tokenizer.json`` at ``path`` is one gigatoken implements; returns whether
-    it is a SentencePiece-style BPE with byte fallback. Raises Unsupported naming what is
-    not."""
+def _hf_config(path: Path, reference: Any = None) -> dict[str, Any]:
+    """The parts of the ``tokenizer.json`` at ``path`` that :func:`_screen_hf` looks at (the
+    model's type and options, the normalizer, the pre-tokenizer): asked of the Hugging Face
+    tokenizer ``reference`` loaded from it when there is one (no second parse of the
+    vocabulary), else read from the file."""
     import orjson
 
+    tok = getattr(reference, "_tok", None)
+    if tok is not None and hasattr(tok, "model"):
+        m = tok.model
+        model = {"type": type(m).__name__}
+        for k in ("dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"):
+            model[k] = getattr(m, k, None)
+        cfg: dict[str, Any] = {"model": model}
+        try:
+            for k in ("normalizer", "pre_tokenizer"):
+                part = getattr(tok, k, None)
+                cfg[k] = None if part is None else orjson.loads(part.__getstate__())
+            return cfg
+        except (AttributeError, TypeError, orjson.JSONDecodeError):
+            pass  # a tokenizers version that does not say: the file does
     try:  # the reference loaded it already: a JSON file of sane size
         cfg = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as e:
         raise Unsupported(f"cannot read {path.name}: {e}") from None
     if not isinstance(cfg, dict):
         raise Unsupported(f"{path.name} is not a tokenizer.json object")
+    return cfg
+
+
+def _screen_hf(path: Path, reference: Any = None) -> bool:
+    """Whether the ``tokenizer.json`` at ``path`` is one gigatoken implements; returns whether
+    it is a SentencePiece-style BPE with byte fallback. Raises Unsupported naming what is
+    not."""
+    cfg = _hf_config(path, reference)
     model = cfg.get("model") or {}
     kind = model.get("type")
     if kind != "BPE":
@@ -119,7 +142,7 @@ class FastTokenizer:
         self.spec = str(path)
         self.reference = reference
         self.vocab_size = reference.vocab_size
-        self._backend = _load_backend(Path(path))
+        self._backend = _load_backend(Path(path), reference)
         self._encode = self._backend.encode
         # tiktoken encodes a text with lone surrogates as if each were U+FFFD; the others refuse
         self._replace_surrogates = Path(path).suffix == ".tiktoken"
@@ -203,7 +226,7 @@ def _affixes_of(ref: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.array(found[0], np.uint32), np.array(found[1], np.uint32)
 
 
-def _load_backend(path: Path) -> Any:
+def _load_backend(path: Path, reference: Any = None) -> Any:
     rs = _rs()
     try:
         if path.suffix == ".tiktoken":
@@ -219,7 +242,7 @@ def _load_backend(path: Path) -> Any:
             # sentencepiece matches user-defined pieces in text, never control ones (<s>)
             cfg["added_tokens"] = [t for t in cfg["added_tokens"] if not t["special"]]
             return rs.load_hf_json(json.dumps(cfg, ensure_ascii=False))
-        _screen_hf(path)
+        _screen_hf(path, reference)
         return rs.load_hf_json(path.read_bytes())
     except Unsupported:
         raise

@@ -31,6 +31,8 @@ def append_eod(flat: np.ndarray, lengths: np.ndarray, eod: int) -> tuple[np.ndar
     need[nonempty] = flat[ends[nonempty] - 1] != eod
     if not need.any():
         return flat, lengths
+    if eod > np.iinfo(flat.dtype).max:  # staged as uint16, an EOD id beyond
+        flat = flat.astype(np.uint32)
     out = np.insert(flat, ends[need], np.asarray(eod, dtype=flat.dtype))
     return out, lengths + need
 

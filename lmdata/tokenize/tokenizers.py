@@ -103,6 +103,12 @@ class HFTokenizer:
     def token_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 
+    def listed_special(self) -> dict[str, int]:
+        """The special tokens the file lists in ``added_tokens`` (name -> id), as loaded: what
+        the provenance record names, without parsing the file again."""
+        added = self._tok.get_added_tokens_decoder()
+        return {t.content: i for i, t in sorted(added.items()) if t.special and t.content}
+
     def decode(self, ids: Sequence[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
         """The text of ``ids`` (special tokens shown unless ``skip_special_tokens``)."""
         return self._tok.decode(np.asarray(ids).tolist(), skip_special_tokens=skip_special_tokens)

@@ -52,7 +52,7 @@ def _percents(stderr: str, verb: str) -> list[int]:
 def test_validate_prints_progress_lines_to_stderr_and_nothing_when_quiet(mds: Path) -> None:
     res = run("validate", str(mds))
     assert res.exit_code == 0
-    assert res.stdout == f"{mds}: valid mds dataset\n"
+    assert res.stdout == f"{mds}: valid mds dataset (names and sizes match its manifest)\n"
     _percents(res.stderr, "validate")
     quiet = run("validate", "--quiet", str(mds))
     assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""

@@ -169,3 +169,26 @@ def test_attribute_names_of_expressions() -> None:
     for expr, names in cases.items():
         assert attribute_names(expr) == names, expr
     assert attribute_names('.attributes.a[0][2] > 1 and .attributes["b-c"]', "jq") == ("a", "b-c")
+
+
+def test_a_rule_name_seen_after_many_others_is_not_called_absent(tmp_path: Path) -> None:
+    """The names a unit gathers are capped (MAX_NAMES) for the did-you-mean; the names the
+    rules read that did show up must be kept whatever the cap, or a filter that worked is
+    reported as reading nothing (and --strict fails a correct job)."""
+    from lmdata.dolma._unmatched import MAX_NAMES
+
+    from .test_mixer import _stream as stream
+    from .test_mixer import _tree as tree
+
+    many = {f"other_{i:05d}": [[0, 1, 1.0]] for i in range(MAX_NAMES + 5)}
+    docs = [{"id": "1", "text": "first"}, {"id": "2", "text": "second"}]
+    attrs = [
+        {"id": "1", "attributes": many},  # fills the gathered names first
+        {"id": "2", "attributes": {"k": [[0, 6, 0.1]]}},  # then the name the rule reads
+    ]
+    root = tree(tmp_path, docs, {"a": attrs})
+    ex = {"exclude": ["$.attributes[?(@.k[0][2] < 0.5)]"]}
+    cfg = {"streams": [stream(root, attributes=["a"], filter=ex)]}
+    res = mixer.mix(MixerConfig.from_dict(cfg), strict=True)
+    assert (res.read, res.written, res.filtered) == (2, 1, 1)  # the exclude did remove one
+    assert res.warnings == ()

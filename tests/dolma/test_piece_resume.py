@@ -283,7 +283,7 @@ def test_a_job_killed_with_sigkill_resumes_without_redoing_marked_ranges(
         start_new_session=True,  # the driver and its workers are killed together
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # (a few seconds: only a failure waits it out)
         marked: list[str] = []
         while len(marked) < 4 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.02)

@@ -160,6 +160,15 @@ def names(job: dict) -> dict:
     return {"tag": TAG, "shm": shm, "locks": locks, "prefix": prefix}
 
 
+def copy(job: dict) -> dict:
+    """A copy of a folder (streaming decompresses beside the shards it reads: it reads copies
+    of datasets the test reads too)."""
+    import shutil
+
+    shutil.copytree(job["src"], job["dst"])
+    return {"ok": True}
+
+
 def batch(job: dict) -> dict:
     """Several jobs in one process: importing torch and streaming takes seconds."""
     return {"results": [OPS[j["op"]](j) for j in job["jobs"]]}
@@ -171,6 +180,7 @@ OPS = {
     "merge": merge,
     "bench": bench,
     "names": names,
+    "copy": copy,
     "batch": batch,
 }
 

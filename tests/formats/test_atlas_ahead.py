@@ -237,13 +237,13 @@ def test_close_and_garbage_collection_end_the_thread(dataset) -> None:
     assert [r[i] for i in range(N)] == ex
     (mine,) = set(_decoders()) - before
     r.close()
-    mine.join(5)
+    mine.join(120)  # (it ends at once: only a failure waits)
     assert not mine.is_alive()
     assert [r[i] for i in range(N)] == ex  # a closed reader reads again, with a new thread
     (again,) = set(_decoders()) - before
     del r
     gc.collect()
-    again.join(5)
+    again.join(120)
     assert not again.is_alive()
 
 
@@ -356,6 +356,6 @@ def test_runs_let_go_are_not_decompressed(dataset, monkeypatch) -> None:
     (mine,) = set(_decoders()) - before
     gate.set()
     r.close()
-    mine.join(10)
+    mine.join(120)
     assert not mine.is_alive() and decompressed == []
     assert [r[i] for i in range(N)] == ex and decompressed  # reads in order still use it

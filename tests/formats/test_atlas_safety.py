@@ -262,7 +262,9 @@ def test_damaged_metadata_is_reported(tmp_path: Path) -> None:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     target=st.sampled_from(["data.bin", "index.npy", "meta.json", "../zstd_dict.bin"]),

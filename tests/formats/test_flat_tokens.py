@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,9 @@ SPEC_SEQS = [[1, 2], [3, 4, 5], [6, 7, 8]]
 
 
 def write(path: Path, train, validation=(), **kw) -> Path:
+    # no manifest: these tests damage the files to exercise the reader's own checks (the
+    # manifest's, which would name the damaged file first, are in test_manifest.py)
+    kw.setdefault("manifest", False)
     with Writer(path, **kw) as w:
         for s in train:
             w.write(s)
@@ -206,9 +210,20 @@ def test_zarr3_reads_lmdata_output(tmp_path, compression):
     zarr = pytest.importorskip("zarr")
     seqs = [[5, 6, 7], [], [8], list(range(100))]
     p = write(
-        tmp_path / "d.zarr", seqs, chunk_tokens=16, seq_starts_chunk=4, compression=compression
+        tmp_path / "d.zarr",
+        seqs,
+        chunk_tokens=16,
+        seq_starts_chunk=4,
+        compression=compression,
+        manifest=True,
     )
+    assert (p / "lmdata-manifest").is_file()
     g = zarr.open_group(str(p), mode="r")
+    # listing the root group sees the manifest, says it is no zarr node, and goes on
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert sorted(name for name, _ in g.members()) == ["train", "validation"]
+    assert all("lmdata-manifest" in str(w.message) for w in seen)
     enc = g["train"]["encoded_tokens"][:]
     starts = g["train"]["seq_starts"][:]
     assert starts.tolist() == [0, 3, 3, 4, 104]
@@ -228,6 +243,7 @@ for split in ("train", "validation"):
     e = enc[:]; b = st[:]
     out[split] = {"seqs": [(e[b[i]:b[i+1]] >> 1).tolist() for i in range(len(b) - 1)],
                   "max": int(s.attrs["max_token_id"])}
+out["groups"] = sorted(g.group_keys())
 print(json.dumps(out))
 """
 
@@ -243,11 +259,14 @@ def test_zarr2_reads_lmdata_output_like_seqax(tmp_path, compression):
         chunk_tokens=16,
         seq_starts_chunk=4,
         compression=compression,
+        manifest=True,  # which zarr-python 2 ignores
     )
+    assert (p / "lmdata-manifest").is_file()
     out = subprocess.run(
         [str(ZARR2_PY), "-c", SEQAX_STYLE_READ, str(p)], check=True, capture_output=True, text=True
     ).stdout
     got = json.loads(out)
+    assert got["groups"] == ["train", "validation"]
     assert got["train"]["seqs"] == seqs and got["train"]["max"] == 49
     assert got["validation"]["seqs"] == [[1]]
 

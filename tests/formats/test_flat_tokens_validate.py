@@ -15,7 +15,7 @@ SEQS = [np.arange(1, 1 + (i % 6)) for i in range(12)]  # 30 tokens: chunks of 16
 
 def _written(tmp_path: Path) -> Path:
     p = tmp_path / "t.zarr"
-    with lmdata.writer(p, "flat-tokens", chunk_tokens=16) as w:
+    with lmdata.writer(p, "flat-tokens", chunk_tokens=16, manifest=False) as w:
         for s in SEQS:
             w.write(s)
     return p
@@ -49,7 +49,7 @@ def test_a_chunk_cut_below_its_items_is_reported_once(tmp_path: Path) -> None:
 
 def test_compressed_chunks_are_not_held_to_the_raw_size(tmp_path: Path) -> None:
     p = tmp_path / "c.zarr"
-    with lmdata.writer(p, "flat-tokens", chunk_tokens=16, compression="zstd") as w:
+    with lmdata.writer(p, "flat-tokens", chunk_tokens=16, compression="zstd", manifest=False) as w:
         for s in SEQS:
             w.write(s)
     assert lmdata.validate(p) == []

@@ -38,7 +38,7 @@ SEQS = [list(range(1, 2 + i % 9)) for i in range(60)]
 
 
 def _flat_tokens(p: Path) -> Path:
-    with lmdata.writer(p, "flat-tokens", chunk_tokens=64, compression="zstd") as w:
+    with lmdata.writer(p, "flat-tokens", manifest=False, chunk_tokens=64, compression="zstd") as w:
         for s in SEQS:
             w.write(s)
         w.write([1, 2], split="validation")
@@ -46,7 +46,7 @@ def _flat_tokens(p: Path) -> Path:
 
 
 def _atlas(p: Path) -> Path:
-    with lmdata.writer(
+    with lmdata.writer(  # no manifest: these tests exercise the readers' own checks
         p, "atlas", shard_size=30, block_size=4, compression_strategy=2, compression_level=3
     ) as w:
         for r in RECORDS:
@@ -55,14 +55,14 @@ def _atlas(p: Path) -> Path:
 
 
 def _pbin(p: Path) -> Path:
-    with lmdata.writer(p, "modalities", token_width=2) as w:
+    with lmdata.writer(p, "modalities", manifest=False, token_width=2) as w:
         for s in SEQS:
             w.write(np.array(s, np.uint16))
     return p
 
 
 def _jsonl_idx(p: Path) -> Path:
-    with lmdata.writer(p, "modalities-jsonl") as w:
+    with lmdata.writer(p, "modalities-jsonl", manifest=False) as w:
         for r in RECORDS:
             w.write(r)
     return p
@@ -70,14 +70,16 @@ def _jsonl_idx(p: Path) -> Path:
 
 def _mds(p: Path) -> Path:
     cols = {"id": "str", "text": "str", "n": "int64"}
-    with lmdata.writer(p, "mds", columns=cols, compression="zstd", size_limit=1 << 10) as w:
+    with lmdata.writer(
+        p, "mds", manifest=False, columns=cols, compression="zstd", size_limit=1 << 10
+    ) as w:
         for r in RECORDS:
             w.write(r)
     return p
 
 
 def _dolma(p: Path) -> Path:
-    with lmdata.writer(p, "dolma", max_file_docs=25) as w:
+    with lmdata.writer(p, "dolma", manifest=False, max_file_docs=25) as w:
         for r in RECORDS:
             w.write({"id": r["id"], "text": r["text"], "source": "s"})
     return p
@@ -289,7 +291,7 @@ def test_deeply_nested_pickle_as_jsonl_index(datasets, tmp_path):
 
 def test_deeply_nested_pickle_as_pbin_index(tmp_path):
     p = tmp_path / "d.pbin"
-    with lmdata.writer(p, "modalities", token_width=2) as w:
+    with lmdata.writer(p, "modalities", manifest=False, token_width=2) as w:
         w.write(np.array([1, 2, 3], np.uint16))
     raw = p.read_bytes()
     p.write_bytes(raw[: 12 + 6] + DEEP_PICKLE)
@@ -312,7 +314,7 @@ def test_describe_is_bounded():
 
 def test_bytes_after_the_pbin_index_are_reported(tmp_path):
     p = tmp_path / "d.pbin"
-    with lmdata.writer(p, "modalities", token_width=2) as w:
+    with lmdata.writer(p, "modalities", manifest=False, token_width=2) as w:
         w.write(np.array([1, 2, 3], np.uint16))
     assert lmdata.validate(p, format="modalities") == []
     with open(p, "ab") as f:
@@ -324,7 +326,7 @@ def test_bytes_after_the_pbin_index_are_reported(tmp_path):
 
 def test_unindexed_jsonl_data_is_reported(tmp_path):
     p = tmp_path / "d.jsonl"
-    with lmdata.writer(p, "modalities-jsonl") as w:
+    with lmdata.writer(p, "modalities-jsonl", manifest=False) as w:
         w.write({"a": 1})
     with open(p, "ab") as f:
         f.write(b'{"torn": ')  # a write cut short after the index was built
@@ -425,7 +427,9 @@ def test_atlas_dictionary_from_another_dataset_is_caught(datasets, tmp_path):
 
 def test_atlas_frame_without_content_size_is_refused(tmp_path):
     root = tmp_path / "a"
-    with lmdata.writer(root, "atlas", shard_size=10, block_size=10, compression_strategy=1) as w:
+    with lmdata.writer(
+        root, "atlas", shard_size=10, block_size=10, compression_strategy=1, manifest=False
+    ) as w:
         for r in RECORDS[:10]:
             w.write(r)
     shard = root / "0"

@@ -20,7 +20,7 @@ COLS = {"id": "int", "txt": "str", "v": "ndarray"}
 
 def make(d: Path, **kw) -> Path:
     kw.setdefault("size_limit", 400)
-    with lmdata.writer(d, "mds", columns=COLS, hashes=["sha1"], **kw) as w:
+    with lmdata.writer(d, "mds", columns=COLS, hashes=["sha1"], manifest=False, **kw) as w:
         for i in range(30):
             w.write({"id": i, "txt": "x" * i, "v": np.arange(i + 1, dtype=np.int32)})
     return d

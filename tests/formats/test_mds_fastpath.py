@@ -62,7 +62,7 @@ def reader_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 def make(d: Path, n: int = 24, **kw: Any) -> Path:
     kw.setdefault("size_limit", 900)
-    with lmdata.writer(d, "mds", columns=COLS, **kw) as w:
+    with lmdata.writer(d, "mds", manifest=False, columns=COLS, **kw) as w:
         for i in range(n):
             w.write(sample(i))
     return d
@@ -130,14 +130,16 @@ def test_columns_subset_and_non_leading_ints(tmp_path: Path) -> None:
     make(tmp_path / "d")
     r = lmdata.open(tmp_path / "d", columns=["b", "t"])
     assert r[4].keys() == {"b", "t"} and r[4]["b"] == 2**62 + 4
-    with lmdata.writer(tmp_path / "e", "mds", columns={"s": "str", "z": "int"}) as w:
+    with lmdata.writer(
+        tmp_path / "e", "mds", manifest=False, columns={"s": "str", "z": "int"}
+    ) as w:
         w.write({"s": "x", "z": -(2**63)})
     assert lmdata.open(tmp_path / "e")[0] == {"s": "x", "z": -(2**63)}
 
 
 def test_json_values_orjson_alone_would_change(tmp_path: Path) -> None:
     # a 70-bit integer (orjson makes it a float) and NaN (orjson refuses it): json.loads' values
-    with lmdata.writer(tmp_path / "d", "mds", columns={"j": "json"}) as w:
+    with lmdata.writer(tmp_path / "d", "mds", manifest=False, columns={"j": "json"}) as w:
         w.write({"j": {"big": 2**70, "f": 0.5}})
         w.write({"j": [float("nan"), 12345678901234567890123]})
     r = lmdata.open(tmp_path / "d")
@@ -282,7 +284,7 @@ def test_hostile_column_names_are_data_not_code(tmp_path: Path) -> None:
         "d\x00é",
     ]
     cols = {names[0]: "int", names[1]: "str", names[2]: "json", names[3]: "bytes"}
-    with lmdata.writer(tmp_path / "d", "mds", columns=cols) as w:
+    with lmdata.writer(tmp_path / "d", "mds", manifest=False, columns=cols) as w:
         for i in range(5):
             w.write({names[0]: i, names[1]: f"s{i}", names[2]: [i], names[3]: b"x" * i})
     r = lmdata.open(tmp_path / "d")
@@ -296,7 +298,7 @@ def test_offsets_past_the_file_are_checked_per_sample(tmp_path: Path) -> None:
     # a last sample whose end and str size both grow past the file (its sizes still add up)
     # is an error, not the str of the bytes that happen to be there
     d = tmp_path / "d"
-    with lmdata.writer(d, "mds", columns={"i": "int", "s": "str"}) as w:
+    with lmdata.writer(d, "mds", manifest=False, columns={"i": "int", "s": "str"}) as w:
         for i in range(6):
             w.write({"i": i, "s": "abc" * i})
     shard = d / "shard.00000.mds"
@@ -334,7 +336,7 @@ def test_indexing_follows_python_rules_across_shards(tmp_path: Path) -> None:
 
 def test_an_int_column_of_the_wrong_size_is_an_error_not_a_value(tmp_path: Path) -> None:
     d = tmp_path / "d"
-    with lmdata.writer(d, "mds", columns={"s": "str", "z": "bytes"}) as w:
+    with lmdata.writer(d, "mds", manifest=False, columns={"s": "str", "z": "bytes"}) as w:
         w.write({"s": "a", "z": b"\x01\x02\x03\x04"})
     ix = json.loads((d / "index.json").read_text())
     ix["shards"][0]["column_encodings"] = ["str", "int"]  # 4 bytes where an int holds 8

@@ -119,7 +119,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             else:
                 write_lmdata(out, "mdstext", 3 + k, compression=comp)
     writes.append({"op": "merge", "root": str(root / "theirs-merge")})
-    run_streaming({"op": "batch", "jobs": writes})
 
     # what lmdata writes for streaming to read
     ours: dict[str, Path] = {}
@@ -134,27 +133,35 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         write_lmdata(jsonl / str(k), "text", 4 + k, "json", size_limit=90)
     formats.spec("mds-jsonl").merge([str(jsonl)], str(jsonl))
     ours["jsonl-merged"] = jsonl
-    for c in THEIRS_COMPRESSED:  # lmdata reads these before streaming touches copies of them
-        ours[f"theirs-{c}"] = root / f"theirs-{c}"
 
+    # one streaming process (importing it and torch takes seconds): its writes, then its reads
+    # of copies of everything (lmdata reads the originals)
     reads, results = [], {}
+    sizes = {key: len(lmdata.open(src)) for key, src in ours.items()}
+    for c in THEIRS_COMPRESSED:
+        ours[f"theirs-{c}"] = root / f"theirs-{c}"
+        sizes[f"theirs-{c}"] = 15  # (the write job's n)
     for key, src in ours.items():
         local = root / "streaming-copies" / key  # streaming writes beside compressed shards
-        shutil.copytree(src, local)
+        if key.startswith("theirs-"):
+            reads.append({"op": "copy", "src": str(src), "dst": str(local)})
+        else:
+            shutil.copytree(src, local)
         results[key] = root / "results" / f"{key}.pkl"
         results[key].parent.mkdir(exist_ok=True)
-        n = len(lmdata.open(src))
         reads.append(
             {
                 "op": "read",
                 "local": str(local),
                 "result": str(results[key]),
-                "indices": [i for i in PICKS if i < n],
+                "indices": [i for i in PICKS if i < sizes[key]],
                 "unsafe": key.startswith("pkl"),
             }
         )
     names = {"op": "names", "local": str(root / "streaming-copies" / "all-None")}
-    *_, shm = run_streaming({"op": "batch", "jobs": [*reads, names]})["results"]
+    *_, shm = run_streaming({"op": "batch", "jobs": [*writes, *reads, names]})["results"]
+    for c in THEIRS_COMPRESSED:  # what streaming wrote holds the samples its write job says
+        assert len(lmdata.open(ours[f"theirs-{c}"])) == sizes[f"theirs-{c}"]
     got = {}
     for key, path in results.items():
         with open(path, "rb") as f:
@@ -166,6 +173,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_uncompressed_output_is_byte_identical(world: dict[str, Any], k: int) -> None:
     root = world["root"]
     theirs, ours = files(root / f"same{k}-theirs"), files(root / f"same{k}-ours")
+    assert ours.pop("lmdata-manifest")  # lmdata's manifest, beside streaming's exact files
     assert sorted(ours) == sorted(theirs)
     for name in theirs:
         assert ours[name] == theirs[name], name
@@ -184,6 +192,7 @@ def _check_read(world: dict[str, Any], key: str) -> None:
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
 def test_streaming_reads_what_lmdata_writes(world: dict[str, Any], compression) -> None:
+    assert (world["ours"][f"all-{compression}"] / "lmdata-manifest").is_file()  # ignored by it
     _check_read(world, f"all-{compression}")
     if compression:
         names = {p.name for p in world["ours"][f"all-{compression}"].iterdir()}

@@ -39,7 +39,8 @@ def test_merge_partitions_outside_the_output_links_them_in(tmp_path: Path) -> No
     part(tmp_path / "a", "mds", 0, 4)
     part(tmp_path / "b", "mds", 4, 2)
     merge([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "out"))
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a", "b", "index.json"]
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["a", "b", "index.json", "lmdata-manifest"]
     assert [x["id"] for x in lmdata.open(tmp_path / "out")] == list(range(6))
 
 
@@ -48,7 +49,7 @@ def test_merge_of_file_urls_is_the_local_merge(tmp_path: Path) -> None:
     part(tmp_path / "b", "mds", 4, 2)
     out = tmp_path / "out"
     merge([(tmp_path / "a").as_uri(), (tmp_path / "b").as_uri()], out.as_uri())
-    assert sorted(p.name for p in out.iterdir()) == ["a", "b", "index.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b", "index.json", "lmdata-manifest"]
     assert [x["id"] for x in lmdata.open(out)] == list(range(6))
 
 
@@ -57,11 +58,13 @@ def test_merge_reads_each_partition_index_once(tmp_path: Path, monkeypatch) -> N
 
     for k in range(3):
         part(tmp_path / "out" / str(k), "mds", k, 1)
-    parsed: list[int] = []
+    parsed: list[bytes] = []
     real = _json.parse
-    monkeypatch.setattr(_json, "parse", lambda data, *a: parsed.append(len(data)) or real(data, *a))
+    monkeypatch.setattr(_json, "parse", lambda data, *a: parsed.append(data) or real(data, *a))
     merge([str(tmp_path / "out")], str(tmp_path / "out"))
-    assert len(parsed) == 3  # one parse per partition, with the index's one size limit
+    indexes = [d for d in parsed if not bytes(d).startswith(b'{"lmdata_manifest"')]
+    assert len(indexes) == 3  # one parse per partition, with the index's one size limit
+    assert len(parsed) == 6  # and each partition's manifest, whose entries the merge keeps
     assert [x["id"] for x in lmdata.open(tmp_path / "out")] == [0, 1, 2]
 
 

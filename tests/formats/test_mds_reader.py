@@ -82,8 +82,8 @@ def test_forked_workers_read_correct_data(tmp_path: Path) -> None:
     q = ctx.Queue()
     p = ctx.Process(target=_child, args=(r, q))
     p.start()
-    assert q.get(timeout=30) == [5, 40, 1]
-    p.join(30)
+    assert q.get(timeout=120) == [5, 40, 1]
+    p.join(120)
 
 
 def test_threads_share_a_reader(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def test_compressed_entries_hash_both_files(tmp_path: Path, spec: str) -> None:
     assert s["compression"] == spec
     family = spec.split(":")[0]
     assert s["zip_data"]["basename"] == f"shard.00000.mds.{family}"
-    assert sorted(os.listdir(d)) == ["index.json", f"shard.00000.mds.{family}"]
+    assert sorted(os.listdir(d)) == ["index.json", "lmdata-manifest", f"shard.00000.mds.{family}"]
     blob = (d / s["zip_data"]["basename"]).read_bytes()
     raw = comp.decompress(family, blob, s["raw_data"]["bytes"])
     assert len(blob) == s["zip_data"]["bytes"] and len(raw) == s["raw_data"]["bytes"]

@@ -107,7 +107,9 @@ def test_numpy_ints_in_an_index_are_read_by_value(tmp_path: Path) -> None:
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(st.data())
 def test_random_damage_never_escapes_as_a_raw_exception(

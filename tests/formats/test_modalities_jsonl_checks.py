@@ -22,7 +22,7 @@ RECS = [{"text": f"document {i}", "id": i} for i in range(20)]
 
 def _written(tmp_path: Path) -> Path:
     p = tmp_path / "docs.jsonl"
-    with mj.Writer(p) as w:
+    with mj.Writer(p, manifest=False) as w:
         for r in RECS:
             w.write(r)
     return p

@@ -220,7 +220,7 @@ def test_writer_is_atomic(tmp_path: Path) -> None:
         Writer(p, token_width=2)
     write(p, [[2, 3]], token_width=1, overwrite=True)
     assert [d.tolist() for d in modalities.open(p)] == [[2, 3]]
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["x.pbin"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["x.pbin", "x.pbin.lmdata-manifest"]
 
 
 # ---- reader protocol --------------------------------------------------------------------------
@@ -273,7 +273,9 @@ def test_non_contiguous_index_is_read_through_the_index(tmp_path: Path) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     docs=st.lists(st.lists(st.integers(0, 2**32 - 1), max_size=20), max_size=15),
@@ -304,7 +306,9 @@ def test_round_trip_property(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     docs=st.lists(st.lists(st.integers(0, 300), max_size=6), max_size=12),

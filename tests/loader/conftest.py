@@ -12,7 +12,8 @@ from lmdata.formats.flat_tokens import Writer
 
 
 def write_flat(path: Path, seqs: list, chunk_tokens: int = 256) -> object:
-    with Writer(path, chunk_tokens=chunk_tokens) as w:
+    # no manifest: tests here change the stored bytes to exercise the readers' own checks
+    with Writer(path, chunk_tokens=chunk_tokens, manifest=False) as w:
         for s in seqs:
             w.write(np.asarray(s, dtype=np.int64))
     return lmdata.open(path)

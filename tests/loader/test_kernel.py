@@ -249,7 +249,7 @@ def test_a_truncated_seq_starts_chunk_is_an_error_for_unpacked_rows(tmp_path: Pa
     from lmdata.formats.flat_tokens import Writer
 
     path = tmp_path / "s.zarr"
-    with Writer(path, chunk_tokens=64, seq_starts_chunk=16) as w:
+    with Writer(path, chunk_tokens=64, seq_starts_chunk=16, manifest=False) as w:
         for s in random_seqs(5, 60):
             w.write(np.asarray(s, dtype=np.int64))
     chunk = path / "train" / "seq_starts" / "1"

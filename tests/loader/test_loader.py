@@ -204,7 +204,10 @@ def test_evaluation_pass_covers_every_token_once_and_stops(dataset):
     assert np.array_equal(got, flat)  # in order, every token once, the tail padded not dropped
     assert not batches[-1]["loss_mask"][-1].any()  # the last batch is padded
     assert (batches[-1]["targets"][~batches[-1]["loss_mask"]] == 0).all()
-    assert list(loader) == []  # finished
+    again = list(loader)  # a pass is over: iterating again is a new, whole pass
+    assert len(again) == n and all(
+        np.array_equal(a["targets"], b["targets"]) for a, b in zip(again, batches, strict=True)
+    )
     with pytest.raises(InvalidInputError, match="past the end"):
         loader.batch(n)
     with pytest.raises(TypeError, match="endless"):

@@ -109,3 +109,41 @@ def test_a_huge_dataset_opens_and_serves_without_reading_its_index(tmp_path, mon
         for i, r in enumerate(probe[s].tolist()):
             span = reader.span(r * 2048, r * 2048 + 2048 + (mode == "eos"))
             assert np.array_equal(b["targets"][i], span[1:] if mode == "eos" else span)
+
+
+def test_bestfit_opens_and_serves_a_huge_dataset_from_a_few_index_reads(tmp_path, monkeypatch):
+    """The bestfit layout is sampled and its blocks packed from searches and short runs of the
+    sequence index: a 10^12-token dataset opens and serves its first batches in bounded
+    memory, without loading the index (8 GB), and its rows are the stored tokens."""
+    kw = {"seq_len": 2048, "global_batch_size": 8, "mode": "bestfit", "seed": 3}
+    kw |= {"rank": 0, "world_size": 1}
+    plan = lmdata.Loader(lmdata.open(simulated(tmp_path / "plan", set())), **kw)
+    need = set()
+    for s in range(3):
+        lin = plan.explain(s)
+        for start in (lin.offset).tolist():  # one document: offsets are token positions
+            first = min(start, TOKENS - 2048)
+            need |= {first // CHUNK, (first + 2047) // CHUNK}
+    path = simulated(tmp_path / "real", need)
+    rec = Recorder(monkeypatch)
+    tracemalloc.start()
+    try:
+        reader = lmdata.open(path)
+        loader = lmdata.Loader(reader, **kw)
+        batches = [loader.batch(s) for s in range(3)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert loader.layout()[0]["padding"] < 0.01
+    assert peak < 16 << 20, peak
+    assert reader._boundaries is None
+    read = sum(n for op, k, n in rec.calls if "seq_starts" in k)
+    assert read < 1 << 20, read  # the index is mapped (sparse), never read whole
+    for s, b in enumerate(batches):
+        lin = loader.explain(s)
+        for i, row in enumerate(lin):
+            at = 0
+            for seg in row:
+                span = reader.span(seg.offset, seg.offset + seg.length)
+                assert np.array_equal(b["targets"][i, at : at + seg.length], span)
+                at += seg.length

@@ -285,7 +285,8 @@ def test_a_finite_pass_over_a_mixture_serves_every_row_once_and_resumes(two):
             assert sorted(part) == list(range(rows[k]))
     last = batches[-1]["loss_mask"]
     assert not last.all() and last.any()  # padded, not dropped
-    assert list(full) and full.step == n and list(full) == []  # stops
+    assert len(list(full)) == n and full.step == n  # stops at the end of the pass
+    assert len(list(full)) == n  # and iterating again is a new pass
     assert full.source_epochs() == [2, 2]  # both sources end their second epoch together
     # resume mid-pass with two ranks gives the rest of the same global batches
     state = _make([a, b], **kw).state_dict()

@@ -70,8 +70,14 @@ class Naive(IterableDataset):
 def test_naive_per_worker_iteration_is_refused(dataset):
     r, _ = dataset
     loader = Loader(r, seq_len=8, global_batch_size=6, rank=0, world_size=1)
-    with pytest.raises(Exception, match="every worker would yield every batch"):
-        next(iter(DataLoader(Naive(loader), batch_size=None, num_workers=2)))
+    it = iter(DataLoader(Naive(loader), batch_size=None, num_workers=2))
+    try:
+        with pytest.raises(Exception, match="every worker would yield every batch"):
+            next(it)
+    finally:
+        # the workers stopped here, not whenever the iterator (held by the exception's
+        # traceback) is collected: torch then waits 5 s per worker (a teardown of 10 s)
+        it._shutdown_workers()
 
 
 def test_importing_lmdata_does_not_import_torch():

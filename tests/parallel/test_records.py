@@ -47,7 +47,7 @@ def same(a, b) -> bool:
     return bool(a == b)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)  # (recursive strategies: seconds to generate)
 @given(records)
 def test_records_round_trip_with_their_types(recs):
     assert same(unpack(pack(recs)), recs)

@@ -70,3 +70,18 @@ def test_modalities_jsonl_errors_name_the_url(s3_root):
     assert f"lmdata index --overwrite {url}" in str(ei.value)
     problems = lmdata.validate(url, format="modalities-jsonl")
     assert problems and all("s3://" in p or "m.idx" in p for p in problems)
+
+
+def test_atlas_validate_names_the_url(s3_root):
+    """validate's own findings (not only the reader's errors) name objects by URL."""
+    url = f"{s3_root}/atlas-v"
+    _write(url, "atlas", shard_size=20)
+    store, key = resolve(f"{url}/0/index.npy")
+    _put(f"{url}/0/index.npy", store.read(key) + b"junk")  # bytes after the array
+    store, key = resolve(f"{url}/0/meta.json")
+    meta = store.read(key)
+    _put(f"{url}/0/meta.json", meta[:-1] + b', "extra": 1}')  # a key the origin refuses
+    problems = lmdata.validate(url, format="atlas")
+    assert len(problems) == 2, problems
+    assert any(p.startswith(f"{url}/0/index.npy: 4 bytes follow") for p in problems), problems
+    assert any(p.startswith(f"{url}/0/meta.json: extra keys") for p in problems), problems

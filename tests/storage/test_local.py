@@ -46,7 +46,7 @@ def _in_fork(child) -> None:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(r)
-        signal.alarm(30)  # a child stuck on a lock dies instead of hanging the test
+        signal.alarm(120)  # a child stuck on a lock dies instead of hanging the test
         try:
             child()
             msg = b"ok"

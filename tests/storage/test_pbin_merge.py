@@ -55,7 +55,8 @@ def test_merge_on_a_store_gives_the_local_bytes(where, tmp_path, local_merged):
     assert [x.tolist() for x in r] == want
     assert lmdata.validate(out) == []
     store, key = resolve(where)
-    assert sorted(store.list(key)) == ["m.pbin", "parts"]  # no claim or temporary object left
+    # no claim or temporary object left; the merged file's manifest beside it
+    assert sorted(store.list(key)) == ["m.pbin", "m.pbin.lmdata-manifest", "parts"]
 
 
 def test_inputs_and_output_on_different_stores(memory_root, tmp_path, local_merged):

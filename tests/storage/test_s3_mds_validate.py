@@ -34,9 +34,10 @@ def test_validate_reads_each_shard_file_once(
     opts = {} if cached else {"use_listings_cache": False}
     assert lmdata.validate(url, format="mds", storage_options=opts) == []
     gets = [k for meth, k in requests if meth == "get_object"]
-    shard_gets = [k for k in gets if not k.endswith("index.json")]
+    shard_gets = [k for k in gets if not k.endswith(("index.json", "lmdata-manifest"))]
     assert sorted(shard_gets) == sorted(files)  # each shard file once, whole
     others = [(m, k) for m, k in requests if m != "get_object"]
     assert all(m in ("list_objects_v2", "head_object") for m, _ in others), others
-    # finding and reading index.json and one listing: a few requests, none per shard
-    assert not [k for _, k in others if "shard." in k] and len(others) <= 8, others
+    # finding and reading index.json and one listing (and the manifest's: one more), a few
+    # requests, none per shard
+    assert not [k for _, k in others if "shard." in k] and len(others) <= 9, others

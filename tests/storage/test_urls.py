@@ -34,6 +34,29 @@ def test_unservable_or_mangled_urls_are_errors(url):
         resolve(url)
 
 
+def test_a_file_url_without_an_absolute_path_is_never_another_local_file(tmp_path, monkeypatch):
+    """``file:x.jsonl`` is no file URL (those hold absolute paths): it was read as the local
+    file ``x.jsonl``, a differently named file, while ``file:x.jsonl`` itself sat there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file:x.jsonl").write_text('{"text": "mine"}\n')
+    (tmp_path / "x.jsonl").write_text('{"text": "another file"}\n')
+    for bad in ("file:x.jsonl", "file:data/x"):
+        with pytest.raises(InvalidInputError, match="no file URL") as ei:
+            resolve(bad)
+        assert f"{tmp_path}/{bad}" in str(ei.value)  # the name that does work
+    with pytest.raises(InvalidInputError, match="no file URL"):
+        lmdata.open("file:x.jsonl")
+    assert lmdata.open(f"{tmp_path}/file:x.jsonl")[0] == {"text": "mine"}
+    assert lmdata.open("./file:x.jsonl")[0] == {"text": "mine"}
+    # a local file whose name starts like a URL: the name the refusal gives works, and ./ too
+    (tmp_path / "tar:1.jsonl").write_text('{"text": "tar"}\n')
+    with pytest.raises(InvalidInputError, match=f"or {tmp_path}/tar:1.jsonl for a local"):
+        lmdata.open("tar:1.jsonl")
+    assert lmdata.open("./tar:1.jsonl")[0] == {"text": "tar"}  # (Path drops the ./)
+    assert lmdata.info("./tar:1.jsonl")["format"] == "jsonl"
+    assert resolve(f"file:{tmp_path}/x.jsonl")[1] == f"{tmp_path}/x.jsonl"  # file:/abs is one
+
+
 @pytest.mark.skipif(importlib.util.find_spec("s3fs") is not None, reason="s3fs is installed")
 def test_missing_s3fs_names_the_extra():
     with pytest.raises(MissingDependencyError, match=r"lmdata\[s3\]"):

@@ -12,9 +12,13 @@ import lmdata
 from lmdata import _provenance
 from lmdata.cli.main import cli
 from lmdata.errors import DatasetNotFoundError, InvalidInputError
+from lmdata.storage.manifest import is_manifest_name
 from tests.inspect.conftest import bpe_file  # noqa: F401  (a fixture)
 
 DOCS = [{"id": f"d{i}", "text": f"document {i} " * (i % 7) + "é日本"} for i in range(40)]
+
+
+PROVENANCE = (".zattrs", "index.json")  # files that record the command
 
 
 def files(root: Path) -> dict[str, bytes]:
@@ -26,6 +30,10 @@ def files(root: Path) -> dict[str, bytes]:
             if p.name in (".zattrs", "index.json") and b'"lmdata"' in data:
                 obj = json.loads(data)
                 obj[_provenance.KEY].pop("command")
+                data = json.dumps(obj, sort_keys=True).encode()
+            elif is_manifest_name(p.name):  # it hashes those files too: their entries left out
+                obj = json.loads(data)
+                obj["files"] = [f for f in obj["files"] if not f["name"].endswith(PROVENANCE)]
                 data = json.dumps(obj, sort_keys=True).encode()
             out[str(p.relative_to(root)) if root.is_dir() else p.name] = data
     return out

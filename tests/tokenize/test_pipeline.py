@@ -408,13 +408,13 @@ def test_ctrl_c_stops_workers_and_leaves_nothing(tmp_path):
         start_new_session=True,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # (a few seconds: only a failure waits it out)
     while not started.exists() and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert started.exists(), p.stderr.read().decode()[-2000:]
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
     try:
-        p.wait(timeout=30)
+        p.wait(timeout=120)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         pytest.fail("tokenize did not stop after Ctrl-C")
@@ -682,30 +682,37 @@ def test_one_tokenizer_thread_means_one_batch_encoding_at_a_time(corpus, tmp_pat
     environment keeps the tokenizer to one thread: then two would take two cores."""
     import threading
 
-    from lmdata.tokenize import pipeline
+    from lmdata.tokenize import worker
 
-    real = pipeline._encode
+    real = worker._encode
     lock = threading.Lock()
     now = peak = 0
+    two = threading.Event()  # set once two batches encode at once
+    wait = [60.0]  # seconds the first batch waits for a second (only a failure waits it out)
 
     def encode(texts, special):
         nonlocal now, peak
         with lock:
             now += 1
             peak = max(peak, now)
-        time.sleep(0.005)  # long enough for the next batch to start encoding
+            if now == 2:
+                two.set()
+        # the first batch waits for the next one to start encoding: no race on a loaded machine
+        two.wait(wait[0])
         try:
             return real(texts, special)
         finally:
             with lock:
                 now -= 1
 
-    monkeypatch.setattr(pipeline, "_encode", encode)
+    monkeypatch.setattr(worker, "_encode", encode)
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     run(corpus, tmp_path / "a", workers=0, batch_docs=100)
     assert peak == 2
     peak = 0
+    two.clear()
+    wait[0] = 0.005  # one at a time expected: each waits a moment for a second, in vain
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     run(corpus, tmp_path / "b", workers=0, batch_docs=100)
     assert peak == 1

@@ -112,3 +112,21 @@ def test_pipeline_with_tiktoken_in_workers(tmp_path, tiktoken_file):
         [258],
     ]
     assert lmdata.open(tmp_path / "o").max_token_id == 260  # " w"
+
+
+def test_the_special_tokens_listed_are_the_files(tmp_path):
+    """What a loaded HF tokenizer lists (the provenance record's, with no second parse) is
+    what the file's ``added_tokens`` mark special."""
+    from tokenizers import AddedToken, Tokenizer
+
+    from lmdata._provenance import _listed_special
+
+    tok = Tokenizer.from_file(str(BPE5K))
+    tok.add_special_tokens(["<|im_start|>", AddedToken("<|im_end|>", special=True)])
+    tok.add_tokens(["not special", AddedToken("[[x]]", special=False)])
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    listed = load_tokenizer(path).listed_special()
+    assert listed == _listed_special(path)
+    assert {"<|endoftext|>", "<|im_start|>", "<|im_end|>"} <= set(listed)
+    assert "not special" not in listed and "[[x]]" not in listed

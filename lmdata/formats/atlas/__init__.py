@@ -133,6 +133,12 @@ def _data_bytes(path: str) -> int:
     return sum(data_sizes(Atlas(path)))
 
 
+def _read_provenance(store: Any, key: str) -> dict[str, Any] | None:
+    from lmdata import _provenance
+
+    return _provenance.read_file(store, key)
+
+
 SPEC = FormatSpec(
     name="atlas",
     kind="records",
@@ -145,4 +151,5 @@ SPEC = FormatSpec(
     merge=merge,
     # tokenize writes examples {"tokens": ids}; read them back with token_column="tokens"
     tokens=TokenTarget(open=column_sink(lazy("lmdata.formats.atlas.writer:Writer"))),
+    provenance=lambda reader: _read_provenance(reader.store, str(reader.root / "lmdata.json")),
 )

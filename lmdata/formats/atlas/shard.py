@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import pickle
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -48,8 +49,11 @@ class ShardWriter:
         dict_sample_bytes: int,
         protocol: int,
         allow_unsafe_pickle: bool = False,
+        open_data: Callable[[Path], BinaryIO] | None = None,
     ) -> None:
         folder.mkdir()
+        # how data.bin is opened (the dataset's manifest hashes it as it is written)
+        self._open_data = open_data or (lambda p: open(p, "wb"))
         self.folder = folder
         self.block_size = block_size
         self.strategy = strategy
@@ -88,7 +92,10 @@ class ShardWriter:
         self.block = []
         self.raw_lengths.append(len(raw))
         if self._data is None:
-            self._data = open(self.folder / (SPILL if self.train else DATA), "wb")
+            if self.train:
+                self._data = open(self.folder / SPILL, "wb")
+            else:
+                self._data = self._open_data(self.folder / DATA)
         if self.train:
             self._data.write(raw)
             return
@@ -155,7 +162,7 @@ class ShardWriter:
         self.compressor = codec.BlockCompressor(self.level, dict_bytes, self.workers)
         self.train = False
         if self.raw_lengths:
-            self._data = open(self.folder / DATA, "wb")
+            self._data = self._open_data(self.folder / DATA)
             with open(spill, "rb") as f:
                 fd = f.fileno()
                 for i, n in enumerate(self.raw_lengths):

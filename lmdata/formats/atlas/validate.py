@@ -65,11 +65,12 @@ def _is_file(ds: Atlas, p: PurePath) -> bool:
 def _check_layout(ds: Atlas, root: PurePath, rep: ProblemReport) -> None:
     if ds.meta is None:  # a single shard opened on its own
         return
+    shown = ds._shown  # keys as the user names them (full URLs on object stores)
     m = ds.meta
     if m.extra_keys:
         rep.add(
             "meta",
-            f"{root / META}: extra keys {list(m.extra_keys)}; the origin's reader "
+            f"{shown(root / META)}: extra keys {list(m.extra_keys)}; the origin's reader "
             f"accepts only {list(ROOT_KEYS)}",
         )
     others = [
@@ -80,25 +81,25 @@ def _check_layout(ds: Atlas, root: PurePath, rep: ProblemReport) -> None:
     if others:
         rep.add(
             "layout",
-            f"{root}: folders {others} are not shards; the origin's reader treats "
+            f"{shown(root)}: folders {others} are not shards; the origin's reader treats "
             "every folder as a shard and fails on them",
         )
     names = [sh.folder.name for sh in ds.shards]
     numbers = [sh.number for sh in ds.shards]
     if not names:
-        rep.add("layout", f"{root}: no shard folders (the origin's reader fails on len())")
+        rep.add("layout", f"{shown(root)}: no shard folders (the origin's reader fails on len())")
         return
     if numbers != list(range(len(numbers))):
         rep.add(
             "layout",
-            f"{root}: shard numbers are not 0..{len(numbers) - 1} without gaps "
+            f"{shown(root)}: shard numbers are not 0..{len(numbers) - 1} without gaps "
             f"(found {numbers[:5]}...); examples after a gap shift position",
         )
     width = len(str(max(numbers)))
     if any(len(n) != width for n in names):
         rep.add(
             "layout",
-            f"{root}: shard folder names are not all zero-padded to {width} "
+            f"{shown(root)}: shard folder names are not all zero-padded to {width} "
             "digits (an unfinished write?); the origin's reader would read "
             "shards in the wrong order",
         )
@@ -106,18 +107,18 @@ def _check_layout(ds: Atlas, root: PurePath, rep: ProblemReport) -> None:
     if list(m.shard_sizes) != sizes:
         rep.add(
             "meta",
-            f"{root / META}: shard_sizes {list(m.shard_sizes)[:8]}... does not "
+            f"{shown(root / META)}: shard_sizes {list(m.shard_sizes)[:8]}... does not "
             f"match the shards' stored_examples {sizes[:8]}...",
         )
     strategies = {sh.meta.compression_strategy for sh in ds.shards}
     if m.compression_strategy == Strategy.SHARED_DICTIONARY_COMPRESSION:
         if not _is_file(ds, root / DICT):
-            rep.add("dict", f"{root}: strategy 2 needs zstd_dict.bin at the root")
+            rep.add("dict", f"{shown(root)}: strategy 2 needs zstd_dict.bin at the root")
         # The origin's reader takes the shared dictionary only from a root saying strategy 2.
     elif Strategy.SHARED_DICTIONARY_COMPRESSION in strategies:
         rep.add(
             "meta",
-            f"{root / META}: shards use strategy 2 but the root says "
+            f"{shown(root / META)}: shards use strategy 2 but the root says "
             f"{int(m.compression_strategy)}; the origin's reader would not load the "
             "shared dictionary",
         )
@@ -126,14 +127,15 @@ def _check_layout(ds: Atlas, root: PurePath, rep: ProblemReport) -> None:
 def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
     sh = ds.shards[s]
     f, meta = sh.folder, sh.meta
+    shown = ds._shown  # keys as the user names them (full URLs on object stores)
     if meta.extra_keys:
         rep.add(
             "meta",
-            f"{f / META}: extra keys {list(meta.extra_keys)}; the origin's reader "
+            f"{shown(f / META)}: extra keys {list(meta.extra_keys)}; the origin's reader "
             f"accepts only {list(SHARD_KEYS)}",
         )
     if meta.compression_strategy == Strategy.DICTIONARY_COMPRESSION and not _is_file(ds, f / DICT):
-        rep.add("dict", f"{f}: strategy 3 needs the shard's own zstd_dict.bin")
+        rep.add("dict", f"{shown(f)}: strategy 3 needs the shard's own zstd_dict.bin")
         return
     try:
         idx = np.asarray(ds._shard_index(s))
@@ -144,30 +146,33 @@ def _check_shard(ds: Atlas, s: int, rep: ProblemReport) -> None:
     if trailing:
         rep.add(
             "index",
-            f"{f / INDEX}: {trailing} bytes follow the array (from byte "
+            f"{shown(f / INDEX)}: {trailing} bytes follow the array (from byte "
             f"{ds.store.size(str(f / INDEX)) - trailing}); readers ignore them, so the file was "
             "appended to or overwritten in part: write the shard again",
         )
     if idx.dtype.kind != "u":
-        rep.add("index", f"{f / INDEX}: dtype {idx.dtype} is signed; Atlas offsets are unsigned")
+        rep.add(
+            "index", f"{shown(f / INDEX)}: dtype {idx.dtype} is signed; Atlas offsets are unsigned"
+        )
     if idx[0] != 0:
-        rep.add("index", f"{f / INDEX}: the first offset is {idx[0]}, not 0")
+        rep.add("index", f"{shown(f / INDEX)}: the first offset is {idx[0]}, not 0")
     has_data = _is_file(ds, f / DATA)
     size = ds.store.size(str(f / DATA)) if has_data else 0
     if not has_data and meta.stored_examples:
-        rep.add("data", f"{f}: missing data.bin")
+        rep.add("data", f"{shown(f)}: missing data.bin")
         return
     if int(idx[-1]) != size:
         rep.add(
-            "index", f"{f / INDEX}: the last offset is {int(idx[-1])} but data.bin has {size} bytes"
+            "index",
+            f"{shown(f / INDEX)}: the last offset is {int(idx[-1])} but data.bin has {size} bytes",
         )
     elif idx.dtype.kind == "u" and np.iinfo(idx.dtype).max < size:
-        rep.add("index", f"{f / INDEX}: dtype {idx.dtype} cannot hold {size}")
+        rep.add("index", f"{shown(f / INDEX)}: dtype {idx.dtype} cannot hold {size}")
     back = np.flatnonzero(np.diff(idx.astype(np.int64)) <= 0)
     for b in back[:MAX_REPORTED]:
         rep.add(
             "index",
-            f"{f / INDEX}: block {int(b)} has offsets {int(idx[b])}.."
+            f"{shown(f / INDEX)}: block {int(b)} has offsets {int(idx[b])}.."
             f"{int(idx[b + 1])} (empty or backwards)",
         )
     skip = set(back.tolist())

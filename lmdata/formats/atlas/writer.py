@@ -23,6 +23,7 @@ from lmdata.errors import (
     CorruptDataError,
     DatasetNotFoundError,
     InvalidInputError,
+    LmdataError,
 )
 from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.meta import (
@@ -43,12 +44,14 @@ from lmdata.storage import (
     AtomicOutput,
     AtomicWriter,
     LocalStore,
+    LocalTree,
     Output,
     Store,
     join,
     require_exists,
     resolve,
 )
+from lmdata.storage import manifest as _manifest
 
 DEFAULT_SHARD_SIZE = 100_000
 DEFAULT_BLOCK_SIZE = 32
@@ -74,7 +77,10 @@ class Writer(AtomicWriter):
     of your class) raises InvalidInputError, unless ``allow_unsafe_pickle=True``, which stores
     any picklable object and leaves readers to need ``allow_unsafe_pickle=True`` as well.
     ``provenance`` (what made the tokens, see :mod:`lmdata._provenance`) goes into a file
-    ``lmdata.json`` beside the root ``meta.json``.
+    ``lmdata.json`` beside the root ``meta.json``. ``manifest`` (default True) writes the
+    dataset's manifest (``lmdata-manifest``, every file's size and hashes; the origin opens
+    only folders) last; shards taken from a dataset with one (append, ``add_dataset``, merge)
+    keep the hashes it lists.
     """
 
     def __init__(
@@ -95,7 +101,9 @@ class Writer(AtomicWriter):
         allow_unsafe_pickle: bool = False,
         provenance: dict[str, Any] | None = None,
         storage_options: dict[str, Any] | None = None,
+        manifest: bool = True,
     ) -> None:
+        self._tree = LocalTree(manifest, format="atlas")
         if shard_size is not None and (
             isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1
         ):
@@ -268,6 +276,7 @@ class Writer(AtomicWriter):
             self.path = root
         self._root = self._out.tmp
         shutil.copytree(root, self._root, copy_function=_link_or_copy)
+        self._tree.adopt(_manifest_entries(LocalStore(), str(root)), self._root)
         sizes = {n: ShardMeta.read(d).stored_examples for n, d in shards}
         self._numbers = [n for n, _ in shards]
         self.shard_sizes = [sizes[n] for n in self._numbers]
@@ -301,6 +310,7 @@ class Writer(AtomicWriter):
             dict_sample_bytes=self.dict_sample_bytes,
             protocol=self.protocol,
             allow_unsafe_pickle=self.allow_unsafe_pickle,
+            open_data=self._tree.open,
         )
         self._numbers.append(number)
 
@@ -310,6 +320,8 @@ class Writer(AtomicWriter):
         meta = shard.close()
         if shard.compressor is not None:
             shard.compressor.close()
+        if (shard.folder / DATA).exists():
+            self._tree.count(shard.folder / DATA, meta.stored_examples)
         self.shard_sizes.append(meta.stored_examples)
         self._written += meta.stored_examples
         if self._train_shard0 and self._numbers[-1] == 0:
@@ -361,6 +373,7 @@ class Writer(AtomicWriter):
             raise InvalidInputError("the writer is closed", path=self.path)
         src = Atlas(path, **read_options)
         src_dict = str(src._dict_dir / DICT) if src._dict_dir else None
+        carried = _manifest_entries(src.store, str(src.root))
         for sh in src.shards:
             if sh.meta.stored_examples == 0:
                 continue
@@ -372,7 +385,11 @@ class Writer(AtomicWriter):
                 if self._adopt_dictionary(shared):
                     strategy = Strategy.STANDARD_COMPRESSION  # now linkable
             if strategy != Strategy.SHARED_DICTIONARY_COMPRESSION:
-                self._link_shard(src.store, sh.folder, sh.meta.stored_examples)
+                prefix = f"{sh.folder.name}/"
+                entries = [
+                    e.renamed(e.name[len(prefix) :]) for e in carried if e.name.startswith(prefix)
+                ]
+                self._link_shard(src.store, sh.folder, sh.meta.stored_examples, entries)
             else:
                 s = src.shards.index(sh)
                 for i in range(int(src._starts[s]), int(src._ends[s])):
@@ -402,7 +419,13 @@ class Writer(AtomicWriter):
             return True
         return False
 
-    def _link_shard(self, store: Store, folder: PurePath, count: int) -> None:
+    def _link_shard(
+        self,
+        store: Store,
+        folder: PurePath,
+        count: int,
+        entries: list[_manifest.FileEntry] | None = None,
+    ) -> None:
         """Take a finished shard folder of ``store`` as the next shard (after the current one):
         hard-linked from local disk, fetched in ranged reads from an object store."""
         assert self._shard is not None
@@ -420,6 +443,7 @@ class Writer(AtomicWriter):
             shutil.copytree(folder, self._root / str(number), copy_function=_link_or_copy)
         else:
             fetch_tree(store, str(folder), self._root / str(number))
+        self._tree.adopt(entries or [], self._root / str(number))
         self._numbers.append(number)
         self.shard_sizes.append(count)
         self._written += count
@@ -458,6 +482,8 @@ class Writer(AtomicWriter):
             if self._provenance is not None:  # a file: the origin opens only folders
                 replace_bytes(self._root / _provenance.FILE, _provenance.dumps(self._provenance))
             replace_bytes(self._root / META, meta.to_json())
+            self._tree.records = sum(self.shard_sizes)
+            self._tree.write(self._root)  # last: it lists every file above
         except BaseException:
             self.abort()
             raise
@@ -487,17 +513,31 @@ class Writer(AtomicWriter):
 
 def _upload(folder: Path, out: Output) -> None:
     """Copy a finished local dataset into a store output: data files first, then the shard
-    metas, the root meta.json last (it is what makes a reader accept the dataset)."""
+    metas, the root meta.json last (it is what makes a reader accept the dataset), then its
+    manifest."""
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     rank = {DATA: 0, INDEX: 0, DICT: 0, META: 1}
+    last = (META, _manifest.NAME)
     for p in sorted(files, key=lambda p: rank.get(p.name, 0)):
         name = p.relative_to(folder).as_posix()
-        if name == META:
+        if name in last:
             continue
         with open(p, "rb") as src, out.open_write(name) as dst:
             shutil.copyfileobj(src, dst, 8 << 20)
-    out.write_last(META, (folder / META).read_bytes())
+    for name in last:
+        if (folder / name).exists():
+            out.write_last(name, (folder / name).read_bytes())
     out.commit()
+
+
+def _manifest_entries(store: Store, key: str) -> list[_manifest.FileEntry]:
+    """The files the manifest of the dataset at ``key`` lists (none if it has no readable
+    one: its files are then hashed anew)."""
+    try:
+        found = _manifest.read(store, join(key, _manifest.NAME))
+    except LmdataError:
+        return []
+    return list(found.files) if found is not None else []
 
 
 def fetch_tree(store: Store, key: str, dest: Path) -> None:

@@ -27,7 +27,14 @@ import orjson
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import open_write, suffix_for
 from lmdata.formats.dolma._paths import COMMIT_MARKER, shown
-from lmdata.storage import AtomicWriter, FsspecOutput, FsspecStore, basename, resolve
+from lmdata.storage import (
+    AtomicWriter,
+    FsspecOutput,
+    FsspecStore,
+    ManifestOutput,
+    basename,
+    resolve,
+)
 
 DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
 
@@ -60,7 +67,10 @@ def _non_finite(obj: Any, where: str = "value") -> str | None:
 
 
 class Writer(AtomicWriter):
-    """Context manager writing documents into a new Dolma tree (atomically, as a whole)."""
+    """Context manager writing documents into a new Dolma tree (atomically, as a whole).
+    ``manifest`` (default True) puts the tree's manifest (``lmdata-manifest``: every documents
+    file's size, documents and hashes) at its root; attribute folders added later by ``tag``
+    or ``dedupe`` are no change to it."""
 
     def __init__(
         self,
@@ -73,6 +83,7 @@ class Writer(AtomicWriter):
         max_file_docs: int | None = None,
         prefix: str = "part",
         storage_options: dict[str, Any] | None = None,
+        manifest: bool = True,
         **_: Any,
     ) -> None:
         if compression not in ("gz", "zst", "none"):
@@ -85,12 +96,14 @@ class Writer(AtomicWriter):
         self.max_file_docs = max_file_docs
         self.prefix = prefix
         if isinstance(store, FsspecStore):
-            self._out: Any = FsspecOutput(
+            inner: Any = FsspecOutput(
                 store, key, directory=True, overwrite=overwrite, stage=True, marker=COMMIT_MARKER
             )
         else:
-            self._out = store.output(key, directory=True, overwrite=overwrite)
+            inner = store.output(key, directory=True, overwrite=overwrite)
+        self._out = ManifestOutput(inner, directory=True, enabled=manifest, format="dolma")
         self._file: Any = None
+        self._file_name = ""
         self._file_no = 0
         self._file_bytes = 0
         self._file_docs = 0
@@ -99,9 +112,11 @@ class Writer(AtomicWriter):
     def _next_file(self) -> None:
         if self._file is not None:
             self._file.close()
+            self._out.count(self._file_docs, self._file_name)
             self._file_no += 1
         name = f"{self.prefix}-{self._file_no:05d}{suffix_for(self.compression)}"
-        self._file = open_write(self._out.open_write(f"documents/{name}"), self.compression)
+        self._file_name = f"documents/{name}"
+        self._file = open_write(self._out.open_write(self._file_name), self.compression)
         self._file_bytes = 0
         self._file_docs = 0
 
@@ -170,6 +185,7 @@ class Writer(AtomicWriter):
             if self._file is None:
                 self._next_file()  # an empty dataset still has one (empty) documents file
             self._file.close()
+            self._out.count(self._file_docs, self._file_name)
             self._file = None
         except BaseException:
             self.abort()

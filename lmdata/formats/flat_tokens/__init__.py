@@ -110,4 +110,5 @@ SPEC = FormatSpec(
     splits=SPLITS,
     list_splits=splits,
     tokens=TokenTarget(open=_token_sink, options=frozenset({"chunk_tokens", "compression"})),
+    provenance=lazy("lmdata.formats.flat_tokens.reader:reader_provenance"),
 )

@@ -11,6 +11,7 @@ parsed and checked by :mod:`._zarr_meta`.
 
 from __future__ import annotations
 
+import mmap
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -84,6 +85,7 @@ class ZArray:
         self._mappable = self.raw and self.store.can_mmap  # else read by byte ranges
         self._sizes: dict[int, int] | None = None  # chunk object sizes, listed once (remote)
         self._sized: dict[int, str] = {}  # key of each raw chunk whose size was checked
+        self._fill_unit: np.ndarray | None = None  # what every missing unit reads as, shared
         self._partial = None  # Blosc chunks on a local store: rows read from their blocks
         if (  # (the items' bytes as stored in one Blosc frame: v3 names a big-endian "bytes")
             self.meta.codecs == "blosc"
@@ -102,6 +104,7 @@ class ZArray:
             self._maps.clear()
             self._views.clear()
             self._sized.clear()
+            self._fill_unit = None
             if self._partial is not None:
                 self._partial.clear()
 
@@ -190,7 +193,8 @@ class ZArray:
         return min(self._unit, self.meta.length - u * self._unit)
 
     def unit_array(self, u: int) -> np.ndarray:
-        """Unit ``u`` as an array of ``dtype`` (a memory map or a cached decoded copy).
+        """Unit ``u`` as an array of ``dtype`` (a memory map, a cached decoded copy, or for a
+        unit never written the array's shared fill unit, see :meth:`_fill_unit_array`).
 
         The result may be longer than the part inside the array (zarr pads the last chunk).
         Lookups take no lock (dict reads are atomic); only inserts and evictions do.
@@ -207,7 +211,9 @@ class ZArray:
                 self._maps[u] = arr
                 while len(self._maps) > 256:
                     self._maps.pop(next(iter(self._maps)))
-                    self._views.clear()
+                    # a new dict, not .clear(): a lookup adding units to the old one (a batch
+                    # over more units than are kept) keeps the views it made for its call
+                    self._views = {}
         else:
             self._slot.put(u, arr, arr.nbytes)
         return arr
@@ -280,10 +286,43 @@ class ZArray:
     def _fill(self, n: int) -> np.ndarray:
         return np.full(n, self.meta.fill_value, dtype=self.dtype)
 
+    def _fill_unit_array(self) -> np.ndarray:
+        """What every unit never written reads as: one read-only unit of the fill value, shared
+        by all of them and kept with the memory maps (a sparse store of 10^12 tokens read at
+        random would otherwise make a whole chunk of fill values per unit a batch touches).
+        A fill of 0 (what every writer declares) is an anonymous mapping no page of which is
+        ever written: reading it costs no memory, only the windows copied out of it count. Any
+        other fill value costs one unit of memory, once per array."""
+        got = self._fill_unit
+        if got is not None:
+            return got
+        nbytes = self._unit * self.dtype.itemsize
+        fill = self.meta.fill_value
+        try:
+            mm = mmap.mmap(
+                -1,
+                max(nbytes, 1),
+                flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                prot=mmap.PROT_READ | (mmap.PROT_WRITE if fill else 0),
+            )
+        except (AttributeError, OSError, ValueError):  # no POSIX mmap, or no address space left
+            got = self._fill(self._unit)
+        else:
+            got = np.frombuffer(mm, dtype=self.dtype, count=self._unit)
+            if fill:
+                got[:] = fill
+        got.flags.writeable = False
+        with self._lock:
+            if self._fill_unit is None:
+                self._fill_unit = got
+            return self._fill_unit
+
     def _load_unit(self, u: int) -> tuple[np.ndarray, bool]:
+        """(unit ``u``, whether it is kept with the maps rather than in the byte cache)."""
         need = self._needed(u)
         if self.meta.shard_inner:
-            return self._load_inner(u, need), False
+            got = self._load_inner(u, need)
+            return (self._fill_unit_array(), True) if got is None else (got, False)
         key = self.chunk_key(u)
         f = self.store.url(key)
         try:
@@ -309,7 +348,7 @@ class ZArray:
                     )
                 buf = self.store.read_range(key, 0, size)
         except FileNotFoundError:
-            return self._fill(need), False
+            return self._fill_unit_array(), True
         except OSError as e:
             raise CorruptDataError(
                 f"cannot read chunk: {e}", path=f, position=f"chunk {u}"
@@ -445,7 +484,8 @@ class ZArray:
             arr = arr.astype(self.dtype)
         return arr
 
-    def _load_inner(self, u: int, need: int) -> np.ndarray:
+    def _load_inner(self, u: int, need: int) -> np.ndarray | None:
+        """Inner chunk ``u`` of its shard decoded, or None where it was never written."""
         per = self.meta.chunk_len // self.meta.shard_inner
         k, j = divmod(u, per)
         key = self.chunk_key(k)
@@ -476,14 +516,14 @@ class ZArray:
             index, size = got
             off, nb = int(index[j, 0]), int(index[j, 1])
             if off == _MISSING and nb == _MISSING:
-                return self._fill(need)
+                return None
             if off + nb > size or nb > MAX_CHUNK_BYTES:
                 raise CorruptDataError(
                     f"index points past the shard ({off}+{nb} > {size})", path=f, position=pos
                 )
             buf = self.store.read_range(key, off, nb)
         except FileNotFoundError:
-            return self._fill(need)
+            return None
         except BadChunk as e:  # (a ValueError here was any of ours: said twice, or a bug)
             raise CorruptDataError(f"bad shard index: {e}", path=f, position=pos) from None
         return self._decode_buf(buf, need, f, pos)

@@ -107,6 +107,7 @@ class FlatTokens:
         if not store.exists(key):
             raise DatasetNotFoundError("no such file or directory", path=store.url(key))
         self.store = store
+        self.key = key
         self.root = store.url(key)
         self.dir = resolve_split(store, key, split)
         self.split = basename(self.dir) if self.dir != key else (split or "")
@@ -284,6 +285,22 @@ class FlatTokens:
                 position=f"index {i}",
             )
         return pairs.astype(np.int64)
+
+    def sequence_starts(self, lo: int, hi: int) -> np.ndarray:
+        """``seq_starts[lo:hi]`` as int64 (0 <= lo <= hi <= len + 1): one contiguous read of
+        the index, never the whole of it (the Loader's bestfit blocks read a few hundred
+        entries each); entries outside 0 .. the token count are a CorruptDataError."""
+        if not 0 <= lo <= hi <= len(self.seq_starts):
+            raise IndexError(f"seq_starts[{lo}:{hi}] is outside its {len(self.seq_starts)} entries")
+        got = self.seq_starts.read(lo, hi)
+        if len(got) and (int(got.max()) > self.num_tokens or int(got.min()) < 0):
+            raise CorruptDataError(
+                f"seq_starts[{lo}:{hi}] holds entries outside the {self.num_tokens} tokens; "
+                "run `lmdata validate`",
+                path=self.seq_starts.path,
+                position=f"index {lo}",
+            )
+        return got.astype(np.int64)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         block = 1 << 16
@@ -480,6 +497,11 @@ def dataset_info(
     if prov is not None:
         out["provenance"] = prov
     return out
+
+
+def reader_provenance(reader: FlatTokens) -> dict[str, Any] | None:
+    """What made the dataset ``reader`` reads (its root group's attributes)."""
+    return _provenance(reader.store, reader.key)
 
 
 def _provenance(store: Store, key: str) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ import numpy as np
 from lmdata._provenance import KEY as PROVENANCE_KEY
 from lmdata.errors import InvalidInputError
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS
-from lmdata.storage import AtomicWriter, Output, join, resolve
+from lmdata.storage import AtomicWriter, Output, join, manifest_output, resolve
 
 DEFAULT_CHUNK_TOKENS = 1 << 22  # 16 MiB of uint32 per chunk file, as seqax's configs
 DEFAULT_SEQ_STARTS_CHUNK = 1 << 20
@@ -206,7 +206,8 @@ class Writer(AtomicWriter):
     appears at ``path`` (a local path or a URL such as ``memory://``) only when the writer
     closes without an exception: the zarr metadata objects are written last, the root group's
     at the very end. ``provenance`` (what made the tokens, see :mod:`lmdata._provenance`) goes
-    into the root group's attributes.
+    into the root group's attributes. ``manifest`` (default True) writes the dataset's
+    manifest (``lmdata-manifest``, every file's size and hashes) last.
     """
 
     def __init__(
@@ -219,13 +220,16 @@ class Writer(AtomicWriter):
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
         provenance: dict[str, Any] | None = None,
+        manifest: bool = True,
     ) -> None:
         if chunk_tokens < 1 or seq_starts_chunk < 1:
             raise InvalidInputError("chunk_tokens and seq_starts_chunk must be at least 1")
         self._compressor = parse_compression(compression)
         self._provenance = provenance
         store, key = resolve(path, storage_options)
-        self._out = store.output(key, directory=True, overwrite=overwrite)
+        self._out = manifest_output(
+            store, key, directory=True, overwrite=overwrite, manifest=manifest, format="flat-tokens"
+        )
         self.path = store.url(self._out.dest)
         self._splits = {
             s: _SplitWriter(self._out, s, chunk_tokens, seq_starts_chunk, self._compressor)
@@ -279,6 +283,7 @@ class Writer(AtomicWriter):
             if self._provenance is not None:  # root attributes: seqax reads only the splits
                 self._out.write_last(".zattrs", dump_json({PROVENANCE_KEY: self._provenance}))
             self._out.write_last(".zgroup", dump_json({"zarr_format": 2}))
+            self._out.count(sum(w.sequences for w in self._splits.values()))
             self._out.commit()
         except BaseException:
             self._out.abort()

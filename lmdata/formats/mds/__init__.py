@@ -176,6 +176,7 @@ SPECS = tuple(
         list_splits=splits,
         merge=merge,
         token_view=lazy("lmdata.formats.mds.tokens:MDSTokens.wrap"),
+        provenance=lambda reader: reader.index.provenance,
         pass_name=True,
         # tokenize writes samples {"tokens": ids}; read them back with token_column="tokens"
         tokens=TokenTarget(

@@ -17,11 +17,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lmdata.errors import InvalidInputError, OutputExistsError
+from lmdata.errors import InvalidInputError, LmdataError, OutputExistsError
 from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.mds.index import INDEX, load_index_json, split_dirs
 from lmdata.storage import (
     LocalStore,
+    Store,
     atomic_file,
     join,
     local_path,
@@ -29,6 +30,10 @@ from lmdata.storage import (
     resolve,
     scheme,
 )
+from lmdata.storage.manifest import NAME as MANIFEST
+from lmdata.storage.manifest import FileEntry
+from lmdata.storage.manifest import read as read_manifest
+from lmdata.storage.manifest_check import create as create_manifest
 
 _FILE_KEYS = ("raw_data", "zip_data", "raw_meta", "zip_meta")
 
@@ -122,6 +127,7 @@ def merge(
         )
     out.mkdir(parents=True, exist_ok=True)
     shards: list[dict[str, Any]] = []
+    placed: list[str] = []  # where each partition is, relative to the output
     objs = [load_index_json(LocalStore(), str(p / INDEX))[1] for p in parts]  # checked, once
     tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs))
     for part, obj in zip(parts, objs, strict=True):
@@ -135,10 +141,15 @@ def merge(
                 )
             shutil.copytree(part, target, copy_function=_link_or_copy)
             rel = part.name
+        placed.append(rel)
         tick.add(_part_bytes(obj))
         shards.extend(_rebased(obj["shards"], rel))
+    store = LocalStore()
+    carried = _carried(store, str(out), placed)
+    _drop_manifest(store, str(out))
     with atomic_file(dest, overwrite=overwrite) as tmp:
         tmp.write_text(json.dumps({"version": 2, "shards": shards}), encoding="utf-8")
+    _write_manifest(store, str(out), shards, carried)
     return _summary(len(parts), shards, str(dest))
 
 
@@ -190,6 +201,8 @@ def _merge_on_store(
             ostore.fs.copy(part, join(okey, rel), recursive=True)  # type: ignore[attr-defined]
         tick.add(_part_bytes(obj))
         shards.extend(_rebased(obj["shards"], rel))
+    carried = _carried(ostore, okey, [_rel(okey, p) for p in parts])
+    _drop_manifest(ostore, okey)
     out = ostore.output(dest, directory=False, overwrite=overwrite)
     try:
         out.write_last("", json.dumps({"version": 2, "shards": shards}).encode())
@@ -197,4 +210,40 @@ def _merge_on_store(
     except BaseException:
         out.abort()
         raise
+    _write_manifest(ostore, okey, shards, carried)
     return _summary(len(parts), shards, ostore.url(dest))
+
+
+def _rel(okey: str, part: str) -> str:
+    """Where a partition lies below the output (one outside was copied in by its name)."""
+    return part[len(okey) + 1 :] if part.startswith(okey + "/") else part.rsplit("/", 1)[-1]
+
+
+def _carried(store: Store, out: str, rels: list[str]) -> dict[str, FileEntry]:
+    """The files of the partitions (``rels``, below ``out``) as their own manifests list
+    them, named from ``out``: the merged manifest keeps what their writers wrote."""
+    found: dict[str, FileEntry] = {}
+    for rel in rels:
+        try:
+            m = read_manifest(store, join(out, rel, MANIFEST))
+        except LmdataError:
+            m = None
+        for e in m.files if m is not None else ():
+            found[f"{rel}/{e.name}"] = e.renamed(f"{rel}/{e.name}")
+    return found
+
+
+def _drop_manifest(store: Store, out: str) -> None:
+    """The merged folder's old manifest goes before its index changes (never a stale one)."""
+    key = join(out, MANIFEST)
+    if store.exists(key):
+        store.remove(key)
+
+
+def _write_manifest(
+    store: Store, out: str, shards: list[dict[str, Any]], carried: dict[str, FileEntry]
+) -> None:
+    """The merged dataset's manifest: its index.json and every file below it, the
+    partitions' files with the entries of their own manifests where they have them."""
+    samples = sum(s.get("samples", 0) for s in shards if isinstance(s.get("samples"), int))
+    create_manifest(store, out, directory=True, format="mds", records=samples, carried=carried)

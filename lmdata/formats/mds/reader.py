@@ -364,6 +364,11 @@ class MDSReader:
         split = f", split={self.split!r}" if self.split else ""
         return f"MDSReader({self.root!r}{split})"
 
+    @property
+    def store(self) -> Store:
+        """The store the dataset is read from (its listings serve the manifest check)."""
+        return self.index.store
+
     def close(self) -> None:
         """Drop cached shards, mappings and open files (the reader opens them again if used)."""
         with self._lock:

@@ -23,7 +23,7 @@ from lmdata.formats.mds.hashing import check_hashes, hexdigest
 from lmdata.formats.mds.index import INDEX, SHARD_FORMATS, dump_index, parse_size_limit
 from lmdata.formats.mds.mds import EXTRA_BYTES_PER_SAMPLE, SampleEncoder, shard_config
 from lmdata.formats.mds.text_shards import JSONEncoder, XSVEncoder
-from lmdata.storage import AtomicWriter, resolve
+from lmdata.storage import AtomicWriter, manifest_output, resolve
 
 DEFAULT_SIZE_LIMIT = 1 << 26
 # Arguments streaming's writers take that mean nothing for a local atomic writer.
@@ -55,7 +55,8 @@ class Writer(AtomicWriter):
     dict (a token array) is stored in the column ``token_column``. ``zstd_checksum=False``
     leaves out the checksum lmdata adds to zstd frames (streaming's exact bytes).
     ``provenance`` (what made the tokens, see :mod:`lmdata._provenance`) is stored as an
-    extra key of index.json, which streaming ignores.
+    extra key of index.json, which streaming ignores. ``manifest`` (default True) writes the
+    dataset's manifest (``lmdata-manifest``: every file's size, samples and hashes) last.
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class Writer(AtomicWriter):
         zstd_checksum: bool = True,
         storage_options: dict[str, Any] | None = None,
         provenance: dict[str, Any] | None = None,
+        manifest: bool = True,
         **ignored: Any,
     ) -> None:
         unknown = [k for k in ignored if k not in _IGNORED]
@@ -101,7 +103,14 @@ class Writer(AtomicWriter):
         self._encoder: Any = None
         self._columns: dict[str, str] | None = None
         store, key = resolve(path, storage_options)
-        self._out = store.output(key, directory=True, overwrite=overwrite or exist_ok)
+        self._out = manifest_output(
+            store,
+            key,
+            directory=True,
+            overwrite=overwrite or exist_ok,
+            manifest=manifest,
+            format=format,
+        )
         self.path = store.url(self._out.dest)
         self.shards: list[dict[str, Any]] = []
         self._samples: list[bytes] = []
@@ -192,7 +201,9 @@ class Writer(AtomicWriter):
         self._shard_size += size
         self.count += 1
 
-    def _write_file(self, raw: bytes, raw_name: str) -> tuple[dict[str, Any], dict | None]:
+    def _write_file(
+        self, raw: bytes, raw_name: str, samples: int | None = None
+    ) -> tuple[dict[str, Any], dict | None]:
         raw_info = {
             "basename": raw_name,
             "bytes": len(raw),
@@ -208,6 +219,8 @@ class Writer(AtomicWriter):
                 "hashes": {a: hexdigest(a, data) for a in self._hashes},
             }
         self._out.write(name, data)
+        if samples is not None:
+            self._out.count(samples, name)
         return raw_info, zip_info
 
     def _flush(self) -> None:
@@ -215,10 +228,10 @@ class Writer(AtomicWriter):
         entry: dict[str, Any] = {"samples": len(self._samples)}
         if self._shard_format == "mds":
             raw = self._encoder.shard(self._samples)
-            entry["raw_data"], entry["zip_data"] = self._write_file(raw, stem)
+            entry["raw_data"], entry["zip_data"] = self._write_file(raw, stem, len(self._samples))
         else:
             data, meta = self._encoder.shard(self._samples)
-            entry["raw_data"], entry["zip_data"] = self._write_file(data, stem)
+            entry["raw_data"], entry["zip_data"] = self._write_file(data, stem, len(self._samples))
             entry["raw_meta"], entry["zip_meta"] = self._write_file(meta, f"{stem}.meta")
         entry.update(self._encoder.config)
         self.shards.append(entry)

@@ -138,6 +138,12 @@ def _token_sink(
     )
 
 
+def _sidecar(store: Any, key: str) -> dict[str, Any] | None:
+    from lmdata import _provenance
+
+    return _provenance.read_sidecar(store, key)
+
+
 SPEC = FormatSpec(
     name="modalities",
     kind="tokens",
@@ -152,4 +158,5 @@ SPEC = FormatSpec(
     # the origin's packer appends EOD after every document and lets the tokenizer add its
     # special tokens (the HF default)
     tokens=TokenTarget(open=_token_sink, append_eod=True, special_tokens=True),
+    provenance=lambda reader: _sidecar(reader.data.store, reader.data.key),
 )

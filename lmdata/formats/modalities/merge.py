@@ -27,7 +27,15 @@ from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import DTYPES, HEADER_SIZE, PbinHeader
 from lmdata.formats.modalities.reader import PackedTokens
-from lmdata.storage import LocalOutput, Output, Store, is_url, join, require_exists, resolve
+from lmdata.storage import (
+    ManifestOutput,
+    Store,
+    is_url,
+    join,
+    manifest_output,
+    require_exists,
+    resolve,
+)
 
 _COPY_TOKENS = 1 << 22
 
@@ -90,11 +98,12 @@ def merge(
     if store.exists(key) and any(_same(p, dest) for p in paths):
         raise InvalidInputError("the output is also an input; write to a new path", path=dest)
     readers = [PackedTokens(p) for p in paths]
-    out = store.output(key, directory=False, overwrite=overwrite)
+    out = manifest_output(store, key, directory=False, overwrite=overwrite, format="modalities")
     try:
         with _output_file(out) as f:
             tick = Ticker(progress, sum(r.header.data_len for r in readers))
             docs, tokens, width = _write(readers, f, tick)
+        out.count(docs, "")
     except BaseException:
         out.abort()
         raise
@@ -114,11 +123,12 @@ def merge(
 
 
 @contextlib.contextmanager
-def _output_file(out: Output) -> Iterator[BinaryIO]:
+def _output_file(out: ManifestOutput) -> Iterator[BinaryIO]:
     """A seekable local file that becomes the output's one object: the output's temporary
-    file on local disk, else a local spool uploaded when the block ends without error."""
-    if isinstance(out, LocalOutput):
-        with open(out.tmp, "wb") as f:
+    file on local disk (hashed as written), else a local spool uploaded (and hashed) when the
+    block ends without error."""
+    if out.tmp is not None:
+        with out.hashed("", open(out.tmp, "wb", buffering=1 << 20)) as f:
             yield f
         return
     fd, spool = tempfile.mkstemp(prefix=".lmdata-pbin-merge-", suffix=".spool")

@@ -25,7 +25,7 @@ from lmdata.formats.modalities.layout import (
     width_for_max_id,
     width_for_vocab,
 )
-from lmdata.storage import AtomicWriter, LocalOutput, resolve
+from lmdata.storage import AtomicWriter, manifest_output, resolve
 
 # What the tokenize pipeline needs to know: the end-of-document token goes after every
 # document (the last one included) unless the tokenizer already ended the document with it,
@@ -61,7 +61,8 @@ class Writer(AtomicWriter):
     ``append_eod`` is False or the document already ends with it; an empty document is stored
     as the EOD token alone. The file appears at ``path`` only when the writer closes cleanly.
     ``provenance`` (what made the tokens, see :mod:`lmdata._provenance`) goes into a sidecar
-    ``<path>.lmdata.json``: the .pbin layout has no room for it.
+    ``<path>.lmdata.json``: the .pbin layout has no room for it. ``manifest`` (default True)
+    writes ``<path>.lmdata-manifest`` beside it (the file's size, documents and hashes).
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class Writer(AtomicWriter):
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
         provenance: dict[str, Any] | None = None,
+        manifest: bool = True,
     ) -> None:
         width = self._pick_width(vocab_size, token_width)
         self._provenance = provenance
@@ -96,16 +98,25 @@ class Writer(AtomicWriter):
             np.array([eod_id], dtype=self._dtype).tobytes() if eod_id is not None else b""
         )
         store, key = resolve(path, storage_options)
-        self._out = store.output(key, directory=False, overwrite=overwrite)
-        if isinstance(self._out, LocalOutput):  # built in place, renamed at commit
+        self._out = manifest_output(
+            store,
+            key,
+            directory=False,
+            overwrite=overwrite,
+            manifest=manifest,
+            format="modalities",
+        )
+        self._local = self._out.tmp is not None
+        if self._out.tmp is not None:  # built in place (hashed as written), renamed at commit
             self.path: Path | str = Path(self._out.dest)
             self._tmp = Path(self._out.tmp)
+            self._f: Any = self._out.hashed("", open(self._tmp, "wb", buffering=1 << 20))
         else:  # spooled locally (the header is patched at close), stored as one object
             self.path = store.url(key)
             fd, spool = tempfile.mkstemp(prefix=".lmdata-pbin-", suffix=".spool")
             os.close(fd)
             self._tmp = Path(spool)
-        self._f = open(self._tmp, "wb", buffering=1 << 20)
+            self._f = open(self._tmp, "wb", buffering=1 << 20)
         self._f.write(bytes(HEADER_SIZE))  # patched at close, as the origin does
         self._lengths = array("q")  # document lengths in tokens
         self._max_id = -1
@@ -210,7 +221,8 @@ class Writer(AtomicWriter):
         except BaseException:
             self.abort()
             raise
-        if not isinstance(self._out, LocalOutput):
+        self._out.count(self.documents, "")
+        if not self._local:
             try:
                 with open(self._tmp, "rb") as src, self._out.open_write("") as dst:
                     shutil.copyfileobj(src, dst, 8 << 20)
@@ -232,11 +244,9 @@ class Writer(AtomicWriter):
         width = self.token_width
         if width is None:
             width = width_for_max_id(max(self._max_id, 0))
-            self._f.close()
             if width != _SPOOL_WIDTH:
+                self._f.close()
                 self._narrow(width)
-            self._f = open(self._tmp, "r+b")
-            self._f.seek(0, os.SEEK_END)
         lengths = np.frombuffer(self._lengths, dtype=np.int64) * width
         offsets = np.zeros(len(lengths), dtype=np.int64)
         np.cumsum(lengths[:-1], out=offsets[1:])
@@ -248,30 +258,32 @@ class Writer(AtomicWriter):
         self.token_width = width
 
     def _narrow(self, width: int) -> None:
-        """Rewrite the uint32 spool with ``width``-byte tokens (all ids are known to fit)."""
-        src = self._tmp
-        dst = src.with_name(src.name + ".narrow")
+        """Rewrite the uint32 spool with ``width``-byte tokens (all ids are known to fit) into
+        a new file, left open as ``self._f`` for the index and the header."""
+        src = self._tmp.with_name(self._tmp.name + ".wide")
+        os.replace(self._tmp, src)
         try:
-            with open(src, "rb") as fi, open(dst, "wb") as fo:
-                fo.write(fi.read(HEADER_SIZE))
+            fo = open(self._tmp, "wb", buffering=1 << 20)
+            self._f = self._out.hashed("", fo) if self._local else fo
+            with open(src, "rb") as fi:
+                self._f.write(fi.read(HEADER_SIZE))
                 while True:
                     chunk = fi.read(_COPY_TOKENS * _SPOOL_WIDTH)
                     if not chunk:
                         break
-                    fo.write(
+                    self._f.write(
                         np.frombuffer(chunk, dtype=DTYPES[_SPOOL_WIDTH])
                         .astype(DTYPES[width])
                         .tobytes()
                     )
-            os.replace(dst, src)
         finally:
             with contextlib.suppress(FileNotFoundError):
-                dst.unlink()
+                src.unlink()
 
     def abort(self) -> None:
         """Discard everything written; nothing appears at ``path``."""
         with contextlib.suppress(Exception):
             self._f.close()
-        if not isinstance(self._out, LocalOutput):
+        if not self._local:
             self._tmp.unlink(missing_ok=True)
         self._out.abort()

@@ -136,6 +136,14 @@ def validate(
     return index_problems(store, key, shown_path(istore, ikey), index, progress, limit)
 
 
+def _index_of(key: str) -> str:
+    """The raw index beside a JSONL file (``foo.jsonl`` -> ``foo.idx``), which its manifest
+    lists with it."""
+    from lmdata.formats.modalities_jsonl.lines import default_index_path
+
+    return str(default_index_path(key))
+
+
 SPEC = FormatSpec(
     name="modalities-jsonl",
     kind="records",
@@ -146,4 +154,5 @@ SPEC = FormatSpec(
     validate=validate,
     info=info,
     aliases=("modalities_jsonl",),
+    companions=lambda key: [_index_of(key)],
 )

@@ -20,7 +20,7 @@ from lmdata.formats.modalities_jsonl.index import scan_object
 from lmdata.formats.modalities_jsonl.lines import data_object, default_index_path, shown_path
 from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
 from lmdata.formats.modalities_jsonl.writer import dumps_line
-from lmdata.storage import AtomicWriter, disk_usage, resolve
+from lmdata.storage import AtomicWriter, disk_usage, manifest_output, resolve
 
 
 class JsonlFile(JsonlDocuments):
@@ -53,7 +53,8 @@ def open(path: str | os.PathLike[str], **options: Any) -> JsonlFile:
 
 
 class Writer(AtomicWriter):
-    """Writes records as JSON lines (the file appears only when the writer closes cleanly)."""
+    """Writes records as JSON lines (the file appears only when the writer closes cleanly;
+    with ``manifest``, the default, ``FILE.lmdata-manifest`` beside it right after)."""
 
     def __init__(
         self,
@@ -61,10 +62,13 @@ class Writer(AtomicWriter):
         *,
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
+        manifest: bool = True,
         **_: Any,
     ) -> None:
         store, key = resolve(path, storage_options)
-        self._out = store.output(key, directory=False, overwrite=overwrite)
+        self._out = manifest_output(
+            store, key, directory=False, overwrite=overwrite, manifest=manifest, format="jsonl"
+        )
         self.path = store.url(self._out.dest)
         self._f = self._out.open_write("")
         self.documents = 0
@@ -81,6 +85,7 @@ class Writer(AtomicWriter):
         except BaseException:
             self.abort()
             raise
+        self._out.count(self.documents, "")
         self._out.commit()
 
     def abort(self) -> None:

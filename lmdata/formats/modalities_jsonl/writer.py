@@ -13,7 +13,7 @@ import orjson
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import default_index_path
-from lmdata.storage import AtomicOutput, AtomicWriter, LocalStore, Output, Store, resolve
+from lmdata.storage import AtomicWriter, LocalStore, ManifestOutput, manifest_output, resolve
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -33,9 +33,15 @@ class Writer(AtomicWriter):
     """Writes records as JSON lines to ``path`` and their raw index beside it (``foo.idx``).
 
     Both files appear only when the writer closes cleanly; the index matches what
-    ``lmdata index`` (and modalities' ``create_raw_index``) would build from the file. The
-    index is committed last, after any old index is removed: a writer killed in between
-    leaves the data without an index, which readers refuse.
+    ``lmdata index`` (and modalities' ``create_raw_index``) would build from the file. Locally
+    (and with the index on another store) the index is committed last, after any old index is
+    removed: a writer killed in between leaves the data without an index, which readers
+    refuse. On an object store holding both, they are committed as a pair under the data's
+    claim (:meth:`lmdata.storage.FsspecOutput.also`): a new pair in place, the index last; a
+    replaced pair swapped under one journal, so a kill leaves the old pair, the new one, or a
+    journal from which `lmdata clean --claims` (or the next writer) finishes the new one.
+    ``manifest`` (default True) writes ``foo.jsonl.lmdata-manifest`` after both (listing both
+    when the index sits beside the data; an index elsewhere is not listed).
     """
 
     def __init__(
@@ -45,79 +51,54 @@ class Writer(AtomicWriter):
         index_path: str | os.PathLike[str] | None = None,
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
+        manifest: bool = True,
     ) -> None:
         store, key = resolve(path, storage_options)
-        self._remote: tuple[Output, Output | None] | None = None
-        if not isinstance(store, LocalStore):
-            self._open_remote(store, key, index_path, overwrite, storage_options)
-            return
-        dest = Path(key)
-        idx = Path(index_path) if index_path else default_index_path(dest)
-        if idx == dest:
-            raise InvalidInputError(
-                "the index path is the data file itself; name the JSONL "
-                "file with a suffix such as .jsonl",
-                path=dest,
-            )
-        self._data = AtomicOutput(
-            dest, directory=False, overwrite=overwrite, what="modalities-jsonl"
-        )
-        try:
-            self._index = AtomicOutput(idx, directory=False, overwrite=overwrite)
-        except BaseException:
-            self._data.abort()
-            raise
-        self.path = self._data.dest
-        self.index_path = self._index.dest
-        self._f = open(self._data.tmp, "wb", buffering=1 << 20)
-        self._offsets: list[int] = []
-        self._lengths: list[int] = []
-        self._pos = 0
-
-    def _open_remote(
-        self,
-        store: Store,
-        key: str,
-        index_path: str | os.PathLike[str] | None,
-        overwrite: bool,
-        storage_options: dict[str, Any] | None,
-    ) -> None:
-        """On an object store the data and its index are committed as a pair under the data's
-        claim (:meth:`lmdata.storage.FsspecOutput.also`): a new pair in place, the index last;
-        a replaced pair swapped under one journal, so a kill leaves the old pair, the new one,
-        or a journal from which `lmdata clean --claims` (or the next writer) finishes the new
-        one. An index on another store is written after the data, the old one removed first
-        (a kill in between leaves data without an index, which readers refuse)."""
         istore, ikey = (
             resolve(index_path, storage_options)
             if index_path
             else (store, str(default_index_path(key)))
         )
-        if istore.url(ikey) == store.url(key):
+        if istore.url(ikey) == store.url(key) or (
+            isinstance(store, LocalStore)
+            and isinstance(istore, LocalStore)
+            and Path(ikey).resolve() == Path(key).resolve()
+        ):
             raise InvalidInputError(
                 "the index path is the data file itself; name the JSONL "
                 "file with a suffix such as .jsonl",
                 path=store.url(key),
             )
-        data = store.output(key, directory=False, overwrite=overwrite)
+        data = manifest_output(
+            store,
+            key,
+            directory=False,
+            overwrite=overwrite,
+            manifest=manifest,
+            format="modalities-jsonl",
+        )
         paired = (
-            callable(getattr(data, "also", None))
+            callable(getattr(data.inner, "also", None))
             and istore.id == store.id
             and getattr(istore, "storage_options", None) == getattr(store, "storage_options", None)
         )
-        if paired:  # one store: the pair is committed under one claim and one journal
-            try:
+        index: ManifestOutput | None = None
+        try:
+            if paired:  # one store: the pair is committed under one claim and one journal
                 data.also(ikey)
-            except BaseException:
-                data.abort()
-                raise
-            index = None
-        else:
-            index = istore.output(ikey, directory=False, overwrite=overwrite)
-        self._remote = (data, index)
-        self._remote_index = (istore, ikey)
-        self.path = store.url(key)  # type: ignore[assignment]
-        self.index_path = istore.url(ikey)  # type: ignore[assignment]
+            else:
+                index = data.attach(istore.output(ikey, directory=False, overwrite=overwrite))
+        except BaseException:
+            data.abort()
+            raise
+        self._data, self._index = data, index
+        self._istore, self._ikey = istore, ikey
+        self.path: Path | str = Path(data.dest) if isinstance(store, LocalStore) else store.url(key)
+        self.index_path: Path | str = (
+            Path(index.dest)
+            if index is not None and isinstance(istore, LocalStore)
+            else istore.url(ikey)
+        )
         self._f = data.open_write("")
         self._offsets: list[int] = []
         self._lengths: list[int] = []
@@ -137,42 +118,24 @@ class Writer(AtomicWriter):
         self._pos += len(line) + 1
 
     def close(self) -> None:
-        if self._remote is not None:
-            data, index = self._remote
-            if data.done:
-                return
-            try:
-                self._f.close()
-                istore, ikey = self._remote_index
-                spans = dump_span_index(self._offsets, self._lengths)
-                if index is None:  # swapped as a pair: the old pair, the new one, or a journal
-                    data.write_also(ikey, spans)
-                    data.commit()
-                    return
-                # on two stores, as locally: the old index goes before the new data, so a kill
-                # in between leaves data with no index (refused), never new data under an old
-                # index
-                if istore.exists(ikey):
-                    istore.remove(ikey)
-                data.commit()
-                index.write_last("", spans)
-                index.commit()
-            except BaseException:
-                self.abort()
-                raise
-            return
         if self._data.done:
             return
         try:
             self._f.close()
-            self._index.tmp.write_bytes(dump_span_index(self._offsets, self._lengths))
-            # Two files cannot be renamed at once. The old index goes first and the new one
-            # comes last, so a kill at any point leaves a data file with no index (refused;
-            # `lmdata index` rebuilds it), never a data file with another file's index.
-            with contextlib.suppress(FileNotFoundError):
-                self.index_path.unlink()
-            self._data.finish()
-            self._index.finish()
+            self._data.count(len(self._offsets), "")
+            spans = dump_span_index(self._offsets, self._lengths)
+            if self._index is None:  # swapped as a pair: the old pair, the new one, or a journal
+                self._data.write_also(self._ikey, spans)
+                self._data.commit()
+                return
+            # Two files cannot be renamed at once. The old index goes before the new data and
+            # the new one comes last, so a kill at any point leaves a data file with no index
+            # (refused; `lmdata index` rebuilds it), never new data under an old index.
+            if self._istore.exists(self._ikey):
+                self._istore.remove(self._ikey)
+            self._data.commit()
+            self._index.write_last("", spans)
+            self._index.commit()
         except BaseException:
             self.abort()
             raise
@@ -180,10 +143,6 @@ class Writer(AtomicWriter):
     def abort(self) -> None:
         with contextlib.suppress(Exception):
             self._f.close()
-        if self._remote is not None:
-            for out in self._remote:
-                if out is not None:
-                    out.abort()
-            return
         self._data.abort()
-        self._index.abort()
+        if self._index is not None:
+            self._index.abort()

@@ -1,0 +1,159 @@
+"""What the Loader takes: token datasets made by ``lmdata tokenize`` in any format (records
+formats opened by the column their provenance names), mappings of sources to weights, the start
+token of the recorded tokenizer; a finite loader iterated again."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import lmdata
+from lmdata.errors import InvalidInputError
+from lmdata.loader import Loader
+from tests.inspect.conftest import CORPUS
+from tests.loader.conftest import random_seqs, write_flat
+
+DOCS = [{"text": f"{CORPUS[i % len(CORPUS)]} {i}"} for i in range(60)]
+
+
+def _tokenizer(path, special: list[str], added: list[str] = ()):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    if added:  # special tokens after the vocabulary (GPT-2's <|endoftext|> is its last id)
+        tok.add_special_tokens(list(added))
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    src = d / "docs.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in DOCS))
+    return src
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory, corpus):
+    """The corpus tokenized into flat-tokens, MDS and Atlas with one tokenizer whose BOS is
+    a special token."""
+    d = tmp_path_factory.mktemp("made")
+    tok = _tokenizer(d / "tok.json", ["<|endoftext|>", "<|begin_of_text|>"])
+    out = {}
+    for fmt in ("flat-tokens", "mds", "atlas"):
+        out[fmt] = d / fmt
+        lmdata.tokenize(corpus, out[fmt], to=fmt, tokenizer=tok, workers=0)
+    return out
+
+
+def test_mds_and_atlas_from_tokenize_mix_with_flat_tokens_without_token_column(made):
+    readers = {fmt: lmdata.open(p) for fmt, p in made.items()}
+    want = [np.asarray(x) for x in lmdata.open(made["flat-tokens"])]
+    loader = Loader(
+        [str(made["mds"]), str(made["atlas"]), str(made["flat-tokens"])],
+        seq_len=16,
+        global_batch_size=6,
+        mode="bestfit",
+        rank=0,
+        world_size=1,
+    )
+    assert [s.reader.token_column for s in loader.sources[:2]] == ["tokens", "tokens"]
+    for k in range(3):  # each source holds the same documents
+        docs = loader.sources[k].reader
+        assert [np.asarray(docs[i]).tolist() for i in range(len(docs))] == [
+            w.tolist() for w in want
+        ]
+    for step in range(10):
+        batch = loader.batch(step)
+        lin = loader.explain(step)
+        for i in range(6):
+            at = 0
+            for s in lin[i]:
+                got = batch["targets"][i, at : at + s.length]
+                assert got.tolist() == want[s.document][s.offset : s.offset + s.length].tolist()
+                at += s.length
+    assert readers["mds"].__class__.__name__ == "MDSReader"  # opened as records by open()
+
+
+def test_a_mapping_of_sources_to_weights(made):
+    paths = {str(made["mds"]): 1, str(made["flat-tokens"]): 3}
+    loader = Loader(paths, seq_len=8, global_batch_size=8, rank=0, world_size=1)
+    counts = loader.mixture.counts(0)
+    assert counts.tolist() == [2, 6]
+    with pytest.raises(InvalidInputError, match="weights once"):
+        Loader(paths, weights=[1, 1], seq_len=8, global_batch_size=8)
+
+
+def test_a_records_dataset_without_a_token_column_names_its_columns(tmp_path):
+    d = tmp_path / "rec.mds"
+    with lmdata.writer(d, "mds", columns={"text": "str", "ids": "ndarray:int32"}) as w:
+        for i in range(5):
+            w.write({"text": f"t{i}", "ids": np.arange(i + 3, dtype=np.int32)})
+    with pytest.raises(InvalidInputError, match=r"columns ids, text: .*\(here: ids\)"):
+        Loader(str(d), seq_len=4, global_batch_size=2)
+    loader = Loader(str(d), seq_len=4, global_batch_size=2, token_column="ids")
+    assert loader.batch(0)["targets"].shape == (2, 4)
+
+
+def test_the_start_token_is_the_recorded_tokenizers_bos(made):
+    loader = Loader(str(made["flat-tokens"]), seq_len=16, global_batch_size=4, rank=0)
+    prov = lmdata.info(made["flat-tokens"])["provenance"]
+    bos = prov["tokenizer"]["special_tokens"]["<|begin_of_text|>"]
+    assert bos != 0 and loader.bos_id == bos
+    batch = loader.batch(0)
+    starts = batch["positions"] == 0
+    assert (batch["inputs"][starts] == bos).all()
+    assert Loader(str(made["flat-tokens"]), seq_len=16, global_batch_size=4, bos_id=7).bos_id == 7
+
+
+def test_a_vocabulary_whose_id_0_is_a_token_is_said_once(tmp_path, corpus):
+    tok = _tokenizer(tmp_path / "gpt2like.json", [], added=["<|endoftext|>"])
+    out = tmp_path / "g.zarr"
+    lmdata.tokenize(corpus, out, tokenizer=tok, workers=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a = Loader(str(out), seq_len=8, global_batch_size=2)
+        Loader(str(out), seq_len=8, global_batch_size=2)
+    said = [w for w in caught if "id 0 is an ordinary token" in str(w.message)]
+    assert len(said) == 1 and a.bos_id == 0
+    assert said[0].filename == __file__  # it points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Loader(str(out), seq_len=8, global_batch_size=2, bos_id=0)  # said explicitly: silent
+        lmdata.tokenize(corpus, tmp_path / "b.zarr", workers=0)  # bytes: id 0 is no byte
+        assert Loader(str(tmp_path / "b.zarr"), seq_len=8, global_batch_size=2).bos_id == 0
+
+
+@pytest.mark.parametrize("mode", ["packed", "bestfit"])
+def test_a_finite_loader_iterated_twice_gives_the_same_batches_twice(tmp_path, mode):
+    src = write_flat(tmp_path / "d.zarr", random_seqs(3, 60))
+    loader = Loader(src, seq_len=8, global_batch_size=4, mode=mode, epochs=1, rank=0)
+    first = [b["targets"].copy() for b in loader]
+    second = [b["targets"].copy() for b in loader]
+    assert len(first) == loader.num_steps and len(second) == len(first)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))
+    # a resumed pass finishes from where it was, and the next one is whole
+    loader.step = 2
+    assert len(list(loader)) == loader.num_steps - 2 and len(list(loader)) == loader.num_steps
+
+
+def test_a_finite_torch_loader_iterated_twice(tmp_path):
+    pytest.importorskip("torch")
+    src = write_flat(tmp_path / "d.zarr", random_seqs(3, 60))
+    loader = Loader(src, seq_len=8, global_batch_size=4, epochs=1, rank=0)
+    tl = loader.torch_loader(num_workers=1)
+    first = [b["targets"].clone() for b in tl]
+    assert len(tl) == len(first) == loader.num_steps
+    second = [b["targets"].clone() for b in tl]
+    assert len(first) == len(second)
+    assert all(bool((a == b).all()) for a, b in zip(first, second, strict=True))
