@@ -1,7 +1,7 @@
 """The documentation: the site builds with `mkdocs build --strict` (offline, no warning), the
 README stays a door of at most 400 lines with `make demo` / `make test` at the top, every public
-verb has a reference page, and every `lmdata VERB --option` the README and the docs quote is an
-option the CLI has."""
+verb has a reference page, every `lmdata VERB --option` the README and the docs quote is an
+option the CLI has, and every bench module has the docs block `make bench` writes its tables to."""
 
 from __future__ import annotations
 
@@ -101,6 +101,21 @@ def test_every_public_verb_has_a_page():
         assert re.search(rf"^<!-- cli: {verb}( [a-z_ ]+)? -->$", text, re.M), (
             f"`lmdata {verb}` has no page under docs/reference/"
         )
+
+
+def test_every_bench_module_has_its_block_on_a_docs_page():
+    """`make bench` writes a module's own tables into the block named after it (bench/run.py):
+    a module without one would measure for nobody; side-by-side modules fill their tables'."""
+    pages = "\n".join(p.read_text() for p in PAGES)
+    modules = sorted((ROOT / "bench").glob("bench_*.py"))
+    assert len(modules) > 10
+    for module in modules:
+        if "print_table(" in module.read_text():  # side-by-side tables, blocks by table name
+            continue
+        name = module.stem
+        assert f"\n<!-- bench:{name} -->\n" in pages, f"no docs block for bench/{name}.py"
+        assert f"\n<!-- /bench:{name} -->\n" in pages, f"docs block bench:{name} never ends"
+    assert "<!-- bench:summary -->" in README.read_text()
 
 
 # `lmdata` then its global options, the verb and the rest of the command, in code
