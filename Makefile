@@ -85,10 +85,10 @@ test: $(TEST_STAMP)
 # the documentation site from docs/ (mkdocs.yml) into site/; --strict: a broken link, a page
 # left out of the nav or a docstring mkdocstrings cannot render fails the build (offline)
 docs: $(DEV_STAMP)
-	$(BIN)/python -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 docs-serve: $(DEV_STAMP)  # the same site on http://127.0.0.1:8000, rebuilt on every change
-	$(BIN)/python -m mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve
 
 # Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
 # created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).
