@@ -21,13 +21,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from lmdata._native import load
 from lmdata.loader import pool
 
-try:  # built from lmdata/_kernel.c at install; without a compiler numpy does the same
-    from lmdata import _kernel as _C
-except ImportError:  # pragma: no cover - depends on the build
-    _C = None
-_FUSED = hasattr(_C, "eos_at")  # (a kernel built before the one-call batch has none)
+_C = load("kernel")  # lmdata/_native/kernel.c; None: numpy does the same
 
 PAD_VALUES = {"segment_ids": 0, "positions": 0, "loss_mask": False}
 PACKED_KEYS = ("inputs", "targets", "segment_ids", "positions")
@@ -112,7 +109,7 @@ def laid_out_at(
     one C call that also finds them (``into``: a reader's ``encoded_windows_into``, which hands
     where they lie to ``_kernel.packed_at`` / ``eos_at``); None where it declines (or numpy
     lays out): the caller's general path."""
-    if _C is None or not _FUSED:
+    if _C is None:
         return None
     wide = dtype != _I32
     if eos:

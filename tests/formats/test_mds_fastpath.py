@@ -1,4 +1,4 @@
-"""The read functions (lmdata/formats/mds/fastpath.py and its C reader, lmdata/_mdsread.c)
+"""The read functions (lmdata/formats/mds/fastpath.py and its C reader, lmdata/_native/mdsread.c)
 against the precise decoder.
 
 Whatever the bytes, ``r[i]``, ``take`` and iteration must give what the plain decoder gives for

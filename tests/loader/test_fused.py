@@ -1,4 +1,4 @@
-"""The one-call batch (lmdata/_kernel.c ``packed_at`` / ``eos_at``: the row lookup and the
+"""The one-call batch (lmdata/_native/kernel.c ``packed_at`` / ``eos_at``: the row lookup and the
 layout together) gives exactly the batches of the unfused path, and the shuffle in C exactly
 the numpy permutation; both decline what they cannot do instead of reading outside a buffer."""
 

@@ -1,4 +1,4 @@
-"""The bestfit kernels of lmdata/_kernel_bestfit.h: the segment layout equals its numpy twin,
+"""The bestfit kernels of lmdata/_native/kernel_bestfit.h: the segment layout equals its numpy twin,
 and hostile arguments (segments outside their windows or rows, rows out of order, wrong item
 sizes, sizes outside the row) are refused with an error, never read or written out of bounds."""
 

@@ -1,4 +1,4 @@
-"""Hostile inputs to the C kernel (lmdata/_kernel.c) and its callers: non-spec dtypes,
+"""Hostile inputs to the C kernel (lmdata/_native/kernel.c) and its callers: non-spec dtypes,
 arguments that would wrap, buffers that change under the kernel, corrupt sequence starts. Each
 is refused with an error, never read wrong, on both the C and the numpy paths."""
 
