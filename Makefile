@@ -77,9 +77,12 @@ demo: $(STAMP)
 
 # two processes (pytest-xdist): the suite waits on subprocesses, Ray and S3 as much as it
 # computes, and on a loaded machine each process gets its share of the cores. A file's tests
-# stay in one process (--dist loadfile): module fixtures are built once.
+# stay in one process (--dist loadfile): module fixtures are built once. Then the tests marked
+# `native` (paths with a C twin in lmdata/_native/) run again without the extensions, so that
+# the pure-Python paths a machine without a compiler runs are tested too.
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+	LMDATA_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m native
 
 # Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
 # created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from lmdata._pickle import safe_loads
 from lmdata.errors import CorruptDataError, UnsafeDataError
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 plain = st.recursive(
     st.none()
     | st.booleans()

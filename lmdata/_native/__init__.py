@@ -7,7 +7,8 @@ is set (any value but ``0``: the tests run the native paths' files a second time
 the build is stale: its sources are here (an editable install, a checkout) and are not the
 ones it was built from (each build carries the digest of its sources, see ``_sources.py``).
 A stale build is never used, since it may answer for older code; a warning says how to
-rebuild. A wheel ships its builds without sources: nothing to compare, the build is used.
+rebuild (``make install`` rebuilds whenever a source changed). A wheel ships its builds
+without their sources: nothing to compare, the build is used.
 ``python -m lmdata._native`` prints the state of each extension.
 """
 
@@ -74,9 +75,10 @@ def _probe(name: str) -> tuple[str, ModuleType | None, str]:
         return BROKEN, None, f"is there but does not load ({e})"
     except ImportError as e:
         return BROKEN, None, f"is there but does not load ({e})"
-    if not (_sources.HERE / f"{name}.c").is_file():
+    root = _sources.HERE
+    if not (root / f"{name}.c").is_file():
         return BUILT, module, "is built (installed without its sources)"
-    files = _sources.sources(name)
+    files = _sources.sources(name, root)
     if getattr(module, "SOURCE_DIGEST", "") != _sources.digest(files):
         listed = ", ".join(p.name for p in files)
         return STALE, None, f"is stale: built from other sources than the {listed} beside it"

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from lmdata.dolma import _shingle
 from lmdata.dolma import _shingle_py as py
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 needs_c = pytest.mark.skipif(
     _shingle._C is None, reason="the C kernel lmdata._native.minhash is not built"
 )

@@ -27,6 +27,8 @@ from lmdata.formats.mds import fastpath
 from lmdata.formats.mds.mds import SampleDecoder
 from lmdata.storage.cache import CACHE
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 # leading ints (read with the size table), json, str, bytes, token arrays, a generic column
 COLS = {
     "a": "int",

@@ -16,6 +16,8 @@ from lmdata.loader import Loader, Permutation, packing, shuffle
 from tests.loader.conftest import random_seqs, write_flat
 from tests.loader.test_kernel import _copy, _same, numpy_only, simd
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 C = packing._C
 needs_c = pytest.mark.skipif(C is None, reason="the C kernel is not built")
 

@@ -20,6 +20,8 @@ from lmdata.errors import CorruptDataError
 from lmdata.loader import Loader, packing
 from tests.loader.conftest import random_seqs, write_flat
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 C = packing._C
 needs_c = pytest.mark.skipif(C is None, reason="the C kernel is not built")
 

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from lmdata.loader import packing
 from lmdata.loader.binpack import _best_fit_py, best_fit
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 C = packing._C
 needs_c = pytest.mark.skipif(C is None or not hasattr(C, "segments"), reason="no C kernel")
 

@@ -19,6 +19,8 @@ from lmdata.loader import Loader, packing
 from tests.loader.conftest import write_flat
 from tests.loader.test_kernel import _nothing, numpy_only
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 C = packing._C
 needs_c = pytest.mark.skipif(C is None, reason="the C kernel is not built")
 
