@@ -79,10 +79,12 @@ demo: $(STAMP)
 # computes, and on a loaded machine each process gets its share of the cores. A file's tests
 # stay in one process (--dist loadfile): module fixtures are built once. Then the tests marked
 # `native` (paths with a C twin in lmdata/_native/) run again without the extensions, so that
-# the pure-Python paths a machine without a compiler runs are tested too.
+# the pure-Python paths a machine without a compiler runs are tested too (only the files that
+# carry the mark are collected).
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
-	LMDATA_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m native
+	LMDATA_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m native \
+		$$(grep -rl --include='test_*.py' 'pytest.mark.native' tests)
 
 # Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
 # created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).
