@@ -107,7 +107,7 @@ def laid_out_at(
 ) -> dict[str, np.ndarray] | None:
     """Packed rows (``eos``: windows of ``length + 1``) numbered ``rows`` (int64) laid out by
     one C call that also finds them (``into``: a reader's ``encoded_windows_into``, which hands
-    where they lie to ``_kernel.packed_at`` / ``eos_at``); None where it declines (or numpy
+    where they lie to ``kernel.packed_at`` / ``eos_at``); None where it declines (or numpy
     lays out): the caller's general path."""
     if _C is None:
         return None

@@ -42,7 +42,7 @@ Fns = tuple[One, Many, Run]
 Factory = Callable[[Any, Any, int, int, Callable[[int], Any]], Fns]
 
 _PAIR = struct.Struct("<II")
-_INT, _STR, _BYTES, _JSON, _ND, _OTHER = range(6)  # column kinds of _mdsread.c
+_INT, _STR, _BYTES, _JSON, _ND, _OTHER = range(6)  # column kinds of _native/mdsread.c
 
 
 def _runs(table: Any, j0: int, j1: int) -> Iterable[tuple[int, int]]:
