@@ -420,7 +420,7 @@ def segment_rows(
     off = np.ascontiguousarray(offsets, dtype=np.int64)
     lens = np.ascontiguousarray(lengths, dtype=np.int64)
     where = np.ascontiguousarray(seg_rows, dtype=np.int64)
-    if _C is not None and hasattr(_C, "segments"):
+    if _C is not None:
         t = out["targets"]
         if not isinstance(windows, tuple):
             windows = np.ascontiguousarray(windows, dtype=np.uint32)
@@ -486,7 +486,7 @@ def segment_rows_at(
     """:func:`segment_rows` of stored windows of ``width`` values at ``starts`` (int64) found
     and laid out by one C call (``into``: a reader's ``encoded_windows_into``); None where it
     declines (or no C layout was built): the caller's general path."""
-    if _C is None or not hasattr(_C, "segments_at"):
+    if _C is None:
         return None
     out = packed_buffers(rows, seq_len, dtype, UNPACKED_KEYS)
     t = out["targets"]
