@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import os
 import re
 import shutil
@@ -233,31 +234,35 @@ def test_the_switch_forces_the_pure_python_paths(monkeypatch, fresh, value, pure
         assert _native.load("memowalk") is _built("memowalk")
 
 
-def _handles_in_a_fresh_process(env: dict[str, str]) -> dict[str, dict[str, bool]]:
-    """Which native handles of each importer are set, in a new interpreter with ``env``."""
+def _handles_in_a_fresh_process(env: dict[str, str]) -> tuple[dict, list[str]]:
+    """Which native handles of each importer are set, and which extensions were imported,
+    in a new interpreter with ``env`` that imports every importer."""
+    handles = {m: sorted(n - {"in_c"}) for m, n in native_handles().items()}
     code = (
         "import importlib, json, sys\n"
-        f"h = { ({m: sorted(n) for m, n in native_handles().items()})!r}\n"
-        "out = {m: {n: getattr(importlib.import_module(m), n) is not None for n in ns"
-        " if n != 'in_c'} for m, ns in h.items()}\n"
-        "print(json.dumps(out))"
+        f"handles = {handles!r}\n"
+        "out = {m: {n: getattr(importlib.import_module(m), n) is not None for n in ns}"
+        " for m, ns in handles.items()}\n"
+        f"ext = sorted(m for m in sys.modules if m.rpartition('.')[2] in {_native.EXTENSIONS!r})\n"
+        "print(json.dumps([out, ext]))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr
-    import json
-
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out, ext = json.loads(done.stdout.strip().splitlines()[-1])
+    return out, ext
 
 
 def test_every_importer_honours_the_switch() -> None:
     env = {k: v for k, v in os.environ.items() if k != _native.PURE_ENV}
-    pure = _handles_in_a_fresh_process({**env, _native.PURE_ENV: "1"})
+    pure, imported = _handles_in_a_fresh_process({**env, _native.PURE_ENV: "1"})
     assert all(not v for names in pure.values() for v in names.values()), pure
+    assert imported == []  # not even imported
     if all(_native._probe(n)[0] == _native.BUILT for n in _native.EXTENSIONS):
-        native = _handles_in_a_fresh_process(env)
+        native, imported = _handles_in_a_fresh_process(env)
         assert all(v for names in native.values() for v in names.values()), native
+        assert imported == [f"lmdata._native.{n}" for n in _native.EXTENSIONS]
 
 
 def test_the_report_names_each_extension_and_the_switch() -> None:

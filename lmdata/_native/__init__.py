@@ -88,11 +88,9 @@ def _probe(name: str) -> tuple[str, ModuleType | None, str]:
 def status() -> dict[str, tuple[str, str]]:
     """Per extension, (state, why): ``built``, ``not built``, ``stale``, ``does not load``,
     or ``off`` under ``LMDATA_PURE_PYTHON``."""
-    out = {}
-    for name in EXTENSIONS:
-        state, _, why = _probe(name)
-        out[name] = (OFF, f"is not loaded: {PURE_ENV} is set") if pure_python() else (state, why)
-    return out
+    if pure_python():  # nothing imported
+        return dict.fromkeys(EXTENSIONS, (OFF, f"is not loaded: {PURE_ENV} is set"))
+    return {name: (_probe(name)[0], _probe(name)[2]) for name in EXTENSIONS}
 
 
 def report() -> str:
