@@ -259,7 +259,7 @@ def decontaminate(
 ) -> DecontamResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg`` on ``cfg.processes``
     workers of ``engine`` (see the module docstring); the arguments are
-    :func:`lmdata.dolma.dedupe.dedupe`'s."""
+    ``lmdata.dolma.dedupe.dedupe``'s."""
     from lmdata.dolma.dedupe import _joins
 
     if storage_options is not None:
@@ -333,7 +333,7 @@ def decontaminate_paths(
     documents: list[str] | str, against: list[str] | str, **options: Any
 ) -> DecontamResult:
     """Convenience wrapper: ``decontaminate_paths("ds/documents/*.gz", "evals/*.jsonl",
-    ngram=13, processes=2)``; ``options`` are config keys, or :func:`decontaminate`'s
+    ngram=13, processes=2)``; ``options`` are config keys, or ``decontaminate``'s
     arguments (``engine=``, ``progress=``, ``resume=``, ...)."""
     run_keys = ("progress", "engine", "address", "storage_options", "range_bytes", "resume")
     run = {k: options.pop(k) for k in run_keys if k in options}

@@ -236,12 +236,12 @@ def dedupe(
     on a cluster, or on the object store).
     ``storage_options`` (fsspec options for URLs) replace the config's; a plain file larger
     than ``range_bytes`` is read in ranges of at most that size (default: tag's and mix's,
-    :func:`lmdata.dolma._ranges.range_size` of the job's plain bytes).
+    ``lmdata.dolma._ranges.range_size`` of the job's plain bytes).
     Every run keeps its work in a folder named by the job and marks each unit done, so a run
     stopped part way (a kill, Ctrl-C, a lost worker) and started again with ``resume`` runs
     only the unfinished units, planned as the stopped run planned them (its ranges and
     groups, whatever ``range_bytes`` says now; a changed input or option is an
-    InvalidInputError; see :mod:`lmdata.dolma._dedupe_resume`); without ``resume``, a run
+    InvalidInputError; see ``lmdata.dolma._dedupe_resume``); without ``resume``, a run
     starts afresh, discarding what a stopped run left."""
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))

@@ -316,7 +316,7 @@ def tag_paths(
     **options: Any,
 ) -> TagResult:
     """Convenience wrapper: ``tag_paths("ds/documents/*.gz", ["char_length_v1"], ...)``;
-    ``options`` are config keys (``experiment=``, ``processes=``, ...), the rest as :func:`tag`."""
+    ``options`` are config keys (``experiment=``, ``processes=``, ...), the rest as ``tag``."""
     docs = [documents] if isinstance(documents, str) else list(documents)
     cfg = TagConfig.from_dict({"documents": docs, "taggers": list(taggers), **options})
     return tag(cfg, progress=progress, engine=engine, address=address)
