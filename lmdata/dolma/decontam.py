@@ -310,7 +310,7 @@ def decontaminate(
         todo = tuple((k, s) for k, s in g if not done.span(k, s))
         if todo:
             units.append(DecontamTask(todo, cfg, work, len(evals.keys), job))
-    run = functools.partial(
+    run_all = functools.partial(
         parallel.run_all,
         engine=engine,
         workers=cfg.processes,
@@ -318,12 +318,12 @@ def decontaminate(
         executor=executor,
         tick=fresh,
     )
-    ran = run(phase_match, units, what="decontaminate", progress=progress) if units else []
+    ran = run_all(phase_match, units, what="decontaminate", progress=progress) if units else []
     before = WriteResult(0, tuple(done.pieces.items()))
     joins = _joins(cfg, spans, [*(u.written for u in ran), before], job, done.joined)  # type: ignore[arg-type]
     tasks = [JoinTask(j, work, k) for k, j in joins]
     if tasks:
-        run(run_join_marked, tasks, what="join")
+        run_all(run_join_marked, tasks, what="join")
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
     work.remove()

@@ -251,7 +251,7 @@ def dedupe(
     starts afresh, discarding what a stopped run left."""
     progress = accepted(progress)
     parallel.check_choice(executor, engine, None, address)
-    run = functools.partial(
+    run_all = functools.partial(
         parallel.run_all,
         engine=engine,
         workers=cfg.processes,
@@ -268,7 +268,7 @@ def dedupe(
     if cfg.mode == "minhash":  # near-duplicates: its own phases, the same plan and markers
         from lmdata.dolma import minhash
 
-        return minhash.run(cfg, progress, run, range_bytes, resume)
+        return minhash.run(cfg, progress, run_all, range_bytes, resume)
     files = cfg.document_files()
     t0 = time.perf_counter()
     stores = Stores(cfg.storage_options)
@@ -321,7 +321,7 @@ def dedupe(
         work,
         job,
         done,
-        functools.partial(run, tick=fresh),
+        functools.partial(run_all, tick=fresh),
         progress,
         prior,
     )
@@ -329,7 +329,7 @@ def dedupe(
     joins = _joins(cfg, spans, [*written, before], job, done.joined)
     tasks = [JoinTask(j, work, k) for k, j in joins]
     if tasks:
-        run(run_join_marked, tasks, what="join")
+        run_all(run_join_marked, tasks, what="join")
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
     if bloom.writes:

@@ -129,15 +129,15 @@ def run(
         + [(parts_folder(o, job), cfg.storage_options) for o in ranged]
     )
     work.make()
-    runner = functools.partial(run_all, tick=fresh)
+    run_all = functools.partial(run_all, tick=fresh)
     signed, comp, written = _phases(
-        cfg, spans, groups, plan, work, job, done, mine, runner, progress
+        cfg, spans, groups, plan, work, job, done, mine, run_all, progress
     )
     before = WriteResult(0, tuple(done.pieces.items()))
     joins = _joins(cfg, spans, [*written, before], job, done.joined)
     tasks = [JoinTask(j, work, k) for k, j in joins]
     if tasks:
-        runner(run_join_marked, tasks, what="join")
+        run_all(run_join_marked, tasks, what="join")
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
     work.remove()

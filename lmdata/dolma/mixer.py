@@ -298,7 +298,7 @@ def _opts(sh: Shard) -> dict[str, Any] | None:
     return sh.stream.storage_options
 
 
-def _number_lines(shards: list[Shard], run: Callable[..., list[Any]]) -> list[Shard]:
+def _number_lines(shards: list[Shard], run_all: Callable[..., list[Any]]) -> list[Shard]:
     """``shards`` with the first line number of every range after a file's first: the ranges'
     newlines are counted on the executor's workers (one unit per range, a fast pass)."""
     counts: list[LineCount] = []
@@ -310,7 +310,7 @@ def _number_lines(shards: list[Shard], run: Callable[..., list[Any]]) -> list[Sh
             prev = src.start
     if not counts:
         return shards
-    got = iter(run(_count_lines, counts, what="mix: count lines"))
+    got = iter(run_all(_count_lines, counts, what="mix: count lines"))
     out = []
     for sh in shards:
         srcs = []
@@ -391,14 +391,14 @@ def mix(
     todo = [sh for sh in shards if not _exists(sh)]  # existing shards are kept (resume)
     prior = _done(todo)  # pieces an earlier run completed are kept too
     left = [(sh, d) for sh, d in zip(todo, prior, strict=True) if len(d) < len(sh.cuts)]
-    run = functools.partial(
+    run_all = functools.partial(
         parallel.run_all,
         engine=engine,
         workers=cfg.processes,
         address=address,
         executor=executor,
     )
-    numbered = _number_lines([sh for sh, _ in left], run)
+    numbered = _number_lines([sh for sh, _ in left], run_all)
     tasks = [
         MixTask(sh, k)
         for sh, (_, d) in zip(numbered, left, strict=True)
@@ -406,9 +406,9 @@ def mix(
         if k not in d
     ]
     fresh = Fresh((parts_folder(sh.output, sh.job), _opts(sh)) for sh in todo if sh.job)
-    ran = run(_mix_shard, tasks, what="mix", progress=progress, tick=fresh)
+    ran = run_all(_mix_shard, tasks, what="mix", progress=progress, tick=fresh)
     stats, joins = _per_shard(todo, prior, ran)
-    join_all(joins, run)
+    join_all(joins, run_all)
     idle = _idle_rules(cfg, todo, stats)
     stats += [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
     warnings = tuple(w for st in stats for w in st.warnings) + tuple(idle)

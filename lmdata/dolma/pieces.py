@@ -165,9 +165,9 @@ def run_join(j: Join) -> int:
     return len(keys)
 
 
-def join_all(joins: Sequence[Join], run: Callable[..., list[Any]]) -> None:
-    """Run every join as a unit on the job's executor (``run``: :func:`lmdata.parallel.run_all`
+def join_all(joins: Sequence[Join], run_all: Callable[..., list[Any]]) -> None:
+    """Run every join as a unit on the job's executor (``run_all``: :func:`lmdata.parallel.run_all`
     bound to it): on an object store the bytes go from store to store through the workers,
     never through the driver, and local joins copy in parallel."""
     if joins:
-        run(run_join, list(joins), what="join")
+        run_all(run_join, list(joins), what="join")

@@ -292,15 +292,15 @@ def tag(
         if p.job
         for o, _, _ in _outputs(p.path, cfg)
     )
-    run = functools.partial(
+    run_all = functools.partial(
         parallel.run_all,
         engine=engine,
         workers=cfg.processes,
         address=address,
         executor=executor,
     )
-    results = run(_tag_file, tasks, what="tag", progress=progress, tick=fresh)
-    join_all(_joins(cfg, plan, results), run)
+    results = run_all(_tag_file, tasks, what="tag", progress=progress, tick=fresh)
+    join_all(_joins(cfg, plan, results), run_all)
     outs = tuple(o for f in files for o, _, _ in _outputs(f, cfg))
     skipped = sum(p.skipped for p in plan)
     skipped += sum(r.skipped for r, t in zip(results, tasks, strict=True) if t.parts == 1)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 
-from lmdata.cli import _progress
 from lmdata import Progress
+from lmdata.cli import _progress
 from lmdata.cli._progress import LogLines
 
 
@@ -62,7 +62,8 @@ def test_events_draw_a_bar_per_phase_with_other_units_beside_it(monkeypatch):
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("tokenize: 0 B of 2.0 kB (0%)"), lines
     assert lines[1].startswith("tokenize: 1.0 kB of 2.0 kB (50%)"), lines
-    assert lines[2].startswith("tokenize: 2.0 kB of 2.0 kB (100%)") and "| 7 documents (" in lines[2]
+    assert lines[2].startswith("tokenize: 2.0 kB of 2.0 kB (100%)"), lines
+    assert "| 7 documents (" in lines[2]
     assert lines[3].startswith("tokenize: done, 2.0 kB in "), lines
     assert lines[4].startswith("dedupe: hash: 5 docs")
     assert lines[5].startswith("dedupe: hash: done, 5 docs in "), lines
