@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from lmdata._progress import OnProgress
+from lmdata._progress import OnProgress, relabelled
 from lmdata.errors import InvalidInputError, LmdataError, OutputExistsError
 from lmdata.parallel import Executor, check_choice, executor_for
 from lmdata.parallel.staging import (
@@ -186,7 +186,8 @@ def tokenize(
             raise LmdataError(f"{e}; pass --encoder hf (or auto)") from None
         choice = Choice("hf", encoder, f"fast encoder not used: {e}")
         note(choice)
-        summary = run(choice, manifest, False, (executor, engine, workers, address), progress)
+        again = relabelled(progress, "tokenize: again with hf")  # a phase of its own from 0
+        summary = run(choice, manifest, False, (executor, engine, workers, address), again)
     summary.seconds = time.perf_counter() - t0
     return summary
 
