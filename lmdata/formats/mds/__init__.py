@@ -136,7 +136,7 @@ def info(
             parts = {
                 name: info(path, format=format, split=name, scan=scan, **options) for name in subs
             }
-            Ticker(progress, 0).finish()
+            Ticker(progress, 0, "info").finish()
             return {
                 "format": next(iter(parts.values()))["format"],
                 "path": str(path),
