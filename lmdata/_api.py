@@ -154,7 +154,7 @@ def validate(
     Where the dataset has a manifest, its files are compared with it by names and sizes (a
     deleted, added, truncated or grown file is named); ``deep=True`` also hashes every file
     (in parallel) and names the first block that differs from what its writer wrote.
-    ``progress`` receives :class:`lmdata.Progress` events of the phase "validate" as the
+    ``progress`` receives ``lmdata.Progress`` events of the phase "validate" as the
     check goes, in bytes of the dataset's data (and, with ``deep``, of the files hashed):
     first with ``done=0`` to announce the total, then per shard, chunk, file or MiB, never
     backwards, last with ``done == total`` when the check got to the end."""
@@ -185,7 +185,7 @@ def info(
     leaves out what takes a pass over the data (the documents of JSONL files, the largest id
     of a ``.pbin``): for callers that need only the metadata, sizes and provenance.
     ``manifest`` says when the dataset's manifest was made and what it lists (``"none"``).
-    ``progress``: as for :func:`validate` (phase "info"), in bytes of the data summarised."""
+    ``progress``: as for ``validate`` (phase "info"), in bytes of the data summarised."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
@@ -205,7 +205,7 @@ def merge(
 ) -> str:
     """Join datasets of one format into one at ``output``; returns a one-line summary.
     URLs (where the format's merge supports them) use ``storage_options``.
-    ``progress``: as for :func:`validate` (phase "merge"), in bytes of the inputs' data joined."""
+    ``progress``: as for ``validate`` (phase "merge"), in bytes of the inputs' data joined."""
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
     with options_scope(storage_options):
@@ -230,8 +230,8 @@ def write_manifest(
     workers: int | None = None,
     **options: Any,
 ) -> dict[str, Any]:
-    """Write the manifest of a dataset another tool wrote, once :func:`validate` finds it
-    valid (else CorruptDataError listing the problems); returns what :func:`info` shows of
+    """Write the manifest of a dataset another tool wrote, once ``validate`` finds it
+    valid (else CorruptDataError listing the problems); returns what ``info`` shows of
     it. An existing manifest is an OutputExistsError unless ``overwrite``. ``progress``
     (phase "manifest") counts the bytes validated, then those hashed (on ``workers``
     threads)."""
@@ -298,6 +298,6 @@ def check_manifest(
 def manifest_summary(
     path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
 ) -> dict[str, Any] | str:
-    """What :func:`info` shows of the dataset's manifest (``"none"`` without one)."""
+    """What ``info`` shows of the dataset's manifest (``"none"`` without one)."""
     with options_scope(storage_options):
         return _manifest.summary(require_exists(path, storage_options))

@@ -4,7 +4,7 @@ Records go to record formats as they are (the target's writer infers what it nee
 MDS columns, from the records themselves); token sequences go to token formats as stored (a
 format's fixed splits are kept when the target has them too). Source blocks are read by worker
 processes in parallel, staged by them beside the output (token blocks as arrays, record blocks
-through :mod:`lmdata.parallel.records`), and committed in order, atomically.
+through ``lmdata.parallel.records``), and committed in order, atomically.
 
 Resume follows tokenize: a block is marked done once the writer took it, and its staged part
 stays until the output is committed, so an interrupted job (Ctrl-C, a kill, an error that is
@@ -200,13 +200,13 @@ def convert(
     ``reader_options`` go to the source's reader (``token_column=`` gives the token view of a
     records source). ``engine`` ("inprocess", "processes", "ray" at ``address``) and
     ``workers`` choose where source blocks are read, or ``executor`` (an
-    :class:`lmdata.parallel.Executor` of the caller's) reads them; the output is the same for
-    all. ``progress`` receives :class:`lmdata.Progress` events of the phase "convert": the
+    ``lmdata.parallel.Executor`` of the caller's) reads them; the output is the same for
+    all. ``progress`` receives ``lmdata.Progress`` events of the phase "convert": the
     records written, of the source's total.
     ``storage_options`` go to the stores of URLs (``src`` and ``dst`` alike); an output URL is
     written through the target format's writer, which commits it metadata-last.
 
-    Blocks read by workers are staged beside the output (:func:`work_area`) until it is
+    Blocks read by workers are staged beside the output (``work_area``) until it is
     committed; an interrupted job keeps them, and ``resume=True`` (the same source, unchanged,
     and options) reads only the blocks not done, with the same output bytes. A job running in
     this process (``workers`` 0 or 1, or one block) stages only with ``resume=True``, so pass

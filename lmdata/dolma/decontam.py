@@ -262,7 +262,7 @@ def decontaminate(
 ) -> DecontamResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg`` on ``cfg.processes``
     workers of ``engine`` or on ``executor`` (see the module docstring); the arguments are
-    :func:`lmdata.dolma.dedupe.dedupe`'s (``progress``: the phase "decontaminate")."""
+    ``lmdata.dolma.dedupe.dedupe``'s (``progress``: the phase "decontaminate")."""
     progress = accepted(progress)
     parallel.check_choice(executor, engine, None, address)
     from lmdata.dolma.dedupe import _joins
@@ -343,7 +343,7 @@ def decontaminate_paths(
     documents: list[str] | str, against: list[str] | str, **options: Any
 ) -> DecontamResult:
     """Convenience wrapper: ``decontaminate_paths("ds/documents/*.gz", "evals/*.jsonl",
-    ngram=13, processes=2)``; ``options`` are config keys, or :func:`decontaminate`'s
+    ngram=13, processes=2)``; ``options`` are config keys, or ``decontaminate``'s
     arguments (``engine=``, ``progress=``, ``resume=``, ...)."""
     run_keys = (
         "progress",

@@ -235,19 +235,19 @@ def dedupe(
 ) -> DedupeResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``, on
     ``cfg.processes`` workers of ``engine``, or on ``executor`` (an
-    :class:`lmdata.parallel.Executor` of the caller's, with its own workers); the output is
-    the same for any engine and count. ``progress`` receives :class:`lmdata.Progress` events
+    ``lmdata.parallel.Executor`` of the caller's, with its own workers); the output is
+    the same for any engine and count. ``progress`` receives ``lmdata.Progress`` events
     of the phase "dedupe: hash" ("minhash: sign"), in documents read.
     The work folder (``cfg.work_dir``, a path or URL) must be visible to every worker (shared
     on a cluster, or on the object store).
     ``storage_options`` (fsspec options for URLs) replace the config's; a plain file larger
     than ``range_bytes`` is read in ranges of at most that size (default: tag's and mix's,
-    :func:`lmdata.dolma._ranges.range_size` of the job's plain bytes).
+    ``lmdata.dolma._ranges.range_size`` of the job's plain bytes).
     Every run keeps its work in a folder named by the job and marks each unit done, so a run
     stopped part way (a kill, Ctrl-C, a lost worker) and started again with ``resume`` runs
     only the unfinished units, planned as the stopped run planned them (its ranges and
     groups, whatever ``range_bytes`` says now; a changed input or option is an
-    InvalidInputError; see :mod:`lmdata.dolma._dedupe_resume`); without ``resume``, a run
+    InvalidInputError; see ``lmdata.dolma._dedupe_resume``); without ``resume``, a run
     starts afresh, discarding what a stopped run left."""
     progress = accepted(progress)
     parallel.check_choice(executor, engine, None, address)

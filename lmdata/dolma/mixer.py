@@ -367,8 +367,8 @@ def mix(
 ) -> MixResult:
     """Run every stream of ``cfg`` on ``cfg.processes`` workers of ``engine`` ("inprocess",
     "processes", "ray" at ``address``), or on ``executor`` (an
-    :class:`lmdata.parallel.Executor` of the caller's, with its own workers); relative paths
-    are taken from ``base`` (default: cwd). ``progress`` receives :class:`lmdata.Progress`
+    ``lmdata.parallel.Executor`` of the caller's, with its own workers); relative paths
+    are taken from ``base`` (default: cwd). ``progress`` receives ``lmdata.Progress``
     events of the phase "mix", in documents read.
     ``storage_options`` (fsspec options for URLs) replace the config's. A rule that could
     not have done anything (a filter on an attribute no document has, include filters that

@@ -269,9 +269,9 @@ def tag(
 ) -> TagResult:
     """Run ``cfg.taggers`` over ``cfg.documents`` on ``cfg.processes`` workers of ``engine``
     ("inprocess", "processes", "ray" at ``address``), or on ``executor`` (an
-    :class:`lmdata.parallel.Executor` of the caller's, with its own workers); see the module
+    ``lmdata.parallel.Executor`` of the caller's, with its own workers); see the module
     docstring for outputs. ``storage_options`` (fsspec options for URLs) replace the
-    config's. ``progress`` receives :class:`lmdata.Progress` events of the phase "tag", in
+    config's. ``progress`` receives ``lmdata.Progress`` events of the phase "tag", in
     documents tagged."""
     progress = accepted(progress)
     parallel.check_choice(executor, engine, None, address)
@@ -324,7 +324,7 @@ def tag_paths(
     **options: Any,
 ) -> TagResult:
     """Convenience wrapper: ``tag_paths("ds/documents/*.gz", ["char_length_v1"], ...)``;
-    ``options`` are config keys (``experiment=``, ``processes=``, ...), the rest as :func:`tag`."""
+    ``options`` are config keys (``experiment=``, ``processes=``, ...), the rest as ``tag``."""
     docs = [documents] if isinstance(documents, str) else list(documents)
     cfg = TagConfig.from_dict({"documents": docs, "taggers": list(taggers), **options})
     return tag(cfg, progress=progress, engine=engine, address=address, executor=executor)

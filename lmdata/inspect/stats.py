@@ -328,7 +328,7 @@ def compute(
 ) -> dict[str, Any]:
     """Statistics of the dataset at ``path`` (see the module docstring); ``tokenizer`` (a
     spec or object; default: the one the dataset records) decodes the most frequent ids.
-    ``options`` are :func:`summarize`'s."""
+    ``options`` are ``summarize``'s."""
     # the metadata, sizes and provenance: the reader below counts and reads what stats needs
     summary = dataset_info(path, format=format, storage_options=storage_options, scan=False)
     tok = dataset_tokenizer(summary, tokenizer)  # fails before reading anything
@@ -354,7 +354,7 @@ def summarize(
     progress: OnProgress | None = None,
 ) -> dict[str, Any]:
     """Statistics of an opened ``reader`` whose dataset ``lmdata.info`` gave ``summary``;
-    ``tokenizer`` is what :func:`dataset_tokenizer` returned; ``progress`` receives events
+    ``tokenizer`` is what ``dataset_tokenizer`` returned; ``progress`` receives events
     of the phase "stats" (tokens or records read)."""
     tok, tok_name, tok_note = tokenizer
     if is_token_reader(reader):

@@ -225,9 +225,9 @@ def tokenize(
 
     The output is the same for every ``engine`` and number of ``workers``, appears only when
     the job succeeds, and records the tokenizer that made it (``lmdata.info(output)``).
-    ``executor`` (an :class:`lmdata.parallel.Executor`) runs the work in place of the one
+    ``executor`` (an ``lmdata.parallel.Executor``) runs the work in place of the one
     ``engine``, ``workers`` and ``address`` describe. ``progress`` receives
-    :class:`lmdata.Progress` events of the phase "tokenize": input bytes read (of their
+    ``lmdata.Progress`` events of the phase "tokenize": input bytes read (of their
     total), then documents and tokens.
     """
     from lmdata.parallel import check_choice, executor_for
