@@ -100,7 +100,7 @@ def command(
         summary = convert(
             src,
             dst,
-            to,
+            format=to,
             source_format=source_format,
             split=split,
             workers=workers,

@@ -201,7 +201,7 @@ def command(
         summary = tokenize(
             list(sources),
             dst,
-            to=to,
+            format=to,
             tokenizer=tokenizer,
             text_key=text_key,
             validation=list(validation_sources),
@@ -221,7 +221,7 @@ def command(
             overwrite=overwrite,
             progress=None if bar is None else progress,
             storage_options=storage_options,
-            **opts,
+            writer_options=opts,
         )
     except (KeyboardInterrupt, Exception) as e:
         if bar is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lmdata.errors import InvalidInputError, LmdataError, OutputExistsError
-from lmdata.formats._spec import Progress, Ticker
+from lmdata.formats._spec import MergeSummary, Progress, Ticker
 from lmdata.formats.mds.index import INDEX, load_index_json, split_dirs
 from lmdata.storage import (
     LocalStore,
@@ -81,9 +81,20 @@ def _rebased(shards: list[dict[str, Any]], rel: str) -> list[dict[str, Any]]:
     return shards
 
 
-def _summary(parts: int, shards: list[dict[str, Any]], dest: str) -> str:
+def _index(shards: list[dict[str, Any]], objs: list[Any], names: list[str]) -> bytes:
+    """The merged index.json: the shards, and the partitions' one tokenizer record (under
+    lmdata's key, which streaming ignores)."""
+    from lmdata import _provenance
+
+    found = [_provenance.parse(o.get(_provenance.KEY)) for o in objs]
+    kept = _provenance.joined(found, names)
+    extra = {} if kept is None else {_provenance.KEY: kept}
+    return json.dumps({"version": 2, "shards": shards, **extra}).encode()
+
+
+def _summary(parts: int, shards: list[dict[str, Any]], dest: str) -> MergeSummary:
     n = sum(s.get("samples", 0) for s in shards)
-    return f"merged {parts} partitions ({len(shards)} shards, {n} samples) -> {dest}"
+    return MergeSummary("mds", parts, dest, n)
 
 
 def _part_bytes(obj: dict[str, Any]) -> int:
@@ -112,7 +123,7 @@ def _inside(part: Path, out: Path) -> str | None:
 
 def merge(
     inputs: list[str], output: str, overwrite: bool = False, progress: Progress | None = None
-) -> str:
+) -> MergeSummary:
     """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary.
     ``progress`` counts the partitions' shard bytes (from their indexes), partition by
     partition, once every index is read."""
@@ -148,14 +159,14 @@ def merge(
     carried = _carried(store, str(out), placed)
     _drop_manifest(store, str(out))
     with atomic_file(dest, overwrite=overwrite) as tmp:
-        tmp.write_text(json.dumps({"version": 2, "shards": shards}), encoding="utf-8")
+        tmp.write_bytes(_index(shards, objs, [str(p) for p in parts]))
     _write_manifest(store, str(out), shards, carried)
     return _summary(len(parts), shards, str(dest))
 
 
 def _merge_on_store(
     inputs: list[str], output: str, overwrite: bool, progress: Progress | None
-) -> str:
+) -> MergeSummary:
     """:func:`merge` on an object store: the partitions are found by listing, those outside
     ``output`` are copied below it (server-side, same store only), and the merged index.json
     is written last as one object."""
@@ -205,7 +216,7 @@ def _merge_on_store(
     _drop_manifest(ostore, okey)
     out = ostore.output(dest, directory=False, overwrite=overwrite)
     try:
-        out.write_last("", json.dumps({"version": 2, "shards": shards}).encode())
+        out.write_last("", _index(shards, objs, [ostore.url(p) for p in parts]))
         out.commit()
     except BaseException:
         out.abort()
