@@ -322,6 +322,7 @@ def _target(
                 stacklevel=3,
             )
             opts[key] = value
+    formats.check_writer_options(formats.spec(name), opts, "lmdata.tokenize")
     return name, opts
 
 

@@ -36,7 +36,7 @@ def made(tmp_path: Path, fmt: str, tokenizer, texts=TEXTS) -> Path:
     eod = {"eod": "<|endoftext|>"} if fmt == "modalities" and tokenizer != "bytes" else {}
     if fmt == "modalities" and tokenizer == "bytes":
         eod = {"eod_id": 0}
-    lmdata.tokenize(iter(texts), out, to=fmt, tokenizer=tokenizer, workers=0, **eod)
+    lmdata.tokenize(iter(texts), out, format=fmt, tokenizer=tokenizer, workers=0, **eod)
     return out
 
 

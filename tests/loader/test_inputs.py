@@ -52,7 +52,7 @@ def made(tmp_path_factory, corpus):
     out = {}
     for fmt in ("flat-tokens", "mds", "atlas"):
         out[fmt] = d / fmt
-        lmdata.tokenize(corpus, out[fmt], to=fmt, tokenizer=tok, workers=0)
+        lmdata.tokenize(corpus, out[fmt], format=fmt, tokenizer=tok, workers=0)
     return out
 
 
