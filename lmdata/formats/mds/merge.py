@@ -81,13 +81,19 @@ def _rebased(shards: list[dict[str, Any]], rel: str) -> list[dict[str, Any]]:
     return shards
 
 
-def _index(shards: list[dict[str, Any]], objs: list[Any], names: list[str]) -> bytes:
-    """The merged index.json: the shards, and the partitions' one tokenizer record (under
-    lmdata's key, which streaming ignores)."""
+def _kept(objs: list[Any], names: list[str]) -> dict[str, Any] | None:
+    """The partitions' one tokenizer record (refused if they differ), before anything is
+    copied."""
     from lmdata import _provenance
 
-    found = [_provenance.parse(o.get(_provenance.KEY)) for o in objs]
-    kept = _provenance.joined(found, names)
+    return _provenance.joined([_provenance.parse(o.get(_provenance.KEY)) for o in objs], names)
+
+
+def _index(shards: list[dict[str, Any]], kept: dict[str, Any] | None) -> bytes:
+    """The merged index.json: the shards, and the tokenizer record (under lmdata's key, which
+    streaming ignores)."""
+    from lmdata import _provenance
+
     extra = {} if kept is None else {_provenance.KEY: kept}
     return json.dumps({"version": 2, "shards": shards, **extra}).encode()
 
@@ -140,6 +146,7 @@ def merge(
     shards: list[dict[str, Any]] = []
     placed: list[str] = []  # where each partition is, relative to the output
     objs = [load_index_json(LocalStore(), str(p / INDEX))[1] for p in parts]  # checked, once
+    kept = _kept(objs, [str(p) for p in parts])
     tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs))
     for part, obj in zip(parts, objs, strict=True):
         rel = _inside(part, out)
@@ -159,7 +166,7 @@ def merge(
     carried = _carried(store, str(out), placed)
     _drop_manifest(store, str(out))
     with atomic_file(dest, overwrite=overwrite) as tmp:
-        tmp.write_bytes(_index(shards, objs, [str(p) for p in parts]))
+        tmp.write_bytes(_index(shards, kept))
     _write_manifest(store, str(out), shards, carried)
     return _summary(len(parts), shards, str(dest))
 
@@ -198,6 +205,7 @@ def _merge_on_store(
         parts.extend(p for p in found if p not in parts)
     shards: list[dict[str, Any]] = []
     objs = [load_index_json(ostore, join(p, INDEX))[1] for p in parts]
+    kept = _kept(objs, [ostore.url(p) for p in parts])
     tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs))
     for part, obj in zip(parts, objs, strict=True):
         if part.startswith(okey + "/"):
@@ -216,7 +224,7 @@ def _merge_on_store(
     _drop_manifest(ostore, okey)
     out = ostore.output(dest, directory=False, overwrite=overwrite)
     try:
-        out.write_last("", _index(shards, objs, [ostore.url(p) for p in parts]))
+        out.write_last("", _index(shards, kept))
         out.commit()
     except BaseException:
         out.abort()
