@@ -89,7 +89,7 @@ def test_validate_with_a_misspelt_option_is_refused_and_the_right_one_checks(tmp
         lmdata.validate(p, eod_idd=7)  # returned [] (valid) before
     assert lmdata.validate(p, eod_id=7)  # the check the user meant runs: not 7-terminated
     assert lmdata.validate(p, eod_id=0) == []
-    with pytest.raises(InvalidInputError, match="unknown option 'bogus' for lmdata.open"):
+    with pytest.raises(InvalidInputError, match=r"unknown option 'bogus' for lmdata\.open"):
         lmdata.open(p, bogus=1)  # a raw TypeError from the reader before
 
 
@@ -122,5 +122,5 @@ def test_every_public_verb_refuses_a_misspelt_option(tmp_path, call):
     p = tmp_path / "a.pbin"
     with lmdata.writer(p, "modalities", vocab_size=100) as w:
         w.write(np.array([5, 6, 7]))
-    with pytest.raises(InvalidInputError, match="unknown option .*did you mean"):
+    with pytest.raises(InvalidInputError, match=r"unknown option .*did you mean"):
         call(p, tmp_path)
