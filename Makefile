@@ -12,7 +12,7 @@ STREAMING := $(VENV)/extra-streaming
 DATASKETCH := $(VENV)/extra-datasketch
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install install-main install-dev demo test bench bench-quick bench-storage bench-envs lint format clean
+.PHONY: install install-main install-dev demo test typecheck bench bench-quick bench-storage bench-envs lint format clean
 
 # everything (the main venv, dev tools, interop-test tools)
 install: $(TEST_STAMP)
@@ -78,8 +78,13 @@ demo: $(STAMP)
 # two processes (pytest-xdist): the suite waits on subprocesses, Ray and S3 as much as it
 # computes, and on a loaded machine each process gets its share of the cores. A file's tests
 # stay in one process (--dist loadfile): module fixtures are built once.
-test: $(TEST_STAMP)
+# the type check first (CI runs `make test`): a seam typed wrong fails before the suite runs
+test: $(TEST_STAMP) typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+
+# mypy on the seams (the files of [tool.mypy] in pyproject.toml)
+typecheck: $(DEV_STAMP)
+	$(BIN)/mypy
 
 # Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
 # created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).
@@ -95,7 +100,7 @@ bench-storage: $(TEST_STAMP)  # object storage alone (also part of `make bench`)
 bench-envs: $(TEST_STAMP)
 	$(BIN)/python bench/envs.py
 
-lint: $(DEV_STAMP)
+lint: $(DEV_STAMP) typecheck
 	$(BIN)/ruff check lmdata tests bench
 	$(BIN)/ruff format --check lmdata tests bench
 

@@ -221,32 +221,31 @@ class Loader:
                     "lower seq_len or drop the source"
                 )
         sizes = exact_weights([s.num_rows for s in self.sources])
-        if weights is None:
-            weights = sizes
-        elif len(weights) != len(self.sources):
+        if weights is not None and len(weights) != len(self.sources):
             raise InvalidInputError(
                 f"{len(weights)} weights for {len(self.sources)} sources; give one per source"
             )
-        weights = exact_weights(list(weights))
+        mix = sizes if weights is None else exact_weights(list(weights))
         # a finite pass serves every row of every source `epochs` times, all ending together:
         # its proportions are the sources' sizes
-        self._total = None if epochs is None else self.num_rows * epochs
+        rows = None if epochs is None else self.num_rows * epochs
+        self._total = rows
         if drop_last and self._total is not None:  # whole batches only
             self._total -= self._total % global_batch_size
             if not self._total:
                 raise InvalidInputError(
-                    f"drop_last=True leaves no batch: {self.num_rows * epochs} rows in the "
+                    f"drop_last=True leaves no batch: {rows} rows in the "
                     f"pass, fewer than one global batch of {global_batch_size}; lower "
                     "global_batch_size or pass drop_last=False (the batch is padded)"
                 )
-        if epochs is not None and weights != sizes:
+        if epochs is not None and mix != sizes:
             raise InvalidInputError(
                 "a finite pass (epochs=) over several sources serves every row of each "
                 "`epochs` times, so its mixture is the sources' sizes; leave weights=None "
                 "(or evaluate each source with its own Loader)"
             )
         try:
-            self.mixture = Mixture(weights, global_batch_size, total=self._total)
+            self.mixture = Mixture(mix, global_batch_size, total=self._total)
         except InvalidInputError as e:
             if epochs is None:
                 raise

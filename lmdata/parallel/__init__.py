@@ -46,7 +46,8 @@ Progress = Callable[[int], None]
 class Executor(Protocol):
     """Maps ``fn`` over ``units`` and yields the results in the order of the units."""
 
-    workers: int
+    @property
+    def workers(self) -> int: ...
 
     def map_ordered(
         self,
