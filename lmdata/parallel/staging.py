@@ -284,7 +284,14 @@ def json_changes(a: Any, b: Any) -> list[tuple[str, ...]]:
 
 # what a store's listing says identifies an object's content (an ETag, a generation), else
 # when it was written
-_VERSION_KEYS: tuple[str, ...] = ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id")
+_VERSION_KEYS: tuple[str, ...] = (
+    "ETag",
+    "etag",
+    "md5Hash",
+    "generation",
+    "VersionId",
+    "version_id",
+)
 _VERSION_KEYS += ("LastModified", "last_modified", "mtime", "updated", "created")
 
 
