@@ -25,7 +25,7 @@ from lmdata.formats._spec import (
     column_sink,
     lazy,
 )
-from lmdata.formats.mds.index import FORMAT_NAMES, index_head, split_dirs
+from lmdata.formats.mds.index import FORMAT_NAMES, INDEX, index_head, split_dirs
 from lmdata.formats.mds.merge import merge
 from lmdata.storage import resolve, usage
 
@@ -144,14 +144,27 @@ def info(
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Columns, counts and sizes from the index (``scan`` is accepted: nothing here reads the
-    shards; ``progress`` gets their uncompressed bytes once the index is read)."""
-    r = open(
-        path,
-        format=format,
-        split=split,
-        allow_unsafe_pickle=allow_unsafe_pickle,
-        storage_options=storage_options,
-    )
+    shards; ``progress`` gets their uncompressed bytes once the index is read). A root whose
+    splits are sub-directories (streaming's layout) and no split asked: each split's summary
+    under ``splits``."""
+    opts: dict[str, Any] = {
+        "allow_unsafe_pickle": allow_unsafe_pickle,
+        "storage_options": storage_options,
+    }
+    if split is None:
+        store, key = resolve(path)
+        subs = split_dirs(store, key) if store.is_dir(key) and INDEX not in store.list(key) else []
+        if subs:
+            parts = {
+                name: info(path, format=format, split=name, scan=scan, **opts) for name in subs
+            }
+            Ticker(progress, 0).finish()
+            return {
+                "format": next(iter(parts.values()))["format"],
+                "path": str(path),
+                "splits": parts,
+            }
+    r = open(path, format=format, split=split, **opts)
     shards = r.index.shards
     Ticker(
         progress,
