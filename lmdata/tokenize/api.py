@@ -339,4 +339,4 @@ def _describe(inputs: Any, output: Paths, job: TokenizeJob, tokenizer: Any) -> s
         if isinstance(tokenizer, (str, os.PathLike)) or hasattr(tokenizer, "spec")
         else f"<{type(tokenizer).__name__}>"
     )
-    return f"lmdata.tokenize({what}, {os.fspath(output)!r}, to={job.to!r}, tokenizer={tok})"
+    return f"lmdata.tokenize({what}, {os.fspath(output)!r}, format={job.to!r}, tokenizer={tok})"
