@@ -12,7 +12,7 @@ STREAMING := $(VENV)/extra-streaming
 DATASKETCH := $(VENV)/extra-datasketch
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install install-main install-dev demo test typecheck bench bench-quick bench-storage bench-envs lint format clean
+.PHONY: install install-main install-dev demo test typecheck docs docs-serve bench bench-quick bench-storage bench-envs lint format clean
 
 # everything (the main venv, dev tools, interop-test tools)
 install: $(TEST_STAMP)
@@ -30,7 +30,8 @@ $(STAMP): pyproject.toml Makefile lmdata/_memowalk.c lmdata/_memowalk_index.h lm
 	@$(BIN)/python -c "import lmdata._minhash" 2>/dev/null || echo "note: no C compiler built lmdata._minhash; MinHash dedupe and decontaminate run in numpy (same results, slower)"
 	touch $(STAMP)
 
-# dev tools: pytest, hypothesis, ruff, zarr-python 3, playwright (Python side only), matplotlib
+# dev tools: pytest, hypothesis, ruff, zarr-python 3, playwright (Python side only), matplotlib,
+# mkdocs with mkdocs-material and mkdocstrings (the documentation site)
 $(DEV_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,plot]'
 	touch $(DEV_STAMP)
@@ -85,11 +86,18 @@ test: $(TEST_STAMP) typecheck
 # mypy on the seams (the files of [tool.mypy] in pyproject.toml)
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
+# the documentation site from docs/ (mkdocs.yml) into site/; --strict: a broken link, a page
+# left out of the nav or a docstring mkdocstrings cannot render fails the build (offline)
+docs: $(DEV_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+docs-serve: $(DEV_STAMP)  # the same site on http://127.0.0.1:8000, rebuilt on every change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve
 
 # Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
 # created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).
 bench: $(TEST_STAMP)
-	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --update-readme
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --update-docs
 
 bench-quick: $(TEST_STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --quick
@@ -101,12 +109,12 @@ bench-envs: $(TEST_STAMP)
 	$(BIN)/python bench/envs.py
 
 lint: $(DEV_STAMP) typecheck
-	$(BIN)/ruff check lmdata tests bench
-	$(BIN)/ruff format --check lmdata tests bench
+	$(BIN)/ruff check lmdata tests bench docs/hooks
+	$(BIN)/ruff format --check lmdata tests bench docs/hooks
 
 format: $(DEV_STAMP)
-	$(BIN)/ruff format lmdata tests bench
-	$(BIN)/ruff check --fix lmdata tests bench
+	$(BIN)/ruff format lmdata tests bench docs/hooks
+	$(BIN)/ruff check --fix lmdata tests bench docs/hooks
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) demo-output .pytest_cache site

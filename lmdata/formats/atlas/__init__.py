@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
 from lmdata._lazy import lazy_exports
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError, LmdataError, StorageError
 from lmdata.formats._spec import (
     FormatSpec,
     MergeSummary,
-    Progress,
-    Ticker,
     TokenTarget,
     column_sink,
     detector,
@@ -71,7 +70,7 @@ open = lazy("lmdata.formats.atlas.reader:Atlas")
 
 
 def merge(
-    inputs: list[str], output: str, overwrite: bool = False, progress: Progress | None = None
+    inputs: list[str], output: str, overwrite: bool = False, progress: OnProgress | None = None
 ) -> MergeSummary:
     """Join Atlas datasets into one at ``output``, examples in input order.
 
@@ -120,7 +119,7 @@ def merge(
         overwrite=overwrite,
     ) as w:
         sizes = [_data_bytes(p) if progress is not None else 0 for p in inputs]
-        tick = Ticker(progress, sum(sizes))
+        tick = Ticker(progress, sum(sizes), "merge")
         for p, size in zip(inputs, sizes, strict=True):
             w.add_dataset(p)
             tick.add(size)

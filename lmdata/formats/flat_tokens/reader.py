@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.flat_tokens import _windows
 from lmdata.formats.flat_tokens._windows import (
     aligned_rows,
@@ -469,7 +469,7 @@ def dataset_info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored
@@ -484,7 +484,7 @@ def dataset_info(
         for s in names
     }
     sizes = {n: r.num_tokens * 4 + (len(r) + 1) * 8 for n, r in readers.items()}
-    tick = Ticker(progress, sum(sizes.values()))
+    tick = Ticker(progress, sum(sizes.values()), "info")
     splits = {}
     for n, r in readers.items():
         splits[n] = r.info()

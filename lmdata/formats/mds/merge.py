@@ -17,8 +17,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError, LmdataError, OutputExistsError
-from lmdata.formats._spec import MergeSummary, Progress, Ticker
+from lmdata.formats._spec import MergeSummary
 from lmdata.formats.mds.index import INDEX, load_index_json, split_dirs
 from lmdata.storage import (
     LocalStore,
@@ -128,7 +129,7 @@ def _inside(part: Path, out: Path) -> str | None:
 
 
 def merge(
-    inputs: list[str], output: str, overwrite: bool = False, progress: Progress | None = None
+    inputs: list[str], output: str, overwrite: bool = False, progress: OnProgress | None = None
 ) -> MergeSummary:
     """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary.
     ``progress`` counts the partitions' shard bytes (from their indexes), partition by
@@ -147,7 +148,7 @@ def merge(
     placed: list[str] = []  # where each partition is, relative to the output
     objs = [load_index_json(LocalStore(), str(p / INDEX))[1] for p in parts]  # checked, once
     kept = _kept(objs, [str(p) for p in parts])
-    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs))
+    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs), "merge")
     for part, obj in zip(parts, objs, strict=True):
         rel = _inside(part, out)
         if rel is None:
@@ -172,7 +173,7 @@ def merge(
 
 
 def _merge_on_store(
-    inputs: list[str], output: str, overwrite: bool, progress: Progress | None
+    inputs: list[str], output: str, overwrite: bool, progress: OnProgress | None
 ) -> MergeSummary:
     """:func:`merge` on an object store: the partitions are found by listing, those outside
     ``output`` are copied below it (server-side, same store only), and the merged index.json
@@ -206,7 +207,7 @@ def _merge_on_store(
     shards: list[dict[str, Any]] = []
     objs = [load_index_json(ostore, join(p, INDEX))[1] for p in parts]
     kept = _kept(objs, [ostore.url(p) for p in parts])
-    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs))
+    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs), "merge")
     for part, obj in zip(parts, objs, strict=True):
         if part.startswith(okey + "/"):
             rel = part[len(okey) + 1 :]

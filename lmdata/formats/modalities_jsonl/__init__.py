@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError, LmdataError, StorageError
-from lmdata.formats._spec import FormatSpec, Progress, Ticker, detector, lazy
+from lmdata.formats._spec import FormatSpec, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
@@ -79,7 +80,7 @@ def info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     index_path: str | os.PathLike[str] | None = None,
     allow_unsafe_pickle: bool = False,
     storage_options: dict[str, Any] | None = None,
@@ -96,7 +97,7 @@ def info(
         storage_options=storage_options,
     ) as r:
         istore, ikey = r.index_store, r.index_key
-        Ticker(progress, r.file_size).finish()
+        Ticker(progress, r.file_size, "info").finish()
         return {
             "format": "modalities-jsonl",
             "path": r.store.url(r.key),
@@ -111,7 +112,7 @@ def info(
 def validate(
     path: str | os.PathLike[str],
     *,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     index_path: str | os.PathLike[str] | None = None,
     allow_unsafe_pickle: bool = False,
     max_line_bytes: int | None = None,
