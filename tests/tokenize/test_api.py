@@ -50,7 +50,7 @@ def corpus(tmp_path):
     ("fmt", "cli_opts", "api_opts"),
     [
         ("flat-tokens", ["--validation-fraction", "0.2"], {"validation_fraction": 0.2}),
-        ("mds", ["--compression", "zstd"], {"compression": "zstd"}),
+        ("mds", ["--compression", "zstd"], {"writer_options": {"compression": "zstd"}}),
     ],
 )
 def test_same_bytes_as_the_cli(tmp_path, corpus, bpe_file, fmt, cli_opts, api_opts):  # noqa: F811
@@ -124,7 +124,7 @@ def test_urls_tokenize_as_their_local_copies(tmp_path, corpus):
 
     fsspec.filesystem("memory").pipe("/lmdata-api-test/in/docs.jsonl", corpus.read_bytes())
     local, remote = tmp_path / "local", tmp_path / "remote"
-    opts = {"to": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
+    opts = {"format": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
     lmdata.tokenize(corpus, local, **opts)
     s = lmdata.tokenize(url, remote, **opts)
     assert s.documents_written == len(DOCS) and files(local) == files(remote)
