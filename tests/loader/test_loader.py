@@ -61,6 +61,7 @@ def _expected_packed(flat, starts, row_start, L):
     return seg, pos, inp
 
 
+@pytest.mark.native
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seqs=seq_lists, L=st.integers(1, 9), fast=st.booleans())
 def test_segment_ids_and_positions_restart_at_every_document(seqs, L, fast):

@@ -373,7 +373,7 @@ class FlatTokens:
         self, layout: Any, starts: np.ndarray, width: int, scale: int, *args: Any
     ) -> bool:
         """The stored windows ``tokens[s * scale : s * scale + width]`` for each ``s`` in
-        ``starts`` (int64) handed where they lie to ``layout``, a C layout of ``lmdata._kernel``
+        ``starts`` (int64) handed where they lie to ``layout``, a C layout of ``_native.kernel``
         (``packed_at``, ``eos_at``) that finds them in the mapped chunks and writes its outputs
         ``args`` in one call: a Loader batch with nothing built per row. True when done; False
         (outputs untouched) where a window lies outside the tokens, straddles two chunks or
