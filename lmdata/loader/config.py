@@ -20,6 +20,15 @@ Dtype = Literal["int32", "int64"]
 REMOVAL = "0.3"  # the version that drops the Loader's deprecated spellings
 
 
+def deprecated(old: str, new: str) -> None:
+    """Warn that ``Loader(old)`` goes in :data:`REMOVAL`, at the caller's line (past this
+    function, ``Loader.__init__`` and its option check)."""
+    import warnings
+
+    msg = f"Loader({old}) is deprecated and goes in lmdata {REMOVAL}; pass {new}"
+    warnings.warn(msg, DeprecationWarning, stacklevel=4)
+
+
 @dataclass(frozen=True)
 class LoaderConfig:
     """Everything that decides which rows a step reads (the rank layout does not)."""

@@ -11,7 +11,6 @@ of ranks or workers, so the resume state is the global position alone.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
@@ -21,12 +20,12 @@ import numpy as np
 from lmdata._options import checked
 from lmdata.errors import InvalidInputError
 from lmdata.loader.config import (
-    REMOVAL,
     Dtype,
     LoaderConfig,
     LongDocs,
     Mode,
     default_topology,
+    deprecated,
     refuse_naive_workers,
 )
 from lmdata.loader.inputs import open_source, split_weights, start_token
@@ -58,15 +57,6 @@ _KEYS = {
 VARLEN_KEYS = ("cu_seqlens", "max_seqlen")
 
 
-def _deprecated(old: str, new: str) -> None:
-    # stacklevel: this function, Loader.__init__, its option check, the caller's line
-    warnings.warn(
-        f"Loader({old}) is deprecated and goes in lmdata {REMOVAL}; pass {new}",
-        DeprecationWarning,
-        stacklevel=4,
-    )
-
-
 class Loader:
     """Batches for one rank: ``batch(step)`` for any step in O(1), iteration, resume state.
 
@@ -82,10 +72,8 @@ class Loader:
     makes a finite pass (evaluation): it stops after that many epochs and pads the last batch
     (``loss_mask`` False) instead of dropping it; with ``drop_last`` it serves full rows and
     full batches only, leaving out the partial row and the incomplete last batch. The batch
-    keys and dtypes of each mode: the Loader guide (``docs/guide/loader.md``). An unknown
-    option is an InvalidInputError naming the valid ones; the old spellings ``batch_size=``
-    (per rank), ``packed=`` and ``truncate=`` still work with a DeprecationWarning until
-    lmdata 0.3.
+    keys and dtypes of each mode: the Loader guide (``docs/guide/loader.md``). Old spellings
+    (``batch_size=`` per rank, ``packed=``, ``truncate=``) warn until lmdata 0.3.
     """
 
     @checked("lmdata.Loader", hide=("batch_size", "packed", "truncate"))
@@ -132,7 +120,7 @@ class Loader:
                 f"world_size={world_size}"
             )
         if batch_size is not None:  # the pre-0.2 name: a per-rank batch
-            _deprecated("batch_size=B", "global_batch_size=B * world_size")
+            deprecated("batch_size=B", "global_batch_size=B * world_size")
             if global_batch_size is not None:
                 raise InvalidInputError(
                     "pass global_batch_size= only (batch_size= is its old per-rank form)"
@@ -141,12 +129,10 @@ class Loader:
         if global_batch_size is None:
             raise InvalidInputError("global_batch_size= is required")
         if packed is not None:  # old spelling of mode
-            _deprecated(f"packed={packed}", f"mode={'packed' if packed else 'unpacked'!r}")
+            deprecated(f"packed={packed}", f"mode={'packed' if packed else 'unpacked'!r}")
             mode = "packed" if packed else "unpacked"
         if truncate is not None:
-            _deprecated(
-                f"truncate={truncate}", f"long_docs={'truncate' if truncate else 'error'!r}"
-            )
+            deprecated(f"truncate={truncate}", f"long_docs={'truncate' if truncate else 'error'!r}")
             long_docs = "truncate" if truncate else "error"
         if long_docs is None:  # bestfit's point is whole documents: long ones in pieces
             long_docs = "split" if mode == "bestfit" else "truncate"
