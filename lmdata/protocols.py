@@ -1,4 +1,4 @@
-"""The two reader contracts every format satisfies.
+"""The reader contracts every format satisfies, and the writer contract.
 
 Readers match these shapes structurally; nothing inherits from them. Readers are deterministic,
 safe to use from several threads, picklable (so DataLoader workers can receive them), and read
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -73,6 +73,26 @@ class TokenSequences(Protocol):
     def span(self, start: int, stop: int) -> np.ndarray:
         """Tokens ``start:stop`` of the concatenation of all sequences."""
         ...
+
+
+W = TypeVar("W", bound="Writer")
+
+
+@runtime_checkable
+class Writer(Protocol):
+    """What ``lmdata.writer`` returns: items in with ``write``, then ``close`` commits the
+    dataset (atomically: before it, readers see the old dataset or none) or ``abort`` drops
+    it. As a context manager it closes on a clean exit and aborts on an exception."""
+
+    def write(self, item: Any, /) -> None: ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def __enter__(self: W) -> W: ...
+
+    def __exit__(self, *exc: object) -> Any: ...
 
 
 def is_token_reader(reader: object) -> bool:

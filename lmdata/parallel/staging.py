@@ -44,7 +44,8 @@ def unit_name(file: int, part: int) -> str:
 class Staging(Protocol):
     """The staging area of one job; picklable, so each worker writes its parts itself."""
 
-    where: str  # shown in messages
+    @property
+    def where(self) -> str: ...  # shown in messages
 
     def exists(self) -> bool: ...
 
@@ -283,7 +284,14 @@ def json_changes(a: Any, b: Any) -> list[tuple[str, ...]]:
 
 # what a store's listing says identifies an object's content (an ETag, a generation), else
 # when it was written
-_VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id")
+_VERSION_KEYS: tuple[str, ...] = (
+    "ETag",
+    "etag",
+    "md5Hash",
+    "generation",
+    "VersionId",
+    "version_id",
+)
 _VERSION_KEYS += ("LastModified", "last_modified", "mtime", "updated", "created")
 
 

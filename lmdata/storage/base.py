@@ -8,6 +8,7 @@ when aborted. Both protocols are matched structurally: nothing inherits from the
 
 from __future__ import annotations
 
+import builtins
 import mmap
 from collections.abc import Sequence
 from typing import BinaryIO, Protocol, runtime_checkable
@@ -58,7 +59,7 @@ class Store(Protocol):
         """``length`` bytes from ``start`` (fewer at the end of the object)."""
         ...
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         """Several ``(start, length)`` ranges of one object, fetched together where possible."""
         ...
 
@@ -92,7 +93,9 @@ class Output(Protocol):
     dataset valid (its metadata, index) through :meth:`write_last`, which stores them only
     after every data object is written, so a reader never accepts a partial dataset."""
 
-    store: Store
+    @property
+    def store(self) -> Store: ...  # read-only: a store's own Output type narrows it
+
     dest: str  # the key the dataset appears at
     sparse: bool  # True if open_write files support truncate() to extend with zeros cheaply
 

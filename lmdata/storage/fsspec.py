@@ -18,6 +18,7 @@ process, so a pickled or forked store never shares a connection or an event loop
 from __future__ import annotations
 
 import bisect
+import builtins
 import os
 import threading
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ from lmdata.storage._errors import (
     tune,
     with_defaults,
 )
+from lmdata.storage._fetch import Pin
 from lmdata.storage.base import MAX_READ_BYTES
 from lmdata.storage.ranges import RangeCache
 
@@ -319,7 +321,7 @@ class FsspecStore:
             return got
         return cache.read(key, [(start, length)], lambda groups: self._fetch(key, groups))[0]
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         cache = self.cache
         out = []
         for s, n in ranges:
@@ -329,7 +331,7 @@ class FsspecStore:
             out.append(got)
         return out
 
-    def _fetch(self, key: str, groups: list[tuple[int, int]]) -> list[bytes]:
+    def _fetch(self, key: str, groups: builtins.list[tuple[int, int]]) -> builtins.list[bytes]:
         """The bytes of disjoint ``(start, length)`` ranges of ``key`` (one request each, all
         at once), of the pinned version: DatasetChangedError if the object changed."""
         pin = self._pins.get(key)
@@ -345,8 +347,8 @@ class FsspecStore:
         return self._fetch_pinned(key, url, groups, pin)
 
     def _fetch_pinned(
-        self, key: str, url: str, groups: list[tuple[int, int]], pin: _fetch.Pin | None
-    ) -> list[bytes]:
+        self, key: str, url: str, groups: builtins.list[tuple[int, int]], pin: Pin | None
+    ) -> builtins.list[bytes]:
         raw = self.raw
         DOWN.check(raw, url)
         try:

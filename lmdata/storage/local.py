@@ -15,6 +15,7 @@ serving its old bytes).
 
 from __future__ import annotations
 
+import builtins
 import mmap as _mmap
 import os
 import threading
@@ -210,7 +211,7 @@ class LocalStore:
             h.used = True
         return os.pread(h.fd, length, start)
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         h = self._fds.get(key)
         if h is None:
             h = self._open(key)

@@ -353,7 +353,7 @@ def test_convert_and_tokenize_write_manifests(where):
         for d in _docs(30):
             w.write(d)
     convert(src, f"{where}-mds", "mds", workers=0)
-    lmdata.tokenize(src, f"{where}-tok", to="flat-tokens", workers=0)
+    lmdata.tokenize(src, f"{where}-tok", format="flat-tokens", workers=0)
     for out in (f"{where}-mds", f"{where}-tok"):
         made = lmdata.info(out)["manifest"]
         assert isinstance(made, dict) and made["files"] > 1

@@ -64,7 +64,7 @@ def test_a_folder_and_a_glob_on_a_store_tokenize_as_local_ones(
     tmp_path, local_corpus, memory_root, no_copies
 ):
     _put(f"{memory_root}/corpus")
-    opts = {"to": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
+    opts = {"format": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
     lmdata.tokenize(local_corpus, tmp_path / "local", **opts)
     s = lmdata.tokenize(f"{memory_root}/corpus/", tmp_path / "remote", **opts)
     assert s.documents_written == len(DOCS) + len(NO_IDS) + 7 + 1
@@ -194,7 +194,7 @@ def test_resume_with_url_inputs_redoes_only_the_unfinished_units(tmp_path, memor
 
     _put(f"{memory_root}/corpus")
     url = f"{memory_root}/corpus"
-    opts = {"to": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
+    opts = {"format": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
     lmdata.tokenize(url, tmp_path / "ref", **opts)
     with pytest.raises(KeyboardInterrupt):  # in the second file: the first is done
         lmdata.tokenize(url, tmp_path / "out", progress=interrupt_at(2), **opts)

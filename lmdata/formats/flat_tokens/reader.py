@@ -470,16 +470,19 @@ def dataset_info(
     *,
     scan: bool = True,
     progress: OnProgress | None = None,
-    **options: Any,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored
     (from the metadata: ``scan`` is accepted, nothing here reads the tokens; ``progress``
     counts the bytes of the splits' arrays summarised)."""
     from lmdata.storage import usage
 
-    store, key = resolve(path, options.get("storage_options"))
+    store, key = resolve(path, storage_options)
     names = split_names(store, key)
-    readers = {s or basename(key): FlatTokens(path, split=s or None, **options) for s in names}
+    readers = {
+        s or basename(key): FlatTokens(path, split=s or None, storage_options=storage_options)
+        for s in names
+    }
     sizes = {n: r.num_tokens * 4 + (len(r) + 1) * 8 for n, r in readers.items()}
     tick = Ticker(progress, sum(sizes.values()), "info")
     splits = {}
@@ -491,7 +494,7 @@ def dataset_info(
         "path": store.url(key),
         "splits": splits,
     }
-    used = usage(path, options.get("storage_options"))
+    used = usage(path, storage_options)
     out["bytes_on_disk"], out["apparent_bytes"] = used.disk, used.apparent
     prov = _provenance(store, key) if names and names != [""] else None  # a root, not a split
     if prov is not None:

@@ -24,6 +24,7 @@ from lmdata import _provenance
 from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
+from lmdata.formats._spec import MergeSummary
 from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import DTYPES, HEADER_SIZE, PbinHeader
 from lmdata.formats.modalities.reader import PackedTokens
@@ -89,7 +90,7 @@ def merge(
     output: str | os.PathLike[str],
     overwrite: bool = False,
     progress: OnProgress | None = None,
-) -> str:
+) -> MergeSummary:
     """Concatenate the ``.pbin`` files ``inputs`` (in order) into ``output``; ``progress``
     counts the inputs' token bytes copied."""
     paths = expand_inputs(inputs)
@@ -98,11 +99,21 @@ def merge(
     if store.exists(key) and any(_same(p, dest) for p in paths):
         raise InvalidInputError("the output is also an input; write to a new path", path=dest)
     readers = [PackedTokens(p) for p in paths]
+    # the inputs' one tokenizer (refused if they differ), read before anything is written
+    try:
+        kept = _provenance.joined(
+            [_provenance.read_sidecar(r.data.store, r.data.key) for r in readers],
+            [str(p) for p in paths],
+        )
+    except BaseException:
+        for r in readers:
+            r.close()
+        raise
     out = manifest_output(store, key, directory=False, overwrite=overwrite, format="modalities")
     try:
         with _output_file(out) as f:
             tick = Ticker(progress, sum(r.header.data_len for r in readers), "merge")
-            docs, tokens, width = _write(readers, f, tick)
+            docs, tokens, _width = _write(readers, f, tick)
         out.count(docs, "")
     except BaseException:
         out.abort()
@@ -115,11 +126,9 @@ def merge(
         _provenance.remove_sidecar(store, key)
         sidecar.remove(store, key)  # the old file's index copy
     out.commit()
-    shown = store.url(key)
-    return (
-        f"merged {len(paths)} files: {docs:,} documents, {tokens:,} tokens ({width}-byte) "
-        f"-> {shown}"
-    )
+    if kept is not None:
+        _provenance.write_sidecar(store, key, kept)
+    return MergeSummary("modalities", len(paths), store.url(key), docs, tokens=tokens)
 
 
 @contextlib.contextmanager
