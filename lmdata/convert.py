@@ -4,7 +4,7 @@ Records go to record formats as they are (the target's writer infers what it nee
 MDS columns, from the records themselves); token sequences go to token formats as stored (a
 format's fixed splits are kept when the target has them too). Source blocks are read by worker
 processes in parallel, staged by them beside the output (token blocks as arrays, record blocks
-through :mod:`lmdata.parallel.records`), and committed in order, atomically.
+through ``lmdata.parallel.records``), and committed in order, atomically.
 
 Resume follows tokenize: a block is marked done once the writer took it, and its staged part
 stays until the output is committed, so an interrupted job (Ctrl-C, a kill, an error that is
@@ -19,18 +19,22 @@ import io
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lmdata import formats
+from lmdata import _provenance, formats
 from lmdata._api import open as open_dataset
+from lmdata._api import provenance as recorded
 from lmdata._api import writer as open_writer
+from lmdata._options import checked
+from lmdata._progress import OnProgress, Ticker
 from lmdata._version import __version__
 from lmdata.errors import InvalidInputError, OutputExistsError
-from lmdata.parallel import Executor, InProcess, make_executor
+from lmdata.parallel import Executor, check_choice, executor_for
 from lmdata.parallel import records as record_codec
 from lmdata.parallel.staging import (
     Staging,
@@ -174,49 +178,68 @@ def _blocks(
         _init(None)  # in-process: no reference to the reader outlives the job
 
 
+@checked("lmdata.convert", hide=("to",))
 def convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
-    to: str,
+    format: str | None = None,
     *,
     source_format: str | None = None,
     split: str | None = None,
     workers: int | None = None,
     engine: str = "processes",
     address: str | None = None,
+    executor: Executor | None = None,
     overwrite: bool = False,
     writer_options: dict[str, Any] | None = None,
     reader_options: dict[str, Any] | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: OnProgress | None = None,
     storage_options: dict[str, Any] | None = None,
     resume: bool = False,
+    to: str | None = None,
 ) -> ConvertSummary:
-    """Convert the dataset at ``src`` into format ``to`` at ``dst``.
+    """Convert the dataset at ``src`` into ``format`` at ``dst`` (``to=`` is its old name:
+    deprecated).
 
     Records go to record formats as they are; token sequences go to token formats, or to
     record formats as ``{"tokens": ids}`` (read them back with ``token_column="tokens"``).
+    The tokenizer the source records (``lmdata.info``) is recorded in the output where the
+    format has room for it, so ``cat --decode`` and the model's vocabulary still find it.
     ``reader_options`` go to the source's reader (``token_column=`` gives the token view of a
     records source). ``engine`` ("inprocess", "processes", "ray" at ``address``) and
-    ``workers`` choose where source blocks are read; the output is the same for all.
+    ``workers`` choose where source blocks are read, or ``executor`` (an
+    ``lmdata.parallel.Executor`` of the caller's) reads them; the output is the same for
+    all. ``progress`` receives ``lmdata.Progress`` events of the phase "convert": the
+    records written, of the source's total.
     ``storage_options`` go to the stores of URLs (``src`` and ``dst`` alike); an output URL is
     written through the target format's writer, which commits it metadata-last.
 
-    Blocks read by workers are staged beside the output (:func:`work_area`) until it is
+    Blocks read by workers are staged beside the output (``work_area``) until it is
     committed; an interrupted job keeps them, and ``resume=True`` (the same source, unchanged,
     and options) reads only the blocks not done, with the same output bytes. A job running in
     this process (``workers`` 0 or 1, or one block) stages only with ``resume=True``, so pass
     it from the first run to make such a job resumable.
     """
+    if to is not None:
+        warnings.warn(
+            "lmdata.convert(to=) is deprecated and goes in lmdata 0.3; pass format=",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if format is not None and format != to:
+            raise InvalidInputError(f"to={to!r} and format={format!r}: give the format once")
+    target = format or to
+    if target is None:
+        raise InvalidInputError("convert needs the target format: format= (--to)")
+    check_choice(executor, engine, workers, address)
     with options_scope(storage_options):
         return _convert(
             src,
             dst,
-            to,
+            target,
             source_format,
             split,
-            workers,
-            engine,
-            address,
+            (executor, engine, workers, address),
             overwrite,
             writer_options,
             reader_options,
@@ -263,17 +286,17 @@ def _convert(
     to: str,
     source_format: str | None,
     split: str | None,
-    workers: int | None,
-    engine: str,
-    address: str | None,
+    where: tuple[Executor | None, str, int | None, str | None],
     overwrite: bool,
     writer_options: dict[str, Any] | None,
     reader_options: dict[str, Any] | None,
-    progress: Callable[[int], None] | None,
+    progress: OnProgress | None,
     resume: bool,
 ) -> ConvertSummary:
     t0 = time.perf_counter()
     target = formats.spec(to)
+    if target.kind == "tokens":  # a records target's writer checks its own options
+        formats.check_writer_options(target, writer_options or {}, "lmdata.convert")
     # the output's claim names the job: a resume takes over the claim a killed run left
     with claim_job(work_area(dst).where, takeover=resume):
         try:
@@ -310,8 +333,8 @@ def _convert(
             summary.seconds = time.perf_counter() - t0
             return summary
         staging, done = _resume(dst, _manifest(*job)) if resume else (None, set())
-        pool = make_executor(engine, workers, address, units=units - len(done))
-        if staging is None and not isinstance(pool, InProcess):
+        pool = executor_for(*where, units=units - len(done))
+        if staging is None and not pool.in_process:
             # blocks read by workers are staged beside the output and committed from there; a
             # new job empties what a killed one left
             staging = work_area(dst)
@@ -356,7 +379,7 @@ def _copy(
     pool: Executor,
     overwrite: bool,
     opts: dict[str, Any],
-    progress: Callable[[int], None] | None,
+    progress: OnProgress | None,
     staging: Staging | None,
     done: set[tuple[int, int]],
     summary: ConvertSummary,
@@ -366,14 +389,20 @@ def _copy(
     interruption the staging area is kept if a resume could use it, else removed."""
     marked = len(done)  # blocks done: what a resume would not read again
     tokens = all(is_token_reader(r) for _, r in sources)
+    readers = [r for _, r in sources]
+    if target.provenance is not None and "provenance" not in opts:
+        kept = _provenance.carried(recorded(readers[0]))  # the tokenizer that made the ids
+        if kept is not None:
+            opts = {**opts, "provenance": kept}
     try:
-        out = _open_output(src, dst, target, [r for _, r in sources], tokens, overwrite, opts)
+        out = _open_output(src, dst, target, readers, tokens, overwrite, opts)
     except BaseException:
         if staging is not None and not marked:
             staging.clear()
         raise
     records = 0
     closing = False
+    tick = Ticker(progress, sum(len(r) for _, r in sources), "convert", "records")
     try:
         for i, (s, reader) in enumerate(sources):
             for k, block, fresh in _blocks(reader, pool, staging, i, tokens, done):
@@ -398,8 +427,7 @@ def _copy(
                     marked += 1
                 elif (i, k) in done:
                     summary.resumed += len(block)
-                if progress:
-                    progress(records)
+                tick.to(records)
         closing = True
         out.close()  # the output is committed: the staged blocks are of no more use
     except BaseException as e:

@@ -1,4 +1,5 @@
-"""The two reader contracts every format satisfies, and the capabilities a reader may add.
+"""The reader contracts every format satisfies, the writer contract, and the capabilities a
+token reader may add.
 
 Readers match these shapes structurally; nothing inherits from them. :class:`EncodedTokens`,
 :class:`SequenceIndex` and :class:`DocumentIds` name what a token reader may offer beyond
@@ -16,7 +17,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Iterator, Sequence
-from typing import Any, Generic, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -191,6 +192,26 @@ def satisfies(obj: object, proto: type) -> bool:
     return not missing(obj, proto)
 
 
+W = TypeVar("W", bound="Writer")
+
+
+@runtime_checkable
+class Writer(Protocol):
+    """What ``lmdata.writer`` returns: items in with ``write``, then ``close`` commits the
+    dataset (atomically: before it, readers see the old dataset or none) or ``abort`` drops
+    it. As a context manager it closes on a clean exit and aborts on an exception."""
+
+    def write(self, item: Any, /) -> None: ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def __enter__(self: W) -> W: ...
+
+    def __exit__(self, *exc: object) -> Any: ...
+
+
 def is_token_reader(reader: object) -> bool:
     return isinstance(reader, TokenSequences)
 
@@ -209,7 +230,7 @@ def normalize_index(index: int, n: int, where: str = "") -> int:
 
 
 def normalize_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
-    """Vectorised :func:`normalize_index` returning int64 indices."""
+    """Vectorised ``normalize_index`` returning int64 indices."""
     idx = np.asarray(indices)
     if idx.size == 0:
         return np.zeros(0, dtype=np.int64)

@@ -3,6 +3,7 @@ rest, and the output is byte for byte an uninterrupted run's."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -17,10 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmdata
-import lmdata.convert as conv
 from lmdata.cli.main import cli
 from lmdata.convert import convert
 from lmdata.errors import InvalidInputError
+
+conv = importlib.import_module("lmdata.convert")  # the module, not lmdata.convert
 
 BLOCK = 16  # records per block in these tests: a few hundred records make many blocks
 
@@ -67,8 +69,10 @@ def stop_after(blocks: int):
     ``blocks`` blocks are written."""
     calls = []
 
-    def progress(records: int) -> None:
-        calls.append(records)
+    def progress(e) -> None:
+        if not e.done:  # the first event announces the total
+            return
+        calls.append(e.done)
         if len(calls) == blocks:
             raise Stop
 
@@ -78,18 +82,18 @@ def stop_after(blocks: int):
 def read_units(monkeypatch) -> list[int]:
     """The first record of every block the executor is asked to read, in order."""
     seen: list[int] = []
-    real = conv.make_executor
+    real = conv.executor_for
 
     class Recording:
         def __init__(self, inner):
-            self.inner = inner
+            self.inner, self.workers, self.in_process = inner, inner.workers, inner.in_process
 
         def map_ordered(self, fn, units, **kw):
             units = list(units)
             seen.extend(u.lo for u in units)
             return self.inner.map_ordered(fn, units, **kw)
 
-    monkeypatch.setattr(conv, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
+    monkeypatch.setattr(conv, "executor_for", lambda *a, **k: Recording(real(*a, **k)))
     return seen
 
 
@@ -239,10 +243,10 @@ def test_a_killed_convert_resumes(tmp_path):
     convert(src, tmp_path / "ref" / "out", "dolma", workers=0)
     code = (
         "import os, signal, sys\n"
-        "import lmdata.convert as conv\n"
+        "import importlib\nconv = importlib.import_module('lmdata.convert')\n"
         f"conv.BLOCK = {BLOCK}\n"
-        "def progress(n):\n"
-        f"    if n >= 3 * {BLOCK}:\n"
+        "def progress(e):\n"
+        f"    if e.done >= 3 * {BLOCK}:\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
         "conv.convert(sys.argv[1], sys.argv[2], 'dolma', workers=0, resume=True,\n"
         "             progress=progress)\n"

@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from lmdata._api import detect, manifest_summary, validate
-from lmdata._progress import reporting
 from lmdata.cli._common import DatasetPath, format_option, storage_option, unsafe_pickle_option
+from lmdata.cli._progress import shown
 
 
 @click.command("validate")
@@ -47,8 +47,8 @@ def command(
     terminal, a line every LMDATA_PROGRESS_INTERVAL seconds in a log), counting the bytes
     of the dataset's data checked.
     """
-    name = fmt or detect(path, storage_options)
-    with reporting("validate", quiet) as progress:
+    name = fmt or detect(path, storage_options=storage_options)
+    with shown(quiet, leave=False, delay=0.5) as progress:
         problems = validate(
             path,
             format=name,
@@ -59,7 +59,7 @@ def command(
         )
     if not problems:
         if not quiet:
-            made = manifest_summary(path, storage_options)
+            made = manifest_summary(path, storage_options=storage_options)
             if isinstance(made, dict):
                 how = "every byte matches" if deep else "names and sizes match"
                 click.echo(f"{path}: valid {name} dataset ({how} its manifest)")

@@ -126,6 +126,6 @@ def start_token(reader: Any, bos_id: int | None) -> int:
                 "in whose vocabulary id 0 is an ordinary token: every document's first input "
                 f"is 0 (the flat-tokens convention). Pass bos_id={hint} to start documents "
                 "with an id of your choice (bos_id=0 keeps 0 and says nothing)",
-                stacklevel=3,
+                stacklevel=4,  # this, Loader.__init__, its option check, the caller's line
             )
     return 0

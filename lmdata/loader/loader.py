@@ -17,8 +17,17 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._options import checked
 from lmdata.errors import InvalidInputError
-from lmdata.loader.config import LoaderConfig, default_topology, refuse_naive_workers
+from lmdata.loader.config import (
+    Dtype,
+    LoaderConfig,
+    LongDocs,
+    Mode,
+    default_topology,
+    deprecated,
+    refuse_naive_workers,
+)
 from lmdata.loader.inputs import open_source, split_weights, start_token
 from lmdata.loader.lineage import Lineage, lineage
 from lmdata.loader.mixture import Mixture, exact_weights
@@ -62,17 +71,19 @@ class Loader:
     variable-length attention. ``bos_id`` defaults to the recorded tokenizer's BOS. ``epochs``
     makes a finite pass (evaluation): it stops after that many epochs and pads the last batch
     (``loss_mask`` False) instead of dropping it; with ``drop_last`` it serves full rows and
-    full batches only, leaving out the partial row and the incomplete last batch. See the
-    README for the batch keys and dtypes.
+    full batches only, leaving out the partial row and the incomplete last batch. The batch
+    keys and dtypes of each mode: the Loader guide (``docs/guide/loader.md``). Old spellings
+    (``batch_size=`` per rank, ``packed=``, ``truncate=``) warn until lmdata 0.3.
     """
 
+    @checked("lmdata.Loader", hide=("batch_size", "packed", "truncate"))
     def __init__(
         self,
         sources: Any,
         *,
         seq_len: int,
         global_batch_size: int | None = None,
-        mode: str = "packed",
+        mode: Mode = "packed",
         weights: list[float] | None = None,
         shuffle: bool = True,
         seed: int = 0,
@@ -80,10 +91,10 @@ class Loader:
         world_size: int | None = None,
         token_column: str | None = None,
         epochs: int | None = None,
-        dtype: str = "int32",
+        dtype: Dtype = "int32",
         bos_id: int | None = None,
         pad_id: int = 0,
-        long_docs: str | None = None,
+        long_docs: LongDocs | None = None,
         drop_last: bool = False,
         block_rows: int = 4096,
         varlen: bool = False,
@@ -109,6 +120,7 @@ class Loader:
                 f"world_size={world_size}"
             )
         if batch_size is not None:  # the pre-0.2 name: a per-rank batch
+            deprecated("batch_size=B", "global_batch_size=B * world_size")
             if global_batch_size is not None:
                 raise InvalidInputError(
                     "pass global_batch_size= only (batch_size= is its old per-rank form)"
@@ -117,8 +129,10 @@ class Loader:
         if global_batch_size is None:
             raise InvalidInputError("global_batch_size= is required")
         if packed is not None:  # old spelling of mode
+            deprecated(f"packed={packed}", f"mode={'packed' if packed else 'unpacked'!r}")
             mode = "packed" if packed else "unpacked"
         if truncate is not None:
+            deprecated(f"truncate={truncate}", f"long_docs={'truncate' if truncate else 'error'!r}")
             long_docs = "truncate" if truncate else "error"
         if long_docs is None:  # bestfit's point is whole documents: long ones in pieces
             long_docs = "split" if mode == "bestfit" else "truncate"
@@ -195,32 +209,31 @@ class Loader:
                     "lower seq_len or drop the source"
                 )
         sizes = exact_weights([s.num_rows for s in self.sources])
-        if weights is None:
-            weights = sizes
-        elif len(weights) != len(self.sources):
+        if weights is not None and len(weights) != len(self.sources):
             raise InvalidInputError(
                 f"{len(weights)} weights for {len(self.sources)} sources; give one per source"
             )
-        weights = exact_weights(list(weights))
+        mix = sizes if weights is None else exact_weights(list(weights))
         # a finite pass serves every row of every source `epochs` times, all ending together:
         # its proportions are the sources' sizes
-        self._total = None if epochs is None else self.num_rows * epochs
+        rows = None if epochs is None else self.num_rows * epochs
+        self._total = rows
         if drop_last and self._total is not None:  # whole batches only
             self._total -= self._total % global_batch_size
             if not self._total:
                 raise InvalidInputError(
-                    f"drop_last=True leaves no batch: {self.num_rows * epochs} rows in the "
+                    f"drop_last=True leaves no batch: {rows} rows in the "
                     f"pass, fewer than one global batch of {global_batch_size}; lower "
                     "global_batch_size or pass drop_last=False (the batch is padded)"
                 )
-        if epochs is not None and weights != sizes:
+        if epochs is not None and mix != sizes:
             raise InvalidInputError(
                 "a finite pass (epochs=) over several sources serves every row of each "
                 "`epochs` times, so its mixture is the sources' sizes; leave weights=None "
                 "(or evaluate each source with its own Loader)"
             )
         try:
-            self.mixture = Mixture(weights, global_batch_size, total=self._total)
+            self.mixture = Mixture(mix, global_batch_size, total=self._total)
         except InvalidInputError as e:
             if epochs is None:
                 raise
@@ -427,7 +440,7 @@ class Loader:
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This rank's batch of ``step``: a dict of ``(local_batch_size, seq_len)`` arrays
-        (with ``varlen``, also ``cu_seqlens`` and ``max_seqlen``: see :func:`packing.varlen`)."""
+        (with ``varlen``, also ``cu_seqlens`` and ``max_seqlen``: see ``packing.varlen``)."""
         out = self._batch(step)
         if self.varlen:
             out["cu_seqlens"], out["max_seqlen"] = varlen(out["segment_ids"])
@@ -478,7 +491,7 @@ class Loader:
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Batches from ``self.step`` on; ``self.step`` counts those handed out (a finite
-        loader whose pass is over starts a new pass: :meth:`new_pass`)."""
+        loader whose pass is over starts a new pass: ``new_pass``)."""
         refuse_naive_workers()
         self.new_pass()
         if self.prefetch > 0:
@@ -496,7 +509,7 @@ class Loader:
     def state_dict(self) -> dict[str, Any]:
         """The global position and what it depends on: small, JSON-able, rank-free.
 
-        An error if DataLoader workers iterated this loader's :meth:`to_torch` dataset: they run
+        An error if DataLoader workers iterated this loader's ``to_torch`` dataset: they run
         copies of the loader, so ``self.step`` is not where the training is (the message names
         the patterns whose state is right)."""
         if self._torch_use is not None:
@@ -524,8 +537,8 @@ class Loader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was saved (any rank/worker layout).
 
-        ``state`` is a :meth:`state_dict`, or the ``state_dict()`` of a torchdata
-        ``StatefulDataLoader`` over :meth:`to_torch` with any number of workers (its global
+        ``state`` is a ``state_dict``, or the ``state_dict()`` of a torchdata
+        ``StatefulDataLoader`` over ``to_torch`` with any number of workers (its global
         position is the step after the last batch it handed out). A different global batch
         size or different weights continue each source's stream from what it had served; a
         different dataset, seed, sequence length or mode is an error naming what differs.
@@ -575,11 +588,11 @@ class Loader:
         ``DataLoader(ds, batch_size=None, num_workers=k)``: worker ``i`` computes steps
         ``i, i+k, ...`` and the DataLoader hands them out in order, none lost or repeated.
         Resume state: without workers each batch handed out advances ``self.step``; with
-        workers the main process runs none of the dataset, so :meth:`state_dict` refuses (it
-        would restart the data). Use :meth:`torch_loader`, or torchdata's
+        workers the main process runs none of the dataset, so ``state_dict`` refuses (it
+        would restart the data). Use ``torch_loader``, or torchdata's
         ``StatefulDataLoader(ds, batch_size=None, num_workers=k)`` and its ``state_dict()``:
         the dataset is a torchdata ``Stateful`` whose workers' states give the global position
-        (:meth:`load_state_dict` takes it, for another worker count).
+        (``load_state_dict`` takes it, for another worker count).
         """
         from lmdata.loader.torch_dataset import TorchBatches
 
@@ -588,8 +601,8 @@ class Loader:
     def torch_loader(
         self, *, num_workers: int = 0, pin_memory: bool = False, **options: Any
     ) -> Any:
-        """A torch DataLoader over :meth:`to_torch` that advances ``self.step`` per batch
-        received, so :meth:`state_dict` is right at any moment, with or without workers."""
+        """A torch DataLoader over ``to_torch`` that advances ``self.step`` per batch
+        received, so ``state_dict`` is right at any moment, with or without workers."""
         from lmdata.loader.torch_dataset import TorchLoader
 
         return TorchLoader(self, num_workers=num_workers, pin_memory=pin_memory, **options)

@@ -44,7 +44,8 @@ def unit_name(file: int, part: int) -> str:
 class Staging(Protocol):
     """The staging area of one job; picklable, so each worker writes its parts itself."""
 
-    where: str  # shown in messages
+    @property
+    def where(self) -> str: ...  # shown in messages
 
     def exists(self) -> bool: ...
 

@@ -37,6 +37,7 @@ from lmdata.storage._errors import (
     tune,
     with_defaults,
 )
+from lmdata.storage._fetch import Pin
 from lmdata.storage.base import MAX_READ_BYTES, Usage, join
 from lmdata.storage.ranges import RangeCache
 
@@ -217,6 +218,11 @@ class FsspecStore:
             self._roots.append(key)
             self._listed = sorted(k for k in self._pins if self._root_of(k) is not None)
 
+    def pinned(self, key: str) -> bool:
+        """Whether ``key`` is an object this store has seen already (read, sized or listed):
+        an object, not a folder, known without a request."""
+        return key.rstrip("/") in self._pins
+
     def files_below(self, key: str) -> list[str] | None:
         """Keys of every object below ``key`` from a snapshot, or None if none covers it."""
         return self._below(key) if self._root_of(key) is not None else None
@@ -360,7 +366,7 @@ class FsspecStore:
         return self._fetch_pinned(key, url, groups, pin)
 
     def _fetch_pinned(
-        self, key: str, url: str, groups: builtins.list[tuple[int, int]], pin: _fetch.Pin | None
+        self, key: str, url: str, groups: builtins.list[tuple[int, int]], pin: Pin | None
     ) -> builtins.list[bytes]:
         raw = self.raw
         DOWN.check(raw, url)

@@ -269,8 +269,8 @@ class FsspecOutput:
     def _commit_staged(self) -> None:
         """A staged directory: the validating objects staged too, the journal into the claim,
         then the moves of :func:`claims.put_in_place`."""
-        for name, data in self._last:
-            self.store.put(self._key(name), data)
+        for name, blob in self._last:
+            self.store.put(self._key(name), blob)
         last = [name for name, _ in self._last]
         data = list(dict.fromkeys(n for n in self._written if n not in set(last)))
         self._journal = claim_body(stage=self.stage, committing=last, data=data, marker=self.marker)

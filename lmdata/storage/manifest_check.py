@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
-from lmdata.errors import CorruptDataError
+from lmdata._progress import OnProgress, Ticker
+from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.storage import _digest
 from lmdata.storage._digest import combine, digest_of
 from lmdata.storage.base import Store, join, parent
 from lmdata.storage.manifest import NAME, FileEntry, Manifest, location, modified, read
 from lmdata.storage.manifest_output import made_by, skipped
-
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ class Found:
 
 def find(store: Store, key: str, is_dir: bool | None = None) -> Found | None:
     """The manifest of the dataset at ``key``, or None if it has none."""
+    if is_dir is None and getattr(store, "pinned", lambda k: False)(key):
+        is_dir = False  # an object a reader of this store opened: no probe for a folder
     if is_dir is None and not store.can_mmap and not _cached(store, key):
         # an object store: the folder's manifest, else the one beside the object (no probe)
         for d in (True, False):
@@ -71,7 +73,7 @@ def find(store: Store, key: str, is_dir: bool | None = None) -> Found | None:
 def _cached(store: Store, key: str) -> bool:
     """Whether an object store's listings cache knows ``key`` or its folder (a reader listed
     them): then telling a folder from an object costs no request."""
-    fs = getattr(store, "fs", None)
+    fs: Any = getattr(store, "fs", None)
     cache = getattr(fs, "dircache", None)
     if not cache:
         return False
@@ -82,7 +84,7 @@ def _cached(store: Store, key: str) -> bool:
 def _listed(store: Store, folder: str, name: str) -> bool:
     """False only when an object store's cached listing of ``folder`` (a reader's) shows no
     ``name``: no request is spent looking for a manifest that is not there."""
-    fs = getattr(store, "fs", None)
+    fs: Any = getattr(store, "fs", None)
     cache = getattr(fs, "dircache", None) if not store.can_mmap else None
     if not cache:
         return True
@@ -215,19 +217,16 @@ def hash_blocks(
     store: Store,
     files: list[tuple[str, int]],
     block: int | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int | None = None,
 ) -> Iterator[tuple[str, list[bytes]]]:
     """``(key, raw block digests)`` of each ``(key, size)`` file as it is finished, its blocks
     read (``pread`` locally, ranged GETs on object stores) and hashed on ``workers`` threads
-    (default: the CPUs); ``progress(done, total)`` in bytes. A file shorter than ``size``
-    when read is a CorruptDataError."""
+    (default: the CPUs); ``progress`` gets events of the phase "hash", in bytes. A file
+    shorter than ``size`` when read is a CorruptDataError."""
     workers = max(1, workers or os.cpu_count() or 1)
     block = block or _digest.BLOCK
-    total = sum(s for _, s in files)
-    done = 0
-    if progress is not None:
-        progress(0, total)
+    tick = Ticker(progress, sum(s for _, s in files), "hash")
 
     def work(f: _File, i: int) -> tuple[_File, int, bytes, int]:
         a = i * f.block
@@ -248,11 +247,8 @@ def hash_blocks(
                 yield f, i
 
     def take(fut: Future[tuple[_File, int, bytes, int]]) -> Iterator[tuple[str, list[bytes]]]:
-        nonlocal done
         f, i, d, n = fut.result()
-        done += n
-        if progress is not None:
-            progress(done, total)
+        tick.add(n)
         f.digests[i] = d
         f.left -= 1
         if f.left == 0:
@@ -277,7 +273,7 @@ def deep_problems(
     store: Store,
     found: Found,
     skip: set[str] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int | None = None,
 ) -> list[Problem]:
     """Hash every block of the files listed (those in ``skip``, already found deleted or of
@@ -319,7 +315,7 @@ def create(
     format: str | None = None,
     records: int | None = None,
     carried: dict[str, FileEntry] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int | None = None,
 ) -> Manifest:
     """Hash the files of the dataset at ``key`` (every file below a folder; for one file,
@@ -355,6 +351,42 @@ def create(
     return m
 
 
+def update(store: Store, key: str, names: list[str]) -> Manifest:
+    """Put into the manifest of the dataset folder ``key`` the files ``names`` (relative to
+    it) as they are now, hashed, every other entry of its present manifest kept as it is
+    (also a file since deleted: the check reports it): a job that wrote files into a dataset
+    another writer made (a Dolma tree's attribute sets) leaves what it did not write checked
+    against what was written before. A folder without a manifest gets one listing ``names``."""
+    try:
+        old = find(store, key, True)
+    except LmdataError:  # unreadable: replaced by one of what this job knows
+        old = None
+    m = old.manifest if old is not None else None
+    mkey, folder = location(store, key, True)
+    block = m.block if m is not None else _digest.BLOCK
+    entries = m.entries() if m is not None else {}
+    sizes = listing(store, folder)
+    files = [(join(folder, n), sizes[n]) for n in sorted(set(names)) if n in sizes]
+    for k, digests in hash_blocks(store, files, block):
+        n = k[len(folder.rstrip("/")) + 1 :]
+        entries[n] = FileEntry.of(n, digest_of(sizes[n], digests))
+    new = Manifest(
+        tuple(entries.values()),
+        block,
+        made_by=made_by(),
+        format=m.format if m is not None else None,
+        records=m.records if m is not None else None,
+    )
+    out = store.output(mkey, directory=False, overwrite=True)
+    try:
+        out.write_last("", new.to_bytes())
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return new
+
+
 __all__ = [
     "NAME",
     "Found",
@@ -367,5 +399,6 @@ __all__ = [
     "listing",
     "listing_problems",
     "modified",
+    "update",
     "verify",
 ]

@@ -74,7 +74,7 @@ class ManifestOutput:
         self._digests: dict[str, Digest] = {}
         self._records: dict[str, int] = {}
         self._carried: dict[str, FileEntry] = {}
-        self.block = group.block if group is not None else _digest.BLOCK
+        self.block: int = group.block if group is not None else _digest.BLOCK
         self.records: int | None = None  # the dataset's records, when the writer says
         self._group = group if group is not None else self
         self._members: list[ManifestOutput] = [self]

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import lmdata
-from lmdata import _progress
+from lmdata.cli import _progress
 from lmdata.cli.main import cli
 
 LINE = re.compile(r"^(validate|info|merge): [\d.]+ [kMG]?B of [\d.]+ [kMG]?B \((\d+)%\)")
@@ -100,7 +100,7 @@ def test_merge_prints_progress_and_its_summary(tmp_path: Path) -> None:
         paths.append(str(p))
     out = tmp_path / "m.pbin"
     res = run("merge", *paths, "-o", str(out))
-    assert res.exit_code == 0 and res.stdout.startswith("merged 2 files: 6 documents")
+    assert res.exit_code == 0 and res.stdout.startswith("merged 2 modalities inputs: 6 records")
     lines = res.stderr.splitlines()
     assert lines[0].startswith("merge: 0 B of ") and lines[-1].startswith("merge: done, "), lines
     quiet = run("merge", *paths, "-o", str(out), "--overwrite", "-q")
@@ -111,10 +111,10 @@ def test_failed_work_ends_without_a_done_line(monkeypatch) -> None:
     out = io.StringIO()
     monkeypatch.setattr(_progress.sys, "stderr", out)
     monkeypatch.setenv("LMDATA_PROGRESS_INTERVAL", "0")
-    with pytest.raises(KeyError), _progress.reporting("validate") as progress:
+    with pytest.raises(KeyError), _progress.shown(leave=False) as progress:
         assert progress is not None
-        progress(0, 10)
-        progress(4, 10)
+        progress(lmdata.Progress(0, 10, "bytes", "validate"))
+        progress(lmdata.Progress(4, 10, "bytes", "validate"))
         raise KeyError
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[1].startswith("validate: 4 B of 10 B (40%)"), lines

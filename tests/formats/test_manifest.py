@@ -353,7 +353,7 @@ def test_convert_and_tokenize_write_manifests(where):
         for d in _docs(30):
             w.write(d)
     convert(src, f"{where}-mds", "mds", workers=0)
-    lmdata.tokenize(src, f"{where}-tok", to="flat-tokens", workers=0)
+    lmdata.tokenize(src, f"{where}-tok", format="flat-tokens", workers=0)
     for out in (f"{where}-mds", f"{where}-tok"):
         made = lmdata.info(out)["manifest"]
         assert isinstance(made, dict) and made["files"] > 1
@@ -368,3 +368,16 @@ def test_overwriting_a_one_file_dataset_replaces_its_manifest(where):
                 w.write([1, 2, 3])
         assert lmdata.info(path)["manifest"]["records"] == n
         assert lmdata.validate(path, deep=True) == []
+
+
+def test_an_atlas_append_on_s3_keeps_the_manifest_right(s3_root):
+    url = f"{s3_root}/a"
+    with lmdata.writer(url, "atlas", shard_size=20, compression_strategy=1) as w:
+        for d in _docs(50):
+            w.write(d)
+    with lmdata.writer(url, "atlas", append=True) as w:
+        for d in _docs(30):
+            w.write(d)
+    assert lmdata.info(url)["manifest"]["records"] == 80
+    assert lmdata.validate(url, deep=True) == []
+    assert len(lmdata.open(url)) == 80

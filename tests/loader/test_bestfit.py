@@ -105,6 +105,7 @@ def served(loader: Loader, starts: np.ndarray, epochs: int) -> list[list[tuple[i
 # ---- best fit itself ----------------------------------------------------------------------
 
 
+@pytest.mark.native
 @settings(max_examples=150, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 40), max_size=120),
@@ -456,6 +457,7 @@ def test_workers_give_the_loaders_batches(tmp_path):
             assert all(torch.equal(a[k], torch.from_numpy(b[k])) for k in b)
 
 
+@pytest.mark.native
 def test_the_numpy_layout_and_python_packing_give_the_same_batches(monkeypatch, tmp_path):
     from lmdata.loader import packing
 

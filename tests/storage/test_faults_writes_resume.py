@@ -198,7 +198,7 @@ def _job(kind, src, out, resume=False):
     from lmdata.convert import convert
 
     if kind == "tokenize":
-        return lmdata.tokenize(str(src), out, to="flat-tokens", workers=0, resume=resume)
+        return lmdata.tokenize(str(src), out, format="flat-tokens", workers=0, resume=resume)
     return convert(str(src), out, "dolma", workers=0, resume=True)  # staged from the first run
 
 

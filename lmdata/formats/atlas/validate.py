@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from lmdata import _provenance
+from lmdata._progress import OnProgress, Ticker
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.atlas.meta import (
     DATA,
     DICT,
@@ -30,19 +30,25 @@ def validate(
     path: str | os.PathLike[str],
     *,
     allow_unsafe_pickle: bool = False,
-    progress: Progress | None = None,
-    **options: Any,
+    progress: OnProgress | None = None,
+    max_block_bytes: int | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> list[str]:
     """All problems in the Atlas dataset at ``path`` (empty when valid): metas, folder names,
     every offset, every block decoded and counted; ``progress`` counts data.bin bytes, shard
     by shard."""
     rep = ProblemReport()
     try:
-        ds = Atlas(path, allow_unsafe_pickle=allow_unsafe_pickle, **options)
+        ds = Atlas(
+            path,
+            allow_unsafe_pickle=allow_unsafe_pickle,
+            storage_options=storage_options,
+            **({} if max_block_bytes is None else {"max_block_bytes": max_block_bytes}),
+        )
     except LmdataError as e:
         return [str(e)]
     sizes = data_sizes(ds) if progress is not None else [0] * len(ds.shards)
-    tick = Ticker(progress, sum(sizes))
+    tick = Ticker(progress, sum(sizes), "validate")
     _check_layout(ds, ds.root, rep)
     for s in range(len(ds.shards)):
         _check_shard(ds, s, rep)
@@ -189,13 +195,14 @@ def info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
-    **options: Any,
+    progress: OnProgress | None = None,
+    allow_unsafe_pickle: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A summary for ``lmdata info``: counts, strategies, block sizes, sizes on disk (from the
     metadata: ``scan`` is accepted, nothing here reads the data; ``progress`` gets the data
     bytes summarised, once they are known)."""
-    ds = Atlas(path, **options)
+    ds = Atlas(path, allow_unsafe_pickle=allow_unsafe_pickle, storage_options=storage_options)
     strategies: dict[str, int] = {}
     block_sizes: dict[str, int] = {}
     for sh in ds.shards:
@@ -203,7 +210,7 @@ def info(
         strategies[name] = strategies.get(name, 0) + 1
         block_sizes[str(sh.meta.block_size)] = block_sizes.get(str(sh.meta.block_size), 0) + 1
     data_bytes = sum(data_sizes(ds))
-    Ticker(progress, data_bytes).finish()
+    Ticker(progress, data_bytes, "info").finish()
     url = ds.store.url(str(ds.root))
     out: dict[str, Any] = {
         "format": "atlas",

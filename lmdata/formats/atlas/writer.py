@@ -18,6 +18,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from lmdata import _provenance
+from lmdata._options import checked
 from lmdata.errors import (
     DatasetNotFoundError,
     InvalidInputError,
@@ -78,6 +79,7 @@ class Writer(AtomicWriter):
     keep the hashes it lists.
     """
 
+    @checked("lmdata.formats.atlas.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],

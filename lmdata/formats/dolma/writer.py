@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from lmdata._options import checked
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import open_write, suffix_for
 from lmdata.formats.dolma._paths import COMMIT_MARKER, shown
@@ -65,6 +66,7 @@ class Writer(AtomicWriter):
     file's size, documents and hashes) at its root; attribute folders added later by ``tag``
     or ``dedupe`` are no change to it."""
 
+    @checked("lmdata.formats.dolma.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -77,7 +79,6 @@ class Writer(AtomicWriter):
         prefix: str = "part",
         storage_options: dict[str, Any] | None = None,
         manifest: bool = True,
-        **_: Any,
     ) -> None:
         if compression not in ("gz", "zst", "none"):
             raise InvalidInputError(f"compression {compression!r}: use gz, zst or none")

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.flat_tokens import _windows
 from lmdata.formats.flat_tokens._windows import (
     aligned_rows,
@@ -381,7 +381,7 @@ class FlatTokens:
         self, layout: Any, starts: np.ndarray, width: int, scale: int, *args: Any
     ) -> bool:
         """The stored windows ``tokens[s * scale : s * scale + width]`` for each ``s`` in
-        ``starts`` (int64) handed where they lie to ``layout``, a C layout of ``lmdata._kernel``
+        ``starts`` (int64) handed where they lie to ``layout``, a C layout of ``_native.kernel``
         (``packed_at``, ``eos_at``) that finds them in the mapped chunks and writes its outputs
         ``args`` in one call: a Loader batch with nothing built per row. True when done; False
         (outputs untouched) where a window lies outside the tokens, straddles two chunks or
@@ -481,19 +481,22 @@ def dataset_info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
-    **options: Any,
+    progress: OnProgress | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored
     (from the metadata: ``scan`` is accepted, nothing here reads the tokens; ``progress``
     counts the bytes of the splits' arrays summarised)."""
     from lmdata.storage import usage
 
-    store, key = resolve(path, options.get("storage_options"))
+    store, key = resolve(path, storage_options)
     names = split_names(store, key)
-    readers = {s or basename(key): FlatTokens(path, split=s or None, **options) for s in names}
+    readers = {
+        s or basename(key): FlatTokens(path, split=s or None, storage_options=storage_options)
+        for s in names
+    }
     sizes = {n: r.num_tokens * 4 + (len(r) + 1) * 8 for n, r in readers.items()}
-    tick = Ticker(progress, sum(sizes.values()))
+    tick = Ticker(progress, sum(sizes.values()), "info")
     splits = {}
     for n, r in readers.items():
         splits[n] = r.info()
@@ -503,7 +506,7 @@ def dataset_info(
         "path": store.url(key),
         "splits": splits,
     }
-    used = usage(path, options.get("storage_options"))
+    used = usage(path, storage_options)
     out["bytes_on_disk"], out["apparent_bytes"] = used.disk, used.apparent
     prov = _provenance(store, key) if names and names != [""] else None  # a root, not a split
     if prov is not None:

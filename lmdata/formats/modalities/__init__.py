@@ -13,11 +13,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import LmdataError, StorageError
 from lmdata.formats._spec import (
     FormatSpec,
-    Progress,
-    Ticker,
     TokenSink,
     TokenTarget,
     detector,
@@ -78,20 +77,18 @@ def detect(path: str | os.PathLike[str]) -> bool:
     return key.endswith(SUFFIX) or sniff(path)
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> PackedTokens:
-    """The reader of a ``.pbin`` (options: allow_unsafe_pickle, repair_origin_merge)."""
-    from lmdata.formats.modalities.reader import PackedTokens
-
-    options.pop("split", None)
-    return PackedTokens(path, **options)
+# open(path, *, allow_unsafe_pickle, repair_origin_merge, storage_options): a .pbin's reader
+open = lazy("lmdata.formats.modalities.reader:PackedTokens")
 
 
 def info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
-    **options: Any,
+    progress: OnProgress | None = None,
+    allow_unsafe_pickle: bool = False,
+    repair_origin_merge: bool = True,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Counts, widths and sizes of a ``.pbin``; ``scan=False`` leaves out the reader's summary
     (its largest id reads every token; ``progress`` counts the token bytes read)."""
@@ -99,14 +96,18 @@ def info(
     from lmdata.formats.modalities.reader import PackedTokens
     from lmdata.storage import disk_usage
 
-    options.pop("split", None)
-    with PackedTokens(path, **options) as r:
+    with PackedTokens(
+        path,
+        allow_unsafe_pickle=allow_unsafe_pickle,
+        repair_origin_merge=repair_origin_merge,
+        storage_options=storage_options,
+    ) as r:
         out: dict[str, Any] = {"format": "modalities", "path": str(r.path)}
         if scan:
             r.find_max_token_id(progress)
             out.update(r.info())
         else:
-            Ticker(progress, r.header.data_len).finish()
+            Ticker(progress, r.header.data_len, "info").finish()
         url = r.data.store.url(r.data.key)
         out["apparent_bytes"] = r.data.store.size(r.data.key)
         prov = _provenance.read_sidecar(r.data.store, r.data.key)

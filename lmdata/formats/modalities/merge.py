@@ -18,9 +18,10 @@ from typing import BinaryIO
 import numpy as np
 
 from lmdata import _provenance
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
-from lmdata.formats._spec import Progress, Ticker
+from lmdata.formats._spec import MergeSummary
 from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import DTYPES, HEADER_SIZE, PbinHeader
 from lmdata.formats.modalities.reader import PackedTokens
@@ -84,8 +85,8 @@ def merge(
     inputs: list[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     overwrite: bool = False,
-    progress: Progress | None = None,
-) -> str:
+    progress: OnProgress | None = None,
+) -> MergeSummary:
     """Concatenate the ``.pbin`` files ``inputs`` (in order) into ``output``; ``progress``
     counts the inputs' token bytes copied."""
     paths = expand_inputs(inputs)
@@ -94,14 +95,24 @@ def merge(
     if store.exists(key) and any(_same(p, dest) for p in paths):
         raise InvalidInputError("the output is also an input; write to a new path", path=dest)
     readers = [PackedTokens(p) for p in paths]
+    # the inputs' one tokenizer (refused if they differ), read before anything is written
+    try:
+        kept = _provenance.joined(
+            [_provenance.read_sidecar(r.data.store, r.data.key) for r in readers],
+            [str(p) for p in paths],
+        )
+    except BaseException:
+        for r in readers:
+            r.close()
+        raise
     out = manifest_output(
         store, key, directory=False, overwrite=overwrite, format="modalities", local=True
     )
     try:
         assert out.tmp is not None  # a seekable local file: uploaded at commit on a store
         with out.hashed("", open(out.tmp, "wb", buffering=1 << 20)) as f:
-            tick = Ticker(progress, sum(r.header.data_len for r in readers))
-            docs, tokens, width = _write(readers, f, tick)
+            tick = Ticker(progress, sum(r.header.data_len for r in readers), "merge")
+            docs, tokens, _width = _write(readers, f, tick)
         out.count(docs, "")
     except BaseException:
         out.abort()
@@ -114,11 +125,9 @@ def merge(
         _provenance.remove_sidecar(store, key)
         sidecar.remove(store, key)  # the old file's index copy
     out.commit()
-    shown = store.url(key)
-    return (
-        f"merged {len(paths)} files: {docs:,} documents, {tokens:,} tokens ({width}-byte) "
-        f"-> {shown}"
-    )
+    if kept is not None:
+        _provenance.write_sidecar(store, key, kept)
+    return MergeSummary("modalities", len(paths), store.url(key), docs, tokens=tokens)
 
 
 def _write(readers: list[PackedTokens], f: BinaryIO, tick: Ticker) -> tuple[int, int, int]:

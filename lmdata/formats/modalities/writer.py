@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from lmdata import _provenance
+from lmdata._options import checked
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
 from lmdata.formats._spec import check_single_split
@@ -63,6 +64,7 @@ class Writer(AtomicWriter):
     writes ``<path>.lmdata-manifest`` beside it (the file's size, documents and hashes).
     """
 
+    @checked("lmdata.formats.modalities.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],

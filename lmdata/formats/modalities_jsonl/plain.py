@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._options import checked
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities_jsonl.index import scan_object
 from lmdata.formats.modalities_jsonl.lines import data_object, default_index_path, shown_path
 from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
@@ -33,7 +34,6 @@ class JsonlFile(JsonlDocuments):
         path: str | os.PathLike[str],
         *,
         storage_options: dict[str, Any] | None = None,
-        **_: Any,
     ) -> None:
         self.store, self.key = data_object(path, storage_options)
         self.path = shown_path(self.store, self.key)
@@ -48,14 +48,17 @@ class JsonlFile(JsonlDocuments):
         return f"JsonlFile({str(self.path)!r})"
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> JsonlFile:
-    return JsonlFile(path, **options)
+def open(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> JsonlFile:
+    return JsonlFile(path, storage_options=storage_options)
 
 
 class Writer(AtomicWriter):
     """Writes records as JSON lines (the file appears only when the writer closes cleanly;
     with ``manifest``, the default, ``FILE.lmdata-manifest`` beside it right after)."""
 
+    @checked("lmdata.formats.modalities_jsonl.plain.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -63,7 +66,6 @@ class Writer(AtomicWriter):
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
         manifest: bool = True,
-        **_: Any,
     ) -> None:
         store, key = resolve(path, storage_options)
         self._out = manifest_output(
@@ -97,14 +99,13 @@ def validate(
     path: str | os.PathLike[str],
     *,
     storage_options: dict[str, Any] | None = None,
-    progress: Progress | None = None,
-    **_: Any,
+    progress: OnProgress | None = None,
 ) -> list[str]:
     """The first line that is not JSON, if any; ``progress`` counts the bytes scanned."""
     try:
         store, key = data_object(path, storage_options)
-        tick = Ticker(progress, store.size(key) if progress is not None else 0)
-        scan_object(store, key, progress=tick.to)
+        tick = Ticker(progress, store.size(key) if progress is not None else 0, "validate")
+        scan_object(store, key, reached=tick.to)
     except LmdataError as e:
         return [str(e)]
     tick.finish()
@@ -116,16 +117,15 @@ def info(
     *,
     storage_options: dict[str, Any] | None = None,
     scan: bool = True,
-    progress: Progress | None = None,
-    **_: Any,
+    progress: OnProgress | None = None,
 ) -> dict[str, Any]:
     """Documents and size of a JSONL file; ``scan=False`` does not count the documents (a
     pass over the file; ``progress`` counts its bytes)."""
     store, key = data_object(path, storage_options)
-    tick = Ticker(progress, store.size(key))
+    tick = Ticker(progress, store.size(key), "info")
     out: dict[str, Any] = {"format": "jsonl", "path": str(path)}
     if scan:
-        offsets, _lengths, _skipped = scan_object(store, key, progress=tick.to)
+        offsets, _lengths, _skipped = scan_object(store, key, reached=tick.to)
         out["documents"] = len(offsets)
     tick.finish()
     out["bytes_on_disk"] = disk_usage(store.url(key))

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from lmdata._options import checked
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import default_index_path
@@ -44,6 +45,7 @@ class Writer(AtomicWriter):
     when the index sits beside the data; an index elsewhere is not listed).
     """
 
+    @checked("lmdata.formats.modalities_jsonl.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],
