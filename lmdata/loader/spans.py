@@ -117,7 +117,7 @@ class Source:
             digest = hashlib.sha256()
             if self.num_rows:
                 rows = np.unique(np.array([0, self.num_rows // 2, self.num_rows - 1]))
-                digest.update(np.ascontiguousarray(self.read(rows)["targets"], np.int64))
+                digest.update(np.asarray(self.read(rows)["targets"], np.int64).tobytes())
             self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint
 
