@@ -70,8 +70,6 @@ class _ArrayWriter:
         compressor: dict[str, Any] | None,
         filters: list[dict[str, Any]] | None,
     ) -> None:
-        import numcodecs
-
         self.out = out
         self.path = path  # the array's name inside the output
         self.dtype = np.dtype(dtype)
@@ -87,8 +85,13 @@ class _ArrayWriter:
             "shape": [0],
             "zarr_format": 2,
         }
-        self._comp = numcodecs.get_codec(dict(compressor)) if compressor else None
-        self._filters = [numcodecs.get_codec(dict(f)) for f in filters or []]
+        self._comp: Any = None
+        self._filters: list[Any] = []
+        if compressor or filters:  # numcodecs only then: a tenth of a second of imports
+            import numcodecs
+
+            self._comp = numcodecs.get_codec(dict(compressor)) if compressor else None
+            self._filters = [numcodecs.get_codec(dict(f)) for f in filters or []]
         self.buf = np.zeros(chunk_len, dtype=self.dtype)
         self.fill = 0
         self.chunk = 0
