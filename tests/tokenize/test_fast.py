@@ -170,7 +170,9 @@ def test_a_job_builds_the_fast_encoder_once_on_its_own_thread(tmp_path, monkeypa
         return real(p)
 
     monkeypatch.setattr(fast, "_build", counted)
-    s = lmdata.tokenize(iter(["abc", "bad cafe"]), tmp_path / "out", to="flat-tokens", tokenizer=path)
+    s = lmdata.tokenize(
+        iter(["abc", "bad cafe"]), tmp_path / "out", to="flat-tokens", tokenizer=path
+    )
     assert s.encoder.startswith("fast")
     assert built == ["lmdata-fast-load"]
 
