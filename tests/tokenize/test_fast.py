@@ -183,3 +183,23 @@ def test_the_version_is_the_installed_distributions():
     from lmdata.tokenize.fast import version
 
     assert version() == installed("gigatoken")
+
+
+def test_a_local_job_imports_nothing_it_does_not_use(tmp_path):
+    """Start-up: a local fast job to uncompressed flat-tokens never imports asyncio (object
+    stores), numcodecs (compression) or importlib.metadata (gigatoken's version)."""
+    import subprocess
+    import sys
+
+    tok = _saved("trained", tmp_path / "tok")
+    src = tmp_path / "docs.jsonl"
+    src.write_text('{"text": "a bad cafe"}\n{"text": "faced a dead cab"}\n')
+    code = (
+        "import sys, lmdata\n"
+        f"s = lmdata.tokenize([{str(src)!r}], {str(tmp_path / 'out')!r}, to='flat-tokens', "
+        f"tokenizer={str(tok)!r}, workers=0)\n"
+        "print(s.encoder.split()[0], sorted({'asyncio', 'numcodecs', 'importlib.metadata'} "
+        "& set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["fast", "[]"]
