@@ -81,7 +81,11 @@ def command(
     text_of, summary = None, {}
     if decode:
         summary = dataset_info(path, format=fmt, storage_options=storage_options, scan=False)
-        text_of = _decoder(summary, tokenizer)
+        # a split that is a dataset of its own (MDS sub-directories) records its own tokenizer
+        own = (summary.get("splits") or {}).get(split) if split else None
+        text_of = _decoder(
+            own if isinstance(own, dict) and "provenance" in own else summary, tokenizer
+        )
     reader = open_dataset(
         path, format=fmt, split=split, storage_options=storage_options, **reader_options
     )

@@ -73,18 +73,32 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``data`` with ``{"a.b": v}`` set at ``data["a"]["b"]`` (None values skipped)."""
+    """A copy of ``data`` with ``{"a.b": v}`` set at ``data["a"]["b"]`` (None values skipped);
+    a number indexes a list (``streams.0.output.path``). A key through a list by a name, or
+    past its end, is an InvalidInputError (it replaced the whole list with a mapping)."""
     out = orjson.loads(orjson.dumps(data))
     for key, value in overrides.items():
         if value is None or value == ():
             continue
-        node = out
+        node: Any = out
         parts = key.split(".")
-        for p in parts[:-1]:
-            if not isinstance(node.get(p), dict):
-                node[p] = {}
-            node = node[p]
-        node[parts[-1]] = list(value) if isinstance(value, tuple) else value
+        for i, p in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(node, list):
+                if not p.isdigit() or int(p) >= len(node):
+                    raise InvalidInputError(
+                        f"--set {key}: {'.'.join(parts[:i]) or 'the config'} is a list of "
+                        f"{len(node)}; name an item by its index (0 to {len(node) - 1})"
+                    )
+                idx: Any = int(p)
+            else:
+                idx = p
+                if not last and not isinstance(node.get(p), (dict, list)):
+                    node[p] = {}
+            if last:
+                node[idx] = list(value) if isinstance(value, tuple) else value
+            else:
+                node = node[idx]
     return out
 
 

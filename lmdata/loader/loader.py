@@ -27,6 +27,7 @@ from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
 from lmdata.loader.sources import Source
 from lmdata.loader.state import (
+    MAX_ROWS,
     STATE_VERSION,
     SavedState,
     check_reach,
@@ -416,7 +417,8 @@ class Loader:
 
     def _check_step(self, step: Any) -> None:
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise InvalidInputError(f"step must be a non-negative integer, got {step!r}")
+            raise InvalidInputError(f"step must be a non-negative integer, got {show(step)}")
+        check_reach(self.mixture, int(step), self._total)
         n = self.num_steps
         if n is not None and step >= n:
             raise InvalidInputError(f"step {step} is past the end of this {n}-step finite pass")
@@ -437,7 +439,8 @@ class Loader:
             # batch, each microsecond of Python here is 3% of the loader's speed
             m, b = self.mixture, self.local_batch_size
             start = m.base_rows[0] + (step - m.base_step) * m.global_batch_size + self.rank * b
-            return self.sources[0].read(self._run_of(0, start, b, copy=False))
+            if start < MAX_ROWS:
+                return self.sources[0].read(self._run_of(0, start, b, copy=False))
         self._check_step(step)
         src, rows, valid = self.indices(int(step))
         if valid.all() and len(self.sources) == 1:

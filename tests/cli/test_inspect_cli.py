@@ -47,6 +47,27 @@ def test_cat_decode_gives_back_the_text(tmp_path, bpe_file, which):  # noqa: F81
     assert raw.output == TEXTS[2] + "\n"
 
 
+def test_info_and_cat_decode_take_an_mds_root_with_split_directories(tmp_path):
+    # streaming's layout (root/train, root/val, each with its index.json): info summarised
+    # neither ("open one with split=NAME", which the CLI had no way to) and cat --split failed
+    src = tmp_path / "a.jsonl"
+    texts = [t for t in TEXTS if t]  # streaming refuses empty arrays
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    root = tmp_path / "m"
+    for name in ("train", "val"):
+        res = run(
+            "tokenize", str(src), str(root / name), "--tokenizer", "bytes", "--to", "mds", "-q"
+        )
+        assert res.exit_code == 0, res.output
+    summary = lmdata.info(root)
+    assert sorted(summary["splits"]) == ["train", "val"]
+    assert summary["splits"]["val"]["samples"] == len(texts)
+    res = run("cat", str(root), "--split", "val", "--decode", "-n", "2")
+    assert res.exit_code == 0, res.output
+    lines = [orjson.loads(x) for x in res.output.splitlines()]
+    assert lines == [{"index": i, "split": "val", "text": t} for i, t in enumerate(texts[:2])]
+
+
 def test_cat_decode_records_and_usage_errors(tmp_path):
     p = tmp_path / "a.atlas"
     tok = load_tokenizer("bytes")

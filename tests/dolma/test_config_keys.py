@@ -268,3 +268,15 @@ def test_command_line_misspelling_is_refused(tmp_path: Path) -> None:
     res = dedupe_cli(root, *flags, "--dedupe.min_length", "3", "-q")
     assert res.exit_code == 0, res.output
     assert (root / "attributes" / "p").is_dir()
+
+
+def test_set_reaches_into_lists_by_index_and_refuses_names_through_a_list():
+    # `mix --set streams.0.output.path=...` replaced the whole streams list with a mapping
+    data = {"streams": [{"name": "a", "output": {"path": "o"}}, {"name": "b"}], "processes": 1}
+    out = apply_overrides(data, {"streams.1.output.path": "p", "processes": 2})
+    assert out["streams"][0] == data["streams"][0]
+    assert out["streams"][1] == {"name": "b", "output": {"path": "p"}}
+    assert out["processes"] == 2 and data["processes"] == 1  # a copy
+    for key in ("streams.output", "streams.2.name", "streams.-1.name"):
+        with pytest.raises(InvalidInputError, match="list of 2"):
+            apply_overrides(data, {key: "x"})

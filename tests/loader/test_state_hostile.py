@@ -287,3 +287,15 @@ def test_a_torch_state_with_any_fields_replaced_loads_or_is_refused_cleanly(made
     for path, value in changes:
         _put(state, path, value)
     _load_or_refuse(loader, state)
+
+
+@pytest.mark.parametrize("mode", ["packed", "bestfit"])
+@pytest.mark.parametrize("step", [2**62, 2**63, 10**30, 2**60 // 6 + 1])
+def test_a_step_past_the_rows_a_loader_counts_is_refused_not_an_overflow(tmp_path, mode, step):
+    # batch() and explain() of a step far past any run: an InvalidInputError (the fast path of
+    # a one-source loader computed its row and met numpy's int64 with an OverflowError)
+    tokens = write_flat(tmp_path / "one", random_seqs(0, 40, 30))
+    loader = Loader(tokens, seq_len=8, global_batch_size=6, mode=mode)
+    for call in (loader.batch, loader.explain):
+        with pytest.raises(InvalidInputError, match="2\\^60 rows"):
+            call(step)

@@ -43,8 +43,11 @@ def test_atlas_errors_name_the_url(s3_root, name, damage, match):
         store.remove(key)
     else:
         store.write_object(key, damage)
-    with pytest.raises(LmdataError, match=match) as ei:
-        r = lmdata.open(url, format="atlas")
+    with pytest.raises(CorruptDataError, match="differs from its manifest") as ei:
+        lmdata.open(url, format="atlas")  # the manifest's check comes first
+    _names_url(ei.value, f"{url}/{name}")
+    with pytest.raises(LmdataError, match=match) as ei:  # then the reader's own (salvage)
+        r = lmdata.open(url, format="atlas", verify=False)
         [r[i] for i in range(len(r))]
     _names_url(ei.value, f"{url}/{name}")
 
@@ -60,7 +63,7 @@ def test_jsonl_errors_name_the_url(s3_root):
 
 def test_modalities_jsonl_errors_name_the_url(s3_root):
     url = f"{s3_root}/m.jsonl"
-    _write(url, "modalities-jsonl", 30)
+    _write(url, "modalities-jsonl", 30, manifest=False)  # the reader's own checks
     store, key = resolve(url)
     data = store.read(key)
     _put(url, data[: len(data) // 2])  # the index now points past the end of the data
@@ -82,6 +85,8 @@ def test_atlas_validate_names_the_url(s3_root):
     meta = store.read(key)
     _put(f"{url}/0/meta.json", meta[:-1] + b', "extra": 1}')  # a key the origin refuses
     problems = lmdata.validate(url, format="atlas")
-    assert len(problems) == 2, problems
+    assert len(problems) == 4, problems  # the manifest's findings, then the format's
+    assert any(p.startswith(f"{url}/0/index.npy: grown") for p in problems), problems
+    assert any(p.startswith(f"{url}/0/meta.json: grown") for p in problems), problems
     assert any(p.startswith(f"{url}/0/index.npy: 4 bytes follow") for p in problems), problems
     assert any(p.startswith(f"{url}/0/meta.json: extra keys") for p in problems), problems

@@ -14,6 +14,7 @@ import pytest
 import lmdata
 from lmdata.errors import DatasetChangedError
 from lmdata.storage import resolve
+from lmdata.storage.manifest import is_manifest_name
 
 FORMATS = {
     "flat-tokens": {"chunk_tokens": 256},
@@ -59,8 +60,13 @@ def _data_object(url: str) -> tuple[object, str]:
     """(raw fsspec filesystem, key) of the largest object of the dataset at ``url``: a data
     object (chunk, shard, data file), never only metadata."""
     store, key = resolve(url)
-    found = store.fs.find(key, detail=True)
-    # (flat-tokens: a chunk of tokens; its padded seq_starts chunk is larger, read at open)
+    found = {
+        k: v
+        for k, v in store.fs.find(key, detail=True).items()
+        if not is_manifest_name(k.rsplit("/", 1)[-1])
+    }
+    # (flat-tokens: a chunk of tokens; its padded seq_starts chunk is larger, read at open;
+    # never the manifest, which a small dataset's data objects may be smaller than)
     name = max(found, key=lambda k: ("seq_starts" not in k, found[k]["size"], k))
     return store.fs, name
 

@@ -18,6 +18,7 @@ import pytest
 
 import lmdata
 from lmdata.storage import clean, resolve
+from lmdata.storage.manifest import SUFFIX as MANIFEST
 
 from ._faults import SUFFIX, points, read, role, stop_after, write
 
@@ -59,17 +60,27 @@ def _journal(log):
 
 
 def _copy(store, src, dst):
-    """A copy of the dataset at key ``src`` (a modalities-jsonl file with its index)."""
+    """A copy of the dataset at key ``src`` (a modalities-jsonl file with its index, a file
+    with the manifest beside it: a replace must never leave it stale)."""
     fs = store.fs
     fs.copy(src, dst, recursive=fs.isdir(src))
     index = src[: -len(".jsonl")] + ".idx"
     if src.endswith(".jsonl") and fs.exists(index):
         fs.copy(index, dst[: -len(".jsonl")] + ".idx")
+    if fs.exists(src + MANIFEST):
+        fs.copy(src + MANIFEST, dst + MANIFEST)
 
 
 def _leftovers(store, root):
+    """lmdata's objects left over below ``root``: a manifest beside a file is one only
+    without its file."""
     store.fs.invalidate_cache()
-    return sorted(k for k in store.fs.find(root) if ".lmdata-" in k)
+    found = set(store.fs.find(root))
+    return sorted(
+        k
+        for k in found
+        if ".lmdata-" in k and not (k.endswith(MANIFEST) and k[: -len(MANIFEST)] in found)
+    )
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

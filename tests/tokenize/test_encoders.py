@@ -24,6 +24,7 @@ from lmdata.tokenize import encoders
 from lmdata.tokenize.encoders import adversarial_sample, choose, compare
 from lmdata.tokenize.fast import FastTokenizer, Unsupported, load_fast
 from lmdata.tokenize.tokenizers import load_tokenizer
+from tests._manifests import restate
 
 pytest.importorskip("gigatoken")
 
@@ -388,15 +389,15 @@ _ENCODER = re.compile(rb'"encoder": ?"[^"]*"')
 
 def tree(p: Path) -> dict[str, bytes]:
     """Every file of a dataset, the provenance's encoder name blanked (it names the encoder
-    and is the only difference)."""
+    and is the only difference), the manifest as it would be for the blanked bytes."""
     files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
-    side = [Path(str(p) + ".lmdata.json")] if p.is_file() else []
-    return {
-        (f.name if p.is_file() else str(f.relative_to(p))): _ENCODER.sub(
-            b'"encoder": ""', f.read_bytes()
-        )
+    side = [Path(str(p) + s) for s in (".lmdata.json", ".lmdata-manifest")] if p.is_file() else []
+    original = {
+        (f.name if p.is_file() else str(f.relative_to(p))): f.read_bytes()
         for f in files + [s for s in side if s.exists()]
     }
+    blanked = {k: _ENCODER.sub(b'"encoder": ""', v) for k, v in original.items()}
+    return restate(blanked, original)
 
 
 @pytest.mark.parametrize("to", formats.token_targets())

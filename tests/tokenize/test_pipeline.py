@@ -32,6 +32,7 @@ from lmdata.tokenize.sources import (
     plan_units,
     read_batches,
 )
+from tests._manifests import restate
 
 TRAPS = [
     "",
@@ -255,11 +256,11 @@ def _without_command(p: Path) -> dict[str, bytes]:
     """tree_bytes with the provenance command line (which names the process) blanked."""
     from lmdata import _provenance as provenance
 
-    out = tree_bytes(p)
-    meta = json.loads(out[".zattrs"])
+    original = tree_bytes(p)
+    meta = json.loads(original[".zattrs"])
     meta[provenance.KEY]["command"] = ""
-    out[".zattrs"] = json.dumps(meta, sort_keys=True).encode()
-    return out
+    out = {**original, ".zattrs": json.dumps(meta, sort_keys=True).encode()}
+    return restate(out, original)  # the manifest as it would be for that .zattrs
 
 
 def test_resume_refuses_changed_options(corpus, tmp_path):

@@ -25,7 +25,7 @@ from lmdata.formats._spec import (
     column_sink,
     lazy,
 )
-from lmdata.formats.mds.index import FORMAT_NAMES, index_head, split_dirs
+from lmdata.formats.mds.index import FORMAT_NAMES, INDEX, index_head, split_dirs
 from lmdata.formats.mds.merge import merge
 from lmdata.storage import resolve, usage
 
@@ -127,7 +127,22 @@ def info(
     **options: Any,
 ) -> dict[str, Any]:
     """Columns, counts and sizes from the index (``scan`` is accepted: nothing here reads the
-    shards; ``progress`` gets their uncompressed bytes once the index is read)."""
+    shards; ``progress`` gets their uncompressed bytes once the index is read). A root whose
+    splits are sub-directories (streaming's layout) and no split asked: each split's summary
+    under ``splits``."""
+    if split is None:
+        store, key = resolve(path)
+        subs = split_dirs(store, key) if store.is_dir(key) and INDEX not in store.list(key) else []
+        if subs:
+            parts = {
+                name: info(path, format=format, split=name, scan=scan, **options) for name in subs
+            }
+            Ticker(progress, 0).finish()
+            return {
+                "format": next(iter(parts.values()))["format"],
+                "path": str(path),
+                "splits": parts,
+            }
     r = open(path, format=format, split=split, **options)
     shards = r.index.shards
     Ticker(
