@@ -203,3 +203,26 @@ def test_a_local_job_imports_nothing_it_does_not_use(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["fast", "[]"]
+
+
+def test_the_fast_encoder_encodes_on_the_workers_own_thread(tmp_path, monkeypatch):
+    """Its per-document calls hold the GIL: a thread of its own would only take turns with the
+    parser (the reference, which releases the GIL, keeps its thread)."""
+    import threading
+
+    import lmdata
+    from lmdata.tokenize.fast import FastTokenizer
+
+    tok = _saved("trained", tmp_path / "tok")
+    where: list[str] = []
+    real = FastTokenizer.encode_flat
+
+    def recorded(self, texts, add_special_tokens=False):
+        where.append(threading.current_thread().name)
+        return real(self, texts, add_special_tokens)
+
+    monkeypatch.setattr(FastTokenizer, "encode_flat", recorded)
+    docs = iter(f"a bad cafe {i}" for i in range(600))
+    s = lmdata.tokenize(docs, tmp_path / "out", to="flat-tokens", tokenizer=tok, batch_docs=100)
+    assert s.encoder.startswith("fast") and s.documents_written == 600
+    assert where and set(where) == {threading.current_thread().name}
