@@ -12,7 +12,7 @@ STREAMING := $(VENV)/extra-streaming
 DATASKETCH := $(VENV)/extra-datasketch
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install install-main install-dev demo test bench bench-quick bench-storage bench-envs lint format clean
+.PHONY: install install-main install-dev demo test docs docs-serve bench bench-quick bench-storage bench-envs lint format clean
 
 # everything (the main venv, dev tools, interop-test tools)
 install: $(TEST_STAMP)
@@ -20,17 +20,18 @@ install-main: $(STAMP)
 install-dev: $(DEV_STAMP)
 
 # the main venv: lmdata and its dependencies, all `make demo` needs
-$(STAMP): pyproject.toml Makefile lmdata/_memowalk.c lmdata/_memowalk_index.h lmdata/_mdsread.c lmdata/_mdsread_dispatch.h lmdata/_kernel.c lmdata/_kernel_rows.h lmdata/_kernel_index.h lmdata/_minhash.c lmdata/_minhash_words.h lmdata/_kernel_bestfit.h
+# (the C extensions' sources: any change rebuilds them; a build older than its sources is
+# reported and not used, see lmdata/_native/__init__.py)
+NATIVE_SOURCES := $(wildcard lmdata/_native/*.c lmdata/_native/*.h) lmdata/_native/_sources.py
+$(STAMP): pyproject.toml setup.py Makefile $(NATIVE_SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
-	@$(BIN)/python -c "import lmdata._memowalk" 2>/dev/null || echo "note: no C compiler built lmdata._memowalk; the safe unpickler's memo check runs in Python (slower)"
-	@$(BIN)/python -c "import lmdata._mdsread" 2>/dev/null || echo "note: no C compiler built lmdata._mdsread; MDS samples are decoded in Python (slower)"
-	@$(BIN)/python -c "import lmdata._kernel" 2>/dev/null || echo "note: no C compiler built lmdata._kernel; the Loader lays out batches in numpy (same batches, slower)"
-	@$(BIN)/python -c "import lmdata._minhash" 2>/dev/null || echo "note: no C compiler built lmdata._minhash; MinHash dedupe and decontaminate run in numpy (same results, slower)"
+	@$(BIN)/python -m lmdata._native  # which C extensions were built, what runs without the rest
 	touch $(STAMP)
 
-# dev tools: pytest, hypothesis, ruff, zarr-python 3, playwright (Python side only), matplotlib
+# dev tools: pytest, hypothesis, ruff, zarr-python 3, playwright (Python side only), matplotlib,
+# mkdocs with mkdocs-material and mkdocstrings (the documentation site)
 $(DEV_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,plot]'
 	touch $(DEV_STAMP)
@@ -77,14 +78,27 @@ demo: $(STAMP)
 
 # two processes (pytest-xdist): the suite waits on subprocesses, Ray and S3 as much as it
 # computes, and on a loaded machine each process gets its share of the cores. A file's tests
-# stay in one process (--dist loadfile): module fixtures are built once.
+# stay in one process (--dist loadfile): module fixtures are built once. Then the tests marked
+# `native` (paths with a C twin in lmdata/_native/) run again without the extensions, so that
+# the pure-Python paths a machine without a compiler runs are tested too (only the files that
+# carry the mark are collected).
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+	LMDATA_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m native \
+		$$(grep -rl --include='test_*.py' 'pytest.mark.native' tests)
+
+# the documentation site from docs/ (mkdocs.yml) into site/; --strict: a broken link, a page
+# left out of the nav or a docstring mkdocstrings cannot render fails the build (offline)
+docs: $(DEV_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+docs-serve: $(DEV_STAMP)  # the same site on http://127.0.0.1:8000, rebuilt on every change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve
 
 # Origin tools (dolma, modalities, streaming, zarr 2/3) live in side venvs .venv/bench-<tool>/,
 # created on first use and reused (bench/envs.py); results go to bench/results/ (gitignored).
 bench: $(TEST_STAMP)
-	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --update-readme
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --update-docs
 
 bench-quick: $(TEST_STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/python bench/run.py --quick
@@ -96,12 +110,12 @@ bench-envs: $(TEST_STAMP)
 	$(BIN)/python bench/envs.py
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check lmdata tests bench
-	$(BIN)/ruff format --check lmdata tests bench
+	$(BIN)/ruff check lmdata tests bench docs/hooks
+	$(BIN)/ruff format --check lmdata tests bench docs/hooks
 
 format: $(DEV_STAMP)
-	$(BIN)/ruff format lmdata tests bench
-	$(BIN)/ruff check --fix lmdata tests bench
+	$(BIN)/ruff format lmdata tests bench docs/hooks
+	$(BIN)/ruff check --fix lmdata tests bench docs/hooks
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) demo-output .pytest_cache site

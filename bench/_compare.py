@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -63,7 +64,7 @@ class Table:
 
 
 _TABLES: dict[str, Table] = {}
-# README block name -> markdown: a bench module's own tables (per-format rates, not pairs),
+# docs block name -> markdown: a bench module's own tables (per-format rates, not pairs),
 # given by the module (report) or, failing that, its printed output (module_output)
 _OUTPUTS: dict[str, str] = {}
 COMMAND = "make bench"  # how this run was started, for the report (bench/run.py sets it)
@@ -268,12 +269,12 @@ def markdown(table: str) -> str:
 
 
 def report(block: str, text: str) -> None:
-    """A bench module's own markdown (its per-format table), for README block ``block``."""
+    """A bench module's own markdown (its per-format table), for the docs block ``block``."""
     _OUTPUTS[block] = text.strip()
 
 
 def module_output(block: str, command: str, printed: str) -> None:
-    """What a bench module printed, as README block ``block`` (a fenced copy, since modules
+    """What a bench module printed, as the docs block ``block`` (a fenced copy, since modules
     print fixed-width tables), unless the module gave its own markdown through report()."""
     if block in _OUTPUTS or not printed.strip():
         return
@@ -428,7 +429,7 @@ _TABLES_MARKS = (" Tables: ", " Tables of this run: ")  # the second: headers be
 
 
 def merge_runs(old: str, header: str, tables: list[str]) -> str:
-    """The ``bench:run`` block: one line per run whose tables are still in the README, this
+    """The ``bench:run`` block: one line per run whose tables are still in the docs, this
     run's first. A table measured now leaves its older run's line; a line left with no table
     goes, as does a line that names no tables (it cannot be attributed)."""
     fresh = set(tables)
@@ -458,24 +459,74 @@ def _block(text: str, name: str) -> tuple[int, int] | None:
     return None if i < 0 or j < 0 else (i + 1 + len(start) + 1, j)
 
 
-def update_readme(readme: Path = ROOT / "README.md") -> list[str]:
-    """Replace each `<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->` block of the README with
-    this run's markdown of TABLE (a side-by-side table, or a bench module's own tables under
-    its module name), and merge this run's header into the block `bench:run` (merge_runs), so
-    the README says which run measured each table. Tables not measured in this run keep
-    their previous text; returns the names of the blocks replaced."""
-    text = "\n" + readme.read_text()  # a marker on the first line is on a line of its own
+DOCS = ROOT / "docs"  # the pages whose generated blocks a run rewrites (docs/benchmarks/ ...)
+README = ROOT / "README.md"  # holds the summary block, one line per side-by-side table
+_SIDE = re.compile(
+    r"\*(?P<title>.+?)\.?\* Other column: (?P<other>.+?) \(\*\*(?P<kind>[^*]+)\*\*\)\."
+)
+_RATIO = re.compile(r"\| \*\*(\d+(?:\.\d+)?)x\*\* \|")
+
+
+def update_docs(pages: list[Path] | None = None, readme: Path | None = README) -> list[str]:
+    """Replace each `<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->` block of the docs pages
+    (every ``docs/**/*.md`` by default) with this run's markdown of TABLE (a side-by-side table,
+    or a bench module's own tables under its module name), merge this run's header into the
+    block `bench:run` (merge_runs), so the pages say which run measured each table, and then
+    rewrite the README's `bench:summary` block from the side-by-side tables the pages now hold
+    (summary). Tables not measured in this run keep their previous text; returns the names of
+    the blocks replaced."""
+    pages = sorted(DOCS.rglob("*.md")) if pages is None else pages
+    # a marker on the first line is on a line of its own
+    texts = {page: "\n" + page.read_text() for page in pages}
     tables = [*_TABLES, *_OUTPUTS]
     blocks = {**{t: markdown(t) for t in _TABLES}, **_OUTPUTS}
-    run = _block(text, "run")
-    if run:
-        blocks = {"run": merge_runs(text[run[0] : run[1]], run_header(), tables), **blocks}
+    for text in texts.values():
+        run = _block(text, "run")
+        if run:
+            blocks = {"run": merge_runs(text[run[0] : run[1]], run_header(), tables), **blocks}
+            break
     done = []
     for name, body in blocks.items():
-        where = _block(text, name)
-        if where is None:
-            continue
-        text = text[: where[0]] + body + text[where[1] :]
-        done.append(name)
-    readme.write_text(text[1:])
+        for page, text in texts.items():
+            where = _block(text, name)
+            if where is None:
+                continue
+            texts[page] = text[: where[0]] + body + text[where[1] :]
+            if name not in done:
+                done.append(name)
+    for page, text in texts.items():
+        if text[1:] != page.read_text():
+            page.write_text(text[1:])
+    if readme is not None and readme.exists():
+        text = "\n" + readme.read_text()
+        where = _block(text, "summary")
+        if where is not None:
+            body = summary(list(texts.values()))
+            readme.write_text((text[: where[0]] + body + text[where[1] :])[1:])
+            done.append("summary")
     return done
+
+
+def summary(pages: list[str]) -> str:
+    """One line per side-by-side table found in ``pages`` (their text): its title, its other
+    column and the range of its ratios (above 1: lmdata is faster), for the README."""
+    lines = [
+        "| table | what | other column | lmdata's speed: other time / lmdata time |",
+        "|---|---|---|---|",
+    ]
+    for text in pages:
+        for m in re.finditer(r"\n<!-- bench:([\w-]+) -->\n", text):
+            where = _block(text, m.group(1))
+            body = text[where[0] : where[1]] if where else ""
+            head = _SIDE.match(body)
+            ratios = sorted(float(r) for r in _RATIO.findall(body))
+            if head is None or not ratios:
+                continue
+            span = f"{ratios[0]:.2f}x to {ratios[-1]:.2f}x ({len(ratios)} rows)"
+            if ratios[0] == ratios[-1]:
+                span = f"{ratios[0]:.2f}x"
+            other = head["other"].split(" (")[0]  # its parenthesised details stay on the page
+            other = f"{other} ({head['kind']})".replace("|", "/")
+            title = head["title"].replace("*", "\\*")  # r*2048 is not emphasis
+            lines.append(f"| `{m.group(1)}` | {title} | {other} | {span} |")
+    return "\n".join(lines)

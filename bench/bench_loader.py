@@ -9,7 +9,7 @@ load from other jobs hits them alike: ``Loader.batch(step)`` per call (rows/s of
 round, and the p10 time of one call). The iteration rows (``for batch in loader``, the
 consumer doing nothing else: the worst case for prefetch threads, which only pay off when a
 training step runs meanwhile) are measured after them, alternating with each other. The
-Loader lays rows out in C (``lmdata/_kernel.c``) where it was built, in numpy otherwise.
+Loader lays rows out in C (``lmdata/_native/kernel.c``) where it was built, in numpy otherwise.
 Side venvs (bench/envs.py) run the peers on the same tokens: streaming 0.13.0 iterates an
 MDS copy cut into 2048-token rows (it has no packing),
 Grain 0.2.18 packs the shuffled documents (ConcatThenSplitIterDataset, segment ids and

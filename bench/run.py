@@ -1,6 +1,6 @@
 """Run the benchmarks under bench/ and print their tables; `--quick` for a few-minute pass.
 
-`python bench/run.py [--quick] [--update-readme] [NAME ...]` (NAMEs run in the order
+`python bench/run.py [--quick] [--update-docs] [NAME ...]` (NAMEs run in the order
 given). The full run executes every bench_*.py with a
 main(): the side-by-side tables against the origin tools (bench_origin*.py, through
 bench/_compare.py and the side venvs of bench/envs.py) and the per-format tables. `--quick`
@@ -10,14 +10,16 @@ their inputs). Either way the measured rows, the values modules `record()` from 
 tables and each module's wall time are saved to bench/results/ (JSON and markdown) and
 compared with the latest earlier run of the same mode that measured them; a row or value more
 than 10% worse is printed as a REGRESSION line (the run still succeeds).
-`--update-readme` (what `make bench` passes) rewrites the README's generated blocks
-(`<!-- bench:TABLE -->` ... `<!-- /bench:TABLE -->`) with this run's tables, each table from
-one run, and merges this run's header (command, time, commit, load, tables) into the block
-`<!-- bench:run -->`, which keeps one line per run that still owns a table in the README; a
-quick run never touches the README. A module's side-by-side
-tables fill the blocks named after them; the per-format tables a module prints itself fill
-the block named after the module (`<!-- bench:bench_loader -->`), as the markdown it hands to
-`_compare.report`, or else a copy of what it printed (a module that fails leaves its block).
+`--update-docs` (what `make bench` passes; `--update-readme` is its old name) rewrites the
+generated blocks of the documentation pages (`docs/**/*.md`: `<!-- bench:TABLE -->` ...
+`<!-- /bench:TABLE -->`) with this run's tables, each table from one run, merges this run's
+header (command, time, commit, load, tables) into the block `<!-- bench:run -->`, which keeps
+one line per run that still owns a table in the docs, and rewrites the README's
+`<!-- bench:summary -->` (one line per side-by-side table); a quick run never touches them. A
+module's side-by-side tables fill the blocks named after them; the per-format tables a module
+prints itself fill the block named after the module (`<!-- bench:bench_loader -->`), as the
+markdown it hands to `_compare.report`, or else a copy of what it printed (a module that fails
+leaves its block).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 
 class _Tee(io.TextIOBase):
-    """Writes to the terminal and keeps a copy: a module's tables go to the README too."""
+    """Writes to the terminal and keeps a copy: a module's tables go to the docs too."""
 
     def __init__(self, out: Any) -> None:
         self.out, self.copy = out, io.StringIO()
@@ -68,7 +70,7 @@ def main() -> None:
     here = Path(__file__).parent
     args = sys.argv[1:]
     quick = "--quick" in args
-    readme = "--update-readme" in args and not quick
+    docs = ("--update-docs" in args or "--update-readme" in args) and not quick
     only = [a for a in args if not a.startswith("--")]
     if quick:
         os.environ["LMDATA_BENCH_QUICK"] = "1"
@@ -99,14 +101,14 @@ def main() -> None:
             _compare.module_output(f.stem, f"python bench/{f.name}", printed)
         _compare.SECONDS[f.stem] = round(time.perf_counter() - t0, 1)
         print(f"({f.stem}: {_compare.SECONDS[f.stem]:.0f} s)", flush=True)
-        if readme:  # after each module, so an interrupted run keeps what it measured
-            _compare.update_readme()
+        if docs:  # after each module, so an interrupted run keeps what it measured
+            _compare.update_docs()
     took = ", ".join(f"{m} {s:.0f} s" for m, s in _compare.SECONDS.items())
     print(f"\nwall time per module: {took or 'none run'}")
     _compare.save_and_flag()
-    if readme:
-        done = _compare.update_readme()
-        print(f"README blocks regenerated from this run: {', '.join(done) or 'none'}")
+    if docs:
+        done = _compare.update_docs()
+        print(f"docs blocks regenerated from this run: {', '.join(done) or 'none'}")
 
 
 if __name__ == "__main__":

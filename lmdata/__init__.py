@@ -8,6 +8,7 @@ The public surface is small:
 - :class:`Loader` — packed or unpacked, shuffled, resumable training batches;
 - :func:`tokenize` — documents (files or Python objects) to a token dataset;
 - :func:`decode` — token ids (a sequence or a batch) back to text;
+- :class:`Progress` — the event every long verb's ``progress=`` callable receives;
 - :mod:`lmdata.errors` — every exception lmdata raises, rooted at ``LmdataError``.
 
 The names are loaded on first use, so ``import lmdata`` (and ``lmdata --help``) stay fast:
@@ -24,6 +25,7 @@ from lmdata.errors import LmdataError
 
 if TYPE_CHECKING:
     from lmdata._api import detect, info, open, validate, writer
+    from lmdata._progress import Progress
     from lmdata.inspect.decode import decode
     from lmdata.loader import Loader
     from lmdata.tokenize.api import tokenize
@@ -38,6 +40,7 @@ __getattr__ = _lazy.lazy_exports(
         "open": "lmdata._api",
         "validate": "lmdata._api",
         "writer": "lmdata._api",
+        "Progress": "lmdata._progress",
         "decode": "lmdata.inspect.decode",
         "Loader": "lmdata.loader",
         "tokenize": "lmdata.tokenize.api",
@@ -47,6 +50,7 @@ __getattr__ = _lazy.lazy_exports(
 __all__ = [
     "LmdataError",
     "Loader",
+    "Progress",
     "__version__",
     "decode",
     "detect",

@@ -6,9 +6,9 @@ import os
 from typing import Any
 
 from lmdata import _manifest, formats
+from lmdata._progress import OnProgress, Progress
 from lmdata.errors import FormatError, InvalidInputError, LmdataError
 from lmdata.formats import FormatSpec
-from lmdata.formats._spec import Progress
 from lmdata.storage import options_scope, require_exists, resolve
 
 # storage_options= (every verb): fsspec options for URLs (s3://, gs://, ...), such as
@@ -145,7 +145,7 @@ def validate(
     path: str | os.PathLike[str],
     format: str | None = None,
     storage_options: dict[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     deep: bool = False,
     **options: Any,
 ) -> list[str]:
@@ -154,21 +154,21 @@ def validate(
     Where the dataset has a manifest, its files are compared with it by names and sizes (a
     deleted, added, truncated or grown file is named); ``deep=True`` also hashes every file
     (in parallel) and names the first block that differs from what its writer wrote.
-    ``progress(done, total)`` is called as the check goes, in bytes of the dataset's data
-    (and, with ``deep``, of the files hashed): first with ``done=0`` to announce the total,
-    then per shard, chunk, file or MiB, never backwards, last with ``done == total`` when
-    the check got to the end."""
+    ``progress`` receives ``lmdata.Progress`` events of the phase "validate" as the
+    check goes, in bytes of the dataset's data (and, with ``deep``, of the files hashed):
+    first with ``done=0`` to announce the total, then per shard, chunk, file or MiB, never
+    backwards, last with ``done == total`` when the check got to the end."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
 
-        def run(prog: Progress | None) -> list[str]:
+        def run(prog: OnProgress | None) -> list[str]:
             return list(spec.validate(p, **_reporting(prog), **_named(spec, dict(options))))
 
         return _manifest.problems(p, deep, progress, run)
 
 
-def _reporting(progress: Progress | None) -> dict[str, Any]:
+def _reporting(progress: OnProgress | None) -> dict[str, Any]:
     return {} if progress is None else {"progress": progress}
 
 
@@ -178,14 +178,14 @@ def info(
     storage_options: dict[str, Any] | None = None,
     *,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """A summary of the dataset at ``path`` (format, counts, sizes, codecs). ``scan=False``
     leaves out what takes a pass over the data (the documents of JSONL files, the largest id
     of a ``.pbin``): for callers that need only the metadata, sizes and provenance.
     ``manifest`` says when the dataset's manifest was made and what it lists (``"none"``).
-    ``progress(done, total)``: as for :func:`validate`, in bytes of the data summarised."""
+    ``progress``: as for ``validate`` (phase "info"), in bytes of the data summarised."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
@@ -201,11 +201,11 @@ def merge(
     format: str | None = None,
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
 ) -> str:
     """Join datasets of one format into one at ``output``; returns a one-line summary.
     URLs (where the format's merge supports them) use ``storage_options``.
-    ``progress(done, total)``: as for :func:`validate`, in bytes of the inputs' data joined."""
+    ``progress``: as for ``validate`` (phase "merge"), in bytes of the inputs' data joined."""
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
     with options_scope(storage_options):
@@ -226,24 +226,25 @@ def write_manifest(
     storage_options: dict[str, Any] | None = None,
     *,
     overwrite: bool = False,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int | None = None,
     **options: Any,
 ) -> dict[str, Any]:
-    """Write the manifest of a dataset another tool wrote, once :func:`validate` finds it
-    valid (else CorruptDataError listing the problems); returns what :func:`info` shows of
+    """Write the manifest of a dataset another tool wrote, once ``validate`` finds it
+    valid (else CorruptDataError listing the problems); returns what ``info`` shows of
     it. An existing manifest is an OutputExistsError unless ``overwrite``. ``progress``
-    counts the bytes validated, then those hashed (on ``workers`` threads)."""
+    (phase "manifest") counts the bytes validated, then those hashed (on ``workers``
+    threads)."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
         hashed_from = [0]
 
         def checked() -> list[str]:
-            def prog(done: int, total: int) -> None:
-                hashed_from[0] = total
+            def prog(e: Progress) -> None:
+                hashed_from[0] = e.total or 0
                 assert progress is not None
-                progress(done, total)
+                progress(Progress(e.done, e.total, e.unit, "manifest"))
 
             return list(
                 spec.validate(
@@ -257,9 +258,10 @@ def write_manifest(
             with _open(p, spec.name, None, dict(options), verify=False) as r:
                 return len(r)
 
-        def hash_progress(done: int, total: int) -> None:
+        def hash_progress(e: Progress) -> None:
             assert progress is not None
-            progress(hashed_from[0] + done, hashed_from[0] + total)
+            whole = hashed_from[0] + (e.total or 0)
+            progress(Progress(hashed_from[0] + e.done, whole, e.unit, "manifest"))
 
         _manifest.create(
             p,
@@ -279,11 +281,12 @@ def check_manifest(
     path: str | os.PathLike[str],
     storage_options: dict[str, Any] | None = None,
     *,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """``(what info shows of the manifest, every difference from it)``: names and sizes from
-    one listing, every block hashed on ``workers`` threads; InvalidInputError without one."""
+    one listing, every block hashed on ``workers`` threads (``progress``: phase
+    "manifest --check", in bytes); InvalidInputError without one."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         _found, problems = _manifest.check(p, progress, workers)
@@ -295,6 +298,6 @@ def check_manifest(
 def manifest_summary(
     path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
 ) -> dict[str, Any] | str:
-    """What :func:`info` shows of the dataset's manifest (``"none"`` without one)."""
+    """What ``info`` shows of the dataset's manifest (``"none"`` without one)."""
     with options_scope(storage_options):
         return _manifest.summary(require_exists(path, storage_options))

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lmdata._progress import OnProgress, Progress, relabelled
 from lmdata.errors import CorruptDataError, InvalidInputError, LmdataError, OutputExistsError
 from lmdata.formats import FormatSpec
-from lmdata.formats._spec import Progress
 from lmdata.storage import basename, join, parent, resolve
 from lmdata.storage import manifest_check as mc
 
@@ -36,8 +36,8 @@ def verify(path: Any, spec: FormatSpec, split: str | None, reader: Any = None) -
 def problems(
     path: Any,
     deep: bool,
-    progress: Progress | None,
-    run_format: Callable[[Progress | None], list[str]],
+    progress: OnProgress | None,
+    run_format: Callable[[OnProgress | None], list[str]],
 ) -> list[str]:
     """The dataset's differences from its manifest (names and sizes; every block with
     ``deep``), then its format's problems (``run_format(progress)``); ``progress`` counts
@@ -59,21 +59,15 @@ def problems(
         hashed = sum(e.size for e in found.manifest.files if e.name not in skip)
     seen = [0]
 
-    def format_progress(done: int, total: int) -> None:
-        seen[0] = total
+    def format_progress(e: Progress) -> None:
+        seen[0] = e.total or 0
         assert progress is not None
-        progress(done, total + hashed)
+        progress(Progress(e.done, seen[0] + hashed, e.unit, e.what))
 
     out += run_format(format_progress if progress is not None else None)
     if deep and found is not None:
-
-        def hash_progress(done: int, total: int) -> None:
-            assert progress is not None
-            progress(seen[0] + done, seen[0] + hashed)
-
-        for p in mc.deep_problems(
-            store, found, {p.name for p in listing}, hash_progress if progress else None
-        ):
+        prog = relabelled(progress, "validate", seen[0], seen[0] + hashed)
+        for p in mc.deep_problems(store, found, {p.name for p in listing}, prog):
             out.append(f"{store.url(join(found.folder, p.name))}: {p.detail}")
     return out
 
@@ -114,7 +108,7 @@ def summary(path: Any) -> dict[str, Any] | str:
 
 
 def check(
-    path: Any, progress: Progress | None = None, workers: int | None = None
+    path: Any, progress: OnProgress | None = None, workers: int | None = None
 ) -> tuple[mc.Found, list[str]]:
     """Every difference between the dataset and its manifest, each block hashed; an
     InvalidInputError if it has no manifest."""
@@ -128,7 +122,8 @@ def check(
         )
     listing = mc.listing_problems(store, found)
     skip = {p.name for p in listing}
-    deep = mc.deep_problems(store, found, skip, progress, workers)
+    prog = relabelled(progress, "manifest --check")
+    deep = mc.deep_problems(store, found, skip, prog, workers)
     return found, [f"{store.url(join(found.folder, p.name))}: {p.detail}" for p in listing + deep]
 
 
@@ -139,7 +134,7 @@ def create(
     overwrite: bool,
     validate: Callable[[], list[str]],
     records: Callable[[], int | None],
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int | None = None,
 ) -> mc.Manifest:
     """Write a manifest for the dataset at ``path`` (written by another tool), once its

@@ -17,6 +17,7 @@ import reprlib
 import sys
 from typing import Any
 
+from lmdata._native import load
 from lmdata.errors import CorruptDataError, UnsafeDataError
 
 # Globals a pickle of plain data refers to. Built-in containers and scalars need no global at
@@ -151,17 +152,12 @@ def _opcode_table() -> list[int]:
 _OPCODES = _opcode_table()
 _TABLE = bytes(k & 0xFF for k in _OPCODES)  # the same table for the C walk
 
-try:  # built from lmdata/_memowalk.c at install; without a compiler the Python walk does it
-    from lmdata import _memowalk
-except ImportError:
-    _memowalk = None
+# the walk in C (lmdata/_native/memowalk.c); None: the Python walk does it (same answers)
+_memowalk = load("memowalk")
 _c_item_pickle = getattr(_memowalk, "item_pickle", None)  # load_item; None: always whole
-# early_slot answers (slot, offset, end of a pickle free of code) since item_pickle came; an
-# extension built from an older _memowalk.c (an editable install not rebuilt) answers
-# (slot, offset) and is not used: the Python walk is slower but answers the same.
-_c_early_slot = getattr(_memowalk, "early_slot", None) if _c_item_pickle is not None else None
-_c_early_slots = getattr(_memowalk, "early_slots", None) if _c_early_slot is not None else None
-_c_block_index = getattr(_memowalk, "block_index", None)  # None: an older build, load_item only
+_c_early_slot = getattr(_memowalk, "early_slot", None)
+_c_early_slots = getattr(_memowalk, "early_slots", None)
+_c_block_index = getattr(_memowalk, "block_index", None)
 _c_item_at = getattr(_memowalk, "item_at", None)
 _loads = pickle.loads
 NOT_ALONE = object()  # load_indexed: the item cannot be had alone (unpickle the list whole)
@@ -179,8 +175,8 @@ def _check_memo_indices(data: bytes, where: str) -> None:
     in order, so an index is never beyond the opcode's offset; this walk (opcodes only, string
     payloads skipped) checks that before the C unpickler runs, and that no 4- or 8-byte string
     count reaches beyond the data (Python 3.11 allocates the count before reading). In C
-    (``lmdata/_memowalk.c``) it costs about a tenth of the unpickling; the Python walk it falls
-    back to (no compiler at install, or a text-protocol opcode) costs 1-3x. It is skipped on
+    (``_native/memowalk.c``) it costs about a tenth of the unpickling; the Python walk it falls back
+    to (no compiler at install, or a text-protocol opcode) costs 1-3x. It is skipped on
     Pythons whose unpickler has the fix, and ``allow_unsafe=True`` (a trusted file) skips it
     too."""
     if _sparse_memo() or not any(c in data for c in _WALK_FOR):
@@ -465,7 +461,7 @@ def load_item(data: bytes, j: int, count: int) -> tuple[bool, Any]:
     also reports any damage precisely).
 
     A reader after one example of a block need not build the other examples: the C walk
-    (``item_pickle`` in ``lmdata/_memowalk.c``) follows the whole pickle, checks it is a list of
+    (``item_pickle`` in ``_native/memowalk.c``) follows the whole pickle, checks it is a list of
     ``count`` items made only of plain-data opcodes (no globals, no calls, no memo writes but
     MEMOIZE; so neither the allow-list nor the memo-bomb walk has anything to refuse), and says
     where item ``j`` lies and which earlier strings or numbers it takes from the memo, and

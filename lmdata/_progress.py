@@ -1,178 +1,131 @@
-"""Progress for long work, in one place: a tqdm bar on a terminal, and a plain line every few
-seconds when stderr is a log file or a pipe (a cluster job), so the log shows how far it got.
-
-``bar(...)`` returns an object with tqdm's small interface (``update``, ``n``, ``total``,
-``set_postfix_str``, ``format_dict``, ``close``, context manager). ``quiet=True`` silences it.
-The interval of the plain lines is ``LMDATA_PROGRESS_INTERVAL`` seconds (default 5).
-``reporting(...)`` gives the ``progress(done, total)`` callback the library's long verbs
-(validate, info, merge) take, drawn as such a bar.
+"""Progress of long work as one event type: every long verb (tokenize, convert, merge, validate,
+info, the Dolma toolkit, manifest, stats, index) takes ``progress=``, a callable that receives
+frozen :class:`Progress` events. The library never draws: the CLI turns the events into a bar
+on a terminal and plain lines in a log (:mod:`lmdata.cli._progress`), and a caller of the API
+does what it likes with them (log them, feed its own bar, stop a job by raising).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
-DEFAULT_INTERVAL = 5.0
+Unit = Literal["bytes", "records", "documents", "tokens", "files"]
 
 
-def _interval() -> float:
-    try:
-        return max(0.0, float(os.environ.get("LMDATA_PROGRESS_INTERVAL", DEFAULT_INTERVAL)))
-    except ValueError:
-        return DEFAULT_INTERVAL
+@dataclass(frozen=True)
+class Progress:
+    """How far one phase of a long verb got: ``done`` of ``total`` (None: not known ahead)
+    ``unit``s, in the phase named ``what`` (``"validate"``, ``"dedupe: hash"``).
 
+    Within one ``what`` and ``unit``, ``done`` never decreases and never passes ``total``; the
+    first event of a phase with a known total has ``done=0`` and announces it, and a phase that
+    got to its end reports ``done == total``. A verb that counts several units at once
+    (tokenize: bytes read, documents, tokens) sends one event per unit, the one with the
+    total first. Events come a few per shard, chunk, file or MiB, never one per record."""
 
-def _duration(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
-def _amount(n: float, unit: str, scale: bool) -> str:
-    if scale:
-        for prefix in ("", "k", "M", "G", "T"):
-            if abs(n) < 1000 or prefix == "T":
-                return f"{n:.0f} {unit}" if not prefix else f"{n:.1f} {prefix}{unit}"
-            n /= 1000
-    return f"{n:,.0f} {unit}"
-
-
-class LogLines:
-    """tqdm's interface, printing ``desc: done of total (pct), rate, ETA | postfix`` lines."""
-
-    def __init__(
-        self,
-        total: float | None = None,
-        unit: str = "it",
-        desc: str = "",
-        unit_scale: bool = False,
-        file: TextIO | None = None,
-        interval: float | None = None,
-        leave: bool = True,
-    ) -> None:
-        self.total = total
-        self.leave = leave  # False: no closing line for work done before the first line
-        self.n: float = 0
-        self.unit = unit.strip() or "it"
-        self.desc = desc
-        self.unit_scale = unit_scale
-        self.postfix = ""
-        self._file = file
-        self._interval = _interval() if interval is None else interval
-        self._start = time.monotonic()
-        self._last = self._start
-        self._closed = False
-        self._printed = False
+    done: int
+    total: int | None
+    unit: Unit
+    what: str
 
     @property
-    def format_dict(self) -> dict[str, Any]:
-        return {"elapsed": time.monotonic() - self._start, "n": self.n, "total": self.total}
-
-    def _line(self, final: bool = False) -> str:
-        elapsed = time.monotonic() - self._start
-        rate = self.n / elapsed if elapsed > 0 else 0.0
-        done = _amount(self.n, self.unit, self.unit_scale)
-        parts = [f"{self.desc}: " if self.desc else ""]
-        if final:
-            parts.append(f"done, {done} in {_duration(elapsed)}")
-        elif self.total:
-            pct = 100 * self.n / self.total
-            parts.append(
-                f"{done} of {_amount(self.total, self.unit, self.unit_scale)} ({pct:.0f}%)"
-            )
-        else:
-            parts.append(done)
-        parts.append(f", {_amount(rate, self.unit, self.unit_scale)}/s")
-        if not final and self.total and rate > 0:
-            parts.append(f", ETA {_duration(max(0.0, self.total - self.n) / rate)}")
-        if self.postfix:
-            parts.append(f" | {self.postfix}")
-        return "".join(parts)
-
-    def _emit(self, final: bool = False) -> None:
-        f = self._file or sys.stderr
-        f.write(self._line(final) + "\n")
-        f.flush()
-        self._printed = True
-
-    def refresh(self) -> None:
-        now = time.monotonic()
-        if now - self._last >= self._interval:
-            self._last = now
-            self._emit()
-
-    def update(self, n: float = 1) -> None:
-        self.n += n
-        self.refresh()
-
-    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
-        self.postfix = s
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            if self.n and (self.leave or self._printed):
-                self._emit(final=True)
-
-    def __enter__(self) -> LogLines:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def fraction(self) -> float | None:
+        """``done / total``, or None when the total is not known (or is 0)."""
+        return self.done / self.total if self.total else None
 
 
-def bar(
-    total: float | None = None,
-    unit: str = "it",
-    desc: str = "",
-    quiet: bool = False,
-    unit_scale: bool = False,
-    disable: bool = False,
-    leave: bool = True,
-    **tqdm_options: Any,
-) -> Any:
-    """A progress bar for a terminal, plain lines for anything else, nothing when ``quiet``
-    (or ``disable``, tqdm's name, for work too small to report). ``leave=False``: the bar
-    goes when closed, and plain lines end with no summary unless progress lines came first
-    (quick work leaves the log clean)."""
-    from tqdm import tqdm
+OnProgress = Callable[[Progress], None]
+"""What a verb's ``progress=`` takes: called with each :class:`Progress` event, in the
+calling thread (raising from it stops the verb as any error does)."""
 
-    if quiet or disable:
-        return tqdm(total=total, disable=True)
-    if sys.stderr.isatty():
-        tqdm_options.setdefault("dynamic_ncols", True)
-        return tqdm(
-            total=total, unit=unit, desc=desc, unit_scale=unit_scale, leave=leave, **tqdm_options
+
+class Ticker:
+    """Reports a phase to an optional :data:`OnProgress`: the total on creation, then the work
+    added; ``done`` is clamped to ``[previous, total]`` so the events stay monotonic even when
+    the data disagree with the sizes the total was taken from."""
+
+    __slots__ = ("done", "progress", "total", "unit", "what")
+
+    def __init__(
+        self, progress: OnProgress | None, total: int, what: str, unit: Unit = "bytes"
+    ) -> None:
+        self.progress, self.total, self.done = progress, max(0, int(total)), 0
+        self.what, self.unit = what, unit
+        if progress is not None:
+            progress(Progress(0, self.total, unit, what))
+
+    def add(self, n: int) -> None:
+        """``n`` more done."""
+        self.to(self.done + n)
+
+    def to(self, done: int) -> None:
+        """``done`` in all (a smaller number than reported before is ignored)."""
+        done = min(self.total, int(done))
+        if done > self.done:
+            self.done = done
+            if self.progress is not None:
+                self.progress(Progress(done, self.total, self.unit, self.what))
+
+    def finish(self) -> None:
+        """The walk got to the end: all of ``total`` done."""
+        self.to(self.total)
+
+
+class Counter:
+    """Counts a phase whose total is not known ahead (documents of a Dolma job, reported by
+    its workers as increments) and reports the running count to an optional
+    :data:`OnProgress`."""
+
+    __slots__ = ("done", "progress", "unit", "what")
+
+    def __init__(self, progress: OnProgress | None, what: str, unit: Unit = "documents") -> None:
+        self.progress, self.what, self.unit, self.done = progress, what, unit, 0
+
+    def add(self, n: int) -> None:
+        """``n`` more done (increments of 0 or less report nothing)."""
+        if n > 0:
+            self.done += n
+            if self.progress is not None:
+                self.progress(Progress(self.done, None, self.unit, self.what))
+
+
+def relabelled(
+    progress: OnProgress | None, what: str, by: int = 0, total: int | None = None
+) -> OnProgress | None:
+    """``progress`` for a part of a phase named ``what``: its events' ``done`` moved on by
+    ``by`` and, given ``total``, their total made ``total`` (a check that hashes files after
+    reading them reports both as one walk)."""
+    if progress is None:
+        return None
+
+    def moved(e: Progress) -> None:
+        whole = e.total if total is None else total
+        done = by + e.done if whole is None else min(by + e.done, whole)
+        progress(Progress(done, whole, e.unit, what))
+
+    return moved
+
+
+def accepted(progress: OnProgress | bool | None) -> OnProgress | None:
+    """``progress=`` as a verb takes it: a callable, or None. The Dolma verbs took a bool
+    (True: the library drew a bar); a bool still works, with a DeprecationWarning, and draws
+    nothing (the CLI draws; pass a callable to see the events)."""
+    if isinstance(progress, bool):
+        warnings.warn(
+            "progress=True/False is deprecated and draws nothing: pass a callable that "
+            "receives lmdata.Progress events, or None",
+            DeprecationWarning,
+            stacklevel=3,
         )
-    return LogLines(total=total, unit=unit, desc=desc, unit_scale=unit_scale, leave=leave)
+        return None
+    if progress is not None and not callable(progress):
+        from lmdata.errors import InvalidInputError
 
-
-@contextlib.contextmanager
-def reporting(desc: str, quiet: bool = False) -> Iterator[Callable[[int, int], None] | None]:
-    """A ``progress(done, total)`` callback in bytes (what ``lmdata.validate``, ``info`` and
-    ``merge`` take) drawn as a bar on stderr: gone when done on a terminal, and in a log
-    nothing for work quicker than the interval. None when ``quiet`` (the verbs then skip
-    what they do only to report, such as listing file sizes). The bar closes when the block
-    ends."""
-    if quiet:
-        yield None
-        return
-    b = bar(unit="B", unit_scale=True, desc=desc, leave=False, delay=0.5)
-
-    def progress(done: int, total: int) -> None:
-        if b.total != total:
-            b.total = total
-        b.update(done - b.n)
-
-    try:
-        yield progress
-    except BaseException:
-        if isinstance(b, LogLines):
-            b._closed = True  # no "done" line for work that failed
-        raise
-    finally:
-        b.close()
+        raise InvalidInputError(
+            f"progress= takes a callable receiving lmdata.Progress events, not a "
+            f"{type(progress).__name__}"
+        )
+    return progress

@@ -4,7 +4,7 @@ Records go to record formats as they are (the target's writer infers what it nee
 MDS columns, from the records themselves); token sequences go to token formats as stored (a
 format's fixed splits are kept when the target has them too). Source blocks are read by worker
 processes in parallel, staged by them beside the output (token blocks as arrays, record blocks
-through :mod:`lmdata.parallel.records`), and committed in order, atomically.
+through ``lmdata.parallel.records``), and committed in order, atomically.
 
 Resume follows tokenize: a block is marked done once the writer took it, and its staged part
 stays until the output is committed, so an interrupted job (Ctrl-C, a kill, an error that is
@@ -19,7 +19,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +28,10 @@ import numpy as np
 from lmdata import formats
 from lmdata._api import open as open_dataset
 from lmdata._api import writer as open_writer
+from lmdata._progress import OnProgress, Ticker
 from lmdata._version import __version__
 from lmdata.errors import InvalidInputError, OutputExistsError
-from lmdata.parallel import Executor, InProcess, make_executor
+from lmdata.parallel import Executor, check_choice, executor_for
 from lmdata.parallel import records as record_codec
 from lmdata.parallel.staging import (
     Staging,
@@ -184,10 +185,11 @@ def convert(
     workers: int | None = None,
     engine: str = "processes",
     address: str | None = None,
+    executor: Executor | None = None,
     overwrite: bool = False,
     writer_options: dict[str, Any] | None = None,
     reader_options: dict[str, Any] | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: OnProgress | None = None,
     storage_options: dict[str, Any] | None = None,
     resume: bool = False,
 ) -> ConvertSummary:
@@ -197,16 +199,20 @@ def convert(
     record formats as ``{"tokens": ids}`` (read them back with ``token_column="tokens"``).
     ``reader_options`` go to the source's reader (``token_column=`` gives the token view of a
     records source). ``engine`` ("inprocess", "processes", "ray" at ``address``) and
-    ``workers`` choose where source blocks are read; the output is the same for all.
+    ``workers`` choose where source blocks are read, or ``executor`` (an
+    ``lmdata.parallel.Executor`` of the caller's) reads them; the output is the same for
+    all. ``progress`` receives ``lmdata.Progress`` events of the phase "convert": the
+    records written, of the source's total.
     ``storage_options`` go to the stores of URLs (``src`` and ``dst`` alike); an output URL is
     written through the target format's writer, which commits it metadata-last.
 
-    Blocks read by workers are staged beside the output (:func:`work_area`) until it is
+    Blocks read by workers are staged beside the output (``work_area``) until it is
     committed; an interrupted job keeps them, and ``resume=True`` (the same source, unchanged,
     and options) reads only the blocks not done, with the same output bytes. A job running in
     this process (``workers`` 0 or 1, or one block) stages only with ``resume=True``, so pass
     it from the first run to make such a job resumable.
     """
+    check_choice(executor, engine, workers, address)
     with options_scope(storage_options):
         return _convert(
             src,
@@ -214,9 +220,7 @@ def convert(
             to,
             source_format,
             split,
-            workers,
-            engine,
-            address,
+            (executor, engine, workers, address),
             overwrite,
             writer_options,
             reader_options,
@@ -263,13 +267,11 @@ def _convert(
     to: str,
     source_format: str | None,
     split: str | None,
-    workers: int | None,
-    engine: str,
-    address: str | None,
+    where: tuple[Executor | None, str, int | None, str | None],
     overwrite: bool,
     writer_options: dict[str, Any] | None,
     reader_options: dict[str, Any] | None,
-    progress: Callable[[int], None] | None,
+    progress: OnProgress | None,
     resume: bool,
 ) -> ConvertSummary:
     t0 = time.perf_counter()
@@ -310,8 +312,8 @@ def _convert(
             summary.seconds = time.perf_counter() - t0
             return summary
         staging, done = _resume(dst, _manifest(*job)) if resume else (None, set())
-        pool = make_executor(engine, workers, address, units=units - len(done))
-        if staging is None and not isinstance(pool, InProcess):
+        pool = executor_for(*where, units=units - len(done))
+        if staging is None and not pool.in_process:
             # blocks read by workers are staged beside the output and committed from there; a
             # new job empties what a killed one left
             staging = work_area(dst)
@@ -356,7 +358,7 @@ def _copy(
     pool: Executor,
     overwrite: bool,
     opts: dict[str, Any],
-    progress: Callable[[int], None] | None,
+    progress: OnProgress | None,
     staging: Staging | None,
     done: set[tuple[int, int]],
     summary: ConvertSummary,
@@ -374,6 +376,7 @@ def _copy(
         raise
     records = 0
     closing = False
+    tick = Ticker(progress, sum(len(r) for _, r in sources), "convert", "records")
     try:
         for i, (s, reader) in enumerate(sources):
             for k, block, fresh in _blocks(reader, pool, staging, i, tokens, done):
@@ -398,8 +401,7 @@ def _copy(
                     marked += 1
                 elif (i, k) in done:
                     summary.resumed += len(block)
-                if progress:
-                    progress(records)
+                tick.to(records)
         closing = True
         out.close()  # the output is committed: the staged blocks are of no more use
     except BaseException as e:

@@ -93,7 +93,7 @@ def normalize_index(index: int, n: int, where: str = "") -> int:
 
 
 def normalize_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
-    """Vectorised :func:`normalize_index` returning int64 indices."""
+    """Vectorised ``normalize_index`` returning int64 indices."""
     idx = np.asarray(indices)
     if idx.size == 0:
         return np.zeros(0, dtype=np.int64)

@@ -1,4 +1,5 @@
-"""The benchmark report: `make bench` rewrites only the README's generated blocks, from one run."""
+"""The benchmark report: `make bench` rewrites only the generated blocks of the docs pages, from
+one run, and the README's summary of them."""
 
 from __future__ import annotations
 
@@ -27,19 +28,19 @@ def compare(monkeypatch):
     sys.modules.pop("_compare_under_test", None)
 
 
-def test_update_readme_rewrites_only_measured_blocks(compare, tmp_path):
+def test_update_docs_rewrites_only_measured_blocks(compare, tmp_path):
     compare.compare("t1", "fast row", lambda: (0.5, "same"), lambda: (1.5, "same"))
     compare.compare("t1", "differs", lambda: (0.5, "a"), lambda: (1.0, "b"))
     compare.print_table("t1", "Title", "the tool", "origin tool itself", "10 docs")
-    readme = tmp_path / "README.md"
-    readme.write_text(
+    page = tmp_path / "bench.md"
+    page.write_text(
         "intro\n<!-- bench:run -->\nold run\n<!-- /bench:run -->\n"
         "<!-- bench:t1 -->\nold t1\n<!-- /bench:t1 -->\n"
         "<!-- bench:t2 -->\nkept\n<!-- /bench:t2 -->\n"
         "prose quoting `<!-- bench:t1 -->` stays\nend\n"
     )
-    assert compare.update_readme(readme) == ["run", "t1"]
-    text = readme.read_text()
+    assert compare.update_docs([page], readme=None) == ["run", "t1"]
+    text = page.read_text()
     assert "old run" not in text and "old t1" not in text
     assert "<!-- bench:t2 -->\nkept\n<!-- /bench:t2 -->" in text  # not measured: untouched
     assert text.startswith("intro\n") and text.endswith(
@@ -58,14 +59,14 @@ def test_module_tables_fill_the_block_named_after_the_module(compare, tmp_path):
     compare.module_output("bench_a", "python bench/bench_a.py", "printed, not wanted")
     compare.module_output("bench_b", "python bench/bench_b.py", "rate      12 docs/s\n")
     compare.module_output("bench_c", "python bench/bench_c.py", "  \n")  # nothing printed
-    readme = tmp_path / "README.md"
-    readme.write_text(
+    page = tmp_path / "bench.md"
+    page.write_text(
         "<!-- bench:bench_a -->\nhand a\n<!-- /bench:bench_a -->\n"
         "<!-- bench:bench_b -->\nhand b\n<!-- /bench:bench_b -->\n"
         "<!-- bench:bench_c -->\nhand c\n<!-- /bench:bench_c -->\n"
     )
-    assert compare.update_readme(readme) == ["bench_a", "bench_b"]
-    text = readme.read_text()
+    assert compare.update_docs([page], readme=None) == ["bench_a", "bench_b"]
+    text = page.read_text()
     assert (
         "<!-- bench:bench_a -->\n| a | b |\n|---|---|\n| 1 | 2 |\n<!-- /bench:bench_a -->" in text
     )
@@ -91,20 +92,21 @@ def test_run_module_tees_output_and_survives_a_failure(monkeypatch, tmp_path, ca
 
 def test_run_block_names_the_run_of_every_table(compare, tmp_path):
     # a later run of some modules keeps the earlier run's line for the tables it did not redo
-    readme = tmp_path / "README.md"
-    readme.write_text(
+    page = tmp_path / "bench.md"
+    page.write_text(
         "<!-- bench:run -->\n`make bench` run of 2026-01-01 10:00 UTC, commit abc. "
         "Tables of this run: t1, t2; t3's table by hand.\n<!-- /bench:run -->\n"
         "<!-- bench:t1 -->\nold t1\n<!-- /bench:t1 -->\n"
     )
-    compare.COMMAND = "python bench/run.py --update-readme t1"
+    compare.COMMAND = "python bench/run.py --update-docs t1"
     compare.compare("t1", "row", lambda: (0.5, "same"), lambda: (1.0, "same"))
     compare.print_table("t1", "Title", "the tool", "origin tool itself", "10 docs")
-    assert compare.update_readme(readme) == ["run", "t1"]
-    assert compare.update_readme(readme) == ["run", "t1"]  # after each module: no pile-up
-    run = readme.read_text().split("<!-- bench:run -->\n")[1].split("\n<!-- /bench:run")[0]
+    assert compare.update_docs([page], readme=None) == ["run", "t1"]
+    # after each module: no pile-up
+    assert compare.update_docs([page], readme=None) == ["run", "t1"]
+    run = page.read_text().split("<!-- bench:run -->\n")[1].split("\n<!-- /bench:run")[0]
     new, old = run.splitlines()
-    assert new.startswith("- `python bench/run.py --update-readme t1` run of ")
+    assert new.startswith("- `python bench/run.py --update-docs t1` run of ")
     assert "commit " in new and "load average at the end" in new and new.endswith(" Tables: t1.")
     assert old == (
         "- `make bench` run of 2026-01-01 10:00 UTC, commit abc. Tables: t2; t3's table by hand."
@@ -113,8 +115,8 @@ def test_run_block_names_the_run_of_every_table(compare, tmp_path):
     compare.compare("t2", "row", lambda: (0.5, "same"), lambda: (1.0, "same"))
     compare.print_table("t2", "Title", "the tool", "origin tool itself", "10 docs")
     compare.skip("bench_x", "no history")
-    compare.update_readme(readme)
-    run = readme.read_text().split("<!-- bench:run -->\n")[1].split("\n<!-- /bench:run")[0]
+    compare.update_docs([page], readme=None)
+    run = page.read_text().split("<!-- bench:run -->\n")[1].split("\n<!-- /bench:run")[0]
     assert len(run.splitlines()) == 1 and run.endswith(
         "Skipped bench_x: no history. Tables: t1, t2."
     )
@@ -169,13 +171,54 @@ def test_bench_contract_skips_without_history(compare, monkeypatch, tmp_path, ca
 
 
 def test_an_empty_block_is_filled_and_stays_one_block(compare, tmp_path):
-    # bench:bench_dolma sat empty in the README: a run must fill it like any other block
+    # an empty block (a module never run yet) is filled like any other block
     compare.module_output("bench_dolma", "python bench/bench_dolma.py", "tag  1  19,390\n")
-    readme = tmp_path / "README.md"
-    readme.write_text("a\n<!-- bench:bench_dolma -->\n<!-- /bench:bench_dolma -->\nb\n")
-    assert compare.update_readme(readme) == ["bench_dolma"]
-    text = readme.read_text()
+    page = tmp_path / "bench.md"
+    page.write_text("a\n<!-- bench:bench_dolma -->\n<!-- /bench:bench_dolma -->\nb\n")
+    assert compare.update_docs([page], readme=None) == ["bench_dolma"]
+    text = page.read_text()
     assert text.startswith("a\n<!-- bench:bench_dolma -->\nOutput of `python bench/bench_dolma.py`")
     assert text.endswith("tag  1  19,390\n```\n<!-- /bench:bench_dolma -->\nb\n")
-    assert compare.update_readme(readme) == ["bench_dolma"]  # a second run replaces, not adds
-    assert readme.read_text() == text
+    # a second run replaces, not adds
+    assert compare.update_docs([page], readme=None) == ["bench_dolma"]
+    assert page.read_text() == text
+
+
+def test_blocks_on_several_pages_and_the_readme_summary(compare, tmp_path):
+    # the run block on one page names the tables of every page; the README's summary has one
+    # line per side-by-side table the pages hold (measured now or kept), nothing else
+    compare.compare("t1", "fast", lambda: (0.5, "same"), lambda: (1.5, "same"))
+    compare.compare("t1", "slow", lambda: (1.0, "same"), lambda: (0.8, "same"))
+    compare.print_table("t1", "Reads (r*2)", "tool 1.0 (its reader)", "origin tool itself", "-")
+    compare.module_output("bench_m", "python bench/bench_m.py", "rate  5 /s\n")
+    index, other = tmp_path / "index.md", tmp_path / "other.md"
+    index.write_text(
+        "<!-- bench:run -->\nold\n<!-- /bench:run -->\n"
+        "<!-- bench:t1 -->\nold t1\n<!-- /bench:t1 -->\n"
+    )
+    kept = (
+        "*Writes.* Other column: tool 2 (**practical limit**). Sizes: 3.\n\n"
+        "| row | lmdata s | other s | ratio | note |\n|---|---:|---:|---:|---|\n"
+        "| w | 1.000 | 2.000 | **2.00x** |  |"
+    )
+    other.write_text(
+        f"x\n<!-- bench:bench_m -->\nold m\n<!-- /bench:bench_m -->\n"
+        f"<!-- bench:t2 -->\n{kept}\n<!-- /bench:t2 -->\n"
+    )
+    readme = tmp_path / "README.md"
+    readme.write_text("top\n<!-- bench:summary -->\nstale\n<!-- /bench:summary -->\nend\n")
+    done = compare.update_docs([index, other], readme=readme)
+    assert done == ["run", "t1", "bench_m", "summary"]
+    assert "Tables: t1, bench_m." in index.read_text() and "old" not in index.read_text()
+    assert "rate  5 /s" in other.read_text() and kept in other.read_text()
+    text = readme.read_text()
+    assert text.startswith("top\n<!-- bench:summary -->\n| table |") and "stale" not in text
+    lines = text.split("<!-- bench:summary -->\n")[1].split("\n<!-- /bench")[0].splitlines()
+    assert lines[2:] == [
+        "| `t1` | Reads (r\\*2) | tool 1.0 (origin tool itself) | 0.80x to 3.00x (2 rows) |",
+        "| `t2` | Writes | tool 2 (practical limit) | 2.00x |",
+    ]
+    # without a summary block the README is left alone; without pages nothing is written
+    readme.write_text("no block\n")
+    assert compare.update_docs([], readme=readme) == []
+    assert readme.read_text() == "no block\n"

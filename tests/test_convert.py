@@ -138,7 +138,7 @@ def test_workers_stage_token_blocks_and_the_driver_commits_them(tmp_path, monkey
     sent = _record_results(monkeypatch)
     staged: list[int] = []
     work = tmp_path / ".out.pbin.lmdata-convert"
-    progress = lambda n: staged.append(_done_blocks(work))  # noqa: E731
+    progress = lambda e: e.done and staged.append(_done_blocks(work))  # noqa: E731
     s = convert(
         tmp_path / "src.zarr",
         tmp_path / "out.pbin",
@@ -168,7 +168,7 @@ def test_workers_stage_record_blocks_and_the_driver_commits_them(tmp_path, monke
     (work / "parts").mkdir(parents=True)  # what a killed job left: replaced, never committed
     (work / "parts" / "000000-000000-000000.rec").write_bytes(b"stale")
     staged: list[int] = []
-    progress = lambda n: staged.append(_done_blocks(work))  # noqa: E731
+    progress = lambda e: e.done and staged.append(_done_blocks(work))  # noqa: E731
     s = convert(tmp_path / "src.jsonl", tmp_path / "out", "dolma", workers=2, progress=progress)
     assert s.records == 1500 and len(sent) == 3 and max(sent) < 512  # names, not records
     assert staged == [1, 2, 3] and not work.exists()  # kept for a resume until committed
@@ -209,16 +209,16 @@ def _record_results(monkeypatch) -> list[int]:
     import lmdata.convert as conv
 
     sent: list[int] = []
-    real = conv.make_executor
+    real = conv.executor_for
 
     class Recording:
         def __init__(self, inner):
-            self.inner, self.workers = inner, inner.workers
+            self.inner, self.workers, self.in_process = inner, inner.workers, inner.in_process
 
         def map_ordered(self, fn, units, **kw):
             for r in self.inner.map_ordered(fn, units, **kw):
                 sent.append(len(pickle.dumps(r)))
                 yield r
 
-    monkeypatch.setattr(conv, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
+    monkeypatch.setattr(conv, "executor_for", lambda *a, **k: Recording(real(*a, **k)))
     return sent

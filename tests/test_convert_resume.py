@@ -67,8 +67,10 @@ def stop_after(blocks: int):
     ``blocks`` blocks are written."""
     calls = []
 
-    def progress(records: int) -> None:
-        calls.append(records)
+    def progress(e) -> None:
+        if not e.done:  # the first event announces the total
+            return
+        calls.append(e.done)
         if len(calls) == blocks:
             raise Stop
 
@@ -78,18 +80,18 @@ def stop_after(blocks: int):
 def read_units(monkeypatch) -> list[int]:
     """The first record of every block the executor is asked to read, in order."""
     seen: list[int] = []
-    real = conv.make_executor
+    real = conv.executor_for
 
     class Recording:
         def __init__(self, inner):
-            self.inner = inner
+            self.inner, self.workers, self.in_process = inner, inner.workers, inner.in_process
 
         def map_ordered(self, fn, units, **kw):
             units = list(units)
             seen.extend(u.lo for u in units)
             return self.inner.map_ordered(fn, units, **kw)
 
-    monkeypatch.setattr(conv, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
+    monkeypatch.setattr(conv, "executor_for", lambda *a, **k: Recording(real(*a, **k)))
     return seen
 
 
@@ -241,8 +243,8 @@ def test_a_killed_convert_resumes(tmp_path):
         "import os, signal, sys\n"
         "import lmdata.convert as conv\n"
         f"conv.BLOCK = {BLOCK}\n"
-        "def progress(n):\n"
-        f"    if n >= 3 * {BLOCK}:\n"
+        "def progress(e):\n"
+        f"    if e.done >= 3 * {BLOCK}:\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
         "conv.convert(sys.argv[1], sys.argv[2], 'dolma', workers=0, resume=True,\n"
         "             progress=progress)\n"

@@ -165,6 +165,27 @@ def test_no_cycle_between_format_modules_counting_lazy_imports() -> None:
     )
 
 
+def test_native_extensions_are_imported_only_by_their_loader() -> None:
+    """A C extension of lmdata/_native/ is reached through ``lmdata._native.load`` only, the
+    one place that honours LMDATA_PURE_PYTHON and refuses a stale build."""
+    assert {"lmdata._native.kernel", "lmdata._native.memowalk"} <= EXTENSIONS
+    found = []
+    for module, path in MODULES.items():
+        if module.startswith("lmdata._native"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names] + [node.module or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value]  # importlib.import_module("lmdata._native.kernel")
+            else:
+                continue
+            found += [(module, n) for n in names if n in EXTENSIONS]
+    assert found == []
+
+
 def test_the_checks_see_lazy_imports_and_cycles() -> None:
     src = (
         "import os\nfrom . import layout\n"

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from lmdata._pickle import safe_loads
 from lmdata.errors import CorruptDataError, UnsafeDataError
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 plain = st.recursive(
     st.none()
     | st.booleans()
@@ -113,7 +115,7 @@ def _c_walk():
     from lmdata import _pickle
 
     if _pickle._c_early_slot is None:
-        pytest.skip("lmdata._memowalk was not built (no C compiler at install)")
+        pytest.skip("lmdata._native.memowalk was not built (no C compiler at install)")
     return _pickle
 
 
@@ -215,7 +217,7 @@ def test_memo_bomb_after_any_real_pickle_is_found_where_it_is(obj, protocol, far
 
 needs_c_walk = pytest.mark.skipif(
     getattr(__import__("lmdata._pickle").__dict__["_pickle"], "_c_item_pickle", None) is None,
-    reason="lmdata._memowalk was not built (no C compiler at install)",
+    reason="lmdata._native.memowalk was not built (no C compiler at install)",
 )
 
 

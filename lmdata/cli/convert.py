@@ -87,36 +87,32 @@ def command(
     them too; otherwise --split picks one. The output is written atomically: Ctrl-C or a kill
     leaves none, and --resume continues from the blocks done.
     """
-    from lmdata._progress import LogLines
-    from lmdata._progress import bar as progress_bar
+    from lmdata.cli._progress import shown
     from lmdata.convert import work_area
     from lmdata.storage import options_scope
 
-    bar = progress_bar(unit="rec", quiet=quiet, desc="convert")
     ropts = dict(reader_options)
     if token_column is not None:
         ropts["token_column"] = token_column
     try:
-        summary = convert(
-            src,
-            dst,
-            to,
-            source_format=source_format,
-            split=split,
-            workers=workers,
-            engine=engine,
-            address=address,
-            overwrite=overwrite,
-            reader_options=ropts,
-            progress=lambda n: bar.update(n - bar.n),
-            storage_options=storage_options,
-            resume=resume,
-        )
+        with shown(quiet) as progress:
+            summary = convert(
+                src,
+                dst,
+                to,
+                source_format=source_format,
+                split=split,
+                workers=workers,
+                engine=engine,
+                address=address,
+                overwrite=overwrite,
+                reader_options=ropts,
+                progress=progress,
+                storage_options=storage_options,
+                resume=resume,
+            )
     except (KeyboardInterrupt, Exception) as e:
-        if not isinstance(bar, LogLines):  # a log gets no "done" line for work that failed
-            bar.close()
         with options_scope(storage_options):
             say_resume(e, lambda: work_area(dst))
         raise
-    bar.close()
     click.echo(summary.line())

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from lmdata.cli._common import engine_options, storage_option
+from lmdata.cli._progress import shown
 from lmdata.dolma.cli_support import build, show_config
 
 
@@ -112,14 +113,15 @@ def command(
         show_config(data)
         return
     try:
-        res = decontaminate(
-            cfg,
-            progress=not quiet,
-            engine=engine,
-            address=address,
-            storage_options=storage_options,
-            resume=resume,
-        )
+        with shown(quiet) as progress:
+            res = decontaminate(
+                cfg,
+                progress=progress,
+                engine=engine,
+                address=address,
+                storage_options=storage_options,
+                resume=resume,
+            )
     except KeyboardInterrupt:
         click.echo("interrupted: run again with --resume to continue", err=True)
         sys.exit(130)

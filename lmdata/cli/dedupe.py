@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from lmdata.cli._common import engine_options, storage_option
+from lmdata.cli._progress import shown
 from lmdata.dolma.cli_support import DolmaCommand, build, config_path, show_config
 from lmdata.dolma.config import DedupeConfig
 from lmdata.dolma.dedupe import dedupe
@@ -149,14 +150,15 @@ def command(
         show_config(data)
         return
     try:
-        res = dedupe(
-            cfg,
-            progress=not quiet,
-            engine=engine,
-            address=address,
-            storage_options=storage_options,
-            resume=resume,
-        )
+        with shown(quiet) as progress:
+            res = dedupe(
+                cfg,
+                progress=progress,
+                engine=engine,
+                address=address,
+                storage_options=storage_options,
+                resume=resume,
+            )
     except KeyboardInterrupt:
         click.echo("interrupted: run again with --resume to continue", err=True)
         sys.exit(130)

@@ -6,12 +6,9 @@ from typing import Any
 
 import click
 
-from lmdata._progress import bar as progress_bar
 from lmdata.cli._common import DatasetPath, storage_option
+from lmdata.cli._progress import shown
 from lmdata.formats.modalities_jsonl import build_index
-from lmdata.storage import resolve
-
-_PROGRESS_FROM = 64 << 20  # show a progress bar for files from 64 MiB
 
 
 @click.command("index")
@@ -43,20 +40,8 @@ def command(
     writes, byte for byte. Lines end at newline bytes only. A line that is not JSON stops the
     run with its line number and byte offset, and no index is written, unless --skip-invalid.
     """
-    store, key = resolve(path, storage_options)
-    size = store.size(key) if store.exists(key) and not store.is_dir(key) else 0
-    with progress_bar(
-        total=size,
-        unit="B",
-        unit_scale=True,
-        quiet=quiet,
-        disable=size < _PROGRESS_FROM,
-        desc="indexing",
-    ) as bar:
-
-        def progress(done: int) -> None:
-            bar.update(done - bar.n)
-
+    # a small file's index is done before a bar (or a log line) would show
+    with shown(quiet, leave=False, delay=0.5) as progress:
         result = build_index(
             path,
             index_path,
@@ -65,7 +50,6 @@ def command(
             progress=progress,
             storage_options=storage_options,
         )
-        bar.update(size - bar.n)
     click.echo(f"indexed {result.documents:,} documents -> {result.index_path}")
     if result.skipped:
         click.echo(f"skipped {len(result.skipped):,} invalid lines:", err=True)

@@ -8,10 +8,10 @@ import click
 
 from lmdata import _json
 from lmdata._api import info
-from lmdata._progress import reporting
 from lmdata._provenance import model_vocab_size
 from lmdata._units import human_bytes
 from lmdata.cli._common import DatasetPath, format_option, storage_option
+from lmdata.cli._progress import shown
 
 SHOWN_SPECIAL = 8  # special tokens listed in the text output (--json has them all)
 
@@ -47,11 +47,11 @@ def _provenance_lines(prov: dict[str, Any], needed: int | None) -> list[str]:
     out.append(f"  special tokens added: {'yes' if t.get('special_tokens_added') else 'no'}")
     special = t.get("special_tokens") or {}
     if special:
-        shown = ", ".join(f"{k} {v}" for k, v in list(special.items())[:SHOWN_SPECIAL])
+        listed = ", ".join(f"{k} {v}" for k, v in list(special.items())[:SHOWN_SPECIAL])
         more = ""
         if len(special) > SHOWN_SPECIAL:
             more = f", ... ({len(special):,} in all; --json lists them)"
-        out.append(f"  special tokens: {shown}{more}")
+        out.append(f"  special tokens: {listed}{more}")
     if needed is not None:
         rounded = -(-needed // 128) * 128
         out.append(
@@ -90,7 +90,7 @@ def command(
 
     Formats whose counts take a pass over the data (Dolma, JSONL, the largest id of a .pbin)
     show progress on stderr; stdout holds only the summary."""
-    with reporting("info", quiet) as progress:
+    with shown(quiet, leave=False, delay=0.5) as progress:
         summary = info(path, format=fmt, storage_options=storage_options, progress=progress)
     needed = model_vocab_size(summary)
     if as_json:

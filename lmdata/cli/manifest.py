@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from lmdata._api import check_manifest, write_manifest
-from lmdata._progress import reporting
 from lmdata._units import human_bytes
 from lmdata.cli._common import DatasetPath, format_option, storage_option, unsafe_pickle_option
+from lmdata.cli._progress import shown
 
 
 @click.command("manifest")
@@ -55,7 +55,7 @@ def command(
     Progress goes to stderr, counting the bytes validated and hashed.
     """
     if check:
-        with reporting("manifest --check", quiet) as progress:
+        with shown(quiet, leave=False, delay=0.5) as progress:
             made, problems = check_manifest(
                 path, storage_options=storage_options, progress=progress, workers=workers
             )
@@ -70,7 +70,7 @@ def command(
         if not quiet:
             click.echo(f"{path}: matches its manifest ({_what(made)})")
         return
-    with reporting("manifest", quiet) as progress:
+    with shown(quiet, leave=False, delay=0.5) as progress:
         made = write_manifest(
             path,
             format=fmt,

@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from lmdata._api import merge
-from lmdata._progress import reporting
 from lmdata.cli._common import DatasetPath, FormatName, storage_option
+from lmdata.cli._progress import shown
 
 
 @click.command("merge")
@@ -44,7 +44,7 @@ def command(
     index.json of partition folders (local or on one object store). atlas: link the shards of
     several datasets into one.
     """
-    with reporting("merge", quiet) as progress:
+    with shown(quiet, leave=False, delay=0.5) as progress:
         result = merge(
             list(inputs),
             output,

@@ -9,6 +9,7 @@ import click
 import orjson
 
 from lmdata.cli._common import engine_options, storage_option
+from lmdata.cli._progress import shown
 from lmdata.dolma.cli_support import DolmaCommand, build, config_path
 from lmdata.dolma.config import MixerConfig
 from lmdata.dolma.mixer import mix, plan_shards
@@ -80,7 +81,8 @@ def command(
                     ).decode()
                 )
         return
-    res = mix(cfg, progress=not quiet, engine=engine, address=address, strict=strict)
+    with shown(quiet) as progress:
+        res = mix(cfg, progress=progress, engine=engine, address=address, strict=strict)
     for w in res.warnings:
         click.echo(f"warning: {w}", err=True)
     click.echo(

@@ -10,7 +10,6 @@ import click
 
 from lmdata import _json
 from lmdata._deps import require
-from lmdata._progress import bar as progress_bar
 from lmdata.cli._common import (
     DatasetPath,
     format_option,
@@ -20,6 +19,7 @@ from lmdata.cli._common import (
     tokenizer_option,
     unsafe_pickle_option,
 )
+from lmdata.cli._progress import shown
 from lmdata.inspect.stats import SAMPLE_RECORDS, SAMPLE_TOKENS
 
 
@@ -112,14 +112,7 @@ def command(
 
     if plot_path:
         require("matplotlib", "--plot (a PNG; --html needs nothing extra)")
-    bar = progress_bar(desc="stats", quiet=quiet, unit="it", unit_scale=True)
-
-    def progress(done: int, planned: int, unit: str) -> None:
-        if bar.total is None:
-            bar.total, bar.unit = planned, unit[:3]
-        bar.update(done - bar.n)
-
-    try:
+    with shown(quiet) as progress:
         s = compute(
             path,
             format=fmt,
@@ -136,8 +129,6 @@ def command(
             bins=bins,
             progress=progress,
         )
-    finally:
-        bar.close()
     if plot_path:
         report.plot_png(s, plot_path)
     if html_path:

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from lmdata.cli._common import engine_options, storage_option
+from lmdata.cli._progress import shown
 from lmdata.dolma.cli_support import DolmaCommand, build, config_path, show_config
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.tag import tag
@@ -112,9 +113,10 @@ def command(
     if dryrun or data.get("dryrun"):
         show_config(data)
         return
-    res = tag(
-        cfg, progress=not quiet, engine=engine, address=address, storage_options=storage_options
-    )
+    with shown(quiet) as progress:
+        res = tag(
+            cfg, progress=progress, engine=engine, address=address, storage_options=storage_options
+        )
     click.echo(
         f"tagged {res.documents:,} documents in {res.files - res.skipped_files} files "
         f"({res.skipped_files} already done) in {res.seconds:.1f} s, "

@@ -171,7 +171,7 @@ def command(
     The output is written atomically and is the same for any number of workers. Ctrl-C leaves
     no output; run again with --resume to continue.
     """
-    from lmdata._progress import bar as progress_bar
+    from lmdata.cli._progress import shown
 
     for option, value in (("chunk_tokens", chunk_tokens), ("compression", compression)):
         if value is not None and to not in _accepting(option):
@@ -183,53 +183,36 @@ def command(
     if compression is not None:
         opts["compression"] = None if compression == "none" else compression
     # -q: no bar at all (tqdm's import is a tenth of a small job's start-up)
-    bar = None if quiet else progress_bar(unit="B", unit_scale=True, desc="tokenize")
-
-    def progress(stats: dict[str, float]) -> None:
-        assert bar is not None
-        if bar.total is None:
-            bar.total = stats["total_bytes"]
-        bar.update(stats["input_bytes"] - bar.n)
-        el = bar.format_dict["elapsed"] or 1e-9
-        bar.set_postfix_str(
-            f"{stats['documents']:,.0f} docs, {stats['tokens']:,.0f} tokens, "
-            f"{stats['documents'] / el:,.0f} docs/s, {stats['tokens'] / el / 1e6:.2f} Mtok/s",
-            refresh=False,
-        )
-
     try:
-        summary = tokenize(
-            list(sources),
-            dst,
-            to=to,
-            tokenizer=tokenizer,
-            text_key=text_key,
-            validation=list(validation_sources),
-            validation_fraction=validation_fraction,
-            eod=eod,
-            eod_id=eod_id,
-            append_eod=append_eod,
-            special_tokens=add_special_tokens,
-            skip_invalid=skip_invalid,
-            source_format=source_format,
-            batch_docs=batch_docs,
-            encoder=encoder,
-            workers=workers,
-            engine=engine,
-            address=address,
-            resume=resume,
-            overwrite=overwrite,
-            progress=None if bar is None else progress,
-            storage_options=storage_options,
-            **opts,
-        )
+        with shown(quiet) as progress:
+            summary = tokenize(
+                list(sources),
+                dst,
+                to=to,
+                tokenizer=tokenizer,
+                text_key=text_key,
+                validation=list(validation_sources),
+                validation_fraction=validation_fraction,
+                eod=eod,
+                eod_id=eod_id,
+                append_eod=append_eod,
+                special_tokens=add_special_tokens,
+                skip_invalid=skip_invalid,
+                source_format=source_format,
+                batch_docs=batch_docs,
+                encoder=encoder,
+                workers=workers,
+                engine=engine,
+                address=address,
+                resume=resume,
+                overwrite=overwrite,
+                progress=progress,
+                storage_options=storage_options,
+                **opts,
+            )
     except (KeyboardInterrupt, Exception) as e:
-        if bar is not None:
-            bar.close()
         say_resume(e, lambda: staging_for(dst, storage_options))  # beside the output (or URL)
         raise
-    if bar is not None:
-        bar.close()
     for msg in summary.skipped:
         click.echo(f"skipped: {msg}", err=True)
     click.echo(summary.line())

@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from lmdata._api import detect, manifest_summary, validate
-from lmdata._progress import reporting
 from lmdata.cli._common import DatasetPath, format_option, storage_option, unsafe_pickle_option
+from lmdata.cli._progress import shown
 
 
 @click.command("validate")
@@ -48,7 +48,7 @@ def command(
     of the dataset's data checked.
     """
     name = fmt or detect(path, storage_options)
-    with reporting("validate", quiet) as progress:
+    with shown(quiet, leave=False, delay=0.5) as progress:
         problems = validate(
             path,
             format=name,

@@ -1,6 +1,6 @@
 """Words, n-gram hashes, MinHash signatures and evaluation-set matching for MinHash dedupe
 (:mod:`lmdata.dolma.minhash`) and ``decontaminate`` (:mod:`lmdata.dolma.decontam`), a batch
-of documents per call into ``lmdata/_minhash.c`` (no Python work per word or n-gram), or into
+of documents per call into ``lmdata/_native/minhash.c`` (no Python work per word or n-gram), or into
 the same numbers in numpy (:mod:`lmdata.dolma._shingle_py`) where no compiler built it.
 
 Normalisation: a word is a run of letters, marks and digits (Unicode categories L, M, N;
@@ -19,12 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lmdata._native import load
 from lmdata.dolma import _shingle_py as _py
 
-try:  # built from lmdata/_minhash.c at install; without a compiler numpy does the same
-    from lmdata import _minhash as _C
-except ImportError:  # pragma: no cover - depends on the build
-    _C = None
+_C = load("minhash")  # lmdata/_native/minhash.c; None: numpy does the same
 _READY = False
 M64 = _py.M64
 

@@ -1,4 +1,4 @@
-"""The kernels of ``lmdata/_minhash.c`` in numpy, for where no compiler built it: the same
+"""The kernels of ``lmdata/_native/minhash.c`` in numpy, for where no compiler built it: the same
 numbers (words, n-gram hashes, signatures, band keys, Jaccard counts, matched spans), slower.
 The tests compare the two on generated text. All arithmetic is on uint64 arrays, modulo 2^64
 as in C."""
@@ -75,14 +75,14 @@ def gram_hashes(w: np.ndarray, n: int, short: bool) -> np.ndarray:
 
 
 def grams(texts: list[str], n: int, short: bool, fold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(counts, hashes) as ``_minhash.grams``."""
+    """(counts, hashes) as ``minhash.grams``."""
     parts = [gram_hashes(words(t, fold)[0], n, short) for t in texts]
     counts = np.array([len(p) for p in parts], dtype=np.int64)
     return counts, np.concatenate(parts) if parts else np.zeros(0, dtype=U64)
 
 
 def spans(text: str, n: int, fold: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(hashes, starts, ends) of each full n-gram, as ``_minhash.spans``."""
+    """(hashes, starts, ends) of each full n-gram, as ``minhash.spans``."""
     h, s, e = words(text, fold)
     g = gram_hashes(h, n, False)
     return g, s[: len(g)], e[n - 1 : n - 1 + len(g)]
@@ -110,7 +110,7 @@ def sign(
     keep: bool,
     fold: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(keys, counts, hashes or None) as ``_minhash.sign``."""
+    """(keys, counts, hashes or None) as ``minhash.sign``."""
     counts, hashes = grams(texts, n, True, fold)
     k = len(a)
     sig = np.zeros((len(texts), k), dtype=U64)
@@ -132,7 +132,7 @@ def sign(
 def jaccard(
     hashes: np.ndarray, starts: np.ndarray, ia: np.ndarray, ib: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(intersection, union) sizes of the pairs' n-gram sets, as ``_minhash.jaccard``."""
+    """(intersection, union) sizes of the pairs' n-gram sets, as ``minhash.jaccard``."""
     sets = [np.unique(hashes[starts[d] : starts[d + 1]]) for d in range(len(starts) - 1)]
     inter = np.array(
         [
@@ -150,7 +150,7 @@ def match(
     texts: list[str], n: int, keys: np.ndarray, fold: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(doc, start, end) of the merged spans of n-grams found in ``keys``, as
-    ``_minhash.match``."""
+    ``minhash.match``."""
     docs, starts, ends = [], [], []
     for d, t in enumerate(texts):
         g, s, e = spans(t, n, fold)

@@ -31,6 +31,7 @@ import orjson
 import xxhash
 
 from lmdata import parallel
+from lmdata._progress import OnProgress, accepted
 from lmdata.dolma import _ranges, _shingle, _spans
 from lmdata.dolma._buckets import Spill
 from lmdata.dolma._decontam_config import DecontamConfig
@@ -50,6 +51,7 @@ from lmdata.errors import CorruptDataError, InvalidInputError
 from lmdata.formats.dolma._files import iter_raw_lines, splittable
 from lmdata.formats.dolma._output import OutputFile, Part
 from lmdata.formats.dolma._paths import Stores, codec_of, expand_globs
+from lmdata.parallel import Executor
 from lmdata.storage import resolve
 
 EVALS = "h/evals"  # the evaluation n-gram hashes, sorted, in the work folder
@@ -250,16 +252,19 @@ def _with_last(items: Any) -> Any:
 
 def decontaminate(
     cfg: DecontamConfig,
-    progress: bool = False,
+    progress: OnProgress | None = None,
     engine: str = "processes",
     address: str | None = None,
     storage_options: dict[str, Any] | None = None,
     range_bytes: int | None = None,
     resume: bool = False,
+    executor: Executor | None = None,
 ) -> DecontamResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg`` on ``cfg.processes``
-    workers of ``engine`` (see the module docstring); the arguments are
-    :func:`lmdata.dolma.dedupe.dedupe`'s."""
+    workers of ``engine`` or on ``executor`` (see the module docstring); the arguments are
+    ``lmdata.dolma.dedupe.dedupe``'s (``progress``: the phase "decontaminate")."""
+    progress = accepted(progress)
+    parallel.check_choice(executor, engine, None, address)
     from lmdata.dolma.dedupe import _joins
 
     if storage_options is not None:
@@ -305,15 +310,20 @@ def decontaminate(
         todo = tuple((k, s) for k, s in g if not done.span(k, s))
         if todo:
             units.append(DecontamTask(todo, cfg, work, len(evals.keys), job))
-    run = functools.partial(
-        parallel.run_all, engine=engine, workers=cfg.processes, address=address, tick=fresh
+    run_all = functools.partial(
+        parallel.run_all,
+        engine=engine,
+        workers=cfg.processes,
+        address=address,
+        executor=executor,
+        tick=fresh,
     )
-    ran = run(phase_match, units, desc="decontaminate", progress=progress) if units else []
+    ran = run_all(phase_match, units, what="decontaminate", progress=progress) if units else []
     before = WriteResult(0, tuple(done.pieces.items()))
     joins = _joins(cfg, spans, [*(u.written for u in ran), before], job, done.joined)  # type: ignore[arg-type]
     tasks = [JoinTask(j, work, k) for k, j in joins]
     if tasks:
-        run(run_join_marked, tasks, desc="join", progress=False)
+        run_all(run_join_marked, tasks, what="join")
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
     work.remove()
@@ -333,9 +343,17 @@ def decontaminate_paths(
     documents: list[str] | str, against: list[str] | str, **options: Any
 ) -> DecontamResult:
     """Convenience wrapper: ``decontaminate_paths("ds/documents/*.gz", "evals/*.jsonl",
-    ngram=13, processes=2)``; ``options`` are config keys, or :func:`decontaminate`'s
+    ngram=13, processes=2)``; ``options`` are config keys, or ``decontaminate``'s
     arguments (``engine=``, ``progress=``, ``resume=``, ...)."""
-    run_keys = ("progress", "engine", "address", "storage_options", "range_bytes", "resume")
+    run_keys = (
+        "progress",
+        "engine",
+        "address",
+        "executor",
+        "storage_options",
+        "range_bytes",
+        "resume",
+    )
     run = {k: options.pop(k) for k in run_keys if k in options}
     docs = [documents] if isinstance(documents, str) else list(documents)
     evals = [against] if isinstance(against, str) else list(against)

@@ -74,6 +74,7 @@ from typing import Any
 import numpy as np
 
 from lmdata import parallel
+from lmdata._progress import OnProgress, accepted
 from lmdata.dolma import _keyfile, _ranges, _spans, ngrams
 from lmdata.dolma._buckets import (
     MarkResult,
@@ -102,6 +103,7 @@ from lmdata.dolma.pieces import Fresh, Join, parts_folder
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._files import splittable
 from lmdata.formats.dolma._paths import Stores, codec_of
+from lmdata.parallel import Executor
 from lmdata.storage import Store
 
 log = logging.getLogger("lmdata.dolma.dedupe")
@@ -223,26 +225,39 @@ def _hash_span(
 
 def dedupe(
     cfg: DedupeConfig,
-    progress: bool = False,
+    progress: OnProgress | None = None,
     engine: str = "processes",
     address: str | None = None,
     storage_options: dict[str, Any] | None = None,
     range_bytes: int | None = None,
     resume: bool = False,
+    executor: Executor | None = None,
 ) -> DedupeResult:
     """Write ``attributes/<cfg.name>/`` for every document file of ``cfg``, on
-    ``cfg.processes`` workers of ``engine``; the output is the same for any engine and count.
+    ``cfg.processes`` workers of ``engine``, or on ``executor`` (an
+    ``lmdata.parallel.Executor`` of the caller's, with its own workers); the output is
+    the same for any engine and count. ``progress`` receives ``lmdata.Progress`` events
+    of the phase "dedupe: hash" ("minhash: sign"), in documents read.
     The work folder (``cfg.work_dir``, a path or URL) must be visible to every worker (shared
     on a cluster, or on the object store).
     ``storage_options`` (fsspec options for URLs) replace the config's; a plain file larger
     than ``range_bytes`` is read in ranges of at most that size (default: tag's and mix's,
-    :func:`lmdata.dolma._ranges.range_size` of the job's plain bytes).
+    ``lmdata.dolma._ranges.range_size`` of the job's plain bytes).
     Every run keeps its work in a folder named by the job and marks each unit done, so a run
     stopped part way (a kill, Ctrl-C, a lost worker) and started again with ``resume`` runs
     only the unfinished units, planned as the stopped run planned them (its ranges and
     groups, whatever ``range_bytes`` says now; a changed input or option is an
-    InvalidInputError; see :mod:`lmdata.dolma._dedupe_resume`); without ``resume``, a run
+    InvalidInputError; see ``lmdata.dolma._dedupe_resume``); without ``resume``, a run
     starts afresh, discarding what a stopped run left."""
+    progress = accepted(progress)
+    parallel.check_choice(executor, engine, None, address)
+    run_all = functools.partial(
+        parallel.run_all,
+        engine=engine,
+        workers=cfg.processes,
+        address=address,
+        executor=executor,
+    )
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     bloom = cfg.bloom_filter
@@ -253,7 +268,7 @@ def dedupe(
     if cfg.mode == "minhash":  # near-duplicates: its own phases, the same plan and markers
         from lmdata.dolma import minhash
 
-        return minhash.run(cfg, progress, engine, address, range_bytes, resume)
+        return minhash.run(cfg, progress, run_all, range_bytes, resume)
     files = cfg.document_files()
     t0 = time.perf_counter()
     stores = Stores(cfg.storage_options)
@@ -306,13 +321,7 @@ def dedupe(
         work,
         job,
         done,
-        functools.partial(
-            parallel.run_all,
-            engine=engine,
-            workers=cfg.processes,
-            address=address,
-            tick=fresh,
-        ),
+        functools.partial(run_all, tick=fresh),
         progress,
         prior,
     )
@@ -320,15 +329,7 @@ def dedupe(
     joins = _joins(cfg, spans, [*written, before], job, done.joined)
     tasks = [JoinTask(j, work, k) for k, j in joins]
     if tasks:
-        parallel.run_all(
-            run_join_marked,
-            tasks,
-            engine=engine,
-            workers=cfg.processes,
-            address=address,
-            desc="join",
-            progress=False,
-        )
+        run_all(run_join_marked, tasks, what="join")
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
     if bloom.writes:
@@ -359,14 +360,16 @@ def _phases(
     job: str,
     done: Done,
     run: Any,
-    progress: bool,
+    progress: OnProgress | None,
     prior: _keyfile.KeyFile | None = None,
 ) -> tuple[list[HashResult], list[MarkResult], list[WriteResult]]:
     """Run the three phases, each unit not ``done`` (the others' results from their markers),
     each unit leaving its marker."""
 
-    def run_some(fn: Any, units: list[Any], desc: str, progress: bool = False) -> list[Any]:
-        return run(fn, units, desc=desc, progress=progress) if units else []
+    def run_some(
+        fn: Any, units: list[Any], what: str, progress: OnProgress | None = None
+    ) -> list[Any]:
+        return run(fn, units, what=what, progress=progress) if units else []
 
     nb = plan.nbuckets
     hashed = {t: HashResult(*h, t) for t in range(len(groups)) if (h := done.hash(t, nb))}
@@ -377,7 +380,7 @@ def _phases(
             for t, g in enumerate(groups)
             if t not in hashed
         ],
-        desc="dedupe: hash",
+        what="dedupe: hash",
         progress=progress,
     )
     counted = sorted([*hashed.values(), *ran], key=lambda c: c.t)

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from lmdata import parallel
+from lmdata._progress import OnProgress
 from lmdata.dolma import _minhash_units as mu
 from lmdata.dolma import _minhash_write as mw
 from lmdata.dolma import _ranges, _spans
@@ -86,14 +86,14 @@ def nbuckets(total: int) -> int:
 
 def run(
     cfg: DedupeConfig,
-    progress: bool = False,
-    engine: str = "processes",
-    address: str | None = None,
+    progress: OnProgress | None,
+    run_all: Any,
     range_bytes: int | None = None,
     resume: bool = False,
 ) -> Any:
     """Write ``attributes/<cfg.name>/`` flagging near-duplicates (see the module docstring);
-    the arguments are :func:`lmdata.dolma.dedupe.dedupe`'s, which calls this."""
+    the arguments are :func:`lmdata.dolma.dedupe.dedupe`'s, which calls this (``run_all``:
+    :func:`lmdata.parallel.run_all` bound to the job's executor)."""
     from lmdata.dolma.dedupe import DedupeResult, _joins
 
     files = cfg.document_files()
@@ -129,17 +129,15 @@ def run(
         + [(parts_folder(o, job), cfg.storage_options) for o in ranged]
     )
     work.make()
-    runner = functools.partial(
-        parallel.run_all, engine=engine, workers=cfg.processes, address=address, tick=fresh
-    )
+    run_all = functools.partial(run_all, tick=fresh)
     signed, comp, written = _phases(
-        cfg, spans, groups, plan, work, job, done, mine, runner, progress
+        cfg, spans, groups, plan, work, job, done, mine, run_all, progress
     )
     before = WriteResult(0, tuple(done.pieces.items()))
     joins = _joins(cfg, spans, [*written, before], job, done.joined)
     tasks = [JoinTask(j, work, k) for k, j in joins]
     if tasks:
-        runner(run_join_marked, tasks, desc="join", progress=False)
+        run_all(run_join_marked, tasks, what="join")
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
     work.remove()
@@ -162,15 +160,17 @@ def _phases(
     done: Done,
     mine: dict[str, tuple[dict[str, Any], np.ndarray]],
     run: Any,
-    progress: bool,
+    progress: OnProgress | None,
 ) -> tuple[list[mu.SignResult], mw.Components, list[WriteResult]]:
     """Run the phases, each unit not done before (the others' results from their markers)."""
     mh = cfg.minhash
     assert mh is not None
     nb = plan.nbuckets
 
-    def run_some(fn: Any, units: list[Any], desc: str, progress: bool = False) -> list[Any]:
-        return run(fn, units, desc=desc, progress=progress) if units else []
+    def run_some(
+        fn: Any, units: list[Any], what: str, progress: OnProgress | None = None
+    ) -> list[Any]:
+        return run(fn, units, what=what, progress=progress) if units else []
 
     known = {}
     for t, g in enumerate(groups):

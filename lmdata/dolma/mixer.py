@@ -33,15 +33,18 @@ that appears whole.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lmdata import parallel
+from lmdata._progress import OnProgress, accepted
 from lmdata.dolma import _ranges
 from lmdata.dolma._ranges import cut, range_size
 from lmdata.dolma._unmatched import unmatched
@@ -67,6 +70,7 @@ from lmdata.formats.dolma._files import (
 )
 from lmdata.formats.dolma._output import OutputFile, Part, suffix_for
 from lmdata.formats.dolma._paths import Stores, expand_globs
+from lmdata.parallel import Executor
 from lmdata.storage import is_url, join, resolve, scheme
 
 log = logging.getLogger("lmdata.dolma.mix")
@@ -294,9 +298,7 @@ def _opts(sh: Shard) -> dict[str, Any] | None:
     return sh.stream.storage_options
 
 
-def _number_lines(
-    shards: list[Shard], engine: str, workers: int, address: str | None
-) -> list[Shard]:
+def _number_lines(shards: list[Shard], run_all: Callable[..., list[Any]]) -> list[Shard]:
     """``shards`` with the first line number of every range after a file's first: the ranges'
     newlines are counted on the executor's workers (one unit per range, a fast pass)."""
     counts: list[LineCount] = []
@@ -308,17 +310,7 @@ def _number_lines(
             prev = src.start
     if not counts:
         return shards
-    got = iter(
-        parallel.run_all(
-            _count_lines,
-            counts,
-            engine=engine,
-            workers=workers,
-            address=address,
-            desc="mix: count lines",
-            progress=False,
-        )
-    )
+    got = iter(run_all(_count_lines, counts, what="mix: count lines"))
     out = []
     for sh in shards:
         srcs = []
@@ -366,17 +358,23 @@ def _idle_rules(cfg: MixerConfig, shards: list[Shard], stats: list[ShardStats]) 
 def mix(
     cfg: MixerConfig,
     base: str | os.PathLike[str] | None = None,
-    progress: bool = False,
+    progress: OnProgress | None = None,
     engine: str = "processes",
     address: str | None = None,
     storage_options: dict[str, Any] | None = None,
     strict: bool = False,
+    executor: Executor | None = None,
 ) -> MixResult:
     """Run every stream of ``cfg`` on ``cfg.processes`` workers of ``engine`` ("inprocess",
-    "processes", "ray" at ``address``); relative paths are taken from ``base`` (default: cwd).
+    "processes", "ray" at ``address``), or on ``executor`` (an
+    ``lmdata.parallel.Executor`` of the caller's, with its own workers); relative paths
+    are taken from ``base`` (default: cwd). ``progress`` receives ``lmdata.Progress``
+    events of the phase "mix", in documents read.
     ``storage_options`` (fsspec options for URLs) replace the config's. A rule that could
     not have done anything (a filter on an attribute no document has, include filters that
     matched nothing) is a warning, or with ``strict`` an InvalidInputError once the job ran."""
+    progress = accepted(progress)
+    parallel.check_choice(executor, engine, None, address)
     if storage_options is not None:
         opts = dict(storage_options)
         cfg = dataclasses.replace(
@@ -393,7 +391,14 @@ def mix(
     todo = [sh for sh in shards if not _exists(sh)]  # existing shards are kept (resume)
     prior = _done(todo)  # pieces an earlier run completed are kept too
     left = [(sh, d) for sh, d in zip(todo, prior, strict=True) if len(d) < len(sh.cuts)]
-    numbered = _number_lines([sh for sh, _ in left], engine, cfg.processes, address)
+    run_all = functools.partial(
+        parallel.run_all,
+        engine=engine,
+        workers=cfg.processes,
+        address=address,
+        executor=executor,
+    )
+    numbered = _number_lines([sh for sh, _ in left], run_all)
     tasks = [
         MixTask(sh, k)
         for sh, (_, d) in zip(numbered, left, strict=True)
@@ -401,18 +406,9 @@ def mix(
         if k not in d
     ]
     fresh = Fresh((parts_folder(sh.output, sh.job), _opts(sh)) for sh in todo if sh.job)
-    ran = parallel.run_all(
-        _mix_shard,
-        tasks,
-        engine=engine,
-        workers=cfg.processes,
-        address=address,
-        desc="mix",
-        progress=progress,
-        tick=fresh,
-    )
+    ran = run_all(_mix_shard, tasks, what="mix", progress=progress, tick=fresh)
     stats, joins = _per_shard(todo, prior, ran)
-    join_all(joins, engine, cfg.processes, address)
+    join_all(joins, run_all)
     idle = _idle_rules(cfg, todo, stats)
     stats += [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
     warnings = tuple(w for st in stats for w in st.warnings) + tuple(idle)

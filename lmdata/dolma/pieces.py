@@ -20,13 +20,12 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from lmdata import parallel
 from lmdata._version import __version__
 from lmdata.formats.dolma._output import join_parts
 from lmdata.storage import LocalStore, Store, basename, join, parent, resolve
@@ -166,16 +165,9 @@ def run_join(j: Join) -> int:
     return len(keys)
 
 
-def join_all(joins: Sequence[Join], engine: str, workers: int | None, address: str | None) -> None:
-    """Run every join as a unit of the executor: on an object store the bytes go from store to
-    store through the workers, never through the driver, and local joins copy in parallel."""
+def join_all(joins: Sequence[Join], run_all: Callable[..., list[Any]]) -> None:
+    """Run every join as a unit on the job's executor (``run_all``: :func:`lmdata.parallel.run_all`
+    bound to it): on an object store the bytes go from store to store through the workers,
+    never through the driver, and local joins copy in parallel."""
     if joins:
-        parallel.run_all(
-            run_join,
-            list(joins),
-            engine=engine,
-            workers=workers or 1,
-            address=address,
-            desc="join",
-            progress=False,
-        )
+        run_all(run_join, list(joins), what="join")

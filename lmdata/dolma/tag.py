@@ -20,6 +20,7 @@ any store (local paths, ``s3://``, ``memory://``, ...).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 import orjson
 
 from lmdata import parallel
+from lmdata._progress import OnProgress, accepted
 from lmdata.dolma._ranges import cut, range_size
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.pieces import (
@@ -52,6 +54,7 @@ from lmdata.formats.dolma._files import (
 from lmdata.formats.dolma._output import OutputFile, Part
 from lmdata.formats.dolma._paths import Stores, attribute_path, codec_of, is_file
 from lmdata.formats.dolma._rows import parse_line
+from lmdata.parallel import Executor
 from lmdata.storage import Store, resolve
 
 
@@ -258,14 +261,20 @@ def _joins(cfg: TagConfig, plan: list[_File], results: list[TagFileResult]) -> l
 
 def tag(
     cfg: TagConfig,
-    progress: bool = False,
+    progress: OnProgress | None = None,
     engine: str = "processes",
     address: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    executor: Executor | None = None,
 ) -> TagResult:
     """Run ``cfg.taggers`` over ``cfg.documents`` on ``cfg.processes`` workers of ``engine``
-    ("inprocess", "processes", "ray" at ``address``); see the module docstring for outputs.
-    ``storage_options`` (fsspec options for URLs) replace the config's."""
+    ("inprocess", "processes", "ray" at ``address``), or on ``executor`` (an
+    ``lmdata.parallel.Executor`` of the caller's, with its own workers); see the module
+    docstring for outputs. ``storage_options`` (fsspec options for URLs) replace the
+    config's. ``progress`` receives ``lmdata.Progress`` events of the phase "tag", in
+    documents tagged."""
+    progress = accepted(progress)
+    parallel.check_choice(executor, engine, None, address)
     if storage_options is not None:
         cfg = dataclasses.replace(cfg, storage_options=dict(storage_options))
     if not cfg.taggers:
@@ -283,17 +292,15 @@ def tag(
         if p.job
         for o, _, _ in _outputs(p.path, cfg)
     )
-    results = parallel.run_all(
-        _tag_file,
-        tasks,
+    run_all = functools.partial(
+        parallel.run_all,
         engine=engine,
         workers=cfg.processes,
         address=address,
-        desc="tag",
-        progress=progress,
-        tick=fresh,
+        executor=executor,
     )
-    join_all(_joins(cfg, plan, results), engine, cfg.processes, address)
+    results = run_all(_tag_file, tasks, what="tag", progress=progress, tick=fresh)
+    join_all(_joins(cfg, plan, results), run_all)
     outs = tuple(o for f in files for o, _, _ in _outputs(f, cfg))
     skipped = sum(p.skipped for p in plan)
     skipped += sum(r.skipped for r, t in zip(results, tasks, strict=True) if t.parts == 1)
@@ -310,13 +317,14 @@ def tag_paths(
     documents: Sequence[str] | str,
     taggers: Sequence[str],
     *,
-    progress: bool = False,
+    progress: OnProgress | None = None,
     engine: str = "processes",
     address: str | None = None,
+    executor: Executor | None = None,
     **options: Any,
 ) -> TagResult:
     """Convenience wrapper: ``tag_paths("ds/documents/*.gz", ["char_length_v1"], ...)``;
-    ``options`` are config keys (``experiment=``, ``processes=``, ...), the rest as :func:`tag`."""
+    ``options`` are config keys (``experiment=``, ``processes=``, ...), the rest as ``tag``."""
     docs = [documents] if isinstance(documents, str) else list(documents)
     cfg = TagConfig.from_dict({"documents": docs, "taggers": list(taggers), **options})
-    return tag(cfg, progress=progress, engine=engine, address=address)
+    return tag(cfg, progress=progress, engine=engine, address=address, executor=executor)

@@ -23,41 +23,6 @@ if TYPE_CHECKING:
 
 Kind = Literal["records", "tokens"]
 
-Progress = Callable[[int, int], None]
-"""``progress(done, total)``: how far a long verb (validate, info, merge) got, in bytes of the
-dataset's data: called first with ``done=0`` to announce ``total``, then as shards, chunks or
-files are done (a call per shard / chunk / MiB, never per record), ``done`` never decreasing
-and never above ``total``, last with ``done == total`` when the walk got to the end."""
-
-
-class Ticker:
-    """Reports work done to an optional :data:`Progress` callback: the total on creation, then
-    the bytes added; ``done`` is clamped to ``[previous, total]`` so reports stay monotonic
-    even when the data disagree with the sizes the total was taken from."""
-
-    __slots__ = ("done", "progress", "total")
-
-    def __init__(self, progress: Progress | None, total: int) -> None:
-        self.progress, self.total, self.done = progress, max(0, int(total)), 0
-        if progress is not None:
-            progress(0, self.total)
-
-    def add(self, n: int) -> None:
-        """``n`` more bytes done."""
-        self.to(self.done + n)
-
-    def to(self, done: int) -> None:
-        """``done`` bytes done in all (a smaller number than reported before is ignored)."""
-        done = min(self.total, int(done))
-        if done > self.done:
-            self.done = done
-            if self.progress is not None:
-                self.progress(done, self.total)
-
-    def finish(self) -> None:
-        """The walk got to the end: all ``total`` bytes done."""
-        self.to(self.total)
-
 
 class TokenSink(Protocol):
     """What tokenize and convert write into: documents as one flat array plus their lengths."""
@@ -99,8 +64,9 @@ class FormatSpec:
     first, then keyword options (``info`` also ``scan=False``: leave out what takes a pass over
     the data, for callers that need only metadata, sizes and provenance); the registry passes
     ``format=<name>`` to specs with ``pass_name`` (one implementation behind several names).
-    ``validate``, ``info`` and ``merge`` take ``progress=`` (a :data:`Progress` callback or
-    None) and report through it as they walk the data. ``token_view`` is the format's
+    ``validate``, ``info`` and ``merge`` take ``progress=`` (an
+    :data:`lmdata._progress.OnProgress` or None) and report through it as they walk the
+    data, in bytes (phases "validate", "info", "merge"). ``token_view`` is the format's
     own token-sequence view of a records reader's column (``lmdata.open(..., token_column=)``);
     without one, the generic :class:`lmdata.formats._token_view.TokenColumn` serves.
     ``companions(key)`` names the files a one-file dataset keeps beside it (a JSONL file's

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from lmdata._api import info as dataset_info
 from lmdata._api import open as open_dataset
+from lmdata._progress import OnProgress, Ticker
 from lmdata._provenance import model_vocab_size
 from lmdata._redact import redact
 from lmdata.inspect.decode import ShownTokenizer, dataset_tokenizer, is_token_array
@@ -30,12 +30,6 @@ _READ = 1 << 22  # tokens per read when counting everything
 _DENSE_IDS = 1 << 24  # token ids are counted in a dense array below this vocabulary size
 _PENDING_IDS = 1 << 20  # ids of records buffered before counting them into the Counter
 _BLOCK = 512  # records per take()
-
-Progress = Callable[[int, int, str], None]  # (done, planned, unit: "tokens" or "records")
-
-
-def _nothing(done: int, planned: int, unit: str) -> None:
-    return None
 
 
 def histogram(values: np.ndarray, bins: int = 30) -> dict[str, Any]:
@@ -141,7 +135,12 @@ def _windows(total: int, sample_tokens: int, seed: int) -> list[tuple[int, int]]
 
 
 def _token_stats(
-    reader: Any, sample_tokens: int, full: bool, seed: int, bins: int, progress: Progress
+    reader: Any,
+    sample_tokens: int,
+    full: bool,
+    seed: int,
+    bins: int,
+    progress: OnProgress | None,
 ) -> tuple[dict[str, Any], _TokenCounter]:
     n = len(reader)
     total = int(reader.num_tokens)
@@ -153,11 +152,10 @@ def _token_stats(
         spans = [(s, min(s + _READ, total)) for s in range(0, total, _READ)]
     planned = sum(b - a for a, b in spans)
     sampled = planned < total
-    done = 0
+    tick = Ticker(progress, planned, "stats", "tokens")
     for a, b in spans:
         counter.add(reader.span(a, b))
-        done += b - a
-        progress(done, planned, "tokens")
+        tick.add(b - a)
     out: dict[str, Any] = {
         "kind": "tokens",
         "records": n,
@@ -183,7 +181,7 @@ def _record_stats(
     full: bool,
     seed: int,
     bins: int,
-    progress: Progress,
+    progress: OnProgress | None,
 ) -> tuple[dict[str, Any], _TokenCounter]:
     n = len(reader)
     sampled = not full and n > sample_records
@@ -199,7 +197,7 @@ def _record_stats(
     sources: dict[str, dict[str, int]] = {}
     attributes: dict[str, dict[str, Any]] = {}
     counter = _TokenCounter(-1)
-    done = 0
+    tick = Ticker(progress, len(indices), "stats", "records")
     for lo in range(0, len(indices), _BLOCK):
         block = indices[lo : lo + _BLOCK]
         for rec in reader.take(block):
@@ -224,8 +222,7 @@ def _record_stats(
             attrs = rec.get("attributes")
             if isinstance(attrs, dict):
                 _add_attributes(attributes, attrs)
-        done += len(block)
-        progress(done, len(indices), "records")
+        tick.add(len(block))
     out: dict[str, Any] = {"kind": "records", "records": n}
     if char_lengths:
         out["lengths"] = _distribution(np.array(char_lengths), "characters", bins)
@@ -331,7 +328,7 @@ def compute(
 ) -> dict[str, Any]:
     """Statistics of the dataset at ``path`` (see the module docstring); ``tokenizer`` (a
     spec or object; default: the one the dataset records) decodes the most frequent ids.
-    ``options`` are :func:`summarize`'s."""
+    ``options`` are ``summarize``'s."""
     # the metadata, sizes and provenance: the reader below counts and reads what stats needs
     summary = dataset_info(path, format=format, storage_options=storage_options, scan=False)
     tok = dataset_tokenizer(summary, tokenizer)  # fails before reading anything
@@ -354,16 +351,16 @@ def summarize(
     seed: int = 0,
     bins: int = 30,
     top: int = 20,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
 ) -> dict[str, Any]:
     """Statistics of an opened ``reader`` whose dataset ``lmdata.info`` gave ``summary``;
-    ``tokenizer`` is what :func:`dataset_tokenizer` returned."""
+    ``tokenizer`` is what ``dataset_tokenizer`` returned; ``progress`` receives events
+    of the phase "stats" (tokens or records read)."""
     tok, tok_name, tok_note = tokenizer
-    report = progress or _nothing
     if is_token_reader(reader):
-        out, counter = _token_stats(reader, sample_tokens, full, seed, bins, report)
+        out, counter = _token_stats(reader, sample_tokens, full, seed, bins, progress)
     else:
-        out, counter = _record_stats(reader, text_key, sample_records, full, seed, bins, report)
+        out, counter = _record_stats(reader, text_key, sample_records, full, seed, bins, progress)
     if counter.total and top:
         pairs = counter.top(top)
         texts = _token_texts(pairs, tok)

@@ -1,5 +1,5 @@
 """Best-fit decreasing bin packing, the step that packs a bestfit block's documents into rows
-(in C by ``lmdata/_kernel_bestfit.h`` where built, the same rule in Python otherwise)."""
+(in C by ``lmdata/_native/kernel_bestfit.h`` where built, the same rule in Python otherwise)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,17 @@ from bisect import bisect_left, insort
 
 import numpy as np
 
-try:  # built from lmdata/_kernel.c; the same packing in Python below where none was built
-    from lmdata import _kernel as _C
+from lmdata._native import load
 
-    _best_fit_c = _C.best_fit
-except (ImportError, AttributeError):  # pragma: no cover - depends on the build
-    _best_fit_c = None
+_C = load("kernel")  # lmdata/_native/kernel.c; None: the same packing in Python below
+_best_fit_c = _C.best_fit if _C is not None else None
 
 
 def best_fit(sizes: np.ndarray, capacity: int, max_rows: int) -> tuple[int, np.ndarray, np.ndarray]:
     """Best-fit decreasing of items ``sizes`` (each in 1 .. capacity) into at most ``max_rows``
     rows: (rows opened R, starts, members) where row r's items are
     ``members[starts[r]:starts[r+1]]`` (in the order placed) and ``members[starts[R]:]`` are
-    the items left over. In C where built (``lmdata/_kernel_bestfit.h`` says the rule), else
+    the items left over. In C where built (``lmdata/_native/kernel_bestfit.h`` says the rule), else
     the same rule in Python."""
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
     n = len(sizes)

@@ -26,7 +26,7 @@ class Segment(NamedTuple):
 class Lineage:
     """The segments of every row of the global batch of ``step`` (rows of all ranks, in order:
     rank r's batch is rows ``r * local_batch_size`` on). ``lineage[i]`` is row i's list of
-    :class:`Segment`, in the row's order over its ``targets``; padding is not listed. The
+    ``Segment``, in the row's order over its ``targets``; padding is not listed. The
     columns (one entry per segment, sorted by row) are there for vectorised use."""
 
     step: int
@@ -76,7 +76,7 @@ def lineage(
     *,
     ids: bool = True,
 ) -> Lineage:
-    """The :class:`Lineage` of the batch whose slot ``i`` is row ``rows[i]`` of source
+    """The ``Lineage`` of the batch whose slot ``i`` is row ``rows[i]`` of source
     ``src[i]`` (``valid`` False: a padding slot)."""
     parts = []
     for k in np.unique(src[valid]).tolist():

@@ -62,8 +62,8 @@ class Loader:
     variable-length attention. ``bos_id`` defaults to the recorded tokenizer's BOS. ``epochs``
     makes a finite pass (evaluation): it stops after that many epochs and pads the last batch
     (``loss_mask`` False) instead of dropping it; with ``drop_last`` it serves full rows and
-    full batches only, leaving out the partial row and the incomplete last batch. See the
-    README for the batch keys and dtypes.
+    full batches only, leaving out the partial row and the incomplete last batch. The batch
+    keys and dtypes of each mode: the Loader guide (``docs/guide/loader.md``).
     """
 
     def __init__(
@@ -427,7 +427,7 @@ class Loader:
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This rank's batch of ``step``: a dict of ``(local_batch_size, seq_len)`` arrays
-        (with ``varlen``, also ``cu_seqlens`` and ``max_seqlen``: see :func:`packing.varlen`)."""
+        (with ``varlen``, also ``cu_seqlens`` and ``max_seqlen``: see ``packing.varlen``)."""
         out = self._batch(step)
         if self.varlen:
             out["cu_seqlens"], out["max_seqlen"] = varlen(out["segment_ids"])
@@ -478,7 +478,7 @@ class Loader:
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Batches from ``self.step`` on; ``self.step`` counts those handed out (a finite
-        loader whose pass is over starts a new pass: :meth:`new_pass`)."""
+        loader whose pass is over starts a new pass: ``new_pass``)."""
         refuse_naive_workers()
         self.new_pass()
         if self.prefetch > 0:
@@ -496,7 +496,7 @@ class Loader:
     def state_dict(self) -> dict[str, Any]:
         """The global position and what it depends on: small, JSON-able, rank-free.
 
-        An error if DataLoader workers iterated this loader's :meth:`to_torch` dataset: they run
+        An error if DataLoader workers iterated this loader's ``to_torch`` dataset: they run
         copies of the loader, so ``self.step`` is not where the training is (the message names
         the patterns whose state is right)."""
         if self._torch_use is not None:
@@ -524,8 +524,8 @@ class Loader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was saved (any rank/worker layout).
 
-        ``state`` is a :meth:`state_dict`, or the ``state_dict()`` of a torchdata
-        ``StatefulDataLoader`` over :meth:`to_torch` with any number of workers (its global
+        ``state`` is a ``state_dict``, or the ``state_dict()`` of a torchdata
+        ``StatefulDataLoader`` over ``to_torch`` with any number of workers (its global
         position is the step after the last batch it handed out). A different global batch
         size or different weights continue each source's stream from what it had served; a
         different dataset, seed, sequence length or mode is an error naming what differs.
@@ -575,11 +575,11 @@ class Loader:
         ``DataLoader(ds, batch_size=None, num_workers=k)``: worker ``i`` computes steps
         ``i, i+k, ...`` and the DataLoader hands them out in order, none lost or repeated.
         Resume state: without workers each batch handed out advances ``self.step``; with
-        workers the main process runs none of the dataset, so :meth:`state_dict` refuses (it
-        would restart the data). Use :meth:`torch_loader`, or torchdata's
+        workers the main process runs none of the dataset, so ``state_dict`` refuses (it
+        would restart the data). Use ``torch_loader``, or torchdata's
         ``StatefulDataLoader(ds, batch_size=None, num_workers=k)`` and its ``state_dict()``:
         the dataset is a torchdata ``Stateful`` whose workers' states give the global position
-        (:meth:`load_state_dict` takes it, for another worker count).
+        (``load_state_dict`` takes it, for another worker count).
         """
         from lmdata.loader.torch_dataset import TorchBatches
 
@@ -588,8 +588,8 @@ class Loader:
     def torch_loader(
         self, *, num_workers: int = 0, pin_memory: bool = False, **options: Any
     ) -> Any:
-        """A torch DataLoader over :meth:`to_torch` that advances ``self.step`` per batch
-        received, so :meth:`state_dict` is right at any moment, with or without workers."""
+        """A torch DataLoader over ``to_torch`` that advances ``self.step`` per batch
+        received, so ``state_dict`` is right at any moment, with or without workers."""
         from lmdata.loader.torch_dataset import TorchLoader
 
         return TorchLoader(self, num_workers=num_workers, pin_memory=pin_memory, **options)

@@ -21,13 +21,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from lmdata._native import load
 from lmdata.loader import pool
 
-try:  # built from lmdata/_kernel.c at install; without a compiler numpy does the same
-    from lmdata import _kernel as _C
-except ImportError:  # pragma: no cover - depends on the build
-    _C = None
-_FUSED = hasattr(_C, "eos_at")  # (a kernel built before the one-call batch has none)
+_C = load("kernel")  # lmdata/_native/kernel.c; None: numpy does the same
 
 PAD_VALUES = {"segment_ids": 0, "positions": 0, "loss_mask": False}
 PACKED_KEYS = ("inputs", "targets", "segment_ids", "positions")
@@ -110,9 +107,9 @@ def laid_out_at(
 ) -> dict[str, np.ndarray] | None:
     """Packed rows (``eos``: windows of ``length + 1``) numbered ``rows`` (int64) laid out by
     one C call that also finds them (``into``: a reader's ``encoded_windows_into``, which hands
-    where they lie to ``_kernel.packed_at`` / ``eos_at``); None where it declines (or numpy
+    where they lie to ``kernel.packed_at`` / ``eos_at``); None where it declines (or numpy
     lays out): the caller's general path."""
-    if _C is None or not _FUSED:
+    if _C is None:
         return None
     wide = dtype != _I32
     if eos:
@@ -423,7 +420,7 @@ def segment_rows(
     off = np.ascontiguousarray(offsets, dtype=np.int64)
     lens = np.ascontiguousarray(lengths, dtype=np.int64)
     where = np.ascontiguousarray(seg_rows, dtype=np.int64)
-    if _C is not None and hasattr(_C, "segments"):
+    if _C is not None:
         t = out["targets"]
         if not isinstance(windows, tuple):
             windows = np.ascontiguousarray(windows, dtype=np.uint32)
@@ -489,7 +486,7 @@ def segment_rows_at(
     """:func:`segment_rows` of stored windows of ``width`` values at ``starts`` (int64) found
     and laid out by one C call (``into``: a reader's ``encoded_windows_into``); None where it
     declines (or no C layout was built): the caller's general path."""
-    if _C is None or not hasattr(_C, "segments_at"):
+    if _C is None:
         return None
     out = packed_buffers(rows, seq_len, dtype, UNPACKED_KEYS)
     t = out["targets"]

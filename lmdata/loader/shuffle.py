@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # the same network in C (lmdata/_kernel.c); numpy below where no compiler built it
-    from lmdata import _kernel
+from lmdata._native import load
 
-    _feistel_c = _kernel.feistel
-except (ImportError, AttributeError):  # pragma: no cover - depends on the build (or a stale one)
-    _feistel_c = None
+_kernel = load("kernel")  # the same network in C (lmdata/_native/kernel.c); None: numpy below
+_feistel_c = _kernel.feistel if _kernel is not None else None
 
 _M = np.uint64(0xFFFFFFFFFFFFFFFF)
 _MASK = (1 << 64) - 1

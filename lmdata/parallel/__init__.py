@@ -13,6 +13,11 @@ cluster; :mod:`lmdata.parallel.ray`, imported only when asked for). A job's setu
 initializer and arguments, such as a pickled reader) reaches each worker once, not with every
 unit: workers forked for the job inherit it, workers of a kept pool get it through their pipe
 before their first unit of the job (never through a file, which a killed driver would leave).
+
+Every verb that runs units (tokenize, convert, tag, dedupe, mix, decontaminate) takes
+``executor=``, an :class:`Executor` of the caller's: one of these with its own options, or
+the caller's own (a Slurm pool, a test double), the datatrove way. ``engine=``, ``workers=``
+and ``address=`` are the shorthand :func:`make_executor` turns into one.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from lmdata._progress import Counter, OnProgress
 from lmdata.errors import InvalidInputError
 from lmdata.parallel import _guard, _workers
 
@@ -40,13 +46,19 @@ R = TypeVar("R")
 ENGINES = ("inprocess", "processes", "ray")
 REPORT_EVERY = 2000  # workers report progress every this many documents
 
-Progress = Callable[[int], None]
+Report = Callable[[int], None]  # a unit's count of documents done, as increments
 
 
 class Executor(Protocol):
-    """Maps ``fn`` over ``units`` and yields the results in the order of the units."""
+    """Maps ``fn`` over ``units`` and yields the results in the order of the units.
+
+    ``workers`` is how many units it runs at once; ``in_process`` says whether every unit
+    runs in the calling process (then units may read what lives only here, such as
+    ``memory://`` files, and a job need not stage results for other processes). ``on_report``
+    receives the documents units report (:func:`report`) as increments, in this process."""
 
     workers: int
+    in_process: bool
 
     def map_ordered(
         self,
@@ -55,13 +67,13 @@ class Executor(Protocol):
         *,
         initializer: Callable[..., None] | None = None,
         initargs: tuple[Any, ...] = (),
-        on_report: Progress | None = None,
+        on_report: Report | None = None,
     ) -> Iterator[R]: ...
 
 
 # ---- progress from inside a unit -------------------------------------------------------------
 
-_SINK: Progress | None = None  # where the running unit's progress goes; None: nobody listens
+_SINK: Report | None = None  # where the running unit's progress goes; None: nobody listens
 _IN_WORKER = False  # set in worker processes and Ray workers, never in the driver
 
 
@@ -84,7 +96,7 @@ INHERITED = ""  # the ``setup`` of a unit whose workers inherited the job's setu
 
 
 def _counted(
-    fn: Callable[[T], R], unit: T, job: str, setup: str | bytes | None, sink: Progress | None
+    fn: Callable[[T], R], unit: T, job: str, setup: str | bytes | None, sink: Report | None
 ) -> R:
     """Run one unit in a worker and return its result. A pool serves job after job: the first
     unit of a job in a worker loads the job's setup (``setup``: None if there is none;
@@ -118,6 +130,7 @@ class InProcess:
     """Runs every unit in the calling process (debugging, tiny jobs, ``workers=0``)."""
 
     workers = 1
+    in_process = True
 
     def map_ordered(
         self,
@@ -126,7 +139,7 @@ class InProcess:
         *,
         initializer: Callable[..., None] | None = None,
         initargs: tuple[Any, ...] = (),
-        on_report: Progress | None = None,
+        on_report: Report | None = None,
     ) -> Iterator[R]:
         global _SINK
         if initializer is not None:
@@ -151,6 +164,8 @@ class LocalProcesses:
     same environment (variables, ``sys.path``, working folder) are reused, since they saw the
     old one."""
 
+    in_process = False
+
     def __init__(self, workers: int | None = None, window: int | None = None) -> None:
         self.workers = max(1, workers if workers is not None else os.cpu_count() or 1)
         self.window = max(1, window if window is not None else 2 * self.workers)
@@ -162,7 +177,7 @@ class LocalProcesses:
         *,
         initializer: Callable[..., None] | None = None,
         initargs: tuple[Any, ...] = (),
-        on_report: Progress | None = None,
+        on_report: Report | None = None,
     ) -> Iterator[R]:
         job = uuid.uuid4().hex
         listen = on_report is not None
@@ -372,6 +387,63 @@ def make_executor(
     return InProcess() if n <= 1 else LocalProcesses(n)
 
 
+def check_choice(
+    executor: Executor | None,
+    engine: str = "processes",
+    workers: int | None = None,
+    address: str | None = None,
+) -> None:
+    """Refuse an ``executor`` given with the shorthand that would make another (``engine``
+    other than the default, ``workers``, ``address``), or one that is not an Executor."""
+    if executor is None:
+        return
+    clash = [
+        f"{name}={value!r}"
+        for name, value, default in (
+            ("engine", engine, "processes"),
+            ("workers", workers, None),
+            ("address", address, None),
+        )
+        if value != default
+    ]
+    if clash:
+        raise InvalidInputError(
+            f"executor= and {', '.join(clash)} both say where the work runs: pass the executor "
+            "alone (it has its own workers) or the shorthand alone"
+        )
+    missing = [
+        name
+        for name, ok in (
+            ("map_ordered", callable(getattr(executor, "map_ordered", None))),
+            ("workers", isinstance(getattr(executor, "workers", None), int)),
+            ("in_process", isinstance(getattr(executor, "in_process", None), bool)),
+        )
+        if not ok
+    ]
+    if missing:
+        raise InvalidInputError(
+            f"executor= takes an lmdata.parallel.Executor; a {type(executor).__name__} lacks "
+            f"{', '.join(missing)} (see LocalProcesses, InProcess, make_executor)"
+        )
+
+
+def executor_for(
+    executor: Executor | None,
+    engine: str = "processes",
+    workers: int | None = None,
+    address: str | None = None,
+    *,
+    units: int | None = None,
+) -> Executor:
+    """The caller's ``executor`` if it gave one (checked, :func:`check_choice`; ``workers``
+    then is ignored: a Dolma config's ``processes``), else :func:`make_executor`'s for the
+    shorthand, sized for ``units``."""
+    if executor is not None:
+        check_choice(executor, engine, None, address)
+        return executor
+    return make_executor(engine, workers, address, units=units)
+
+
 def run_all(
     fn: Callable[[T], R],
     units: list[T],
@@ -379,30 +451,26 @@ def run_all(
     engine: str = "processes",
     workers: int = 1,
     address: str | None = None,
-    desc: str = "documents",
-    progress: bool = True,
+    executor: Executor | None = None,
+    what: str = "documents",
+    progress: OnProgress | None = None,
     tick: Callable[[], None] | None = None,
 ) -> list[R]:
-    """``[fn(u) for u in units]`` on ``engine`` with a documents/s bar fed by :func:`report`;
-    ``tick`` (if given) is called in this process as each result and progress report arrives
-    (to keep a long job's staged files recent, say)."""
-    from lmdata._progress import bar as progress_bar
+    """``[fn(u) for u in units]`` on ``executor`` (or the one ``engine`` makes); ``progress``
+    gets the documents units :func:`report` as events of the phase ``what``; ``tick`` (if
+    given) is called in this process as each result and report arrives (to keep a long job's
+    staged files recent, say)."""
+    pool = executor_for(executor, engine, workers, address, units=len(units))
+    count = Counter(progress, what)
 
-    pool = make_executor(engine, workers, address, units=len(units))
-    bar = progress_bar(unit=" docs", desc=desc, quiet=not progress)
-    on_report: Progress = bar.update
-    if tick is not None:
-
-        def on_report(n: int) -> None:
-            bar.update(n)
+    def on_report(n: int) -> None:
+        count.add(n)
+        if tick is not None:
             tick()
 
-    try:
-        out = []
-        for r in pool.map_ordered(fn, units, on_report=on_report):
-            out.append(r)
-            if tick is not None:
-                tick()
-        return out
-    finally:
-        bar.close()
+    out = []
+    for r in pool.map_ordered(fn, units, on_report=on_report):
+        out.append(r)
+        if tick is not None:
+            tick()
+    return out

@@ -26,11 +26,7 @@ from lmdata.errors import InvalidInputError, LmdataError
 T = TypeVar("T")
 R = TypeVar("R")
 
-# test hook: a folder; while it holds a file named "fail-<N>", the worker running unit N deletes
-# it and dies (as a killed node would), so Ray retries the unit once; "fail-after-<N>": it dies
-# after the unit ran (its outputs written) but before its result reached the driver
 CONNECT_TIMEOUT = 5.0  # seconds to wait for a cluster's head to accept a connection
-FAIL_ONCE_ENV = "LMDATA_TEST_RAY_FAIL_DIR"
 # set (to anything but "" or "0"): Ray's own log lines and warnings reach stderr (the CLI's
 # --verbose); unset, lmdata starts or joins Ray showing its errors only
 VERBOSE_ENV = "LMDATA_RAY_VERBOSE"
@@ -41,28 +37,15 @@ def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
 
 
-def _fail_once(hook: str, name: str) -> None:
-    try:
-        os.unlink(os.path.join(hook, name))
-    except FileNotFoundError:
-        return
-    os._exit(1)
-
-
 _READY: set[str] = set()  # jobs whose initializer already ran in this worker process
 
 
-def _run(
-    job: str, setup: list[Any], fn: Callable[[Any], Any], index: int, unit: Any
-) -> tuple[int, Any]:
+def _run(job: str, setup: list[Any], fn: Callable[[Any], Any], unit: Any) -> tuple[int, Any]:
     """One unit on a Ray worker: run the job's initializer once per worker, then ``fn``.
     Returns (documents reported by the unit, its result) as two objects, so the driver can
     count a finished unit's progress without fetching its result."""
     import lmdata.parallel as par
 
-    hook = os.environ.get(FAIL_ONCE_ENV)
-    if hook:
-        _fail_once(hook, f"fail-{index}")
     par._IN_WORKER = True
     if job not in _READY:
         import ray
@@ -77,8 +60,6 @@ def _run(
         result = fn(unit)
     finally:
         par._SINK = None
-    if hook:
-        _fail_once(hook, f"fail-after-{index}")
     return reported[0], result
 
 
@@ -87,6 +68,8 @@ class RayExecutor:
     one, else a local instance). At most ``workers`` (default: the cluster's CPUs) units run
     at once, and at most ``window`` (2 per worker) finished or running units wait for the
     consumer."""
+
+    in_process = False
 
     def __init__(
         self,
@@ -150,7 +133,7 @@ class RayExecutor:
         workers = self.workers
         pending: deque[Any] = deque()  # (count ref, result ref) of submitted units, in order
         unfinished: dict[Any, None] = {}  # count refs of units still running (ordered set)
-        it = enumerate(units)
+        it = iter(units)
         exhausted = False
         try:
             while True:
@@ -158,11 +141,11 @@ class RayExecutor:
                 # soon as the cluster has a CPU, beyond ``workers``
                 while not exhausted and len(pending) < window and len(unfinished) < workers:
                     try:
-                        i, u = next(it)
+                        u = next(it)
                     except StopIteration:
                         exhausted = True
                     else:
-                        refs = remote.remote(job, setup, fn, i, u)
+                        refs = remote.remote(job, setup, fn, u)
                         pending.append(refs)
                         unfinished[refs[0]] = None
                 if not pending:

@@ -3,7 +3,7 @@
 A writer that dies leaves objects named so they can be found: ``.lmdata-tmp-NAME-<id>`` (an
 output staged beside its destination: a local temporary directory or file, or the new objects
 of a staged write on an object store), and on object stores its claim ``.lmdata-writing-NAME``
-(:mod:`lmdata.storage.claims`), which says what the write got to: a commit that finished (only
+(``lmdata.storage.claims``), which says what the write got to: a commit that finished (only
 the claim is left over), a staged commit cut short (finished now, rolled forward from the
 staged copies: the new dataset), or a write that never committed (its objects go: the staged
 copies, or a new dataset's objects under their final names). A commit cut short also leaves
@@ -241,7 +241,7 @@ def clean(
     storage_options: dict[str, Any] | None = None,
 ) -> list[Leftover]:
     """Remove (unless ``dry_run``) what failed writes left below ``path`` (a local folder or a
-    URL), as :func:`find_leftovers` finds it; returns what was (or would be) removed, and the
+    URL), as ``find_leftovers`` finds it; returns what was (or would be) removed, and the
     resumable staging folders kept (``remove`` empty). DatasetNotFoundError if nothing is at
     ``path``."""
     from lmdata.storage.urls import resolve

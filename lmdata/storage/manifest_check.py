@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import xxhash
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import CorruptDataError
 from lmdata.storage import _digest
 from lmdata.storage._digest import combine, digest_of
 from lmdata.storage.base import Store, join, parent
 from lmdata.storage.manifest import NAME, FileEntry, Manifest, location, modified, read
 from lmdata.storage.manifest_output import made_by, skipped
-
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -215,19 +214,16 @@ def hash_blocks(
     store: Store,
     files: list[tuple[str, int]],
     block: int | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int | None = None,
 ) -> Iterator[tuple[str, list[bytes]]]:
     """``(key, raw block digests)`` of each ``(key, size)`` file as it is finished, its blocks
     read (``pread`` locally, ranged GETs on object stores) and hashed on ``workers`` threads
-    (default: the CPUs); ``progress(done, total)`` in bytes. A file shorter than ``size``
-    when read is a CorruptDataError."""
+    (default: the CPUs); ``progress`` gets events of the phase "hash", in bytes. A file
+    shorter than ``size`` when read is a CorruptDataError."""
     workers = max(1, workers or os.cpu_count() or 1)
     block = block or _digest.BLOCK
-    total = sum(s for _, s in files)
-    done = 0
-    if progress is not None:
-        progress(0, total)
+    tick = Ticker(progress, sum(s for _, s in files), "hash")
 
     def work(f: _File, i: int) -> tuple[_File, int, bytes, int]:
         a = i * f.block
@@ -248,11 +244,8 @@ def hash_blocks(
                 yield f, i
 
     def take(fut: Future[tuple[_File, int, bytes, int]]) -> Iterator[tuple[str, list[bytes]]]:
-        nonlocal done
         f, i, d, n = fut.result()
-        done += n
-        if progress is not None:
-            progress(done, total)
+        tick.add(n)
         f.digests[i] = d
         f.left -= 1
         if f.left == 0:
@@ -277,7 +270,7 @@ def deep_problems(
     store: Store,
     found: Found,
     skip: set[str] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int | None = None,
 ) -> list[Problem]:
     """Hash every block of the files listed (those in ``skip``, already found deleted or of
@@ -319,7 +312,7 @@ def create(
     format: str | None = None,
     records: int | None = None,
     carried: dict[str, FileEntry] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int | None = None,
 ) -> Manifest:
     """Hash the files of the dataset at ``key`` (every file below a folder; for one file,

@@ -15,15 +15,19 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
 from lmdata._provenance import command_scope, unsaved_tokenizer
 from lmdata.errors import InvalidInputError
 from lmdata.storage import is_url
 from lmdata.tokenize.job import Summary, TokenizeJob
+
+if TYPE_CHECKING:
+    from lmdata._progress import OnProgress
+    from lmdata.parallel import Executor
 
 Paths = str | os.PathLike[str]
 
@@ -194,9 +198,10 @@ def tokenize(
     workers: int | None = None,
     engine: str = "processes",
     address: str | None = None,
+    executor: Executor | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    progress: Callable[[dict[str, float]], None] | None = None,
+    progress: OnProgress | None = None,
     storage_options: dict[str, Any] | None = None,
     format: str | None = None,
     **writer_options: Any,
@@ -220,7 +225,12 @@ def tokenize(
 
     The output is the same for every ``engine`` and number of ``workers``, appears only when
     the job succeeds, and records the tokenizer that made it (``lmdata.info(output)``).
+    ``executor`` (an ``lmdata.parallel.Executor``) runs the work in place of the one
+    ``engine``, ``workers`` and ``address`` describe. ``progress`` receives
+    ``lmdata.Progress`` events of the phase "tokenize": input bytes read (of their
+    total), then documents and tokens.
     """
+    from lmdata.parallel import check_choice, executor_for
     from lmdata.tokenize.pipeline import tokenize as run
 
     if format is not None and to is not None and format != to:
@@ -232,8 +242,8 @@ def tokenize(
         validation = [validation]
     temp = Path(tempfile.mkdtemp(prefix="lmdata-tokenize-"))
     # memory:// lives in this process: other processes read a local copy of it
-    # (make_executor's rule: one worker runs here, except on Ray, whose workers are processes)
-    in_process = engine == "inprocess" or (engine != "ray" and workers is not None and workers <= 1)
+    check_choice(executor, engine, workers, address)
+    in_process = executor_for(executor, engine, workers, address).in_process
     origins: dict[str, str] = {}  # local copies of URL inputs -> their URLs
     try:
         if _is_paths(inputs):
@@ -272,6 +282,7 @@ def tokenize(
                 workers=workers,
                 engine=engine,
                 address=address,
+                executor=executor,
                 resume=resume,
                 overwrite=overwrite,
                 progress=progress,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import os
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 
+from lmdata._progress import OnProgress, Progress, Ticker
 from lmdata.errors import LmdataError
 from lmdata.parallel.staging import Staging, unit_key
 from lmdata.tokenize.job import Summary, TokenizeJob
@@ -91,7 +91,7 @@ class Committer:
         inputs: list[InputFile],
         work: Staging,
         summary: Summary,
-        progress: Callable[[dict[str, float]], None] | None,
+        progress: OnProgress | None,
     ) -> None:
         self.job, self.inputs, self.work, self.summary = job, inputs, work, summary
         self.progress = progress
@@ -106,6 +106,7 @@ class Committer:
             "total_bytes": float(self.base[-1]),
             "input_bytes": 0.0,
         }
+        self.read = Ticker(progress, self.base[-1], "tokenize")
 
     def unit(self, unit: Unit, res: StagedUnit) -> None:
         """Commit a finished unit's parts, then mark it done."""
@@ -148,5 +149,7 @@ class Committer:
             self.stats["input_bytes"] = self.base[file] + (
                 self.inputs[file].size if pos < 0 else pos
             )
-        if self.progress is not None:
-            self.progress(self.stats)
+        if self.progress is not None:  # the bytes read (with the total) first, then counts
+            self.read.to(int(self.stats["input_bytes"]))
+            self.progress(Progress(int(self.stats["documents"]), None, "documents", "tokenize"))
+            self.progress(Progress(int(self.stats["tokens"]), None, "tokens", "tokenize"))

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from lmdata import parallel
+from lmdata._progress import OnProgress, relabelled
 from lmdata.errors import InvalidInputError, LmdataError, OutputExistsError
-from lmdata.parallel import make_executor
+from lmdata.parallel import Executor, check_choice, executor_for
 from lmdata.parallel.staging import (
     Staging,
     prepare,
@@ -110,9 +109,10 @@ def tokenize(
     workers: int | None = None,
     engine: str = "processes",
     address: str | None = None,
+    executor: Executor | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    progress: Callable[[dict[str, float]], None] | None = None,
+    progress: OnProgress | None = None,
     storage_options: dict[str, Any] | None = None,
     range_bytes: int | None = None,
     source_options: dict[str, Any] | None = None,
@@ -123,14 +123,17 @@ def tokenize(
     path, or a URL written through the format's writer with ``storage_options``).
 
     ``engine`` is "inprocess", "processes" (``workers`` processes, default one per core) or
-    "ray" (the cluster at ``address``, default a local one); plain JSONL files are cut into
+    "ray" (the cluster at ``address``, default a local one), or ``executor`` runs the units
+    (an :class:`lmdata.parallel.Executor` of the caller's); plain JSONL files are cut into
     units of ``range_bytes`` (default: from the inputs' size, :func:`range_bytes_for`). The
     output is the same for every engine, worker count and range size. Sources may be URLs
     (files, folders, globs), read with ``source_options`` by the workers themselves;
     ``origins`` names the URLs of sources that are local copies. ``encoder`` ("auto", "fast",
     "hf") chooses what encodes (:mod:`lmdata.tokenize.encoders`): the ids, and so the tokens
-    written, are the same for each.
+    written, are the same for each. ``progress`` receives events of the phase "tokenize" as
+    units are committed: the input bytes read (with their total), documents and tokens.
     """
+    check_choice(executor, engine, workers, address)
     if range_bytes is not None and range_bytes < 1:
         raise InvalidInputError(f"range_bytes must be positive, got {range_bytes}")
     t0 = time.perf_counter()
@@ -187,13 +190,14 @@ def tokenize(
         _adopt(job.tokenizer, choice)
     run = _Run(job, tok, inputs, work, units, dst, overwrite, storage_options, source_options)
     try:
-        summary = run(choice, manifest, resume, engine, workers, address, progress)
+        summary = run(choice, manifest, resume, (executor, engine, workers, address), progress)
     except _Disagreement as e:  # auto: nothing of the fast run is kept; all again with hf
         if encoder == "fast":
             raise LmdataError(f"{e}; pass --encoder hf (or auto)") from None
         choice = Choice("hf", encoder, f"fast encoder not used: {e}")
         note(choice)
-        summary = run(choice, manifest, False, engine, workers, address, progress)
+        again = relabelled(progress, "tokenize: again with hf")  # a phase of its own from 0
+        summary = run(choice, manifest, False, (executor, engine, workers, address), again)
     summary.seconds = time.perf_counter() - t0
     return summary
 
@@ -222,18 +226,16 @@ class _Run:
         choice: Choice,
         manifest: bytes,
         resume: bool,
-        engine: str,
-        workers: int | None,
-        address: str | None,
-        progress: Callable[[dict[str, float]], None] | None,
+        where: tuple[Executor | None, str, int | None, str | None],
+        progress: OnProgress | None,
     ) -> Summary:
         job, inputs, work, units = self.job, self.inputs, self.work, self.units
         sink_factory = make_sink(job, self.tok, choice.label)
         done = prepare(work, manifest, resume)
         todo = [u for u in units if (u.file_index, u.part) not in done]
-        pool = make_executor(engine, workers, address, units=len(todo))
+        pool = executor_for(*where, units=len(todo))
         local = [i.path for i in inputs if _in_this_process(i.path)]
-        if local and not isinstance(pool, parallel.InProcess):
+        if local and not pool.in_process:
             raise InvalidInputError(
                 "memory:// inputs live in this process and workers cannot read them; pass "
                 "workers=0 (engine='inprocess'), or call lmdata.tokenize, which copies them",

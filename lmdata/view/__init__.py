@@ -23,10 +23,10 @@ def make_server(
     **options: Any,
 ) -> ViewServer:
     """A server for the dataset at ``path`` (not yet serving: call ``serve_forever`` or
-    ``start_background``). ``options`` go to :class:`ViewData` (format, split, tokenizer,
+    ``start_background``). ``options`` go to ``ViewData`` (format, split, tokenizer,
     text_key, reader_options). ``port=0`` picks a free port; ``server.url`` is the address to
     open, with the access token (random unless ``token`` is given); ``allow_hosts`` are more
-    names clients may reach it by (see :class:`ViewServer`)."""
+    names clients may reach it by (see ``ViewServer``)."""
     return ViewServer(
         ViewData(path, **options), host=host, port=port, allow_hosts=allow_hosts, token=token
     )

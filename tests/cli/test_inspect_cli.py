@@ -128,7 +128,7 @@ def test_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
     assert lines, err
     assert "\r" not in err and "█" not in err  # plain lines, not a bar
     assert any("ETA" in x for x in lines) or len(lines) == 1
-    assert "done" in lines[-1] and "300 docs" in lines[-1] and "tokens" in lines[-1]
+    assert "done" in lines[-1] and "300 documents" in lines[-1] and "tokens" in lines[-1]
     err = _lmdata("stats", str(dst)).stderr
     assert "stats: done" in err
     assert _lmdata("stats", str(dst), "--quiet").stderr == ""

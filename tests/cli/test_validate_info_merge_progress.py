@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import lmdata
-from lmdata import _progress
+from lmdata.cli import _progress
 from lmdata.cli.main import cli
 
 LINE = re.compile(r"^(validate|info|merge): [\d.]+ [kMG]?B of [\d.]+ [kMG]?B \((\d+)%\)")
@@ -111,10 +111,10 @@ def test_failed_work_ends_without_a_done_line(monkeypatch) -> None:
     out = io.StringIO()
     monkeypatch.setattr(_progress.sys, "stderr", out)
     monkeypatch.setenv("LMDATA_PROGRESS_INTERVAL", "0")
-    with pytest.raises(KeyError), _progress.reporting("validate") as progress:
+    with pytest.raises(KeyError), _progress.shown(leave=False) as progress:
         assert progress is not None
-        progress(0, 10)
-        progress(4, 10)
+        progress(lmdata.Progress(0, 10, "bytes", "validate"))
+        progress(lmdata.Progress(4, 10, "bytes", "validate"))
         raise KeyError
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[1].startswith("validate: 4 B of 10 B (40%)"), lines

@@ -106,6 +106,7 @@ def _bytes(root: Path, name: str = "decontam") -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.native
 def test_passages_are_found_verbatim_rewrapped_cased_and_punctuated(tmp_path: Path) -> None:
     docs, want = _setup(tmp_path)
     res = decontaminate(_cfg(tmp_path), engine="inprocess")

@@ -121,7 +121,7 @@ def test_a_large_file_is_several_units_on_every_engine(tmp_path, monkeypatch, mo
 
     def recorded(fn, tasks, **kw):
         tasks = list(tasks)
-        units[kw["desc"]] = len(tasks)
+        units[kw["what"]] = len(tasks)
         return real(fn, tasks, **kw)
 
     monkeypatch.setattr(dd.parallel, "run_all", recorded)

@@ -131,6 +131,7 @@ def _docs(root: Path) -> list[dict]:
     return out
 
 
+@pytest.mark.native
 @pytest.mark.parametrize("threshold", [0.8, 0.6, 0.0])
 def test_generated_corpus_matches_the_brute_force_oracle(tmp_path: Path, threshold: float) -> None:
     docs, _pairs = nd.corpus(11, originals=60, copies=30, words=(30, 120))

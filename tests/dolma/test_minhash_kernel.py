@@ -1,4 +1,4 @@
-"""The near-duplicate kernels (lmdata/_minhash.c) give exactly the numpy twin's numbers
+"""The near-duplicate kernels (lmdata/_native/minhash.c) give exactly the numpy twin's numbers
 (lmdata/dolma/_shingle_py.py), and the numbers mean what the docs say: normalisation folds
 case, punctuation and line wrapping; Jaccard counts are exact; matched spans cover the
 evaluation passage.
@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 from lmdata.dolma import _shingle
 from lmdata.dolma import _shingle_py as py
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 needs_c = pytest.mark.skipif(
-    _shingle._C is None, reason="the C kernel lmdata._minhash is not built"
+    _shingle._C is None, reason="the C kernel lmdata._native.minhash is not built"
 )
 FNS = _shingle.HashFunctions.make(24, 3)
 

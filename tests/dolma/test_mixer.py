@@ -95,7 +95,7 @@ def test_fixture_config_gives_what_dolma_gives(
     assert first.startswith(b'{"added":"2024-09-02T12:00:00.000Z","created":')
     assert b'"provenance":"part-0.jsonl.gz:2","url"' in first
     # an existing shard is kept (resume), as dolma does
-    again = mix(MixerConfig.from_dict(load_config("configs/mix.yaml")), progress=False)
+    again = mix(MixerConfig.from_dict(load_config("configs/mix.yaml")))
     assert again.skipped_shards == 2
 
 

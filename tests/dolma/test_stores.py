@@ -59,7 +59,7 @@ def _upload(root: str, opts=None) -> None:
 
 def _tag(docs: str, opts=None, **kw) -> tg.TagResult:
     cfg = TagConfig.from_dict({"documents": [docs], "taggers": TAGGERS, "experiment": "exp", **kw})
-    return tg.tag(cfg, progress=False, engine="inprocess", storage_options=opts)
+    return tg.tag(cfg, engine="inprocess", storage_options=opts)
 
 
 def _dedupe(docs: str, mode: dict, opts=None, **kw) -> dd.DedupeResult:
@@ -164,7 +164,7 @@ def test_toolkit_on_s3_with_storage_options_only(tmp_path, s3_server, s3_root, m
     cfg = TagConfig.from_dict(
         {"documents": [f"{s3_root}/documents/*.gz"], "taggers": TAGGERS, "processes": 2}
     )
-    assert tg.tag(cfg, progress=False, engine="processes", storage_options=opts).documents == 200
+    assert tg.tag(cfg, engine="processes", storage_options=opts).documents == 200
     args = ["dedupe", "--documents", f"{s3_root}/documents/*.gz", "-q"]
     args += ["--dedupe.paragraphs.attribute_name", "p", "--dedupe.name", "d"]
     for kv in (
@@ -190,7 +190,7 @@ def test_toolkit_on_s3_with_storage_options_only(tmp_path, s3_server, s3_root, m
         s["output"] = {**s["output"], "path": f"{root}/mixed"}
         return mix(MixerConfig.from_dict({"streams": [s]}), engine="inprocess", storage_options=o)
 
-    tg.tag(TagConfig.from_dict({"documents": [str(local)], "taggers": TAGGERS}), progress=False)
+    tg.tag(TagConfig.from_dict({"documents": [str(local)], "taggers": TAGGERS}))
     _dedupe(str(local), {"paragraphs": {"attribute_name": "p"}})
     here, there = mixed(str(local)), mixed(s3_root, opts)
     assert there.written == here.written > 0 and len(there.outputs) == 2

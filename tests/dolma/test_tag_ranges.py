@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lmdata import parallel
 from lmdata.dolma import _ranges
 from lmdata.dolma import pieces as dolma_pieces
 from lmdata.dolma import tag as tg
@@ -189,13 +190,13 @@ def test_ranges_on_an_object_store_give_the_local_bytes(
         }
     )
     seen = []
-    real = dolma_pieces.parallel.run_all
+    real = parallel.run_all
 
     def recorded(fn, units, **kw):
-        seen.append(kw["desc"])
+        seen.append(kw["what"])
         return real(fn, units, **kw)
 
-    monkeypatch.setattr(dolma_pieces.parallel, "run_all", recorded)
+    monkeypatch.setattr(parallel, "run_all", recorded)
     assert tg.tag(cfg, engine="inprocess").documents == 120
     assert seen == ["tag", "join"]  # on a store, the join is a unit of the executor
     got = store.read(resolve(f"{memory_root}/attributes/x/a.jsonl")[1])

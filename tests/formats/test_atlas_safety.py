@@ -32,6 +32,8 @@ from lmdata.formats import atlas
 
 from .test_atlas_compat import misread_by_threads, write
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 
 def replace_block(shard: Path, b: int, stored: bytes) -> None:
     """Put ``stored`` bytes as block ``b`` of ``shard``, fixing the index (uint64)."""

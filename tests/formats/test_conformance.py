@@ -264,7 +264,7 @@ def _exercise(path: Path) -> None:
             r.take(list(range(n))[::-1])
             r[n - 1]
     for verb in (lmdata.validate, lmdata.info):
-        rec = _Progress()
+        rec = _Progress(verb.__name__)
         try:
             verb(path, progress=rec)
         finally:
@@ -337,18 +337,23 @@ def test_corruption_is_an_lmdata_error_naming_the_file(name: str, tmp_path_facto
 
 
 class _Progress:
-    """Records the ``progress(done, total)`` calls of one verb."""
+    """Records the :class:`lmdata.Progress` events of one verb (``what``: its phase)."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str | None = None) -> None:
+        self.what = what
         self.calls: list[tuple[int, int]] = []
 
-    def __call__(self, done: int, total: int) -> None:
-        self.calls.append((done, total))
+    def __call__(self, e: lmdata.Progress) -> None:
+        assert isinstance(e, lmdata.Progress) and e.unit == "bytes", e
+        if self.what is not None:
+            assert e.what == self.what, e
+        assert e.total is not None, e
+        self.calls.append((e.done, e.total))
 
     def check_monotonic(self) -> None:
         if not self.calls:
             return
-        assert self.calls[0][0] == 0, "the first call announces the total"
+        assert self.calls[0][0] == 0, "the first event announces the total"
         assert len({t for _, t in self.calls}) == 1, f"the total changed: {self.calls}"
         dones = [d for d, _ in self.calls]
         assert dones == sorted(dones), f"progress went backwards: {self.calls}"
@@ -383,11 +388,11 @@ def test_progress_is_monotonic_and_ends_at_the_total(name: str, tmp_path: Path) 
     small = _SMALL_SHARDS.get(name, {})
     (tmp_path / "a").mkdir()
     path = _write(tmp_path / "a", name, _sample(name), **small)
-    rec = _Progress()
+    rec = _Progress("validate")
     assert lmdata.validate(path, format=name, progress=rec) == []
     rec.check_complete(steps=3 if small else 1)
     assert rec.calls[0][1] > 0
-    rec = _Progress()
+    rec = _Progress("info")
     assert lmdata.info(path, format=name, progress=rec)["format"] == name
     rec.check_complete(steps=1)
     if spec.merge is None:
@@ -397,7 +402,7 @@ def test_progress_is_monotonic_and_ends_at_the_total(name: str, tmp_path: Path) 
     if other.is_dir():  # MDS partitions are brought into the output by name: not twice one
         other = other.rename(other.with_name("second"))
     out = tmp_path / f"merged{SUFFIX.get(name, '')}"
-    rec = _Progress()
+    rec = _Progress("merge")
     merge([path, other], out, format=name, progress=rec)
     rec.check_complete(steps=2)
     assert lmdata.validate(out, format=name) == []
@@ -414,6 +419,6 @@ def test_progress_on_an_object_store(name: str, memory_root: str) -> None:
         for item in _sample(name):
             w.write(item)
     for verb in (lmdata.validate, lmdata.info):
-        rec = _Progress()
+        rec = _Progress(verb.__name__)
         verb(path, format=name, progress=rec)
         rec.check_complete(steps=1)

@@ -13,6 +13,8 @@ import pytest
 import lmdata
 from lmdata.formats.flat_tokens import _windows
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 zarr = pytest.importorskip("zarr")  # zarr-python 3 (the dev extra) writes the test stores
 
 N_TOKENS = 10**12

@@ -1,4 +1,4 @@
-"""The read functions (lmdata/formats/mds/fastpath.py and its C reader, lmdata/_mdsread.c)
+"""The read functions (lmdata/formats/mds/fastpath.py and its C reader, lmdata/_native/mdsread.c)
 against the precise decoder.
 
 Whatever the bytes, ``r[i]``, ``take`` and iteration must give what the plain decoder gives for
@@ -26,6 +26,8 @@ from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.formats.mds import fastpath
 from lmdata.formats.mds.mds import SampleDecoder
 from lmdata.storage.cache import CACHE
+
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
 
 # leading ints (read with the size table), json, str, bytes, token arrays, a generic column
 COLS = {

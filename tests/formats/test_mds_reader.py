@@ -18,6 +18,8 @@ from lmdata.errors import DatasetChangedError, FormatError, UnsafeDataError
 from lmdata.formats.mds import MDSReader
 from lmdata.protocols import Records, TokenSequences
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 
 def make(d: Path, n: int = 50, **kw) -> list[dict]:
     rows = [

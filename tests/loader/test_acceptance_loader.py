@@ -1,5 +1,6 @@
-"""Acceptance checks of issue 12 that no other test pinned: the README's batch table, the
-rank/world-size defaults, pinned memory, ranks with DataLoader workers, and per-batch shares."""
+"""Acceptance checks of issue 12 that no other test pinned: the batch table of
+docs/guide/loader.md, the rank/world-size defaults, pinned memory, ranks with DataLoader
+workers, and per-batch shares."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from lmdata.loader import Loader
 from lmdata.loader.mixture import Mixture, exact_weights
 from tests.loader.conftest import Plain, random_seqs, write_flat
 
-# the README's table: keys per mode (a finite pass adds loss_mask), dtypes of the extra keys
+# the batch table of docs/guide/loader.md: keys per mode (a finite pass adds loss_mask), dtypes
+# of the extra keys
 KEYS = {
     "packed": {"inputs", "targets", "segment_ids", "positions"},
     "eos": {"inputs", "targets"},

@@ -57,10 +57,12 @@ def pieces(lens: np.ndarray, L: int, long_docs: str = "split") -> list[tuple[int
     return sorted(out)
 
 
-def segments_of(batch: dict, starts: np.ndarray, bos: int = 0) -> list[tuple[int, int, int]]:
+def segments_of(
+    batch: dict, starts: np.ndarray, bos: int = 0, pad: int = 0
+) -> list[tuple[int, int, int]]:
     """(document, offset, length) of each segment of a batch, checked to be a document's tokens
     in order, each laid out as a document (bos first, positions from 0, loss on every token),
-    the rest of each row padding."""
+    the rest of each row padding (``pad`` in inputs and targets, segment 0, position 0)."""
     out = []
     t, x, seg, pos, mask = (
         batch[k] for k in ("targets", "inputs", "segment_ids", "positions", "loss_mask")
@@ -69,6 +71,7 @@ def segments_of(batch: dict, starts: np.ndarray, bos: int = 0) -> list[tuple[int
         used = int(mask[i].sum())
         assert mask[i, :used].all() and not mask[i, used:].any()
         assert (seg[i, used:] == 0).all() and (pos[i, used:] == 0).all()
+        assert (t[i, used:] == pad).all() and (x[i, used:] == pad).all()
         ids = seg[i, :used]
         assert (np.diff(ids) >= 0).all() and (used == 0 or ids[0] == 1)
         for s in np.unique(ids).tolist():
@@ -93,7 +96,7 @@ def served(loader: Loader, starts: np.ndarray, epochs: int) -> list[list[tuple[i
             p = step * g + i
             if p < n * epochs:
                 one = {k: v[i : i + 1] for k, v in b.items()}
-                per_epoch[p // n] += segments_of(one, starts)
+                per_epoch[p // n] += segments_of(one, starts, pad=loader.pad_id)
             else:
                 assert not b["loss_mask"][i].any()  # past the pass: padding
     return [sorted(e) for e in per_epoch]
@@ -102,6 +105,7 @@ def served(loader: Loader, starts: np.ndarray, epochs: int) -> list[list[tuple[i
 # ---- best fit itself ----------------------------------------------------------------------
 
 
+@pytest.mark.native
 @settings(max_examples=150, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 40), max_size=120),
@@ -146,8 +150,11 @@ def test_best_fit_packs_a_known_case():
     g=st.integers(1, 5),
     seed=st.integers(0, 2**20),
     shuffle=st.booleans(),
+    pad_id=st.sampled_from([0, -1, 7]),
 )
-def test_every_document_exactly_once_per_epoch_none_cut(kind, n, L, block_rows, g, seed, shuffle):
+def test_every_document_exactly_once_per_epoch_none_cut(
+    kind, n, L, block_rows, g, seed, shuffle, pad_id
+):
     lens = lengths(kind, n, L, seed)
     if not lens.sum():
         lens[0] = 1
@@ -161,6 +168,7 @@ def test_every_document_exactly_once_per_epoch_none_cut(kind, n, L, block_rows, 
         seed=seed,
         shuffle=shuffle,
         block_rows=block_rows,
+        pad_id=pad_id,
         rank=0,
         world_size=1,
     )
@@ -449,6 +457,7 @@ def test_workers_give_the_loaders_batches(tmp_path):
             assert all(torch.equal(a[k], torch.from_numpy(b[k])) for k in b)
 
 
+@pytest.mark.native
 def test_the_numpy_layout_and_python_packing_give_the_same_batches(monkeypatch, tmp_path):
     from lmdata.loader import packing
 

@@ -1,4 +1,4 @@
-"""The one-call batch (lmdata/_kernel.c ``packed_at`` / ``eos_at``: the row lookup and the
+"""The one-call batch (lmdata/_native/kernel.c ``packed_at`` / ``eos_at``: the row lookup and the
 layout together) gives exactly the batches of the unfused path, and the shuffle in C exactly
 the numpy permutation; both decline what they cannot do instead of reading outside a buffer."""
 
@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from lmdata.loader import Loader, Permutation, packing, shuffle
 from tests.loader.conftest import random_seqs, write_flat
 from tests.loader.test_kernel import _copy, _same, numpy_only, simd
+
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
 
 C = packing._C
 needs_c = pytest.mark.skipif(C is None, reason="the C kernel is not built")

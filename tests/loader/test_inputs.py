@@ -45,22 +45,27 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory, corpus):
-    """The corpus tokenized into flat-tokens, MDS and Atlas with one tokenizer whose BOS is
-    a special token."""
+    """The corpus tokenized into flat-tokens, MDS, Atlas and a Modalities .pbin with one
+    tokenizer whose BOS is a special token."""
     d = tmp_path_factory.mktemp("made")
     tok = _tokenizer(d / "tok.json", ["<|endoftext|>", "<|begin_of_text|>"])
     out = {}
     for fmt in ("flat-tokens", "mds", "atlas"):
         out[fmt] = d / fmt
         lmdata.tokenize(corpus, out[fmt], to=fmt, tokenizer=tok, workers=0)
+    out["modalities"] = d / "m.pbin"  # (Modalities ends every document with its EOD)
+    lmdata.tokenize(
+        corpus, out["modalities"], to="modalities", tokenizer=tok, workers=0, eod="<|endoftext|>"
+    )
     return out
 
 
-def test_mds_and_atlas_from_tokenize_mix_with_flat_tokens_without_token_column(made):
+def test_mds_and_atlas_from_tokenize_mix_with_flat_tokens_and_pbin_without_token_column(made):
     readers = {fmt: lmdata.open(p) for fmt, p in made.items()}
-    want = [np.asarray(x) for x in lmdata.open(made["flat-tokens"])]
+    flat = [np.asarray(x) for x in lmdata.open(made["flat-tokens"])]
+    eod = lmdata.info(made["modalities"])["provenance"]["tokenizer"]["eod_id"]
     loader = Loader(
-        [str(made["mds"]), str(made["atlas"]), str(made["flat-tokens"])],
+        [str(made[f]) for f in ("mds", "atlas", "flat-tokens", "modalities")],
         seq_len=16,
         global_batch_size=6,
         mode="bestfit",
@@ -68,11 +73,14 @@ def test_mds_and_atlas_from_tokenize_mix_with_flat_tokens_without_token_column(m
         world_size=1,
     )
     assert [s.reader.token_column for s in loader.sources[:2]] == ["tokens", "tokens"]
-    for k in range(3):  # each source holds the same documents
+    # each source holds the same documents (the .pbin ones each followed by its EOD)
+    want = [flat] * 3 + [[np.append(w, eod) for w in flat]]
+    for k in range(4):
         docs = loader.sources[k].reader
         assert [np.asarray(docs[i]).tolist() for i in range(len(docs))] == [
-            w.tolist() for w in want
+            w.tolist() for w in want[k]
         ]
+    served = set()
     for step in range(10):
         batch = loader.batch(step)
         lin = loader.explain(step)
@@ -80,8 +88,11 @@ def test_mds_and_atlas_from_tokenize_mix_with_flat_tokens_without_token_column(m
             at = 0
             for s in lin[i]:
                 got = batch["targets"][i, at : at + s.length]
-                assert got.tolist() == want[s.document][s.offset : s.offset + s.length].tolist()
+                doc = want[s.source][s.document]
+                assert got.tolist() == doc[s.offset : s.offset + s.length].tolist()
                 at += s.length
+                served.add(s.source)
+    assert served == {0, 1, 2, 3}
     assert readers["mds"].__class__.__name__ == "MDSReader"  # opened as records by open()
 
 
@@ -114,6 +125,27 @@ def test_the_start_token_is_the_recorded_tokenizers_bos(made):
     starts = batch["positions"] == 0
     assert (batch["inputs"][starts] == bos).all()
     assert Loader(str(made["flat-tokens"]), seq_len=16, global_batch_size=4, bos_id=7).bos_id == 7
+
+
+def test_the_start_token_is_the_post_processors_bos(tmp_path, corpus):
+    """A tokenizer whose post-processor puts a token (named like no BOS) before every text,
+    tokenized with its special tokens: the recorded bos_id, not a special token found by its
+    name, starts each document."""
+    from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    path = _tokenizer(tmp_path / "cls.json", ["<|endoftext|>", "<s>", "[CLS]"])
+    tok = Tokenizer.from_file(str(path))
+    cls = tok.token_to_id("[CLS]")
+    tok.post_processor = TemplateProcessing(single="[CLS] $A", special_tokens=[("[CLS]", cls)])
+    tok.save(str(path))
+    out = tmp_path / "cls.zarr"
+    lmdata.tokenize(corpus, out, tokenizer=path, workers=0, special_tokens=True)
+    assert lmdata.info(out)["provenance"]["tokenizer"]["bos_id"] == cls
+    loader = Loader(str(out), seq_len=16, global_batch_size=4, mode="bestfit")
+    assert loader.bos_id == cls != tok.token_to_id("<s>")
+    batch = loader.batch(0)
+    assert (batch["inputs"][batch["positions"] == 0] == cls).all()
 
 
 def test_a_vocabulary_whose_id_0_is_a_token_is_said_once(tmp_path, corpus):

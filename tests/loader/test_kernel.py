@@ -1,4 +1,4 @@
-"""The C row layouts (lmdata/_kernel.c) give exactly the numpy layouts, and refuse
+"""The C row layouts (lmdata/_native/kernel.c) give exactly the numpy layouts, and refuse
 buffers that do not fit instead of reading or writing outside them.
 
 The numpy path runs in every test run (``numpy_only`` switches the kernel off); the C side of
@@ -19,6 +19,8 @@ import lmdata
 from lmdata.errors import CorruptDataError
 from lmdata.loader import Loader, packing
 from tests.loader.conftest import random_seqs, write_flat
+
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
 
 C = packing._C
 needs_c = pytest.mark.skipif(C is None, reason="the C kernel is not built")
@@ -429,13 +431,14 @@ def test_sequence_ranges_by_the_c_lookup_equal_the_index(
                     r.sequence_ranges(np.array(bad))
 
 
+@needs_c
 def test_the_avx2_rows_serve_where_the_cpu_has_them() -> None:
     """simd(level) returns the level in effect before: on a CPU with AVX2 (and a GCC/Clang x86
     build), the AVX2 rows must be the ones in use, not silently the SSE2 ones."""
     import platform
     from pathlib import Path
 
-    kernel = pytest.importorskip("lmdata._kernel")
+    kernel = C
     info = Path("/proc/cpuinfo")
     flags = info.read_text() if info.exists() else ""
     if platform.machine() != "x86_64" or " avx2" not in flags:

@@ -1,4 +1,4 @@
-"""The bestfit kernels of lmdata/_kernel_bestfit.h: the segment layout equals its numpy twin,
+"""The bestfit kernels of lmdata/_native/kernel_bestfit.h: the segment layout equals its numpy twin,
 and hostile arguments (segments outside their windows or rows, rows out of order, wrong item
 sizes, sizes outside the row) are refused with an error, never read or written out of bounds."""
 
@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from lmdata.loader import packing
 from lmdata.loader.binpack import _best_fit_py, best_fit
+
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
 
 C = packing._C
 needs_c = pytest.mark.skipif(C is None or not hasattr(C, "segments"), reason="no C kernel")

@@ -1,4 +1,4 @@
-"""Hostile inputs to the C kernel (lmdata/_kernel.c) and its callers: non-spec dtypes,
+"""Hostile inputs to the C kernel (lmdata/_native/kernel.c) and its callers: non-spec dtypes,
 arguments that would wrap, buffers that change under the kernel, corrupt sequence starts. Each
 is refused with an error, never read wrong, on both the C and the numpy paths."""
 
@@ -18,6 +18,8 @@ from lmdata.formats.flat_tokens._zarr import ZArray
 from lmdata.loader import Loader, packing
 from tests.loader.conftest import write_flat
 from tests.loader.test_kernel import _nothing, numpy_only
+
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
 
 C = packing._C
 needs_c = pytest.mark.skipif(C is None, reason="the C kernel is not built")

@@ -61,6 +61,7 @@ def _expected_packed(flat, starts, row_start, L):
     return seg, pos, inp
 
 
+@pytest.mark.native
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seqs=seq_lists, L=st.integers(1, 9), fast=st.booleans())
 def test_segment_ids_and_positions_restart_at_every_document(seqs, L, fast):
@@ -531,14 +532,15 @@ def test_packed_pbin_rows_with_empty_documents(tmp_path):
     assert got["positions"][1].tolist() == [0, 1, 2, 0, 1]  # each row starts a segment
 
 
-@pytest.mark.parametrize("mode", ["packed", "eos", "unpacked"])
+@pytest.mark.parametrize("mode", ["packed", "eos", "unpacked", "bestfit"])
 def test_drop_last_serves_whole_batches_of_full_rows_only(dataset, mode):
     r, seqs = dataset
     flat = np.concatenate(seqs)
     L, g = 16, 7
     kw = {"seq_len": L, "global_batch_size": g, "shuffle": False, "epochs": 1, "mode": mode}
     padded, dropped = Loader(r, **kw), Loader(r, drop_last=True, **kw)
-    full_rows = dropped.sources[0].num_rows  # packed/eos: only full rows; unpacked: documents
+    # packed/eos: full rows; unpacked: documents; bestfit: its layout's rows
+    full_rows = dropped.sources[0].num_rows
     assert len(dropped) == full_rows // g and len(dropped) < len(padded)
     batches = list(dropped)
     assert len(batches) == len(dropped)

@@ -13,6 +13,8 @@ from lmdata.loader import Loader
 from lmdata.loader.packing import packed_buffers, packed_from_encoded
 from tests.loader.conftest import Plain, random_seqs, write_flat
 
+pytestmark = pytest.mark.native  # run again with LMDATA_PURE_PYTHON=1 (make test)
+
 
 @settings(max_examples=30, deadline=None)
 @given(rows=st.integers(1, 5), length=st.integers(1, 30), dtype=st.sampled_from(["i4", "i8"]))

@@ -206,8 +206,11 @@ def _put(state: Any, path: tuple, value: Any) -> None:
         ):
             return
         state = state[key]
-    if isinstance(state, dict) or (isinstance(state, list) and path[-1] < len(state)):
-        state[path[-1]] = value
+    last = path[-1]  # (a list an earlier change put where a dict was: a key is no index)
+    if isinstance(state, dict) or (
+        isinstance(state, list) and isinstance(last, int) and last < len(state)
+    ):
+        state[last] = value
 
 
 def _torch_state(origin: dict[str, Any], steps: tuple[int, int]) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader import Loader
@@ -79,37 +81,69 @@ def test_varlen_is_refused_for_eos_windows(two):
         Loader(two[0], seq_len=8, global_batch_size=2, mode="eos", varlen=True)
 
 
-def _attention(q, k, v, mask):
-    import torch
+def _sdpa(q, k, v, **kw):
+    """torch's attention over (tokens, heads, dim) arrays: heads first, and back."""
+    import torch.nn.functional as F
 
-    w = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
-    w = w.masked_fill(~mask, float("-inf"))
-    return torch.softmax(w, dim=-1) @ v
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), **kw
+    )
+    return out.transpose(0, 1)
 
 
-@pytest.mark.parametrize("mode", ["packed", "bestfit"])
-def test_varlen_attention_equals_masked_dense_attention(two, mode):
-    """A reference varlen attention (causal, one loop iteration per sequence of cu_seqlens)
-    gives what a dense attention over the flattened batch gives, masked by segment_ids
-    (same row, same segment, causal)."""
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mode=st.sampled_from(["packed", "bestfit", "unpacked"]),
+    lens=st.lists(st.integers(0, 40), min_size=1, max_size=60),
+    L=st.integers(1, 24),
+    g=st.integers(1, 4),
+    step=st.integers(0, 10**6),
+    seed=st.integers(0, 2**20),
+)
+def test_varlen_attention_over_cu_seqlens_equals_masked_dense_attention(
+    mode, lens, L, g, step, seed
+):
+    """On random q, k, v over a batch of random documents: torch's jagged tensors built with
+    ``cu_seqlens`` as their offsets, attended by torch's attention, give what a dense attention
+    over the flattened batch masked by ``segment_ids`` (same row, same segment) gives; causal
+    too, one torch attention per sequence of ``cu_seqlens`` against the causal masked dense."""
     torch = pytest.importorskip("torch")
-    loader = Loader(two[0], seq_len=16, global_batch_size=4, mode=mode, varlen=True)
-    batch = {k: torch.from_numpy(v) for k, v in loader.batch(3).items()}
-    rows, L = batch["segment_ids"].shape
+    rng = np.random.default_rng(seed)
+    lens[0] = max(lens[0], L + 1)  # at least one row of every mode
+    docs = [rng.integers(1, 1000, n) for n in lens]
+    loader = Loader(
+        Plain(docs),
+        seq_len=L,
+        global_batch_size=g,
+        mode=mode,
+        varlen=True,
+        long_docs="split",
+        seed=seed,
+        rank=0,
+        world_size=1,
+    )
+    numpy_batch = loader.batch(step)
+    check_varlen(numpy_batch)
+    batch = {k: torch.from_numpy(v) for k, v in numpy_batch.items()}
+    rows = batch["segment_ids"].shape[0]
     n, heads, dim = rows * L, 2, 8
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(heads, n, dim, generator=gen, dtype=torch.float64) for _ in range(3))
-    cu = batch["cu_seqlens"].tolist()
-    out_varlen = torch.zeros_like(q)
-    for a, b in itertools.pairwise(cu):
-        if b > a:
-            causal = torch.ones(b - a, b - a, dtype=torch.bool).tril()
-            out_varlen[:, a:b] = _attention(q[:, a:b], k[:, a:b], v[:, a:b], causal)
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(n, heads, dim, generator=gen, dtype=torch.float64) for _ in range(3))
+    cu = batch["cu_seqlens"]
+    end = int(torch.nonzero(cu == n)[0])  # the sentinel after it: empty sequences
+    offsets = cu[: end + 1].to(torch.int64)
+    nested = [torch.nested.nested_tensor_from_jagged(t, offsets).transpose(1, 2) for t in (q, k, v)]
+    import torch.nn.functional as F
+
+    out_jagged = F.scaled_dot_product_attention(*nested).transpose(1, 2).values()
     seg = batch["segment_ids"].reshape(-1)
     row = torch.arange(n) // L
-    idx = torch.arange(n)
-    mask = (seg[:, None] == seg[None, :]) & (row[:, None] == row[None, :])
-    mask &= idx[None, :] <= idx[:, None]
-    out_dense = _attention(q, k, v, mask)
-    assert int(batch["max_seqlen"]) <= L
-    assert torch.allclose(out_varlen, out_dense, atol=1e-12)
+    same = (seg[:, None] == seg[None, :]) & (row[:, None] == row[None, :])
+    assert torch.allclose(out_jagged, _sdpa(q, k, v, attn_mask=same), atol=1e-12)
+    out_causal = torch.empty_like(q)
+    for a, b in itertools.pairwise(offsets.tolist()):
+        out_causal[a:b] = _sdpa(q[a:b], k[a:b], v[a:b], is_causal=True)
+    causal = same & torch.ones(n, n, dtype=torch.bool).tril()
+    assert torch.allclose(out_causal, _sdpa(q, k, v, attn_mask=causal), atol=1e-12)
+    assert int(batch["max_seqlen"]) == int((offsets[1:] - offsets[:-1]).max()) <= L

@@ -243,3 +243,92 @@ def test_workers_are_spawned_while_another_thread_runs(monkeypatch) -> None:
     assert parallel.start_method() == "fork"
     monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), busy])
     assert parallel.start_method() == "spawn"
+
+
+# ---- executors of the caller's (executor=) -----------------------------------------------------
+
+
+class Counting:
+    """An executor of a caller's own: runs units in this process and counts jobs and units."""
+
+    workers = 1
+    in_process = True
+
+    def __init__(self) -> None:
+        self.units: list[int] = []
+
+    def map_ordered(self, fn, units, **kw):
+        units = list(units)
+        self.units.append(len(units))
+        return InProcess().map_ordered(fn, units, **kw)
+
+
+def test_an_executor_with_a_shorthand_or_that_is_none_is_refused() -> None:
+    ex = Counting()
+    parallel.check_choice(ex)
+    assert parallel.executor_for(ex, units=5) is ex
+    for kw in ({"engine": "ray"}, {"workers": 2}, {"address": "auto"}):
+        with pytest.raises(InvalidInputError, match="pass the executor alone"):
+            parallel.check_choice(ex, **kw)
+
+    class Half:
+        def map_ordered(self, fn, units, **kw):
+            return iter(())
+
+    with pytest.raises(InvalidInputError, match="a Half lacks workers, in_process"):
+        parallel.check_choice(Half())  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def docs(tmp_path):
+    import gzip
+    import json
+
+    d = tmp_path / "t" / "documents"
+    d.mkdir(parents=True)
+    rows = [{"id": f"d{i}", "text": f"a b c d e f g h {i % 4} i j k"} for i in range(40)]
+    (d / "p.jsonl.gz").write_bytes(
+        gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
+    )
+    return d
+
+
+def test_every_verb_runs_its_units_on_the_executor_given(docs, tmp_path) -> None:
+    """tokenize, convert, tag, dedupe, mix and decontaminate run on ``executor=`` (a test
+    double here, as a Slurm pool would be), not on one of their own."""
+    import lmdata
+    from lmdata.convert import convert
+    from lmdata.dolma.config import DedupeConfig, MixerConfig, TagConfig
+    from lmdata.dolma.decontam import decontaminate_paths
+    from lmdata.dolma.dedupe import dedupe
+    from lmdata.dolma.mixer import mix
+    from lmdata.dolma.tag import tag
+
+    files = [str(docs / "*.gz")]
+    runs = {}
+    ex = runs["tokenize"] = Counting()
+    lmdata.tokenize(docs, tmp_path / "tok", executor=ex)
+    ex = runs["convert"] = Counting()
+    convert(tmp_path / "tok", tmp_path / "conv", "mds", split="train", executor=ex)
+    ex = runs["tag"] = Counting()
+    tag(TagConfig.from_dict({"documents": files, "taggers": ["char_length_v1"]}), executor=ex)
+    ex = runs["dedupe"] = Counting()
+    cfg = {"name": "d", "paragraphs": {"attribute_name": "p"}}
+    dedupe(DedupeConfig.from_dict({"documents": files, "dedupe": cfg}), executor=ex)
+    ex = runs["mix"] = Counting()
+    stream = {
+        "name": "s",
+        "documents": files,
+        "output": {"path": str(tmp_path / "mixed"), "max_size_in_bytes": 1 << 20},
+        "filter": {"exclude": ["$.metadata[?(@.drop > 0.5)]"]},
+    }
+    mix(MixerConfig.from_dict({"streams": [stream]}), executor=ex)
+    ex = runs["decontaminate"] = Counting()
+    (tmp_path / "ev.jsonl").write_text('{"text": "a b c d e f g h 1 i j k"}\n')
+    res = decontaminate_paths(files, str(tmp_path / "ev.jsonl"), ngram=8, executor=ex)
+    assert res.documents == 40
+    assert {
+        verb: bool(ex.units) and sum(ex.units) > 0 for verb, ex in runs.items()
+    } == dict.fromkeys(runs, True)
+    with pytest.raises(InvalidInputError, match="pass the executor alone"):
+        lmdata.tokenize(docs, tmp_path / "tok2", executor=Counting(), workers=2)

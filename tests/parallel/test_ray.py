@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -19,25 +18,20 @@ from lmdata.dolma.dedupe import dedupe  # noqa: E402
 from lmdata.dolma.mixer import mix  # noqa: E402
 from lmdata.dolma.tag import tag  # noqa: E402
 from lmdata.parallel import make_executor  # noqa: E402
-from lmdata.parallel.ray import FAIL_ONCE_ENV  # noqa: E402
 from lmdata.tokenize.pipeline import TokenizeJob, tokenize  # noqa: E402
-from tests.parallel._ray_local import started_ray  # noqa: E402
+from tests.parallel._ray_local import FaultyRay, started_ray  # noqa: E402
 
 DOLMA = Path(__file__).parent.parent / "data" / "dolma"
 
 
 @pytest.fixture(scope="module")
 def fail_dir(tmp_path_factory: pytest.TempPathFactory):
-    """One local Ray instance for the module, started once (each start costs seconds); its
-    workers see the fault-injection folder, where a test drops ``fail-N`` to kill the worker
-    running unit N."""
+    """One local Ray instance for the module, started once (each start costs seconds), and
+    the folder of :class:`FaultyRay`, where a test drops ``fail-N`` to kill the worker
+    running unit N of a job."""
     d = tmp_path_factory.mktemp("ray-faults")
-    os.environ[FAIL_ONCE_ENV] = str(d)  # before ray.init: the workers inherit it
-    try:
-        with started_ray():
-            yield d
-    finally:
-        os.environ.pop(FAIL_ONCE_ENV, None)
+    with started_ray():
+        yield d
 
 
 def tree_bytes(p: Path) -> dict[str, bytes]:
@@ -58,7 +52,10 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _tokenize(corpus: Path, dst: Path, engine: str, **kw: object) -> None:
     job = TokenizeJob(to="flat-tokens", tokenizer="bytes", batch_docs=50, validation_fraction=0.2)
-    tokenize([corpus], dst, job, engine=engine, workers=2, **kw)
+    if "executor" in kw:
+        tokenize([corpus], dst, job, **kw)
+    else:
+        tokenize([corpus], dst, job, engine=engine, workers=2, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +76,7 @@ def test_tokenize_on_ray_is_byte_identical(
     assert [u.file_index for u in units].count(0) > 4 and units[-1].file_index == 1
     if fail:  # the worker running unit 3 (a byte range of a.jsonl) dies once; Ray retries it
         (fail_dir / "fail-3").touch()
-    _tokenize(corpus, tmp_path / "ray", "ray", range_bytes=9000)
+    _tokenize(corpus, tmp_path / "ray", "ray", range_bytes=9000, executor=FaultyRay(fail_dir, 2))
     assert not (fail_dir / "fail-3").exists()  # the fault did fire
     assert tree_bytes(tmp_path / "ray") == local_tokens
 
@@ -108,7 +105,8 @@ def test_convert_on_ray_is_byte_identical(fail_dir: Path, corpus: Path, tmp_path
     convert(tmp_path / "tok", tmp_path / "local", "mds", split="train", engine="inprocess")
     if fail:
         (fail_dir / "fail-0").touch()
-    convert(tmp_path / "tok", tmp_path / "ray", "mds", split="train", workers=2, engine="ray")
+    ex = FaultyRay(fail_dir, 2)
+    convert(tmp_path / "tok", tmp_path / "ray", "mds", split="train", executor=ex)
     assert not (fail_dir / "fail-0").exists()
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
 
@@ -118,7 +116,7 @@ def test_convert_records_on_ray_stage_and_are_byte_identical(fail_dir: Path, tmp
     (tmp_path / "src.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     convert(tmp_path / "src.jsonl", tmp_path / "local", "mds", engine="inprocess")
     (fail_dir / "fail-1").touch()  # a block's worker dies once: its part is written again
-    convert(tmp_path / "src.jsonl", tmp_path / "ray", "mds", workers=2, engine="ray")
+    convert(tmp_path / "src.jsonl", tmp_path / "ray", "mds", executor=FaultyRay(fail_dir, 2))
     assert not (fail_dir / "fail-1").exists()
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
 
@@ -132,8 +130,10 @@ def _dolma_tree(tmp_path: Path, name: str) -> Path:
     return root
 
 
-def _dolma_steps(root: Path, engine: str) -> None:
-    """tag, dedupe (documents and paragraphs) and mix, as the fixture's attributes were made."""
+def _dolma_steps(root: Path, engine: str, executor: object = None) -> None:
+    """tag, dedupe (documents and paragraphs) and mix, as the fixture's attributes were made
+    (on ``executor`` if given)."""
+    on = {"executor": executor} if executor is not None else {"engine": engine}
     ds = root / "dataset"
     docs = [str(ds / "documents" / "*.jsonl.gz")]
     for exp, taggers in (
@@ -143,7 +143,7 @@ def _dolma_steps(root: Path, engine: str) -> None:
         cfg = TagConfig.from_dict(
             {"documents": docs, "taggers": taggers, "experiment": exp, "processes": 2}
         )
-        tag(cfg, engine=engine)
+        tag(cfg, **on)  # type: ignore[arg-type]
     url = {"attribute_name": "bff_duplicate_url", "key": "$.metadata.url"}
     para = {"attribute_name": "bff_duplicate_paragraph_spans"}
     for name, mode in (
@@ -151,20 +151,20 @@ def _dolma_steps(root: Path, engine: str) -> None:
         ("dedupe_paragraphs", {"paragraphs": para}),
     ):
         d = {"name": name, "skip_empty": True, **mode}
-        dedupe(
-            DedupeConfig.from_dict({"documents": docs, "dedupe": d, "processes": 2}), engine=engine
-        )
+        dedupe(DedupeConfig.from_dict({"documents": docs, "dedupe": d, "processes": 2}), **on)  # type: ignore[arg-type]
     cfg = load_config(str(root / "configs" / "mix.yaml"))
-    mix(MixerConfig.from_dict({**cfg, "processes": 2}), base=root, engine=engine)
+    mix(MixerConfig.from_dict({**cfg, "processes": 2}), base=root, **on)  # type: ignore[arg-type]
 
 
 def test_tag_dedupe_mix_on_ray_are_byte_identical(fail_dir: Path, tmp_path: Path) -> None:
     trees = {}
     for engine in ("inprocess", "ray"):  # the local engines agree with each other (tests/dolma)
         root = _dolma_tree(tmp_path, engine)
+        faulty = None
         if engine == "ray":  # the first unit of the first Ray job dies once
             (fail_dir / "fail-1").touch()
-        _dolma_steps(root, engine)
+            faulty = FaultyRay(fail_dir, 2)
+        _dolma_steps(root, engine, faulty)
         trees[engine] = tree_bytes(root)
     assert not (fail_dir / "fail-1").exists()
     assert trees["ray"] == trees["inprocess"]
@@ -233,7 +233,9 @@ def test_interrupted_ray_job_resumes_without_redoing_finished_files(
     job = TokenizeJob(to="flat-tokens", tokenizer="bytes", batch_docs=50, validation_fraction=0.2)
     calls = {"n": 0}
 
-    def stop_midway(stats: dict[str, float]) -> None:
+    def stop_midway(e: object) -> None:
+        if getattr(e, "unit", None) != "documents":  # one count of documents per unit
+            return
         calls["n"] += 1
         if calls["n"] == 14:  # inside the second input file (a.jsonl has 12 units)
             raise KeyboardInterrupt
@@ -249,7 +251,7 @@ def test_interrupted_ray_job_resumes_without_redoing_finished_files(
         engine="ray",
         workers=2,
         resume=True,
-        progress=lambda s: seen.append(s["documents"]),
+        progress=lambda e: seen.append(e.done) if e.unit == "documents" else None,
     )
     assert seen[-1] == 300  # only the unfinished file (b.jsonl.gz) was tokenized again
     assert tree_bytes(tmp_path / "out") == local_tokens
@@ -278,7 +280,7 @@ def test_a_ray_retry_of_a_written_mix_shard_is_counted_once(fail_dir: Path, tmp_
 
     local = mix(cfg("local"), engine="inprocess")
     (fail_dir / "fail-after-1").touch()
-    got = mix(cfg("ray"), engine="ray")
+    got = mix(cfg("ray"), executor=FaultyRay(fail_dir))
     assert not (fail_dir / "fail-after-1").exists()  # the fault did fire
     counts = ("shards", "skipped_shards", "read", "written", "too_short")
     assert [getattr(got, c) for c in counts] == [getattr(local, c) for c in counts]
@@ -307,13 +309,11 @@ def test_a_mix_filter_on_an_absent_attribute_is_named_from_ray_units(
 
 
 def test_dedupe_of_one_large_file_on_ray_is_split_and_byte_identical(
-    fail_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fail_dir: Path, tmp_path: Path
 ) -> None:
     """One plain file larger than range_bytes is hashed and written as several Ray units; a
     hash unit dying before it ran and a write unit dying after it wrote its piece are retried,
     and the attribute file is that of one local unit for the whole file."""
-    import lmdata.parallel as par
-
     texts = ["a b\nc d", "c d", "e f g", "a b", "x\n\ny z"]
     rows = [{"id": f"d{i}", "text": texts[i % 5] + f"\n{i % 13}"} for i in range(400)]
     docs = tmp_path / "documents"
@@ -328,22 +328,11 @@ def test_dedupe_of_one_large_file_on_ray_is_split_and_byte_identical(
     )
     want = dedupe(cfg, engine="inprocess", range_bytes=1 << 40)
     whole = (tmp_path / "attributes" / "d" / "big.jsonl").read_bytes()
-    units: dict[str, int] = {}
-    real = par.run_all
-
-    def faulty(fn, tasks, **kw):
-        tasks = list(tasks)
-        units[kw["desc"]] = len(tasks)
-        if kw["desc"] == "dedupe: hash":
-            (fail_dir / "fail-1").touch()
-        elif kw["desc"] == "dedupe: write":
-            (fail_dir / "fail-after-2").touch()
-        return real(fn, tasks, **kw)
-
-    monkeypatch.setattr(par, "run_all", faulty)
-    got = dedupe(cfg, engine="ray", range_bytes=2000)
+    # the jobs: hash, mark, write, join; a hash unit dies before it ran, a write unit after
+    ex = FaultyRay(fail_dir, faults={0: ["fail-1"], 2: ["fail-after-2"]})
+    got = dedupe(cfg, executor=ex, range_bytes=2000)
     assert not (fail_dir / "fail-1").exists() and not (fail_dir / "fail-after-2").exists()
-    assert units["dedupe: hash"] >= 6 and units["dedupe: write"] >= 6
+    assert len(ex.jobs) == 4 and ex.jobs[0] >= 6 and ex.jobs[2] >= 6
     assert (got.documents, got.keys, got.duplicates) == (want.documents, want.keys, want.duplicates)
     assert (tmp_path / "attributes" / "d" / "big.jsonl").read_bytes() == whole
     assert sorted(p.name for p in (tmp_path / "attributes" / "d").iterdir()) == ["big.jsonl"]

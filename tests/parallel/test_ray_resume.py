@@ -53,18 +53,18 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _recording(mp: pytest.MonkeyPatch, module: Any, submitted: list[Any]) -> None:
     """Record every unit the executors that ``module`` makes are given."""
-    real = module.make_executor
+    real = module.executor_for
 
     class Recording:
         def __init__(self, ex: Any) -> None:
-            self.ex, self.workers = ex, ex.workers
+            self.ex, self.workers, self.in_process = ex, ex.workers, ex.in_process
 
         def map_ordered(self, fn: Callable[[Any], Any], units: Any, **kw: Any) -> Any:
             units = list(units)
             submitted.extend(units)
             return self.ex.map_ordered(fn, units, **kw)
 
-    mp.setattr(module, "make_executor", lambda *a, **kw: Recording(real(*a, **kw)))
+    mp.setattr(module, "executor_for", lambda *a, **kw: Recording(real(*a, **kw)))
 
 
 @pytest.mark.parametrize("kind", ["records", "tokens"])
@@ -80,8 +80,10 @@ def test_interrupted_convert_on_ray_resumes_without_redoing_finished_blocks(
     want = conv.convert(src, tmp_path / "local", "mds", engine="inprocess", **split)
     committed: list[int] = []
 
-    def stop_midway(records: int) -> None:  # called as each block is committed
-        committed.append(records)
+    def stop_midway(e: Any) -> None:  # an event as each block is committed (and one first)
+        if not e.done:
+            return
+        committed.append(e.done)
         if len(committed) == 3:
             raise KeyboardInterrupt
 
@@ -178,11 +180,13 @@ def test_interrupted_dedupe_on_ray_resumes_without_redoing_finished_units(
         driver) after the second result has arrived, the executor's generator closed as
         run_all's loop would close it (its running units cancelled)."""
         tasks = list(tasks)
-        units[kw["desc"]] = tasks
-        if kw["desc"] != phase:
+        units[kw["what"]] = tasks
+        if kw["what"] != phase:
             return real(fn, tasks, **kw)
         assert len(tasks) >= 4, (phase, len(tasks))  # enough to stop part way
-        ex = par.make_executor(kw["engine"], kw["workers"], kw.get("address"), units=len(tasks))
+        ex = par.executor_for(
+            kw.get("executor"), kw["engine"], kw["workers"], kw.get("address"), units=len(tasks)
+        )
         results = ex.map_ordered(fn, tasks)
         try:
             for task, _ in zip(tasks, results, strict=False):
@@ -194,7 +198,7 @@ def test_interrupted_dedupe_on_ray_resumes_without_redoing_finished_units(
         raise AssertionError("the phase ended before the interruption")
 
     def recording(fn: Any, tasks: Any, **kw: Any) -> Any:
-        units[kw["desc"]] = tasks = list(tasks)
+        units[kw["what"]] = tasks = list(tasks)
         return real(fn, tasks, **kw)
 
     with monkeypatch.context() as mp:

@@ -347,7 +347,8 @@ def test_hash_blocks_reports_progress_and_equals_one_thread(tmp_path):
         p.write_bytes(os.urandom(i * SMALL + 3))
         files.append((str(p), p.stat().st_size))
     seen = []
-    many = dict(hash_blocks(store, files, SMALL, lambda d, t: seen.append((d, t)), workers=4))
+    record = lambda e: seen.append((e.done, e.total))  # noqa: E731
+    many = dict(hash_blocks(store, files, SMALL, record, workers=4))
     one = dict(hash_blocks(store, files, SMALL, workers=1))
     assert many == one
     total = sum(s for _, s in files)

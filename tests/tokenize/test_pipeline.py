@@ -50,15 +50,23 @@ TRAPS = [
 
 
 def interrupt_at(n: int):
-    """A progress callback that raises KeyboardInterrupt (a Ctrl-C) on its ``n``-th call."""
+    """A progress callback that raises KeyboardInterrupt (a Ctrl-C) at its ``n``-th count of
+    documents (one per part committed)."""
     calls = {"n": 0}
 
-    def progress(stats):
+    def progress(e):
+        if e.unit != "documents":
+            return
         calls["n"] += 1
         if calls["n"] == n:
             raise KeyboardInterrupt
 
     return progress
+
+
+def documents(seen: list[int]):
+    """A progress callback that keeps the running count of documents tokenized."""
+    return lambda e: seen.append(e.done) if e.unit == "documents" else None
 
 
 def tree_bytes(p: Path) -> dict[str, bytes]:
@@ -219,7 +227,7 @@ def test_resume_after_interrupt_gives_the_same_bytes(corpus, tmp_path):
         job,
         workers=0,
         resume=True,
-        progress=lambda s: seen.append(s["documents"]),
+        progress=documents(seen),
     )
     assert seen[-1] == 700  # only the two unfinished files were tokenized again
     assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
@@ -232,7 +240,7 @@ def test_resume_after_sigkill_at_a_random_point(corpus, tmp_path):
         "import time\n"
         "job = TokenizeJob(to='flat-tokens', batch_docs=64, validation_fraction=0.1)\n"
         "tokenize([sys.argv[1]], sys.argv[2], job, workers=0,"
-        " progress=lambda s: time.sleep(0.02))\n"
+        " progress=lambda e: time.sleep(0.02) if e.unit == 'documents' else None)\n"
     )
     delay = float(np.random.default_rng().uniform(0.6, 1.4))
     p = subprocess.Popen([sys.executable, "-c", code, str(corpus), str(tmp_path / "out")])
@@ -399,8 +407,8 @@ def test_ctrl_c_stops_workers_and_leaves_nothing(tmp_path):
         # as at a terminal, even when the suite runs in the background (where the shell starts
         # it, and so this child, with Ctrl-C ignored)
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "def progress(s):\n"
-        "    pathlib.Path(sys.argv[3]).touch(); time.sleep(0.5)\n"
+        "def progress(e):\n"
+        "    if e.unit == 'documents': pathlib.Path(sys.argv[3]).touch(); time.sleep(0.5)\n"
         "tokenize([sys.argv[1]], sys.argv[2], TokenizeJob(to='flat-tokens', batch_docs=8),"
         " workers=2, progress=progress)\n"
     )
@@ -576,24 +584,25 @@ def test_resume_skips_the_byte_ranges_already_done(corpus, tmp_path):
         job,
         workers=0,
         resume=True,
-        progress=lambda s: seen.append(s["documents"]),
+        progress=documents(seen),
         range_bytes=3000,
     )
     assert seen[-1] == 1200 - skipped
     assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
 
 
-def test_workers_stage_tokens_themselves_and_hand_back_only_names(corpus, tmp_path, monkeypatch):
+def test_workers_stage_tokens_themselves_and_hand_back_only_names(corpus, tmp_path):
     import pickle
 
-    from lmdata.tokenize import pipeline
+    from lmdata import parallel
 
     sent: list[int] = []  # pickled bytes of each task and result crossing the executor
-    real = pipeline.make_executor
 
     class Recording:
+        """An executor of the caller's (executor=): the local processes', recording sizes."""
+
         def __init__(self, inner):
-            self.inner, self.workers = inner, inner.workers
+            self.inner, self.workers, self.in_process = inner, inner.workers, inner.in_process
 
         def map_ordered(self, fn, units, **kw):
             def tasks():
@@ -605,12 +614,12 @@ def test_workers_stage_tokens_themselves_and_hand_back_only_names(corpus, tmp_pa
                 sent.append(len(pickle.dumps(r)))
                 yield r
 
-    monkeypatch.setattr(pipeline, "make_executor", lambda *a, **k: Recording(real(*a, **k)))
     work = work_dir_for(tmp_path / "o")
     staged: list[int] = []
     job = TokenizeJob(to="flat-tokens", batch_docs=64)
-    progress = lambda s: staged.append(len(list((work / "parts").glob("*.tok"))))  # noqa: E731
-    s = tokenize([corpus], tmp_path / "o", job, workers=2, range_bytes=3000, progress=progress)
+    progress = lambda e: staged.append(len(list((work / "parts").glob("*.tok"))))  # noqa: E731
+    ex = Recording(parallel.LocalProcesses(2))
+    s = tokenize([corpus], tmp_path / "o", job, executor=ex, range_bytes=3000, progress=progress)
     assert len(sent) > 2 * 5 and max(sent) < 1024  # names and counts, never documents or tokens
     assert s.tokens > 50 * max(sent)
     assert max(staged) > 0  # the parts were staged in the work folder ...
@@ -636,7 +645,7 @@ def test_parts_staged_on_an_object_store_resume_and_are_removed(corpus, tmp_path
     assert len(store.list(staging.key + "/parts")) >= 8  # a.jsonl's parts, and some of b's
     assert not work_dir_for(tmp_path / "out").exists()  # nothing staged locally
     seen = []
-    progress = lambda s: seen.append(s["documents"])  # noqa: E731
+    progress = documents(seen)
     tokenize([corpus], tmp_path / "out", job, workers=0, resume=True, progress=progress)
     assert seen[-1] == 700  # a.jsonl replayed from the store, not tokenized again
     assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")

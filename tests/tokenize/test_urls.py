@@ -190,7 +190,7 @@ URL_DOCS = len(DOCS) + len(NO_IDS) + 7 + 1  # the documents of CORPUS
 
 
 def test_resume_with_url_inputs_redoes_only_the_unfinished_units(tmp_path, memory_root):
-    from tests.tokenize.test_pipeline import interrupt_at
+    from tests.tokenize.test_pipeline import documents, interrupt_at
 
     _put(f"{memory_root}/corpus")
     url = f"{memory_root}/corpus"
@@ -199,7 +199,7 @@ def test_resume_with_url_inputs_redoes_only_the_unfinished_units(tmp_path, memor
     with pytest.raises(KeyboardInterrupt):  # in the second file: the first is done
         lmdata.tokenize(url, tmp_path / "out", progress=interrupt_at(2), **opts)
     seen: list[float] = []
-    progress = lambda s: seen.append(s["documents"])  # noqa: E731
+    progress = documents(seen)
     lmdata.tokenize(url, tmp_path / "out", resume=True, progress=progress, **opts)
     assert seen[-1] == URL_DOCS - len(DOCS)  # a.jsonl was not read again
     assert files(tmp_path / "out") == files(tmp_path / "ref")
@@ -273,7 +273,7 @@ def test_resume_after_sigkill_with_s3_inputs(tmp_path, local_corpus, s3_server, 
         "import sys, time; from lmdata.tokenize.pipeline import TokenizeJob, tokenize\n"
         "job = TokenizeJob(to='flat-tokens', validation_fraction=0.3)\n"
         "tokenize([sys.argv[1]], sys.argv[2], job, workers=0, range_bytes=400,"
-        " progress=lambda s: time.sleep(0.1))\n"
+        " progress=lambda e: time.sleep(0.1) if e.unit == 'documents' else None)\n"
     )
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-c", code, f"{s3_root}/corpus", str(out)])

@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
 from lmdata._lazy import lazy_exports
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError, LmdataError, StorageError
 from lmdata.formats._spec import (
     FormatSpec,
-    Progress,
-    Ticker,
     TokenTarget,
     column_sink,
     detector,
@@ -76,7 +75,7 @@ def open(path: str | os.PathLike[str], **options: Any) -> Atlas:
 
 
 def merge(
-    inputs: list[str], output: str, overwrite: bool = False, progress: Progress | None = None
+    inputs: list[str], output: str, overwrite: bool = False, progress: OnProgress | None = None
 ) -> str:
     """Join Atlas datasets into one at ``output``, examples in input order.
 
@@ -117,7 +116,7 @@ def merge(
         overwrite=overwrite,
     ) as w:
         sizes = [_data_bytes(p) if progress is not None else 0 for p in inputs]
-        tick = Ticker(progress, sum(sizes))
+        tick = Ticker(progress, sum(sizes), "merge")
         for p, size in zip(inputs, sizes, strict=True):
             w.add_dataset(p)
             tick.add(size)

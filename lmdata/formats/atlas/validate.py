@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from lmdata import _provenance
+from lmdata._progress import OnProgress, Ticker
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.atlas.meta import (
     DATA,
     DICT,
@@ -30,7 +30,7 @@ def validate(
     path: str | os.PathLike[str],
     *,
     allow_unsafe_pickle: bool = False,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **options: Any,
 ) -> list[str]:
     """All problems in the Atlas dataset at ``path`` (empty when valid): metas, folder names,
@@ -42,7 +42,7 @@ def validate(
     except LmdataError as e:
         return [str(e)]
     sizes = data_sizes(ds) if progress is not None else [0] * len(ds.shards)
-    tick = Ticker(progress, sum(sizes))
+    tick = Ticker(progress, sum(sizes), "validate")
     _check_layout(ds, ds.root, rep)
     for s in range(len(ds.shards)):
         _check_shard(ds, s, rep)
@@ -189,7 +189,7 @@ def info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """A summary for ``lmdata info``: counts, strategies, block sizes, sizes on disk (from the
@@ -203,7 +203,7 @@ def info(
         strategies[name] = strategies.get(name, 0) + 1
         block_sizes[str(sh.meta.block_size)] = block_sizes.get(str(sh.meta.block_size), 0) + 1
     data_bytes = sum(data_sizes(ds))
-    Ticker(progress, data_bytes).finish()
+    Ticker(progress, data_bytes, "info").finish()
     url = ds.store.url(str(ds.root))
     out: dict[str, Any] = {
         "format": "atlas",

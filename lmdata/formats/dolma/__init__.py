@@ -14,8 +14,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import LmdataError, StorageError
-from lmdata.formats._spec import FormatSpec, Progress, Ticker, detector, lazy
+from lmdata.formats._spec import FormatSpec, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.dolma.reader import DolmaDocuments
@@ -66,7 +67,7 @@ def info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Files, documents (one decoding pass; not counted with ``scan=False``), codecs and
@@ -81,7 +82,7 @@ def info(
     store = reader.store
     root = reader.keys[0] if reader.single_file else tree_root(store, reader.root_key)
     sizes = file_sizes(store, reader.keys) if progress is not None else [0] * len(reader.keys)
-    tick = Ticker(progress, sum(sizes))
+    tick = Ticker(progress, sum(sizes), "info")
     counts: list[int] | None = None
     if scan:
         counts = []

@@ -19,9 +19,9 @@ import numpy as np
 import orjson
 import xxhash
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata._report import ProblemReport
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.dolma._files import MAX_LINE_BYTES, iter_raw_lines
 from lmdata.formats.dolma._paths import (
     attribute_path,
@@ -170,7 +170,7 @@ def validate(
     attributes: list[str] | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
     storage_options: dict[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **_: object,
 ) -> list[str]:
     """All problems found in the Dolma tree at ``path`` (empty when it is valid); a line
@@ -192,7 +192,7 @@ def validate(
     hashes: list[np.ndarray] = []
     where_of: list[np.ndarray] = []
     sizes = file_sizes(store, files) if progress is not None else [0] * len(files)
-    tick = Ticker(progress, sum(sizes))
+    tick = Ticker(progress, sum(sizes), "validate")
     for k, f in enumerate(files):
         ids: list[Any] = []
         h = []

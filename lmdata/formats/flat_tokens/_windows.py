@@ -1,6 +1,6 @@
 """Where flat-tokens windows lie in memory, and their copies: the row lookup behind
 ``packed_rows``, ``encoded_window_parts`` and ``sequence_ranges`` (in C by
-``lmdata/_kernel.c`` where built, in Python per window otherwise)."""
+``lmdata/_native/kernel.c`` where built, in Python per window otherwise)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._native import load
 from lmdata.formats.flat_tokens._zarr import ZArray
 
-try:  # row lookup and gather in C (lmdata/_kernel.c); without a compiler, Python per row
-    from lmdata._kernel import copy_rows as _copy_rows
-    from lmdata._kernel import unit_windows as _unit_windows
-except ImportError:  # pragma: no cover - depends on the build
-    _copy_rows = _unit_windows = None
+_C = load("kernel")  # row lookup and gather in C (lmdata/_native/kernel.c); None: Python per row
+_copy_rows = _C.copy_rows if _C is not None else None
+_unit_windows = _C.unit_windows if _C is not None else None
 
 
 def in_c() -> bool:
@@ -41,7 +40,7 @@ def aligned_rows(
 
 
 def _looked_up(arr: ZArray, lookup: Any, *args: Any) -> Any:
-    """``lookup(arr._views, *args)``, a C lookup of ``lmdata._kernel``, and once more with the
+    """``lookup(arr._views, *args)``, a C lookup of ``_native.kernel``, and once more with the
     units it found missing made (still their list where another thread dropped the views).
 
     Views made here stay in ``arr._views`` for the rest of the call even when the byte cache
@@ -107,7 +106,7 @@ def windows_into(
     arr: ZArray, layout: Any, starts: np.ndarray, width: int, total: int, scale: int, args: tuple
 ) -> bool:
     """``layout(views, unit, starts, width, total, scale, *args)``: a C layout of
-    ``lmdata._kernel`` (``packed_at``, ``eos_at``) that looks the windows up as
+    ``lmdata._native.kernel`` (``packed_at``, ``eos_at``) that looks the windows up as
     :func:`window_parts` does and writes its outputs ``args`` from where they lie, in one call
     (no lists per row). True when it did; False (outputs untouched) where
     :func:`window_parts` would give None or the C lookup is not built."""

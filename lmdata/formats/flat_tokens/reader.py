@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.flat_tokens import _windows
 from lmdata.formats.flat_tokens._windows import (
     aligned_rows,
@@ -373,7 +373,7 @@ class FlatTokens:
         self, layout: Any, starts: np.ndarray, width: int, scale: int, *args: Any
     ) -> bool:
         """The stored windows ``tokens[s * scale : s * scale + width]`` for each ``s`` in
-        ``starts`` (int64) handed where they lie to ``layout``, a C layout of ``lmdata._kernel``
+        ``starts`` (int64) handed where they lie to ``layout``, a C layout of ``_native.kernel``
         (``packed_at``, ``eos_at``) that finds them in the mapped chunks and writes its outputs
         ``args`` in one call: a Loader batch with nothing built per row. True when done; False
         (outputs untouched) where a window lies outside the tokens, straddles two chunks or
@@ -469,7 +469,7 @@ def dataset_info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored
@@ -481,7 +481,7 @@ def dataset_info(
     names = split_names(store, key)
     readers = {s or basename(key): FlatTokens(path, split=s or None, **options) for s in names}
     sizes = {n: r.num_tokens * 4 + (len(r) + 1) * 8 for n, r in readers.items()}
-    tick = Ticker(progress, sum(sizes.values()))
+    tick = Ticker(progress, sum(sizes.values()), "info")
     splits = {}
     for n, r in readers.items():
         splits[n] = r.info()

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.flat_tokens._zarr import ZArray, node_attrs, node_kind, read_json
 from lmdata.formats.flat_tokens._zarr_meta import parse_array
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS, find_token_array
@@ -22,7 +22,7 @@ MAX_UNWRITTEN = 1 << 23
 def validate(
     path: str | os.PathLike[str],
     storage_options: dict[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **_: object,
 ) -> list[str]:
     """All problems found in the dataset at ``path`` (empty when it is valid); ``progress``
@@ -38,7 +38,7 @@ def validate(
         return [str(e)]
     try:
         if find_token_array(store, key) is not None:
-            tick = Ticker(progress, _split_bytes(store, key))
+            tick = Ticker(progress, _split_bytes(store, key), "validate")
             _check_split(store, key, basename(key), rep, tick)
             return rep.finish()
     except LmdataError as e:
@@ -47,7 +47,7 @@ def validate(
         rep.add("root", f"{root}: not a zarr group (no .zgroup or zarr.json)")
     _check_zgroup(store, key, rep)
     present = [s for s in SPLITS if store.is_dir(join(key, s))]
-    tick = Ticker(progress, sum(_split_bytes(store, join(key, s)) for s in present))
+    tick = Ticker(progress, sum(_split_bytes(store, join(key, s)) for s in present), "validate")
     for split in SPLITS:
         if split not in present:
             rep.add("split", f"{split}: missing (a flat-tokens dataset has train and validation)")

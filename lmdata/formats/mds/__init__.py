@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
 from lmdata._lazy import lazy_exports
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import LmdataError, StorageError
 from lmdata.formats._spec import (
     FormatSpec,
-    Progress,
-    Ticker,
     TokenTarget,
     column_sink,
     lazy,
@@ -123,7 +122,7 @@ def info(
     format: str | None = None,
     split: str | None = None,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Columns, counts and sizes from the index (``scan`` is accepted: nothing here reads the
@@ -137,7 +136,7 @@ def info(
             parts = {
                 name: info(path, format=format, split=name, scan=scan, **options) for name in subs
             }
-            Ticker(progress, 0).finish()
+            Ticker(progress, 0, "info").finish()
             return {
                 "format": next(iter(parts.values()))["format"],
                 "path": str(path),
@@ -148,6 +147,7 @@ def info(
     Ticker(
         progress,
         sum(s.raw_data.bytes + (s.raw_meta.bytes if s.raw_meta else 0) for s in shards),
+        "info",
     ).finish()
     out: dict[str, Any] = {"format": r.format, "path": str(path)}
     out.update(r.info())

@@ -10,7 +10,7 @@ anything is off (offsets outside the file, sizes that do not add up, a value a c
 refuses) it hands the sample to ``slow(j)``, the reader's precise path, which decodes it again
 and returns it or raises the error naming file and position.
 
-Where the optional C extension ``lmdata/_mdsread.c`` is built, ``compile_layout``'s functions
+Where the optional C extension ``lmdata/_native/mdsread.c`` is built, ``compile_layout``'s functions
 are its ``Reader`` (the same steps in one C call per sample) in front of the generated ``one``,
 which gets every sample the C reader declines; without a compiler the generated functions serve.
 """
@@ -26,18 +26,13 @@ import numpy as np
 import orjson
 
 from lmdata import _json
+from lmdata._native import load
 from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.formats.mds import encodings as E
 from lmdata.formats.mds.mds import SampleDecoder
 
-C_VERSION = 2  # the interface of lmdata/_mdsread.c this module calls
-try:  # built from lmdata/_mdsread.c at install; else the generated Python functions serve
-    from lmdata import _mdsread
-
-    if getattr(_mdsread, "VERSION", None) != C_VERSION:  # a stale build: not used
-        _mdsread = None  # type: ignore[assignment]
-except ImportError:  # pragma: no cover
-    _mdsread = None  # type: ignore[assignment]
+# lmdata/_native/mdsread.c; None: the generated Python functions serve
+_mdsread = load("mdsread")
 
 # one sample: its dict; many: a list of dicts (take); run: samples j0..j1-1 in order
 One = Callable[[int], Any]
@@ -47,7 +42,7 @@ Fns = tuple[One, Many, Run]
 Factory = Callable[[Any, Any, int, int, Callable[[int], Any]], Fns]
 
 _PAIR = struct.Struct("<II")
-_INT, _STR, _BYTES, _JSON, _ND, _OTHER = range(6)  # column kinds of _mdsread.c
+_INT, _STR, _BYTES, _JSON, _ND, _OTHER = range(6)  # column kinds of _native/mdsread.c
 
 
 def _runs(table: Any, j0: int, j1: int) -> Iterable[tuple[int, int]]:

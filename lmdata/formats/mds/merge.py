@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError, LmdataError, OutputExistsError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.mds.index import INDEX, load_index_json, split_dirs
 from lmdata.storage import (
     LocalStore,
@@ -111,7 +111,7 @@ def _inside(part: Path, out: Path) -> str | None:
 
 
 def merge(
-    inputs: list[str], output: str, overwrite: bool = False, progress: Progress | None = None
+    inputs: list[str], output: str, overwrite: bool = False, progress: OnProgress | None = None
 ) -> str:
     """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary.
     ``progress`` counts the partitions' shard bytes (from their indexes), partition by
@@ -129,7 +129,7 @@ def merge(
     shards: list[dict[str, Any]] = []
     placed: list[str] = []  # where each partition is, relative to the output
     objs = [load_index_json(LocalStore(), str(p / INDEX))[1] for p in parts]  # checked, once
-    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs))
+    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs), "merge")
     for part, obj in zip(parts, objs, strict=True):
         rel = _inside(part, out)
         if rel is None:
@@ -154,7 +154,7 @@ def merge(
 
 
 def _merge_on_store(
-    inputs: list[str], output: str, overwrite: bool, progress: Progress | None
+    inputs: list[str], output: str, overwrite: bool, progress: OnProgress | None
 ) -> str:
     """:func:`merge` on an object store: the partitions are found by listing, those outside
     ``output`` are copied below it (server-side, same store only), and the merged index.json
@@ -187,7 +187,7 @@ def _merge_on_store(
         parts.extend(p for p in found if p not in parts)
     shards: list[dict[str, Any]] = []
     objs = [load_index_json(ostore, join(p, INDEX))[1] for p in parts]
-    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs))
+    tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs), "merge")
     for part, obj in zip(parts, objs, strict=True):
         if part.startswith(okey + "/"):
             rel = part[len(okey) + 1 :]

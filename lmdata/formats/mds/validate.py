@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from lmdata import _json
+from lmdata._progress import OnProgress, Ticker
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.mds import compression as comp
 from lmdata.formats.mds.hashing import hexdigest, is_hash
 from lmdata.formats.mds.index import FileInfo, Index, Shard, find_index, load_index
@@ -210,7 +210,7 @@ def validate(
     split: str | None = None,
     allow_unsafe_pickle: bool = False,
     storage_options: dict[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **_: Any,
 ) -> list[str]:
     """All problems found in the streaming dataset at ``path`` (empty when it is valid);
@@ -226,7 +226,7 @@ def validate(
     except (LmdataError, OSError) as e:
         return [f"{index.path}: cannot list the shard files: {e}"]
     rep = ProblemReport()
-    tick = Ticker(progress, sum(shard_bytes(s) for s in index.shards))
+    tick = Ticker(progress, sum(shard_bytes(s) for s in index.shards), "validate")
     for s in index.shards:
         sr = _ShardReport(rep, s, index.url(s.raw_data))
         try:

@@ -13,11 +13,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import LmdataError, StorageError
 from lmdata.formats._spec import (
     FormatSpec,
-    Progress,
-    Ticker,
     TokenSink,
     TokenTarget,
     detector,
@@ -90,7 +89,7 @@ def info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Counts, widths and sizes of a ``.pbin``; ``scan=False`` leaves out the reader's summary
@@ -106,7 +105,7 @@ def info(
             r.find_max_token_id(progress)
             out.update(r.info())
         else:
-            Ticker(progress, r.header.data_len).finish()
+            Ticker(progress, r.header.data_len, "info").finish()
         url = r.data.store.url(r.data.key)
         out["apparent_bytes"] = r.data.store.size(r.data.key)
         prov = _provenance.read_sidecar(r.data.store, r.data.key)

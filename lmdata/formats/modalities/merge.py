@@ -21,9 +21,9 @@ from typing import BinaryIO
 import numpy as np
 
 from lmdata import _provenance
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import DTYPES, HEADER_SIZE, PbinHeader
 from lmdata.formats.modalities.reader import PackedTokens
@@ -88,7 +88,7 @@ def merge(
     inputs: list[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     overwrite: bool = False,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
 ) -> str:
     """Concatenate the ``.pbin`` files ``inputs`` (in order) into ``output``; ``progress``
     counts the inputs' token bytes copied."""
@@ -101,7 +101,7 @@ def merge(
     out = manifest_output(store, key, directory=False, overwrite=overwrite, format="modalities")
     try:
         with _output_file(out) as f:
-            tick = Ticker(progress, sum(r.header.data_len for r in readers))
+            tick = Ticker(progress, sum(r.header.data_len for r in readers), "merge")
             docs, tokens, width = _write(readers, f, tick)
         out.count(docs, "")
     except BaseException:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import CorruptDataError, DatasetNotFoundError, FormatError
 from lmdata.formats._span_index import SpanIndex, load_span_index
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities.layout import (
     HEADER_SIZE,
     PbinHeader,
@@ -319,12 +319,12 @@ class PackedTokens:
         """The largest id stored (scans the data once, then cached)."""
         return self.find_max_token_id()
 
-    def find_max_token_id(self, progress: Progress | None = None) -> int:
+    def find_max_token_id(self, progress: OnProgress | None = None) -> int:
         """:attr:`max_token_id`, reporting the token bytes scanned to ``progress`` (nothing
         when it is cached already)."""
         if self._max_token_id is None:
             t = self.tokens
-            tick = Ticker(progress, len(t) * t.itemsize)
+            tick = Ticker(progress, len(t) * t.itemsize, "info")
             m = 0
             step = 1 << 24
             for lo in range(0, len(t), step):

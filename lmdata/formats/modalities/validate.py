@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata._report import MAX_REPORTED, ProblemReport
 from lmdata.errors import LmdataError
 from lmdata.formats._span_index import SpanIndex, load_span_index
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities.layout import HEADER_SIZE, header_problems
 from lmdata.formats.modalities.reader import PbinData, undo_origin_merge_shift
 from lmdata.storage import resolve
@@ -24,7 +24,7 @@ def validate(
     eod_id: int | None = None,
     allow_unsafe_pickle: bool = False,
     storage_options: dict[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **_: object,
 ) -> list[str]:
     """All problems in the ``.pbin`` at ``path`` (empty when valid).
@@ -36,7 +36,7 @@ def validate(
     p = Path(key) if store.can_mmap else store.url(key)
     name = PurePosixPath(key).name  # every problem names the file: "d.pbin index entry 3: ..."
     size = store.size(key)
-    tick = Ticker(progress, size)
+    tick = Ticker(progress, size, "validate")
     raw = store.read_range(key, 0, HEADER_SIZE)
     problems = [f"{name} header: {m}" for m in header_problems(raw, size)]
     if problems:

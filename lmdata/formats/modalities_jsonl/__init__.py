@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmdata._lazy import lazy_exports
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError, LmdataError, StorageError
-from lmdata.formats._spec import FormatSpec, Progress, Ticker, detector, lazy
+from lmdata.formats._spec import FormatSpec, detector, lazy
 
 if TYPE_CHECKING:
     from lmdata.formats.modalities_jsonl.index import IndexResult, SkippedLine, build_index, scan
@@ -82,7 +83,7 @@ def info(
     path: str | os.PathLike[str],
     *,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Documents (from the index) and sizes; ``scan`` is accepted: nothing here reads the data
@@ -93,7 +94,7 @@ def info(
     options.pop("split", None)
     with JsonlDocuments(path, **options) as r:
         istore, ikey = r.index_store, r.index_key
-        Ticker(progress, r.file_size).finish()
+        Ticker(progress, r.file_size, "info").finish()
         return {
             "format": "modalities-jsonl",
             "path": r.store.url(r.key),
@@ -106,7 +107,7 @@ def info(
 
 
 def validate(
-    path: str | os.PathLike[str], progress: Progress | None = None, **options: Any
+    path: str | os.PathLike[str], progress: OnProgress | None = None, **options: Any
 ) -> list[str]:
     """Every disagreement between the file and its index, with line numbers.
 

@@ -9,9 +9,9 @@ from pathlib import PurePath, PurePosixPath
 
 import numpy as np
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata._report import ProblemReport
 from lmdata.formats._span_index import SpanIndex
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities_jsonl.lines import (
     MAX_LINE_BYTES,
     LineError,
@@ -37,7 +37,7 @@ def index_problems(
     key: str,
     index_path: PurePath | str,
     index: SpanIndex,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> list[str]:
     """Every disagreement between object ``key`` and its ``index`` (already range-checked).
@@ -51,7 +51,7 @@ def index_problems(
     path = shown_path(store, key)
     name, iname = PurePosixPath(str(path)).name, PurePosixPath(str(index_path)).name
     size = store.size(key)
-    tick = Ticker(progress, size if progress is not None else 0)
+    tick = Ticker(progress, size if progress is not None else 0, "validate")
     report_at = PROGRESS_BYTES if progress is not None else -1
     rep = ProblemReport()
     order = np.argsort(index.offsets, kind="stable")

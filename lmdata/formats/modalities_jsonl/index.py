@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import (
     CorruptDataError,
     InvalidInputError,
@@ -52,17 +53,17 @@ def scan(
     path: str | os.PathLike[str],
     *,
     skip_invalid: bool = False,
-    progress: Callable[[int], None] | None = None,
+    reached: Callable[[int], None] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> tuple[list[int], list[int], list[SkippedLine]]:
     """(offsets, lengths, skipped) of the JSON lines of ``path``.
 
     Every line must parse as JSON (any value, as modalities accepts); the first that does not
     is a CorruptDataError naming its line and byte offset, unless ``skip_invalid``.
-    ``progress`` is called with the number of bytes scanned so far, now and then.
+    ``reached`` is called with the number of bytes scanned so far, now and then.
     """
     store, key = data_object(path, storage_options)
-    return scan_object(store, key, skip_invalid=skip_invalid, progress=progress)
+    return scan_object(store, key, skip_invalid=skip_invalid, reached=reached)
 
 
 def scan_object(
@@ -70,7 +71,7 @@ def scan_object(
     key: str,
     *,
     skip_invalid: bool = False,
-    progress: Callable[[int], None] | None = None,
+    reached: Callable[[int], None] | None = None,
 ) -> tuple[list[int], list[int], list[SkippedLine]]:
     """:func:`scan` of an object already resolved (memory for one window of it at a time)."""
     p = shown_path(store, key)
@@ -94,8 +95,8 @@ def scan_object(
             return
         offsets.append(off)
         lengths.append(len(line))
-        if progress is not None and lineno % _PROGRESS_LINES == 0:
-            progress(off + len(line))
+        if reached is not None and lineno % _PROGRESS_LINES == 0:
+            reached(off + len(line))
 
     buf = store.mmap(key)
     if buf is None:  # an object store: ranged windows
@@ -112,8 +113,8 @@ def scan_object(
                 if check_block(buf, offs, lens):
                     offsets += offs
                     lengths += lens
-                    if progress is not None:
-                        progress(offs[-1] + lens[-1])
+                    if reached is not None:
+                        reached(offs[-1] + lens[-1])
                 else:
                     for j, (off, n) in enumerate(zip(offs, lens, strict=True)):
                         take(lineno + j + 1, off, buf[off : off + n])
@@ -129,7 +130,7 @@ def build_index(
     *,
     skip_invalid: bool = False,
     overwrite: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: OnProgress | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> IndexResult:
     """Write the raw index of the JSONL file ``path`` (``foo.jsonl`` -> ``foo.idx``).
@@ -139,6 +140,7 @@ def build_index(
     and no index is written, unless ``skip_invalid`` leaves such lines out (counted in the
     result). An empty file gets an empty index (modalities refuses it). ``path`` and
     ``index_path`` may be URLs (``s3://`` ...), with ``storage_options`` for their stores.
+    ``progress`` gets events of the phase "index", in bytes of the file scanned.
     """
     if is_url(path) or (index_path is not None and is_url(index_path)):
         return _build_index_on_store(
@@ -153,7 +155,10 @@ def build_index(
         raise OutputExistsError(
             "index already exists; pass overwrite=True (--overwrite)", path=dest
         )
-    offsets, lengths, skipped = scan(src, skip_invalid=skip_invalid, progress=progress)
+    store, key = data_object(src, None)
+    tick = Ticker(progress, store.size(key) if progress is not None else 0, "index")
+    offsets, lengths, skipped = scan_object(store, key, skip_invalid=skip_invalid, reached=tick.to)
+    tick.finish()
     with atomic_file(dest, overwrite=overwrite) as tmp:
         tmp.write_bytes(dump_span_index(offsets, lengths))
     return IndexResult(dest, len(offsets), tuple(skipped))
@@ -164,7 +169,7 @@ def _build_index_on_store(
     index_path: str | os.PathLike[str] | None,
     skip_invalid: bool,
     overwrite: bool,
-    progress: Callable[[int], None] | None,
+    progress: OnProgress | None,
     storage_options: dict[str, Any] | None,
 ) -> IndexResult:
     """:func:`build_index` where the data or the index is a URL: the index is one object,
@@ -178,9 +183,9 @@ def _build_index_on_store(
         raise OutputExistsError(
             "index already exists; pass overwrite=True (--overwrite)", path=istore.url(ikey)
         )
-    offsets, lengths, skipped = scan_object(
-        store, key, skip_invalid=skip_invalid, progress=progress
-    )
+    tick = Ticker(progress, store.size(key) if progress is not None else 0, "index")
+    offsets, lengths, skipped = scan_object(store, key, skip_invalid=skip_invalid, reached=tick.to)
+    tick.finish()
     out = istore.output(ikey, directory=False, overwrite=overwrite)
     try:
         out.write_last("", dump_span_index(offsets, lengths))

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import LmdataError
-from lmdata.formats._spec import Progress, Ticker
 from lmdata.formats.modalities_jsonl.index import scan_object
 from lmdata.formats.modalities_jsonl.lines import data_object, default_index_path, shown_path
 from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
@@ -97,14 +97,14 @@ def validate(
     path: str | os.PathLike[str],
     *,
     storage_options: dict[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **_: Any,
 ) -> list[str]:
     """The first line that is not JSON, if any; ``progress`` counts the bytes scanned."""
     try:
         store, key = data_object(path, storage_options)
-        tick = Ticker(progress, store.size(key) if progress is not None else 0)
-        scan_object(store, key, progress=tick.to)
+        tick = Ticker(progress, store.size(key) if progress is not None else 0, "validate")
+        scan_object(store, key, reached=tick.to)
     except LmdataError as e:
         return [str(e)]
     tick.finish()
@@ -116,16 +116,16 @@ def info(
     *,
     storage_options: dict[str, Any] | None = None,
     scan: bool = True,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     """Documents and size of a JSONL file; ``scan=False`` does not count the documents (a
     pass over the file; ``progress`` counts its bytes)."""
     store, key = data_object(path, storage_options)
-    tick = Ticker(progress, store.size(key))
+    tick = Ticker(progress, store.size(key), "info")
     out: dict[str, Any] = {"format": "jsonl", "path": str(path)}
     if scan:
-        offsets, _lengths, _skipped = scan_object(store, key, progress=tick.to)
+        offsets, _lengths, _skipped = scan_object(store, key, reached=tick.to)
         out["documents"] = len(offsets)
     tick.finish()
     out["bytes_on_disk"] = disk_usage(store.url(key))

@@ -1,4 +1,4 @@
-/* The Dispatch type of lmdata/_mdsread.c (included there, once, after the Reader type it calls
+/* The Dispatch type of mdsread.c (included there, once, after the Reader type it calls
  * straight into): a dataset's r[i] in one C call, from the global index to the shard's read
  * function. */
 
@@ -193,7 +193,7 @@ dispatch_dealloc(Dispatch *self)
 }
 
 static PyTypeObject DispatchType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lmdata._mdsread.Dispatch",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lmdata._native.mdsread.Dispatch",
     .tp_basicsize = sizeof(Dispatch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "A dataset's r[i]: d(i) finds the shard and calls its read function.",

@@ -9,6 +9,7 @@
  * own bytes per read (load_indexed). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "native.h"
 #include <stdint.h>
 
 /* Atoms find_item follows: > 0, the opcode's whole length; < 0, minus the width of the count of
@@ -451,7 +452,7 @@ done:
 }
 
 
-#include "_memowalk_index.h"
+#include "memowalk_index.h"
 
 static PyMethodDef methods[] = {
     {"early_slot", early_slot, METH_VARARGS,
@@ -477,10 +478,10 @@ static PyMethodDef methods[] = {
      "be had alone, or does not fit these bytes."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_memowalk", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lmdata._native.memowalk", NULL, -1, methods};
 
 PyMODINIT_FUNC
-PyInit__memowalk(void)
+PyInit_memowalk(void)
 {
     /* STACK_GLOBAL, EXT1, EXT2, EXT4, BINPERSID, REDUCE, NEWOBJ, NEWOBJ_EX, BUILD, OBJ (the
      * text ones, GLOBAL, INST and PERSID, end the walk as text opcodes) */
@@ -493,5 +494,5 @@ PyInit__memowalk(void)
     ATOM[0x8d] = ATOM[0x8e] = -8;
     ATOM['J'] = 5; ATOM['K'] = 2; ATOM['M'] = 3; ATOM['G'] = 9; /* BININT, 1, 2, BINFLOAT */
     ATOM['N'] = ATOM[0x88] = ATOM[0x89] = 1; /* NONE, NEWTRUE, NEWFALSE */
-    return PyModule_Create(&module);
+    return native_module(&module);
 }

@@ -1,4 +1,4 @@
-/* The per-row loops of lmdata/_kernel.c (included there, once): the packed row for int32 and
+/* The per-row loops of kernel.c (included there, once): the packed row for int32 and
  * int64 outputs (plain, SSE2, AVX2 chosen at run time), the AVX2 eos row, the unpacked row, and
  * `packed_row`, which picks among them. Every pointer handed to them was checked by the caller
  * against (rows, length): the loops themselves check nothing. */

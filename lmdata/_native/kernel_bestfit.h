@@ -1,5 +1,5 @@
 /* Best-fit packing for the Loader's "bestfit" mode (lmdata/loader/bestfit.py), included once by
- * lmdata/_kernel.c: best_fit() assigns items to rows, segments() lays a batch's rows out from
+ * kernel.c: best_fit() assigns items to rows, segments() lays a batch's rows out from
  * their segments. bestfit.py runs the same in Python where no compiler built this module, and
  * the tests compare the two: both must give the same rows for the same items. */
 

@@ -11,11 +11,12 @@
  * this module, and the tests compare the two. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "native.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "_minhash_words.h"
+#include "minhash_words.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define X86_DISPATCH 1
@@ -545,11 +546,11 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_minhash",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lmdata._native.minhash",
                                     "Near-duplicate and contamination kernels.", -1, methods};
 
 PyMODINIT_FUNC
-PyInit__minhash(void)
+PyInit_minhash(void)
 {
 #ifdef X86_DISPATCH
     __builtin_cpu_init();
@@ -559,5 +560,5 @@ PyInit__minhash(void)
     else if (__builtin_cpu_supports("avx2"))
         sig_update = sig_avx2;
 #endif
-    return PyModule_Create(&module);
+    return native_module(&module);
 }

@@ -1,7 +1,7 @@
 /* The Loader's row layouts (lmdata/loader/packing.py) in one pass each, with the GIL released,
- * the flat-tokens reader's row gather (copy_rows) and best-fit packing (_kernel_bestfit.h).
+ * the flat-tokens reader's row gather (copy_rows) and best-fit packing (kernel_bestfit.h).
  * packed_at and eos_at also look their rows up (a batch in one call); the lookups and the
- * shuffle are in _kernel_index.h.
+ * shuffle are in kernel_index.h.
  *
  * Each function takes the stored values of a batch's rows (uint32: one C-order array, or each
  * row where it lies in a mapped chunk, see rows_get) and writes its output arrays in place
@@ -11,6 +11,7 @@
  * this module, and the tests compare the two. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "native.h"
 #include <stdint.h>
 #include <string.h>
 #ifdef __SSE2__
@@ -203,10 +204,10 @@ rows_get(PyObject *enc, Py_ssize_t rows, Py_ssize_t width, Rows *R)
 }
 
 /* The per-row loops (packed, eos, unpacked; SSE2/AVX2 where the CPU has them). */
-#include "_kernel_rows.h"
+#include "kernel_rows.h"
 
 /* The shuffle and the lookups of where windows lie (unit_windows, rows_lookup). */
-#include "_kernel_index.h"
+#include "kernel_index.h"
 
 /* A value written into int32 outputs (wide false) must fit them: refused, never truncated. */
 static int
@@ -220,7 +221,7 @@ check_value(long long x, int wide, const char *what)
 }
 
 /* Best-fit packing and the layout of rows made of segments (the Loader's bestfit mode). */
-#include "_kernel_bestfit.h"
+#include "kernel_bestfit.h"
 
 /* The packed layout of R's rows into the outputs v[1..4] (checked against rows x length). */
 static void
@@ -564,11 +565,11 @@ static PyMethodDef methods[] = {
      "length, bos, pad, shift, wide): one piece per row, right-padded."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "lmdata._native.kernel",
                                     "The Loader's row layouts in C.", -1, methods};
 
 PyMODINIT_FUNC
-PyInit__kernel(void)
+PyInit_kernel(void)
 {
-    return PyModule_Create(&module);
+    return native_module(&module);
 }

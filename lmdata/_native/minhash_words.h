@@ -1,4 +1,4 @@
-/* Words and word n-gram hashes of a str, for lmdata/_minhash.c (the numbers are defined
+/* Words and word n-gram hashes of a str, for minhash.c (the numbers are defined
  * there; lmdata/dolma/_shingle_py.py computes the same in numpy). */
 #ifndef LMDATA_MINHASH_WORDS_H
 #define LMDATA_MINHASH_WORDS_H

@@ -1,4 +1,4 @@
-/* block_index and item_at of lmdata/_memowalk.c (included there, after find_item): a block's
+/* block_index and item_at of memowalk.c (included there, after find_item): a block's
  * whole walk once, kept as a small index, then per read a walk of one item's bytes only. */
 
 /* A block's index (block_index): native uint32s, the pickle's length, the number of items n and

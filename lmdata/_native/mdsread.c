@@ -4,15 +4,16 @@
  * outside the file, sizes that do not add up, text that is not UTF-8, a JSON digit run that may
  * be an integer beyond 64 bits, a decoder that raises -- goes to ``fallback(j)``, the generated
  * Python function, which decodes the sample again and returns it or raises the precise error.
- * Built optionally (pyproject.toml); without it the Python functions do all of this. */
+ * Built optionally (setup.py); without it the Python functions do all of this. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "native.h"
 #include <stddef.h>
 
 #if SIZEOF_SIZE_T < 8
 /* Sizes and offsets (uint32 in MDS) are summed in Py_ssize_t: only sound on 64-bit builds.
  * The extension is optional, so a 32-bit build skips it and the Python reader runs. */
-#error "lmdata._mdsread needs a 64-bit build"
+#error "lmdata._native.mdsread needs a 64-bit build"
 #endif
 
 enum { K_INT = 0, K_STR = 1, K_BYTES = 2, K_JSON = 3, K_ND = 4, K_OTHER = 5 };
@@ -420,7 +421,7 @@ static PyMethodDef reader_methods[] = {
 };
 
 static PyTypeObject ReaderType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lmdata._mdsread.Reader",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lmdata._native.mdsread.Reader",
     .tp_basicsize = sizeof(Reader),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "One shard's read function: reader(j) is sample j's dict.",
@@ -434,30 +435,26 @@ static PyTypeObject ReaderType = {
 };
 
 /* Dispatch: r[i] of a whole dataset, from the global index to the shard's Reader. */
-#include "_mdsread_dispatch.h"
+#include "mdsread_dispatch.h"
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_mdsread", "MDS samples decoded in one C call.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "lmdata._native.mdsread", "MDS samples decoded in one C call.", -1, NULL,
 };
 
 PyMODINIT_FUNC
-PyInit__mdsread(void)
+PyInit_mdsread(void)
 {
     if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&DispatchType) < 0)
         return NULL;
     epoch_name = PyUnicode_InternFromString("epoch");
     if (epoch_name == NULL)
         return NULL;
-    PyObject *m = PyModule_Create(&module);
+    PyObject *m = native_module(&module);
     if (m == NULL)
         return NULL;
     Py_INCREF(&ReaderType);
     if (PyModule_AddObject(m, "Reader", (PyObject *)&ReaderType) < 0) {
         Py_DECREF(&ReaderType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    if (PyModule_AddIntConstant(m, "VERSION", 2) < 0) { /* fastpath.py's C_VERSION */
         Py_DECREF(m);
         return NULL;
     }

@@ -1,4 +1,4 @@
-/* Where a batch's rows are, for lmdata/_kernel.c (included there, once): the loader's shuffle
+/* Where a batch's rows are, for kernel.c (included there, once): the loader's shuffle
  * (a Feistel permutation, lmdata/loader/shuffle.py) and the lookup of windows in an array
  * stored in units (flat-tokens chunks), either as lists (unit_windows) or straight into a Rows
  * (rows_lookup, for the layouts that look their rows up themselves: one call per batch). */
