@@ -32,7 +32,7 @@ import xxhash
 
 from lmdata import parallel
 from lmdata._progress import OnProgress, accepted
-from lmdata.dolma import _ranges, _shingle, _spans
+from lmdata.dolma import _manifests, _ranges, _shingle, _spans
 from lmdata.dolma._buckets import Spill
 from lmdata.dolma._decontam_config import DecontamConfig
 from lmdata.dolma._dedupe_resume import (
@@ -326,6 +326,8 @@ def decontaminate(
         run_all(run_join_marked, tasks, what="join")
     joined = [cfg.attributes_of(spans[k].path) for k in done.joined if k < len(spans)]
     forget_joined(joined, job, cfg.storage_options)
+    pairs = [(f, cfg.attributes_of(f)) for f in files]
+    _manifests.record_attributes(pairs, cfg.storage_options)
     work.remove()
     return DecontamResult(
         files=len(files),

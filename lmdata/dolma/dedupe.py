@@ -75,7 +75,7 @@ import numpy as np
 
 from lmdata import parallel
 from lmdata._progress import OnProgress, accepted
-from lmdata.dolma import _keyfile, _ranges, _spans, ngrams
+from lmdata.dolma import _keyfile, _manifests, _ranges, _spans, ngrams
 from lmdata.dolma._buckets import (
     MarkResult,
     MarkTask,
@@ -268,7 +268,9 @@ def dedupe(
     if cfg.mode == "minhash":  # near-duplicates: its own phases, the same plan and markers
         from lmdata.dolma import minhash
 
-        return minhash.run(cfg, progress, run_all, range_bytes, resume)
+        result = minhash.run(cfg, progress, run_all, range_bytes, resume)
+        _write_manifests(cfg, cfg.document_files())
+        return result
     files = cfg.document_files()
     t0 = time.perf_counter()
     stores = Stores(cfg.storage_options)
@@ -304,6 +306,7 @@ def dedupe(
         done = Done.read(work)
         if done.keys_written:  # stopped after the key file: nothing is left but the folder
             work.remove()
+            _write_manifests(cfg, files)
             return _finished(files, done, t0)
         done.drop_missing(spans, cfg.attributes_of, job, cfg.storage_options)
     # the pieces folders and the work folder kept recent while the job runs: `lmdata clean`
@@ -341,6 +344,7 @@ def dedupe(
             lambda name: np.frombuffer(work.get("k/" + name[2:]) or b"", dtype=_keyfile.KEY),
         )
         work.mark("keys")
+    _write_manifests(cfg, files)
     work.remove()
     return DedupeResult(
         files=len(files),
@@ -471,6 +475,12 @@ def _mark_tasks(
             for p in range(parts)
         ]
     return out
+
+
+def _write_manifests(cfg: DedupeConfig, files: list[str]) -> None:
+    """Each attribute folder's manifest, once every attribute file of the job is there."""
+    pairs = [(f, cfg.attributes_of(f)) for f in files]
+    _manifests.record_attributes(pairs, cfg.storage_options)
 
 
 def _finished(files: list[str], done: Done, t0: float) -> DedupeResult:

@@ -45,7 +45,7 @@ from typing import Any
 
 from lmdata import parallel
 from lmdata._progress import OnProgress, accepted
-from lmdata.dolma import _ranges
+from lmdata.dolma import _manifests, _ranges
 from lmdata.dolma._ranges import cut, range_size
 from lmdata.dolma._unmatched import unmatched
 from lmdata.dolma.config import MixerConfig, StreamConfig
@@ -409,6 +409,11 @@ def mix(
     ran = run_all(_mix_shard, tasks, what="mix", progress=progress, tick=fresh)
     stats, joins = _per_shard(todo, prior, ran)
     join_all(joins, run_all)
+    for stream in {id(sh.stream): sh.stream for sh in shards}.values():
+        outs = [sh.output for sh in shards if sh.stream is stream]
+        _manifests.record(
+            ((_manifests.tree_of_documents(o), o) for o in outs), stream.storage_options
+        )
     idle = _idle_rules(cfg, todo, stats)
     stats += [ShardStats(skipped=True) for _ in range(len(shards) - len(todo))]
     warnings = tuple(w for st in stats for w in st.warnings) + tuple(idle)

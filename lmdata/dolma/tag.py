@@ -30,6 +30,7 @@ import orjson
 
 from lmdata import parallel
 from lmdata._progress import OnProgress, accepted
+from lmdata.dolma import _manifests
 from lmdata.dolma._ranges import cut, range_size
 from lmdata.dolma.config import TagConfig
 from lmdata.dolma.pieces import (
@@ -301,7 +302,9 @@ def tag(
     )
     results = run_all(_tag_file, tasks, what="tag", progress=progress, tick=fresh)
     join_all(_joins(cfg, plan, results), run_all)
-    outs = tuple(o for f in files for o, _, _ in _outputs(f, cfg))
+    pairs = [(f, o) for f in files for o, _, _ in _outputs(f, cfg)]
+    _manifests.record_attributes(pairs, cfg.storage_options)
+    outs = tuple(o for _, o in pairs)
     skipped = sum(p.skipped for p in plan)
     skipped += sum(r.skipped for r, t in zip(results, tasks, strict=True) if t.parts == 1)
     return TagResult(

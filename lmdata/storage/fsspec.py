@@ -197,6 +197,11 @@ class FsspecStore:
             self._roots.append(key)
             self._listed = sorted(k for k in self._pins if self._root_of(k) is not None)
 
+    def pinned(self, key: str) -> bool:
+        """Whether ``key`` is an object this store has seen already (read, sized or listed):
+        an object, not a folder, known without a request."""
+        return key.rstrip("/") in self._pins
+
     def files_below(self, key: str) -> list[str] | None:
         """Keys of every object below ``key`` from a snapshot, or None if none covers it."""
         return self._below(key) if self._root_of(key) is not None else None

@@ -18,7 +18,7 @@ from pathlib import Path
 import xxhash
 
 from lmdata._progress import OnProgress, Ticker
-from lmdata.errors import CorruptDataError
+from lmdata.errors import CorruptDataError, LmdataError
 from lmdata.storage import _digest
 from lmdata.storage._digest import combine, digest_of
 from lmdata.storage.base import Store, join, parent
@@ -50,6 +50,8 @@ class Found:
 
 def find(store: Store, key: str, is_dir: bool | None = None) -> Found | None:
     """The manifest of the dataset at ``key``, or None if it has none."""
+    if is_dir is None and getattr(store, "pinned", lambda k: False)(key):
+        is_dir = False  # an object a reader of this store opened: no probe for a folder
     if is_dir is None and not store.can_mmap and not _cached(store, key):
         # an object store: the folder's manifest, else the one beside the object (no probe)
         for d in (True, False):
@@ -348,6 +350,42 @@ def create(
     return m
 
 
+def update(store: Store, key: str, names: list[str]) -> Manifest:
+    """Put into the manifest of the dataset folder ``key`` the files ``names`` (relative to
+    it) as they are now, hashed, every other entry of its present manifest kept as it is
+    (also a file since deleted: the check reports it): a job that wrote files into a dataset
+    another writer made (a Dolma tree's attribute sets) leaves what it did not write checked
+    against what was written before. A folder without a manifest gets one listing ``names``."""
+    try:
+        old = find(store, key, True)
+    except LmdataError:  # unreadable: replaced by one of what this job knows
+        old = None
+    m = old.manifest if old is not None else None
+    mkey, folder = location(store, key, True)
+    block = m.block if m is not None else _digest.BLOCK
+    entries = m.entries() if m is not None else {}
+    sizes = listing(store, folder)
+    files = [(join(folder, n), sizes[n]) for n in sorted(set(names)) if n in sizes]
+    for k, digests in hash_blocks(store, files, block):
+        n = k[len(folder.rstrip("/")) + 1 :]
+        entries[n] = FileEntry.of(n, digest_of(sizes[n], digests))
+    new = Manifest(
+        tuple(entries.values()),
+        block,
+        made_by=made_by(),
+        format=m.format if m is not None else None,
+        records=m.records if m is not None else None,
+    )
+    out = store.output(mkey, directory=False, overwrite=True)
+    try:
+        out.write_last("", new.to_bytes())
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return new
+
+
 __all__ = [
     "NAME",
     "Found",
@@ -360,5 +398,6 @@ __all__ = [
     "listing",
     "listing_problems",
     "modified",
+    "update",
     "verify",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import orjson
+import pytest
 from click.testing import CliRunner
 
 import lmdata
@@ -108,3 +109,48 @@ def test_open_of_a_damaged_dataset_names_the_file_on_the_command_line(tmp_path):
     shard.unlink()
     r = run("cat", str(p), "--limit", "1")
     assert r.exit_code == 2 and f"{shard}: deleted" in r.output and "verify=False" in r.output
+
+
+# ---- every writing command leaves a manifest that validates ----------------------------------
+
+TARGETS = ["flat-tokens", "atlas", "modalities", "modalities-jsonl", "mds", "dolma", "jsonl"]
+ONE_FILE = {"modalities": ".pbin", "modalities-jsonl": ".jsonl", "jsonl": ".jsonl"}
+
+
+def _manifest_of(path: str) -> dict:
+    from lmdata._manifest import summary
+
+    made = summary(path)
+    assert isinstance(made, dict), (path, made)
+    return made
+
+
+def _cli_root(request, tmp_path, where: str) -> str:
+    return request.getfixturevalue("s3_root") if where == "s3" else str(tmp_path)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_convert_tokenize_and_merge_on_the_command_line_write_manifests(request, tmp_path, where):
+    root = _cli_root(request, tmp_path, where)
+    src = tmp_path / "docs.jsonl"
+    src.write_text(
+        "".join(json.dumps({"id": str(i), "text": f"doc {i} " * 9}) + "\n" for i in range(40))
+    )
+    toks = f"{root}/toks.pbin"
+    r = run("tokenize", str(src), toks, "--to", "modalities", "--no-eod", "-q", "--workers", "0")
+    assert r.exit_code == 0, r.output
+    for to in TARGETS:
+        out = f"{root}/c-{to}{ONE_FILE.get(to, '')}"
+        given = toks if to in ("flat-tokens", "modalities") else str(src)
+        r = run("convert", given, out, "--to", to, "-q", "--workers", "0")
+        assert r.exit_code == 0, (to, r.output)
+        assert _manifest_of(out)["records"] == 40, to
+        assert run("validate", out, "--deep", "-q").exit_code == 0, to
+    r = run("merge", toks, f"{root}/c-modalities.pbin", "-o", f"{root}/m.pbin", "-q")
+    assert r.exit_code == 0, r.output
+    assert _manifest_of(f"{root}/m.pbin")["records"] == 80
+    r = run("merge", f"{root}/c-atlas", f"{root}/c-atlas", "-o", f"{root}/m-atlas", "-q")
+    assert r.exit_code == 0, r.output
+    assert _manifest_of(f"{root}/m-atlas")["records"] == 80
+    for out in (toks, f"{root}/m.pbin", f"{root}/m-atlas"):
+        assert run("manifest", out, "--check").exit_code == 0, out

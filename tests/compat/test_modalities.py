@@ -85,6 +85,7 @@ def test_index_then_pack_are_byte_identical(work: Path) -> None:
     res = run("modalities", "data", "pack_encoded_data", _config())
     assert res.exit_code == 0, res.output
     assert Path("data/docs.pbin").read_bytes() == (MOD / "docs_bpe5k.pbin").read_bytes()
+    assert not list(Path("data").glob("*lmdata-manifest"))  # the origin's file set, no more
 
 
 def test_defaults_and_existence_policies(work: Path) -> None:

@@ -293,4 +293,8 @@ def test_documents_on_s3_get_the_local_bytes(tmp_path: Path, s3_root: str) -> No
         for n in store.list(f"{key}/attributes/decontam")
     }
     assert got == {p.name: p.read_bytes() for p in sorted(local.iterdir())}
-    assert sorted(store.list(key)) == ["attributes", "documents"]  # no work folder left
+    assert sorted(store.list(key)) == [
+        "attributes",
+        "documents",
+        "lmdata-manifest",
+    ]  # no work folder left

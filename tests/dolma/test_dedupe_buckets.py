@@ -74,7 +74,11 @@ def test_buckets_beside_an_output_on_a_store(tmp_path, memory_root, spills, mode
     assert len(roots) == 1 and next(iter(roots)).startswith(f"{memory_root}/.lmdata-tmp-dedupe-")
     assert len({f for _, f in spills if f.startswith("h/")}) > 2  # several spills
     assert len({f for _, f in spills if f.startswith("d/")}) > 4  # several buckets marked
-    assert sorted(store.list(key)) == ["attributes", "documents"]  # the spill removed
+    assert sorted(store.list(key)) == [
+        "attributes",
+        "documents",
+        "lmdata-manifest",
+    ]  # the spill removed
 
 
 def test_work_dir_url_for_local_documents(tmp_path, memory_root, spills):
@@ -107,7 +111,7 @@ def test_a_failed_run_keeps_its_buckets_for_resume_and_a_fresh_run_removes_them(
     assert spills and left  # kept for --resume
     monkeypatch.setattr(dd, "_phase_write", real)
     _run(f"{memory_root}/documents/*.gz", MODES["paragraphs"])  # without resume: afresh
-    assert sorted(store.list(key)) == ["attributes", "documents"]
+    assert sorted(store.list(key)) == ["attributes", "documents", "lmdata-manifest"]
 
 
 def test_a_killed_run_leaves_what_lmdata_clean_finds(tmp_path, spills, monkeypatch):

@@ -223,7 +223,7 @@ def test_a_stopped_dedupe_on_memory_resumes(tmp_path: Path) -> None:
         assert marked == []
         got = {n: store.read(f"{key}/attributes/d/{n}") for n in store.list(f"{key}/attributes/d")}
         assert got == want
-        assert sorted(store.list(key)) == ["attributes", "documents"]
+        assert sorted(store.list(key)) == ["attributes", "documents", "lmdata-manifest"]
     finally:
         store.remove(key)
 
@@ -263,7 +263,7 @@ def test_a_stopped_dedupe_on_s3_resumes(
     assert ran["_phase_hash"] == [] and len(ran["_phase_mark"]) == len(units["_phase_mark"]) - 1
     got = {n: store.read(f"{key}/attributes/d/{n}") for n in store.list(f"{key}/attributes/d")}
     assert got == want and len(units["_phase_mark"]) > 1
-    assert sorted(store.list(key)) == ["attributes", "documents"]
+    assert sorted(store.list(key)) == ["attributes", "documents", "lmdata-manifest"]
 
 
 def test_a_piece_marked_done_but_gone_is_written_again(

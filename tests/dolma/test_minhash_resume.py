@@ -137,7 +137,7 @@ def test_minhash_on_s3_writes_the_local_bytes_and_resumes(tmp_path: Path, s3_roo
     assert verified == []
     got = {n: store.read(f"{key}/attributes/fz/{n}") for n in store.list(f"{key}/attributes/fz")}
     assert got == want
-    assert sorted(store.list(key)) == ["attributes", "documents"]
+    assert sorted(store.list(key)) == ["attributes", "documents", "lmdata-manifest"]
 
 
 def test_minhash_on_memory_writes_the_local_bytes(tmp_path: Path) -> None:

@@ -368,3 +368,16 @@ def test_overwriting_a_one_file_dataset_replaces_its_manifest(where):
                 w.write([1, 2, 3])
         assert lmdata.info(path)["manifest"]["records"] == n
         assert lmdata.validate(path, deep=True) == []
+
+
+def test_an_atlas_append_on_s3_keeps_the_manifest_right(s3_root):
+    url = f"{s3_root}/a"
+    with lmdata.writer(url, "atlas", shard_size=20, compression_strategy=1) as w:
+        for d in _docs(50):
+            w.write(d)
+    with lmdata.writer(url, "atlas", append=True) as w:
+        for d in _docs(30):
+            w.write(d)
+    assert lmdata.info(url)["manifest"]["records"] == 80
+    assert lmdata.validate(url, deep=True) == []
+    assert len(lmdata.open(url)) == 80

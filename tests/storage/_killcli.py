@@ -20,7 +20,10 @@ from tests.storage._faults import MUTATING
 AFTER = int(os.environ.get("KILL_AFTER", "0"))
 SIGNAL = getattr(signal, os.environ.get("KILL_SIGNAL", "SIGKILL"))
 MATCH = os.environ.get("KILL_MATCH", "")  # count only the requests whose key holds this
-DRIVER = os.getpid()
+# the command's process: workers (spawned: they run this module again as __mp_main__) inherit
+# its pid through the environment, so a worker's SIGINT reaches the command, not the worker
+# itself (workers ignore SIGINT: the job went on and finished)
+DRIVER = int(os.environ.setdefault("KILL_DRIVER", str(os.getpid())))
 ORIG = s3fs.core.S3FileSystem._call_s3
 
 

@@ -396,6 +396,7 @@ def tree(p: Path) -> dict[str, bytes]:
         (f.name if p.is_file() else str(f.relative_to(p))): f.read_bytes()
         for f in files + [s for s in side if s.exists()]
     }
+    assert any(k.endswith("lmdata-manifest") for k in original), "every job writes a manifest"
     blanked = {k: _ENCODER.sub(b'"encoder": ""', v) for k, v in original.items()}
     return restate(blanked, original)
 
@@ -462,12 +463,14 @@ def test_import_lmdata_never_imports_the_fast_encoder():
 # ---- resume and Ray with the fast encoder -----------------------------------------------------
 
 
-def _interrupt_at(n: int):
-    calls = {"n": 0}
+def _interrupt_once_done(work: Path):
+    """A progress callback that stops the job (Ctrl-C) at its first report after a unit was
+    marked done in ``work``: counting reports would stop it at a point that depends on how
+    often progress is reported."""
 
-    def progress(stats):
-        calls["n"] += 1
-        if calls["n"] == n:
+    def progress(event):
+        done = work / "done.log"
+        if done.exists() and done.read_text():
             raise KeyboardInterrupt
 
     return progress
@@ -487,7 +490,7 @@ def test_a_fast_job_resumes_to_the_bytes_of_an_hf_job(bpe, tmp_path):
             workers=2,
             encoder="fast",
             range_bytes=20_000,
-            progress=_interrupt_at(8),
+            progress=_interrupt_once_done(work_dir_for(tmp_path / "out")),
         )
     assert (work_dir_for(tmp_path / "out") / "done.log").read_text()  # some units are done
     seen = []
@@ -499,7 +502,7 @@ def test_a_fast_job_resumes_to_the_bytes_of_an_hf_job(bpe, tmp_path):
         encoder="fast",
         range_bytes=20_000,
         resume=True,
-        progress=lambda st: seen.append(st["documents"]),
+        progress=lambda e: seen.append(e.done) if e.unit == "documents" else None,
     )
     assert s.encoder.startswith("fast") and 0 < seen[-1] < 3000  # the rest only
     assert tree(tmp_path / "out") == tree(tmp_path / "ref")

@@ -230,6 +230,7 @@ def test_resume_after_interrupt_gives_the_same_bytes(corpus, tmp_path):
         progress=documents(seen),
     )
     assert seen[-1] == 700  # only the two unfinished files were tokenized again
+    assert "lmdata-manifest" in tree_bytes(tmp_path / "ref")  # and the resumed job's the same
     assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
 
 
@@ -265,6 +266,7 @@ def _without_command(p: Path) -> dict[str, bytes]:
     from lmdata import _provenance as provenance
 
     original = tree_bytes(p)
+    assert "lmdata-manifest" in original
     meta = json.loads(original[".zattrs"])
     meta[provenance.KEY]["command"] = ""
     out = {**original, ".zattrs": json.dumps(meta, sort_keys=True).encode()}

@@ -279,6 +279,11 @@ class PackedTokens:
         return self.data.header
 
     @property
+    def store(self) -> Any:
+        """The store the file is read through (what it pinned at open serves other checks)."""
+        return self.data.store
+
+    @property
     def token_width(self) -> int:
         return self.data.token_width
 
