@@ -12,7 +12,7 @@ STREAMING := $(VENV)/extra-streaming
 DATASKETCH := $(VENV)/extra-datasketch
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install install-main install-dev demo test docs docs-serve bench bench-quick bench-storage bench-envs lint format clean
+.PHONY: install install-main install-dev demo test typecheck docs docs-serve bench bench-quick bench-storage bench-envs lint format clean
 
 # everything (the main venv, dev tools, interop-test tools)
 install: $(TEST_STAMP)
@@ -81,11 +81,16 @@ demo: $(STAMP)
 # stay in one process (--dist loadfile): module fixtures are built once. Then the tests marked
 # `native` (paths with a C twin in lmdata/_native/) run again without the extensions, so that
 # the pure-Python paths a machine without a compiler runs are tested too (only the files that
-# carry the mark are collected).
-test: $(TEST_STAMP)
+# carry the mark are collected). The type check first (CI runs `make test`): a seam typed
+# wrong fails before the suite runs.
+test: $(TEST_STAMP) typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 	LMDATA_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m native \
 		$$(grep -rl --include='test_*.py' 'pytest.mark.native' tests)
+
+# mypy on the seams (the files of [tool.mypy] in pyproject.toml)
+typecheck: $(DEV_STAMP)
+	$(BIN)/mypy
 
 # the documentation site from docs/ (mkdocs.yml) into site/; --strict: a broken link, a page
 # left out of the nav or a docstring mkdocstrings cannot render fails the build (offline)
@@ -109,7 +114,7 @@ bench-storage: $(TEST_STAMP)  # object storage alone (also part of `make bench`)
 bench-envs: $(TEST_STAMP)
 	$(BIN)/python bench/envs.py
 
-lint: $(DEV_STAMP)
+lint: $(DEV_STAMP) typecheck
 	$(BIN)/ruff check lmdata tests bench docs/hooks
 	$(BIN)/ruff format --check lmdata tests bench docs/hooks
 

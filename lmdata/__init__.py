@@ -5,6 +5,8 @@ The public surface is small:
 - :func:`open` — detect the format at a path and return a reader;
 - :func:`writer` — a format's writer (a context manager with ``write``);
 - :func:`validate` and :func:`info`;
+- :func:`convert` — any dataset into another format; :func:`merge` — datasets of one format
+  into one;
 - :class:`Loader` — packed or unpacked, shuffled, resumable training batches;
 - :func:`tokenize` — documents (files or Python objects) to a token dataset;
 - :func:`decode` — token ids (a sequence or a batch) back to text;
@@ -12,7 +14,9 @@ The public surface is small:
 - :mod:`lmdata.errors` — every exception lmdata raises, rooted at ``LmdataError``.
 
 The names are loaded on first use, so ``import lmdata`` (and ``lmdata --help``) stay fast:
-numpy and the format packages are imported when a function first needs them.
+numpy and the format packages are imported when a function first needs them. Every verb
+takes the path first and its options by keyword (``format=``, ``storage_options=``); an option
+it does not take is an :class:`~lmdata.errors.InvalidInputError` naming the ones it does.
 """
 
 from __future__ import annotations
@@ -24,19 +28,23 @@ from lmdata._version import __version__
 from lmdata.errors import LmdataError
 
 if TYPE_CHECKING:
-    from lmdata._api import detect, info, open, validate, writer
+    from lmdata._api import detect, info, merge, open, validate, writer
     from lmdata._progress import Progress
+    from lmdata.convert import convert
     from lmdata.inspect.decode import decode
     from lmdata.loader import Loader
     from lmdata.tokenize.api import tokenize
 
-# public name -> module that defines it, imported on first use; ``tokenize`` stays the
-# function when the package of the same name (lmdata.tokenize) is imported
+# public name -> module that defines it, imported on first use; ``tokenize`` and ``convert``
+# stay the functions when the modules of the same name (lmdata.tokenize, lmdata.convert) are
+# imported
 __getattr__ = _lazy.lazy_exports(
     __name__,
     {
+        "convert": "lmdata.convert",
         "detect": "lmdata._api",
         "info": "lmdata._api",
+        "merge": "lmdata._api",
         "open": "lmdata._api",
         "validate": "lmdata._api",
         "writer": "lmdata._api",
@@ -52,12 +60,19 @@ __all__ = [
     "Loader",
     "Progress",
     "__version__",
+    "convert",
     "decode",
     "detect",
     "errors",
     "info",
+    "merge",
     "open",
     "tokenize",
     "validate",
     "writer",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public surface alone (no ``annotations``, ``TYPE_CHECKING`` or private modules)."""
+    return sorted(__all__)

@@ -6,9 +6,12 @@ import os
 from typing import Any
 
 from lmdata import _manifest, formats
+from lmdata._options import check_call, checked, parameters
 from lmdata._progress import OnProgress, Progress
 from lmdata.errors import FormatError, InvalidInputError, LmdataError
 from lmdata.formats import FormatSpec
+from lmdata.formats._spec import MergeSummary
+from lmdata.protocols import Records, TokenSequences, Writer
 from lmdata.storage import options_scope, require_exists, resolve
 
 # storage_options= (every verb): fsspec options for URLs (s3://, gs://, ...), such as
@@ -16,7 +19,8 @@ from lmdata.storage import options_scope, require_exists, resolve
 # found where fsspec looks (environment, config files). Readers and writers keep them.
 
 
-def detect(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> str:
+@checked("lmdata.detect")
+def detect(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> str:
     """The format name of the dataset at ``path``."""
     with options_scope(storage_options):
         return formats.detect(require_exists(path, storage_options))
@@ -41,14 +45,40 @@ def _named(spec: FormatSpec, options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+# a dataset without pickles has nothing to trust: the CLI's --allow-unsafe-pickle (and this
+# option) is accepted for every format and dropped where the verb has no use for it
+_EVERY_FORMAT = ("allow_unsafe_pickle",)
+
+
+def _options(
+    spec: FormatSpec, verb: str, options: dict[str, Any], own: tuple[str, ...]
+) -> dict[str, Any]:
+    """``options`` for ``spec``'s ``verb``, refused by name (InvalidInputError with the valid
+    ones and a did-you-mean) when the verb does not take one; ``own`` are the caller's."""
+    fn = getattr(spec, verb)
+    taken = parameters(fn)
+    out = dict(options)
+    every = () if verb == "writer" else _EVERY_FORMAT
+    for name in every:
+        if taken is not None and name in out and name not in taken:
+            del out[name]
+    check_call(fn, out, f"lmdata.{verb} of {spec.name}", also=(*own, *every))
+    return out
+
+
+_OPEN = ("format", "split", "storage_options", "verify", "token_column")
+
+
 def open(
     path: str | os.PathLike[str],
     format: str | None = None,
+    *,
     split: str | None = None,
     storage_options: dict[str, Any] | None = None,
     verify: bool = True,
+    token_column: str | None = None,
     **options: Any,
-) -> Any:
+) -> Records | TokenSequences:
     """Open the dataset at ``path`` and return a reader.
 
     ``format`` skips detection. ``split`` picks a split where the format has them
@@ -58,8 +88,11 @@ def open(
     ``allow_unsafe_pickle=True`` for formats that store pickles). A dataset with a manifest
     (every lmdata writer leaves one) is checked against it first, by names and sizes: a
     deleted, added, truncated or grown file is a CorruptDataError naming it, unless
-    ``verify=False`` (to salvage what is intact).
+    ``verify=False`` (to salvage what is intact). An option the format's reader does not take
+    is an InvalidInputError naming the ones it does.
     """
+    if token_column is not None:
+        options["token_column"] = token_column
     with options_scope(storage_options):
         return _open(require_exists(path, storage_options), format, split, options, verify)
 
@@ -68,11 +101,13 @@ def _open(
     p: Any, format: str | None, split: str | None, options: dict[str, Any], verify: bool = True
 ) -> Any:
     spec = _spec_at(p, format)
+    options = dict(options)
+    token_column = options.pop("token_column", None)
+    options = _options(spec, "open", options, _OPEN)
     if split is not None:
         if not spec.has_splits:
             raise InvalidInputError(f"{spec.name} datasets have no splits; drop --split / split=")
         options["split"] = split
-    token_column = options.pop("token_column", None)
     if token_column is not None and spec.kind == "tokens":
         raise InvalidInputError(
             f"{spec.name} datasets are token sequences already; drop token_column="
@@ -130,11 +165,15 @@ def provenance(reader: Any) -> dict[str, Any] | None:
 def writer(
     path: str | os.PathLike[str],
     format: str,
+    *,
     storage_options: dict[str, Any] | None = None,
     **options: Any,
-) -> Any:
-    """A new writer of ``format`` at ``path`` (a context manager: ``with lmdata.writer(...)``)."""
+) -> Writer:
+    """A new writer of ``format`` at ``path`` (a context manager: ``with lmdata.writer(...)``).
+    Options go to the format's writer; one it does not take is an InvalidInputError naming
+    the ones it does."""
     spec = formats.spec(format)
+    options = _options(spec, "writer", options, ("format", "storage_options"))
     if storage_options:
         resolve(path, storage_options)  # refuses options given for a local path
     with options_scope(storage_options):
@@ -144,6 +183,7 @@ def writer(
 def validate(
     path: str | os.PathLike[str],
     format: str | None = None,
+    *,
     storage_options: dict[str, Any] | None = None,
     progress: OnProgress | None = None,
     deep: bool = False,
@@ -157,15 +197,21 @@ def validate(
     ``progress`` receives ``lmdata.Progress`` events of the phase "validate" as the
     check goes, in bytes of the dataset's data (and, with ``deep``, of the files hashed):
     first with ``done=0`` to announce the total, then per shard, chunk, file or MiB, never
-    backwards, last with ``done == total`` when the check got to the end."""
+    backwards, last with ``done == total`` when the check got to the end. An option the
+    format's check does not take (``eod_idd=`` for ``eod_id=``) is an InvalidInputError
+    naming the ones it does."""
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
+        options = _options(spec, "validate", options, _VALIDATE)
 
         def run(prog: OnProgress | None) -> list[str]:
             return list(spec.validate(p, **_reporting(prog), **_named(spec, dict(options))))
 
         return _manifest.problems(p, deep, progress, run)
+
+
+_VALIDATE = ("format", "storage_options", "progress", "deep")
 
 
 def _reporting(progress: OnProgress | None) -> dict[str, Any]:
@@ -175,8 +221,8 @@ def _reporting(progress: OnProgress | None) -> dict[str, Any]:
 def info(
     path: str | os.PathLike[str],
     format: str | None = None,
-    storage_options: dict[str, Any] | None = None,
     *,
+    storage_options: dict[str, Any] | None = None,
     scan: bool = True,
     progress: OnProgress | None = None,
     **options: Any,
@@ -185,26 +231,37 @@ def info(
     leaves out what takes a pass over the data (the documents of JSONL files, the largest id
     of a ``.pbin``): for callers that need only the metadata, sizes and provenance.
     ``manifest`` says when the dataset's manifest was made and what it lists (``"none"``).
-    ``progress``: as for ``validate`` (phase "info"), in bytes of the data summarised."""
+    ``progress``: as for ``validate`` (phase "info"), in bytes of the data summarised.
+    ``model_vocab_size`` (of token datasets) is the vocabulary a model needs: the recorded
+    tokenizer's, else the largest id + 1 (with ``scan``)."""
+    from lmdata._provenance import model_vocab_size
+
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
-        light = {} if scan else {"scan": False}  # a spec's info may predate the option
-        out = spec.info(p, **light, **_reporting(progress), **_named(spec, options))
+        options = _options(spec, "info", options, ("format", "storage_options", "scan", "progress"))
+        out = spec.info(p, scan=scan, **_reporting(progress), **_named(spec, options))
         out["manifest"] = _manifest.summary(p)
+        needed = model_vocab_size(out)
+        if needed is not None:
+            out["model_vocab_size"] = needed
         return out
 
 
+@checked("lmdata.merge")
 def merge(
     inputs: list[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     format: str | None = None,
+    *,
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: OnProgress | None = None,
-) -> str:
-    """Join datasets of one format into one at ``output``; returns a one-line summary.
-    URLs (where the format's merge supports them) use ``storage_options``.
+) -> MergeSummary:
+    """Join datasets of one format into one at ``output``; returns what was joined (a
+    :class:`~lmdata.formats._spec.MergeSummary`; ``.line()`` says it in one line). The
+    tokenizer record of the inputs is kept (inputs made with different tokenizers are
+    refused). URLs (where the format's merge supports them) use ``storage_options``.
     ``progress``: as for ``validate`` (phase "merge"), in bytes of the inputs' data joined."""
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
@@ -223,8 +280,8 @@ def merge(
 def write_manifest(
     path: str | os.PathLike[str],
     format: str | None = None,
-    storage_options: dict[str, Any] | None = None,
     *,
+    storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
     progress: OnProgress | None = None,
     workers: int | None = None,
@@ -238,9 +295,13 @@ def write_manifest(
     with options_scope(storage_options):
         p = require_exists(path, storage_options)
         spec = _spec_at(p, format)
+        own = ("format", "storage_options", "overwrite", "progress", "workers")
+        options = _options(spec, "validate", options, own)
+        reading = parameters(spec.open)  # the options the check and the reader share
+        opening = {k: v for k, v in options.items() if reading is None or k in reading}
         hashed_from = [0]
 
-        def checked() -> list[str]:
+        def problems() -> list[str]:
             def prog(e: Progress) -> None:
                 hashed_from[0] = e.total or 0
                 assert progress is not None
@@ -255,7 +316,7 @@ def write_manifest(
             )
 
         def records() -> int | None:
-            with _open(p, spec.name, None, dict(options), verify=False) as r:
+            with _open(p, spec.name, None, opening, verify=False) as r:
                 return len(r)
 
         def hash_progress(e: Progress) -> None:
@@ -267,7 +328,7 @@ def write_manifest(
             p,
             spec,
             overwrite=overwrite,
-            validate=checked,
+            validate=problems,
             records=records,
             progress=hash_progress if progress is not None else None,
             workers=workers,
@@ -279,8 +340,8 @@ def write_manifest(
 
 def check_manifest(
     path: str | os.PathLike[str],
-    storage_options: dict[str, Any] | None = None,
     *,
+    storage_options: dict[str, Any] | None = None,
     progress: OnProgress | None = None,
     workers: int | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
@@ -296,7 +357,7 @@ def check_manifest(
 
 
 def manifest_summary(
-    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
 ) -> dict[str, Any] | str:
     """What ``info`` shows of the dataset's manifest (``"none"`` without one)."""
     with options_scope(storage_options):

@@ -29,6 +29,9 @@ class _LazyPackage(types.ModuleType):
         super().__setattr__(name, value)
 
     def __dir__(self) -> list[str]:
+        own = self.__dict__.get("__dir__")  # a package's own answer (lmdata: its __all__)
+        if callable(own):
+            return list(own())
         return sorted(set(self.__dict__) | set(_EXPORTS.get(self.__name__, ())))
 
 

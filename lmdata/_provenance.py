@@ -227,6 +227,56 @@ def record(
     ).to_json()
 
 
+def carried(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The record of a dataset made from one that records ``found`` (convert, merge, an
+    append): the same tokenizer, this command and lmdata version; None without one."""
+    if not isinstance(found, dict) or not isinstance(found.get("tokenizer"), dict):
+        return None
+    return {
+        "version": VERSION,
+        "tokenizer": dict(found["tokenizer"]),
+        "lmdata_version": __version__,
+        "command": current_command(),
+    }
+
+
+# what tells two tokenizer records apart (where a file was, and which encoder ran, do not)
+_SAME = ("kind", "vocab_size", "name", "sha256", "eod_id", "bos_id", "special_tokens_added")
+
+
+def joined(found: Sequence[dict[str, Any] | None], names: Sequence[str]) -> dict[str, Any] | None:
+    """The record of a dataset joined from inputs ``names`` that record ``found``: their one
+    tokenizer. Inputs made with different tokenizers are an InvalidInputError (their ids
+    would mean different things in one dataset); inputs that record none are taken to share
+    it, with a warning."""
+    import warnings
+
+    from lmdata.errors import InvalidInputError
+
+    have = [(n, f) for n, f in zip(names, found, strict=True) if carried(f) is not None]
+    if not have:
+        return None
+    first_name, first = have[0]
+    key = [first["tokenizer"].get(k) for k in _SAME]
+    for name, f in have[1:]:
+        assert f is not None
+        if [f["tokenizer"].get(k) for k in _SAME] != key:
+            raise InvalidInputError(
+                f"{name} was tokenized with another tokenizer than {first_name} "
+                f"({f['tokenizer'].get('name') or f['tokenizer'].get('kind')} vs "
+                f"{first['tokenizer'].get('name') or first['tokenizer'].get('kind')}); "
+                "merge datasets made with one tokenizer (tokenize the others again)"
+            )
+    if len(have) < len(found):
+        missing = [n for n, f in zip(names, found, strict=True) if carried(f) is None]
+        warnings.warn(
+            f"{', '.join(missing)} record no tokenizer; the merged dataset records that of "
+            f"{first_name}",
+            stacklevel=3,
+        )
+    return carried(first)
+
+
 # ---- reading back ----------------------------------------------------------------------------
 
 

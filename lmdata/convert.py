@@ -19,15 +19,18 @@ import io
 import json
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lmdata import formats
+from lmdata import _provenance, formats
 from lmdata._api import open as open_dataset
+from lmdata._api import provenance as recorded
 from lmdata._api import writer as open_writer
+from lmdata._options import checked
 from lmdata._progress import OnProgress, Ticker
 from lmdata._version import __version__
 from lmdata.errors import InvalidInputError, OutputExistsError
@@ -175,10 +178,11 @@ def _blocks(
         _init(None)  # in-process: no reference to the reader outlives the job
 
 
+@checked("lmdata.convert", hide=("to",))
 def convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
-    to: str,
+    format: str | None = None,
     *,
     source_format: str | None = None,
     split: str | None = None,
@@ -192,11 +196,15 @@ def convert(
     progress: OnProgress | None = None,
     storage_options: dict[str, Any] | None = None,
     resume: bool = False,
+    to: str | None = None,
 ) -> ConvertSummary:
-    """Convert the dataset at ``src`` into format ``to`` at ``dst``.
+    """Convert the dataset at ``src`` into ``format`` at ``dst`` (``to=`` is its old name:
+    deprecated).
 
     Records go to record formats as they are; token sequences go to token formats, or to
     record formats as ``{"tokens": ids}`` (read them back with ``token_column="tokens"``).
+    The tokenizer the source records (``lmdata.info``) is recorded in the output where the
+    format has room for it, so ``cat --decode`` and the model's vocabulary still find it.
     ``reader_options`` go to the source's reader (``token_column=`` gives the token view of a
     records source). ``engine`` ("inprocess", "processes", "ray" at ``address``) and
     ``workers`` choose where source blocks are read, or ``executor`` (an
@@ -212,12 +220,23 @@ def convert(
     this process (``workers`` 0 or 1, or one block) stages only with ``resume=True``, so pass
     it from the first run to make such a job resumable.
     """
+    if to is not None:
+        warnings.warn(
+            "lmdata.convert(to=) is deprecated and goes in lmdata 0.3; pass format=",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if format is not None and format != to:
+            raise InvalidInputError(f"to={to!r} and format={format!r}: give the format once")
+    target = format or to
+    if target is None:
+        raise InvalidInputError("convert needs the target format: format= (--to)")
     check_choice(executor, engine, workers, address)
     with options_scope(storage_options):
         return _convert(
             src,
             dst,
-            to,
+            target,
             source_format,
             split,
             (executor, engine, workers, address),
@@ -276,6 +295,8 @@ def _convert(
 ) -> ConvertSummary:
     t0 = time.perf_counter()
     target = formats.spec(to)
+    if target.kind == "tokens":  # a records target's writer checks its own options
+        formats.check_writer_options(target, writer_options or {}, "lmdata.convert")
     # the output's claim names the job: a resume takes over the claim a killed run left
     with claim_job(work_area(dst).where, takeover=resume):
         try:
@@ -368,8 +389,13 @@ def _copy(
     interruption the staging area is kept if a resume could use it, else removed."""
     marked = len(done)  # blocks done: what a resume would not read again
     tokens = all(is_token_reader(r) for _, r in sources)
+    readers = [r for _, r in sources]
+    if target.provenance is not None and "provenance" not in opts:
+        kept = _provenance.carried(recorded(readers[0]))  # the tokenizer that made the ids
+        if kept is not None:
+            opts = {**opts, "provenance": kept}
     try:
-        out = _open_output(src, dst, target, [r for _, r in sources], tokens, overwrite, opts)
+        out = _open_output(src, dst, target, readers, tokens, overwrite, opts)
     except BaseException:
         if staging is not None and not marked:
             staging.clear()

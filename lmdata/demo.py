@@ -175,7 +175,7 @@ def run(
             log,
             f"-> {fmt}",
             lambda fmt=fmt, dst=dst, opts=opts: tokenize(
-                dolma, dst, to=fmt, workers=workers, overwrite=True, **opts
+                dolma, dst, format=fmt, workers=workers, overwrite=True, **opts
             ),
         )
         if s.documents_written != docs:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -115,7 +117,7 @@ def test_the_vocabulary_covers_every_split_not_just_the_first():
 
 @pytest.mark.parametrize("fails", [False, True])
 def test_no_reader_stays_open_after_an_in_process_job(tmp_path, fails):
-    import lmdata.convert as conv
+    conv = importlib.import_module("lmdata.convert")  # the module, not lmdata.convert
 
     src = write_records(tmp_path / "src", "jsonl")
     if fails:  # a record mds cannot hold: the job fails midway
@@ -177,7 +179,7 @@ def test_workers_stage_record_blocks_and_the_driver_commits_them(tmp_path, monke
 
 
 def test_a_record_block_staging_cannot_hold_goes_through_as_it_is(tmp_path):
-    import lmdata.convert as conv
+    conv = importlib.import_module("lmdata.convert")  # the module, not lmdata.convert
     from lmdata.parallel.staging import LocalStaging
 
     class Reader:
@@ -206,7 +208,7 @@ def _record_results(monkeypatch) -> list[int]:
     """The pickled size of every result crossing convert's executor, in order."""
     import pickle
 
-    import lmdata.convert as conv
+    conv = importlib.import_module("lmdata.convert")  # the module, not lmdata.convert
 
     sent: list[int] = []
     real = conv.executor_for

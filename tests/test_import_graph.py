@@ -165,6 +165,18 @@ def test_no_cycle_between_format_modules_counting_lazy_imports() -> None:
     )
 
 
+def test_no_cycle_between_storage_modules_counting_lazy_imports() -> None:
+    """``storage`` is the layer under every format: its modules form no cycle either (URL
+    parsing is a leaf, ``schemes``; the checks that need a store live with ``resolve``)."""
+    g = graph(import_time_only=False)
+    inside = {
+        m: {t for t in ts if t.startswith("lmdata.storage.")}
+        for m, ts in g.items()
+        if m.startswith("lmdata.storage.")
+    }
+    assert find_cycle(inside) is None
+
+
 def test_native_extensions_are_imported_only_by_their_loader() -> None:
     """A C extension of lmdata/_native/ is reached through ``lmdata._native.load`` only, the
     one place that honours LMDATA_PURE_PYTHON and refuses a stale build."""

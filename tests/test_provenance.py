@@ -80,3 +80,22 @@ def test_a_record_written_before_masking_is_masked_when_read() -> None:
     assert SECRET not in got["command"] and "--to mds" in got["command"]
     plain = {"tokenizer": {"kind": "bytes"}, "command": "lmdata.tokenize(<list of documents>)"}
     assert _provenance.parse(plain)["command"] == plain["command"]  # nothing to mask: as is
+
+
+def test_joined_keeps_one_tokenizer_and_refuses_two():
+    import pytest
+
+    from lmdata.errors import InvalidInputError
+
+    def rec(sha: str, path: str = "/x") -> dict:
+        t = {"kind": "huggingface", "vocab_size": 9, "name": "t.json", "sha256": sha}
+        return {"version": 1, "tokenizer": {**t, "path": path}, "command": "old"}
+
+    got = _provenance.joined([rec("a"), rec("a", path="/elsewhere")], ["p", "q"])
+    assert got is not None and got["tokenizer"] == rec("a")["tokenizer"]  # where it was: no matter
+    assert got["command"] != "old" and got["lmdata_version"] == lmdata.__version__
+    assert _provenance.joined([None, None], ["p", "q"]) is None
+    with pytest.raises(InvalidInputError, match="q was tokenized with another tokenizer than p"):
+        _provenance.joined([rec("a"), rec("b")], ["p", "q"])
+    with pytest.warns(UserWarning, match="q record no tokenizer"):
+        assert _provenance.joined([rec("a"), None], ["p", "q"]) is not None

@@ -99,7 +99,7 @@ def command(
             summary = convert(
                 src,
                 dst,
-                to,
+                format=to,
                 source_format=source_format,
                 split=split,
                 workers=workers,

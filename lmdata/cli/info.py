@@ -8,7 +8,6 @@ import click
 
 from lmdata import _json
 from lmdata._api import info
-from lmdata._provenance import model_vocab_size
 from lmdata._units import human_bytes
 from lmdata.cli._common import DatasetPath, format_option, storage_option
 from lmdata.cli._progress import shown
@@ -92,7 +91,7 @@ def command(
     show progress on stderr; stdout holds only the summary."""
     with shown(quiet, leave=False, delay=0.5) as progress:
         summary = info(path, format=fmt, storage_options=storage_options, progress=progress)
-    needed = model_vocab_size(summary)
+    needed = summary.pop("model_vocab_size", None)
     if as_json:
         if needed is not None:
             summary["model_vocab_size"] = needed

@@ -53,4 +53,4 @@ def command(
             storage_options=storage_options,
             progress=progress,
         )
-    click.echo(result if isinstance(result, str) else f"merged {len(inputs)} inputs -> {output}")
+    click.echo(result.line())

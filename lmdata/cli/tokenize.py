@@ -188,7 +188,7 @@ def command(
             summary = tokenize(
                 list(sources),
                 dst,
-                to=to,
+                format=to,
                 tokenizer=tokenizer,
                 text_key=text_key,
                 validation=list(validation_sources),
@@ -208,7 +208,7 @@ def command(
                 overwrite=overwrite,
                 progress=progress,
                 storage_options=storage_options,
-                **opts,
+                writer_options=opts,
             )
     except (KeyboardInterrupt, Exception) as e:
         say_resume(e, lambda: staging_for(dst, storage_options))  # beside the output (or URL)

@@ -47,7 +47,7 @@ def command(
     terminal, a line every LMDATA_PROGRESS_INTERVAL seconds in a log), counting the bytes
     of the dataset's data checked.
     """
-    name = fmt or detect(path, storage_options)
+    name = fmt or detect(path, storage_options=storage_options)
     with shown(quiet, leave=False, delay=0.5) as progress:
         problems = validate(
             path,
@@ -59,7 +59,7 @@ def command(
         )
     if not problems:
         if not quiet:
-            made = manifest_summary(path, storage_options)
+            made = manifest_summary(path, storage_options=storage_options)
             if isinstance(made, dict):
                 how = "every byte matches" if deep else "names and sizes match"
                 click.echo(f"{path}: valid {name} dataset ({how} its manifest)")

@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import shutil
 import tempfile
-import uuid
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ import xxhash
 from lmdata.dolma import _keyfile
 from lmdata.dolma.config import DedupeConfig
 from lmdata.errors import CorruptDataError, InvalidInputError
-from lmdata.storage import TMP_PREFIX, FsspecStore, join, resolve
+from lmdata.storage import TMP_PREFIX, Store, join, resolve
 
 FETCH_BYTES = 64 << 20  # bytes of spill pieces a worker fetches from a store at once
 
@@ -116,51 +114,42 @@ class Spill:
     storage_options: dict[str, Any] | None = None
 
     @functools.cached_property
-    def _remote(self) -> tuple[FsspecStore, str] | None:
-        store, key = resolve(self.root, self.storage_options)
-        return (store, key) if isinstance(store, FsspecStore) else None
+    def _where(self) -> tuple[Store, str]:
+        return resolve(self.root, self.storage_options)
+
+    @property
+    def _local(self) -> str | None:
+        """The folder on this machine's disk (a local work folder), else None."""
+        store, key = self._where
+        return store.local_path(key)
 
     def make(self) -> None:
         """Create the folders (local only: an object store has no folders to make)."""
-        if self._remote is None:
+        local = self._local
+        if local is not None:
             for folder in ("h", "d", "k", "done"):
-                (Path(self.root) / folder).mkdir(parents=True, exist_ok=True)
+                (Path(local) / folder).mkdir(parents=True, exist_ok=True)
 
     def save(self, folder: str, name: str, arr: np.ndarray) -> None:
         """Store ``arr``'s records as object ``folder/name`` (one PUT on a store)."""
-        remote = self._remote
-        data = np.ascontiguousarray(arr).tobytes()
-        if remote is None:
-            try:
-                (Path(self.root) / folder / name).write_bytes(data)
-            except FileNotFoundError:
-                raise self._unseen(join(folder, name)) from None
-        else:
-            remote[0].write_object(join(remote[1], folder, name), data)
+        self.put(join(folder, name), np.ascontiguousarray(arr).tobytes())
 
     def put(self, name: str, data: bytes) -> None:
         """Store object ``name`` whole: a kill leaves it as it was or complete (a rename
         locally, one PUT on a store)."""
-        remote = self._remote
-        if remote is None:
-            path = Path(self.root) / name
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            try:
-                tmp.write_bytes(data)
-            except FileNotFoundError:
-                raise self._unseen(name) from None
-            os.replace(tmp, path)
-        else:
-            remote[0].write_object(join(remote[1], name), data)
+        store, key = self._where
+        try:
+            store.put(join(key, name), data)
+        except FileNotFoundError:
+            if self._local is None:
+                raise
+            raise self._unseen(name) from None
 
     def get(self, name: str) -> bytes | None:
         """Object ``name``, or None if there is none."""
-        remote = self._remote
+        store, key = self._where
         try:
-            if remote is None:
-                return (Path(self.root) / name).read_bytes()
-            key = join(remote[1], name)
-            return bytes(remote[0].fs.cat_file(key)) if remote[0].exists(key) else None
+            return store.read_many([(join(key, name), 0, None)])[0]
         except FileNotFoundError:
             return None
 
@@ -177,18 +166,10 @@ class Spill:
         """The markers of the units a run of this job finished, by name (one listing): the
         result of those whose name starts with one of ``read`` (one read each, concurrent on a
         store), an empty one for the others (their name says all)."""
-        remote = self._remote
-        if remote is None:
-            names = [n for n in _listdir(Path(self.root) / "done") if not n.startswith(".")]
-        else:
-            names = remote[0].list(join(remote[1], "done"))
+        store, key = self._where
+        names = [n for n in store.list(join(key, "done")) if not n.startswith(".")]
         want = [n for n in names if n.startswith(read)] if read else []
-        if remote is None:
-            raw = [(Path(self.root) / "done" / n).read_bytes() for n in want]
-        else:
-            paths = [join(remote[1], "done", n) for n in want]
-            none = [None] * len(paths)  # whole objects, fetched concurrently on async stores
-            raw = remote[0].fs.cat_ranges(paths, none, none, on_error="raise") if paths else []
+        raw = store.read_many([(join(key, "done", n), 0, None) for n in want])
         out = dict.fromkeys(names, ({}, np.zeros(0, np.int64)))
         for n, data in zip(want, raw, strict=True):
             head, _, rest = bytes(data).partition(b"\n")
@@ -227,34 +208,24 @@ class Spill:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
     def _fetch(self, pieces: list[Piece], isz: int) -> Iterator[bytes]:
-        """The bytes of each (non-empty) piece, in order: read from the local folder, or on a
-        store fetched concurrently, :data:`FETCH_BYTES` at a time."""
-        remote = self._remote
-        if remote is None:
-            for name, a, b in pieces:
-                try:
-                    with open(Path(self.root) / name, "rb") as f:
-                        f.seek(a * isz)
-                        yield f.read((b - a) * isz)
-                except FileNotFoundError:
-                    raise self._unseen(name) from None
-            return
-        # ranged GETs on the store's filesystem (concurrent where it is async, as s3fs is), not
-        # Store.read_range: that would keep the bytes in the process's range cache, where bucket
-        # data read once would evict what readers reuse (the Store protocol has no uncached read)
-        fs, root = remote
+        """The bytes of each (non-empty) piece, in order, :data:`FETCH_BYTES` at a time (on a
+        store, concurrently where it is async, as s3fs is). Read once, they stay out of the
+        process's range cache, where bucket data would evict what readers reuse."""
+        store, root = self._where
         batch: list[Piece] = []
         held = 0
         for k, piece in enumerate(pieces):
             batch.append(piece)
             held += (piece[2] - piece[1]) * isz
             if held >= FETCH_BYTES or k == len(pieces) - 1:
-                yield from fs.fs.cat_ranges(
-                    [join(root, n) for n, _, _ in batch],
-                    [a * isz for _, a, _ in batch],
-                    [b * isz for _, _, b in batch],
-                    on_error="raise",
-                )
+                try:
+                    yield from store.read_many(
+                        [(join(root, n), a * isz, (b - a) * isz) for n, a, b in batch]
+                    )
+                except FileNotFoundError:
+                    if self._local is None:
+                        raise
+                    raise self._unseen(batch[0][0]) from None
                 batch, held = [], 0
 
     def _unseen(self, name: str) -> InvalidInputError:
@@ -268,18 +239,13 @@ class Spill:
         )
 
     def remove(self) -> None:
-        remote = self._remote
-        if remote is None:
-            shutil.rmtree(self.root, ignore_errors=True)
-        else:
-            remote[0].remove(remote[1])
+        store, key = self._where
+        store.remove(key)
 
 
-def _listdir(folder: Path) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except FileNotFoundError:
-        return []
+def _is_local(path: str, storage_options: dict[str, Any] | None) -> bool:
+    store, key = resolve(path, storage_options)
+    return store.local_path(key) is not None
 
 
 def spill_root(cfg: DedupeConfig, first_file: str, job: str) -> str:
@@ -288,9 +254,9 @@ def spill_root(cfg: DedupeConfig, first_file: str, job: str) -> str:
     dataset's root on its store."""
     remote = f"{TMP_PREFIX}dedupe-{job}"  # what `lmdata clean` finds
     wd = cfg.work_dir
-    if wd and isinstance(resolve(wd, cfg.storage_options)[0], FsspecStore):
+    if wd and not _is_local(wd, cfg.storage_options):
         return join(wd, remote)
-    if wd or not isinstance(resolve(first_file, cfg.storage_options)[0], FsspecStore):
+    if wd or _is_local(first_file, cfg.storage_options):
         if wd:
             Path(wd).mkdir(parents=True, exist_ok=True)
         return os.path.join(os.path.abspath(wd or tempfile.gettempdir()), remote)

@@ -45,7 +45,7 @@ from lmdata.dolma.pieces import Join, job_id, part_key, parts_folder, version
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import join_parts
 from lmdata.parallel.staging import json_changes
-from lmdata.storage import LocalStore, Store, basename, resolve, scheme
+from lmdata.storage import Store, basename, resolve, scheme
 
 MANIFEST = "manifest.json"
 # options that change no output byte (and storage options, which may hold secrets)
@@ -263,7 +263,8 @@ def _count(x: Any) -> bool:
 
 def _url(store: Store, key: str) -> str:
     """An input as the manifest names it: a local path absolute, a URL as it is."""
-    return store.url(os.path.abspath(key) if isinstance(store, LocalStore) else key)
+    local = store.local_path(key)
+    return store.url(os.path.abspath(local) if local is not None else key)
 
 
 def _root(attributes: str) -> str:

@@ -26,7 +26,7 @@ import orjson
 
 from lmdata.dolma.config import DedupeConfig
 from lmdata.errors import CorruptDataError, InvalidInputError
-from lmdata.storage import FsspecStore, resolve
+from lmdata.storage import resolve
 
 MAGIC = b"LMDKEYS1"
 GROUP_BITS = 16
@@ -133,10 +133,7 @@ def load(where: tuple[str, int, int, int], storage_options: dict[str, Any] | Non
         return np.zeros(0, dtype=KEY)
     store, key = resolve(url, storage_options)
     start, n = data + a * KEY.itemsize, (b - a) * KEY.itemsize
-    if isinstance(store, FsspecStore):  # read once: not through the process's range cache
-        raw = bytes(store.fs.cat_file(key, start=start, end=start + n))
-    else:
-        raw = store.read_range(key, start, n)
+    raw = store.read_many([(key, start, n)])[0]  # read once: not through the range cache
     if len(raw) != (b - a) * KEY.itemsize:
         raise CorruptDataError("the key file ends early; write it again", path=url)
     return np.frombuffer(raw, dtype=KEY)

@@ -368,7 +368,7 @@ def _ranges(work: Spill, pieces: list[tuple[str, int, int]], dtype: np.dtype) ->
     """The records of many small pieces of few objects, concatenated in order: in a local
     work folder each object is opened once (a document's hashes are one piece, and a verify
     unit reads thousands); on a store, ranged GETs several at once (:meth:`Spill.load`)."""
-    if work._remote is not None:
+    if work._local is None:
         return work.load(pieces, dtype)
     out = np.empty(sum(b - a for _, a, b in pieces), dtype=dtype)
     isz = dtype.itemsize

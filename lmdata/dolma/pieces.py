@@ -28,7 +28,7 @@ import orjson
 
 from lmdata._version import __version__
 from lmdata.formats.dolma._output import join_parts
-from lmdata.storage import LocalStore, Store, basename, join, parent, resolve
+from lmdata.storage import Store, basename, join, parent, resolve
 from lmdata.storage.paths import TMP_PREFIX
 
 PARTS = f"{TMP_PREFIX}parts"  # a staged-output name, so `lmdata clean` finds what a killed job left
@@ -46,7 +46,8 @@ def job_id(*identity: Any) -> str:
 def version(store: Store, key: str) -> int | None:
     """What tells a local input's content apart beyond its size, for :func:`job_id`: its
     modification time (None on an object store, where the size alone stands for it)."""
-    return os.stat(key).st_mtime_ns if isinstance(store, LocalStore) else None
+    local = store.local_path(key)
+    return os.stat(local).st_mtime_ns if local is not None else None
 
 
 def parts_folder(output: str, job: str = "") -> str:
@@ -129,13 +130,14 @@ def touch(folder: str, storage_options: dict[str, Any] | None = None) -> None:
     """Mark ``folder`` recent if it exists (locally its time; on an object store, which has no
     folders, an object ``alive`` in it)."""
     store, key = resolve(folder, storage_options)
-    if isinstance(store, LocalStore):
+    local = store.local_path(key)
+    if local is not None:
         try:
-            os.utime(key)
+            os.utime(local)
         except OSError:
             pass  # no piece yet (or joined meanwhile)
     elif store.list(key):
-        store.write_object(join(key, "alive"), b"")  # type: ignore[attr-defined]
+        store.put(join(key, "alive"), b"")
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,7 @@ def run_join(j: Join) -> int:
     join_parts(store, key, j.compression, keys, j.checksums, overwrite=j.overwrite)
     if j.job:  # the folder is this output's alone: its markers go with it
         store.remove(parts_folder(key, j.job))
-    elif isinstance(store, LocalStore):
+    elif store.local_path(key) is not None:
         try:  # the last join of a folder leaves no empty parts folder behind for `lmdata clean`
             os.rmdir(parent(keys[0]))
         except OSError:

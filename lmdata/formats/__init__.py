@@ -19,14 +19,23 @@ from pathlib import Path
 
 from lmdata import _deps
 from lmdata.errors import FormatError, LmdataError, StorageError
-from lmdata.formats._spec import FormatSpec, Kind, TokenSink, TokenTarget
+from lmdata.formats._spec import (
+    FormatSpec,
+    Kind,
+    MergeSummary,
+    TokenSink,
+    TokenTarget,
+    check_writer_options,
+)
 
 __all__ = [
     "FormatSpec",
     "Kind",
+    "MergeSummary",
     "TokenSink",
     "TokenTarget",
     "canonical",
+    "check_writer_options",
     "detect",
     "names",
     "spec",

@@ -21,7 +21,83 @@ from lmdata.errors import InvalidInputError
 if TYPE_CHECKING:
     import numpy as np
 
+    from lmdata._progress import OnProgress
+    from lmdata.protocols import Records, TokenSequences, Writer
+
 Kind = Literal["records", "tokens"]
+PathArg = str | os.PathLike[str]
+
+
+class OpenFn(Protocol):
+    """``open(path, **options)``: a reader of the dataset at ``path``. A format's own options
+    (``allow_unsafe_pickle``, ``cache_bytes``, ...) are keyword parameters it names, so that
+    ``lmdata.open`` refuses the ones it does not take."""
+
+    def __call__(self, path: PathArg, /) -> Records | TokenSequences: ...
+
+
+class WriterFn(Protocol):
+    """``writer(path, *, overwrite=False, storage_options=None, **options)``: a new
+    :class:`~lmdata.protocols.Writer` at ``path`` (a writer class is one)."""
+
+    def __call__(
+        self,
+        path: PathArg,
+        /,
+        *,
+        overwrite: bool = ...,
+        storage_options: dict[str, Any] | None = ...,
+    ) -> Writer: ...
+
+
+class ValidateFn(Protocol):
+    """``validate(path, *, progress=None, **options)``: every problem found (empty: valid)."""
+
+    def __call__(self, path: PathArg, /, *, progress: OnProgress | None = ...) -> list[str]: ...
+
+
+class InfoFn(Protocol):
+    """``info(path, *, scan=True, progress=None, **options)``: a summary dict
+    (``scan=False``: only what needs no pass over the data)."""
+
+    def __call__(
+        self, path: PathArg, /, *, scan: bool = ..., progress: OnProgress | None = ...
+    ) -> dict[str, Any]: ...
+
+
+class MergeFn(Protocol):
+    """``merge(inputs, output, *, overwrite=False, progress=None)``: join datasets of the
+    format into one at ``output``."""
+
+    def __call__(
+        self,
+        inputs: list[str],
+        output: str,
+        /,
+        *,
+        overwrite: bool = ...,
+        progress: OnProgress | None = ...,
+    ) -> MergeSummary: ...
+
+
+@dataclass(frozen=True)
+class MergeSummary:
+    """What :func:`lmdata.merge` did: ``inputs`` datasets (or partitions, files) of
+    ``format`` joined into ``output``, holding ``records`` (documents, samples, examples),
+    with ``tokens`` where the format counts them. ``line()`` says it in one line."""
+
+    format: str
+    inputs: int
+    output: str
+    records: int
+    tokens: int | None = None
+
+    def line(self) -> str:
+        tokens = f", {self.tokens:,} tokens" if self.tokens is not None else ""
+        return (
+            f"merged {self.inputs} {self.format} inputs: {self.records:,} records{tokens} "
+            f"-> {self.output}"
+        )
 
 
 class TokenSink(Protocol):
@@ -36,6 +112,21 @@ class TokenSink(Protocol):
     def abort(self) -> None: ...
 
 
+class SinkFn(Protocol):
+    """A token target's ``open``: a :class:`TokenSink` writing a new dataset at ``path``."""
+
+    def __call__(
+        self,
+        path: PathArg,
+        /,
+        *,
+        overwrite: bool = ...,
+        vocab_size: int | None = ...,
+        eod_id: int | None = ...,
+        options: Mapping[str, Any] | None = ...,
+    ) -> TokenSink: ...
+
+
 @dataclass(frozen=True)
 class TokenTarget:
     """How token sequences are written into a format.
@@ -46,7 +137,7 @@ class TokenTarget:
     carry, if any (recorded where the format records it; documents arrive with it appended).
     """
 
-    open: Callable[..., TokenSink]
+    open: SinkFn
     append_eod: bool = False  # the format's convention: an EOD token after every document
     special_tokens: bool = False  # the tokenizer's post-processor (BOS/EOS) by default
     options: frozenset[str] = frozenset()  # writer options tokenize may pass (chunk_tokens, ...)
@@ -79,15 +170,15 @@ class FormatSpec:
     kind: Kind
     summary: str
     detect: Callable[[Path | str], str | None]
-    open: Callable[..., Any]
-    writer: Callable[..., Any]
-    validate: Callable[..., list[str]]
-    info: Callable[..., dict[str, Any]]
+    open: OpenFn
+    writer: WriterFn
+    validate: ValidateFn
+    info: InfoFn
     aliases: tuple[str, ...] = ()
     has_splits: bool = False
     splits: tuple[str, ...] = ()
     list_splits: Callable[[Path], list[str]] | None = None
-    merge: Callable[..., str] | None = None
+    merge: MergeFn | None = None
     tokens: TokenTarget | None = None
     token_view: Callable[[Any, str], Any] | None = None  # (records reader, column) -> tokens
     # (reader) -> what made its dataset (lmdata._provenance), from metadata only, or None
@@ -103,6 +194,28 @@ class FormatSpec:
         return self.kind == "records"
 
 
+# what a token sink sets itself, never a writer option of tokenize or convert
+_SINK_SETS = frozenset({"overwrite", "vocab_size", "eod_id", "append_eod", "format", "columns"})
+
+
+def writer_option_names(spec: FormatSpec) -> frozenset[str] | None:
+    """The writer options ``tokenize`` and ``convert`` may pass to ``spec``'s writer (None:
+    any)."""
+    from lmdata._options import parameters
+
+    taken = parameters(spec.writer)
+    return None if taken is None else taken - _SINK_SETS
+
+
+def check_writer_options(spec: FormatSpec, options: Mapping[str, Any], what: str) -> None:
+    """An InvalidInputError for a writer option ``spec``'s writer does not take."""
+    from lmdata._options import check_options
+
+    taken = writer_option_names(spec)
+    if taken is not None:
+        check_options(options, taken, f"{what} (writer_options of {spec.name})")
+
+
 def detector(check: Callable[[Path | str], bool], name: str) -> Callable[[Path | str], str | None]:
     """Turn a yes/no ``check(path)`` into a detector that returns ``name``."""
 
@@ -113,29 +226,44 @@ def detector(check: Callable[[Path | str], bool], name: str) -> Callable[[Path |
     return detect
 
 
-def lazy(target: str) -> Callable[..., Any]:
+class Lazy:
     """``"package.module:name"`` (or ``"package.module:Class.method"``) as a callable that
-    imports the module on its first call.
+    imports the module on its first call; :meth:`resolve` gives the function itself (for its
+    signature: :mod:`lmdata._options` checks options against it)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        modname, _, attr = target.partition(":")
+        self.__name__ = self.__qualname__ = attr.rpartition(".")[2]
+        self.__module__ = modname
+        self.__doc__ = f"{target} (imported on first call)"
+        self._found: Any = None
+
+    def resolve(self) -> Any:
+        """The function (or class) named by the target, imported now."""
+        if self._found is None:
+            modname, _, attr = self.target.partition(":")
+            obj: Any = importlib.import_module(modname)
+            for part in attr.split("."):  # "Class.method" too
+                obj = getattr(obj, part)
+            self._found = obj
+        return self._found
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"lazy({self.target!r})"
+
+
+def lazy(target: str) -> Lazy:
+    """``target`` as a :class:`Lazy` callable.
 
     A spec's verbs are lazy so that loading a spec (to detect a format, or to look up its
     traits) imports no reader, writer or validator: ``lmdata.open`` of a flat-tokens dataset
     imports the flat-tokens reader and nothing of the other formats.
     """
-    modname, _, attr = target.partition(":")
-    found: list[Callable[..., Any]] = []
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if not found:
-            obj: Any = importlib.import_module(modname)
-            for part in attr.split("."):  # "Class.method" too
-                obj = getattr(obj, part)
-            found.append(obj)
-        return found[0](*args, **kwargs)
-
-    call.__name__ = call.__qualname__ = attr.rpartition(".")[2]
-    call.__module__ = modname
-    call.__doc__ = f"{target} (imported on first call)"
-    return call
+    return Lazy(target)
 
 
 # ---- token sinks shared by several formats ---------------------------------------------------
@@ -144,7 +272,7 @@ def lazy(target: str) -> Callable[..., Any]:
 class PerDocumentSink:
     """A :class:`TokenSink` over a writer with ``write(item)``: ``make(doc)`` builds each item."""
 
-    def __init__(self, writer: Any, make: Callable[[np.ndarray], Any] | None = None) -> None:
+    def __init__(self, writer: Writer, make: Callable[[np.ndarray], Any] | None = None) -> None:
         self.writer = writer
         self._make = make
 
@@ -163,7 +291,7 @@ class PerDocumentSink:
         self.writer.abort()
 
 
-def check_single_split(split: str, writer: Any) -> None:
+def check_single_split(split: str, writer: object) -> None:
     if split != "train":
         raise InvalidInputError(
             f"{getattr(writer, 'path', 'this output')}: the format has no {split!r} split; "
@@ -177,8 +305,8 @@ def token_dtype(vocab_size: int | None) -> str:
 
 
 def column_sink(
-    writer_factory: Callable[..., Any], column: str = "tokens", declare_columns: bool = False
-) -> Callable[..., TokenSink]:
+    writer_factory: WriterFn, column: str = "tokens", declare_columns: bool = False
+) -> SinkFn:
     """A token-target ``open`` for record formats: each document becomes ``{column: ids}``
     (ids in the narrowest dtype for the vocabulary; ``declare_columns`` passes
     ``columns={column: "ndarray:<dtype>"}`` to writers that take a column schema)."""

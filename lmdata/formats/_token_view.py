@@ -120,6 +120,14 @@ class TokenColumn:
     def span(self, start: int, stop: int) -> np.ndarray:
         return span_of(self, start, stop)
 
+    def document_ids(self, docs: np.ndarray) -> list[Any] | None:
+        """The ``id`` field of records ``docs`` (None where no record has one)."""
+        if not len(docs):
+            return None
+        recs = self.records.take(np.asarray(docs, dtype=np.int64))
+        got = [r.get("id") if isinstance(r, dict) else None for r in recs]
+        return got if any(g is not None for g in got) else None
+
     def info(self) -> dict[str, Any]:
         out = dict(self.records.info()) if hasattr(self.records, "info") else {}
         out.update({"token_column": self.token_column, "sequences": len(self)})

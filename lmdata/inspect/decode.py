@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._options import checked
 from lmdata.errors import InvalidInputError
 from lmdata.tokenize.tokenizers import load_tokenizer
 
@@ -221,6 +222,7 @@ def _check_range(a: np.ndarray, tok: Any) -> None:
         )
 
 
+@checked("lmdata.decode")
 def decode(
     ids: Sequence[int] | Sequence[Sequence[int]] | np.ndarray,
     tokenizer: Any = "bytes",

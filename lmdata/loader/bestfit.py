@@ -243,6 +243,8 @@ class BestFit:
         mean = float(rho.mean())
         sd = float(rho.std(ddof=1)) if len(rho) > 1 else 0.0
         klo, khi = C // B, -(-C // B)
+        rows: tuple[int, ...]
+        overflow: tuple[int, ...]
         if B == 1:  # every epoch packs the same items: the same rows, exactly
             rows = (int(need[0]),) * 2
             overflow = (0, 0)

@@ -6,11 +6,27 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from lmdata.errors import InvalidInputError
 from lmdata.loader.sources import LONG_DOCS, MODES
+
+Mode = Literal["packed", "eos", "unpacked", "bestfit"]  # = sources.MODES
+LongDocs = Literal["truncate", "split", "error"]  # = sources.LONG_DOCS
+Dtype = Literal["int32", "int64"]
+
+REMOVAL = "0.3"  # the version that drops the Loader's deprecated spellings
+
+
+def deprecated(old: str, new: str) -> None:
+    """Warn that ``Loader(old)`` goes in :data:`REMOVAL`, at the caller's line (past this
+    function, ``Loader.__init__`` and its option check)."""
+    import warnings
+
+    msg = f"Loader({old}) is deprecated and goes in lmdata {REMOVAL}; pass {new}"
+    warnings.warn(msg, DeprecationWarning, stacklevel=4)
 
 
 @dataclass(frozen=True)
@@ -19,11 +35,11 @@ class LoaderConfig:
 
     seq_len: int
     global_batch_size: int
-    mode: str = "packed"
+    mode: Mode = "packed"
     shuffle: bool = True
     seed: int = 0
     epochs: int | None = None
-    long_docs: str = "truncate"
+    long_docs: LongDocs = "truncate"
     drop_last: bool = False
     block_rows: int = 4096  # bestfit: rows per packing block (loader/bestfit.py)
 

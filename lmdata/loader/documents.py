@@ -8,11 +8,7 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import CorruptDataError
-
-
-def _has(obj: Any, name: str) -> bool:
-    """``hasattr`` without evaluating properties (``boundaries`` may read a whole index)."""
-    return hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})
+from lmdata.protocols import SequenceIndex, satisfies
 
 
 class Documents:
@@ -24,7 +20,7 @@ class Documents:
         self.reader = reader
         self.n, self.tokens = num_docs, num_tokens
         self._bounds = boundaries  # a function giving the whole int64 array, when used
-        lazy = _has(reader, "sequence_ranges") and _has(reader, "sequence_starts")
+        lazy = satisfies(reader, SequenceIndex)
         self._ranges = reader.sequence_ranges if lazy else None
         self._run = reader.sequence_starts if lazy else None
 

@@ -12,16 +12,11 @@ from typing import Any
 import numpy as np
 
 from lmdata.errors import InvalidInputError
+from lmdata.protocols import TokenSpans, missing, satisfies
 
-_NEEDS = ("span", "boundaries", "num_tokens", "__len__")
 # special tokens that begin a text, looked up in a recorded tokenizer without a recorded BOS
 BOS_NAMES = ("<|begin_of_text|>", "<|startoftext|>", "<s>", "<bos>", "<|bos|>")
 _WARNED: set[str] = set()
-
-
-def _has(obj: Any, name: str) -> bool:
-    """``hasattr`` without evaluating properties (``boundaries`` may read a whole index)."""
-    return hasattr(type(obj), name) or name in getattr(obj, "__dict__", {})
 
 
 def split_weights(sources: Any, weights: Any) -> tuple[list[Any], list[Any] | None, bool]:
@@ -60,9 +55,9 @@ def open_source(source: Any, token_column: str | None, split: str | None) -> Any
     if not _is_tokens(reader):
         cols = _columns(reader)
         if not cols:
-            missing = next(a for a in _NEEDS if not _has(reader, a))
+            lacks = missing(reader, TokenSpans)[0]
             raise InvalidInputError(
-                f"the Loader needs token sequences; {reader!r} has no {missing!r}: tokenize "
+                f"the Loader needs token sequences; {reader!r} has no {lacks!r}: tokenize "
                 "the dataset first (`lmdata tokenize`)"
             )
         ids = [c for c, v in cols.items() if v]
@@ -76,7 +71,7 @@ def open_source(source: Any, token_column: str | None, split: str | None) -> Any
 
 
 def _is_tokens(reader: Any) -> bool:
-    return all(_has(reader, a) for a in _NEEDS)
+    return satisfies(reader, TokenSpans)
 
 
 def _columns(reader: Any) -> dict[str, bool]:
@@ -131,6 +126,6 @@ def start_token(reader: Any, bos_id: int | None) -> int:
                 "in whose vocabulary id 0 is an ordinary token: every document's first input "
                 f"is 0 (the flat-tokens convention). Pass bos_id={hint} to start documents "
                 "with an id of your choice (bos_id=0 keeps 0 and says nothing)",
-                stacklevel=3,
+                stacklevel=4,  # this, Loader.__init__, its option check, the caller's line
             )
     return 0

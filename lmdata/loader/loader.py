@@ -17,15 +17,24 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._options import checked
 from lmdata.errors import InvalidInputError
-from lmdata.loader.config import LoaderConfig, default_topology, refuse_naive_workers
+from lmdata.loader.config import (
+    Dtype,
+    LoaderConfig,
+    LongDocs,
+    Mode,
+    default_topology,
+    deprecated,
+    refuse_naive_workers,
+)
 from lmdata.loader.inputs import open_source, split_weights, start_token
 from lmdata.loader.lineage import Lineage, lineage
 from lmdata.loader.mixture import Mixture, exact_weights
 from lmdata.loader.packing import PAD_VALUES, packed_buffers, varlen
 from lmdata.loader.prefetch import prefetched
 from lmdata.loader.shuffle import Permutation, derive_seed
-from lmdata.loader.sources import Source
+from lmdata.loader.sources import make_source
 from lmdata.loader.state import (
     MAX_ROWS,
     STATE_VERSION,
@@ -63,16 +72,18 @@ class Loader:
     makes a finite pass (evaluation): it stops after that many epochs and pads the last batch
     (``loss_mask`` False) instead of dropping it; with ``drop_last`` it serves full rows and
     full batches only, leaving out the partial row and the incomplete last batch. The batch
-    keys and dtypes of each mode: the Loader guide (``docs/guide/loader.md``).
+    keys and dtypes of each mode: the Loader guide (``docs/guide/loader.md``). Old spellings
+    (``batch_size=`` per rank, ``packed=``, ``truncate=``) warn until lmdata 0.3.
     """
 
+    @checked("lmdata.Loader", hide=("batch_size", "packed", "truncate"))
     def __init__(
         self,
         sources: Any,
         *,
         seq_len: int,
         global_batch_size: int | None = None,
-        mode: str = "packed",
+        mode: Mode = "packed",
         weights: list[float] | None = None,
         shuffle: bool = True,
         seed: int = 0,
@@ -80,10 +91,10 @@ class Loader:
         world_size: int | None = None,
         token_column: str | None = None,
         epochs: int | None = None,
-        dtype: str = "int32",
+        dtype: Dtype = "int32",
         bos_id: int | None = None,
         pad_id: int = 0,
-        long_docs: str | None = None,
+        long_docs: LongDocs | None = None,
         drop_last: bool = False,
         block_rows: int = 4096,
         varlen: bool = False,
@@ -109,6 +120,7 @@ class Loader:
                 f"world_size={world_size}"
             )
         if batch_size is not None:  # the pre-0.2 name: a per-rank batch
+            deprecated("batch_size=B", "global_batch_size=B * world_size")
             if global_batch_size is not None:
                 raise InvalidInputError(
                     "pass global_batch_size= only (batch_size= is its old per-rank form)"
@@ -117,8 +129,10 @@ class Loader:
         if global_batch_size is None:
             raise InvalidInputError("global_batch_size= is required")
         if packed is not None:  # old spelling of mode
+            deprecated(f"packed={packed}", f"mode={'packed' if packed else 'unpacked'!r}")
             mode = "packed" if packed else "unpacked"
         if truncate is not None:
+            deprecated(f"truncate={truncate}", f"long_docs={'truncate' if truncate else 'error'!r}")
             long_docs = "truncate" if truncate else "error"
         if long_docs is None:  # bestfit's point is whole documents: long ones in pieces
             long_docs = "split" if mode == "bestfit" else "truncate"
@@ -169,7 +183,7 @@ class Loader:
                     f"{info.min}..{info.max} (or dtype='int64')"
                 )
         self.sources = [
-            Source(
+            make_source(
                 r,
                 mode,
                 seq_len,
@@ -195,32 +209,31 @@ class Loader:
                     "lower seq_len or drop the source"
                 )
         sizes = exact_weights([s.num_rows for s in self.sources])
-        if weights is None:
-            weights = sizes
-        elif len(weights) != len(self.sources):
+        if weights is not None and len(weights) != len(self.sources):
             raise InvalidInputError(
                 f"{len(weights)} weights for {len(self.sources)} sources; give one per source"
             )
-        weights = exact_weights(list(weights))
+        mix = sizes if weights is None else exact_weights(list(weights))
         # a finite pass serves every row of every source `epochs` times, all ending together:
         # its proportions are the sources' sizes
-        self._total = None if epochs is None else self.num_rows * epochs
+        rows = None if epochs is None else self.num_rows * epochs
+        self._total = rows
         if drop_last and self._total is not None:  # whole batches only
             self._total -= self._total % global_batch_size
             if not self._total:
                 raise InvalidInputError(
-                    f"drop_last=True leaves no batch: {self.num_rows * epochs} rows in the "
+                    f"drop_last=True leaves no batch: {rows} rows in the "
                     f"pass, fewer than one global batch of {global_batch_size}; lower "
                     "global_batch_size or pass drop_last=False (the batch is padded)"
                 )
-        if epochs is not None and weights != sizes:
+        if epochs is not None and mix != sizes:
             raise InvalidInputError(
                 "a finite pass (epochs=) over several sources serves every row of each "
                 "`epochs` times, so its mixture is the sources' sizes; leave weights=None "
                 "(or evaluate each source with its own Loader)"
             )
         try:
-            self.mixture = Mixture(weights, global_batch_size, total=self._total)
+            self.mixture = Mixture(mix, global_batch_size, total=self._total)
         except InvalidInputError as e:
             if epochs is None:
                 raise

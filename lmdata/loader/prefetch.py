@@ -68,9 +68,10 @@ def prefetched(
                 result = fut.result()
                 t = time.perf_counter()
             else:
-                s = next(it, None)
-                if s is None:
+                got = next(it, None)
+                if got is None:
                     return
+                s = got
                 result = fn(s)  # (timed from the consumer's return: two clock reads a batch)
                 t = time.perf_counter()
                 cost[0] += _SMOOTH * (t - back - cost[0])

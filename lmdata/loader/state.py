@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from math import gcd
-from typing import Any
+from typing import Any, TypeGuard
 
 from lmdata.errors import InvalidInputError
 
@@ -57,7 +57,7 @@ def _bad(what: str) -> InvalidInputError:
     )
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -189,9 +189,9 @@ def _parse_loader(state: dict[str, Any]) -> SavedState:
             raise _bad(f"{key!r} holds {show(bad)}, not a non-negative integer below 2^60")
         rows[key] = tuple(int(x) for x in v)
     shuffle, drop_last = state.get("shuffle"), state.get("drop_last")
-    for key, v in (("shuffle", shuffle), ("drop_last", drop_last)):
-        if v is not None and not isinstance(v, bool):
-            raise _bad(f"{key!r} is {show(v)}, not True or False")
+    for key, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
+        if flag is not None and not isinstance(flag, bool):
+            raise _bad(f"{key!r} is {show(flag)}, not True or False")
     epochs = state.get("epochs")
     if epochs is not None:
         epochs = _int("'epochs'", epochs, 1, 2**40)

@@ -57,8 +57,11 @@ class Executor(Protocol):
     ``memory://`` files, and a job need not stage results for other processes). ``on_report``
     receives the documents units report (:func:`report`) as increments, in this process."""
 
-    workers: int
-    in_process: bool
+    @property
+    def workers(self) -> int: ...
+
+    @property
+    def in_process(self) -> bool: ...
 
     def map_ordered(
         self,

@@ -31,7 +31,7 @@ def _reruns_main(main: ModuleType) -> bool:
     if name is not None:
         return name != "__main__" and not name.endswith(".__main__")
     path = getattr(main, "__file__", None)
-    return bool(path) and os.path.splitext(os.path.basename(path))[0] != "ipython"
+    return isinstance(path, str) and os.path.splitext(os.path.basename(path))[0] != "ipython"
 
 
 def _top_level(main: ModuleType) -> FrameType | None:

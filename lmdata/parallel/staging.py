@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from lmdata._redact import redact_record
 from lmdata.errors import CorruptDataError, FormatError, InvalidInputError, UnsafeDataError
-from lmdata.storage import basename, join, parent, resolve
+from lmdata.storage import Store, basename, join, parent, resolve
 from lmdata.storage.paths import work_name
 
 DONE_LOG = "done.log"  # local: one line "FFFFFF-PPPPPP" per unit committed, appended in order
@@ -44,7 +44,8 @@ def unit_name(file: int, part: int) -> str:
 class Staging(Protocol):
     """The staging area of one job; picklable, so each worker writes its parts itself."""
 
-    where: str  # shown in messages
+    @property
+    def where(self) -> str: ...  # shown in messages
 
     def exists(self) -> bool: ...
 
@@ -134,7 +135,7 @@ class LocalStaging:
 class StoreStaging:
     """A prefix on an object store (the output's): workers anywhere write it directly."""
 
-    store: Any  # an FsspecStore: pickled with its storage options, as readers are
+    store: Store  # an object store: pickled with its storage options, as readers are
     key: str
 
     @property
@@ -146,7 +147,7 @@ class StoreStaging:
         dropped: workers in other processes write there, so a listing made before is stale
         (an object they wrote since would read as missing)."""
         k = join(self.key, folder) if folder else self.key
-        self.store.fs.invalidate_cache(k)
+        self.store.refresh(k)
         return k
 
     def exists(self) -> bool:
@@ -158,13 +159,13 @@ class StoreStaging:
 
     def reset(self, manifest: bytes) -> None:
         self.clear()
-        self.store.write_object(join(self.key, "manifest.json"), manifest)
+        self.store.put(join(self.key, "manifest.json"), manifest)
 
     def parts(self) -> list[str]:
         return self.store.list(self._fresh("parts"))
 
     def write_part(self, name: str, data: bytes) -> None:
-        self.store.write_object(join(self.key, "parts", name), data)
+        self.store.put(join(self.key, "parts", name), data)
 
     def read_part(self, name: str) -> bytes:
         return bytes(self.store.read(join(self._fresh("parts"), name)))
@@ -176,7 +177,7 @@ class StoreStaging:
         return {unit_key(n) for n in self.store.list(self._fresh("done")) if _UNIT.fullmatch(n)}
 
     def mark_done(self, file: int, part: int) -> None:
-        self.store.write_object(join(self.key, "done", unit_name(file, part)), b"")
+        self.store.put(join(self.key, "done", unit_name(file, part)), b"")
 
     def clear(self) -> None:
         self.store.remove(self.key)
@@ -281,12 +282,6 @@ def json_changes(a: Any, b: Any) -> list[tuple[str, ...]]:
     return out
 
 
-# what a store's listing says identifies an object's content (an ETag, a generation), else
-# when it was written
-_VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id")
-_VERSION_KEYS += ("LastModified", "last_modified", "mtime", "updated", "created")
-
-
 def tree_version(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The size, number of files and a digest of a file or of every file below a folder (local
     or on a store, with the storage options in scope): each file's name, size and modification
@@ -295,21 +290,7 @@ def tree_version(path: str | os.PathLike[str]) -> dict[str, Any]:
     store, key = resolve(path)
     h = hashlib.sha256()
     size = files = 0
-    fs = getattr(store, "fs", None)
-    if fs is None:
-        root = Path(key)
-        found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-        for p in found:
-            st = p.stat()
-            rel = p.relative_to(root).as_posix()
-            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-            size, files = size + st.st_size, files + 1
-        return {"size": size, "files": files, "digest": h.hexdigest()}
-    info = fs.info(key)
-    listed = fs.find(key, detail=True) if info.get("type") == "directory" else {key: info}
-    for name in sorted(listed):
-        e = listed[name]
-        tag = next((f"{k}={e[k]}" for k in _VERSION_KEYS if e.get(k) not in (None, "")), "")
-        h.update(f"{name}\0{e.get('size')}\0{tag}\n".encode())
-        size, files = size + int(e.get("size") or 0), files + 1
+    for name, (n, tag) in sorted(store.versions(key).items()):
+        h.update(f"{name}\0{n}\0{tag}\n".encode())
+        size, files = size + n, files + 1
     return {"size": size, "files": files, "digest": h.hexdigest()}

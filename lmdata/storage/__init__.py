@@ -3,6 +3,9 @@
 - :func:`resolve` turns a local path or a URL into ``(store, key)``: :class:`LocalStore`
   (``pread``, ``mmap``, rename commits) or :class:`FsspecStore` (``memory://``, ``s3://``,
   ``gs://``: ranged reads, metadata-last commits). A scheme lmdata cannot serve is an error.
+  Code outside this package asks the :class:`Store` protocol (``local_path``, ``identity``,
+  ``put``, ``read_many``, ``copy_tree``, ``get_tree``, ``usage``, ``refresh``, and outputs
+  built locally or staged), never a store's type or filesystem (``tests/test_seams.py``).
 - :data:`CACHE` holds decoded bytes for every reader of the process within one budget
   (``LMDATA_CACHE_BYTES``, :func:`set_cache_bytes`); each reader takes a :class:`Slot`, and
   each object store one for the byte ranges it fetched (:mod:`lmdata.storage.ranges`).
@@ -17,7 +20,18 @@
 
 from __future__ import annotations
 
-from lmdata.storage.base import MAX_READ_BYTES, Output, Store, basename, join, parent
+from typing import TYPE_CHECKING
+
+from lmdata.storage.base import (
+    MAX_READ_BYTES,
+    Output,
+    Store,
+    Usage,
+    basename,
+    join,
+    parent,
+    shown,
+)
 from lmdata.storage.cache import CACHE, ByteCache, Slot, cache_bytes, new_slot, set_cache_bytes
 from lmdata.storage.clean import Leftover, clean, find_leftovers, parse_age
 from lmdata.storage.fsspec import FsspecStore
@@ -29,18 +43,23 @@ from lmdata.storage.paths import (
     TMP_PREFIX,
     AtomicOutput,
     AtomicWriter,
-    Usage,
-    apparent_size,
     atomic_dir,
     atomic_file,
-    check_dest,
     check_output,
     commit,
+)
+from lmdata.storage.urls import (
+    apparent_size,
+    check_dest,
     disk_usage,
+    is_url,
+    local_path,
+    options_scope,
     require_exists,
+    resolve,
+    scheme,
     usage,
 )
-from lmdata.storage.urls import is_url, local_path, options_scope, resolve, scheme
 
 __all__ = [
     "CACHE",
@@ -83,5 +102,15 @@ __all__ = [
     "resolve",
     "scheme",
     "set_cache_bytes",
+    "shown",
     "usage",
 ]
+
+
+if TYPE_CHECKING:  # checked statically: every store and output satisfies its protocol
+    from lmdata.storage.spool import SpooledOutput
+
+    def _conforms(
+        a: LocalStore, b: FsspecStore, c: LocalOutput, d: FsspecOutput, e: SpooledOutput
+    ) -> tuple[Store, Store, Output, Output, Output]:
+        return a, b, c, d, e

@@ -8,14 +8,26 @@ when aborted. Both protocols are matched structurally: nothing inherits from the
 
 from __future__ import annotations
 
+import builtins
 import mmap
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
 Buffer = mmap.mmap | bytes  # what mmap() returns: sliced, it gives bytes
 
 # Objects read whole (metadata, indexes) are refused above this size unless a caller asks more.
 MAX_READ_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Bytes below a key: allocated on disk (sparse padding counts as nothing) and apparent
+    (the sum of file sizes). On object stores both are the bytes of the objects."""
+
+    disk: int
+    apparent: int
 
 
 @runtime_checkable
@@ -58,7 +70,7 @@ class Store(Protocol):
         """``length`` bytes from ``start`` (fewer at the end of the object)."""
         ...
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         """Several ``(start, length)`` ranges of one object, fetched together where possible."""
         ...
 
@@ -71,9 +83,75 @@ class Store(Protocol):
         ``mmap.mmap``), or None where the store cannot map (object stores)."""
         ...
 
-    def output(self, key: str, *, directory: bool, overwrite: bool) -> Output:
+    def local_path(self, key: str) -> str | None:
+        """The path of ``key`` on this machine's disk where the store is local (code that hands
+        files to the OS asks this, never the store's type), else None."""
+        ...
+
+    def identity(self, key: str) -> bytes | None:
+        """A short digest that changes whenever the bytes of object ``key`` may have changed,
+        found in O(1): size, times, inode and device locally; ETag, version or generation on
+        object stores. None where the store offers nothing of the kind (memory://)."""
+        ...
+
+    def put(self, key: str, data: bytes | memoryview, *, create: bool = False) -> None:
+        """Store object ``key`` whole: a kill leaves the old object or the new one (a rename
+        locally, one PUT remotely). With ``create``, only if none exists (FileExistsError if
+        one does). Locally its folder must exist (FileNotFoundError), as on a machine that does
+        not see the folder."""
+        ...
+
+    def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> builtins.list[bytes]:
+        """``(key, start, length)`` ranges of any objects (``length`` None: to the end), fetched
+        together (concurrently where the store can) at their current version: for bytes read
+        once (work files), which stay out of the range cache. FileNotFoundError if one is
+        missing."""
+        ...
+
+    def copy_tree(self, src: str, dst: str) -> None:
+        """Copy the object or folder ``src`` to the new ``dst`` of this store (hard links where
+        the local file system allows, a server-side copy on object stores)."""
+        ...
+
+    def get_tree(self, key: str, local: str) -> None:
+        """Copy the folder ``key`` into the local folder ``local`` (made if missing): hard links
+        from local disk where possible, ranged reads from object stores. lmdata's own objects
+        (``.lmdata-*``: claims, staged copies) are left out."""
+        ...
+
+    def versions(self, key: str, *, recursive: bool = True) -> dict[str, tuple[int, str]]:
+        """Every object at ``key`` or below it (directly below with ``recursive`` False), by
+        key as the store lists it: its size and what identifies its content (``mtime_ns=``
+        locally; an ETag, generation or version on object stores, else the time written; ""
+        where the store says nothing), from one listing: what a resumed job compares."""
+        ...
+
+    def usage(self, key: str) -> Usage:
+        """The bytes below ``key`` (or of the object), from one walk or listing."""
+        ...
+
+    def refresh(self, key: str) -> None:
+        """Forget what this process has cached of the listings at and below ``key``: other
+        processes write there (a listing made before would miss their objects)."""
+        ...
+
+    def output(
+        self,
+        key: str,
+        *,
+        directory: bool,
+        overwrite: bool,
+        local: bool = False,
+        staged: bool = False,
+        marker: str | None = None,
+    ) -> Output:
         """Start writing a dataset (a directory or one object) that appears at ``key`` on
-        :meth:`Output.commit`."""
+        :meth:`Output.commit`. ``local``: the output is built in a local file or folder
+        (:attr:`Output.tmp`) the writer may seek in, and uploaded at commit, the objects given
+        to :meth:`Output.write_last` last. ``staged``: a new directory on an object store is
+        written under a temporary prefix and moved into place at commit (a local one always
+        is), with ``marker`` (a name inside it) present while the moves run, so that readers
+        listing the tree refuse it meanwhile."""
         ...
 
     def remove(self, key: str) -> None:
@@ -92,9 +170,26 @@ class Output(Protocol):
     dataset valid (its metadata, index) through :meth:`write_last`, which stores them only
     after every data object is written, so a reader never accepts a partial dataset."""
 
-    store: Store
-    dest: str  # the key the dataset appears at
-    sparse: bool  # True if open_write files support truncate() to extend with zeros cheaply
+    # (read-only members: an output of a concrete store has that store, a Store)
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def dest(self) -> str:
+        """The key the dataset appears at."""
+        ...
+
+    @property
+    def sparse(self) -> bool:
+        """True if open_write files support truncate() to extend with zeros cheaply."""
+        ...
+
+    @property
+    def tmp(self) -> str | None:
+        """The local file (one-object output) or folder the dataset is built in, which the
+        writer may also write and seek in by path; None where objects go to the store as
+        written."""
+        ...
 
     def write(self, name: str, data: bytes | memoryview) -> None: ...
 
@@ -108,6 +203,12 @@ class Output(Protocol):
 
     @property
     def done(self) -> bool: ...
+
+
+def shown(store: Store, key: str) -> Path | str:
+    """How ``key`` is named to users: a local ``Path``, or the object's URL."""
+    local = store.local_path(key)
+    return Path(local) if local is not None else store.url(key)
 
 
 def join(key: str, *parts: str) -> str:

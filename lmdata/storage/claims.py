@@ -354,7 +354,7 @@ def put_in_place(
     strip = fs._strip_protocol
     mark = strip(join(dest, marker)) if marker else None
     if marker:
-        store.write_object(join(dest, marker), journal)
+        store.put(join(dest, marker), journal)
     base = strip(dest)
     fs.invalidate_cache(base)
     old = [k for k in fs.find(base) if k != mark]
@@ -367,7 +367,7 @@ def put_in_place(
         fs.copy([join(stage, n) for n in data], [join(dest, n) for n in data])
     for n in last:
         if last_bytes is not None:
-            store.write_object(join(dest, n), last_bytes[n], create=True)
+            store.put(join(dest, n), last_bytes[n], create=True)
         else:
             fs.copy(join(stage, n), join(dest, n))
     if marker:

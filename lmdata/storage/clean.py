@@ -27,7 +27,7 @@ from lmdata.errors import InvalidInputError
 from lmdata.storage import claims as claims_mod
 from lmdata.storage.base import Store, basename, join
 from lmdata.storage.claims import Claim, claim_key
-from lmdata.storage.paths import CLAIM, COMMITTING, TMP_PREFIX, is_work_name, require_exists
+from lmdata.storage.paths import CLAIM, COMMITTING, TMP_PREFIX, is_work_name
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -244,7 +244,7 @@ def clean(
     URL), as ``find_leftovers`` finds it; returns what was (or would be) removed, and the
     resumable staging folders kept (``remove`` empty). DatasetNotFoundError if nothing is at
     ``path``."""
-    from lmdata.storage.urls import resolve
+    from lmdata.storage.urls import require_exists, resolve
 
     require_exists(path, storage_options)  # a mistyped URL is an error, not "0 leftovers"
     store, key = resolve(path, storage_options)

@@ -18,13 +18,15 @@ process, so a pickled or forked store never shares a connection or an event loop
 from __future__ import annotations
 
 import bisect
+import builtins
+import hashlib
 import os
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lmdata._redact import redact
-from lmdata.errors import DatasetNotFoundError, LmdataError, UnsafeDataError
+from lmdata.errors import CorruptDataError, DatasetNotFoundError, LmdataError, UnsafeDataError
 from lmdata.storage import _fetch
 from lmdata.storage._errors import (
     DOWN,
@@ -35,13 +37,32 @@ from lmdata.storage._errors import (
     tune,
     with_defaults,
 )
-from lmdata.storage.base import MAX_READ_BYTES
+from lmdata.storage._fetch import Pin
+from lmdata.storage.base import MAX_READ_BYTES, Usage, join
 from lmdata.storage.ranges import RangeCache
 
 if TYPE_CHECKING:
     from lmdata.storage.fsspec_output import FsspecOutput
+    from lmdata.storage.spool import SpooledOutput
 
 MERGE_GAP = 64 << 10  # ranges closer than this are fetched in one request
+_GET_BYTES = 8 << 20  # one ranged read when copying an object to local disk
+# the answers of a HEAD that change with an object's bytes (S3, GCS, Azure spellings)
+_VERSION_FIELDS = ("ETag", "etag", "VersionId", "version_id", "generation", "md5Hash")
+# what a listing says identifies an object's content, in order: an ETag or generation, else
+# the time it was written (memory://, some HTTP servers)
+_TAGS = ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id")
+_TIMES = ("LastModified", "last_modified", "mtime", "updated", "created")
+
+
+def _tag(entry: dict[str, Any]) -> str:
+    for k in (*_TAGS, *_TIMES):
+        v = entry.get(k)
+        if v not in (None, ""):
+            if hasattr(v, "timestamp"):  # a datetime in one answer, seconds in another
+                v = v.timestamp()
+            return f"{k}={v}"
+    return ""
 
 
 # One filesystem per (process, protocol, options), shared by the stores of a process: building
@@ -319,7 +340,7 @@ class FsspecStore:
             return got
         return cache.read(key, [(start, length)], lambda groups: self._fetch(key, groups))[0]
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         cache = self.cache
         out = []
         for s, n in ranges:
@@ -329,7 +350,7 @@ class FsspecStore:
             out.append(got)
         return out
 
-    def _fetch(self, key: str, groups: list[tuple[int, int]]) -> list[bytes]:
+    def _fetch(self, key: str, groups: builtins.list[tuple[int, int]]) -> builtins.list[bytes]:
         """The bytes of disjoint ``(start, length)`` ranges of ``key`` (one request each, all
         at once), of the pinned version: DatasetChangedError if the object changed."""
         pin = self._pins.get(key)
@@ -345,8 +366,8 @@ class FsspecStore:
         return self._fetch_pinned(key, url, groups, pin)
 
     def _fetch_pinned(
-        self, key: str, url: str, groups: list[tuple[int, int]], pin: _fetch.Pin | None
-    ) -> list[bytes]:
+        self, key: str, url: str, groups: builtins.list[tuple[int, int]], pin: Pin | None
+    ) -> builtins.list[bytes]:
         raw = self.raw
         DOWN.check(raw, url)
         try:
@@ -379,18 +400,31 @@ class FsspecStore:
 
     # ---- writes --------------------------------------------------------------------------
 
-    def output(self, key: str, *, directory: bool, overwrite: bool) -> FsspecOutput:
+    def output(
+        self,
+        key: str,
+        *,
+        directory: bool,
+        overwrite: bool,
+        local: bool = False,
+        staged: bool = False,
+        marker: str | None = None,
+    ) -> FsspecOutput | SpooledOutput:
         from lmdata.storage.fsspec_output import FsspecOutput
+        from lmdata.storage.spool import SpooledOutput
 
         self.forget()
-        return FsspecOutput(self, key, directory=directory, overwrite=overwrite)
+        out = FsspecOutput(
+            self, key, directory=directory, overwrite=overwrite, stage=staged, marker=marker
+        )
+        return SpooledOutput(out, directory=directory) if local else out
 
     def remove(self, key: str) -> None:
         self.forget()
         if self.fs.exists(key):
             self.fs.rm(key, recursive=True)
 
-    def write_object(self, key: str, data: bytes | memoryview, create: bool = False) -> None:
+    def put(self, key: str, data: bytes | memoryview, *, create: bool = False) -> None:
         """Store one object; with ``create``, only if none exists (FileExistsError if one
         does: conditional on S3, a check-then-write on stores without conditional writes)."""
         self.forget()
@@ -403,6 +437,77 @@ class FsspecStore:
             if self.fs.exists(key):
                 raise FileExistsError(self.url(key)) from None
             self.fs.pipe_file(key, bytes(data))
+
+    # ---- what format code needs beyond bytes -----------------------------------------------
+
+    def local_path(self, key: str) -> None:
+        return None
+
+    def identity(self, key: str) -> bytes | None:
+        info = self.fs.info(key)
+        tags = tuple(str(info[f]) for f in _VERSION_FIELDS if info.get(f))
+        if not tags:
+            return None
+        return hashlib.blake2b(repr((info.get("size"), *tags)).encode(), digest_size=16).digest()
+
+    def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> builtins.list[bytes]:
+        if not requests:
+            return []
+        got = self.fs.cat_ranges(
+            [k for k, _, _ in requests],
+            [s for _, s, _ in requests],
+            [None if n is None else s + n for _, s, n in requests],
+            on_error="raise",
+        )
+        return [bytes(b) for b in got]
+
+    def copy_tree(self, src: str, dst: str) -> None:
+        self.forget()
+        self.fs.copy(src, dst, recursive=self.fs.isdir(src))
+
+    def get_tree(self, key: str, local: str) -> None:
+        """Each file in ranged reads of at most 8 MiB, checked against its listed size."""
+        os.makedirs(local, exist_ok=True)
+        for name in self.list(key):
+            k = join(key, name)
+            if name.startswith(".lmdata-"):
+                continue
+            if self.is_dir(k):
+                self.get_tree(k, os.path.join(local, name))
+                continue
+            size = self.size(k)
+            with open(os.path.join(local, name), "wb") as f:
+                for start in range(0, size, _GET_BYTES):
+                    want = min(_GET_BYTES, size - start)
+                    part = self.read_range(k, start, want)
+                    if len(part) != want:
+                        raise CorruptDataError(
+                            f"read {len(part)} bytes at offset {start} of a {size}-byte object "
+                            "(it changed while being copied)",
+                            path=self.url(k),
+                        )
+                    f.write(part)
+
+    def versions(self, key: str, *, recursive: bool = True) -> dict[str, tuple[int, str]]:
+        info = self.fs.info(key)
+        if info.get("type") != "directory":
+            listed = {key: info}
+        elif recursive:
+            listed = self.fs.find(key, detail=True)
+        else:
+            listed = {e["name"]: e for e in self.fs.ls(key, detail=True)}
+        return {
+            str(name).rstrip("/"): (int(e.get("size") or 0), _tag(e))
+            for name, e in listed.items()
+            if e.get("type") != "directory"
+        }
+
+    def usage(self, key: str) -> Usage:
+        n = int(self.fs.du(key, total=True))
+        return Usage(n, n)
+
+    def refresh(self, key: str) -> None:
+        self.fs.invalidate_cache(key)
 
     def close(self) -> None:
         self._fs = None

@@ -45,6 +45,7 @@ class FsspecOutput:
     """
 
     sparse = False
+    tmp: str | None = None  # objects go to the store as written
 
     def __init__(
         self,
@@ -76,7 +77,7 @@ class FsspecOutput:
             self.stage = tmp_key(self.dest) if staged else self.dest
             body = claim_body(stage=self.stage if staged else None, object=not directory or None)
             try:
-                store.write_object(self.claim, body, create=True)
+                store.put(self.claim, body, create=True)
             except FileExistsError:
                 if attempt == 0 and self._settle():
                     continue
@@ -115,7 +116,7 @@ class FsspecOutput:
     def write(self, name: str, data: bytes | memoryview) -> None:
         self._tried.add(name)  # an interrupted request may still have stored it
         try:
-            self.store.write_object(self._key(name), data, create=self._exclusive(name))
+            self.store.put(self._key(name), data, create=self._exclusive(name))
         except FileExistsError:
             raise self._lost(name) from None
         self._wrote(name)
@@ -185,7 +186,7 @@ class FsspecOutput:
             self.stage = tmp_key(self.dest)  # an old companion: never a new file beside it
         self._also[key] = None
         staged = self.stage if self.stage != self.dest else None
-        self.store.write_object(self.claim, claim_body(stage=staged, object=True, also=[key]))
+        self.store.put(self.claim, claim_body(stage=staged, object=True, also=[key]))
 
     def write_also(self, key: str, data: bytes) -> None:
         self._also[key] = bytes(data)
@@ -226,7 +227,7 @@ class FsspecOutput:
             return self._commit_pair()
         for name, data in self._last:
             try:
-                self.store.write_object(self._final(name), data, create=self.stage == self.dest)
+                self.store.put(self._final(name), data, create=self.stage == self.dest)
             except FileExistsError:
                 raise _Beaten(False) from None
         if self.stage != self.dest and self._written:
@@ -237,43 +238,43 @@ class FsspecOutput:
         the journal into the claim (old companions out first, then each staged object over
         its destination: :func:`claims.put_moves`)."""
         for name, data in self._last:
-            self.store.write_object(self._key(name), data)
+            self.store.put(self._key(name), data)
         also = [(k, v) for k, v in self._also.items() if v is not None]
         if self.stage == self.dest:
             for k, v in also:
-                self.store.write_object(k, v)
+                self.store.put(k, v)
             return
         moves = [(self.stage, self.dest)]
         for i, (k, v) in enumerate(also):
-            self.store.write_object(claims.also_stage(self.stage, i), v)
+            self.store.put(claims.also_stage(self.stage, i), v)
             moves.append((claims.also_stage(self.stage, i), k))
         gone = [k for k, _ in also]
         self._journal = claim_body(
             stage=self.stage, object=True, also=gone, committing=[], moves=moves, gone=gone
         )
-        self.store.write_object(self.claim, self._journal)
+        self.store.put(self.claim, self._journal)
         claims.put_moves(self.store, gone, moves)
 
     def _commit_in_place(self) -> None:
         """A new directory: the claim lists the validating objects (``lmdata clean`` tells a
         finished write from a dead one by them), which are then written, create-only."""
         names = [name for name, _ in self._last]
-        self.store.write_object(self.claim, claim_body(committing=names))
+        self.store.put(self.claim, claim_body(committing=names))
         for i, (name, data) in enumerate(self._last):
             try:
-                self.store.write_object(self._final(name), data, create=True)
+                self.store.put(self._final(name), data, create=True)
             except FileExistsError:
                 raise _Beaten(i > 0) from None
 
     def _commit_staged(self) -> None:
         """A staged directory: the validating objects staged too, the journal into the claim,
         then the moves of :func:`claims.put_in_place`."""
-        for name, data in self._last:
-            self.store.write_object(self._key(name), data)
+        for name, blob in self._last:
+            self.store.put(self._key(name), blob)
         last = [name for name, _ in self._last]
         data = list(dict.fromkeys(n for n in self._written if n not in set(last)))
         self._journal = claim_body(stage=self.stage, committing=last, data=data, marker=self.marker)
-        self.store.write_object(self.claim, self._journal)
+        self.store.put(self.claim, self._journal)
         try:
             claims.put_in_place(
                 self.store,

@@ -15,8 +15,12 @@ serving its old bytes).
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import hashlib
 import mmap as _mmap
 import os
+import shutil
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -24,8 +28,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lmdata.errors import DatasetChangedError, LmdataError, UnsafeDataError
-from lmdata.storage.base import MAX_READ_BYTES
-from lmdata.storage.paths import AtomicOutput
+from lmdata.storage.base import MAX_READ_BYTES, Usage
+from lmdata.storage.paths import AtomicOutput, _remove, _tmp_sibling, link_or_copy
 
 MAX_OPEN_FILES = 64
 
@@ -210,7 +214,7 @@ class LocalStore:
             h.used = True
         return os.pread(h.fd, length, start)
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         h = self._fds.get(key)
         if h is None:
             h = self._open(key)
@@ -247,15 +251,115 @@ class LocalStore:
                     path=key,
                 ) from None
 
-    def output(self, key: str, *, directory: bool, overwrite: bool) -> LocalOutput:
+    def output(
+        self,
+        key: str,
+        *,
+        directory: bool,
+        overwrite: bool,
+        local: bool = False,
+        staged: bool = False,
+        marker: str | None = None,
+    ) -> LocalOutput:
+        """Always built in a local temporary sibling and renamed into place (``local`` and
+        ``staged`` are how every local output works; ``marker`` has no moves to guard)."""
         self.forget()
         return LocalOutput(self, key, directory=directory, overwrite=overwrite)
 
     def remove(self, key: str) -> None:
-        from lmdata.storage.paths import _remove
-
         self.forget()
         _remove(Path(key))
+
+    # ---- what format code needs beyond bytes -----------------------------------------------
+
+    def local_path(self, key: str) -> str:
+        return os.fspath(key)
+
+    def identity(self, key: str) -> bytes:
+        st = os.stat(key)  # ctime: no one can set it back
+        parts = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        return hashlib.blake2b(repr(parts).encode(), digest_size=16).digest()
+
+    def put(self, key: str, data: bytes | memoryview, *, create: bool = False) -> None:
+        """A temporary sibling renamed into place (with ``create``: hard-linked, which fails
+        if the name exists)."""
+        key = os.fspath(key)
+        self._pins.pop(key, None)  # what is read next is what was written
+        tmp = _tmp_sibling(Path(key))
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+            if create:
+                os.link(tmp, key)
+            else:
+                os.replace(tmp, key)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def read_many(self, requests: Sequence[tuple[str, int, int | None]]) -> builtins.list[bytes]:
+        """Each file opened once per call, however many of its ranges are asked for."""
+        out = []
+        files: dict[str, BinaryIO] = {}
+        try:
+            for key, start, length in requests:
+                f = files.get(key)
+                if f is None:
+                    f = files[key] = open(key, "rb")
+                f.seek(start)
+                out.append(f.read() if length is None else f.read(length))
+        finally:
+            for f in files.values():
+                f.close()
+        return out
+
+    def copy_tree(self, src: str, dst: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+        if os.path.isdir(src):
+            shutil.copytree(src, dst, copy_function=link_or_copy)
+        else:
+            link_or_copy(src, dst)
+
+    def get_tree(self, key: str, local: str) -> None:
+        shutil.copytree(
+            key,
+            local,
+            copy_function=link_or_copy,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns(".lmdata-*"),
+        )
+
+    def versions(self, key: str, *, recursive: bool = True) -> dict[str, tuple[int, str]]:
+        if os.path.isfile(key):
+            st = os.stat(key)
+            return {os.fspath(key): (st.st_size, f"mtime_ns={st.st_mtime_ns}")}
+        out = {}
+        walk = os.walk(key) if recursive else [(key, [], self.list(key))]
+        for root, _dirs, files in walk:
+            for f in files:
+                p = os.path.join(root, f)
+                with contextlib.suppress(OSError):
+                    st = os.stat(p)
+                    if os.path.isfile(p):
+                        out[p] = (st.st_size, f"mtime_ns={st.st_mtime_ns}")
+        return out
+
+    def usage(self, key: str) -> Usage:
+        """Allocated bytes (``st_blocks``) and apparent bytes, from one walk."""
+        if os.path.isfile(key):
+            st = os.stat(key)
+            return Usage(st.st_blocks * 512, st.st_size)
+        disk = apparent = 0
+        for root, _dirs, files in os.walk(key):
+            for f in files:
+                with contextlib.suppress(OSError):
+                    st = os.stat(os.path.join(root, f))
+                    disk += st.st_blocks * 512
+                    apparent += st.st_size
+        return Usage(disk, apparent)
+
+    def refresh(self, key: str) -> None:
+        """Nothing: a local listing is never cached."""
 
     def close(self) -> None:
         """Forget the open files; each closes now, or when a read still using it is done."""
@@ -283,9 +387,10 @@ class LocalOutput:
         self.store = store
         self._atomic = AtomicOutput(key, directory=directory, overwrite=overwrite)
         self.dest = str(self._atomic.dest)
-        self.tmp = str(self._atomic.tmp)
+        self.tmp: str | None = str(self._atomic.tmp)
 
     def _path(self, name: str) -> str:
+        assert self.tmp is not None
         if not name:
             return self.tmp
         p = os.path.join(self.tmp, name)
@@ -301,7 +406,13 @@ class LocalOutput:
         return open(self._path(name), "wb", buffering=WRITE_BUFFER)  # the caller closes it
 
     def write_last(self, name: str, data: bytes) -> None:
-        self.write(name, data)  # the rename in commit makes everything visible at once
+        # the rename in commit makes everything visible at once; the file is replaced, never
+        # written through (a folder built of hard links to another dataset's files keeps them)
+        path = self._path(name)
+        tmp = _tmp_sibling(Path(path))
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
 
     def commit(self) -> None:
         self._atomic.finish()

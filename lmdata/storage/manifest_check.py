@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
@@ -72,7 +73,7 @@ def find(store: Store, key: str, is_dir: bool | None = None) -> Found | None:
 def _cached(store: Store, key: str) -> bool:
     """Whether an object store's listings cache knows ``key`` or its folder (a reader listed
     them): then telling a folder from an object costs no request."""
-    fs = getattr(store, "fs", None)
+    fs: Any = getattr(store, "fs", None)
     cache = getattr(fs, "dircache", None)
     if not cache:
         return False
@@ -83,7 +84,7 @@ def _cached(store: Store, key: str) -> bool:
 def _listed(store: Store, folder: str, name: str) -> bool:
     """False only when an object store's cached listing of ``folder`` (a reader's) shows no
     ``name``: no request is spent looking for a manifest that is not there."""
-    fs = getattr(store, "fs", None)
+    fs: Any = getattr(store, "fs", None)
     cache = getattr(fs, "dircache", None) if not store.can_mmap else None
     if not cache:
         return True

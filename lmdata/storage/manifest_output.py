@@ -37,10 +37,15 @@ def output(
     overwrite: bool,
     manifest: bool = True,
     format: str | None = None,
+    local: bool = False,
+    staged: bool = False,
+    marker: str | None = None,
 ) -> ManifestOutput:
     """``store.output(key, ...)`` with a manifest written at commit (unless ``manifest`` is
     False: the output then only passes everything on)."""
-    inner = store.output(key, directory=directory, overwrite=overwrite)
+    inner = store.output(
+        key, directory=directory, overwrite=overwrite, local=local, staged=staged, marker=marker
+    )
     return ManifestOutput(inner, directory=directory, enabled=manifest, format=format)
 
 
@@ -69,7 +74,7 @@ class ManifestOutput:
         self._digests: dict[str, Digest] = {}
         self._records: dict[str, int] = {}
         self._carried: dict[str, FileEntry] = {}
-        self.block = group.block if group is not None else _digest.BLOCK
+        self.block: int = group.block if group is not None else _digest.BLOCK
         self.records: int | None = None  # the dataset's records, when the writer says
         self._group = group if group is not None else self
         self._members: list[ManifestOutput] = [self]
@@ -79,8 +84,8 @@ class ManifestOutput:
 
     @property
     def tmp(self) -> str | None:
-        """The local temporary path being written (a local output), else None."""
-        return getattr(self.inner, "tmp", None)
+        """The local path the dataset is built in (a local output), else None."""
+        return self.inner.tmp
 
     def _name(self, name: str) -> str:
         """A name in the manifest: relative to the folder, or the one file's own name."""

@@ -13,11 +13,11 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from lmdata.errors import DatasetNotFoundError, OutputExistsError
+from lmdata.errors import OutputExistsError
+from lmdata.storage.schemes import local_path
 
 _W = TypeVar("_W", bound="AtomicWriter")
 
@@ -52,6 +52,14 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
+def link_or_copy(src: str, dst: str) -> None:
+    """``dst`` as a hard link to ``src`` where the file system allows, else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def remove_staged(dest: str | os.PathLike[str]) -> None:
     """Remove the staged (``.lmdata-tmp-NAME-*``) siblings of local output ``dest`` that a
     killed writer left: never a dataset, and in the way of a resumed job's commit."""
@@ -66,8 +74,6 @@ def check_output(dest: str | os.PathLike[str], overwrite: bool, what: str = "thi
     A URL is refused (``file://`` is taken as its local path): callers of this function write
     local files; writers that support URLs go through :func:`lmdata.storage.resolve`.
     """
-    from lmdata.storage.urls import local_path
-
     dest = local_path(dest, what)
     if (dest.exists() or dest.is_symlink()) and not overwrite:
         raise OutputExistsError(
@@ -187,108 +193,3 @@ class AtomicWriter:
             self.close()
         else:
             self.abort()
-
-
-def check_dest(
-    dest: str | os.PathLike[str],
-    overwrite: bool,
-    storage_options: dict[str, Any] | None = None,
-) -> str:
-    """Like :func:`check_output` for writers that accept URLs: the destination as a string (a
-    URL stays a URL, ``file://`` becomes its path), refused if something exists there. On an
-    object store, what a dead writer left there is settled first (its claim says so, see
-    :func:`lmdata.storage.claims.takeover`): it is no output; a claim that stands is refused
-    with its own message."""
-    from lmdata.storage import claims
-    from lmdata.storage.urls import resolve, scheme
-
-    s = scheme(dest)
-    if s is None or s == "file":
-        return str(check_output(dest, overwrite))
-    store, key = resolve(dest, storage_options)
-    if store.exists(key) and not overwrite:
-        claim = claims.claim_key(key)
-        if store.exists(claim):
-            settled = claims.takeover(store, claim)  # type: ignore[arg-type]
-            if settled == "stands":
-                raise OutputExistsError(claims.refusal(store, claim), path=store.url(claim))  # type: ignore[arg-type]
-            if settled == "own" or not store.exists(key):  # a resumed job replaces its own
-                return os.fspath(dest)
-        raise OutputExistsError(
-            "output already exists; remove it or pass overwrite=True (--overwrite)",
-            path=os.fspath(dest),
-        )
-    return os.fspath(dest)
-
-
-def require_exists(
-    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
-) -> Path:
-    """``path`` as a Path if something exists there, else DatasetNotFoundError.
-
-    A URL is checked in its store and returned unchanged (typed as a Path for the callers that
-    only pass it on; readers that support URLs resolve it with :func:`lmdata.storage.resolve`,
-    the others refuse it through :func:`lmdata.storage.local_path`). ``file://`` URLs become
-    their local path; a scheme lmdata cannot serve is an error, never a local folder.
-    """
-    from lmdata.storage.urls import resolve, scheme
-
-    s = scheme(path)
-    if s is not None and s != "file":
-        store, key = resolve(path, storage_options)
-        if not store.exists(key):
-            missing = getattr(store, "missing", None)  # says whether the bucket is missing
-            if missing is not None:
-                raise missing(key)
-            raise DatasetNotFoundError("no such object or directory", path=os.fspath(path))
-        return os.fspath(path)  # type: ignore[return-value]
-    if storage_options:
-        resolve(path, storage_options)  # refuses options for a local path
-    p = Path(resolve(path)[1]) if s == "file" else Path(path)
-    if scheme(p) is not None:  # Path drops the "./" of ./tar:x.jsonl: the name alone is a URL
-        p = p.absolute()
-    if not (p.exists() or p.is_symlink()):
-        raise DatasetNotFoundError("no such file or directory", path=p)
-    return p
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Bytes below a path: allocated on disk (sparse padding counts as nothing) and apparent
-    (the sum of file sizes). On object stores both are the bytes of the objects."""
-
-    disk: int
-    apparent: int
-
-
-def usage(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Usage:
-    """Both sizes of ``path`` from one walk (one ``du`` listing on object stores)."""
-    from lmdata.storage.urls import resolve, scheme
-
-    s = scheme(path)
-    if s is not None and s != "file":
-        store, key = resolve(path, storage_options)
-        n = int(store.fs.du(key, total=True))  # type: ignore[attr-defined]
-        return Usage(n, n)
-    p = Path(resolve(path)[1]) if s == "file" else Path(path)
-    if p.is_file():
-        st = p.stat()
-        return Usage(st.st_blocks * 512, st.st_size)
-    disk = apparent = 0
-    for root, _dirs, files in os.walk(p):
-        for f in files:
-            with contextlib.suppress(OSError):
-                st = os.stat(os.path.join(root, f))
-                disk += st.st_blocks * 512
-                apparent += st.st_size
-    return Usage(disk, apparent)
-
-
-def disk_usage(path: str | os.PathLike[str]) -> int:
-    """Bytes allocated on disk below ``path`` (sparse padding counts as nothing)."""
-    return usage(path).disk
-
-
-def apparent_size(path: str | os.PathLike[str]) -> int:
-    """Sum of file sizes below ``path``."""
-    return usage(path).apparent

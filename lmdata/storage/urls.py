@@ -1,4 +1,6 @@
-"""From what a user typed (a path or a URL) to a store and a key, or a clear refusal.
+"""From what a user typed (a path or a URL) to a store and a key, or a clear refusal; and the
+checks of outputs and inputs that need a store (:func:`check_dest`, :func:`require_exists`,
+:func:`usage`).
 
 A URL is never taken for a local path: ``s3://bucket/x`` opens an S3 store (or says which
 extra to install), and a scheme lmdata cannot serve is an error, never a local folder ``s3:``.
@@ -8,38 +10,45 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
-from lmdata.errors import InvalidInputError, MissingDependencyError
-from lmdata.storage.base import Store
+from lmdata.errors import (
+    DatasetNotFoundError,
+    InvalidInputError,
+    MissingDependencyError,
+    OutputExistsError,
+)
+from lmdata.storage import claims
+from lmdata.storage.base import Store, Usage
 from lmdata.storage.fsspec import FsspecStore
 from lmdata.storage.local import LocalStore
+from lmdata.storage.paths import check_output
+from lmdata.storage.schemes import (
+    EXTRAS,
+    SUPPORTED,
+    _file_url_path,
+    is_url,
+    local_path,
+    refuse,
+    scheme,
+)
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):(//)?")
-_CHAIN = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)::")
-# the schemes lmdata serves (file:// is a local path); every other one is refused by name
-SUPPORTED = ("file", "memory", "s3", "s3a", "gs", "gcs")
-# schemes whose filesystem package is an lmdata extra
-EXTRAS = {
-    "s3": ("s3fs", "s3"),
-    "s3a": ("s3fs", "s3"),
-    "gs": ("gcsfs", "gcs"),
-    "gcs": ("gcsfs", "gcs"),
-}
-# what to use instead of a scheme lmdata refuses
-_INSTEAD = {
-    "http": "download the files first (curl -O, wget) or copy them to an object store",
-    "https": "download the files first (curl -O, wget) or copy them to an object store",
-    "local": "give the path itself (data/x) or a file:// URL (file:///abs/data/x)",
-    "hdfs": "copy the data to a local folder or an object store (s3://, gs://)",
-}
-_OTHER_NAMES = {"http", "https", "local", "hdfs", "ftp", "sftp", "github", "zip", "tar"}
-
+__all__ = [
+    "EXTRAS",
+    "SUPPORTED",
+    "check_dest",
+    "is_url",
+    "local_path",
+    "options_scope",
+    "refuse",
+    "require_exists",
+    "resolve",
+    "scheme",
+    "usage",
+]
 
 # storage_options for URLs resolved inside lmdata.open/writer/... calls (see :func:`options_scope`)
 _SCOPED: ContextVar[dict[str, Any] | None] = ContextVar("lmdata_storage_options", default=None)
@@ -59,122 +68,6 @@ def options_scope(storage_options: dict[str, Any] | None) -> Iterator[None]:
         yield
     finally:
         _SCOPED.reset(token)
-
-
-def _protocols() -> frozenset[str]:
-    """Every scheme that names a filesystem (fsspec's list and lmdata's), lower case."""
-    global _KNOWN
-    if _KNOWN is None:
-        try:
-            from fsspec.registry import known_implementations, registry
-        except ImportError:  # pragma: no cover (fsspec is a core dependency)
-            return frozenset(SUPPORTED) | _OTHER_NAMES
-        _KNOWN = frozenset(known_implementations) | frozenset(registry)
-        _KNOWN |= frozenset(SUPPORTED) | _OTHER_NAMES
-    return _KNOWN
-
-
-_KNOWN: frozenset[str] | None = None
-
-
-def scheme(path: str | os.PathLike[str]) -> str | None:
-    """The URL scheme of ``path`` (lower case), or None for a plain local path. A chained
-    fsspec URL (``simplecache::s3://...``) gives its first scheme, a URL with its slashes
-    missing (``s3:bucket/x``) its scheme: both are URLs, refused by :func:`resolve`, never
-    local names."""
-    path = os.fspath(path)
-    if not isinstance(path, str):
-        return None
-    m = _CHAIN.match(path)
-    if m is not None and m.group(1).lower() in _protocols():
-        return m.group(1).lower()
-    m = _SCHEME.match(path)
-    if m is None:
-        return None
-    s = m.group(1).lower()
-    if not m.group(2) and not path[m.end() :].startswith("/"):
-        return s if s in _protocols() else None  # "name:tag" is a local file name
-    return s
-
-
-def is_url(path: str | os.PathLike[str]) -> bool:
-    """True for ``scheme://...`` (including ``file://``), False for local paths."""
-    return scheme(path) is not None
-
-
-def refuse(url: str, s: str) -> None:
-    """InvalidInputError for a URL lmdata cannot serve as typed (a chained fsspec URL, slashes
-    missing, credentials in it, a scheme not supported), saying what to write instead; the
-    message shows the URL with any secret masked."""
-    chained = _CHAIN.match(url)
-    if chained is not None and chained.group(1).lower() == s:
-        inner = url.rsplit("::", 1)[-1]
-        instead = (
-            f"give the URL itself ({inner}): lmdata keeps what it reads in its own memory cache "
-            "(LMDATA_CACHE_BYTES)"
-            if "cache" in s
-            else "unpack or copy the data to a local folder or an object store (s3://, gs://)"
-        )
-        raise InvalidInputError(
-            f"chained fsspec URLs ({s}::...) are not supported: {instead}", path=url
-        )
-    if s == "file":
-        if not url[len(s) + 1 :].startswith("/"):  # file URLs hold absolute paths
-            raise InvalidInputError(
-                f"this is no file URL (file:///absolute/path); for a local file of that name "
-                f"write its path from the root: {os.path.abspath(url)}",
-                path=url,
-            )
-        return
-    if not url[len(s) + 1 :].startswith("//"):
-        rest = url[len(s) + 1 :].lstrip("/")
-        raise InvalidInputError(
-            f"this looks like a {s}:// URL with its slashes missing; write {s}://{rest} (or "
-            f"{os.path.abspath(url)} for a local file of that name)",
-            path=url,
-        )
-    if s not in SUPPORTED:
-        instead = _INSTEAD.get(s, "give a local path, or copy the data to an object store")
-        raise InvalidInputError(
-            f"lmdata does not support {s}:// URLs (it reads and writes local paths and "
-            f"{', '.join(f'{x}://' for x in SUPPORTED)}): {instead}",
-            path=url,
-        )
-    netloc = url[len(s) + 3 :].split("/", 1)[0]
-    if "@" in netloc:
-        raise InvalidInputError(
-            f"credentials in a {s}:// URL are not supported (and are not shown): pass them "
-            "as storage options (storage_options= / --storage-option key=... secret=...) or "
-            "in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)",
-            path=url,
-        )
-
-
-def local_path(path: str | os.PathLike[str], what: str = "this format") -> Path:
-    """``path`` as a local Path (``file://`` URLs included); any other URL is refused with a
-    message saying that ``what`` reads and writes local paths only in this version."""
-    s = scheme(path)
-    if s is None:
-        return Path(path)
-    refuse(os.fspath(path), s)
-    if s == "file":
-        return Path(_file_url_path(os.fspath(path)))
-    raise InvalidInputError(
-        f"{what} reads and writes local paths only in this version; copy the data to a local "
-        "directory, or use a format that supports URLs (flat-tokens, mds)",
-        path=os.fspath(path),
-    )
-
-
-def _file_url_path(url: str) -> str:
-    rest = url.split(":", 1)[1]
-    if rest.startswith("//"):
-        rest = rest[2:]
-        host, _, p = rest.partition("/")
-        if host not in ("", "localhost"):
-            raise InvalidInputError(f"file URL on another host {host!r}", path=url)
-        rest = "/" + p
-    return unquote(rest)
 
 
 def _fsspec_protocol(s: str, path: str) -> str:
@@ -218,3 +111,78 @@ def resolve(
     if s == "memory":
         key = "/" + key.lstrip("/")  # fsspec's memory filesystem roots its keys at "/"
     return store, key
+
+
+def check_dest(
+    dest: str | os.PathLike[str],
+    overwrite: bool,
+    storage_options: dict[str, Any] | None = None,
+) -> str:
+    """Like :func:`check_output` for writers that accept URLs: the destination as a string (a
+    URL stays a URL, ``file://`` becomes its path), refused if something exists there. On an
+    object store, what a dead writer left there is settled first (its claim says so, see
+    :func:`lmdata.storage.claims.takeover`): it is no output; a claim that stands is refused
+    with its own message."""
+    s = scheme(dest)
+    if s is None or s == "file":
+        return str(check_output(dest, overwrite))
+    store, key = resolve(dest, storage_options)
+    if store.exists(key) and not overwrite:
+        claim = claims.claim_key(key)
+        if store.exists(claim):
+            settled = claims.takeover(store, claim)  # type: ignore[arg-type]
+            if settled == "stands":
+                raise OutputExistsError(claims.refusal(store, claim), path=store.url(claim))  # type: ignore[arg-type]
+            if settled == "own" or not store.exists(key):  # a resumed job replaces its own
+                return os.fspath(dest)
+        raise OutputExistsError(
+            "output already exists; remove it or pass overwrite=True (--overwrite)",
+            path=os.fspath(dest),
+        )
+    return os.fspath(dest)
+
+
+def require_exists(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> Path:
+    """``path`` as a Path if something exists there, else DatasetNotFoundError.
+
+    A URL is checked in its store and returned unchanged (typed as a Path for the callers that
+    only pass it on; readers that support URLs resolve it with :func:`lmdata.storage.resolve`,
+    the others refuse it through :func:`lmdata.storage.local_path`). ``file://`` URLs become
+    their local path; a scheme lmdata cannot serve is an error, never a local folder.
+    """
+    s = scheme(path)
+    if s is not None and s != "file":
+        store, key = resolve(path, storage_options)
+        if not store.exists(key):
+            missing = getattr(store, "missing", None)  # says whether the bucket is missing
+            if missing is not None:
+                raise missing(key)
+            raise DatasetNotFoundError("no such object or directory", path=os.fspath(path))
+        return os.fspath(path)  # type: ignore[return-value]
+    if storage_options:
+        resolve(path, storage_options)  # refuses options for a local path
+    p = Path(resolve(path)[1]) if s == "file" else Path(path)
+    if scheme(p) is not None:  # Path drops the "./" of ./tar:x.jsonl: the name alone is a URL
+        p = p.absolute()
+    if not (p.exists() or p.is_symlink()):
+        raise DatasetNotFoundError("no such file or directory", path=p)
+    return p
+
+
+def usage(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Usage:
+    """Both sizes of ``path`` from one walk (one ``du`` listing on object stores)."""
+    remote = scheme(path) not in (None, "file")
+    store, key = resolve(path, storage_options if remote else None)
+    return store.usage(key)
+
+
+def disk_usage(path: str | os.PathLike[str]) -> int:
+    """Bytes allocated on disk below ``path`` (sparse padding counts as nothing)."""
+    return usage(path).disk
+
+
+def apparent_size(path: str | os.PathLike[str]) -> int:
+    """Sum of file sizes below ``path``."""
+    return usage(path).apparent

@@ -12,14 +12,17 @@ from files.
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmdata import _json
+from lmdata._options import unknown_option
 from lmdata._provenance import command_scope, unsaved_tokenizer
 from lmdata.errors import InvalidInputError
 from lmdata.storage import is_url
@@ -182,7 +185,7 @@ def tokenize(
     inputs: Paths | list[Paths] | Iterable[Any],
     output: Paths,
     *,
-    to: str | None = None,
+    format: str | None = None,
     tokenizer: Any = "bytes",
     text_key: str = "text",
     validation: Paths | list[Paths] | None = None,
@@ -203,25 +206,27 @@ def tokenize(
     overwrite: bool = False,
     progress: OnProgress | None = None,
     storage_options: dict[str, Any] | None = None,
-    format: str | None = None,
-    **writer_options: Any,
+    writer_options: dict[str, Any] | None = None,
+    to: str | None = None,
+    **legacy: Any,
 ) -> Summary:
-    """Tokenize ``inputs`` into a token dataset of format ``to`` at ``output``; return what was
+    """Tokenize ``inputs`` into a token dataset of ``format`` at ``output``; return what was
     done (``documents_read``, ``documents_written``, ``tokens``, ...).
 
-    ``to`` defaults to flat-tokens. ``inputs``: a path, a URL (``s3://``, ``memory://``, ...)
-    or a list of them (JSONL[.gz|.zst]
-    files or folders, Dolma trees, Parquet, text files, lmdata record datasets), or documents:
-    any other iterable of strings or of dicts holding ``text_key`` (a generator, a list of
-    dicts, a Hugging Face ``datasets.Dataset``). ``tokenizer``: ``"bytes"``, a local file
+    ``format`` defaults to flat-tokens (``to=`` is its old name: deprecated). ``inputs``: a
+    path, a URL (``s3://``, ``memory://``, ...) or a list of them (JSONL[.gz|.zst] files or
+    folders, Dolma trees, Parquet, text files, lmdata record datasets), or documents: any
+    other iterable of strings or of dicts holding ``text_key`` (a generator, a list of dicts,
+    a Hugging Face ``datasets.Dataset``). ``tokenizer``: ``"bytes"``, a local file
     (``tokenizer.json``, ``*.tiktoken``, ``*.model``), or a ``tokenizers.Tokenizer``,
     transformers fast tokenizer or tiktoken ``Encoding`` object. ``output`` may be a URL;
-    ``storage_options`` are for the URLs of inputs and output. ``format`` is another name
-    for ``to`` (as ``lmdata.open`` calls it). The other options are the CLI's
-    (``special_tokens`` is ``--special-tokens/--no-special-tokens``); ``writer_options`` go to
-    the format's writer (``chunk_tokens``, ``compression``). ``encoder`` is ``"auto"`` (the
-    fast encoder when installed and exact for the tokenizer, else the reference), ``"fast"``
-    or ``"hf"`` (the tokenizer's reference library); every one writes the same tokens.
+    ``storage_options`` are for the URLs of inputs and output. The other options are the
+    CLI's (``special_tokens`` is ``--special-tokens/--no-special-tokens``); ``writer_options``
+    go to the format's writer (``{"chunk_tokens": ..., "compression": ...}``; given as
+    keywords of their own they are deprecated). An unknown option is an InvalidInputError.
+    ``encoder`` is ``"auto"`` (the fast encoder when installed and exact for the tokenizer,
+    else the reference), ``"fast"`` or ``"hf"`` (the tokenizer's reference library); every
+    one writes the same tokens.
 
     The output is the same for every ``engine`` and number of ``workers``, appears only when
     the job succeeds, and records the tokenizer that made it (``lmdata.info(output)``).
@@ -233,9 +238,7 @@ def tokenize(
     from lmdata.parallel import check_choice, executor_for
     from lmdata.tokenize.pipeline import tokenize as run
 
-    if format is not None and to is not None and format != to:
-        raise InvalidInputError(f"to={to!r} and format={format!r}: give the format once")
-    to = to or format or DEFAULT_FORMAT
+    to, writer_options = _target(format, to, writer_options, legacy)
     if validation is not None and not _is_paths(validation):
         raise InvalidInputError("validation= takes a path or a list of paths")
     if isinstance(validation, (str, os.PathLike)):
@@ -295,6 +298,45 @@ def tokenize(
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def _target(
+    format: str | None,
+    to: str | None,
+    writer_options: dict[str, Any] | None,
+    legacy: dict[str, Any],
+) -> tuple[str, dict[str, Any]]:
+    """The target format and its writer options, from the names of today and the deprecated
+    ones (``to=``, writer options as keywords), each warned; an unknown keyword is an
+    InvalidInputError naming tokenize's options."""
+    from lmdata import formats
+    from lmdata.formats._spec import writer_option_names
+
+    if to is not None:
+        warnings.warn(
+            "lmdata.tokenize(to=) is deprecated and goes in lmdata 0.3; pass format=",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if format is not None and format != to:
+            raise InvalidInputError(f"to={to!r} and format={format!r}: give the format once")
+    name = format or to or DEFAULT_FORMAT
+    opts = dict(writer_options or {})
+    if legacy:
+        own = set(inspect.signature(tokenize).parameters) - {"inputs", "output", "legacy", "to"}
+        taken = writer_option_names(formats.spec(name))
+        for key, value in legacy.items():
+            if taken is not None and key not in taken:
+                raise unknown_option(key, own, "lmdata.tokenize")
+            warnings.warn(
+                f"lmdata.tokenize({key}=...) is deprecated and goes in lmdata 0.3; pass "
+                f"writer_options={{{key!r}: ...}}",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            opts[key] = value
+    formats.check_writer_options(formats.spec(name), opts, "lmdata.tokenize")
+    return name, opts
+
+
 def _describe(inputs: Any, output: Paths, job: TokenizeJob, tokenizer: Any) -> str:
     """How a Python call is recorded in the dataset's provenance."""
     if isinstance(inputs, (str, os.PathLike)):
@@ -308,4 +350,4 @@ def _describe(inputs: Any, output: Paths, job: TokenizeJob, tokenizer: Any) -> s
         if isinstance(tokenizer, (str, os.PathLike)) or hasattr(tokenizer, "spec")
         else f"<{type(tokenizer).__name__}>"
     )
-    return f"lmdata.tokenize({what}, {os.fspath(output)!r}, to={job.to!r}, tokenizer={tok})"
+    return f"lmdata.tokenize({what}, {os.fspath(output)!r}, format={job.to!r}, tokenizer={tok})"

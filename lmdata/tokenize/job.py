@@ -8,6 +8,7 @@ from typing import Any
 from lmdata import formats
 from lmdata.errors import InvalidInputError
 from lmdata.formats import FormatSpec, TokenTarget
+from lmdata.formats._spec import check_writer_options
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class TokenizeJob:
                 f"{', '.join(formats.token_targets())}"
             )
         object.__setattr__(self, "to", target.name)  # an alias becomes the format's name
+        check_writer_options(target, self.writer_options, "lmdata.tokenize")
         if not 0.0 <= self.validation_fraction < 1.0:
             raise InvalidInputError(
                 f"validation_fraction must be in [0, 1), got {self.validation_fraction}"

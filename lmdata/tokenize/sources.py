@@ -233,8 +233,6 @@ class _StoreFile(io.RawIOBase):
         self.store, self.key = store, key
         self.size = store.size(key)
         self.pos = 0
-        fs = getattr(store, "fs", None)  # an fsspec store: read through its filesystem
-        self._cat = getattr(fs, "cat_file", None)
 
     def readable(self) -> bool:
         return True
@@ -254,10 +252,7 @@ class _StoreFile(io.RawIOBase):
         n = max(0, min(len(b), self.size - self.pos))
         if n == 0:
             return 0
-        if self._cat is not None:
-            data = self._cat(self.key, start=self.pos, end=self.pos + n)
-        else:
-            data = self.store.read_range(self.key, self.pos, n)
+        data = self.store.read_many([(self.key, self.pos, n)])[0]  # uncached
         b[: len(data)] = data
         self.pos += len(data)
         return len(data)
@@ -493,19 +488,6 @@ class Unreadable:
 
 # ---- what --resume compares ------------------------------------------------------------------
 
-_TAGS = ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id")  # content ids
-_TIMES = ("LastModified", "last_modified", "mtime", "updated", "created")  # else: when written
-
-
-def _tag(entry: dict[str, Any]) -> str:
-    """What a store's listing says identifies an object's content: an ETag or generation, else
-    the time it was written (memory://, some HTTP servers), else nothing (the size alone)."""
-    for k in (*_TAGS, *_TIMES):
-        v = entry.get(k)
-        if v not in (None, ""):
-            return f"{k}={v}"
-    return ""
-
 
 def input_versions(
     inputs: list[InputFile], storage_options: dict[str, Any] | None = None
@@ -523,24 +505,23 @@ def input_versions(
             out.append(f"mtime={int(os.stat(i.path).st_mtime)}")
             continue
         store, key = resolve(i.path, storage_options)
-        fs = getattr(store, "fs", None)
-        if fs is None:  # a file:// URL: a local path
-            out.append(f"mtime={int(os.stat(key).st_mtime)}")
+        local = store.local_path(key)
+        if local is not None:  # a file:// URL: a local path
+            out.append(f"mtime={int(os.stat(local).st_mtime)}")
             continue
         try:
             if i.kind == "dataset":
-                found = fs.find(key, detail=True)
                 h = hashlib.sha256()
-                for name in sorted(found):
-                    h.update(f"{name}\0{found[name].get('size')}\0{_tag(found[name])}\n".encode())
+                for name, (n, tag) in sorted(store.versions(key).items()):
+                    h.update(f"{name}\0{n}\0{tag}\n".encode())
                 out.append(f"tree={h.hexdigest()}")
                 continue
             folder = key.rstrip("/").rsplit("/", 1)[0]
             if (store.id, folder) not in listed:
-                entries = fs.ls(folder, detail=True)
-                listed[store.id, folder] = {str(e["name"]).strip("/"): e for e in entries}
-            entry = listed[store.id, folder].get(key.strip("/")) or fs.info(key)
-            out.append(_tag(entry))
+                found = store.versions(folder, recursive=False)
+                listed[store.id, folder] = {k.strip("/"): v for k, v in found.items()}
+            got = listed[store.id, folder].get(key.strip("/"))
+            out.append((got or next(iter(store.versions(key).values()), (0, "")))[1])
         except (OSError, ValueError, NotImplementedError):
             out.append("")  # a store that cannot say: the size stands for the version
     return out

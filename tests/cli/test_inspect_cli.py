@@ -305,7 +305,7 @@ def test_stats_and_cat_decode_do_not_scan_a_pbin_for_info(tmp_path, monkeypatch)
     from lmdata.formats.modalities.reader import PackedTokens
 
     p = tmp_path / "o.pbin"
-    lmdata.tokenize(iter(TEXTS), p, tokenizer="bytes", to="modalities", append_eod=False)
+    lmdata.tokenize(iter(TEXTS), p, tokenizer="bytes", format="modalities", append_eod=False)
     scans = []
     prop = PackedTokens.max_token_id
 

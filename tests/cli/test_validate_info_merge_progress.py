@@ -100,7 +100,7 @@ def test_merge_prints_progress_and_its_summary(tmp_path: Path) -> None:
         paths.append(str(p))
     out = tmp_path / "m.pbin"
     res = run("merge", *paths, "-o", str(out))
-    assert res.exit_code == 0 and res.stdout.startswith("merged 2 files: 6 documents")
+    assert res.exit_code == 0 and res.stdout.startswith("merged 2 modalities inputs: 6 records")
     lines = res.stderr.splitlines()
     assert lines[0].startswith("merge: 0 B of ") and lines[-1].startswith("merge: done, "), lines
     quiet = run("merge", *paths, "-o", str(out), "--overwrite", "-q")

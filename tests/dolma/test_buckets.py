@@ -70,14 +70,14 @@ def test_a_store_fetches_pieces_in_batches_and_in_order(pieces, fetch_bytes):
     local = Spill(tempfile.mkdtemp())
     local.make()
     for k, arr in enumerate(objs):
-        store.write_object(f"{key}/h/{k}", arr.tobytes())
+        store.put(f"{key}/h/{k}", arr.tobytes())
         local.save("h", str(k), arr)
     ranges = [(f"h/{k}", min(a, b), max(a, b)) for k, a, b in pieces]
     ok = [r for r in ranges if r[2] <= 25]
     want = np.concatenate([objs[int(n[2:])][a:b] for n, a, b in ok] or [np.zeros(0, np.uint32)])
     remote = Spill(root)
     calls = []
-    fs = remote._remote[0].fs
+    fs = remote._where[0].fs
     real = fs.cat_ranges
     held = _buckets.FETCH_BYTES
     _buckets.FETCH_BYTES = fetch_bytes

@@ -278,7 +278,7 @@ def test_documents_on_s3_get_the_local_bytes(tmp_path: Path, s3_root: str) -> No
     decontaminate(_cfg(tmp_path), engine="inprocess", range_bytes=20_000)
     store, key = resolve(s3_root)
     for p in sorted((tmp_path / "ds" / "documents").iterdir()):
-        store.write_object(f"{key}/documents/{p.name}", p.read_bytes())
+        store.put(f"{key}/documents/{p.name}", p.read_bytes())
     cfg = DecontamConfig.from_dict(
         {
             "documents": [f"{s3_root}/documents/*"],

@@ -66,7 +66,7 @@ def test_buckets_beside_an_output_on_a_store(tmp_path, memory_root, spills, mode
     spills.clear()
     store, key = resolve(memory_root)
     for p in PARTS:
-        store.write_object(f"{key}/documents/{p}", (DATA / p).read_bytes())
+        store.put(f"{key}/documents/{p}", (DATA / p).read_bytes())
     res = _run(f"{memory_root}/documents/*.gz", MODES[mode])
     assert res.documents == 200 and res.duplicates > 0
     assert _attrs(memory_root) == _attrs(str(local))
@@ -98,7 +98,7 @@ def test_a_failed_run_keeps_its_buckets_for_resume_and_a_fresh_run_removes_them(
 ):
     store, key = resolve(memory_root)
     for p in PARTS:
-        store.write_object(f"{key}/documents/{p}", (DATA / p).read_bytes())
+        store.put(f"{key}/documents/{p}", (DATA / p).read_bytes())
     real = dd._phase_write
 
     def broken(task):

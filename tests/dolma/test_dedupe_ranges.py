@@ -179,7 +179,7 @@ def test_ranges_on_an_object_store_give_the_local_bytes(tmp_path, memory_root):
     _run(root, "d", "by_ngram", WHOLE)
     store, key = resolve(memory_root)
     for p in (root / "documents").iterdir():
-        store.write_object(f"{key}/documents/{p.name}", p.read_bytes())
+        store.put(f"{key}/documents/{p.name}", p.read_bytes())
     cfg = DedupeConfig.from_dict(
         {"documents": [f"{memory_root}/documents/*"], "dedupe": {"name": "d", **SPECS["by_ngram"]}}
     )

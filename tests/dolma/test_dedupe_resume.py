@@ -213,7 +213,7 @@ def test_a_stopped_dedupe_on_memory_resumes(tmp_path: Path) -> None:
     url = f"memory://dresume-{uuid.uuid4().hex[:8]}"
     store, key = resolve(url)
     for p in sorted((tmp_path / "ref" / "documents").iterdir()):
-        store.write_object(f"{key}/documents/{p.name}", p.read_bytes())
+        store.put(f"{key}/documents/{p.name}", p.read_bytes())
     try:
         _stop(url, None, "_phase_write", 2)
         assert any(n.startswith(".lmdata-tmp-dedupe-") for n in store.list(key))
@@ -255,7 +255,7 @@ def test_a_stopped_dedupe_on_s3_resumes(
     _, want, units = _reference(tmp_path, 1000)
     store, key = resolve(s3_root)
     for p in sorted((tmp_path / "ref" / "documents").iterdir()):
-        store.write_object(f"{key}/documents/{p.name}", p.read_bytes())
+        store.put(f"{key}/documents/{p.name}", p.read_bytes())
     _stop(s3_root, None, "_phase_mark", 1, 1000)
     with pytest.MonkeyPatch.context() as mp:
         ran = {p: counting(mp, dd, p) for p in PHASES}

@@ -128,7 +128,7 @@ def test_minhash_on_s3_writes_the_local_bytes_and_resumes(tmp_path: Path, s3_roo
     _, want, _ = _reference(tmp_path)
     store, key = resolve(s3_root)
     for p in sorted((tmp_path / "ref" / "documents").iterdir()):
-        store.write_object(f"{key}/documents/{p.name}", p.read_bytes())
+        store.put(f"{key}/documents/{p.name}", p.read_bytes())
     _stop(s3_root, None, "phase_write", 1)
     assert any(n.startswith(".lmdata-tmp-dedupe-") for n in store.list(key))
     with pytest.MonkeyPatch.context() as mp:
@@ -145,7 +145,7 @@ def test_minhash_on_memory_writes_the_local_bytes(tmp_path: Path) -> None:
     url = f"memory://mh-{uuid.uuid4().hex[:8]}"
     store, key = resolve(url)
     for p in sorted((tmp_path / "ref" / "documents").iterdir()):
-        store.write_object(f"{key}/documents/{p.name}", p.read_bytes())
+        store.put(f"{key}/documents/{p.name}", p.read_bytes())
     try:
         dd.dedupe(_cfg(url, None), engine="inprocess", range_bytes=RB)
         got = {

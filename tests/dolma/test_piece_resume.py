@@ -220,7 +220,7 @@ def test_a_stopped_tag_on_an_object_store_resumes_and_leaves_nothing(
     ref = _tag_tree(tmp_path, {"a.jsonl": data})
     tg.tag(_tag_cfg(ref), engine="inprocess")
     store, key = resolve(f"{memory_root}/documents/a.jsonl")
-    store.write_object(key, data)
+    store.put(key, data)
     cfg = TagConfig.from_dict(
         {"documents": [f"{memory_root}/documents/*.jsonl"], "taggers": TAGGERS, "experiment": "x"}
     )

@@ -38,7 +38,7 @@ def remote(memory_root):
 
 def _put(url: str, data: bytes, opts=None) -> None:
     store, key = resolve(url, opts)
-    store.write_object(key, data)
+    store.put(key, data)
 
 
 def _get(url: str, opts=None) -> bytes:

@@ -180,7 +180,7 @@ def test_ranges_on_an_object_store_give_the_local_bytes(
     local = _tree(tmp_path / "l", "a.jsonl", data)
     _run(local)
     store, key = resolve(f"{memory_root}/documents/a.jsonl")
-    store.write_object(key, data)
+    store.put(key, data)
     cfg = TagConfig.from_dict(
         {
             "documents": [f"{memory_root}/documents/*.jsonl"],

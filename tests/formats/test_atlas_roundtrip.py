@@ -290,7 +290,7 @@ def test_writer_takes_storage_options_like_the_other_writers(tmp_path: Path) -> 
     url = f"memory://{tmp_path.name}/atlas-opts"
     opts = {"use_listings_cache": False}
     w = atlas.Writer(url, storage_options=opts, shard_size=3, block_size=2)
-    assert w._remote is not None and w._remote.store.storage_options == opts
+    assert w._out.store.storage_options == opts
     with w:
         for i in range(7):
             w.write({"i": i})

@@ -69,7 +69,7 @@ def test_spec_worked_example_exactly(tmp_path):
     assert r[1].tolist() == [3, 4, 5]
     assert r.packed_rows([1], 4).tolist() == [[10, 13, 14, 16]]
     # the inputs/targets expansion of the spec
-    b = lmdata.Loader(r, seq_len=8, batch_size=1, shuffle=False).batch(0)
+    b = lmdata.Loader(r, seq_len=8, global_batch_size=1, shuffle=False).batch(0)
     assert b["inputs"].tolist() == [[0, 1, 0, 3, 4, 0, 6, 7]]
     assert b["targets"].tolist() == [[1, 2, 3, 4, 5, 6, 7, 8]]
 

@@ -52,7 +52,7 @@ _PIECES = st.sampled_from([b"a", b"\n", b"\r", b"{}", b'"\xe2\x80\xa8"', b"[1]"]
 @given(data=st.lists(_PIECES, max_size=40).map(b"".join), window=st.integers(1, 9))
 def test_windowed_line_reading_matches_the_mapped_scan(data, window):
     store, key = resolve("memory://lines-prop/x.jsonl")
-    store.write_object(key, data)
+    store.put(key, data)
     got = list(lines_mod.read_lines(store, key, window=window))
     want = [(n, off, data[off : off + ln]) for n, off, ln in lines_mod.iter_lines(data)]
     assert got == want
@@ -69,7 +69,7 @@ def _copied_to_memory(tmp_path):
     """The files of ``tmp_path`` as objects under memory://<its name>/; the .jsonl's URL."""
     store, root = resolve(f"memory://{tmp_path.name}")
     for f in tmp_path.iterdir():
-        store.write_object(f"{root}/{f.name}", f.read_bytes())
+        store.put(f"{root}/{f.name}", f.read_bytes())
     return f"memory://{tmp_path.name}/d.jsonl"
 
 

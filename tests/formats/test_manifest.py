@@ -86,7 +86,7 @@ class Written:
             with open(key, "wb") as f:
                 f.write(data)
         else:
-            self.store.write_object(key, data)
+            self.store.put(key, data)
 
     def remove(self, name: str) -> None:
         self.store.remove(join(self.folder, name))
@@ -353,7 +353,7 @@ def test_convert_and_tokenize_write_manifests(where):
         for d in _docs(30):
             w.write(d)
     convert(src, f"{where}-mds", "mds", workers=0)
-    lmdata.tokenize(src, f"{where}-tok", to="flat-tokens", workers=0)
+    lmdata.tokenize(src, f"{where}-tok", format="flat-tokens", workers=0)
     for out in (f"{where}-mds", f"{where}-tok"):
         made = lmdata.info(out)["manifest"]
         assert isinstance(made, dict) and made["files"] > 1

@@ -47,7 +47,7 @@ def test_merge_reads_back_exactly(tmp_path: Path) -> None:
     paths = [make(tmp_path / f"{n}.pbin", d, 2) for n, d in (("a", A), ("b", B), ("c", C))]
     out = tmp_path / "m.pbin"
     msg = modalities.merge([str(p) for p in paths], str(out))
-    assert "6 documents" in msg
+    assert msg.records == 6 and msg.line().startswith("merged 3 modalities inputs: 6 records")
     r = modalities.open(out)
     assert [d.tolist() for d in r] == A + B + C
     assert r.contiguous and modalities.validate(out) == []

@@ -32,7 +32,7 @@ def test_every_token_format_is_here() -> None:
 def test_cat_decode_prints_one_shape_for_every_token_format(tmp_path, fmt) -> None:
     texts = [t for t in TEXTS if t]  # MDS cannot store an empty token array
     out = tmp_path / f"out{SUFFIX.get(fmt, '')}"
-    tokenize([{"text": t} for t in texts], out, to=fmt, append_eod=False)
+    tokenize([{"text": t} for t in texts], out, format=fmt, append_eod=False)
     fixed = formats.spec(fmt).splits  # a dataset of fixed splits names the one read
     split = {"split": fixed[0]} if fixed else {}
     want = [{"index": i, **split, "text": t} for i, t in enumerate(texts)]

@@ -36,7 +36,7 @@ def made(tmp_path: Path, fmt: str, tokenizer, texts=TEXTS) -> Path:
     eod = {"eod": "<|endoftext|>"} if fmt == "modalities" and tokenizer != "bytes" else {}
     if fmt == "modalities" and tokenizer == "bytes":
         eod = {"eod_id": 0}
-    lmdata.tokenize(iter(texts), out, to=fmt, tokenizer=tokenizer, workers=0, **eod)
+    lmdata.tokenize(iter(texts), out, format=fmt, tokenizer=tokenizer, workers=0, **eod)
     return out
 
 
@@ -250,3 +250,63 @@ def test_the_origin_atlas_reader_ignores_the_record(tmp_path):
     assert [g["tokens"].tolist() for g in got] == [
         x.tolist() for x in load_tokenizer("bytes").encode_batch(TEXTS)
     ]
+
+
+def _tokenizer_of(path: Path) -> dict:
+    return lmdata.info(path)["provenance"]["tokenizer"]
+
+
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [("flat-tokens", "modalities"), ("modalities", "flat-tokens"), ("flat-tokens", "mds")],
+)
+def test_convert_keeps_the_tokenizer_record(tmp_path, bpe_file, src, dst):  # noqa: F811
+    made_ = made(tmp_path, src, str(bpe_file))
+    out = tmp_path / ("c.pbin" if dst == "modalities" else f"c.{dst}")
+    lmdata.convert(made_, out, format=dst, split="train" if src == "flat-tokens" else None)
+    assert _tokenizer_of(out) == _tokenizer_of(made_)
+    vocab = load_tokenizer(bpe_file).vocab_size
+    assert lmdata.info(out)["model_vocab_size"] == vocab  # not the largest id + 1
+    decoded = [
+        orjson.loads(x)["text"] for x in run("cat", str(out), "--decode").output.splitlines()
+    ]
+    assert decoded and all(isinstance(t, str) for t in decoded)  # cat --decode finds it
+
+
+@pytest.mark.parametrize("fmt", ["modalities", "mds", "atlas"])
+def test_merge_keeps_the_tokenizer_record_and_refuses_two(tmp_path, bpe_file, fmt):  # noqa: F811
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    parts = [made(a, fmt, str(bpe_file)), made(b, fmt, str(bpe_file), texts=TEXTS[:2])]
+    if fmt == "mds":  # merged partitions keep their folder names
+        parts[1] = parts[1].rename(b / "second.mds")
+    out = tmp_path / ("m.pbin" if fmt == "modalities" else "m")
+    lmdata.merge(parts, out)
+    assert _tokenizer_of(out) == _tokenizer_of(parts[0])
+    c = tmp_path / "c"
+    c.mkdir()
+    other = made(c, fmt, "bytes")
+    if fmt == "mds":
+        other = other.rename(c / "third.mds")
+    with pytest.raises(lmdata.errors.InvalidInputError, match="another tokenizer"):
+        lmdata.merge([parts[0], other], tmp_path / ("x.pbin" if fmt == "modalities" else "x"))
+
+
+def test_an_atlas_append_keeps_the_tokenizer_record(tmp_path, bpe_file):  # noqa: F811
+    from lmdata.formats.atlas import Writer
+
+    out = made(tmp_path, "atlas", str(bpe_file))
+    before = _tokenizer_of(out)
+    with Writer(out, append=True) as w:
+        w.write({"tokens": np.array([1, 2], dtype=np.uint16)})
+    assert _tokenizer_of(out) == before and len(lmdata.open(out)) == len(TEXTS) + 1
+
+
+def test_info_returns_the_vocabulary_a_model_needs(tmp_path, bpe_file):  # noqa: F811
+    out = made(tmp_path, "modalities", str(bpe_file))
+    assert lmdata.info(out)["model_vocab_size"] == load_tokenizer(bpe_file).vocab_size
+    bare = tmp_path / "bare.pbin"
+    with lmdata.writer(bare, "modalities", vocab_size=1000) as w:
+        w.write(np.array([3, 41], dtype=np.uint16))
+    assert lmdata.info(bare)["model_vocab_size"] == 42  # no record: the largest id + 1
+    assert "model_vocab_size" not in lmdata.info(bare, scan=False)

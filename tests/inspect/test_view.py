@@ -164,7 +164,7 @@ def test_opening_reads_the_info_and_opens_once(tokens_ds, monkeypatch):
 
 def test_a_recorded_tokenizer_is_used_by_default(serve, tmp_path):
     p = tmp_path / "t.zarr"
-    lmdata.tokenize(iter(["héllo <b>x</b>"]), p, to="flat-tokens", workers=0)
+    lmdata.tokenize(iter(["héllo <b>x</b>"]), p, format="flat-tokens", workers=0)
     s = serve(p)
     info = json.loads(_api(s, "api/info")[2])
     assert info["tokenizer"] == "bytes"

@@ -52,10 +52,15 @@ def made(tmp_path_factory, corpus):
     out = {}
     for fmt in ("flat-tokens", "mds", "atlas"):
         out[fmt] = d / fmt
-        lmdata.tokenize(corpus, out[fmt], to=fmt, tokenizer=tok, workers=0)
+        lmdata.tokenize(corpus, out[fmt], format=fmt, tokenizer=tok, workers=0)
     out["modalities"] = d / "m.pbin"  # (Modalities ends every document with its EOD)
     lmdata.tokenize(
-        corpus, out["modalities"], to="modalities", tokenizer=tok, workers=0, eod="<|endoftext|>"
+        corpus,
+        out["modalities"],
+        format="modalities",
+        tokenizer=tok,
+        workers=0,
+        eod="<|endoftext|>",
     )
     return out
 

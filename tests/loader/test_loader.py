@@ -252,14 +252,43 @@ def test_options_dtype_bos_and_pad(dataset):
         Loader(r, seq_len=16, global_batch_size=4, dtype="float32")
 
 
-def test_old_names_still_work(dataset):
+def test_old_names_still_work_with_a_warning_at_the_callers_line(dataset):
     r, _ = dataset
-    old = Loader(r, seq_len=8, batch_size=3, rank=1, world_size=2, seed=4)
+    with pytest.warns(DeprecationWarning, match=r"batch_size=B.*0\.3.*global_batch_size") as w:
+        old = Loader(r, seq_len=8, batch_size=3, rank=1, world_size=2, seed=4)
+    assert w[0].filename == __file__  # the warning names the caller's line, not lmdata's
     new = Loader(r, seq_len=8, global_batch_size=6, rank=1, world_size=2, seed=4)
     assert np.array_equal(old.batch(2)["targets"], new.batch(2)["targets"])
-    assert Loader(r, seq_len=8, batch_size=2, packed=False).config.mode == "unpacked"
-    with pytest.raises(InvalidInputError, match="global_batch_size"):
+    with pytest.warns(DeprecationWarning, match="mode='unpacked'"):
+        assert Loader(r, seq_len=8, global_batch_size=2, packed=False).config.mode == "unpacked"
+    with pytest.warns(DeprecationWarning, match="long_docs='error'"):
+        assert Loader(r, seq_len=8, global_batch_size=2, truncate=False).config.long_docs == "error"
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(InvalidInputError, match="global_batch_size"),
+    ):
         Loader(r, seq_len=8, batch_size=2, global_batch_size=4)
+
+
+def test_an_unknown_option_names_the_valid_ones(dataset):
+    r, _ = dataset
+    with pytest.raises(InvalidInputError, match="did you mean 'global_batch_size'") as e:
+        Loader(r, seq_len=8, global_batchsize=2)
+    msg = str(e.value)
+    assert "lmdata.Loader takes" in msg and "seq_len" in msg and "long_docs" in msg
+    assert "truncate" not in msg and "packed," not in msg  # deprecated names are not offered
+
+
+def test_option_types_are_the_literals_the_config_checks():
+    import typing
+
+    from lmdata.loader.config import Dtype, LongDocs, Mode
+    from lmdata.loader.sources import LONG_DOCS, MODES
+
+    assert typing.get_args(Mode) == MODES and typing.get_args(LongDocs) == LONG_DOCS
+    assert typing.get_args(Dtype) == ("int32", "int64")
+    hints = typing.get_type_hints(Loader.__init__)
+    assert hints["mode"] is Mode and hints["dtype"] is Dtype
 
 
 def test_paths_and_token_columns(tmp_path):

@@ -22,7 +22,7 @@ from lmdata.tokenize.api import tokenize
 os.write(1, f"top level {__name__}\\n".encode())  # one write: workers print it too
 
 def job(dst, **kw):
-    s = tokenize(sys.argv[1], dst, to="flat-tokens", workers=2, overwrite=True, **kw)
+    s = tokenize(sys.argv[1], dst, format="flat-tokens", workers=2, overwrite=True, **kw)
     print("wrote", s.documents_written, flush=True)
 """
 # with Ray: a job on the Ray engine first (it starts Ray here, whose threads make the local

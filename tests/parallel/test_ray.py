@@ -93,7 +93,7 @@ def test_memory_inputs_on_one_ray_worker_are_copied_for_it(
     fs = fsspec.filesystem("memory")
     for f in corpus.iterdir():
         fs.pipe(f"/ray-one/{f.name}", f.read_bytes())
-    opts = dict(to="flat-tokens", tokenizer="bytes", batch_docs=50, validation_fraction=0.2)
+    opts = dict(format="flat-tokens", tokenizer="bytes", batch_docs=50, validation_fraction=0.2)
     lmdata.tokenize(corpus, tmp_path / "local", engine="inprocess", **opts)
     lmdata.tokenize("memory://ray-one/", tmp_path / "ray", engine="ray", workers=1, **opts)
     assert files(tmp_path / "ray") == files(tmp_path / "local")  # provenance without command

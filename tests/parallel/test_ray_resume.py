@@ -5,6 +5,7 @@ redoing its finished units, and its output is byte-identical to an uninterrupted
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-import lmdata.convert as conv  # noqa: E402
+conv = importlib.import_module("lmdata.convert")  # the module (lmdata.convert: the function)
 import lmdata.dolma.dedupe as dd  # noqa: E402
 import lmdata.parallel as par  # noqa: E402
 from lmdata.dolma._buckets import MarkTask  # noqa: E402

@@ -76,13 +76,13 @@ def test_tree_version_on_a_store() -> None:
     store = FsspecStore("memory")
     root = f"/tv-{uuid.uuid4().hex[:8]}"
     try:
-        store.write_object(f"{root}/ds/x.bin", b"abc")
-        store.write_object(f"{root}/ds/y/z.bin", b"defg")
+        store.put(f"{root}/ds/x.bin", b"abc")
+        store.put(f"{root}/ds/y/z.bin", b"defg")
         with options_scope(None):
             v = tree_version(f"memory://{root}/ds")
             assert (v["size"], v["files"]) == (7, 2)
             assert tree_version(f"memory://{root}/ds/x.bin")["size"] == 3
-            store.write_object(f"{root}/ds/x.bin", b"abd")  # same size, written again
+            store.put(f"{root}/ds/x.bin", b"abd")  # same size, written again
             assert tree_version(f"memory://{root}/ds")["digest"] != v["digest"]
     finally:
         store.remove(root)

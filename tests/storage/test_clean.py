@@ -37,7 +37,7 @@ def _elsewhere(url):
     it still runs."""
     store, key = resolve(url)
     body = json.loads(store.read(claim_key(key)))
-    store.write_object(claim_key(key), json.dumps({**body, "machine": "another"}).encode())
+    store.put(claim_key(key), json.dumps({**body, "machine": "another"}).encode())
 
 
 def test_local_staged_output_is_removed_and_datasets_kept(tmp_path):
@@ -101,7 +101,7 @@ def test_s3_claim_left_by_a_committed_write_goes_alone(s3_root):
     # killed between its commit objects and removing its claim (an older lmdata's claim was
     # inside the dataset; today's is beside it)
     for claim in (f"{key}/.lmdata-writing", claim_key(key)):
-        store.write_object(claim, claim_body(committing=["index.json"]))
+        store.put(claim, claim_body(committing=["index.json"]))
         found = clean(s3_root, claims=True)  # a finished write's claim: whatever its age
         assert [(f.kind, f.url) for f in found] == [("claim", store.url(claim))]
         assert _ids(url) == [4] and not resolve(url)[0].exists(claim)
@@ -187,7 +187,7 @@ def test_a_staged_folder_is_judged_by_its_newest_entry(tmp_path, memory_root):
     os.utime(folder)  # the job marks it fresh
     assert clean(tmp_path, older_than=3600) == [] and folder.exists()
     store, key = resolve(f"{memory_root}/.lmdata-tmp-parts-abc-a.jsonl/alive")
-    store.write_object(key, b"")
+    store.put(key, b"")
     assert clean(memory_root, older_than=3600) == []
     assert len(clean(memory_root, older_than=0)) == 1
 

@@ -23,7 +23,7 @@ def flags(s3_server, monkeypatch):
 def test_index_a_jsonl_object(s3_server, s3_root, flags):
     store, key = resolve(f"{s3_root}/d.jsonl", s3_server)
     lines = [json.dumps({"id": i, "text": "t" * i}).encode() for i in range(7)]
-    store.write_object(key, b"\n".join(lines) + b"\n")
+    store.put(key, b"\n".join(lines) + b"\n")
     run = CliRunner().invoke
     res = run(cli, ["index", f"{s3_root}/d.jsonl", "-q", *flags])
     assert res.exit_code == 0, res.output
@@ -47,7 +47,7 @@ def test_merge_partitions_on_s3(s3_server, s3_root, flags):
     args = ["merge", f"{s3_root}/out", f"{s3_root}/extra", "-o", f"{s3_root}/out", *flags]
     res = run(cli, args)
     assert res.exit_code == 0, res.output
-    assert "merged 4 partitions (4 shards, 13 samples)" in res.output
+    assert "merged 4 mds inputs: 13 records" in res.output
     r = lmdata.open(f"{s3_root}/out", storage_options=s3_server)
     assert [x["id"] for x in r] == [0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23, 99]
     assert lmdata.validate(f"{s3_root}/out", storage_options=s3_server) == []
@@ -64,6 +64,6 @@ def test_merge_pbin_files_on_s3(s3_server, s3_root, flags):
     args = ["merge", f"{s3_root}/a.pbin", f"{s3_root}/b.pbin", "-o", out, *flags]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
-    assert f"merged 2 files: 3 documents, 6 tokens (1-byte) -> {out}" in res.output
+    assert f"merged 2 modalities inputs: 3 records, 6 tokens -> {out}" in res.output
     r = lmdata.open(out, storage_options=s3_server)
     assert [x.tolist() for x in r] == [[1, 2], [3], [4, 5, 6]]

@@ -54,9 +54,7 @@ def test_small_write_units_give_the_same_attribute_files(tmp_path, memory_root, 
     store, key = resolve(memory_root)
     names = [f"part-{i}.jsonl.gz" for i in range(4)]
     for i, name in enumerate(names):
-        store.write_object(
-            f"{key}/documents/{name}", (DATA / f"part-{i % 2}.jsonl.gz").read_bytes()
-        )
+        store.put(f"{key}/documents/{name}", (DATA / f"part-{i % 2}.jsonl.gz").read_bytes())
 
     def run() -> list[bytes]:
         cfg = DedupeConfig.from_dict(

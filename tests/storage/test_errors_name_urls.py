@@ -18,7 +18,7 @@ def _write(url: str, fmt: str, n: int = 60, **kw) -> None:
 
 def _put(url: str, data: bytes) -> None:
     store, key = resolve(url)
-    store.write_object(key, data)
+    store.put(key, data)
 
 
 def _names_url(e: LmdataError, url: str) -> None:
@@ -42,7 +42,7 @@ def test_atlas_errors_name_the_url(s3_root, name, damage, match):
     if damage is None:
         store.remove(key)
     else:
-        store.write_object(key, damage)
+        store.put(key, damage)
     with pytest.raises(CorruptDataError, match="differs from its manifest") as ei:
         lmdata.open(url, format="atlas")  # the manifest's check comes first
     _names_url(ei.value, f"{url}/{name}")

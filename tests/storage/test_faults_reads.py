@@ -220,16 +220,16 @@ def test_the_range_cache_never_joins_bytes_of_two_versions(s3_root):
     writes the object reads what it wrote."""
     store, key = resolve(f"{s3_root}/blob")
     old = bytes(range(256)) * 40
-    store.write_object(key, old)
+    store.put(key, old)
     assert store.read_range(key, 0, 1000) == old[:1000]  # cached
     writer, _ = resolve(f"{s3_root}/blob")
     new = bytes(255 - b for b in old)
-    writer.write_object(key, new)
+    writer.put(key, new)
     assert store.read_range(key, 100, 500) == old[100:600]  # the cached version, whole
     with pytest.raises(DatasetChangedError):
         store.read_range(key, 500, 1000)  # half cached, half not: never a mix
     assert resolve(f"{s3_root}/blob")[0].read_range(key, 500, 1000) == new[500:1500]
-    store.write_object(key, old)  # the store's own write drops its pins and cached ranges
+    store.put(key, old)  # the store's own write drops its pins and cached ranges
     assert store.read_range(key, 500, 1000) == old[500:1500]
 
 

@@ -157,7 +157,7 @@ def _dolma_tree(root):
     ]
     for f in range(6):
         body = b"\n".join(docs[f::6]) + b"\n"
-        store.write_object(f"{key}/documents/p{f}.jsonl.gz", gzip.compress(body, mtime=0))
+        store.put(f"{key}/documents/p{f}.jsonl.gz", gzip.compress(body, mtime=0))
 
 
 @pytest.mark.parametrize("verb", ["tag", "dedupe", "mix"])
@@ -198,7 +198,7 @@ def _job(kind, src, out, resume=False):
     from lmdata.convert import convert
 
     if kind == "tokenize":
-        return lmdata.tokenize(str(src), out, to="flat-tokens", workers=0, resume=resume)
+        return lmdata.tokenize(str(src), out, format="flat-tokens", workers=0, resume=resume)
     return convert(str(src), out, "dolma", workers=0, resume=True)  # staged from the first run
 
 
@@ -260,7 +260,7 @@ def test_a_resume_takes_over_its_jobs_claim_from_another_machine(tmp_path, s3_ro
     store, key = resolve(out)
     claim = claims.claim_key(key)
     body = json.loads(store.read(claim))
-    store.write_object(claim, json.dumps({**body, "machine": "another"}).encode())
+    store.put(claim, json.dumps({**body, "machine": "another"}).encode())
     with pytest.raises(OutputExistsError, match="--claims --older-than 0"):
         _job("tokenize", src, out)
     _job("tokenize", src, out, resume=True)

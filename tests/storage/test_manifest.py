@@ -304,7 +304,7 @@ def _put(store, key, data):
         with open(key, "wb") as f:
             f.write(data)
     else:
-        store.write_object(key, data)
+        store.put(key, data)
 
 
 def test_deep_check_names_the_first_block_that_differs(store_root, small_blocks):

@@ -47,7 +47,7 @@ def test_usage_walks_once_for_both_sizes(tmp_path, memory_root, monkeypatch):
     got = usage(tmp_path / "d")
     assert got.apparent == (1 << 20) + 5000 and 5000 <= got.disk < (1 << 20)
     assert usage(tmp_path / "d" / "full") == Usage(got.disk, 5000)
-    FsspecStore("memory").write_object(memory_root.split("://", 1)[1] + "/a", b"y" * 7)
+    FsspecStore("memory").put(memory_root.split("://", 1)[1] + "/a", b"y" * 7)
     calls = []
     import fsspec.implementations.memory as mem
 

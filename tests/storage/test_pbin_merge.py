@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import shutil
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -48,7 +47,7 @@ def test_merge_on_a_store_gives_the_local_bytes(where, tmp_path, local_merged):
     parts = _inputs(where)
     out = f"{where}/m.pbin"
     msg = merge([parts], out, format="modalities")
-    assert "3 files: 6 documents" in msg and "(4-byte)" in msg
+    assert (msg.inputs, msg.records) == (3, 6)
     assert _bytes(out) == local_merged
     r = lmdata.open(out)
     want = [d for docs, _ in DOCS.values() for d in docs]
@@ -83,7 +82,7 @@ def test_existing_output_self_and_empty_directory_on_a_store(memory_root):
     pbin_merge([a, a], b + ".x", overwrite=True)
     assert _bytes(b + ".x") != _bytes(a) and _bytes(b) == before
     store, key = resolve(f"{memory_root}/nothing/x.txt")
-    store.write_object(key, b"not a pbin")
+    store.put(key, b"not a pbin")
     with pytest.raises(InvalidInputError, match=r"no \.pbin"):
         pbin_merge([f"{memory_root}/nothing"], f"{memory_root}/o.pbin")
 
@@ -105,16 +104,18 @@ def test_a_failed_merge_leaves_nothing_and_no_claim(memory_root, monkeypatch):
 
 def test_on_s3_the_claim_comes_first_and_goes_last(s3_root, monkeypatch, local_merged):
     parts = _inputs(s3_root)
-    m = importlib.import_module("lmdata.formats.modalities.merge")
+    m = importlib.import_module("lmdata.storage.spool")
     store, root = resolve(s3_root)
     claim, dest = f"{root}/.lmdata-writing-m.pbin", f"{root}/m.pbin"
     seen = {}
 
+    copy = shutil.copyfileobj
+
     def upload(src, dst, n):  # the moment the merged bytes go to the store
         seen.update(claimed=store.exists(claim), dest=store.exists(dest))
-        shutil.copyfileobj(src, dst, n)
+        copy(src, dst, n)
 
-    monkeypatch.setattr(m, "shutil", SimpleNamespace(copyfileobj=upload))
+    monkeypatch.setattr(m.shutil, "copyfileobj", upload)
     merge([parts], f"{s3_root}/m.pbin", format="modalities")
     assert seen == {"claimed": True, "dest": False}  # claimed first, nothing at the URL yet
     assert not store.exists(claim) and _bytes(f"{s3_root}/m.pbin") == local_merged

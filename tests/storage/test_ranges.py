@@ -122,14 +122,14 @@ def test_streaming_reads_are_not_kept_but_records_in_a_large_fetch_are():
 
 def test_store_reads_twice_fetch_once_and_writes_forget(memory_root, monkeypatch):
     store, key = resolve(f"{memory_root}/obj")
-    store.write_object(key, OBJ)
+    store.put(key, OBJ)
     calls = []
     real = store._fetch
     monkeypatch.setattr(store, "_fetch", lambda k, g: calls.append(g) or real(k, g))
     assert store.read_range(key, 100, 50) == OBJ[100:150]
     assert store.read_ranges(key, [(100, 50), (120, 10)]) == [OBJ[100:150], OBJ[120:130]]
     assert len(calls) == 1
-    store.write_object(key, b"x" * 1000)  # the same store replaces the object: no stale bytes
+    store.put(key, b"x" * 1000)  # the same store replaces the object: no stale bytes
     assert store.read_range(key, 100, 50) == b"x" * 50
 
 
@@ -141,7 +141,7 @@ def test_a_forked_child_reads_while_a_parent_thread_holds_the_cache(memory_root)
     if "fork" not in mp.get_all_start_methods():
         pytest.skip("no fork here")
     store, key = resolve(f"{memory_root}/obj")
-    store.write_object(key, OBJ)
+    store.put(key, OBJ)
     assert store.read_range(key, 10, 20) == OBJ[10:30]
     held, release = threading.Event(), threading.Event()
 
@@ -199,7 +199,7 @@ def test_a_reader_on_a_store_stays_within_the_process_budget(memory_root, budget
 def test_threads_reading_one_store_get_the_right_bytes(memory_root, budget):
     budget(16 << 10)  # small: evictions and prunes race with the lock-free hits
     store, key = resolve(f"{memory_root}/obj")
-    store.write_object(key, OBJ)
+    store.put(key, OBJ)
     errors = []
 
     def work(seed):

@@ -41,7 +41,7 @@ def test_spill_requests_grow_with_buckets_plus_files_not_their_product(
     for i, name in enumerate(FILES):
         data = (DATA / f"part-{i % 2}.jsonl.gz").read_bytes()
         (local / name).write_bytes(data)
-        store.write_object(f"{key}/documents/{name}", data)
+        store.put(f"{key}/documents/{name}", data)
     _run(str(local), processes=2)
     tasks.clear()
     requests.clear()

@@ -246,7 +246,7 @@ def flaky(own_server):
 def test_slowdown_and_resets_are_retried_then_reported(flaky, monkeypatch):
     key = f"{BUCKET}/flaky/blob"
     data = bytes(range(256)) * 8
-    FsspecStore("s3", flaky.options).write_object(key, data)
+    FsspecStore("s3", flaky.options).put(key, data)
     monkeypatch.setenv("LMDATA_STORE_ATTEMPTS", "4")
     store = FsspecStore("s3", flaky.options)
     flaky.plan, flaky.seen = ["503", "reset", "503"], 0
@@ -271,7 +271,7 @@ def test_zero_length_objects_are_lmdata_errors(s3_root, fmt, name):
         with lmdata.writer(f"{s3_root}/ds", "mds") as w:
             w.write({"id": 1, "text": "one"})
     store, key = resolve(f"{s3_root}/{name}")
-    store.write_object(key, b"")
+    store.put(key, b"")
     url = f"{s3_root}/{name}" if fmt != "mds" else f"{s3_root}/ds"
     try:
         r = lmdata.open(url, format=fmt)

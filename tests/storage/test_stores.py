@@ -73,7 +73,7 @@ def test_read_ranges_equals_single_reads(ranges):
     store = FsspecStore("memory")
     key = "/lmdata-test-ranges/blob"
     if not store.exists(key):
-        store.write_object(key, bytes(i % 251 for i in range(400_000)))
+        store.put(key, bytes(i % 251 for i in range(400_000)))
     got = store.read_ranges(key, ranges)
     assert got == [store.read_range(key, s, n) for s, n in ranges]
 

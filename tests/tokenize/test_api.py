@@ -50,7 +50,7 @@ def corpus(tmp_path):
     ("fmt", "cli_opts", "api_opts"),
     [
         ("flat-tokens", ["--validation-fraction", "0.2"], {"validation_fraction": 0.2}),
-        ("mds", ["--compression", "zstd"], {"compression": "zstd"}),
+        ("mds", ["--compression", "zstd"], {"writer_options": {"compression": "zstd"}}),
     ],
 )
 def test_same_bytes_as_the_cli(tmp_path, corpus, bpe_file, fmt, cli_opts, api_opts):  # noqa: F811
@@ -70,7 +70,7 @@ def test_documents_as_python_objects(tmp_path, corpus, bpe_file):  # noqa: F811
     from tokenizers import Tokenizer
 
     want = tmp_path / "from-file"
-    lmdata.tokenize([corpus], want, to="flat-tokens", tokenizer=str(bpe_file), workers=0)
+    lmdata.tokenize([corpus], want, format="flat-tokens", tokenizer=str(bpe_file), workers=0)
     ref = files(want)
     texts = [d["text"] for d in DOCS]
     for i, inputs in enumerate(
@@ -81,28 +81,28 @@ def test_documents_as_python_objects(tmp_path, corpus, bpe_file):  # noqa: F811
         ]
     ):
         out = tmp_path / f"o{i}"
-        s = lmdata.tokenize(inputs, out, to="flat-tokens", tokenizer=bpe_file, workers=0)
+        s = lmdata.tokenize(inputs, out, format="flat-tokens", tokenizer=bpe_file, workers=0)
         assert s.documents_written == len(DOCS)
         assert files(out) == ref, i
     # an already-built tokenizer object
     out = tmp_path / "obj"
     tok = Tokenizer.from_file(str(bpe_file))
-    lmdata.tokenize(DOCS, out, to="flat-tokens", tokenizer=tok, workers=0)
+    lmdata.tokenize(DOCS, out, format="flat-tokens", tokenizer=tok, workers=0)
     assert [f for f, v in files(out).items() if v != ref.get(f)] == [".zattrs"]  # path differs
     assert lmdata.info(out)["provenance"]["tokenizer"]["sha256"] is not None
 
 
 def test_mistakes_are_said_plainly(tmp_path):
     with pytest.raises(InvalidInputError, match="Strings in a list are paths"):
-        lmdata.tokenize(["hello world"], tmp_path / "o", to="flat-tokens")
+        lmdata.tokenize(["hello world"], tmp_path / "o", format="flat-tokens")
     with pytest.raises(InvalidInputError, match="document 1 is a int"):
-        lmdata.tokenize(iter(["a", 2]), tmp_path / "o", to="flat-tokens", workers=0)
+        lmdata.tokenize(iter(["a", 2]), tmp_path / "o", format="flat-tokens", workers=0)
     with pytest.raises(InvalidInputError, match="resume=True needs inputs that are files"):
-        lmdata.tokenize(DOCS, tmp_path / "o", to="flat-tokens", resume=True)
+        lmdata.tokenize(DOCS, tmp_path / "o", format="flat-tokens", resume=True)
     with pytest.raises(InvalidInputError, match="cannot tokenize with a object"):
-        lmdata.tokenize(DOCS, tmp_path / "o", to="flat-tokens", tokenizer=object())
+        lmdata.tokenize(DOCS, tmp_path / "o", format="flat-tokens", tokenizer=object())
     with pytest.raises(InvalidInputError, match="cannot tokenize into"):
-        lmdata.tokenize(DOCS, tmp_path / "o", to="dolma")
+        lmdata.tokenize(DOCS, tmp_path / "o", format="dolma")
     assert not (tmp_path / "o").exists()
 
 
@@ -124,7 +124,7 @@ def test_urls_tokenize_as_their_local_copies(tmp_path, corpus):
 
     fsspec.filesystem("memory").pipe("/lmdata-api-test/in/docs.jsonl", corpus.read_bytes())
     local, remote = tmp_path / "local", tmp_path / "remote"
-    opts = {"to": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
+    opts = {"format": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
     lmdata.tokenize(corpus, local, **opts)
     s = lmdata.tokenize(url, remote, **opts)
     assert s.documents_written == len(DOCS) and files(local) == files(remote)
@@ -135,8 +135,8 @@ def test_urls_tokenize_as_their_local_copies(tmp_path, corpus):
         for d in DOCS:
             w.write(d)
     a, b = tmp_path / "a", tmp_path / "b"
-    lmdata.tokenize(mds, a, to="flat-tokens", workers=0)
-    lmdata.tokenize(["memory://lmdata-api-test/in/docs.mds"], b, to="flat-tokens", workers=0)
+    lmdata.tokenize(mds, a, format="flat-tokens", workers=0)
+    lmdata.tokenize(["memory://lmdata-api-test/in/docs.mds"], b, format="flat-tokens", workers=0)
     assert files(a) == files(b)
     # ... with their ids, which choose the validation split as for JSONL documents
     c = tmp_path / "c"
@@ -178,7 +178,10 @@ def test_a_datasets_dataset_is_read_by_its_columns(tmp_path):
         lmdata.tokenize(FakeDataset(rows), tmp_path / "x", workers=0)
     with pytest.raises(InvalidInputError, match="pass one split"):
         lmdata.tokenize({"train": FakeDataset(rows)}, tmp_path / "x", workers=0)
-    with pytest.raises(InvalidInputError, match="give the format once"):
+    with (
+        pytest.warns(DeprecationWarning, match="to="),
+        pytest.raises(InvalidInputError, match="give the format once"),
+    ):
         lmdata.tokenize(DOCS, tmp_path / "x", to="mds", format="atlas")
 
 
@@ -310,7 +313,7 @@ def test_a_dataset_url_is_read_in_place_and_its_readers_closed(tmp_path, monkeyp
         return reader
 
     monkeypatch.setattr(lmdata._api, "open", recording)
-    s = lmdata.tokenize(url, tmp_path / "o", to="flat-tokens", workers=0)
+    s = lmdata.tokenize(url, tmp_path / "o", format="flat-tokens", workers=0)
     assert s.documents_written == len(DOCS)
     # one reader for its length, one for its only unit (no copy), each closed
     assert len(opened) == 2 and all(opened)

@@ -410,7 +410,7 @@ def test_fast_and_hf_write_the_same_bytes_for_every_token_format(special_bpe, tm
         s = lmdata.tokenize(
             src,
             dst,
-            to=to,
+            format=to,
             tokenizer=str(special_bpe),
             encoder=enc,
             eod="<|endoftext|>",

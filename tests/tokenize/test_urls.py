@@ -43,7 +43,7 @@ def _put(root: str, options: dict | None = None, corpus: dict | None = None) -> 
             Path(root, name).write_bytes(data)
             continue
         store, key = resolve(f"{root}/{name}", options)
-        store.write_object(key, data)
+        store.put(key, data)
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_a_folder_and_a_glob_on_a_store_tokenize_as_local_ones(
     tmp_path, local_corpus, memory_root, no_copies
 ):
     _put(f"{memory_root}/corpus")
-    opts = {"to": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
+    opts = {"format": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
     lmdata.tokenize(local_corpus, tmp_path / "local", **opts)
     s = lmdata.tokenize(f"{memory_root}/corpus/", tmp_path / "remote", **opts)
     assert s.documents_written == len(DOCS) + len(NO_IDS) + 7 + 1
@@ -85,7 +85,7 @@ def test_byte_ranges_of_an_object_are_ranged_reads(tmp_path, memory_root, monkey
     data = _jsonl(DOCS * 20)
     (tmp_path / "big.jsonl").write_bytes(data)
     store, key = resolve(f"{memory_root}/big.jsonl")
-    store.write_object(key, data)
+    store.put(key, data)
     job = TokenizeJob(to="flat-tokens", validation_fraction=0.2)
     run([tmp_path / "big.jsonl"], tmp_path / "whole", job, engine="inprocess")
     read: list[int] = []
@@ -194,7 +194,7 @@ def test_resume_with_url_inputs_redoes_only_the_unfinished_units(tmp_path, memor
 
     _put(f"{memory_root}/corpus")
     url = f"{memory_root}/corpus"
-    opts = {"to": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
+    opts = {"format": "flat-tokens", "workers": 0, "validation_fraction": 0.3}
     lmdata.tokenize(url, tmp_path / "ref", **opts)
     with pytest.raises(KeyboardInterrupt):  # in the second file: the first is done
         lmdata.tokenize(url, tmp_path / "out", progress=interrupt_at(2), **opts)

@@ -16,13 +16,14 @@ from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError, LmdataError, StorageError
 from lmdata.formats._spec import (
     FormatSpec,
+    MergeSummary,
     TokenTarget,
     column_sink,
     detector,
     lazy,
 )
 from lmdata.formats.atlas.meta import MAX_META_BYTES, Strategy
-from lmdata.storage import LocalStore, join, resolve
+from lmdata.storage import join, resolve
 
 if TYPE_CHECKING:
     from lmdata.formats.atlas.reader import Atlas
@@ -63,20 +64,14 @@ def detect(path: str | os.PathLike[str]) -> bool:
     return isinstance(d, dict) and {"version", "shard_sizes", "compression_strategy"} <= d.keys()
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> Atlas:
-    """The records reader of the Atlas dataset (or single shard folder) at ``path``.
-
-    Options: ``allow_unsafe_pickle`` (trust the file), ``max_block_bytes``, ``cache_bytes``,
-    ``ahead_bytes`` (decoded bytes read ahead of each thread reading in order; 0: none).
-    """
-    from lmdata.formats.atlas.reader import Atlas
-
-    return Atlas(path, **options)
+# open(path, *, allow_unsafe_pickle, max_block_bytes, cache_bytes, ahead_bytes, ...): the
+# records reader of the Atlas dataset (or single shard folder) at ``path``
+open = lazy("lmdata.formats.atlas.reader:Atlas")
 
 
 def merge(
     inputs: list[str], output: str, overwrite: bool = False, progress: OnProgress | None = None
-) -> str:
+) -> MergeSummary:
     """Join Atlas datasets into one at ``output``, examples in input order.
 
     The result takes the first input's strategy, dictionary, block and shard sizes. Shards that
@@ -84,15 +79,17 @@ def merge(
     disk (copied across filesystems), fetched in ranged reads from an object store; shards tied
     to another shared dictionary are re-encoded. Inputs and output may be paths or URLs (the
     output on a store is uploaded at close, its root meta.json last). ``progress`` counts the
-    inputs' data.bin bytes, input by input.
+    inputs' data.bin bytes, input by input. The inputs' tokenizer record is kept
+    (:func:`lmdata._provenance.joined`).
     """
+    from lmdata import _provenance
     from lmdata.formats.atlas.meta import DICT, DatasetMeta, ShardMeta, shard_dirs
     from lmdata.formats.atlas.writer import Writer
 
     if not inputs:
         raise InvalidInputError("merge needs at least one input")
     store, key = resolve(inputs[0])
-    first = Path(key) if isinstance(store, LocalStore) else PurePosixPath(key)
+    first = Path(key) if store.local_path(key) is not None else PurePosixPath(key)
     meta = DatasetMeta.read(first, store)
     shards = shard_dirs(first, store)
     sm = ShardMeta.read(shards[0][1], store) if shards else None
@@ -105,8 +102,14 @@ def merge(
         if sm and isinstance(sm.compression_dict_size, (int, float))
         else 0.01
     )
+    found = []
+    for p in inputs:
+        s, k = resolve(p)
+        root = Path(k) if s.local_path(k) is not None else PurePosixPath(k)
+        found.append(_read_provenance(s, str(root / _provenance.FILE)))
     with Writer(
         output,
+        provenance=_provenance.joined(found, [str(p) for p in inputs]),
         shard_size=max(meta.shard_sizes, default=0) or None,
         block_size=sm.block_size if sm else None,
         compression_strategy=meta.compression_strategy,
@@ -121,7 +124,7 @@ def merge(
             w.add_dataset(p)
             tick.add(size)
         total = w.count
-    return f"merged {len(inputs)} Atlas datasets ({total:,} examples) -> {output}"
+    return MergeSummary("atlas", len(inputs), str(output), total)
 
 
 def _data_bytes(path: str) -> int:

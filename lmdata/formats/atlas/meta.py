@@ -131,7 +131,7 @@ def _strategy(d: dict[str, Any], path: PurePath) -> Strategy:
 
 def shown(store: Store | None, p: PurePath | str) -> PurePath | str:
     """How key ``p`` of ``store`` is named in messages: the local path, or its full URL."""
-    return p if store is None or isinstance(store, LocalStore) else store.url(str(p))
+    return p if store is None or store.local_path(str(p)) is not None else store.url(str(p))
 
 
 def read_json(path: PurePath, store: Store | None = None) -> dict[str, Any]:

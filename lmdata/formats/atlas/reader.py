@@ -58,7 +58,7 @@ from lmdata.formats.atlas.blocks import (
 from lmdata.formats.atlas.meta import DATA, find_shards
 from lmdata.formats.atlas.shardfiles import ShardFiles
 from lmdata.protocols import normalize_index, normalize_indices
-from lmdata.storage import LocalStore, new_slot, resolve
+from lmdata.storage import new_slot, resolve
 
 DEFAULT_CACHE_BYTES = 64 << 20  # pickled examples of earlier blocks kept for later reads
 MAX_OPEN_FILES = 64
@@ -103,7 +103,7 @@ class Atlas(ShardFiles):
         self.store, key = resolve(path, storage_options)
         self.store.snapshot(key)  # what is read later is what is there now (one listing)
         self.root: PurePath = (
-            Path(key) if isinstance(self.store, LocalStore) else PurePosixPath(key)
+            Path(key) if self.store.local_path(key) is not None else PurePosixPath(key)
         )
         if not self.store.exists(key):
             raise DatasetNotFoundError("no such file or directory", path=self.store.url(key))

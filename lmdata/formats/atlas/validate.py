@@ -31,14 +31,20 @@ def validate(
     *,
     allow_unsafe_pickle: bool = False,
     progress: OnProgress | None = None,
-    **options: Any,
+    max_block_bytes: int | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> list[str]:
     """All problems in the Atlas dataset at ``path`` (empty when valid): metas, folder names,
     every offset, every block decoded and counted; ``progress`` counts data.bin bytes, shard
     by shard."""
     rep = ProblemReport()
     try:
-        ds = Atlas(path, allow_unsafe_pickle=allow_unsafe_pickle, **options)
+        ds = Atlas(
+            path,
+            allow_unsafe_pickle=allow_unsafe_pickle,
+            storage_options=storage_options,
+            **({} if max_block_bytes is None else {"max_block_bytes": max_block_bytes}),
+        )
     except LmdataError as e:
         return [str(e)]
     sizes = data_sizes(ds) if progress is not None else [0] * len(ds.shards)
@@ -190,12 +196,13 @@ def info(
     *,
     scan: bool = True,
     progress: OnProgress | None = None,
-    **options: Any,
+    allow_unsafe_pickle: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A summary for ``lmdata info``: counts, strategies, block sizes, sizes on disk (from the
     metadata: ``scan`` is accepted, nothing here reads the data; ``progress`` gets the data
     bytes summarised, once they are known)."""
-    ds = Atlas(path, **options)
+    ds = Atlas(path, allow_unsafe_pickle=allow_unsafe_pickle, storage_options=storage_options)
     strategies: dict[str, int] = {}
     block_sizes: dict[str, int] = {}
     for sh in ds.shards:

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from lmdata import _provenance
+from lmdata._options import checked
 from lmdata.errors import (
-    CorruptDataError,
     DatasetNotFoundError,
     InvalidInputError,
     LmdataError,
@@ -29,7 +28,6 @@ from lmdata.formats.atlas import codec
 from lmdata.formats.atlas.meta import (
     DATA,
     DICT,
-    INDEX,
     META,
     DatasetMeta,
     ShardMeta,
@@ -41,21 +39,19 @@ from lmdata.formats.atlas.meta import (
 )
 from lmdata.formats.atlas.shard import ShardWriter
 from lmdata.storage import (
-    AtomicOutput,
     AtomicWriter,
     LocalStore,
     LocalTree,
     Output,
     Store,
     join,
-    require_exists,
     resolve,
+    shown,
 )
 from lmdata.storage import manifest as _manifest
 
 DEFAULT_SHARD_SIZE = 100_000
 DEFAULT_BLOCK_SIZE = 32
-_FETCH_BYTES = 8 << 20  # one ranged read when copying a shard from an object store
 
 
 class Writer(AtomicWriter):
@@ -83,6 +79,7 @@ class Writer(AtomicWriter):
     keep the hashes it lists.
     """
 
+    @checked("lmdata.formats.atlas.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -125,7 +122,6 @@ class Writer(AtomicWriter):
         self.allow_unsafe_pickle = allow_unsafe_pickle
         self._provenance = provenance
         self.shard_sizes: list[int] = []
-        self._remote: Output | None = None
         self._numbers: list[int] = []
         self._shared: bytes | None = None
         self._train_shard0 = False
@@ -183,42 +179,36 @@ class Writer(AtomicWriter):
             self._train_shard0 = self.strategy == Strategy.SHARED_DICTIONARY_COMPRESSION
         self._check_level()
         store, key = resolve(path, storage_options)
-        if isinstance(store, LocalStore):
-            self._out = AtomicOutput(key, directory=True, overwrite=overwrite, what="atlas")
-            self.path = self._out.dest
-        else:
-            # Object stores: the dataset is built in a local staging folder (shards are
-            # rewritten and renamed as they finish) and uploaded at close, meta.json last.
-            self._remote = store.output(key, directory=True, overwrite=overwrite)
-            self._staging = Path(tempfile.mkdtemp(prefix=".lmdata-atlas-"))
-            self._out = AtomicOutput(self._staging / "ds", directory=True, overwrite=False)
-            self.path = store.url(key)
-        self._root = self._out.tmp
+        # built in a local folder (shards are rewritten and renamed as they finish), renamed
+        # into place at close or uploaded, meta.json last
+        self._out: Output = store.output(key, directory=True, overwrite=overwrite, local=True)
+        self.path = shown(store, self._out.dest)
+        self._root = self._local_root()
         self._next_number = 0
         if self._shared is not None:
             codec.load_dict(self._shared, "compression_dict")
             (self._root / DICT).write_bytes(self._shared)
 
+    def _local_root(self) -> Path:
+        assert self._out.tmp is not None  # a local=True output is built in a local folder
+        return Path(self._out.tmp)
+
     def _append_root(self, path: Any, storage_options: dict[str, Any] | None) -> Path:
-        """The local folder of the dataset to extend. On an object store: a staging copy of
-        it, fetched in ranged reads, which replaces the dataset at close (a staged overwrite:
-        readers see the old dataset until the commit writes the new root meta.json)."""
+        """The dataset to extend, copied into the local folder of an output that replaces it
+        at close (hard links from local disk, ranged reads from an object store): readers see
+        the old dataset until the commit (on a store, its claim keeps other writers out)."""
         store, key = resolve(path, storage_options)
-        if isinstance(store, LocalStore):
-            return require_exists(key)
         if not store.exists(key):
-            raise DatasetNotFoundError("no such object or directory", path=store.url(key))
+            raise DatasetNotFoundError("no such file or directory", path=shown(store, key))
         DatasetMeta.read(PurePosixPath(key), store)  # an Atlas dataset root, before any copy
-        # a staged replace: its claim (beside the URL) keeps other writers out until close
-        self._remote = store.output(key, directory=True, overwrite=True)
-        self._staging = Path(tempfile.mkdtemp(prefix=".lmdata-atlas-"))
-        self.path = store.url(key)
+        self._out = store.output(key, directory=True, overwrite=True, local=True)
+        self.path = shown(store, self._out.dest)
         try:
-            fetch_tree(store, key, self._staging / "ds")
+            store.get_tree(key, str(self._local_root()))
         except BaseException:
-            self._drop_remote()
+            self._out.abort()
             raise
-        return self._staging / "ds"
+        return self._local_root()
 
     def _init_append(
         self,
@@ -269,13 +259,10 @@ class Writer(AtomicWriter):
                     path=root,
                 ) from None
             codec.load_dict(self._shared, "zstd_dict.bin")
-        # Build the extended dataset in a temporary sibling holding hard links to the existing
-        # files, then swap it in: readers see the old dataset or the new one, never a mix.
-        self._out = AtomicOutput(root, directory=False, overwrite=True)
-        if self._remote is None:
-            self.path = root
-        self._root = self._out.tmp
-        shutil.copytree(root, self._root, copy_function=_link_or_copy)
+        # The extended dataset is built in the output's folder, which holds hard links to the
+        # existing files (or copies), then swapped in: readers see the old dataset or the new
+        # one, never a mix.
+        self._root = root
         self._tree.adopt(_manifest_entries(LocalStore(), str(root)), self._root)
         sizes = {n: ShardMeta.read(d).stored_examples for n, d in shards}
         self._numbers = [n for n, _ in shards]
@@ -439,10 +426,7 @@ class Writer(AtomicWriter):
             self._shard = None
         number = self._next_number
         self._next_number += 1
-        if isinstance(store, LocalStore):
-            shutil.copytree(folder, self._root / str(number), copy_function=_link_or_copy)
-        else:
-            fetch_tree(store, str(folder), self._root / str(number))
+        store.get_tree(str(folder), str(self._root / str(number)))
         self._tree.adopt(entries or [], self._root / str(number))
         self._numbers.append(number)
         self.shard_sizes.append(count)
@@ -481,20 +465,15 @@ class Writer(AtomicWriter):
             )
             if self._provenance is not None:  # a file: the origin opens only folders
                 replace_bytes(self._root / _provenance.FILE, _provenance.dumps(self._provenance))
-            replace_bytes(self._root / META, meta.to_json())
+            # what makes a reader accept the dataset, then the manifest listing every file
+            self._out.write_last(META, meta.to_json())
             self._tree.records = sum(self.shard_sizes)
-            self._tree.write(self._root)  # last: it lists every file above
+            if self._tree.enabled:
+                self._out.write_last(_manifest.NAME, self._tree.manifest(self._root).to_bytes())
+            self._out.commit()
         except BaseException:
             self.abort()
             raise
-        self._out.finish()
-        if self._remote is not None:
-            try:
-                _upload(self._out.dest, self._remote)
-            except BaseException:
-                self._drop_remote()
-                raise
-            shutil.rmtree(self._staging, ignore_errors=True)
 
     def abort(self) -> None:
         """Drop everything written; the path is left as it was before the writer started."""
@@ -502,32 +481,6 @@ class Writer(AtomicWriter):
             self._shard.abort()
             self._shard = None
         self._out.abort()
-        if self._remote is not None:
-            self._drop_remote()
-
-    def _drop_remote(self) -> None:
-        assert self._remote is not None
-        self._remote.abort()
-        shutil.rmtree(self._staging, ignore_errors=True)
-
-
-def _upload(folder: Path, out: Output) -> None:
-    """Copy a finished local dataset into a store output: data files first, then the shard
-    metas, the root meta.json last (it is what makes a reader accept the dataset), then its
-    manifest."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    rank = {DATA: 0, INDEX: 0, DICT: 0, META: 1}
-    last = (META, _manifest.NAME)
-    for p in sorted(files, key=lambda p: rank.get(p.name, 0)):
-        name = p.relative_to(folder).as_posix()
-        if name in last:
-            continue
-        with open(p, "rb") as src, out.open_write(name) as dst:
-            shutil.copyfileobj(src, dst, 8 << 20)
-    for name in last:
-        if (folder / name).exists():
-            out.write_last(name, (folder / name).read_bytes())
-    out.commit()
 
 
 def _manifest_entries(store: Store, key: str) -> list[_manifest.FileEntry]:
@@ -538,34 +491,3 @@ def _manifest_entries(store: Store, key: str) -> list[_manifest.FileEntry]:
     except LmdataError:
         return []
     return list(found.files) if found is not None else []
-
-
-def fetch_tree(store: Store, key: str, dest: Path) -> None:
-    """Copy the folder ``key`` of ``store`` into the new local folder ``dest``, each file in
-    ranged reads of at most 8 MiB (lmdata's own objects, such as a writer's claim, stay)."""
-    dest.mkdir()
-    for name in store.list(key):
-        k = join(key, name)
-        if name.startswith(".lmdata-"):
-            continue
-        if store.is_dir(k):
-            fetch_tree(store, k, dest / name)
-            continue
-        size = store.size(k)
-        with open(dest / name, "wb") as f:
-            for start in range(0, size, _FETCH_BYTES):
-                part = store.read_range(k, start, min(_FETCH_BYTES, size - start))
-                if len(part) != min(_FETCH_BYTES, size - start):
-                    raise CorruptDataError(
-                        f"read {len(part)} bytes at offset {start} of a {size}-byte object "
-                        "(it changed while being copied)",
-                        path=store.url(k),
-                    )
-                f.write(part)
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)

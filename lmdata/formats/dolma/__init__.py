@@ -52,15 +52,10 @@ def detect(path: str | os.PathLike[str]) -> bool:
     return detect_tree(path)
 
 
-def open(
-    path: str | os.PathLike[str], attributes: list[str] | str | None = None, **options: Any
-) -> DolmaDocuments:
-    """The documents of the tree at ``path`` (a tree root, its ``documents`` folder, or one
-    document file; a local path or a URL), with the named attribute sets merged into
-    ``doc["attributes"]``."""
-    from lmdata.formats.dolma.reader import DolmaDocuments
-
-    return DolmaDocuments(path, attributes=attributes, **options)
+# open(path, attributes=None, *, max_line_bytes, storage_options): the documents of the tree
+# at ``path`` (a tree root, its ``documents`` folder, or one document file; a local path or a
+# URL), with the named attribute sets merged into ``doc["attributes"]``
+open = lazy("lmdata.formats.dolma.reader:DolmaDocuments")
 
 
 def info(
@@ -68,7 +63,8 @@ def info(
     *,
     scan: bool = True,
     progress: OnProgress | None = None,
-    **options: Any,
+    max_line_bytes: int | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Files, documents (one decoding pass; not counted with ``scan=False``), codecs and
     attribute sets of a tree; ``progress`` counts the document files' bytes, file by file."""
@@ -78,7 +74,8 @@ def info(
     from lmdata.formats.dolma.validate import attribute_sets, file_sizes
     from lmdata.storage import usage
 
-    reader = DolmaDocuments(path, **options)
+    limit = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
+    reader = DolmaDocuments(path, storage_options=storage_options, **limit)
     store = reader.store
     root = reader.keys[0] if reader.single_file else tree_root(store, reader.root_key)
     sizes = file_sizes(store, reader.keys) if progress is not None else [0] * len(reader.keys)
@@ -95,7 +92,7 @@ def info(
         present = sum(is_file(store, attribute_path(f, name)) for f in reader.keys)
         attrs[name] = {"files": present, "missing_files": len(reader.keys) - present}
     url = store.url(root)
-    used = usage(url, options.get("storage_options"))  # one walk (one listing) for both sizes
+    used = usage(url, storage_options)  # one walk (one listing) for both sizes
     return {
         "format": "dolma",
         "path": url,

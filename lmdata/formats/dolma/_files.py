@@ -15,7 +15,7 @@ from zlib_ng import zlib_ng as zlib
 
 from lmdata.errors import CorruptDataError
 from lmdata.formats.dolma._paths import codec_of
-from lmdata.storage import LocalStore, Store
+from lmdata.storage import Store
 
 READ_CHUNK = 1 << 20
 REMOTE_CHUNK = 8 << 20  # object stores: fewer, larger ranged reads (one request each)
@@ -281,7 +281,7 @@ def chunks_between(
     1 MiB locally, 8 MiB from object stores), up to ``end`` or, with ``end`` None, to the end
     of the file: where a read comes back empty (remotely: short)."""
     if step is None:
-        step = READ_CHUNK if isinstance(store, LocalStore) else REMOTE_CHUNK
+        step = READ_CHUNK if store.local_path(key) is not None else REMOTE_CHUNK
     pos = start
     while end is None or pos < end:
         n = step if end is None else min(step, end - pos)
@@ -290,7 +290,7 @@ def chunks_between(
             return
         yield pos, chunk
         pos += len(chunk)
-        if len(chunk) < n and not isinstance(store, LocalStore):
+        if len(chunk) < n and store.local_path(key) is None:
             return  # an object store's short read is its end (saves one request)
 
 

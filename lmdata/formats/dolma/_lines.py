@@ -26,7 +26,7 @@ from lmdata.formats.dolma._files import (
     read_chunks,
 )
 from lmdata.formats.dolma._paths import codec_of
-from lmdata.storage import LocalStore, Store
+from lmdata.storage import Store
 
 CHECKPOINT_EVERY = 1 << 20  # compressed bytes between checkpoints
 SEGMENT_CACHE = 4  # decoded segments kept per file (a few MiB each)
@@ -65,7 +65,7 @@ class LineIndex:
         raw = 0
         since = 0
         cps = [Checkpoint(0, dec.copy(), 0, 0, b"")]
-        local = isinstance(self.store, LocalStore)
+        local = self.store.local_path(self.key) is not None
         chunks = read_chunks(self.store, self.key, READ_CHUNK if local else None)
         try:
             while True:
@@ -136,7 +136,7 @@ class LineIndex:
         parts = [b""] if skip else [cp.carry]  # decoding from the start reproduces the carry
         have = 0
         tail = len(cp.carry)  # bytes since the last newline: bounded, as in the indexing pass
-        step = READ_CHUNK if isinstance(self.store, LocalStore) else READ_CHUNK * 2
+        step = READ_CHUNK if self.store.local_path(self.key) is not None else READ_CHUNK * 2
         try:
             while have < want:
                 chunk = self.store.read_range(self.key, off, step)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import glob
 import os
-from pathlib import Path
 from typing import Any
 
 from lmdata.errors import FormatError
-from lmdata.storage import LocalStore, Store, basename, is_url, join, parent, resolve, scheme
+from lmdata.storage import Store, basename, is_url, join, parent, resolve, scheme
+from lmdata.storage import shown as shown
 
 # re-exported: the Dolma modules take their listing from here
 from lmdata.storage.listing import glob_keys, walk_files
@@ -46,11 +46,6 @@ def codec_of(path: str | os.PathLike[str]) -> str:
     if name.endswith((".zst", ".zstd")):
         return "zst"
     return "none"
-
-
-def shown(store: Store, key: str) -> Path | str:
-    """How a file is handed to users: a local Path, or the URL of an object."""
-    return Path(key) if isinstance(store, LocalStore) else store.url(key)
 
 
 class Stores:

@@ -58,7 +58,6 @@ class DolmaDocuments:
         *,
         max_line_bytes: int = MAX_LINE_BYTES,
         storage_options: dict[str, Any] | None = None,
-        **_: Any,
     ) -> None:
         if isinstance(max_line_bytes, bool) or not isinstance(max_line_bytes, int):
             raise InvalidInputError(

@@ -168,10 +168,10 @@ def attribute_sets(store: Store, root: str) -> list[str]:
 def validate(
     path: str | os.PathLike[str],
     attributes: list[str] | None = None,
+    *,
     max_line_bytes: int = MAX_LINE_BYTES,
     storage_options: dict[str, Any] | None = None,
     progress: OnProgress | None = None,
-    **_: object,
 ) -> list[str]:
     """All problems found in the Dolma tree at ``path`` (empty when it is valid); a line
     longer than ``max_line_bytes`` is reported and ends the check of its file. ``progress``

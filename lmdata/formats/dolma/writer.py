@@ -24,17 +24,11 @@ from typing import Any
 
 import orjson
 
+from lmdata._options import checked
 from lmdata.errors import InvalidInputError
 from lmdata.formats.dolma._output import open_write, suffix_for
 from lmdata.formats.dolma._paths import COMMIT_MARKER, shown
-from lmdata.storage import (
-    AtomicWriter,
-    FsspecOutput,
-    FsspecStore,
-    ManifestOutput,
-    basename,
-    resolve,
-)
+from lmdata.storage import AtomicWriter, basename, manifest_output, resolve
 
 DEFAULT_FILE_BYTES = 1 << 30  # uncompressed bytes per file before starting the next one
 
@@ -72,6 +66,7 @@ class Writer(AtomicWriter):
     file's size, documents and hashes) at its root; attribute folders added later by ``tag``
     or ``dedupe`` are no change to it."""
 
+    @checked("lmdata.formats.dolma.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -84,7 +79,6 @@ class Writer(AtomicWriter):
         prefix: str = "part",
         storage_options: dict[str, Any] | None = None,
         manifest: bool = True,
-        **_: Any,
     ) -> None:
         if compression not in ("gz", "zst", "none"):
             raise InvalidInputError(f"compression {compression!r}: use gz, zst or none")
@@ -95,13 +89,17 @@ class Writer(AtomicWriter):
         self.max_file_bytes = max_file_bytes
         self.max_file_docs = max_file_docs
         self.prefix = prefix
-        if isinstance(store, FsspecStore):
-            inner: Any = FsspecOutput(
-                store, key, directory=True, overwrite=overwrite, stage=True, marker=COMMIT_MARKER
-            )
-        else:
-            inner = store.output(key, directory=True, overwrite=overwrite)
-        self._out = ManifestOutput(inner, directory=True, enabled=manifest, format="dolma")
+        # staged on object stores: a reader listing the tree never sees part of it
+        self._out = manifest_output(
+            store,
+            key,
+            directory=True,
+            overwrite=overwrite,
+            manifest=manifest,
+            format="dolma",
+            staged=True,
+            marker=COMMIT_MARKER,
+        )
         self._file: Any = None
         self._file_name = ""
         self._file_no = 0

@@ -71,11 +71,23 @@ def detect(path: str | os.PathLike[str], storage_options: dict[str, Any] | None 
         return False
 
 
-def open(path: str | os.PathLike[str], split: str | None = None, **options: Any) -> FlatTokens:
-    """The token-sequence reader of one split (``train`` unless ``split`` says otherwise)."""
-    from lmdata.formats.flat_tokens.reader import FlatTokens
+def open(
+    path: str | os.PathLike[str],
+    split: str | None = None,
+    *,
+    cache_bytes: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> FlatTokens:
+    """The token-sequence reader of one split (``train`` unless ``split`` says otherwise);
+    ``cache_bytes``: decoded chunks kept in memory (default 256 MiB)."""
+    from lmdata.formats.flat_tokens.reader import DEFAULT_CACHE_BYTES, FlatTokens
 
-    return FlatTokens(path, split=split or "train", **options)
+    return FlatTokens(
+        path,
+        split=split or "train",
+        cache_bytes=DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes,
+        storage_options=storage_options,
+    )
 
 
 def _token_sink(

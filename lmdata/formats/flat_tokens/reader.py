@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,8 +18,11 @@ from lmdata.formats.flat_tokens._windows import (
     windows_into,
 )
 from lmdata.formats.flat_tokens._zarr import DEFAULT_CACHE_BYTES, ZArray, node_attrs, node_kind
-from lmdata.protocols import normalize_index, normalize_indices
+from lmdata.protocols import Parts, normalize_index, normalize_indices
 from lmdata.storage import Store, basename, join, resolve
+
+if TYPE_CHECKING:
+    from lmdata.protocols import EncodedTokens, SequenceIndex
 
 SPLITS = ("train", "validation")
 # The spec's example block calls the array "tokens"; every tool writes "encoded_tokens".
@@ -351,16 +354,21 @@ class FlatTokens:
         return self.tokens.gather(idx * seq_len, seq_len, out=out)
 
     def encoded_window_parts(
-        self, starts: np.ndarray, length: int
-    ) -> tuple[list[memoryview], list[int]] | None:
-        """Where the stored values ``tokens[s : s + length]`` lie in memory, for each ``s`` in
-        ``starts`` (each window inside the tokens, else IndexError): a byte buffer of its
+        self, starts: np.ndarray, length: int, *, scale: int = 1
+    ) -> Parts | None:
+        """Where the stored values ``tokens[s * scale : s * scale + length]`` lie in memory,
+        for each ``s`` in ``starts`` (each window inside the tokens, else IndexError; a packed
+        row by number with ``scale == length``: :meth:`packed_row_parts`): a byte buffer of its
         mapped or cached chunk and the byte offset of the window in it (the Loader lays
         batches out from there, no gather copy; a Blosc chunk read in part holds only the
         windows asked for, its other bytes unset). None where a window needs
         :meth:`encoded_windows` (it straddles two chunks, a chunk is short, or chunks are read
         by range). The lookup is one C call where built, which also declines windows outside
         the tokens: only then are they checked here, to say which."""
+        if scale != 1:
+            if scale == length:
+                return self.packed_row_parts(starts, length)
+            starts = np.asarray(starts, dtype=np.int64) * scale
         if not _windows.in_c():
             self._check_windows(starts, length)
             return window_parts(self.tokens, starts, length, self.num_tokens)
@@ -381,9 +389,7 @@ class FlatTokens:
         :meth:`encoded_windows` then say which, or read it."""
         return windows_into(self.tokens, layout, starts, width, self.num_tokens, scale, args)
 
-    def packed_row_parts(
-        self, rows: np.ndarray, seq_len: int
-    ) -> tuple[list[memoryview], list[int]] | None:
+    def packed_row_parts(self, rows: np.ndarray, seq_len: int) -> Parts | None:
         """:meth:`encoded_window_parts` of packed rows by number (row ``r`` is tokens
         ``r*seq_len : (r+1)*seq_len``, each below :meth:`num_packed_rows`, else IndexError):
         the row numbers go to the C lookup as they are, which checks each before multiplying
@@ -417,13 +423,19 @@ class FlatTokens:
         starts: Sequence[int] | np.ndarray,
         length: int,
         *,
+        scale: int = 1,
         out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Stored values ``tokens[s:s+length]`` for each ``s`` in ``starts``, shape (n, length),
-        written into ``out`` (C-contiguous uint32) when given.
+        """Stored values ``tokens[s * scale : s * scale + length]`` for each ``s`` in
+        ``starts``, shape (n, length), written into ``out`` (C-contiguous uint32) when given
+        (packed rows by number with ``scale == length``: :meth:`packed_rows`).
 
         Reads only token chunks (never ``seq_starts``): packed and EOS-window loading.
         """
+        if scale != 1:
+            if scale == length:
+                return self.packed_rows(starts, length, out=out)
+            starts = np.asarray(starts, dtype=np.int64) * scale
         try:
             st = np.asarray(starts, dtype=np.int64).reshape(-1)
         except OverflowError:  # a Python int past int64: outside, said below
@@ -470,16 +482,19 @@ def dataset_info(
     *,
     scan: bool = True,
     progress: OnProgress | None = None,
-    **options: Any,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``lmdata info`` of a flat-tokens dataset: every split's summary and the bytes stored
     (from the metadata: ``scan`` is accepted, nothing here reads the tokens; ``progress``
     counts the bytes of the splits' arrays summarised)."""
     from lmdata.storage import usage
 
-    store, key = resolve(path, options.get("storage_options"))
+    store, key = resolve(path, storage_options)
     names = split_names(store, key)
-    readers = {s or basename(key): FlatTokens(path, split=s or None, **options) for s in names}
+    readers = {
+        s or basename(key): FlatTokens(path, split=s or None, storage_options=storage_options)
+        for s in names
+    }
     sizes = {n: r.num_tokens * 4 + (len(r) + 1) * 8 for n, r in readers.items()}
     tick = Ticker(progress, sum(sizes.values()), "info")
     splits = {}
@@ -491,7 +506,7 @@ def dataset_info(
         "path": store.url(key),
         "splits": splits,
     }
-    used = usage(path, options.get("storage_options"))
+    used = usage(path, storage_options)
     out["bytes_on_disk"], out["apparent_bytes"] = used.disk, used.apparent
     prov = _provenance(store, key) if names and names != [""] else None  # a root, not a split
     if prov is not None:
@@ -517,3 +532,9 @@ def _provenance(store: Store, key: str) -> dict[str, Any] | None:
 def dataset_splits(path: str | os.PathLike[str]) -> list[str]:
     store, key = resolve(path)
     return [s for s in split_names(store, key) if s]
+
+
+if TYPE_CHECKING:  # checked statically: the reader offers the Loader's fast path and index
+
+    def _offers(r: FlatTokens) -> tuple[EncodedTokens, SequenceIndex]:
+        return r, r

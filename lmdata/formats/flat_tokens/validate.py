@@ -21,9 +21,9 @@ MAX_UNWRITTEN = 1 << 23
 
 def validate(
     path: str | os.PathLike[str],
+    *,
     storage_options: dict[str, Any] | None = None,
     progress: OnProgress | None = None,
-    **_: object,
 ) -> list[str]:
     """All problems found in the dataset at ``path`` (empty when it is valid); ``progress``
     counts the bytes of the arrays (seq_starts, then token chunk by chunk)."""

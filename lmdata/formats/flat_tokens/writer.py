@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._options import checked
 from lmdata._provenance import KEY as PROVENANCE_KEY
 from lmdata.errors import InvalidInputError
 from lmdata.formats.flat_tokens.reader import MAX_TOKEN_ID, SPLITS
@@ -215,6 +216,7 @@ class Writer(AtomicWriter):
     manifest (``lmdata-manifest``, every file's size and hashes) last.
     """
 
+    @checked("lmdata.formats.flat_tokens.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -29,6 +29,8 @@ from lmdata.formats.mds.merge import merge
 from lmdata.storage import resolve, usage
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from lmdata.formats.mds.reader import MDSReader
 
 # the reader, writer and checks load on first use
@@ -102,13 +104,27 @@ def open(
     format: str | None = None,
     split: str | None = None,
     token_column: str | None = None,
-    **options: Any,
+    columns: Sequence[str] | None = None,
+    allow_unsafe_pickle: bool = False,
+    cache_bytes: int | None = None,
+    max_open_shards: int | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> MDSReader:
     """A records reader; with ``token_column``, the token-sequence view (:class:`MDSTokens`)
-    of that integer ndarray column."""
+    of that integer ndarray column. ``columns``: read only these; ``cache_bytes`` (decoded
+    shards kept, default 512 MiB) and ``max_open_shards`` (default 1024) bound memory."""
     from lmdata.formats.mds.reader import MDSReader
 
-    reader = MDSReader(path, format=format, split=split, **options)
+    sizes = {"cache_bytes": cache_bytes, "max_open_shards": max_open_shards}
+    reader = MDSReader(
+        path,
+        format=format,
+        split=split,
+        columns=columns,
+        allow_unsafe_pickle=allow_unsafe_pickle,
+        storage_options=storage_options,
+        **{k: v for k, v in sizes.items() if v is not None},
+    )
     if token_column is not None:
         from lmdata.formats.mds.tokens import MDSTokens
 
@@ -123,18 +139,23 @@ def info(
     split: str | None = None,
     scan: bool = True,
     progress: OnProgress | None = None,
-    **options: Any,
+    allow_unsafe_pickle: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Columns, counts and sizes from the index (``scan`` is accepted: nothing here reads the
     shards; ``progress`` gets their uncompressed bytes once the index is read). A root whose
     splits are sub-directories (streaming's layout) and no split asked: each split's summary
     under ``splits``."""
+    opts: dict[str, Any] = {
+        "allow_unsafe_pickle": allow_unsafe_pickle,
+        "storage_options": storage_options,
+    }
     if split is None:
         store, key = resolve(path)
         subs = split_dirs(store, key) if store.is_dir(key) and INDEX not in store.list(key) else []
         if subs:
             parts = {
-                name: info(path, format=format, split=name, scan=scan, **options) for name in subs
+                name: info(path, format=format, split=name, scan=scan, **opts) for name in subs
             }
             Ticker(progress, 0, "info").finish()
             return {
@@ -142,7 +163,7 @@ def info(
                 "path": str(path),
                 "splits": parts,
             }
-    r = open(path, format=format, split=split, **options)
+    r = open(path, format=format, split=split, **opts)
     shards = r.index.shards
     Ticker(
         progress,
@@ -152,7 +173,7 @@ def info(
     out: dict[str, Any] = {"format": r.format, "path": str(path)}
     out.update(r.info())
     root = r.index.store.url(r.index.root)
-    used = usage(root, options.get("storage_options"))
+    used = usage(root, storage_options)
     out["bytes_on_disk"], out["apparent_bytes"] = used.disk, used.apparent
     if r.index.provenance is not None:
         out["provenance"] = r.index.provenance

@@ -19,6 +19,7 @@ from typing import Any
 
 from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError, LmdataError, OutputExistsError
+from lmdata.formats._spec import MergeSummary
 from lmdata.formats.mds.index import INDEX, load_index_json, split_dirs
 from lmdata.storage import (
     LocalStore,
@@ -81,9 +82,26 @@ def _rebased(shards: list[dict[str, Any]], rel: str) -> list[dict[str, Any]]:
     return shards
 
 
-def _summary(parts: int, shards: list[dict[str, Any]], dest: str) -> str:
+def _kept(objs: list[Any], names: list[str]) -> dict[str, Any] | None:
+    """The partitions' one tokenizer record (refused if they differ), before anything is
+    copied."""
+    from lmdata import _provenance
+
+    return _provenance.joined([_provenance.parse(o.get(_provenance.KEY)) for o in objs], names)
+
+
+def _index(shards: list[dict[str, Any]], kept: dict[str, Any] | None) -> bytes:
+    """The merged index.json: the shards, and the tokenizer record (under lmdata's key, which
+    streaming ignores)."""
+    from lmdata import _provenance
+
+    extra = {} if kept is None else {_provenance.KEY: kept}
+    return json.dumps({"version": 2, "shards": shards, **extra}).encode()
+
+
+def _summary(parts: int, shards: list[dict[str, Any]], dest: str) -> MergeSummary:
     n = sum(s.get("samples", 0) for s in shards)
-    return f"merged {parts} partitions ({len(shards)} shards, {n} samples) -> {dest}"
+    return MergeSummary("mds", parts, dest, n)
 
 
 def _part_bytes(obj: dict[str, Any]) -> int:
@@ -112,7 +130,7 @@ def _inside(part: Path, out: Path) -> str | None:
 
 def merge(
     inputs: list[str], output: str, overwrite: bool = False, progress: OnProgress | None = None
-) -> str:
+) -> MergeSummary:
     """Write ``output/index.json`` over the partitions in ``inputs``; returns a summary.
     ``progress`` counts the partitions' shard bytes (from their indexes), partition by
     partition, once every index is read."""
@@ -129,6 +147,7 @@ def merge(
     shards: list[dict[str, Any]] = []
     placed: list[str] = []  # where each partition is, relative to the output
     objs = [load_index_json(LocalStore(), str(p / INDEX))[1] for p in parts]  # checked, once
+    kept = _kept(objs, [str(p) for p in parts])
     tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs), "merge")
     for part, obj in zip(parts, objs, strict=True):
         rel = _inside(part, out)
@@ -148,14 +167,14 @@ def merge(
     carried = _carried(store, str(out), placed)
     _drop_manifest(store, str(out))
     with atomic_file(dest, overwrite=overwrite) as tmp:
-        tmp.write_text(json.dumps({"version": 2, "shards": shards}), encoding="utf-8")
+        tmp.write_bytes(_index(shards, kept))
     _write_manifest(store, str(out), shards, carried)
     return _summary(len(parts), shards, str(dest))
 
 
 def _merge_on_store(
     inputs: list[str], output: str, overwrite: bool, progress: OnProgress | None
-) -> str:
+) -> MergeSummary:
     """:func:`merge` on an object store: the partitions are found by listing, those outside
     ``output`` are copied below it (server-side, same store only), and the merged index.json
     is written last as one object."""
@@ -187,6 +206,7 @@ def _merge_on_store(
         parts.extend(p for p in found if p not in parts)
     shards: list[dict[str, Any]] = []
     objs = [load_index_json(ostore, join(p, INDEX))[1] for p in parts]
+    kept = _kept(objs, [ostore.url(p) for p in parts])
     tick = Ticker(progress, sum(_part_bytes(obj) for obj in objs), "merge")
     for part, obj in zip(parts, objs, strict=True):
         if part.startswith(okey + "/"):
@@ -198,14 +218,14 @@ def _merge_on_store(
                     f"cannot bring partition {ostore.url(part)} into the output: {rel} exists",
                     path=ostore.url(join(okey, rel)),
                 )
-            ostore.fs.copy(part, join(okey, rel), recursive=True)  # type: ignore[attr-defined]
+            ostore.copy_tree(part, join(okey, rel))
         tick.add(_part_bytes(obj))
         shards.extend(_rebased(obj["shards"], rel))
     carried = _carried(ostore, okey, [_rel(okey, p) for p in parts])
     _drop_manifest(ostore, okey)
     out = ostore.output(dest, directory=False, overwrite=overwrite)
     try:
-        out.write_last("", json.dumps({"version": 2, "shards": shards}).encode())
+        out.write_last("", _index(shards, kept))
         out.commit()
     except BaseException:
         out.abort()

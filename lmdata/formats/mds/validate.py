@@ -207,11 +207,11 @@ def _check_shard(
 def validate(
     path: str | os.PathLike[str],
     *,
+    format: str | None = None,
     split: str | None = None,
     allow_unsafe_pickle: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: OnProgress | None = None,
-    **_: Any,
 ) -> list[str]:
     """All problems found in the streaming dataset at ``path`` (empty when it is valid);
     ``progress`` counts the shards' uncompressed bytes (as index.json gives them), shard by

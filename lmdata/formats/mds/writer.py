@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._options import checked
 from lmdata._provenance import KEY as PROVENANCE_KEY
 from lmdata.errors import InvalidInputError
 from lmdata.formats.mds import compression as comp
@@ -26,8 +27,6 @@ from lmdata.formats.mds.text_shards import JSONEncoder, XSVEncoder
 from lmdata.storage import AtomicWriter, manifest_output, resolve
 
 DEFAULT_SIZE_LIMIT = 1 << 26
-# Arguments streaming's writers take that mean nothing for a local atomic writer.
-_IGNORED = ("keep_local", "progress_bar", "max_workers", "retry")
 
 
 def _infer_text_columns(sample: Mapping[str, Any]) -> dict[str, str]:
@@ -59,6 +58,7 @@ class Writer(AtomicWriter):
     dataset's manifest (``lmdata-manifest``: every file's size, samples and hashes) last.
     """
 
+    @checked("lmdata.formats.mds.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -78,11 +78,12 @@ class Writer(AtomicWriter):
         storage_options: dict[str, Any] | None = None,
         provenance: dict[str, Any] | None = None,
         manifest: bool = True,
-        **ignored: Any,
+        # streaming's writers take these; they mean nothing for an atomic writer
+        keep_local: bool = False,
+        progress_bar: bool = False,
+        max_workers: int | None = None,
+        retry: int = 2,
     ) -> None:
-        unknown = [k for k in ignored if k not in _IGNORED]
-        if unknown:
-            raise InvalidInputError(f"unknown MDS writer option(s): {', '.join(unknown)}")
         if format not in SHARD_FORMATS:
             raise InvalidInputError(f"format must be one of {', '.join(SHARD_FORMATS)}")
         self.format = format

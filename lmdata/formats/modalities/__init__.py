@@ -77,12 +77,8 @@ def detect(path: str | os.PathLike[str]) -> bool:
     return key.endswith(SUFFIX) or sniff(path)
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> PackedTokens:
-    """The reader of a ``.pbin`` (options: allow_unsafe_pickle, repair_origin_merge)."""
-    from lmdata.formats.modalities.reader import PackedTokens
-
-    options.pop("split", None)
-    return PackedTokens(path, **options)
+# open(path, *, allow_unsafe_pickle, repair_origin_merge, storage_options): a .pbin's reader
+open = lazy("lmdata.formats.modalities.reader:PackedTokens")
 
 
 def info(
@@ -90,7 +86,9 @@ def info(
     *,
     scan: bool = True,
     progress: OnProgress | None = None,
-    **options: Any,
+    allow_unsafe_pickle: bool = False,
+    repair_origin_merge: bool = True,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Counts, widths and sizes of a ``.pbin``; ``scan=False`` leaves out the reader's summary
     (its largest id reads every token; ``progress`` counts the token bytes read)."""
@@ -98,8 +96,12 @@ def info(
     from lmdata.formats.modalities.reader import PackedTokens
     from lmdata.storage import disk_usage
 
-    options.pop("split", None)
-    with PackedTokens(path, **options) as r:
+    with PackedTokens(
+        path,
+        allow_unsafe_pickle=allow_unsafe_pickle,
+        repair_origin_merge=repair_origin_merge,
+        storage_options=storage_options,
+    ) as r:
         out: dict[str, Any] = {"format": "modalities", "path": str(r.path)}
         if scan:
             r.find_max_token_id(progress)

@@ -10,10 +10,7 @@ object behind a claim on an object store), with the same bytes wherever it is wr
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -24,11 +21,11 @@ from lmdata import _provenance
 from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
+from lmdata.formats._spec import MergeSummary
 from lmdata.formats.modalities import sidecar
 from lmdata.formats.modalities.layout import DTYPES, HEADER_SIZE, PbinHeader
 from lmdata.formats.modalities.reader import PackedTokens
 from lmdata.storage import (
-    ManifestOutput,
     Store,
     is_url,
     join,
@@ -89,7 +86,7 @@ def merge(
     output: str | os.PathLike[str],
     overwrite: bool = False,
     progress: OnProgress | None = None,
-) -> str:
+) -> MergeSummary:
     """Concatenate the ``.pbin`` files ``inputs`` (in order) into ``output``; ``progress``
     counts the inputs' token bytes copied."""
     paths = expand_inputs(inputs)
@@ -98,11 +95,24 @@ def merge(
     if store.exists(key) and any(_same(p, dest) for p in paths):
         raise InvalidInputError("the output is also an input; write to a new path", path=dest)
     readers = [PackedTokens(p) for p in paths]
-    out = manifest_output(store, key, directory=False, overwrite=overwrite, format="modalities")
+    # the inputs' one tokenizer (refused if they differ), read before anything is written
     try:
-        with _output_file(out) as f:
+        kept = _provenance.joined(
+            [_provenance.read_sidecar(r.data.store, r.data.key) for r in readers],
+            [str(p) for p in paths],
+        )
+    except BaseException:
+        for r in readers:
+            r.close()
+        raise
+    out = manifest_output(
+        store, key, directory=False, overwrite=overwrite, format="modalities", local=True
+    )
+    try:
+        assert out.tmp is not None  # a seekable local file: uploaded at commit on a store
+        with out.hashed("", open(out.tmp, "wb", buffering=1 << 20)) as f:
             tick = Ticker(progress, sum(r.header.data_len for r in readers), "merge")
-            docs, tokens, width = _write(readers, f, tick)
+            docs, tokens, _width = _write(readers, f, tick)
         out.count(docs, "")
     except BaseException:
         out.abort()
@@ -115,31 +125,9 @@ def merge(
         _provenance.remove_sidecar(store, key)
         sidecar.remove(store, key)  # the old file's index copy
     out.commit()
-    shown = store.url(key)
-    return (
-        f"merged {len(paths)} files: {docs:,} documents, {tokens:,} tokens ({width}-byte) "
-        f"-> {shown}"
-    )
-
-
-@contextlib.contextmanager
-def _output_file(out: ManifestOutput) -> Iterator[BinaryIO]:
-    """A seekable local file that becomes the output's one object: the output's temporary
-    file on local disk (hashed as written), else a local spool uploaded (and hashed) when the
-    block ends without error."""
-    if out.tmp is not None:
-        with out.hashed("", open(out.tmp, "wb", buffering=1 << 20)) as f:
-            yield f
-        return
-    fd, spool = tempfile.mkstemp(prefix=".lmdata-pbin-merge-", suffix=".spool")
-    try:
-        with os.fdopen(fd, "w+b") as f:
-            yield f
-            f.seek(0)
-            with out.open_write("") as dst:
-                shutil.copyfileobj(f, dst, 8 << 20)
-    finally:
-        Path(spool).unlink(missing_ok=True)
+    if kept is not None:
+        _provenance.write_sidecar(store, key, kept)
+    return MergeSummary("modalities", len(paths), store.url(key), docs, tokens=tokens)
 
 
 def _write(readers: list[PackedTokens], f: BinaryIO, tick: Ticker) -> tuple[int, int, int]:

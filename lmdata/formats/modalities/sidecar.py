@@ -116,8 +116,9 @@ def _places(store: object, key: str) -> list[Path]:
     url = store.url(key)  # type: ignore[attr-defined]
     name = os.path.basename(url.rstrip("/")) or "index"
     places = []
-    if getattr(store, "can_mmap", False):
-        local = os.path.abspath(key)
+    path = store.local_path(key)  # type: ignore[attr-defined]
+    if path is not None:
+        local = os.path.abspath(path)
         places.append(Path(local + SUFFIX))
         url = os.path.realpath(local)
     tag = hashlib.blake2b(url.encode(), digest_size=10).hexdigest()
@@ -149,9 +150,6 @@ def index_digest(data: object, raw: bytes | None = None) -> bytes:
     return h.digest()
 
 
-_VERSION_FIELDS = ("ETag", "etag", "VersionId", "version_id", "generation", "md5Hash")
-
-
 def identity(data: object) -> bytes | None:
     """What changes whenever the ``.pbin``'s bytes may have changed, in O(1): its size, mtime,
     ctime (which no one can set back), inode and device on local disk; its ETag, version or
@@ -159,19 +157,9 @@ def identity(data: object) -> bytes | None:
     the digest is then recomputed on every open."""
     store, key = data.store, data.key  # type: ignore[attr-defined]
     try:
-        if getattr(store, "can_mmap", False):
-            st = os.stat(key)
-            parts: tuple = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
-        else:
-            fs = getattr(store, "fs", None)
-            info = fs.info(key) if fs is not None else {}
-            tags = tuple(str(info[f]) for f in _VERSION_FIELDS if info.get(f))
-            if not tags:
-                return None
-            parts = (info.get("size"), *tags)
+        return store.identity(key)  # type: ignore[no-any-return]
     except Exception:  # no identity means "hash the index", never a failure
         return None
-    return hashlib.blake2b(repr(parts).encode(), digest_size=16).digest()
 
 
 def _sealed(head: bytes) -> bytes:
@@ -337,9 +325,10 @@ def write(path: Path, data: object, digest: bytes, idx: IndexArrays, ident: byte
 def remove(store: object, key: str) -> None:
     """Drop the sidecar of the local ``.pbin`` at ``key`` (before a new file replaces it); a
     sidecar in the cache folder is left to go stale (it is keyed to the old file)."""
-    if getattr(store, "can_mmap", False):
+    path = store.local_path(key)  # type: ignore[attr-defined]
+    if path is not None:
         with contextlib.suppress(OSError):
-            os.unlink(os.path.abspath(key) + SUFFIX)
+            os.unlink(os.path.abspath(path) + SUFFIX)
 
 
 def index_arrays(

@@ -25,7 +25,6 @@ def validate(
     allow_unsafe_pickle: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: OnProgress | None = None,
-    **_: object,
 ) -> list[str]:
     """All problems in the ``.pbin`` at ``path`` (empty when valid).
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from array import array
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from lmdata import _provenance
+from lmdata._options import checked
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
 from lmdata.formats._spec import check_single_split
@@ -25,7 +24,7 @@ from lmdata.formats.modalities.layout import (
     width_for_max_id,
     width_for_vocab,
 )
-from lmdata.storage import AtomicWriter, manifest_output, resolve
+from lmdata.storage import AtomicWriter, manifest_output, resolve, shown
 
 # What the tokenize pipeline needs to know: the end-of-document token goes after every
 # document (the last one included) unless the tokenizer already ended the document with it,
@@ -65,6 +64,7 @@ class Writer(AtomicWriter):
     writes ``<path>.lmdata-manifest`` beside it (the file's size, documents and hashes).
     """
 
+    @checked("lmdata.formats.modalities.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -98,6 +98,8 @@ class Writer(AtomicWriter):
             np.array([eod_id], dtype=self._dtype).tobytes() if eod_id is not None else b""
         )
         store, key = resolve(path, storage_options)
+        # built in a local file (hashed as written; its header patched at close), renamed
+        # into place at commit, or uploaded as one object
         self._out = manifest_output(
             store,
             key,
@@ -105,18 +107,12 @@ class Writer(AtomicWriter):
             overwrite=overwrite,
             manifest=manifest,
             format="modalities",
+            local=True,
         )
-        self._local = self._out.tmp is not None
-        if self._out.tmp is not None:  # built in place (hashed as written), renamed at commit
-            self.path: Path | str = Path(self._out.dest)
-            self._tmp = Path(self._out.tmp)
-            self._f: Any = self._out.hashed("", open(self._tmp, "wb", buffering=1 << 20))
-        else:  # spooled locally (the header is patched at close), stored as one object
-            self.path = store.url(key)
-            fd, spool = tempfile.mkstemp(prefix=".lmdata-pbin-", suffix=".spool")
-            os.close(fd)
-            self._tmp = Path(spool)
-            self._f = open(self._tmp, "wb", buffering=1 << 20)
+        assert self._out.tmp is not None
+        self.path: Path | str = shown(store, self._out.dest)
+        self._tmp = Path(self._out.tmp)
+        self._f: Any = self._out.hashed("", open(self._tmp, "wb", buffering=1 << 20))
         self._f.write(bytes(HEADER_SIZE))  # patched at close, as the origin does
         self._lengths = array("q")  # document lengths in tokens
         self._max_id = -1
@@ -222,14 +218,6 @@ class Writer(AtomicWriter):
             self.abort()
             raise
         self._out.count(self.documents, "")
-        if not self._local:
-            try:
-                with open(self._tmp, "rb") as src, self._out.open_write("") as dst:
-                    shutil.copyfileobj(src, dst, 8 << 20)
-            except BaseException:
-                self.abort()
-                raise
-            self._tmp.unlink(missing_ok=True)
         store, key = self._out.store, self._out.dest
         if self._overwrite or not store.exists(key):
             # a kill after the commit leaves no sidecar rather than one describing the old file
@@ -264,7 +252,7 @@ class Writer(AtomicWriter):
         os.replace(self._tmp, src)
         try:
             fo = open(self._tmp, "wb", buffering=1 << 20)
-            self._f = self._out.hashed("", fo) if self._local else fo
+            self._f = self._out.hashed("", fo)
             with open(src, "rb") as fi:
                 self._f.write(fi.read(HEADER_SIZE))
                 while True:
@@ -284,6 +272,4 @@ class Writer(AtomicWriter):
         """Discard everything written; nothing appears at ``path``."""
         with contextlib.suppress(Exception):
             self._f.close()
-        if not self._local:
-            self._tmp.unlink(missing_ok=True)
         self._out.abort()

@@ -71,12 +71,9 @@ def detect(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> JsonlDocuments:
-    """The Records reader of a JSONL file through its index (``index_path``, ...)."""
-    from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
-
-    options.pop("split", None)
-    return JsonlDocuments(path, **options)
+# open(path, *, index_path, allow_unsafe_pickle, storage_options): the Records reader of a
+# JSONL file through its index
+open = lazy("lmdata.formats.modalities_jsonl.reader:JsonlDocuments")
 
 
 def info(
@@ -84,15 +81,21 @@ def info(
     *,
     scan: bool = True,
     progress: OnProgress | None = None,
-    **options: Any,
+    index_path: str | os.PathLike[str] | None = None,
+    allow_unsafe_pickle: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Documents (from the index) and sizes; ``scan`` is accepted: nothing here reads the data
     (``progress`` gets the file's bytes once the index is read)."""
     from lmdata.formats.modalities_jsonl.reader import JsonlDocuments
     from lmdata.storage import disk_usage
 
-    options.pop("split", None)
-    with JsonlDocuments(path, **options) as r:
+    with JsonlDocuments(
+        path,
+        index_path=index_path,
+        allow_unsafe_pickle=allow_unsafe_pickle,
+        storage_options=storage_options,
+    ) as r:
         istore, ikey = r.index_store, r.index_key
         Ticker(progress, r.file_size, "info").finish()
         return {
@@ -107,7 +110,13 @@ def info(
 
 
 def validate(
-    path: str | os.PathLike[str], progress: OnProgress | None = None, **options: Any
+    path: str | os.PathLike[str],
+    *,
+    progress: OnProgress | None = None,
+    index_path: str | os.PathLike[str] | None = None,
+    allow_unsafe_pickle: bool = False,
+    max_line_bytes: int | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> list[str]:
     """Every disagreement between the file and its index, with line numbers.
 
@@ -122,16 +131,12 @@ def validate(
     from lmdata.formats.modalities_jsonl.lines import MAX_LINE_BYTES, shown_path
     from lmdata.formats.modalities_jsonl.reader import open_data, read_index
 
-    limit = options.get("max_line_bytes", MAX_LINE_BYTES)
+    limit = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidInputError(f"max_line_bytes must be a positive integer, got {limit!r}")
     try:
-        store, key, istore, ikey = open_data(
-            path, options.get("index_path"), options.get("storage_options")
-        )
-        index = read_index(
-            store, key, istore, ikey, allow_unsafe=bool(options.get("allow_unsafe_pickle"))
-        )
+        store, key, istore, ikey = open_data(path, index_path, storage_options)
+        index = read_index(store, key, istore, ikey, allow_unsafe=bool(allow_unsafe_pickle))
     except LmdataError as e:
         return [str(e)]
     return index_problems(store, key, shown_path(istore, ikey), index, progress, limit)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from lmdata._options import checked
 from lmdata._progress import OnProgress, Ticker
 from lmdata.errors import LmdataError
 from lmdata.formats.modalities_jsonl.index import scan_object
@@ -33,7 +34,6 @@ class JsonlFile(JsonlDocuments):
         path: str | os.PathLike[str],
         *,
         storage_options: dict[str, Any] | None = None,
-        **_: Any,
     ) -> None:
         self.store, self.key = data_object(path, storage_options)
         self.path = shown_path(self.store, self.key)
@@ -48,14 +48,17 @@ class JsonlFile(JsonlDocuments):
         return f"JsonlFile({str(self.path)!r})"
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> JsonlFile:
-    return JsonlFile(path, **options)
+def open(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> JsonlFile:
+    return JsonlFile(path, storage_options=storage_options)
 
 
 class Writer(AtomicWriter):
     """Writes records as JSON lines (the file appears only when the writer closes cleanly;
     with ``manifest``, the default, ``FILE.lmdata-manifest`` beside it right after)."""
 
+    @checked("lmdata.formats.modalities_jsonl.plain.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -63,7 +66,6 @@ class Writer(AtomicWriter):
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
         manifest: bool = True,
-        **_: Any,
     ) -> None:
         store, key = resolve(path, storage_options)
         self._out = manifest_output(
@@ -98,7 +100,6 @@ def validate(
     *,
     storage_options: dict[str, Any] | None = None,
     progress: OnProgress | None = None,
-    **_: Any,
 ) -> list[str]:
     """The first line that is not JSON, if any; ``progress`` counts the bytes scanned."""
     try:
@@ -117,7 +118,6 @@ def info(
     storage_options: dict[str, Any] | None = None,
     scan: bool = True,
     progress: OnProgress | None = None,
-    **_: Any,
 ) -> dict[str, Any]:
     """Documents and size of a JSONL file; ``scan=False`` does not count the documents (a
     pass over the file; ``progress`` counts its bytes)."""

@@ -10,10 +10,11 @@ from typing import Any
 
 import orjson
 
+from lmdata._options import checked
 from lmdata.errors import InvalidInputError
 from lmdata.formats._span_index import dump_span_index
 from lmdata.formats.modalities_jsonl.lines import default_index_path
-from lmdata.storage import AtomicWriter, LocalStore, ManifestOutput, manifest_output, resolve
+from lmdata.storage import AtomicWriter, ManifestOutput, manifest_output, resolve, shown
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -44,6 +45,7 @@ class Writer(AtomicWriter):
     when the index sits beside the data; an index elsewhere is not listed).
     """
 
+    @checked("lmdata.formats.modalities_jsonl.writer.Writer")
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -59,10 +61,9 @@ class Writer(AtomicWriter):
             if index_path
             else (store, str(default_index_path(key)))
         )
+        here, there = store.local_path(key), istore.local_path(ikey)
         if istore.url(ikey) == store.url(key) or (
-            isinstance(store, LocalStore)
-            and isinstance(istore, LocalStore)
-            and Path(ikey).resolve() == Path(key).resolve()
+            here is not None and there is not None and Path(there).resolve() == Path(here).resolve()
         ):
             raise InvalidInputError(
                 "the index path is the data file itself; name the JSONL "
@@ -93,12 +94,8 @@ class Writer(AtomicWriter):
             raise
         self._data, self._index = data, index
         self._istore, self._ikey = istore, ikey
-        self.path: Path | str = Path(data.dest) if isinstance(store, LocalStore) else store.url(key)
-        self.index_path: Path | str = (
-            Path(index.dest)
-            if index is not None and isinstance(istore, LocalStore)
-            else istore.url(ikey)
-        )
+        self.path: Path | str = shown(store, data.dest)
+        self.index_path: Path | str = shown(istore, index.dest if index is not None else ikey)
         self._f = data.open_write("")
         self._offsets: list[int] = []
         self._lengths: list[int] = []
