@@ -214,7 +214,7 @@ def main() -> None:
         more.phases(src, tok)
         more.pathological(tok)
         more.modalities_pack(root, tok, texts)
-        more.convert_lines(root, got["tokens"])
+        more.convert_lines(root, src, tok, got["tokens"])
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

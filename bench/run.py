@@ -57,6 +57,7 @@ def run_module(path: Path) -> tuple[bool, str]:
     with contextlib.redirect_stdout(tee):
         try:
             mod = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = mod  # dataclasses look their module up while it runs
             spec.loader.exec_module(mod)
             mod.main()
         except Exception as exc:  # one failing benchmark must not hide the others' tables

@@ -19,11 +19,11 @@ once instead of waiting through the retries again.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import functools
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -166,7 +166,11 @@ def is_unreachable(exc: BaseException) -> bool:
     names = _names(exc)
     if names & _UNREACHABLE:
         return True
-    return isinstance(exc, (ConnectionError, socket.timeout, asyncio.TimeoutError))
+    # asyncio's TimeoutError (its own class before Python 3.11) exists only once asyncio is
+    # imported: a local job does not import it (a sixtieth of a second of start-up)
+    aio = sys.modules.get("asyncio")
+    timeouts = (aio.TimeoutError,) if aio is not None else ()
+    return isinstance(exc, (ConnectionError, socket.timeout, *timeouts))
 
 
 _STORE_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "fsspec", "google")

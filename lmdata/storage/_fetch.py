@@ -11,7 +11,6 @@ A difference raises :class:`~lmdata.errors.DatasetChangedError`, never mixed byt
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from lmdata.errors import DatasetChangedError
@@ -120,6 +119,8 @@ def _generic(
 def _s3(
     fs: Any, key: str, url: str, groups: Groups, pin: Pin | None
 ) -> tuple[list[bytes], Pin | None]:
+    import asyncio  # here: a local job never imports it (a sixtieth of a second)
+
     from fsspec.asyn import sync
 
     bucket, name, version = fs.split_path(key)

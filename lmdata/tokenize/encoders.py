@@ -96,8 +96,10 @@ def choose(
     special_tokens: bool,
     first_texts: Sequence[str] = (),
     reference: Any = None,
+    pre: Any = None,
 ) -> Choice:
-    """The encoder for a job on the tokenizer file ``spec`` (loaded already: ``reference``):
+    """The encoder for a job on the tokenizer file ``spec`` (loaded already: ``reference``;
+    its fast encoder being built: ``pre``, from :func:`lmdata.tokenize.fast.preload`):
     ``asked`` ("auto", "fast", "hf"), checked on the adversarial sample and ``first_texts``. A
     job that asked for ``fast`` fails (InvalidInputError, LmdataError) where ``auto`` falls
     back to ``hf`` with a note."""
@@ -106,6 +108,8 @@ def choose(
     if asked not in ENCODERS:
         raise InvalidInputError(f"encoder must be one of {', '.join(ENCODERS)}, got {asked!r}")
     ref = reference if reference is not None else load_tokenizer(spec)
+    if (isinstance(ref, ByteTokenizer) or asked == "hf") and pre is not None:
+        pre.wait()  # not used; nothing forks while it parses
     if isinstance(ref, ByteTokenizer):
         return Choice("bytes", asked)  # exact and vectorised already
     if asked == "hf":
@@ -113,7 +117,7 @@ def choose(
     from lmdata.tokenize.fast import Unsupported, load_fast
 
     try:
-        fast = load_fast(spec, ref)
+        fast = load_fast(spec, ref, pre)
         fast.affixes(special_tokens)
     except (Unsupported, MissingDependencyError) as e:
         if asked == "fast":

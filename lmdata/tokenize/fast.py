@@ -16,6 +16,7 @@ its batch calls would import awkward, a second of start-up on a busy machine).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,14 @@ def available() -> bool:
 
 
 def version() -> str:
+    """gigatoken's version, from its ``.dist-info`` folder beside the package (importing
+    importlib.metadata and searching every path entry took 25 ms of a job's start-up)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("gigatoken")
+    for where in (spec and spec.submodule_search_locations) or ():
+        for info in Path(where).parent.glob("gigatoken-*.dist-info"):
+            return info.name[len("gigatoken-") : -len(".dist-info")]
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as _v
 
@@ -138,11 +147,13 @@ class FastTokenizer:
 
     encoder = "fast"
 
-    def __init__(self, path: str | os.PathLike[str], reference: Any) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], reference: Any, pre: Preload | None = None
+    ) -> None:
         self.spec = str(path)
         self.reference = reference
         self.vocab_size = reference.vocab_size
-        self._backend = _load_backend(Path(path), reference)
+        self._backend = _load_backend(Path(path), reference, pre)
         self._encode = self._backend.encode
         # tiktoken encodes a text with lone surrogates as if each were U+FFFD; the others refuse
         self._replace_surrogates = Path(path).suffix == ".tiktoken"
@@ -226,33 +237,97 @@ def _affixes_of(ref: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.array(found[0], np.uint32), np.array(found[1], np.uint32)
 
 
-def _load_backend(path: Path, reference: Any = None) -> Any:
-    rs = _rs()
+class Preload:
+    """The fast encoder's backend of the tokenizer file ``path``, built on a thread of its own
+    while the caller loads the reference: both libraries parse the file without the GIL, so on
+    two cores the job's start-up waits for one parse, not two. :func:`load_fast` takes the
+    result once the reference has screened the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._backend: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="lmdata-fast-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._backend = _build(self.path)
+        except BaseException as e:  # handed to whoever asks for the result
+            self._error = e
+
+    def wait(self) -> None:
+        """Until the thread is done (nothing forks while it parses)."""
+        self._thread.join()
+
+    def result(self) -> Any:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._backend
+
+
+def preload(spec: Any) -> Preload | None:
+    """Start building the fast encoder of the tokenizer file ``spec`` (a ``tokenizer.json``,
+    ``*.tiktoken`` or ``*.model``, or a folder holding a ``tokenizer.json``), or None when
+    gigatoken is not installed or ``spec`` is no such file."""
+    if not isinstance(spec, (str, os.PathLike)) or spec == "bytes" or not available():
+        return None
+    path = Path(spec)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if path.suffix not in (".json", ".tiktoken", ".model") or not path.is_file():
+        return None
+    return Preload(path)
+
+
+def _load_backend(path: Path, reference: Any = None, pre: Preload | None = None) -> Any:
+    """The backend of ``path``, screened first (through the loaded ``reference``); ``pre``: the
+    one a :class:`Preload` builds."""
+    _rs()  # MissingDependencyError when gigatoken is not installed
+    if pre is not None and pre.path != path:
+        pre.wait()  # another file (nothing forks while it parses): build this one here
+        pre = None
     try:
-        if path.suffix == ".tiktoken":
-            name = path.name.split(".")[0]
-            # no special tokens: tiktoken's encode_ordinary, which lmdata calls, splits none
-            return rs.BPETokenizer.from_tiktoken(str(path), _TIKTOKEN_SCHEMES.get(name, "gpt2"))
-        if path.suffix == ".model":
-            import json
-
-            from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
-
-            cfg = json.loads(sentencepiece_to_tokenizer_json(path.read_bytes()))
-            # sentencepiece matches user-defined pieces in text, never control ones (<s>)
-            cfg["added_tokens"] = [t for t in cfg["added_tokens"] if not t["special"]]
-            return rs.load_hf_json(json.dumps(cfg, ensure_ascii=False))
-        _screen_hf(path, reference)
-        return rs.load_hf_json(path.read_bytes())
+        if path.suffix == ".json":
+            try:
+                _screen_hf(path, reference)
+            except Unsupported:
+                if pre is not None:
+                    pre.wait()
+                raise
+        return pre.result() if pre is not None else _build(path)
     except Unsupported:
         raise
     except Exception as e:  # the Rust side raises ValueError / plain Exception
         raise Unsupported(f"gigatoken cannot load it ({' '.join(str(e).split())[:200]})") from None
 
 
-def load_fast(spec: str | os.PathLike[str], reference: Any = None) -> FastTokenizer:
-    """The fast encoder of the tokenizer file ``spec``; Unsupported (with the reason) for a
-    tokenizer it does not implement, MissingDependencyError when gigatoken is not installed."""
+def _build(path: Path) -> Any:
+    """gigatoken's backend of the tokenizer file ``path`` (a tokenizer.json screened apart)."""
+    rs = _rs()
+    if path.suffix == ".tiktoken":
+        name = path.name.split(".")[0]
+        # no special tokens: tiktoken's encode_ordinary, which lmdata calls, splits none
+        return rs.BPETokenizer.from_tiktoken(str(path), _TIKTOKEN_SCHEMES.get(name, "gpt2"))
+    if path.suffix == ".model":
+        import json
+
+        from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
+
+        cfg = json.loads(sentencepiece_to_tokenizer_json(path.read_bytes()))
+        # sentencepiece matches user-defined pieces in text, never control ones (<s>)
+        cfg["added_tokens"] = [t for t in cfg["added_tokens"] if not t["special"]]
+        return rs.load_hf_json(json.dumps(cfg, ensure_ascii=False))
+    return rs.load_hf_json(path.read_bytes())
+
+
+def load_fast(
+    spec: str | os.PathLike[str], reference: Any = None, pre: Preload | None = None
+) -> FastTokenizer:
+    """The fast encoder of the tokenizer file ``spec`` (``pre``: its backend being built by
+    :func:`preload`); Unsupported (with the reason) for a tokenizer it does not implement,
+    MissingDependencyError when gigatoken is not installed."""
     from lmdata.tokenize.tokenizers import ByteTokenizer, load_tokenizer
 
     ref = reference if reference is not None else load_tokenizer(spec)
@@ -261,4 +336,4 @@ def load_fast(spec: str | os.PathLike[str], reference: Any = None) -> FastTokeni
     path = Path(ref.spec)
     if not path.is_file():
         raise InvalidInputError("tokenizer file not found", path=path)
-    return FastTokenizer(path, ref)
+    return FastTokenizer(path, ref, pre)

@@ -42,6 +42,7 @@ from lmdata.storage.claims import claim_job
 from lmdata.storage.paths import remove_staged
 from lmdata.tokenize.commit import Committer
 from lmdata.tokenize.encoders import FIRST_CHARS, FIRST_DOCS, Choice, choose, note
+from lmdata.tokenize.fast import preload
 from lmdata.tokenize.job import Summary, TokenizeJob
 from lmdata.tokenize.sinks import EodSink, make_sink, resolve_eod
 from lmdata.tokenize.sources import (
@@ -162,19 +163,28 @@ def tokenize(
         )
     if resume and not url:  # a killed run's half-written output (never a dataset) goes away
         remove_staged(dst)
-    tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
-    make_sink(job, tok)  # checks the EOD policy before any work
-    if range_bytes is None:
-        range_bytes = range_bytes_for(inputs)
-    manifest = _manifest(job, inputs, range_bytes, source_options, origins)
-    units = plan_units(inputs, range_bytes, job.source_format, source_options)
-    if committed is not None:
-        done = prepare(work, manifest, resume)
-        if any((u.file_index, u.part) not in done for u in units) or work.manifest() != manifest:
-            raise committed  # not this job's output: it is in the way
-        return _committed(job, tok, inputs, work, str(dst), t0)
-    first = _first_texts(job, inputs, work, units, source_options, encoder)
-    choice = choose(job.tokenizer, encoder, job.special_tokens, first, tok)
+    # the fast encoder parses the file on a thread while the reference does here (both without
+    # the GIL); it is waited for before anything forks
+    pre = preload(job.tokenizer) if encoder in ("auto", "fast") and committed is None else None
+    try:
+        tok = load_tokenizer(job.tokenizer)  # fail early on a bad tokenizer, in the parent
+        make_sink(job, tok)  # checks the EOD policy before any work
+        if range_bytes is None:
+            range_bytes = range_bytes_for(inputs)
+        manifest = _manifest(job, inputs, range_bytes, source_options, origins)
+        units = plan_units(inputs, range_bytes, job.source_format, source_options)
+        if committed is not None:
+            done = prepare(work, manifest, resume)
+            if any((u.file_index, u.part) not in done for u in units) or (
+                work.manifest() != manifest
+            ):
+                raise committed  # not this job's output: it is in the way
+            return _committed(job, tok, inputs, work, str(dst), t0)
+        first = _first_texts(job, inputs, work, units, source_options, encoder)
+        choice = choose(job.tokenizer, encoder, job.special_tokens, first, tok, pre)
+    finally:
+        if pre is not None:
+            pre.wait()
     note(choice)
     if choice.tokenizer is not None:  # checked already: this process and its forks keep it
         _adopt(job.tokenizer, choice)

@@ -71,8 +71,6 @@ class _ArrayWriter:
         compressor: dict[str, Any] | None,
         filters: list[dict[str, Any]] | None,
     ) -> None:
-        import numcodecs
-
         self.out = out
         self.path = path  # the array's name inside the output
         self.dtype = np.dtype(dtype)
@@ -88,8 +86,13 @@ class _ArrayWriter:
             "shape": [0],
             "zarr_format": 2,
         }
-        self._comp = numcodecs.get_codec(dict(compressor)) if compressor else None
-        self._filters = [numcodecs.get_codec(dict(f)) for f in filters or []]
+        self._comp: Any = None
+        self._filters: list[Any] = []
+        if compressor or filters:  # numcodecs only then: a tenth of a second of imports
+            import numcodecs
+
+            self._comp = numcodecs.get_codec(dict(compressor)) if compressor else None
+            self._filters = [numcodecs.get_codec(dict(f)) for f in filters or []]
         self.buf = np.zeros(chunk_len, dtype=self.dtype)
         self.fill = 0
         self.chunk = 0
@@ -183,7 +186,8 @@ def encode_sequence(tokens: Any) -> tuple[np.ndarray, int]:
         if arr.dtype.kind == "b" or arr.dtype == object:
             raise InvalidInputError(f"token ids must be integers, got {arr.dtype}")
         raise InvalidInputError(f"token ids must be integers, got {arr.dtype}")
-    lo, hi = int(arr.min()), int(arr.max())
+    lo = int(arr.min()) if arr.dtype.kind == "i" else 0  # unsigned ids are never negative
+    hi = int(arr.max())
     if lo < 0:
         raise InvalidInputError(f"token id {lo} is negative")
     if hi > MAX_TOKEN_ID:
@@ -191,7 +195,8 @@ def encode_sequence(tokens: Any) -> tuple[np.ndarray, int]:
             f"token id {hi} is larger than 2^31-1, the most flat-tokens can store "
             "(seqax would silently corrupt it)"
         )
-    enc = arr.astype(np.uint32) << 1
+    # one pass, widened and shifted (the ids are checked to fit: an unsafe cast loses nothing)
+    enc = np.left_shift(arr, 1, dtype=np.uint32, casting="unsafe")
     enc[0] |= 1
     return enc, hi
 
