@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -205,6 +206,17 @@ def resume_command() -> str:
     if "--resume" not in argv:
         argv.append("--resume")
     return shlex.join(redact_argv(argv))
+
+
+@contextlib.contextmanager
+def resumable_on_interrupt() -> Iterator[None]:
+    """Ctrl-C in a job whose work folder keeps what is done (dedupe, decontaminate): exit 130
+    with the command that continues it, as :func:`say_resume` says for tokenize and convert."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: continue with: {resume_command()}", err=True)
+        sys.exit(130)
 
 
 def say_resume(e: BaseException, work: Callable[[], Staging]) -> None:

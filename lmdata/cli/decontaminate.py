@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from lmdata.cli._common import engine_options, storage_option
+from lmdata.cli._common import engine_options, resumable_on_interrupt, storage_option
 from lmdata.cli._progress import shown
 from lmdata.dolma.cli_support import build, show_config
 
@@ -112,19 +111,15 @@ def command(
     if dryrun or data.get("dryrun"):
         show_config(data)
         return
-    try:
-        with shown(quiet) as progress:
-            res = decontaminate(
-                cfg,
-                progress=progress,
-                engine=engine,
-                address=address,
-                storage_options=storage_options,
-                resume=resume,
-            )
-    except KeyboardInterrupt:
-        click.echo("interrupted: run again with --resume to continue", err=True)
-        sys.exit(130)
+    with resumable_on_interrupt(), shown(quiet) as progress:
+        res = decontaminate(
+            cfg,
+            progress=progress,
+            engine=engine,
+            address=address,
+            storage_options=storage_options,
+            resume=resume,
+        )
     click.echo(
         f"{res.contaminated:,} of {res.documents:,} documents match evaluation text "
         f"({res.spans:,} spans); {res.eval_ngrams:,} distinct {cfg.ngram}-grams from "

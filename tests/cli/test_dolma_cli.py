@@ -314,3 +314,30 @@ def test_ngram_dedupe_command_line_from_dolma(tmp_path: Path, monkeypatch, caplo
         got = _raw(tmp_path / "ds" / "attributes" / "n2s2" / part)
         assert got == _raw(fixture / "attributes" / "n2s2" / part)
     assert (tmp_path / "bf.bin").read_bytes()[:8] == b"LMDKEYS1"  # lmdata's key file
+
+
+@pytest.mark.parametrize("verb", ["dedupe", "decontaminate"])
+def test_ctrl_c_in_a_resumable_job_exits_130_with_the_command_that_continues_it(
+    tmp_path, monkeypatch, verb
+):
+    import lmdata.cli.dedupe
+    import lmdata.dolma.decontam
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    where = {"dedupe": lmdata.cli.dedupe, "decontaminate": lmdata.dolma.decontam}[verb]
+    monkeypatch.setattr(where, verb, interrupted)
+    doc = tmp_path / "d.jsonl"
+    doc.write_text('{"id": "a", "text": "x"}\n')
+    args = {
+        "dedupe": [
+            *("dedupe", "--documents", str(doc), "--dedupe.name", "d"),
+            *("--dedupe.documents.key", "$.id", "--dedupe.documents.attribute_name", "dup"),
+        ],
+        "decontaminate": ["decontaminate", "--documents", str(doc), "--against", str(doc)],
+    }[verb]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 130, res.output
+    line = res.stderr.strip().splitlines()[-1]
+    assert line.startswith("interrupted: continue with: ") and line.endswith("--resume"), line
