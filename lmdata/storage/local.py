@@ -378,16 +378,12 @@ def _changed(path: str, what: str) -> DatasetChangedError:
 WRITE_BUFFER = 1 << 20
 
 
-class LocalOutput:
-    """A temporary sibling of the destination, renamed into place by :meth:`commit`."""
+class TmpWrites:
+    """The writes of an output that builds its dataset in ``tmp``, a local file or folder
+    (:class:`LocalOutput`'s sibling of the destination, the spool of
+    :class:`lmdata.storage.spool.SpooledOutput`)."""
 
-    sparse = True
-
-    def __init__(self, store: LocalStore, key: str, *, directory: bool, overwrite: bool) -> None:
-        self.store = store
-        self._atomic = AtomicOutput(key, directory=directory, overwrite=overwrite)
-        self.dest = str(self._atomic.dest)
-        self.tmp: str | None = str(self._atomic.tmp)
+    tmp: str | None
 
     def _path(self, name: str) -> str:
         assert self.tmp is not None
@@ -405,14 +401,30 @@ class LocalOutput:
         """A file to stream into, buffered in 1 MiB (writers append many small pieces)."""
         return open(self._path(name), "wb", buffering=WRITE_BUFFER)  # the caller closes it
 
-    def write_last(self, name: str, data: bytes) -> None:
-        # the rename in commit makes everything visible at once; the file is replaced, never
-        # written through (a folder built of hard links to another dataset's files keeps them)
+    def _replace(self, name: str, data: bytes) -> None:
+        """``name`` written to a sibling and renamed over: replaced, never written through (a
+        folder built of hard links to another dataset's files keeps them)."""
         path = self._path(name)
         tmp = _tmp_sibling(Path(path))
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+
+
+class LocalOutput(TmpWrites):
+    """A temporary sibling of the destination, renamed into place by :meth:`commit`."""
+
+    sparse = True
+
+    def __init__(self, store: LocalStore, key: str, *, directory: bool, overwrite: bool) -> None:
+        self.store = store
+        self._atomic = AtomicOutput(key, directory=directory, overwrite=overwrite)
+        self.dest = str(self._atomic.dest)
+        self.tmp: str | None = str(self._atomic.tmp)
+
+    def write_last(self, name: str, data: bytes) -> None:
+        # the rename in commit makes everything visible at once
+        self._replace(name, data)
 
     def commit(self) -> None:
         self._atomic.finish()

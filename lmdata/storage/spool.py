@@ -12,15 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import BinaryIO
 
 from lmdata.storage.base import Output
+from lmdata.storage.local import TmpWrites
 
 _COPY = 8 << 20  # bytes per upload write
-WRITE_BUFFER = 1 << 20
 
 
-class SpooledOutput:
+class SpooledOutput(TmpWrites):
     """An :class:`~lmdata.storage.Output` built in a local temporary path, uploaded through
     ``inner`` (an object store's output) at :meth:`commit`; :meth:`abort` removes both."""
 
@@ -38,29 +37,9 @@ class SpooledOutput:
         self._last: list[str] = []
         self._done = False
 
-    def _path(self, name: str) -> str:
-        assert self.tmp is not None
-        if not name:
-            return self.tmp
-        p = os.path.join(self.tmp, name)
-        os.makedirs(os.path.dirname(p), exist_ok=True)
-        return p
-
-    def write(self, name: str, data: bytes | memoryview) -> None:
-        with open(self._path(name), "wb") as f:
-            f.write(data)
-
-    def open_write(self, name: str) -> BinaryIO:
-        return open(self._path(name), "wb", buffering=WRITE_BUFFER)  # the caller closes it
-
     def write_last(self, name: str, data: bytes) -> None:
-        """Put ``name`` in the local folder (replaced, never written through a hard link) and
-        upload it after every other file."""
-        path = self._path(name)
-        tmp = f"{path}.lmdata-last"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        """Put ``name`` in the local folder and upload it after every other file."""
+        self._replace(name, data)
         if name in self._last:
             self._last.remove(name)
         self._last.append(name)
